@@ -1,0 +1,1 @@
+//! Placeholder: the guest SDK for policy plugins arrives with the plugin issue.

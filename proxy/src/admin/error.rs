@@ -1,0 +1,40 @@
+//! The admin error answer: `{"message": "[CODE] …", "restate_code": "CODE" | null}`, always JSON.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+
+use crate::errors::{AdminErrorBody, Code, CodedError};
+
+/// An admin failure with its HTTP status.
+#[derive(Debug, Clone)]
+pub struct AdminError {
+    /// The status answered.
+    pub status: StatusCode,
+    /// Code and message.
+    pub error: CodedError,
+}
+
+impl AdminError {
+    /// A failure with a catalogue code, answered with the code's status.
+    pub fn coded(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            status: code.http_status(),
+            error: CodedError::new(code, message),
+        }
+    }
+
+    /// A failure no code describes.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            error: CodedError::uncoded(message),
+        }
+    }
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        (self.status, Json(AdminErrorBody::from(&self.error))).into_response()
+    }
+}

@@ -1,0 +1,259 @@
+//! The admin listener: an axum router, one module per operation group, served unversioned and
+//! under `/v2`–`/v4`. `/openapi` is generated from the handlers' annotations, so every route
+//! added with [`OpenApiRouter::routes`] shows up there.
+
+pub mod error;
+mod health;
+pub mod json;
+mod version;
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::{OriginalUri, State};
+use axum::response::IntoResponse;
+use axum::routing::any;
+use http::{Method, StatusCode};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::watch;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use error::AdminError;
+pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformation};
+
+use crate::config::Config;
+use crate::shutdown::shutdown_started;
+use crate::storage::Store;
+
+/// What admin handlers share.
+#[derive(Debug)]
+pub struct AdminState {
+    /// The effective configuration.
+    pub config: Arc<Config>,
+    /// The ingress address reported by `/version`.
+    pub ingress_endpoint: String,
+    /// The store.
+    pub store: Arc<Store>,
+    /// The generated OpenAPI document, set once the router is built.
+    openapi: OnceLock<serde_json::Value>,
+}
+
+impl AdminState {
+    /// State for a router.
+    pub fn new(config: Arc<Config>, ingress_endpoint: String, store: Arc<Store>) -> Self {
+        Self {
+            config,
+            ingress_endpoint,
+            store,
+            openapi: OnceLock::new(),
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Sluice admin API", description = "Deployments, services, invocations, flow-control rules and introspection."),
+    tags(
+        (name = "health", description = "Liveness"),
+        (name = "version", description = "Version and features"),
+        (name = "openapi", description = "This document"),
+    )
+)]
+struct ApiDoc;
+
+/// The admin router with every route, its versioned aliases and JSON fallbacks.
+pub fn router(state: Arc<AdminState>) -> Router {
+    let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health::health))
+        .routes(routes!(version::version))
+        .routes(routes!(openapi))
+        .split_for_parts();
+    let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
+    let _ = state.openapi.set(doc);
+    let api = api
+        .with_state(state)
+        .method_not_allowed_fallback(method_not_allowed);
+
+    let mut app = Router::new()
+        .route("/v1", any(unsupported_version))
+        .route("/v1/{*rest}", any(unsupported_version));
+    for version in MIN_ADMIN_API_VERSION..=MAX_ADMIN_API_VERSION {
+        app = app.nest(&format!("/v{version}"), api.clone());
+    }
+    app.merge(api).fallback(not_found)
+}
+
+/// The OpenAPI 3.1 document of this listener.
+#[utoipa::path(get, path = "/openapi", tag = "openapi", operation_id = "openapi",
+    responses((status = 200, description = "OpenAPI 3.1 JSON of the admin API.", content_type = "application/json")))]
+async fn openapi(State(state): State<Arc<AdminState>>) -> json::Json<serde_json::Value> {
+    json::Json(state.openapi.get().cloned().unwrap_or_default())
+}
+
+async fn unsupported_version() -> AdminError {
+    AdminError::new(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "Unsupported Admin API version V1. This server supports versions between V{MIN_ADMIN_API_VERSION} and V{MAX_ADMIN_API_VERSION}."
+        ),
+    )
+}
+
+async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> impl IntoResponse {
+    AdminError::new(
+        StatusCode::NOT_FOUND,
+        format!("no admin route for {method} {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> impl IntoResponse {
+    AdminError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// Serves the admin router on a listener bound before start-up (so bind errors surface early).
+pub struct AdminService {
+    listener: Mutex<Option<std::net::TcpListener>>,
+    router: Router,
+    done: watch::Sender<bool>,
+}
+
+impl AdminService {
+    /// A service for `listener`; `done` turns true once its connections have drained.
+    pub fn new(listener: std::net::TcpListener, router: Router, done: watch::Sender<bool>) -> Self {
+        Self {
+            listener: Mutex::new(Some(listener)),
+            router,
+            done,
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for AdminService {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        // Whatever happens below, the drain must not wait for this listener forever.
+        let _done = DoneOnDrop(&self.done);
+        let std_listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(std_listener) = std_listener else {
+            return;
+        };
+        let listener = std_listener
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(std_listener));
+        let result = match listener {
+            Ok(listener) => {
+                axum::serve(listener, self.router.clone())
+                    .with_graceful_shutdown(shutdown_started(shutdown))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    }
+}
+
+struct DoneOnDrop<'a>(&'a watch::Sender<bool>);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::{Body, to_bytes};
+    use http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    fn app() -> (Router, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let config = Arc::new(Config::default());
+        let state = AdminState::new(config, "http://127.0.0.1:8080/".into(), store);
+        (router(Arc::new(state)), dir)
+    }
+
+    async fn get(app: &Router, method: Method, path: &str) -> (StatusCode, Vec<u8>) {
+        let resp = app
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = resp.status();
+        (
+            status,
+            to_bytes(resp.into_body(), 1 << 22).await.unwrap().to_vec(),
+        )
+    }
+
+    #[tokio::test]
+    async fn versioned_prefixes() {
+        let (app, _dir) = app();
+        for path in ["/version", "/v2/version", "/v3/version", "/v4/version"] {
+            let (status, body) = get(&app, Method::GET, path).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["max_admin_api_version"], 4);
+        }
+        let (status, body) = get(&app, Method::GET, "/v1/version").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["message"],
+            "Unsupported Admin API version V1. This server supports versions between V2 and V4."
+        );
+        let (status, _) = get(&app, Method::GET, "/v5/version").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_and_methods_answer_json() {
+        let (app, _dir) = app();
+        let (status, body) = get(&app, Method::GET, "/nope").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["message"], "no admin route for GET /nope");
+        let (status, body) = get(&app, Method::DELETE, "/v4/version").await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["message"],
+            "method DELETE is not allowed on /v4/version"
+        );
+    }
+
+    #[tokio::test]
+    async fn openapi_lists_every_route() {
+        let (app, _dir) = app();
+        let (status, body) = get(&app, Method::GET, "/openapi").await;
+        assert_eq!(status, StatusCode::OK);
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+        for path in ["/health", "/version", "/openapi"] {
+            assert!(doc["paths"][path].is_object(), "{path} missing from {doc}");
+        }
+        assert_eq!(doc["paths"]["/version"]["get"]["operationId"], "version");
+    }
+}

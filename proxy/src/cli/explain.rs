@@ -1,0 +1,36 @@
+//! `sluice explain`: the code catalogue from the command line.
+
+use clap::Args;
+
+use crate::errors::{Code, CodedError};
+
+/// Flags of `sluice explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The code, e.g. RT0024 or META0009.
+    #[arg(required_unless_present_any = ["list", "markdown"])]
+    pub code: Option<String>,
+    /// List every code with its one-line summary.
+    #[arg(long, conflicts_with = "code")]
+    pub list: bool,
+    /// Print the catalogue as the Markdown table of docs/errors.md.
+    #[arg(long, conflicts_with_all = ["code", "list"])]
+    pub markdown: bool,
+}
+
+/// Prints what was asked.
+pub fn run(args: &ExplainArgs) -> Result<(), CodedError> {
+    if args.markdown {
+        print!("{}", Code::markdown_table());
+    } else if args.list {
+        for code in Code::ALL {
+            println!("{:<9} {}", code.as_str(), code.info().summary);
+        }
+    } else if let Some(text) = &args.code {
+        let code: Code = text
+            .parse()
+            .map_err(|e| CodedError::uncoded(format!("{e}")))?;
+        print!("{}", code.explain());
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! Command-line interface: `serve` and the admin subcommands. `main.rs` parses; this runs.
+
+mod explain;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, Overrides};
+use crate::errors::{Code, CodedError};
+
+/// Ingress proxy with flow control and a durable runtime for Restate-SDK deployments.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server: ingress and admin listeners over the store in `data-dir`.
+    Serve(ServeArgs),
+    /// Print what an error code means (e.g. `sluice explain RT0024`).
+    Explain(explain::ExplainArgs),
+}
+
+/// Flags of `sluice serve`; each is also a config key (and so an environment variable).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML config file.
+    #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory of the store (`data-dir`, `SERVICE_DATA_DIR`).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Ingress listen address (`ingress.bind`, `SERVICE_INGRESS__BIND`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub ingress_bind: Option<String>,
+    /// Admin listen address (`admin.bind`, `SERVICE_ADMIN__BIND`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub admin_bind: Option<String>,
+    /// `human` or `json` (`log-format`, `SERVICE_LOG_FORMAT`).
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub dump_config: bool,
+}
+
+/// Runs a parsed command line; the exit code says how it went.
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Serve(args) => report(serve(args)),
+        Command::Explain(args) => report(explain::run(&args)),
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), CodedError> {
+    let overrides = Overrides {
+        data_dir: args.data_dir,
+        ingress_bind: args.ingress_bind,
+        admin_bind: args.admin_bind,
+        log_format: args.log_format,
+    };
+    let config = config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+    if args.dump_config {
+        print!("{}", config.to_toml());
+        return Ok(());
+    }
+    crate::logging::init(config.log_format, &config.log_level);
+    crate::server::serve(config)
+}
+
+/// One line on stderr; exit 2 for configuration errors (like a usage error), 1 otherwise.
+fn report(result: Result<(), CodedError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            if err.code == Some(Code::RT0002) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

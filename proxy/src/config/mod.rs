@@ -1,0 +1,184 @@
+//! Configuration: defaults, then the TOML file, then `SERVICE_…`/`RESTATE_…` environment
+//! variables, then command-line flags. Every key is kebab-case; nested keys are tables in the
+//! file and `__`-separated in the environment (`SERVICE_WORKER__INVOKER__ABORT_TIMEOUT=30s`).
+//! Anything unknown or invalid fails with RT0002 naming the key path and where it came from.
+
+mod load;
+mod values;
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use load::{ConfigSource, Overrides, load};
+pub use values::{
+    AdvertisedEndpoint, ByteSize, FriendlyDuration, LogFormat, LogLevel, OnMaxAttempts,
+};
+
+/// The whole effective configuration of a `sluice serve` process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct Config {
+    /// Directory that holds the redb store (`sluice.redb`).
+    pub data_dir: PathBuf,
+    /// Log filter directive; `RUST_LOG`, when set, wins.
+    pub log_level: LogLevel,
+    /// `human` or `json`.
+    pub log_format: LogFormat,
+    /// How long a graceful shutdown waits for in-flight requests before it stops anyway.
+    pub shutdown_grace_period: FriendlyDuration,
+    /// Protocol V7 towards deployments (scope and limit key on calls). Half of the flow-control switch.
+    pub experimental_enable_protocol_v7: bool,
+    /// Virtual queues. The other half of the flow-control switch.
+    pub experimental_enable_vqueues: bool,
+    /// Allow scopes on virtual-object calls.
+    pub experimental_enable_scoped_virtual_objects: bool,
+    /// The ingress listener.
+    pub ingress: IngressConfig,
+    /// The admin listener.
+    pub admin: AdminConfig,
+    /// Partitions and the invoker.
+    pub worker: WorkerConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("sluice-data"),
+            log_level: "info".parse().expect("valid default"),
+            log_format: LogFormat::Human,
+            shutdown_grace_period: FriendlyDuration::from_secs(30),
+            experimental_enable_protocol_v7: false,
+            experimental_enable_vqueues: false,
+            experimental_enable_scoped_virtual_objects: false,
+            ingress: IngressConfig::default(),
+            admin: AdminConfig::default(),
+            worker: WorkerConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Flow control is on only when both protocol V7 and vqueues are enabled.
+    pub fn flow_control_enabled(&self) -> bool {
+        self.experimental_enable_protocol_v7 && self.experimental_enable_vqueues
+    }
+
+    /// The ingress address clients should use: the configured one, else derived from the bind.
+    pub fn ingress_endpoint(&self) -> String {
+        match &self.ingress.advertised_endpoint {
+            Some(endpoint) => endpoint.to_string(),
+            None => format!("http://{}/", self.ingress.bind),
+        }
+    }
+
+    /// The effective configuration as TOML (what `--dump-config` prints).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("the config always serializes")
+    }
+}
+
+/// The ingress listener (pingora).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct IngressConfig {
+    /// Address to listen on.
+    pub bind: SocketAddr,
+    /// Address reported as `ingress_endpoint` by `GET /version`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertised_endpoint: Option<AdvertisedEndpoint>,
+    /// Worker threads of the ingress runtime.
+    pub threads: NonZeroUsize,
+}
+
+impl Default for IngressConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            advertised_endpoint: None,
+            threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+        }
+    }
+}
+
+/// The admin listener (axum).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Address to listen on.
+    pub bind: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 9070)),
+        }
+    }
+}
+
+/// The worker: partitions and the invoker.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// How attempts against deployments run.
+    pub invoker: InvokerConfig,
+}
+
+/// How the invoker runs attempts against deployments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct InvokerConfig {
+    /// Largest protocol message accepted from or sent to a deployment (RT0003 beyond).
+    pub message_size_limit: ByteSize,
+    /// An attempt that hears nothing from its deployment for this long is aborted (RT0001).
+    pub abort_timeout: FriendlyDuration,
+    /// A bidi attempt idle this long is suspended.
+    pub inactivity_timeout: FriendlyDuration,
+    /// Attempts running at once across all partitions.
+    pub concurrent_invocations_limit: NonZeroU32,
+    /// Retries of failed attempts.
+    pub retry_policy: RetryPolicy,
+}
+
+impl Default for InvokerConfig {
+    fn default() -> Self {
+        Self {
+            message_size_limit: ByteSize::mib(32),
+            abort_timeout: FriendlyDuration::from_secs(600),
+            inactivity_timeout: FriendlyDuration::from_secs(60),
+            concurrent_invocations_limit: NonZeroU32::new(1000).expect("non-zero"),
+            retry_policy: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Exponential back-off between attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct RetryPolicy {
+    /// Delay before the first retry.
+    pub initial_interval: FriendlyDuration,
+    /// Growth of the delay per attempt.
+    pub exponentiation_factor: f64,
+    /// Longest delay between attempts.
+    pub max_interval: FriendlyDuration,
+    /// Attempts before `on-max-attempts` applies.
+    pub max_attempts: NonZeroU32,
+    /// `pause` or `kill`.
+    pub on_max_attempts: OnMaxAttempts,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            initial_interval: FriendlyDuration::from_millis(500),
+            exponentiation_factor: 2.0,
+            max_interval: FriendlyDuration::from_secs(60),
+            max_attempts: NonZeroU32::new(70).expect("non-zero"),
+            on_max_attempts: OnMaxAttempts::Pause,
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! The code catalogue: every documented error code, where it surfaces, its HTTP status and a short
+//! doc text. `sluice explain <CODE>` prints an entry; both listeners build their error bodies from
+//! here so a code is spelled and mapped in exactly one place.
+
+use std::fmt;
+use std::str::FromStr;
+
+use http::StatusCode;
+use serde::Serialize;
+
+/// Where an error with a given code is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// Answered on the admin listener.
+    Admin,
+    /// Answered on the ingress listener.
+    Ingress,
+    /// Recorded on an invocation (its last failure); the invocation is retried or fails.
+    Invocation,
+    /// Start-up fails: one line on stderr and a non-zero exit.
+    Startup,
+    /// Reported as a warning in the `info` list of a deployment or service.
+    Warning,
+}
+
+impl Surface {
+    fn describe(self) -> &'static str {
+        match self {
+            Surface::Admin => "admin API error",
+            Surface::Ingress => "ingress error",
+            Surface::Invocation => "invocation failure (recorded on the invocation)",
+            Surface::Startup => "start-up failure (exit non-zero)",
+            Surface::Warning => "warning in deployment/service info",
+        }
+    }
+}
+
+/// One catalogue entry.
+#[derive(Debug)]
+pub struct CodeInfo {
+    /// The code as written everywhere, e.g. `RT0024`.
+    pub name: &'static str,
+    /// Where the code surfaces.
+    pub surface: Surface,
+    /// The HTTP status a listener answers with; `None` for codes that never reach HTTP directly.
+    pub status: Option<u16>,
+    /// One line: the condition.
+    pub summary: &'static str,
+    /// What to do about it.
+    pub doc: &'static str,
+}
+
+macro_rules! catalogue {
+    ($( $code:ident => $surface:ident, $status:expr, $summary:literal, $doc:literal; )*) => {
+        /// A documented error code.
+        #[allow(clippy::upper_case_acronyms)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code { $( $code, )* }
+
+        impl Code {
+            /// Every code, in catalogue order.
+            pub const ALL: &'static [Code] = &[ $( Code::$code, )* ];
+
+            /// The catalogue entry of this code.
+            pub fn info(self) -> &'static CodeInfo {
+                match self {
+                    $( Code::$code => &CodeInfo {
+                        name: stringify!($code),
+                        surface: Surface::$surface,
+                        status: $status,
+                        summary: $summary,
+                        doc: $doc,
+                    }, )*
+                }
+            }
+        }
+    };
+}
+
+catalogue! {
+    META0003 => Admin, Some(500),
+        "discovery cannot reach the endpoint",
+        "The deployment could not be reached for discovery: wrong URI or ARN, the deployment is down, a network problem, missing `additional_headers`, or a 404 on `/discover`. Check that the endpoint serves `GET /discover` from this machine; transient statuses are retried a few times first.";
+    META0004 => Admin, Some(409),
+        "the URI/ARN conflicts with an existing deployment",
+        "A deployment with this URI or ARN is already registered. Register with `force: true` to overwrite it, or use a different address.";
+    META0005 => Admin, Some(400),
+        "metadata cannot be stored or propagated; reserved service name",
+        "Service names starting with `restate` or `sluice`, and `openapi`, are reserved: rename the service. Otherwise the metadata could not be written to the store; check the server logs.";
+    META0006 => Admin, Some(409),
+        "a new service revision changes the service type",
+        "A service keeps its type (Service, VirtualObject, Workflow) across revisions. Register the new type under a new service name, or pass `force: true` to accept the breaking change.";
+    META0009 => Admin, Some(400),
+        "invalid subscription",
+        "`source` must be `kafka://<cluster>/<topic>` with a configured cluster and `sink` must be `service://<service>/<handler>` naming a registered handler.";
+    META0010 => Startup, None,
+        "the store was written by an incompatible (newer) version",
+        "The data dir holds a store format newer than this build understands. Run the newer Sluice, or point `data-dir` at another directory.";
+    META0011 => Startup, None,
+        "non-empty store without its version record",
+        "The store file has data but no format version record, so it was not written by Sluice or is damaged. Point `data-dir` at a fresh directory or restore a backup.";
+    META0012 => Admin, Some(500),
+        "the endpoint's protocol range is incompatible",
+        "Sluice speaks service protocol versions 5 to 7. Upgrade the SDK of the deployment so its supported range overlaps 5..=7.";
+    META0013 => Admin, Some(500),
+        "bad discovery response",
+        "The `/discover` answer had a wrong content type, an invalid manifest or no protocol mode. Check the SDK version and that the URI points at the SDK endpoint, not at a proxy in front of it.";
+    META0014 => Admin, Some(500),
+        "discovery failed and the endpoint may be HTTP/1.1 only",
+        "Discovery over HTTP/2 (prior knowledge) failed. If the endpoint only speaks HTTP/1.1, register it with `use_http_11: true` (CLI `--use-http1.1`).";
+    META0015 => Admin, Some(500),
+        "bidi mode announced over a transport that cannot carry it",
+        "The endpoint announced bidirectional streaming but is reached over HTTP/1.1 or Lambda, which cannot carry it. Configure the SDK for request/response mode or serve it over HTTP/2.";
+    META0016 => Admin, Some(400),
+        "in-place update rejected: types, handlers, services or protocol range differ",
+        "Updating a deployment in place requires the same service types, all previous services and handlers, and the same protocol range. Register a new deployment instead.";
+    META0017 => Admin, Some(409),
+        "force-add rejected: several deployments share the URI/ARN",
+        "More than one deployment has this URI/ARN, so `force` cannot tell which one to replace. Remove the extra deployments first.";
+    RT0001 => Invocation, None,
+        "abort timeout: no message from the deployment for `abort-timeout`",
+        "The deployment sent nothing for `worker.invoker.abort-timeout`; the attempt was aborted and is retried. Raise the timeout for slow handlers or look for a hung deployment.";
+    RT0002 => Startup, None,
+        "the configuration cannot be parsed",
+        "A key in the config file, a `SERVICE_`/`RESTATE_` environment variable or a flag is unknown or has a bad value. The message names the key path, and the file line where it came from the file.";
+    RT0003 => Invocation, Some(500),
+        "a message exceeded `message-size-limit`",
+        "A protocol message was larger than `worker.invoker.message-size-limit`. Keep handler inputs, outputs and state values smaller, or raise the limit.";
+    RT0004 => Startup, None,
+        "cannot bind a listener",
+        "The ingress or admin address could not be bound: another process uses the port, or the address is not on this machine. Change `ingress.bind` / `admin.bind` (`--ingress-bind`, `--admin-bind`).";
+    RT0005 => Startup, None,
+        "the store is locked by another process",
+        "Another Sluice process has this `data-dir` open. Stop it, or give this process its own `--data-dir`.";
+    RT0006 => Invocation, None,
+        "generic error while invoking",
+        "An unexpected error happened while running an attempt (for example reading the journal or state); the invocation is retried. See the message and server logs.";
+    RT0007 => Invocation, None,
+        "retryable error from the handler",
+        "The handler failed with a retryable error; the invocation is retried with its journal replayed. Throw a terminal error from the handler to stop retrying.";
+    RT0009 => Startup, None,
+        "the store has no format version",
+        "The store file cannot be opened as a Sluice store or lacks its format version record. Point `data-dir` at a fresh directory or restore a backup.";
+    RT0010 => Invocation, None,
+        "network error to the deployment (also 502/504)",
+        "The deployment could not be reached or a gateway in front of it answered 502/504; the invocation is retried. Check that the deployment is up and reachable.";
+    RT0011 => Invocation, None,
+        "no deployment for the service",
+        "No registered deployment serves this service (or the pinned deployment is gone); the invocation is retried. Register a deployment that exposes the service.";
+    RT0012 => Invocation, None,
+        "protocol violation",
+        "The deployment sent something the service protocol does not allow; the invocation is retried. Usually an SDK bug or a non-SDK endpoint.";
+    RT0013 => Invocation, None,
+        "the endpoint supports none of our protocol versions",
+        "At invoke time the deployment's protocol range does not overlap 5..=7; the invocation is retried. Upgrade the SDK or re-register the deployment.";
+    RT0014 => Invocation, None,
+        "the pinned protocol version can no longer be resumed",
+        "The invocation is pinned to a protocol version the current deployment does not support, so it is paused. Resume it on a compatible deployment.";
+    RT0015 => Invocation, None,
+        "the SDK rejected the negotiated protocol version (415)",
+        "The deployment answered 415 for the negotiated protocol version; the invocation is retried. Check that the registered deployment matches the running SDK.";
+    RT0016 => Invocation, None,
+        "journal mismatch on replay",
+        "The handler code took a different path on replay than recorded in its journal; the invocation is retried. Handler code must be deterministic; deploy changed code as a new deployment.";
+    RT0017 => Invocation, Some(400),
+        "command precondition failed",
+        "A command is not allowed here (for example state writes from a shared handler, promises outside workflows, a scoped call to a virtual object without `experimental-enable-scoped-virtual-objects`); the entry and later entries are discarded and the invocation is retried.";
+    RT0018 => Ingress, Some(404),
+        "the handler does not exist",
+        "The called service or handler is not registered (it may still be propagating). Register the deployment that serves it, or fix the name.";
+    RT0019 => Invocation, None,
+        "the deployment replied 413",
+        "The deployment rejected the request as too large; the invocation is retried. Raise the body limit in front of the deployment.";
+    RT0020 => Ingress, Some(400),
+        "the service is on a deployment with a deprecated protocol version",
+        "The service's deployment only speaks protocol versions outside 5..=7, so new invocations are refused. Register a deployment with a current SDK.";
+    RT0021 => Warning, None,
+        "`inactivity_timeout` is ignored in request-response mode",
+        "Request/response deployments cannot be kept waiting, so the inactivity timeout does not apply to them.";
+    RT0022 => Warning, None,
+        "`journal_retention` clamped to the server maximum",
+        "The requested journal retention is longer than the server allows and was lowered to the maximum.";
+    RT0023 => Invocation, None,
+        "the deployment answered 429/503",
+        "The deployment is overloaded; the invocation is retried after its `Retry-After`.";
+    RT0024 => Ingress, Some(400),
+        "invalid flow-control usage",
+        "A scope or limit key was used while flow control is disabled (it needs `experimental-enable-protocol-v7` and `experimental-enable-vqueues`), or the scope or limit key is invalid: a scope is 1-36 bytes of [a-zA-Z0-9_.-]; a limit key is `l1` or `l1/l2`, each level the same; a limit key needs a scope.";
+    RT0025 => Invocation, None,
+        "maximum awaited future depth reached",
+        "A handler awaited a combinator tree deeper than the limit (1000); the invocation is paused. Flatten the awaited futures.";
+}
+
+impl Code {
+    /// The code as written, e.g. `"RT0024"`.
+    pub fn as_str(self) -> &'static str {
+        self.info().name
+    }
+
+    /// The HTTP status this code answers with, `500` for codes that have none of their own.
+    pub fn http_status(self) -> StatusCode {
+        self.info()
+            .status
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The multi-line text `sluice explain` prints.
+    pub fn explain(self) -> String {
+        let info = self.info();
+        let status = info
+            .status
+            .map(|s| format!("HTTP {s}"))
+            .unwrap_or_else(|| "no HTTP status".to_owned());
+        format!(
+            "{}: {}\nsurfaces as: {} ({})\n\n{}\n",
+            info.name,
+            info.summary,
+            info.surface.describe(),
+            status,
+            info.doc
+        )
+    }
+
+    /// The catalogue as a Markdown table; `docs/errors.md` is this text.
+    pub fn markdown_table() -> String {
+        let mut out = String::from(
+            "# Error codes\n\nGenerated by `sluice explain --markdown`; `sluice explain <CODE>` prints one entry.\n\n| code | condition | surfaced as | HTTP |\n|---|---|---|---|\n",
+        );
+        for code in Code::ALL {
+            let info = code.info();
+            let status = info.status.map(|s| s.to_string()).unwrap_or_default();
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                info.name,
+                info.summary.replace('|', "\\|"),
+                info.surface.describe(),
+                status
+            ));
+        }
+        out
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A string that is not a catalogue code.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unknown error code '{0}': codes look like RT0024 or META0009 (`sluice explain --list` shows them all)"
+)]
+pub struct UnknownCode(String);
+
+impl FromStr for Code {
+    type Err = UnknownCode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().to_ascii_uppercase();
+        Code::ALL
+            .iter()
+            .copied()
+            .find(|c| c.as_str() == wanted)
+            .ok_or_else(|| UnknownCode(s.to_owned()))
+    }
+}
+
+/// An error that carries an optional catalogue code and a message for the person who has to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodedError {
+    /// The catalogue code, when one applies.
+    pub code: Option<Code>,
+    /// What went wrong and what to do, without the code prefix.
+    pub message: String,
+}
+
+impl CodedError {
+    /// An error with a catalogue code.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code: Some(code),
+            message: message.into(),
+        }
+    }
+
+    /// An error no catalogue code describes.
+    pub fn uncoded(message: impl Into<String>) -> Self {
+        Self {
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for CodedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.code {
+            Some(code) => write!(f, "[{code}] {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for CodedError {}
+
+/// Who produced an ingress error: the proxy itself, or the invocation (handler/runtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorSource {
+    /// Rejected by Sluice before or instead of running the handler.
+    Ingress,
+    /// The invocation itself failed.
+    Invocation,
+}
+
+impl ErrorSource {
+    /// The value of the `x-service-error-source` header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorSource::Ingress => "ingress",
+            ErrorSource::Invocation => "invocation",
+        }
+    }
+}
+
+/// The ingress error body: `{"code", "message", "error_code", "source"}`.
+#[derive(Debug, Serialize)]
+pub struct IngressErrorBody<'a> {
+    /// The HTTP status as a number.
+    pub code: u16,
+    /// What went wrong.
+    pub message: &'a str,
+    /// The catalogue code, or null.
+    pub error_code: Option<Code>,
+    /// `ingress` or `invocation`.
+    pub source: ErrorSource,
+}
+
+/// The admin error body: `{"message": "[CODE] …", "restate_code": "CODE" | null}`.
+#[derive(Debug, Serialize)]
+pub struct AdminErrorBody {
+    /// The message, prefixed with `[CODE] ` when coded.
+    pub message: String,
+    /// The catalogue code, or null.
+    pub restate_code: Option<Code>,
+}
+
+impl From<&CodedError> for AdminErrorBody {
+    fn from(err: &CodedError) -> Self {
+        Self {
+            message: err.to_string(),
+            restate_code: err.code,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_its_name() {
+        for code in Code::ALL {
+            assert_eq!(code.as_str().parse::<Code>().unwrap(), *code);
+            assert!(!code.info().doc.is_empty());
+        }
+        assert_eq!("rt0024".parse::<Code>().unwrap(), Code::RT0024);
+    }
+
+    #[test]
+    fn unknown_code_says_what_codes_look_like() {
+        let err = "XX1".parse::<Code>().unwrap_err().to_string();
+        assert!(err.contains("'XX1'") && err.contains("RT0024"), "{err}");
+    }
+
+    #[test]
+    fn statuses_follow_the_catalogue() {
+        assert_eq!(Code::RT0024.http_status(), StatusCode::BAD_REQUEST);
+        assert_eq!(Code::RT0018.http_status(), StatusCode::NOT_FOUND);
+        assert_eq!(Code::META0004.http_status(), StatusCode::CONFLICT);
+        assert_eq!(
+            Code::META0003.http_status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(Code::META0009.http_status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn admin_body_prefixes_the_code() {
+        let err = CodedError::new(Code::META0009, "bad sink");
+        let body = serde_json::to_value(AdminErrorBody::from(&err)).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"message": "[META0009] bad sink", "restate_code": "META0009"})
+        );
+        let plain = serde_json::to_value(AdminErrorBody::from(&CodedError::uncoded("x"))).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({"message": "x", "restate_code": null})
+        );
+    }
+
+    #[test]
+    fn ingress_body_shape() {
+        let body = IngressErrorBody {
+            code: 400,
+            message: "bad scope",
+            error_code: Some(Code::RT0024),
+            source: ErrorSource::Ingress,
+        };
+        assert_eq!(
+            serde_json::to_value(&body).unwrap(),
+            serde_json::json!({"code": 400, "message": "bad scope", "error_code": "RT0024", "source": "ingress"})
+        );
+    }
+
+    #[test]
+    fn docs_errors_md_matches_the_catalogue() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/errors.md");
+        let on_disk = std::fs::read_to_string(path).expect("docs/errors.md exists");
+        assert_eq!(
+            on_disk,
+            Code::markdown_table(),
+            "docs/errors.md is stale: regenerate with `sluice explain --markdown > docs/errors.md`"
+        );
+    }
+}

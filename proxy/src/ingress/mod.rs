@@ -1,0 +1,122 @@
+//! The ingress listener, served by pingora. Requests go through phases, each a function with one
+//! job: route, then (in later stages) extract, validate, admit, invoke and reply.
+
+pub mod reply;
+mod route;
+
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::{Response, StatusCode};
+use pingora::apps::HttpServerOptions;
+use pingora::apps::http_app::{HttpServer, ServeHttp};
+use pingora::protocols::http::ServerSession;
+use pingora::server::{ListenFds, ShutdownWatch};
+use pingora::services::Service;
+use pingora::services::listening::Service as ListeningService;
+
+pub use route::Route;
+
+use crate::errors::ErrorSource;
+use crate::shutdown::InFlight;
+
+/// What ingress phases share.
+#[derive(Debug, Default)]
+pub struct IngressState {
+    /// Requests being served; shutdown waits for them.
+    pub in_flight: Arc<InFlight>,
+}
+
+/// The pingora application: one call of [`ServeHttp::response`] per request.
+pub struct IngressApp {
+    state: Arc<IngressState>,
+}
+
+impl IngressApp {
+    /// An app over shared state.
+    pub fn new(state: Arc<IngressState>) -> Self {
+        Self { state }
+    }
+}
+
+#[async_trait]
+impl ServeHttp for IngressApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let _in_flight = self.state.in_flight.enter();
+        let req = session.req_header();
+        match Route::of(&req.method, req.uri.path()) {
+            Route::Health => reply::json(StatusCode::OK, &serde_json::json!({"services": []})),
+            Route::NotFound => {
+                let message = format!("no ingress route for {} {}", req.method, req.uri.path());
+                reply::error(StatusCode::NOT_FOUND, None, ErrorSource::Ingress, &message)
+            }
+        }
+    }
+}
+
+/// The ingress as a pingora service, on a socket bound before start-up.
+///
+/// Pingora binds its own sockets when it starts its services, too late to report a busy port
+/// cleanly. It first looks for an already-open socket in its fd table under the same address, so
+/// this wrapper puts ours there.
+pub struct IngressService {
+    inner: ListeningService<HttpServer<IngressApp>>,
+    address: String,
+    socket: Option<OwnedFd>,
+    threads: usize,
+}
+
+impl IngressService {
+    /// Serves `app` on `listener` with `threads` worker threads; accepts HTTP/1.1 and h2c.
+    pub fn new(
+        app: IngressApp,
+        listener: std::net::TcpListener,
+        threads: usize,
+    ) -> std::io::Result<Self> {
+        let address = listener.local_addr()?.to_string();
+        listener.set_nonblocking(true)?;
+        let mut server = HttpServer::new_app(app);
+        let mut options = HttpServerOptions::default();
+        options.h2c = true;
+        server.server_options = Some(options);
+        let mut inner = ListeningService::new("ingress".to_owned(), server);
+        inner.add_tcp(&address);
+        Ok(Self {
+            inner,
+            address,
+            socket: Some(OwnedFd::from(listener)),
+            threads,
+        })
+    }
+}
+
+#[async_trait]
+impl Service for IngressService {
+    async fn start_service(
+        &mut self,
+        fds: Option<ListenFds>,
+        shutdown: ShutdownWatch,
+        listeners_per_fd: usize,
+    ) {
+        // Pingora always hands an fd table to services on unix; without one it binds anew.
+        if let (Some(fds), Some(socket)) = (&fds, self.socket.take()) {
+            fds.lock().add(self.address.clone(), socket.into_raw_fd());
+        }
+        self.inner
+            .start_service(fds, shutdown, listeners_per_fd)
+            .await;
+    }
+
+    fn name(&self) -> &str {
+        "ingress"
+    }
+
+    fn threads(&self) -> Option<usize> {
+        Some(self.threads)
+    }
+
+    fn listen_addresses(&self) -> Option<Vec<String>> {
+        Some(vec![self.address.clone()])
+    }
+}

@@ -1,0 +1,14 @@
+//! Sluice: an ingress proxy with flow control and a durable runtime for Restate-SDK deployments.
+//!
+//! The binary (`main.rs`) only parses arguments; everything it runs lives here.
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod errors;
+pub mod ids;
+pub mod ingress;
+pub mod logging;
+pub mod server;
+pub mod shutdown;
+pub mod storage;

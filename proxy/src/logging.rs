@@ -1,0 +1,40 @@
+//! Log set-up: `tracing` to stderr, human or JSON; `RUST_LOG` wins over the configured level.
+//! Pingora logs through the `log` crate; the subscriber bridges those records too.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogFormat, LogLevel};
+
+/// Pingora is chatty at `info` about its own start-up; keep it to warnings unless asked.
+const QUIET_DEPENDENCIES: &str = "pingora_core=warn,pingora_proxy=warn";
+
+/// Installs the global subscriber. Later calls do nothing.
+pub fn init(format: LogFormat, level: &LogLevel) {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directive) if !directive.trim().is_empty() => EnvFilter::try_new(&directive)
+            .unwrap_or_else(|e| {
+                eprintln!("warning: ignoring RUST_LOG='{directive}': {e}");
+                default_filter(level)
+            }),
+        _ => default_filter(level),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+fn default_filter(level: &LogLevel) -> EnvFilter {
+    let directive = if level.as_str().contains("pingora") {
+        level.as_str().to_owned()
+    } else {
+        format!("{},{QUIET_DEPENDENCIES}", level.as_str())
+    };
+    EnvFilter::try_new(directive).unwrap_or_else(|_| EnvFilter::new("info"))
+}

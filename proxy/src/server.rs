@@ -1,0 +1,127 @@
+//! `sluice serve`: opens the store, binds both listeners, runs them under one pingora server
+//! and shuts down gracefully.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server};
+use pingora::services::background::background_service;
+use tokio::sync::watch;
+
+use crate::admin::{self, AdminService, AdminState};
+use crate::config::Config;
+use crate::errors::{Code, CodedError};
+use crate::ingress::{IngressApp, IngressService, IngressState};
+use crate::shutdown::{DrainService, SignalWatch};
+use crate::storage::Store;
+
+/// How long pingora waits for its runtimes after our drain; nothing should be left by then.
+const RUNTIME_STOP_SECS: u64 = 1;
+
+/// Runs the server until a shutdown signal has been handled.
+pub fn serve(config: Config) -> Result<(), CodedError> {
+    let config = Arc::new(config);
+    let store = Arc::new(Store::open(&config.data_dir)?);
+    let ingress_listener = bind(
+        config.ingress.bind,
+        "ingress",
+        "ingress.bind / --ingress-bind",
+    )?;
+    let admin_listener = bind(config.admin.bind, "admin", "admin.bind / --admin-bind")?;
+    let ingress_addr = local_addr(&ingress_listener)?;
+    let admin_addr = local_addr(&admin_listener)?;
+    let ingress_endpoint = match &config.ingress.advertised_endpoint {
+        Some(endpoint) => endpoint.to_string(),
+        None => format!("http://{ingress_addr}/"),
+    };
+
+    let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
+    server.bootstrap();
+
+    let ingress_state = Arc::new(IngressState::default());
+    let ingress = IngressService::new(
+        IngressApp::new(Arc::clone(&ingress_state)),
+        ingress_listener,
+        config.ingress.threads.get(),
+    )
+    .map_err(|e| bind_error("ingress", ingress_addr, "ingress.bind / --ingress-bind", &e))?;
+    server.add_service(ingress);
+
+    let (admin_done_tx, admin_done_rx) = watch::channel(false);
+    let admin_state = AdminState::new(
+        Arc::clone(&config),
+        ingress_endpoint.clone(),
+        Arc::clone(&store),
+    );
+    let router = admin::router(Arc::new(admin_state));
+    server.add_service(background_service(
+        "admin",
+        AdminService::new(admin_listener, router, admin_done_tx),
+    ));
+    server.add_service(background_service(
+        "drain",
+        DrainService {
+            grace: config.shutdown_grace_period.0,
+            ingress: Arc::clone(&ingress_state.in_flight),
+            admin_done: admin_done_rx,
+            store: Arc::clone(&store),
+        },
+    ));
+
+    tracing::info!(
+        ingress = %ingress_addr,
+        admin = %admin_addr,
+        ingress_endpoint,
+        data_dir = %config.data_dir.display(),
+        "sluice is ready"
+    );
+    server.run(RunArgs {
+        shutdown_signal: Box::new(SignalWatch),
+    });
+    // Only reached when pingora's backstop fired before the drain finished.
+    store.close();
+    Ok(())
+}
+
+fn server_conf(config: &Config) -> ServerConf {
+    let grace = config.shutdown_grace_period.0;
+    ServerConf {
+        threads: 1,
+        // A backstop only: the drain service exits as soon as in-flight work is done.
+        grace_period_seconds: Some(grace.as_secs() + 2),
+        graceful_shutdown_timeout_seconds: Some(RUNTIME_STOP_SECS),
+        ..ServerConf::default()
+    }
+}
+
+/// Binds with `SO_REUSEADDR` (a restart must not wait out TIME_WAIT), as pingora would.
+fn bind(addr: SocketAddr, name: &str, key: &str) -> Result<TcpListener, CodedError> {
+    let attempt = || -> std::io::Result<TcpListener> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        Ok(socket.into())
+    };
+    attempt().map_err(|e| bind_error(name, addr, key, &e))
+}
+
+fn bind_error(name: &str, addr: SocketAddr, key: &str, err: &std::io::Error) -> CodedError {
+    CodedError::new(
+        Code::RT0004,
+        format!(
+            "cannot bind the {name} listener on {addr}: {err}; free the port or choose another address with {key}"
+        ),
+    )
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, CodedError> {
+    listener
+        .local_addr()
+        .map_err(|e| CodedError::new(Code::RT0004, format!("cannot read a bound address: {e}")))
+}

@@ -1,0 +1,155 @@
+//! Graceful shutdown. SIGTERM and SIGINT both drain: the listeners stop accepting, in-flight
+//! requests finish (up to `shutdown-grace-period`), the store is closed, and the process exits 0.
+//!
+//! Pingora's own graceful path always sleeps its whole grace period, even with nothing in flight;
+//! so the drain is ours: [`DrainService`] waits for the work to finish and exits as soon as it has,
+//! and pingora's period is only a backstop a little longer than ours.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::{ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
+use pingora::services::background::BackgroundService;
+use tokio::sync::{Notify, watch};
+
+use crate::storage::Store;
+
+/// Counts requests being served so shutdown can wait for them.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+impl InFlight {
+    /// Marks one request as in flight until the guard drops.
+    pub fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        InFlightGuard(Arc::clone(self))
+    }
+
+    /// Requests in flight now.
+    pub fn current(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Resolves once no request is in flight.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            // Register before checking so a guard dropped in between still wakes us.
+            notified.as_mut().enable();
+            if self.current() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Keeps a request counted in its [`InFlight`].
+#[derive(Debug)]
+pub struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// Resolves once pingora has broadcast shutdown.
+pub async fn shutdown_started(mut shutdown: ShutdownWatch) {
+    // An error means the sender is gone, which also means shutdown.
+    let _ = shutdown.wait_for(|down| *down).await;
+}
+
+/// Turns SIGTERM and SIGINT into pingora's graceful terminate (pingora alone would make SIGINT a
+/// fast exit that drops in-flight requests).
+pub struct SignalWatch;
+
+#[async_trait]
+impl ShutdownSignalWatch for SignalWatch {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+        let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(
+            signal = name,
+            "shutting down: no new connections, draining in-flight requests"
+        );
+        ShutdownSignal::GracefulTerminate
+    }
+}
+
+/// Waits for in-flight work after shutdown starts, closes the store, and ends the process.
+pub struct DrainService {
+    /// Longest wait for in-flight work.
+    pub grace: Duration,
+    /// Ingress requests being served.
+    pub ingress: Arc<InFlight>,
+    /// Turns true once the admin listener has finished its connections.
+    pub admin_done: watch::Receiver<bool>,
+    /// Closed once drained.
+    pub store: Arc<Store>,
+}
+
+#[async_trait]
+impl BackgroundService for DrainService {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        shutdown_started(shutdown).await;
+        let mut admin_done = self.admin_done.clone();
+        let drained = async {
+            let _ = admin_done.wait_for(|done| *done).await;
+            self.ingress.wait_idle().await;
+        };
+        match tokio::time::timeout(self.grace, drained).await {
+            Ok(()) => tracing::info!("drained"),
+            Err(_) => tracing::warn!(
+                in_flight = self.ingress.current(),
+                grace = ?self.grace,
+                "grace period elapsed; stopping with requests still in flight"
+            ),
+        }
+        self.store.close();
+        tracing::info!("shutdown complete");
+        // Pingora would now sleep out the rest of its fixed grace period; there is nothing left
+        // to wait for, so end here.
+        std::process::exit(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wait_idle_returns_when_the_last_guard_drops() {
+        let inflight = Arc::new(InFlight::default());
+        inflight.wait_idle().await;
+        let a = inflight.enter();
+        let b = inflight.enter();
+        assert_eq!(inflight.current(), 2);
+        let waiter = tokio::spawn({
+            let inflight = Arc::clone(&inflight);
+            async move { inflight.wait_idle().await }
+        });
+        drop(a);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(b);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(inflight.current(), 0);
+    }
+}

@@ -1,0 +1,249 @@
+//! The one redb database under `data-dir`. Opening it checks who else holds it (RT0005) and its
+//! format version record (RT0009/META0011, META0010); closing it is part of shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use redb::{Database, DatabaseError, ReadableDatabase, TableDefinition};
+
+use crate::errors::{Code, CodedError};
+
+/// File name of the database inside `data-dir`.
+pub const DB_FILE: &str = "sluice.redb";
+
+/// The store format this build writes. Bump it with a migration when a table changes shape.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Store-wide records: the format version and the version of Sluice that created the store.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const FORMAT_VERSION_KEY: &str = "format_version";
+const CREATED_BY_KEY: &str = "created_by";
+
+/// The store. Shared behind an `Arc`; [`Store::close`] releases the file at shutdown.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    /// `None` once closed. A lock rather than plain ownership because shutdown closes the store
+    /// while other tasks may still hold the `Arc`; transactions take the read side, which is
+    /// uncontended outside of that one moment.
+    db: RwLock<Option<Database>>,
+}
+
+impl Store {
+    /// Opens (or creates) the store under `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, CodedError> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            CodedError::uncoded(format!(
+                "cannot create data dir {}: {e}; choose another --data-dir",
+                data_dir.display()
+            ))
+        })?;
+        let path = data_dir.join(DB_FILE);
+        let db = Database::create(&path).map_err(|e| open_error(&path, e))?;
+        check_format(&db, &path)?;
+        Ok(Self {
+            path,
+            db: RwLock::new(Some(db)),
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` with the open database.
+    pub fn with_db<R>(&self, f: impl FnOnce(&Database) -> R) -> Result<R, CodedError> {
+        let guard = self.db.read().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(db) => Ok(f(db)),
+            None => Err(CodedError::new(
+                Code::RT0006,
+                format!("store {} is closed (shutting down)", self.path.display()),
+            )),
+        }
+    }
+
+    /// The format version recorded in the store.
+    pub fn format_version(&self) -> Result<u32, CodedError> {
+        self.with_db(|db| read_format(db))?
+            .map_err(|e| storage_error(&self.path, e))?
+            .ok_or_else(|| CodedError::new(Code::RT0009, "format version record vanished"))
+    }
+
+    /// Closes the database file; later calls to [`Store::with_db`] fail. Idempotent.
+    pub fn close(&self) {
+        let db = self.db.write().unwrap_or_else(|e| e.into_inner()).take();
+        if db.is_some() {
+            drop(db);
+            tracing::info!(path = %self.path.display(), "store closed");
+        }
+    }
+}
+
+fn open_error(path: &Path, err: DatabaseError) -> CodedError {
+    match err {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
+            CodedError::new(
+                Code::RT0005,
+                format!(
+                    "store {} is locked by another process: stop the other sluice using this data dir, or start this one with its own --data-dir",
+                    path.display()
+                ),
+            )
+        }
+        other => CodedError::new(
+            Code::RT0009,
+            format!(
+                "cannot open {} as a Sluice store: {other}; point --data-dir at a fresh directory or restore a backup",
+                path.display()
+            ),
+        ),
+    }
+}
+
+fn storage_error(path: &Path, err: impl std::fmt::Display) -> CodedError {
+    CodedError::new(
+        Code::RT0009,
+        format!("cannot read the store {}: {err}", path.display()),
+    )
+}
+
+/// `Ok(None)` when the store has no version record.
+fn read_format(db: &Database) -> Result<Option<u32>, redb::Error> {
+    let txn = db.begin_read()?;
+    let table = match txn.open_table(META) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(raw) = table.get(FORMAT_VERSION_KEY)? else {
+        return Ok(None);
+    };
+    let bytes: [u8; 4] = raw
+        .value()
+        .try_into()
+        .map_err(|_| redb::Error::Corrupted("format version record is not 4 bytes".into()))?;
+    Ok(Some(u32::from_be_bytes(bytes)))
+}
+
+fn check_format(db: &Database, path: &Path) -> Result<(), CodedError> {
+    match read_format(db).map_err(|e| storage_error(path, e))? {
+        Some(version) if version == FORMAT_VERSION => Ok(()),
+        Some(version) if version > FORMAT_VERSION => Err(CodedError::new(
+            Code::META0010,
+            format!(
+                "store {} has format version {version}, newer than this build supports ({FORMAT_VERSION}): run a newer sluice, or point --data-dir elsewhere",
+                path.display()
+            ),
+        )),
+        Some(version) => Err(CodedError::new(
+            Code::META0010,
+            format!(
+                "store {} has format version {version}, which this build cannot migrate (it writes {FORMAT_VERSION})",
+                path.display()
+            ),
+        )),
+        None if is_empty(db).map_err(|e| storage_error(path, e))? => {
+            write_format(db).map_err(|e| storage_error(path, e))
+        }
+        None => Err(CodedError::new(
+            Code::RT0009,
+            format!(
+                "store {} holds data but no format version record (META0011): it was not written by sluice or is damaged; point --data-dir at a fresh directory or restore a backup",
+                path.display()
+            ),
+        )),
+    }
+}
+
+fn is_empty(db: &Database) -> Result<bool, redb::Error> {
+    let txn = db.begin_read()?;
+    Ok(txn.list_tables()?.next().is_none() && txn.list_multimap_tables()?.next().is_none())
+}
+
+fn write_format(db: &Database) -> Result<(), redb::Error> {
+    let txn = db.begin_write()?;
+    {
+        let mut table = txn.open_table(META)?;
+        table.insert(FORMAT_VERSION_KEY, FORMAT_VERSION.to_be_bytes().as_slice())?;
+        table.insert(CREATED_BY_KEY, env!("CARGO_PKG_VERSION").as_bytes())?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_store_records_its_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.format_version().unwrap(), FORMAT_VERSION);
+        store.close();
+        // Reopening finds the record and accepts it.
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.format_version().unwrap(), FORMAT_VERSION);
+    }
+
+    #[test]
+    fn a_second_open_is_rt0005() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = Store::open(dir.path()).unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert_eq!(err.code, Some(Code::RT0005));
+        assert!(err.message.contains("locked by another process"), "{err}");
+    }
+
+    #[test]
+    fn closing_releases_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.close();
+        store.close();
+        assert!(store.with_db(|_| ()).is_err());
+        Store::open(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn data_without_version_is_rt0009() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
+            let txn = db.begin_write().unwrap();
+            let table: TableDefinition<u64, u64> = TableDefinition::new("foreign");
+            txn.open_table(table).unwrap().insert(1, 2).unwrap();
+            txn.commit().unwrap();
+        }
+        let err = Store::open(dir.path()).unwrap_err();
+        assert_eq!(err.code, Some(Code::RT0009));
+        assert!(err.message.contains("META0011"), "{err}");
+    }
+
+    #[test]
+    fn a_newer_format_is_meta0010() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .insert(FORMAT_VERSION_KEY, 99u32.to_be_bytes().as_slice())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let err = Store::open(dir.path()).unwrap_err();
+        assert_eq!(err.code, Some(Code::META0010));
+        assert!(err.message.contains("format version 99"), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_redb_is_rt0009() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(DB_FILE), b"definitely not a database file").unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert_eq!(err.code, Some(Code::RT0009));
+    }
+}
