@@ -318,7 +318,7 @@ mod tests {
         let text = "inv_1gdJBtdVEcM942bjcDmb1c1khoaJe11Hbz";
         let id: InvocationId = text.parse().unwrap();
         assert_eq!(id.to_string(), text);
-        let millis = u64::try_from(ulid::Ulid(id.uuid()).timestamp_ms()).unwrap();
+        let millis = ulid::Ulid(id.uuid()).timestamp_ms();
         let day = jiff::Timestamp::from_millisecond(i64::try_from(millis).unwrap())
             .unwrap()
             .to_zoned(jiff::tz::TimeZone::UTC)

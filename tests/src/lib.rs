@@ -1,1 +1,291 @@
+//! Harness for black-box tests: starts the real `sluice` binary on free loopback ports with its
+//! own temp data dir, waits until both listeners answer, and stops it (SIGKILL) when dropped.
 
+use std::ffi::OsString;
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+/// How long a start-up may take before the test gives up.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `sluice` binary: `$SLUICE_BIN`, else the one cargo built beside this test executable.
+pub fn binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("SLUICE_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/sluice
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let bin = dir.join("sluice");
+    assert!(
+        bin.exists(),
+        "{} not found: run the suite with `cargo test --workspace` (which builds the binary) or set SLUICE_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// What a process printed and how it ended.
+#[derive(Debug)]
+pub struct Finished {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Everything on stdout.
+    pub stdout: String,
+    /// Everything on stderr.
+    pub stderr: String,
+}
+
+/// How to start a `sluice serve`.
+#[derive(Debug)]
+pub struct Builder {
+    data_dir: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    args: Vec<OsString>,
+    config: Option<String>,
+    ingress_port: Option<u16>,
+    admin_port: Option<u16>,
+}
+
+impl Builder {
+    /// Uses `dir` as data dir instead of a fresh temp dir.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets an environment variable for the process.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Adds an argument after `serve`.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Writes `toml` to a config file and passes `--config`.
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config = Some(toml.to_owned());
+        self
+    }
+
+    /// Binds the ingress on this port instead of a free one.
+    pub fn ingress_port(mut self, port: u16) -> Self {
+        self.ingress_port = Some(port);
+        self
+    }
+
+    /// Binds the admin listener on this port instead of a free one.
+    pub fn admin_port(mut self, port: u16) -> Self {
+        self.admin_port = Some(port);
+        self
+    }
+
+    fn spawn(self) -> Result<Sluice> {
+        let scratch = tempfile::Builder::new().prefix("sluice-test-").tempdir()?;
+        let data_dir = self.data_dir.unwrap_or_else(|| scratch.path().join("data"));
+        let ingress_port = self.ingress_port.unwrap_or_else(free_port);
+        let admin_port = self.admin_port.unwrap_or_else(free_port);
+        let stdout_path = scratch.path().join("stdout.log");
+        let stderr_path = scratch.path().join("stderr.log");
+
+        let mut cmd = Command::new(binary());
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--ingress-bind")
+            .arg(format!("127.0.0.1:{ingress_port}"))
+            .arg("--admin-bind")
+            .arg(format!("127.0.0.1:{admin_port}"));
+        if let Some(toml) = &self.config {
+            let path = scratch.path().join("sluice.toml");
+            std::fs::write(&path, toml)?;
+            cmd.arg("--config").arg(path);
+        }
+        cmd.args(&self.args);
+        // Only what the test sets: settings leaking in from the outer environment would make
+        // results depend on the machine.
+        for (key, _) in std::env::vars() {
+            if key.starts_with("SERVICE_")
+                || key.starts_with("RESTATE_")
+                || key.starts_with("SLUICE_")
+            {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd.stdin(Stdio::null())
+            .stdout(File::create(&stdout_path)?)
+            .stderr(File::create(&stderr_path)?);
+        let child = cmd.spawn().context("spawn sluice")?;
+        Ok(Sluice {
+            child: Some(child),
+            admin_url: format!("http://127.0.0.1:{admin_port}"),
+            ingress_url: format!("http://127.0.0.1:{ingress_port}"),
+            data_dir,
+            stdout_path,
+            stderr_path,
+            _scratch: scratch,
+        })
+    }
+
+    /// Starts the server and waits until both listeners answer.
+    pub async fn start(self) -> Result<Sluice> {
+        let mut sluice = self.spawn()?;
+        sluice.wait_ready().await?;
+        Ok(sluice)
+    }
+
+    /// Runs a process that is expected to end by itself (a failing start, `--dump-config`).
+    pub fn run_to_exit(self) -> Result<Finished> {
+        let mut sluice = self.spawn()?;
+        sluice.wait_exit(READY_TIMEOUT)
+    }
+}
+
+/// A running `sluice serve`.
+#[derive(Debug)]
+pub struct Sluice {
+    child: Option<Child>,
+    /// `http://127.0.0.1:<admin port>`.
+    pub admin_url: String,
+    /// `http://127.0.0.1:<ingress port>`.
+    pub ingress_url: String,
+    /// The data dir in use.
+    pub data_dir: PathBuf,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+    _scratch: TempDir,
+}
+
+impl Sluice {
+    /// A builder with free ports and a fresh data dir.
+    pub fn builder() -> Builder {
+        Builder {
+            data_dir: None,
+            env: Vec::new(),
+            args: Vec::new(),
+            config: None,
+            ingress_port: None,
+            admin_port: None,
+        }
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("process still owned")
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let probes = [
+            format!("{}/health", self.admin_url),
+            format!("{}/service/health", self.ingress_url),
+        ];
+        for probe in &probes {
+            loop {
+                if let Some(status) = self.child().try_wait()? {
+                    bail!(
+                        "sluice exited during start-up ({status}):\n{}",
+                        self.stderr()
+                    );
+                }
+                let answered = client.get(probe).send().await;
+                if answered.is_ok_and(|resp| resp.status().is_success()) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "sluice not ready after {READY_TIMEOUT:?}:\n{}",
+                        self.stderr()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a signal to the process.
+    pub fn signal(&mut self, signal: Signal) -> Result<()> {
+        let pid = i32::try_from(self.child().id())?;
+        kill(Pid::from_raw(pid), signal)?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the process to exit, then kills it and fails.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Finished> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child().try_wait()? {
+                self.child = None;
+                return Ok(Finished {
+                    status,
+                    stdout: std::fs::read_to_string(&self.stdout_path).unwrap_or_default(),
+                    stderr: self.stderr(),
+                });
+            }
+            if Instant::now() > deadline {
+                let _ = self.child().kill();
+                bail!("sluice still running after {timeout:?}:\n{}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Asserts a failed start-up: non-zero exit, the code on stderr, no panic or backtrace.
+pub fn assert_startup_error(finished: &Finished, code: &str) {
+    assert!(
+        !finished.status.success(),
+        "expected a failed start, got {}",
+        finished.status
+    );
+    let stderr = &finished.stderr;
+    assert!(
+        stderr.contains(&format!("error: [{code}]")),
+        "expected [{code}] on stderr, got:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "start-up errors must not panic:\n{stderr}"
+    );
+    let error_lines = stderr.lines().filter(|l| l.starts_with("error:")).count();
+    assert_eq!(error_lines, 1, "exactly one error line expected:\n{stderr}");
+}

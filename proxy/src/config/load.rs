@@ -214,19 +214,12 @@ fn flag_layers(flags: &Overrides) -> Vec<Layered> {
 
 /// Reads an environment value as a TOML scalar (bool, integer, float) when it is one.
 fn parse_scalar(raw: &str, coerce: bool) -> Value {
-    if coerce {
-        if let Ok(mut table) = format!("v = {raw}").parse::<Table>() {
-            if let Some(value) = table.remove("v") {
-                if matches!(
-                    value,
-                    Value::Boolean(_) | Value::Integer(_) | Value::Float(_)
-                ) {
-                    return value;
-                }
-            }
-        }
-    }
-    Value::String(raw.to_owned())
+    let scalar = coerce
+        .then(|| format!("v = {raw}").parse::<Table>().ok())
+        .flatten()
+        .and_then(|mut table| table.remove("v"))
+        .filter(|v| matches!(v, Value::Boolean(_) | Value::Integer(_) | Value::Float(_)));
+    scalar.unwrap_or_else(|| Value::String(raw.to_owned()))
 }
 
 fn insert(table: &mut Table, path: &[String], value: Value) {

@@ -66,7 +66,7 @@ impl Store {
 
     /// The format version recorded in the store.
     pub fn format_version(&self) -> Result<u32, CodedError> {
-        self.with_db(|db| read_format(db))?
+        self.with_db(read_format)?
             .map_err(|e| storage_error(&self.path, e))?
             .ok_or_else(|| CodedError::new(Code::RT0009, "format version record vanished"))
     }
