@@ -6,6 +6,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod errors;
+pub mod flow;
 pub mod ids;
 pub mod ingress;
 pub mod logging;

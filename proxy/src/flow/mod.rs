@@ -1,0 +1,11 @@
+//! The flow-control core: scopes and limit keys, the rule book, the limiter's counters and the
+//! fair scheduler. Pure and synchronous: no I/O, time is an argument, everything is driven by
+//! explicit events, so it can be tested exhaustively and simulated.
+
+pub mod pattern;
+pub mod rules;
+pub mod scope;
+
+pub use pattern::{Level, PatternError, RulePattern};
+pub use rules::{Delete, Limit, Precondition, Resolved, Rule, RuleBook, RuleError, Upsert};
+pub use scope::{LimitKey, Scope};

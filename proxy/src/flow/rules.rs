@@ -1,0 +1,375 @@
+//! The rule book: a versioned set of rules, changed by atomic batches with optional optimistic
+//! preconditions, and resolved per counter in O(1): at most 8 hash probes, in rank order, into an
+//! index of the enabled rules of that level.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use hashbrown::{Equivalent, HashMap};
+use serde::{Deserialize, Serialize};
+
+use super::pattern::{Level, RulePattern};
+
+/// Most rules a book may hold.
+pub const MAX_RULES: usize = 10_000;
+
+/// What a rule allows at its counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Limit {
+    /// At most this many invocations running at once.
+    Concurrency(NonZeroU32),
+    /// No bound.
+    Unlimited,
+}
+
+impl Limit {
+    /// The bound as a number, `None` when unlimited.
+    pub fn concurrency(self) -> Option<u32> {
+        match self {
+            Limit::Concurrency(n) => Some(n.get()),
+            Limit::Unlimited => None,
+        }
+    }
+
+    /// Whether one more may run when `usage` are running.
+    pub fn admits(self, usage: u32) -> bool {
+        match self {
+            Limit::Concurrency(n) => usage < n.get(),
+            Limit::Unlimited => true,
+        }
+    }
+
+    /// Free slots at `usage`, `u32::MAX` when unlimited.
+    pub fn available(self, usage: u32) -> u32 {
+        match self {
+            Limit::Concurrency(n) => n.get().saturating_sub(usage),
+            Limit::Unlimited => u32::MAX,
+        }
+    }
+}
+
+/// A rule as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    /// Which counters it applies to.
+    pub pattern: RulePattern,
+    /// The bound.
+    pub limit: Limit,
+    /// Free text for operators.
+    pub description: Option<String>,
+    /// Kept but invisible to the runtime.
+    pub disabled: bool,
+    /// Bumps when the limit or `disabled` change.
+    pub version: u32,
+    /// Milliseconds since the epoch of the last change.
+    pub last_modified_ms: u64,
+}
+
+/// An optimistic check made before an upsert or delete applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Precondition {
+    /// Always applies.
+    None,
+    /// Only if no rule has this pattern.
+    DoesNotExist,
+    /// Only if the rule exists at this version.
+    Matches(u32),
+}
+
+/// One upsert of a batch: the full new state of the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upsert {
+    /// The rule's pattern.
+    pub pattern: RulePattern,
+    /// Its limit.
+    pub limit: Limit,
+    /// Its description.
+    pub description: Option<String>,
+    /// Whether it is disabled.
+    pub disabled: bool,
+    /// Checked before it applies.
+    pub precondition: Precondition,
+}
+
+impl Upsert {
+    /// An enabled rule without description or precondition.
+    pub fn new(pattern: RulePattern, limit: Limit) -> Self {
+        Self {
+            pattern,
+            limit,
+            description: None,
+            disabled: false,
+            precondition: Precondition::None,
+        }
+    }
+}
+
+/// One delete of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delete {
+    /// The pattern to remove.
+    pub pattern: RulePattern,
+    /// When set, the rule must exist at this version.
+    pub expected_version: Option<u32>,
+}
+
+/// Why a batch was refused; nothing of it applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// A precondition did not hold (HTTP 409).
+    #[error("rule precondition {precondition} for pattern '{pattern}' failed ({})", actual_text(*actual))]
+    PreconditionFailed {
+        /// The pattern.
+        pattern: String,
+        /// The precondition as text.
+        precondition: String,
+        /// The rule's version, `None` when it does not exist.
+        actual: Option<u32>,
+    },
+    /// The batch would exceed [`MAX_RULES`] (HTTP 422).
+    #[error("rule book is full ({MAX_RULES} rules)")]
+    BookFull,
+}
+
+fn actual_text(actual: Option<u32>) -> String {
+    match actual {
+        Some(v) => format!("actual version: {v}"),
+        None => "the rule does not exist".to_owned(),
+    }
+}
+
+/// The winning rule of a counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The limit in force.
+    pub limit: Limit,
+    /// The rule that set it; `None` means no rule matched (unlimited).
+    pub pattern: Option<Arc<RulePattern>>,
+}
+
+impl Resolved {
+    /// No rule: unlimited.
+    pub const UNLIMITED: Resolved = Resolved {
+        limit: Limit::Unlimited,
+        pattern: None,
+    };
+}
+
+/// Index key of an enabled rule at its level: each component exact (`Some`) or `*` (`None`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ProbeKey([Option<Box<str>>; 3]);
+
+/// The borrowed form used to probe; hashes exactly like [`ProbeKey`].
+#[derive(Hash)]
+struct ProbeRef<'a>([Option<&'a str>; 3]);
+
+impl Equivalent<ProbeKey> for ProbeRef<'_> {
+    fn equivalent(&self, key: &ProbeKey) -> bool {
+        self.0.iter().zip(&key.0).all(|(a, b)| *a == b.as_deref())
+    }
+}
+
+/// The enabled rules of one level.
+#[derive(Debug, Clone, Default)]
+struct LevelIndex {
+    rules: HashMap<ProbeKey, (Limit, Arc<RulePattern>)>,
+    /// Bit `r` set when some rule of rank `r` exists, so absent shapes cost no probe.
+    ranks: u8,
+}
+
+/// Ranks that exist at each level, most specific first.
+const RANKS: [&[u8]; 3] = [&[4, 0], &[6, 4, 2, 0], &[7, 6, 5, 4, 3, 2, 1, 0]];
+
+/// The cluster-wide rule book.
+#[derive(Debug, Clone, Default)]
+pub struct RuleBook {
+    version: u32,
+    rules: BTreeMap<String, Rule>,
+    index: [LevelIndex; 3],
+}
+
+impl RuleBook {
+    /// An empty book at version 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bumps once per batch that changed something.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Number of rules, enabled or not.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether the book has no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Every rule, sorted by pattern text.
+    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
+        self.rules.values()
+    }
+
+    /// The rule with this pattern.
+    pub fn get(&self, pattern: &RulePattern) -> Option<&Rule> {
+        self.rules.get(&pattern.to_string())
+    }
+
+    /// Applies every upsert or none; answers the resulting rule of each, in order.
+    pub fn apply_batch(&mut self, upserts: &[Upsert], now_ms: u64) -> Result<Vec<Rule>, RuleError> {
+        let next_version = self.version + 1;
+        let mut rules = self.rules.clone();
+        let mut changed = false;
+        let mut results = Vec::with_capacity(upserts.len());
+        for upsert in upserts {
+            let key = upsert.pattern.to_string();
+            let existing = rules.get(&key);
+            check(upsert.precondition, &key, existing.map(|r| r.version))?;
+            let rule = match existing {
+                None => {
+                    if rules.len() >= MAX_RULES {
+                        return Err(RuleError::BookFull);
+                    }
+                    changed = true;
+                    Rule {
+                        pattern: upsert.pattern.clone(),
+                        limit: upsert.limit,
+                        description: upsert.description.clone(),
+                        disabled: upsert.disabled,
+                        version: next_version,
+                        last_modified_ms: now_ms,
+                    }
+                }
+                Some(old) => {
+                    let runtime = old.limit != upsert.limit || old.disabled != upsert.disabled;
+                    let text = old.description != upsert.description;
+                    changed |= runtime || text;
+                    Rule {
+                        limit: upsert.limit,
+                        description: upsert.description.clone(),
+                        disabled: upsert.disabled,
+                        version: old.version + u32::from(runtime),
+                        last_modified_ms: if runtime || text {
+                            now_ms
+                        } else {
+                            old.last_modified_ms
+                        },
+                        ..old.clone()
+                    }
+                }
+            };
+            results.push(rule.clone());
+            rules.insert(key, rule);
+        }
+        if changed {
+            self.commit(rules, next_version);
+        }
+        Ok(results)
+    }
+
+    /// Removes every listed rule or none; answers the patterns that were actually removed.
+    pub fn delete_batch(&mut self, deletes: &[Delete]) -> Result<Vec<RulePattern>, RuleError> {
+        let mut rules = self.rules.clone();
+        let mut removed = Vec::new();
+        for delete in deletes {
+            let key = delete.pattern.to_string();
+            if let Some(expected) = delete.expected_version {
+                check(
+                    Precondition::Matches(expected),
+                    &key,
+                    rules.get(&key).map(|r| r.version),
+                )?;
+            }
+            if let Some(rule) = rules.remove(&key) {
+                removed.push(rule.pattern);
+            }
+        }
+        if !removed.is_empty() {
+            self.commit(rules, self.version + 1);
+        }
+        Ok(removed)
+    }
+
+    fn commit(&mut self, rules: BTreeMap<String, Rule>, version: u32) {
+        let mut index: [LevelIndex; 3] = Default::default();
+        for rule in rules.values().filter(|r| !r.disabled) {
+            let level = &mut index[rule.pattern.level().index()];
+            let mut key: [Option<Box<str>>; 3] = Default::default();
+            for (slot, c) in key.iter_mut().zip(rule.pattern.components()) {
+                *slot = c.exact().map(Box::from);
+            }
+            level.ranks |= 1 << rule.pattern.rank();
+            level
+                .rules
+                .insert(ProbeKey(key), (rule.limit, Arc::new(rule.pattern.clone())));
+        }
+        self.rules = rules;
+        self.index = index;
+        self.version = version;
+    }
+
+    /// The most specific enabled rule at `level` for the counter `(scope, l1, l2)`; unlimited
+    /// when none matches or when the counter does not exist (an L1 level without `l1`).
+    pub fn resolve(
+        &self,
+        level: Level,
+        scope: &str,
+        l1: Option<&str>,
+        l2: Option<&str>,
+    ) -> Resolved {
+        let names = [Some(scope), l1, l2];
+        if names[..=level.index()].iter().any(Option::is_none) {
+            return Resolved::UNLIMITED;
+        }
+        let index = &self.index[level.index()];
+        for &rank in RANKS[level.index()] {
+            if index.ranks & (1 << rank) == 0 {
+                continue;
+            }
+            let pick = |i: usize, weight: u8| if rank & weight != 0 { names[i] } else { None };
+            let mut probe = ProbeRef([pick(0, 4), None, None]);
+            if level.index() >= 1 {
+                probe.0[1] = pick(1, 2);
+            }
+            if level.index() >= 2 {
+                probe.0[2] = pick(2, 1);
+            }
+            if let Some((limit, pattern)) = index.rules.get(&probe) {
+                return Resolved {
+                    limit: *limit,
+                    pattern: Some(Arc::clone(pattern)),
+                };
+            }
+        }
+        Resolved::UNLIMITED
+    }
+}
+
+fn check(precondition: Precondition, pattern: &str, actual: Option<u32>) -> Result<(), RuleError> {
+    let holds = match precondition {
+        Precondition::None => true,
+        Precondition::DoesNotExist => actual.is_none(),
+        Precondition::Matches(v) => actual == Some(v),
+    };
+    if holds {
+        return Ok(());
+    }
+    let precondition = match precondition {
+        Precondition::None => "none".to_owned(),
+        Precondition::DoesNotExist => "does_not_exist".to_owned(),
+        Precondition::Matches(v) => format!("matches(version {v})"),
+    };
+    Err(RuleError::PreconditionFailed {
+        pattern: pattern.to_owned(),
+        precondition,
+        actual,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+//! `Scope` and `LimitKey`: validated names. A scope is 1–36 bytes of `[a-zA-Z0-9_.-]`; a limit
+//! key is `l1` or `l1/l2`, each level the same alphabet and length, a trailing `/` ignored.
+//! Every rejection is RT0024 and names the value and the rule it broke.
+
+use std::fmt;
+
+use crate::errors::{Code, CodedError};
+
+/// Longest scope or limit-key level, in bytes.
+pub const MAX_NAME_LEN: usize = 36;
+
+/// Why a single name (scope or one level of a key) is invalid, without the surrounding context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NameError {
+    Empty,
+    TooLong(usize),
+    BadChar,
+}
+
+impl NameError {
+    pub(crate) fn rule(&self) -> String {
+        match self {
+            NameError::Empty => "must not be empty".to_owned(),
+            NameError::TooLong(len) => format!("at most {MAX_NAME_LEN} bytes, got {len}"),
+            NameError::BadChar => "only [a-zA-Z0-9_.-] allowed".to_owned(),
+        }
+    }
+}
+
+/// Checks one name against the shared alphabet and length.
+pub(crate) fn check_name(name: &str) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(NameError::TooLong(name.len()));
+    }
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
+    if !name.bytes().all(allowed) {
+        return Err(NameError::BadChar);
+    }
+    Ok(())
+}
+
+/// A tenant-like namespace: part of an invocation's identity and the key of its flow-control state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Scope(Box<str>);
+
+impl Scope {
+    /// Validates `text` as a scope.
+    pub fn parse(text: &str) -> Result<Self, CodedError> {
+        check_name(text).map_err(|e| {
+            CodedError::new(
+                Code::RT0024,
+                format!("invalid scope '{text}': {}", e.rule()),
+            )
+        })?;
+        Ok(Self(text.into()))
+    }
+
+    /// The scope as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `l1` or `l1/l2`: which counters under its scope an invocation touches. Not part of identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LimitKey {
+    text: Box<str>,
+    /// Byte offset of the `/` between the levels, if there are two.
+    split: Option<u8>,
+}
+
+impl LimitKey {
+    /// Validates `text` as a limit key (`l1` or `l1/l2`; one trailing `/` is ignored).
+    pub fn parse(text: &str) -> Result<Self, CodedError> {
+        let bad = |rule: String| {
+            CodedError::new(Code::RT0024, format!("invalid limit key '{text}': {rule}"))
+        };
+        let trimmed = text.strip_suffix('/').unwrap_or(text);
+        if trimmed.is_empty() {
+            return Err(bad("must not be empty (use l1 or l1/l2)".to_owned()));
+        }
+        let mut levels = trimmed.split('/');
+        let l1 = levels.next().unwrap_or_default();
+        let l2 = levels.next();
+        if levels.next().is_some() {
+            return Err(bad("at most 2 levels (l1 or l1/l2)".to_owned()));
+        }
+        check_name(l1).map_err(|e| bad(format!("level 1 '{l1}' {}", e.rule())))?;
+        if let Some(l2) = l2 {
+            check_name(l2).map_err(|e| bad(format!("level 2 '{l2}' {}", e.rule())))?;
+        }
+        let split = l2.map(|_| u8::try_from(l1.len()).expect("level length is at most 36"));
+        Ok(Self {
+            text: trimmed.into(),
+            split,
+        })
+    }
+
+    /// Like [`LimitKey::parse`], but an empty string means "no limit key".
+    pub fn parse_optional(text: &str) -> Result<Option<Self>, CodedError> {
+        if text.is_empty() {
+            Ok(None)
+        } else {
+            Self::parse(text).map(Some)
+        }
+    }
+
+    /// The first level.
+    pub fn l1(&self) -> &str {
+        match self.split {
+            Some(at) => &self.text[..usize::from(at)],
+            None => &self.text,
+        }
+    }
+
+    /// The second level, if any.
+    pub fn l2(&self) -> Option<&str> {
+        self.split.map(|at| &self.text[usize::from(at) + 1..])
+    }
+
+    /// The key as written, without a trailing `/`.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for LimitKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn scope_err(text: &str) -> String {
+        let err = Scope::parse(text).unwrap_err();
+        assert_eq!(err.code, Some(Code::RT0024));
+        err.message
+    }
+
+    fn key_err(text: &str) -> String {
+        let err = LimitKey::parse(text).unwrap_err();
+        assert_eq!(err.code, Some(Code::RT0024));
+        err.message
+    }
+
+    #[test]
+    fn scopes() {
+        assert_eq!(Scope::parse("acme").unwrap().as_str(), "acme");
+        assert!(Scope::parse("A-z_0.9").is_ok());
+        assert!(Scope::parse(&"x".repeat(36)).is_ok());
+        assert_eq!(
+            scope_err("a:b"),
+            "invalid scope 'a:b': only [a-zA-Z0-9_.-] allowed"
+        );
+        assert_eq!(scope_err(""), "invalid scope '': must not be empty");
+        let long = "x".repeat(37);
+        assert_eq!(
+            scope_err(&long),
+            format!("invalid scope '{long}': at most 36 bytes, got 37")
+        );
+        assert_eq!(
+            scope_err("a/b"),
+            "invalid scope 'a/b': only [a-zA-Z0-9_.-] allowed"
+        );
+        assert!(Scope::parse("é").is_err());
+    }
+
+    #[test]
+    fn limit_keys() {
+        let k = LimitKey::parse("gold").unwrap();
+        assert_eq!((k.l1(), k.l2()), ("gold", None));
+        let k = LimitKey::parse("gold/eu").unwrap();
+        assert_eq!((k.l1(), k.l2()), ("gold", Some("eu")));
+        let k = LimitKey::parse("gold/eu/").unwrap();
+        assert_eq!(k.as_str(), "gold/eu");
+        assert_eq!(LimitKey::parse("gold/").unwrap().l2(), None);
+        assert_eq!(
+            key_err("a/b/c"),
+            "invalid limit key 'a/b/c': at most 2 levels (l1 or l1/l2)"
+        );
+        assert_eq!(
+            key_err(""),
+            "invalid limit key '': must not be empty (use l1 or l1/l2)"
+        );
+        assert_eq!(
+            key_err("/"),
+            "invalid limit key '/': must not be empty (use l1 or l1/l2)"
+        );
+        assert_eq!(
+            key_err("a//"),
+            "invalid limit key 'a//': level 2 '' must not be empty"
+        );
+        assert_eq!(
+            key_err("/b"),
+            "invalid limit key '/b': level 1 '' must not be empty"
+        );
+        assert_eq!(
+            key_err("a b"),
+            "invalid limit key 'a b': level 1 'a b' only [a-zA-Z0-9_.-] allowed"
+        );
+        let long = "y".repeat(37);
+        assert!(key_err(&format!("a/{long}")).contains("at most 36 bytes, got 37"));
+        assert_eq!(LimitKey::parse_optional("").unwrap(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn valid_names_round_trip(s in "[a-zA-Z0-9_.-]{1,36}", t in "[a-zA-Z0-9_.-]{1,36}") {
+            let scope = Scope::parse(&s).unwrap();
+            prop_assert_eq!(scope.as_str(), s.as_str());
+            let key = LimitKey::parse(&format!("{s}/{t}")).unwrap();
+            prop_assert_eq!(key.l1(), s.as_str());
+            prop_assert_eq!(key.l2(), Some(t.as_str()));
+            prop_assert_eq!(LimitKey::parse(key.as_str()).unwrap(), key);
+        }
+
+        #[test]
+        fn parsing_agrees_with_the_rule(s in "\\PC{0,40}") {
+            let valid = !s.is_empty()
+                && s.len() <= 36
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+            prop_assert_eq!(Scope::parse(&s).is_ok(), valid);
+        }
+
+        #[test]
+        fn limit_key_parsing_never_panics(s in "\\PC{0,80}") {
+            let _ = LimitKey::parse(&s);
+        }
+    }
+}
