@@ -2,6 +2,7 @@
 //! fair scheduler. Pure and synchronous: no I/O, time is an argument, everything is driven by
 //! explicit events, so it can be tested exhaustively and simulated.
 
+pub mod limiter;
 pub mod pattern;
 pub mod rules;
 pub mod scope;

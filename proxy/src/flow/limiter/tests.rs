@@ -1,0 +1,193 @@
+use std::num::NonZeroU32;
+
+use super::*;
+use crate::flow::pattern::RulePattern;
+use crate::flow::rules::Upsert;
+
+fn book(rules: &[(&str, u32)]) -> RuleBook {
+    let mut book = RuleBook::new();
+    set(&mut book, rules);
+    book
+}
+
+fn set(book: &mut RuleBook, rules: &[(&str, u32)]) {
+    let upserts: Vec<Upsert> = rules
+        .iter()
+        .map(|(p, n)| {
+            let limit = NonZeroU32::new(*n).map_or(Limit::Unlimited, Limit::Concurrency);
+            Upsert::new(RulePattern::parse(p).unwrap(), limit)
+        })
+        .collect();
+    book.apply_batch(&upserts, 1).unwrap();
+}
+
+fn path(l: &mut Limiter, scope: &str, key: Option<&str>) -> CounterPath {
+    let key = key.map(|k| LimitKey::parse(k).unwrap());
+    l.path(&Scope::parse(scope).unwrap(), key.as_ref())
+}
+
+#[test]
+fn acquire_counts_every_touched_level_and_release_prunes() {
+    let b = book(&[]);
+    let mut l = Limiter::new();
+    let p = path(&mut l, "acme", Some("gold/eu"));
+    assert_eq!(l.len(), 3);
+    let permit = l.try_acquire(&p, &b).unwrap();
+    for &c in p.counters() {
+        assert_eq!(l.usage(c), 1);
+    }
+    l.drop_path(p);
+    assert_eq!(l.len(), 3, "usage keeps counters alive");
+    let mut woken = Vec::new();
+    l.release(permit, &b, &mut woken);
+    assert!(woken.is_empty());
+    assert!(l.is_empty(), "idle counters are pruned");
+}
+
+#[test]
+fn blocked_names_the_deepest_full_level() {
+    let b = book(&[("acme", 1), ("acme/gold", 1)]);
+    let mut l = Limiter::new();
+    let p = path(&mut l, "acme", Some("gold/eu"));
+    let _held = l.try_acquire(&p, &b).unwrap();
+    let blocked = l.try_acquire(&p, &b).unwrap_err();
+    assert_eq!(blocked.level, Level::L1);
+    assert_eq!(blocked.rule.unwrap().to_string(), "acme/gold");
+    // A sibling key is blocked at the scope only.
+    let q = path(&mut l, "acme", Some("silver"));
+    let blocked = l.try_acquire(&q, &b).unwrap_err();
+    assert_eq!(blocked.level, Level::Scope);
+}
+
+#[test]
+fn limits_are_per_scope_under_a_star_rule() {
+    let b = book(&[("*", 1)]);
+    let mut l = Limiter::new();
+    let a = path(&mut l, "a", None);
+    let c = path(&mut l, "c", None);
+    let _pa = l.try_acquire(&a, &b).unwrap();
+    let _pc = l.try_acquire(&c, &b).unwrap();
+    assert!(l.try_acquire(&a, &b).is_err());
+}
+
+#[test]
+fn unlimited_rule_overrules_at_its_level_while_others_apply() {
+    let b = book(&[("*/*", 1), ("acme/gold", 0), ("acme", 2)]);
+    let mut l = Limiter::new();
+    let p = path(&mut l, "acme", Some("gold"));
+    let _1 = l.try_acquire(&p, &b).unwrap();
+    let _2 = l.try_acquire(&p, &b).unwrap();
+    let blocked = l.try_acquire(&p, &b).unwrap_err();
+    assert_eq!(blocked.level, Level::Scope, "the scope rule still applies");
+}
+
+#[test]
+fn release_wakes_one_waiter_per_freed_slot_deepest_first() {
+    let b = book(&[("s", 2), ("s/a", 1)]);
+    let mut l = Limiter::new();
+    let pa = path(&mut l, "s", Some("a"));
+    let pb = path(&mut l, "s", Some("b"));
+    let held_a = l.try_acquire(&pa, &b).unwrap();
+    let _held_b = l.try_acquire(&pb, &b).unwrap();
+    // 10 and 11 wait at s/a (deepest blocked), 20 and 21 at s.
+    let blocked = l.check(&pa, &b, None).unwrap_err();
+    assert_eq!(blocked.level, Level::L1);
+    l.park(blocked.counter, 10);
+    l.park(blocked.counter, 11);
+    let scope = l.check(&pb, &b, None).unwrap_err().counter;
+    l.park(scope, 20);
+    l.park(scope, 21);
+    let mut woken = Vec::new();
+    l.release(held_a, &b, &mut woken);
+    assert_eq!(
+        woken,
+        vec![10, 20],
+        "one per level with a freed slot, deepest first"
+    );
+}
+
+#[test]
+fn woken_slots_are_reserved_and_handed_on() {
+    let b = book(&[("s", 1)]);
+    let mut l = Limiter::new();
+    let p = path(&mut l, "s", None);
+    let held = l.try_acquire(&p, &b).unwrap();
+    let counter = l.check(&p, &b, None).unwrap_err().counter;
+    l.park(counter, 1);
+    l.park(counter, 2);
+    let mut woken = Vec::new();
+    l.release(held, &b, &mut woken);
+    assert_eq!(woken, vec![1]);
+    // A newcomer cannot take the slot offered to waiter 1.
+    assert!(l.check(&p, &b, None).is_err());
+    // Waiter 1 can, and its reservation ends.
+    l.check(&p, &b, Some(counter)).unwrap();
+    let permit = l.acquire(&p);
+    woken.clear();
+    l.settle(counter, &b, &mut woken);
+    assert!(woken.is_empty(), "no slot left for waiter 2");
+    l.release(permit, &b, &mut woken);
+    assert_eq!(woken, vec![2]);
+    // Waiter 2 does not use it (blocked elsewhere): settling hands it to the next one.
+    l.park(counter, 3);
+    woken.clear();
+    l.settle(counter, &b, &mut woken);
+    assert_eq!(woken, vec![3]);
+}
+
+#[test]
+fn raising_a_limit_wakes_waiters_and_lowering_revokes_nothing() {
+    let mut b = book(&[("s", 1)]);
+    let mut l = Limiter::new();
+    let p = path(&mut l, "s", None);
+    let first = l.try_acquire(&p, &b).unwrap();
+    let counter = l.check(&p, &b, None).unwrap_err().counter;
+    for w in 1..=3 {
+        l.park(counter, w);
+    }
+    set(&mut b, &[("s", 3)]);
+    let mut woken = Vec::new();
+    l.on_rules_changed(&b, &mut woken);
+    assert_eq!(woken, vec![1, 2], "two new slots, two wake-ups");
+    // Lower to 1: the held permit stays, nobody new gets in.
+    set(&mut b, &[("s", 1)]);
+    assert!(l.check(&p, &b, None).is_err());
+    assert_eq!(l.usage(counter), 1);
+    l.release(first, &b, &mut woken);
+}
+
+#[test]
+fn unpark_removes_a_waiter() {
+    let b = book(&[("s", 1)]);
+    let mut l = Limiter::new();
+    let p = path(&mut l, "s", None);
+    let held = l.try_acquire(&p, &b).unwrap();
+    let counter = l.check(&p, &b, None).unwrap_err().counter;
+    l.park(counter, 7);
+    let mut woken = Vec::new();
+    assert!(l.unpark(counter, 7, &b, &mut woken));
+    assert!(!l.unpark(counter, 7, &b, &mut woken));
+    l.release(held, &b, &mut woken);
+    assert!(woken.is_empty());
+    l.drop_path(p);
+    assert!(l.is_empty());
+}
+
+#[test]
+fn snapshot_lists_live_counters() {
+    let b = book(&[("s/*", 2)]);
+    let mut l = Limiter::new();
+    let p = path(&mut l, "s", Some("k/x"));
+    let _held = l.try_acquire(&p, &b).unwrap();
+    let snap = l.snapshot(&b);
+    assert_eq!(snap.len(), 3);
+    let l1 = snap.iter().find(|c| c.level == Level::L1).unwrap();
+    assert_eq!(
+        (l1.usage, l1.available, l1.limit.concurrency()),
+        (1, 1, Some(2))
+    );
+    assert_eq!(l1.rule.as_ref().unwrap().to_string(), "s/*");
+    let l2 = snap.iter().find(|c| c.level == Level::L2).unwrap();
+    assert_eq!(l2.l2.as_deref(), Some("x"));
+    assert_eq!(l2.available, u32::MAX);
+}
