@@ -75,8 +75,8 @@ struct Node {
     children: u32,
     /// Paths handed out by [`Limiter::path`] whose deepest counter is this one.
     refs: u32,
-    /// Book version `limit`/`rule` were resolved at; `None` forces a resolve.
-    resolved_at: Option<u32>,
+    /// Limiter generation `limit`/`rule` were resolved at; `None` forces a resolve.
+    resolved_at: Option<u64>,
     limit: Limit,
     rule: Option<Arc<RulePattern>>,
     waiters: VecDeque<WaiterId>,
@@ -147,6 +147,8 @@ pub struct CounterSnapshot {
 /// The counters of one partition.
 #[derive(Debug, Default)]
 pub struct Limiter {
+    /// Bumped by [`Limiter::on_rules_changed`]; cached limits of older generations are stale.
+    generation: u64,
     nodes: Vec<Option<Node>>,
     free: Vec<u32>,
     index: HashMap<NodeKey, CounterId>,
@@ -266,18 +268,19 @@ impl Limiter {
         }
     }
 
-    /// Brings a node's cached limit up to `book`'s version.
+    /// Brings a node's cached limit up to the current generation.
     fn resolve(&mut self, id: CounterId, book: &RuleBook) {
-        if self.node(id).resolved_at == Some(book.version()) {
+        if self.node(id).resolved_at == Some(self.generation) {
             return;
         }
         let (scope, l1, l2) = self.names(id);
         let level = self.node(id).level;
         let resolved = book.resolve(level, &scope, l1.as_deref(), l2.as_deref());
+        let generation = self.generation;
         let node = self.node_mut(id);
         node.limit = resolved.limit;
         node.rule = resolved.pattern;
-        node.resolved_at = Some(book.version());
+        node.resolved_at = Some(generation);
     }
 
     fn names(&self, id: CounterId) -> (String, Option<String>, Option<String>) {
@@ -302,19 +305,21 @@ impl Limiter {
 
     /// Whether every counter of `path` has room; `Err` names the deepest one that has not.
     ///
-    /// Slots offered to woken waiters are reserved for them: they count as used here, except the
-    /// one reserved for the caller itself when it was woken from `woken_from`.
+    /// Slots offered to woken waiters are reserved for them, so a newcomer counts them as used.
+    /// A woken waiter (`woken`) checks actual usage only: had it to respect the reservations
+    /// of waiters woken at other levels, two of them could each hold what the other needs and
+    /// hand their slots back and forth forever.
     pub fn check(
         &mut self,
         path: &CounterPath,
         book: &RuleBook,
-        woken_from: Option<CounterId>,
+        woken: bool,
     ) -> Result<(), Blocked> {
         let mut blocked = None;
         for &id in path.counters() {
             self.resolve(id, book);
             let node = self.node(id);
-            let reserved = node.pending - u32::from(woken_from == Some(id));
+            let reserved = if woken { 0 } else { node.pending };
             if !node.limit.admits(node.usage + reserved) {
                 blocked = Some(id);
             }
@@ -343,7 +348,7 @@ impl Limiter {
 
     /// [`Limiter::check`] then [`Limiter::acquire`].
     pub fn try_acquire(&mut self, path: &CounterPath, book: &RuleBook) -> Result<Permit, Blocked> {
-        self.check(path, book, None)?;
+        self.check(path, book, false)?;
         Ok(self.acquire(path))
     }
 
@@ -414,9 +419,11 @@ impl Limiter {
         }
     }
 
-    /// The rule book changed: re-resolve counters that have waiters and wake those that now fit.
+    /// The rule book changed (call this whenever the book passed to other methods changes):
+    /// cached limits go stale, and waiters of counters that now have room are woken.
     /// Running permits are never revoked; a lowered limit only stops new admissions.
     pub fn on_rules_changed(&mut self, book: &RuleBook, woken: &mut Vec<WaiterId>) {
+        self.generation += 1;
         let waiting: Vec<CounterId> = self
             .index
             .values()

@@ -3,8 +3,11 @@
 //! explicit events, so it can be tested exhaustively and simulated.
 
 pub mod limiter;
+#[cfg(test)]
+mod model;
 pub mod pattern;
 pub mod rules;
+pub mod scheduler;
 pub mod scope;
 
 pub use pattern::{Level, PatternError, RulePattern};

@@ -75,8 +75,8 @@ fn unlimited_rule_overrules_at_its_level_while_others_apply() {
     let b = book(&[("*/*", 1), ("acme/gold", 0), ("acme", 2)]);
     let mut l = Limiter::new();
     let p = path(&mut l, "acme", Some("gold"));
-    let _1 = l.try_acquire(&p, &b).unwrap();
-    let _2 = l.try_acquire(&p, &b).unwrap();
+    let _first = l.try_acquire(&p, &b).unwrap();
+    let _second = l.try_acquire(&p, &b).unwrap();
     let blocked = l.try_acquire(&p, &b).unwrap_err();
     assert_eq!(blocked.level, Level::Scope, "the scope rule still applies");
 }
@@ -90,11 +90,11 @@ fn release_wakes_one_waiter_per_freed_slot_deepest_first() {
     let held_a = l.try_acquire(&pa, &b).unwrap();
     let _held_b = l.try_acquire(&pb, &b).unwrap();
     // 10 and 11 wait at s/a (deepest blocked), 20 and 21 at s.
-    let blocked = l.check(&pa, &b, None).unwrap_err();
+    let blocked = l.check(&pa, &b, false).unwrap_err();
     assert_eq!(blocked.level, Level::L1);
     l.park(blocked.counter, 10);
     l.park(blocked.counter, 11);
-    let scope = l.check(&pb, &b, None).unwrap_err().counter;
+    let scope = l.check(&pb, &b, false).unwrap_err().counter;
     l.park(scope, 20);
     l.park(scope, 21);
     let mut woken = Vec::new();
@@ -112,16 +112,16 @@ fn woken_slots_are_reserved_and_handed_on() {
     let mut l = Limiter::new();
     let p = path(&mut l, "s", None);
     let held = l.try_acquire(&p, &b).unwrap();
-    let counter = l.check(&p, &b, None).unwrap_err().counter;
+    let counter = l.check(&p, &b, false).unwrap_err().counter;
     l.park(counter, 1);
     l.park(counter, 2);
     let mut woken = Vec::new();
     l.release(held, &b, &mut woken);
     assert_eq!(woken, vec![1]);
     // A newcomer cannot take the slot offered to waiter 1.
-    assert!(l.check(&p, &b, None).is_err());
+    assert!(l.check(&p, &b, false).is_err());
     // Waiter 1 can, and its reservation ends.
-    l.check(&p, &b, Some(counter)).unwrap();
+    l.check(&p, &b, true).unwrap();
     let permit = l.acquire(&p);
     woken.clear();
     l.settle(counter, &b, &mut woken);
@@ -141,7 +141,7 @@ fn raising_a_limit_wakes_waiters_and_lowering_revokes_nothing() {
     let mut l = Limiter::new();
     let p = path(&mut l, "s", None);
     let first = l.try_acquire(&p, &b).unwrap();
-    let counter = l.check(&p, &b, None).unwrap_err().counter;
+    let counter = l.check(&p, &b, false).unwrap_err().counter;
     for w in 1..=3 {
         l.park(counter, w);
     }
@@ -151,7 +151,7 @@ fn raising_a_limit_wakes_waiters_and_lowering_revokes_nothing() {
     assert_eq!(woken, vec![1, 2], "two new slots, two wake-ups");
     // Lower to 1: the held permit stays, nobody new gets in.
     set(&mut b, &[("s", 1)]);
-    assert!(l.check(&p, &b, None).is_err());
+    assert!(l.check(&p, &b, false).is_err());
     assert_eq!(l.usage(counter), 1);
     l.release(first, &b, &mut woken);
 }
@@ -162,7 +162,7 @@ fn unpark_removes_a_waiter() {
     let mut l = Limiter::new();
     let p = path(&mut l, "s", None);
     let held = l.try_acquire(&p, &b).unwrap();
-    let counter = l.check(&p, &b, None).unwrap_err().counter;
+    let counter = l.check(&p, &b, false).unwrap_err().counter;
     l.park(counter, 7);
     let mut woken = Vec::new();
     assert!(l.unpark(counter, 7, &b, &mut woken));

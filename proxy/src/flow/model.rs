@@ -1,0 +1,399 @@
+//! A reference model of admission, used by the property tests and the simulator: it drives a
+//! [`Scheduler`] with events and checks each decision against brute force over every rule and
+//! every running entry.
+//!
+//! Invariants checked:
+//! - admission: an entry is dispatched only when every counter it touches has usage < limit (the
+//!   limit found by scanning all rules) and an invoker slot is free; so usage never exceeds a
+//!   limit except after that limit was lowered;
+//! - exclusivity: one lock holder per virtual object (running or suspended);
+//! - nothing lost or duplicated: each arrival completes exactly once; nothing runs twice at once;
+//! - order: per queue, resumed entries first, each kind in arrival order;
+//! - no lost wake-up: after a poll with invoker slots to spare, no waiting head is admissible;
+//! - fairness: while a queue is ready (in the ring) and its head admissible, at most
+//!   2 × (queues − 1) entries of other queues are dispatched before it: a ring visit dispatches at
+//!   most one entry, and credit (quantum 1, cap 2) covers any head within two visits. Parked
+//!   queues wait FIFO at their resource instead, which the no-lost-wake-up check keeps moving.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use super::pattern::{Level, RulePattern};
+use super::rules::{Delete, Limit, RuleBook, Upsert};
+use super::scheduler::{Dispatch, EntryId, EntryKind, LockId, Permit, QueueKey, Scheduler};
+use super::scope::{LimitKey, Scope};
+
+/// Most dispatches of other queues a ready, admissible queue waits for.
+pub const FAIRNESS_BOUND: usize = 2 * (KEYS.len() - 1);
+
+/// The queue keys events pick from: (scope, limit key, exclusive object key).
+pub const KEYS: &[(Option<&str>, Option<&str>, Option<&str>)] = &[
+    (None, None, None),
+    (None, None, Some("k")),
+    (Some("a"), None, None),
+    (Some("a"), Some("x"), None),
+    (Some("a"), Some("x/1"), None),
+    (Some("a"), Some("x/2"), None),
+    (Some("a"), Some("y"), Some("k")),
+    (Some("a"), Some("x"), Some("k")),
+    (Some("b"), None, None),
+    (Some("b"), Some("x/1"), None),
+];
+
+/// Rule patterns events pick from.
+pub const PATTERNS: &[&str] = &[
+    "*", "a", "b", "*/*", "a/*", "a/x", "*/x", "a/x/*", "a/x/1", "*/*/1", "a/*/2",
+];
+
+/// One thing that happens to the scheduler.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A new entry arrives on `KEYS[key]`.
+    Arrive(usize),
+    /// The `i`-th running entry completes (mod the number running).
+    Complete(usize),
+    /// The `i`-th running entry suspends.
+    Suspend(usize),
+    /// The `i`-th suspended entry resumes.
+    Resume(usize),
+    /// Upsert `PATTERNS[p]` with limit `n` (0 = unlimited), disabled or not.
+    Rule(usize, u32, bool),
+    /// Delete `PATTERNS[p]`.
+    DeleteRule(usize),
+}
+
+struct Running {
+    key: usize,
+    permit: Permit,
+    lock: Option<LockId>,
+}
+
+/// The model plus the scheduler under test.
+pub struct Model {
+    sched: Scheduler,
+    book: RuleBook,
+    keys: Vec<QueueKey>,
+    invoker_limit: u32,
+    now: u64,
+    next_id: EntryId,
+    entry_key: HashMap<EntryId, usize>,
+    waiting_resumed: Vec<VecDeque<EntryId>>,
+    waiting_new: Vec<VecDeque<EntryId>>,
+    running: HashMap<EntryId, Running>,
+    /// Running entry ids in start order, so events can pick "the i-th".
+    running_order: Vec<EntryId>,
+    suspended: Vec<EntryId>,
+    lock_holder: HashMap<usize, EntryId>,
+    completed: HashSet<EntryId>,
+    starved: Vec<usize>,
+    /// Every counter some key touches, as its names (scope[, l1[, l2]]).
+    counters: Vec<Vec<&'static str>>,
+    /// Per key: indices into `counters` of the counters it touches.
+    touched: Vec<Vec<usize>>,
+    /// Per counter: running entries counted there.
+    usage: Vec<u32>,
+    /// Per counter: the limit found by scanning every rule, refreshed on each rule change.
+    limits: Vec<Limit>,
+    /// Largest fairness wait seen, for reporting.
+    pub worst_wait: usize,
+    /// Entries dispatched so far.
+    pub dispatched: u64,
+}
+
+fn queue_key((scope, key, object): (Option<&str>, Option<&str>, Option<&str>)) -> QueueKey {
+    QueueKey {
+        scope: scope.map(|s| Scope::parse(s).unwrap()),
+        limit_key: key.map(|k| LimitKey::parse(k).unwrap()),
+        service: "S".into(),
+        object_key: object.map(Into::into),
+    }
+}
+
+impl Model {
+    /// A model with an empty rule book and `invoker_limit` global slots.
+    pub fn new(invoker_limit: u32) -> Self {
+        let book = RuleBook::new();
+        let mut counters: Vec<Vec<&'static str>> = Vec::new();
+        let touched = KEYS
+            .iter()
+            .map(|(scope, limit_key, _)| {
+                let Some(scope) = scope else {
+                    return Vec::new();
+                };
+                let mut names = vec![*scope];
+                names.extend(limit_key.iter().flat_map(|k| k.split('/')));
+                (1..=names.len())
+                    .map(|depth| {
+                        let counter = names[..depth].to_vec();
+                        counters
+                            .iter()
+                            .position(|c| *c == counter)
+                            .unwrap_or_else(|| {
+                                counters.push(counter);
+                                counters.len() - 1
+                            })
+                    })
+                    .collect()
+            })
+            .collect();
+        let n = counters.len();
+        Self {
+            sched: Scheduler::new(Arc::new(book.clone()), invoker_limit),
+            book,
+            keys: KEYS.iter().copied().map(queue_key).collect(),
+            invoker_limit,
+            now: 0,
+            next_id: 0,
+            entry_key: HashMap::new(),
+            waiting_resumed: vec![VecDeque::new(); KEYS.len()],
+            waiting_new: vec![VecDeque::new(); KEYS.len()],
+            running: HashMap::new(),
+            running_order: Vec::new(),
+            suspended: Vec::new(),
+            lock_holder: HashMap::new(),
+            completed: HashSet::new(),
+            starved: vec![0; KEYS.len()],
+            counters,
+            touched,
+            usage: vec![0; n],
+            limits: vec![Limit::Unlimited; n],
+            worst_wait: 0,
+            dispatched: 0,
+        }
+    }
+
+    /// Applies an event, polls, and checks every invariant.
+    pub fn step(&mut self, event: &Event) {
+        self.now += 1;
+        match *event {
+            Event::Arrive(key) => {
+                let key = key % KEYS.len();
+                self.next_id += 1;
+                let id = self.next_id;
+                self.entry_key.insert(id, key);
+                self.waiting_new[key].push_back(id);
+                self.sched
+                    .enqueue(&self.keys[key], id, EntryKind::New, None, self.now);
+            }
+            Event::Complete(i) | Event::Suspend(i) => {
+                if self.running_order.is_empty() {
+                    return;
+                }
+                let id = self.running_order.remove(i % self.running_order.len());
+                let run = self.running.remove(&id).expect("running");
+                self.sched.release(run.permit, self.now);
+                for &c in &self.touched[run.key] {
+                    self.usage[c] -= 1;
+                }
+                if matches!(event, Event::Complete(_)) {
+                    if let Some(lock) = run.lock {
+                        self.sched.unlock(lock, id, self.now);
+                        let held = self.lock_holder.remove(&self.lock_of(run.key));
+                        assert_eq!(held, Some(id), "completed entry did not hold its lock");
+                    }
+                    assert!(self.completed.insert(id), "entry {id} completed twice");
+                } else {
+                    self.suspended.push(id);
+                }
+            }
+            Event::Resume(i) => {
+                if self.suspended.is_empty() {
+                    return;
+                }
+                let id = self.suspended.remove(i % self.suspended.len());
+                let key = self.entry_key[&id];
+                self.waiting_resumed[key].push_back(id);
+                self.sched
+                    .enqueue(&self.keys[key], id, EntryKind::Resumed, None, self.now);
+            }
+            Event::Rule(p, n, disabled) => {
+                let limit = NonZeroU32::new(n).map_or(Limit::Unlimited, Limit::Concurrency);
+                let pattern = RulePattern::parse(PATTERNS[p % PATTERNS.len()]).unwrap();
+                let upsert = Upsert {
+                    disabled,
+                    ..Upsert::new(pattern, limit)
+                };
+                self.book.apply_batch(&[upsert], self.now).unwrap();
+                self.rules_changed();
+            }
+            Event::DeleteRule(p) => {
+                let pattern = RulePattern::parse(PATTERNS[p % PATTERNS.len()]).unwrap();
+                let delete = Delete {
+                    pattern,
+                    expected_version: None,
+                };
+                self.book.delete_batch(&[delete]).unwrap();
+                self.rules_changed();
+            }
+        }
+        self.poll();
+    }
+
+    fn rules_changed(&mut self) {
+        self.sched
+            .on_rules_changed(Arc::new(self.book.clone()), self.now);
+        self.limits = (0..self.counters.len())
+            .map(|c| self.limit_of(&self.counters[c]))
+            .collect();
+    }
+
+    fn poll(&mut self) {
+        for dispatch in self.sched.poll_runnable(self.now) {
+            self.on_dispatch(dispatch);
+        }
+        if (self.running.len() as u32) < self.invoker_limit {
+            for (key, spec) in KEYS.iter().enumerate() {
+                if let Some(head) = self.head(key) {
+                    assert!(
+                        !self.admissible(key, head),
+                        "lost wake-up: entry {head} of queue {spec:?} could run but waits"
+                    );
+                }
+            }
+        }
+    }
+
+    fn head(&self, key: usize) -> Option<EntryId> {
+        self.waiting_resumed[key]
+            .front()
+            .or_else(|| self.waiting_new[key].front())
+            .copied()
+    }
+
+    fn on_dispatch(&mut self, d: Dispatch) {
+        let key = self.entry_key[&d.entry];
+        assert!(
+            !self.running.contains_key(&d.entry),
+            "entry {} runs twice",
+            d.entry
+        );
+        assert!(
+            (self.running.len() as u32) < self.invoker_limit,
+            "invoker limit {} exceeded",
+            self.invoker_limit
+        );
+        assert_eq!(
+            Some(d.entry),
+            self.head(key),
+            "queue order broken for {:?}",
+            KEYS[key]
+        );
+        assert!(
+            self.limits_admit(key),
+            "entry {} admitted over a limit",
+            d.entry
+        );
+        let expected_kind = if self.waiting_resumed[key].is_empty() {
+            EntryKind::New
+        } else {
+            EntryKind::Resumed
+        };
+        assert_eq!(d.kind, expected_kind);
+        if KEYS[key].2.is_some() {
+            let lock = self.lock_of(key);
+            let holder = self.lock_holder.entry(lock).or_insert(d.entry);
+            assert_eq!(*holder, d.entry, "two holders of one object lock");
+        }
+        // Fairness: every other waiting, admissible queue waited one more dispatch.
+        for (other, spec) in KEYS.iter().enumerate() {
+            if other == key {
+                continue;
+            }
+            let ready = self.sched.is_ready(&self.keys[other]);
+            match self.head(other) {
+                Some(head) if ready && self.admissible(other, head) => {
+                    self.starved[other] += 1;
+                    self.worst_wait = self.worst_wait.max(self.starved[other]);
+                    assert!(
+                        self.starved[other] <= FAIRNESS_BOUND,
+                        "queue {spec:?} starved for {} dispatches",
+                        self.starved[other]
+                    );
+                }
+                _ => self.starved[other] = 0,
+            }
+        }
+        self.starved[key] = 0;
+        match d.kind {
+            EntryKind::Resumed => self.waiting_resumed[key].pop_front(),
+            EntryKind::New => self.waiting_new[key].pop_front(),
+        };
+        for &c in &self.touched[key] {
+            self.usage[c] += 1;
+        }
+        self.running_order.push(d.entry);
+        self.running.insert(
+            d.entry,
+            Running {
+                key,
+                permit: d.permit,
+                lock: d.lock,
+            },
+        );
+        self.dispatched += 1;
+    }
+
+    /// Queues sharing one object lock map to the lowest key index with that lock.
+    fn lock_of(&self, key: usize) -> usize {
+        let (scope, _, object) = KEYS[key];
+        (0..KEYS.len())
+            .find(|k| KEYS[*k].0 == scope && KEYS[*k].2 == object)
+            .expect("itself at least")
+    }
+
+    fn admissible(&self, key: usize, head: EntryId) -> bool {
+        let lock_free = KEYS[key].2.is_none()
+            || self
+                .lock_holder
+                .get(&self.lock_of(key))
+                .is_none_or(|h| *h == head);
+        lock_free && self.limits_admit(key)
+    }
+
+    /// Every counter the key touches has usage < limit.
+    fn limits_admit(&self, key: usize) -> bool {
+        self.touched[key]
+            .iter()
+            .all(|&c| self.limits[c].admits(self.usage[c]))
+    }
+
+    /// Brute force over every rule: the most specific enabled rule of the counter's level.
+    fn limit_of(&self, counter: &[&str]) -> Limit {
+        let level = Level::ALL[counter.len() - 1];
+        self.book
+            .rules()
+            .filter(|r| !r.disabled && r.pattern.level() == level)
+            .filter(|r| {
+                r.pattern
+                    .matches(counter[0], counter.get(1).copied(), counter.get(2).copied())
+            })
+            .max_by_key(|r| r.pattern.rank())
+            .map_or(Limit::Unlimited, |r| r.limit)
+    }
+
+    /// Completes and resumes everything until nothing is left; every arrival must complete once.
+    pub fn drain(&mut self) {
+        // Rules stay as they are: with nothing running every counter admits at least one.
+        for round in 0.. {
+            assert!(round < 100_000, "drain did not finish: something is stuck");
+            if self.running.is_empty() && self.suspended.is_empty() {
+                if (0..KEYS.len()).all(|k| self.head(k).is_none()) {
+                    break;
+                }
+                self.poll();
+                assert!(!self.running.is_empty(), "entries wait but nothing can run");
+                continue;
+            }
+            if self.running.is_empty() {
+                self.step(&Event::Resume(0));
+            } else {
+                self.step(&Event::Complete(0));
+            }
+        }
+        assert_eq!(self.completed.len() as u64, self.next_id, "entries lost");
+        assert_eq!(self.sched.running(), 0);
+        assert!(self.sched.queues().is_empty(), "queues left behind");
+        assert!(self.sched.counters().is_empty(), "counters left behind");
+    }
+}

@@ -1,0 +1,555 @@
+//! The per-partition scheduler: virtual queues, deficit round robin across them, and admission
+//! through the virtual-object lock, the user limits and the invoker's global slots, in that order.
+//!
+//! A queue groups the entries of one (scope, limit key, service, object key of exclusive
+//! virtual-object handlers). Inside a queue, resumed entries go before new ones, each FIFO.
+//! Ready queues sit in a ring; a visit adds one unit of credit (capped at 2) and dispatches the
+//! head when the credit covers its weight (new 2, resumed 1), so at most one entry per visit and
+//! resumed work runs twice as often. A queue that cannot be admitted leaves the ring and parks at
+//! what blocked it (a lock, or the deepest full counter); it comes back when woken.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+mod locks;
+mod snapshot;
+
+pub use locks::LockId;
+use locks::{LockKey, Locks};
+pub use snapshot::{BlockedOn, QueueSnapshot};
+
+use super::limiter::{self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, WaiterId};
+
+use super::rules::RuleBook;
+use super::scope::{LimitKey, Scope};
+
+/// The caller's id of an entry (an invocation).
+pub type EntryId = u64;
+
+/// Most entries one poll dispatches, so one poll never runs long.
+pub const MAX_DISPATCH_PER_POLL: usize = 1000;
+
+/// Credit a queue may hold: the heaviest entry's weight.
+const MAX_CREDIT: u8 = 2;
+
+/// Whether an entry starts fresh or comes back (after suspension or back-off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EntryKind {
+    /// Never ran.
+    New,
+    /// Ran before; holds its queue's lock if the queue has one.
+    Resumed,
+}
+
+impl EntryKind {
+    fn weight(self) -> u8 {
+        match self {
+            EntryKind::New => 2,
+            EntryKind::Resumed => 1,
+        }
+    }
+}
+
+/// What a queue is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QueueKey {
+    /// Flow-control scope; unscoped queues never touch user limits.
+    pub scope: Option<Scope>,
+    /// Limit key under the scope.
+    pub limit_key: Option<LimitKey>,
+    /// Target service.
+    pub service: Box<str>,
+    /// Object key, only for exclusive virtual-object handlers: their entries take the object lock.
+    pub object_key: Option<Box<str>>,
+}
+
+/// Index of a queue; stable while the queue lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueId(u32);
+
+/// An entry waiting for its run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: u64,
+    /// Ties broken by arrival.
+    seq: u64,
+    queue: QueueId,
+    entry: EntryId,
+    kind: EntryKind,
+}
+
+/// What a parked queue waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Lock(LockId),
+    Counter(CounterId),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// Empty, not in the ring.
+    Idle,
+    /// In the ring.
+    Ready,
+    /// In the waiter list of a resource.
+    Parked(Resource, Option<Blocked>),
+}
+
+#[derive(Debug)]
+struct Queue {
+    key: QueueKey,
+    path: Option<CounterPath>,
+    lock: Option<LockId>,
+    resumed: VecDeque<EntryId>,
+    new: VecDeque<EntryId>,
+    /// Entries of this queue waiting in the timer heap.
+    delayed: u32,
+    credit: u8,
+    state: State,
+    /// Set when woken: the reservation to settle at its next check.
+    woken_from: Option<Resource>,
+    /// When the current state began.
+    since: u64,
+}
+
+impl Queue {
+    fn head(&self) -> Option<(EntryId, EntryKind)> {
+        self.resumed
+            .front()
+            .map(|e| (*e, EntryKind::Resumed))
+            .or_else(|| self.new.front().map(|e| (*e, EntryKind::New)))
+    }
+
+    fn len(&self) -> usize {
+        self.resumed.len() + self.new.len()
+    }
+}
+
+/// Slots an entry holds while its attempt runs: one invoker slot and its user counters.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a permit holds slots until it is released"]
+pub struct Permit {
+    counters: Option<limiter::Permit>,
+}
+
+/// An entry the scheduler decided to run now.
+#[derive(Debug)]
+pub struct Dispatch {
+    /// The entry.
+    pub entry: EntryId,
+    /// Its queue.
+    pub queue: QueueId,
+    /// New or resumed.
+    pub kind: EntryKind,
+    /// Give back with [`Scheduler::release`] when the attempt ends, suspends, pauses or backs off.
+    pub permit: Permit,
+    /// The object lock it now holds, until [`Scheduler::unlock`] when the invocation completes.
+    pub lock: Option<LockId>,
+}
+
+/// The scheduler of one partition.
+#[derive(Debug)]
+pub struct Scheduler {
+    book: Arc<RuleBook>,
+    limiter: Limiter,
+    queues: Vec<Option<Queue>>,
+    free_queues: Vec<u32>,
+    queue_index: HashMap<QueueKey, QueueId>,
+    locks: Locks,
+    ring: VecDeque<QueueId>,
+    invoker_limit: u32,
+    running: u32,
+    timers: BinaryHeap<Reverse<Timer>>,
+    timer_seq: u64,
+    woken: Vec<WaiterId>,
+}
+
+impl Scheduler {
+    /// A scheduler over `book` with `invoker_limit` global slots.
+    pub fn new(book: Arc<RuleBook>, invoker_limit: u32) -> Self {
+        Self {
+            book,
+            limiter: Limiter::new(),
+            queues: Vec::new(),
+            free_queues: Vec::new(),
+            queue_index: HashMap::new(),
+            locks: Locks::default(),
+            ring: VecDeque::new(),
+            invoker_limit,
+            running: 0,
+            timers: BinaryHeap::new(),
+            timer_seq: 0,
+            woken: Vec::new(),
+        }
+    }
+
+    fn queue(&self, id: QueueId) -> &Queue {
+        self.queues[id.0 as usize].as_ref().expect("live queue")
+    }
+
+    fn queue_mut(&mut self, id: QueueId) -> &mut Queue {
+        self.queues[id.0 as usize].as_mut().expect("live queue")
+    }
+
+    /// Attempts running now.
+    pub fn running(&self) -> u32 {
+        self.running
+    }
+
+    /// Changes the invoker's global slots; extra running attempts are not revoked.
+    pub fn set_invoker_limit(&mut self, limit: u32) {
+        self.invoker_limit = limit;
+    }
+
+    /// The rule book in use.
+    pub fn rules(&self) -> &Arc<RuleBook> {
+        &self.book
+    }
+
+    /// Queues an entry; with `run_at` in the future it waits for that time first.
+    pub fn enqueue(
+        &mut self,
+        key: &QueueKey,
+        entry: EntryId,
+        kind: EntryKind,
+        run_at: Option<u64>,
+        now: u64,
+    ) -> QueueId {
+        let q = self.queue_for(key, now);
+        match run_at {
+            Some(at) if at > now => {
+                self.queue_mut(q).delayed += 1;
+                self.timer_seq += 1;
+                self.timers.push(Reverse(Timer {
+                    at,
+                    seq: self.timer_seq,
+                    queue: q,
+                    entry,
+                    kind,
+                }));
+            }
+            _ => self.push_entry(q, entry, kind, now),
+        }
+        q
+    }
+
+    /// The earliest `run_at` still waiting, so the caller knows when to poll again.
+    pub fn next_timer(&self) -> Option<u64> {
+        self.timers.peek().map(|Reverse(timer)| timer.at)
+    }
+
+    fn queue_for(&mut self, key: &QueueKey, now: u64) -> QueueId {
+        if let Some(id) = self.queue_index.get(key) {
+            return *id;
+        }
+        let path = key
+            .scope
+            .as_ref()
+            .map(|scope| self.limiter.path(scope, key.limit_key.as_ref()));
+        let lock = key.object_key.as_ref().map(|object_key| {
+            self.locks.add_ref(LockKey {
+                scope: key.scope.clone(),
+                service: key.service.clone(),
+                object_key: object_key.clone(),
+            })
+        });
+        let queue = Queue {
+            key: key.clone(),
+            path,
+            lock,
+            resumed: VecDeque::new(),
+            new: VecDeque::new(),
+            delayed: 0,
+            credit: 0,
+            state: State::Idle,
+            woken_from: None,
+            since: now,
+        };
+        let id = match self.free_queues.pop() {
+            Some(slot) => {
+                self.queues[slot as usize] = Some(queue);
+                QueueId(slot)
+            }
+            None => {
+                self.queues.push(Some(queue));
+                QueueId(u32::try_from(self.queues.len() - 1).expect("fewer than 2^32 queues"))
+            }
+        };
+        self.queue_index.insert(key.clone(), id);
+        id
+    }
+
+    fn push_entry(&mut self, q: QueueId, entry: EntryId, kind: EntryKind, now: u64) {
+        let queue = self.queue_mut(q);
+        match kind {
+            EntryKind::New => queue.new.push_back(entry),
+            EntryKind::Resumed => queue.resumed.push_back(entry),
+        }
+        if kind == EntryKind::Resumed {
+            // A resumed entry of an exclusive handler still holds its object's lock.
+            if let Some(lock) = queue.lock {
+                self.locks.claim(lock, entry);
+            }
+        }
+        let queue = self.queue_mut(q);
+        match queue.state {
+            State::Idle => {
+                queue.state = State::Ready;
+                queue.since = now;
+                self.ring.push_back(q);
+            }
+            // The head may have changed (a resumed entry goes first): look again.
+            State::Parked(..) if kind == EntryKind::Resumed => self.unpark(q, now),
+            _ => {}
+        }
+    }
+
+    /// Takes a parked queue out of its waiter list and back into the ring.
+    fn unpark(&mut self, q: QueueId, now: u64) {
+        let State::Parked(resource, _) = self.queue(q).state.clone() else {
+            return;
+        };
+        match resource {
+            Resource::Counter(counter) => {
+                self.limiter
+                    .unpark(counter, q.0, &self.book, &mut self.woken);
+            }
+            Resource::Lock(lock) => self.locks.unpark(lock, q),
+        }
+        let queue = self.queue_mut(q);
+        queue.state = State::Ready;
+        queue.since = now;
+        self.ring.push_back(q);
+        self.wake_pending(now);
+    }
+
+    /// Removes a queued (not delayed, not running) entry; true if it was there.
+    pub fn remove(&mut self, q: QueueId, entry: EntryId, now: u64) -> bool {
+        let Some(Some(queue)) = self.queues.get_mut(q.0 as usize) else {
+            return false;
+        };
+        let found = [&mut queue.resumed, &mut queue.new]
+            .into_iter()
+            .any(|list| {
+                list.iter()
+                    .position(|e| *e == entry)
+                    .and_then(|at| list.remove(at))
+                    .is_some()
+            });
+        if found {
+            // The head may have changed: a parked queue looks again.
+            self.unpark(q, now);
+        }
+        found
+    }
+
+    /// Runs what can run now, fairly; moves due timers into their queues first.
+    pub fn poll_runnable(&mut self, now: u64) -> Vec<Dispatch> {
+        self.promote_due(now);
+        let mut out = Vec::new();
+        while out.len() < MAX_DISPATCH_PER_POLL && self.running < self.invoker_limit {
+            let Some(q) = self.ring.pop_front() else {
+                break;
+            };
+            let Some((_, kind)) = self.queue(q).head() else {
+                self.go_idle(q, now);
+                continue;
+            };
+            let queue = self.queue_mut(q);
+            queue.credit = (queue.credit + 1).min(MAX_CREDIT);
+            if queue.credit < kind.weight() {
+                self.ring.push_back(q);
+                continue;
+            }
+            if let Some(dispatch) = self.admit(q, now) {
+                out.push(dispatch);
+            }
+        }
+        out
+    }
+
+    fn promote_due(&mut self, now: u64) {
+        while self.timers.peek().is_some_and(|Reverse(t)| t.at <= now) {
+            let Reverse(timer) = self.timers.pop().expect("peeked");
+            self.queue_mut(timer.queue).delayed -= 1;
+            self.push_entry(timer.queue, timer.entry, timer.kind, now);
+        }
+    }
+
+    /// Checks the head of `q` against its lock and counters; dispatches it or parks the queue.
+    fn admit(&mut self, q: QueueId, now: u64) -> Option<Dispatch> {
+        let (entry, kind) = self.queue(q).head().expect("checked non-empty");
+        let woken_from = self.queue_mut(q).woken_from.take();
+        let blocked = self
+            .check_lock(q, entry, woken_from)
+            .map(|lock| (Resource::Lock(lock), None))
+            .or_else(|| {
+                let path = self.queue(q).path?;
+                let woken = woken_from.is_some();
+                let blocked = self.limiter.check(&path, &self.book, woken).err()?;
+                Some((Resource::Counter(blocked.counter), Some(blocked)))
+            });
+        let dispatch = match blocked {
+            Some((resource, why)) => {
+                self.park(q, resource, why, woken_from == Some(resource), now);
+                None
+            }
+            None => Some(self.dispatch(q, entry, kind, now)),
+        };
+        if let Some(from) = woken_from {
+            self.settle(from);
+        }
+        self.wake_pending(now);
+        dispatch
+    }
+
+    /// The lock that blocks `entry`, if any.
+    fn check_lock(
+        &self,
+        q: QueueId,
+        entry: EntryId,
+        woken_from: Option<Resource>,
+    ) -> Option<LockId> {
+        let id = self.queue(q).lock?;
+        let woken_here = woken_from == Some(Resource::Lock(id));
+        self.locks.blocks(id, entry, woken_here).then_some(id)
+    }
+
+    fn park(
+        &mut self,
+        q: QueueId,
+        resource: Resource,
+        why: Option<Blocked>,
+        first_in_line: bool,
+        now: u64,
+    ) {
+        match resource {
+            Resource::Lock(lock) => self.locks.park(lock, q, first_in_line),
+            Resource::Counter(counter) if first_in_line => self.limiter.park_front(counter, q.0),
+            Resource::Counter(counter) => self.limiter.park(counter, q.0),
+        }
+        let queue = self.queue_mut(q);
+        queue.state = State::Parked(resource, why);
+        queue.since = now;
+    }
+
+    fn dispatch(&mut self, q: QueueId, entry: EntryId, kind: EntryKind, now: u64) -> Dispatch {
+        let queue = self.queue_mut(q);
+        match kind {
+            EntryKind::Resumed => queue.resumed.pop_front(),
+            EntryKind::New => queue.new.pop_front(),
+        };
+        queue.credit -= kind.weight();
+        let lock = queue.lock;
+        let path = queue.path;
+        let more = queue.len() > 0;
+        if let Some(lock) = lock {
+            self.locks.take(lock, entry);
+        }
+        let counters = path.map(|p| self.limiter.acquire(&p));
+        self.running += 1;
+        if more {
+            self.ring.push_back(q);
+        } else {
+            self.go_idle(q, now);
+        }
+        Dispatch {
+            entry,
+            queue: q,
+            kind,
+            permit: Permit { counters },
+            lock,
+        }
+    }
+
+    /// An emptied queue leaves the ring; without delayed entries it is dropped.
+    fn go_idle(&mut self, q: QueueId, now: u64) {
+        let queue = self.queue_mut(q);
+        queue.state = State::Idle;
+        queue.credit = 0;
+        queue.since = now;
+        let woken_from = queue.woken_from.take();
+        let drop_it = queue.len() == 0 && queue.delayed == 0;
+        if let Some(from) = woken_from {
+            self.settle(from);
+        }
+        if drop_it {
+            let queue = self.queues[q.0 as usize].take().expect("live queue");
+            self.free_queues.push(q.0);
+            self.queue_index.remove(&queue.key);
+            if let Some(path) = queue.path {
+                self.limiter.drop_path(path);
+            }
+            if let Some(lock) = queue.lock {
+                self.locks.drop_ref(lock);
+            }
+        }
+    }
+
+    /// Ends the reservation of a woken queue; the next waiter may be offered the slot.
+    fn settle(&mut self, from: Resource) {
+        match from {
+            Resource::Counter(counter) => self.limiter.settle(counter, &self.book, &mut self.woken),
+            Resource::Lock(lock) => self.locks.settle(lock, &mut self.woken),
+        }
+    }
+
+    /// Moves woken queues back into the ring.
+    fn wake_pending(&mut self, now: u64) {
+        let mut woken = std::mem::take(&mut self.woken);
+        for q in woken.drain(..) {
+            let q = QueueId(q);
+            let queue = self.queue_mut(q);
+            let State::Parked(resource, _) = queue.state else {
+                unreachable!("only parked queues are woken");
+            };
+            queue.woken_from = Some(resource);
+            queue.state = State::Ready;
+            queue.since = now;
+            self.ring.push_back(q);
+        }
+        // Keep the buffer's capacity: waking allocates nothing in the steady state.
+        self.woken = woken;
+    }
+
+    /// The attempt behind `permit` ended, suspended, paused or backed off: its slots free up.
+    pub fn release(&mut self, permit: Permit, now: u64) {
+        self.running -= 1;
+        if let Some(counters) = permit.counters {
+            // The limiter lists waiters deepest level first; they re-enter the ring in that order.
+            self.limiter.release(counters, &self.book, &mut self.woken);
+        }
+        self.wake_pending(now);
+    }
+
+    /// The invocation `entry` completed: it gives up its object lock.
+    pub fn unlock(&mut self, lock: LockId, entry: EntryId, now: u64) {
+        self.locks.release(lock, entry, &mut self.woken);
+        self.wake_pending(now);
+    }
+
+    /// A new rule book: counters re-resolve lazily; waiters that now fit are woken.
+    pub fn on_rules_changed(&mut self, book: Arc<RuleBook>, now: u64) {
+        self.book = book;
+        self.limiter.on_rules_changed(&self.book, &mut self.woken);
+        self.wake_pending(now);
+    }
+
+    /// Every live counter with usage, limit, availability and waiters.
+    pub fn counters(&mut self) -> Vec<CounterSnapshot> {
+        self.limiter.snapshot(&self.book)
+    }
+
+    /// Whether the queue of `key` is in the ring, waiting for its turn (not parked, not empty).
+    pub fn is_ready(&self, key: &QueueKey) -> bool {
+        self.queue_index
+            .get(key)
+            .is_some_and(|id| self.queue(*id).state == State::Ready)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,325 @@
+use std::num::NonZeroU32;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::flow::model::{Event, KEYS, Model, PATTERNS};
+use crate::flow::pattern::{Level, RulePattern};
+use crate::flow::rules::{Limit, Upsert};
+
+fn key(scope: Option<&str>, limit_key: Option<&str>, object: Option<&str>) -> QueueKey {
+    QueueKey {
+        scope: scope.map(|s| Scope::parse(s).unwrap()),
+        limit_key: limit_key.map(|k| LimitKey::parse(k).unwrap()),
+        service: "S".into(),
+        object_key: object.map(Into::into),
+    }
+}
+
+fn book(rules: &[(&str, u32)]) -> Arc<RuleBook> {
+    let mut book = RuleBook::new();
+    let upserts: Vec<Upsert> = rules
+        .iter()
+        .map(|(p, n)| {
+            Upsert::new(
+                RulePattern::parse(p).unwrap(),
+                Limit::Concurrency(NonZeroU32::new(*n).unwrap()),
+            )
+        })
+        .collect();
+    book.apply_batch(&upserts, 0).unwrap();
+    Arc::new(book)
+}
+
+fn ids(dispatches: &[Dispatch]) -> Vec<EntryId> {
+    dispatches.iter().map(|d| d.entry).collect()
+}
+
+#[test]
+fn round_robin_across_queues_and_fifo_inside() {
+    let mut s = Scheduler::new(book(&[]), 100);
+    let (a, b) = (key(Some("a"), None, None), key(Some("b"), None, None));
+    for id in 1..=3 {
+        s.enqueue(&a, id, EntryKind::New, None, 0);
+    }
+    for id in 11..=13 {
+        s.enqueue(&b, id, EntryKind::New, None, 0);
+    }
+    let out = s.poll_runnable(0);
+    assert_eq!(ids(&out), vec![1, 11, 2, 12, 3, 13]);
+}
+
+#[test]
+fn a_hot_key_cannot_starve_another() {
+    let mut s = Scheduler::new(book(&[]), 100);
+    let hot = key(Some("a"), Some("hot"), None);
+    let cold = key(Some("a"), Some("cold"), None);
+    for id in 1..=50 {
+        s.enqueue(&hot, id, EntryKind::New, None, 0);
+    }
+    s.enqueue(&cold, 100, EntryKind::New, None, 0);
+    let out = ids(&s.poll_runnable(0));
+    let at = out.iter().position(|e| *e == 100).unwrap();
+    assert!(at <= 2, "cold entry dispatched at position {at}");
+}
+
+#[test]
+fn resumed_work_is_favoured_over_new_work() {
+    let mut s = Scheduler::new(book(&[]), 100);
+    let fresh = key(Some("a"), Some("new"), None);
+    let back = key(Some("a"), Some("back"), None);
+    for id in 1..=4 {
+        s.enqueue(&fresh, id, EntryKind::New, None, 0);
+        s.enqueue(&back, 10 + id, EntryKind::Resumed, None, 0);
+    }
+    let out = ids(&s.poll_runnable(0));
+    let first_half: Vec<_> = out[..4].to_vec();
+    let resumed = first_half.iter().filter(|e| **e > 10).count();
+    assert!(resumed >= 3, "resumed entries run twice as often: {out:?}");
+}
+
+#[test]
+fn limits_hold_entries_until_a_slot_frees() {
+    let mut s = Scheduler::new(book(&[("a", 1)]), 100);
+    let k = key(Some("a"), None, None);
+    for id in 1..=3 {
+        s.enqueue(&k, id, EntryKind::New, None, 0);
+    }
+    let mut out = s.poll_runnable(0);
+    assert_eq!(ids(&out), vec![1]);
+    let snap = s.queues();
+    assert_eq!(snap[0].status, "blocked");
+    assert!(matches!(
+        &snap[0].blocked_on,
+        Some(BlockedOn::LimitKeyConcurrency {
+            level: Level::Scope,
+            ..
+        })
+    ));
+    s.release(out.remove(0).permit, 1);
+    let out = s.poll_runnable(1);
+    assert_eq!(ids(&out), vec![2]);
+}
+
+#[test]
+fn unscoped_work_ignores_user_limits() {
+    let mut s = Scheduler::new(book(&[("*", 1)]), 100);
+    let k = key(None, None, None);
+    for id in 1..=3 {
+        s.enqueue(&k, id, EntryKind::New, None, 0);
+    }
+    assert_eq!(s.poll_runnable(0).len(), 3);
+    assert!(s.counters().is_empty());
+}
+
+#[test]
+fn the_invoker_limit_is_global() {
+    let mut s = Scheduler::new(book(&[]), 2);
+    for id in 1..=3 {
+        s.enqueue(&key(Some("a"), None, None), id, EntryKind::New, None, 0);
+    }
+    let mut out = s.poll_runnable(0);
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        s.queues()[0].blocked_on,
+        Some(BlockedOn::InvokerConcurrency)
+    );
+    s.release(out.pop().unwrap().permit, 1);
+    assert_eq!(ids(&s.poll_runnable(1)), vec![3]);
+}
+
+#[test]
+fn exclusive_handlers_of_one_object_run_one_at_a_time_across_suspension() {
+    let mut s = Scheduler::new(book(&[]), 100);
+    let k = key(Some("a"), None, Some("obj"));
+    s.enqueue(&k, 1, EntryKind::New, None, 0);
+    s.enqueue(&k, 2, EntryKind::New, None, 0);
+    let mut out = s.poll_runnable(0);
+    assert_eq!(ids(&out), vec![1]);
+    let first = out.remove(0);
+    // Suspension frees the slot but not the lock.
+    s.release(first.permit, 1);
+    assert!(s.poll_runnable(1).is_empty());
+    assert_eq!(s.queues()[0].blocked_on, Some(BlockedOn::Lock));
+    // It resumes ahead of entry 2, still holding the lock.
+    s.enqueue(&k, 1, EntryKind::Resumed, None, 2);
+    let mut out = s.poll_runnable(2);
+    assert_eq!(ids(&out), vec![1]);
+    let again = out.remove(0);
+    s.release(again.permit, 3);
+    s.unlock(again.lock.unwrap(), 1, 3);
+    assert_eq!(ids(&s.poll_runnable(3)), vec![2]);
+}
+
+#[test]
+fn another_limit_key_on_the_same_object_shares_its_lock() {
+    let mut s = Scheduler::new(book(&[]), 100);
+    s.enqueue(
+        &key(Some("a"), Some("x"), Some("obj")),
+        1,
+        EntryKind::New,
+        None,
+        0,
+    );
+    s.enqueue(
+        &key(Some("a"), Some("y"), Some("obj")),
+        2,
+        EntryKind::New,
+        None,
+        0,
+    );
+    s.enqueue(
+        &key(Some("b"), Some("y"), Some("obj")),
+        3,
+        EntryKind::New,
+        None,
+        0,
+    );
+    let out = ids(&s.poll_runnable(0));
+    assert_eq!(
+        out,
+        vec![1, 3],
+        "same object under scope b is another object"
+    );
+}
+
+#[test]
+fn delayed_entries_wait_for_their_time() {
+    let mut s = Scheduler::new(book(&[]), 100);
+    let k = key(Some("a"), None, None);
+    s.enqueue(&k, 1, EntryKind::New, Some(50), 0);
+    assert_eq!(s.next_timer(), Some(50));
+    assert!(s.poll_runnable(10).is_empty());
+    assert_eq!(s.queues()[0].status, "scheduled");
+    assert_eq!(ids(&s.poll_runnable(50)), vec![1]);
+    assert_eq!(s.next_timer(), None);
+}
+
+#[test]
+fn removing_a_queued_entry() {
+    let mut s = Scheduler::new(book(&[("a", 1)]), 100);
+    let k = key(Some("a"), None, None);
+    let q = s.enqueue(&k, 1, EntryKind::New, None, 0);
+    s.enqueue(&k, 2, EntryKind::New, None, 0);
+    s.enqueue(&k, 3, EntryKind::New, None, 0);
+    let mut out = s.poll_runnable(0);
+    assert!(s.remove(q, 2, 1));
+    assert!(!s.remove(q, 2, 1));
+    s.release(out.remove(0).permit, 2);
+    assert_eq!(ids(&s.poll_runnable(2)), vec![3]);
+}
+
+#[test]
+fn raising_a_rule_wakes_held_queues() {
+    let mut s = Scheduler::new(book(&[("a", 1)]), 100);
+    let k = key(Some("a"), None, None);
+    for id in 1..=3 {
+        s.enqueue(&k, id, EntryKind::New, None, 0);
+    }
+    assert_eq!(s.poll_runnable(0).len(), 1);
+    s.on_rules_changed(book(&[("a", 3)]), 1);
+    assert_eq!(ids(&s.poll_runnable(1)), vec![2, 3]);
+    let counters = s.counters();
+    assert_eq!((counters[0].usage, counters[0].available), (3, 0));
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        4 => (0..KEYS.len()).prop_map(Event::Arrive),
+        3 => any::<usize>().prop_map(Event::Complete),
+        2 => any::<usize>().prop_map(Event::Suspend),
+        2 => any::<usize>().prop_map(Event::Resume),
+        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2)).prop_map(|(p, n, d)| Event::Rule(p, n, d)),
+        1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn scheduler_agrees_with_the_reference_model(
+        invoker_limit in 1u32..8,
+        events in prop::collection::vec(event(), 1..200),
+    ) {
+        let mut model = Model::new(invoker_limit);
+        for e in &events {
+            model.step(e);
+        }
+        model.drain();
+    }
+}
+
+/// SplitMix64: a tiny deterministic generator, so a seed replays the same run everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> usize {
+        (self.next() % n) as usize
+    }
+}
+
+/// Runs ≥ 1 M events through the scheduler against the model. Reproduce a failure with
+/// `SLUICE_SIM_SEED=<seed> cargo test -p sluice simulator`.
+#[test]
+fn simulator_one_million_events() {
+    let seed = std::env::var("SLUICE_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("simulator seed: {seed} (SLUICE_SIM_SEED={seed} replays it)");
+    let mut rng = Rng(seed);
+    let mut total = 0u64;
+    let mut runs = 0;
+    let mut worst = 0;
+    let wanted: u64 = std::env::var("SLUICE_SIM_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let started = std::time::Instant::now();
+    while total < wanted {
+        let invoker_limit = 1 + rng.below(12) as u32;
+        let mut model = Model::new(invoker_limit);
+        let events = 20_000;
+        for _ in 0..events {
+            let e = match rng.below(100) {
+                0..=39 => Event::Arrive(rng.below(KEYS.len() as u64)),
+                40..=64 => Event::Complete(rng.below(64)),
+                65..=79 => Event::Suspend(rng.below(64)),
+                80..=94 => Event::Resume(rng.below(64)),
+                95..=98 => Event::Rule(
+                    rng.below(PATTERNS.len() as u64),
+                    rng.below(5) as u32,
+                    rng.below(5) == 0,
+                ),
+                _ => Event::DeleteRule(rng.below(PATTERNS.len() as u64)),
+            };
+            let replay = std::panic::AssertUnwindSafe(|| model.step(&e));
+            if let Err(panic) = std::panic::catch_unwind(replay) {
+                eprintln!("simulator failed with seed {seed} (run {runs}, event {e:?})");
+                std::panic::resume_unwind(panic);
+            }
+        }
+        model.drain();
+        worst = worst.max(model.worst_wait);
+        total += events;
+        runs += 1;
+    }
+    println!(
+        "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches",
+        started.elapsed()
+    );
+}
