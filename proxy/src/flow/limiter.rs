@@ -273,9 +273,9 @@ impl Limiter {
         if self.node(id).resolved_at == Some(self.generation) {
             return;
         }
-        let (scope, l1, l2) = self.names(id);
+        let [scope, l1, l2] = self.names(id);
         let level = self.node(id).level;
-        let resolved = book.resolve(level, &scope, l1.as_deref(), l2.as_deref());
+        let resolved = book.resolve(level, scope.unwrap_or_default(), l1, l2);
         let generation = self.generation;
         let node = self.node_mut(id);
         node.limit = resolved.limit;
@@ -283,24 +283,16 @@ impl Limiter {
         node.resolved_at = Some(generation);
     }
 
-    fn names(&self, id: CounterId) -> (String, Option<String>, Option<String>) {
-        let node = self.node(id);
-        match node.level {
-            Level::Scope => (node.name.to_string(), None, None),
-            Level::L1 => {
-                let scope = self.node(node.parent.expect("L1 has a scope"));
-                (scope.name.to_string(), Some(node.name.to_string()), None)
-            }
-            Level::L2 => {
-                let l1 = self.node(node.parent.expect("L2 has an L1"));
-                let scope = self.node(l1.parent.expect("L1 has a scope"));
-                (
-                    scope.name.to_string(),
-                    Some(l1.name.to_string()),
-                    Some(node.name.to_string()),
-                )
-            }
+    /// Scope, L1 and L2 names of a counter, borrowed from it and its ancestors.
+    fn names(&self, id: CounterId) -> [Option<&str>; 3] {
+        let mut names = [None; 3];
+        let mut at = Some(id);
+        while let Some(id) = at {
+            let node = self.node(id);
+            names[node.level.index()] = Some(&*node.name);
+            at = node.parent;
         }
+        names
     }
 
     /// Whether every counter of `path` has room; `Err` names the deepest one that has not.
@@ -446,11 +438,11 @@ impl Limiter {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             self.resolve(id, book);
-            let (scope, l1, l2) = self.names(id);
+            let [scope, l1, l2] = self.names(id).map(|n| n.map(str::to_owned));
             let node = self.node(id);
             out.push(CounterSnapshot {
                 level: node.level,
-                scope,
+                scope: scope.unwrap_or_default(),
                 l1,
                 l2,
                 usage: node.usage,

@@ -22,7 +22,6 @@ use locks::{LockKey, Locks};
 pub use snapshot::{BlockedOn, QueueSnapshot};
 
 use super::limiter::{self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, WaiterId};
-
 use super::rules::RuleBook;
 use super::scope::{LimitKey, Scope};
 

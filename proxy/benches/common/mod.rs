@@ -1,0 +1,61 @@
+//! Fixtures shared by the flow benches: a 1,000-rule book and a key space of
+//! 10,000 scopes × 10 L1 × 10 L2 keys, walked in a scattered but repeatable order.
+
+#![allow(dead_code)]
+
+use std::num::NonZeroU32;
+
+use sluice::flow::{Limit, LimitKey, RuleBook, RulePattern, Scope, Upsert};
+
+/// Scopes in the key space.
+pub const SCOPES: usize = 10_000;
+/// L1 keys per scope.
+pub const L1S: usize = 10;
+/// L2 keys per L1 key.
+pub const L2S: usize = 10;
+/// All (scope, l1, l2) combinations.
+pub const KEYS: usize = SCOPES * L1S * L2S;
+
+/// The `i`-th key of a scattered walk over the whole key space (a multiplicative permutation).
+pub fn scattered(i: usize) -> (usize, usize, usize) {
+    let k = (i.wrapping_mul(2_654_435_761)) % KEYS;
+    (k / (L1S * L2S), (k / L2S) % L1S, k % L2S)
+}
+
+/// Names of a key.
+pub fn names(key: (usize, usize, usize)) -> (String, String, String) {
+    (
+        format!("tenant-{}", key.0),
+        format!("tier-{}", key.1),
+        format!("region-{}", key.2),
+    )
+}
+
+/// Parsed scope and limit key of a key.
+pub fn parsed(key: (usize, usize, usize)) -> (Scope, LimitKey) {
+    let (s, a, b) = names(key);
+    (
+        Scope::parse(&s).unwrap(),
+        LimitKey::parse(&format!("{a}/{b}")).unwrap(),
+    )
+}
+
+/// 1,000 rules of every shape, with limits high enough that admissions succeed.
+pub fn book() -> RuleBook {
+    let limit = Limit::Concurrency(NonZeroU32::new(1_000_000).unwrap());
+    let mut patterns = vec!["*".to_owned(), "*/*".to_owned(), "*/*/*".to_owned()];
+    patterns.extend((0..400).map(|i| format!("tenant-{}", i * 7)));
+    patterns.extend((0..300).map(|i| format!("tenant-{}/tier-{}", i * 11, i % L1S)));
+    patterns.extend((0..200).map(|i| format!("tenant-{}/*/region-{}", i * 13, i % L2S)));
+    patterns.extend((0..97).map(|i| format!("*/tier-{}/region-{}", i % L1S, i / L1S)));
+    patterns.sort();
+    patterns.dedup();
+    let upserts: Vec<Upsert> = patterns
+        .iter()
+        .map(|p| Upsert::new(RulePattern::parse(p).unwrap(), limit))
+        .collect();
+    let mut book = RuleBook::new();
+    book.apply_batch(&upserts, 0).unwrap();
+    assert!(book.len() >= 990, "fixture has {} rules", book.len());
+    book
+}

@@ -1,0 +1,98 @@
+//! Throughput and latency of the flow core. `cargo bench -p sluice --bench flow`.
+
+mod common;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use sluice::flow::limiter::{CounterPath, Limiter};
+use sluice::flow::scheduler::{EntryKind, QueueKey, Scheduler};
+use sluice::flow::{Level, LimitKey, Scope};
+
+/// Paths held for this many distinct keys (as queues hold them in a partition).
+const HELD_PATHS: usize = 100_000;
+
+fn admit_release(c: &mut Criterion) {
+    let book = common::book();
+    let mut limiter = Limiter::new();
+    let paths: Vec<CounterPath> = (0..HELD_PATHS)
+        .map(|i| {
+            let (scope, key) = common::parsed(common::scattered(i));
+            limiter.path(&scope, Some(&key))
+        })
+        .collect();
+    let mut woken = Vec::new();
+    let mut i = 0;
+    c.bench_function("limiter/admit+release (held path, 3 levels)", |b| {
+        b.iter(|| {
+            let path = &paths[i % HELD_PATHS];
+            i += 1;
+            let permit = limiter.try_acquire(black_box(path), &book).unwrap();
+            limiter.release(permit, &book, &mut woken);
+        })
+    });
+
+    let keys: Vec<(Scope, LimitKey)> = (0..HELD_PATHS)
+        .map(|i| common::parsed(common::scattered(i + HELD_PATHS)))
+        .collect();
+    let mut fresh = Limiter::new();
+    let mut j = 0;
+    c.bench_function("limiter/path+admit+release+drop (by name, cold key)", |b| {
+        b.iter(|| {
+            let (scope, key) = &keys[j % HELD_PATHS];
+            j += 1;
+            let path = fresh.path(scope, Some(key));
+            let permit = fresh.try_acquire(&path, &book).unwrap();
+            fresh.release(permit, &book, &mut woken);
+            fresh.drop_path(path);
+        })
+    });
+}
+
+fn resolve(c: &mut Criterion) {
+    let book = common::book();
+    let names: Vec<(String, String, String)> = (0..4096)
+        .map(|i| common::names(common::scattered(i)))
+        .collect();
+    for level in Level::ALL {
+        let mut i = 0;
+        c.bench_function(&format!("rules/resolve {level} (1,000 rules)"), |b| {
+            b.iter(|| {
+                let (s, a, r) = &names[i % names.len()];
+                i += 1;
+                black_box(book.resolve(level, s, Some(a), Some(r)))
+            })
+        });
+    }
+}
+
+fn scheduler(c: &mut Criterion) {
+    let book = Arc::new(common::book());
+    let mut sched = Scheduler::new(book, u32::MAX);
+    let keys: Vec<QueueKey> = (0..10_000)
+        .map(|i| {
+            let (scope, key) = common::parsed(common::scattered(i));
+            QueueKey {
+                scope: Some(scope),
+                limit_key: Some(key),
+                service: "Greeter".into(),
+                object_key: None,
+            }
+        })
+        .collect();
+    let mut id = 0u64;
+    c.bench_function("scheduler/enqueue+dispatch+release (10k queues)", |b| {
+        b.iter(|| {
+            id += 1;
+            let key = &keys[id as usize % keys.len()];
+            sched.enqueue(key, id, EntryKind::New, None, id);
+            for dispatch in sched.poll_runnable(id) {
+                sched.release(dispatch.permit, id);
+            }
+        })
+    });
+}
+
+criterion_group!(benches, admit_release, resolve, scheduler);
+criterion_main!(benches);
