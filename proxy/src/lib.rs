@@ -10,6 +10,7 @@ pub mod flow;
 pub mod ids;
 pub mod ingress;
 pub mod logging;
+pub mod protocol;
 pub mod server;
 pub mod shutdown;
 pub mod storage;
