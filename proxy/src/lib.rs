@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod discovery;
 pub mod errors;
 pub mod flow;
 pub mod ids;

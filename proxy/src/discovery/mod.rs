@@ -1,0 +1,7 @@
+//! Discovery: fetching and validating the endpoint manifest of a deployment.
+
+pub mod client;
+pub mod manifest;
+
+pub use client::{Discovered, DiscoveryClient, DiscoveryRequest, HttpVersion};
+pub use manifest::{HandlerType, Manifest, ProtocolMode, ServiceType};
