@@ -290,15 +290,18 @@ impl Manifest {
             if !handlers.insert(handler.name.as_str()) {
                 return Err(bad(format!("{at} is listed twice")));
             }
-            let allowed = match (service.ty, handler.effective_type(service.ty)) {
-                (ServiceType::Service, None) => true,
-                (
-                    ServiceType::VirtualObject,
-                    Some(HandlerType::Exclusive | HandlerType::Shared),
-                ) => true,
-                (ServiceType::Workflow, Some(HandlerType::Workflow | HandlerType::Shared)) => true,
-                _ => false,
-            };
+            let allowed = matches!(
+                (service.ty, handler.effective_type(service.ty)),
+                (ServiceType::Service, None)
+                    | (
+                        ServiceType::VirtualObject,
+                        Some(HandlerType::Exclusive | HandlerType::Shared)
+                    )
+                    | (
+                        ServiceType::Workflow,
+                        Some(HandlerType::Workflow | HandlerType::Shared)
+                    )
+            );
             if !allowed {
                 return Err(bad(format!(
                     "{at} has type {:?}, which a {:?} cannot have",
