@@ -12,6 +12,7 @@ pub mod ids;
 pub mod ingress;
 pub mod logging;
 pub mod protocol;
+pub mod registry;
 pub mod server;
 pub mod shutdown;
 pub mod storage;

@@ -13,6 +13,7 @@ use crate::admin::{self, AdminService, AdminState};
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
+use crate::registry::Registry;
 use crate::shutdown::{DrainService, SignalWatch};
 use crate::storage::Store;
 
@@ -23,6 +24,7 @@ const RUNTIME_STOP_SECS: u64 = 1;
 pub fn serve(config: Config) -> Result<(), CodedError> {
     let config = Arc::new(config);
     let store = Arc::new(Store::open(&config.data_dir)?);
+    let registry = Arc::new(Registry::load(Arc::clone(&store))?);
     let ingress_listener = bind(
         config.ingress.bind,
         "ingress",
@@ -53,6 +55,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         Arc::clone(&config),
         ingress_endpoint.clone(),
         Arc::clone(&store),
+        registry,
     );
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(

@@ -36,6 +36,68 @@ pub fn binary() -> PathBuf {
     bin
 }
 
+/// A binary built beside `sluice` in the same target dir.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let bin = binary().with_file_name(name);
+    assert!(
+        bin.exists(),
+        "{} not found: run `cargo test --workspace`",
+        bin.display()
+    );
+    bin
+}
+
+/// A deployment written with the real Restate Rust SDK (`sluice-test-deployment`).
+#[derive(Debug)]
+pub struct TestDeployment {
+    child: Child,
+    /// `http://127.0.0.1:<port>/`
+    pub uri: String,
+    /// The port it listens on.
+    pub port: u16,
+}
+
+impl TestDeployment {
+    /// Starts the deployment with a manifest flavor (`v1`, `v2`, `fewer`, `object`) on a free port.
+    pub async fn start(flavor: &str) -> Result<Self> {
+        Self::start_on(free_port(), flavor).await
+    }
+
+    /// Starts it on `port`.
+    pub async fn start_on(port: u16, flavor: &str) -> Result<Self> {
+        let child = Command::new(sibling_binary("sluice-test-deployment"))
+            .arg(format!("127.0.0.1:{port}"))
+            .arg(flavor)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("spawn sluice-test-deployment")?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                bail!("test deployment not listening on {port}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Self {
+            child,
+            uri: format!("http://127.0.0.1:{port}/"),
+            port,
+        })
+    }
+}
+
+impl Drop for TestDeployment {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
 use crate::errors::{AdminErrorBody, Code, CodedError};
+use crate::registry::RegistryError;
 
 /// An admin failure with its HTTP status.
 #[derive(Debug, Clone)]
@@ -29,6 +30,15 @@ impl AdminError {
         Self {
             status,
             error: CodedError::uncoded(message),
+        }
+    }
+}
+
+impl From<RegistryError> for AdminError {
+    fn from(err: RegistryError) -> Self {
+        match err {
+            RegistryError::NotFound(message) => Self::new(StatusCode::NOT_FOUND, message),
+            RegistryError::Coded(error) => error.into(),
         }
     }
 }

@@ -2,9 +2,12 @@
 //! under `/v2`–`/v4`. `/openapi` is generated from the handlers' annotations, so every route
 //! added with [`OpenApiRouter::routes`] shows up there.
 
+mod deployments;
 pub mod error;
 mod health;
 pub mod json;
+mod services;
+pub mod shapes;
 mod version;
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -26,6 +29,8 @@ pub use error::AdminError;
 pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformation};
 
 use crate::config::Config;
+use crate::discovery::DiscoveryClient;
+use crate::registry::Registry;
 use crate::shutdown::shutdown_started;
 use crate::storage::Store;
 
@@ -38,17 +43,28 @@ pub struct AdminState {
     pub ingress_endpoint: String,
     /// The store.
     pub store: Arc<Store>,
+    /// Deployments and services.
+    pub registry: Arc<Registry>,
+    /// Fetches endpoint manifests.
+    pub discovery: DiscoveryClient,
     /// The generated OpenAPI document, set once the router is built.
     openapi: OnceLock<serde_json::Value>,
 }
 
 impl AdminState {
     /// State for a router.
-    pub fn new(config: Arc<Config>, ingress_endpoint: String, store: Arc<Store>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        ingress_endpoint: String,
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+    ) -> Self {
         Self {
             config,
             ingress_endpoint,
             store,
+            registry,
+            discovery: DiscoveryClient::default(),
             openapi: OnceLock::new(),
         }
     }
@@ -61,6 +77,9 @@ impl AdminState {
         (name = "health", description = "Liveness"),
         (name = "version", description = "Version and features"),
         (name = "openapi", description = "This document"),
+        (name = "deployment", description = "Deployments and discovery"),
+        (name = "service", description = "Services"),
+        (name = "service_handler", description = "Handlers"),
     )
 )]
 struct ApiDoc;
@@ -71,6 +90,17 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(health::health))
         .routes(routes!(version::version))
         .routes(routes!(openapi))
+        .routes(routes!(deployments::create, deployments::list))
+        .routes(routes!(
+            deployments::get,
+            deployments::update,
+            deployments::delete
+        ))
+        .routes(routes!(services::list))
+        .routes(routes!(services::get, services::modify))
+        .routes(routes!(services::handlers))
+        .routes(routes!(services::handler))
+        .routes(routes!(services::openapi))
         .split_for_parts();
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);
@@ -185,7 +215,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let config = Arc::new(Config::default());
-        let state = AdminState::new(config, "http://127.0.0.1:8080/".into(), store);
+        let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
+        let state = AdminState::new(config, "http://127.0.0.1:8080/".into(), store, registry);
         (router(Arc::new(state)), dir)
     }
 

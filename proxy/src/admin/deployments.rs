@@ -1,0 +1,323 @@
+//! Deployment routes: register (with discovery), list, describe, update in place, remove.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use http::{StatusCode, header};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AdminState;
+use super::error::AdminError;
+use super::json::Json;
+use super::shapes::{DeploymentResponse, ServiceMetadata, ServiceNameRevision};
+use crate::discovery::DiscoveryRequest;
+use crate::errors::{Code, CodedError};
+use crate::ids::DeploymentId;
+use crate::registry::{Address, Deployment, InPlaceUpdate, Outcome, Registered, Registration};
+
+/// `POST /deployments`: an HTTP `uri` or a Lambda `arn`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RegisterDeploymentRequest {
+    /// Absolute `http://` URI of the SDK endpoint.
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Lambda function ARN (stored shape only: Lambda is out of reach from here).
+    #[serde(default)]
+    pub arn: Option<String>,
+    /// Headers sent with discovery and every invocation.
+    #[serde(default)]
+    pub additional_headers: Option<BTreeMap<String, String>>,
+    /// Operator metadata.
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Use HTTP/1.1 instead of HTTP/2.
+    #[serde(default)]
+    pub use_http_11: bool,
+    /// Accept a service type change.
+    #[serde(default)]
+    pub breaking: bool,
+    /// Replace a deployment at the same URI; accept a service type change.
+    #[serde(default)]
+    pub force: Option<bool>,
+    /// Discover and check, store nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What a registration answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RegisterDeploymentResponse {
+    /// `dp_…`
+    pub id: String,
+    /// The services at their new revisions.
+    pub services: Vec<ServiceMetadata>,
+    /// Lowest protocol version.
+    pub min_protocol_version: i32,
+    /// Highest protocol version.
+    pub max_protocol_version: i32,
+    /// SDK name and version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sdk_version: Option<String>,
+}
+
+/// `PATCH`/`PUT /deployments/{id}`: a new endpoint for the same deployment.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct UpdateDeploymentRequest {
+    /// New URI (default: the current one).
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Replaces all additional headers.
+    #[serde(default)]
+    pub additional_headers: Option<BTreeMap<String, String>>,
+    /// Use HTTP/1.1 instead of HTTP/2.
+    #[serde(default)]
+    pub use_http_11: Option<bool>,
+    /// Skip the in-place compatibility checks.
+    #[serde(default)]
+    pub overwrite: bool,
+    /// Discover and check, store nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `DELETE /deployments/{id}` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct DeleteParams {
+    /// Remove even with invocations pinned to it.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `GET /deployments`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ListDeploymentsResponse {
+    /// Every deployment.
+    pub deployments: Vec<DeploymentResponse<ServiceNameRevision>>,
+}
+
+fn parse_id(text: &str) -> Result<DeploymentId, AdminError> {
+    text.parse().map_err(|e| {
+        AdminError::new(
+            StatusCode::BAD_REQUEST,
+            format!("The request field 'deployment' is invalid. Reason: {e}"),
+        )
+    })
+}
+
+fn parse_uri(text: &str) -> Result<url::Url, AdminError> {
+    url::Url::parse(text).map_err(|e| {
+        AdminError::new(
+            StatusCode::BAD_REQUEST,
+            format!("The provided uri '{text}' is not absolute ({e}): only absolute URIs like http://host:9080/ can be used"),
+        )
+    })
+}
+
+fn detailed(state: &AdminState, d: &Deployment) -> DeploymentResponse<ServiceMetadata> {
+    let services = state
+        .registry
+        .services()
+        .into_iter()
+        .filter(|(s, _)| s.deployment_id == d.id)
+        .map(|(s, dep)| ServiceMetadata::of(&s, &dep, &state.config))
+        .collect();
+    DeploymentResponse::of(d, services)
+}
+
+fn listed(d: &Deployment) -> DeploymentResponse<ServiceNameRevision> {
+    let services = d
+        .revisions
+        .iter()
+        .map(|(name, revision)| ServiceNameRevision {
+            name: name.clone(),
+            revision: *revision,
+        })
+        .collect();
+    DeploymentResponse::of(d, services)
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// Discovers the endpoint and registers its services.
+#[utoipa::path(post, path = "/deployments", tag = "deployment", operation_id = "create_deployment",
+    request_body = RegisterDeploymentRequest,
+    responses(
+        (status = 201, description = "Registered.", body = RegisterDeploymentResponse),
+        (status = 200, description = "Already registered unchanged, replaced with force, or a dry run.", body = RegisterDeploymentResponse),
+        (status = 409, description = "META0004, META0006 or META0017."),
+        (status = 500, description = "Discovery failed: META0003, META0012–META0015.")))]
+pub async fn create(
+    State(state): State<Arc<AdminState>>,
+    Json(req): Json<RegisterDeploymentRequest>,
+) -> Result<
+    (
+        StatusCode,
+        [(header::HeaderName, String); 1],
+        Json<RegisterDeploymentResponse>,
+    ),
+    AdminError,
+> {
+    let uri = match (&req.uri, &req.arn) {
+        (Some(uri), None) => parse_uri(uri)?,
+        (None, Some(arn)) => {
+            return Err(AdminError::coded(
+                Code::META0003,
+                format!(
+                    "cannot discover Lambda deployment '{arn}': invoking AWS Lambda needs AWS network access and credentials, which this Sluice does not have; register an HTTP endpoint (uri) instead"
+                ),
+            ));
+        }
+        _ => {
+            return Err(AdminError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "the body must have exactly one of 'uri' (HTTP endpoint) or 'arn' (Lambda function)",
+            ));
+        }
+    };
+    let headers = req.additional_headers.clone().unwrap_or_default();
+    let found = state
+        .discovery
+        .discover(&DiscoveryRequest {
+            uri: uri.clone(),
+            additional_headers: headers.clone(),
+            use_http_11: req.use_http_11,
+        })
+        .await
+        .map_err(AdminError::from)?;
+    let registration = Registration {
+        uri: uri.to_string(),
+        additional_headers: headers,
+        metadata: req.metadata.clone().unwrap_or_default(),
+        use_http_11: req.use_http_11,
+        force: req.force.unwrap_or(false),
+        allow_type_change: req.breaking,
+        dry_run: req.dry_run,
+    };
+    let registered = state.registry.register(found, registration, now_ms())?;
+    let status = match registered.outcome {
+        Outcome::Created if !req.dry_run => StatusCode::CREATED,
+        _ => StatusCode::OK,
+    };
+    let location = format!("deployments/{}", registered.deployment.id);
+    Ok((
+        status,
+        [(header::LOCATION, location)],
+        Json(response(&state, &registered)),
+    ))
+}
+
+fn response(state: &AdminState, registered: &Registered) -> RegisterDeploymentResponse {
+    let d = &registered.deployment;
+    RegisterDeploymentResponse {
+        id: d.id.to_string(),
+        services: registered
+            .services
+            .iter()
+            .map(|s| ServiceMetadata::of(s, d, &state.config))
+            .collect(),
+        min_protocol_version: d.min_protocol_version,
+        max_protocol_version: d.max_protocol_version,
+        sdk_version: d.sdk_version.clone(),
+    }
+}
+
+/// Every deployment.
+#[utoipa::path(get, path = "/deployments", tag = "deployment", operation_id = "list_deployments",
+    responses((status = 200, body = ListDeploymentsResponse)))]
+pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListDeploymentsResponse> {
+    Json(ListDeploymentsResponse {
+        deployments: state.registry.deployments().iter().map(listed).collect(),
+    })
+}
+
+/// One deployment with its services in full.
+#[utoipa::path(get, path = "/deployments/{deployment}", tag = "deployment", operation_id = "get_deployment",
+    params(("deployment" = String, Path, description = "dp_…")),
+    responses((status = 200, body = DeploymentResponse<ServiceMetadata>), (status = 404, description = "No such deployment.")))]
+pub async fn get(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<DeploymentResponse<ServiceMetadata>>, AdminError> {
+    let d = state.registry.deployment(parse_id(&id)?)?;
+    Ok(Json(detailed(&state, &d)))
+}
+
+/// Points a deployment at a new endpoint in place (same services, handlers, types and protocol
+/// range, else META0016 unless `overwrite`).
+#[utoipa::path(patch, path = "/deployments/{deployment}", tag = "deployment", operation_id = "update_deployment",
+    params(("deployment" = String, Path, description = "dp_…")),
+    request_body = UpdateDeploymentRequest,
+    responses((status = 200, body = DeploymentResponse<ServiceMetadata>), (status = 400, description = "META0016.")))]
+pub async fn update(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    Json(req): Json<UpdateDeploymentRequest>,
+) -> Result<Json<DeploymentResponse<ServiceMetadata>>, AdminError> {
+    let id = parse_id(&id)?;
+    let current = state.registry.deployment(id)?;
+    let Address::Http {
+        uri, use_http_11, ..
+    } = &current.address
+    else {
+        return Err(AdminError::new(
+            StatusCode::BAD_REQUEST,
+            "Lambda deployments cannot be updated here: Lambda is out of reach",
+        ));
+    };
+    let uri = parse_uri(req.uri.as_deref().unwrap_or(uri))?;
+    let use_http_11 = req.use_http_11.unwrap_or(*use_http_11);
+    let headers = req
+        .additional_headers
+        .clone()
+        .unwrap_or_else(|| current.additional_headers.clone());
+    let found = state
+        .discovery
+        .discover(&DiscoveryRequest {
+            uri: uri.clone(),
+            additional_headers: headers.clone(),
+            use_http_11,
+        })
+        .await
+        .map_err(AdminError::from)?;
+    let change = InPlaceUpdate {
+        uri: uri.to_string(),
+        additional_headers: headers,
+        use_http_11,
+        overwrite: req.overwrite,
+        dry_run: req.dry_run,
+    };
+    let updated = state.registry.update(id, found, change)?;
+    let mut shown = detailed(&state, &updated.deployment);
+    if req.dry_run {
+        shown = DeploymentResponse::of(&updated.deployment, response(&state, &updated).services);
+    }
+    Ok(Json(shown))
+}
+
+/// Removes a deployment (202). Nothing can be pinned to it yet, so `force` changes nothing today.
+#[utoipa::path(delete, path = "/deployments/{deployment}", tag = "deployment", operation_id = "delete_deployment",
+    params(("deployment" = String, Path, description = "dp_…"), DeleteParams),
+    responses((status = 202, description = "Removed."), (status = 404, description = "No such deployment.")))]
+pub async fn delete(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    Query(params): Query<DeleteParams>,
+) -> Result<StatusCode, AdminError> {
+    let id = parse_id(&id)?;
+    state.registry.remove(id)?;
+    tracing::info!(deployment = %id, force = params.force, "deployment removed");
+    Ok(StatusCode::ACCEPTED)
+}
+
+impl From<CodedError> for AdminError {
+    fn from(error: CodedError) -> Self {
+        let status = error
+            .code
+            .map_or(StatusCode::INTERNAL_SERVER_ERROR, Code::http_status);
+        Self { status, error }
+    }
+}

@@ -1,0 +1,533 @@
+//! The deployment registry: deployments, services and handlers, in redb and cached in memory.
+//! Every change is one write transaction; the cache is replaced only after it commits.
+
+mod records;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+pub use records::{Address, Deployment, Service, ServiceOverrides, StoredHttpVersion};
+
+use crate::discovery::Discovered;
+use crate::errors::{Code, CodedError};
+use crate::ids::DeploymentId;
+use crate::storage::Store;
+
+const DEPLOYMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("deployments");
+const SERVICES: TableDefinition<&str, &[u8]> = TableDefinition::new("services");
+
+/// Why a registry operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryError {
+    /// No such deployment, service or handler (404).
+    NotFound(String),
+    /// A catalogue-coded refusal; status from the code.
+    Coded(CodedError),
+}
+
+impl From<CodedError> for RegistryError {
+    fn from(err: CodedError) -> Self {
+        Self::Coded(err)
+    }
+}
+
+/// How a registration ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new deployment (201).
+    Created,
+    /// The same URI, headers and manifest were already registered (200).
+    Unchanged,
+    /// An existing deployment at the URI was replaced, with `force` (200).
+    Overwritten,
+}
+
+/// A registration request after discovery.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// Base URI.
+    pub uri: String,
+    /// Headers sent to the deployment.
+    pub additional_headers: BTreeMap<String, String>,
+    /// Operator metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// HTTP/1.1 instead of HTTP/2.
+    pub use_http_11: bool,
+    /// Replace a conflicting deployment, accept type changes.
+    pub force: bool,
+    /// Accept service type changes (`breaking`).
+    pub allow_type_change: bool,
+    /// Check everything, store nothing.
+    pub dry_run: bool,
+}
+
+/// A new endpoint for an existing deployment.
+#[derive(Debug, Clone)]
+pub struct InPlaceUpdate {
+    /// Base URI.
+    pub uri: String,
+    /// Replaces all additional headers.
+    pub additional_headers: BTreeMap<String, String>,
+    /// HTTP/1.1 instead of HTTP/2.
+    pub use_http_11: bool,
+    /// Skip the compatibility checks.
+    pub overwrite: bool,
+    /// Check everything, store nothing.
+    pub dry_run: bool,
+}
+
+/// What a registration answers.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The deployment.
+    pub deployment: Deployment,
+    /// Its services at their new revisions.
+    pub services: Vec<Service>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct State {
+    deployments: BTreeMap<DeploymentId, Deployment>,
+    services: BTreeMap<String, Service>,
+}
+
+/// The registry, shared by the admin API and (later) the ingress and invoker.
+#[derive(Debug)]
+pub struct Registry {
+    store: Arc<Store>,
+    state: RwLock<State>,
+}
+
+fn storage_error(e: impl std::fmt::Display) -> CodedError {
+    CodedError::new(Code::META0005, format!("cannot store the registry: {e}"))
+}
+
+impl Registry {
+    /// Loads the registry from the store.
+    pub fn load(store: Arc<Store>) -> Result<Self, CodedError> {
+        let state = store.with_db(|db| -> Result<State, CodedError> {
+            let txn = db.begin_read().map_err(storage_error)?;
+            let mut state = State::default();
+            if let Ok(table) = txn.open_table(DEPLOYMENTS) {
+                for row in table.iter().map_err(storage_error)? {
+                    let (_, value) = row.map_err(storage_error)?;
+                    let d: Deployment =
+                        serde_json::from_slice(value.value()).map_err(storage_error)?;
+                    state.deployments.insert(d.id, d);
+                }
+            }
+            if let Ok(table) = txn.open_table(SERVICES) {
+                for row in table.iter().map_err(storage_error)? {
+                    let (_, value) = row.map_err(storage_error)?;
+                    let s: Service =
+                        serde_json::from_slice(value.value()).map_err(storage_error)?;
+                    state.services.insert(s.name.clone(), s);
+                }
+            }
+            Ok(state)
+        })??;
+        Ok(Self {
+            store,
+            state: RwLock::new(state),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every deployment, by id.
+    pub fn deployments(&self) -> Vec<Deployment> {
+        self.read().deployments.values().cloned().collect()
+    }
+
+    /// One deployment.
+    pub fn deployment(&self, id: DeploymentId) -> Result<Deployment, RegistryError> {
+        self.read().deployments.get(&id).cloned().ok_or_else(|| {
+            RegistryError::NotFound(format!("The requested deployment '{id}' does not exist"))
+        })
+    }
+
+    /// Every service, by name.
+    pub fn services(&self) -> Vec<(Service, Deployment)> {
+        let state = self.read();
+        state
+            .services
+            .values()
+            .filter_map(|s| Some((s.clone(), state.deployments.get(&s.deployment_id)?.clone())))
+            .collect()
+    }
+
+    /// One service with its deployment.
+    pub fn service(&self, name: &str) -> Result<(Service, Deployment), RegistryError> {
+        let state = self.read();
+        state
+            .services
+            .get(name)
+            .and_then(|s| Some((s.clone(), state.deployments.get(&s.deployment_id)?.clone())))
+            .ok_or_else(|| {
+                RegistryError::NotFound(format!("The requested service '{name}' does not exist"))
+            })
+    }
+
+    /// Registers a discovered deployment (`POST /deployments`).
+    pub fn register(
+        &self,
+        found: Discovered,
+        req: Registration,
+        now_ms: i64,
+    ) -> Result<Registered, RegistryError> {
+        let mut state = self.read().clone();
+        let same_uri: Vec<&Deployment> = state
+            .deployments
+            .values()
+            .filter(|d| d.uri() == Some(req.uri.as_str()))
+            .collect();
+        if same_uri.len() > 1 && req.force {
+            let ids: Vec<String> = same_uri.iter().map(|d| d.id.to_string()).collect();
+            return Err(CodedError::new(
+                Code::META0017,
+                format!(
+                    "cannot force-register {}: deployments {} share this URI, so it is ambiguous which to replace; remove all but one first",
+                    req.uri,
+                    ids.join(", ")
+                ),
+            )
+            .into());
+        }
+        let existing = same_uri.first().map(|d| (*d).clone());
+        if let Some(existing) = &existing {
+            let unchanged = existing.additional_headers == req.additional_headers
+                && existing.manifest == found.manifest;
+            if unchanged {
+                let services = state
+                    .services
+                    .values()
+                    .filter(|s| s.deployment_id == existing.id)
+                    .cloned()
+                    .collect();
+                return Ok(Registered {
+                    outcome: Outcome::Unchanged,
+                    deployment: existing.clone(),
+                    services,
+                });
+            }
+            if !req.force {
+                return Err(CodedError::new(
+                    Code::META0004,
+                    format!(
+                        "deployment {} is already registered at {} with different services or headers; register with force: true to replace it",
+                        existing.id, req.uri
+                    ),
+                )
+                .into());
+            }
+        }
+        if !req.force && !req.allow_type_change {
+            check_types(&state, &found)?;
+        }
+        let id = existing.as_ref().map_or_else(DeploymentId::new, |d| d.id);
+        let created_at_ms = existing.as_ref().map_or(now_ms, |d| d.created_at_ms);
+        let mut deployment = Deployment {
+            id,
+            address: Address::Http {
+                uri: req.uri.clone(),
+                use_http_11: req.use_http_11,
+                http_version: found.http_version.into(),
+            },
+            additional_headers: req.additional_headers,
+            metadata: req.metadata,
+            protocol_mode: found.manifest.protocol_mode.expect("validated"),
+            min_protocol_version: found.manifest.min_protocol_version,
+            max_protocol_version: found.manifest.max_protocol_version,
+            sdk_version: found.sdk_version,
+            created_at_ms,
+            manifest: found.manifest,
+            revisions: BTreeMap::new(),
+        };
+        let services = point_services(&mut state, &mut deployment);
+        state.deployments.insert(id, deployment.clone());
+        if !req.dry_run {
+            self.commit(state)?;
+        }
+        let outcome = if existing.is_some() {
+            Outcome::Overwritten
+        } else {
+            Outcome::Created
+        };
+        Ok(Registered {
+            outcome,
+            deployment,
+            services,
+        })
+    }
+
+    /// Replaces a deployment's endpoint in place (`PATCH`/`PUT /deployments/{id}`).
+    pub fn update(
+        &self,
+        id: DeploymentId,
+        found: Discovered,
+        change: InPlaceUpdate,
+    ) -> Result<Registered, RegistryError> {
+        let InPlaceUpdate {
+            uri,
+            additional_headers,
+            use_http_11,
+            overwrite,
+            dry_run,
+        } = change;
+        let mut state = self.read().clone();
+        let old = state.deployments.get(&id).cloned().ok_or_else(|| {
+            RegistryError::NotFound(format!("The requested deployment '{id}' does not exist"))
+        })?;
+        if !overwrite {
+            check_in_place(&old, &found)?;
+        }
+        let mut deployment = Deployment {
+            address: Address::Http {
+                uri,
+                use_http_11,
+                http_version: found.http_version.into(),
+            },
+            additional_headers,
+            protocol_mode: found.manifest.protocol_mode.expect("validated"),
+            min_protocol_version: found.manifest.min_protocol_version,
+            max_protocol_version: found.manifest.max_protocol_version,
+            sdk_version: found.sdk_version,
+            manifest: found.manifest,
+            revisions: old.revisions.clone(),
+            ..old
+        };
+        // Services keep their revision when updated in place; new ones start one.
+        let mut services = Vec::new();
+        for manifest in &deployment.manifest.services {
+            let service = match state.services.get(&manifest.name) {
+                Some(s) if s.deployment_id == id => Service {
+                    ty: manifest.ty,
+                    ..s.clone()
+                },
+                _ => new_revision(&state, &manifest.name, manifest.ty, id),
+            };
+            deployment
+                .revisions
+                .insert(service.name.clone(), service.revision);
+            state.services.insert(service.name.clone(), service.clone());
+            services.push(service);
+        }
+        state.deployments.insert(id, deployment.clone());
+        if !dry_run {
+            self.commit(state)?;
+        }
+        Ok(Registered {
+            outcome: Outcome::Overwritten,
+            deployment,
+            services,
+        })
+    }
+
+    /// Removes a deployment; its services fall back to the newest other deployment serving them,
+    /// or disappear.
+    pub fn remove(&self, id: DeploymentId) -> Result<(), RegistryError> {
+        let mut state = self.read().clone();
+        if state.deployments.remove(&id).is_none() {
+            return Err(RegistryError::NotFound(format!(
+                "The requested deployment '{id}' does not exist"
+            )));
+        }
+        let orphans: Vec<String> = state
+            .services
+            .values()
+            .filter(|s| s.deployment_id == id)
+            .map(|s| s.name.clone())
+            .collect();
+        for name in orphans {
+            let fallback = state
+                .deployments
+                .values()
+                .filter(|d| d.service(&name).is_some())
+                .max_by_key(|d| d.revisions.get(&name).copied().unwrap_or(0))
+                .map(|d| (d.id, d.revisions.get(&name).copied().unwrap_or(0)));
+            match fallback {
+                Some((deployment_id, revision)) => {
+                    let s = state.services.get_mut(&name).expect("listed");
+                    s.deployment_id = deployment_id;
+                    s.revision = revision;
+                }
+                None => {
+                    state.services.remove(&name);
+                }
+            }
+        }
+        self.commit(state)?;
+        Ok(())
+    }
+
+    /// Applies operator changes to a service (`PATCH /services/{s}`).
+    pub fn modify_service(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut ServiceOverrides),
+    ) -> Result<(Service, Deployment), RegistryError> {
+        let mut state = self.read().clone();
+        let service = state.services.get_mut(name).ok_or_else(|| {
+            RegistryError::NotFound(format!("The requested service '{name}' does not exist"))
+        })?;
+        change(&mut service.overrides);
+        self.commit(state)?;
+        self.service(name)
+    }
+
+    /// Writes `next` in one transaction, then makes it the cached state.
+    fn commit(&self, next: State) -> Result<(), CodedError> {
+        let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
+        self.store.with_db(|db| -> Result<(), CodedError> {
+            let txn = db.begin_write().map_err(storage_error)?;
+            {
+                let mut table = txn.open_table(DEPLOYMENTS).map_err(storage_error)?;
+                for gone in guard
+                    .deployments
+                    .keys()
+                    .filter(|id| !next.deployments.contains_key(id))
+                {
+                    table
+                        .remove(gone.to_string().as_str())
+                        .map_err(storage_error)?;
+                }
+                for (id, d) in &next.deployments {
+                    if guard.deployments.get(id) != Some(d) {
+                        let json = serde_json::to_vec(d).map_err(storage_error)?;
+                        table
+                            .insert(id.to_string().as_str(), json.as_slice())
+                            .map_err(storage_error)?;
+                    }
+                }
+                let mut table = txn.open_table(SERVICES).map_err(storage_error)?;
+                for gone in guard
+                    .services
+                    .keys()
+                    .filter(|n| !next.services.contains_key(*n))
+                {
+                    table.remove(gone.as_str()).map_err(storage_error)?;
+                }
+                for (name, s) in &next.services {
+                    if guard.services.get(name) != Some(s) {
+                        let json = serde_json::to_vec(s).map_err(storage_error)?;
+                        table
+                            .insert(name.as_str(), json.as_slice())
+                            .map_err(storage_error)?;
+                    }
+                }
+            }
+            txn.commit().map_err(storage_error)
+        })??;
+        *guard = next;
+        Ok(())
+    }
+}
+
+/// A service's next revision on deployment `id`, keeping operator overrides.
+fn new_revision(
+    state: &State,
+    name: &str,
+    ty: crate::discovery::ServiceType,
+    id: DeploymentId,
+) -> Service {
+    let previous = state.services.get(name);
+    Service {
+        name: name.to_owned(),
+        ty,
+        revision: previous.map_or(1, |s| s.revision + 1),
+        deployment_id: id,
+        overrides: previous.map(|s| s.overrides.clone()).unwrap_or_default(),
+    }
+}
+
+/// Points every service of `deployment` at it with a new revision; services it no longer
+/// provides (when it replaces a deployment in place) fall away.
+fn point_services(state: &mut State, deployment: &mut Deployment) -> Vec<Service> {
+    let provided: HashSet<&str> = deployment
+        .manifest
+        .services
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    state
+        .services
+        .retain(|name, s| s.deployment_id != deployment.id || provided.contains(name.as_str()));
+    let mut out = Vec::new();
+    for manifest in &deployment.manifest.services {
+        let service = new_revision(state, &manifest.name, manifest.ty, deployment.id);
+        deployment
+            .revisions
+            .insert(service.name.clone(), service.revision);
+        state.services.insert(service.name.clone(), service.clone());
+        out.push(service);
+    }
+    out
+}
+
+fn check_types(state: &State, found: &Discovered) -> Result<(), CodedError> {
+    for manifest in &found.manifest.services {
+        if let Some(previous) = state.services.get(&manifest.name)
+            && previous.ty != manifest.ty
+        {
+            return Err(CodedError::new(
+                Code::META0006,
+                format!(
+                    "detected a new service revision for '{}' changing the service type from {:?} to {:?}; a service type cannot change across revisions (register with force: true to accept the breaking change)",
+                    manifest.name, previous.ty, manifest.ty
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// In-place updates keep types, every service and handler, and the protocol range.
+fn check_in_place(old: &Deployment, found: &Discovered) -> Result<(), CodedError> {
+    let reject = |why: String| {
+        CodedError::new(
+            Code::META0016,
+            format!(
+                "cannot update deployment {} in place: {why}; register a new deployment instead",
+                old.id
+            ),
+        )
+    };
+    let new = &found.manifest;
+    if (new.min_protocol_version, new.max_protocol_version)
+        != (old.min_protocol_version, old.max_protocol_version)
+    {
+        return Err(reject(format!(
+            "the protocol range changes from [{}, {}] to [{}, {}]",
+            old.min_protocol_version,
+            old.max_protocol_version,
+            new.min_protocol_version,
+            new.max_protocol_version
+        )));
+    }
+    for before in &old.manifest.services {
+        let Some(after) = new.services.iter().find(|s| s.name == before.name) else {
+            return Err(reject(format!("service '{}' is gone", before.name)));
+        };
+        if after.ty != before.ty {
+            return Err(reject(format!(
+                "service '{}' changes type from {:?} to {:?}",
+                before.name, before.ty, after.ty
+            )));
+        }
+        for handler in &before.handlers {
+            if !after.handlers.iter().any(|h| h.name == handler.name) {
+                return Err(reject(format!(
+                    "handler '{}/{}' is gone",
+                    before.name, handler.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
