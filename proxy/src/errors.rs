@@ -254,6 +254,13 @@ impl Serialize for Code {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Code {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// A string that is not a catalogue code.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -346,11 +353,12 @@ pub struct IngressErrorBody<'a> {
 }
 
 /// The admin error body: `{"message": "[CODE] …", "restate_code": "CODE" | null}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, serde::Deserialize)]
 pub struct AdminErrorBody {
     /// The message, prefixed with `[CODE] ` when coded.
     pub message: String,
     /// The catalogue code, or null.
+    #[serde(default)]
     pub restate_code: Option<Code>,
 }
 

@@ -47,7 +47,7 @@ pub struct RegisterDeploymentRequest {
 }
 
 /// What a registration answers.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RegisterDeploymentResponse {
     /// `dp_…`
     pub id: String,
@@ -58,7 +58,7 @@ pub struct RegisterDeploymentResponse {
     /// Highest protocol version.
     pub max_protocol_version: i32,
     /// SDK name and version.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sdk_version: Option<String>,
 }
 
@@ -91,7 +91,7 @@ pub struct DeleteParams {
 }
 
 /// `GET /deployments`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ListDeploymentsResponse {
     /// Every deployment.
     pub deployments: Vec<DeploymentResponse<ServiceNameRevision>>,

@@ -2,11 +2,11 @@
 //! under `/v2`–`/v4`. `/openapi` is generated from the handlers' annotations, so every route
 //! added with [`OpenApiRouter::routes`] shows up there.
 
-mod deployments;
+pub mod deployments;
 pub mod error;
 mod health;
 pub mod json;
-mod services;
+pub mod services;
 pub mod shapes;
 mod version;
 

@@ -15,14 +15,14 @@ use crate::config::FriendlyDuration;
 use crate::discovery::ServiceType;
 
 /// `GET /services`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ListServicesResponse {
     /// Every service at its latest revision.
     pub services: Vec<ServiceMetadata>,
 }
 
 /// `GET /services/{s}/handlers`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ListHandlersResponse {
     /// The handlers.
     pub handlers: Vec<HandlerMetadata>,

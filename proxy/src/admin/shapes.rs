@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::config::{Config, FriendlyDuration, OnMaxAttempts};
@@ -15,37 +15,37 @@ fn ms(v: Option<u64>) -> Option<String> {
 }
 
 /// Retry settings of a service (all set) or handler (only overrides set).
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RetryPolicy {
     /// Delay before the first retry.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_interval: Option<String>,
     /// Growth per attempt.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exponentiation_factor: Option<f64>,
     /// Attempts before `on_max_attempts`.
     pub max_attempts: Option<u64>,
     /// Longest delay.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_interval: Option<String>,
     /// `Pause` or `Kill`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_max_attempts: Option<String>,
 }
 
 /// A handler, as `GET /services/{s}/handlers/{h}` shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct HandlerMetadata {
     /// Its name.
     pub name: String,
     /// `Exclusive`, `Shared` or `Workflow`; absent for plain services.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ty: Option<String>,
     /// Free text.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documentation: Option<String>,
     /// Free key/values.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
     /// Callable through the ingress.
     pub public: bool,
@@ -54,11 +54,11 @@ pub struct HandlerMetadata {
     /// What output it gives.
     pub output_description: String,
     /// JSON schema of the input.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub input_json_schema: Option<serde_json::Value>,
     /// JSON schema of the output.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub output_json_schema: Option<serde_json::Value>,
     /// Handler-level retry overrides.
@@ -66,7 +66,7 @@ pub struct HandlerMetadata {
 }
 
 /// A service, as `GET /services/{s}` shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ServiceMetadata {
     /// Its name.
     pub name: String,
@@ -75,10 +75,10 @@ pub struct ServiceMetadata {
     /// Its handlers.
     pub handlers: Vec<HandlerMetadata>,
     /// Free text.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documentation: Option<String>,
     /// Free key/values.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
     /// Deployment of the latest revision.
     pub deployment_id: String,
@@ -89,7 +89,7 @@ pub struct ServiceMetadata {
     /// How long idempotency keys are kept.
     pub idempotency_retention: String,
     /// How long a finished workflow is kept (workflows only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_completion_retention: Option<String>,
     /// How long journals are kept.
     pub journal_retention: String,
@@ -270,7 +270,7 @@ impl ServiceMetadata {
 }
 
 /// A service name and revision, as deployment listings show them.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ServiceNameRevision {
     /// The service.
     pub name: String,
@@ -279,27 +279,27 @@ pub struct ServiceNameRevision {
 }
 
 /// A deployment; `S` is [`ServiceNameRevision`] in lists and [`ServiceMetadata`] in details.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DeploymentResponse<S> {
     /// `dp_…`
     pub id: String,
     /// HTTP deployments: the URI.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
     /// Lambda deployments: the ARN.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arn: Option<String>,
     /// `BidiStream` or `RequestResponse`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol_type: Option<String>,
     /// `HTTP/2.0` or `HTTP/1.1`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_version: Option<String>,
     /// Header names sent to the deployment; values are redacted because they may hold credentials.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub additional_headers: BTreeMap<String, String>,
     /// Operator metadata.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
     /// RFC 3339.
     pub created_at: String,
@@ -308,7 +308,7 @@ pub struct DeploymentResponse<S> {
     /// Highest protocol version.
     pub max_protocol_version: i32,
     /// SDK name and version.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sdk_version: Option<String>,
     /// Its services.
     pub services: Vec<S>,

@@ -1,6 +1,9 @@
 //! Command-line interface: `serve` and the admin subcommands. `main.rs` parses; this runs.
 
+mod client;
 mod explain;
+mod registry;
+mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +29,24 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print what an error code means (e.g. `sluice explain RT0024`).
     Explain(explain::ExplainArgs),
+    /// Register, list, describe and remove deployments (admin API client).
+    Deployments {
+        /// What to do.
+        #[command(subcommand)]
+        command: registry::DeploymentsCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
+    /// List and describe services (admin API client).
+    Services {
+        /// What to do.
+        #[command(subcommand)]
+        command: registry::ServicesCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
 }
 
 /// Flags of `sluice serve`; each is also a config key (and so an environment variable).
@@ -56,7 +77,22 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(args) => report(serve(args)),
         Command::Explain(args) => report(explain::run(&args)),
+        Command::Deployments { command, admin } => {
+            report(block_on(registry::deployments(&command, &admin)))
+        }
+        Command::Services { command, admin } => {
+            report(block_on(registry::services(&command, &admin)))
+        }
     }
+}
+
+/// Admin commands are one request or two: a current-thread runtime is plenty.
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(future)
 }
 
 fn serve(args: ServeArgs) -> Result<(), CodedError> {

@@ -1,0 +1,91 @@
+//! A typed client of the admin API for the CLI: the same shapes the server serialises.
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::errors::{AdminErrorBody, CodedError};
+
+/// Where the admin API is, when no flag or `SLUICE_ADMIN_URL` says otherwise.
+pub const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:9070";
+
+/// Talks to one admin listener.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    base: String,
+    http: reqwest::Client,
+    token: Option<String>,
+}
+
+/// A successful answer: its status and raw JSON (for `--json`).
+#[derive(Debug)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Body as JSON (`null` when empty).
+    pub json: serde_json::Value,
+}
+
+impl Answer {
+    /// The body as a typed shape.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, CodedError> {
+        serde_json::from_value(self.json.clone())
+            .map_err(|e| CodedError::uncoded(format!("unexpected answer from the admin API: {e}")))
+    }
+}
+
+impl AdminClient {
+    /// A client of `base` (e.g. `http://127.0.0.1:9070`), sending `token` as a bearer token.
+    pub fn new(base: &str, token: Option<String>) -> Self {
+        Self {
+            base: base.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    /// Sends a request; admin errors come back with their code and message.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<Answer, CodedError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await.map_err(|e| {
+            CodedError::uncoded(format!(
+                "cannot reach the admin API at {}: {e}; is `sluice serve` running there? (set --admin-url or SLUICE_ADMIN_URL)",
+                self.base
+            ))
+        })?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| CodedError::uncoded(format!("cannot read the admin API's answer: {e}")))?;
+        let json: serde_json::Value = if bytes.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+                serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+            })
+        };
+        if status.is_success() {
+            return Ok(Answer { status, json });
+        }
+        Err(
+            match serde_json::from_value::<AdminErrorBody>(json.clone()) {
+                // The message already carries its `[CODE] ` prefix.
+                Ok(body) => CodedError::uncoded(body.message),
+                Err(_) => CodedError::uncoded(format!("the admin API answered {status}: {json}")),
+            },
+        )
+    }
+}
