@@ -65,14 +65,36 @@ impl TestDeployment {
 
     /// Starts it on `port`.
     pub async fn start_on(port: u16, flavor: &str) -> Result<Self> {
-        let child = Command::new(sibling_binary("sluice-test-deployment"))
-            .arg(format!("127.0.0.1:{port}"))
-            .arg(flavor)
+        let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
+        cmd.arg(format!("127.0.0.1:{port}")).arg(flavor);
+        Self::spawn(cmd, port).await
+    }
+
+    /// Starts the TypeScript SDK deployment (`tests/ts-deployment`, installed by `scripts/setup`):
+    /// `h2` serves HTTP/2 bidi, `h1` HTTP/1.1 request/response.
+    pub async fn typescript(mode: &str) -> Result<Self> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ts-deployment");
+        if !dir.join("node_modules/@restatedev/restate-sdk").exists() {
+            bail!(
+                "{}/node_modules is missing: run scripts/setup (it runs npm ci there)",
+                dir.display()
+            );
+        }
+        let port = free_port();
+        let mut cmd = Command::new("node");
+        cmd.arg(dir.join("deployment.js"))
+            .arg(port.to_string())
+            .arg(mode);
+        Self::spawn(cmd, port).await
+    }
+
+    async fn spawn(mut cmd: Command, port: u16) -> Result<Self> {
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .context("spawn sluice-test-deployment")?;
+            .with_context(|| format!("spawn {cmd:?}"))?;
         let deadline = Instant::now() + READY_TIMEOUT;
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await

@@ -415,3 +415,55 @@ async fn discovery_failures_carry_their_codes() {
             .starts_with("the body is not valid JSON")
     );
 }
+
+#[tokio::test]
+async fn typescript_sdk_over_http2_and_http11() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let url = format!("{}/deployments", sluice.admin_url);
+    let h2 = TestDeployment::typescript("h2").await.unwrap();
+    let h1 = TestDeployment::typescript("h1").await.unwrap();
+
+    let (status, body) = post(&url, json!({"uri": h2.uri})).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["sdk_version"], "restate-sdk-typescript/1.17.2");
+    let (_, detail) = get_json(&format!("{url}/{}", body["id"].as_str().unwrap())).await;
+    assert_eq!(
+        (
+            detail["protocol_type"].as_str(),
+            detail["http_version"].as_str()
+        ),
+        (Some("BidiStream"), Some("HTTP/2.0"))
+    );
+
+    // The HTTP/1.1 server cannot be discovered over h2c…
+    let (status, body) = post(&url, json!({"uri": h1.uri})).await;
+    assert_eq!(status, 500);
+    assert_code(&body, "META0014");
+    // …but can with use_http_11, in request/response mode; its services replace the h2 ones.
+    let (status, body) = post(&url, json!({"uri": h1.uri, "use_http_11": true})).await;
+    assert_eq!(status, 201, "{body}");
+    let (_, detail) = get_json(&format!("{url}/{}", body["id"].as_str().unwrap())).await;
+    assert_eq!(
+        (
+            detail["protocol_type"].as_str(),
+            detail["http_version"].as_str()
+        ),
+        (Some("RequestResponse"), Some("HTTP/1.1"))
+    );
+    let (_, counter) = get_json(&format!("{}/services/TsCounter", sluice.admin_url)).await;
+    assert_eq!(counter["revision"], 2);
+    assert_eq!(
+        counter["inactivity_timeout"], "0s",
+        "request/response deployments do not idle"
+    );
+    let types: Vec<&str> = counter["handlers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["ty"].as_str().unwrap())
+        .collect();
+    assert!(
+        types.contains(&"Exclusive") && types.contains(&"Shared"),
+        "{types:?}"
+    );
+}
