@@ -298,6 +298,19 @@ pub async fn update(
     Ok(Json(shown))
 }
 
+/// `PUT` spelling of [`update`]: the same in-place update.
+#[utoipa::path(put, path = "/deployments/{deployment}", tag = "deployment", operation_id = "replace_deployment",
+    params(("deployment" = String, Path, description = "dp_…")),
+    request_body = UpdateDeploymentRequest,
+    responses((status = 200, body = DeploymentResponse<ServiceMetadata>), (status = 400, description = "META0016.")))]
+pub async fn replace(
+    state: State<Arc<AdminState>>,
+    id: Path<String>,
+    body: Json<UpdateDeploymentRequest>,
+) -> Result<Json<DeploymentResponse<ServiceMetadata>>, AdminError> {
+    update(state, id, body).await
+}
+
 /// Removes a deployment (202). Nothing can be pinned to it yet, so `force` changes nothing today.
 #[utoipa::path(delete, path = "/deployments/{deployment}", tag = "deployment", operation_id = "delete_deployment",
     params(("deployment" = String, Path, description = "dp_…"), DeleteParams),
