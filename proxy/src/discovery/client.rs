@@ -2,11 +2,13 @@
 //! registered with `use_http_11`. Failures map to META codes; transient ones are retried.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode, Version, header};
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -50,11 +52,13 @@ pub struct Discovered {
     pub sdk_version: Option<String>,
 }
 
+type Connector = HttpsConnector<HttpConnector>;
+
 /// Fetches manifests; one per process is enough (it pools connections).
 #[derive(Debug, Clone)]
 pub struct DiscoveryClient {
-    h2: Client<HttpConnector, Empty<Bytes>>,
-    h1: Client<HttpConnector, Empty<Bytes>>,
+    h2: Client<Connector, Empty<Bytes>>,
+    h1: Client<Connector, Empty<Bytes>>,
     attempts: u32,
     backoff: Duration,
     timeout: Duration,
@@ -76,16 +80,30 @@ fn unreachable(url: &str, why: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::META0003, format!("error when calling '{url}': {why}"))
 }
 
+/// An error with its causes, outermost first: hyper's own text ("client error (Connect)")
+/// hides the reason a person can act on (refused, unknown certificate issuer, …).
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 impl DiscoveryClient {
     /// A client making up to `attempts` tries, `backoff` apart (doubling), each within `timeout`.
     pub fn new(attempts: u32, backoff: Duration, timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeout));
         Self {
             h2: Client::builder(TokioExecutor::new())
                 .http2_only(true)
-                .build(connector.clone()),
-            h1: Client::builder(TokioExecutor::new()).build(connector),
+                .build(connector(timeout, true)),
+            h1: Client::builder(TokioExecutor::new()).build(connector(timeout, false)),
             attempts: attempts.max(1),
             backoff,
             timeout,
@@ -119,16 +137,19 @@ impl DiscoveryClient {
                 let why = format!("no answer within {:?}", self.timeout);
                 return Err(Failure::Retry(unreachable(url, why)));
             }
-            Ok(Err(e)) if e.is_connect() => return Err(Failure::Retry(unreachable(url, &e))),
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(Failure::Retry(unreachable(url, chain(&e))));
+            }
             Ok(Err(e)) if !req.use_http_11 && self.speaks_http11(req, url).await => {
                 return Err(Failure::Final(CodedError::new(
                     Code::META0014,
                     format!(
-                        "error when calling '{url}' over HTTP/2: {e}; the server possibly supports only HTTP/1.1: register it with use_http_11 (CLI --use-http1.1)"
+                        "error when calling '{url}' over HTTP/2: {}; the server possibly supports only HTTP/1.1: register it with use_http_11 (CLI --use-http1.1)",
+                        chain(&e)
                     ),
                 )));
             }
-            Ok(Err(e)) => return Err(Failure::Retry(unreachable(url, &e))),
+            Ok(Err(e)) => return Err(Failure::Retry(unreachable(url, chain(&e)))),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
@@ -194,6 +215,33 @@ impl DiscoveryClient {
     }
 }
 
+/// Plain TCP for `http://`, rustls (system roots) for `https://`, offering h2 or HTTP/1.1 by ALPN.
+fn connector(timeout: Duration, http2: bool) -> Connector {
+    let mut tcp = HttpConnector::new();
+    tcp.set_connect_timeout(Some(timeout));
+    tcp.enforce_http(false);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = HttpsConnectorBuilder::new();
+    let builder = match builder.with_provider_and_native_roots(Arc::clone(&provider)) {
+        Ok(builder) => builder,
+        Err(e) => {
+            tracing::warn!(error = %e, "no system CA certificates found: https deployments will not verify");
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            HttpsConnectorBuilder::new().with_tls_config(config)
+        }
+    };
+    let builder = builder.https_or_http();
+    if http2 {
+        builder.enable_http2().wrap_connector(tcp)
+    } else {
+        builder.enable_http1().wrap_connector(tcp)
+    }
+}
+
 fn status_failure(url: &str, status: StatusCode, body: &[u8]) -> Failure {
     if status == StatusCode::NOT_FOUND {
         return Failure::Final(unreachable(
@@ -215,15 +263,7 @@ fn status_failure(url: &str, status: StatusCode, body: &[u8]) -> Failure {
 /// `{uri}/discover`, keeping the URI's own path as prefix and its query.
 pub fn discover_url(uri: &url::Url) -> Result<String, CodedError> {
     match uri.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(CodedError::new(
-                Code::META0003,
-                format!(
-                    "cannot reach '{uri}': this build does not speak TLS to deployments yet; register the deployment over http://"
-                ),
-            ));
-        }
+        "http" | "https" => {}
         other => {
             return Err(CodedError::new(
                 Code::META0003,

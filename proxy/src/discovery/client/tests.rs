@@ -210,6 +210,45 @@ fn urls_keep_prefix_and_query() {
         url("http://h:1/a?x=1").unwrap(),
         "http://h:1/a/discover?x=1"
     );
-    assert_eq!(url("https://h/").unwrap_err().code, Some(Code::META0003));
+    assert_eq!(url("https://h/").unwrap(), "https://h/discover");
     assert_eq!(url("ftp://h/").unwrap_err().code, Some(Code::META0003));
+}
+
+/// A TLS endpoint with a self-signed certificate: the client must really handshake, and refuse
+/// a certificate no trusted CA signed.
+#[tokio::test]
+async fn https_endpoints_are_reached_over_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handshakes = Arc::new(AtomicU32::new(0));
+    let seen = Arc::clone(&handshakes);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                // The client aborts on the unknown issuer; reaching the handshake is the point.
+                seen.fetch_add(1, Ordering::SeqCst);
+                let _ = acceptor.accept(stream).await;
+            });
+        }
+    });
+    let req = DiscoveryRequest {
+        uri: format!("https://localhost:{port}/").parse().unwrap(),
+        additional_headers: BTreeMap::new(),
+        use_http_11: false,
+    };
+    let err = client().discover(&req).await.unwrap_err();
+    assert_eq!(err.code, Some(Code::META0003), "{err}");
+    assert!(err.message.to_lowercase().contains("certificate"), "{err}");
+    assert!(handshakes.load(Ordering::SeqCst) >= 1);
 }
