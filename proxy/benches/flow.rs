@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sluice::flow::limiter::{CounterPath, Limiter};
-use sluice::flow::scheduler::{EntryKind, QueueKey, Scheduler};
+use sluice::flow::scheduler::{EntryKind, Scheduler};
 use sluice::flow::{Level, LimitKey, Scope};
 
 /// Paths held for this many distinct keys (as queues hold them in a partition).
@@ -70,17 +70,7 @@ fn resolve(c: &mut Criterion) {
 fn scheduler(c: &mut Criterion) {
     let book = Arc::new(common::book());
     let mut sched = Scheduler::new(book, u32::MAX);
-    let keys: Vec<QueueKey> = (0..10_000)
-        .map(|i| {
-            let (scope, key) = common::parsed(common::scattered(i));
-            QueueKey {
-                scope: Some(scope),
-                limit_key: Some(key),
-                service: "Greeter".into(),
-                object_key: None,
-            }
-        })
-        .collect();
+    let keys = common::queue_keys(10_000);
     let mut id = 0u64;
     c.bench_function("scheduler/enqueue+dispatch+release (10k queues)", |b| {
         b.iter(|| {

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use sluice::flow::limiter::{CounterPath, Limiter};
-use sluice::flow::scheduler::{EntryKind, QueueKey, Scheduler};
+use sluice::flow::scheduler::{EntryKind, Scheduler};
 use sluice::flow::{Limit, RuleBook, RulePattern, Upsert};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -30,17 +30,7 @@ fn held_entries() {
     let one = Limit::Concurrency(NonZeroU32::MIN);
     book.apply_batch(&[Upsert::new(RulePattern::parse("*").unwrap(), one)], 0)
         .unwrap();
-    let keys: Vec<QueueKey> = (0..QUEUES)
-        .map(|i| {
-            let (scope, key) = common::parsed(common::scattered(i));
-            QueueKey {
-                scope: Some(scope),
-                limit_key: Some(key),
-                service: "Greeter".into(),
-                object_key: None,
-            }
-        })
-        .collect();
+    let keys = common::queue_keys(QUEUES);
     let region = Region::new(GLOBAL);
     let mut sched = Scheduler::new(Arc::new(book), u32::MAX);
     for id in 0..ENTRIES {

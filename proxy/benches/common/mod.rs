@@ -5,6 +5,7 @@
 
 use std::num::NonZeroU32;
 
+use sluice::flow::scheduler::QueueKey;
 use sluice::flow::{Limit, LimitKey, RuleBook, RulePattern, Scope, Upsert};
 
 /// Scopes in the key space.
@@ -58,4 +59,19 @@ pub fn book() -> RuleBook {
     book.apply_batch(&upserts, 0).unwrap();
     assert!(book.len() >= 990, "fixture has {} rules", book.len());
     book
+}
+
+/// Queue keys of the first `n` keys of the walk: one service, scoped, with a 2-level limit key.
+pub fn queue_keys(n: usize) -> Vec<QueueKey> {
+    (0..n)
+        .map(|i| {
+            let (scope, key) = parsed(scattered(i));
+            QueueKey {
+                scope: Some(scope),
+                limit_key: Some(key),
+                service: "Greeter".into(),
+                object_key: None,
+            }
+        })
+        .collect()
 }
