@@ -1,8 +1,12 @@
 //! The ingress listener, served by pingora. Requests go through phases, each a function with one
 //! job: route, then (in later stages) extract, validate, admit, invoke and reply.
 
+pub mod error;
+pub mod input;
+pub mod path;
 pub mod reply;
 mod route;
+pub mod target;
 
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::sync::Arc;

@@ -133,3 +133,10 @@ pub struct Service {
     /// Operator changes.
     pub overrides: ServiceOverrides,
 }
+
+impl Service {
+    /// Virtual objects and workflows are addressed with a key.
+    pub fn service_type_is_keyed(&self) -> bool {
+        self.ty != ServiceType::Service
+    }
+}

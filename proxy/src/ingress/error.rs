@@ -1,0 +1,51 @@
+//! An ingress rejection: status, optional catalogue code, message; answered in the ingress shape.
+
+use http::{Response, StatusCode};
+
+use super::reply;
+use crate::errors::{Code, ErrorSource};
+
+/// Why the ingress refuses a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngressError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Catalogue code, when one applies.
+    pub code: Option<Code>,
+    /// What to fix.
+    pub message: String,
+}
+
+impl IngressError {
+    /// 400 without a code.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: None,
+            message: message.into(),
+        }
+    }
+
+    /// 405.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: None,
+            message: message.into(),
+        }
+    }
+
+    /// With a catalogue code and its status.
+    pub fn coded(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            status: code.http_status(),
+            code: Some(code),
+            message: message.into(),
+        }
+    }
+
+    /// The answer in the ingress error shape.
+    pub fn into_response(self) -> Response<Vec<u8>> {
+        reply::error(self.status, self.code, ErrorSource::Ingress, &self.message)
+    }
+}
