@@ -1,0 +1,351 @@
+//! One attempt of an invocation: `POST {uri}/invoke/{service}/{handler}` with the Start message
+//! and the journal replayed, then the deployment's messages read back until it ends, suspends or
+//! fails. The request body is closed after the replay (request/response semantics, which every
+//! SDK accepts in either protocol mode); completions arrive through later attempts.
+//!
+//! HTTP and protocol failures map to their RT codes: 502/504 and connection errors RT0010,
+//! 429/503 RT0023 (with `Retry-After`), 415 RT0015, 413 RT0019, any other status or a wrong
+//! content type RT0012, silence for `abort-timeout` RT0001, an oversize message RT0003.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderName, HeaderValue, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::protocol::message::{Kind, Sender};
+use crate::protocol::{Frame, FrameDecoder, Message, MessageType, ProtocolVersion, proto};
+
+/// Everything one attempt needs.
+#[derive(Debug, Clone)]
+pub struct AttemptRequest {
+    /// The deployment's base URI.
+    pub uri: url::Url,
+    /// Speak HTTP/1.1 (request/response deployments registered with `use_http_11`).
+    pub use_http_11: bool,
+    /// Sent with every request.
+    pub additional_headers: BTreeMap<String, String>,
+    /// Target service.
+    pub service: String,
+    /// Target handler.
+    pub handler: String,
+    /// Object or workflow key.
+    pub key: Option<String>,
+    /// The invocation.
+    pub invocation_id: InvocationId,
+    /// The pinned protocol version.
+    pub protocol: ProtocolVersion,
+    /// Journal to replay, Input first, as stored.
+    pub journal: Vec<Frame>,
+    /// Eager state for keyed targets.
+    pub state: Vec<(Bytes, Bytes)>,
+    /// Whether `state` is only part of the object's state.
+    pub partial_state: bool,
+    /// Seed for the SDK's deterministic random (V6+).
+    pub random_seed: u64,
+    /// Attempts since the last stored entry.
+    pub retry_count: u32,
+    /// Give up after this long without a message (RT0001).
+    pub abort_timeout: Duration,
+    /// Largest accepted message (RT0003).
+    pub message_size_limit: usize,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// `EndMessage`: the invocation completed (its Output is among the messages).
+    End,
+    /// `SuspensionMessage`: waiting for completions or signals.
+    Suspended(Message),
+    /// `ErrorMessage`: the handler failed; retry per policy.
+    Failed(proto::ErrorMessage),
+}
+
+/// What the deployment sent in one attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// New messages after the replayed journal, with their ack flags, in order.
+    pub messages: Vec<(Message, bool)>,
+    /// How it ended.
+    pub ending: Ending,
+    /// `x-restate-server`, when sent.
+    pub sdk: Option<String>,
+}
+
+/// A failed attempt: its code and, for RT0023, when to retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptError {
+    /// Code and message.
+    pub error: CodedError,
+    /// `Retry-After` of a 429/503.
+    pub retry_after: Option<Duration>,
+}
+
+impl From<CodedError> for AttemptError {
+    fn from(error: CodedError) -> Self {
+        Self {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// Runs attempts; one per process (it pools connections).
+#[derive(Debug, Clone)]
+pub struct AttemptClient {
+    h2: Client<HttpConnector, Full<Bytes>>,
+    h1: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for AttemptClient {
+    fn default() -> Self {
+        Self {
+            h2: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build(HttpConnector::new()),
+            h1: Client::builder(TokioExecutor::new()).build(HttpConnector::new()),
+        }
+    }
+}
+
+fn err(code: Code, message: String) -> AttemptError {
+    CodedError::new(code, message).into()
+}
+
+/// The request body: Start, then the journal as stored.
+fn request_body(req: &AttemptRequest) -> Bytes {
+    let known = u32::try_from(req.journal.len()).expect("journals are shorter than 2^32");
+    let start = Message::Start(proto::StartMessage {
+        id: Bytes::copy_from_slice(&req.invocation_id.to_bytes()),
+        debug_id: req.invocation_id.to_string(),
+        known_entries: known,
+        state_map: req
+            .state
+            .iter()
+            .map(|(key, value)| proto::start_message::StateEntry {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        partial_state: req.partial_state,
+        key: req.key.clone().unwrap_or_default(),
+        retry_count_since_last_stored_entry: req.retry_count,
+        random_seed: if req.protocol >= ProtocolVersion::V6 {
+            req.random_seed
+        } else {
+            0
+        },
+        ..Default::default()
+    });
+    let mut body = BytesMut::new();
+    start.to_frame(false).encode(&mut body);
+    for frame in &req.journal {
+        frame.encode(&mut body);
+    }
+    body.freeze()
+}
+
+fn invoke_url(req: &AttemptRequest) -> String {
+    let mut url = req.uri.clone();
+    let base = req.uri.path().trim_end_matches('/');
+    url.set_path(&format!("{base}/invoke/{}/{}", req.service, req.handler));
+    url.to_string()
+}
+
+fn build(req: &AttemptRequest) -> Result<Request<Full<Bytes>>, AttemptError> {
+    let content_type = req.protocol.content_type();
+    let mut builder = Request::post(invoke_url(req))
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::ACCEPT, content_type)
+        .header("x-restate-invocation-id", req.invocation_id.to_string());
+    if let Some(key) = &req.key {
+        let encoded: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();
+        builder = builder.header("x-restate-service-key", encoded);
+    }
+    for (name, value) in &req.additional_headers {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) else {
+            return Err(err(
+                Code::RT0006,
+                format!("invalid additional header '{name}'"),
+            ));
+        };
+        builder = builder.header(name, value);
+    }
+    builder
+        .body(Full::new(request_body(req)))
+        .map_err(|e| err(Code::RT0006, format!("cannot build the request: {e}")))
+}
+
+/// The code an `ErrorMessage` is recorded with: 570 journal mismatch (RT0016), 571 protocol
+/// violation (RT0012), anything else a retryable handler error (RT0007).
+pub fn failure_code(error: &proto::ErrorMessage) -> Code {
+    match error.code {
+        570 => Code::RT0016,
+        571 => Code::RT0012,
+        _ => Code::RT0007,
+    }
+}
+
+fn status_error(status: StatusCode, retry_after: Option<Duration>) -> AttemptError {
+    let (code, what) = match status.as_u16() {
+        502 | 504 => (Code::RT0010, "a gateway in front of the deployment failed"),
+        429 | 503 => (Code::RT0023, "the deployment is overloaded"),
+        415 => (
+            Code::RT0015,
+            "the deployment rejected the negotiated protocol version",
+        ),
+        413 => (
+            Code::RT0019,
+            "the deployment rejected the request as too large",
+        ),
+        _ => (Code::RT0012, "unexpected http status code"),
+    };
+    AttemptError {
+        error: CodedError::new(code, format!("{what} ({status})")),
+        retry_after: retry_after.filter(|_| code == Code::RT0023),
+    }
+}
+
+impl AttemptClient {
+    /// Runs one attempt.
+    pub async fn run(&self, req: &AttemptRequest) -> Result<Attempt, AttemptError> {
+        let request = build(req)?;
+        let client = if req.use_http_11 { &self.h1 } else { &self.h2 };
+        let response = tokio::time::timeout(req.abort_timeout, client.request(request))
+            .await
+            .map_err(|_| {
+                err(
+                    Code::RT0001,
+                    format!(
+                        "no answer from the deployment within the abort timeout ({:?})",
+                        req.abort_timeout
+                    ),
+                )
+            })?
+            .map_err(|e| {
+                err(
+                    Code::RT0010,
+                    format!("cannot reach the deployment at {}: {e}", req.uri),
+                )
+            })?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        if !status.is_success() {
+            return Err(status_error(status, retry_after));
+        }
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        if content_type != req.protocol.content_type() {
+            return Err(err(
+                Code::RT0012,
+                format!(
+                    "the deployment answered content type '{content_type}', expected '{}'",
+                    req.protocol.content_type()
+                ),
+            ));
+        }
+        let sdk = response
+            .headers()
+            .get("x-restate-server")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = response.into_body();
+        let mut decoder = FrameDecoder::new(req.message_size_limit);
+        let mut messages = Vec::new();
+        let mut ending = None;
+        loop {
+            while let Some(frame) = decoder.next_frame()? {
+                if ending.is_some() {
+                    return Err(err(
+                        Code::RT0012,
+                        format!("message {:#06x} after the end of the stream", frame.ty),
+                    ));
+                }
+                let message = Message::decode(&frame, req.protocol)?;
+                if let Some(ty) = MessageType::from_id(frame.ty)
+                    && (ty.sender() == Sender::Runtime || ty.kind() == Kind::Notification)
+                {
+                    return Err(err(
+                        Code::RT0012,
+                        format!(
+                            "received unexpected message {} from the deployment",
+                            ty.name()
+                        ),
+                    ));
+                }
+                match message {
+                    Message::End(_) => ending = Some(Ending::End),
+                    Message::Suspension(_) | Message::SuspensionV6(_) => {
+                        ending = Some(Ending::Suspended(message))
+                    }
+                    Message::Error(e) => ending = Some(Ending::Failed(e)),
+                    other => messages.push((other, frame.ack)),
+                }
+            }
+            let next = tokio::time::timeout(req.abort_timeout, body.frame())
+                .await
+                .map_err(|_| {
+                    err(
+                        Code::RT0001,
+                        format!(
+                            "no message from the deployment within the abort timeout ({:?})",
+                            req.abort_timeout
+                        ),
+                    )
+                })?;
+            match next {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        decoder.push(&data);
+                    }
+                }
+                Some(Err(e)) => {
+                    return Err(err(Code::RT0010, format!("the response stream broke: {e}")));
+                }
+                None => break,
+            }
+        }
+        if decoder.buffered() > 0 {
+            return Err(err(
+                Code::RT0012,
+                format!(
+                    "the stream ended inside a message ({} bytes left)",
+                    decoder.buffered()
+                ),
+            ));
+        }
+        let ending = ending.ok_or_else(|| {
+            err(
+                Code::RT0012,
+                "the deployment closed the stream without End, Suspension or Error".to_owned(),
+            )
+        })?;
+        Ok(Attempt {
+            messages,
+            ending,
+            sdk,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,5 @@
+//! The invoker: runs attempts of invocations against their deployments.
+
+pub mod attempt;
+
+pub use attempt::{Attempt, AttemptClient, AttemptError, AttemptRequest, Ending};
