@@ -10,6 +10,7 @@ pub mod errors;
 pub mod flow;
 pub mod ids;
 pub mod ingress;
+pub mod invocation;
 pub mod invoker;
 pub mod logging;
 pub mod protocol;

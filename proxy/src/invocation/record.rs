@@ -1,0 +1,125 @@
+//! What Sluice keeps about an invocation between attempts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::errors::Code;
+use crate::ids::{DeploymentId, InvocationId};
+
+/// Where an invocation goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// Service name.
+    pub service: String,
+    /// Handler name.
+    pub handler: String,
+    /// Object or workflow key.
+    pub key: Option<String>,
+}
+
+/// Lifecycle of an invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Accepted, not started.
+    Pending,
+    /// Waiting for its run time (delayed send).
+    Scheduled,
+    /// An attempt is running.
+    Running,
+    /// Waiting for a completion (timer, run result).
+    Suspended,
+    /// Failed; the next attempt waits for its back-off.
+    BackingOff,
+    /// Out of attempts; an operator resumes it.
+    Paused,
+    /// Finished with an output or a failure.
+    Completed,
+}
+
+/// A handler failure returned to callers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// HTTP-like code (e.g. 500, 418).
+    pub code: u16,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// The result of a completed invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The output bytes.
+    Value(Vec<u8>),
+    /// A terminal failure.
+    Failure(Failure),
+}
+
+/// The last thing that went wrong with an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastFailure {
+    /// Catalogue code.
+    pub code: Option<String>,
+    /// Message.
+    pub message: String,
+}
+
+impl LastFailure {
+    /// From a code and message.
+    pub fn new(code: Option<Code>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.map(|c| c.as_str().to_owned()),
+            message: message.into(),
+        }
+    }
+}
+
+/// An invocation as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvocationRecord {
+    /// Its id.
+    pub id: InvocationId,
+    /// Where it goes.
+    pub target: Target,
+    /// Where it is.
+    pub status: Status,
+    /// Deployment pinned at the first attempt.
+    pub deployment: Option<DeploymentId>,
+    /// Protocol version pinned at the first attempt.
+    pub protocol: Option<i32>,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Failed attempts since the last progress.
+    pub retry_count: u32,
+    /// Not before this time (delayed sends, back-off), ms since the epoch.
+    pub run_at_ms: Option<u64>,
+    /// The last failure.
+    pub last_failure: Option<LastFailure>,
+    /// The result, once completed.
+    pub outcome: Option<Outcome>,
+    /// Seed for the SDK's deterministic random.
+    pub random_seed: u64,
+    /// Creation time, ms since the epoch.
+    pub created_at_ms: u64,
+}
+
+impl InvocationRecord {
+    /// A new pending invocation.
+    pub fn new(id: InvocationId, target: Target, created_at_ms: u64) -> Self {
+        Self {
+            id,
+            target,
+            status: Status::Pending,
+            deployment: None,
+            protocol: None,
+            attempts: 0,
+            retry_count: 0,
+            run_at_ms: None,
+            last_failure: None,
+            outcome: None,
+            random_seed: u64::from_le_bytes(
+                id.uuid().to_le_bytes()[..8].try_into().expect("8 bytes"),
+            ),
+            created_at_ms,
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Durable invocation state in redb: records, journals (opaque `(type, bytes)` entries in order)
+//! and timers. Functions take an open write transaction so a partition can batch the writes of
+//! many events into one commit.
+
+use bytes::Bytes;
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+
+use super::record::InvocationRecord;
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::protocol::Frame;
+
+const INVOCATIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("invocations");
+/// Key: invocation id (24 bytes) ‖ entry index (u32 BE). Value: type (u16 BE) ‖ payload.
+const JOURNAL: TableDefinition<&[u8], &[u8]> = TableDefinition::new("journal");
+/// Key: wake time (ms, u64 BE) ‖ invocation id ‖ completion id (u32 BE). Value: empty.
+const TIMERS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("timers");
+
+fn storage(e: impl std::fmt::Display) -> CodedError {
+    CodedError::new(Code::RT0006, format!("invocation store: {e}"))
+}
+
+fn journal_key(id: InvocationId, index: u32) -> [u8; 28] {
+    let mut key = [0u8; 28];
+    key[..24].copy_from_slice(&id.to_bytes());
+    key[24..].copy_from_slice(&index.to_be_bytes());
+    key
+}
+
+fn timer_key(at_ms: u64, id: InvocationId, completion: u32) -> [u8; 36] {
+    let mut key = [0u8; 36];
+    key[..8].copy_from_slice(&at_ms.to_be_bytes());
+    key[8..32].copy_from_slice(&id.to_bytes());
+    key[32..].copy_from_slice(&completion.to_be_bytes());
+    key
+}
+
+/// A durable timer: wake `invocation` at `at_ms` with completion `completion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timer {
+    /// Milliseconds since the epoch.
+    pub at_ms: u64,
+    /// The sleeping invocation.
+    pub invocation: InvocationId,
+    /// The Sleep command's completion id.
+    pub completion: u32,
+}
+
+/// Writes (inserts or replaces) a record.
+pub fn put_record(txn: &WriteTransaction, record: &InvocationRecord) -> Result<(), CodedError> {
+    let json = serde_json::to_vec(record).map_err(storage)?;
+    let mut table = txn.open_table(INVOCATIONS).map_err(storage)?;
+    table
+        .insert(record.id.to_bytes().as_slice(), json.as_slice())
+        .map_err(storage)?;
+    Ok(())
+}
+
+/// Appends a journal entry at `index`.
+pub fn put_entry(
+    txn: &WriteTransaction,
+    id: InvocationId,
+    index: u32,
+    frame: &Frame,
+) -> Result<(), CodedError> {
+    let mut value = Vec::with_capacity(2 + frame.payload.len());
+    value.extend_from_slice(&frame.ty.to_be_bytes());
+    value.extend_from_slice(&frame.payload);
+    let mut table = txn.open_table(JOURNAL).map_err(storage)?;
+    table
+        .insert(journal_key(id, index).as_slice(), value.as_slice())
+        .map_err(storage)?;
+    Ok(())
+}
+
+/// Adds a timer.
+pub fn put_timer(txn: &WriteTransaction, timer: Timer) -> Result<(), CodedError> {
+    let mut table = txn.open_table(TIMERS).map_err(storage)?;
+    let key = timer_key(timer.at_ms, timer.invocation, timer.completion);
+    table
+        .insert(key.as_slice(), [].as_slice())
+        .map_err(storage)?;
+    Ok(())
+}
+
+/// Removes a fired timer.
+pub fn delete_timer(txn: &WriteTransaction, timer: Timer) -> Result<(), CodedError> {
+    let mut table = txn.open_table(TIMERS).map_err(storage)?;
+    let key = timer_key(timer.at_ms, timer.invocation, timer.completion);
+    table.remove(key.as_slice()).map_err(storage)?;
+    Ok(())
+}
+
+/// Every record (recovery scans them at start-up).
+pub fn load_records(db: &redb::Database) -> Result<Vec<InvocationRecord>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(INVOCATIONS) else {
+        return Ok(Vec::new());
+    };
+    table
+        .iter()
+        .map_err(storage)?
+        .map(|row| {
+            let (_, value) = row.map_err(storage)?;
+            serde_json::from_slice(value.value()).map_err(storage)
+        })
+        .collect()
+}
+
+/// The journal of `id`, in order.
+pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(JOURNAL) else {
+        return Ok(Vec::new());
+    };
+    let start = journal_key(id, 0);
+    let end = journal_key(id, u32::MAX);
+    table
+        .range(start.as_slice()..=end.as_slice())
+        .map_err(storage)?
+        .map(|row| {
+            let (_, value) = row.map_err(storage)?;
+            let raw = value.value();
+            let ty = u16::from_be_bytes(
+                raw.get(..2)
+                    .ok_or_else(|| storage("short journal entry"))?
+                    .try_into()
+                    .expect("2 bytes"),
+            );
+            Ok(Frame {
+                ty,
+                ack: false,
+                payload: Bytes::copy_from_slice(&raw[2..]),
+            })
+        })
+        .collect()
+}
+
+/// Every pending timer, earliest first.
+pub fn load_timers(db: &redb::Database) -> Result<Vec<Timer>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(TIMERS) else {
+        return Ok(Vec::new());
+    };
+    table
+        .iter()
+        .map_err(storage)?
+        .map(|row| {
+            let (key, _) = row.map_err(storage)?;
+            let k = key.value();
+            let mut id = [0u8; 24];
+            id.copy_from_slice(&k[8..32]);
+            Ok(Timer {
+                at_ms: u64::from_be_bytes(k[..8].try_into().expect("8 bytes")),
+                invocation: InvocationId::from_bytes(id),
+                completion: u32::from_be_bytes(k[32..36].try_into().expect("4 bytes")),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invocation::record::{Status, Target};
+    use crate::storage::Store;
+
+    #[test]
+    fn records_journals_and_timers_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let a = InvocationId::generate(1);
+        let b = InvocationId::generate(2);
+        let record = InvocationRecord::new(
+            a,
+            Target {
+                service: "Greeter".into(),
+                handler: "greet".into(),
+                key: None,
+            },
+            1,
+        );
+        let frame = |n: u8| Frame {
+            ty: 0x0400 + u16::from(n),
+            ack: false,
+            payload: Bytes::from(vec![n; 3]),
+        };
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                put_record(&txn, &record).unwrap();
+                for i in 0..3u8 {
+                    put_entry(&txn, a, u32::from(i), &frame(i)).unwrap();
+                }
+                put_entry(&txn, b, 0, &frame(9)).unwrap();
+                put_timer(
+                    &txn,
+                    Timer {
+                        at_ms: 20,
+                        invocation: a,
+                        completion: 1,
+                    },
+                )
+                .unwrap();
+                put_timer(
+                    &txn,
+                    Timer {
+                        at_ms: 10,
+                        invocation: b,
+                        completion: 2,
+                    },
+                )
+                .unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+        store
+            .with_db(|db| {
+                let records = load_records(db).unwrap();
+                assert_eq!(records.len(), 1);
+                assert_eq!(records[0].status, Status::Pending);
+                let journal = load_journal(db, a).unwrap();
+                assert_eq!(journal, (0..3).map(frame).collect::<Vec<_>>());
+                assert_eq!(load_journal(db, b).unwrap(), vec![frame(9)]);
+                let timers = load_timers(db).unwrap();
+                assert_eq!(
+                    timers.iter().map(|t| t.at_ms).collect::<Vec<_>>(),
+                    vec![10, 20]
+                );
+                let txn = db.begin_write().unwrap();
+                delete_timer(&txn, timers[0]).unwrap();
+                txn.commit().unwrap();
+                assert_eq!(load_timers(db).unwrap().len(), 1);
+            })
+            .unwrap();
+    }
+}
