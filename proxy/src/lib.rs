@@ -13,6 +13,7 @@ pub mod ingress;
 pub mod invocation;
 pub mod invoker;
 pub mod logging;
+pub mod partition;
 pub mod protocol;
 pub mod registry;
 pub mod server;

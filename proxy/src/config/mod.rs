@@ -7,7 +7,7 @@ mod load;
 mod values;
 
 use std::net::SocketAddr;
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::{NonZeroU16, NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -120,11 +120,22 @@ impl Default for AdminConfig {
 }
 
 /// The worker: partitions and the invoker.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct WorkerConfig {
+    /// Partitions of this process; invocations are spread over them by key.
+    pub partitions: NonZeroU16,
     /// How attempts against deployments run.
     pub invoker: InvokerConfig,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            partitions: NonZeroU16::new(8).expect("non-zero"),
+            invoker: InvokerConfig::default(),
+        }
+    }
 }
 
 /// How the invoker runs attempts against deployments.

@@ -1,0 +1,215 @@
+//! A partition: one task that owns the state machine of its invocations. Events arrive on a
+//! channel; each batch of events is applied in **one** redb write transaction (group commit),
+//! and acknowledgements, attempts and timers are released only after that commit.
+
+mod drive;
+pub mod runtime;
+
+pub use runtime::{PartitionsService, Receivers, Runtime, partition_key};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::Config;
+use crate::errors::CodedError;
+use crate::ids::InvocationId;
+use crate::invocation::store::{self, Timer};
+use crate::invocation::{InvocationRecord, Outcome, Status};
+use crate::invoker::{Attempt, AttemptClient, AttemptError};
+use crate::protocol::Frame;
+use crate::registry::Registry;
+use crate::storage::Store;
+
+/// Most events applied in one transaction.
+const BATCH: usize = 256;
+
+/// Something that happens to a partition.
+#[derive(Debug)]
+pub enum Event {
+    /// A new invocation with its Input entry; acknowledged once durable.
+    Submit {
+        /// The record.
+        record: InvocationRecord,
+        /// The Input command frame (journal entry 0).
+        input: Frame,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<(), CodedError>>,
+    },
+    /// Wait for the outcome of an invocation.
+    Await {
+        /// The invocation.
+        id: InvocationId,
+        /// Answered when it completes.
+        reply: oneshot::Sender<Outcome>,
+    },
+    /// An attempt finished.
+    AttemptDone {
+        /// The invocation.
+        id: InvocationId,
+        /// What the deployment said.
+        result: Result<Attempt, AttemptError>,
+    },
+    /// A timer fired (`completion` set) or a delay/back-off is over (`None`).
+    Wake {
+        /// The invocation.
+        id: InvocationId,
+        /// The Sleep completion to resolve.
+        completion: Option<Timer>,
+    },
+}
+
+/// What a batch asks to do once committed.
+#[derive(Debug)]
+enum Effect {
+    Ack(oneshot::Sender<Result<(), CodedError>>),
+    Notify(Vec<oneshot::Sender<Outcome>>, Outcome),
+    Attempt(InvocationId),
+    WakeAt(InvocationId, u64, Option<Timer>),
+}
+
+/// An invocation the partition is driving.
+#[derive(Debug)]
+struct Live {
+    record: InvocationRecord,
+    journal: Vec<Frame>,
+    waiters: Vec<oneshot::Sender<Outcome>>,
+    running: bool,
+    /// A completion arrived while an attempt was running: attempt again when it ends.
+    completed_while_running: bool,
+}
+
+/// One partition's state.
+pub struct Partition {
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    config: Arc<Config>,
+    client: AttemptClient,
+    tx: mpsc::Sender<Event>,
+    live: HashMap<InvocationId, Live>,
+}
+
+/// Milliseconds since the epoch now.
+pub fn now_ms() -> u64 {
+    u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(0)
+}
+
+impl Partition {
+    /// A partition writing to `store`; `tx` is its own event channel (attempts report there).
+    pub fn new(
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        config: Arc<Config>,
+        client: AttemptClient,
+        tx: mpsc::Sender<Event>,
+    ) -> Self {
+        Self {
+            store,
+            registry,
+            config,
+            client,
+            tx,
+            live: HashMap::new(),
+        }
+    }
+
+    /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
+    /// re-arms timers. Nothing acknowledged is lost.
+    pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
+        let (records, timers) = self.store.with_db(|db| {
+            Ok::<_, CodedError>((store::load_records(db)?, store::load_timers(db)?))
+        })??;
+        let mut effects = Vec::new();
+        for record in records.into_iter().filter(|r| owns(r.id)) {
+            let id = record.id;
+            if record.status == Status::Completed {
+                self.live.insert(id, Live::new(record, Vec::new()));
+                continue;
+            }
+            let journal = self.store.with_db(|db| store::load_journal(db, id))??;
+            match (record.status, record.run_at_ms) {
+                (Status::Scheduled | Status::BackingOff, Some(at)) => {
+                    effects.push(Effect::WakeAt(id, at, None))
+                }
+                (Status::Paused, _) => {}
+                _ => effects.push(Effect::Attempt(id)),
+            }
+            self.live.insert(id, Live::new(record, journal));
+        }
+        for timer in timers.into_iter().filter(|t| owns(t.invocation)) {
+            effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+        }
+        tracing::info!(invocations = self.live.len(), "partition recovered");
+        self.run_effects(effects);
+        Ok(())
+    }
+
+    /// Applies events until every sender is gone.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        while rx.recv_many(&mut batch, BATCH).await > 0 {
+            let mut effects = Vec::new();
+            let store = Arc::clone(&self.store);
+            let committed = store.with_db(|db| -> Result<(), CodedError> {
+                let txn = db.begin_write().map_err(|e| {
+                    crate::errors::CodedError::new(crate::errors::Code::RT0006, e.to_string())
+                })?;
+                for event in batch.drain(..) {
+                    self.apply(event, &txn, &mut effects)?;
+                }
+                txn.commit().map_err(|e| {
+                    crate::errors::CodedError::new(crate::errors::Code::RT0006, e.to_string())
+                })
+            });
+            match committed {
+                Ok(Ok(())) => self.run_effects(effects),
+                Ok(Err(e)) | Err(e) => {
+                    tracing::error!(error.code = ?e.code, error = %e, "partition batch failed; nothing of it was acknowledged");
+                    for effect in effects {
+                        if let Effect::Ack(reply) = effect {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn run_effects(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Ack(reply) => {
+                    let _ = reply.send(Ok(()));
+                }
+                Effect::Notify(waiters, outcome) => {
+                    for waiter in waiters {
+                        let _ = waiter.send(outcome.clone());
+                    }
+                }
+                Effect::Attempt(id) => self.start_attempt(id),
+                Effect::WakeAt(id, at_ms, completion) => {
+                    let tx = self.tx.clone();
+                    let delay = Duration::from_millis(at_ms.saturating_sub(now_ms()));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = tx.send(Event::Wake { id, completion }).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Live {
+    fn new(record: InvocationRecord, journal: Vec<Frame>) -> Self {
+        Self {
+            record,
+            journal,
+            waiters: Vec::new(),
+            running: false,
+            completed_while_running: false,
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The partitions of this process and how invocations are routed to them.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Event, Partition};
+use crate::config::Config;
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::invocation::{InvocationRecord, Outcome};
+use crate::invoker::AttemptClient;
+use crate::protocol::Frame;
+use crate::registry::Registry;
+use crate::storage::Store;
+
+/// Events a partition's channel holds before senders wait (back-pressure on the ingress).
+const CHANNEL: usize = 16 * 1024;
+
+/// Stable 64-bit FNV-1a, so a key maps to the same partition key across restarts and builds.
+pub fn partition_key(parts: &[&str]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for byte in part.bytes().chain(std::iter::once(0xff)) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// Sends work to partitions. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    senders: Arc<Vec<mpsc::Sender<Event>>>,
+}
+
+/// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
+pub struct Receivers(Vec<mpsc::Receiver<Event>>);
+
+impl Runtime {
+    /// A runtime of `n` partitions, not yet running.
+    pub fn new(n: usize) -> (Self, Receivers) {
+        let (senders, receivers) = (0..n.max(1)).map(|_| mpsc::channel(CHANNEL)).unzip();
+        (
+            Self {
+                senders: Arc::new(senders),
+            },
+            Receivers(receivers),
+        )
+    }
+
+    fn partition(&self, id: InvocationId) -> &mpsc::Sender<Event> {
+        let n = self.senders.len() as u64;
+        &self.senders[(id.partition_key() % n) as usize]
+    }
+
+    fn gone() -> CodedError {
+        CodedError::new(
+            Code::RT0006,
+            "the partition is not running (shutting down?)",
+        )
+    }
+
+    /// Stores a new invocation; returns once it is durable.
+    pub async fn submit(&self, record: InvocationRecord, input: Frame) -> Result<(), CodedError> {
+        let (reply, answer) = oneshot::channel();
+        let id = record.id;
+        self.partition(id)
+            .send(Event::Submit {
+                record,
+                input,
+                reply,
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())?
+    }
+
+    /// Waits for the outcome of an invocation.
+    pub async fn outcome(&self, id: InvocationId) -> Result<Outcome, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        self.partition(id)
+            .send(Event::Await { id, reply })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| {
+            CodedError::uncoded(format!(
+                "invocation {id} is unknown or its partition stopped"
+            ))
+        })
+    }
+
+    /// Recovers and runs every partition on the current tokio runtime.
+    pub fn spawn(
+        &self,
+        receivers: Receivers,
+        store: &Arc<Store>,
+        registry: &Arc<Registry>,
+        config: &Arc<Config>,
+    ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
+        let n = self.senders.len() as u64;
+        let client = AttemptClient::default();
+        let mut handles = Vec::new();
+        for (index, rx) in receivers.0.into_iter().enumerate() {
+            let mut partition = Partition::new(
+                Arc::clone(store),
+                Arc::clone(registry),
+                Arc::clone(config),
+                client.clone(),
+                self.senders[index].clone(),
+            );
+            partition.recover(|id| (id.partition_key() % n) as usize == index)?;
+            handles.push(tokio::spawn(partition.run(rx)));
+        }
+        Ok(handles)
+    }
+}
+
+/// Runs the partitions inside the pingora server, on their own runtime.
+pub struct PartitionsService {
+    runtime: Runtime,
+    receivers: Mutex<Option<Receivers>>,
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    config: Arc<Config>,
+}
+
+impl PartitionsService {
+    /// A service running `runtime`'s partitions.
+    pub fn new(
+        runtime: Runtime,
+        receivers: Receivers,
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            runtime,
+            receivers: Mutex::new(Some(receivers)),
+            store,
+            registry,
+            config,
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for PartitionsService {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let receivers = self
+            .receivers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(receivers) = receivers else {
+            return;
+        };
+        match self
+            .runtime
+            .spawn(receivers, &self.store, &self.registry, &self.config)
+        {
+            Ok(_) => crate::shutdown::shutdown_started(shutdown).await,
+            Err(e) => {
+                tracing::error!(error.code = ?e.code, error = %e, "partitions failed to start")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn partition_keys_are_stable() {
+        assert_eq!(
+            super::partition_key(&["Counter", "k1"]),
+            super::partition_key(&["Counter", "k1"])
+        );
+        assert_ne!(
+            super::partition_key(&["Counter", "k1"]),
+            super::partition_key(&["Counter", "k2"])
+        );
+        assert_ne!(
+            super::partition_key(&["ab", "c"]),
+            super::partition_key(&["a", "bc"])
+        );
+    }
+}
