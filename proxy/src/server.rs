@@ -13,6 +13,7 @@ use crate::admin::{self, AdminService, AdminState};
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
+use crate::partition::{PartitionsService, Runtime};
 use crate::registry::Registry;
 use crate::shutdown::{DrainService, SignalWatch};
 use crate::storage::Store;
@@ -41,7 +42,23 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
     server.bootstrap();
 
-    let ingress_state = Arc::new(IngressState::default());
+    let (runtime, receivers) = Runtime::new(usize::from(config.worker.partitions.get()));
+    let ingress_state = Arc::new(IngressState {
+        in_flight: Arc::default(),
+        registry: Arc::clone(&registry),
+        runtime: runtime.clone(),
+        config: Arc::clone(&config),
+    });
+    server.add_service(background_service(
+        "partitions",
+        PartitionsService::new(
+            runtime,
+            receivers,
+            Arc::clone(&store),
+            Arc::clone(&registry),
+            Arc::clone(&config),
+        ),
+    ));
     let ingress = IngressService::new(
         IngressApp::new(Arc::clone(&ingress_state)),
         ingress_listener,

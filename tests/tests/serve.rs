@@ -70,7 +70,7 @@ async fn openapi_is_generated_from_the_routes() {
 }
 
 #[tokio::test]
-async fn ingress_health_and_json_404() {
+async fn ingress_health_and_json_errors() {
     let sluice = Sluice::builder().start().await.unwrap();
     let (status, body) = get_json(&format!("{}/service/health", sluice.ingress_url)).await;
     assert_eq!(status, 200);
@@ -79,10 +79,15 @@ async fn ingress_health_and_json_404() {
     assert_eq!((status, body), (200, serde_json::json!({"services": []})));
 
     let client = reqwest::Client::new();
-    for (method, path) in [
-        (reqwest::Method::GET, "/"),
-        (reqwest::Method::POST, "/service/call/Greeter/greet"),
-        (reqwest::Method::PUT, "/anything/at/all"),
+    for (method, path, status, code) in [
+        (reqwest::Method::GET, "/", 400, Value::Null),
+        (
+            reqwest::Method::POST,
+            "/service/call/Greeter/greet",
+            404,
+            Value::from("RT0018"),
+        ),
+        (reqwest::Method::PUT, "/anything/at/all", 405, Value::Null),
     ] {
         let resp = client
             .request(method.clone(), format!("{}{path}", sluice.ingress_url))
@@ -90,17 +95,13 @@ async fn ingress_health_and_json_404() {
             .send()
             .await
             .unwrap();
-        assert_eq!(resp.status(), 404, "{method} {path}");
+        assert_eq!(resp.status(), status, "{method} {path}");
         assert_eq!(resp.headers()["content-type"], "application/json");
         assert_eq!(resp.headers()["x-service-error-source"], "ingress");
         let body: Value = resp.json().await.unwrap();
-        assert_eq!(body["code"], 404);
+        assert_eq!(body["code"], status);
         assert_eq!(body["source"], "ingress");
-        assert_eq!(body["error_code"], Value::Null);
-        assert_eq!(
-            body["message"],
-            format!("no ingress route for {method} {path}")
-        );
+        assert_eq!(body["error_code"], code);
     }
 }
 

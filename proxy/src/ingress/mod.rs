@@ -3,9 +3,9 @@
 
 pub mod error;
 pub mod input;
+mod invoke;
 pub mod path;
 pub mod reply;
-mod route;
 pub mod target;
 
 use std::os::fd::{IntoRawFd, OwnedFd};
@@ -20,16 +20,22 @@ use pingora::server::{ListenFds, ShutdownWatch};
 use pingora::services::Service;
 use pingora::services::listening::Service as ListeningService;
 
-pub use route::Route;
-
-use crate::errors::ErrorSource;
+use crate::config::Config;
+use crate::partition::Runtime;
+use crate::registry::Registry;
 use crate::shutdown::InFlight;
 
 /// What ingress phases share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IngressState {
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<InFlight>,
+    /// Services and deployments.
+    pub registry: Arc<Registry>,
+    /// The partitions.
+    pub runtime: Runtime,
+    /// The effective configuration.
+    pub config: Arc<Config>,
 }
 
 /// The pingora application: one call of [`ServeHttp::response`] per request.
@@ -49,13 +55,32 @@ impl ServeHttp for IngressApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let _in_flight = self.state.in_flight.enter();
         let req = session.req_header();
-        match Route::of(&req.method, req.uri.path()) {
-            Route::Health => reply::json(StatusCode::OK, &serde_json::json!({"services": []})),
-            Route::NotFound => {
-                let message = format!("no ingress route for {} {}", req.method, req.uri.path());
-                reply::error(StatusCode::NOT_FOUND, None, ErrorSource::Ingress, &message)
+        let operation = path::parse(&req.method, req.uri.path());
+        let result = match operation {
+            Ok(path::Operation::Health) => {
+                let services: Vec<String> = self
+                    .state
+                    .registry
+                    .services()
+                    .into_iter()
+                    .map(|(s, _)| s.name)
+                    .collect();
+                Ok(reply::json(
+                    StatusCode::OK,
+                    &serde_json::json!({"services": services}),
+                ))
             }
-        }
+            Ok(path::Operation::Invoke(target)) => {
+                invoke::invoke(&self.state, session, target).await
+            }
+            Ok(other) => Err(error::IngressError {
+                status: StatusCode::NOT_IMPLEMENTED,
+                code: None,
+                message: format!("{other:?} is not served by this build yet"),
+            }),
+            Err(e) => Err(e),
+        };
+        result.unwrap_or_else(error::IngressError::into_response)
     }
 }
 

@@ -1,0 +1,267 @@
+//! Call and send: route → validate → store durably → (call) wait for the outcome → reply.
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Response, StatusCode, header};
+use pingora::protocols::http::ServerSession;
+
+use super::IngressState;
+use super::error::IngressError;
+use super::path::{InvokePath, Mode};
+use super::{input, reply, target};
+use crate::errors::{Code, ErrorSource, IngressErrorBody};
+use crate::flow::{LimitKey, Scope};
+use crate::ids::InvocationId;
+use crate::invocation::{InvocationRecord, Outcome, Status, Target};
+use crate::partition::{now_ms, partition_key};
+use crate::protocol::{Message, proto};
+
+/// Largest request body accepted (413 beyond).
+const MAX_BODY: usize = 10 * 1024 * 1024;
+
+/// Headers never forwarded into the input entry.
+const NOT_FORWARDED: [&str; 12] = [
+    "connection",
+    "host",
+    "idempotency-key",
+    "idempotency-expires",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+fn limit_key(session: &ServerSession, query: Option<&str>) -> Option<String> {
+    let headers = &session.req_header().headers;
+    let from_header = ["x-service-limit-key", "x-restate-limit-key"]
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    from_header.or_else(|| {
+        url::form_urlencoded::parse(query?.as_bytes())
+            .find(|(k, _)| k.eq_ignore_ascii_case("limit-key"))
+            .map(|(_, v)| v.into_owned())
+    })
+}
+
+/// Scope and limit key rules (RT0024): validated in order path, scope, limit key, flags.
+fn check_flow_control(
+    state: &IngressState,
+    path: &InvokePath,
+    limit_key: Option<&str>,
+) -> Result<(), IngressError> {
+    let rt0024 = |m: String| IngressError::coded(Code::RT0024, m);
+    if let Some(scope) = &path.scope {
+        Scope::parse(scope).map_err(|e| rt0024(e.message))?;
+    }
+    if let Some(key) = limit_key.filter(|k| !k.is_empty()) {
+        LimitKey::parse(key).map_err(|e| rt0024(e.message))?;
+        if path.scope.is_none() {
+            return Err(rt0024(format!(
+                "limit key '{key}' requires a scope: call /service/scope/<scope>/call|send/… to put the invocation under flow control"
+            )));
+        }
+    }
+    if path.scope.is_some() {
+        if !state.config.flow_control_enabled() {
+            return Err(rt0024(
+                "scoped invocations require flow control: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true".into(),
+            ));
+        }
+        return Err(IngressError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            code: None,
+            message:
+                "flow-controlled admission of scoped invocations is not served by this build yet"
+                    .into(),
+        });
+    }
+    Ok(())
+}
+
+async fn read_body(session: &mut ServerSession) -> Result<Bytes, IngressError> {
+    let mut body = BytesMut::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY {
+                    return Err(IngressError {
+                        status: StatusCode::PAYLOAD_TOO_LARGE,
+                        code: None,
+                        message: format!("request body over {MAX_BODY} bytes"),
+                    });
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Err(e) => {
+                return Err(IngressError {
+                    status: StatusCode::BAD_REQUEST,
+                    code: None,
+                    message: format!("cannot read the request body: {e}"),
+                });
+            }
+        }
+    }
+}
+
+fn input_frame(session: &ServerSession, body: Bytes) -> crate::protocol::Frame {
+    let req = session.req_header();
+    let path_and_query = req
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let mut headers = vec![proto::Header {
+        key: "x-restate-ingress-path".into(),
+        value: path_and_query,
+    }];
+    for (name, value) in &req.headers {
+        if NOT_FORWARDED.contains(&name.as_str()) {
+            continue;
+        }
+        if let Ok(value) = value.to_str() {
+            headers.push(proto::Header {
+                key: name.as_str().to_owned(),
+                value: value.to_owned(),
+            });
+        }
+    }
+    Message::Input(proto::InputCommandMessage {
+        headers,
+        value: Some(proto::Value { content: body }),
+        name: String::new(),
+    })
+    .to_frame(false)
+}
+
+fn with_ids(mut resp: Response<Vec<u8>>, id: InvocationId) -> Response<Vec<u8>> {
+    if let Ok(value) = HeaderValue::try_from(id.to_string()) {
+        resp.headers_mut().insert("x-service-id", value.clone());
+        resp.headers_mut().insert("x-restate-id", value);
+    }
+    resp
+}
+
+/// Handles one call or send.
+pub async fn invoke(
+    state: &IngressState,
+    session: &mut ServerSession,
+    path: InvokePath,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let query = session.req_header().uri.query().map(str::to_owned);
+    let key = limit_key(session, query.as_deref());
+    check_flow_control(state, &path, key.as_deref())?;
+    let target = target::resolve(&path, &state.registry)?;
+    let delay = input::delay(query.as_deref(), path.mode)?;
+    if session.req_header().headers.contains_key("idempotency-key") {
+        return Err(IngressError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            code: None,
+            message: "idempotency keys are not served by this build yet; send the request without 'idempotency-key'".into(),
+        });
+    }
+    let body = read_body(session).await?;
+    let content_type = session
+        .req_header()
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    input::check(target.input.as_ref(), content_type.as_deref(), &body)?;
+
+    let partition = match &target.key {
+        Some(key) => partition_key(&[&target.service, key]),
+        None => partition_key(&[&target.service, &target.handler]),
+    };
+    let id = InvocationId::generate(partition);
+    let now = now_ms();
+    let mut record = InvocationRecord::new(
+        id,
+        Target {
+            service: target.service.clone(),
+            handler: target.handler.clone(),
+            key: target.key.clone(),
+        },
+        now,
+    );
+    let execution_time = delay.map(|d| now + u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    if let Some(at) = execution_time {
+        record.status = Status::Scheduled;
+        record.run_at_ms = Some(at);
+    }
+    let frame = input_frame(session, body);
+    state
+        .runtime
+        .submit(record, frame)
+        .await
+        .map_err(|e| IngressError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: e.code,
+            message: format!(
+                "internal routing error: {}; the request was not accepted, so it can be retried",
+                e.message
+            ),
+        })?;
+
+    if path.mode == Mode::Send {
+        let mut body = serde_json::json!({"invocationId": id.to_string(), "status": "Accepted"});
+        if let Some(at) = execution_time
+            .and_then(|ms| jiff::Timestamp::from_millisecond(i64::try_from(ms).ok()?).ok())
+        {
+            body["executionTime"] = at.to_string().into();
+        }
+        return Ok(with_ids(reply::json(StatusCode::ACCEPTED, &body), id));
+    }
+    let outcome = state.runtime.outcome(id).await.map_err(|e| IngressError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        code: e.code,
+        message: e.message,
+    })?;
+    Ok(with_ids(answer(&target, outcome), id))
+}
+
+/// A call's answer: the output with the handler's content type, or the failure with its code.
+fn answer(target: &target::Target, outcome: Outcome) -> Response<Vec<u8>> {
+    match outcome {
+        Outcome::Value(bytes) => {
+            let output = target.output.clone().unwrap_or_default();
+            let content_type = output
+                .content_type
+                .unwrap_or_else(|| "application/json".into());
+            let send_type = !bytes.is_empty() || output.set_content_type_if_empty.unwrap_or(false);
+            let mut resp = reply::bytes_with_type(
+                StatusCode::OK,
+                bytes,
+                HeaderValue::try_from(content_type)
+                    .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+            );
+            if !send_type {
+                resp.headers_mut().remove(header::CONTENT_TYPE);
+            }
+            resp
+        }
+        Outcome::Failure(failure) => {
+            let status = StatusCode::from_u16(failure.code)
+                .ok()
+                .filter(|s| s.is_client_error() || s.is_server_error())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let body = IngressErrorBody {
+                code: failure.code,
+                message: &failure.message,
+                error_code: None,
+                source: ErrorSource::Invocation,
+            };
+            let mut resp = reply::json(status, &body);
+            resp.headers_mut().insert(
+                reply::ERROR_SOURCE_HEADER,
+                HeaderValue::from_static("invocation"),
+            );
+            resp
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Calls and sends through the ingress, run durably on real SDK deployments.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment};
+
+async fn register(sluice: &Sluice, uri: &str, http11: bool) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/deployments", sluice.admin_url))
+        .json(&json!({"uri": uri, "use_http_11": http11}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
+}
+
+async fn call(
+    sluice: &Sluice,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&str>,
+) -> reqwest::Response {
+    let mut req = reqwest::Client::new().request(method, format!("{}{path}", sluice.ingress_url));
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn calls_run_handlers_durably() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    register(&sluice, &dep.uri, false).await;
+    let post = reqwest::Method::POST;
+
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Greeter/greet",
+        Some("\"Bob\""),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let id = resp.headers()["x-service-id"].to_str().unwrap().to_owned();
+    assert!(id.starts_with("inv_1") && id.len() == 38, "{id}");
+    assert_eq!(resp.headers()["x-restate-id"].to_str().unwrap(), id);
+    assert_eq!(resp.text().await.unwrap(), "\"Hello, Bob!\"");
+
+    for path in ["/restate/call/Greeter/greet", "/Greeter/greet"] {
+        let resp = call(&sluice, post.clone(), path, Some("\"Ann\"")).await;
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(resp.text().await.unwrap(), "\"Hello, Ann!\"");
+    }
+    // ctx.sleep through a durable timer; ctx.run through the journal.
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Greeter/slow",
+        Some("150"),
+    )
+    .await;
+    assert_eq!(
+        (resp.status(), resp.text().await.unwrap()),
+        (StatusCode::OK, "150".to_owned())
+    );
+    let resp = call(&sluice, post.clone(), "/service/call/Greeter/stamp", None).await;
+    assert_eq!(resp.status(), 200);
+
+    // A terminal error comes back with its code, from the invocation.
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Greeter/fail",
+        Some("\"boom\""),
+    )
+    .await;
+    assert_eq!(resp.status(), 500);
+    assert_eq!(resp.headers()["x-service-error-source"], "invocation");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"code": 500, "message": "boom", "error_code": null, "source": "invocation"})
+    );
+
+    // Sends answer once durable.
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/send/Greeter/greet",
+        Some("\"Eve\""),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["status"], "Accepted");
+    assert!(body["invocationId"].as_str().unwrap().starts_with("inv_1"));
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/send/Greeter/greet?delay=PT1S",
+        Some("\"Eve\""),
+    )
+    .await;
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["executionTime"].as_str().is_some(), "{body}");
+
+    let (_, health) = (
+        200,
+        call(&sluice, reqwest::Method::GET, "/service/health", None)
+            .await
+            .json::<Value>()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(health["services"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn bad_requests_are_rejected_with_their_codes() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    register(&sluice, &dep.uri, false).await;
+    let post = reqwest::Method::POST;
+    async fn parts(resp: reqwest::Response) -> (StatusCode, Option<String>, Value) {
+        let status = resp.status();
+        let code = resp
+            .headers()
+            .get("x-service-error-code")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, code, resp.json().await.unwrap())
+    }
+    check(
+        parts(call(&sluice, post.clone(), "/service/call/Nope/x", Some("1")).await).await,
+        404,
+        Some("RT0018"),
+        "service 'Nope' not found",
+    );
+    check(
+        parts(
+            call(
+                &sluice,
+                post.clone(),
+                "/service/call/Greeter/nope",
+                Some("1"),
+            )
+            .await,
+        )
+        .await,
+        404,
+        Some("RT0018"),
+        "handler 'nope' was not found",
+    );
+    check(
+        parts(
+            call(
+                &sluice,
+                post.clone(),
+                "/service/call/Greeter/greet?delay=1s",
+                Some("\"x\""),
+            )
+            .await,
+        )
+        .await,
+        400,
+        None,
+        "delay query parameter with calls",
+    );
+    check(
+        parts(call(&sluice, post.clone(), "/service/call/Greeter/greet", None).await).await,
+        400,
+        None,
+        "empty body not allowed",
+    );
+    check(
+        parts(
+            call(
+                &sluice,
+                post.clone(),
+                "/service/call/Counter/add",
+                Some("1"),
+            )
+            .await,
+        )
+        .await,
+        400,
+        None,
+        "with a key",
+    );
+    check(
+        parts(
+            call(
+                &sluice,
+                post.clone(),
+                "/service/scope/acme/call/Greeter/greet",
+                Some("\"x\""),
+            )
+            .await,
+        )
+        .await,
+        400,
+        Some("RT0024"),
+        "require flow control",
+    );
+    check(
+        parts(
+            call(
+                &sluice,
+                post.clone(),
+                "/service/scope/a:b/call/Greeter/greet",
+                Some("\"x\""),
+            )
+            .await,
+        )
+        .await,
+        400,
+        Some("RT0024"),
+        "invalid scope 'a:b'",
+    );
+    check(
+        parts(
+            call(
+                &sluice,
+                post.clone(),
+                "/service/call/Greeter/greet?limit-key=gold",
+                Some("\"x\""),
+            )
+            .await,
+        )
+        .await,
+        400,
+        Some("RT0024"),
+        "requires a scope",
+    );
+    check(
+        parts(call(&sluice, post.clone(), "/service/call/Greeter", Some("1")).await).await,
+        400,
+        None,
+        "bad path",
+    );
+    check(
+        parts(
+            call(
+                &sluice,
+                reqwest::Method::PUT,
+                "/service/call/Greeter/greet",
+                Some("1"),
+            )
+            .await,
+        )
+        .await,
+        405,
+        None,
+        "not allowed",
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "text/plain")
+        .body("hi")
+        .send()
+        .await
+        .unwrap();
+    check(
+        parts(resp).await,
+        400,
+        None,
+        "content-type 'text/plain' does not match",
+    );
+}
+
+fn check(
+    resp: (StatusCode, Option<String>, Value),
+    status: u16,
+    code: Option<&str>,
+    contains: &str,
+) {
+    assert_eq!(resp.0.as_u16(), status, "{}", resp.2);
+    assert_eq!(resp.1.as_deref(), code, "{}", resp.2);
+    assert_eq!(resp.2["error_code"].as_str(), code);
+    assert!(
+        resp.2["message"].as_str().unwrap().contains(contains),
+        "{}",
+        resp.2
+    );
+}
+
+#[tokio::test]
+async fn typescript_request_response_over_http11() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let dep = TestDeployment::typescript("h1").await.unwrap();
+    register(&sluice, &dep.uri, true).await;
+    let resp = call(
+        &sluice,
+        reqwest::Method::POST,
+        "/service/call/TsGreeter/greet",
+        Some("\"Ada\""),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "\"Hello, Ada!\"");
+}
