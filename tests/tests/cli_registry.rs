@@ -75,7 +75,7 @@ async fn register_list_describe_remove_from_the_cli() {
         "{text}"
     );
     let text = stdout(&run(args(&["services", "list"])).await.unwrap());
-    assert_eq!(text.lines().count(), 4, "header + 3 services:\n{text}");
+    assert_eq!(text.lines().count(), 5, "header + 4 services:\n{text}");
 
     // Errors come back with their code, exit 1.
     let out = run(args(&["deployments", "register", "http://127.0.0.1:1/"]))

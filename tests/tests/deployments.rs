@@ -76,7 +76,7 @@ async fn register_list_describe_a_real_sdk_deployment() {
         (Some(5), Some(7))
     );
     assert_eq!(body["sdk_version"], "restate-sdk-rust/0.13.0");
-    assert_eq!(body["services"].as_array().unwrap().len(), 3);
+    assert_eq!(body["services"].as_array().unwrap().len(), 4);
 
     let (status, list) = get_json(&format!("{admin}/deployments")).await;
     assert_eq!(status, 200);
@@ -94,7 +94,7 @@ async fn register_list_describe_a_real_sdk_deployment() {
     );
 
     let (_, detail) = get_json(&format!("{admin}/v4/deployments/{id}")).await;
-    assert_eq!(detail["services"].as_array().unwrap().len(), 3);
+    assert_eq!(detail["services"].as_array().unwrap().len(), 4);
 
     let (_, counter) = get_json(&format!("{admin}/services/Counter")).await;
     assert_eq!(counter["ty"], "VirtualObject");
@@ -304,7 +304,7 @@ async fn the_registry_survives_a_restart() {
     let (_, list) = get_json(&format!("{}/deployments", again.admin_url)).await;
     assert_eq!(list["deployments"][0]["id"], registered["id"]);
     let (_, services) = get_json(&format!("{}/services", again.admin_url)).await;
-    assert_eq!(services["services"].as_array().unwrap().len(), 3);
+    assert_eq!(services["services"].as_array().unwrap().len(), 4);
 }
 
 /// Serves a hand-rolled `/discover`.

@@ -116,7 +116,7 @@ async fn calls_run_handlers_durably() {
             .await
             .unwrap(),
     );
-    assert_eq!(health["services"].as_array().unwrap().len(), 3);
+    assert_eq!(health["services"].as_array().unwrap().len(), 4);
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 pub mod deployments;
 pub mod error;
 mod health;
+pub mod invocations;
 pub mod json;
 pub mod services;
 pub mod shapes;
@@ -80,6 +81,7 @@ impl AdminState {
         (name = "deployment", description = "Deployments and discovery"),
         (name = "service", description = "Services"),
         (name = "service_handler", description = "Handlers"),
+        (name = "invocation", description = "Invocations"),
     )
 )]
 struct ApiDoc;
@@ -101,6 +103,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(services::handlers))
         .routes(routes!(services::handler))
         .routes(routes!(services::openapi))
+        .routes(routes!(invocations::list))
+        .routes(routes!(invocations::get))
         .split_for_parts();
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);

@@ -2,6 +2,7 @@
 
 mod client;
 mod explain;
+mod invocations;
 mod registry;
 mod table;
 
@@ -34,6 +35,15 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: registry::DeploymentsCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
+    /// List and describe invocations (admin API client).
+    Invocations {
+        /// What to do.
+        #[command(subcommand)]
+        command: invocations::InvocationsCommand,
         /// Admin URL and output format.
         #[command(flatten)]
         admin: registry::AdminArgs,
@@ -82,6 +92,9 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Services { command, admin } => {
             report(block_on(registry::services(&command, &admin)))
+        }
+        Command::Invocations { command, admin } => {
+            report(block_on(invocations::run(&command, &admin)))
         }
     }
 }

@@ -107,6 +107,23 @@ pub fn load_records(db: &redb::Database) -> Result<Vec<InvocationRecord>, CodedE
         .collect()
 }
 
+/// One record.
+pub fn load_record(
+    db: &redb::Database,
+    id: InvocationId,
+) -> Result<Option<InvocationRecord>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(INVOCATIONS) else {
+        return Ok(None);
+    };
+    let Some(value) = table.get(id.to_bytes().as_slice()).map_err(storage)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(value.value())
+        .map(Some)
+        .map_err(storage)
+}
+
 /// The journal of `id`, in order.
 pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;

@@ -2,11 +2,13 @@
 //!
 //! `sluice-test-deployment <addr:port> [flavor]` serves over HTTP/2. Flavors change the manifest
 //! the way an operator's redeploy would:
-//! - `v1` (default): Greeter (service), Counter (virtual object), Signup (workflow);
+//! - `v1` (default): Greeter (service), Counter (virtual object), Signup (workflow), Meter
+//!   (execution counters for exactly-once checks, and a handler that fails retryably);
 //! - `v2`: Greeter gains a `farewell` handler;
 //! - `fewer`: Greeter loses its `fail` handler;
 //! - `object`: Greeter becomes a virtual object.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use restate_sdk::prelude::*;
@@ -50,6 +52,55 @@ impl Greeter {
             .add(1)
             .call()
             .await?)
+    }
+}
+
+/// Side-effect executions seen by this process, for exactly-once checks across Sluice crashes.
+static RUNS: AtomicU64 = AtomicU64::new(0);
+/// Completions of `Meter/work`, counted inside a second side effect.
+static DONE: AtomicU64 = AtomicU64::new(0);
+/// Calls of `Meter/flaky`.
+static FLAKY: AtomicU64 = AtomicU64::new(0);
+
+struct Meter;
+
+#[service]
+impl Meter {
+    /// Counts a side effect, sleeps `millis` durably, then counts its completion.
+    #[handler]
+    async fn work(&self, ctx: Context<'_>, millis: u64) -> Result<(), HandlerError> {
+        ctx.run(|| async {
+            RUNS.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .await?;
+        ctx.sleep(Duration::from_millis(millis)).await?;
+        ctx.run(|| async {
+            DONE.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// `runs/done` so far.
+    #[handler]
+    async fn counts(&self, _ctx: Context<'_>) -> Result<String, HandlerError> {
+        Ok(format!(
+            "{}/{}",
+            RUNS.load(Ordering::SeqCst),
+            DONE.load(Ordering::SeqCst)
+        ))
+    }
+
+    /// Fails retryably on its first `failures` calls in this process, then answers the call count.
+    #[handler]
+    async fn flaky(&self, _ctx: Context<'_>, failures: u64) -> Result<u64, HandlerError> {
+        let seen = FLAKY.fetch_add(1, Ordering::SeqCst);
+        if seen < failures {
+            return Err(std::io::Error::other(format!("flaky failure {}", seen + 1)).into());
+        }
+        Ok(seen + 1)
     }
 }
 
@@ -152,7 +203,7 @@ async fn main() {
     let flavor = args.next().unwrap_or_else(|| "v1".to_owned());
     let builder = Endpoint::builder();
     let endpoint = match flavor.as_str() {
-        "v1" => builder.bind(Greeter).bind(Counter).bind(Signup),
+        "v1" => builder.bind(Greeter).bind(Counter).bind(Signup).bind(Meter),
         "v2" => builder.bind(GreeterV2).bind(Counter).bind(Signup),
         "fewer" => builder.bind(GreeterFewer).bind(Counter).bind(Signup),
         "object" => builder.bind(GreeterObject),

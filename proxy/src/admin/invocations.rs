@@ -1,0 +1,171 @@
+//! Invocation routes: list and describe.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AdminState;
+use super::error::AdminError;
+use super::json::Json;
+use crate::ids::InvocationId;
+use crate::invocation::store;
+use crate::invocation::{InvocationRecord, Outcome, Status};
+
+/// An invocation as the admin API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InvocationResponse {
+    /// `inv_1…`
+    pub id: String,
+    /// `service/handler` or `service/key/handler`.
+    pub target: String,
+    /// Service name.
+    pub service: String,
+    /// Handler name.
+    pub handler: String,
+    /// Object or workflow key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `pending`, `scheduled`, `running`, `suspended`, `backing-off`, `paused` or `completed`.
+    pub status: String,
+    /// Pinned deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_id: Option<String>,
+    /// Pinned protocol version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<i32>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Failed attempts since the last progress.
+    pub retry_count: u32,
+    /// Code of the last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_error_code: Option<String>,
+    /// Message of the last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// `value` or `failure` once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Next attempt (scheduled, backing off), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+}
+
+fn time(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+fn status_name(status: Status) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+impl From<&InvocationRecord> for InvocationResponse {
+    fn from(r: &InvocationRecord) -> Self {
+        let t = &r.target;
+        let target = match &t.key {
+            Some(key) => format!("{}/{key}/{}", t.service, t.handler),
+            None => format!("{}/{}", t.service, t.handler),
+        };
+        Self {
+            id: r.id.to_string(),
+            target,
+            service: t.service.clone(),
+            handler: t.handler.clone(),
+            key: t.key.clone(),
+            status: status_name(r.status),
+            deployment_id: r.deployment.map(|d| d.to_string()),
+            protocol_version: r.protocol,
+            attempts: r.attempts,
+            retry_count: r.retry_count,
+            last_failure_error_code: r.last_failure.as_ref().and_then(|f| f.code.clone()),
+            last_failure: r.last_failure.as_ref().map(|f| f.message.clone()),
+            completion: r.outcome.as_ref().map(|o| match o {
+                Outcome::Value(_) => "value".to_owned(),
+                Outcome::Failure(f) => format!("failure {}: {}", f.code, f.message),
+            }),
+            created_at: time(r.created_at_ms),
+            next_attempt_at: r.run_at_ms.map(time),
+        }
+    }
+}
+
+/// `GET /invocations` filters.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+pub struct ListParams {
+    /// Only this status.
+    pub status: Option<String>,
+    /// Only this service.
+    pub service: Option<String>,
+    /// At most this many (newest first), default 100.
+    pub limit: Option<usize>,
+}
+
+/// `GET /invocations`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListInvocationsResponse {
+    /// Matching invocations, newest first.
+    pub invocations: Vec<InvocationResponse>,
+}
+
+/// Invocations, newest first.
+#[utoipa::path(get, path = "/invocations", tag = "invocation", operation_id = "list_invocations",
+    params(ListParams), responses((status = 200, body = ListInvocationsResponse)))]
+pub async fn list(
+    State(state): State<Arc<AdminState>>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<ListInvocationsResponse>, AdminError> {
+    let mut records = state.store.with_db(store::load_records)??;
+    records.retain(|r| {
+        params
+            .status
+            .as_deref()
+            .is_none_or(|s| status_name(r.status) == s)
+            && params
+                .service
+                .as_deref()
+                .is_none_or(|s| r.target.service == s)
+    });
+    records.sort_by_key(|r| std::cmp::Reverse(r.created_at_ms));
+    records.truncate(params.limit.unwrap_or(100));
+    Ok(Json(ListInvocationsResponse {
+        invocations: records.iter().map(InvocationResponse::from).collect(),
+    }))
+}
+
+/// One invocation.
+#[utoipa::path(get, path = "/invocations/{invocation_id}", tag = "invocation", operation_id = "get_invocation",
+    params(("invocation_id" = String, Path)),
+    responses((status = 200, body = InvocationResponse), (status = 404, description = "No such invocation.")))]
+pub async fn get(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<InvocationResponse>, AdminError> {
+    let id: InvocationId = id.parse().map_err(|e| {
+        AdminError::new(
+            StatusCode::BAD_REQUEST,
+            format!("The request field 'invocation_id' is invalid. Reason: {e}"),
+        )
+    })?;
+    let record = state.store.with_db(|db| store::load_record(db, id))??;
+    record
+        .as_ref()
+        .map(|r| Json(InvocationResponse::from(r)))
+        .ok_or_else(|| {
+            AdminError::new(
+                StatusCode::NOT_FOUND,
+                format!("The requested invocation '{id}' does not exist"),
+            )
+        })
+}

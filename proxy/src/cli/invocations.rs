@@ -1,0 +1,116 @@
+//! `sluice invocations …`
+
+use clap::Subcommand;
+use reqwest::Method;
+
+use super::client::AdminClient;
+use super::registry::AdminArgs;
+use super::table;
+use crate::admin::invocations::{InvocationResponse, ListInvocationsResponse};
+use crate::errors::CodedError;
+
+/// `sluice invocations …`
+#[derive(Debug, Subcommand)]
+pub enum InvocationsCommand {
+    /// List invocations, newest first.
+    List {
+        /// Only this status (pending, scheduled, running, suspended, backing-off, paused, completed).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this service.
+        #[arg(long)]
+        service: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Show one invocation.
+    Describe {
+        /// `inv_1…`
+        id: String,
+    },
+}
+
+/// Runs an invocations command.
+pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), CodedError> {
+    let admin = AdminClient::new(&args.admin_url, std::env::var("SLUICE_ADMIN_TOKEN").ok());
+    let answer = match cmd {
+        InvocationsCommand::List {
+            status,
+            service,
+            limit,
+        } => {
+            let mut query: Vec<String> = vec![format!("limit={limit}")];
+            query.extend(status.iter().map(|s| format!("status={s}")));
+            query.extend(service.iter().map(|s| format!("service={s}")));
+            admin
+                .call(
+                    Method::GET,
+                    &format!("/invocations?{}", query.join("&")),
+                    None::<&()>,
+                )
+                .await?
+        }
+        InvocationsCommand::Describe { id } => {
+            admin
+                .call(Method::GET, &format!("/invocations/{id}"), None::<&()>)
+                .await?
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&answer.json).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    match cmd {
+        InvocationsCommand::List { .. } => {
+            let list: ListInvocationsResponse = answer.parse()?;
+            let rows: Vec<Vec<String>> = list
+                .invocations
+                .iter()
+                .map(|i| {
+                    vec![
+                        i.id.clone(),
+                        i.target.clone(),
+                        i.status.clone(),
+                        i.attempts.to_string(),
+                        i.last_failure_error_code.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::render(&["ID", "TARGET", "STATUS", "ATTEMPTS", "LAST ERROR"], &rows)
+            );
+        }
+        InvocationsCommand::Describe { .. } => {
+            let i: InvocationResponse = answer.parse()?;
+            println!("id:          {}", i.id);
+            println!("target:      {}", i.target);
+            println!("status:      {}", i.status);
+            println!(
+                "attempts:    {} (retry count {})",
+                i.attempts, i.retry_count
+            );
+            if let Some(d) = &i.deployment_id {
+                println!(
+                    "deployment:  {d} (protocol V{})",
+                    i.protocol_version.unwrap_or_default()
+                );
+            }
+            if let Some(f) = &i.last_failure {
+                println!(
+                    "last error:  [{}] {f}",
+                    i.last_failure_error_code.as_deref().unwrap_or("-")
+                );
+            }
+            if let Some(c) = &i.completion {
+                println!("completion:  {c}");
+            }
+            println!("created:     {}", i.created_at);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! Durability: invocations accepted before a `kill -9` complete after restart, and a journaled
+//! `ctx.run` never runs again; retryable failures are retried with back-off.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment};
+
+const SENDS: usize = 200;
+
+async fn counts(sluice: &Sluice) -> (u64, u64) {
+    let text = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/counts", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let text = text.trim_matches('"');
+    let (runs, done) = text
+        .split_once('/')
+        .unwrap_or_else(|| panic!("counts answered {text}"));
+    (runs.parse().unwrap(), done.parse().unwrap())
+}
+
+async fn wait_for(sluice: &Sluice, want: (u64, u64), within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen = counts(sluice).await;
+        assert!(
+            seen.0 <= want.0 && seen.1 <= want.1,
+            "executed more than once: {seen:?}"
+        );
+        if seen == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stuck at {seen:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = Sluice::builder().start().await.unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/deployments", sluice.admin_url))
+        .json(&json!({"uri": dep.uri}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+
+    let client = reqwest::Client::new();
+    for _ in 0..SENDS {
+        let resp = client
+            .post(format!("{}/service/send/Meter/work", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .body("3000")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+    }
+    // Every first side effect has run; the invocations now sleep for 3 s.
+    wait_for(&sluice, (SENDS as u64, 0), Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sluice.signal(Signal::SIGKILL).unwrap();
+    let killed = sluice.wait_exit(Duration::from_secs(5)).unwrap();
+    assert!(!killed.status.success());
+
+    let again = Sluice::builder()
+        .data_dir(&sluice.data_dir)
+        .start()
+        .await
+        .unwrap();
+    // Timers re-armed, attempts replayed: all complete, and no first side effect ran twice.
+    wait_for(
+        &again,
+        (SENDS as u64, SENDS as u64),
+        Duration::from_secs(60),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn retryable_failures_are_retried_then_succeed() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    reqwest::Client::new()
+        .post(format!("{}/deployments", sluice.admin_url))
+        .json(&json!({"uri": dep.uri}))
+        .send()
+        .await
+        .unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/flaky", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let id = resp.headers()["x-service-id"].to_str().unwrap().to_owned();
+    assert_eq!(resp.text().await.unwrap(), "3");
+    let described: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(described["status"], "completed");
+    assert_eq!(described["attempts"], 3);
+    assert_eq!(described["retry_count"], 2);
+    assert_eq!(described["last_failure_error_code"], "RT0007");
+    assert!(
+        described["last_failure"]
+            .as_str()
+            .unwrap()
+            .contains("flaky failure 2"),
+        "{described}"
+    );
+    let listed: Value = reqwest::get(format!(
+        "{}/invocations?service=Meter&status=completed",
+        sluice.admin_url
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert!(
+        listed["invocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["id"] == id.as_str())
+    );
+    let missing = reqwest::get(format!(
+        "{}/invocations/inv_1{}",
+        sluice.admin_url,
+        "0".repeat(33)
+    ))
+    .await
+    .unwrap();
+    assert_eq!(missing.status(), 404);
+}
