@@ -302,3 +302,44 @@ async fn typescript_request_response_over_http11() {
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.text().await.unwrap(), "\"Hello, Ada!\"");
 }
+
+#[tokio::test]
+async fn get_calls_and_delayed_sends() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    register(&sluice, &dep.uri, false).await;
+    let counts = || async {
+        let resp = call(
+            &sluice,
+            reqwest::Method::GET,
+            "/service/call/Meter/counts",
+            None,
+        )
+        .await;
+        assert_eq!(resp.status(), 200, "GET is accepted like POST");
+        resp.text().await.unwrap()
+    };
+    assert_eq!(counts().await, "\"0/0\"");
+    let sent = std::time::Instant::now();
+    let resp = call(
+        &sluice,
+        reqwest::Method::POST,
+        "/service/send/Meter/work?delay=1s",
+        Some("0"),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(counts().await, "\"0/0\"", "not before its delay");
+    loop {
+        if counts().await == "\"1/1\"" {
+            break;
+        }
+        assert!(
+            sent.elapsed() < std::time::Duration::from_secs(15),
+            "the delayed send never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(sent.elapsed() >= std::time::Duration::from_secs(1));
+}
