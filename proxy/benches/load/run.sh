@@ -11,8 +11,12 @@ cargo build --release --locked -q -p sluice -p sluice-tests --bins
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 bin="$target_dir/release"
 work="$(mktemp -d)"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-dep_port="$(free_port)"; ingress="$(free_port)"; admin="$(free_port)"
+# Three distinct free ports: the sockets are held together so none is handed out twice.
+read -r dep_port ingress admin < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
 "$bin/sluice-test-deployment" "127.0.0.1:$dep_port" v1 &
 dep=$!
 RUST_LOG=warn "$bin/sluice" serve --data-dir "$work/data" --ingress-bind "127.0.0.1:$ingress" --admin-bind "127.0.0.1:$admin" &
