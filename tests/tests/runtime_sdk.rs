@@ -38,15 +38,7 @@ async fn fixture() -> Fixture {
         })
         .await
         .unwrap();
-    let registration = Registration {
-        uri: deployment.uri.clone(),
-        additional_headers: BTreeMap::new(),
-        metadata: BTreeMap::new(),
-        use_http_11: false,
-        force: false,
-        allow_type_change: false,
-        dry_run: false,
-    };
+    let registration = Registration::new(deployment.uri.clone());
     registry.register(found, registration, 0).unwrap();
     Fixture {
         store,

@@ -101,7 +101,6 @@ pub fn resolve(path: &InvokePath, registry: &Registry) -> Result<Target, Ingress
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use http::StatusCode;
@@ -138,15 +137,7 @@ mod tests {
             http_version: HttpVersion::Http2,
             sdk_version: None,
         };
-        let registration = Registration {
-            uri: "http://127.0.0.1:9080/".into(),
-            additional_headers: BTreeMap::new(),
-            metadata: BTreeMap::new(),
-            use_http_11: false,
-            force: false,
-            allow_type_change: false,
-            dry_run: false,
-        };
+        let registration = Registration::new("http://127.0.0.1:9080/");
         registry.register(found, registration, 0).unwrap();
         (registry, dir)
     }

@@ -63,6 +63,21 @@ pub struct Registration {
     pub dry_run: bool,
 }
 
+impl Registration {
+    /// A plain registration of `uri`: HTTP/2, no headers, no force, stored.
+    pub fn new(uri: impl Into<String>) -> Self {
+        Self {
+            uri: uri.into(),
+            additional_headers: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            use_http_11: false,
+            force: false,
+            allow_type_change: false,
+            dry_run: false,
+        }
+    }
+}
+
 /// A new endpoint for an existing deployment.
 #[derive(Debug, Clone)]
 pub struct InPlaceUpdate {
