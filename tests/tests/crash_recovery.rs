@@ -150,3 +150,50 @@ async fn retryable_failures_are_retried_then_succeed() {
     .unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+#[tokio::test]
+async fn sigterm_drains_an_in_flight_call() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = Sluice::builder()
+        .env("SERVICE_SHUTDOWN_GRACE_PERIOD", "20s")
+        .start()
+        .await
+        .unwrap();
+    reqwest::Client::new()
+        .post(format!("{}/deployments", sluice.admin_url))
+        .json(&json!({"uri": dep.uri}))
+        .send()
+        .await
+        .unwrap();
+    let url = format!("{}/service/call/Greeter/slow", sluice.ingress_url);
+    let call = tokio::spawn(async move {
+        let resp = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .body("1500")
+            .send()
+            .await
+            .unwrap();
+        (resp.status(), resp.text().await.unwrap())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signalled = Instant::now();
+    sluice.signal(Signal::SIGTERM).unwrap();
+    let (status, body) = call.await.unwrap();
+    assert_eq!(
+        (status.as_u16(), body.as_str()),
+        (200, "1500"),
+        "the in-flight call finished"
+    );
+    let done = tokio::task::spawn_blocking(move || {
+        sluice.wait_exit(Duration::from_secs(20)).map(|f| f.status)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(done.success());
+    assert!(
+        signalled.elapsed() < Duration::from_secs(20),
+        "exited once drained, within the grace period"
+    );
+}
