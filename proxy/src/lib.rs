@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod discovery;
 pub mod errors;

@@ -138,10 +138,6 @@ fn listed(d: &Deployment) -> DeploymentResponse<ServiceNameRevision> {
     DeploymentResponse::of(d, services)
 }
 
-fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
-
 /// Discovers the endpoint and registers its services.
 #[utoipa::path(post, path = "/deployments", tag = "deployment", operation_id = "create_deployment",
     request_body = RegisterDeploymentRequest,
@@ -197,7 +193,9 @@ pub async fn create(
         allow_type_change: req.breaking,
         dry_run: req.dry_run,
     };
-    let registered = state.registry.register(found, registration, now_ms())?;
+    let registered = state
+        .registry
+        .register(found, registration, crate::clock::now_ms())?;
     let status = match registered.outcome {
         Outcome::Created if !req.dry_run => StatusCode::CREATED,
         _ => StatusCode::OK,
@@ -291,10 +289,12 @@ pub async fn update(
         dry_run: req.dry_run,
     };
     let updated = state.registry.update(id, found, change)?;
-    let mut shown = detailed(&state, &updated.deployment);
-    if req.dry_run {
-        shown = DeploymentResponse::of(&updated.deployment, response(&state, &updated).services);
-    }
+    // A dry run stored nothing: show the would-be services, not the registry's.
+    let shown = if req.dry_run {
+        DeploymentResponse::of(&updated.deployment, response(&state, &updated).services)
+    } else {
+        detailed(&state, &updated.deployment)
+    };
     Ok(Json(shown))
 }
 

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
+use crate::clock::rfc3339;
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{InvocationRecord, Outcome, Status};
@@ -57,11 +58,7 @@ pub struct InvocationResponse {
 }
 
 fn time(ms: u64) -> String {
-    i64::try_from(ms)
-        .ok()
-        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .map(|t| t.to_string())
-        .unwrap_or_default()
+    rfc3339(ms).unwrap_or_default()
 }
 
 fn status_name(status: Status) -> String {

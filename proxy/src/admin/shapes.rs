@@ -334,9 +334,7 @@ impl<S> DeploymentResponse<S> {
             ),
             Address::Lambda { arn, .. } => (None, Some(arn.clone()), None, None),
         };
-        let created_at = jiff::Timestamp::from_millisecond(d.created_at_ms)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
+        let created_at = crate::clock::rfc3339(d.created_at_ms).unwrap_or_default();
         Self {
             id: d.id.to_string(),
             uri,

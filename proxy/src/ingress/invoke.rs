@@ -8,11 +8,12 @@ use super::IngressState;
 use super::error::IngressError;
 use super::path::{InvokePath, Mode};
 use super::{input, reply, target};
+use crate::clock::{now_ms, rfc3339};
 use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome, Status, Target};
-use crate::partition::{now_ms, partition_key};
+use crate::partition::partition_key;
 use crate::protocol::{Message, proto};
 
 /// Largest request body accepted (413 beyond).
@@ -210,10 +211,8 @@ pub async fn invoke(
 
     if path.mode == Mode::Send {
         let mut body = serde_json::json!({"invocationId": id.to_string(), "status": "Accepted"});
-        if let Some(at) = execution_time
-            .and_then(|ms| jiff::Timestamp::from_millisecond(i64::try_from(ms).ok()?).ok())
-        {
-            body["executionTime"] = at.to_string().into();
+        if let Some(at) = execution_time.and_then(rfc3339) {
+            body["executionTime"] = at.into();
         }
         return Ok(with_ids(reply::json(StatusCode::ACCEPTED, &body), id));
     }

@@ -58,13 +58,7 @@ impl ServeHttp for IngressApp {
         let operation = path::parse(&req.method, req.uri.path());
         let result = match operation {
             Ok(path::Operation::Health) => {
-                let services: Vec<String> = self
-                    .state
-                    .registry
-                    .services()
-                    .into_iter()
-                    .map(|(s, _)| s.name)
-                    .collect();
+                let services = self.state.registry.service_names();
                 Ok(reply::json(
                     StatusCode::OK,
                     &serde_json::json!({"services": services}),

@@ -16,7 +16,8 @@ const JOURNAL: TableDefinition<&[u8], &[u8]> = TableDefinition::new("journal");
 /// Key: wake time (ms, u64 BE) ‖ invocation id ‖ completion id (u32 BE). Value: empty.
 const TIMERS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("timers");
 
-fn storage(e: impl std::fmt::Display) -> CodedError {
+/// A redb failure on invocation state (RT0006).
+pub(crate) fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("invocation store: {e}"))
 }
 

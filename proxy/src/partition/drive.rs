@@ -7,7 +7,8 @@ use bytes::Bytes;
 use prost::Message as _;
 use redb::WriteTransaction;
 
-use super::{Effect, Event, Live, Partition, now_ms};
+use super::{Effect, Event, Live, Partition};
+use crate::clock::now_ms;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::clock::now_ms;
 use crate::config::Config;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
@@ -91,11 +92,6 @@ pub struct Partition {
     live: HashMap<InvocationId, Live>,
 }
 
-/// Milliseconds since the epoch now.
-pub fn now_ms() -> u64 {
-    u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(0)
-}
-
 impl Partition {
     /// A partition writing to `store`; `tx` is its own event channel (attempts report there).
     pub fn new(
@@ -153,15 +149,11 @@ impl Partition {
             let mut effects = Vec::new();
             let store = Arc::clone(&self.store);
             let committed = store.with_db(|db| -> Result<(), CodedError> {
-                let txn = db.begin_write().map_err(|e| {
-                    crate::errors::CodedError::new(crate::errors::Code::RT0006, e.to_string())
-                })?;
+                let txn = db.begin_write().map_err(store::storage)?;
                 for event in batch.drain(..) {
                     self.apply(event, &txn, &mut effects)?;
                 }
-                txn.commit().map_err(|e| {
-                    crate::errors::CodedError::new(crate::errors::Code::RT0006, e.to_string())
-                })
+                txn.commit().map_err(store::storage)
             });
             match committed {
                 Ok(Ok(())) => self.run_effects(effects),

@@ -177,6 +177,11 @@ impl Registry {
             .collect()
     }
 
+    /// The names of every service, without copying their definitions.
+    pub fn service_names(&self) -> Vec<String> {
+        self.read().services.keys().cloned().collect()
+    }
+
     /// One service with its deployment.
     pub fn service(&self, name: &str) -> Result<(Service, Deployment), RegistryError> {
         let state = self.read();
@@ -194,7 +199,7 @@ impl Registry {
         &self,
         found: Discovered,
         req: Registration,
-        now_ms: i64,
+        now_ms: u64,
     ) -> Result<Registered, RegistryError> {
         let mut state = self.read().clone();
         let same_uri: Vec<&Deployment> = state

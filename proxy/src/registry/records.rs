@@ -79,7 +79,7 @@ pub struct Deployment {
     /// `x-restate-server` from discovery.
     pub sdk_version: Option<String>,
     /// Milliseconds since the epoch.
-    pub created_at_ms: i64,
+    pub created_at_ms: u64,
     /// The services as discovered.
     pub manifest: Manifest,
     /// Service name → the revision this deployment provides.
