@@ -277,6 +277,19 @@ impl Sluice {
         }
     }
 
+    /// Registers a deployment through the admin API and asserts it was new (201).
+    pub async fn register(&self, uri: &str, use_http_11: bool) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/deployments", self.admin_url))
+            .json(&serde_json::json!({"uri": uri, "use_http_11": use_http_11}))
+            .send()
+            .await
+            .expect("admin API reachable");
+        let status = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        assert_eq!(status, 201, "registering {uri}: {body}");
+    }
+
     /// Everything the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_tests::{Sluice, TestDeployment};
 
 const SENDS: usize = 200;
@@ -48,13 +48,7 @@ async fn wait_for(sluice: &Sluice, want: (u64, u64), within: Duration) {
 async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let mut sluice = Sluice::builder().start().await.unwrap();
-    let resp = reqwest::Client::new()
-        .post(format!("{}/deployments", sluice.admin_url))
-        .json(&json!({"uri": dep.uri}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
+    sluice.register(&dep.uri, false).await;
 
     let client = reqwest::Client::new();
     for _ in 0..SENDS {
@@ -92,12 +86,7 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
 async fn retryable_failures_are_retried_then_succeed() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder().start().await.unwrap();
-    reqwest::Client::new()
-        .post(format!("{}/deployments", sluice.admin_url))
-        .json(&json!({"uri": dep.uri}))
-        .send()
-        .await
-        .unwrap();
+    sluice.register(&dep.uri, false).await;
     let resp = reqwest::Client::new()
         .post(format!("{}/service/call/Meter/flaky", sluice.ingress_url))
         .header("content-type", "application/json")
@@ -159,12 +148,7 @@ async fn sigterm_drains_an_in_flight_call() {
         .start()
         .await
         .unwrap();
-    reqwest::Client::new()
-        .post(format!("{}/deployments", sluice.admin_url))
-        .json(&json!({"uri": dep.uri}))
-        .send()
-        .await
-        .unwrap();
+    sluice.register(&dep.uri, false).await;
     let url = format!("{}/service/call/Greeter/slow", sluice.ingress_url);
     let call = tokio::spawn(async move {
         let resp = reqwest::Client::new()

@@ -4,16 +4,6 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sluice_tests::{Sluice, TestDeployment};
 
-async fn register(sluice: &Sluice, uri: &str, http11: bool) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/deployments", sluice.admin_url))
-        .json(&json!({"uri": uri, "use_http_11": http11}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
-}
-
 async fn call(
     sluice: &Sluice,
     method: reqwest::Method,
@@ -33,7 +23,7 @@ async fn call(
 async fn calls_run_handlers_durably() {
     let sluice = Sluice::builder().start().await.unwrap();
     let dep = TestDeployment::start("v1").await.unwrap();
-    register(&sluice, &dep.uri, false).await;
+    sluice.register(&dep.uri, false).await;
     let post = reqwest::Method::POST;
 
     let resp = call(
@@ -123,7 +113,7 @@ async fn calls_run_handlers_durably() {
 async fn bad_requests_are_rejected_with_their_codes() {
     let sluice = Sluice::builder().start().await.unwrap();
     let dep = TestDeployment::start("v1").await.unwrap();
-    register(&sluice, &dep.uri, false).await;
+    sluice.register(&dep.uri, false).await;
     let post = reqwest::Method::POST;
     async fn parts(resp: reqwest::Response) -> (StatusCode, Option<String>, Value) {
         let status = resp.status();
@@ -291,7 +281,7 @@ fn check(
 async fn typescript_request_response_over_http11() {
     let sluice = Sluice::builder().start().await.unwrap();
     let dep = TestDeployment::typescript("h1").await.unwrap();
-    register(&sluice, &dep.uri, true).await;
+    sluice.register(&dep.uri, true).await;
     let resp = call(
         &sluice,
         reqwest::Method::POST,
@@ -307,7 +297,7 @@ async fn typescript_request_response_over_http11() {
 async fn get_calls_and_delayed_sends() {
     let sluice = Sluice::builder().start().await.unwrap();
     let dep = TestDeployment::start("v1").await.unwrap();
-    register(&sluice, &dep.uri, false).await;
+    sluice.register(&dep.uri, false).await;
     let counts = || async {
         let resp = call(
             &sluice,

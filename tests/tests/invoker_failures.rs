@@ -44,14 +44,8 @@ async fn deployment(invoke: fn() -> Response) -> SocketAddr {
 
 /// Sends `Bad/go` and waits until the invocation records `code` on at least two attempts.
 async fn recorded(sluice: &Sluice, addr: SocketAddr, code: &str) -> Value {
+    sluice.register(&format!("http://{addr}/"), false).await;
     let client = reqwest::Client::new();
-    let resp = client
-        .post(format!("{}/deployments", sluice.admin_url))
-        .json(&json!({"uri": format!("http://{addr}/")}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
     let sent: Value = client
         .post(format!("{}/service/send/Bad/go", sluice.ingress_url))
         .send()
