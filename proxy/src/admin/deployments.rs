@@ -228,7 +228,12 @@ fn response(state: &AdminState, registered: &Registered) -> RegisterDeploymentRe
     responses((status = 200, body = ListDeploymentsResponse)))]
 pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListDeploymentsResponse> {
     Json(ListDeploymentsResponse {
-        deployments: state.registry.deployments().iter().map(listed).collect(),
+        deployments: state
+            .registry
+            .deployments()
+            .iter()
+            .map(|d| listed(d))
+            .collect(),
     })
 }
 

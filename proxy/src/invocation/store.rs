@@ -1,20 +1,21 @@
 //! Durable invocation state in redb: records, journals (opaque `(type, bytes)` entries in order)
-//! and timers. Functions take an open write transaction so a partition can batch the writes of
-//! many events into one commit.
+//! and timers. Writes go into a [`WriteSet`] so the writer can commit the writes of many events,
+//! from every partition, together.
 
 use bytes::Bytes;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::record::InvocationRecord;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::protocol::Frame;
+use crate::storage::writer::{BytesTable, WriteSet};
 
-const INVOCATIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("invocations");
+const INVOCATIONS: BytesTable = TableDefinition::new("invocations");
 /// Key: invocation id (24 bytes) ‖ entry index (u32 BE). Value: type (u16 BE) ‖ payload.
-const JOURNAL: TableDefinition<&[u8], &[u8]> = TableDefinition::new("journal");
+const JOURNAL: BytesTable = TableDefinition::new("journal");
 /// Key: wake time (ms, u64 BE) ‖ invocation id ‖ completion id (u32 BE). Value: empty.
-const TIMERS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("timers");
+const TIMERS: BytesTable = TableDefinition::new("timers");
 
 /// A redb failure on invocation state (RT0006).
 pub(crate) fn storage(e: impl std::fmt::Display) -> CodedError {
@@ -48,48 +49,30 @@ pub struct Timer {
 }
 
 /// Writes (inserts or replaces) a record.
-pub fn put_record(txn: &WriteTransaction, record: &InvocationRecord) -> Result<(), CodedError> {
+pub fn put_record(writes: &mut WriteSet, record: &InvocationRecord) -> Result<(), CodedError> {
     let json = serde_json::to_vec(record).map_err(storage)?;
-    let mut table = txn.open_table(INVOCATIONS).map_err(storage)?;
-    table
-        .insert(record.id.to_bytes().as_slice(), json.as_slice())
-        .map_err(storage)?;
+    writes.put(INVOCATIONS, &record.id.to_bytes(), json);
     Ok(())
 }
 
 /// Appends a journal entry at `index`.
-pub fn put_entry(
-    txn: &WriteTransaction,
-    id: InvocationId,
-    index: u32,
-    frame: &Frame,
-) -> Result<(), CodedError> {
+pub fn put_entry(writes: &mut WriteSet, id: InvocationId, index: u32, frame: &Frame) {
     let mut value = Vec::with_capacity(2 + frame.payload.len());
     value.extend_from_slice(&frame.ty.to_be_bytes());
     value.extend_from_slice(&frame.payload);
-    let mut table = txn.open_table(JOURNAL).map_err(storage)?;
-    table
-        .insert(journal_key(id, index).as_slice(), value.as_slice())
-        .map_err(storage)?;
-    Ok(())
+    writes.put(JOURNAL, &journal_key(id, index), value);
 }
 
 /// Adds a timer.
-pub fn put_timer(txn: &WriteTransaction, timer: Timer) -> Result<(), CodedError> {
-    let mut table = txn.open_table(TIMERS).map_err(storage)?;
+pub fn put_timer(writes: &mut WriteSet, timer: Timer) {
     let key = timer_key(timer.at_ms, timer.invocation, timer.completion);
-    table
-        .insert(key.as_slice(), [].as_slice())
-        .map_err(storage)?;
-    Ok(())
+    writes.put(TIMERS, &key, Vec::new());
 }
 
 /// Removes a fired timer.
-pub fn delete_timer(txn: &WriteTransaction, timer: Timer) -> Result<(), CodedError> {
-    let mut table = txn.open_table(TIMERS).map_err(storage)?;
+pub fn delete_timer(writes: &mut WriteSet, timer: Timer) {
     let key = timer_key(timer.at_ms, timer.invocation, timer.completion);
-    table.remove(key.as_slice()).map_err(storage)?;
-    Ok(())
+    writes.delete(TIMERS, &key);
 }
 
 /// Every record (recovery scans them at start-up).
@@ -205,30 +188,30 @@ mod tests {
         };
         store
             .with_db(|db| {
-                let txn = db.begin_write().unwrap();
-                put_record(&txn, &record).unwrap();
+                let mut writes = WriteSet::default();
+                put_record(&mut writes, &record).unwrap();
                 for i in 0..3u8 {
-                    put_entry(&txn, a, u32::from(i), &frame(i)).unwrap();
+                    put_entry(&mut writes, a, u32::from(i), &frame(i));
                 }
-                put_entry(&txn, b, 0, &frame(9)).unwrap();
+                put_entry(&mut writes, b, 0, &frame(9));
                 put_timer(
-                    &txn,
+                    &mut writes,
                     Timer {
                         at_ms: 20,
                         invocation: a,
                         completion: 1,
                     },
-                )
-                .unwrap();
+                );
                 put_timer(
-                    &txn,
+                    &mut writes,
                     Timer {
                         at_ms: 10,
                         invocation: b,
                         completion: 2,
                     },
-                )
-                .unwrap();
+                );
+                let txn = db.begin_write().unwrap();
+                writes.apply(&txn).unwrap();
                 txn.commit().unwrap();
             })
             .unwrap();
@@ -245,8 +228,10 @@ mod tests {
                     timers.iter().map(|t| t.at_ms).collect::<Vec<_>>(),
                     vec![10, 20]
                 );
+                let mut writes = WriteSet::default();
+                delete_timer(&mut writes, timers[0]);
                 let txn = db.begin_write().unwrap();
-                delete_timer(&txn, timers[0]).unwrap();
+                writes.apply(&txn).unwrap();
                 txn.commit().unwrap();
                 assert_eq!(load_timers(db).unwrap().len(), 1);
             })

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message as _;
-use redb::WriteTransaction;
 
 use super::{Effect, Event, Live, Partition};
 use crate::clock::now_ms;
@@ -21,12 +20,13 @@ use crate::protocol::proto::{
 };
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::registry::Address;
+use crate::storage::writer::WriteSet;
 
 impl Partition {
     pub(super) fn apply(
         &mut self,
         event: Event,
-        txn: &WriteTransaction,
+        writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         match event {
@@ -36,8 +36,8 @@ impl Partition {
                 reply,
             } => {
                 let id = record.id;
-                store::put_record(txn, &record)?;
-                store::put_entry(txn, id, 0, &input)?;
+                store::put_record(writes, &record)?;
+                store::put_entry(writes, id, 0, &input);
                 match record.run_at_ms {
                     Some(at) if record.status == Status::Scheduled => {
                         effects.push(Effect::WakeAt(id, at, None))
@@ -54,8 +54,8 @@ impl Partition {
                 },
                 None => drop(reply),
             },
-            Event::AttemptDone { id, result } => self.attempt_done(id, result, txn, effects)?,
-            Event::Wake { id, completion } => self.wake(id, completion, txn, effects)?,
+            Event::AttemptDone { id, result } => self.attempt_done(id, result, writes, effects)?,
+            Event::Wake { id, completion } => self.wake(id, completion, writes, effects),
         }
         Ok(())
     }
@@ -64,36 +64,35 @@ impl Partition {
         &mut self,
         id: InvocationId,
         completion: Option<Timer>,
-        txn: &WriteTransaction,
+        writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
-    ) -> Result<(), CodedError> {
+    ) {
         let Some(live) = self.live.get_mut(&id) else {
-            return Ok(());
+            return;
         };
         if live.record.status == Status::Completed {
-            return Ok(());
+            return;
         }
         if let Some(timer) = completion {
-            store::delete_timer(txn, timer)?;
+            store::delete_timer(writes, timer);
             let done = Message::SleepCompletion(proto::NotificationTemplate {
                 id: Some(notification_template::Id::CompletionId(timer.completion)),
                 result: Some(notification_template::Result::Void(proto::Void {})),
             });
-            append(live, txn, done.to_frame(false))?;
+            append(live, writes, done.to_frame(false));
         }
         if live.running {
             live.completed_while_running = true;
         } else {
             effects.push(Effect::Attempt(id));
         }
-        Ok(())
     }
 
     fn attempt_done(
         &mut self,
         id: InvocationId,
         result: Result<Attempt, AttemptError>,
-        txn: &WriteTransaction,
+        writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         let retry = self.config.worker.invoker.retry_policy.clone();
@@ -106,7 +105,7 @@ impl Partition {
         match result {
             Ok(attempt) => {
                 for (message, _) in attempt.messages {
-                    again |= journal_message(live, txn, message, effects)?;
+                    again |= journal_message(live, writes, message, effects);
                 }
                 match attempt.ending {
                     Ending::End => {
@@ -137,7 +136,7 @@ impl Partition {
                 back_off(live, &retry, failure, e.retry_after, effects);
             }
         }
-        store::put_record(txn, &live.record)
+        store::put_record(writes, &live.record)
     }
 
     /// Starts an attempt of `id` on its (pinned) deployment.
@@ -211,21 +210,20 @@ impl Partition {
     }
 }
 
-fn append(live: &mut Live, txn: &WriteTransaction, frame: Frame) -> Result<(), CodedError> {
+fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
     let index = u32::try_from(live.journal.len()).expect("journals are shorter than 2^32");
-    store::put_entry(txn, live.record.id, index, &frame)?;
+    store::put_entry(writes, live.record.id, index, &frame);
     live.journal.push(frame);
-    Ok(())
 }
 
 /// Journals one message of an attempt; true when it resolved something (a run proposal), so
 /// the invocation should attempt again.
 fn journal_message(
     live: &mut Live,
-    txn: &WriteTransaction,
+    writes: &mut WriteSet,
     message: Message,
     effects: &mut Vec<Effect>,
-) -> Result<bool, CodedError> {
+) -> bool {
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
     match &message {
         Message::ProposeRunCompletion(proposal) => {
@@ -244,8 +242,8 @@ fn journal_message(
                 )),
                 result: Some(result),
             });
-            append(live, txn, done.to_frame(false))?;
-            return Ok(true);
+            append(live, writes, done.to_frame(false));
+            return true;
         }
         Message::Sleep(sleep) => {
             let timer = Timer {
@@ -253,15 +251,15 @@ fn journal_message(
                 invocation: live.record.id,
                 completion: sleep.result_completion_id,
             };
-            store::put_timer(txn, timer)?;
+            store::put_timer(writes, timer);
             effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
         }
         _ => {}
     }
     if kind == Some(Kind::Command) || matches!(message, Message::Custom { .. }) {
-        append(live, txn, message.to_frame(false))?;
+        append(live, writes, message.to_frame(false));
     }
-    Ok(false)
+    false
 }
 
 fn back_off(

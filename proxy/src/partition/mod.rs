@@ -1,13 +1,14 @@
 //! A partition: one task that owns the state machine of its invocations. Events arrive on a
-//! channel; each batch of events is applied in **one** redb write transaction (group commit),
-//! and acknowledgements, attempts and timers are released only after that commit.
+//! channel; each batch of events becomes one write set for the store's writer (which commits the
+//! sets of every partition together), and acknowledgements, attempts and timers are released
+//! only after that commit. The partition keeps applying new events while earlier sets commit.
 
 mod drive;
 pub mod runtime;
 
 pub use runtime::{PartitionsService, Receivers, Runtime, partition_key};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::now_ms;
 use crate::config::Config;
-use crate::errors::CodedError;
+use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{InvocationRecord, Outcome, Status};
@@ -23,9 +24,13 @@ use crate::invoker::{Attempt, AttemptClient, AttemptError};
 use crate::protocol::Frame;
 use crate::registry::Registry;
 use crate::storage::Store;
+use crate::storage::writer::{Commit, WriteSet, Writer};
 
-/// Most events applied in one transaction.
+/// Most events applied in one write set.
 const BATCH: usize = 256;
+
+/// Write sets a partition has waiting for their commit before it stops taking events.
+const IN_FLIGHT: usize = 4;
 
 /// Something that happens to a partition.
 #[derive(Debug)]
@@ -85,6 +90,7 @@ struct Live {
 /// One partition's state.
 pub struct Partition {
     store: Arc<Store>,
+    writer: Writer,
     registry: Arc<Registry>,
     config: Arc<Config>,
     client: AttemptClient,
@@ -93,9 +99,11 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// A partition writing to `store`; `tx` is its own event channel (attempts report there).
+    /// A partition reading `store` and writing through `writer`; `tx` is its own event channel
+    /// (attempts report there).
     pub fn new(
         store: Arc<Store>,
+        writer: Writer,
         registry: Arc<Registry>,
         config: Arc<Config>,
         client: AttemptClient,
@@ -103,6 +111,7 @@ impl Partition {
     ) -> Self {
         Self {
             store,
+            writer,
             registry,
             config,
             client,
@@ -142,27 +151,42 @@ impl Partition {
         Ok(())
     }
 
-    /// Applies events until every sender is gone.
+    /// Applies events until every sender is gone and every write set has committed.
     pub async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
         let mut batch = Vec::with_capacity(BATCH);
-        while rx.recv_many(&mut batch, BATCH).await > 0 {
-            let mut effects = Vec::new();
-            let store = Arc::clone(&self.store);
-            let committed = store.with_db(|db| -> Result<(), CodedError> {
-                let txn = db.begin_write().map_err(store::storage)?;
-                for event in batch.drain(..) {
-                    self.apply(event, &txn, &mut effects)?;
+        let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
+        let mut open = true;
+        while open || !pending.is_empty() {
+            tokio::select! {
+                // Commits answer in order, so only the oldest needs watching.
+                committed = async { (&mut pending.front_mut().expect("guarded").0).await },
+                    if !pending.is_empty() =>
+                {
+                    let (_, effects) = pending.pop_front().expect("guarded");
+                    match committed {
+                        Ok(Ok(())) => self.run_effects(effects),
+                        Ok(Err(e)) => fail(effects, &e),
+                        Err(_) => fail(effects, &CodedError::new(Code::RT0006, "the store writer stopped")),
+                    }
                 }
-                txn.commit().map_err(store::storage)
-            });
-            match committed {
-                Ok(Ok(())) => self.run_effects(effects),
-                Ok(Err(e)) | Err(e) => {
-                    tracing::error!(error.code = ?e.code, error = %e, "partition batch failed; nothing of it was acknowledged");
-                    for effect in effects {
-                        if let Effect::Ack(reply) = effect {
-                            let _ = reply.send(Err(e.clone()));
+                received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {
+                    if received == 0 {
+                        open = false;
+                        continue;
+                    }
+                    let mut writes = WriteSet::default();
+                    let mut effects = Vec::new();
+                    let mut applied = Ok(());
+                    for event in batch.drain(..) {
+                        if let Err(e) = self.apply(event, &mut writes, &mut effects) {
+                            applied = Err(e);
                         }
+                    }
+                    match applied {
+                        // Even an empty set goes through the writer: its effects (an answer
+                        // to a waiting caller, say) must not overtake earlier writes.
+                        Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
+                        Err(e) => fail(effects, &e),
                     }
                 }
             }
@@ -190,6 +214,17 @@ impl Partition {
                     });
                 }
             }
+        }
+    }
+}
+
+/// A batch that did not become durable: its acknowledgements answer the error; nothing else of
+/// it runs.
+fn fail(effects: Vec<Effect>, error: &CodedError) {
+    tracing::error!(error.code = ?error.code, error = %error, "partition batch failed; nothing of it was acknowledged");
+    for effect in effects {
+        if let Effect::Ack(reply) = effect {
+            let _ = reply.send(Err(error.clone()));
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::invoker::AttemptClient;
 use crate::protocol::Frame;
 use crate::registry::Registry;
 use crate::storage::Store;
+use crate::storage::writer::Writer;
 
 /// Events a partition's channel holds before senders wait (back-pressure on the ingress).
 const CHANNEL: usize = 16 * 1024;
@@ -104,10 +105,12 @@ impl Runtime {
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
         let n = self.senders.len() as u64;
         let client = AttemptClient::default();
+        let writer = Writer::start(Arc::clone(store));
         let mut handles = Vec::new();
         for (index, rx) in receivers.0.into_iter().enumerate() {
             let mut partition = Partition::new(
                 Arc::clone(store),
+                writer.clone(),
                 Arc::clone(registry),
                 Arc::clone(config),
                 client.clone(),

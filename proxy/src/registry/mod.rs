@@ -104,10 +104,11 @@ pub struct Registered {
     pub services: Vec<Service>,
 }
 
+/// Shared records, so a lookup on the request path copies a pointer rather than a manifest.
 #[derive(Debug, Clone, Default)]
 struct State {
-    deployments: BTreeMap<DeploymentId, Deployment>,
-    services: BTreeMap<String, Service>,
+    deployments: BTreeMap<DeploymentId, Arc<Deployment>>,
+    services: BTreeMap<String, Arc<Service>>,
 }
 
 /// The registry, shared by the admin API and (later) the ingress and invoker.
@@ -132,7 +133,7 @@ impl Registry {
                     let (_, value) = row.map_err(storage_error)?;
                     let d: Deployment =
                         serde_json::from_slice(value.value()).map_err(storage_error)?;
-                    state.deployments.insert(d.id, d);
+                    state.deployments.insert(d.id, Arc::new(d));
                 }
             }
             if let Ok(table) = txn.open_table(SERVICES) {
@@ -140,7 +141,7 @@ impl Registry {
                     let (_, value) = row.map_err(storage_error)?;
                     let s: Service =
                         serde_json::from_slice(value.value()).map_err(storage_error)?;
-                    state.services.insert(s.name.clone(), s);
+                    state.services.insert(s.name.clone(), Arc::new(s));
                 }
             }
             Ok(state)
@@ -156,19 +157,19 @@ impl Registry {
     }
 
     /// Every deployment, by id.
-    pub fn deployments(&self) -> Vec<Deployment> {
+    pub fn deployments(&self) -> Vec<Arc<Deployment>> {
         self.read().deployments.values().cloned().collect()
     }
 
     /// One deployment.
-    pub fn deployment(&self, id: DeploymentId) -> Result<Deployment, RegistryError> {
+    pub fn deployment(&self, id: DeploymentId) -> Result<Arc<Deployment>, RegistryError> {
         self.read().deployments.get(&id).cloned().ok_or_else(|| {
             RegistryError::NotFound(format!("The requested deployment '{id}' does not exist"))
         })
     }
 
     /// Every service, by name.
-    pub fn services(&self) -> Vec<(Service, Deployment)> {
+    pub fn services(&self) -> Vec<(Arc<Service>, Arc<Deployment>)> {
         let state = self.read();
         state
             .services
@@ -183,7 +184,7 @@ impl Registry {
     }
 
     /// One service with its deployment.
-    pub fn service(&self, name: &str) -> Result<(Service, Deployment), RegistryError> {
+    pub fn service(&self, name: &str) -> Result<(Arc<Service>, Arc<Deployment>), RegistryError> {
         let state = self.read();
         state
             .services
@@ -205,6 +206,7 @@ impl Registry {
         let same_uri: Vec<&Deployment> = state
             .deployments
             .values()
+            .map(Arc::as_ref)
             .filter(|d| d.uri() == Some(req.uri.as_str()))
             .collect();
         if same_uri.len() > 1 && req.force {
@@ -228,7 +230,7 @@ impl Registry {
                     .services
                     .values()
                     .filter(|s| s.deployment_id == existing.id)
-                    .cloned()
+                    .map(|s| Service::clone(s))
                     .collect();
                 return Ok(Registered {
                     outcome: Outcome::Unchanged,
@@ -270,7 +272,7 @@ impl Registry {
             revisions: BTreeMap::new(),
         };
         let services = point_services(&mut state, &mut deployment);
-        state.deployments.insert(id, deployment.clone());
+        state.deployments.insert(id, Arc::new(deployment.clone()));
         if !req.dry_run {
             self.commit(state)?;
         }
@@ -320,7 +322,7 @@ impl Registry {
             sdk_version: found.sdk_version,
             manifest: found.manifest,
             revisions: old.revisions.clone(),
-            ..old
+            ..Deployment::clone(&old)
         };
         // Services keep their revision when updated in place; new ones start one.
         let mut services = Vec::new();
@@ -328,17 +330,19 @@ impl Registry {
             let service = match state.services.get(&manifest.name) {
                 Some(s) if s.deployment_id == id => Service {
                     ty: manifest.ty,
-                    ..s.clone()
+                    ..Service::clone(s)
                 },
                 _ => new_revision(&state, &manifest.name, manifest.ty, id),
             };
             deployment
                 .revisions
                 .insert(service.name.clone(), service.revision);
-            state.services.insert(service.name.clone(), service.clone());
+            state
+                .services
+                .insert(service.name.clone(), Arc::new(service.clone()));
             services.push(service);
         }
-        state.deployments.insert(id, deployment.clone());
+        state.deployments.insert(id, Arc::new(deployment.clone()));
         if !dry_run {
             self.commit(state)?;
         }
@@ -373,7 +377,7 @@ impl Registry {
                 .map(|d| (d.id, d.revisions.get(&name).copied().unwrap_or(0)));
             match fallback {
                 Some((deployment_id, revision)) => {
-                    let s = state.services.get_mut(&name).expect("listed");
+                    let s = Arc::make_mut(state.services.get_mut(&name).expect("listed"));
                     s.deployment_id = deployment_id;
                     s.revision = revision;
                 }
@@ -391,12 +395,12 @@ impl Registry {
         &self,
         name: &str,
         change: impl FnOnce(&mut ServiceOverrides),
-    ) -> Result<(Service, Deployment), RegistryError> {
+    ) -> Result<(Arc<Service>, Arc<Deployment>), RegistryError> {
         let mut state = self.read().clone();
         let service = state.services.get_mut(name).ok_or_else(|| {
             RegistryError::NotFound(format!("The requested service '{name}' does not exist"))
         })?;
-        change(&mut service.overrides);
+        change(&mut Arc::make_mut(service).overrides);
         self.commit(state)?;
         self.service(name)
     }
@@ -419,7 +423,7 @@ impl Registry {
                 }
                 for (id, d) in &next.deployments {
                     if guard.deployments.get(id) != Some(d) {
-                        let json = serde_json::to_vec(d).map_err(storage_error)?;
+                        let json = serde_json::to_vec(d.as_ref()).map_err(storage_error)?;
                         table
                             .insert(id.to_string().as_str(), json.as_slice())
                             .map_err(storage_error)?;
@@ -435,7 +439,7 @@ impl Registry {
                 }
                 for (name, s) in &next.services {
                     if guard.services.get(name) != Some(s) {
-                        let json = serde_json::to_vec(s).map_err(storage_error)?;
+                        let json = serde_json::to_vec(s.as_ref()).map_err(storage_error)?;
                         table
                             .insert(name.as_str(), json.as_slice())
                             .map_err(storage_error)?;
@@ -484,7 +488,9 @@ fn point_services(state: &mut State, deployment: &mut Deployment) -> Vec<Service
         deployment
             .revisions
             .insert(service.name.clone(), service.revision);
-        state.services.insert(service.name.clone(), service.clone());
+        state
+            .services
+            .insert(service.name.clone(), Arc::new(service.clone()));
         out.push(service);
     }
     out

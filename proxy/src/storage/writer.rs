@@ -1,0 +1,204 @@
+//! Group commit across partitions. redb admits one write transaction at a time and each commit
+//! pays an fsync, so partitions do not write themselves: they hand a [`WriteSet`] to the one
+//! writer thread, which applies every set waiting at that moment in a single transaction and
+//! answers them all after that one commit. The more load, the more sets share an fsync.
+
+use std::sync::Arc;
+
+use redb::TableDefinition;
+use tokio::sync::{mpsc, oneshot};
+
+use super::Store;
+use crate::errors::{Code, CodedError};
+
+/// A table of byte keys and byte values.
+pub type BytesTable = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+/// Most write sets applied in one transaction.
+const GROUP: usize = 1024;
+
+enum Op {
+    Put(BytesTable, Vec<u8>, Vec<u8>),
+    Delete(BytesTable, Vec<u8>),
+}
+
+/// Writes to apply atomically, in order.
+#[derive(Default)]
+pub struct WriteSet {
+    ops: Vec<Op>,
+}
+
+impl std::fmt::Debug for WriteSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteSet")
+            .field("ops", &self.ops.len())
+            .finish()
+    }
+}
+
+impl WriteSet {
+    /// Inserts or replaces `key`.
+    pub fn put(&mut self, table: BytesTable, key: &[u8], value: Vec<u8>) {
+        self.ops.push(Op::Put(table, key.to_vec(), value));
+    }
+
+    /// Removes `key` (nothing when absent).
+    pub fn delete(&mut self, table: BytesTable, key: &[u8]) {
+        self.ops.push(Op::Delete(table, key.to_vec()));
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Applies the writes inside `txn`.
+    pub fn apply(&self, txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
+        for op in &self.ops {
+            match op {
+                Op::Put(table, key, value) => {
+                    txn.open_table(*table)?
+                        .insert(key.as_slice(), value.as_slice())?;
+                }
+                Op::Delete(table, key) => {
+                    txn.open_table(*table)?.remove(key.as_slice())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Job {
+    writes: WriteSet,
+    done: oneshot::Sender<Result<(), CodedError>>,
+}
+
+/// Hands write sets to the writer thread. Cheap to clone; the thread ends when every clone is
+/// dropped.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    tx: mpsc::UnboundedSender<Job>,
+}
+
+/// Answers once the write set is durable (or failed).
+pub type Commit = oneshot::Receiver<Result<(), CodedError>>;
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("writes", &self.writes).finish()
+    }
+}
+
+impl Writer {
+    /// Starts the writer thread for `store`.
+    pub fn start(store: Arc<Store>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("sluice-writer".into())
+            .spawn(move || write_loop(&store, rx))
+            .expect("the writer thread starts");
+        Self { tx }
+    }
+
+    /// Queues `writes`; the answer comes after the commit that holds them. Sets queued by one
+    /// caller commit in the order they were queued, and an empty set is answered only after
+    /// every set queued before it, so it can order acknowledgements behind earlier writes.
+    pub fn commit(&self, writes: WriteSet) -> Commit {
+        let (done, answer) = oneshot::channel();
+        if let Err(mpsc::error::SendError(job)) = self.tx.send(Job { writes, done }) {
+            let _ = job.done.send(Err(stopped()));
+        }
+        answer
+    }
+}
+
+fn stopped() -> CodedError {
+    CodedError::new(Code::RT0006, "the store writer stopped (shutting down?)")
+}
+
+fn write_loop(store: &Store, mut rx: mpsc::UnboundedReceiver<Job>) {
+    let mut group = Vec::with_capacity(GROUP);
+    while rx.blocking_recv().map(|job| group.push(job)).is_some() {
+        while group.len() < GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        let result = if group.iter().all(|job| job.writes.is_empty()) {
+            Ok(())
+        } else {
+            commit_group(store, &group)
+        };
+        for job in group.drain(..) {
+            let _ = job.done.send(result.clone());
+        }
+    }
+}
+
+fn commit_group(store: &Store, group: &[Job]) -> Result<(), CodedError> {
+    let storage = |e: redb::Error| CodedError::new(Code::RT0006, format!("store write: {e}"));
+    store
+        .with_db(|db| {
+            let txn = db.begin_write().map_err(|e| storage(e.into()))?;
+            for job in group {
+                job.writes.apply(&txn).map_err(storage)?;
+            }
+            txn.commit().map_err(|e| storage(e.into()))
+        })
+        .and_then(|r| r)
+        .inspect_err(|e| {
+            tracing::error!(error.code = ?e.code, error = %e, sets = group.len(), "group commit failed; none of its writes were acknowledged");
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::ReadableDatabase;
+
+    use super::*;
+
+    const T: BytesTable = TableDefinition::new("writer_test");
+
+    #[tokio::test]
+    async fn sets_commit_in_order_and_empty_sets_wait_behind_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let writer = Writer::start(Arc::clone(&store));
+        let mut first = WriteSet::default();
+        first.put(T, b"a", b"1".to_vec());
+        first.put(T, b"b", b"1".to_vec());
+        let mut second = WriteSet::default();
+        second.put(T, b"a", b"2".to_vec());
+        second.delete(T, b"b");
+        let answers = [
+            writer.commit(first),
+            writer.commit(second),
+            writer.commit(WriteSet::default()),
+        ];
+        for answer in answers {
+            answer.await.unwrap().unwrap();
+        }
+        store
+            .with_db(|db| {
+                let txn = db.begin_read().unwrap();
+                let table = txn.open_table(T).unwrap();
+                assert_eq!(table.get(b"a".as_slice()).unwrap().unwrap().value(), b"2");
+                assert!(table.get(b"b".as_slice()).unwrap().is_none());
+            })
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_closed_store_fails_the_sets_instead_of_losing_them_silently() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let writer = Writer::start(Arc::clone(&store));
+        store.close();
+        let mut set = WriteSet::default();
+        set.put(T, b"a", b"1".to_vec());
+        let error = writer.commit(set).await.unwrap().unwrap_err();
+        assert_eq!(error.code, Some(Code::RT0006));
+    }
+}
