@@ -47,7 +47,14 @@ async fn wait_for(sluice: &Sluice, want: (u64, u64), within: Duration) {
 #[tokio::test]
 async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut sluice = Sluice::builder().start().await.unwrap();
+    // Sleeping bidi attempts give their stream back quickly (they suspend), so all 200 run
+    // their first side effect before the kill rather than queueing for HTTP/2 streams.
+    let inactivity = ("SERVICE_WORKER__INVOKER__INACTIVITY_TIMEOUT", "300ms");
+    let mut sluice = Sluice::builder()
+        .env(inactivity.0, inactivity.1)
+        .start()
+        .await
+        .unwrap();
     sluice.register(&dep.uri, false).await;
 
     let client = reqwest::Client::new();
@@ -69,6 +76,7 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
     assert!(!killed.status.success());
 
     let again = Sluice::builder()
+        .env(inactivity.0, inactivity.1)
         .data_dir(&sluice.data_dir)
         .start()
         .await

@@ -133,7 +133,9 @@ async fn an_oversize_message_is_rt0003() {
 
 #[tokio::test]
 async fn a_silent_deployment_is_rt0001() {
+    // Bidi: silence first closes the request body (inactivity), then aborts (RT0001).
     let sluice = quick_retries(Sluice::builder())
+        .env("SERVICE_WORKER__INVOKER__INACTIVITY_TIMEOUT", "200ms")
         .env("SERVICE_WORKER__INVOKER__ABORT_TIMEOUT", "300ms")
         .start()
         .await

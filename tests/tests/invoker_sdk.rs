@@ -49,6 +49,7 @@ fn request(
         random_seed: 1,
         retry_count: 0,
         abort_timeout: Duration::from_secs(10),
+        inactivity_timeout: Duration::from_secs(10),
         message_size_limit: 32 * 1024 * 1024,
     }
 }

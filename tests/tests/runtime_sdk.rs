@@ -134,3 +134,53 @@ async fn a_sleeping_invocation_survives_its_partitions() {
         .unwrap();
     assert_eq!(outcome, Outcome::Value(b"1500".to_vec()));
 }
+
+/// Attempts an invocation needed, read back from the store once it completed.
+fn attempts_of(f: &Fixture, id: InvocationId) -> u32 {
+    f.store
+        .with_db(|db| sluice::invocation::store::load_record(db, id))
+        .unwrap()
+        .unwrap()
+        .expect("stored")
+        .attempts
+}
+
+#[tokio::test]
+async fn bidi_attempts_stream_completions_and_suspend_when_idle() {
+    let mut f = fixture().await;
+    let (rt, receivers) = Runtime::new(1);
+    let _tasks = rt
+        .spawn(receivers, &f.store, &f.registry, &f.config)
+        .unwrap();
+    // The run's completion and the timer's completion reach the open stream: one attempt.
+    for (handler, json) in [("stamp", "null"), ("slow", "300")] {
+        let (record, input) = invocation(handler, json);
+        let id = record.id;
+        rt.submit(record, input).await.unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), rt.outcome(id))
+            .await
+            .expect("completes in time")
+            .unwrap();
+        assert!(matches!(outcome, Outcome::Value(_)), "{outcome:?}");
+        assert_eq!(attempts_of(&f, id), 1, "{handler} ran in one bidi attempt");
+    }
+
+    // Idle longer than the inactivity timeout: the request body is closed, the SDK suspends,
+    // and the timer starts a second attempt that replays and completes.
+    let mut config = Config::default();
+    config.worker.invoker.inactivity_timeout = "100ms".parse().unwrap();
+    f.config = Arc::new(config);
+    let (rt, receivers) = Runtime::new(1);
+    let _tasks = rt
+        .spawn(receivers, &f.store, &f.registry, &f.config)
+        .unwrap();
+    let (record, input) = invocation("slow", "1000");
+    let id = record.id;
+    rt.submit(record, input).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), rt.outcome(id))
+        .await
+        .expect("completes in time")
+        .unwrap();
+    assert_eq!(outcome, Outcome::Value(b"1000".to_vec()));
+    assert_eq!(attempts_of(&f, id), 2, "suspended once, resumed once");
+}

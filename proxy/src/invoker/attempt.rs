@@ -1,21 +1,32 @@
 //! One attempt of an invocation: `POST {uri}/invoke/{service}/{handler}` with the Start message
-//! and the journal replayed, then the deployment's messages read back until it ends, suspends or
-//! fails. The request body is closed after the replay (request/response semantics, which every
-//! SDK accepts in either protocol mode); completions arrive through later attempts.
+//! and the journal replayed, then the deployment's messages handed to a [`MessageSink`] as they
+//! arrive, until it ends, suspends or fails.
+//!
+//! Two transports. Request/response: the request body closes after the replay and completions
+//! arrive through later attempts. Bidi (HTTP/2 deployments that declare it): the request body
+//! stays open and the partition streams notifications and acks into it as they become durable;
+//! after `inactivity-timeout` without a message from the deployment the request body is closed,
+//! which asks the SDK to suspend.
 //!
 //! HTTP and protocol failures map to their RT codes: 502/504 and connection errors RT0010,
 //! 429/503 RT0023 (with `Retry-After`), 415 RT0015, 413 RT0019, any other status or a wrong
 //! content type RT0012, silence for `abort-timeout` RT0001, an oversize message RT0003.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, Request, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Frame as BodyFrame;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
@@ -51,8 +62,10 @@ pub struct AttemptRequest {
     pub random_seed: u64,
     /// Attempts since the last stored entry.
     pub retry_count: u32,
-    /// Give up after this long without a message (RT0001).
+    /// Give up after this long without a message once the request body is closed (RT0001).
     pub abort_timeout: Duration,
+    /// Bidi only: close the request body after this long without a message.
+    pub inactivity_timeout: Duration,
     /// Largest accepted message (RT0003).
     pub message_size_limit: usize,
 }
@@ -97,12 +110,30 @@ impl From<CodedError> for AttemptError {
     }
 }
 
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
 /// Runs attempts; one per process (it pools connections).
 #[derive(Debug, Clone)]
 pub struct AttemptClient {
-    h2: Client<HttpConnector, Full<Bytes>>,
-    h1: Client<HttpConnector, Full<Bytes>>,
+    h2: Client<HttpConnector, Body>,
+    h1: Client<HttpConnector, Body>,
 }
+
+/// Receives the deployment's messages (after the replayed journal) as they arrive, with their
+/// ack flags. Terminal messages are not handed over: they are the attempt's [`Ending`].
+pub trait MessageSink: Send {
+    /// One message.
+    fn deliver(&mut self, message: Message, ack: bool) -> impl Future<Output = ()> + Send;
+}
+
+impl MessageSink for Vec<(Message, bool)> {
+    async fn deliver(&mut self, message: Message, ack: bool) {
+        self.push((message, ack));
+    }
+}
+
+/// The open request body of a bidi attempt: frames written here reach the deployment.
+pub type Outbound = mpsc::UnboundedSender<Bytes>;
 
 impl Default for AttemptClient {
     fn default() -> Self {
@@ -119,8 +150,8 @@ fn err(code: Code, message: String) -> AttemptError {
     CodedError::new(code, message).into()
 }
 
-/// The request body: Start, then the journal as stored.
-fn request_body(req: &AttemptRequest) -> Bytes {
+/// The replay: Start, then the journal as stored.
+fn replay(req: &AttemptRequest) -> Bytes {
     let known = u32::try_from(req.journal.len()).expect("journals are shorter than 2^32");
     let start = Message::Start(proto::StartMessage {
         id: Bytes::copy_from_slice(&req.invocation_id.to_bytes()),
@@ -159,7 +190,67 @@ fn invoke_url(req: &AttemptRequest) -> String {
     url.to_string()
 }
 
-fn build(req: &AttemptRequest) -> Result<Request<Full<Bytes>>, AttemptError> {
+/// The request body: the replay, then (bidi) whatever arrives on `outbound` until it closes or
+/// `close` fires.
+fn request_body(
+    req: &AttemptRequest,
+    outbound: Option<(mpsc::UnboundedReceiver<Bytes>, oneshot::Receiver<()>)>,
+) -> Body {
+    let replay = replay(req);
+    match outbound {
+        None => Full::new(replay).boxed_unsync(),
+        Some((rx, close)) => Streaming {
+            replay: Some(replay),
+            rx,
+            close,
+            done: false,
+        }
+        .boxed_unsync(),
+    }
+}
+
+/// A bidi request body.
+struct Streaming {
+    replay: Option<Bytes>,
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    close: oneshot::Receiver<()>,
+    done: bool,
+}
+
+impl hyper::body::Body for Streaming {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<BodyFrame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if let Some(replay) = this.replay.take() {
+            return Poll::Ready(Some(Ok(BodyFrame::data(replay))));
+        }
+        // Closing (or the attempt going away) ends the body even with frames still queued:
+        // they are in the journal and reach the SDK through the next replay.
+        if this.done || Pin::new(&mut this.close).poll(cx).is_ready() {
+            this.done = true;
+            return Poll::Ready(None);
+        }
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(bytes)) => Poll::Ready(Some(Ok(BodyFrame::data(bytes)))),
+            Poll::Ready(None) => {
+                this.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}
+
+fn build(req: &AttemptRequest, body: Body) -> Result<Request<Body>, AttemptError> {
     let content_type = req.protocol.content_type();
     let mut builder = Request::post(invoke_url(req))
         .header(header::CONTENT_TYPE, content_type)
@@ -182,7 +273,7 @@ fn build(req: &AttemptRequest) -> Result<Request<Full<Bytes>>, AttemptError> {
         builder = builder.header(name, value);
     }
     builder
-        .body(Full::new(request_body(req)))
+        .body(body)
         .map_err(|e| err(Code::RT0006, format!("cannot build the request: {e}")))
 }
 
@@ -217,9 +308,28 @@ fn status_error(status: StatusCode, retry_after: Option<Duration>) -> AttemptErr
 }
 
 impl AttemptClient {
-    /// Runs one attempt.
+    /// Runs one request/response attempt and collects its messages.
     pub async fn run(&self, req: &AttemptRequest) -> Result<Attempt, AttemptError> {
-        let request = build(req)?;
+        let mut messages = Vec::new();
+        let (ending, sdk) = self.stream(req, None, &mut messages).await?;
+        Ok(Attempt {
+            messages,
+            ending,
+            sdk,
+        })
+    }
+
+    /// Runs one attempt, handing messages to `sink` as they arrive. With `outbound` the request
+    /// body stays open (bidi) and carries what is sent on the paired [`Outbound`].
+    pub async fn stream(
+        &self,
+        req: &AttemptRequest,
+        outbound: Option<mpsc::UnboundedReceiver<Bytes>>,
+        sink: &mut impl MessageSink,
+    ) -> Result<(Ending, Option<String>), AttemptError> {
+        let (close, closed) = oneshot::channel();
+        let mut close = outbound.is_some().then_some(close);
+        let request = build(req, request_body(req, outbound.map(|rx| (rx, closed))))?;
         let client = if req.use_http_11 { &self.h1 } else { &self.h2 };
         let response = tokio::time::timeout(req.abort_timeout, client.request(request))
             .await
@@ -270,7 +380,6 @@ impl AttemptClient {
             .map(str::to_owned);
         let mut body = response.into_body();
         let mut decoder = FrameDecoder::new(req.message_size_limit);
-        let mut messages = Vec::new();
         let mut ending = None;
         loop {
             while let Some(frame) = decoder.next_frame()? {
@@ -298,20 +407,40 @@ impl AttemptClient {
                         ending = Some(Ending::Suspended(message))
                     }
                     Message::Error(e) => ending = Some(Ending::Failed(e)),
-                    other => messages.push((other, frame.ack)),
+                    other => sink.deliver(other, frame.ack).await,
                 }
             }
-            let next = tokio::time::timeout(req.abort_timeout, body.frame())
-                .await
-                .map_err(|_| {
-                    err(
-                        Code::RT0001,
-                        format!(
-                            "no message from the deployment within the abort timeout ({:?})",
-                            req.abort_timeout
-                        ),
-                    )
-                })?;
+            // Once the deployment has ended, its response only closes after the request does.
+            if ending.is_some()
+                && let Some(close) = close.take()
+            {
+                let _ = close.send(());
+            }
+            // While the request body is open, silence means "idle": close it so the SDK
+            // suspends. Once it is closed, silence means the deployment is stuck (RT0001).
+            let wait = if close.is_some() {
+                req.inactivity_timeout
+            } else {
+                req.abort_timeout
+            };
+            let next = match tokio::time::timeout(wait, body.frame()).await {
+                Ok(next) => next,
+                Err(_) => match close.take() {
+                    Some(close) => {
+                        let _ = close.send(());
+                        continue;
+                    }
+                    None => {
+                        return Err(err(
+                            Code::RT0001,
+                            format!(
+                                "no message from the deployment within the abort timeout ({:?})",
+                                req.abort_timeout
+                            ),
+                        ));
+                    }
+                },
+            };
             match next {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
@@ -339,11 +468,7 @@ impl AttemptClient {
                 "the deployment closed the stream without End, Suspension or Error".to_owned(),
             )
         })?;
-        Ok(Attempt {
-            messages,
-            ending,
-            sdk,
-        })
+        Ok((ending, sdk))
     }
 }
 

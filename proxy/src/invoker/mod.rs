@@ -2,4 +2,6 @@
 
 pub mod attempt;
 
-pub use attempt::{Attempt, AttemptClient, AttemptError, AttemptRequest, Ending};
+pub use attempt::{
+    Attempt, AttemptClient, AttemptError, AttemptRequest, Ending, MessageSink, Outbound,
+};

@@ -1,19 +1,21 @@
 //! How a partition moves an invocation along: submit, attempt, journal what the deployment
-//! sent, resolve run proposals and sleeps, retry failures with back-off, complete.
+//! sent, resolve run proposals and sleeps, stream notifications and acks to bidi attempts,
+//! retry failures with back-off, complete.
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use prost::Message as _;
 
 use super::{Effect, Event, Live, Partition};
 use crate::clock::now_ms;
+use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{Failure, LastFailure, Outcome, Status};
 use crate::invoker::attempt::failure_code;
-use crate::invoker::{Attempt, AttemptError, AttemptRequest, Ending};
+use crate::invoker::{AttemptError, AttemptRequest, Ending, MessageSink};
 use crate::protocol::message::Kind;
 use crate::protocol::proto::{
     self, notification_template, output_command_message, propose_run_completion_message,
@@ -21,6 +23,27 @@ use crate::protocol::proto::{
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::registry::Address;
 use crate::storage::writer::WriteSet;
+
+/// Hands an attempt's messages to its partition.
+struct PartitionSink {
+    tx: tokio::sync::mpsc::Sender<Event>,
+    id: InvocationId,
+    attempt: u32,
+}
+
+impl MessageSink for PartitionSink {
+    async fn deliver(&mut self, message: Message, ack: bool) {
+        let _ = self
+            .tx
+            .send(Event::AttemptMessage {
+                id: self.id,
+                attempt: self.attempt,
+                message,
+                ack,
+            })
+            .await;
+    }
+}
 
 impl Partition {
     pub(super) fn apply(
@@ -54,7 +77,24 @@ impl Partition {
                 },
                 None => drop(reply),
             },
-            Event::AttemptDone { id, result } => self.attempt_done(id, result, writes, effects)?,
+            Event::AttemptMessage {
+                id,
+                attempt,
+                message,
+                ack,
+            } => {
+                if let Some(live) = self.live.get_mut(&id)
+                    && live.running
+                    && live.attempt == attempt
+                {
+                    journal_message(live, writes, message, ack, effects);
+                }
+            }
+            Event::AttemptDone {
+                id,
+                attempt,
+                result,
+            } => self.attempt_done(id, attempt, result, writes, effects)?,
             Event::Wake { id, completion } => self.wake(id, completion, writes, effects),
         }
         Ok(())
@@ -79,11 +119,15 @@ impl Partition {
                 id: Some(notification_template::Id::CompletionId(timer.completion)),
                 result: Some(notification_template::Result::Void(proto::Void {})),
             });
-            append(live, writes, done.to_frame(false));
+            notify(
+                live,
+                writes,
+                done.to_frame(false),
+                timer.completion,
+                effects,
+            );
         }
-        if live.running {
-            live.completed_while_running = true;
-        } else {
+        if !live.running {
             effects.push(Effect::Attempt(id));
         }
     }
@@ -91,7 +135,8 @@ impl Partition {
     fn attempt_done(
         &mut self,
         id: InvocationId,
-        result: Result<Attempt, AttemptError>,
+        attempt: u32,
+        result: Result<Ending, AttemptError>,
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
@@ -99,34 +144,44 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return Ok(());
         };
+        if !live.running || live.attempt != attempt {
+            return Ok(());
+        }
         live.running = false;
+        live.outbound = None;
         live.record.attempts += 1;
-        let mut again = std::mem::take(&mut live.completed_while_running);
+        let fresh = std::mem::take(&mut live.fresh);
         match result {
-            Ok(attempt) => {
-                for (message, _) in attempt.messages {
-                    again |= journal_message(live, writes, message, effects);
+            Ok(Ending::End) => {
+                let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
+                complete(live, outcome, effects);
+            }
+            Ok(Ending::Suspended(message)) => {
+                live.record.retry_count = 0;
+                live.record.status = Status::Suspended;
+                let awaited = awaited(&message);
+                if fresh
+                    .iter()
+                    .any(|c| awaited.is_empty() || awaited.contains(c))
+                {
+                    effects.push(Effect::Attempt(id));
                 }
-                match attempt.ending {
-                    Ending::End => {
-                        let outcome =
-                            last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
-                        live.record.status = Status::Completed;
-                        live.record.outcome = Some(outcome.clone());
-                        live.record.run_at_ms = None;
-                        effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
+            }
+            Ok(Ending::Failed(error)) => {
+                let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
+                match proto::ErrorBehavior::try_from(error.behavior) {
+                    Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
+                    Ok(proto::ErrorBehavior::Fail) => {
+                        let code = u16::try_from(error.code).unwrap_or(500);
+                        live.record.last_failure = Some(failure);
+                        let outcome = Outcome::Failure(Failure {
+                            code,
+                            message: error.message,
+                        });
+                        complete(live, outcome, effects);
                     }
-                    Ending::Suspended(_) => {
-                        live.record.retry_count = 0;
-                        live.record.status = Status::Suspended;
-                        if again {
-                            effects.push(Effect::Attempt(id));
-                        }
-                    }
-                    Ending::Failed(error) => {
+                    _ => {
                         let delay = error.next_retry_delay.map(Duration::from_millis);
-                        let failure =
-                            LastFailure::new(Some(failure_code(&error)), error.message.clone());
                         back_off(live, &retry, failure, delay, effects);
                     }
                 }
@@ -142,7 +197,7 @@ impl Partition {
     /// Starts an attempt of `id` on its (pinned) deployment.
     pub(super) fn start_attempt(&mut self, id: InvocationId) {
         let enable_v7 = self.config.experimental_enable_protocol_v7;
-        let invoker = self.config.worker.invoker.clone();
+        let invoker = &self.config.worker.invoker;
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
@@ -154,6 +209,7 @@ impl Partition {
             Some(pinned) => self.registry.deployment(pinned).ok(),
             None => self.registry.service(&target.service).ok().map(|(_, d)| d),
         };
+        let mut bidi = false;
         let request = deployment.and_then(|d| {
             let version = match live.record.protocol {
                 Some(pinned) => ProtocolVersion::from_number(pinned)?,
@@ -171,6 +227,9 @@ impl Partition {
             };
             live.record.deployment = Some(d.id);
             live.record.protocol = Some(version.number());
+            // As the reference does: an inactivity timeout of zero means request/response.
+            bidi = d.protocol_mode == ProtocolMode::BidiStream
+                && !invoker.inactivity_timeout.0.is_zero();
             Some(AttemptRequest {
                 uri: uri.parse().ok()?,
                 use_http_11: *use_http_11,
@@ -186,17 +245,34 @@ impl Partition {
                 random_seed: live.record.random_seed,
                 retry_count: live.record.retry_count,
                 abort_timeout: invoker.abort_timeout.0,
+                inactivity_timeout: invoker.inactivity_timeout.0,
                 message_size_limit: usize::try_from(invoker.message_size_limit.0)
                     .unwrap_or(usize::MAX),
             })
         });
-        let tx = self.tx.clone();
+        live.attempt += 1;
         live.running = true;
         live.record.status = Status::Running;
+        live.fresh.clear();
+        let (outbound, inbound) = if bidi {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        live.outbound = outbound;
+        let mut sink = PartitionSink {
+            tx: self.tx.clone(),
+            id,
+            attempt: live.attempt,
+        };
         let client = self.client.clone();
         tokio::spawn(async move {
             let result = match request {
-                Some(request) => client.run(&request).await,
+                Some(request) => client
+                    .stream(&request, inbound, &mut sink)
+                    .await
+                    .map(|(ending, _)| ending),
                 None => Err(AttemptError::from(CodedError::new(
                     Code::RT0011,
                     format!(
@@ -205,7 +281,12 @@ impl Partition {
                     ),
                 ))),
             };
-            let _ = tx.send(Event::AttemptDone { id, result }).await;
+            let done = Event::AttemptDone {
+                id,
+                attempt: sink.attempt,
+                result,
+            };
+            let _ = sink.tx.send(done).await;
         });
     }
 }
@@ -216,14 +297,52 @@ fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
     live.journal.push(frame);
 }
 
-/// Journals one message of an attempt; true when it resolved something (a run proposal), so
-/// the invocation should attempt again.
+fn encoded(frame: &Frame) -> Bytes {
+    let mut out = BytesMut::new();
+    frame.encode(&mut out);
+    out.freeze()
+}
+
+/// Journals a completion; a running bidi attempt receives it once it is durable.
+fn notify(
+    live: &mut Live,
+    writes: &mut WriteSet,
+    frame: Frame,
+    completion: u32,
+    effects: &mut Vec<Effect>,
+) {
+    if live.running {
+        live.fresh.push(completion);
+        if live.outbound.is_some() {
+            effects.push(Effect::Deliver(
+                live.record.id,
+                live.attempt,
+                encoded(&frame),
+            ));
+        }
+    }
+    append(live, writes, frame);
+}
+
+/// Sends a control message to a running bidi attempt after the batch commits.
+fn reply(live: &Live, message: &Message, effects: &mut Vec<Effect>) {
+    if live.outbound.is_some() {
+        effects.push(Effect::Deliver(
+            live.record.id,
+            live.attempt,
+            encoded(&message.to_frame(false)),
+        ));
+    }
+}
+
+/// Journals one message of an attempt and answers what it asks for.
 fn journal_message(
     live: &mut Live,
     writes: &mut WriteSet,
     message: Message,
+    ack: bool,
     effects: &mut Vec<Effect>,
-) -> bool {
+) {
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
     match &message {
         Message::ProposeRunCompletion(proposal) => {
@@ -236,14 +355,24 @@ fn journal_message(
                 }
                 None => notification_template::Result::Void(proto::Void {}),
             };
+            let completion = proposal.result_completion_id;
             let done = Message::RunCompletion(proto::NotificationTemplate {
-                id: Some(notification_template::Id::CompletionId(
-                    proposal.result_completion_id,
-                )),
+                id: Some(notification_template::Id::CompletionId(completion)),
                 result: Some(result),
             });
-            append(live, writes, done.to_frame(false));
-            return true;
+            if ack {
+                // The SDK asked for an ack instead of the notification itself.
+                append(live, writes, done.to_frame(false));
+                live.fresh.push(completion);
+                let acked =
+                    Message::ProposeRunCompletionAck(proto::ProposeRunCompletionAckMessage {
+                        completion_id: completion,
+                    });
+                reply(live, &acked, effects);
+            } else {
+                notify(live, writes, done.to_frame(false), completion, effects);
+            }
+            return;
         }
         Message::Sleep(sleep) => {
             let timer = Timer {
@@ -256,10 +385,59 @@ fn journal_message(
         }
         _ => {}
     }
-    if kind == Some(Kind::Command) || matches!(message, Message::Custom { .. }) {
+    if kind == Some(Kind::Command) {
+        let index = live.commands;
+        live.commands += 1;
+        append(live, writes, message.to_frame(false));
+        if ack {
+            let acked = Message::CommandAck(proto::CommandAckMessage {
+                command_index: index,
+            });
+            reply(live, &acked, effects);
+        }
+    } else if matches!(message, Message::Custom { .. }) {
         append(live, writes, message.to_frame(false));
     }
-    false
+}
+
+/// The completion ids a suspension waits on (empty when it names none).
+fn awaited(message: &Message) -> Vec<u32> {
+    fn walk(future: &proto::Future, out: &mut Vec<u32>) {
+        out.extend_from_slice(&future.waiting_completions);
+        for nested in &future.nested_futures {
+            walk(nested, out);
+        }
+    }
+    let mut out = Vec::new();
+    match message {
+        Message::SuspensionV6(s) => out.extend_from_slice(&s.waiting_completions),
+        Message::Suspension(s) => {
+            if let Some(future) = &s.awaiting_on {
+                walk(future, &mut out);
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+fn complete(live: &mut Live, outcome: Outcome, effects: &mut Vec<Effect>) {
+    live.record.status = Status::Completed;
+    live.record.outcome = Some(outcome.clone());
+    live.record.run_at_ms = None;
+    effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
+}
+
+fn pause(live: &mut Live, failure: LastFailure) {
+    tracing::warn!(
+        invocation = %live.record.id,
+        error.code = failure.code.as_deref().unwrap_or("-"),
+        error = %failure.message,
+        "invocation paused; resume it once the cause is fixed"
+    );
+    live.record.last_failure = Some(failure);
+    live.record.status = Status::Paused;
+    live.record.run_at_ms = None;
 }
 
 fn back_off(

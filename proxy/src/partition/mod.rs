@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::now_ms;
@@ -20,8 +21,9 @@ use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{InvocationRecord, Outcome, Status};
-use crate::invoker::{Attempt, AttemptClient, AttemptError};
-use crate::protocol::Frame;
+use crate::invoker::{AttemptClient, AttemptError, Ending, Outbound};
+use crate::protocol::message::Kind;
+use crate::protocol::{Frame, Message, MessageType};
 use crate::registry::Registry;
 use crate::storage::Store;
 use crate::storage::writer::{Commit, WriteSet, Writer};
@@ -51,12 +53,25 @@ pub enum Event {
         /// Answered when it completes.
         reply: oneshot::Sender<Outcome>,
     },
+    /// A message of a running attempt.
+    AttemptMessage {
+        /// The invocation.
+        id: InvocationId,
+        /// Which attempt sent it (messages of a superseded attempt are dropped).
+        attempt: u32,
+        /// The message.
+        message: Message,
+        /// Its ack flag.
+        ack: bool,
+    },
     /// An attempt finished.
     AttemptDone {
         /// The invocation.
         id: InvocationId,
-        /// What the deployment said.
-        result: Result<Attempt, AttemptError>,
+        /// Which attempt.
+        attempt: u32,
+        /// How it ended.
+        result: Result<Ending, AttemptError>,
     },
     /// A timer fired (`completion` set) or a delay/back-off is over (`None`).
     Wake {
@@ -74,6 +89,8 @@ enum Effect {
     Notify(Vec<oneshot::Sender<Outcome>>, Outcome),
     Attempt(InvocationId),
     WakeAt(InvocationId, u64, Option<Timer>),
+    /// Bytes for the open request body of attempt `.1`, if it still runs.
+    Deliver(InvocationId, u32, Bytes),
 }
 
 /// An invocation the partition is driving.
@@ -83,8 +100,15 @@ struct Live {
     journal: Vec<Frame>,
     waiters: Vec<oneshot::Sender<Outcome>>,
     running: bool,
-    /// A completion arrived while an attempt was running: attempt again when it ends.
-    completed_while_running: bool,
+    /// Number of the current (or last) attempt of this process.
+    attempt: u32,
+    /// The open request body of a bidi attempt.
+    outbound: Option<Outbound>,
+    /// Completions journaled while the current attempt ran: if it suspends on one of them,
+    /// it may not have seen it, so it is attempted again.
+    fresh: Vec<u32>,
+    /// Commands in the journal (the next command's `command_index`).
+    commands: u32,
 }
 
 /// One partition's state.
@@ -205,6 +229,16 @@ impl Partition {
                     }
                 }
                 Effect::Attempt(id) => self.start_attempt(id),
+                Effect::Deliver(id, attempt, bytes) => {
+                    if let Some(live) = self.live.get(&id)
+                        && live.running
+                        && live.attempt == attempt
+                        && let Some(outbound) = &live.outbound
+                    {
+                        // A closed body is fine: the entry is journaled and replayed.
+                        let _ = outbound.send(bytes);
+                    }
+                }
                 Effect::WakeAt(id, at_ms, completion) => {
                     let tx = self.tx.clone();
                     let delay = Duration::from_millis(at_ms.saturating_sub(now_ms()));
@@ -231,12 +265,19 @@ fn fail(effects: Vec<Effect>, error: &CodedError) {
 
 impl Live {
     fn new(record: InvocationRecord, journal: Vec<Frame>) -> Self {
+        let commands = journal
+            .iter()
+            .filter(|f| MessageType::from_id(f.ty).map(MessageType::kind) == Some(Kind::Command))
+            .count();
         Self {
             record,
             journal,
             waiters: Vec::new(),
             running: false,
-            completed_while_running: false,
+            attempt: 0,
+            outbound: None,
+            fresh: Vec::new(),
+            commands: u32::try_from(commands).expect("journals are shorter than 2^32"),
         }
     }
 }

@@ -81,6 +81,7 @@ fn request(addr: SocketAddr) -> AttemptRequest {
         random_seed: 42,
         retry_count: 0,
         abort_timeout: Duration::from_secs(5),
+        inactivity_timeout: Duration::from_secs(5),
         message_size_limit: 1024,
     }
 }
