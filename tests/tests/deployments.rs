@@ -467,3 +467,50 @@ async fn typescript_sdk_over_http2_and_http11() {
         "{types:?}"
     );
 }
+
+#[tokio::test]
+async fn deleting_a_deployment_with_pinned_invocations_needs_force() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let admin = &sluice.admin_url;
+    let (status, registered) = post(&format!("{admin}/deployments"), json!({"uri": dep.uri})).await;
+    assert_eq!(status, 201);
+    let id = registered["id"].as_str().unwrap().to_owned();
+    let sent: Value = reqwest::Client::new()
+        .post(format!("{}/service/send/Greeter/slow", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("30000")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let invocation = sent["invocationId"].as_str().unwrap().to_owned();
+    // Wait until the attempt has pinned the deployment.
+    for _ in 0..100 {
+        let (_, seen) = get_json(&format!("{admin}/invocations/{invocation}")).await;
+        if seen["deployment_id"] == id.as_str() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let delete = |query: &'static str| {
+        reqwest::Client::new()
+            .delete(format!("{admin}/deployments/{id}{query}"))
+            .send()
+    };
+    let refused = delete("").await.unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains(&invocation), "{message}");
+    assert!(message.contains("force=true"), "{message}");
+    let (status, _) = get_json(&format!("{admin}/deployments/{id}")).await;
+    assert_eq!(status, 200, "a refused delete keeps the deployment");
+
+    assert_eq!(delete("?force=true").await.unwrap().status(), 202);
+    let (status, _) = get_json(&format!("{admin}/deployments/{id}")).await;
+    assert_eq!(status, 404);
+}

@@ -316,16 +316,40 @@ pub async fn replace(
     update(state, id, body).await
 }
 
-/// Removes a deployment (202). Nothing can be pinned to it yet, so `force` changes nothing today.
+/// Removes a deployment (202). Without `force`, refused (409) while unfinished invocations are
+/// pinned to it: they would have nowhere to run their next attempt.
 #[utoipa::path(delete, path = "/deployments/{deployment}", tag = "deployment", operation_id = "delete_deployment",
     params(("deployment" = String, Path, description = "dp_…"), DeleteParams),
-    responses((status = 202, description = "Removed."), (status = 404, description = "No such deployment.")))]
+    responses((status = 202, description = "Removed."), (status = 404, description = "No such deployment."),
+        (status = 409, description = "Unfinished invocations are pinned to it; names them.")))]
 pub async fn delete(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
     Query(params): Query<DeleteParams>,
 ) -> Result<StatusCode, AdminError> {
     let id = parse_id(&id)?;
+    state.registry.deployment(id)?;
+    if !params.force {
+        let pinned = state
+            .store
+            .with_db(|db| crate::invocation::store::pinned_in_flight(db, id))??;
+        if !pinned.is_empty() {
+            const SHOWN: usize = 10;
+            let mut names: Vec<String> =
+                pinned.iter().take(SHOWN).map(ToString::to_string).collect();
+            if pinned.len() > SHOWN {
+                names.push(format!("and {} more", pinned.len() - SHOWN));
+            }
+            return Err(AdminError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "deployment {id} has {} unfinished invocation(s) pinned to it: {}; wait for them to complete (or kill them), or delete with ?force=true to strand them",
+                    pinned.len(),
+                    names.join(", ")
+                ),
+            ));
+        }
+    }
     state.registry.remove(id)?;
     tracing::info!(deployment = %id, force = params.force, "deployment removed");
     Ok(StatusCode::ACCEPTED)

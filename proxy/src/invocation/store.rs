@@ -91,6 +91,18 @@ pub fn load_records(db: &redb::Database) -> Result<Vec<InvocationRecord>, CodedE
         .collect()
 }
 
+/// Unfinished invocations pinned to `deployment` (deleting it would strand them).
+pub fn pinned_in_flight(
+    db: &redb::Database,
+    deployment: crate::ids::DeploymentId,
+) -> Result<Vec<InvocationId>, CodedError> {
+    Ok(load_records(db)?
+        .into_iter()
+        .filter(|r| r.deployment == Some(deployment) && r.status != super::Status::Completed)
+        .map(|r| r.id)
+        .collect())
+}
+
 /// One record.
 pub fn load_record(
     db: &redb::Database,

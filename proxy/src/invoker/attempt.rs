@@ -410,11 +410,14 @@ impl AttemptClient {
                     other => sink.deliver(other, frame.ack).await,
                 }
             }
-            // Once the deployment has ended, its response only closes after the request does.
+            // Bidi: the response only closes after the request does. Close it and report the
+            // ending now; the rest of the stream is read off the invocation's path.
             if ending.is_some()
                 && let Some(close) = close.take()
             {
                 let _ = close.send(());
+                tokio::spawn(drain_tail(body, req.abort_timeout, req.invocation_id));
+                return Ok((ending.take().expect("checked"), sdk));
             }
             // While the request body is open, silence means "idle": close it so the SDK
             // suspends. Once it is closed, silence means the deployment is stuck (RT0001).
@@ -469,6 +472,23 @@ impl AttemptClient {
             )
         })?;
         Ok((ending, sdk))
+    }
+}
+
+/// Reads what is left of a bidi response after its terminal message. Anything but the end is
+/// a protocol violation; the invocation has moved on, so it is only logged.
+async fn drain_tail(mut body: hyper::body::Incoming, within: Duration, id: InvocationId) {
+    loop {
+        match tokio::time::timeout(within, body.frame()).await {
+            Ok(None) => return,
+            Ok(Some(Ok(frame))) => {
+                if frame.data_ref().is_some_and(|d| !d.is_empty()) {
+                    tracing::warn!(invocation = %id, error.code = "RT0012", "the deployment wrote after the end of its stream; ignored");
+                    return;
+                }
+            }
+            Ok(Some(Err(_))) | Err(_) => return,
+        }
     }
 }
 

@@ -254,6 +254,14 @@ impl Partition {
         live.running = true;
         live.record.status = Status::Running;
         live.fresh.clear();
+        // The pinned deployment must be durable before the journal grows on it, and the
+        // status is what the admin API shows. The writer keeps this partition's sets in
+        // order, so later batches commit after this one.
+        let mut pin = WriteSet::default();
+        match store::put_record(&mut pin, &live.record) {
+            Ok(()) => drop(self.writer.commit(pin)),
+            Err(e) => tracing::error!(invocation = %id, error = %e, "cannot record the attempt"),
+        }
         let (outbound, inbound) = if bidi {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             (Some(tx), Some(rx))
