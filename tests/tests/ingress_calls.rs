@@ -75,6 +75,20 @@ async fn calls_run_handlers_durably() {
         body,
         json!({"code": 500, "message": "boom", "error_code": null, "source": "invocation"})
     );
+    // A handler-chosen code is the answer's status.
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Greeter/fail",
+        Some("\"418:short and stout\""),
+    )
+    .await;
+    assert_eq!(resp.status(), 418);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"code": 418, "message": "short and stout", "error_code": null, "source": "invocation"})
+    );
 
     // Sends answer once durable.
     let resp = call(

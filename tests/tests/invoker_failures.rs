@@ -9,14 +9,20 @@ use axum::body::Body;
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
+use sluice::protocol::{Message, proto};
 use sluice_tests::Sluice;
 
 const V6: &str = "application/vnd.restate.invocation.v6";
 
 /// A deployment that discovers fine and answers every invocation with `invoke`.
 async fn deployment(invoke: fn() -> Response) -> SocketAddr {
+    deployment_up_to(6, invoke).await
+}
+
+/// [`deployment`] speaking protocol versions 5 to `max`.
+async fn deployment_up_to(max: u32, invoke: fn() -> Response) -> SocketAddr {
     let manifest = json!({
-        "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": 6,
+        "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": max,
         "services": [{"name": "Bad", "ty": "SERVICE", "handlers": [{"name": "go"}]}]
     });
     let router = Router::new()
@@ -157,4 +163,88 @@ async fn a_silent_deployment_is_rt0001() {
             .contains("abort timeout"),
         "{seen}"
     );
+}
+
+/// A V7 deployment that fails every attempt with code 418 and the given error behaviour.
+fn v7_error(behavior: proto::ErrorBehavior) -> Response {
+    let error = Message::Error(proto::ErrorMessage {
+        code: 418,
+        message: "teapot".into(),
+        behavior: behavior.into(),
+        ..Default::default()
+    });
+    let mut body = bytes::BytesMut::new();
+    error.to_frame(false).encode(&mut body);
+    Response::builder()
+        .header("content-type", "application/vnd.restate.invocation.v7")
+        .body(Body::from(body.freeze()))
+        .unwrap()
+}
+
+fn v7_sluice() -> sluice_tests::Builder {
+    quick_retries(Sluice::builder()).env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
+}
+
+#[tokio::test]
+async fn a_v7_error_with_fail_behaviour_completes_the_invocation_with_that_failure() {
+    let sluice = v7_sluice().start().await.unwrap();
+    let addr = deployment_up_to(7, || v7_error(proto::ErrorBehavior::Fail)).await;
+    sluice.register(&format!("http://{addr}/"), false).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Bad/go", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 418);
+    let id = resp.headers()["x-service-id"].to_str().unwrap().to_owned();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["message"], "teapot");
+    let seen: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["status"], "completed", "{seen}");
+    assert_eq!(seen["attempts"], 1, "not retried: {seen}");
+}
+
+#[tokio::test]
+async fn a_v7_error_with_pause_behaviour_pauses_the_invocation() {
+    let sluice = v7_sluice().start().await.unwrap();
+    let addr = deployment_up_to(7, || v7_error(proto::ErrorBehavior::Pause)).await;
+    sluice.register(&format!("http://{addr}/"), false).await;
+    let sent: Value = reqwest::Client::new()
+        .post(format!("{}/service/send/Bad/go", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = sent["invocationId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = loop {
+        let seen: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if seen["status"] == "paused" {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "never paused: {seen}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(seen["last_failure"], "teapot", "{seen}");
+    // Paused means no further attempts.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let later: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(later["attempts"], 1, "{later}");
 }

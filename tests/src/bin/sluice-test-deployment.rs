@@ -29,10 +29,13 @@ impl Greeter {
         Ok(millis)
     }
 
-    /// Fails terminally with the given message.
+    /// Fails terminally with the given message; `"<code>:<message>"` picks the code.
     #[handler]
     async fn fail(&self, _ctx: Context<'_>, message: String) -> Result<(), HandlerError> {
-        Err(TerminalError::new(message).into())
+        match message.split_once(':').map(|(c, m)| (c.parse::<u16>(), m)) {
+            Some((Ok(code), message)) => Err(TerminalError::new_with_code(code, message).into()),
+            _ => Err(TerminalError::new(message).into()),
+        }
     }
 
     /// Runs a side effect once and journals its result.
