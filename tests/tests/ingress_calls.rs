@@ -347,3 +347,32 @@ async fn get_calls_and_delayed_sends() {
     }
     assert!(sent.elapsed() >= std::time::Duration::from_secs(1));
 }
+
+#[tokio::test]
+async fn virtual_object_state_persists_per_key_eagerly_and_lazily() {
+    // Default: state travels in the Start message. Limit 0: every read is a lazy round trip.
+    for eager_limit in [None, Some("0")] {
+        let dep = TestDeployment::start("v1").await.unwrap();
+        let mut builder = Sluice::builder();
+        if let Some(limit) = eager_limit {
+            builder = builder.env("SERVICE_WORKER__INVOKER__EAGER_STATE_SIZE_LIMIT", limit);
+        }
+        let sluice = builder.start().await.unwrap();
+        sluice.register(&dep.uri, false).await;
+        let post = reqwest::Method::POST;
+        for (path, body, want) in [
+            ("/service/call/Counter/k1/add", Some("5"), "5"),
+            ("/service/call/Counter/k1/add", Some("3"), "8"),
+            ("/service/call/Counter/k2/add", Some("1"), "1"),
+            ("/service/call/Counter/k1/get", None, "8"),
+            ("/service/call/Counter/k3/get", None, "0"),
+        ] {
+            let resp = call(&sluice, post.clone(), path, body).await;
+            assert_eq!(
+                (resp.status(), resp.text().await.unwrap()),
+                (StatusCode::OK, want.to_owned()),
+                "{path} with eager limit {eager_limit:?}"
+            );
+        }
+    }
+}

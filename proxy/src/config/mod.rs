@@ -148,6 +148,11 @@ pub struct InvokerConfig {
     pub abort_timeout: FriendlyDuration,
     /// A bidi attempt idle this long is suspended.
     pub inactivity_timeout: FriendlyDuration,
+    /// State of a keyed target sent with the Start message, in key and value bytes; the SDK
+    /// reads the rest lazily. Unset: half the message size limit (the Start message must fit
+    /// under it); 0: all state is read lazily.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eager_state_size_limit: Option<ByteSize>,
     /// Attempts running at once across all partitions.
     pub concurrent_invocations_limit: NonZeroU32,
     /// Retries of failed attempts.
@@ -160,6 +165,7 @@ impl Default for InvokerConfig {
             message_size_limit: ByteSize::mib(32),
             abort_timeout: FriendlyDuration::from_secs(600),
             inactivity_timeout: FriendlyDuration::from_secs(60),
+            eager_state_size_limit: None,
             concurrent_invocations_limit: NonZeroU32::new(1000).expect("non-zero"),
             retry_policy: RetryPolicy::default(),
         }

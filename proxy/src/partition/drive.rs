@@ -13,7 +13,7 @@ use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
-use crate::invocation::{Failure, LastFailure, Outcome, Status};
+use crate::invocation::{Failure, LastFailure, Outcome, Status, Target, state};
 use crate::invoker::attempt::failure_code;
 use crate::invoker::{AttemptError, AttemptRequest, Ending, MessageSink};
 use crate::protocol::message::Kind;
@@ -22,6 +22,7 @@ use crate::protocol::proto::{
 };
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::registry::Address;
+use crate::storage::Store;
 use crate::storage::writer::WriteSet;
 
 /// Hands an attempt's messages to its partition.
@@ -87,7 +88,7 @@ impl Partition {
                     && live.running
                     && live.attempt == attempt
                 {
-                    journal_message(live, writes, message, ack, effects);
+                    journal_message(&self.store, live, writes, message, ack, effects)?;
                 }
             }
             Event::AttemptDone {
@@ -205,6 +206,23 @@ impl Partition {
             return;
         }
         let target = live.record.target.clone();
+        let limit = usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX);
+        let eager = invoker
+            .eager_state_size_limit
+            .map_or(limit / 2, |l| usize::try_from(l.0).unwrap_or(usize::MAX));
+        // Keyed targets get their state eagerly, as much as the eager limit allows.
+        let (state, partial_state) = match object(&target) {
+            Some(object) => self
+                .store
+                .with_db(|db| state::entries(db, object, eager))
+                .and_then(|r| r)
+                .map(|(entries, complete)| (entries, !complete))
+                .unwrap_or_else(|e| {
+                    tracing::warn!(invocation = %id, error = %e, "cannot read eager state; the SDK reads it lazily");
+                    (Vec::new(), true)
+                }),
+            None => (Vec::new(), true),
+        };
         let deployment = match live.record.deployment {
             Some(pinned) => self.registry.deployment(pinned).ok(),
             None => self.registry.service(&target.service).ok().map(|(_, d)| d),
@@ -240,14 +258,13 @@ impl Partition {
                 invocation_id: id,
                 protocol: version,
                 journal: live.journal.clone(),
-                state: Vec::new(),
-                partial_state: true,
+                state,
+                partial_state,
                 random_seed: live.record.random_seed,
                 retry_count: live.record.retry_count,
                 abort_timeout: invoker.abort_timeout.0,
                 inactivity_timeout: invoker.inactivity_timeout.0,
-                message_size_limit: usize::try_from(invoker.message_size_limit.0)
-                    .unwrap_or(usize::MAX),
+                message_size_limit: limit,
             })
         });
         live.attempt += 1;
@@ -343,15 +360,68 @@ fn reply(live: &Live, message: &Message, effects: &mut Vec<Effect>) {
     }
 }
 
+/// The object a keyed target addresses.
+fn object(target: &Target) -> Option<state::Object<'_>> {
+    target.key.as_deref().map(|key| state::Object {
+        scope: "",
+        service: &target.service,
+        key,
+    })
+}
+
 /// Journals one message of an attempt and answers what it asks for.
 fn journal_message(
+    store: &Store,
     live: &mut Live,
     writes: &mut WriteSet,
     message: Message,
     ack: bool,
     effects: &mut Vec<Effect>,
-) {
+) -> Result<(), CodedError> {
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
+    let target = live.record.target.clone();
+    // Reads see committed state: an object runs one exclusive handler at a time, and the SDK
+    // answers reads of keys it wrote itself from its own cache.
+    let mut answer: Option<(u32, Message)> = None;
+    match (&message, object(&target)) {
+        (Message::SetState(set), Some(object)) => {
+            let value = set
+                .value
+                .as_ref()
+                .map(|v| v.content.as_ref())
+                .unwrap_or_default();
+            state::set(writes, object, &set.key, value);
+        }
+        (Message::ClearState(clear), Some(object)) => state::clear(writes, object, &clear.key),
+        (Message::ClearAllState(_), Some(object)) => state::clear_all(writes, object),
+        (Message::GetLazyState(get), Some(object)) => {
+            let value = store.with_db(|db| state::get(db, object, &get.key))??;
+            let result = match value {
+                Some(content) => notification_template::Result::Value(proto::Value { content }),
+                None => notification_template::Result::Void(proto::Void {}),
+            };
+            let done = Message::GetLazyStateCompletion(proto::NotificationTemplate {
+                id: Some(notification_template::Id::CompletionId(
+                    get.result_completion_id,
+                )),
+                result: Some(result),
+            });
+            answer = Some((get.result_completion_id, done));
+        }
+        (Message::GetLazyStateKeys(get), Some(object)) => {
+            let keys = store.with_db(|db| state::keys(db, object))??;
+            let done = Message::GetLazyStateKeysCompletion(proto::NotificationTemplate {
+                id: Some(notification_template::Id::CompletionId(
+                    get.result_completion_id,
+                )),
+                result: Some(notification_template::Result::StateKeys(proto::StateKeys {
+                    keys,
+                })),
+            });
+            answer = Some((get.result_completion_id, done));
+        }
+        _ => {}
+    }
     match &message {
         Message::ProposeRunCompletion(proposal) => {
             let result = match &proposal.result {
@@ -380,7 +450,7 @@ fn journal_message(
             } else {
                 notify(live, writes, done.to_frame(false), completion, effects);
             }
-            return;
+            return Ok(());
         }
         Message::Sleep(sleep) => {
             let timer = Timer {
@@ -406,6 +476,11 @@ fn journal_message(
     } else if matches!(message, Message::Custom { .. }) {
         append(live, writes, message.to_frame(false));
     }
+    // A lazy read's completion follows its command in the journal.
+    if let Some((completion, done)) = answer {
+        notify(live, writes, done.to_frame(false), completion, effects);
+    }
+    Ok(())
 }
 
 /// The completion ids a suspension waits on (empty when it names none).

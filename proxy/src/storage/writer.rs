@@ -20,6 +20,7 @@ const GROUP: usize = 1024;
 enum Op {
     Put(BytesTable, Vec<u8>, Vec<u8>),
     Delete(BytesTable, Vec<u8>),
+    DeleteRange(BytesTable, Vec<u8>, Vec<u8>),
 }
 
 /// Writes to apply atomically, in order.
@@ -47,6 +48,11 @@ impl WriteSet {
         self.ops.push(Op::Delete(table, key.to_vec()));
     }
 
+    /// Removes every key in `start..end`.
+    pub fn delete_range(&mut self, table: BytesTable, start: Vec<u8>, end: Vec<u8>) {
+        self.ops.push(Op::DeleteRange(table, start, end));
+    }
+
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
@@ -62,6 +68,10 @@ impl WriteSet {
                 }
                 Op::Delete(table, key) => {
                     txn.open_table(*table)?.remove(key.as_slice())?;
+                }
+                Op::DeleteRange(table, start, end) => {
+                    txn.open_table(*table)?
+                        .retain_in(start.as_slice()..end.as_slice(), |_, _| false)?;
                 }
             }
         }
@@ -172,6 +182,9 @@ mod tests {
         let mut second = WriteSet::default();
         second.put(T, b"a", b"2".to_vec());
         second.delete(T, b"b");
+        second.put(T, b"c1", b"1".to_vec());
+        second.put(T, b"c2", b"1".to_vec());
+        second.delete_range(T, b"c".to_vec(), b"d".to_vec());
         let answers = [
             writer.commit(first),
             writer.commit(second),
@@ -186,6 +199,8 @@ mod tests {
                 let table = txn.open_table(T).unwrap();
                 assert_eq!(table.get(b"a".as_slice()).unwrap().unwrap().value(), b"2");
                 assert!(table.get(b"b".as_slice()).unwrap().is_none());
+                assert!(table.get(b"c1".as_slice()).unwrap().is_none());
+                assert!(table.get(b"c2".as_slice()).unwrap().is_none());
             })
             .unwrap();
     }

@@ -1,0 +1,187 @@
+//! Virtual object and workflow state in redb: one row per (scope, service, object key, state
+//! key). Rows of one object are contiguous, so the eager state, the key listing and ClearAll
+//! are range operations.
+
+use bytes::Bytes;
+use redb::{ReadableDatabase, TableDefinition};
+
+use super::store::storage;
+use crate::errors::CodedError;
+use crate::storage::writer::{BytesTable, WriteSet};
+
+/// Key: u32 BE length ‖ scope ‖ u32 BE length ‖ service ‖ u32 BE length ‖ object key ‖ state
+/// key. Value: the state value.
+const STATE: BytesTable = TableDefinition::new("state");
+
+/// The object whose state is addressed.
+#[derive(Debug, Clone, Copy)]
+pub struct Object<'a> {
+    /// Flow-control scope ("" when unscoped).
+    pub scope: &'a str,
+    /// Virtual object or workflow name.
+    pub service: &'a str,
+    /// Object key.
+    pub key: &'a str,
+}
+
+impl Object<'_> {
+    fn prefix(&self) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(12 + self.scope.len() + self.service.len() + self.key.len());
+        for part in [self.scope, self.service, self.key] {
+            let len = u32::try_from(part.len()).expect("names are shorter than 4 GiB");
+            out.extend_from_slice(&len.to_be_bytes());
+            out.extend_from_slice(part.as_bytes());
+        }
+        out
+    }
+
+    fn row(&self, name: &[u8]) -> Vec<u8> {
+        let mut out = self.prefix();
+        out.extend_from_slice(name);
+        out
+    }
+
+    /// `prefix..end` holds exactly this object's rows.
+    fn bounds(&self) -> (Vec<u8>, Vec<u8>) {
+        let prefix = self.prefix();
+        let mut end = prefix.clone();
+        // The smallest key greater than every key starting with the prefix. The prefix holds
+        // length bytes below 0xff, so the loop always finds a byte to increment.
+        while let Some(last) = end.pop() {
+            if last < u8::MAX {
+                end.push(last + 1);
+                break;
+            }
+        }
+        (prefix, end)
+    }
+}
+
+/// Sets `name` to `value`.
+pub fn set(writes: &mut WriteSet, object: Object<'_>, name: &[u8], value: &[u8]) {
+    writes.put(STATE, &object.row(name), value.to_vec());
+}
+
+/// Removes `name`.
+pub fn clear(writes: &mut WriteSet, object: Object<'_>, name: &[u8]) {
+    writes.delete(STATE, &object.row(name));
+}
+
+/// Removes every entry of the object.
+pub fn clear_all(writes: &mut WriteSet, object: Object<'_>) {
+    let (start, end) = object.bounds();
+    writes.delete_range(STATE, start, end);
+}
+
+/// One value.
+pub fn get(
+    db: &redb::Database,
+    object: Object<'_>,
+    name: &[u8],
+) -> Result<Option<Bytes>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(STATE) else {
+        return Ok(None);
+    };
+    Ok(table
+        .get(object.row(name).as_slice())
+        .map_err(storage)?
+        .map(|v| Bytes::copy_from_slice(v.value())))
+}
+
+/// Every entry of the object, by key, stopping before `limit` bytes of keys and values;
+/// `true` when all of them fit.
+pub fn entries(
+    db: &redb::Database,
+    object: Object<'_>,
+    limit: usize,
+) -> Result<(Vec<(Bytes, Bytes)>, bool), CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(STATE) else {
+        return Ok((Vec::new(), true));
+    };
+    let (start, end) = object.bounds();
+    let skip = start.len();
+    let mut out = Vec::new();
+    let mut size = 0usize;
+    for row in table
+        .range(start.as_slice()..end.as_slice())
+        .map_err(storage)?
+    {
+        let (key, value) = row.map_err(storage)?;
+        let (key, value) = (&key.value()[skip..], value.value());
+        size += key.len() + value.len();
+        if size > limit {
+            return Ok((out, false));
+        }
+        out.push((Bytes::copy_from_slice(key), Bytes::copy_from_slice(value)));
+    }
+    Ok((out, true))
+}
+
+/// The object's state keys, in order.
+pub fn keys(db: &redb::Database, object: Object<'_>) -> Result<Vec<Bytes>, CodedError> {
+    Ok(entries(db, object, usize::MAX)?
+        .0
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Store;
+
+    fn commit(store: &Store, writes: &WriteSet) {
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                writes.apply(&txn).unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn objects_keep_their_own_state_and_clear_all_is_scoped_to_one_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let a = Object {
+            scope: "",
+            service: "Counter",
+            key: "a",
+        };
+        // A key that is a prefix of another must not share its rows.
+        let ab = Object { key: "ab", ..a };
+        let mut writes = WriteSet::default();
+        set(&mut writes, a, b"count", b"1");
+        set(&mut writes, a, b"\xff\xff", b"edge");
+        set(&mut writes, ab, b"count", b"2");
+        commit(&store, &writes);
+        store
+            .with_db(|db| {
+                assert_eq!(get(db, a, b"count").unwrap().unwrap(), "1");
+                assert_eq!(get(db, ab, b"count").unwrap().unwrap(), "2");
+                assert_eq!(
+                    keys(db, a).unwrap(),
+                    vec![Bytes::from("count"), Bytes::from(&b"\xff\xff"[..])]
+                );
+                let (some, complete) = entries(db, a, 8).unwrap();
+                assert_eq!((some.len(), complete), (1, false));
+            })
+            .unwrap();
+        let mut writes = WriteSet::default();
+        clear_all(&mut writes, a);
+        set(&mut writes, a, b"after", b"x");
+        clear(&mut writes, ab, b"missing");
+        commit(&store, &writes);
+        store
+            .with_db(|db| {
+                assert_eq!(keys(db, a).unwrap(), vec![Bytes::from("after")]);
+                assert_eq!(get(db, ab, b"count").unwrap().unwrap(), "2");
+            })
+            .unwrap();
+    }
+}
