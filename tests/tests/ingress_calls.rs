@@ -376,3 +376,52 @@ async fn virtual_object_state_persists_per_key_eagerly_and_lazily() {
         }
     }
 }
+
+#[tokio::test]
+async fn exclusive_handlers_of_one_object_run_one_at_a_time_and_shared_ones_alongside() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let client = reqwest::Client::new();
+    let add = |path: &'static str, body: &'static str| {
+        client
+            .post(format!("{}{path}", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let read = |path: &'static str| client.post(format!("{}{path}", sluice.ingress_url)).send();
+    // 100 concurrent read-modify-write calls on one key: none is lost.
+    let calls: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(add("/service/call/Counter/hot/add", "1")))
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status(), 200);
+    }
+    let total = read("/service/call/Counter/hot/get").await.unwrap();
+    assert_eq!(total.text().await.unwrap(), "100");
+
+    // A sleeping exclusive handler keeps the lock: the next add waits for it, a shared get
+    // does not.
+    let slow = tokio::spawn(add("/service/call/Counter/hot/addSlowly", "1500"));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let queued = tokio::spawn(add("/service/call/Counter/hot/add", "1"));
+    let started = std::time::Instant::now();
+    let during = read("/service/call/Counter/hot/get").await.unwrap();
+    assert_eq!(
+        during.text().await.unwrap(),
+        "100",
+        "shared read while add sleeps"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_millis(1000));
+    let slow = slow.await.unwrap().unwrap();
+    assert_eq!(slow.text().await.unwrap(), "110");
+    let queued = queued.await.unwrap().unwrap();
+    assert_eq!(
+        queued.text().await.unwrap(),
+        "111",
+        "ran after the sleeping add"
+    );
+    let overlaps = read("/service/call/Counter/hot/overlaps").await.unwrap();
+    assert_eq!(overlaps.text().await.unwrap(), "0");
+}

@@ -524,6 +524,21 @@ impl Scheduler {
         self.wake_pending(now);
     }
 
+    /// Records that `entry` holds the object lock of `key` although it is not queued (it was
+    /// suspended when the process restarted). `None` when the key has no lock.
+    pub fn hold(&mut self, key: &QueueKey, entry: EntryId) -> Option<LockId> {
+        let object_key = key.object_key.clone()?;
+        let lock = self.locks.add_ref(LockKey {
+            scope: key.scope.clone(),
+            service: key.service.clone(),
+            object_key,
+        });
+        self.locks.claim(lock, entry);
+        // The lock outlives this reference while it has a holder.
+        self.locks.drop_ref(lock);
+        Some(lock)
+    }
+
     /// The invocation `entry` completed: it gives up its object lock.
     pub fn unlock(&mut self, lock: LockId, entry: EntryId, now: u64) {
         self.locks.release(lock, entry, &mut self.woken);

@@ -68,7 +68,7 @@ impl Partition {
                     }
                     _ => effects.push(Effect::Attempt(id)),
                 }
-                self.live.insert(id, Live::new(record, vec![input]));
+                self.track(record, vec![input]);
                 effects.push(Effect::Ack(reply));
             }
             Event::Await { id, reply } => match self.live.get_mut(&id) {
@@ -95,7 +95,11 @@ impl Partition {
                 id,
                 attempt,
                 result,
-            } => self.attempt_done(id, attempt, result, writes, effects)?,
+            } => {
+                if self.attempt_done(id, attempt, result, writes, effects)? {
+                    self.settle(id);
+                }
+            }
             Event::Wake { id, completion } => self.wake(id, completion, writes, effects),
         }
         Ok(())
@@ -133,6 +137,7 @@ impl Partition {
         }
     }
 
+    /// Records how attempt `attempt` of `id` ended; false when it was not the current one.
     fn attempt_done(
         &mut self,
         id: InvocationId,
@@ -140,13 +145,13 @@ impl Partition {
         result: Result<Ending, AttemptError>,
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
-    ) -> Result<(), CodedError> {
+    ) -> Result<bool, CodedError> {
         let retry = self.config.worker.invoker.retry_policy.clone();
         let Some(live) = self.live.get_mut(&id) else {
-            return Ok(());
+            return Ok(false);
         };
         if !live.running || live.attempt != attempt {
-            return Ok(());
+            return Ok(false);
         }
         live.running = false;
         live.outbound = None;
@@ -192,7 +197,8 @@ impl Partition {
                 back_off(live, &retry, failure, e.retry_after, effects);
             }
         }
-        store::put_record(writes, &live.record)
+        store::put_record(writes, &live.record)?;
+        Ok(true)
     }
 
     /// Starts an attempt of `id` on its (pinned) deployment.
@@ -203,6 +209,7 @@ impl Partition {
             return;
         };
         if live.running || live.record.status == Status::Completed {
+            self.settle(id);
             return;
         }
         let target = live.record.target.clone();

@@ -3,6 +3,7 @@
 //! sets of every partition together), and acknowledgements, attempts and timers are released
 //! only after that commit. The partition keeps applying new events while earlier sets commit.
 
+mod admission;
 mod drive;
 pub mod runtime;
 
@@ -18,6 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
+use crate::flow::RuleBook;
+use crate::flow::scheduler::{EntryId, LockId, Permit, Scheduler};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{InvocationRecord, Outcome, Status};
@@ -109,6 +112,14 @@ struct Live {
     fresh: Vec<u32>,
     /// Commands in the journal (the next command's `command_index`).
     commands: u32,
+    /// Its id in the scheduler.
+    entry: EntryId,
+    /// Waiting in the scheduler for an attempt.
+    queued: bool,
+    /// Slots held by the running attempt.
+    permit: Option<Permit>,
+    /// The object lock it holds until it completes.
+    lock: Option<LockId>,
 }
 
 /// One partition's state.
@@ -120,6 +131,9 @@ pub struct Partition {
     client: AttemptClient,
     tx: mpsc::Sender<Event>,
     live: HashMap<InvocationId, Live>,
+    scheduler: Scheduler,
+    entries: HashMap<EntryId, InvocationId>,
+    next_entry: EntryId,
 }
 
 impl Partition {
@@ -133,6 +147,14 @@ impl Partition {
         client: AttemptClient,
         tx: mpsc::Sender<Event>,
     ) -> Self {
+        // The global attempt limit is shared evenly by the partitions.
+        let partitions = u32::from(config.worker.partitions.get());
+        let limit = config
+            .worker
+            .invoker
+            .concurrent_invocations_limit
+            .get()
+            .div_ceil(partitions);
         Self {
             store,
             writer,
@@ -141,6 +163,9 @@ impl Partition {
             client,
             tx,
             live: HashMap::new(),
+            scheduler: Scheduler::new(Arc::new(RuleBook::new()), limit),
+            entries: HashMap::new(),
+            next_entry: 0,
         }
     }
 
@@ -154,7 +179,7 @@ impl Partition {
         for record in records.into_iter().filter(|r| owns(r.id)) {
             let id = record.id;
             if record.status == Status::Completed {
-                self.live.insert(id, Live::new(record, Vec::new()));
+                self.track(record, Vec::new());
                 continue;
             }
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
@@ -165,7 +190,8 @@ impl Partition {
                 (Status::Paused, _) => {}
                 _ => effects.push(Effect::Attempt(id)),
             }
-            self.live.insert(id, Live::new(record, journal));
+            self.track(record, journal);
+            self.reclaim_lock(id);
         }
         for timer in timers.into_iter().filter(|t| owns(t.invocation)) {
             effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
@@ -228,7 +254,7 @@ impl Partition {
                         let _ = waiter.send(outcome.clone());
                     }
                 }
-                Effect::Attempt(id) => self.start_attempt(id),
+                Effect::Attempt(id) => self.enqueue(id),
                 Effect::Deliver(id, attempt, bytes) => {
                     if let Some(live) = self.live.get(&id)
                         && live.running
@@ -249,6 +275,7 @@ impl Partition {
                 }
             }
         }
+        self.dispatch();
     }
 }
 
@@ -263,8 +290,19 @@ fn fail(effects: Vec<Effect>, error: &CodedError) {
     }
 }
 
+impl Partition {
+    /// Starts driving `record`.
+    fn track(&mut self, record: InvocationRecord, journal: Vec<Frame>) {
+        self.next_entry += 1;
+        let entry = self.next_entry;
+        let id = record.id;
+        self.entries.insert(entry, id);
+        self.live.insert(id, Live::new(record, journal, entry));
+    }
+}
+
 impl Live {
-    fn new(record: InvocationRecord, journal: Vec<Frame>) -> Self {
+    fn new(record: InvocationRecord, journal: Vec<Frame>, entry: EntryId) -> Self {
         let commands = journal
             .iter()
             .filter(|f| MessageType::from_id(f.ty).map(MessageType::kind) == Some(Kind::Command))
@@ -278,6 +316,10 @@ impl Live {
             outbound: None,
             fresh: Vec::new(),
             commands: u32::try_from(commands).expect("journals are shorter than 2^32"),
+            entry,
+            queued: false,
+            permit: None,
+            lock: None,
         }
     }
 }

@@ -164,13 +164,53 @@ impl GreeterObject {
 
 struct Counter;
 
+/// Exclusive Counter handlers running right now in this process, and how often one started
+/// while another was running (must stay 0: Sluice runs one exclusive handler per object).
+static EXCLUSIVE_ACTIVE: AtomicU64 = AtomicU64::new(0);
+static OVERLAPS: AtomicU64 = AtomicU64::new(0);
+
+/// Marks an exclusive handler as running until dropped (also when a suspension drops it).
+struct Exclusive;
+
+impl Exclusive {
+    fn enter() -> Self {
+        if EXCLUSIVE_ACTIVE.fetch_add(1, Ordering::SeqCst) > 0 {
+            OVERLAPS.fetch_add(1, Ordering::SeqCst);
+        }
+        Exclusive
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        EXCLUSIVE_ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[object]
 impl Counter {
     #[handler]
     async fn add(&self, ctx: ObjectContext<'_>, by: u64) -> Result<u64, HandlerError> {
+        let _running = Exclusive::enter();
         let next = ctx.get::<u64>("count").await?.unwrap_or(0) + by;
         ctx.set("count", next);
         Ok(next)
+    }
+
+    /// Adds 10 after sleeping `millis` durably (the lock is held throughout).
+    #[handler(name = "addSlowly")]
+    async fn add_slowly(&self, ctx: ObjectContext<'_>, millis: u64) -> Result<u64, HandlerError> {
+        let _running = Exclusive::enter();
+        ctx.sleep(Duration::from_millis(millis)).await?;
+        let next = ctx.get::<u64>("count").await?.unwrap_or(0) + 10;
+        ctx.set("count", next);
+        Ok(next)
+    }
+
+    /// How often two exclusive handlers overlapped in this process.
+    #[handler]
+    async fn overlaps(&self, _ctx: SharedObjectContext<'_>) -> Result<u64, HandlerError> {
+        Ok(OVERLAPS.load(Ordering::SeqCst))
     }
 
     #[handler]

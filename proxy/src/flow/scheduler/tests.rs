@@ -152,6 +152,19 @@ fn exclusive_handlers_of_one_object_run_one_at_a_time_across_suspension() {
 }
 
 #[test]
+fn a_lock_held_across_a_restart_blocks_new_work_until_its_holder_completes() {
+    let mut s = Scheduler::new(book(&[]), 100);
+    let k = key(None, None, Some("obj"));
+    // Entry 1 was suspended when the process restarted: it holds the lock, queued nowhere.
+    let lock = s.hold(&k, 1).expect("exclusive queues have a lock");
+    assert_eq!(s.hold(&key(None, None, None), 9), None);
+    s.enqueue(&k, 2, EntryKind::New, None, 0);
+    assert!(s.poll_runnable(0).is_empty());
+    s.unlock(lock, 1, 1);
+    assert_eq!(ids(&s.poll_runnable(1)), vec![2]);
+}
+
+#[test]
 fn another_limit_key_on_the_same_object_shares_its_lock() {
     let mut s = Scheduler::new(book(&[]), 100);
     s.enqueue(

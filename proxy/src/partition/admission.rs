@@ -1,0 +1,117 @@
+//! How a partition decides which invocation runs next: every attempt goes through the flow
+//! core's scheduler, which holds exclusive handlers of one virtual object to one at a time (the
+//! lock lives from first dispatch to completion, across suspensions; waiters are FIFO) and
+//! bounds the attempts running at once. Permits are given back whenever an attempt ends.
+
+use super::{Live, Partition};
+use crate::clock::now_ms;
+use crate::discovery::{HandlerType, ServiceType};
+use crate::flow::scheduler::{EntryKind, QueueKey};
+use crate::ids::InvocationId;
+use crate::invocation::{Status, Target};
+use crate::registry::Registry;
+
+/// The scheduler queue of `target`: exclusive handlers of keyed services queue per object key
+/// and take its lock; everything else queues per service.
+pub(super) fn queue_key(registry: &Registry, target: &Target) -> QueueKey {
+    let exclusive = target.key.is_some()
+        && registry
+            .service(&target.service)
+            .is_ok_and(|(service, deployment)| {
+                let ty = deployment
+                    .service(&target.service)
+                    .and_then(|s| s.handlers.iter().find(|h| h.name == target.handler))
+                    .and_then(|h| h.ty);
+                match service.ty {
+                    ServiceType::VirtualObject => ty != Some(HandlerType::Shared),
+                    ServiceType::Workflow => ty == Some(HandlerType::Workflow),
+                    ServiceType::Service => false,
+                }
+            });
+    QueueKey {
+        scope: None,
+        limit_key: None,
+        service: target.service.as_str().into(),
+        object_key: exclusive
+            .then(|| target.key.as_deref().map(Into::into))
+            .flatten(),
+    }
+}
+
+impl Live {
+    /// Whether an attempt of it ran before (so it may hold its object's lock).
+    fn started(&self) -> bool {
+        !matches!(self.record.status, Status::Pending | Status::Scheduled)
+    }
+}
+
+impl Partition {
+    /// Queues `id` for an attempt.
+    pub(super) fn enqueue(&mut self, id: InvocationId) {
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        if live.running || live.queued || live.record.status == Status::Completed {
+            return;
+        }
+        let kind = if live.started() {
+            EntryKind::Resumed
+        } else {
+            EntryKind::New
+        };
+        let key = queue_key(&self.registry, &live.record.target);
+        live.queued = true;
+        self.scheduler
+            .enqueue(&key, live.entry, kind, None, now_ms());
+    }
+
+    /// Starts every attempt the scheduler admits now.
+    pub(super) fn dispatch(&mut self) {
+        for admitted in self.scheduler.poll_runnable(now_ms()) {
+            let Some(id) = self.entries.get(&admitted.entry).copied() else {
+                self.scheduler.release(admitted.permit, now_ms());
+                continue;
+            };
+            let live = self
+                .live
+                .get_mut(&id)
+                .expect("entries index live invocations");
+            live.queued = false;
+            live.lock = admitted.lock.or(live.lock);
+            live.permit = Some(admitted.permit);
+            self.start_attempt(id);
+        }
+    }
+
+    /// After recovery: an invocation that ran before its restart holds its object's lock
+    /// again, even while it waits suspended.
+    pub(super) fn reclaim_lock(&mut self, id: InvocationId) {
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        if !live.started() || live.record.status == Status::Completed {
+            return;
+        }
+        let key = queue_key(&self.registry, &live.record.target);
+        live.lock = self.scheduler.hold(&key, live.entry);
+    }
+
+    /// The attempt of `id` ended: its permit goes back; a completed invocation gives up its lock.
+    pub(super) fn settle(&mut self, id: InvocationId) {
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        let now = now_ms();
+        let permit = live.permit.take();
+        let unlock = (live.record.status == Status::Completed)
+            .then(|| live.lock.take())
+            .flatten()
+            .map(|lock| (lock, live.entry));
+        if let Some(permit) = permit {
+            self.scheduler.release(permit, now);
+        }
+        if let Some((lock, entry)) = unlock {
+            self.scheduler.unlock(lock, entry, now);
+        }
+    }
+}
