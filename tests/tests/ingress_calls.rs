@@ -425,3 +425,109 @@ async fn exclusive_handlers_of_one_object_run_one_at_a_time_and_shared_ones_alon
     let overlaps = read("/service/call/Counter/hot/overlaps").await.unwrap();
     assert_eq!(overlaps.text().await.unwrap(), "0");
 }
+
+#[tokio::test]
+async fn handlers_call_and_send_to_each_other() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
+            "50ms",
+        )
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
+            "100ms",
+        )
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let post = reqwest::Method::POST;
+    // A call: the callee's result comes back to the caller.
+    for want in ["1", "2"] {
+        let resp = call(
+            &sluice,
+            post.clone(),
+            "/service/call/Greeter/addVia",
+            Some("\"via\""),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.text().await.unwrap(), want);
+    }
+    // A callee's terminal failure propagates to the caller as its own.
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Meter/failVia",
+        Some("\"409:taken\""),
+    )
+    .await;
+    assert_eq!(resp.status(), 409);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["message"], "taken");
+
+    // A delayed send: the caller answers at once, the callee runs a second later.
+    let started = std::time::Instant::now();
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Meter/addLater",
+        Some("\"later\""),
+    )
+    .await;
+    assert_eq!(resp.text().await.unwrap(), "\"sent\"");
+    let read = |path: &'static str| {
+        reqwest::Client::new()
+            .post(format!("{}{path}", sluice.ingress_url))
+            .send()
+    };
+    let now = read("/service/call/Counter/later/get").await.unwrap();
+    assert_eq!(now.text().await.unwrap(), "0", "not yet");
+    loop {
+        let seen = read("/service/call/Counter/later/get").await.unwrap();
+        if seen.text().await.unwrap() == "1" {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the delayed send never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+
+    // A call to an unknown service is refused with RT0018 and the caller retried.
+    let sent: Value = call(
+        &sluice,
+        post.clone(),
+        "/service/send/Meter/callMissing",
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let id = sent["invocationId"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let seen: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if seen["last_failure_error_code"] == "RT0018" && seen["retry_count"].as_u64() >= Some(2) {
+            assert!(
+                seen["last_failure"].as_str().unwrap().contains("Missing"),
+                "{seen}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never refused: {seen}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

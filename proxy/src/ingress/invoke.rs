@@ -13,7 +13,7 @@ use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome, Status, Target};
-use crate::partition::partition_key;
+use crate::partition::target_partition_key;
 use crate::protocol::{Message, proto};
 
 /// Largest request body accepted (413 beyond).
@@ -175,10 +175,7 @@ pub async fn invoke(
         .map(str::to_owned);
     input::check(target.input.as_ref(), content_type.as_deref(), &body)?;
 
-    let partition = match &target.key {
-        Some(key) => partition_key(&[&target.service, key]),
-        None => partition_key(&[&target.service, &target.handler]),
-    };
+    let partition = target_partition_key(&target.service, &target.handler, target.key.as_deref());
     let id = InvocationId::generate(partition);
     let now = now_ms();
     let mut record = InvocationRecord::new(

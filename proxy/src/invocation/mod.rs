@@ -4,4 +4,4 @@ pub mod record;
 pub mod state;
 pub mod store;
 
-pub use record::{Failure, InvocationRecord, LastFailure, Outcome, Status, Target};
+pub use record::{Caller, Failure, InvocationRecord, LastFailure, Outcome, Status, Target};

@@ -100,6 +100,18 @@ pub struct InvocationRecord {
     pub random_seed: u64,
     /// Creation time, ms since the epoch.
     pub created_at_ms: u64,
+    /// The invocation waiting for this one's result (a call from another handler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
+}
+
+/// Where a called invocation's result goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    /// The calling invocation.
+    pub id: InvocationId,
+    /// The completion id its Call command waits on.
+    pub completion: u32,
 }
 
 impl InvocationRecord {
@@ -120,6 +132,7 @@ impl InvocationRecord {
                 id.uuid().to_le_bytes()[..8].try_into().expect("8 bytes"),
             ),
             created_at_ms,
+            caller: None,
         }
     }
 }

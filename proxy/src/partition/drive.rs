@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use prost::Message as _;
 
-use super::{Effect, Event, Live, Partition};
+use super::{Effect, Event, Live, Partition, calls};
 use crate::clock::now_ms;
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
@@ -21,7 +21,7 @@ use crate::protocol::proto::{
     self, notification_template, output_command_message, propose_run_completion_message,
 };
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
-use crate::registry::Address;
+use crate::registry::{Address, Registry};
 use crate::storage::Store;
 use crate::storage::writer::WriteSet;
 
@@ -60,6 +60,11 @@ impl Partition {
                 reply,
             } => {
                 let id = record.id;
+                // A child submitted again after a restart: it exists already.
+                if self.live.contains_key(&id) {
+                    effects.extend(reply.map(Effect::Ack));
+                    return Ok(());
+                }
                 store::put_record(writes, &record)?;
                 store::put_entry(writes, id, 0, &input);
                 match record.run_at_ms {
@@ -69,7 +74,7 @@ impl Partition {
                     _ => effects.push(Effect::Attempt(id)),
                 }
                 self.track(record, vec![input]);
-                effects.push(Effect::Ack(reply));
+                effects.extend(reply.map(Effect::Ack));
             }
             Event::Await { id, reply } => match self.live.get_mut(&id) {
                 Some(live) => match &live.record.outcome {
@@ -87,8 +92,17 @@ impl Partition {
                 if let Some(live) = self.live.get_mut(&id)
                     && live.running
                     && live.attempt == attempt
+                    && live.violation.is_none()
                 {
-                    journal_message(&self.store, live, writes, message, ack, effects)?;
+                    journal_message(
+                        &self.store,
+                        &self.registry,
+                        live,
+                        writes,
+                        message,
+                        ack,
+                        effects,
+                    )?;
                 }
             }
             Event::AttemptDone {
@@ -101,6 +115,11 @@ impl Partition {
                 }
             }
             Event::Wake { id, completion } => self.wake(id, completion, writes, effects),
+            Event::CallResult {
+                id,
+                completion,
+                outcome,
+            } => self.call_result(id, completion, outcome, writes, effects),
         }
         Ok(())
     }
@@ -137,6 +156,41 @@ impl Partition {
         }
     }
 
+    /// A callee finished: its result joins the caller's journal (once) and the caller goes on.
+    fn call_result(
+        &mut self,
+        id: InvocationId,
+        completion: u32,
+        outcome: Outcome,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        if live.record.status == Status::Completed || has_completion(&live.journal, completion) {
+            return;
+        }
+        let result = match outcome {
+            Outcome::Value(content) => notification_template::Result::Value(proto::Value {
+                content: content.into(),
+            }),
+            Outcome::Failure(f) => notification_template::Result::Failure(proto::Failure {
+                code: u32::from(f.code),
+                message: f.message,
+                metadata: Vec::new(),
+            }),
+        };
+        let done = Message::CallCompletion(proto::NotificationTemplate {
+            id: Some(notification_template::Id::CompletionId(completion)),
+            result: Some(result),
+        });
+        notify(live, writes, done.to_frame(false), completion, effects);
+        if !live.running {
+            effects.push(Effect::Attempt(id));
+        }
+    }
+
     /// Records how attempt `attempt` of `id` ended; false when it was not the current one.
     fn attempt_done(
         &mut self,
@@ -157,6 +211,10 @@ impl Partition {
         live.outbound = None;
         live.record.attempts += 1;
         let fresh = std::mem::take(&mut live.fresh);
+        let result = match live.violation.take() {
+            Some(violation) => Err(AttemptError::from(violation)),
+            None => result,
+        };
         match result {
             Ok(Ending::End) => {
                 let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
@@ -379,6 +437,7 @@ fn object(target: &Target) -> Option<state::Object<'_>> {
 /// Journals one message of an attempt and answers what it asks for.
 fn journal_message(
     store: &Store,
+    registry: &Registry,
     live: &mut Live,
     writes: &mut WriteSet,
     message: Message,
@@ -472,8 +531,23 @@ fn journal_message(
     }
     if kind == Some(Kind::Command) {
         let index = live.commands;
+        let child = match calls::child_of(registry, live.record.id, index, &message) {
+            Some(Ok(child)) => Some(child),
+            Some(Err(e)) => {
+                // Nothing of the attempt from here on is kept; it is retried.
+                live.violation = Some(e);
+                live.outbound = None;
+                return Ok(());
+            }
+            None => None,
+        };
         live.commands += 1;
         append(live, writes, message.to_frame(false));
+        if let Some((child, notification)) = child {
+            let id = calls::id_notification(notification, child.record.id);
+            notify(live, writes, id.to_frame(false), notification, effects);
+            effects.push(Effect::Child(Box::new(child)));
+        }
         if ack {
             let acked = Message::CommandAck(proto::CommandAckMessage {
                 command_index: index,
@@ -488,6 +562,15 @@ fn journal_message(
         notify(live, writes, done.to_frame(false), completion, effects);
     }
     Ok(())
+}
+
+/// Whether the journal holds a notification for `completion` already.
+fn has_completion(journal: &[Frame], completion: u32) -> bool {
+    journal.iter().any(|frame| {
+        MessageType::from_id(frame.ty).map(MessageType::kind) == Some(Kind::Notification)
+            && proto::NotificationTemplate::decode(Bytes::clone(&frame.payload))
+                .is_ok_and(|n| n.id == Some(notification_template::Id::CompletionId(completion)))
+    })
 }
 
 /// The completion ids a suspension waits on (empty when it names none).
@@ -515,6 +598,9 @@ fn complete(live: &mut Live, outcome: Outcome, effects: &mut Vec<Effect>) {
     live.record.status = Status::Completed;
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;
+    if let Some(caller) = live.record.caller {
+        effects.push(Effect::CallResult(caller, outcome.clone()));
+    }
     effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
 }
 

@@ -4,10 +4,11 @@
 //! only after that commit. The partition keeps applying new events while earlier sets commit.
 
 mod admission;
+mod calls;
 mod drive;
 pub mod runtime;
 
-pub use runtime::{PartitionsService, Receivers, Runtime, partition_key};
+pub use runtime::{PartitionsService, Receivers, Runtime, partition_key, target_partition_key};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use crate::flow::RuleBook;
 use crate::flow::scheduler::{EntryId, LockId, Permit, Scheduler};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
-use crate::invocation::{InvocationRecord, Outcome, Status};
+use crate::invocation::{Caller, InvocationRecord, Outcome, Status};
 use crate::invoker::{AttemptClient, AttemptError, Ending, Outbound};
 use crate::protocol::message::Kind;
 use crate::protocol::{Frame, Message, MessageType};
@@ -46,8 +47,17 @@ pub enum Event {
         record: InvocationRecord,
         /// The Input command frame (journal entry 0).
         input: Frame,
-        /// Answered after the commit.
-        reply: oneshot::Sender<Result<(), CodedError>>,
+        /// Answered after the commit (`None` for children of other invocations).
+        reply: Option<oneshot::Sender<Result<(), CodedError>>>,
+    },
+    /// The result of an invocation that `id` called.
+    CallResult {
+        /// The caller.
+        id: InvocationId,
+        /// The completion its Call waits on.
+        completion: u32,
+        /// The callee's outcome.
+        outcome: Outcome,
     },
     /// Wait for the outcome of an invocation.
     Await {
@@ -94,6 +104,10 @@ enum Effect {
     WakeAt(InvocationId, u64, Option<Timer>),
     /// Bytes for the open request body of attempt `.1`, if it still runs.
     Deliver(InvocationId, u32, Bytes),
+    /// A child invocation for its partition.
+    Child(Box<calls::Child>),
+    /// A result for the caller that waits on it.
+    CallResult(Caller, Outcome),
 }
 
 /// An invocation the partition is driving.
@@ -120,12 +134,16 @@ struct Live {
     permit: Option<Permit>,
     /// The object lock it holds until it completes.
     lock: Option<LockId>,
+    /// The running attempt broke a rule (say, called an unknown handler): it is failed with
+    /// this error when it ends, and nothing more of it is journaled.
+    violation: Option<CodedError>,
 }
 
 /// One partition's state.
 pub struct Partition {
     store: Arc<Store>,
     writer: Writer,
+    runtime: Runtime,
     registry: Arc<Registry>,
     config: Arc<Config>,
     client: AttemptClient,
@@ -142,6 +160,7 @@ impl Partition {
     pub fn new(
         store: Arc<Store>,
         writer: Writer,
+        runtime: Runtime,
         registry: Arc<Registry>,
         config: Arc<Config>,
         client: AttemptClient,
@@ -158,6 +177,7 @@ impl Partition {
         Self {
             store,
             writer,
+            runtime,
             registry,
             config,
             client,
@@ -179,10 +199,18 @@ impl Partition {
         for record in records.into_iter().filter(|r| owns(r.id)) {
             let id = record.id;
             if record.status == Status::Completed {
+                // Its caller may not have the result yet; callers ignore repeats.
+                if let (Some(caller), Some(outcome)) = (record.caller, record.outcome.clone()) {
+                    effects.push(Effect::CallResult(caller, outcome));
+                }
                 self.track(record, Vec::new());
                 continue;
             }
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
+            // A child may have been lost between this journal's commit and its hand-over.
+            for child in calls::children_in(&self.registry, &record, &journal) {
+                effects.push(Effect::Child(Box::new(child)));
+            }
             match (record.status, record.run_at_ms) {
                 (Status::Scheduled | Status::BackingOff, Some(at)) => {
                     effects.push(Effect::WakeAt(id, at, None))
@@ -249,6 +277,23 @@ impl Partition {
                 Effect::Ack(reply) => {
                     let _ = reply.send(Ok(()));
                 }
+                Effect::Child(child) => {
+                    let id = child.record.id;
+                    let event = Event::Submit {
+                        record: child.record,
+                        input: child.input,
+                        reply: None,
+                    };
+                    self.runtime.post(id, event);
+                }
+                Effect::CallResult(caller, outcome) => self.runtime.post(
+                    caller.id,
+                    Event::CallResult {
+                        id: caller.id,
+                        completion: caller.completion,
+                        outcome,
+                    },
+                ),
                 Effect::Notify(waiters, outcome) => {
                     for waiter in waiters {
                         let _ = waiter.send(outcome.clone());
@@ -320,6 +365,7 @@ impl Live {
             queued: false,
             permit: None,
             lock: None,
+            violation: None,
         }
     }
 }

@@ -33,6 +33,14 @@ pub fn partition_key(parts: &[&str]) -> u64 {
     hash
 }
 
+/// The partition key of an invocation of `service`/`handler` (keyed: of the object).
+pub fn target_partition_key(service: &str, handler: &str, key: Option<&str>) -> u64 {
+    match key {
+        Some(key) => partition_key(&[service, key]),
+        None => partition_key(&[service, handler]),
+    }
+}
+
 /// Sends work to partitions. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Runtime {
@@ -74,11 +82,20 @@ impl Runtime {
             .send(Event::Submit {
                 record,
                 input,
-                reply,
+                reply: Some(reply),
             })
             .await
             .map_err(|_| Self::gone())?;
         answer.await.map_err(|_| Self::gone())?
+    }
+
+    /// Hands `event` to the partition of `id` without waiting (partitions use this to reach
+    /// each other: waiting there could deadlock two partitions on each other's channels).
+    pub(super) fn post(&self, id: InvocationId, event: Event) {
+        let sender = self.partition(id).clone();
+        tokio::spawn(async move {
+            let _ = sender.send(event).await;
+        });
     }
 
     /// Waits for the outcome of an invocation.
@@ -111,6 +128,7 @@ impl Runtime {
             let mut partition = Partition::new(
                 Arc::clone(store),
                 writer.clone(),
+                self.clone(),
                 Arc::clone(registry),
                 Arc::clone(config),
                 client.clone(),

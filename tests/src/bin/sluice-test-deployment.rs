@@ -69,6 +69,35 @@ struct Meter;
 
 #[service]
 impl Meter {
+    /// Sends `Counter/<key>/add(1)` to run in one second; answers at once.
+    #[handler(name = "addLater")]
+    async fn add_later(&self, ctx: Context<'_>, key: String) -> Result<String, HandlerError> {
+        ctx.object_client::<CounterClient>(key)
+            .add(1)
+            .send_after(Duration::from_secs(1));
+        Ok("sent".to_owned())
+    }
+
+    /// Calls a service nobody registered (the runtime refuses the call: RT0018).
+    #[handler(name = "callMissing")]
+    async fn call_missing(&self, ctx: Context<'_>) -> Result<String, HandlerError> {
+        let target = restate_sdk::context::RequestTarget::service("Missing", "nothing");
+        Ok(ctx
+            .request::<String, String>(target, "x".to_owned())
+            .call()
+            .await?)
+    }
+
+    /// Calls `Greeter/fail` with `message` and reports the failure it propagates.
+    #[handler(name = "failVia")]
+    async fn fail_via(&self, ctx: Context<'_>, message: String) -> Result<String, HandlerError> {
+        ctx.service_client::<GreeterClient>()
+            .fail(message)
+            .call()
+            .await?;
+        Ok("unreachable".to_owned())
+    }
+
     /// Counts a side effect, sleeps `millis` durably, then counts its completion.
     #[handler]
     async fn work(&self, ctx: Context<'_>, millis: u64) -> Result<(), HandlerError> {

@@ -1,0 +1,191 @@
+//! Calls between handlers. A Call or OneWayCall command becomes a child invocation whose id
+//! derives from the caller's id and the command's index, so submitting it again (after a
+//! restart lost the hand-over) finds the same invocation instead of running it twice. The
+//! caller gets the child's id at once and, for a Call, its result when it completes.
+
+use bytes::Bytes;
+
+use crate::clock::now_ms;
+use crate::discovery::ServiceType;
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::invocation::{Caller, InvocationRecord, Status, Target};
+use crate::protocol::message::Kind;
+use crate::protocol::proto::{self, notification_template};
+use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
+use crate::registry::Registry;
+
+use super::runtime::target_partition_key;
+
+/// A child invocation to hand to its partition.
+#[derive(Debug)]
+pub struct Child {
+    /// Its record.
+    pub record: InvocationRecord,
+    /// Its Input entry.
+    pub input: Frame,
+}
+
+/// Resolves a call's target the way the ingress does, except that private services are
+/// callable (they exist for exactly this).
+fn resolve(
+    registry: &Registry,
+    service: &str,
+    handler: &str,
+    key: &str,
+) -> Result<Target, CodedError> {
+    let (found, deployment) = registry.service(service).map_err(|_| {
+        CodedError::new(
+            Code::RT0018,
+            format!(
+                "service '{service}' not found, make sure to register the service before calling it"
+            ),
+        )
+    })?;
+    let exists = deployment
+        .service(service)
+        .is_some_and(|s| s.handlers.iter().any(|h| h.name == handler));
+    if !exists {
+        return Err(CodedError::new(
+            Code::RT0018,
+            format!(
+                "the service '{service}' exists, but the handler '{handler}' was not found, check that the handler exists in the latest registered service version"
+            ),
+        ));
+    }
+    let key = match (found.ty, key.is_empty()) {
+        (ServiceType::Service, true) => None,
+        (ServiceType::Service, false) => {
+            return Err(CodedError::new(
+                Code::RT0017,
+                format!("a key was provided, but the callee '{service}' is a Service"),
+            ));
+        }
+        (_, _) => Some(key.to_owned()),
+    };
+    Ok(Target {
+        service: service.to_owned(),
+        handler: handler.to_owned(),
+        key,
+    })
+}
+
+/// 128-bit FNV-1a: stable across builds, so a child's id is the same after a restart.
+fn derive_uuid(caller: InvocationId, index: u32) -> u128 {
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for byte in caller.to_bytes().into_iter().chain(index.to_be_bytes()) {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    hash
+}
+
+/// The child a call command (at command index `index` of `caller`) creates, and the
+/// notification telling the caller its id. `None` for messages that are not calls.
+pub fn child_of(
+    registry: &Registry,
+    caller: InvocationId,
+    index: u32,
+    message: &Message,
+) -> Option<Result<(Child, u32), CodedError>> {
+    let (service, handler, key, parameter, headers, notify, invoke_time, result) = match message {
+        Message::Call(c) => (
+            &c.service_name,
+            &c.handler_name,
+            &c.key,
+            &c.parameter,
+            &c.headers,
+            c.invocation_id_notification_idx,
+            0,
+            Some(c.result_completion_id),
+        ),
+        Message::OneWayCall(c) => (
+            &c.service_name,
+            &c.handler_name,
+            &c.key,
+            &c.parameter,
+            &c.headers,
+            c.invocation_id_notification_idx,
+            c.invoke_time,
+            None,
+        ),
+        _ => return None,
+    };
+    Some(resolve(registry, service, handler, key).map(|target| {
+        let partition =
+            target_partition_key(&target.service, &target.handler, target.key.as_deref());
+        let id = InvocationId::new(partition, derive_uuid(caller, index));
+        let now = now_ms();
+        let mut record = InvocationRecord::new(id, target, now);
+        record.caller = result.map(|completion| Caller {
+            id: caller,
+            completion,
+        });
+        if invoke_time > now {
+            record.status = Status::Scheduled;
+            record.run_at_ms = Some(invoke_time);
+        }
+        let input = Message::Input(proto::InputCommandMessage {
+            headers: headers.clone(),
+            value: Some(proto::Value {
+                content: Bytes::clone(parameter),
+            }),
+            name: String::new(),
+        })
+        .to_frame(false);
+        (Child { record, input }, notify)
+    }))
+}
+
+/// The children the calls in `journal` create, to hand over again after a restart (the
+/// partitions that own them ignore the ones they have).
+pub fn children_in(
+    registry: &Registry,
+    record: &InvocationRecord,
+    journal: &[Frame],
+) -> Vec<Child> {
+    let version = record
+        .protocol
+        .and_then(ProtocolVersion::from_number)
+        .unwrap_or(ProtocolVersion::V5);
+    let mut index = 0;
+    let mut out = Vec::new();
+    for frame in journal {
+        if MessageType::from_id(frame.ty).map(MessageType::kind) != Some(Kind::Command) {
+            continue;
+        }
+        if let Ok(message) = Message::decode(frame, version)
+            && let Some(Ok((child, _))) = child_of(registry, record.id, index, &message)
+        {
+            out.push(child);
+        }
+        index += 1;
+    }
+    out
+}
+
+/// The notification carrying a child's id to its caller.
+pub fn id_notification(completion: u32, child: InvocationId) -> Message {
+    Message::CallInvocationIdCompletion(proto::NotificationTemplate {
+        id: Some(notification_template::Id::CompletionId(completion)),
+        result: Some(notification_template::Result::InvocationId(
+            child.to_string(),
+        )),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_ids_are_stable_and_distinct_per_command() {
+        let caller = InvocationId::generate(7);
+        assert_eq!(derive_uuid(caller, 3), derive_uuid(caller, 3));
+        assert_ne!(derive_uuid(caller, 3), derive_uuid(caller, 4));
+        assert_ne!(
+            derive_uuid(caller, 3),
+            derive_uuid(InvocationId::generate(7), 3)
+        );
+    }
+}
