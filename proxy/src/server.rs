@@ -73,6 +73,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         ingress_endpoint.clone(),
         Arc::clone(&store),
         registry,
+        ingress_state.runtime.clone(),
     );
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(

@@ -14,6 +14,7 @@ use crate::clock::rfc3339;
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{InvocationRecord, Outcome, Status};
+use crate::partition::control::{Control, Controlled};
 
 /// An invocation as the admin API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -141,6 +142,75 @@ pub async fn list(
     }))
 }
 
+fn parse_id(id: &str) -> Result<InvocationId, AdminError> {
+    id.parse().map_err(|e| {
+        AdminError::new(
+            StatusCode::BAD_REQUEST,
+            format!("The request field 'invocation_id' is invalid. Reason: {e}"),
+        )
+    })
+}
+
+async fn apply(state: &AdminState, id: &str, op: Control) -> Result<StatusCode, AdminError> {
+    let id = parse_id(id)?;
+    match state.runtime.control(id, op).await? {
+        Controlled::Done => Ok(StatusCode::OK),
+        Controlled::Accepted => Ok(StatusCode::ACCEPTED),
+        Controlled::NotFound => Err(AdminError::new(
+            StatusCode::NOT_FOUND,
+            format!("The requested invocation '{id}' does not exist"),
+        )),
+        Controlled::Conflict(why) => Err(AdminError::new(StatusCode::CONFLICT, why)),
+    }
+}
+
+/// Cancels, kills, purges, pauses or resumes an invocation.
+#[utoipa::path(patch, path = "/invocations/{invocation_id}/{operation}", tag = "invocation", operation_id = "control_invocation",
+    params(("invocation_id" = String, Path), ("operation" = String, Path, description = "cancel, kill, purge, pause or resume")),
+    responses((status = 200, description = "Done."), (status = 202, description = "Cancel signal appended, or a running attempt is being paused."),
+        (status = 404, description = "No such invocation or operation."), (status = 409, description = "Not possible in its state.")))]
+pub async fn control(
+    State(state): State<Arc<AdminState>>,
+    Path((id, operation)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    let op = Control::parse(&operation).ok_or_else(|| {
+        AdminError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown operation '{operation}': use cancel, kill, purge, pause or resume"),
+        )
+    })?;
+    apply(&state, &id, op).await
+}
+
+/// `DELETE /invocations/{id}?mode=`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+pub struct DeleteParams {
+    /// cancel (default), kill or purge.
+    pub mode: Option<String>,
+}
+
+/// The older spelling of cancel, kill and purge.
+#[utoipa::path(delete, path = "/invocations/{invocation_id}", tag = "invocation", operation_id = "delete_invocation",
+    params(("invocation_id" = String, Path), DeleteParams),
+    responses((status = 202, description = "Done or under way."), (status = 400, description = "Unknown mode."),
+        (status = 404, description = "No such invocation."), (status = 409, description = "Not possible in its state.")))]
+pub async fn delete(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    Query(params): Query<DeleteParams>,
+) -> Result<StatusCode, AdminError> {
+    let mode = params.mode.as_deref().unwrap_or("cancel");
+    let op = Control::parse(mode)
+        .filter(|op| matches!(op, Control::Cancel | Control::Kill | Control::Purge))
+        .ok_or_else(|| {
+            AdminError::new(
+                StatusCode::BAD_REQUEST,
+                format!("unknown mode '{mode}': use cancel, kill or purge"),
+            )
+        })?;
+    apply(&state, &id, op).await.map(|_| StatusCode::ACCEPTED)
+}
+
 /// One invocation.
 #[utoipa::path(get, path = "/invocations/{invocation_id}", tag = "invocation", operation_id = "get_invocation",
     params(("invocation_id" = String, Path)),
@@ -149,12 +219,7 @@ pub async fn get(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
 ) -> Result<Json<InvocationResponse>, AdminError> {
-    let id: InvocationId = id.parse().map_err(|e| {
-        AdminError::new(
-            StatusCode::BAD_REQUEST,
-            format!("The request field 'invocation_id' is invalid. Reason: {e}"),
-        )
-    })?;
+    let id = parse_id(&id)?;
     let record = state.store.with_db(|db| store::load_record(db, id))??;
     record
         .as_ref()

@@ -31,6 +31,7 @@ pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformati
 
 use crate::config::Config;
 use crate::discovery::DiscoveryClient;
+use crate::partition::Runtime;
 use crate::registry::Registry;
 use crate::shutdown::shutdown_started;
 use crate::storage::Store;
@@ -46,6 +47,8 @@ pub struct AdminState {
     pub store: Arc<Store>,
     /// Deployments and services.
     pub registry: Arc<Registry>,
+    /// The partitions, for invocation control.
+    pub runtime: Runtime,
     /// Fetches endpoint manifests.
     pub discovery: DiscoveryClient,
     /// The generated OpenAPI document, set once the router is built.
@@ -59,12 +62,14 @@ impl AdminState {
         ingress_endpoint: String,
         store: Arc<Store>,
         registry: Arc<Registry>,
+        runtime: Runtime,
     ) -> Self {
         Self {
             config,
             ingress_endpoint,
             store,
             registry,
+            runtime,
             discovery: DiscoveryClient::default(),
             openapi: OnceLock::new(),
         }
@@ -104,7 +109,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(services::handler))
         .routes(routes!(services::openapi))
         .routes(routes!(invocations::list))
-        .routes(routes!(invocations::get))
+        .routes(routes!(invocations::get, invocations::delete))
+        .routes(routes!(invocations::control))
         .split_for_parts();
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);
@@ -220,7 +226,14 @@ mod tests {
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let config = Arc::new(Config::default());
         let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
-        let state = AdminState::new(config, "http://127.0.0.1:8080/".into(), store, registry);
+        let (runtime, _receivers) = crate::partition::Runtime::new(1);
+        let state = AdminState::new(
+            config,
+            "http://127.0.0.1:8080/".into(),
+            store,
+            registry,
+            runtime,
+        );
         (router(Arc::new(state)), dir)
     }
 

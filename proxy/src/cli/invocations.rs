@@ -29,11 +29,68 @@ pub enum InvocationsCommand {
         /// `inv_1…`
         id: String,
     },
+    /// Cancel: the handler sees a terminal 409 "canceled" at its next await.
+    Cancel {
+        /// `inv_1…`
+        id: String,
+    },
+    /// Kill: end it now; its caller gets 409 "killed".
+    Kill {
+        /// `inv_1…`
+        id: String,
+    },
+    /// Purge a completed invocation: its record and journal are deleted.
+    Purge {
+        /// `inv_1…`
+        id: String,
+    },
+    /// Pause: no more attempts until resumed.
+    Pause {
+        /// `inv_1…`
+        id: String,
+    },
+    /// Resume a paused (or backing-off) invocation now.
+    Resume {
+        /// `inv_1…`
+        id: String,
+    },
+}
+
+impl InvocationsCommand {
+    /// The control operation and its invocation, for the commands that are one.
+    fn control(&self) -> Option<(&'static str, &str)> {
+        Some(match self {
+            Self::Cancel { id } => ("cancel", id),
+            Self::Kill { id } => ("kill", id),
+            Self::Purge { id } => ("purge", id),
+            Self::Pause { id } => ("pause", id),
+            Self::Resume { id } => ("resume", id),
+            Self::List { .. } | Self::Describe { .. } => return None,
+        })
+    }
 }
 
 /// Runs an invocations command.
 pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), CodedError> {
     let admin = AdminClient::new(&args.admin_url, std::env::var("SLUICE_ADMIN_TOKEN").ok());
+    if let Some((op, id)) = cmd.control() {
+        admin
+            .call(
+                Method::PATCH,
+                &format!("/invocations/{id}/{op}"),
+                None::<&()>,
+            )
+            .await?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"invocation_id": id, "operation": op})
+            );
+        } else {
+            println!("{op}: {id}");
+        }
+        return Ok(());
+    }
     let answer = match cmd {
         InvocationsCommand::List {
             status,
@@ -56,6 +113,7 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
                 .call(Method::GET, &format!("/invocations/{id}"), None::<&()>)
                 .await?
         }
+        _ => unreachable!("control commands returned above"),
     };
     if args.json {
         println!(
@@ -111,6 +169,7 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
             }
             println!("created:     {}", i.created_at);
         }
+        _ => unreachable!("control commands returned above"),
     }
     Ok(())
 }

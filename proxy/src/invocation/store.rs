@@ -63,6 +63,16 @@ pub fn put_entry(writes: &mut WriteSet, id: InvocationId, index: u32, frame: &Fr
     writes.put(JOURNAL, &journal_key(id, index), value);
 }
 
+/// Removes a record and its journal.
+pub fn delete_invocation(writes: &mut WriteSet, id: InvocationId) {
+    writes.delete(INVOCATIONS, &id.to_bytes());
+    let start = journal_key(id, 0).to_vec();
+    // One byte longer than any journal key of `id`, and above all of them.
+    let mut end = journal_key(id, u32::MAX).to_vec();
+    end.push(0xff);
+    writes.delete_range(JOURNAL, start, end);
+}
+
 /// Adds a timer.
 pub fn put_timer(writes: &mut WriteSet, timer: Timer) {
     let key = timer_key(timer.at_ms, timer.invocation, timer.completion);

@@ -51,7 +51,10 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if live.running || live.queued || live.record.status == Status::Completed {
+        if live.running
+            || live.queued
+            || matches!(live.record.status, Status::Completed | Status::Paused)
+        {
             return;
         }
         let kind = if live.started() {
@@ -61,8 +64,20 @@ impl Partition {
         };
         let key = queue_key(&self.registry, &live.record.target);
         live.queued = true;
-        self.scheduler
-            .enqueue(&key, live.entry, kind, None, now_ms());
+        live.queue = Some(
+            self.scheduler
+                .enqueue(&key, live.entry, kind, None, now_ms()),
+        );
+    }
+
+    /// Takes a queued invocation out of the scheduler (it was paused or killed).
+    pub(super) fn scheduler_forget(&mut self, id: InvocationId) {
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        if let Some(queue) = live.queue.take() {
+            self.scheduler.remove(queue, live.entry, now_ms());
+        }
     }
 
     /// Starts every attempt the scheduler admits now.
@@ -77,6 +92,7 @@ impl Partition {
                 .get_mut(&id)
                 .expect("entries index live invocations");
             live.queued = false;
+            live.queue = None;
             live.lock = admitted.lock.or(live.lock);
             live.permit = Some(admitted.permit);
             self.start_attempt(id);

@@ -120,6 +120,10 @@ impl Partition {
                 completion,
                 outcome,
             } => self.call_result(id, completion, outcome, writes, effects),
+            Event::Control { id, op, reply } => {
+                let answer = self.control(id, op, writes, effects)?;
+                effects.push(Effect::Answer(reply, answer));
+            }
         }
         Ok(())
     }
@@ -151,7 +155,7 @@ impl Partition {
                 effects,
             );
         }
-        if !live.running {
+        if !live.running && live.record.status != Status::Paused {
             effects.push(Effect::Attempt(id));
         }
     }
@@ -186,7 +190,7 @@ impl Partition {
             result: Some(result),
         });
         notify(live, writes, done.to_frame(false), completion, effects);
-        if !live.running {
+        if !live.running && live.record.status != Status::Paused {
             effects.push(Effect::Attempt(id));
         }
     }
@@ -224,9 +228,11 @@ impl Partition {
                 live.record.retry_count = 0;
                 live.record.status = Status::Suspended;
                 let awaited = awaited(&message);
-                if fresh
-                    .iter()
-                    .any(|c| awaited.is_empty() || awaited.contains(c))
+                let signalled = std::mem::take(&mut live.signalled);
+                if signalled
+                    || fresh
+                        .iter()
+                        .any(|c| awaited.is_empty() || awaited.contains(c))
                 {
                     effects.push(Effect::Attempt(id));
                 }
@@ -336,6 +342,7 @@ impl Partition {
         live.running = true;
         live.record.status = Status::Running;
         live.fresh.clear();
+        live.signalled = false;
         // The pinned deployment must be durable before the journal grows on it, and the
         // status is what the admin API shows. The writer keeps this partition's sets in
         // order, so later batches commit after this one.
@@ -403,6 +410,27 @@ fn notify(
 ) {
     if live.running {
         live.fresh.push(completion);
+        if live.outbound.is_some() {
+            effects.push(Effect::Deliver(
+                live.record.id,
+                live.attempt,
+                encoded(&frame),
+            ));
+        }
+    }
+    append(live, writes, frame);
+}
+
+/// Journals a signal; a running attempt receives it (bidi) or is attempted again when it
+/// suspends.
+pub(super) fn append_signal(
+    live: &mut Live,
+    writes: &mut WriteSet,
+    frame: Frame,
+    effects: &mut Vec<Effect>,
+) {
+    if live.running {
+        live.signalled = true;
         if live.outbound.is_some() {
             effects.push(Effect::Deliver(
                 live.record.id,
@@ -594,7 +622,7 @@ fn awaited(message: &Message) -> Vec<u32> {
     out
 }
 
-fn complete(live: &mut Live, outcome: Outcome, effects: &mut Vec<Effect>) {
+pub(super) fn complete(live: &mut Live, outcome: Outcome, effects: &mut Vec<Effect>) {
     live.record.status = Status::Completed;
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;

@@ -5,6 +5,7 @@
 
 mod admission;
 mod calls;
+pub mod control;
 mod drive;
 pub mod runtime;
 
@@ -21,7 +22,7 @@ use crate::clock::now_ms;
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
 use crate::flow::RuleBook;
-use crate::flow::scheduler::{EntryId, LockId, Permit, Scheduler};
+use crate::flow::scheduler::{EntryId, LockId, Permit, QueueId, Scheduler};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{Caller, InvocationRecord, Outcome, Status};
@@ -49,6 +50,15 @@ pub enum Event {
         input: Frame,
         /// Answered after the commit (`None` for children of other invocations).
         reply: Option<oneshot::Sender<Result<(), CodedError>>>,
+    },
+    /// An operator's request about one invocation.
+    Control {
+        /// The invocation.
+        id: InvocationId,
+        /// What to do.
+        op: control::Control,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<control::Controlled, CodedError>>,
     },
     /// The result of an invocation that `id` called.
     CallResult {
@@ -108,6 +118,11 @@ enum Effect {
     Child(Box<calls::Child>),
     /// A result for the caller that waits on it.
     CallResult(Caller, Outcome),
+    /// The answer to a control request.
+    Answer(
+        oneshot::Sender<Result<control::Controlled, CodedError>>,
+        control::Controlled,
+    ),
 }
 
 /// An invocation the partition is driving.
@@ -137,6 +152,10 @@ struct Live {
     /// The running attempt broke a rule (say, called an unknown handler): it is failed with
     /// this error when it ends, and nothing more of it is journaled.
     violation: Option<CodedError>,
+    /// A signal was journaled while the current attempt ran.
+    signalled: bool,
+    /// Its scheduler queue while queued.
+    queue: Option<QueueId>,
 }
 
 /// One partition's state.
@@ -286,6 +305,9 @@ impl Partition {
                     };
                     self.runtime.post(id, event);
                 }
+                Effect::Answer(reply, answer) => {
+                    let _ = reply.send(Ok(answer));
+                }
                 Effect::CallResult(caller, outcome) => self.runtime.post(
                     caller.id,
                     Event::CallResult {
@@ -366,6 +388,8 @@ impl Live {
             permit: None,
             lock: None,
             violation: None,
+            signalled: false,
+            queue: None,
         }
     }
 }

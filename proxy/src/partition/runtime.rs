@@ -98,6 +98,20 @@ impl Runtime {
         });
     }
 
+    /// Applies an operator's control request to an invocation.
+    pub async fn control(
+        &self,
+        id: InvocationId,
+        op: super::control::Control,
+    ) -> Result<super::control::Controlled, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        self.partition(id)
+            .send(Event::Control { id, op, reply })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())?
+    }
+
     /// Waits for the outcome of an invocation.
     pub async fn outcome(&self, id: InvocationId) -> Result<Outcome, CodedError> {
         let (reply, answer) = oneshot::channel();

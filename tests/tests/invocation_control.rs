@@ -1,0 +1,203 @@
+//! Operator control of invocations through the admin API and the CLI, against the real Rust
+//! SDK deployment: cancel, kill, purge, pause and resume.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_tests::{Sluice, TestDeployment, binary};
+
+async fn send(sluice: &Sluice, path: &str, body: &str) -> String {
+    let sent: Value = reqwest::Client::new()
+        .post(format!("{}{path}", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sent["invocationId"].as_str().unwrap().to_owned()
+}
+
+async fn describe(sluice: &Sluice, id: &str) -> (u16, Value) {
+    let resp = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+async fn patch(sluice: &Sluice, id: &str, op: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .patch(format!("{}/invocations/{id}/{op}", sluice.admin_url))
+        .send()
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Waits until the invocation satisfies `want`.
+async fn until(sluice: &Sluice, id: &str, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, seen) = describe(sluice, id).await;
+        if want(&seen) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {seen}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn cancel_kill_and_purge() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+
+    // Cancel a sleeping call: the handler sees a terminal 409 and the caller gets it.
+    let url = format!("{}/service/call/Greeter/slow", sluice.ingress_url);
+    let call = tokio::spawn(async move {
+        let resp = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .body("30000")
+            .send()
+            .await
+            .unwrap();
+        let id = resp.headers()["x-service-id"].to_str().unwrap().to_owned();
+        (
+            resp.status().as_u16(),
+            id,
+            resp.json::<Value>().await.unwrap(),
+        )
+    });
+    let listed = loop {
+        let list: Value = reqwest::get(format!("{}/invocations?status=running", sluice.admin_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(first) = list["invocations"].as_array().and_then(|a| a.first()) {
+            break first["id"].as_str().unwrap().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(patch(&sluice, &listed, "cancel").await.0, 202);
+    let (status, id, body) = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the canceled call answers")
+        .unwrap();
+    assert_eq!(id, listed);
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("cancel"),
+        "{body}"
+    );
+    assert_eq!(
+        patch(&sluice, &id, "cancel").await.0,
+        409,
+        "already completed"
+    );
+
+    // Kill a sleeping send with the CLI: completed at once with 409 "killed".
+    let killed = send(&sluice, "/service/send/Greeter/slow", "30000").await;
+    until(&sluice, &killed, "running", |v| v["status"] == "running").await;
+    let out = Command::new(binary())
+        .args([
+            "invocations",
+            "kill",
+            &killed,
+            "--admin-url",
+            &sluice.admin_url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = until(&sluice, &killed, "completed", |v| {
+        v["status"] == "completed"
+    })
+    .await;
+    assert!(seen["completion"].to_string().contains("killed"), "{seen}");
+
+    // Purge: refused while running, then the record is gone.
+    let running = send(&sluice, "/service/send/Greeter/slow", "30000").await;
+    let (status, refused) = patch(&sluice, &running, "purge").await;
+    assert_eq!(status, 409);
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("not yet completed"),
+        "{refused}"
+    );
+    assert_eq!(patch(&sluice, &killed, "purge").await.0, 200);
+    assert_eq!(describe(&sluice, &killed).await.0, 404);
+    let (status, _) = patch(&sluice, "inv_1nope", "kill").await;
+    assert_eq!(status, 400);
+    let resp = reqwest::Client::new()
+        .delete(format!(
+            "{}/invocations/{running}?mode=kill",
+            sluice.admin_url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    until(&sluice, &running, "completed", |v| {
+        v["status"] == "completed"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn pause_stops_retries_and_resume_restarts_them() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
+            "50ms",
+        )
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
+            "100ms",
+        )
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    // Fails on its first 1000 calls in the deployment: retried until paused.
+    let id = send(&sluice, "/service/send/Meter/flaky", "1000").await;
+    until(&sluice, &id, "retried", |v| {
+        v["attempts"].as_u64() >= Some(2)
+    })
+    .await;
+    let (status, _) = patch(&sluice, &id, "pause").await;
+    assert!(status == 200 || status == 202, "{status}");
+    let paused = until(&sluice, &id, "paused", |v| v["status"] == "paused").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, later) = describe(&sluice, &id).await;
+    assert_eq!(later["status"], "paused");
+    assert!(
+        later["attempts"].as_u64() <= paused["attempts"].as_u64().map(|a| a + 1),
+        "no attempts while paused: {paused} then {later}"
+    );
+    assert_eq!(patch(&sluice, &id, "resume").await.0, 200);
+    let before = later["attempts"].as_u64().unwrap();
+    until(&sluice, &id, "attempted again", |v| {
+        v["attempts"].as_u64() > Some(before + 1)
+    })
+    .await;
+}
