@@ -407,3 +407,72 @@ mod tests {
         }
     }
 }
+
+/// A signal or awakeable of an invocation: `sign_1…` (V5+) or the legacy `prom_1…`, both
+/// base64url (no padding) of the invocation's 24 raw bytes and a u32 BE index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AwakeableId {
+    /// The invocation waiting on it.
+    pub invocation: InvocationId,
+    /// Its signal index (`sign_1`) or journal entry index (`prom_1`).
+    pub index: u32,
+}
+
+impl FromStr for AwakeableId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use base64::Engine as _;
+        let encoded = s
+            .strip_prefix("sign_1")
+            .or_else(|| s.strip_prefix("prom_1"))
+            .ok_or_else(|| format!("'{s}' is not an awakeable id: expected sign_1… or prom_1…"))?;
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(encoded)
+            .map_err(|e| format!("'{s}' is not an awakeable id: {e}"))?;
+        let raw: [u8; 28] = raw
+            .try_into()
+            .map_err(|_| format!("'{s}' is not an awakeable id: wrong length"))?;
+        let mut invocation = [0u8; 24];
+        invocation.copy_from_slice(&raw[..24]);
+        Ok(Self {
+            invocation: InvocationId::from_bytes(invocation),
+            index: u32::from_be_bytes(raw[24..].try_into().expect("4 bytes")),
+        })
+    }
+}
+
+impl fmt::Display for AwakeableId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use base64::Engine as _;
+        let mut raw = [0u8; 28];
+        raw[..24].copy_from_slice(&self.invocation.to_bytes());
+        raw[24..].copy_from_slice(&self.index.to_be_bytes());
+        write!(
+            f,
+            "sign_1{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+        )
+    }
+}
+
+#[cfg(test)]
+mod awakeable_tests {
+    use super::*;
+
+    #[test]
+    fn awakeable_ids_round_trip_and_reject_garbage() {
+        let id = AwakeableId {
+            invocation: InvocationId::generate(9),
+            index: 17,
+        };
+        let text = id.to_string();
+        assert_eq!(text.len(), 44);
+        assert_eq!(text.parse::<AwakeableId>().unwrap(), id);
+        let legacy = text.replacen("sign_1", "prom_1", 1);
+        assert_eq!(legacy.parse::<AwakeableId>().unwrap(), id);
+        for bad in ["", "sign_1", "sign_1!!!!", "inv_1abc", &text[..30]] {
+            assert!(bad.parse::<AwakeableId>().is_err(), "{bad}");
+        }
+    }
+}

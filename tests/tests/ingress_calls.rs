@@ -531,3 +531,80 @@ async fn handlers_call_and_send_to_each_other() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn awakeables_are_completed_over_the_ingress_and_by_handlers() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let ingress = sluice.ingress_url.clone();
+    let post = |path: String, body: Option<String>| {
+        let mut req = reqwest::Client::new().post(format!("{ingress}{path}"));
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        req.send()
+    };
+    let mut previous = String::new();
+    for (how, want_status, want_body) in [
+        ("resolve", 200, "\"hello\""),
+        ("reject", 500, "nope"),
+        ("handler", 200, "\"from a handler\""),
+    ] {
+        let waiting = tokio::spawn(post("/service/call/Meter/awaitAwakeable".into(), None));
+        let id = loop {
+            let id: String = post("/service/call/Meter/lastAwakeable".into(), None)
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if !id.is_empty() && id != previous {
+                break id;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert!(id.starts_with("sign_1"), "{id}");
+        previous = id.clone();
+        let done = match how {
+            "resolve" => {
+                post(
+                    format!("/service/awakeables/{id}/resolve"),
+                    Some("\"hello\"".into()),
+                )
+                .await
+            }
+            "reject" => post(format!("/restate/a/{id}/reject"), Some("nope".into())).await,
+            _ => {
+                let body = format!("\"{id}\"");
+                post("/service/call/Meter/resolveAwakeable".into(), Some(body)).await
+            }
+        }
+        .unwrap();
+        assert!(done.status().is_success(), "{how}: {}", done.status());
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiting handler answers")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), want_status, "{how}");
+        let text = answer.text().await.unwrap();
+        assert!(text.contains(want_body), "{how}: {text}");
+    }
+    // Bad and unknown awakeable ids.
+    let bad = post(
+        "/service/awakeables/sign_1nope/resolve".into(),
+        Some("1".into()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad.status(), 400);
+    let unknown = "sign_1AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let missing = post(
+        format!("/service/awakeables/{unknown}/resolve"),
+        Some("1".into()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(missing.status(), 404);
+}

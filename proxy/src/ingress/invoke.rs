@@ -84,7 +84,7 @@ fn check_flow_control(
     Ok(())
 }
 
-async fn read_body(session: &mut ServerSession) -> Result<Bytes, IngressError> {
+pub(super) async fn read_body(session: &mut ServerSession) -> Result<Bytes, IngressError> {
     let mut body = BytesMut::new();
     loop {
         match session.read_request_body().await {

@@ -1,7 +1,8 @@
 //! The ingress listener, served by pingora. Requests go through phases, each a function with one
 //! job: route, then (in later stages) extract, validate, admit, invoke and reply.
 
-pub mod error;
+mod awakeable;
+mod error;
 pub mod input;
 mod invoke;
 pub mod path;
@@ -66,6 +67,9 @@ impl ServeHttp for IngressApp {
             }
             Ok(path::Operation::Invoke(target)) => {
                 invoke::invoke(&self.state, session, target).await
+            }
+            Ok(path::Operation::Awakeable { id, resolve }) => {
+                awakeable::complete(&self.state, session, &id, resolve).await
             }
             Ok(other) => Err(error::IngressError {
                 status: StatusCode::NOT_IMPLEMENTED,

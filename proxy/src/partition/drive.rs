@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use prost::Message as _;
 
-use super::{Effect, Event, Live, Partition, calls};
+use super::{Effect, Event, Live, Partition, calls, signals};
 use crate::clock::now_ms;
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
@@ -120,6 +120,10 @@ impl Partition {
                 completion,
                 outcome,
             } => self.call_result(id, completion, outcome, writes, effects),
+            Event::Signal { signal, reply } => {
+                let found = self.signal(signal, writes, effects);
+                effects.extend(reply.map(|reply| Effect::Found(reply, found)));
+            }
             Event::Control { id, op, reply } => {
                 let answer = self.control(id, op, writes, effects)?;
                 effects.push(Effect::Answer(reply, answer));
@@ -559,6 +563,15 @@ fn journal_message(
     }
     if kind == Some(Kind::Command) {
         let index = live.commands;
+        let signal = match signals::sent_by(&message) {
+            Some(Ok(signal)) => Some(signal),
+            Some(Err(e)) => {
+                live.violation = Some(e);
+                live.outbound = None;
+                return Ok(());
+            }
+            None => None,
+        };
         let child = match calls::child_of(registry, live.record.id, index, &message) {
             Some(Ok(child)) => Some(child),
             Some(Err(e)) => {
@@ -571,6 +584,7 @@ fn journal_message(
         };
         live.commands += 1;
         append(live, writes, message.to_frame(false));
+        effects.extend(signal.map(Effect::Signal));
         if let Some((child, notification)) = child {
             let id = calls::id_notification(notification, child.record.id);
             notify(live, writes, id.to_frame(false), notification, effects);

@@ -8,6 +8,7 @@ mod calls;
 pub mod control;
 mod drive;
 pub mod runtime;
+pub mod signals;
 
 pub use runtime::{PartitionsService, Receivers, Runtime, partition_key, target_partition_key};
 
@@ -59,6 +60,13 @@ pub enum Event {
         op: control::Control,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<control::Controlled, CodedError>>,
+    },
+    /// A signal (an awakeable's completion, or SendSignal) for an invocation.
+    Signal {
+        /// The signal.
+        signal: signals::Signal,
+        /// Answered after the commit: whether the invocation exists.
+        reply: Option<oneshot::Sender<bool>>,
     },
     /// The result of an invocation that `id` called.
     CallResult {
@@ -118,6 +126,10 @@ enum Effect {
     Child(Box<calls::Child>),
     /// A result for the caller that waits on it.
     CallResult(Caller, Outcome),
+    /// A signal for another invocation.
+    Signal(signals::Signal),
+    /// Whether a signal's invocation exists.
+    Found(oneshot::Sender<bool>, bool),
     /// The answer to a control request.
     Answer(
         oneshot::Sender<Result<control::Controlled, CodedError>>,
@@ -304,6 +316,19 @@ impl Partition {
                         reply: None,
                     };
                     self.runtime.post(id, event);
+                }
+                Effect::Signal(signal) => {
+                    let target = signal.target;
+                    self.runtime.post(
+                        target,
+                        Event::Signal {
+                            signal,
+                            reply: None,
+                        },
+                    );
+                }
+                Effect::Found(reply, found) => {
+                    let _ = reply.send(found);
                 }
                 Effect::Answer(reply, answer) => {
                     let _ = reply.send(Ok(answer));

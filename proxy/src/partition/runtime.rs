@@ -98,6 +98,19 @@ impl Runtime {
         });
     }
 
+    /// Delivers a signal once durable; false when its invocation does not exist.
+    pub async fn signal(&self, signal: super::signals::Signal) -> Result<bool, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        self.partition(signal.target)
+            .send(Event::Signal {
+                signal,
+                reply: Some(reply),
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())
+    }
+
     /// Applies an operator's control request to an invocation.
     pub async fn control(
         &self,

@@ -60,6 +60,8 @@ impl Greeter {
 
 /// Side-effect executions seen by this process, for exactly-once checks across Sluice crashes.
 static RUNS: AtomicU64 = AtomicU64::new(0);
+/// The awakeable `Meter/awaitAwakeable` waits on.
+static AWAKEABLE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 /// Completions of `Meter/work`, counted inside a second side effect.
 static DONE: AtomicU64 = AtomicU64::new(0);
 /// Calls of `Meter/flaky`.
@@ -96,6 +98,27 @@ impl Meter {
             .call()
             .await?;
         Ok("unreachable".to_owned())
+    }
+
+    /// Waits on an awakeable (its id is published for `lastAwakeable`) and answers its value.
+    #[handler(name = "awaitAwakeable")]
+    async fn await_awakeable(&self, ctx: Context<'_>) -> Result<String, HandlerError> {
+        let (id, value) = ctx.awakeable::<String>();
+        *AWAKEABLE.lock().unwrap() = id;
+        Ok(value.await?)
+    }
+
+    /// The id of the newest awakeable `awaitAwakeable` waits on ("" before the first).
+    #[handler(name = "lastAwakeable")]
+    async fn last_awakeable(&self, _ctx: Context<'_>) -> Result<String, HandlerError> {
+        Ok(AWAKEABLE.lock().unwrap().clone())
+    }
+
+    /// Resolves the awakeable `id` from a handler (CompleteAwakeable).
+    #[handler(name = "resolveAwakeable")]
+    async fn resolve_awakeable(&self, ctx: Context<'_>, id: String) -> Result<(), HandlerError> {
+        ctx.resolve_awakeable(&id, "from a handler".to_owned());
+        Ok(())
     }
 
     /// Counts a side effect, sleeps `millis` durably, then counts its completion.

@@ -1,0 +1,58 @@
+//! `POST /service/awakeables/{id}/resolve|reject`: completes an awakeable. Resolve carries the
+//! body as the value; reject carries it as the failure message (code 500). Answered 202 once
+//! the signal is durable in the waiting invocation's journal.
+
+use http::{Response, StatusCode};
+use pingora::protocols::http::ServerSession;
+
+use super::IngressState;
+use super::error::IngressError;
+use super::invoke::read_body;
+use crate::ids::AwakeableId;
+use crate::partition::signals::Signal;
+use crate::protocol::proto::{self, notification_template};
+
+/// Completes the awakeable `id`.
+pub async fn complete(
+    state: &IngressState,
+    session: &mut ServerSession,
+    id: &str,
+    resolve: bool,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let id: AwakeableId = id.parse().map_err(IngressError::bad_request)?;
+    let body = read_body(session).await?;
+    let result = if resolve {
+        notification_template::Result::Value(proto::Value { content: body })
+    } else {
+        notification_template::Result::Failure(proto::Failure {
+            code: 500,
+            message: String::from_utf8_lossy(&body).into_owned(),
+            metadata: Vec::new(),
+        })
+    };
+    let found = state
+        .runtime
+        .signal(Signal::awakeable(id, result))
+        .await
+        .map_err(|e| IngressError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: e.code,
+            message: format!("{}; the awakeable was not completed, retry", e.message),
+        })?;
+    if !found {
+        return Err(IngressError {
+            status: StatusCode::NOT_FOUND,
+            code: None,
+            message: format!(
+                "awakeable {id} belongs to invocation {}, which does not exist",
+                id.invocation
+            ),
+        });
+    }
+    Ok(Response::builder()
+        .status(StatusCode::ACCEPTED)
+        // Keeps the connection reusable (pingora needs the length).
+        .header(http::header::CONTENT_LENGTH, 0)
+        .body(Vec::new())
+        .expect("a valid response"))
+}

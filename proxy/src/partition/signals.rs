@@ -1,0 +1,113 @@
+//! Signals: awakeables completed over the ingress or by another handler (CompleteAwakeable),
+//! and SendSignal between invocations. A signal is a notification appended to the target's
+//! journal; a waiting target is attempted again to see it.
+
+use super::{Effect, Partition};
+use crate::errors::{Code, CodedError};
+use crate::ids::{AwakeableId, InvocationId};
+use crate::invocation::Status;
+use crate::protocol::Message;
+use crate::protocol::proto::{
+    self, complete_awakeable_command_message, notification_template, send_signal_command_message,
+};
+use crate::storage::writer::WriteSet;
+
+/// A signal for an invocation.
+#[derive(Debug, Clone)]
+pub struct Signal {
+    /// The invocation it is for.
+    pub target: InvocationId,
+    /// Which signal.
+    pub id: notification_template::Id,
+    /// Its payload.
+    pub result: notification_template::Result,
+}
+
+impl Signal {
+    /// The signal an awakeable's completion is.
+    pub fn awakeable(id: AwakeableId, result: notification_template::Result) -> Self {
+        Self {
+            target: id.invocation,
+            id: notification_template::Id::SignalId(id.index),
+            result,
+        }
+    }
+}
+
+/// The signal a SendSignal or CompleteAwakeable command sends; `None` for other messages.
+pub fn sent_by(message: &Message) -> Option<Result<Signal, CodedError>> {
+    let bad = |what: String| CodedError::new(Code::RT0017, what);
+    match message {
+        Message::CompleteAwakeable(c) => {
+            let result = match &c.result {
+                Some(complete_awakeable_command_message::Result::Value(v)) => {
+                    notification_template::Result::Value(v.clone())
+                }
+                Some(complete_awakeable_command_message::Result::Failure(f)) => {
+                    notification_template::Result::Failure(f.clone())
+                }
+                None => notification_template::Result::Void(proto::Void {}),
+            };
+            Some(
+                c.awakeable_id
+                    .parse::<AwakeableId>()
+                    .map(|id| Signal::awakeable(id, result))
+                    .map_err(bad),
+            )
+        }
+        Message::SendSignal(s) => {
+            let target = match s.target_invocation_id.parse::<InvocationId>() {
+                Ok(target) => target,
+                Err(e) => return Some(Err(bad(format!("SendSignal to a bad invocation id: {e}")))),
+            };
+            let id = match &s.signal_id {
+                Some(send_signal_command_message::SignalId::Idx(i)) => {
+                    notification_template::Id::SignalId(*i)
+                }
+                Some(send_signal_command_message::SignalId::Name(n)) => {
+                    notification_template::Id::SignalName(n.clone())
+                }
+                None => return Some(Err(bad("SendSignal without a signal id".into()))),
+            };
+            let result = match &s.result {
+                Some(send_signal_command_message::Result::Value(v)) => {
+                    notification_template::Result::Value(v.clone())
+                }
+                Some(send_signal_command_message::Result::Failure(f)) => {
+                    notification_template::Result::Failure(f.clone())
+                }
+                _ => notification_template::Result::Void(proto::Void {}),
+            };
+            Some(Ok(Signal { target, id, result }))
+        }
+        _ => None,
+    }
+}
+
+impl Partition {
+    /// Delivers `signal`; false when its invocation is unknown here.
+    pub(super) fn signal(
+        &mut self,
+        signal: Signal,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> bool {
+        let Some(live) = self.live.get_mut(&signal.target) else {
+            return false;
+        };
+        // A completed invocation no longer listens; the signal is dropped.
+        if live.record.status == Status::Completed {
+            return true;
+        }
+        let frame = Message::Signal(proto::NotificationTemplate {
+            id: Some(signal.id),
+            result: Some(signal.result),
+        })
+        .to_frame(false);
+        super::drive::append_signal(live, writes, frame, effects);
+        if !live.running && live.record.status != Status::Paused {
+            effects.push(Effect::Attempt(signal.target));
+        }
+        true
+    }
+}
