@@ -608,3 +608,52 @@ async fn awakeables_are_completed_over_the_ingress_and_by_handlers() {
     .unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+#[tokio::test]
+async fn attach_and_output_by_invocation_id() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let sent: Value = call(
+        &sluice,
+        reqwest::Method::POST,
+        "/service/send/Greeter/slow",
+        Some("700"),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let id = sent["invocationId"].as_str().unwrap().to_owned();
+    let get = |path: String| reqwest::get(format!("{}{path}", sluice.ingress_url));
+    let early = get(format!("/service/output/{id}")).await.unwrap();
+    assert_eq!(early.status().as_u16(), 470);
+    let attached = get(format!("/service/attach/{id}")).await.unwrap();
+    assert_eq!(attached.status(), 200);
+    assert_eq!(attached.headers()["x-service-id"], id.as_str());
+    assert_eq!(attached.text().await.unwrap(), "700");
+    for path in [
+        format!("/service/output/{id}"),
+        format!("/restate/attach/{id}"),
+        format!("/restate/invocation/{id}/output"),
+    ] {
+        let resp = get(path.clone()).await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(resp.text().await.unwrap(), "700", "{path}");
+    }
+    assert_eq!(
+        get("/service/attach/inv_1bad".into())
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    let unknown = "inv_1gdJBtdVEcM942bjcDmb1c1khoaJe11Hbz";
+    assert_eq!(
+        get(format!("/service/output/{unknown}"))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}

@@ -9,6 +9,7 @@ use super::error::IngressError;
 use super::path::{InvokePath, Mode};
 use super::{input, reply, target};
 use crate::clock::{now_ms, rfc3339};
+use crate::discovery::manifest::OutputRules;
 use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
@@ -140,7 +141,7 @@ fn input_frame(session: &ServerSession, body: Bytes) -> crate::protocol::Frame {
     .to_frame(false)
 }
 
-fn with_ids(mut resp: Response<Vec<u8>>, id: InvocationId) -> Response<Vec<u8>> {
+pub(super) fn with_ids(mut resp: Response<Vec<u8>>, id: InvocationId) -> Response<Vec<u8>> {
     if let Ok(value) = HeaderValue::try_from(id.to_string()) {
         resp.headers_mut().insert("x-service-id", value.clone());
         resp.headers_mut().insert("x-restate-id", value);
@@ -218,14 +219,14 @@ pub async fn invoke(
         code: e.code,
         message: e.message,
     })?;
-    Ok(with_ids(answer(&target, outcome), id))
+    Ok(with_ids(answer(target.output.as_ref(), outcome), id))
 }
 
 /// A call's answer: the output with the handler's content type, or the failure with its code.
-fn answer(target: &target::Target, outcome: Outcome) -> Response<Vec<u8>> {
+pub(super) fn answer(output: Option<&OutputRules>, outcome: Outcome) -> Response<Vec<u8>> {
     match outcome {
         Outcome::Value(bytes) => {
-            let output = target.output.clone().unwrap_or_default();
+            let output = output.cloned().unwrap_or_default();
             let content_type = output
                 .content_type
                 .unwrap_or_else(|| "application/json".into());

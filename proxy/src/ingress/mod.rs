@@ -1,6 +1,7 @@
 //! The ingress listener, served by pingora. Requests go through phases, each a function with one
 //! job: route, then (in later stages) extract, validate, admit, invoke and reply.
 
+mod attach;
 mod awakeable;
 mod error;
 pub mod input;
@@ -67,6 +68,9 @@ impl ServeHttp for IngressApp {
             }
             Ok(path::Operation::Invoke(target)) => {
                 invoke::invoke(&self.state, session, target).await
+            }
+            Ok(path::Operation::ById { id, attach }) => {
+                attach::by_id(&self.state, &id, attach).await
             }
             Ok(path::Operation::Awakeable { id, resolve }) => {
                 awakeable::complete(&self.state, session, &id, resolve).await

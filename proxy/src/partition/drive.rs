@@ -83,6 +83,16 @@ impl Partition {
                 },
                 None => drop(reply),
             },
+            Event::Peek { id, reply } => {
+                let seen = self
+                    .live
+                    .get(&id)
+                    .map(|live| (live.record.target.clone(), live.record.outcome.clone()));
+                // After the commit: the outcome may belong to a batch still committing.
+                effects.push(Effect::Then(Box::new(move || {
+                    let _ = reply.send(seen);
+                })));
+            }
             Event::AttemptMessage {
                 id,
                 attempt,

@@ -26,7 +26,7 @@ use crate::flow::RuleBook;
 use crate::flow::scheduler::{EntryId, LockId, Permit, QueueId, Scheduler};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
-use crate::invocation::{Caller, InvocationRecord, Outcome, Status};
+use crate::invocation::{Caller, InvocationRecord, Outcome, Status, Target};
 use crate::invoker::{AttemptClient, AttemptError, Ending, Outbound};
 use crate::protocol::message::Kind;
 use crate::protocol::{Frame, Message, MessageType};
@@ -95,6 +95,13 @@ pub enum Event {
         /// Its ack flag.
         ack: bool,
     },
+    /// Where an invocation is, without waiting.
+    Peek {
+        /// The invocation.
+        id: InvocationId,
+        /// Its target and outcome (`None` while it runs); `None` when unknown.
+        reply: oneshot::Sender<Option<(Target, Option<Outcome>)>>,
+    },
     /// An attempt finished.
     AttemptDone {
         /// The invocation.
@@ -114,7 +121,6 @@ pub enum Event {
 }
 
 /// What a batch asks to do once committed.
-#[derive(Debug)]
 enum Effect {
     Ack(oneshot::Sender<Result<(), CodedError>>),
     Notify(Vec<oneshot::Sender<Outcome>>, Outcome),
@@ -128,6 +134,8 @@ enum Effect {
     CallResult(Caller, Outcome),
     /// A signal for another invocation.
     Signal(signals::Signal),
+    /// Runs after the commit (answers that must not overtake earlier writes).
+    Then(Box<dyn FnOnce() + Send>),
     /// Whether a signal's invocation exists.
     Found(oneshot::Sender<bool>, bool),
     /// The answer to a control request.
@@ -327,6 +335,7 @@ impl Partition {
                         },
                     );
                 }
+                Effect::Then(then) => then(),
                 Effect::Found(reply, found) => {
                     let _ = reply.send(found);
                 }

@@ -125,6 +125,20 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())?
     }
 
+    /// An invocation's target and outcome (`None` while it runs), without waiting; `None`
+    /// when it does not exist.
+    pub async fn peek(
+        &self,
+        id: InvocationId,
+    ) -> Result<Option<(crate::invocation::Target, Option<Outcome>)>, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        self.partition(id)
+            .send(Event::Peek { id, reply })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())
+    }
+
     /// Waits for the outcome of an invocation.
     pub async fn outcome(&self, id: InvocationId) -> Result<Outcome, CodedError> {
         let (reply, answer) = oneshot::channel();

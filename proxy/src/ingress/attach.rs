@@ -1,0 +1,66 @@
+//! `GET /service/attach/{id}` (wait for the result) and `/service/output/{id}` (the result if
+//! there is one, else 470), with the `/restate/…` and `/restate/invocation/{id}/…` aliases.
+
+use http::{Response, StatusCode};
+
+use super::IngressState;
+use super::error::IngressError;
+use super::invoke::{answer, with_ids};
+use crate::discovery::manifest::OutputRules;
+use crate::ids::InvocationId;
+use crate::invocation::Target;
+use crate::registry::Registry;
+
+/// Status of `/output` for an invocation that has not completed.
+const NOT_READY: u16 = 470;
+
+fn unavailable(e: crate::errors::CodedError) -> IngressError {
+    IngressError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        code: e.code,
+        message: e.message,
+    }
+}
+
+/// The output rules of the handler `target` runs, from its latest registration.
+fn output_rules(registry: &Registry, target: &Target) -> Option<OutputRules> {
+    let (_, deployment) = registry.service(&target.service).ok()?;
+    deployment
+        .service(&target.service)?
+        .handlers
+        .iter()
+        .find(|h| h.name == target.handler)?
+        .output
+        .clone()
+}
+
+/// Answers with the result of invocation `id`, waiting for it when `wait`.
+pub async fn by_id(
+    state: &IngressState,
+    id: &str,
+    wait: bool,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let id: InvocationId = id
+        .parse()
+        .map_err(|e| IngressError::bad_request(format!("bad invocation id '{id}': {e}")))?;
+    let Some((target, outcome)) = state.runtime.peek(id).await.map_err(unavailable)? else {
+        return Err(IngressError {
+            status: StatusCode::NOT_FOUND,
+            code: None,
+            message: format!("invocation {id} not found (never existed, or purged)"),
+        });
+    };
+    let outcome = match outcome {
+        Some(outcome) => outcome,
+        None if wait => state.runtime.outcome(id).await.map_err(unavailable)?,
+        None => {
+            return Err(IngressError {
+                status: StatusCode::from_u16(NOT_READY).expect("a valid status"),
+                code: None,
+                message: format!("invocation {id} is not completed yet; attach to wait for it"),
+            });
+        }
+    };
+    let rules = output_rules(&state.registry, &target);
+    Ok(with_ids(answer(rules.as_ref(), outcome), id))
+}
