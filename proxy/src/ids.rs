@@ -237,6 +237,34 @@ impl InvocationId {
         Self::new(partition_key, ulid::Ulid::new().0)
     }
 
+    /// The id an idempotency key gives: the same (scope, target, key) always maps to the same
+    /// invocation, so a repeated request finds the first one. The uuid is the first 16 bytes of
+    /// SHA-256("ik" [, scope], service [, object key], handler, idempotency key), comma-joined.
+    pub fn idempotent(
+        partition_key: u64,
+        scope: Option<&str>,
+        service: &str,
+        key: Option<&str>,
+        handler: &str,
+        idempotency_key: &str,
+    ) -> Self {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        hash.update(b"ik");
+        for part in scope
+            .into_iter()
+            .chain([service])
+            .chain(key)
+            .chain([handler, idempotency_key])
+        {
+            hash.update(b",");
+            hash.update(part.as_bytes());
+        }
+        let digest = hash.finalize();
+        let uuid = u128::from_be_bytes(digest[..16].try_into().expect("16 bytes"));
+        Self::new(partition_key, uuid)
+    }
+
     /// The partition key (the hash that places the invocation on a partition).
     pub const fn partition_key(&self) -> u64 {
         self.partition_key
@@ -459,6 +487,15 @@ impl fmt::Display for AwakeableId {
 #[cfg(test)]
 mod awakeable_tests {
     use super::*;
+
+    #[test]
+    fn idempotent_ids_depend_on_every_part() {
+        let id = |scope, key, ik| InvocationId::idempotent(1, scope, "S", key, "h", ik);
+        assert_eq!(id(None, None, "k"), id(None, None, "k"));
+        assert_ne!(id(None, None, "k"), id(None, None, "k2"));
+        assert_ne!(id(None, None, "k"), id(Some("t"), None, "k"));
+        assert_ne!(id(None, None, "k"), id(None, Some("o"), "k"));
+    }
 
     #[test]
     fn awakeable_ids_round_trip_and_reject_garbage() {

@@ -657,3 +657,74 @@ async fn attach_and_output_by_invocation_id() {
         404
     );
 }
+
+#[tokio::test]
+async fn idempotency_keys_dedupe_calls_and_sends_until_their_retention_ends() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let idempotent = |path: &str, key: &str, body: &str| {
+        reqwest::Client::new()
+            .post(format!("{}{path}", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(body.to_owned())
+            .send()
+    };
+    // A repeated call attaches to the first one, whatever its body.
+    let first = idempotent("/service/call/Greeter/greet", "k1", "\"a\"")
+        .await
+        .unwrap();
+    let id = first.headers()["x-service-id"].to_str().unwrap().to_owned();
+    assert!(first.headers().contains_key("idempotency-expires"));
+    assert_eq!(first.text().await.unwrap(), "\"Hello, a!\"");
+    let again = idempotent("/service/call/Greeter/greet", "k1", "\"b\"")
+        .await
+        .unwrap();
+    assert_eq!(again.headers()["x-service-id"], id.as_str());
+    assert_eq!(again.text().await.unwrap(), "\"Hello, a!\"");
+
+    // A repeated send is previously accepted, with the same id.
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let sent: Value = idempotent("/service/send/Greeter/greet", "s1", "\"c\"")
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        seen.push((sent["invocationId"].clone(), sent["status"].clone()));
+    }
+    assert_eq!(seen[0].0, seen[1].0);
+    assert_eq!(
+        (seen[0].1.as_str(), seen[1].1.as_str()),
+        (Some("Accepted"), Some("PreviouslyAccepted"))
+    );
+
+    // With a short retention the key is free again once the result expires.
+    let patched = reqwest::Client::new()
+        .patch(format!("{}/services/Greeter", sluice.admin_url))
+        .json(&json!({"idempotency_retention": "1s"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    let short = idempotent("/service/call/Greeter/greet", "k2", "\"x\"")
+        .await
+        .unwrap();
+    assert_eq!(short.text().await.unwrap(), "\"Hello, x!\"");
+    tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+    let fresh = idempotent("/service/call/Greeter/greet", "k2", "\"y\"")
+        .await
+        .unwrap();
+    assert_eq!(
+        fresh.text().await.unwrap(),
+        "\"Hello, y!\"",
+        "ran again after expiry"
+    );
+
+    let empty = idempotent("/service/call/Greeter/greet", "", "\"z\"")
+        .await
+        .unwrap();
+    assert_eq!(empty.status(), 400);
+}

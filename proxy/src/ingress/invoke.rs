@@ -1,5 +1,7 @@
 //! Call and send: route → validate → store durably → (call) wait for the outcome → reply.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Response, StatusCode, header};
 use pingora::protocols::http::ServerSession;
@@ -14,8 +16,9 @@ use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome, Status, Target};
-use crate::partition::target_partition_key;
+use crate::partition::{partition_key, target_partition_key};
 use crate::protocol::{Message, proto};
+use crate::registry::Registry;
 
 /// Largest request body accepted (413 beyond).
 const MAX_BODY: usize = 10 * 1024 * 1024;
@@ -149,6 +152,40 @@ pub(super) fn with_ids(mut resp: Response<Vec<u8>>, id: InvocationId) -> Respons
     resp
 }
 
+/// The `idempotency-key` header, if any (empty is refused).
+fn idempotency_key(session: &ServerSession) -> Result<Option<String>, IngressError> {
+    let Some(value) = session.req_header().headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().map_err(|_| {
+        IngressError::bad_request("the 'idempotency-key' header must be visible ASCII text")
+    })?;
+    if key.is_empty() {
+        return Err(IngressError::bad_request(
+            "the 'idempotency-key' header is empty: send a non-empty key, or leave the header out",
+        ));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// How long an idempotent invocation's result is kept: the operator's service override, else
+/// the handler's, else the service's declared retention, else one day.
+fn idempotency_retention(registry: &Registry, target: &target::Target) -> Duration {
+    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+    let Ok((service, deployment)) = registry.service(&target.service) else {
+        return DAY;
+    };
+    if let Some(retention) = service.overrides.idempotency_retention {
+        return retention.0;
+    }
+    let manifest = deployment.service(&target.service);
+    manifest
+        .and_then(|m| m.handlers.iter().find(|h| h.name == target.handler))
+        .and_then(|h| h.options.idempotency_retention)
+        .or_else(|| manifest.and_then(|m| m.options.idempotency_retention))
+        .map_or(DAY, Duration::from_millis)
+}
+
 /// Handles one call or send.
 pub async fn invoke(
     state: &IngressState,
@@ -160,13 +197,7 @@ pub async fn invoke(
     check_flow_control(state, &path, key.as_deref())?;
     let target = target::resolve(&path, &state.registry)?;
     let delay = input::delay(query.as_deref(), path.mode)?;
-    if session.req_header().headers.contains_key("idempotency-key") {
-        return Err(IngressError {
-            status: StatusCode::NOT_IMPLEMENTED,
-            code: None,
-            message: "idempotency keys are not served by this build yet; send the request without 'idempotency-key'".into(),
-        });
-    }
+    let idempotency_key = idempotency_key(session)?;
     let body = read_body(session).await?;
     let content_type = session
         .req_header()
@@ -176,8 +207,29 @@ pub async fn invoke(
         .map(str::to_owned);
     input::check(target.input.as_ref(), content_type.as_deref(), &body)?;
 
-    let partition = target_partition_key(&target.service, &target.handler, target.key.as_deref());
-    let id = InvocationId::generate(partition);
+    let (id, retention) = match &idempotency_key {
+        Some(ik) => {
+            // Keyed targets stay on their object's partition; others hash the key in.
+            let partition = match target.key.as_deref() {
+                Some(key) => partition_key(&[&target.service, key]),
+                None => partition_key(&[&target.service, &target.handler, ik]),
+            };
+            let id = InvocationId::idempotent(
+                partition,
+                path.scope.as_deref(),
+                &target.service,
+                target.key.as_deref(),
+                &target.handler,
+                ik,
+            );
+            (id, Some(idempotency_retention(&state.registry, &target)))
+        }
+        None => {
+            let partition =
+                target_partition_key(&target.service, &target.handler, target.key.as_deref());
+            (InvocationId::generate(partition), None)
+        }
+    };
     let now = now_ms();
     let mut record = InvocationRecord::new(
         id,
@@ -193,8 +245,10 @@ pub async fn invoke(
         record.status = Status::Scheduled;
         record.run_at_ms = Some(at);
     }
+    record.idempotency_key = idempotency_key;
+    record.retention_ms = retention.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX));
     let frame = input_frame(session, body);
-    state
+    let created = state
         .runtime
         .submit(record, frame)
         .await
@@ -208,7 +262,12 @@ pub async fn invoke(
         })?;
 
     if path.mode == Mode::Send {
-        let mut body = serde_json::json!({"invocationId": id.to_string(), "status": "Accepted"});
+        let status = if created {
+            "Accepted"
+        } else {
+            "PreviouslyAccepted"
+        };
+        let mut body = serde_json::json!({"invocationId": id.to_string(), "status": status});
         if let Some(at) = execution_time.and_then(rfc3339) {
             body["executionTime"] = at.into();
         }
@@ -219,7 +278,16 @@ pub async fn invoke(
         code: e.code,
         message: e.message,
     })?;
-    Ok(with_ids(answer(target.output.as_ref(), outcome), id))
+    let mut resp = with_ids(answer(target.output.as_ref(), outcome), id);
+    // When the retained result (and with it the idempotency key) expires, counted from now:
+    // the call has just completed, or it is a repeat of one completed earlier.
+    if let Some(expires) = retention
+        .and_then(|r| rfc3339(now_ms().saturating_add(u64::try_from(r.as_millis()).ok()?)))
+        .and_then(|at| HeaderValue::try_from(at).ok())
+    {
+        resp.headers_mut().insert("idempotency-expires", expires);
+    }
+    Ok(resp)
 }
 
 /// A call's answer: the output with the handler's content type, or the failure with its code.

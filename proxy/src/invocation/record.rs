@@ -103,6 +103,13 @@ pub struct InvocationRecord {
     /// The invocation waiting for this one's result (a call from another handler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<Caller>,
+    /// Idempotency key it was created with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// How long its result is kept once completed (then it is purged and its idempotency key
+    /// is free again), ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<u64>,
 }
 
 /// Where a called invocation's result goes.
@@ -133,6 +140,8 @@ impl InvocationRecord {
             ),
             created_at_ms,
             caller: None,
+            idempotency_key: None,
+            retention_ms: None,
         }
     }
 }

@@ -99,6 +99,7 @@ impl Partition {
                         code: 409,
                         message: "killed".into(),
                     }),
+                    writes,
                     effects,
                 );
                 Controlled::Done

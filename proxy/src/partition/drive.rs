@@ -25,6 +25,10 @@ use crate::registry::{Address, Registry};
 use crate::storage::Store;
 use crate::storage::writer::WriteSet;
 
+/// The completion id of a timer that ends a completed invocation's retention (Sleep
+/// completions never use it: SDKs count completion ids up from 1).
+pub(super) const EXPIRY: u32 = u32::MAX;
+
 /// Hands an attempt's messages to its partition.
 struct PartitionSink {
     tx: tokio::sync::mpsc::Sender<Event>,
@@ -62,7 +66,7 @@ impl Partition {
                 let id = record.id;
                 // A child submitted again after a restart: it exists already.
                 if self.live.contains_key(&id) {
-                    effects.extend(reply.map(Effect::Ack));
+                    effects.extend(reply.map(|r| Effect::Ack(r, false)));
                     return Ok(());
                 }
                 store::put_record(writes, &record)?;
@@ -74,7 +78,7 @@ impl Partition {
                     _ => effects.push(Effect::Attempt(id)),
                 }
                 self.track(record, vec![input]);
-                effects.extend(reply.map(Effect::Ack));
+                effects.extend(reply.map(|r| Effect::Ack(r, true)));
             }
             Event::Await { id, reply } => match self.live.get_mut(&id) {
                 Some(live) => match &live.record.outcome {
@@ -149,6 +153,12 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) {
+        if let Some(timer) = completion
+            && timer.completion == EXPIRY
+        {
+            self.expire(timer, writes);
+            return;
+        }
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
@@ -172,6 +182,21 @@ impl Partition {
         if !live.running && live.record.status != Status::Paused {
             effects.push(Effect::Attempt(id));
         }
+    }
+
+    /// A retained result's time is up: the invocation is purged and its idempotency key free.
+    fn expire(&mut self, timer: Timer, writes: &mut WriteSet) {
+        store::delete_timer(writes, timer);
+        let Some(live) = self.live.get(&timer.invocation) else {
+            return;
+        };
+        if live.record.status != Status::Completed {
+            return;
+        }
+        let entry = live.entry;
+        store::delete_invocation(writes, timer.invocation);
+        self.live.remove(&timer.invocation);
+        self.entries.remove(&entry);
     }
 
     /// A callee finished: its result joins the caller's journal (once) and the caller goes on.
@@ -236,7 +261,7 @@ impl Partition {
         match result {
             Ok(Ending::End) => {
                 let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
-                complete(live, outcome, effects);
+                complete(live, outcome, writes, effects);
             }
             Ok(Ending::Suspended(message)) => {
                 live.record.retry_count = 0;
@@ -262,7 +287,7 @@ impl Partition {
                             code,
                             message: error.message,
                         });
-                        complete(live, outcome, effects);
+                        complete(live, outcome, writes, effects);
                     }
                     _ => {
                         let delay = error.next_retry_delay.map(Duration::from_millis);
@@ -646,10 +671,24 @@ fn awaited(message: &Message) -> Vec<u32> {
     out
 }
 
-pub(super) fn complete(live: &mut Live, outcome: Outcome, effects: &mut Vec<Effect>) {
+pub(super) fn complete(
+    live: &mut Live,
+    outcome: Outcome,
+    writes: &mut WriteSet,
+    effects: &mut Vec<Effect>,
+) {
     live.record.status = Status::Completed;
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;
+    if let Some(retention) = live.record.retention_ms {
+        let timer = Timer {
+            at_ms: now_ms().saturating_add(retention),
+            invocation: live.record.id,
+            completion: EXPIRY,
+        };
+        store::put_timer(writes, timer);
+        effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+    }
     if let Some(caller) = live.record.caller {
         effects.push(Effect::CallResult(caller, outcome.clone()));
     }

@@ -49,8 +49,9 @@ pub enum Event {
         record: InvocationRecord,
         /// The Input command frame (journal entry 0).
         input: Frame,
-        /// Answered after the commit (`None` for children of other invocations).
-        reply: Option<oneshot::Sender<Result<(), CodedError>>>,
+        /// Answered after the commit: true when created, false when an invocation with this
+        /// id exists (an idempotent repeat). `None` for children of other invocations.
+        reply: Option<oneshot::Sender<Result<bool, CodedError>>>,
     },
     /// An operator's request about one invocation.
     Control {
@@ -122,7 +123,7 @@ pub enum Event {
 
 /// What a batch asks to do once committed.
 enum Effect {
-    Ack(oneshot::Sender<Result<(), CodedError>>),
+    Ack(oneshot::Sender<Result<bool, CodedError>>, bool),
     Notify(Vec<oneshot::Sender<Outcome>>, Outcome),
     Attempt(InvocationId),
     WakeAt(InvocationId, u64, Option<Timer>),
@@ -313,8 +314,8 @@ impl Partition {
     fn run_effects(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
-                Effect::Ack(reply) => {
-                    let _ = reply.send(Ok(()));
+                Effect::Ack(reply, created) => {
+                    let _ = reply.send(Ok(created));
                 }
                 Effect::Child(child) => {
                     let id = child.record.id;
@@ -385,7 +386,7 @@ impl Partition {
 fn fail(effects: Vec<Effect>, error: &CodedError) {
     tracing::error!(error.code = ?error.code, error = %error, "partition batch failed; nothing of it was acknowledged");
     for effect in effects {
-        if let Effect::Ack(reply) = effect {
+        if let Effect::Ack(reply, _) = effect {
             let _ = reply.send(Err(error.clone()));
         }
     }

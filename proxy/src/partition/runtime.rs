@@ -74,8 +74,9 @@ impl Runtime {
         )
     }
 
-    /// Stores a new invocation; returns once it is durable.
-    pub async fn submit(&self, record: InvocationRecord, input: Frame) -> Result<(), CodedError> {
+    /// Stores a new invocation; returns once it is durable: true when created, false when an
+    /// invocation with its id exists already (an idempotent repeat).
+    pub async fn submit(&self, record: InvocationRecord, input: Frame) -> Result<bool, CodedError> {
         let (reply, answer) = oneshot::channel();
         let id = record.id;
         self.partition(id)
