@@ -265,6 +265,28 @@ impl InvocationId {
         Self::new(partition_key, uuid)
     }
 
+    /// The id of a workflow's `run` for one key: one run per (scope, workflow, key). The uuid is
+    /// the first 16 bytes of SHA-256("wf" [, scope], workflow, key), comma-joined.
+    pub fn workflow_run(
+        partition_key: u64,
+        scope: Option<&str>,
+        workflow: &str,
+        key: &str,
+    ) -> Self {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        hash.update(b"wf");
+        for part in scope.into_iter().chain([workflow, key]) {
+            hash.update(b",");
+            hash.update(part.as_bytes());
+        }
+        let digest = hash.finalize();
+        Self::new(
+            partition_key,
+            u128::from_be_bytes(digest[..16].try_into().expect("16 bytes")),
+        )
+    }
+
     /// The partition key (the hash that places the invocation on a partition).
     pub const fn partition_key(&self) -> u64 {
         self.partition_key

@@ -728,3 +728,76 @@ async fn idempotency_keys_dedupe_calls_and_sends_until_their_retention_ends() {
         .unwrap();
     assert_eq!(empty.status(), 400);
 }
+
+#[tokio::test]
+async fn workflows_run_once_and_wait_on_promises_completed_by_shared_handlers() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let post = reqwest::Method::POST;
+    let get = |path: String| reqwest::get(format!("{}{path}", sluice.ingress_url));
+
+    let sent: Value = call(
+        &sluice,
+        post.clone(),
+        "/service/send/Signup/ann/run",
+        Some("\"ann@example.com\""),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(sent["status"], "Accepted");
+    // The run waits on its promise: no output yet, and the promise is open.
+    let early = get("/service/workflow/Signup/ann/output".into())
+        .await
+        .unwrap();
+    assert_eq!(early.status().as_u16(), 470);
+    let peek = call(&sluice, post.clone(), "/service/call/Signup/ann/peek", None).await;
+    assert_eq!(peek.text().await.unwrap(), "\"open\"");
+    // A second run of the same key is refused.
+    let twice = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Signup/ann/run",
+        Some("\"ann@example.com\""),
+    )
+    .await;
+    assert_eq!(twice.status(), 409);
+    assert!(twice.text().await.unwrap().contains("already invoked"));
+
+    // A shared handler completes the promise; the run finishes with it.
+    let attached = tokio::spawn(get("/service/workflow/Signup/ann/attach".into()));
+    let approved = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Signup/ann/approve",
+        Some("\"yes\""),
+    )
+    .await;
+    assert_eq!(approved.status(), 200);
+    let attached = tokio::time::timeout(std::time::Duration::from_secs(10), attached)
+        .await
+        .expect("the run completes")
+        .unwrap()
+        .unwrap();
+    assert_eq!(attached.status(), 200);
+    assert_eq!(
+        attached.text().await.unwrap(),
+        "\"signed up ann@example.com: yes\""
+    );
+    let peek = call(&sluice, post.clone(), "/service/call/Signup/ann/peek", None).await;
+    assert_eq!(peek.text().await.unwrap(), "\"yes\"");
+    let status = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Signup/ann/status",
+        None,
+    )
+    .await;
+    assert_eq!(status.text().await.unwrap(), "\"yes\"");
+    let output = get("/restate/workflow/Signup/ann/output".into())
+        .await
+        .unwrap();
+    assert_eq!(output.status(), 200);
+}

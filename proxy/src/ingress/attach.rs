@@ -9,6 +9,7 @@ use super::invoke::{answer, with_ids};
 use crate::discovery::manifest::OutputRules;
 use crate::ids::InvocationId;
 use crate::invocation::Target;
+use crate::partition::partition_key;
 use crate::registry::Registry;
 
 /// Status of `/output` for an invocation that has not completed.
@@ -43,6 +44,25 @@ pub async fn by_id(
     let id: InvocationId = id
         .parse()
         .map_err(|e| IngressError::bad_request(format!("bad invocation id '{id}': {e}")))?;
+    result(state, id, wait).await
+}
+
+/// Answers with the result of the run of workflow `name` for `key`.
+pub async fn by_workflow(
+    state: &IngressState,
+    name: &str,
+    key: &str,
+    wait: bool,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let id = InvocationId::workflow_run(partition_key(&[name, key]), None, name, key);
+    result(state, id, wait).await
+}
+
+async fn result(
+    state: &IngressState,
+    id: InvocationId,
+    wait: bool,
+) -> Result<Response<Vec<u8>>, IngressError> {
     let Some((target, outcome)) = state.runtime.peek(id).await.map_err(unavailable)? else {
         return Err(IngressError {
             status: StatusCode::NOT_FOUND,

@@ -11,6 +11,7 @@ use super::error::IngressError;
 use super::path::{InvokePath, Mode};
 use super::{input, reply, target};
 use crate::clock::{now_ms, rfc3339};
+use crate::discovery::HandlerType;
 use crate::discovery::manifest::OutputRules;
 use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::{LimitKey, Scope};
@@ -186,6 +187,22 @@ fn idempotency_retention(registry: &Registry, target: &target::Target) -> Durati
         .map_or(DAY, Duration::from_millis)
 }
 
+/// How long a completed workflow run (with its state and promises) is kept: the operator's
+/// override, else the service's declared retention, else one day.
+fn workflow_retention(registry: &Registry, service: &str) -> Duration {
+    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+    let Ok((found, deployment)) = registry.service(service) else {
+        return DAY;
+    };
+    if let Some(retention) = found.overrides.workflow_completion_retention {
+        return retention.0;
+    }
+    deployment
+        .service(service)
+        .and_then(|m| m.options.workflow_completion_retention)
+        .map_or(DAY, Duration::from_millis)
+}
+
 /// Handles one call or send.
 pub async fn invoke(
     state: &IngressState,
@@ -207,7 +224,26 @@ pub async fn invoke(
         .map(str::to_owned);
     input::check(target.input.as_ref(), content_type.as_deref(), &body)?;
 
+    let workflow_run = target.handler_type == Some(HandlerType::Workflow);
+    if workflow_run && idempotency_key.is_some() {
+        return Err(IngressError::bad_request(
+            "a workflow's run handler takes no idempotency key: the workflow key already makes it run once",
+        ));
+    }
     let (id, retention) = match &idempotency_key {
+        _ if workflow_run => {
+            let key = target.key.as_deref().unwrap_or_default();
+            let id = InvocationId::workflow_run(
+                partition_key(&[&target.service, key]),
+                path.scope.as_deref(),
+                &target.service,
+                key,
+            );
+            (
+                id,
+                Some(workflow_retention(&state.registry, &target.service)),
+            )
+        }
         Some(ik) => {
             // Keyed targets stay on their object's partition; others hash the key in.
             let partition = match target.key.as_deref() {
@@ -261,6 +297,19 @@ pub async fn invoke(
             ),
         })?;
 
+    if workflow_run && !created {
+        return Err(IngressError {
+            status: StatusCode::CONFLICT,
+            code: None,
+            message: format!(
+                "the workflow '{}' with key '{}' was already invoked; attach to it with /service/workflow/{}/{}/attach",
+                target.service,
+                target.key.as_deref().unwrap_or_default(),
+                target.service,
+                target.key.as_deref().unwrap_or_default()
+            ),
+        });
+    }
     if path.mode == Mode::Send {
         let status = if created {
             "Accepted"

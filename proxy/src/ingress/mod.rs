@@ -72,6 +72,9 @@ impl ServeHttp for IngressApp {
             Ok(path::Operation::ById { id, attach }) => {
                 attach::by_id(&self.state, &id, attach).await
             }
+            Ok(path::Operation::Workflow { name, key, attach }) => {
+                attach::by_workflow(&self.state, &name, &key, attach).await
+            }
             Ok(path::Operation::Awakeable { id, resolve }) => {
                 awakeable::complete(&self.state, session, &id, resolve).await
             }

@@ -58,6 +58,68 @@ impl Object<'_> {
     }
 }
 
+/// Key: as [`STATE`], with the promise name last. Value: a tag byte (0 value, 1 failure), then
+/// the value, or the failure's code (u16 BE) and message.
+const PROMISES: BytesTable = TableDefinition::new("promises");
+
+/// A completed durable promise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Promise {
+    /// Resolved with a value.
+    Value(Bytes),
+    /// Rejected.
+    Failure(u16, String),
+}
+
+impl Promise {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Self::Value(v) => [&[0u8][..], v].concat(),
+            Self::Failure(code, message) => {
+                [&[1u8][..], &code.to_be_bytes(), message.as_bytes()].concat()
+            }
+        }
+    }
+
+    fn decode(raw: &[u8]) -> Option<Self> {
+        match raw.split_first()? {
+            (0, value) => Some(Self::Value(Bytes::copy_from_slice(value))),
+            (1, rest) if rest.len() >= 2 => Some(Self::Failure(
+                u16::from_be_bytes([rest[0], rest[1]]),
+                String::from_utf8_lossy(&rest[2..]).into_owned(),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Completes the promise `name`.
+pub fn set_promise(writes: &mut WriteSet, object: Object<'_>, name: &str, promise: &Promise) {
+    writes.put(PROMISES, &object.row(name.as_bytes()), promise.encode());
+}
+
+/// The promise `name`, if completed.
+pub fn promise(
+    db: &redb::Database,
+    object: Object<'_>,
+    name: &str,
+) -> Result<Option<Promise>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(PROMISES) else {
+        return Ok(None);
+    };
+    Ok(table
+        .get(object.row(name.as_bytes()).as_slice())
+        .map_err(storage)?
+        .and_then(|v| Promise::decode(v.value())))
+}
+
+/// Removes every promise of the object (its workflow's retention ended).
+pub fn clear_promises(writes: &mut WriteSet, object: Object<'_>) {
+    let (start, end) = object.bounds();
+    writes.delete_range(PROMISES, start, end);
+}
+
 /// Sets `name` to `value`.
 pub fn set(writes: &mut WriteSet, object: Object<'_>, name: &[u8], value: &[u8]) {
     writes.put(STATE, &object.row(name), value.to_vec());
@@ -176,9 +238,20 @@ mod tests {
         clear_all(&mut writes, a);
         set(&mut writes, a, b"after", b"x");
         clear(&mut writes, ab, b"missing");
+        set_promise(&mut writes, a, "p", &Promise::Failure(409, "no".into()));
+        set_promise(&mut writes, ab, "p", &Promise::Value(Bytes::from("v")));
         commit(&store, &writes);
         store
             .with_db(|db| {
+                assert_eq!(
+                    promise(db, a, "p").unwrap(),
+                    Some(Promise::Failure(409, "no".into()))
+                );
+                assert_eq!(
+                    promise(db, ab, "p").unwrap(),
+                    Some(Promise::Value(Bytes::from("v")))
+                );
+                assert_eq!(promise(db, a, "q").unwrap(), None);
                 assert_eq!(keys(db, a).unwrap(), vec![Bytes::from("after")]);
                 assert_eq!(get(db, ab, b"count").unwrap().unwrap(), "2");
             })

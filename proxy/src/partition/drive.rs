@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use prost::Message as _;
 
-use super::{Effect, Event, Live, Partition, calls, signals};
+use super::{Effect, Event, Live, Partition, calls, promises, signals};
 use crate::clock::now_ms;
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
@@ -103,11 +103,21 @@ impl Partition {
                 message,
                 ack,
             } => {
+                let promise = promises::is_promise_command(&message).then(|| message.clone());
+                let checked = match (&promise, self.live.get(&id)) {
+                    (Some(_), Some(live)) => self.check_promise_target(&live.record.target),
+                    _ => Ok(()),
+                };
                 if let Some(live) = self.live.get_mut(&id)
                     && live.running
                     && live.attempt == attempt
                     && live.violation.is_none()
                 {
+                    if let Err(e) = checked {
+                        live.violation = Some(e);
+                        live.outbound = None;
+                        return Ok(());
+                    }
                     journal_message(
                         &self.store,
                         &self.registry,
@@ -117,6 +127,9 @@ impl Partition {
                         ack,
                         effects,
                     )?;
+                    if let Some(promise) = promise {
+                        self.promise_command(id, &promise, writes, effects)?;
+                    }
                 }
             }
             Event::AttemptDone {
@@ -194,9 +207,27 @@ impl Partition {
             return;
         }
         let entry = live.entry;
+        let target = live.record.target.clone();
         store::delete_invocation(writes, timer.invocation);
         self.live.remove(&timer.invocation);
         self.entries.remove(&entry);
+        // A workflow run takes its key's state and promises with it.
+        if self.is_workflow_run(&target) {
+            self.forget_promises(&target, writes);
+        }
+    }
+
+    fn is_workflow_run(&self, target: &Target) -> bool {
+        self.registry
+            .service(&target.service)
+            .is_ok_and(|(service, deployment)| {
+                service.ty == crate::discovery::ServiceType::Workflow
+                    && deployment
+                        .service(&target.service)
+                        .and_then(|s| s.handlers.iter().find(|h| h.name == target.handler))
+                        .and_then(|h| h.ty)
+                        == Some(crate::discovery::HandlerType::Workflow)
+            })
     }
 
     /// A callee finished: its result joins the caller's journal (once) and the caller goes on.
@@ -440,7 +471,7 @@ fn encoded(frame: &Frame) -> Bytes {
 }
 
 /// Journals a completion; a running bidi attempt receives it once it is durable.
-fn notify(
+pub(super) fn notify(
     live: &mut Live,
     writes: &mut WriteSet,
     frame: Frame,
@@ -642,7 +673,7 @@ fn journal_message(
 }
 
 /// Whether the journal holds a notification for `completion` already.
-fn has_completion(journal: &[Frame], completion: u32) -> bool {
+pub(super) fn has_completion(journal: &[Frame], completion: u32) -> bool {
     journal.iter().any(|frame| {
         MessageType::from_id(frame.ty).map(MessageType::kind) == Some(Kind::Notification)
             && proto::NotificationTemplate::decode(Bytes::clone(&frame.payload))

@@ -7,6 +7,7 @@ mod admission;
 mod calls;
 pub mod control;
 mod drive;
+mod promises;
 pub mod runtime;
 pub mod signals;
 
@@ -190,6 +191,7 @@ pub struct Partition {
     tx: mpsc::Sender<Event>,
     live: HashMap<InvocationId, Live>,
     scheduler: Scheduler,
+    promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
     next_entry: EntryId,
 }
@@ -224,6 +226,7 @@ impl Partition {
             tx,
             live: HashMap::new(),
             scheduler: Scheduler::new(Arc::new(RuleBook::new()), limit),
+            promises: promises::Promises::default(),
             entries: HashMap::new(),
             next_entry: 0,
         }
@@ -258,7 +261,8 @@ impl Partition {
                 (Status::Paused, _) => {}
                 _ => effects.push(Effect::Attempt(id)),
             }
-            self.track(record, journal);
+            let protocol = record.protocol;
+            self.rewait_promises_after_track(record, journal, protocol);
             self.reclaim_lock(id);
         }
         for timer in timers.into_iter().filter(|t| owns(t.invocation)) {
@@ -393,6 +397,19 @@ fn fail(effects: Vec<Effect>, error: &CodedError) {
 }
 
 impl Partition {
+    /// Tracks a recovered invocation and re-registers what it waits on.
+    fn rewait_promises_after_track(
+        &mut self,
+        record: InvocationRecord,
+        journal: Vec<Frame>,
+        protocol: Option<i32>,
+    ) {
+        let id = record.id;
+        let waits = journal.clone();
+        self.track(record, journal);
+        self.rewait_promises(id, &waits, protocol);
+    }
+
     /// Starts driving `record`.
     fn track(&mut self, record: InvocationRecord, journal: Vec<Frame>) {
         self.next_entry += 1;

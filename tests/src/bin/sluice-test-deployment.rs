@@ -275,15 +275,42 @@ struct Signup;
 
 #[workflow]
 impl Signup {
+    /// Waits for the `approval` promise (an empty email skips it), then records the decision.
     #[handler]
     async fn run(&self, ctx: WorkflowContext<'_>, email: String) -> Result<String, HandlerError> {
-        ctx.set("status", "done".to_owned());
-        Ok(format!("signed up {email}"))
+        if email.is_empty() {
+            ctx.set("status", "done".to_owned());
+            return Ok("signed up".to_owned());
+        }
+        ctx.set("status", "waiting".to_owned());
+        let decision = ctx.promise::<String>("approval").await?;
+        ctx.set("status", decision.clone());
+        Ok(format!("signed up {email}: {decision}"))
     }
 
     #[handler]
     async fn status(&self, ctx: SharedWorkflowContext<'_>) -> Result<String, HandlerError> {
         Ok(ctx.get::<String>("status").await?.unwrap_or_default())
+    }
+
+    /// Completes the `approval` promise.
+    #[handler]
+    async fn approve(
+        &self,
+        ctx: SharedWorkflowContext<'_>,
+        decision: String,
+    ) -> Result<(), HandlerError> {
+        ctx.resolve_promise("approval", decision);
+        Ok(())
+    }
+
+    /// The `approval` promise's value, or "open".
+    #[handler]
+    async fn peek(&self, ctx: SharedWorkflowContext<'_>) -> Result<String, HandlerError> {
+        Ok(ctx
+            .peek_promise::<String>("approval")
+            .await?
+            .unwrap_or_else(|| "open".to_owned()))
     }
 }
 
