@@ -395,9 +395,18 @@ async fn exclusive_handlers_of_one_object_run_one_at_a_time_and_shared_ones_alon
     let calls: Vec<_> = (0..100)
         .map(|_| tokio::spawn(add("/service/call/Counter/hot/add", "1")))
         .collect();
+    let mut values = Vec::new();
     for call in calls {
-        assert_eq!(call.await.unwrap().unwrap().status(), 200);
+        let resp = call.await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200);
+        values.push(resp.text().await.unwrap().parse::<u64>().unwrap());
     }
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        (1..=100).collect::<Vec<u64>>(),
+        "each add saw the one before"
+    );
     let total = read("/service/call/Counter/hot/get").await.unwrap();
     assert_eq!(total.text().await.unwrap(), "100");
 
@@ -684,6 +693,37 @@ async fn idempotency_keys_dedupe_calls_and_sends_until_their_retention_ends() {
     assert_eq!(again.headers()["x-service-id"], id.as_str());
     assert_eq!(again.text().await.unwrap(), "\"Hello, a!\"");
 
+    // The same invocation by target body: lookup, attach, output.
+    let by_target = |action: &str, body: Value| {
+        reqwest::Client::new()
+            .post(format!("{}/service/{action}", sluice.ingress_url))
+            .json(&body)
+            .send()
+    };
+    let target = json!({"target": "idempotentInvocation", "service": "Greeter", "handler": "greet", "idempotencyKey": "k1"});
+    let found: Value = by_target("lookup", target.clone())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(found["invocationId"], id.as_str());
+    let attached = by_target("attach", target).await.unwrap();
+    assert_eq!(attached.text().await.unwrap(), "\"Hello, a!\"");
+    let output = by_target(
+        "output",
+        json!({"target": "invocation", "invocationId": id}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(output.text().await.unwrap(), "\"Hello, a!\"");
+    let nothing = json!({"target": "idempotentInvocation", "service": "Greeter", "handler": "greet", "idempotencyKey": "never"});
+    assert_eq!(by_target("lookup", nothing).await.unwrap().status(), 404);
+    let garbage = by_target("attach", json!({"target": "nonsense"}))
+        .await
+        .unwrap();
+    assert_eq!(garbage.status(), 400);
+
     // A repeated send is previously accepted, with the same id.
     let mut seen = Vec::new();
     for _ in 0..2 {
@@ -800,4 +840,14 @@ async fn workflows_run_once_and_wait_on_promises_completed_by_shared_handlers() 
         .await
         .unwrap();
     assert_eq!(output.status(), 200);
+    let by_body = reqwest::Client::new()
+        .post(format!("{}/restate/output", sluice.ingress_url))
+        .json(&json!({"target": "workflow", "workflowName": "Signup", "workflowKey": "ann"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        by_body.text().await.unwrap(),
+        "\"signed up ann@example.com: yes\""
+    );
 }

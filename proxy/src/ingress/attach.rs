@@ -5,7 +5,9 @@ use http::{Response, StatusCode};
 
 use super::IngressState;
 use super::error::IngressError;
-use super::invoke::{answer, with_ids};
+use super::invoke::{answer, idempotent_id, with_ids};
+use super::path::TargetAction;
+use super::reply;
 use crate::discovery::manifest::OutputRules;
 use crate::ids::InvocationId;
 use crate::invocation::Target;
@@ -83,4 +85,90 @@ async fn result(
     };
     let rules = output_rules(&state.registry, &target);
     Ok(with_ids(answer(rules.as_ref(), outcome), id))
+}
+
+/// The JSON body of `POST /service/attach|output|lookup`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(
+    tag = "target",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+enum TargetBody {
+    Invocation {
+        invocation_id: String,
+    },
+    Workflow {
+        workflow_name: String,
+        workflow_key: String,
+        scope: Option<String>,
+    },
+    IdempotentInvocation {
+        service: String,
+        key: Option<String>,
+        handler: String,
+        idempotency_key: String,
+        scope: Option<String>,
+    },
+}
+
+/// `POST /service/attach|output|lookup` with a target body.
+pub async fn by_target(
+    state: &IngressState,
+    body: &[u8],
+    action: TargetAction,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let target: TargetBody = serde_json::from_slice(body).map_err(|e| {
+        IngressError::bad_request(format!(
+            "bad target body: {e}; send {{\"target\":\"invocation\",\"invocationId\":…}}, {{\"target\":\"workflow\",\"workflowName\":…,\"workflowKey\":…}} or {{\"target\":\"idempotentInvocation\",\"service\":…,\"key\"?:…,\"handler\":…,\"idempotencyKey\":…}}"
+        ))
+    })?;
+    let id = match &target {
+        TargetBody::Invocation { invocation_id } => invocation_id.parse().map_err(|e| {
+            IngressError::bad_request(format!("bad invocation id '{invocation_id}': {e}"))
+        })?,
+        TargetBody::Workflow {
+            workflow_name,
+            workflow_key,
+            scope,
+        } => InvocationId::workflow_run(
+            partition_key(&[workflow_name, workflow_key]),
+            scope.as_deref(),
+            workflow_name,
+            workflow_key,
+        ),
+        TargetBody::IdempotentInvocation {
+            service,
+            key,
+            handler,
+            idempotency_key,
+            scope,
+        } => idempotent_id(
+            scope.as_deref(),
+            service,
+            key.as_deref(),
+            handler,
+            idempotency_key,
+        ),
+    };
+    match action {
+        TargetAction::Attach => result(state, id, true).await,
+        TargetAction::Output => result(state, id, false).await,
+        TargetAction::Lookup => {
+            if state.runtime.peek(id).await.map_err(unavailable)?.is_none() {
+                return Err(IngressError {
+                    status: StatusCode::NOT_FOUND,
+                    code: None,
+                    message: format!("no invocation matches this target (it would be {id})"),
+                });
+            }
+            Ok(with_ids(
+                reply::json(
+                    StatusCode::OK,
+                    &serde_json::json!({"invocationId": id.to_string()}),
+                ),
+                id,
+            ))
+        }
+    }
 }

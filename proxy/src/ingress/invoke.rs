@@ -153,6 +153,22 @@ pub(super) fn with_ids(mut resp: Response<Vec<u8>>, id: InvocationId) -> Respons
     resp
 }
 
+/// The invocation an idempotency key stands for. Keyed targets stay on their object's
+/// partition; others hash the key in.
+pub(super) fn idempotent_id(
+    scope: Option<&str>,
+    service: &str,
+    key: Option<&str>,
+    handler: &str,
+    idempotency_key: &str,
+) -> InvocationId {
+    let partition = match key {
+        Some(key) => partition_key(&[service, key]),
+        None => partition_key(&[service, handler, idempotency_key]),
+    };
+    InvocationId::idempotent(partition, scope, service, key, handler, idempotency_key)
+}
+
 /// The `idempotency-key` header, if any (empty is refused).
 fn idempotency_key(session: &ServerSession) -> Result<Option<String>, IngressError> {
     let Some(value) = session.req_header().headers.get("idempotency-key") else {
@@ -245,13 +261,7 @@ pub async fn invoke(
             )
         }
         Some(ik) => {
-            // Keyed targets stay on their object's partition; others hash the key in.
-            let partition = match target.key.as_deref() {
-                Some(key) => partition_key(&[&target.service, key]),
-                None => partition_key(&[&target.service, &target.handler, ik]),
-            };
-            let id = InvocationId::idempotent(
-                partition,
+            let id = idempotent_id(
                 path.scope.as_deref(),
                 &target.service,
                 target.key.as_deref(),

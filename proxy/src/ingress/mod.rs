@@ -72,17 +72,16 @@ impl ServeHttp for IngressApp {
             Ok(path::Operation::ById { id, attach }) => {
                 attach::by_id(&self.state, &id, attach).await
             }
+            Ok(path::Operation::ByTarget { action }) => match invoke::read_body(session).await {
+                Ok(body) => attach::by_target(&self.state, &body, action).await,
+                Err(e) => Err(e),
+            },
             Ok(path::Operation::Workflow { name, key, attach }) => {
                 attach::by_workflow(&self.state, &name, &key, attach).await
             }
             Ok(path::Operation::Awakeable { id, resolve }) => {
                 awakeable::complete(&self.state, session, &id, resolve).await
             }
-            Ok(other) => Err(error::IngressError {
-                status: StatusCode::NOT_IMPLEMENTED,
-                code: None,
-                message: format!("{other:?} is not served by this build yet"),
-            }),
             Err(e) => Err(e),
         };
         result.unwrap_or_else(error::IngressError::into_response)

@@ -134,7 +134,7 @@ impl Partition {
             live.queued = false;
             self.scheduler_forget(id);
         }
-        self.settle(id);
+        effects.push(Effect::Settle(id));
         Ok(answer)
     }
 }

@@ -138,7 +138,9 @@ impl Partition {
                 result,
             } => {
                 if self.attempt_done(id, attempt, result, writes, effects)? {
-                    self.settle(id);
+                    // Only once this batch is durable may the next holder of the object's
+                    // lock start: it reads the state this attempt wrote.
+                    effects.push(Effect::Settle(id));
                 }
             }
             Event::Wake { id, completion } => self.wake(id, completion, writes, effects),

@@ -136,6 +136,8 @@ enum Effect {
     CallResult(Caller, Outcome),
     /// A signal for another invocation.
     Signal(signals::Signal),
+    /// An attempt's slots and (if it completed) its object lock go back.
+    Settle(InvocationId),
     /// Runs after the commit (answers that must not overtake earlier writes).
     Then(Box<dyn FnOnce() + Send>),
     /// Whether a signal's invocation exists.
@@ -341,6 +343,7 @@ impl Partition {
                     );
                 }
                 Effect::Then(then) => then(),
+                Effect::Settle(id) => self.settle(id),
                 Effect::Found(reply, found) => {
                     let _ = reply.send(found);
                 }
