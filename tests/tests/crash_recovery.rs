@@ -189,3 +189,90 @@ async fn sigterm_drains_an_in_flight_call() {
         "exited once drained, within the grace period"
     );
 }
+
+#[tokio::test]
+async fn object_state_survives_kill_9_and_operators_can_replace_it() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let call = |ingress: String, path: &'static str, body: Option<&'static str>| async move {
+        let mut req = reqwest::Client::new().post(format!("{ingress}{path}"));
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        req.send().await.unwrap().text().await.unwrap()
+    };
+    assert_eq!(
+        call(
+            sluice.ingress_url.clone(),
+            "/service/call/Counter/kept/add",
+            Some("5")
+        )
+        .await,
+        "5"
+    );
+    sluice.signal(Signal::SIGKILL).unwrap();
+    sluice.wait_exit(Duration::from_secs(5)).unwrap();
+
+    let again = Sluice::builder()
+        .data_dir(&sluice.data_dir)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        call(
+            again.ingress_url.clone(),
+            "/service/call/Counter/kept/get",
+            None
+        )
+        .await,
+        "5"
+    );
+
+    // The admin API replaces an object's whole state.
+    let edit = |service: &str, body: serde_json::Value| {
+        reqwest::Client::new()
+            .post(format!("{}/services/{service}/state", again.admin_url))
+            .json(&body)
+            .send()
+    };
+    let replaced = edit(
+        "Counter",
+        serde_json::json!({"object_key": "kept", "new_state": {"count": b"42".to_vec()}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(replaced.status(), 202);
+    assert_eq!(
+        call(
+            again.ingress_url.clone(),
+            "/service/call/Counter/kept/get",
+            None
+        )
+        .await,
+        "42"
+    );
+    assert_eq!(
+        call(
+            again.ingress_url.clone(),
+            "/service/call/Counter/kept/add",
+            Some("1")
+        )
+        .await,
+        "43"
+    );
+    let stateless = edit(
+        "Greeter",
+        serde_json::json!({"object_key": "x", "new_state": {}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stateless.status(), 400);
+    let missing = edit(
+        "Nope",
+        serde_json::json!({"object_key": "x", "new_state": {}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(missing.status(), 404);
+}

@@ -105,6 +105,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         ))
         .routes(routes!(services::list))
         .routes(routes!(services::get, services::modify))
+        .routes(routes!(services::modify_state))
         .routes(routes!(services::handlers))
         .routes(routes!(services::handler))
         .routes(routes!(services::openapi))

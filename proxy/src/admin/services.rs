@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use bytes::Bytes;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -84,6 +85,55 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> Result<Json<ServiceMetadata>, AdminError> {
     metadata(&state, &name).map(Json)
+}
+
+/// `POST /services/{service}/state`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ModifyServiceStateRequest {
+    /// Service revision the edit was made against (accepted, not checked).
+    pub version: Option<String>,
+    /// The object (or workflow) key.
+    pub object_key: String,
+    /// Flow-control scope of the object.
+    pub scope: Option<String>,
+    /// The new state, replacing all of it: key → value bytes.
+    pub new_state: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+/// Replaces the state of one virtual object or workflow key.
+#[utoipa::path(post, path = "/services/{service}/state", tag = "service", operation_id = "modify_service_state",
+    params(("service" = String, Path)),
+    request_body = ModifyServiceStateRequest,
+    responses((status = 202, description = "Replaced."), (status = 400, description = "Not a keyed service, or a scope."),
+        (status = 404, description = "No such service.")))]
+pub async fn modify_state(
+    State(state): State<Arc<AdminState>>,
+    Path(name): Path<String>,
+    Json(req): Json<ModifyServiceStateRequest>,
+) -> Result<StatusCode, AdminError> {
+    let (service, _) = state.registry.service(&name)?;
+    if service.ty == ServiceType::Service {
+        return Err(AdminError::new(
+            StatusCode::BAD_REQUEST,
+            format!("Cannot modify state for service type Service ('{name}' is stateless)"),
+        ));
+    }
+    if req.scope.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(AdminError::new(
+            StatusCode::BAD_REQUEST,
+            "scoped objects exist only with flow control enabled; leave 'scope' out",
+        ));
+    }
+    let entries = req
+        .new_state
+        .into_iter()
+        .map(|(k, v)| (Bytes::from(k), Bytes::from(v)))
+        .collect();
+    state
+        .runtime
+        .set_object_state(&name, &req.object_key, entries)
+        .await?;
+    Ok(StatusCode::ACCEPTED)
 }
 
 /// Changes operator settings of a service.

@@ -242,3 +242,51 @@ mod tests {
         }
     }
 }
+
+/// Checks the scope and limit key a request carries (RT0024), in this order: the scope, the
+/// limit key, a limit key without a scope, then whether flow control is on at all.
+pub fn check_request(
+    scope: Option<&str>,
+    limit_key: Option<&str>,
+    flow_control_enabled: bool,
+) -> Result<(), crate::errors::CodedError> {
+    use crate::errors::{Code, CodedError};
+    let rt0024 = |m: String| CodedError::new(Code::RT0024, m);
+    if let Some(scope) = scope {
+        Scope::parse(scope).map_err(|e| rt0024(e.message))?;
+    }
+    if let Some(key) = limit_key.filter(|k| !k.is_empty()) {
+        LimitKey::parse(key).map_err(|e| rt0024(e.message))?;
+        if scope.is_none() {
+            return Err(rt0024(format!(
+                "limit key '{key}' requires a scope: call /service/scope/<scope>/call|send/… (or give the call a scope) to put the invocation under flow control"
+            )));
+        }
+    }
+    if scope.is_some() && !flow_control_enabled {
+        return Err(rt0024(
+            "scoped invocations require flow control: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::check_request;
+    use crate::errors::Code;
+
+    #[test]
+    fn requests_are_checked_scope_then_limit_key_then_flags() {
+        let code = |s, k, on| check_request(s, k, on).map_err(|e| (e.code, e.message));
+        assert!(code(None, None, false).is_ok());
+        assert!(code(Some("acme"), Some("gold/eu"), true).is_ok());
+        let (c, m) = code(Some("bad scope!"), Some("also bad!"), false).unwrap_err();
+        assert_eq!(c, Some(Code::RT0024));
+        assert!(m.contains("scope"), "{m}");
+        let (_, m) = code(None, Some("gold"), true).unwrap_err();
+        assert!(m.contains("requires a scope"), "{m}");
+        let (_, m) = code(Some("acme"), None, false).unwrap_err();
+        assert!(m.contains("experimental-enable-vqueues"), "{m}");
+    }
+}

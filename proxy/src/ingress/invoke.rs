@@ -14,7 +14,7 @@ use crate::clock::{now_ms, rfc3339};
 use crate::discovery::HandlerType;
 use crate::discovery::manifest::OutputRules;
 use crate::errors::{Code, ErrorSource, IngressErrorBody};
-use crate::flow::{LimitKey, Scope};
+use crate::flow::scope::check_request;
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome, Status, Target};
 use crate::partition::{partition_key, target_partition_key};
@@ -60,24 +60,13 @@ fn check_flow_control(
     path: &InvokePath,
     limit_key: Option<&str>,
 ) -> Result<(), IngressError> {
-    let rt0024 = |m: String| IngressError::coded(Code::RT0024, m);
-    if let Some(scope) = &path.scope {
-        Scope::parse(scope).map_err(|e| rt0024(e.message))?;
-    }
-    if let Some(key) = limit_key.filter(|k| !k.is_empty()) {
-        LimitKey::parse(key).map_err(|e| rt0024(e.message))?;
-        if path.scope.is_none() {
-            return Err(rt0024(format!(
-                "limit key '{key}' requires a scope: call /service/scope/<scope>/call|send/… to put the invocation under flow control"
-            )));
-        }
-    }
+    check_request(
+        path.scope.as_deref(),
+        limit_key,
+        state.config.flow_control_enabled(),
+    )
+    .map_err(|e| IngressError::coded(Code::RT0024, e.message))?;
     if path.scope.is_some() {
-        if !state.config.flow_control_enabled() {
-            return Err(rt0024(
-                "scoped invocations require flow control: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true".into(),
-            ));
-        }
         return Err(IngressError {
             status: StatusCode::NOT_IMPLEMENTED,
             code: None,

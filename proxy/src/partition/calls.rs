@@ -8,6 +8,7 @@ use bytes::Bytes;
 use crate::clock::now_ms;
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
+use crate::flow::scope::check_request;
 use crate::ids::InvocationId;
 use crate::invocation::{Caller, InvocationRecord, Status, Target};
 use crate::protocol::message::Kind;
@@ -84,10 +85,21 @@ fn derive_uuid(caller: InvocationId, index: u32) -> u128 {
 /// notification telling the caller its id. `None` for messages that are not calls.
 pub fn child_of(
     registry: &Registry,
+    flow_control: bool,
     caller: InvocationId,
     index: u32,
     message: &Message,
 ) -> Option<Result<(Child, u32), CodedError>> {
+    let (scope, limit_key) = match message {
+        Message::Call(c) => (c.scope.as_deref(), c.limit_key.as_deref()),
+        Message::OneWayCall(c) => (c.scope.as_deref(), c.limit_key.as_deref()),
+        _ => return None,
+    };
+    // Scoped admission of calls comes with flow control; their scope and limit key are
+    // checked like the ingress checks them.
+    if let Err(e) = check_request(scope, limit_key, flow_control) {
+        return Some(Err(e));
+    }
     let (service, handler, key, parameter, headers, notify, invoke_time, result) = match message {
         Message::Call(c) => (
             &c.service_name,
@@ -141,6 +153,7 @@ pub fn child_of(
 /// partitions that own them ignore the ones they have).
 pub fn children_in(
     registry: &Registry,
+    flow_control: bool,
     record: &InvocationRecord,
     journal: &[Frame],
 ) -> Vec<Child> {
@@ -155,7 +168,8 @@ pub fn children_in(
             continue;
         }
         if let Ok(message) = Message::decode(frame, version)
-            && let Some(Ok((child, _))) = child_of(registry, record.id, index, &message)
+            && let Some(Ok((child, _))) =
+                child_of(registry, flow_control, record.id, index, &message)
         {
             out.push(child);
         }

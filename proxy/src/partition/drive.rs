@@ -87,6 +87,23 @@ impl Partition {
                 },
                 None => drop(reply),
             },
+            Event::SetObjectState {
+                service,
+                key,
+                state,
+                reply,
+            } => {
+                let object = state::Object {
+                    scope: "",
+                    service: &service,
+                    key: &key,
+                };
+                state::clear_all(writes, object);
+                for (name, value) in &state {
+                    state::set(writes, object, name, value);
+                }
+                effects.push(Effect::Ack(reply, true));
+            }
             Event::Peek { id, reply } => {
                 let seen = self
                     .live
@@ -121,6 +138,7 @@ impl Partition {
                     journal_message(
                         &self.store,
                         &self.registry,
+                        self.config.flow_control_enabled(),
                         live,
                         writes,
                         message,
@@ -535,9 +553,11 @@ fn object(target: &Target) -> Option<state::Object<'_>> {
 }
 
 /// Journals one message of an attempt and answers what it asks for.
+#[allow(clippy::too_many_arguments)] // the partition's parts a message may touch
 fn journal_message(
     store: &Store,
     registry: &Registry,
+    flow_control: bool,
     live: &mut Live,
     writes: &mut WriteSet,
     message: Message,
@@ -640,7 +660,7 @@ fn journal_message(
             }
             None => None,
         };
-        let child = match calls::child_of(registry, live.record.id, index, &message) {
+        let child = match calls::child_of(registry, flow_control, live.record.id, index, &message) {
             Some(Ok(child)) => Some(child),
             Some(Err(e)) => {
                 // Nothing of the attempt from here on is kept; it is retried.

@@ -97,6 +97,17 @@ pub enum Event {
         /// Its ack flag.
         ack: bool,
     },
+    /// An operator replaces the whole state of one object.
+    SetObjectState {
+        /// Virtual object or workflow.
+        service: String,
+        /// Object key.
+        key: String,
+        /// The new state, replacing all of it.
+        state: Vec<(Bytes, Bytes)>,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<bool, CodedError>>,
+    },
     /// Where an invocation is, without waiting.
     Peek {
         /// The invocation.
@@ -253,7 +264,8 @@ impl Partition {
             }
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
             // A child may have been lost between this journal's commit and its hand-over.
-            for child in calls::children_in(&self.registry, &record, &journal) {
+            let flow_control = self.config.flow_control_enabled();
+            for child in calls::children_in(&self.registry, flow_control, &record, &journal) {
                 effects.push(Effect::Child(Box::new(child)));
             }
             match (record.status, record.run_at_ms) {

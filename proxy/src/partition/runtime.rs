@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::{mpsc, oneshot};
@@ -63,8 +64,32 @@ impl Runtime {
     }
 
     fn partition(&self, id: InvocationId) -> &mpsc::Sender<Event> {
+        self.partition_of(id.partition_key())
+    }
+
+    fn partition_of(&self, key: u64) -> &mpsc::Sender<Event> {
         let n = self.senders.len() as u64;
-        &self.senders[(id.partition_key() % n) as usize]
+        &self.senders[(key % n) as usize]
+    }
+
+    /// Replaces the whole state of object `key` of `service`, once durable.
+    pub async fn set_object_state(
+        &self,
+        service: &str,
+        key: &str,
+        state: Vec<(Bytes, Bytes)>,
+    ) -> Result<(), CodedError> {
+        let (reply, answer) = oneshot::channel();
+        self.partition_of(partition_key(&[service, key]))
+            .send(Event::SetObjectState {
+                service: service.to_owned(),
+                key: key.to_owned(),
+                state,
+                reply,
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())?.map(|_| ())
     }
 
     fn gone() -> CodedError {
