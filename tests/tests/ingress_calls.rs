@@ -851,3 +851,71 @@ async fn workflows_run_once_and_wait_on_promises_completed_by_shared_handlers() 
         "\"signed up ann@example.com: yes\""
     );
 }
+
+#[tokio::test]
+async fn typescript_objects_calls_and_awakeables_in_both_protocol_modes() {
+    for (mode, http11) in [("h2", false), ("h1", true)] {
+        let sluice = Sluice::builder().start().await.unwrap();
+        let dep = TestDeployment::typescript(mode).await.unwrap();
+        sluice.register(&dep.uri, http11).await;
+        let client = reqwest::Client::new();
+        let post = |path: String, body: Option<String>| {
+            let mut req = client.post(format!("{}{path}", sluice.ingress_url));
+            if let Some(body) = body {
+                req = req.header("content-type", "application/json").body(body);
+            }
+            req.send()
+        };
+        // Concurrent exclusive adds on one key: none lost.
+        let adds: Vec<_> = (0..30)
+            .map(|_| {
+                tokio::spawn(post(
+                    "/service/call/TsCounter/hot/add".into(),
+                    Some("1".into()),
+                ))
+            })
+            .collect();
+        for add in adds {
+            assert_eq!(add.await.unwrap().unwrap().status(), 200, "{mode}");
+        }
+        let total = post("/service/call/TsCounter/hot/get".into(), None)
+            .await
+            .unwrap();
+        assert_eq!(total.text().await.unwrap(), "30", "{mode}");
+        // A call between handlers.
+        let via = post(
+            "/service/call/TsGreeter/addVia".into(),
+            Some("\"hot\"".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(via.text().await.unwrap(), "31", "{mode}");
+        // An awakeable resolved over the ingress.
+        let waiting = tokio::spawn(post("/service/call/TsGreeter/awaitAwakeable".into(), None));
+        let id = loop {
+            let id: String = post("/service/call/TsGreeter/lastAwakeable".into(), None)
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if !id.is_empty() {
+                break id;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let resolved = post(
+            format!("/service/awakeables/{id}/resolve"),
+            Some("\"ts\"".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(resolved.status(), 202, "{mode}");
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the awakeable resolves the handler")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.text().await.unwrap(), "\"ts\"", "{mode}");
+    }
+}

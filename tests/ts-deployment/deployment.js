@@ -21,13 +21,6 @@ const http = require("node:http");
 const http2 = require("node:http2");
 const restate = require("@restatedev/restate-sdk");
 
-const greeter = restate.service({
-  name: "TsGreeter",
-  handlers: {
-    greet: async (_ctx, name) => `Hello, ${name}!`,
-  },
-});
-
 const counter = restate.object({
   name: "TsCounter",
   handlers: {
@@ -37,6 +30,24 @@ const counter = restate.object({
       return next;
     },
     get: restate.handlers.object.shared(async (ctx) => (await ctx.get("count")) ?? 0),
+  },
+});
+
+// The newest awakeable `awaitAwakeable` waits on.
+let lastAwakeable = "";
+
+const greeter = restate.service({
+  name: "TsGreeter",
+  handlers: {
+    greet: async (_ctx, name) => `Hello, ${name}!`,
+    // Calls TsCounter/<key>/add(1) and answers its result.
+    addVia: async (ctx, key) => ctx.objectClient(counter, key).add(1),
+    awaitAwakeable: async (ctx) => {
+      const { id, promise } = ctx.awakeable();
+      lastAwakeable = id;
+      return promise;
+    },
+    lastAwakeable: async () => lastAwakeable,
   },
 });
 
