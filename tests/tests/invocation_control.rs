@@ -132,6 +132,30 @@ async fn cancel_kill_and_purge() {
     .await;
     assert!(seen["completion"].to_string().contains("killed"), "{seen}");
 
+    // Killing a caller kills the child it waits on.
+    let parent = send(&sluice, "/service/send/Meter/callSlow", "30000").await;
+    let child = loop {
+        let list: Value = reqwest::get(format!(
+            "{}/invocations?service=Greeter&status=running",
+            sluice.admin_url
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        if let Some(first) = list["invocations"].as_array().and_then(|a| a.first()) {
+            break first["id"].as_str().unwrap().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(patch(&sluice, &parent, "kill").await.0, 200);
+    let seen = until(&sluice, &child, "killed with its caller", |v| {
+        v["status"] == "completed"
+    })
+    .await;
+    assert!(seen["completion"].to_string().contains("killed"), "{seen}");
+
     // Purge: refused while running, then the record is gone.
     let running = send(&sluice, "/service/send/Greeter/slow", "30000").await;
     let (status, refused) = patch(&sluice, &running, "purge").await;

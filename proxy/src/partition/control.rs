@@ -91,6 +91,18 @@ impl Partition {
                 Controlled::Accepted
             }
             Control::Kill => {
+                // Children it called (not one-way sends) are killed with it.
+                let flow_control = self.config.flow_control_enabled();
+                for child in super::calls::children_in(
+                    &self.registry,
+                    flow_control,
+                    &live.record,
+                    &live.journal,
+                ) {
+                    if child.record.caller.is_some_and(|c| c.id == id) {
+                        effects.push(Effect::Kill(child.record.id));
+                    }
+                }
                 stop_attempt(live);
                 live.record.last_failure = None;
                 super::drive::complete(

@@ -147,6 +147,8 @@ enum Effect {
     CallResult(Caller, Outcome),
     /// A signal for another invocation.
     Signal(signals::Signal),
+    /// Kill another invocation (a child of a killed one).
+    Kill(InvocationId),
     /// An attempt's slots and (if it completed) its object lock go back.
     Settle(InvocationId),
     /// Runs after the commit (answers that must not overtake earlier writes).
@@ -356,6 +358,12 @@ impl Partition {
                 }
                 Effect::Then(then) => then(),
                 Effect::Settle(id) => self.settle(id),
+                Effect::Kill(id) => {
+                    // Nobody waits for this answer.
+                    let (reply, _) = oneshot::channel();
+                    let op = control::Control::Kill;
+                    self.runtime.post(id, Event::Control { id, op, reply });
+                }
                 Effect::Found(reply, found) => {
                     let _ = reply.send(found);
                 }

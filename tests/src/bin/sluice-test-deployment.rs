@@ -90,6 +90,16 @@ impl Meter {
             .await?)
     }
 
+    /// Calls `Greeter/slow(millis)` and answers its result.
+    #[handler(name = "callSlow")]
+    async fn call_slow(&self, ctx: Context<'_>, millis: u64) -> Result<u64, HandlerError> {
+        Ok(ctx
+            .service_client::<GreeterClient>()
+            .slow(millis)
+            .call()
+            .await?)
+    }
+
     /// Calls `Greeter/fail` with `message` and reports the failure it propagates.
     #[handler(name = "failVia")]
     async fn fail_via(&self, ctx: Context<'_>, message: String) -> Result<String, HandlerError> {
