@@ -464,6 +464,24 @@ async fn handlers_call_and_send_to_each_other() {
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.text().await.unwrap(), want);
     }
+    // Two calls with one idempotency key run the callee once; both get its result.
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Meter/addOnce",
+        Some("\"once\""),
+    )
+    .await;
+    assert_eq!(resp.text().await.unwrap(), "\"1/1\"");
+    let resp = call(
+        &sluice,
+        post.clone(),
+        "/service/call/Counter/once/get",
+        None,
+    )
+    .await;
+    assert_eq!(resp.text().await.unwrap(), "1");
+
     // A callee's terminal failure propagates to the caller as its own.
     let resp = call(
         &sluice,

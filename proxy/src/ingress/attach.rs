@@ -5,13 +5,13 @@ use http::{Response, StatusCode};
 
 use super::IngressState;
 use super::error::IngressError;
-use super::invoke::{answer, idempotent_id, with_ids};
+use super::invoke::{answer, with_ids};
 use super::path::TargetAction;
 use super::reply;
 use crate::discovery::manifest::OutputRules;
 use crate::ids::InvocationId;
 use crate::invocation::Target;
-use crate::partition::partition_key;
+use crate::partition::{idempotent_id, partition_key};
 use crate::registry::Registry;
 
 /// Status of `/output` for an invocation that has not completed.

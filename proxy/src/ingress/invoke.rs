@@ -1,7 +1,5 @@
 //! Call and send: route → validate → store durably → (call) wait for the outcome → reply.
 
-use std::time::Duration;
-
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Response, StatusCode, header};
 use pingora::protocols::http::ServerSession;
@@ -17,9 +15,8 @@ use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::scope::check_request;
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome, Status, Target};
-use crate::partition::{partition_key, target_partition_key};
+use crate::partition::{idempotent_id, partition_key, target_partition_key};
 use crate::protocol::{Message, proto};
-use crate::registry::Registry;
 
 /// Largest request body accepted (413 beyond).
 const MAX_BODY: usize = 10 * 1024 * 1024;
@@ -142,22 +139,6 @@ pub(super) fn with_ids(mut resp: Response<Vec<u8>>, id: InvocationId) -> Respons
     resp
 }
 
-/// The invocation an idempotency key stands for. Keyed targets stay on their object's
-/// partition; others hash the key in.
-pub(super) fn idempotent_id(
-    scope: Option<&str>,
-    service: &str,
-    key: Option<&str>,
-    handler: &str,
-    idempotency_key: &str,
-) -> InvocationId {
-    let partition = match key {
-        Some(key) => partition_key(&[service, key]),
-        None => partition_key(&[service, handler, idempotency_key]),
-    };
-    InvocationId::idempotent(partition, scope, service, key, handler, idempotency_key)
-}
-
 /// The `idempotency-key` header, if any (empty is refused).
 fn idempotency_key(session: &ServerSession) -> Result<Option<String>, IngressError> {
     let Some(value) = session.req_header().headers.get("idempotency-key") else {
@@ -172,40 +153,6 @@ fn idempotency_key(session: &ServerSession) -> Result<Option<String>, IngressErr
         ));
     }
     Ok(Some(key.to_owned()))
-}
-
-/// How long an idempotent invocation's result is kept: the operator's service override, else
-/// the handler's, else the service's declared retention, else one day.
-fn idempotency_retention(registry: &Registry, target: &target::Target) -> Duration {
-    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
-    let Ok((service, deployment)) = registry.service(&target.service) else {
-        return DAY;
-    };
-    if let Some(retention) = service.overrides.idempotency_retention {
-        return retention.0;
-    }
-    let manifest = deployment.service(&target.service);
-    manifest
-        .and_then(|m| m.handlers.iter().find(|h| h.name == target.handler))
-        .and_then(|h| h.options.idempotency_retention)
-        .or_else(|| manifest.and_then(|m| m.options.idempotency_retention))
-        .map_or(DAY, Duration::from_millis)
-}
-
-/// How long a completed workflow run (with its state and promises) is kept: the operator's
-/// override, else the service's declared retention, else one day.
-fn workflow_retention(registry: &Registry, service: &str) -> Duration {
-    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
-    let Ok((found, deployment)) = registry.service(service) else {
-        return DAY;
-    };
-    if let Some(retention) = found.overrides.workflow_completion_retention {
-        return retention.0;
-    }
-    deployment
-        .service(service)
-        .and_then(|m| m.options.workflow_completion_retention)
-        .map_or(DAY, Duration::from_millis)
 }
 
 /// Handles one call or send.
@@ -244,10 +191,7 @@ pub async fn invoke(
                 &target.service,
                 key,
             );
-            (
-                id,
-                Some(workflow_retention(&state.registry, &target.service)),
-            )
+            (id, Some(state.registry.workflow_retention(&target.service)))
         }
         Some(ik) => {
             let id = idempotent_id(
@@ -257,7 +201,14 @@ pub async fn invoke(
                 &target.handler,
                 ik,
             );
-            (id, Some(idempotency_retention(&state.registry, &target)))
+            (
+                id,
+                Some(
+                    state
+                        .registry
+                        .idempotency_retention(&target.service, &target.handler),
+                ),
+            )
         }
         None => {
             let partition =

@@ -16,7 +16,7 @@ use crate::protocol::proto::{self, notification_template};
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::registry::Registry;
 
-use super::runtime::target_partition_key;
+use super::runtime::{idempotent_id, target_partition_key};
 
 /// A child invocation to hand to its partition.
 #[derive(Debug)]
@@ -90,11 +90,25 @@ pub fn child_of(
     index: u32,
     message: &Message,
 ) -> Option<Result<(Child, u32), CodedError>> {
-    let (scope, limit_key) = match message {
-        Message::Call(c) => (c.scope.as_deref(), c.limit_key.as_deref()),
-        Message::OneWayCall(c) => (c.scope.as_deref(), c.limit_key.as_deref()),
+    let (scope, limit_key, idempotency_key) = match message {
+        Message::Call(c) => (
+            c.scope.as_deref(),
+            c.limit_key.as_deref(),
+            c.idempotency_key.as_deref(),
+        ),
+        Message::OneWayCall(c) => (
+            c.scope.as_deref(),
+            c.limit_key.as_deref(),
+            c.idempotency_key.as_deref(),
+        ),
         _ => return None,
     };
+    if idempotency_key == Some("") {
+        return Some(Err(CodedError::new(
+            Code::RT0017,
+            "a call carries an empty idempotency key: give it a non-empty key, or none",
+        )));
+    }
     // Scoped admission of calls comes with flow control; their scope and limit key are
     // checked like the ingress checks them.
     if let Err(e) = check_request(scope, limit_key, flow_control) {
@@ -124,11 +138,32 @@ pub fn child_of(
         _ => return None,
     };
     Some(resolve(registry, service, handler, key).map(|target| {
-        let partition =
-            target_partition_key(&target.service, &target.handler, target.key.as_deref());
-        let id = InvocationId::new(partition, derive_uuid(caller, index));
+        // With an idempotency key the child is whichever invocation that key names (another
+        // caller may have started it); without, one derived from this command.
+        let (id, retention) = match idempotency_key {
+            Some(ik) => (
+                idempotent_id(
+                    scope,
+                    &target.service,
+                    target.key.as_deref(),
+                    &target.handler,
+                    ik,
+                ),
+                Some(registry.idempotency_retention(&target.service, &target.handler)),
+            ),
+            None => {
+                let partition =
+                    target_partition_key(&target.service, &target.handler, target.key.as_deref());
+                (
+                    InvocationId::new(partition, derive_uuid(caller, index)),
+                    None,
+                )
+            }
+        };
         let now = now_ms();
         let mut record = InvocationRecord::new(id, target, now);
+        record.idempotency_key = idempotency_key.map(str::to_owned);
+        record.retention_ms = retention.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX));
         record.caller = result.map(|completion| Caller {
             id: caller,
             completion,

@@ -64,8 +64,20 @@ impl Partition {
                 reply,
             } => {
                 let id = record.id;
-                // A child submitted again after a restart: it exists already.
-                if self.live.contains_key(&id) {
+                // A child submitted again after a restart, or an idempotent repeat: it exists
+                // already. Another caller waiting on it gets its result too.
+                if let Some(live) = self.live.get_mut(&id) {
+                    if let Some(caller) = record.caller
+                        && live.record.caller != Some(caller)
+                        && !live.callers.contains(&caller)
+                    {
+                        match &live.record.outcome {
+                            Some(outcome) => {
+                                effects.push(Effect::CallResult(caller, outcome.clone()))
+                            }
+                            None => live.callers.push(caller),
+                        }
+                    }
                     effects.extend(reply.map(|r| Effect::Ack(r, false)));
                     return Ok(());
                 }
@@ -742,8 +754,8 @@ pub(super) fn complete(
         store::put_timer(writes, timer);
         effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
     }
-    if let Some(caller) = live.record.caller {
-        effects.push(Effect::CallResult(caller, outcome.clone()));
+    for caller in live.record.caller.iter().chain(&live.callers) {
+        effects.push(Effect::CallResult(*caller, outcome.clone()));
     }
     effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
 }

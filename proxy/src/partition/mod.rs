@@ -11,7 +11,9 @@ mod promises;
 pub mod runtime;
 pub mod signals;
 
-pub use runtime::{PartitionsService, Receivers, Runtime, partition_key, target_partition_key};
+pub use runtime::{
+    PartitionsService, Receivers, Runtime, idempotent_id, partition_key, target_partition_key,
+};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -193,6 +195,8 @@ struct Live {
     signalled: bool,
     /// Its scheduler queue while queued.
     queue: Option<QueueId>,
+    /// Callers that reached it through an idempotency key after the first one.
+    callers: Vec<Caller>,
 }
 
 /// One partition's state.
@@ -465,6 +469,7 @@ impl Live {
             violation: None,
             signalled: false,
             queue: None,
+            callers: Vec::new(),
         }
     }
 }

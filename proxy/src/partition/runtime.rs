@@ -42,6 +42,22 @@ pub fn target_partition_key(service: &str, handler: &str, key: Option<&str>) -> 
     }
 }
 
+/// The invocation an idempotency key stands for (from the ingress or a handler's call).
+/// Keyed targets stay on their object's partition; others hash the key in.
+pub fn idempotent_id(
+    scope: Option<&str>,
+    service: &str,
+    key: Option<&str>,
+    handler: &str,
+    idempotency_key: &str,
+) -> InvocationId {
+    let partition = match key {
+        Some(key) => partition_key(&[service, key]),
+        None => partition_key(&[service, handler, idempotency_key]),
+    };
+    InvocationId::idempotent(partition, scope, service, key, handler, idempotency_key)
+}
+
 /// Sends work to partitions. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Runtime {

@@ -5,6 +5,7 @@ mod records;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -118,6 +119,9 @@ pub struct Registry {
     state: RwLock<State>,
 }
 
+/// Default retention of results and workflows.
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
 fn storage_error(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::META0005, format!("cannot store the registry: {e}"))
 }
@@ -193,6 +197,38 @@ impl Registry {
             .ok_or_else(|| {
                 RegistryError::NotFound(format!("The requested service '{name}' does not exist"))
             })
+    }
+
+    /// How long an idempotent invocation's result is kept: the operator's service override,
+    /// else the handler's, else the service's declared retention, else one day.
+    pub fn idempotency_retention(&self, service: &str, handler: &str) -> Duration {
+        let Ok((found, deployment)) = self.service(service) else {
+            return DAY;
+        };
+        if let Some(retention) = found.overrides.idempotency_retention {
+            return retention.0;
+        }
+        let manifest = deployment.service(service);
+        manifest
+            .and_then(|m| m.handlers.iter().find(|h| h.name == handler))
+            .and_then(|h| h.options.idempotency_retention)
+            .or_else(|| manifest.and_then(|m| m.options.idempotency_retention))
+            .map_or(DAY, Duration::from_millis)
+    }
+
+    /// How long a completed workflow run (with its state and promises) is kept: the operator's
+    /// override, else the service's declared retention, else one day.
+    pub fn workflow_retention(&self, service: &str) -> Duration {
+        let Ok((found, deployment)) = self.service(service) else {
+            return DAY;
+        };
+        if let Some(retention) = found.overrides.workflow_completion_retention {
+            return retention.0;
+        }
+        deployment
+            .service(service)
+            .and_then(|m| m.options.workflow_completion_retention)
+            .map_or(DAY, Duration::from_millis)
     }
 
     /// Registers a discovered deployment (`POST /deployments`).

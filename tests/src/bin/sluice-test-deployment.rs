@@ -90,6 +90,25 @@ impl Meter {
             .await?)
     }
 
+    /// Calls `Counter/<key>/add(1)` twice with one idempotency key: the second call gets the
+    /// first one's result, so both answers are equal.
+    #[handler(name = "addOnce")]
+    async fn add_once(&self, ctx: Context<'_>, key: String) -> Result<String, HandlerError> {
+        let first = ctx
+            .object_client::<CounterClient>(key.clone())
+            .add(1)
+            .idempotency_key("once")
+            .call()
+            .await?;
+        let second = ctx
+            .object_client::<CounterClient>(key)
+            .add(1)
+            .idempotency_key("once")
+            .call()
+            .await?;
+        Ok(format!("{first}/{second}"))
+    }
+
     /// Calls `Greeter/slow(millis)` and answers its result.
     #[handler(name = "callSlow")]
     async fn call_slow(&self, ctx: Context<'_>, millis: u64) -> Result<u64, HandlerError> {
