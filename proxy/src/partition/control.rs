@@ -64,6 +64,11 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<Controlled, CodedError> {
+        let children = if matches!(op, Control::Cancel | Control::Kill) {
+            called_children(self, id)
+        } else {
+            Vec::new()
+        };
         let Some(live) = self.live.get_mut(&id) else {
             return Ok(Controlled::NotFound);
         };
@@ -83,6 +88,10 @@ impl Partition {
                 "invocation {id} is already completed; only purge applies to it"
             )),
             Control::Cancel => {
+                // Cancellation reaches the children it waits on, too.
+                for child in &children {
+                    effects.push(Effect::Forward(*child, Control::Cancel));
+                }
                 let signal = Message::Signal(proto::NotificationTemplate {
                     id: Some(notification_template::Id::SignalId(CANCEL_SIGNAL)),
                     result: Some(notification_template::Result::Void(proto::Void {})),
@@ -92,16 +101,8 @@ impl Partition {
             }
             Control::Kill => {
                 // Children it called (not one-way sends) are killed with it.
-                let flow_control = self.config.flow_control_enabled();
-                for child in super::calls::children_in(
-                    &self.registry,
-                    flow_control,
-                    &live.record,
-                    &live.journal,
-                ) {
-                    if child.record.caller.is_some_and(|c| c.id == id) {
-                        effects.push(Effect::Kill(child.record.id));
-                    }
+                for child in &children {
+                    effects.push(Effect::Forward(*child, Control::Kill));
                 }
                 stop_attempt(live);
                 live.record.last_failure = None;
@@ -149,6 +150,27 @@ impl Partition {
         effects.push(Effect::Settle(id));
         Ok(answer)
     }
+}
+
+/// The invocations `id` called and that may still run (one-way sends are not its children).
+fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId> {
+    let Some(live) = partition.live.get(&id) else {
+        return Vec::new();
+    };
+    if live.record.status == Status::Completed {
+        return Vec::new();
+    }
+    let flow_control = partition.config.flow_control_enabled();
+    super::calls::children_in(
+        &partition.registry,
+        flow_control,
+        &live.record,
+        &live.journal,
+    )
+    .into_iter()
+    .filter(|child| child.record.caller.is_some_and(|c| c.id == id))
+    .map(|child| child.record.id)
+    .collect()
 }
 
 /// Appends a signal; a waiting invocation is attempted again to see it.

@@ -149,8 +149,8 @@ enum Effect {
     CallResult(Caller, Outcome),
     /// A signal for another invocation.
     Signal(signals::Signal),
-    /// Kill another invocation (a child of a killed one).
-    Kill(InvocationId),
+    /// Cancel or kill another invocation (a child of a canceled or killed one).
+    Forward(InvocationId, control::Control),
     /// An attempt's slots and (if it completed) its object lock go back.
     Settle(InvocationId),
     /// Runs after the commit (answers that must not overtake earlier writes).
@@ -362,10 +362,9 @@ impl Partition {
                 }
                 Effect::Then(then) => then(),
                 Effect::Settle(id) => self.settle(id),
-                Effect::Kill(id) => {
+                Effect::Forward(id, op) => {
                     // Nobody waits for this answer.
                     let (reply, _) = oneshot::channel();
-                    let op = control::Control::Kill;
                     self.runtime.post(id, Event::Control { id, op, reply });
                 }
                 Effect::Found(reply, found) => {
