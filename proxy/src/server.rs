@@ -13,6 +13,7 @@ use crate::admin::{self, AdminService, AdminState};
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
+use crate::limits::Rules;
 use crate::partition::{PartitionsService, Runtime};
 use crate::registry::Registry;
 use crate::shutdown::{DrainService, SignalWatch};
@@ -49,10 +50,12 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         runtime: runtime.clone(),
         config: Arc::clone(&config),
     });
+    let rules = Arc::new(Rules::load(Arc::clone(&store))?);
     server.add_service(background_service(
         "partitions",
         PartitionsService::new(
             runtime,
+            Arc::clone(&rules),
             receivers,
             Arc::clone(&store),
             Arc::clone(&registry),
@@ -74,6 +77,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         Arc::clone(&store),
         registry,
         ingress_state.runtime.clone(),
+        rules,
     );
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(

@@ -7,6 +7,7 @@ pub mod error;
 mod health;
 pub mod invocations;
 pub mod json;
+pub mod limits;
 pub mod services;
 pub mod shapes;
 mod version;
@@ -31,6 +32,7 @@ pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformati
 
 use crate::config::Config;
 use crate::discovery::DiscoveryClient;
+use crate::limits::Rules;
 use crate::partition::Runtime;
 use crate::registry::Registry;
 use crate::shutdown::shutdown_started;
@@ -49,6 +51,8 @@ pub struct AdminState {
     pub registry: Arc<Registry>,
     /// The partitions, for invocation control.
     pub runtime: Runtime,
+    /// The flow-control rule book.
+    pub rules: Arc<Rules>,
     /// Fetches endpoint manifests.
     pub discovery: DiscoveryClient,
     /// The generated OpenAPI document, set once the router is built.
@@ -63,6 +67,7 @@ impl AdminState {
         store: Arc<Store>,
         registry: Arc<Registry>,
         runtime: Runtime,
+        rules: Arc<Rules>,
     ) -> Self {
         Self {
             config,
@@ -70,6 +75,7 @@ impl AdminState {
             store,
             registry,
             runtime,
+            rules,
             discovery: DiscoveryClient::default(),
             openapi: OnceLock::new(),
         }
@@ -112,6 +118,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(invocations::list))
         .routes(routes!(invocations::get, invocations::delete))
         .routes(routes!(invocations::control))
+        .routes(routes!(limits::upsert, limits::list))
+        .routes(routes!(limits::bulk_delete))
         .split_for_parts();
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);
@@ -234,6 +242,7 @@ mod tests {
             store,
             registry,
             runtime,
+            rules,
         );
         (router(Arc::new(state)), dir)
     }

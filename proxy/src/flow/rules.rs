@@ -220,6 +220,17 @@ impl RuleBook {
         self.rules.get(&pattern.to_string())
     }
 
+    /// A book holding `rules` at `version` (as stored).
+    pub fn restore(rules: impl IntoIterator<Item = Rule>, version: u32) -> Self {
+        let mut book = Self::new();
+        let rules = rules
+            .into_iter()
+            .map(|r| (r.pattern.to_string(), r))
+            .collect();
+        book.commit(rules, version);
+        book
+    }
+
     /// Applies every upsert or none; answers the resulting rule of each, in order.
     pub fn apply_batch(&mut self, upserts: &[Upsert], now_ms: u64) -> Result<Vec<Rule>, RuleError> {
         let next_version = self.version + 1;

@@ -11,7 +11,7 @@ use super::reply;
 use crate::discovery::manifest::OutputRules;
 use crate::ids::InvocationId;
 use crate::invocation::Target;
-use crate::partition::{idempotent_id, partition_key};
+use crate::partition::{idempotent_id, in_scope, partition_key};
 use crate::registry::Registry;
 
 /// Status of `/output` for an invocation that has not completed.
@@ -131,11 +131,14 @@ pub async fn by_target(
             workflow_name,
             workflow_key,
             scope,
-        } => InvocationId::workflow_run(
-            partition_key(&[workflow_name, workflow_key]),
+        } => in_scope(
+            InvocationId::workflow_run(
+                partition_key(&[workflow_name, workflow_key]),
+                scope.as_deref(),
+                workflow_name,
+                workflow_key,
+            ),
             scope.as_deref(),
-            workflow_name,
-            workflow_key,
         ),
         TargetBody::IdempotentInvocation {
             service,
@@ -143,12 +146,15 @@ pub async fn by_target(
             handler,
             idempotency_key,
             scope,
-        } => idempotent_id(
+        } => in_scope(
+            idempotent_id(
+                scope.as_deref(),
+                service,
+                key.as_deref(),
+                handler,
+                idempotency_key,
+            ),
             scope.as_deref(),
-            service,
-            key.as_deref(),
-            handler,
-            idempotency_key,
         ),
     };
     match action {

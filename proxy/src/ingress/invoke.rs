@@ -15,7 +15,7 @@ use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::scope::check_request;
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome, Status, Target};
-use crate::partition::{idempotent_id, partition_key, target_partition_key};
+use crate::partition::{idempotent_id, in_scope, partition_key, target_partition_key};
 use crate::protocol::{Message, proto};
 
 /// Largest request body accepted (413 beyond).
@@ -63,15 +63,6 @@ fn check_flow_control(
         state.config.flow_control_enabled(),
     )
     .map_err(|e| IngressError::coded(Code::RT0024, e.message))?;
-    if path.scope.is_some() {
-        return Err(IngressError {
-            status: StatusCode::NOT_IMPLEMENTED,
-            code: None,
-            message:
-                "flow-controlled admission of scoped invocations is not served by this build yet"
-                    .into(),
-        });
-    }
     Ok(())
 }
 
@@ -165,6 +156,18 @@ pub async fn invoke(
     let key = limit_key(session, query.as_deref());
     check_flow_control(state, &path, key.as_deref())?;
     let target = target::resolve(&path, &state.registry)?;
+    if path.scope.is_some()
+        && target.key.is_some()
+        && !state.config.experimental_enable_scoped_virtual_objects
+    {
+        return Err(IngressError::coded(
+            Code::RT0017,
+            format!(
+                "'{}' is keyed: scoped calls to virtual objects and workflows need experimental-enable-scoped-virtual-objects = true",
+                target.service
+            ),
+        ));
+    }
     let delay = input::delay(query.as_deref(), path.mode)?;
     let idempotency_key = idempotency_key(session)?;
     let body = read_body(session).await?;
@@ -216,6 +219,7 @@ pub async fn invoke(
             (InvocationId::generate(partition), None)
         }
     };
+    let id = in_scope(id, path.scope.as_deref());
     let now = now_ms();
     let mut record = InvocationRecord::new(
         id,
@@ -231,6 +235,12 @@ pub async fn invoke(
         record.status = Status::Scheduled;
         record.run_at_ms = Some(at);
     }
+    record.scope = path.scope.clone();
+    record.limit_key = path
+        .scope
+        .as_ref()
+        .and(key.clone())
+        .filter(|k| !k.is_empty());
     record.idempotency_key = idempotency_key;
     record.retention_ms = retention.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX));
     let frame = input_frame(session, body);

@@ -103,6 +103,12 @@ pub struct InvocationRecord {
     /// The invocation waiting for this one's result (a call from another handler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<Caller>,
+    /// Flow-control scope (scoped invocations only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Limit key under the scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
     /// Idempotency key it was created with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
@@ -140,6 +146,8 @@ impl InvocationRecord {
             ),
             created_at_ms,
             caller: None,
+            scope: None,
+            limit_key: None,
             idempotency_key: None,
             retention_ms: None,
         }

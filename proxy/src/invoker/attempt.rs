@@ -60,6 +60,10 @@ pub struct AttemptRequest {
     pub partial_state: bool,
     /// Seed for the SDK's deterministic random (V6+).
     pub random_seed: u64,
+    /// Flow-control scope, sent in V7's Start message.
+    pub scope: Option<String>,
+    /// Limit key under the scope, sent in V7's Start message.
+    pub limit_key: Option<String>,
     /// Attempts since the last stored entry.
     pub retry_count: u32,
     /// Give up after this long without a message once the request body is closed (RT0001).
@@ -173,6 +177,14 @@ fn replay(req: &AttemptRequest) -> Bytes {
         } else {
             0
         },
+        scope: req
+            .scope
+            .clone()
+            .filter(|_| req.protocol >= ProtocolVersion::V7),
+        limit_key: req
+            .limit_key
+            .clone()
+            .filter(|_| req.protocol >= ProtocolVersion::V7),
         ..Default::default()
     });
     let mut body = BytesMut::new();

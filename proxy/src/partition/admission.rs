@@ -7,13 +7,16 @@ use super::{Live, Partition};
 use crate::clock::now_ms;
 use crate::discovery::{HandlerType, ServiceType};
 use crate::flow::scheduler::{EntryKind, QueueKey};
+use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
-use crate::invocation::{Status, Target};
+use crate::invocation::{InvocationRecord, Status};
 use crate::registry::Registry;
 
-/// The scheduler queue of `target`: exclusive handlers of keyed services queue per object key
-/// and take its lock; everything else queues per service.
-pub(super) fn queue_key(registry: &Registry, target: &Target) -> QueueKey {
+/// The scheduler queue of `record`: scoped invocations count against their scope and limit
+/// key; exclusive handlers of keyed services queue per object key and take its lock;
+/// everything else queues per service.
+pub(super) fn queue_key(registry: &Registry, record: &InvocationRecord) -> QueueKey {
+    let target = &record.target;
     let exclusive = target.key.is_some()
         && registry
             .service(&target.service)
@@ -28,9 +31,15 @@ pub(super) fn queue_key(registry: &Registry, target: &Target) -> QueueKey {
                     ServiceType::Service => false,
                 }
             });
+    // Both were validated when the invocation was accepted.
+    let scope = record.scope.as_deref().and_then(|s| Scope::parse(s).ok());
+    let limit_key = scope
+        .as_ref()
+        .and(record.limit_key.as_deref())
+        .and_then(|k| LimitKey::parse(k).ok());
     QueueKey {
-        scope: None,
-        limit_key: None,
+        scope,
+        limit_key,
         service: target.service.as_str().into(),
         object_key: exclusive
             .then(|| target.key.as_deref().map(Into::into))
@@ -62,7 +71,7 @@ impl Partition {
         } else {
             EntryKind::New
         };
-        let key = queue_key(&self.registry, &live.record.target);
+        let key = queue_key(&self.registry, &live.record);
         live.queued = true;
         live.queue = Some(
             self.scheduler
@@ -108,7 +117,7 @@ impl Partition {
         if !live.started() || live.record.status == Status::Completed {
             return;
         }
-        let key = queue_key(&self.registry, &live.record.target);
+        let key = queue_key(&self.registry, &live.record);
         live.lock = self.scheduler.hold(&key, live.entry);
     }
 

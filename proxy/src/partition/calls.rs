@@ -160,8 +160,14 @@ pub fn child_of(
                 )
             }
         };
+        let id = super::runtime::in_scope(id, scope);
         let now = now_ms();
         let mut record = InvocationRecord::new(id, target, now);
+        record.scope = scope.map(str::to_owned);
+        record.limit_key = scope
+            .and(limit_key)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned);
         record.idempotency_key = idempotency_key.map(str::to_owned);
         record.retention_ms = retention.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX));
         record.caller = result.map(|completion| Caller {

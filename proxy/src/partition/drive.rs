@@ -13,7 +13,7 @@ use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
-use crate::invocation::{Failure, LastFailure, Outcome, Status, Target, state};
+use crate::invocation::{Failure, InvocationRecord, LastFailure, Outcome, Status, Target, state};
 use crate::invoker::attempt::failure_code;
 use crate::invoker::{AttemptError, AttemptRequest, Ending, MessageSink};
 use crate::protocol::message::Kind;
@@ -384,7 +384,7 @@ impl Partition {
             .eager_state_size_limit
             .map_or(limit / 2, |l| usize::try_from(l.0).unwrap_or(usize::MAX));
         // Keyed targets get their state eagerly, as much as the eager limit allows.
-        let (state, partial_state) = match object(&target) {
+        let (state, partial_state) = match object(&live.record) {
             Some(object) => self
                 .store
                 .with_db(|db| state::entries(db, object, eager))
@@ -434,6 +434,8 @@ impl Partition {
                 state,
                 partial_state,
                 random_seed: live.record.random_seed,
+                scope: live.record.scope.clone(),
+                limit_key: live.record.limit_key.clone(),
                 retry_count: live.record.retry_count,
                 abort_timeout: invoker.abort_timeout.0,
                 inactivity_timeout: invoker.inactivity_timeout.0,
@@ -556,10 +558,10 @@ fn reply(live: &Live, message: &Message, effects: &mut Vec<Effect>) {
 }
 
 /// The object a keyed target addresses.
-fn object(target: &Target) -> Option<state::Object<'_>> {
-    target.key.as_deref().map(|key| state::Object {
-        scope: "",
-        service: &target.service,
+fn object(record: &InvocationRecord) -> Option<state::Object<'_>> {
+    record.target.key.as_deref().map(|key| state::Object {
+        scope: record.scope.as_deref().unwrap_or_default(),
+        service: &record.target.service,
         key,
     })
 }
@@ -577,11 +579,11 @@ fn journal_message(
     effects: &mut Vec<Effect>,
 ) -> Result<(), CodedError> {
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
-    let target = live.record.target.clone();
+    let record = live.record.clone();
     // Reads see committed state: an object runs one exclusive handler at a time, and the SDK
     // answers reads of keys it wrote itself from its own cache.
     let mut answer: Option<(u32, Message)> = None;
-    match (&message, object(&target)) {
+    match (&message, object(&record)) {
         (Message::SetState(set), Some(object)) => {
             let value = set
                 .value

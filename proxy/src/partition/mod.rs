@@ -12,7 +12,8 @@ pub mod runtime;
 pub mod signals;
 
 pub use runtime::{
-    PartitionsService, Receivers, Runtime, idempotent_id, partition_key, target_partition_key,
+    PartitionsService, Receivers, Runtime, idempotent_id, in_scope, partition_key,
+    target_partition_key,
 };
 
 use std::collections::{HashMap, VecDeque};
@@ -293,8 +294,18 @@ impl Partition {
         Ok(())
     }
 
-    /// Applies events until every sender is gone and every write set has committed.
-    pub async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
+    /// Starts from `book` (before recovery, so recovered invocations queue under it).
+    pub fn follow_rules(&mut self, book: Arc<RuleBook>) {
+        self.scheduler.on_rules_changed(book, now_ms());
+    }
+
+    /// Applies events until every sender is gone and every write set has committed; a new
+    /// rule book applies the moment it arrives.
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Event>,
+        mut rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
+    ) {
         let mut batch = Vec::with_capacity(BATCH);
         let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
         let mut open = true;
@@ -309,6 +320,17 @@ impl Partition {
                         Ok(Ok(())) => self.run_effects(effects),
                         Ok(Err(e)) => fail(effects, &e),
                         Err(_) => fail(effects, &CodedError::new(Code::RT0006, "the store writer stopped")),
+                    }
+                }
+                changed = async { rules.as_mut().expect("guarded").changed().await }, if rules.is_some() => {
+                    match changed {
+                        Ok(()) => {
+                            let book = Arc::clone(&rules.as_mut().expect("guarded").borrow_and_update());
+                            // Lowered limits hold new work back; running work finishes.
+                            self.scheduler.on_rules_changed(book, now_ms());
+                            self.dispatch();
+                        }
+                        Err(_) => rules = None,
                     }
                 }
                 received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {

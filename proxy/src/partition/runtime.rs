@@ -14,6 +14,7 @@ use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome};
 use crate::invoker::AttemptClient;
+use crate::limits::Rules;
 use crate::protocol::Frame;
 use crate::registry::Registry;
 use crate::storage::Store;
@@ -56,6 +57,15 @@ pub fn idempotent_id(
         None => partition_key(&[service, handler, idempotency_key]),
     };
     InvocationId::idempotent(partition, scope, service, key, handler, idempotency_key)
+}
+
+/// `id` moved onto its scope's partition: every invocation of a scope lives where the scope's
+/// queues and counters are.
+pub fn in_scope(id: InvocationId, scope: Option<&str>) -> InvocationId {
+    match scope {
+        Some(scope) => InvocationId::new(partition_key(&[scope]), id.uuid()),
+        None => id,
+    }
 }
 
 /// Sends work to partitions. Cheap to clone.
@@ -195,13 +205,25 @@ impl Runtime {
         })
     }
 
-    /// Recovers and runs every partition on the current tokio runtime.
+    /// Recovers and runs every partition on the current tokio runtime, with an empty rule book.
     pub fn spawn(
         &self,
         receivers: Receivers,
         store: &Arc<Store>,
         registry: &Arc<Registry>,
         config: &Arc<Config>,
+    ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
+        self.spawn_with_rules(receivers, store, registry, config, None)
+    }
+
+    /// [`Runtime::spawn`], following the rule book `rules`.
+    pub fn spawn_with_rules(
+        &self,
+        receivers: Receivers,
+        store: &Arc<Store>,
+        registry: &Arc<Registry>,
+        config: &Arc<Config>,
+        rules: Option<&Arc<Rules>>,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
         let n = self.senders.len() as u64;
         let client = AttemptClient::default();
@@ -217,8 +239,12 @@ impl Runtime {
                 client.clone(),
                 self.senders[index].clone(),
             );
+            let changes = rules.map(|rules| {
+                partition.follow_rules(rules.book());
+                rules.subscribe()
+            });
             partition.recover(|id| (id.partition_key() % n) as usize == index)?;
-            handles.push(tokio::spawn(partition.run(rx)));
+            handles.push(tokio::spawn(partition.run(rx, changes)));
         }
         Ok(handles)
     }
@@ -227,6 +253,7 @@ impl Runtime {
 /// Runs the partitions inside the pingora server, on their own runtime.
 pub struct PartitionsService {
     runtime: Runtime,
+    rules: Arc<Rules>,
     receivers: Mutex<Option<Receivers>>,
     store: Arc<Store>,
     registry: Arc<Registry>,
@@ -237,6 +264,7 @@ impl PartitionsService {
     /// A service running `runtime`'s partitions.
     pub fn new(
         runtime: Runtime,
+        rules: Arc<Rules>,
         receivers: Receivers,
         store: Arc<Store>,
         registry: Arc<Registry>,
@@ -244,6 +272,7 @@ impl PartitionsService {
     ) -> Self {
         Self {
             runtime,
+            rules,
             receivers: Mutex::new(Some(receivers)),
             store,
             registry,
@@ -263,10 +292,13 @@ impl BackgroundService for PartitionsService {
         let Some(receivers) = receivers else {
             return;
         };
-        match self
-            .runtime
-            .spawn(receivers, &self.store, &self.registry, &self.config)
-        {
+        match self.runtime.spawn_with_rules(
+            receivers,
+            &self.store,
+            &self.registry,
+            &self.config,
+            Some(&self.rules),
+        ) {
             Ok(_) => crate::shutdown::shutdown_started(shutdown).await,
             Err(e) => {
                 tracing::error!(error.code = ?e.code, error = %e, "partitions failed to start")

@@ -60,6 +60,9 @@ impl Greeter {
 
 /// Side-effect executions seen by this process, for exactly-once checks across Sluice crashes.
 static RUNS: AtomicU64 = AtomicU64::new(0);
+/// `Meter/hold` calls running now, and the most seen at once.
+static HOLDING: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
 /// The awakeable `Meter/awaitAwakeable` waits on.
 static AWAKEABLE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 /// Completions of `Meter/work`, counted inside a second side effect.
@@ -107,6 +110,23 @@ impl Meter {
             .call()
             .await?;
         Ok(format!("{first}/{second}"))
+    }
+
+    /// Runs for `millis` without suspending (a plain timer, not a durable sleep), recording
+    /// how many `hold`s run at once in this process.
+    #[handler]
+    async fn hold(&self, _ctx: Context<'_>, millis: u64) -> Result<(), HandlerError> {
+        let now = HOLDING.fetch_add(1, Ordering::SeqCst) + 1;
+        PEAK.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        HOLDING.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The most `hold`s that ran at once since the last call; resets it.
+    #[handler]
+    async fn peak(&self, _ctx: Context<'_>) -> Result<u64, HandlerError> {
+        Ok(PEAK.swap(0, Ordering::SeqCst))
     }
 
     /// Calls `Greeter/slow(millis)` and answers its result.

@@ -79,6 +79,8 @@ fn request(addr: SocketAddr) -> AttemptRequest {
         state: Vec::new(),
         partial_state: false,
         random_seed: 42,
+        scope: None,
+        limit_key: None,
         retry_count: 0,
         abort_timeout: Duration::from_secs(5),
         inactivity_timeout: Duration::from_secs(5),

@@ -1,0 +1,173 @@
+//! The cluster's rule book as a service: rules persisted in redb, changed in atomic batches,
+//! and handed to every partition the moment a batch commits (no restart, no polling).
+
+use std::sync::{Arc, RwLock};
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::watch;
+
+use crate::clock::now_ms;
+use crate::errors::{Code, CodedError};
+use crate::flow::{Delete, Rule, RuleBook, RuleError, RulePattern, Upsert};
+use crate::storage::Store;
+
+/// Key: pattern. Value: the rule as JSON.
+const RULES: TableDefinition<&str, &[u8]> = TableDefinition::new("rules");
+/// Key: "version". Value: the book version (u32 BE).
+const RULES_META: TableDefinition<&str, &[u8]> = TableDefinition::new("rules_meta");
+
+fn storage(e: impl std::fmt::Display) -> CodedError {
+    CodedError::new(Code::RT0006, format!("rule store: {e}"))
+}
+
+/// Why a change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    /// The batch itself (a precondition, a full book).
+    #[error(transparent)]
+    Rules(#[from] RuleError),
+    /// Storing it failed; nothing changed.
+    #[error("{0}")]
+    Storage(CodedError),
+}
+
+/// The rule book, shared.
+#[derive(Debug)]
+pub struct Rules {
+    store: Arc<Store>,
+    book: RwLock<Arc<RuleBook>>,
+    changes: watch::Sender<Arc<RuleBook>>,
+}
+
+impl Rules {
+    /// Loads the stored book.
+    pub fn load(store: Arc<Store>) -> Result<Self, CodedError> {
+        let book = store.with_db(|db| -> Result<RuleBook, CodedError> {
+            let txn = db.begin_read().map_err(storage)?;
+            let Ok(table) = txn.open_table(RULES) else {
+                return Ok(RuleBook::new());
+            };
+            let mut rules = Vec::new();
+            for row in table.iter().map_err(storage)? {
+                let (_, value) = row.map_err(storage)?;
+                rules.push(serde_json::from_slice::<Rule>(value.value()).map_err(storage)?);
+            }
+            let version = txn
+                .open_table(RULES_META)
+                .ok()
+                .and_then(|t| t.get("version").ok().flatten())
+                .and_then(|v| v.value().try_into().ok())
+                .map_or(0, u32::from_be_bytes);
+            Ok(RuleBook::restore(rules, version))
+        })??;
+        let book = Arc::new(book);
+        let (changes, _) = watch::channel(Arc::clone(&book));
+        Ok(Self {
+            store,
+            book: RwLock::new(book),
+            changes,
+        })
+    }
+
+    /// The current book.
+    pub fn book(&self) -> Arc<RuleBook> {
+        Arc::clone(&self.book.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Every later book, as it commits.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<RuleBook>> {
+        self.changes.subscribe()
+    }
+
+    /// Applies upserts atomically; answers the resulting rules in order.
+    pub fn upsert(&self, upserts: &[Upsert]) -> Result<Vec<Rule>, RulesError> {
+        self.change(|book| book.apply_batch(upserts, now_ms()))
+    }
+
+    /// Deletes rules atomically; answers the patterns removed.
+    pub fn delete(&self, deletes: &[Delete]) -> Result<Vec<RulePattern>, RulesError> {
+        self.change(|book| book.delete_batch(deletes))
+    }
+
+    fn change<T>(
+        &self,
+        apply: impl FnOnce(&mut RuleBook) -> Result<T, RuleError>,
+    ) -> Result<T, RulesError> {
+        let mut guard = self.book.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = RuleBook::clone(&guard);
+        let answer = apply(&mut next)?;
+        if next.version() != guard.version() {
+            self.persist(&guard, &next).map_err(RulesError::Storage)?;
+            let next = Arc::new(next);
+            *guard = Arc::clone(&next);
+            self.changes.send_replace(next);
+        }
+        Ok(answer)
+    }
+
+    /// Writes the difference between two books in one transaction.
+    fn persist(&self, before: &RuleBook, after: &RuleBook) -> Result<(), CodedError> {
+        self.store.with_db(|db| -> Result<(), CodedError> {
+            let txn = db.begin_write().map_err(storage)?;
+            {
+                let mut table = txn.open_table(RULES).map_err(storage)?;
+                for gone in before.rules().filter(|r| after.get(&r.pattern).is_none()) {
+                    table
+                        .remove(gone.pattern.to_string().as_str())
+                        .map_err(storage)?;
+                }
+                for rule in after.rules() {
+                    if before.get(&rule.pattern) != Some(rule) {
+                        let json = serde_json::to_vec(rule).map_err(storage)?;
+                        table
+                            .insert(rule.pattern.to_string().as_str(), json.as_slice())
+                            .map_err(storage)?;
+                    }
+                }
+                let mut meta = txn.open_table(RULES_META).map_err(storage)?;
+                meta.insert("version", after.version().to_be_bytes().as_slice())
+                    .map_err(storage)?;
+            }
+            txn.commit().map_err(storage)
+        })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::{Limit, Precondition};
+
+    #[test]
+    fn batches_persist_and_reach_subscribers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let rules = Rules::load(Arc::clone(&store)).unwrap();
+        let mut changes = rules.subscribe();
+        let star: RulePattern = "*".parse().unwrap();
+        let limit = Limit::Concurrency(2.try_into().unwrap());
+        rules.upsert(&[Upsert::new(star.clone(), limit)]).unwrap();
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(changes.borrow_and_update().get(&star).unwrap().limit, limit);
+        // A failed precondition changes nothing.
+        let mut refused = Upsert::new(star.clone(), Limit::Unlimited);
+        refused.precondition = Precondition::DoesNotExist;
+        assert!(matches!(
+            rules.upsert(&[refused]),
+            Err(RulesError::Rules(_))
+        ));
+        assert!(!changes.has_changed().unwrap());
+        let version = rules.book().version();
+        drop(rules);
+        let again = Rules::load(store).unwrap();
+        assert_eq!(again.book().version(), version);
+        assert_eq!(again.book().get(&star).unwrap().limit, limit);
+        again
+            .delete(&[Delete {
+                pattern: star.clone(),
+                expected_version: None,
+            }])
+            .unwrap();
+        assert!(again.book().get(&star).is_none());
+    }
+}

@@ -1,0 +1,211 @@
+//! Flow control end to end against the real Rust SDK deployment: scoped calls admitted under
+//! the rule book, concurrency measured inside the handler (`Meter/hold` records how many run at
+//! once), rule changes applied to running partitions, and the rule book API.
+
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment};
+
+async fn flow_controlled() -> (Sluice, TestDeployment) {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
+        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    (sluice, dep)
+}
+
+async fn put_rules(sluice: &Sluice, rules: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}/limits/rules", sluice.admin_url))
+        .json(&rules)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+/// Runs `paths` concurrently (each a `Meter/hold` of 400 ms) and answers the peak concurrency
+/// the handler saw.
+async fn peak_of(sluice: &Sluice, paths: &[String]) -> u64 {
+    let client = reqwest::Client::new();
+    let calls: Vec<_> = paths
+        .iter()
+        .map(|path| {
+            client
+                .post(format!("{}{path}", sluice.ingress_url))
+                .header("content-type", "application/json")
+                .body("400")
+                .send()
+        })
+        .map(tokio::spawn)
+        .collect();
+    for call in calls {
+        let resp = call.await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    }
+    let peak = client
+        .post(format!("{}/service/call/Meter/peak", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap();
+    peak.text().await.unwrap().parse().unwrap()
+}
+
+fn scoped(scope: &str, n: usize) -> Vec<String> {
+    vec![format!("/service/scope/{scope}/call/Meter/hold"); n]
+}
+
+#[tokio::test]
+async fn rules_bound_scoped_concurrency_and_apply_at_once() {
+    let (sluice, _dep) = flow_controlled().await;
+    let (status, created) = put_rules(
+        &sluice,
+        json!([{"pattern": "*", "limits": {"concurrency": 2}}]),
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(created[0]["limits"]["concurrency"], 2);
+
+    // Six calls in one scope never exceed 2.
+    assert_eq!(peak_of(&sluice, &scoped("s1", 6)).await, 2);
+    // Two scopes get 2 each.
+    let both = [scoped("s1", 3), scoped("s2", 3)].concat();
+    assert_eq!(peak_of(&sluice, &both).await, 4);
+    // An exact scope rule beats `*`.
+    put_rules(
+        &sluice,
+        json!([{"pattern": "s3", "limits": {"concurrency": 1}}]),
+    )
+    .await;
+    assert_eq!(peak_of(&sluice, &scoped("s3", 4)).await, 1);
+    // Unscoped calls are never limited.
+    let unscoped = vec!["/service/call/Meter/hold".to_owned(); 5];
+    assert_eq!(peak_of(&sluice, &unscoped).await, 5);
+    // Raising the rule applies to the next burst at once.
+    put_rules(&sluice, json!([{"pattern": "*", "limits": {}}])).await;
+    assert_eq!(peak_of(&sluice, &scoped("s1", 5)).await, 5);
+    // A disabled rule is ignored.
+    put_rules(
+        &sluice,
+        json!([{"pattern": "s3", "limits": {"concurrency": 1}, "disabled": true}]),
+    )
+    .await;
+    assert_eq!(peak_of(&sluice, &scoped("s3", 3)).await, 3);
+    // Limit keys: `s4/*` = 1 gives one per L1 key.
+    put_rules(
+        &sluice,
+        json!([{"pattern": "s4/*", "limits": {"concurrency": 1}}]),
+    )
+    .await;
+    let keyed: Vec<String> = ["gold", "gold", "silver", "silver"]
+        .iter()
+        .map(|k| format!("/service/scope/s4/call/Meter/hold?limit-key={k}"))
+        .collect();
+    assert_eq!(peak_of(&sluice, &keyed).await, 2);
+}
+
+#[tokio::test]
+async fn the_rule_book_api() {
+    let (sluice, _dep) = flow_controlled().await;
+    let (status, _) = put_rules(
+        &sluice,
+        json!([
+            {"pattern": "b", "limits": {"concurrency": 3}, "description": "bee"},
+            {"pattern": "a/*", "limits": {}}
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let patterns: Vec<&str> = listed["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["pattern"].as_str().unwrap())
+        .collect();
+    assert_eq!(patterns, ["a/*", "b"]);
+    let b = &listed["rules"][1];
+    assert_eq!(b["description"], "bee");
+    let version = b["version"].as_u64().unwrap();
+
+    // Preconditions: nothing of a refused batch applies.
+    let (status, refused) = put_rules(&sluice, json!([
+        {"pattern": "c", "limits": {"concurrency": 1}},
+        {"pattern": "b", "limits": {"concurrency": 9}, "precondition": {"type": "does_not_exist"}}
+    ]))
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["rules"].as_array().unwrap().len(),
+        2,
+        "c was not created"
+    );
+    let (status, updated) = put_rules(&sluice, json!([
+        {"pattern": "b", "limits": {"concurrency": 4}, "precondition": {"type": "matches", "version": version}}
+    ]))
+    .await;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(updated[0]["version"].as_u64(), Some(version + 1));
+
+    // Invalid input is 422.
+    for bad in [
+        json!([{"pattern": "not a pattern!", "limits": {}}]),
+        json!([{"pattern": "x", "limits": {"concurrency": 0}}]),
+    ] {
+        let (status, body) = put_rules(&sluice, bad).await;
+        assert_eq!(status, 422, "{body}");
+    }
+
+    // Bulk delete answers what it removed.
+    let removed: Value = reqwest::Client::new()
+        .post(format!("{}/limits/rules/bulk-delete", sluice.admin_url))
+        .json(&json!([{"pattern": "a/*"}, {"pattern": "zzz"}]))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(removed, json!(["a/*"]));
+}
+
+#[tokio::test]
+async fn scoped_requests_are_refused_with_rt0024_while_flow_control_is_off() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/scope/s1/call/Meter/hold",
+            sluice.ingress_url
+        ))
+        .header("content-type", "application/json")
+        .body("1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()["x-service-error-code"], "RT0024");
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("experimental-enable-vqueues"),
+        "{body}"
+    );
+}
