@@ -47,6 +47,8 @@ fn request(
         state: Vec::new(),
         partial_state: false,
         random_seed: 1,
+        scope: None,
+        limit_key: None,
         retry_count: 0,
         abort_timeout: Duration::from_secs(10),
         inactivity_timeout: Duration::from_secs(10),

@@ -236,6 +236,7 @@ mod tests {
         let config = Arc::new(Config::default());
         let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
         let (runtime, _receivers) = crate::partition::Runtime::new(1);
+        let rules = Arc::new(Rules::load(Arc::clone(&store)).unwrap());
         let state = AdminState::new(
             config,
             "http://127.0.0.1:8080/".into(),

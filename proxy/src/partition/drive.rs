@@ -81,6 +81,7 @@ impl Partition {
                     effects.extend(reply.map(|r| Effect::Ack(r, false)));
                     return Ok(());
                 }
+                let record = *record;
                 store::put_record(writes, &record)?;
                 store::put_entry(writes, id, 0, &input);
                 match record.run_at_ms {

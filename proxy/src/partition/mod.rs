@@ -49,8 +49,8 @@ const IN_FLIGHT: usize = 4;
 pub enum Event {
     /// A new invocation with its Input entry; acknowledged once durable.
     Submit {
-        /// The record.
-        record: InvocationRecord,
+        /// The record (boxed: events are small otherwise).
+        record: Box<InvocationRecord>,
         /// The Input command frame (journal entry 0).
         input: Frame,
         /// Answered after the commit: true when created, false when an invocation with this
@@ -366,7 +366,7 @@ impl Partition {
                 Effect::Child(child) => {
                     let id = child.record.id;
                     let event = Event::Submit {
-                        record: child.record,
+                        record: Box::new(child.record),
                         input: child.input,
                         reply: None,
                     };

@@ -132,7 +132,7 @@ impl Runtime {
         let id = record.id;
         self.partition(id)
             .send(Event::Submit {
-                record,
+                record: Box::new(record),
                 input,
                 reply: Some(reply),
             })
