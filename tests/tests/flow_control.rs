@@ -209,3 +209,57 @@ async fn scoped_requests_are_refused_with_rt0024_while_flow_control_is_off() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
+    const SENDS: u64 = 100;
+    let (mut sluice, _dep) = flow_controlled().await;
+    put_rules(&sluice, json!([{"pattern": "*", "limits": {"concurrency": 1}}])).await;
+    let client = reqwest::Client::new();
+    for _ in 0..SENDS {
+        let resp = client
+            .post(format!("{}/service/scope/held/send/Meter/work", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .body("20")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+    }
+    let counts = |ingress: String| async move {
+        let text = reqwest::Client::new()
+            .post(format!("{ingress}/service/call/Meter/counts"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let text = text.trim_matches('"').to_owned();
+        let (runs, done) = text.split_once('/').unwrap();
+        (runs.parse::<u64>().unwrap(), done.parse::<u64>().unwrap())
+    };
+    // Kill while most of them are still held in the queue.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let before = counts(sluice.ingress_url.clone()).await;
+    assert!(before.1 < SENDS, "the queue still holds work at the kill: {before:?}");
+    sluice.signal(nix::sys::signal::Signal::SIGKILL).unwrap();
+    sluice.wait_exit(std::time::Duration::from_secs(5)).unwrap();
+    let again = Sluice::builder()
+        .env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
+        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
+        .data_dir(&sluice.data_dir)
+        .start()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let seen = counts(again.ingress_url.clone()).await;
+        assert!(seen.0 <= SENDS && seen.1 <= SENDS, "ran more than once: {seen:?}");
+        if seen == (SENDS, SENDS) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "stuck at {seen:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
