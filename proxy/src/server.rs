@@ -27,6 +27,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let config = Arc::new(config);
     let store = Arc::new(Store::open(&config.data_dir)?);
     let registry = Arc::new(Registry::load(Arc::clone(&store))?);
+    crate::limits::switch::check(&store, config.flow_control_enabled())?;
     let ingress_listener = bind(
         config.ingress.bind,
         "ingress",

@@ -214,11 +214,18 @@ async fn scoped_requests_are_refused_with_rt0024_while_flow_control_is_off() {
 async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     const SENDS: u64 = 100;
     let (mut sluice, _dep) = flow_controlled().await;
-    put_rules(&sluice, json!([{"pattern": "*", "limits": {"concurrency": 1}}])).await;
+    put_rules(
+        &sluice,
+        json!([{"pattern": "*", "limits": {"concurrency": 1}}]),
+    )
+    .await;
     let client = reqwest::Client::new();
     for _ in 0..SENDS {
         let resp = client
-            .post(format!("{}/service/scope/held/send/Meter/work", sluice.ingress_url))
+            .post(format!(
+                "{}/service/scope/held/send/Meter/work",
+                sluice.ingress_url
+            ))
             .header("content-type", "application/json")
             .body("20")
             .send()
@@ -242,7 +249,10 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     // Kill while most of them are still held in the queue.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let before = counts(sluice.ingress_url.clone()).await;
-    assert!(before.1 < SENDS, "the queue still holds work at the kill: {before:?}");
+    assert!(
+        before.1 < SENDS,
+        "the queue still holds work at the kill: {before:?}"
+    );
     sluice.signal(nix::sys::signal::Signal::SIGKILL).unwrap();
     sluice.wait_exit(std::time::Duration::from_secs(5)).unwrap();
     let again = Sluice::builder()
@@ -255,11 +265,49 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let seen = counts(again.ingress_url.clone()).await;
-        assert!(seen.0 <= SENDS && seen.1 <= SENDS, "ran more than once: {seen:?}");
+        assert!(
+            seen.0 <= SENDS && seen.1 <= SENDS,
+            "ran more than once: {seen:?}"
+        );
         if seen == (SENDS, SENDS) {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "stuck at {seen:?}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn flow_control_is_only_switched_on_for_a_store_without_work_in_flight() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut off = Sluice::builder().start().await.unwrap();
+    off.register(&dep.uri, false).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/send/Greeter/slow", off.ingress_url))
+        .header("content-type", "application/json")
+        .body("60000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    off.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    off.wait_exit(std::time::Duration::from_secs(10)).unwrap();
+
+    let refused = Sluice::builder()
+        .env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
+        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
+        .data_dir(&off.data_dir)
+        .run_to_exit()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        refused.stderr.contains("1 in-flight invocation"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("fresh --data-dir"),
+        "{}",
+        refused.stderr
+    );
 }
