@@ -311,3 +311,56 @@ async fn flow_control_is_only_switched_on_for_a_store_without_work_in_flight() {
         refused.stderr
     );
 }
+
+#[tokio::test]
+async fn the_rules_cli() {
+    let (sluice, _dep) = flow_controlled().await;
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(sluice_tests::binary())
+            .arg("rules")
+            .args(args)
+            .args(["--admin-url", &sluice.admin_url])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    assert_eq!(run(&["set", "*", "--concurrency", "2"]).0, true);
+    // Setting only the description keeps the limit.
+    let (ok, out) = run(&["set", "*", "--description", "everyone"]);
+    assert!(ok, "{out}");
+    let (ok, out) = run(&["list", "--extra"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("PATTERN") && out.contains("LAST MODIFIED"),
+        "{out}"
+    );
+    assert!(out.contains("everyone") && out.contains(" 2 "), "{out}");
+    let (ok, out) = run(&["set", "new"]);
+    assert!(
+        !ok && out.contains("--concurrency N or --unlimited"),
+        "{out}"
+    );
+    assert!(run(&["set", "acme/gold", "--unlimited"]).0);
+    assert!(run(&["disable", "*"]).0);
+    let (ok, out) = run(&["disable", "*"]);
+    assert!(!ok && out.contains("already disabled"), "{out}");
+    assert!(run(&["enable", "*"]).0);
+    let (ok, out) = run(&["list", "--json"]);
+    assert!(ok, "{out}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["rules"][0]["pattern"], "*");
+    assert_eq!(listed["rules"][0]["disabled"], false);
+    assert_eq!(listed["rules"][1]["pattern"], "acme/gold");
+    assert!(run(&["delete", "acme/gold"]).0);
+    let (ok, out) = run(&["delete", "acme/gold"]);
+    assert!(
+        !ok && out.contains("no rule with pattern 'acme/gold'"),
+        "{out}"
+    );
+    let (ok, out) = run(&["disable", "nope"]);
+    assert!(!ok && out.contains("no rule with pattern 'nope'"), "{out}");
+}

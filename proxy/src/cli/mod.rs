@@ -4,6 +4,7 @@ mod client;
 mod explain;
 mod invocations;
 mod registry;
+mod rules;
 mod table;
 
 use std::path::PathBuf;
@@ -44,6 +45,15 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: invocations::InvocationsCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
+    /// Set, list, disable, enable and delete flow-control rules (admin API client).
+    Rules {
+        /// What to do.
+        #[command(subcommand)]
+        command: rules::RulesCommand,
         /// Admin URL and output format.
         #[command(flatten)]
         admin: registry::AdminArgs,
@@ -96,6 +106,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Invocations { command, admin } => {
             report(block_on(invocations::run(&command, &admin)))
         }
+        Command::Rules { command, admin } => report(block_on(rules::run(&command, &admin))),
     }
 }
 
