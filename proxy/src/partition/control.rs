@@ -69,6 +69,19 @@ impl Partition {
         } else {
             Vec::new()
         };
+        if !self.live.contains_key(&id) {
+            // Completed invocations leave memory; the store still knows them.
+            return Ok(match self.stored(id)? {
+                None => Controlled::NotFound,
+                Some(_) if op == Control::Purge => {
+                    store::delete_invocation(writes, id);
+                    Controlled::Done
+                }
+                Some(_) => Controlled::Conflict(format!(
+                    "invocation {id} is already completed; only purge applies to it"
+                )),
+            });
+        }
         let Some(live) = self.live.get_mut(&id) else {
             return Ok(Controlled::NotFound);
         };

@@ -64,6 +64,17 @@ impl Partition {
                 reply,
             } => {
                 let id = record.id;
+                // A child handed over again after a restart may have completed and left
+                // memory: the store says so.
+                if reply.is_none()
+                    && !self.live.contains_key(&id)
+                    && let Some(done) = self.stored(id)?
+                {
+                    if let (Some(caller), Some(outcome)) = (record.caller, done.outcome) {
+                        effects.push(Effect::CallResult(caller, outcome));
+                    }
+                    return Ok(());
+                }
                 // A child submitted again after a restart, or an idempotent repeat: it exists
                 // already. Another caller waiting on it gets its result too.
                 if let Some(live) = self.live.get_mut(&id) {
@@ -98,7 +109,11 @@ impl Partition {
                     Some(outcome) => effects.push(Effect::Notify(vec![reply], outcome.clone())),
                     None => live.waiters.push(reply),
                 },
-                None => drop(reply),
+                // Completed invocations leave memory; their outcome is in the store.
+                None => match self.stored(id)?.and_then(|r| r.outcome) {
+                    Some(outcome) => effects.push(Effect::Notify(vec![reply], outcome)),
+                    None => drop(reply),
+                },
             },
             Event::SetObjectState {
                 service,
@@ -118,10 +133,10 @@ impl Partition {
                 effects.push(Effect::Ack(reply, true));
             }
             Event::Peek { id, reply } => {
-                let seen = self
-                    .live
-                    .get(&id)
-                    .map(|live| (live.record.target.clone(), live.record.outcome.clone()));
+                let seen = match self.live.get(&id) {
+                    Some(live) => Some((live.record.target.clone(), live.record.outcome.clone())),
+                    None => self.stored(id)?.map(|r| (r.target, r.outcome)),
+                };
                 // After the commit: the outcome may belong to a batch still committing.
                 effects.push(Effect::Then(Box::new(move || {
                     let _ = reply.send(seen);
@@ -190,6 +205,11 @@ impl Partition {
             }
         }
         Ok(())
+    }
+
+    /// A record only the store still holds (completed invocations leave memory).
+    pub(super) fn stored(&self, id: InvocationId) -> Result<Option<InvocationRecord>, CodedError> {
+        self.store.with_db(|db| store::load_record(db, id))?
     }
 
     fn wake(
@@ -759,6 +779,13 @@ pub(super) fn complete(
     }
     for caller in live.record.caller.iter().chain(&live.callers) {
         effects.push(Effect::CallResult(*caller, outcome.clone()));
+    }
+    // The journal is in the store; nothing in memory reads it again.
+    live.journal = Vec::new();
+    // Without a retained result (idempotency, workflows) nothing looks the invocation up in
+    // memory again: it leaves once the batch commits and its waiters have their answer.
+    if live.record.retention_ms.is_none() {
+        effects.push(Effect::Evict(live.record.id));
     }
     effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
 }

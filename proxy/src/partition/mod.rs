@@ -154,6 +154,8 @@ enum Effect {
     Forward(InvocationId, control::Control),
     /// An attempt's slots and (if it completed) its object lock go back.
     Settle(InvocationId),
+    /// A completed invocation leaves memory (the store keeps it).
+    Evict(InvocationId),
     /// Runs after the commit (answers that must not overtake earlier writes).
     Then(Box<dyn FnOnce() + Send>),
     /// Whether a signal's invocation exists.
@@ -266,7 +268,10 @@ impl Partition {
                 if let (Some(caller), Some(outcome)) = (record.caller, record.outcome.clone()) {
                     effects.push(Effect::CallResult(caller, outcome));
                 }
-                self.track(record, Vec::new());
+                // Only retained results (idempotency, workflows) are looked up in memory.
+                if record.retention_ms.is_some() {
+                    self.track(record, Vec::new());
+                }
                 continue;
             }
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
@@ -384,6 +389,18 @@ impl Partition {
                 }
                 Effect::Then(then) => then(),
                 Effect::Settle(id) => self.settle(id),
+                Effect::Evict(id) => {
+                    // Its slots and lock go back first (settling twice is harmless).
+                    self.settle(id);
+                    if let Some(live) = self.live.get(&id)
+                        && live.record.status == Status::Completed
+                        && live.waiters.is_empty()
+                    {
+                        let entry = live.entry;
+                        self.live.remove(&id);
+                        self.entries.remove(&entry);
+                    }
+                }
                 Effect::Forward(id, op) => {
                     // Nobody waits for this answer.
                     let (reply, _) = oneshot::channel();

@@ -93,7 +93,8 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> bool {
         let Some(live) = self.live.get_mut(&signal.target) else {
-            return false;
+            // A completed invocation left memory but exists; the signal is dropped.
+            return self.stored(signal.target).ok().flatten().is_some();
         };
         // A completed invocation no longer listens; the signal is dropped.
         if live.record.status == Status::Completed {
