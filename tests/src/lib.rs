@@ -47,6 +47,26 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     bin
 }
 
+/// `Meter/counts` of the test deployment through `sluice`: side effects run and completions.
+pub async fn meter_counts(sluice: &Sluice) -> (u64, u64) {
+    let text = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/counts", sluice.ingress_url))
+        .send()
+        .await
+        .expect("Meter/counts answers")
+        .text()
+        .await
+        .expect("a text answer");
+    let text = text.trim_matches('"');
+    let (runs, done) = text
+        .split_once('/')
+        .unwrap_or_else(|| panic!("counts answered {text}"));
+    (
+        runs.parse().expect("a count"),
+        done.parse().expect("a count"),
+    )
+}
+
 /// A deployment written with the real Restate Rust SDK (`sluice-test-deployment`).
 #[derive(Debug)]
 pub struct TestDeployment {
@@ -155,6 +175,12 @@ impl Builder {
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
+    }
+
+    /// Turns flow control on (protocol V7 and vqueues).
+    pub fn flow_control(self) -> Self {
+        self.env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
+            .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
     }
 
     /// Sets an environment variable for the process.

@@ -5,30 +5,14 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use sluice_tests::{Sluice, TestDeployment};
+use sluice_tests::{Sluice, TestDeployment, meter_counts};
 
 const SENDS: usize = 200;
-
-async fn counts(sluice: &Sluice) -> (u64, u64) {
-    let text = reqwest::Client::new()
-        .post(format!("{}/service/call/Meter/counts", sluice.ingress_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let text = text.trim_matches('"');
-    let (runs, done) = text
-        .split_once('/')
-        .unwrap_or_else(|| panic!("counts answered {text}"));
-    (runs.parse().unwrap(), done.parse().unwrap())
-}
 
 async fn wait_for(sluice: &Sluice, want: (u64, u64), within: Duration) {
     let deadline = Instant::now() + within;
     loop {
-        let seen = counts(sluice).await;
+        let seen = meter_counts(sluice).await;
         assert!(
             seen.0 <= want.0 && seen.1 <= want.1,
             "executed more than once: {seen:?}"

@@ -3,16 +3,11 @@
 //! once), rule changes applied to running partitions, and the rule book API.
 
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment};
+use sluice_tests::{Sluice, TestDeployment, meter_counts};
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
-        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
-        .start()
-        .await
-        .unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     (sluice, dep)
 }
@@ -233,22 +228,9 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
             .unwrap();
         assert_eq!(resp.status(), 202);
     }
-    let counts = |ingress: String| async move {
-        let text = reqwest::Client::new()
-            .post(format!("{ingress}/service/call/Meter/counts"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let text = text.trim_matches('"').to_owned();
-        let (runs, done) = text.split_once('/').unwrap();
-        (runs.parse::<u64>().unwrap(), done.parse::<u64>().unwrap())
-    };
     // Kill while most of them are still held in the queue.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let before = counts(sluice.ingress_url.clone()).await;
+    let before = meter_counts(&sluice).await;
     assert!(
         before.1 < SENDS,
         "the queue still holds work at the kill: {before:?}"
@@ -256,15 +238,14 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     sluice.signal(nix::sys::signal::Signal::SIGKILL).unwrap();
     sluice.wait_exit(std::time::Duration::from_secs(5)).unwrap();
     let again = Sluice::builder()
-        .env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
-        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
+        .flow_control()
         .data_dir(&sluice.data_dir)
         .start()
         .await
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let seen = counts(again.ingress_url.clone()).await;
+        let seen = meter_counts(&again).await;
         assert!(
             seen.0 <= SENDS && seen.1 <= SENDS,
             "ran more than once: {seen:?}"
@@ -294,8 +275,7 @@ async fn flow_control_is_only_switched_on_for_a_store_without_work_in_flight() {
     off.wait_exit(std::time::Duration::from_secs(10)).unwrap();
 
     let refused = Sluice::builder()
-        .env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
-        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
+        .flow_control()
         .data_dir(&off.data_dir)
         .run_to_exit()
         .unwrap();

@@ -188,7 +188,7 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
 
 /// Appends a signal; a waiting invocation is attempted again to see it.
 fn signal_live(live: &mut Live, writes: &mut WriteSet, signal: Message, effects: &mut Vec<Effect>) {
-    super::drive::append_signal(live, writes, signal.to_frame(false), effects);
+    super::journal::append_signal(live, writes, signal.to_frame(false), effects);
     if !live.running && live.record.status != Status::Paused {
         effects.push(Effect::Attempt(live.record.id));
     }

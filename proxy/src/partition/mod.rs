@@ -7,6 +7,7 @@ mod admission;
 mod calls;
 pub mod control;
 mod drive;
+mod journal;
 mod promises;
 pub mod runtime;
 pub mod signals;

@@ -182,7 +182,7 @@ impl Partition {
             _ => return Ok(()),
         };
         if let Some(live) = self.live.get_mut(&id) {
-            super::drive::notify(live, writes, answer, completion, effects);
+            super::journal::notify(live, writes, answer, completion, effects);
         }
         Ok(())
     }
@@ -206,7 +206,7 @@ impl Partition {
                 completion,
                 result_of(promise),
             );
-            super::drive::notify(live, writes, frame, completion, effects);
+            super::journal::notify(live, writes, frame, completion, effects);
             if !live.running && live.record.status != Status::Paused {
                 effects.push(Effect::Attempt(waiter));
             }
@@ -232,7 +232,7 @@ impl Partition {
                 continue;
             }
             if let Ok(Message::GetPromise(get)) = Message::decode(frame, version)
-                && !super::drive::has_completion(journal, get.result_completion_id)
+                && !super::journal::has_completion(journal, get.result_completion_id)
                 && let Some(key) = key_of(&target, &get.key)
             {
                 self.promises

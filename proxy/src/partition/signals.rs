@@ -105,7 +105,7 @@ impl Partition {
             result: Some(signal.result),
         })
         .to_frame(false);
-        super::drive::append_signal(live, writes, frame, effects);
+        super::journal::append_signal(live, writes, frame, effects);
         if !live.running && live.record.status != Status::Paused {
             effects.push(Effect::Attempt(signal.target));
         }

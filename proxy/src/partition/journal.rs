@@ -1,0 +1,242 @@
+//! Journaling what an attempt sends: commands and custom entries in order, the notifications
+//! the runtime answers with (run, state, call-id completions), signals, and what a running bidi
+//! attempt is told once the batch commits (notifications, CommandAck, ProposeRunCompletionAck).
+
+use bytes::{Bytes, BytesMut};
+use prost::Message as _;
+
+use super::{Effect, Live, calls, signals};
+use crate::errors::CodedError;
+use crate::invocation::store::{self, Timer};
+use crate::invocation::{InvocationRecord, state};
+use crate::protocol::message::Kind;
+use crate::protocol::proto::{self, notification_template, propose_run_completion_message};
+use crate::protocol::{Frame, Message, MessageType};
+use crate::registry::Registry;
+use crate::storage::Store;
+use crate::storage::writer::WriteSet;
+
+pub(super) fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
+    let index = u32::try_from(live.journal.len()).expect("journals are shorter than 2^32");
+    store::put_entry(writes, live.record.id, index, &frame);
+    live.journal.push(frame);
+}
+
+pub(super) fn encoded(frame: &Frame) -> Bytes {
+    let mut out = BytesMut::new();
+    frame.encode(&mut out);
+    out.freeze()
+}
+
+/// Journals a completion; a running bidi attempt receives it once it is durable.
+pub(super) fn notify(
+    live: &mut Live,
+    writes: &mut WriteSet,
+    frame: Frame,
+    completion: u32,
+    effects: &mut Vec<Effect>,
+) {
+    if live.running {
+        live.fresh.push(completion);
+        if live.outbound.is_some() {
+            effects.push(Effect::Deliver(
+                live.record.id,
+                live.attempt,
+                encoded(&frame),
+            ));
+        }
+    }
+    append(live, writes, frame);
+}
+
+/// Journals a signal; a running attempt receives it (bidi) or is attempted again when it
+/// suspends.
+pub(super) fn append_signal(
+    live: &mut Live,
+    writes: &mut WriteSet,
+    frame: Frame,
+    effects: &mut Vec<Effect>,
+) {
+    if live.running {
+        live.signalled = true;
+        if live.outbound.is_some() {
+            effects.push(Effect::Deliver(
+                live.record.id,
+                live.attempt,
+                encoded(&frame),
+            ));
+        }
+    }
+    append(live, writes, frame);
+}
+
+/// Sends a control message to a running bidi attempt after the batch commits.
+fn reply(live: &Live, message: &Message, effects: &mut Vec<Effect>) {
+    if live.outbound.is_some() {
+        effects.push(Effect::Deliver(
+            live.record.id,
+            live.attempt,
+            encoded(&message.to_frame(false)),
+        ));
+    }
+}
+
+/// The object a keyed target addresses.
+pub(super) fn object(record: &InvocationRecord) -> Option<state::Object<'_>> {
+    record.target.key.as_deref().map(|key| state::Object {
+        scope: record.scope.as_deref().unwrap_or_default(),
+        service: &record.target.service,
+        key,
+    })
+}
+
+/// Journals one message of an attempt and answers what it asks for.
+#[allow(clippy::too_many_arguments)] // the partition's parts a message may touch
+pub(super) fn journal_message(
+    store: &Store,
+    registry: &Registry,
+    flow_control: bool,
+    live: &mut Live,
+    writes: &mut WriteSet,
+    message: Message,
+    ack: bool,
+    effects: &mut Vec<Effect>,
+) -> Result<(), CodedError> {
+    let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
+    let record = live.record.clone();
+    // Reads see committed state: an object runs one exclusive handler at a time, and the SDK
+    // answers reads of keys it wrote itself from its own cache.
+    let mut answer: Option<(u32, Message)> = None;
+    match (&message, object(&record)) {
+        (Message::SetState(set), Some(object)) => {
+            let value = set
+                .value
+                .as_ref()
+                .map(|v| v.content.as_ref())
+                .unwrap_or_default();
+            state::set(writes, object, &set.key, value);
+        }
+        (Message::ClearState(clear), Some(object)) => state::clear(writes, object, &clear.key),
+        (Message::ClearAllState(_), Some(object)) => state::clear_all(writes, object),
+        (Message::GetLazyState(get), Some(object)) => {
+            let value = store.with_db(|db| state::get(db, object, &get.key))??;
+            let result = match value {
+                Some(content) => notification_template::Result::Value(proto::Value { content }),
+                None => notification_template::Result::Void(proto::Void {}),
+            };
+            let done = Message::GetLazyStateCompletion(proto::NotificationTemplate {
+                id: Some(notification_template::Id::CompletionId(
+                    get.result_completion_id,
+                )),
+                result: Some(result),
+            });
+            answer = Some((get.result_completion_id, done));
+        }
+        (Message::GetLazyStateKeys(get), Some(object)) => {
+            let keys = store.with_db(|db| state::keys(db, object))??;
+            let done = Message::GetLazyStateKeysCompletion(proto::NotificationTemplate {
+                id: Some(notification_template::Id::CompletionId(
+                    get.result_completion_id,
+                )),
+                result: Some(notification_template::Result::StateKeys(proto::StateKeys {
+                    keys,
+                })),
+            });
+            answer = Some((get.result_completion_id, done));
+        }
+        _ => {}
+    }
+    match &message {
+        Message::ProposeRunCompletion(proposal) => {
+            let result = match &proposal.result {
+                Some(propose_run_completion_message::Result::Value(v)) => {
+                    notification_template::Result::Value(proto::Value { content: v.clone() })
+                }
+                Some(propose_run_completion_message::Result::Failure(f)) => {
+                    notification_template::Result::Failure(f.clone())
+                }
+                None => notification_template::Result::Void(proto::Void {}),
+            };
+            let completion = proposal.result_completion_id;
+            let done = Message::RunCompletion(proto::NotificationTemplate {
+                id: Some(notification_template::Id::CompletionId(completion)),
+                result: Some(result),
+            });
+            if ack {
+                // The SDK asked for an ack instead of the notification itself.
+                append(live, writes, done.to_frame(false));
+                live.fresh.push(completion);
+                let acked =
+                    Message::ProposeRunCompletionAck(proto::ProposeRunCompletionAckMessage {
+                        completion_id: completion,
+                    });
+                reply(live, &acked, effects);
+            } else {
+                notify(live, writes, done.to_frame(false), completion, effects);
+            }
+            return Ok(());
+        }
+        Message::Sleep(sleep) => {
+            let timer = Timer {
+                at_ms: sleep.wake_up_time,
+                invocation: live.record.id,
+                completion: sleep.result_completion_id,
+            };
+            store::put_timer(writes, timer);
+            effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+        }
+        _ => {}
+    }
+    if kind == Some(Kind::Command) {
+        let index = live.commands;
+        let signal = match signals::sent_by(&message) {
+            Some(Ok(signal)) => Some(signal),
+            Some(Err(e)) => {
+                live.violation = Some(e);
+                live.outbound = None;
+                return Ok(());
+            }
+            None => None,
+        };
+        let child = match calls::child_of(registry, flow_control, live.record.id, index, &message) {
+            Some(Ok(child)) => Some(child),
+            Some(Err(e)) => {
+                // Nothing of the attempt from here on is kept; it is retried.
+                live.violation = Some(e);
+                live.outbound = None;
+                return Ok(());
+            }
+            None => None,
+        };
+        live.commands += 1;
+        append(live, writes, message.to_frame(false));
+        effects.extend(signal.map(Effect::Signal));
+        if let Some((child, notification)) = child {
+            let id = calls::id_notification(notification, child.record.id);
+            notify(live, writes, id.to_frame(false), notification, effects);
+            effects.push(Effect::Child(Box::new(child)));
+        }
+        if ack {
+            let acked = Message::CommandAck(proto::CommandAckMessage {
+                command_index: index,
+            });
+            reply(live, &acked, effects);
+        }
+    } else if matches!(message, Message::Custom { .. }) {
+        append(live, writes, message.to_frame(false));
+    }
+    // A lazy read's completion follows its command in the journal.
+    if let Some((completion, done)) = answer {
+        notify(live, writes, done.to_frame(false), completion, effects);
+    }
+    Ok(())
+}
+
+/// Whether the journal holds a notification for `completion` already.
+pub(super) fn has_completion(journal: &[Frame], completion: u32) -> bool {
+    journal.iter().any(|frame| {
+        MessageType::from_id(frame.ty).map(MessageType::kind) == Some(Kind::Notification)
+            && proto::NotificationTemplate::decode(Bytes::clone(&frame.payload))
+                .is_ok_and(|n| n.id == Some(notification_template::Id::CompletionId(completion)))
+    })
+}
