@@ -365,3 +365,55 @@ async fn the_rules_cli() {
     let (ok, out) = run(&["disable", "nope"]);
     assert!(!ok && out.contains("no rule with pattern 'nope'"), "{out}");
 }
+
+#[tokio::test]
+async fn a_held_invocation_says_what_it_waits_for() {
+    let (sluice, _dep) = flow_controlled().await;
+    put_rules(
+        &sluice,
+        json!([{"pattern": "*", "limits": {"concurrency": 1}}]),
+    )
+    .await;
+    let send = || async {
+        let sent: Value = reqwest::Client::new()
+            .post(format!(
+                "{}/service/scope/w/send/Meter/hold?limit-key=gold",
+                sluice.ingress_url
+            ))
+            .header("content-type", "application/json")
+            .body("1500")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        sent["invocationId"].as_str().unwrap().to_owned()
+    };
+    let _running = send().await;
+    let held = send().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let seen = loop {
+        let seen: Value = reqwest::get(format!("{}/invocations/{held}", sluice.admin_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if seen["waiting"]["blocked_on"] == "limit-key-concurrency" {
+            break seen;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never shown as held: {seen}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(seen["scope"], "w");
+    assert_eq!(seen["limit_key"], "gold");
+    let waiting = &seen["waiting"];
+    assert_eq!(waiting["status"], "blocked", "{seen}");
+    assert_eq!(waiting["level"], "scope", "{seen}");
+    assert_eq!(waiting["limit"], 1, "{seen}");
+    assert_eq!(waiting["rule"], "*", "{seen}");
+}

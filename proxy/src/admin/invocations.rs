@@ -56,6 +56,16 @@ pub struct InvocationResponse {
     /// Next attempt (scheduled, backing off), RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<String>,
+    /// Flow-control scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Limit key under the scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
+    /// For a queued invocation (`GET /invocations/{id}` only): its queue and what it waits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub waiting: Option<serde_json::Value>,
 }
 
 fn time(ms: u64) -> String {
@@ -95,6 +105,9 @@ impl From<&InvocationRecord> for InvocationResponse {
             }),
             created_at: time(r.created_at_ms),
             next_attempt_at: r.run_at_ms.map(time),
+            scope: r.scope.clone(),
+            limit_key: r.limit_key.clone(),
+            waiting: None,
         }
     }
 }
@@ -221,13 +234,21 @@ pub async fn get(
 ) -> Result<Json<InvocationResponse>, AdminError> {
     let id = parse_id(&id)?;
     let record = state.store.with_db(|db| store::load_record(db, id))??;
-    record
+    let mut shown = record
         .as_ref()
-        .map(|r| Json(InvocationResponse::from(r)))
+        .map(InvocationResponse::from)
         .ok_or_else(|| {
             AdminError::new(
                 StatusCode::NOT_FOUND,
                 format!("The requested invocation '{id}' does not exist"),
             )
-        })
+        })?;
+    if record.is_some_and(|r| r.status != Status::Completed) {
+        shown.waiting = state
+            .runtime
+            .explain(id)
+            .await?
+            .and_then(|w| serde_json::to_value(w).ok());
+    }
+    Ok(Json(shown))
 }

@@ -129,6 +129,9 @@ impl Partition {
                 }
                 effects.push(Effect::Ack(reply, true));
             }
+            Event::Explain { id, reply } => {
+                let _ = reply.send(self.waiting(id));
+            }
             Event::Peek { id, reply } => {
                 let seen = match self.live.get(&id) {
                     Some(live) => Some((live.record.target.clone(), live.record.outcome.clone())),

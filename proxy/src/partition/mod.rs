@@ -3,7 +3,7 @@
 //! sets of every partition together), and acknowledgements, attempts and timers are released
 //! only after that commit. The partition keeps applying new events while earlier sets commit.
 
-mod admission;
+pub mod admission;
 mod calls;
 pub mod control;
 mod drive;
@@ -111,6 +111,13 @@ pub enum Event {
         state: Vec<(Bytes, Bytes)>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<bool, CodedError>>,
+    },
+    /// Why a queued invocation waits.
+    Explain {
+        /// The invocation.
+        id: InvocationId,
+        /// Its queue and what blocks it; `None` when not queued.
+        reply: oneshot::Sender<Option<admission::Waiting>>,
     },
     /// Where an invocation is, without waiting.
     Peek {

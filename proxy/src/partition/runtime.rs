@@ -163,6 +163,19 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())
     }
 
+    /// Why a queued invocation waits; `None` when it is not queued.
+    pub async fn explain(
+        &self,
+        id: InvocationId,
+    ) -> Result<Option<super::admission::Waiting>, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        self.partition(id)
+            .send(Event::Explain { id, reply })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())
+    }
+
     /// Applies an operator's control request to an invocation.
     pub async fn control(
         &self,
