@@ -416,4 +416,23 @@ async fn a_held_invocation_says_what_it_waits_for() {
     assert_eq!(waiting["level"], "scope", "{seen}");
     assert_eq!(waiting["limit"], 1, "{seen}");
     assert_eq!(waiting["rule"], "*", "{seen}");
+
+    // The scope's counter is full with one waiter.
+    let counters: Value = reqwest::get(format!("{}/limits/counters", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let scope = counters["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["scope"] == "w" && c["level"] == "scope")
+        .unwrap_or_else(|| panic!("no counter for scope w: {counters}"));
+    assert_eq!(scope["usage"], 1, "{scope}");
+    assert_eq!(scope["limit"], 1, "{scope}");
+    assert_eq!(scope["available"], 0, "{scope}");
+    assert_eq!(scope["waiters"], 1, "{scope}");
+    assert_eq!(scope["rule"], "*", "{scope}");
 }

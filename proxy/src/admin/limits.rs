@@ -197,3 +197,71 @@ pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListRulesRespons
     rules.sort_by(|a, b| a.pattern.cmp(&b.pattern));
     Json(ListRulesResponse { rules })
 }
+
+/// One flow-control counter.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CounterResponse {
+    /// `scope`, `l1` or `l2`.
+    pub level: String,
+    /// The scope.
+    pub scope: String,
+    /// L1 key (L1 and L2 counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l1: Option<String>,
+    /// L2 key (L2 counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<String>,
+    /// Invocations running under it.
+    pub usage: u32,
+    /// Its limit; absent when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Free slots; absent when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<u32>,
+    /// Queues waiting on it.
+    pub waiters: usize,
+    /// The rule that set the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+/// `GET /limits/counters`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListCountersResponse {
+    /// Every live counter, by scope, L1, L2.
+    pub counters: Vec<CounterResponse>,
+}
+
+/// Live flow-control counters: usage, limit, free slots, waiters and the rule, per level.
+#[utoipa::path(get, path = "/limits/counters", tag = "limits", operation_id = "list_counters",
+    responses((status = 200, body = ListCountersResponse)))]
+pub async fn counters(
+    State(state): State<Arc<AdminState>>,
+) -> Result<Json<ListCountersResponse>, AdminError> {
+    let mut counters: Vec<CounterResponse> = state
+        .runtime
+        .counters()
+        .await?
+        .into_iter()
+        .map(|c| {
+            let limit = match c.limit {
+                Limit::Concurrency(n) => Some(n.get()),
+                Limit::Unlimited => None,
+            };
+            CounterResponse {
+                level: c.level.to_string().to_ascii_lowercase(),
+                scope: c.scope,
+                l1: c.l1,
+                l2: c.l2,
+                usage: c.usage,
+                available: limit.map(|_| c.available),
+                limit,
+                waiters: c.waiters,
+                rule: c.rule.map(|r| r.to_string()),
+            }
+        })
+        .collect();
+    counters.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));
+    Ok(Json(ListCountersResponse { counters }))
+}

@@ -120,6 +120,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(invocations::control))
         .routes(routes!(limits::upsert, limits::list))
         .routes(routes!(limits::bulk_delete))
+        .routes(routes!(limits::counters))
         .split_for_parts();
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);

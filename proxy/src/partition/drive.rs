@@ -129,6 +129,9 @@ impl Partition {
                 }
                 effects.push(Effect::Ack(reply, true));
             }
+            Event::Counters { reply } => {
+                let _ = reply.send(self.scheduler.counters());
+            }
             Event::Explain { id, reply } => {
                 let _ = reply.send(self.waiting(id));
             }

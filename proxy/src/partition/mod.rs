@@ -112,6 +112,11 @@ pub enum Event {
         /// Answered after the commit.
         reply: oneshot::Sender<Result<bool, CodedError>>,
     },
+    /// The partition's flow-control counters.
+    Counters {
+        /// Every live counter.
+        reply: oneshot::Sender<Vec<crate::flow::limiter::CounterSnapshot>>,
+    },
     /// Why a queued invocation waits.
     Explain {
         /// The invocation.

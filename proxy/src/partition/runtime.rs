@@ -163,6 +163,20 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())
     }
 
+    /// Every partition's flow-control counters (a scope's counters live on its partition).
+    pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
+        let mut all = Vec::new();
+        for sender in self.senders.iter() {
+            let (reply, answer) = oneshot::channel();
+            sender
+                .send(Event::Counters { reply })
+                .await
+                .map_err(|_| Self::gone())?;
+            all.extend(answer.await.map_err(|_| Self::gone())?);
+        }
+        Ok(all)
+    }
+
     /// Why a queued invocation waits; `None` when it is not queued.
     pub async fn explain(
         &self,
