@@ -436,3 +436,101 @@ async fn a_held_invocation_says_what_it_waits_for() {
     assert_eq!(scope["waiters"], 1, "{scope}");
     assert_eq!(scope["rule"], "*", "{scope}");
 }
+
+fn keyed(scope: &str, key: &str, n: usize) -> Vec<String> {
+    vec![format!("/service/scope/{scope}/call/Meter/hold?limit-key={key}"); n]
+}
+
+#[tokio::test]
+async fn rules_match_by_precedence_and_levels() {
+    let (sluice, _dep) = flow_controlled().await;
+    let (status, body) = put_rules(
+        &sluice,
+        json!([
+            {"pattern": "s5/gold", "limits": {"concurrency": 3}},
+            {"pattern": "s5/*", "limits": {"concurrency": 1}},
+            {"pattern": "*/gold", "limits": {"concurrency": 2}},
+            {"pattern": "s7/a/x", "limits": {"concurrency": 1}},
+            {"pattern": "s8", "limits": {"concurrency": 2}},
+            {"pattern": "s8/*", "limits": {}}
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // The exact L1 rule beats the scope's wildcard, which beats the any-scope rule.
+    assert_eq!(peak_of(&sluice, &keyed("s5", "gold", 5)).await, 3);
+    assert_eq!(peak_of(&sluice, &keyed("s5", "silver", 3)).await, 1);
+    assert_eq!(peak_of(&sluice, &keyed("s6", "gold", 4)).await, 2);
+    // An L2 rule bounds its L2 key only.
+    assert_eq!(peak_of(&sluice, &keyed("s7", "a/x", 3)).await, 1);
+    assert_eq!(peak_of(&sluice, &keyed("s7", "a/y", 3)).await, 3);
+    // Unlimited at L1 does not lift the scope's own cap.
+    let both = [keyed("s8", "p", 3), keyed("s8", "q", 3)].concat();
+    assert_eq!(peak_of(&sluice, &both).await, 2);
+}
+
+#[tokio::test]
+async fn idempotency_is_per_scope_and_ignores_the_limit_key() {
+    let (sluice, _dep) = flow_controlled().await;
+    let send = |scope: &'static str, limit_key: &'static str| {
+        reqwest::Client::new()
+            .post(format!(
+                "{}/service/scope/{scope}/send/Greeter/greet?limit-key={limit_key}",
+                sluice.ingress_url
+            ))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "same")
+            .body("\"x\"")
+            .send()
+    };
+    let id = |resp: reqwest::Response| async move {
+        let sent: Value = resp.json().await.unwrap();
+        (
+            sent["invocationId"].as_str().unwrap().to_owned(),
+            sent["status"].clone(),
+        )
+    };
+    let (first, status) = id(send("i1", "gold").await.unwrap()).await;
+    assert_eq!(status, "Accepted");
+    let (again, status) = id(send("i1", "silver").await.unwrap()).await;
+    assert_eq!(
+        (again.as_str(), status.as_str()),
+        (first.as_str(), Some("PreviouslyAccepted"))
+    );
+    let (other, status) = id(send("i2", "gold").await.unwrap()).await;
+    assert_ne!(other, first, "another scope is another invocation");
+    assert_eq!(status, "Accepted");
+}
+
+#[tokio::test]
+async fn virtual_objects_keep_state_per_scope() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let refused = Sluice::builder().flow_control().start().await.unwrap();
+    refused.register(&dep.uri, false).await;
+    let add = |sluice: &Sluice, scope: &str| {
+        reqwest::Client::new()
+            .post(format!(
+                "{}/service/scope/{scope}/call/Counter/shared/add",
+                sluice.ingress_url
+            ))
+            .header("content-type", "application/json")
+            .body("1")
+            .send()
+    };
+    let resp = add(&refused, "a").await.unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()["x-service-error-code"], "RT0017");
+    drop(refused);
+
+    let sluice = Sluice::builder()
+        .flow_control()
+        .env("SERVICE_EXPERIMENTAL_ENABLE_SCOPED_VIRTUAL_OBJECTS", "true")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    for (scope, want) in [("a", "1"), ("a", "2"), ("b", "1")] {
+        let resp = add(&sluice, scope).await.unwrap();
+        assert_eq!(resp.text().await.unwrap(), want, "scope {scope}");
+    }
+}
