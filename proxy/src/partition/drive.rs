@@ -200,11 +200,17 @@ impl Partition {
             } => self.call_result(id, completion, outcome, writes, effects),
             Event::Signal { signal, reply } => {
                 let found = self.signal(signal, writes, effects);
-                effects.extend(reply.map(|reply| Effect::Found(reply, found)));
+                if let Some(reply) = reply {
+                    effects.push(Effect::Then(Box::new(move || {
+                        let _ = reply.send(found);
+                    })));
+                }
             }
             Event::Control { id, op, reply } => {
                 let answer = self.control(id, op, writes, effects)?;
-                effects.push(Effect::Answer(reply, answer));
+                effects.push(Effect::Then(Box::new(move || {
+                    let _ = reply.send(Ok(answer));
+                })));
             }
         }
         Ok(())

@@ -103,11 +103,10 @@ pub(super) fn journal_message(
     effects: &mut Vec<Effect>,
 ) -> Result<(), CodedError> {
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
-    let record = live.record.clone();
     // Reads see committed state: an object runs one exclusive handler at a time, and the SDK
     // answers reads of keys it wrote itself from its own cache.
     let mut answer: Option<(u32, Message)> = None;
-    match (&message, object(&record)) {
+    match (&message, object(&live.record)) {
         (Message::SetState(set), Some(object)) => {
             let value = set
                 .value

@@ -171,13 +171,6 @@ enum Effect {
     Evict(InvocationId),
     /// Runs after the commit (answers that must not overtake earlier writes).
     Then(Box<dyn FnOnce() + Send>),
-    /// Whether a signal's invocation exists.
-    Found(oneshot::Sender<bool>, bool),
-    /// The answer to a control request.
-    Answer(
-        oneshot::Sender<Result<control::Controlled, CodedError>>,
-        control::Controlled,
-    ),
 }
 
 /// An invocation the partition is driving.
@@ -418,12 +411,6 @@ impl Partition {
                     // Nobody waits for this answer.
                     let (reply, _) = oneshot::channel();
                     self.runtime.post(id, Event::Control { id, op, reply });
-                }
-                Effect::Found(reply, found) => {
-                    let _ = reply.send(found);
-                }
-                Effect::Answer(reply, answer) => {
-                    let _ = reply.send(Ok(answer));
                 }
                 Effect::CallResult(caller, outcome) => self.runtime.post(
                     caller.id,
