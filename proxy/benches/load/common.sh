@@ -1,0 +1,25 @@
+# Shared by the load harnesses: builds release binaries, starts the Rust SDK test deployment and
+# `sluice serve` on free loopback ports (flow control on when FLOW_CONTROL=1), registers the
+# deployment, and stops both on exit. Sets: bin, work, ingress, admin, server, dep.
+# Source it from the workspace root after `set -euo pipefail`.
+command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
+cargo build --release --locked -q -p sluice -p sluice-tests --bins
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+bin="$target_dir/release"
+work="$(mktemp -d)"
+# Three distinct free ports: the sockets are held together so none is handed out twice.
+read -r dep_port ingress admin < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+"$bin/sluice-test-deployment" "127.0.0.1:$dep_port" v1 &
+dep=$!
+flags=()
+[ "${FLOW_CONTROL:-0}" = 1 ] && flags=(env SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7=true SERVICE_EXPERIMENTAL_ENABLE_VQUEUES=true)
+RUST_LOG=warn "${flags[@]}" "$bin/sluice" serve --data-dir "$work/data" --ingress-bind "127.0.0.1:$ingress" --admin-bind "127.0.0.1:$admin" &
+server=$!
+trap 'kill -TERM "$server" 2>/dev/null; kill "$dep" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$admin/health" >/dev/null && break; sleep 0.1; done
+curl -sf -X POST "http://127.0.0.1:$admin/deployments" -H 'content-type: application/json' \
+  -d "{\"uri\":\"http://127.0.0.1:$dep_port/\"}" >/dev/null
