@@ -29,10 +29,7 @@ fn unavailable(e: crate::errors::CodedError) -> IngressError {
 fn output_rules(registry: &Registry, target: &Target) -> Option<OutputRules> {
     let (_, deployment) = registry.service(&target.service).ok()?;
     deployment
-        .service(&target.service)?
-        .handlers
-        .iter()
-        .find(|h| h.name == target.handler)?
+        .handler(&target.service, &target.handler)?
         .output
         .clone()
 }

@@ -23,8 +23,7 @@ pub(super) fn queue_key(registry: &Registry, record: &InvocationRecord) -> Queue
             .service(&target.service)
             .is_ok_and(|(service, deployment)| {
                 let ty = deployment
-                    .service(&target.service)
-                    .and_then(|s| s.handlers.iter().find(|h| h.name == target.handler))
+                    .handler(&target.service, &target.handler)
                     .and_then(|h| h.ty);
                 match service.ty {
                     ServiceType::VirtualObject => ty != Some(HandlerType::Shared),

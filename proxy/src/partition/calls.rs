@@ -43,9 +43,7 @@ fn resolve(
             ),
         )
     })?;
-    let exists = deployment
-        .service(service)
-        .is_some_and(|s| s.handlers.iter().any(|h| h.name == handler));
+    let exists = deployment.handler(service, handler).is_some();
     if !exists {
         return Err(CodedError::new(
             Code::RT0018,

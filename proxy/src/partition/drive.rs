@@ -285,8 +285,7 @@ impl Partition {
             .is_ok_and(|(service, deployment)| {
                 service.ty == crate::discovery::ServiceType::Workflow
                     && deployment
-                        .service(&target.service)
-                        .and_then(|s| s.handlers.iter().find(|h| h.name == target.handler))
+                        .handler(&target.service, &target.handler)
                         .and_then(|h| h.ty)
                         == Some(crate::discovery::HandlerType::Workflow)
             })

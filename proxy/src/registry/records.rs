@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::FriendlyDuration;
-use crate::discovery::manifest::ServiceManifest;
+use crate::discovery::manifest::{HandlerManifest, ServiceManifest};
 use crate::discovery::{HttpVersion, Manifest, ProtocolMode, ServiceType};
 use crate::ids::DeploymentId;
 
@@ -98,6 +98,14 @@ impl Deployment {
     /// The manifest entry of a service.
     pub fn service(&self, name: &str) -> Option<&ServiceManifest> {
         self.manifest.services.iter().find(|s| s.name == name)
+    }
+
+    /// The manifest entry of a handler.
+    pub fn handler(&self, service: &str, handler: &str) -> Option<&HandlerManifest> {
+        self.service(service)?
+            .handlers
+            .iter()
+            .find(|h| h.name == handler)
     }
 }
 
