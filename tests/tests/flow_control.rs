@@ -534,3 +534,117 @@ async fn virtual_objects_keep_state_per_scope() {
         assert_eq!(resp.text().await.unwrap(), want, "scope {scope}");
     }
 }
+
+#[tokio::test]
+async fn a_rule_created_right_before_a_burst_applies_to_it_and_re_enabling_restores_it() {
+    let (sluice, _dep) = flow_controlled().await;
+    put_rules(
+        &sluice,
+        json!([{"pattern": "r1", "limits": {"concurrency": 1}}]),
+    )
+    .await;
+    // No pause between the rule and the burst: the rule book reaches partitions before the
+    // PUT answers.
+    assert_eq!(peak_of(&sluice, &scoped("r1", 4)).await, 1);
+    let toggle = |disabled: bool| json!([{"pattern": "r1", "limits": {"concurrency": 1}, "disabled": disabled}]);
+    put_rules(&sluice, toggle(true)).await;
+    assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 3);
+    put_rules(&sluice, toggle(false)).await;
+    assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 1);
+}
+
+#[tokio::test]
+async fn the_invokers_limit_is_global_across_partitions() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .flow_control()
+        .env("SERVICE_WORKER__INVOKER__CONCURRENT_INVOCATIONS_LIMIT", "3")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    // Unscoped calls land on every partition; together they never run more than 3 at once,
+    // and a slot freed on one partition lets another's waiting call run.
+    let unscoped = vec!["/service/call/Meter/hold".to_owned(); 12];
+    assert_eq!(peak_of(&sluice, &unscoped).await, 3);
+    // One scope lives on one partition: that partition alone may use all 3 slots.
+    assert_eq!(peak_of(&sluice, &scoped("g1", 6)).await, 3);
+}
+
+#[tokio::test]
+async fn every_scope_and_limit_key_rejection_is_rt0024_and_says_what_to_fix() {
+    let (sluice, _dep) = flow_controlled().await;
+    let client = reqwest::Client::new();
+    let send = |path: &str, header: Option<(&str, &str)>| {
+        let mut request = client
+            .post(format!("{}{path}", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .body("1");
+        if let Some((name, value)) = header {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    let long = "x".repeat(37);
+    let cases: Vec<(String, Option<(&str, &str)>, &str)> = vec![
+        (
+            "/service/scope/a:b/send/Meter/hold".into(),
+            None,
+            "invalid scope 'a:b': only [a-zA-Z0-9_.-] allowed",
+        ),
+        (
+            format!("/restate/scope/{long}/send/Meter/hold"),
+            None,
+            "at most 36 bytes, got 37",
+        ),
+        (
+            "/service/scope/s/send/Meter/hold?limit-key=a/b/c".into(),
+            None,
+            "limit key",
+        ),
+        (
+            "/service/scope/s/send/Meter/hold".into(),
+            Some(("x-service-limit-key", "go!d")),
+            "only [a-zA-Z0-9_.-] allowed",
+        ),
+        // The header wins over the query, whatever the case of its name.
+        (
+            "/service/scope/s/send/Meter/hold?limit-key=gold".into(),
+            Some(("X-Restate-Limit-Key", "bad key")),
+            "bad key",
+        ),
+        (
+            "/service/send/Meter/hold?Limit-Key=gold".into(),
+            None,
+            "limit key 'gold' requires a scope",
+        ),
+        (
+            "/service/send/Meter/hold".into(),
+            Some(("x-service-limit-key", "gold")),
+            "requires a scope",
+        ),
+        // The scope is checked before the limit key.
+        (
+            "/service/scope/bad!/send/Meter/hold?limit-key=bad!".into(),
+            None,
+            "invalid scope 'bad!'",
+        ),
+    ];
+    for (path, header, want) in cases {
+        let resp = send(&path, header).await.unwrap();
+        assert_eq!(resp.status(), 400, "{path}");
+        assert_eq!(resp.headers()["x-service-error-code"], "RT0024", "{path}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error_code"], "RT0024", "{path}: {body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains(want), "{path}: {message}");
+    }
+    // A valid header wins over a bad query value.
+    let resp = send(
+        "/service/scope/s/send/Meter/hold?limit-key=bad!",
+        Some(("x-service-limit-key", "gold")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 202, "{}", resp.text().await.unwrap());
+}

@@ -9,6 +9,7 @@ pub mod pattern;
 pub mod rules;
 pub mod scheduler;
 pub mod scope;
+pub mod slots;
 
 pub use pattern::{Level, PatternError, RulePattern};
 pub use rules::{Delete, Limit, Precondition, Resolved, Rule, RuleBook, RuleError, Upsert};

@@ -24,6 +24,7 @@ pub use snapshot::{BlockedOn, QueueSnapshot};
 use super::limiter::{self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, WaiterId};
 use super::rules::RuleBook;
 use super::scope::{LimitKey, Scope};
+use super::slots::InvokerSlots;
 
 /// The caller's id of an entry (an invocation).
 pub type EntryId = u64;
@@ -159,16 +160,25 @@ pub struct Scheduler {
     queue_index: HashMap<QueueKey, QueueId>,
     locks: Locks,
     ring: VecDeque<QueueId>,
-    invoker_limit: u32,
+    slots: Arc<InvokerSlots>,
+    /// This scheduler's index among those sharing `slots`.
+    member: u32,
     running: u32,
+    /// Members waiting for an invoker slot that this scheduler gave back.
+    nudge: u64,
     timers: BinaryHeap<Reverse<Timer>>,
     timer_seq: u64,
     woken: Vec<WaiterId>,
 }
 
 impl Scheduler {
-    /// A scheduler over `book` with `invoker_limit` global slots.
+    /// A scheduler over `book` with `invoker_limit` slots of its own.
     pub fn new(book: Arc<RuleBook>, invoker_limit: u32) -> Self {
+        Self::sharing(book, Arc::new(InvokerSlots::new(invoker_limit)), 0)
+    }
+
+    /// A scheduler over `book`, member `member` of those sharing the invoker's `slots`.
+    pub fn sharing(book: Arc<RuleBook>, slots: Arc<InvokerSlots>, member: u32) -> Self {
         Self {
             book,
             limiter: Limiter::new(),
@@ -177,8 +187,10 @@ impl Scheduler {
             queue_index: HashMap::new(),
             locks: Locks::default(),
             ring: VecDeque::new(),
-            invoker_limit,
+            slots,
+            member,
             running: 0,
+            nudge: 0,
             timers: BinaryHeap::new(),
             timer_seq: 0,
             woken: Vec::new(),
@@ -193,14 +205,25 @@ impl Scheduler {
         self.queues[id.0 as usize].as_mut().expect("live queue")
     }
 
-    /// Attempts running now.
+    /// Attempts of this scheduler running now.
     pub fn running(&self) -> u32 {
         self.running
     }
 
     /// Changes the invoker's global slots; extra running attempts are not revoked.
     pub fn set_invoker_limit(&mut self, limit: u32) {
-        self.invoker_limit = limit;
+        self.slots.set_limit(limit);
+    }
+
+    /// Other schedulers that wait for the invoker slots this one gave back since the last
+    /// call: they should poll again.
+    pub fn take_nudges(&mut self) -> u64 {
+        std::mem::take(&mut self.nudge)
+    }
+
+    fn give_back_slot(&mut self) {
+        let waiting = self.slots.give_back();
+        self.nudge |= waiting;
     }
 
     /// The rule book in use.
@@ -349,22 +372,28 @@ impl Scheduler {
     pub fn poll_runnable(&mut self, now: u64) -> Vec<Dispatch> {
         self.promote_due(now);
         let mut out = Vec::new();
-        while out.len() < MAX_DISPATCH_PER_POLL && self.running < self.invoker_limit {
-            let Some(q) = self.ring.pop_front() else {
+        while out.len() < MAX_DISPATCH_PER_POLL && !self.ring.is_empty() {
+            // The slot is taken before the head is checked: another partition cannot take it
+            // in between, and it goes back at once when the head stays parked.
+            if !self.slots.take_or_wait(self.member) {
                 break;
-            };
+            }
+            let q = self.ring.pop_front().expect("checked non-empty");
             let Some((_, kind)) = self.queue(q).head() else {
+                self.give_back_slot();
                 self.go_idle(q, now);
                 continue;
             };
             let queue = self.queue_mut(q);
             queue.credit = (queue.credit + 1).min(MAX_CREDIT);
             if queue.credit < kind.weight() {
+                self.give_back_slot();
                 self.ring.push_back(q);
                 continue;
             }
-            if let Some(dispatch) = self.admit(q, now) {
-                out.push(dispatch);
+            match self.admit(q, now) {
+                Some(dispatch) => out.push(dispatch),
+                None => self.give_back_slot(),
             }
         }
         out
@@ -517,6 +546,7 @@ impl Scheduler {
     /// The attempt behind `permit` ended, suspended, paused or backed off: its slots free up.
     pub fn release(&mut self, permit: Permit, now: u64) {
         self.running -= 1;
+        self.give_back_slot();
         if let Some(counters) = permit.counters {
             // The limiter lists waiters deepest level first; they re-enter the ring in that order.
             self.limiter.release(counters, &self.book, &mut self.woken);

@@ -106,6 +106,15 @@ impl Partition {
             live.permit = Some(admitted.permit);
             self.start_attempt(id);
         }
+        self.nudge_waiting_partitions();
+    }
+
+    /// Partitions waiting for invoker slots this one gave back poll again.
+    fn nudge_waiting_partitions(&mut self) {
+        let waiting = self.scheduler.take_nudges();
+        if waiting != 0 {
+            self.runtime.nudge(waiting, self.index);
+        }
     }
 
     /// After recovery: an invocation that ran before its restart holds its object's lock
@@ -119,6 +128,13 @@ impl Partition {
         }
         let key = queue_key(&self.registry, &live.record);
         live.lock = self.scheduler.hold(&key, live.entry);
+    }
+
+    /// The attempt of `id` stopped running: its invoker slot and user counters go back.
+    pub(super) fn release_permit(&mut self, id: InvocationId) {
+        if let Some(permit) = self.live.get_mut(&id).and_then(|live| live.permit.take()) {
+            self.scheduler.release(permit, now_ms());
+        }
     }
 
     /// The attempt of `id` ended: its permit goes back; a completed invocation gives up its lock.
@@ -138,6 +154,7 @@ impl Partition {
         if let Some((lock, entry)) = unlock {
             self.scheduler.unlock(lock, entry, now);
         }
+        self.nudge_waiting_partitions();
     }
 }
 

@@ -129,6 +129,8 @@ impl Partition {
                 }
                 effects.push(Effect::Ack(reply, true));
             }
+            // The batch's effects end with a dispatch, which takes the freed slots.
+            Event::SlotsFree => {}
             Event::Counters { reply } => {
                 let _ = reply.send(self.scheduler.counters());
             }
@@ -187,6 +189,9 @@ impl Partition {
                 result,
             } => {
                 if self.attempt_done(id, attempt, result, writes, effects)? {
+                    // The handler is done running, so its invoker slot and user counters go
+                    // back now: the next held invocation starts without waiting for a commit.
+                    self.release_permit(id);
                     // Only once this batch is durable may the next holder of the object's
                     // lock start: it reads the state this attempt wrote.
                     effects.push(Effect::Settle(id));

@@ -29,6 +29,7 @@ use crate::config::Config;
 use crate::errors::{Code, CodedError};
 use crate::flow::RuleBook;
 use crate::flow::scheduler::{EntryId, LockId, Permit, QueueId, Scheduler};
+use crate::flow::slots::InvokerSlots;
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{Caller, InvocationRecord, Outcome, Status, Target};
@@ -140,6 +141,8 @@ pub enum Event {
         /// How it ended.
         result: Result<Ending, AttemptError>,
     },
+    /// Another partition gave back invoker slots this one waits for.
+    SlotsFree,
     /// A timer fired (`completion` set) or a delay/back-off is over (`None`).
     Wake {
         /// The invocation.
@@ -210,6 +213,7 @@ struct Live {
 
 /// One partition's state.
 pub struct Partition {
+    index: u32,
     store: Arc<Store>,
     writer: Writer,
     runtime: Runtime,
@@ -225,26 +229,22 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// A partition reading `store` and writing through `writer`; `tx` is its own event channel
-    /// (attempts report there).
+    /// Partition `index`, reading `store` and writing through `writer`, running attempts in
+    /// the invoker's `slots`; `tx` is its own event channel (attempts report there).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
+        index: u32,
         store: Arc<Store>,
         writer: Writer,
         runtime: Runtime,
         registry: Arc<Registry>,
         config: Arc<Config>,
         client: AttemptClient,
+        slots: Arc<InvokerSlots>,
         tx: mpsc::Sender<Event>,
     ) -> Self {
-        // The global attempt limit is shared evenly by the partitions.
-        let partitions = u32::from(config.worker.partitions.get());
-        let limit = config
-            .worker
-            .invoker
-            .concurrent_invocations_limit
-            .get()
-            .div_ceil(partitions);
         Self {
+            index,
             store,
             writer,
             runtime,
@@ -253,7 +253,7 @@ impl Partition {
             client,
             tx,
             live: HashMap::new(),
-            scheduler: Scheduler::new(Arc::new(RuleBook::new()), limit),
+            scheduler: Scheduler::sharing(Arc::new(RuleBook::new()), slots, index),
             promises: promises::Promises::default(),
             entries: HashMap::new(),
             next_entry: 0,
@@ -363,6 +363,9 @@ impl Partition {
                         Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
                         Err(e) => fail(effects, &e),
                     }
+                    // Slots this batch freed are taken at once; attempts started now write
+                    // after the batch (the writer keeps order).
+                    self.dispatch();
                 }
             }
         }

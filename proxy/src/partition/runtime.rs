@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Event, Partition};
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
+use crate::flow::slots::InvokerSlots;
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome};
 use crate::invoker::AttemptClient;
@@ -150,6 +151,18 @@ impl Runtime {
         });
     }
 
+    /// Tells the partitions `waiting` names (bits from [`InvokerSlots::give_back`]), except
+    /// `from`, that invoker slots are free. Never waits: a partition with a full channel polls
+    /// after its next batch anyway.
+    pub(super) fn nudge(&self, waiting: u64, from: u32) {
+        for (index, sender) in self.senders.iter().enumerate() {
+            let index = index as u32;
+            if index != from && InvokerSlots::names(waiting, index) {
+                let _ = sender.try_send(Event::SlotsFree);
+            }
+        }
+    }
+
     /// Delivers a signal once durable; false when its invocation does not exist.
     pub async fn signal(&self, signal: super::signals::Signal) -> Result<bool, CodedError> {
         let (reply, answer) = oneshot::channel();
@@ -255,15 +268,20 @@ impl Runtime {
         let n = self.senders.len() as u64;
         let client = AttemptClient::default();
         let writer = Writer::start(Arc::clone(store));
+        let slots = Arc::new(InvokerSlots::new(
+            config.worker.invoker.concurrent_invocations_limit.get(),
+        ));
         let mut handles = Vec::new();
         for (index, rx) in receivers.0.into_iter().enumerate() {
             let mut partition = Partition::new(
+                index as u32,
                 Arc::clone(store),
                 writer.clone(),
                 self.clone(),
                 Arc::clone(registry),
                 Arc::clone(config),
                 client.clone(),
+                Arc::clone(&slots),
                 self.senders[index].clone(),
             );
             let changes = rules.map(|rules| {

@@ -46,7 +46,7 @@ pub struct QueueSnapshot {
 impl Scheduler {
     /// Every live queue with its status.
     pub fn queues(&self) -> Vec<QueueSnapshot> {
-        let invoker_full = self.running >= self.invoker_limit;
+        let invoker_full = self.slots.full();
         let mut out: Vec<QueueSnapshot> = self
             .queue_index
             .values()
