@@ -586,7 +586,8 @@ async fn every_scope_and_limit_key_rejection_is_rt0024_and_says_what_to_fix() {
         request.send()
     };
     let long = "x".repeat(37);
-    let cases: Vec<(String, Option<(&str, &str)>, &str)> = vec![
+    type Case<'a> = (String, Option<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "/service/scope/a:b/send/Meter/hold".into(),
             None,
