@@ -130,13 +130,6 @@ impl Partition {
         live.lock = self.scheduler.hold(&key, live.entry);
     }
 
-    /// The attempt of `id` stopped running: its invoker slot and user counters go back.
-    pub(super) fn release_permit(&mut self, id: InvocationId) {
-        if let Some(permit) = self.live.get_mut(&id).and_then(|live| live.permit.take()) {
-            self.scheduler.release(permit, now_ms());
-        }
-    }
-
     /// The attempt of `id` ended: its permit goes back; a completed invocation gives up its lock.
     pub(super) fn settle(&mut self, id: InvocationId) {
         let Some(live) = self.live.get_mut(&id) else {

@@ -189,9 +189,6 @@ impl Partition {
                 result,
             } => {
                 if self.attempt_done(id, attempt, result, writes, effects)? {
-                    // The handler is done running, so its invoker slot and user counters go
-                    // back now: the next held invocation starts without waiting for a commit.
-                    self.release_permit(id);
                     // Only once this batch is durable may the next holder of the object's
                     // lock start: it reads the state this attempt wrote.
                     effects.push(Effect::Settle(id));

@@ -363,8 +363,8 @@ impl Partition {
                         Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
                         Err(e) => fail(effects, &e),
                     }
-                    // Slots this batch freed are taken at once; attempts started now write
-                    // after the batch (the writer keeps order).
+                    // Queues woken while applying (a nudge, a rule change) start at once;
+                    // attempts started now write after the batch (the writer keeps order).
                     self.dispatch();
                 }
             }
