@@ -189,6 +189,27 @@ catalogue! {
     RT0025 => Invocation, None,
         "maximum awaited future depth reached",
         "A handler awaited a combinator tree deeper than the limit (1000); the invocation is paused. Flatten the awaited futures.";
+    PLG0001 => Admin, Some(400),
+        "the plugin cannot be loaded",
+        "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";
+    PLG0002 => Ingress, Some(503),
+        "the plugin trapped",
+        "The plugin panicked, hit `unreachable`, or called an import it is not given (plugins get no WASI). The request was refused because the plugin is configured `on-error = \"fail\"`; the instance is rebuilt for the next request. Fix the plugin, or set `on-error = \"skip\"` to pass requests through unchanged when it fails.";
+    PLG0003 => Ingress, Some(503),
+        "the plugin ran past its deadline or fuel",
+        "A single call of the plugin ran longer than its `deadline` (default 10ms) or burned its `fuel`; it was stopped. Make the plugin cheaper, raise the limit, or set `on-error = \"skip\"`.";
+    PLG0004 => Ingress, Some(503),
+        "the plugin answered an invalid result",
+        "The plugin set a scope or limit key that is not valid (the same rules as RT0024), or rejected with a status outside 400-599. Fix the plugin's output, or set `on-error = \"skip\"`.";
+    PLG0005 => Ingress, Some(503),
+        "the plugin exceeded its memory cap",
+        "The plugin tried to grow its linear memory beyond `memory-limit` (default 16 MiB) and was stopped. Raise the cap or make the plugin use less memory.";
+    PLG0006 => Admin, Some(404),
+        "plugin not found",
+        "No plugin with this name is loaded. `GET /plugins` (or `sluice plugins list`) lists them.";
+    PLG0007 => Admin, Some(409),
+        "the plugin cannot be changed this way",
+        "Plugins from the config file's `[[plugins]]` are changed by editing the file and restarting; only one `match-rule` plugin may be loaded at a time (replace it by name, or unload it first).";
 }
 
 impl Code {

@@ -16,6 +16,7 @@ pub mod invoker;
 pub mod limits;
 pub mod logging;
 pub mod partition;
+pub mod plugins;
 pub mod protocol;
 pub mod registry;
 pub mod server;

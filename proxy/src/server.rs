@@ -15,6 +15,7 @@ use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
 use crate::limits::Rules;
 use crate::partition::{PartitionsService, Runtime};
+use crate::plugins::Plugins;
 use crate::registry::Registry;
 use crate::shutdown::{DrainService, SignalWatch};
 use crate::storage::Store;
@@ -45,13 +46,19 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     server.bootstrap();
 
     let (runtime, receivers) = Runtime::new(usize::from(config.worker.partitions.get()));
+    let rules = Arc::new(Rules::load(Arc::clone(&store))?);
+    let plugins = Arc::new(Plugins::new(
+        Some(Arc::clone(&store)),
+        Some(Arc::clone(&rules)),
+    ));
+    plugins.start(&config.plugins)?;
     let ingress_state = Arc::new(IngressState {
         in_flight: Arc::default(),
         registry: Arc::clone(&registry),
         runtime: runtime.clone(),
         config: Arc::clone(&config),
+        plugins: Arc::clone(&plugins),
     });
-    let rules = Arc::new(Rules::load(Arc::clone(&store))?);
     server.add_service(background_service(
         "partitions",
         PartitionsService::new(
@@ -79,6 +86,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         registry,
         ingress_state.runtime.clone(),
         rules,
+        plugins,
     );
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(

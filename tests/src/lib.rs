@@ -67,6 +67,80 @@ pub async fn meter_counts(sluice: &Sluice) -> (u64, u64) {
     )
 }
 
+/// Runs `calls` concurrently (each a `Meter/hold` path of 400 ms, with its extra headers) and
+/// answers the peak concurrency the handler itself saw.
+pub async fn peak_of_calls(sluice: &Sluice, calls: &[(String, Vec<(&str, &str)>)]) -> u64 {
+    let client = reqwest::Client::new();
+    let running: Vec<_> = calls
+        .iter()
+        .map(|(path, headers)| {
+            let mut request = client
+                .post(format!("{}{path}", sluice.ingress_url))
+                .header("content-type", "application/json")
+                .body("400");
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            tokio::spawn(request.send())
+        })
+        .collect();
+    for call in running {
+        let resp = call
+            .await
+            .expect("the call task")
+            .expect("the call answers");
+        let status = resp.status();
+        assert_eq!(status, 200, "{}", resp.text().await.unwrap_or_default());
+    }
+    let peak = client
+        .post(format!("{}/service/call/Meter/peak", sluice.ingress_url))
+        .send()
+        .await
+        .expect("Meter/peak answers");
+    peak.text()
+        .await
+        .expect("a text answer")
+        .parse()
+        .expect("a number")
+}
+
+/// [`peak_of_calls`] without extra headers.
+pub async fn peak_of(sluice: &Sluice, paths: &[String]) -> u64 {
+    let calls: Vec<_> = paths.iter().map(|p| (p.clone(), Vec::new())).collect();
+    peak_of_calls(sluice, &calls).await
+}
+
+/// The `.wasm` component of plugin crate `name` (under `plugins/`), built for wasm32-wasip2
+/// once per test process into the target dir's `plugins/` folder.
+pub fn plugin_wasm(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let target = binary()
+            .parent()
+            .and_then(Path::parent)
+            .map(|t| t.join("plugins"))
+            .ok_or("no target dir")?;
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "--locked", "--target", "wasm32-wasip2"])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "building the plugins failed ({status}); is the wasm32-wasip2 target installed (rustup target add wasm32-wasip2)?"
+            ));
+        }
+        Ok(target.join("wasm32-wasip2/release"))
+    });
+    let dir = dir.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    dir.join(format!("{}.wasm", name.replace('-', "_")))
+}
+
 /// A deployment written with the real Restate Rust SDK (`sluice-test-deployment`).
 #[derive(Debug)]
 pub struct TestDeployment {

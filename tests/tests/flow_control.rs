@@ -3,7 +3,7 @@
 //! once), rule changes applied to running partitions, and the rule book API.
 
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment, meter_counts};
+use sluice_tests::{Sluice, TestDeployment, meter_counts, peak_of};
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
@@ -20,33 +20,6 @@ async fn put_rules(sluice: &Sluice, rules: Value) -> (u16, Value) {
         .await
         .unwrap();
     (resp.status().as_u16(), resp.json().await.unwrap())
-}
-
-/// Runs `paths` concurrently (each a `Meter/hold` of 400 ms) and answers the peak concurrency
-/// the handler saw.
-async fn peak_of(sluice: &Sluice, paths: &[String]) -> u64 {
-    let client = reqwest::Client::new();
-    let calls: Vec<_> = paths
-        .iter()
-        .map(|path| {
-            client
-                .post(format!("{}{path}", sluice.ingress_url))
-                .header("content-type", "application/json")
-                .body("400")
-                .send()
-        })
-        .map(tokio::spawn)
-        .collect();
-    for call in calls {
-        let resp = call.await.unwrap().unwrap();
-        assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    }
-    let peak = client
-        .post(format!("{}/service/call/Meter/peak", sluice.ingress_url))
-        .send()
-        .await
-        .unwrap();
-    peak.text().await.unwrap().parse().unwrap()
 }
 
 fn scoped(scope: &str, n: usize) -> Vec<String> {

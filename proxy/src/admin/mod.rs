@@ -8,6 +8,7 @@ mod health;
 pub mod invocations;
 pub mod json;
 pub mod limits;
+pub mod plugins;
 pub mod services;
 pub mod shapes;
 mod version;
@@ -28,6 +29,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use error::AdminError;
+
+use crate::plugins::Plugins;
 pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformation};
 
 use crate::config::Config;
@@ -53,6 +56,8 @@ pub struct AdminState {
     pub runtime: Runtime,
     /// The flow-control rule book.
     pub rules: Arc<Rules>,
+    /// Policy plugins.
+    pub plugins: Arc<Plugins>,
     /// Fetches endpoint manifests.
     pub discovery: DiscoveryClient,
     /// The generated OpenAPI document, set once the router is built.
@@ -68,8 +73,10 @@ impl AdminState {
         registry: Arc<Registry>,
         runtime: Runtime,
         rules: Arc<Rules>,
+        plugins: Arc<Plugins>,
     ) -> Self {
         Self {
+            plugins,
             config,
             ingress_endpoint,
             store,
@@ -93,6 +100,7 @@ impl AdminState {
         (name = "service", description = "Services"),
         (name = "service_handler", description = "Handlers"),
         (name = "invocation", description = "Invocations"),
+        (name = "plugins", description = "Policy plugins (wasm components)"),
     )
 )]
 struct ApiDoc;
@@ -121,6 +129,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::upsert, limits::list))
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::counters))
+        .routes(routes!(plugins::list))
+        .routes(routes!(plugins::load, plugins::get, plugins::unload))
         .split_for_parts();
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);
@@ -244,7 +254,8 @@ mod tests {
             store,
             registry,
             runtime,
-            rules,
+            Arc::clone(&rules),
+            Arc::new(Plugins::new(None, Some(rules))),
         );
         (router(Arc::new(state)), dir)
     }

@@ -41,6 +41,9 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Partitions and the invoker.
     pub worker: WorkerConfig,
+    /// Policy plugins loaded at start-up, in order (`[[plugins]]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<crate::plugins::ConfiguredPlugin>,
 }
 
 impl Default for Config {
@@ -56,6 +59,7 @@ impl Default for Config {
             ingress: IngressConfig::default(),
             admin: AdminConfig::default(),
             worker: WorkerConfig::default(),
+            plugins: Vec::new(),
         }
     }
 }

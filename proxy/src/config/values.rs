@@ -106,16 +106,21 @@ impl<'de> Deserialize<'de> for ByteSize {
         }
         match Raw::deserialize(d)? {
             Raw::Bytes(n) => Ok(Self(n)),
-            Raw::Text(text) => text
-                .trim()
-                .parse::<bytesize::ByteSize>()
-                .map(|b| Self(b.as_u64()))
-                .map_err(|e| {
-                    serde::de::Error::custom(format!(
-                        "invalid size '{text}': {e} (write e.g. '32 MiB', '512 KiB' or a number of bytes)"
-                    ))
-                }),
+            Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
         }
+    }
+}
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        text.trim()
+            .parse::<bytesize::ByteSize>()
+            .map(|b| Self(b.as_u64()))
+            .map_err(|e| {
+                format!("invalid size '{text}': {e} (write e.g. '32 MiB', '512 KiB' or a number of bytes)")
+            })
     }
 }
 

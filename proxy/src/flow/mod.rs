@@ -12,5 +12,8 @@ pub mod scope;
 pub mod slots;
 
 pub use pattern::{Level, PatternError, RulePattern};
-pub use rules::{Delete, Limit, Precondition, Resolved, Rule, RuleBook, RuleError, Upsert};
+pub use rules::{
+    CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook, RuleError,
+    RulePolicy, Upsert,
+};
 pub use scope::{LimitKey, Scope};

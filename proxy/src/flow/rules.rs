@@ -181,12 +181,50 @@ struct LevelIndex {
 /// Ranks that exist at each level, most specific first.
 const RANKS: [&[u8]; 3] = [&[4, 0], &[6, 4, 2, 0], &[7, 6, 5, 4, 3, 2, 1, 0]];
 
+/// A counter as a policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterRef<'a> {
+    /// Its level.
+    pub level: Level,
+    /// Its scope.
+    pub scope: &'a str,
+    /// Its L1 key (L1 and L2 counters).
+    pub l1: Option<&'a str>,
+    /// Its L2 key (L2 counters).
+    pub l2: Option<&'a str>,
+}
+
+/// What a policy decides for a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Keep the rule book's choice.
+    Default,
+    /// No bound.
+    Unlimited,
+    /// This bound.
+    Concurrency(NonZeroU32),
+}
+
+/// Decides how rules match a counter (a `match-rule` plugin). Called once per counter and
+/// rule-book change, never per request: the limiter caches the answer.
+pub trait RulePolicy: Send + Sync + std::fmt::Debug {
+    /// `candidates` are the enabled rules matching `counter`, most specific first; `chosen`
+    /// is the book's own pick (the first candidate, `None` when nothing matches).
+    fn decide(
+        &self,
+        counter: CounterRef<'_>,
+        candidates: &[(Limit, Arc<RulePattern>)],
+        chosen: Option<&(Limit, Arc<RulePattern>)>,
+    ) -> Decision;
+}
+
 /// The cluster-wide rule book.
 #[derive(Debug, Clone, Default)]
 pub struct RuleBook {
     version: u32,
     rules: BTreeMap<String, Rule>,
     index: [LevelIndex; 3],
+    policy: Option<Arc<dyn RulePolicy>>,
 }
 
 impl RuleBook {
@@ -324,9 +362,70 @@ impl RuleBook {
         self.version = version;
     }
 
-    /// The most specific enabled rule at `level` for the counter `(scope, l1, l2)`; unlimited
-    /// when none matches or when the counter does not exist (an L1 level without `l1`).
+    /// This book with `policy` deciding how rules match (`None`: the most specific wins).
+    pub fn with_policy(&self, policy: Option<Arc<dyn RulePolicy>>) -> Self {
+        Self {
+            policy,
+            ..self.clone()
+        }
+    }
+
+    /// The policy in use, if any.
+    pub fn policy(&self) -> Option<&Arc<dyn RulePolicy>> {
+        self.policy.as_ref()
+    }
+
+    /// The limit of counter `(scope, l1, l2)` at `level`: the most specific enabled rule, or
+    /// what the policy decides; unlimited when nothing matches or when the counter does not
+    /// exist (an L1 level without `l1`).
     pub fn resolve(
+        &self,
+        level: Level,
+        scope: &str,
+        l1: Option<&str>,
+        l2: Option<&str>,
+    ) -> Resolved {
+        let Some(policy) = &self.policy else {
+            return self.most_specific(level, scope, l1, l2);
+        };
+        let names = [Some(scope), l1, l2];
+        if names[..=level.index()].iter().any(Option::is_none) {
+            return Resolved::UNLIMITED;
+        }
+        let candidates = self.candidates(level, [scope, l1.unwrap_or(""), l2.unwrap_or("")]);
+        let counter = CounterRef {
+            level,
+            scope,
+            l1,
+            l2,
+        };
+        let chosen = candidates.first();
+        let pattern = chosen.map(|(_, p)| Arc::clone(p));
+        match policy.decide(counter, &candidates, chosen) {
+            Decision::Default => self.most_specific(level, scope, l1, l2),
+            Decision::Unlimited => Resolved {
+                limit: Limit::Unlimited,
+                pattern,
+            },
+            Decision::Concurrency(n) => Resolved {
+                limit: Limit::Concurrency(n),
+                pattern,
+            },
+        }
+    }
+
+    /// Every enabled rule matching the counter, most specific first.
+    fn candidates(&self, level: Level, names: [&str; 3]) -> Vec<(Limit, Arc<RulePattern>)> {
+        let index = &self.index[level.index()];
+        RANKS[level.index()]
+            .iter()
+            .filter(|&&rank| index.ranks & (1 << rank) != 0)
+            .filter_map(|&rank| index.rules.get(&probe(level, rank, names)))
+            .map(|(limit, pattern)| (*limit, Arc::clone(pattern)))
+            .collect()
+    }
+
+    fn most_specific(
         &self,
         level: Level,
         scope: &str,
@@ -338,27 +437,24 @@ impl RuleBook {
             return Resolved::UNLIMITED;
         }
         let index = &self.index[level.index()];
-        for &rank in RANKS[level.index()] {
-            if index.ranks & (1 << rank) == 0 {
-                continue;
-            }
-            let pick = |i: usize, weight: u8| if rank & weight != 0 { names[i] } else { None };
-            let mut probe = ProbeRef([pick(0, 4), None, None]);
-            if level.index() >= 1 {
-                probe.0[1] = pick(1, 2);
-            }
-            if level.index() >= 2 {
-                probe.0[2] = pick(2, 1);
-            }
-            if let Some((limit, pattern)) = index.rules.get(&probe) {
-                return Resolved {
-                    limit: *limit,
-                    pattern: Some(Arc::clone(pattern)),
-                };
-            }
-        }
-        Resolved::UNLIMITED
+        let names = [scope, l1.unwrap_or(""), l2.unwrap_or("")];
+        RANKS[level.index()]
+            .iter()
+            .filter(|&&rank| index.ranks & (1 << rank) != 0)
+            .find_map(|&rank| index.rules.get(&probe(level, rank, names)))
+            .map_or(Resolved::UNLIMITED, |(limit, pattern)| Resolved {
+                limit: *limit,
+                pattern: Some(Arc::clone(pattern)),
+            })
     }
+}
+
+/// The index key a rule of `rank` at `level` would have for the counter `names`: each
+/// component exact where the rank's bit is set, `*` otherwise.
+fn probe(level: Level, rank: u8, names: [&str; 3]) -> ProbeRef<'_> {
+    let pick =
+        |i: usize, weight: u8| (i <= level.index() && rank & weight != 0).then_some(names[i]);
+    ProbeRef([pick(0, 4), pick(1, 2), pick(2, 1)])
 }
 
 fn check(precondition: Precondition, pattern: &str, actual: Option<u32>) -> Result<(), RuleError> {

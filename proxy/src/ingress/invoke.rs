@@ -5,6 +5,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
+use super::classify::classify;
 use super::error::IngressError;
 use super::path::{InvokePath, Mode};
 use super::{input, reply, target};
@@ -150,10 +151,12 @@ fn idempotency_key(session: &ServerSession) -> Result<Option<String>, IngressErr
 pub async fn invoke(
     state: &IngressState,
     session: &mut ServerSession,
-    path: InvokePath,
+    mut path: InvokePath,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let query = session.req_header().uri.query().map(str::to_owned);
     let key = limit_key(session, query.as_deref());
+    let (scope, key) = classify(state, session, &path, key)?;
+    path.scope = scope;
     check_flow_control(state, &path, key.as_deref())?;
     let target = target::resolve(&path, &state.registry)?;
     if path.scope.is_some()

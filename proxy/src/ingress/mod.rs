@@ -3,6 +3,7 @@
 
 mod attach;
 mod awakeable;
+mod classify;
 mod error;
 pub mod input;
 mod invoke;
@@ -38,6 +39,8 @@ pub struct IngressState {
     pub runtime: Runtime,
     /// The effective configuration.
     pub config: Arc<Config>,
+    /// Policy plugins (`extract` runs before validation).
+    pub plugins: Arc<crate::plugins::Plugins>,
 }
 
 /// The pingora application: one call of [`ServeHttp::response`] per request.

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::clock::now_ms;
 use crate::errors::{Code, CodedError};
-use crate::flow::{Delete, Rule, RuleBook, RuleError, RulePattern, Upsert};
+use crate::flow::{Delete, Rule, RuleBook, RuleError, RulePattern, RulePolicy, Upsert};
 use crate::storage::Store;
 
 /// Key: pattern. Value: the rule as JSON.
@@ -79,6 +79,15 @@ impl Rules {
     /// Every later book, as it commits.
     pub fn subscribe(&self) -> watch::Receiver<Arc<RuleBook>> {
         self.changes.subscribe()
+    }
+
+    /// Lets `policy` decide how rules match from now on (`None`: the most specific rule
+    /// wins). Every partition re-resolves its counters at once.
+    pub fn set_policy(&self, policy: Option<Arc<dyn RulePolicy>>) {
+        let mut guard = self.book.write().unwrap_or_else(|e| e.into_inner());
+        let next = Arc::new(guard.with_policy(policy));
+        *guard = Arc::clone(&next);
+        self.changes.send_replace(next);
     }
 
     /// Applies upserts atomically; answers the resulting rules in order.

@@ -1,0 +1,201 @@
+//! `/plugins`: load (or hot-swap), list and unload policy plugins.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use bytes::Bytes;
+use http::StatusCode;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AdminState;
+use super::error::AdminError;
+use super::json::Json;
+use crate::errors::Code;
+use crate::plugins::{Hook, MetricsSnapshot, OnError, Plugin, PluginSpec, Source};
+
+/// A loaded plugin.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginResponse {
+    /// Its name.
+    pub name: String,
+    /// `extract` or `match-rule`.
+    pub hook: String,
+    /// `fail` or `skip`.
+    pub on_error: String,
+    /// Hex sha256 of the component.
+    pub sha256: String,
+    /// Component size, bytes.
+    pub size: usize,
+    /// `config` (the config file) or `admin` (this API).
+    #[schema(value_type = String)]
+    pub source: Source,
+    /// Deadline of one call, milliseconds.
+    pub deadline_ms: u64,
+    /// Memory cap, bytes.
+    pub memory_limit: u64,
+    /// Fuel per call, if metered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
+    /// What the plugin reads through `config`.
+    pub config: BTreeMap<String, String>,
+    /// When this version was loaded, ms since the epoch.
+    pub loaded_at_millis_since_epoch: u64,
+    /// Calls, errors and latency.
+    pub metrics: MetricsSnapshot,
+}
+
+impl From<&Plugin> for PluginResponse {
+    fn from(plugin: &Plugin) -> Self {
+        Self {
+            name: plugin.name.clone(),
+            hook: plugin.spec.hook.to_string(),
+            on_error: plugin.spec.on_error.to_string(),
+            sha256: plugin.sha256.clone(),
+            size: plugin.size,
+            source: plugin.source,
+            deadline_ms: u64::try_from(plugin.spec.deadline.0.as_millis()).unwrap_or(u64::MAX),
+            memory_limit: plugin.spec.memory_limit.0,
+            fuel: plugin.spec.fuel,
+            config: plugin.spec.config.clone(),
+            loaded_at_millis_since_epoch: plugin.loaded_at_ms,
+            metrics: plugin.metrics.snapshot(),
+        }
+    }
+}
+
+/// `GET /plugins`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ListPluginsResponse {
+    /// In the order they run.
+    pub plugins: Vec<PluginResponse>,
+}
+
+/// The spec a `PUT` describes in its query: `hook` (required), `on-error`, `deadline`,
+/// `memory-limit`, `fuel`, and `config.<key>=<value>` for each config entry.
+fn spec_of(query: &HashMap<String, String>) -> Result<PluginSpec, AdminError> {
+    let bad = |m: String| AdminError::coded(Code::PLG0001, m);
+    let hook: Hook = query
+        .get("hook")
+        .ok_or_else(|| {
+            bad("say which hook the plugin serves: ?hook=extract or ?hook=match-rule".into())
+        })?
+        .parse()
+        .map_err(bad)?;
+    let mut spec = PluginSpec::new(hook);
+    for (key, value) in query {
+        match key.as_str() {
+            "hook" => {}
+            "on-error" => spec.on_error = value.parse::<OnError>().map_err(bad)?,
+            "deadline" => {
+                spec.deadline = value
+                    .parse()
+                    .map_err(|e| bad(format!("invalid deadline '{value}': {e}")))?;
+            }
+            "memory-limit" => {
+                spec.memory_limit = value
+                    .parse()
+                    .map_err(|e| bad(format!("invalid memory-limit '{value}': {e}")))?;
+            }
+            "fuel" => {
+                spec.fuel = Some(value.parse().map_err(|_| {
+                    bad(format!("invalid fuel '{value}': a whole number of units"))
+                })?);
+            }
+            other => match other.strip_prefix("config.") {
+                Some(name) if !name.is_empty() => {
+                    spec.config.insert(name.to_owned(), value.clone());
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "unknown parameter '{other}': use hook, on-error, deadline, memory-limit, fuel or config.<key>"
+                    )));
+                }
+            },
+        }
+    }
+    if spec.deadline.0.is_zero() {
+        return Err(bad("deadline must be more than 0".into()));
+    }
+    Ok(spec)
+}
+
+/// Loads plugin `name` from the wasm component in the body, or swaps it atomically (calls in
+/// flight finish on the old version). On any error the old version stays.
+#[utoipa::path(put, path = "/plugins/{name}", tag = "plugins", operation_id = "load_plugin",
+    params(("name" = String, Path, description = "Plugin name"),
+        ("hook" = String, Query, description = "`extract` or `match-rule`"),
+        ("on-error" = Option<String>, Query, description = "`fail` (default) or `skip`"),
+        ("deadline" = Option<String>, Query, description = "Per-call deadline, e.g. `10ms`"),
+        ("memory-limit" = Option<String>, Query, description = "Memory cap, e.g. `16 MiB`"),
+        ("fuel" = Option<u64>, Query, description = "Fuel per call")),
+    request_body(content = Vec<u8>, content_type = "application/wasm"),
+    responses((status = 200, body = PluginResponse), (status = 400, description = "PLG0001: not loadable; the old version stays."),
+        (status = 409, description = "PLG0007: a config-file plugin, or a second match-rule plugin.")))]
+pub async fn load(
+    State(state): State<Arc<AdminState>>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Json<PluginResponse>, AdminError> {
+    let spec = spec_of(&query)?;
+    if body.is_empty() {
+        return Err(AdminError::coded(
+            Code::PLG0001,
+            "the body is empty: send the plugin's .wasm component as the request body",
+        ));
+    }
+    let plugins = Arc::clone(&state.plugins);
+    // Compiling takes milliseconds to seconds: off the async threads.
+    let plugin =
+        tokio::task::spawn_blocking(move || plugins.load(&name, &body, spec, Source::Admin))
+            .await
+            .map_err(|e| {
+                AdminError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("plugin load stopped: {e}"),
+                )
+            })??;
+    Ok(Json(PluginResponse::from(&*plugin)))
+}
+
+/// Every plugin, in the order they run, with its metrics.
+#[utoipa::path(get, path = "/plugins", tag = "plugins", operation_id = "list_plugins",
+    responses((status = 200, body = ListPluginsResponse)))]
+pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListPluginsResponse> {
+    let loaded = state.plugins.current();
+    Json(ListPluginsResponse {
+        plugins: loaded
+            .all
+            .iter()
+            .map(|p| PluginResponse::from(&**p))
+            .collect(),
+    })
+}
+
+/// One plugin.
+#[utoipa::path(get, path = "/plugins/{name}", tag = "plugins", operation_id = "get_plugin",
+    params(("name" = String, Path, description = "Plugin name")),
+    responses((status = 200, body = PluginResponse), (status = 404, description = "PLG0006")))]
+pub async fn get(
+    State(state): State<Arc<AdminState>>,
+    Path(name): Path<String>,
+) -> Result<Json<PluginResponse>, AdminError> {
+    let plugin = state.plugins.get(&name).ok_or_else(|| {
+        AdminError::coded(Code::PLG0006, format!("no plugin named '{name}' is loaded"))
+    })?;
+    Ok(Json(PluginResponse::from(&*plugin)))
+}
+
+/// Unloads a plugin loaded through this API.
+#[utoipa::path(delete, path = "/plugins/{name}", tag = "plugins", operation_id = "unload_plugin",
+    params(("name" = String, Path, description = "Plugin name")),
+    responses((status = 204), (status = 404, description = "PLG0006"), (status = 409, description = "PLG0007: from the config file")))]
+pub async fn unload(
+    State(state): State<Arc<AdminState>>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, AdminError> {
+    state.plugins.unload(&name)?;
+    Ok(StatusCode::NO_CONTENT)
+}

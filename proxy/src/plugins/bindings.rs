@@ -1,0 +1,44 @@
+//! Host bindings of `wit/policy.wit` and the imports every plugin gets.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use wasmtime::StoreLimits;
+
+wasmtime::component::bindgen!({
+    world: "plugin",
+    path: "wit",
+});
+
+pub use sluice::policy::host::LogLevel;
+pub use sluice::policy::types;
+
+/// What a plugin's store holds: who it is (for logs), its config, its memory cap.
+pub struct HostState {
+    pub(super) name: Arc<str>,
+    pub(super) config: Arc<BTreeMap<String, String>>,
+    pub(super) limits: StoreLimits,
+}
+
+impl sluice::policy::types::Host for HostState {}
+
+impl sluice::policy::host::Host for HostState {
+    fn log(&mut self, level: LogLevel, message: String) {
+        let plugin = &*self.name;
+        match level {
+            LogLevel::Trace => tracing::trace!(plugin, "{message}"),
+            LogLevel::Debug => tracing::debug!(plugin, "{message}"),
+            LogLevel::Info => tracing::info!(plugin, "{message}"),
+            LogLevel::Warn => tracing::warn!(plugin, "{message}"),
+            LogLevel::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+
+    fn config(&mut self, key: String) -> Option<String> {
+        self.config.get(&key).cloned()
+    }
+
+    fn now_ms(&mut self) -> u64 {
+        crate::clock::now_ms()
+    }
+}

@@ -1,0 +1,344 @@
+//! Policy plugins: wasm components that classify requests (`extract`) or decide how rules match
+//! (`match-rule`), loaded from the config file or the admin API and swapped atomically: a
+//! request holds the set of plugins it started with, so a swap never changes one mid-way.
+
+mod bindings;
+pub mod extract;
+pub mod metrics;
+mod policy;
+pub mod runtime;
+mod saved;
+pub mod spec;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use sha2::{Digest, Sha256};
+
+pub use extract::{ExtractRequest, Extracted};
+pub use metrics::{Metrics, MetricsSnapshot};
+pub use spec::{ConfiguredPlugin, Hook, OnError, PluginSpec};
+
+use crate::clock::now_ms;
+use crate::errors::{Code, CodedError};
+use crate::limits::Rules;
+use crate::storage::Store;
+use runtime::{Compiled, Failure, PluginEngine};
+
+/// Where a plugin came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// `[[plugins]]` in the config file (read-only at runtime).
+    Config,
+    /// `PUT /plugins/{name}` (stored, survives restarts).
+    Admin,
+}
+
+/// A loaded plugin.
+#[derive(Debug)]
+pub struct Plugin {
+    /// Its name.
+    pub name: String,
+    /// Its settings.
+    pub spec: PluginSpec,
+    /// Hex sha256 of its bytes.
+    pub sha256: String,
+    /// Size of its component, bytes.
+    pub size: usize,
+    /// Config file or admin API.
+    pub source: Source,
+    /// When this version was loaded, ms since the epoch.
+    pub loaded_at_ms: u64,
+    /// Calls, errors, latency.
+    pub metrics: Metrics,
+    order: u64,
+    compiled: Compiled,
+}
+
+/// The plugins in force, in load order.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Every plugin.
+    pub all: Vec<Arc<Plugin>>,
+    extractors: Vec<Arc<Plugin>>,
+}
+
+impl Loaded {
+    fn new(mut all: Vec<Arc<Plugin>>) -> Self {
+        all.sort_by_key(|p| p.order);
+        let extractors = all
+            .iter()
+            .filter(|p| p.spec.hook == Hook::Extract)
+            .cloned()
+            .collect();
+        Self { all, extractors }
+    }
+
+    fn match_rule(&self) -> Option<&Arc<Plugin>> {
+        self.all.iter().find(|p| p.spec.hook == Hook::MatchRule)
+    }
+}
+
+/// The plugin set of a running Sluice.
+pub struct Plugins {
+    engine: OnceLock<PluginEngine>,
+    loaded: RwLock<Arc<Loaded>>,
+    /// Serializes changes (loads are slow; requests never wait on this).
+    changing: Mutex<()>,
+    next_order: AtomicU64,
+    store: Option<Arc<Store>>,
+    rules: Option<Arc<Rules>>,
+}
+
+impl std::fmt::Debug for Plugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugins")
+            .field("loaded", &self.current().all.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The coded error of a failed call of plugin `name`.
+pub(crate) fn failure_error(name: &str, failure: &Failure) -> CodedError {
+    match failure {
+        Failure::Trap(why) => {
+            CodedError::new(Code::PLG0002, format!("plugin '{name}' trapped: {why}"))
+        }
+        Failure::Deadline(deadline) => CodedError::new(
+            Code::PLG0003,
+            format!("plugin '{name}' ran past its deadline of {deadline:?} and was stopped"),
+        ),
+        Failure::Fuel(fuel) => CodedError::new(
+            Code::PLG0003,
+            format!("plugin '{name}' burned its fuel ({fuel}) and was stopped"),
+        ),
+        Failure::Memory(cap) => CodedError::new(
+            Code::PLG0005,
+            format!("plugin '{name}' tried to grow its memory past its cap of {cap} bytes"),
+        ),
+        Failure::Instantiate(why) => CodedError::new(
+            Code::PLG0002,
+            format!("plugin '{name}' could not be instantiated: {why}"),
+        ),
+    }
+}
+
+impl Plugins {
+    /// No plugins yet. Admin-loaded plugins are stored in `store`; a `match-rule` plugin
+    /// becomes the policy of `rules`.
+    pub fn new(store: Option<Arc<Store>>, rules: Option<Arc<Rules>>) -> Self {
+        Self {
+            engine: OnceLock::new(),
+            loaded: RwLock::new(Arc::new(Loaded::default())),
+            changing: Mutex::new(()),
+            next_order: AtomicU64::new(0),
+            store,
+            rules,
+        }
+    }
+
+    /// Loads the config file's plugins (any failure stops start-up), then the stored ones
+    /// (one that no longer loads is logged and left out).
+    pub fn start(&self, configured: &[ConfiguredPlugin]) -> Result<(), CodedError> {
+        for plugin in configured {
+            let bytes = std::fs::read(&plugin.path).map_err(|e| {
+                CodedError::new(
+                    Code::PLG0001,
+                    format!(
+                        "plugin '{}': cannot read {}: {e}",
+                        plugin.name,
+                        plugin.path.display()
+                    ),
+                )
+            })?;
+            self.load(&plugin.name, &bytes, plugin.spec(), Source::Config)?;
+        }
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        for saved in saved::load_all(store)? {
+            if self.get(&saved.name).is_some() {
+                tracing::warn!(plugin = %saved.name, "a stored plugin has the name of a config-file plugin; the config file's wins");
+                continue;
+            }
+            self.next_order
+                .fetch_max(saved.saved.order, Ordering::Relaxed);
+            if let Err(e) = self.install(
+                &saved.name,
+                &saved.bytes,
+                saved.saved.spec,
+                Source::Admin,
+                Some(saved.saved.order),
+            ) {
+                tracing::error!(plugin = %saved.name, error = %e, "a stored plugin no longer loads; left out");
+            }
+        }
+        Ok(())
+    }
+
+    fn engine(&self) -> Result<&PluginEngine, CodedError> {
+        if let Some(engine) = self.engine.get() {
+            return Ok(engine);
+        }
+        let engine = PluginEngine::new().map_err(|e| CodedError::new(Code::PLG0001, e))?;
+        Ok(self.engine.get_or_init(|| engine))
+    }
+
+    /// The plugins in force now.
+    pub fn current(&self) -> Arc<Loaded> {
+        Arc::clone(&self.loaded.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Plugin `name`, if loaded.
+    pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.current().all.iter().find(|p| p.name == name).cloned()
+    }
+
+    /// Loads (or atomically replaces) plugin `name`; an admin-loaded plugin is stored. On
+    /// any error the previous version stays.
+    pub fn load(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        spec: PluginSpec,
+        source: Source,
+    ) -> Result<Arc<Plugin>, CodedError> {
+        let _changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        if source == Source::Admin
+            && let Some(existing) = self.get(name)
+            && existing.source == Source::Config
+        {
+            return Err(CodedError::new(
+                Code::PLG0007,
+                format!("plugin '{name}' comes from the config file: change it there and restart"),
+            ));
+        }
+        let order = self.get(name).map(|p| p.order);
+        let plugin = self.install(name, bytes, spec, source, order)?;
+        if source == Source::Admin
+            && let Some(store) = &self.store
+        {
+            let record = saved::SavedSpec {
+                order: plugin.order,
+                spec: plugin.spec.clone(),
+            };
+            if let Err(e) = saved::put(store, name, &record, bytes) {
+                tracing::error!(plugin = name, error = %e, "plugin loaded but not stored: it will be gone after a restart");
+                return Err(e);
+            }
+        }
+        Ok(plugin)
+    }
+
+    fn install(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        spec: PluginSpec,
+        source: Source,
+        order: Option<u64>,
+    ) -> Result<Arc<Plugin>, CodedError> {
+        spec::check_name(name).map_err(|e| CodedError::new(Code::PLG0001, e))?;
+        let current = self.current();
+        if spec.hook == Hook::MatchRule
+            && let Some(other) = current.match_rule()
+            && other.name != name
+        {
+            return Err(CodedError::new(
+                Code::PLG0007,
+                format!(
+                    "plugin '{}' is the match-rule plugin already: only one may be loaded (replace it by name, or unload it first)",
+                    other.name
+                ),
+            ));
+        }
+        let sha256 = hex(&Sha256::digest(bytes));
+        let compiled = self
+            .engine()?
+            .compile(name, bytes, &sha256, &spec)
+            .map_err(|why| CodedError::new(Code::PLG0001, format!("plugin '{name}': {why}")))?;
+        let plugin = Arc::new(Plugin {
+            name: name.to_owned(),
+            sha256,
+            size: bytes.len(),
+            spec,
+            source,
+            loaded_at_ms: now_ms(),
+            metrics: Metrics::default(),
+            order: order.unwrap_or_else(|| self.next_order.fetch_add(1, Ordering::Relaxed) + 1),
+            compiled,
+        });
+        let mut all: Vec<Arc<Plugin>> = current
+            .all
+            .iter()
+            .filter(|p| p.name != name)
+            .cloned()
+            .collect();
+        all.push(Arc::clone(&plugin));
+        self.publish(Loaded::new(all));
+        tracing::info!(plugin = name, hook = %plugin.spec.hook, sha256 = %plugin.sha256, "plugin loaded");
+        Ok(plugin)
+    }
+
+    /// Unloads plugin `name` (PLG0006 when it is not loaded, PLG0007 for config-file ones).
+    pub fn unload(&self, name: &str) -> Result<(), CodedError> {
+        let _changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self.current();
+        let Some(plugin) = current.all.iter().find(|p| p.name == name) else {
+            return Err(CodedError::new(
+                Code::PLG0006,
+                format!("no plugin named '{name}' is loaded"),
+            ));
+        };
+        if plugin.source == Source::Config {
+            return Err(CodedError::new(
+                Code::PLG0007,
+                format!("plugin '{name}' comes from the config file: remove it there and restart"),
+            ));
+        }
+        if let Some(store) = &self.store {
+            saved::remove(store, name)?;
+        }
+        let rest = current
+            .all
+            .iter()
+            .filter(|p| p.name != name)
+            .cloned()
+            .collect();
+        self.publish(Loaded::new(rest));
+        tracing::info!(plugin = name, "plugin unloaded");
+        Ok(())
+    }
+
+    fn publish(&self, loaded: Loaded) {
+        let policy = loaded.match_rule().map(|p| {
+            Arc::new(policy::MatchRule(Arc::clone(p))) as Arc<dyn crate::flow::RulePolicy>
+        });
+        let changed_policy = {
+            let old = self.current();
+            old.match_rule().map(Arc::as_ptr) != loaded.match_rule().map(Arc::as_ptr)
+        };
+        *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded);
+        if changed_policy && let Some(rules) = &self.rules {
+            rules.set_policy(policy);
+        }
+    }
+
+    /// Runs the extract plugins over `request`. Without any, answers its own scope and
+    /// limit key without copying anything else.
+    pub fn extract(
+        &self,
+        request: impl FnOnce() -> ExtractRequest,
+    ) -> Option<Result<Extracted, CodedError>> {
+        let loaded = self.current();
+        if loaded.extractors.is_empty() {
+            return None;
+        }
+        Some(extract::run(&loaded.extractors, request()))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

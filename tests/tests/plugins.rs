@@ -1,0 +1,494 @@
+//! Policy plugins end to end: the example plugins (built for wasm32-wasip2 from `plugins/`)
+//! loaded into a running Sluice through the admin API and the config file, hostile plugins
+//! stopped without taking the proxy down, hot swaps under load.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use sluice_tests::{Sluice, TestDeployment, peak_of, peak_of_calls, plugin_wasm};
+
+async fn flow_controlled() -> (Sluice, TestDeployment) {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    (sluice, dep)
+}
+
+/// `PUT /plugins/{name}?{query}` with the component of crate `plugin`. Unless the query sets
+/// one, the deadline is 1 s: the default 10 ms is wall-clock time, which a debug build on a
+/// busy two-core test machine can lose to the scheduler (the hostile test checks the default).
+async fn load(sluice: &Sluice, name: &str, plugin: &str, query: &str) -> (u16, Value) {
+    let bytes = std::fs::read(plugin_wasm(plugin)).unwrap();
+    let query = if query.contains("deadline=") || plugin == "hostile" {
+        query.to_owned()
+    } else {
+        format!("{query}&deadline=1s")
+    };
+    load_bytes(sluice, name, bytes, &query).await
+}
+
+async fn load_bytes(sluice: &Sluice, name: &str, bytes: Vec<u8>, query: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}/plugins/{name}?{query}", sluice.admin_url))
+        .header("content-type", "application/wasm")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+async fn put_rules(sluice: &Sluice, rules: Value) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}/limits/rules", sluice.admin_url))
+        .json(&rules)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+async fn greet(sluice: &Sluice, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("\"Ada\"");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let resp = request.send().await.unwrap();
+    let code = resp
+        .headers()
+        .get("x-service-error-code")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (resp.status().as_u16(), code, resp.text().await.unwrap())
+}
+
+fn hold(n: usize) -> Vec<String> {
+    vec!["/service/call/Meter/hold".to_owned(); n]
+}
+
+#[tokio::test]
+async fn tenant_header_puts_unscoped_calls_under_their_tenants_rules() {
+    let (sluice, _dep) = flow_controlled().await;
+    put_rules(
+        &sluice,
+        json!([{"pattern": "t1", "limits": {"concurrency": 1}}, {"pattern": "t2/*", "limits": {"concurrency": 2}}]),
+    )
+    .await;
+    let (status, loaded) = load(
+        &sluice,
+        "tenants",
+        "tenant-header",
+        "hook=extract&config.scope-header=x-tenant&config.l1-header=x-tier",
+    )
+    .await;
+    assert_eq!(status, 200, "{loaded}");
+    assert_eq!(loaded["hook"], "extract");
+    assert_eq!(loaded["sha256"].as_str().unwrap().len(), 64);
+
+    let with = |headers: Vec<(&'static str, &'static str)>, n| {
+        (0..n)
+            .map(|_| ("/service/call/Meter/hold".to_owned(), headers.clone()))
+            .collect::<Vec<_>>()
+    };
+    // Concurrency measured inside the handler.
+    assert_eq!(
+        peak_of_calls(&sluice, &with(vec![("x-tenant", "t1")], 4)).await,
+        1
+    );
+    assert_eq!(
+        peak_of_calls(
+            &sluice,
+            &with(vec![("x-tenant", "t2"), ("x-tier", "gold")], 4)
+        )
+        .await,
+        2
+    );
+    // Without the header the call stays unscoped and unlimited.
+    assert_eq!(peak_of(&sluice, &hold(4)).await, 4);
+
+    // The plugin's metrics count its calls.
+    let listed: Value = reqwest::get(format!("{}/plugins", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let metrics = &listed["plugins"][0]["metrics"];
+    assert!(metrics["calls"].as_u64().unwrap() >= 12, "{listed}");
+    assert_eq!(metrics["errors"], 0);
+
+    // With `require`, a missing tenant header is refused by the plugin.
+    load(
+        &sluice,
+        "tenants",
+        "tenant-header",
+        "hook=extract&config.scope-header=x-tenant&config.require=true",
+    )
+    .await;
+    let (status, _, body) = greet(&sluice, &[]).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("missing tenant header 'x-tenant'"), "{body}");
+    assert!(body.contains("plugin 'tenants'"), "{body}");
+}
+
+fn jwt(secret: &[u8], claims: Value) -> String {
+    let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let body = URL_SAFE_NO_PAD.encode(claims.to_string());
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+    mac.update(format!("{head}.{body}").as_bytes());
+    let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+    format!("{head}.{body}.{signature}")
+}
+
+#[tokio::test]
+async fn jwt_claims_accepts_good_tokens_and_refuses_bad_ones() {
+    let (sluice, _dep) = flow_controlled().await;
+    let (status, body) = load(
+        &sluice,
+        "jwt",
+        "jwt-claims",
+        "hook=extract&config.secret=s3cret",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let future = 4_102_444_800u64; // 2100-01-01
+    let good = jwt(
+        b"s3cret",
+        json!({"tenant": "acme", "tier": "gold", "exp": future}),
+    );
+    let bearer = format!("Bearer {good}");
+    // A good token: the call is scoped by its claims.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/send/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .header("authorization", &bearer)
+        .body("\"Ada\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let id = resp.json::<Value>().await.unwrap()["invocationId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let invocation: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(invocation["scope"], "acme", "{invocation}");
+    assert_eq!(invocation["limit_key"], "gold", "{invocation}");
+
+    let forged = jwt(b"wrong", json!({"tenant": "acme", "exp": future}));
+    let expired = jwt(b"s3cret", json!({"tenant": "acme", "exp": 1_000}));
+    for (auth, want) in [
+        (format!("Bearer {forged}"), "bad signature"),
+        (format!("Bearer {expired}"), "expired"),
+        (
+            "Bearer not-a-token".to_owned(),
+            "not three dot-separated parts",
+        ),
+    ] {
+        let (status, _, body) = greet(&sluice, &[("authorization", &auth)]).await;
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains(want), "{want}: {body}");
+    }
+    let (status, _, body) = greet(&sluice, &[]).await;
+    assert_eq!(
+        (status, body.contains("missing bearer token")),
+        (401, true),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn tiered_limits_doubles_a_premium_scopes_budget() {
+    let (sluice, _dep) = flow_controlled().await;
+    put_rules(
+        &sluice,
+        json!([{"pattern": "*", "limits": {"concurrency": 2}}]),
+    )
+    .await;
+    let scoped = |scope: &str, n| vec![format!("/service/scope/{scope}/call/Meter/hold"); n];
+    assert_eq!(peak_of(&sluice, &scoped("vip", 6)).await, 2);
+    let (status, body) = load(
+        &sluice,
+        "tiers",
+        "tiered-limits",
+        "hook=match-rule&config.premium=vip,other-vip",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // Applied at once to the live counters: no restart, no new rule.
+    assert_eq!(peak_of(&sluice, &scoped("vip", 6)).await, 4);
+    assert_eq!(peak_of(&sluice, &scoped("plain", 6)).await, 2);
+    // A second match-rule plugin is refused; replacing this one by name works.
+    let (status, body) = load(&sluice, "tiers-2", "tiered-limits", "hook=match-rule").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("PLG0007"),
+        "{body}"
+    );
+    // Unloading restores the rule book's own limits.
+    let resp = reqwest::Client::new()
+        .delete(format!("{}/plugins/tiers", sluice.admin_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(peak_of(&sluice, &scoped("vip", 4)).await, 2);
+}
+
+/// Loads the hostile plugin with `behaviour` and answers a call's status, code, body, time.
+async fn hostile(
+    sluice: &Sluice,
+    behaviour: &str,
+    extra: &str,
+) -> (u16, Option<String>, String, Duration) {
+    let (status, body) = load(
+        sluice,
+        "hostile",
+        "hostile",
+        &format!("hook=extract&config.behaviour={behaviour}{extra}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let started = Instant::now();
+    let (status, code, body) = greet(sluice, &[]).await;
+    (status, code, body, started.elapsed())
+}
+
+#[tokio::test]
+async fn hostile_plugins_are_stopped_and_the_proxy_keeps_serving() {
+    let (sluice, _dep) = flow_controlled().await;
+    // An infinite loop is stopped at its deadline (default 10 ms).
+    let (status, code, body, took) = hostile(&sluice, "loop", "").await;
+    assert_eq!((status, code.as_deref()), (503, Some("PLG0003")), "{body}");
+    assert!(
+        body.contains("plugin 'hostile' ran past its deadline"),
+        "{body}"
+    );
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    // The instance is rebuilt: the next request is answered the same way, not hung.
+    let (status, code, _) = greet(&sluice, &[]).await;
+    assert_eq!((status, code.as_deref()), (503, Some("PLG0003")));
+
+    let (status, code, body, _) = hostile(&sluice, "grow", "&memory-limit=4MiB").await;
+    assert_eq!((status, code.as_deref()), (503, Some("PLG0005")), "{body}");
+    assert!(body.contains("memory"), "{body}");
+
+    let (status, code, body, _) = hostile(&sluice, "trap", "").await;
+    assert_eq!((status, code.as_deref()), (503, Some("PLG0002")), "{body}");
+
+    let (status, code, body, _) = hostile(&sluice, "bad-scope", "").await;
+    assert_eq!((status, code.as_deref()), (503, Some("PLG0004")), "{body}");
+    assert!(body.contains("invalid scope 'not a scope!'"), "{body}");
+
+    // Fuel stops it too.
+    let (status, code, body, _) = hostile(&sluice, "loop", "&fuel=100000&deadline=5s").await;
+    assert_eq!((status, code.as_deref()), (503, Some("PLG0003")), "{body}");
+    assert!(body.contains("fuel"), "{body}");
+
+    // on-error = skip passes requests through unchanged, whatever the plugin does.
+    for behaviour in ["loop", "grow", "trap", "bad-scope"] {
+        let (status, _, body, _) = hostile(&sluice, behaviour, "&on-error=skip").await;
+        assert_eq!(status, 200, "{behaviour}: {body}");
+        assert_eq!(body, "\"Hello, Ada!\"");
+    }
+    let listed: Value = reqwest::get(format!("{}/plugins/hostile", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["metrics"]["errors"], 1, "{listed}");
+}
+
+#[tokio::test]
+async fn bad_plugins_are_refused_at_load_and_the_old_version_stays() {
+    let (sluice, _dep) = flow_controlled().await;
+    let (status, first) = load(&sluice, "t", "tenant-header", "hook=extract").await;
+    assert_eq!(status, 200);
+    let cases: [(Vec<u8>, &str, &str); 5] = [
+        (
+            b"not wasm".to_vec(),
+            "hook=extract",
+            "not a valid wasm component",
+        ),
+        // An empty component: valid, but it exports nothing.
+        (
+            b"\0asm\x0d\0\x01\0".to_vec(),
+            "hook=extract",
+            "does not export 'extract'",
+        ),
+        (
+            std::fs::read(plugin_wasm("tenant-header")).unwrap(),
+            "hook=sideways",
+            "unknown hook 'sideways'",
+        ),
+        (
+            std::fs::read(plugin_wasm("tenant-header")).unwrap(),
+            "",
+            "say which hook",
+        ),
+        (Vec::new(), "hook=extract", "the body is empty"),
+    ];
+    for (bytes, query, want) in cases {
+        let (status, body) = load_bytes(&sluice, "t", bytes, query).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains("PLG0001") && message.contains(want),
+            "{message}"
+        );
+    }
+    let now: Value = reqwest::get(format!("{}/plugins/t", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(now["sha256"], first["sha256"]);
+    let resp = reqwest::Client::new()
+        .delete(format!("{}/plugins/nope", sluice.admin_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test]
+async fn plugins_survive_restarts_and_load_from_the_config_file() {
+    let data = tempfile::tempdir().unwrap();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let wasm = plugin_wasm("tenant-header");
+    let config = format!(
+        "[[plugins]]\nname = \"from-file\"\npath = \"{}\"\nhook = \"extract\"\nconfig = {{ scope-header = \"x-org\" }}\n",
+        wasm.display()
+    );
+    let start = || {
+        Sluice::builder()
+            .flow_control()
+            .data_dir(data.path())
+            .config(&config)
+            .start()
+    };
+    let sluice = start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let (status, _) = load(
+        &sluice,
+        "stored",
+        "jwt-claims",
+        "hook=extract&config.require=false",
+    )
+    .await;
+    assert_eq!(status, 200);
+    // A config-file plugin is read-only at runtime.
+    let (status, body) = load(&sluice, "from-file", "tenant-header", "hook=extract").await;
+    assert_eq!(status, 409, "{body}");
+    drop(sluice);
+
+    let sluice = start().await.unwrap();
+    let listed: Value = reqwest::get(format!("{}/plugins", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<(&str, &str)> = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["source"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, [("from-file", "config"), ("stored", "admin")]);
+    // The config-file plugin scopes calls by `x-org`.
+    put_rules(
+        &sluice,
+        json!([{"pattern": "org1", "limits": {"concurrency": 1}}]),
+    )
+    .await;
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            (
+                "/service/call/Meter/hold".to_owned(),
+                vec![("x-org", "org1")],
+            )
+        })
+        .collect();
+    assert_eq!(peak_of_calls(&sluice, &calls).await, 1);
+}
+
+#[tokio::test]
+async fn a_missing_config_file_plugin_stops_start_up_with_plg0001() {
+    let finished = Sluice::builder()
+        .config("[[plugins]]\nname = \"gone\"\npath = \"/nonexistent/plugin.wasm\"\nhook = \"extract\"\n")
+        .run_to_exit()
+        .unwrap();
+    sluice_tests::assert_startup_error(&finished, "PLG0001");
+    assert!(
+        finished.stderr.contains("/nonexistent/plugin.wasm"),
+        "{}",
+        finished.stderr
+    );
+}
+
+#[tokio::test]
+async fn hot_swaps_under_load_fail_no_request() {
+    let (sluice, _dep) = flow_controlled().await;
+    load(&sluice, "swap", "tenant-header", "hook=extract").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..32)
+        .map(|_| {
+            let url = format!("{}/service/call/Greeter/greet", sluice.ingress_url);
+            let stop = std::sync::Arc::clone(&stop);
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let resp = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .header("x-tenant", "swapper")
+                        .body("\"Ada\"")
+                        .send()
+                        .await
+                        .unwrap();
+                    if resp.status() == 200 {
+                        ok += 1;
+                    } else {
+                        failed.push(resp.text().await.unwrap());
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    for i in 0..20 {
+        let header = if i % 2 == 0 { "x-tenant" } else { "x-org" };
+        let (status, body) = load(
+            &sluice,
+            "swap",
+            "tenant-header",
+            &format!("hook=extract&config.scope-header={header}"),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for client in clients {
+        let (ok, failed) = client.await.unwrap();
+        assert!(failed.is_empty(), "{failed:?}");
+        total += ok;
+    }
+    assert!(total > 100, "only {total} calls ran during the swaps");
+}
