@@ -492,3 +492,59 @@ async fn hot_swaps_under_load_fail_no_request() {
     }
     assert!(total > 100, "only {total} calls ran during the swaps");
 }
+
+#[tokio::test]
+async fn the_plugins_cli() {
+    let (sluice, _dep) = flow_controlled().await;
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(sluice_tests::binary())
+            .arg("plugins")
+            .args(args)
+            .args(["--admin-url", &sluice.admin_url])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let wasm = plugin_wasm("tenant-header");
+    let wasm = wasm.to_str().unwrap();
+    let (ok, out) = run(&[
+        "load",
+        "tenants",
+        wasm,
+        "--hook",
+        "extract",
+        "--deadline",
+        "1s",
+        "--config",
+        "scope-header=x-t",
+    ]);
+    assert!(
+        ok && out.contains("loaded tenants (extract) sha256 "),
+        "{out}"
+    );
+    let (status, _, _) = greet(&sluice, &[("x-t", "cli")]).await;
+    assert_eq!(status, 200);
+    let (ok, out) = run(&["list"]);
+    assert!(
+        ok && out.contains("NAME") && out.contains("tenants"),
+        "{out}"
+    );
+    assert!(
+        out.contains("extract") && out.contains(" 1 "),
+        "one call: {out}"
+    );
+    let (ok, out) = run(&["list", "--json"]);
+    assert!(ok && out.contains("\"scope-header\": \"x-t\""), "{out}");
+    let (ok, out) = run(&[
+        "load", "x", wasm, "--hook", "extract", "--config", "novalue",
+    ]);
+    assert!(!ok && out.contains("write it as key=value"), "{out}");
+    let (ok, out) = run(&["unload", "tenants"]);
+    assert!(ok && out.contains("unloaded tenants"), "{out}");
+    let (ok, out) = run(&["unload", "tenants"]);
+    assert!(!ok && out.contains("PLG0006"), "{out}");
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use bytes::Bytes;
 use http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AdminState;
@@ -16,7 +16,7 @@ use crate::errors::Code;
 use crate::plugins::{Hook, MetricsSnapshot, OnError, Plugin, PluginSpec, Source};
 
 /// A loaded plugin.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PluginResponse {
     /// Its name.
     pub name: String,
@@ -66,7 +66,7 @@ impl From<&Plugin> for PluginResponse {
 }
 
 /// `GET /plugins`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ListPluginsResponse {
     /// In the order they run.
     pub plugins: Vec<PluginResponse>,
@@ -198,4 +198,55 @@ pub async fn unload(
 ) -> Result<StatusCode, AdminError> {
     state.plugins.unload(&name)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_query_describes_the_spec() {
+        let spec = spec_of(&query(&[
+            ("hook", "match-rule"),
+            ("on-error", "skip"),
+            ("deadline", "25ms"),
+            ("memory-limit", "8 MiB"),
+            ("fuel", "1000"),
+            ("config.premium", "a,b"),
+        ]))
+        .unwrap();
+        assert_eq!(spec.hook, Hook::MatchRule);
+        assert_eq!(spec.on_error, OnError::Skip);
+        assert_eq!(spec.deadline.0, std::time::Duration::from_millis(25));
+        assert_eq!(spec.memory_limit.0, 8 << 20);
+        assert_eq!(spec.fuel, Some(1000));
+        assert_eq!(spec.config["premium"], "a,b");
+        let defaults = spec_of(&query(&[("hook", "extract")])).unwrap();
+        assert_eq!(defaults, PluginSpec::new(Hook::Extract));
+    }
+
+    #[test]
+    fn bad_queries_say_what_to_fix() {
+        let refused = |pairs: &[(&str, &str)]| spec_of(&query(pairs)).unwrap_err().error.message;
+        assert!(refused(&[]).contains("?hook=extract"));
+        assert!(refused(&[("hook", "x")]).contains("unknown hook 'x'"));
+        assert!(
+            refused(&[("hook", "extract"), ("on-error", "maybe")]).contains("'fail' or 'skip'")
+        );
+        assert!(refused(&[("hook", "extract"), ("deadline", "soon")]).contains("invalid deadline"));
+        assert!(refused(&[("hook", "extract"), ("deadline", "0ms")]).contains("more than 0"));
+        assert!(refused(&[("hook", "extract"), ("fuel", "-1")]).contains("invalid fuel"));
+        assert!(
+            refused(&[("hook", "extract"), ("colour", "red")])
+                .contains("unknown parameter 'colour'")
+        );
+        assert!(refused(&[("hook", "extract"), ("config.", "x")]).contains("unknown parameter"));
+    }
 }

@@ -51,14 +51,37 @@ impl AdminClient {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<Answer, CodedError> {
-        let url = format!("{}{path}", self.base);
-        let mut req = self.http.request(method, &url);
-        if let Some(token) = &self.token {
-            req = req.bearer_auth(token);
-        }
+        let mut req = self.request(method, path);
         if let Some(body) = body {
             req = req.json(body);
         }
+        self.send(req).await
+    }
+
+    /// Sends `bytes` as the body, of type `content_type`.
+    pub async fn call_bytes(
+        &self,
+        method: Method,
+        path: &str,
+        bytes: Vec<u8>,
+        content_type: &str,
+    ) -> Result<Answer, CodedError> {
+        let req = self
+            .request(method, path)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(bytes);
+        self.send(req).await
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Answer, CodedError> {
         let resp = req.send().await.map_err(|e| {
             CodedError::uncoded(format!(
                 "cannot reach the admin API at {}: {e}; is `sluice serve` running there? (set --admin-url or SLUICE_ADMIN_URL)",

@@ -3,6 +3,7 @@
 mod client;
 mod explain;
 mod invocations;
+mod plugins;
 mod registry;
 mod rules;
 mod table;
@@ -58,6 +59,15 @@ pub enum Command {
         #[command(flatten)]
         admin: registry::AdminArgs,
     },
+    /// Load, hot-swap, list and unload policy plugins (admin API client).
+    Plugins {
+        /// What to do.
+        #[command(subcommand)]
+        command: plugins::PluginsCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
     /// List and describe services (admin API client).
     Services {
         /// What to do.
@@ -107,6 +117,7 @@ pub fn run(cli: Cli) -> ExitCode {
             report(block_on(invocations::run(&command, &admin)))
         }
         Command::Rules { command, admin } => report(block_on(rules::run(&command, &admin))),
+        Command::Plugins { command, admin } => report(block_on(plugins::run(&command, &admin))),
     }
 }
 

@@ -17,7 +17,7 @@ pub struct Metrics {
 }
 
 /// What `GET /plugins` shows.
-#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct MetricsSnapshot {
     /// Calls so far.
     pub calls: u64,

@@ -26,7 +26,9 @@ use crate::storage::Store;
 use runtime::{Compiled, Failure, PluginEngine};
 
 /// Where a plugin came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Source {
     /// `[[plugins]]` in the config file (read-only at runtime).
@@ -341,4 +343,63 @@ impl Plugins {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_plugins_extract_costs_nothing_and_bad_components_are_refused() {
+        let plugins = Plugins::new(None, None);
+        assert!(
+            plugins
+                .extract(|| unreachable!("not built without plugins"))
+                .is_none()
+        );
+        let refused = plugins
+            .load(
+                "p",
+                b"\0asm\x01\0\0\0",
+                PluginSpec::new(Hook::Extract),
+                Source::Admin,
+            )
+            .unwrap_err();
+        assert_eq!(refused.code, Some(Code::PLG0001));
+        assert!(
+            refused.message.contains("not a valid wasm component"),
+            "{}",
+            refused.message
+        );
+        let empty_component = b"\0asm\x0d\0\x01\0";
+        let refused = plugins
+            .load(
+                "p",
+                empty_component,
+                PluginSpec::new(Hook::MatchRule),
+                Source::Admin,
+            )
+            .unwrap_err();
+        assert!(
+            refused.message.contains("does not export 'match-rule'"),
+            "{}",
+            refused.message
+        );
+        let refused = plugins
+            .load(
+                "bad name!",
+                empty_component,
+                PluginSpec::new(Hook::Extract),
+                Source::Admin,
+            )
+            .unwrap_err();
+        assert!(
+            refused.message.contains("invalid plugin name"),
+            "{}",
+            refused.message
+        );
+        assert!(plugins.current().all.is_empty());
+        let missing = plugins.unload("p").unwrap_err();
+        assert_eq!(missing.code, Some(Code::PLG0006));
+    }
 }

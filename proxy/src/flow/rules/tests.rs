@@ -315,3 +315,71 @@ proptest! {
         }
     }
 }
+
+/// Records what it was asked; doubles the limits of scope `vip`, lifts `free`'s.
+#[derive(Debug, Default)]
+struct Doubler {
+    seen: std::sync::Mutex<Vec<(String, Vec<String>, Option<String>)>>,
+}
+
+impl RulePolicy for Doubler {
+    fn decide(
+        &self,
+        counter: CounterRef<'_>,
+        candidates: &[(Limit, Arc<RulePattern>)],
+        chosen: Option<&(Limit, Arc<RulePattern>)>,
+    ) -> Decision {
+        self.seen.lock().unwrap().push((
+            counter.scope.to_owned(),
+            candidates.iter().map(|(_, p)| p.to_string()).collect(),
+            chosen.map(|(_, p)| p.to_string()),
+        ));
+        match (counter.scope, chosen) {
+            ("vip", Some((Limit::Concurrency(n), _))) => {
+                Decision::Concurrency(n.saturating_mul(NonZeroU32::new(2).unwrap()))
+            }
+            ("free", _) => Decision::Unlimited,
+            _ => Decision::Default,
+        }
+    }
+}
+
+#[test]
+fn a_policy_sees_every_matching_rule_and_decides_the_limit() {
+    let doubler = Arc::new(Doubler::default());
+    let b = book(&[
+        ("*", n(3)),
+        ("vip", n(5)),
+        ("vip/*", n(1)),
+        ("*/gold", n(2)),
+    ])
+    .with_policy(Some(Arc::clone(&doubler) as Arc<dyn RulePolicy>));
+    assert_eq!(limit(&b, Level::Scope, "vip", None, None), Some(10));
+    assert_eq!(winner(&b, Level::Scope, "vip", None, None), "vip");
+    assert_eq!(limit(&b, Level::L1, "vip", Some("gold"), None), Some(2));
+    assert_eq!(limit(&b, Level::Scope, "free", None, None), None);
+    assert_eq!(limit(&b, Level::Scope, "other", None, None), Some(3));
+    // A counter that does not exist is not offered to the policy.
+    assert_eq!(limit(&b, Level::L1, "vip", None, None), None);
+    let seen = doubler.seen.lock().unwrap();
+    assert_eq!(
+        seen[0],
+        (
+            "vip".into(),
+            vec!["vip".into(), "*".into()],
+            Some("vip".into())
+        )
+    );
+    assert_eq!(
+        seen[2],
+        (
+            "vip".into(),
+            vec!["vip/*".into(), "*/gold".into()],
+            Some("vip/*".into())
+        )
+    );
+    assert_eq!(seen.len(), 5);
+    // Without the policy the most specific rule wins again.
+    let plain = b.with_policy(None);
+    assert_eq!(limit(&plain, Level::Scope, "vip", None, None), Some(5));
+}
