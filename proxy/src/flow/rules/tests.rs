@@ -316,10 +316,13 @@ proptest! {
     }
 }
 
+/// A policy's question: the counter's scope, the candidates' patterns, the chosen one.
+type Asked = (String, Vec<String>, Option<String>);
+
 /// Records what it was asked; doubles the limits of scope `vip`, lifts `free`'s.
 #[derive(Debug, Default)]
 struct Doubler {
-    seen: std::sync::Mutex<Vec<(String, Vec<String>, Option<String>)>>,
+    seen: std::sync::Mutex<Vec<Asked>>,
 }
 
 impl RulePolicy for Doubler {
