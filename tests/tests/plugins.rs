@@ -370,7 +370,7 @@ async fn plugins_survive_restarts_and_load_from_the_config_file() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let wasm = plugin_wasm("tenant-header");
     let config = format!(
-        "[[plugins]]\nname = \"from-file\"\npath = \"{}\"\nhook = \"extract\"\nconfig = {{ scope-header = \"x-org\" }}\n",
+        "[[plugins]]\nname = \"from-file\"\npath = \"{}\"\nhook = \"extract\"\ndeadline = \"1s\"\nconfig = {{ scope-header = \"x-org\" }}\n",
         wasm.display()
     );
     let start = || {

@@ -4,6 +4,8 @@
 # bounded in time. Usage: proxy/benches/load/run.sh [connections] [seconds]
 # Flow control: SCOPE=acme calls /service/scope/acme/call/Greeter/greet with flow control on;
 # RULE='{"pattern":"*","limits":{"concurrency":2}}' sets a rule first (default: none).
+# PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
+# x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 connections="${1:-32}"
@@ -13,6 +15,11 @@ seconds="${2:-10}"
 source proxy/benches/load/common.sh
 if [ -n "${RULE:-}" ]; then
   curl -sf -X PUT "http://127.0.0.1:$admin/limits/rules" -H 'content-type: application/json' -d "[$RULE]" >/dev/null
+fi
+if [ -n "${PLUGIN:-}" ]; then
+  cargo build -q --release --locked --target wasm32-wasip2 --manifest-path plugins/Cargo.toml --target-dir "$target_dir/plugins"
+  curl -sf -X PUT "http://127.0.0.1:$admin/plugins/$PLUGIN?hook=extract" -H 'content-type: application/wasm' \
+    --data-binary "@$target_dir/plugins/wasm32-wasip2/release/${PLUGIN//-/_}.wasm" >/dev/null
 fi
 path="/service/call/Greeter/greet"
 [ -n "${SCOPE:-}" ] && path="/service/scope/$SCOPE/call/Greeter/greet"

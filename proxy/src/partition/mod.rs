@@ -221,7 +221,8 @@ pub struct Partition {
     config: Arc<Config>,
     client: AttemptClient,
     tx: mpsc::Sender<Event>,
-    live: HashMap<InvocationId, Live>,
+    /// Boxed: a held backlog keeps the map's spare capacity at pointer size, not `Live` size.
+    live: HashMap<InvocationId, Box<Live>>,
     scheduler: Scheduler,
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
@@ -484,7 +485,8 @@ impl Partition {
         let entry = self.next_entry;
         let id = record.id;
         self.entries.insert(entry, id);
-        self.live.insert(id, Live::new(record, journal, entry));
+        self.live
+            .insert(id, Box::new(Live::new(record, journal, entry)));
     }
 }
 

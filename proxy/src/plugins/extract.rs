@@ -64,21 +64,29 @@ pub fn run(
         mut scope,
         mut limit_key,
     } = request;
-    let target = target.map(|(service, handler, key)| types::Target {
-        service,
-        handler,
-        key,
+    let mut template = Some(types::Request {
+        method,
+        path,
+        query,
+        headers,
+        target: target.map(|(service, handler, key)| types::Target {
+            service,
+            handler,
+            key,
+        }),
+        scope: None,
+        limit_key: None,
     });
-    for plugin in plugins {
-        let request = types::Request {
-            method: method.clone(),
-            path: path.clone(),
-            query: query.clone(),
-            headers: headers.clone(),
-            target: target.clone(),
-            scope: scope.clone(),
-            limit_key: limit_key.clone(),
-        };
+    for (i, plugin) in plugins.iter().enumerate() {
+        // The last plugin gets the request itself; earlier ones a copy.
+        let mut request = if i + 1 == plugins.len() {
+            template.take()
+        } else {
+            template.clone()
+        }
+        .expect("taken only for the last plugin");
+        request.scope.clone_from(&scope);
+        request.limit_key.clone_from(&limit_key);
         let started = Instant::now();
         let answer = plugin
             .compiled
