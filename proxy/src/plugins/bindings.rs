@@ -10,8 +10,8 @@ wasmtime::component::bindgen!({
     path: "wit",
 });
 
-pub use sluice::policy::host::LogLevel;
-pub use sluice::policy::types;
+pub use self::sluice::policy::host::LogLevel;
+pub use self::sluice::policy::types;
 
 /// What a plugin's store holds: who it is (for logs), its config, its memory cap.
 pub struct HostState {
@@ -20,9 +20,9 @@ pub struct HostState {
     pub(super) limits: StoreLimits,
 }
 
-impl sluice::policy::types::Host for HostState {}
+impl self::sluice::policy::types::Host for HostState {}
 
-impl sluice::policy::host::Host for HostState {
+impl self::sluice::policy::host::Host for HostState {
     fn log(&mut self, level: LogLevel, message: String) {
         let plugin = &*self.name;
         match level {
