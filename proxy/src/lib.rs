@@ -21,4 +21,5 @@ pub mod protocol;
 pub mod registry;
 pub mod server;
 pub mod shutdown;
+pub mod sql;
 pub mod storage;

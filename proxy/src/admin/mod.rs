@@ -9,6 +9,7 @@ pub mod invocations;
 pub mod json;
 pub mod limits;
 pub mod plugins;
+pub mod query;
 pub mod services;
 pub mod shapes;
 mod version;
@@ -58,6 +59,8 @@ pub struct AdminState {
     pub rules: Arc<Rules>,
     /// Policy plugins.
     pub plugins: Arc<Plugins>,
+    /// SQL over the system tables.
+    pub query: crate::sql::QueryEngine,
     /// Fetches endpoint manifests.
     pub discovery: DiscoveryClient,
     /// The generated OpenAPI document, set once the router is built.
@@ -75,7 +78,15 @@ impl AdminState {
         rules: Arc<Rules>,
         plugins: Arc<Plugins>,
     ) -> Self {
+        let query = crate::sql::QueryEngine::new(crate::sql::QuerySources {
+            config: Arc::clone(&config),
+            rules: Arc::clone(&rules),
+            runtime: runtime.clone(),
+            registry: Arc::clone(&registry),
+            store: Arc::clone(&store),
+        });
         Self {
+            query,
             plugins,
             config,
             ingress_endpoint,
@@ -101,6 +112,7 @@ impl AdminState {
         (name = "service_handler", description = "Handlers"),
         (name = "invocation", description = "Invocations"),
         (name = "plugins", description = "Policy plugins (wasm components)"),
+        (name = "introspection", description = "SQL over the system tables"),
     )
 )]
 struct ApiDoc;
@@ -129,6 +141,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::upsert, limits::list))
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::counters))
+        .routes(routes!(query::query))
         .routes(routes!(plugins::list))
         .routes(routes!(plugins::load, plugins::get, plugins::unload))
         .split_for_parts();

@@ -81,7 +81,26 @@ impl AdminClient {
         }
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Answer, CodedError> {
+    /// Posts `body` as JSON and answers the raw bytes of a successful answer (errors are read
+    /// as the admin API's JSON error body).
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<bytes::Bytes, CodedError> {
+        let (status, bytes) = self
+            .exchange(self.request(Method::POST, path).json(body))
+            .await?;
+        if status.is_success() {
+            return Ok(bytes);
+        }
+        Err(Self::refusal(status, &Self::json(&bytes)))
+    }
+
+    async fn exchange(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<(StatusCode, bytes::Bytes), CodedError> {
         let resp = req.send().await.map_err(|e| {
             CodedError::uncoded(format!(
                 "cannot reach the admin API at {}: {e}; is `sluice serve` running there? (set --admin-url or SLUICE_ADMIN_URL)",
@@ -93,22 +112,35 @@ impl AdminClient {
             .bytes()
             .await
             .map_err(|e| CodedError::uncoded(format!("cannot read the admin API's answer: {e}")))?;
-        let json: serde_json::Value = if bytes.is_empty() {
-            serde_json::Value::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-                serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
-            })
-        };
+        Ok((status, bytes))
+    }
+
+    fn json(bytes: &[u8]) -> serde_json::Value {
+        if bytes.is_empty() {
+            return serde_json::Value::Null;
+        }
+        serde_json::from_slice(bytes).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned())
+        })
+    }
+
+    fn refusal(status: StatusCode, json: &serde_json::Value) -> CodedError {
+        match serde_json::from_value::<AdminErrorBody>(json.clone()) {
+            // The message already carries its `[CODE] ` prefix.
+            Ok(body) => CodedError::uncoded(body.message),
+            Err(_) => match json.get("message").and_then(|m| m.as_str()) {
+                Some(message) => CodedError::uncoded(message.to_owned()),
+                None => CodedError::uncoded(format!("the admin API answered {status}: {json}")),
+            },
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Answer, CodedError> {
+        let (status, bytes) = self.exchange(req).await?;
+        let json = Self::json(&bytes);
         if status.is_success() {
             return Ok(Answer { status, json });
         }
-        Err(
-            match serde_json::from_value::<AdminErrorBody>(json.clone()) {
-                // The message already carries its `[CODE] ` prefix.
-                Ok(body) => CodedError::uncoded(body.message),
-                Err(_) => CodedError::uncoded(format!("the admin API answered {status}: {json}")),
-            },
-        )
+        Err(Self::refusal(status, &json))
     }
 }

@@ -6,6 +6,7 @@ mod invocations;
 mod plugins;
 mod registry;
 mod rules;
+mod sql;
 mod table;
 
 use std::path::PathBuf;
@@ -68,6 +69,8 @@ pub enum Command {
         #[command(flatten)]
         admin: registry::AdminArgs,
     },
+    /// Run SQL over the system tables (`POST /query`), e.g. `sluice sql "SELECT * FROM sys_user_limits"`.
+    Sql(sql::SqlArgs),
     /// List and describe services (admin API client).
     Services {
         /// What to do.
@@ -118,6 +121,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Rules { command, admin } => report(block_on(rules::run(&command, &admin))),
         Command::Plugins { command, admin } => report(block_on(plugins::run(&command, &admin))),
+        Command::Sql(args) => report(block_on(sql::run(&args))),
     }
 }
 

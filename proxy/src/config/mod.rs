@@ -113,12 +113,18 @@ impl Default for IngressConfig {
 pub struct AdminConfig {
     /// Address to listen on.
     pub bind: SocketAddr,
+    /// Longest a `POST /query` may run.
+    pub query_timeout: FriendlyDuration,
+    /// Most rows a `POST /query` may answer.
+    pub query_row_limit: usize,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 9070)),
+            query_timeout: FriendlyDuration::from_secs(10),
+            query_row_limit: 100_000,
         }
     }
 }

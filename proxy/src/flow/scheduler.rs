@@ -70,6 +70,13 @@ pub struct QueueKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QueueId(u32);
 
+impl QueueId {
+    /// Its number within the partition.
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
 /// An entry waiting for its run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Timer {

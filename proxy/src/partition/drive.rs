@@ -131,6 +131,9 @@ impl Partition {
             }
             // The batch's effects end with a dispatch, which takes the freed slots.
             Event::SlotsFree => {}
+            Event::Queues { reply } => {
+                let _ = reply.send(self.scheduler.queues());
+            }
             Event::Counters { reply } => {
                 let _ = reply.send(self.scheduler.counters());
             }

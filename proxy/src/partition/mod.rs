@@ -143,6 +143,11 @@ pub enum Event {
     },
     /// Another partition gave back invoker slots this one waits for.
     SlotsFree,
+    /// Every scheduler queue of the partition, for introspection.
+    Queues {
+        /// Answered at once.
+        reply: oneshot::Sender<Vec<crate::flow::scheduler::QueueSnapshot>>,
+    },
     /// A timer fired (`completion` set) or a delay/back-off is over (`None`).
     Wake {
         /// The invocation.

@@ -176,6 +176,23 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())
     }
 
+    /// Every partition's scheduler queues, with the partition's index.
+    pub async fn queues(
+        &self,
+    ) -> Result<Vec<(u64, crate::flow::scheduler::QueueSnapshot)>, CodedError> {
+        let mut all = Vec::new();
+        for (index, sender) in self.senders.iter().enumerate() {
+            let (reply, answer) = oneshot::channel();
+            sender
+                .send(Event::Queues { reply })
+                .await
+                .map_err(|_| Self::gone())?;
+            let queues = answer.await.map_err(|_| Self::gone())?;
+            all.extend(queues.into_iter().map(|q| (index as u64, q)));
+        }
+        Ok(all)
+    }
+
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
         let mut all = Vec::new();

@@ -1,0 +1,71 @@
+//! `POST /query`: SQL over the system tables. `accept: application/json` answers
+//! `{"rows": [...]}`; anything else an Arrow IPC stream.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use datafusion::arrow::ipc::writer::StreamWriter;
+use http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::AdminState;
+use super::json::Json;
+use crate::sql::{QueryAnswer, rows};
+
+/// A query.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct QueryRequest {
+    /// The SQL, e.g. `SELECT * FROM sys_user_limits`.
+    pub query: String,
+}
+
+fn refused(message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(serde_json::json!({ "message": message })),
+    )
+        .into_response()
+}
+
+fn arrow_stream(answer: &QueryAnswer) -> Result<Vec<u8>, String> {
+    let mut writer =
+        StreamWriter::try_new(Vec::new(), &answer.schema).map_err(|e| e.to_string())?;
+    for batch in &answer.batches {
+        writer.write(batch).map_err(|e| e.to_string())?;
+    }
+    writer.into_inner().map_err(|e| e.to_string())
+}
+
+/// Runs a query over `sys_rules`, `sys_user_limits`, `sys_scheduler` (flow control only),
+/// `sys_invocation`, `sys_deployment` and `sys_service`.
+#[utoipa::path(post, path = "/query", tag = "introspection", operation_id = "query",
+    request_body = QueryRequest,
+    responses((status = 200, description = "`{\"rows\": [...]}` (accept: application/json, null columns left out) or an Arrow IPC stream"),
+        (status = 400, description = "`{\"message\": ...}`: bad SQL, an unknown table or column, a timeout or too many rows")))]
+pub async fn query(
+    State(state): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Json(request): Json<QueryRequest>,
+) -> Response {
+    let answer = match state.query.query(&request.query).await {
+        Ok(answer) => answer,
+        Err(e) => return refused(e.to_string()),
+    };
+    let wants_json = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"));
+    if wants_json {
+        return axum::Json(serde_json::json!({ "rows": rows(&answer.batches) })).into_response();
+    }
+    match arrow_stream(&answer) {
+        Ok(bytes) => (
+            [(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => refused(format!("cannot encode the answer as Arrow IPC: {e}")),
+    }
+}

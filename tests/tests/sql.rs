@@ -1,0 +1,212 @@
+//! SQL introspection end to end: `POST /query` over the system tables while a burst is held.
+
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment};
+
+async fn query(sluice: &Sluice, sql: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/query", sluice.admin_url))
+        .header("accept", "application/json")
+        .json(&json!({ "query": sql }))
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+async fn rows(sluice: &Sluice, sql: &str) -> Vec<Value> {
+    let (status, body) = query(sluice, sql).await;
+    assert_eq!(status, 200, "{sql}: {body}");
+    body["rows"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_held_burst_is_visible_in_the_system_tables() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let resp = reqwest::Client::new()
+        .put(format!("{}/limits/rules", sluice.admin_url))
+        .json(&json!([{"pattern": "*", "limits": {"concurrency": 1}, "description": "one each"}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    for _ in 0..3 {
+        let resp = reqwest::Client::new()
+            .post(format!(
+                "{}/service/scope/q1/send/Meter/hold",
+                sluice.ingress_url
+            ))
+            .header("content-type", "application/json")
+            .body("3000")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+    }
+    // Wait until the first one runs and the others wait.
+    let mut limits = Vec::new();
+    for _ in 0..100 {
+        limits = rows(&sluice, "SELECT * FROM sys_user_limits WHERE scope = 'q1'").await;
+        if limits
+            .first()
+            .is_some_and(|r| r["usage"] == 1 && r["num_waiters"].as_u64() > Some(0))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let limit = &limits[0];
+    assert_eq!(limit["level"], "Scope", "{limit}");
+    assert_eq!(
+        (limit["usage"].clone(), limit["concurrency_limit"].clone()),
+        (json!(1), json!(1))
+    );
+    assert_eq!(limit["rule_pattern"], "*");
+    assert_eq!(limit["available"], 0);
+    assert!(
+        limit.get("l1").is_none(),
+        "null columns are left out: {limit}"
+    );
+
+    let blocked = rows(
+        &sluice,
+        "SELECT status, blocked_on, blocked_on_json, num_inbox FROM sys_scheduler WHERE scope = 'q1'",
+    )
+    .await;
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0]["status"], "blocked");
+    assert_eq!(blocked[0]["blocked_on"], "limit-key-concurrency");
+    let why: Value = serde_json::from_str(blocked[0]["blocked_on_json"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (why["scope"].clone(), why["rule"].clone()),
+        (json!("q1"), json!("*"))
+    );
+    assert_eq!(blocked[0]["num_inbox"], 2);
+
+    // A join: the invocations of the scope with their counter.
+    let joined = rows(
+        &sluice,
+        "SELECT i.status, count(*) AS n, max(u.concurrency_limit) AS lim FROM sys_invocation i \
+         JOIN sys_user_limits u ON i.scope = u.scope WHERE i.scope = 'q1' GROUP BY i.status ORDER BY i.status",
+    )
+    .await;
+    let total: u64 = joined.iter().map(|r| r["n"].as_u64().unwrap()).sum();
+    assert_eq!(total, 3, "{joined:?}");
+    assert!(joined.iter().all(|r| r["lim"] == 1), "{joined:?}");
+
+    let rules = rows(&sluice, "SELECT * FROM sys_rules").await;
+    assert_eq!(rules[0]["pattern"], "*");
+    assert_eq!(rules[0]["description"], "one each");
+    let modified = rules[0]["last_modified"].as_str().unwrap();
+    assert!(
+        modified.ends_with('Z') && modified.len() == 24,
+        "{modified}"
+    );
+
+    let services = rows(&sluice, "SELECT name, ty FROM sys_service ORDER BY name").await;
+    assert!(
+        services.iter().any(|s| s["name"] == "Meter"),
+        "{services:?}"
+    );
+    let deployments = rows(&sluice, "SELECT endpoint, services FROM sys_deployment").await;
+    assert_eq!(deployments[0]["endpoint"], dep.uri.as_str());
+}
+
+#[tokio::test]
+async fn bad_queries_are_400_with_a_message() {
+    let sluice = Sluice::builder()
+        .env("SERVICE_ADMIN__QUERY_ROW_LIMIT", "2")
+        .start()
+        .await
+        .unwrap();
+    let (status, body) = query(&sluice, "SELEC 1").await;
+    assert_eq!(status, 400);
+    assert!(
+        body["message"].as_str().unwrap().contains("SQL error"),
+        "{body}"
+    );
+    let (status, body) = query(&sluice, "SELECT nope FROM sys_service").await;
+    assert_eq!(status, 400);
+    assert!(body["message"].as_str().unwrap().contains("nope"), "{body}");
+    // The flow-control tables need flow control.
+    let (status, body) = query(&sluice, "SELECT * FROM sys_rules").await;
+    assert_eq!(status, 400);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("exists only when flow control is enabled"),
+        "{body}"
+    );
+    let (status, body) = query(&sluice, "SELECT * FROM (VALUES (1), (2), (3)) AS t(x)").await;
+    assert_eq!(status, 400);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 2 rows"),
+        "{body}"
+    );
+
+    // Without `accept: application/json`, an Arrow IPC stream.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/query", sluice.admin_url))
+        .json(&json!({"query": "SELECT 1 AS one"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/vnd.apache.arrow.stream"
+    );
+    let bytes = resp.bytes().await.unwrap();
+    assert_eq!(
+        &bytes[..4],
+        &[0xff, 0xff, 0xff, 0xff],
+        "an IPC continuation marker"
+    );
+}
+
+#[tokio::test]
+async fn the_sql_cli() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(sluice_tests::binary())
+            .arg("sql")
+            .args(args)
+            .args(["--admin-url", &sluice.admin_url])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = run(&["SELECT name, ty, revision FROM sys_service ORDER BY name"]);
+    assert!(ok, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["name", "ty", "revision"]
+    );
+    assert!(
+        out.contains("Greeter") && out.contains("virtual_object"),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("rows"), "{out}");
+    let (ok, out) = run(&[
+        "SELECT name FROM sys_service WHERE name = 'Greeter'",
+        "--json",
+    ]);
+    assert!(ok, "{out}");
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows, json!([{"name": "Greeter"}]));
+    let (ok, out) = run(&["SELEC 1"]);
+    assert!(!ok && out.contains("SQL error"), "{out}");
+}
