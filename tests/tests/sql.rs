@@ -96,6 +96,21 @@ async fn a_held_burst_is_visible_in_the_system_tables() {
     assert_eq!(total, 3, "{joined:?}");
     assert!(joined.iter().all(|r| r["lim"] == 1), "{joined:?}");
 
+    // Each held invocation has its Input entry journaled.
+    let inputs = rows(
+        &sluice,
+        "SELECT j.entry_type FROM sys_journal j JOIN sys_invocation i ON j.id = i.id \
+         WHERE i.scope = 'q1' AND j.index = 0",
+    )
+    .await;
+    assert_eq!(inputs.len(), 3, "{inputs:?}");
+    assert!(
+        inputs
+            .iter()
+            .all(|r| r["entry_type"].as_str().unwrap().contains("Input")),
+        "{inputs:?}"
+    );
+
     let rules = rows(&sluice, "SELECT * FROM sys_rules").await;
     assert_eq!(rules[0]["pattern"], "*");
     assert_eq!(rules[0]["description"], "one each");
@@ -207,6 +222,26 @@ async fn the_sql_cli() {
     assert!(ok, "{out}");
     let rows: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows, json!([{"name": "Greeter"}]));
+    // Object state, through the `state` table.
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/call/Counter/c1/add",
+            sluice.ingress_url
+        ))
+        .header("content-type", "application/json")
+        .body("5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (ok, out) = run(&[
+        "SELECT service_name, service_key, value_length FROM state WHERE service_key = 'c1'",
+        "--json",
+    ]);
+    assert!(ok, "{out}");
+    let state: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(state[0]["service_name"], "Counter", "{state}");
+    assert!(state[0]["value_length"].as_u64().unwrap() > 0, "{state}");
     let (ok, out) = run(&["SELEC 1"]);
     assert!(!ok && out.contains("SQL error"), "{out}");
 }

@@ -58,6 +58,57 @@ impl Object<'_> {
     }
 }
 
+/// One state entry, as introspection shows it.
+#[derive(Debug, Clone)]
+pub struct StateRow {
+    /// Scope ("" when unscoped).
+    pub scope: String,
+    /// Virtual object or workflow.
+    pub service: String,
+    /// Object key.
+    pub key: String,
+    /// State key.
+    pub name: Vec<u8>,
+    /// Its value.
+    pub value: Vec<u8>,
+}
+
+/// Every state entry of every object.
+pub fn scan(db: &redb::Database) -> Result<Vec<StateRow>, CodedError> {
+    use redb::ReadableTable;
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(STATE) else {
+        return Ok(Vec::new());
+    };
+    let mut rows = Vec::new();
+    for row in table.iter().map_err(storage)? {
+        let (key, value) = row.map_err(storage)?;
+        let mut rest = key.value();
+        let mut part = || -> Result<String, CodedError> {
+            let len = rest
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes)
+                .ok_or_else(|| storage("malformed state key"))? as usize;
+            let text = rest
+                .get(4..4 + len)
+                .ok_or_else(|| storage("malformed state key"))?;
+            let text = String::from_utf8_lossy(text).into_owned();
+            rest = &rest[4 + len..];
+            Ok(text)
+        };
+        let (scope, service, key) = (part()?, part()?, part()?);
+        rows.push(StateRow {
+            scope,
+            service,
+            key,
+            name: rest.to_vec(),
+            value: value.value().to_vec(),
+        });
+    }
+    Ok(rows)
+}
+
 /// Key: as [`STATE`], with the promise name last. Value: a tag byte (0 value, 1 failure), then
 /// the value, or the failure's code (u16 BE) and message.
 const PROMISES: BytesTable = TableDefinition::new("promises");

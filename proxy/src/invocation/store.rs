@@ -159,6 +159,43 @@ pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>,
         .collect()
 }
 
+/// Every journal entry of every invocation: id, index, message type id, payload length.
+pub fn scan_journal(
+    db: &redb::Database,
+) -> Result<Vec<(InvocationId, u32, u16, usize)>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(JOURNAL) else {
+        return Ok(Vec::new());
+    };
+    table
+        .iter()
+        .map_err(storage)?
+        .map(|row| {
+            let (key, value) = row.map_err(storage)?;
+            let (k, raw) = (key.value(), value.value());
+            let bad = || storage("malformed journal row");
+            let id: [u8; 24] = k
+                .get(..24)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(bad)?;
+            let index: [u8; 4] = k
+                .get(24..28)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(bad)?;
+            let ty: [u8; 2] = raw
+                .get(..2)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(bad)?;
+            Ok((
+                InvocationId::from_bytes(id),
+                u32::from_be_bytes(index),
+                u16::from_be_bytes(ty),
+                raw.len() - 2,
+            ))
+        })
+        .collect()
+}
+
 /// Every pending timer, earliest first.
 pub fn load_timers(db: &redb::Database) -> Result<Vec<Timer>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;

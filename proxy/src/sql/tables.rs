@@ -92,7 +92,129 @@ pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
             "sys_service",
             SnapshotTable::new("sys_service", service_schema(), service(sources)),
         ),
+        (
+            "sys_journal",
+            SnapshotTable::new("sys_journal", journal_schema(), journal(sources)),
+        ),
+        (
+            "state",
+            SnapshotTable::new("state", state_schema(), state(sources)),
+        ),
     ]
+}
+
+/// Runs `read` against the store off the async threads.
+async fn read_store<T: Send + 'static>(
+    sources: &QuerySources,
+    read: fn(&redb::Database) -> Result<T, crate::errors::CodedError>,
+) -> Result<T> {
+    let store = Arc::clone(&sources.store);
+    tokio::task::spawn_blocking(move || store.with_db(read))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?
+        .map_err(internal)
+}
+
+fn journal_schema() -> SchemaRef {
+    schema(vec![
+        ("id", DataType::Utf8, false),
+        ("index", DataType::UInt32, false),
+        ("entry_type", DataType::Utf8, false),
+        ("entry_type_id", DataType::UInt32, false),
+        ("payload_length", DataType::UInt64, false),
+    ])
+}
+
+fn journal(sources: &Arc<QuerySources>) -> Reader {
+    let sources = Arc::clone(sources);
+    Arc::new(move || {
+        let sources = Arc::clone(&sources);
+        Box::pin(async move {
+            let entries = read_store(&sources, invocations::scan_journal).await?;
+            let (mut id, mut entry_type) = (StringBuilder::new(), StringBuilder::new());
+            let (mut index, mut type_id) = (UInt32Builder::new(), UInt32Builder::new());
+            let mut length = UInt64Builder::new();
+            for (invocation, i, ty, len) in entries {
+                id.append_value(invocation.to_string());
+                index.append_value(i);
+                entry_type.append_value(
+                    crate::protocol::MessageType::from_id(ty).map_or("Unknown", |t| t.name()),
+                );
+                type_id.append_value(u32::from(ty));
+                length.append_value(len as u64);
+            }
+            batch(
+                &journal_schema(),
+                vec![
+                    Arc::new(id.finish()),
+                    Arc::new(index.finish()),
+                    Arc::new(entry_type.finish()),
+                    Arc::new(type_id.finish()),
+                    Arc::new(length.finish()),
+                ],
+            )
+        })
+    })
+}
+
+fn state_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("scope", DataType::Utf8, true),
+        ("service_name", DataType::Utf8, false),
+        ("service_key", DataType::Utf8, false),
+        ("key", DataType::Utf8, false),
+        ("key_length", DataType::UInt64, false),
+        ("value_utf8", DataType::Utf8, true),
+        ("value", DataType::Utf8, false),
+        ("value_length", DataType::UInt64, false),
+    ])
+}
+
+fn state(sources: &Arc<QuerySources>) -> Reader {
+    let sources = Arc::clone(sources);
+    Arc::new(move || {
+        let sources = Arc::clone(&sources);
+        Box::pin(async move {
+            let rows = read_store(&sources, crate::invocation::state::scan).await?;
+            let mut partition = UInt64Builder::new();
+            let mut text: [StringBuilder; 6] = std::array::from_fn(|_| StringBuilder::new());
+            let (mut key_length, mut value_length) = (UInt64Builder::new(), UInt64Builder::new());
+            for row in &rows {
+                partition.append_value(crate::partition::partition_key(&[&row.service, &row.key]));
+                text[0].append_option((!row.scope.is_empty()).then_some(row.scope.as_str()));
+                text[1].append_value(&row.service);
+                text[2].append_value(&row.key);
+                text[3].append_value(String::from_utf8_lossy(&row.name));
+                key_length.append_value(row.name.len() as u64);
+                text[4].append_option(std::str::from_utf8(&row.value).ok());
+                text[5].append_value(
+                    row.value
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>(),
+                );
+                value_length.append_value(row.value.len() as u64);
+            }
+            let [scope, service, object, key, utf8, hex] =
+                text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+            batch(
+                &state_schema(),
+                vec![
+                    Arc::new(partition.finish()),
+                    scope,
+                    service,
+                    object,
+                    key,
+                    Arc::new(key_length.finish()),
+                    utf8,
+                    hex,
+                    Arc::new(value_length.finish()),
+                ],
+            )
+        })
+    })
 }
 
 fn rules_schema() -> SchemaRef {
