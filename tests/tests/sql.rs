@@ -85,6 +85,18 @@ async fn a_held_burst_is_visible_in_the_system_tables() {
     );
     assert_eq!(blocked[0]["num_inbox"], 2);
 
+    let meta = rows(
+        &sluice,
+        "SELECT m.id, m.num_inbox, s.status FROM sys_vqueue_meta m JOIN sys_scheduler s ON m.id = s.id \
+         WHERE m.scope = 'q1'",
+    )
+    .await;
+    assert_eq!(meta.len(), 1, "{meta:?}");
+    assert_eq!(
+        (meta[0]["num_inbox"].clone(), meta[0]["status"].clone()),
+        (json!(2), json!("blocked"))
+    );
+
     // A join: the invocations of the scope with their counter.
     let joined = rows(
         &sluice,

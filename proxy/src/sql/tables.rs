@@ -81,6 +81,14 @@ pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
             flow_table("sys_scheduler", scheduler_schema(), scheduler(sources)),
         ),
         (
+            "sys_vqueue_meta",
+            flow_table(
+                "sys_vqueue_meta",
+                vqueue_meta_schema(),
+                vqueue_meta(sources),
+            ),
+        ),
+        (
             "sys_invocation",
             SnapshotTable::new("sys_invocation", invocation_schema(), invocation(sources)),
         ),
@@ -417,6 +425,64 @@ fn scheduler(sources: &Arc<QuerySources>) -> Reader {
                     on,
                     on_json,
                     Arc::new(since.finish()),
+                ],
+            )
+        })
+    })
+}
+
+fn vqueue_meta_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("id", DataType::Utf8, false),
+        ("service_name", DataType::Utf8, false),
+        ("scope", DataType::Utf8, true),
+        ("limit_key", DataType::Utf8, true),
+        ("lock_name", DataType::Utf8, true),
+        ("is_active", DataType::Boolean, false),
+        ("queue_is_paused", DataType::Boolean, false),
+        ("num_inbox", DataType::UInt64, false),
+        ("num_scheduled", DataType::UInt64, false),
+    ])
+}
+
+fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
+    let sources = Arc::clone(sources);
+    Arc::new(move || {
+        let sources = Arc::clone(&sources);
+        Box::pin(async move {
+            let queues = sources.runtime.queues().await.map_err(internal)?;
+            let mut partition = UInt64Builder::new();
+            let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
+            let (mut active, mut paused) = (BooleanBuilder::new(), BooleanBuilder::new());
+            let (mut inbox, mut scheduled) = (UInt64Builder::new(), UInt64Builder::new());
+            for (index, q) in &queues {
+                partition.append_value(*index);
+                text[0].append_value(format!("vq_{index}_{}", q.id.index()));
+                text[1].append_value(&*q.key.service);
+                text[2].append_option(q.key.scope.as_ref().map(|s| s.as_str()));
+                text[3].append_option(q.key.limit_key.as_ref().map(|k| k.as_str()));
+                text[4].append_option(q.key.object_key.as_deref());
+                active.append_value(q.status != "empty");
+                paused.append_value(false);
+                inbox.append_value(q.queued as u64);
+                scheduled.append_value(u64::from(q.delayed));
+            }
+            let [id, service, scope, limit_key, lock] =
+                text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+            batch(
+                &vqueue_meta_schema(),
+                vec![
+                    Arc::new(partition.finish()),
+                    id,
+                    service,
+                    scope,
+                    limit_key,
+                    lock,
+                    Arc::new(active.finish()),
+                    Arc::new(paused.finish()),
+                    Arc::new(inbox.finish()),
+                    Arc::new(scheduled.finish()),
                 ],
             )
         })
