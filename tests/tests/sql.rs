@@ -254,6 +254,36 @@ async fn the_sql_cli() {
     let state: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(state[0]["service_name"], "Counter", "{state}");
     assert!(state[0]["value_length"].as_u64().unwrap() > 0, "{state}");
+    // An exclusive handler holds its object's lock while it sleeps.
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/send/Counter/c2/addSlowly",
+            sluice.ingress_url
+        ))
+        .header("content-type", "application/json")
+        .body("3000")
+        .send()
+        .await
+        .unwrap();
+    let id = resp.json::<Value>().await.unwrap()["invocationId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sql = "SELECT lock_name, acquired_by FROM sys_locks WHERE service_key = 'c2'";
+    let mut locks = Value::Null;
+    for _ in 0..100 {
+        let (ok, out) = run(&[sql, "--json"]);
+        assert!(ok, "{out}");
+        locks = serde_json::from_str(&out).unwrap();
+        if locks.as_array().is_some_and(|l| !l.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        locks,
+        json!([{"lock_name": "Counter/c2", "acquired_by": id}])
+    );
     let (ok, out) = run(&["SELEC 1"]);
     assert!(!ok && out.contains("SQL error"), "{out}");
 }

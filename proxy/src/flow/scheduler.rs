@@ -594,6 +594,11 @@ impl Scheduler {
         self.limiter.snapshot(&self.book)
     }
 
+    /// Every held object lock: scope, service, object key and the entry holding it.
+    pub fn held_locks(&self) -> Vec<(Option<Scope>, Box<str>, Box<str>, EntryId)> {
+        self.locks.held()
+    }
+
     /// Whether the queue of `key` is in the ring, waiting for its turn (not parked, not empty).
     pub fn is_ready(&self, key: &QueueKey) -> bool {
         self.queue_index

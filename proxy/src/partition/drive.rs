@@ -131,6 +131,22 @@ impl Partition {
             }
             // The batch's effects end with a dispatch, which takes the freed slots.
             Event::SlotsFree => {}
+            Event::Locks { reply } => {
+                let held = self
+                    .scheduler
+                    .held_locks()
+                    .into_iter()
+                    .filter_map(|(scope, service, key, entry)| {
+                        Some(super::HeldLock {
+                            scope: scope.map(|s| s.as_str().to_owned()),
+                            service: service.into(),
+                            key: key.into(),
+                            holder: *self.entries.get(&entry)?,
+                        })
+                    })
+                    .collect();
+                let _ = reply.send(held);
+            }
             Event::Queues { reply } => {
                 let _ = reply.send(self.scheduler.queues());
             }

@@ -143,6 +143,11 @@ pub enum Event {
     },
     /// Another partition gave back invoker slots this one waits for.
     SlotsFree,
+    /// Every held object lock of the partition: scope, service, key, holder.
+    Locks {
+        /// Answered at once.
+        reply: oneshot::Sender<Vec<HeldLock>>,
+    },
     /// Every scheduler queue of the partition, for introspection.
     Queues {
         /// Answered at once.
@@ -155,6 +160,19 @@ pub enum Event {
         /// The Sleep completion to resolve.
         completion: Option<Timer>,
     },
+}
+
+/// An object lock and the invocation holding it.
+#[derive(Debug, Clone)]
+pub struct HeldLock {
+    /// Flow-control scope of the object.
+    pub scope: Option<String>,
+    /// Virtual object or workflow.
+    pub service: String,
+    /// Object key.
+    pub key: String,
+    /// The holder.
+    pub holder: InvocationId,
 }
 
 /// What a batch asks to do once committed.

@@ -176,6 +176,21 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())
     }
 
+    /// Every partition's held object locks, with the partition's index.
+    pub async fn locks(&self) -> Result<Vec<(u64, super::HeldLock)>, CodedError> {
+        let mut all = Vec::new();
+        for (index, sender) in self.senders.iter().enumerate() {
+            let (reply, answer) = oneshot::channel();
+            sender
+                .send(Event::Locks { reply })
+                .await
+                .map_err(|_| Self::gone())?;
+            let held = answer.await.map_err(|_| Self::gone())?;
+            all.extend(held.into_iter().map(|l| (index as u64, l)));
+        }
+        Ok(all)
+    }
+
     /// Every partition's scheduler queues, with the partition's index.
     pub async fn queues(
         &self,

@@ -108,6 +108,10 @@ pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
             "state",
             SnapshotTable::new("state", state_schema(), state(sources)),
         ),
+        (
+            "sys_locks",
+            SnapshotTable::new("sys_locks", locks_schema(), locks(sources)),
+        ),
     ]
 }
 
@@ -122,6 +126,50 @@ async fn read_store<T: Send + 'static>(
         .map_err(internal)?
         .map_err(internal)?
         .map_err(internal)
+}
+
+fn locks_schema() -> SchemaRef {
+    schema(vec![
+        ("scope", DataType::Utf8, true),
+        ("partition_key", DataType::UInt64, false),
+        ("service_name", DataType::Utf8, false),
+        ("service_key", DataType::Utf8, false),
+        ("lock_name", DataType::Utf8, false),
+        ("acquired_by", DataType::Utf8, false),
+    ])
+}
+
+fn locks(sources: &Arc<QuerySources>) -> Reader {
+    let sources = Arc::clone(sources);
+    Arc::new(move || {
+        let sources = Arc::clone(&sources);
+        Box::pin(async move {
+            let held = sources.runtime.locks().await.map_err(internal)?;
+            let mut partition = UInt64Builder::new();
+            let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
+            for (index, lock) in &held {
+                partition.append_value(*index);
+                text[0].append_option(lock.scope.as_deref());
+                text[1].append_value(&lock.service);
+                text[2].append_value(&lock.key);
+                text[3].append_value(format!("{}/{}", lock.service, lock.key));
+                text[4].append_value(lock.holder.to_string());
+            }
+            let [scope, service, key, name, holder] =
+                text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+            batch(
+                &locks_schema(),
+                vec![
+                    scope,
+                    Arc::new(partition.finish()),
+                    service,
+                    key,
+                    name,
+                    holder,
+                ],
+            )
+        })
+    })
 }
 
 fn journal_schema() -> SchemaRef {

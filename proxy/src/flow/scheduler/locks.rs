@@ -49,6 +49,24 @@ impl Locks {
         self.slots[id.0 as usize].as_mut().expect("live lock")
     }
 
+    /// Every held lock: scope, service, object key and holder.
+    pub fn held(&self) -> Vec<(Option<Scope>, Box<str>, Box<str>, EntryId)> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter_map(|lock| {
+                let holder = lock.holder?;
+                let key = &lock.key;
+                Some((
+                    key.scope.clone(),
+                    key.service.clone(),
+                    key.object_key.clone(),
+                    holder,
+                ))
+            })
+            .collect()
+    }
+
     /// The lock of `key`, referenced by one more queue.
     pub fn add_ref(&mut self, key: LockKey) -> LockId {
         if let Some(id) = self.index.get(&key).copied() {
