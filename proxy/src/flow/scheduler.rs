@@ -17,8 +17,8 @@ use hashbrown::HashMap;
 mod locks;
 mod snapshot;
 
-pub use locks::LockId;
-use locks::{LockKey, Locks};
+use locks::Locks;
+pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot};
 
 use super::limiter::{self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, WaiterId};
@@ -595,7 +595,7 @@ impl Scheduler {
     }
 
     /// Every held object lock: scope, service, object key and the entry holding it.
-    pub fn held_locks(&self) -> Vec<(Option<Scope>, Box<str>, Box<str>, EntryId)> {
+    pub fn held_locks(&self) -> Vec<(LockKey, EntryId)> {
         self.locks.held()
     }
 

@@ -136,11 +136,11 @@ impl Partition {
                     .scheduler
                     .held_locks()
                     .into_iter()
-                    .filter_map(|(scope, service, key, entry)| {
+                    .filter_map(|(lock, entry)| {
                         Some(super::HeldLock {
-                            scope: scope.map(|s| s.as_str().to_owned()),
-                            service: service.into(),
-                            key: key.into(),
+                            scope: lock.scope.map(|s| s.as_str().to_owned()),
+                            service: lock.service.into(),
+                            key: lock.object_key.into(),
                             holder: *self.entries.get(&entry)?,
                         })
                     })

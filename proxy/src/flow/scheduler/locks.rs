@@ -15,7 +15,7 @@ pub struct LockId(u32);
 
 /// The identity of one virtual object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct LockKey {
+pub struct LockKey {
     pub scope: Option<Scope>,
     pub service: Box<str>,
     pub object_key: Box<str>,
@@ -50,20 +50,11 @@ impl Locks {
     }
 
     /// Every held lock: scope, service, object key and holder.
-    pub fn held(&self) -> Vec<(Option<Scope>, Box<str>, Box<str>, EntryId)> {
+    pub fn held(&self) -> Vec<(LockKey, EntryId)> {
         self.slots
             .iter()
             .flatten()
-            .filter_map(|lock| {
-                let holder = lock.holder?;
-                let key = &lock.key;
-                Some((
-                    key.scope.clone(),
-                    key.service.clone(),
-                    key.object_key.clone(),
-                    holder,
-                ))
-            })
+            .filter_map(|lock| Some((lock.key.clone(), lock.holder?)))
             .collect()
     }
 
