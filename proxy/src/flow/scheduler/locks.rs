@@ -16,8 +16,11 @@ pub struct LockId(u32);
 /// The identity of one virtual object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LockKey {
+    /// Flow-control scope (objects are per scope).
     pub scope: Option<Scope>,
+    /// Virtual object or workflow.
     pub service: Box<str>,
+    /// Object key.
     pub object_key: Box<str>,
 }
 
