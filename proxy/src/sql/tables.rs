@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, RecordBatch, StringBuilder, TimestampMillisecondBuilder,
-    UInt32Builder, UInt64Builder,
+    UInt32Builder, UInt64Builder, new_null_array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
@@ -36,6 +36,15 @@ fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
 
 fn internal(e: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Execution(e.to_string())
+}
+
+fn service_type_name(ty: crate::discovery::manifest::ServiceType) -> &'static str {
+    use crate::discovery::manifest::ServiceType;
+    match ty {
+        ServiceType::Service => "service",
+        ServiceType::VirtualObject => "virtual_object",
+        ServiceType::Workflow => "workflow",
+    }
 }
 
 fn level_name(level: Level) -> &'static str {
@@ -538,27 +547,67 @@ fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
 }
 
 fn invocation_schema() -> SchemaRef {
-    schema(vec![
-        ("id", DataType::Utf8, false),
-        ("target", DataType::Utf8, false),
-        ("target_service_name", DataType::Utf8, false),
-        ("target_service_key", DataType::Utf8, true),
-        ("target_handler_name", DataType::Utf8, false),
-        ("scope", DataType::Utf8, true),
-        ("limit_key", DataType::Utf8, true),
-        ("idempotency_key", DataType::Utf8, true),
-        ("invoked_by_id", DataType::Utf8, true),
-        ("status", DataType::Utf8, false),
-        ("pinned_deployment_id", DataType::Utf8, true),
-        ("pinned_service_protocol_version", DataType::UInt32, true),
-        ("retry_count", DataType::UInt64, false),
-        ("attempts", DataType::UInt64, false),
-        ("last_failure", DataType::Utf8, true),
-        ("last_failure_error_code", DataType::Utf8, true),
-        ("completion_result", DataType::Utf8, true),
-        ("created_at", timestamp(), false),
-        ("scheduled_at", timestamp(), true),
-    ])
+    schema(
+        vec![
+            ("id", DataType::Utf8, false),
+            ("target", DataType::Utf8, false),
+            ("target_service_name", DataType::Utf8, false),
+            ("target_service_key", DataType::Utf8, true),
+            ("target_handler_name", DataType::Utf8, false),
+            ("scope", DataType::Utf8, true),
+            ("limit_key", DataType::Utf8, true),
+            ("idempotency_key", DataType::Utf8, true),
+            ("invoked_by_id", DataType::Utf8, true),
+            ("status", DataType::Utf8, false),
+            ("pinned_deployment_id", DataType::Utf8, true),
+            ("pinned_service_protocol_version", DataType::UInt32, true),
+            ("retry_count", DataType::UInt64, false),
+            ("attempts", DataType::UInt64, false),
+            ("last_failure", DataType::Utf8, true),
+            ("last_failure_error_code", DataType::Utf8, true),
+            ("completion_result", DataType::Utf8, true),
+            ("created_at", timestamp(), false),
+            ("scheduled_at", timestamp(), true),
+            ("target_service_ty", DataType::Utf8, true),
+            ("invoked_by", DataType::Utf8, false),
+            ("last_attempt_deployment_id", DataType::Utf8, true),
+        ]
+        .into_iter()
+        .chain(
+            untracked_invocation_columns()
+                .into_iter()
+                .map(|(n, t)| (n, t, true)),
+        )
+        .collect(),
+    )
+}
+
+/// Columns of the reference's `sys_invocation` that Sluice does not track: present (so the
+/// `restate` CLI's queries run), always null.
+fn untracked_invocation_columns() -> Vec<(&'static str, DataType)> {
+    vec![
+        ("modified_at", timestamp()),
+        ("inboxed_at", timestamp()),
+        ("running_at", timestamp()),
+        ("completed_at", timestamp()),
+        ("next_retry_at", timestamp()),
+        ("last_start_at", timestamp()),
+        ("vqueue_id", DataType::Utf8),
+        ("invoked_by_service_name", DataType::Utf8),
+        ("invoked_by_target", DataType::Utf8),
+        ("trace_id", DataType::Utf8),
+        ("journal_size", DataType::UInt32),
+        ("journal_commands_size", DataType::UInt32),
+        ("last_attempt_server", DataType::Utf8),
+        ("last_failure_related_entry_index", DataType::UInt64),
+        ("last_failure_related_entry_name", DataType::Utf8),
+        ("last_failure_related_entry_type", DataType::Utf8),
+        ("last_failure_related_command_index", DataType::UInt64),
+        ("last_failure_related_command_name", DataType::Utf8),
+        ("last_failure_related_command_type", DataType::Utf8),
+        ("completion_failure", DataType::Utf8),
+        ("created_using_restate_version", DataType::Utf8),
+    ]
 }
 
 fn invocation(sources: &Arc<QuerySources>) -> Reader {
@@ -578,6 +627,11 @@ fn invocation(sources: &Arc<QuerySources>) -> Reader {
             let (mut retries, mut attempts) = (UInt64Builder::new(), UInt64Builder::new());
             let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
             let mut scheduled = TimestampMillisecondBuilder::new().with_timezone("UTC");
+            let (mut service_ty, mut invoked_by, mut last_deployment) = (
+                StringBuilder::new(),
+                StringBuilder::new(),
+                StringBuilder::new(),
+            );
             for r in &records {
                 let shown = crate::admin::invocations::InvocationResponse::from(r);
                 text[0].append_value(&shown.id);
@@ -600,6 +654,19 @@ fn invocation(sources: &Arc<QuerySources>) -> Reader {
                 text[14].append_null();
                 created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
                 scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
+                service_ty.append_option(
+                    sources
+                        .registry
+                        .service(&r.target.service)
+                        .ok()
+                        .map(|(s, _)| service_type_name(s.ty)),
+                );
+                invoked_by.append_value(if r.caller.is_some() {
+                    "service"
+                } else {
+                    "ingress"
+                });
+                last_deployment.append_option(shown.deployment_id.as_deref());
             }
             let [
                 id,
@@ -640,7 +707,17 @@ fn invocation(sources: &Arc<QuerySources>) -> Reader {
                     completion,
                     Arc::new(created.finish()),
                     Arc::new(scheduled.finish()),
-                ],
+                    Arc::new(service_ty.finish()),
+                    Arc::new(invoked_by.finish()),
+                    Arc::new(last_deployment.finish()),
+                ]
+                .into_iter()
+                .chain(
+                    untracked_invocation_columns()
+                        .iter()
+                        .map(|(_, ty)| new_null_array(ty, records.len())),
+                )
+                .collect(),
             )
         })
     })
@@ -729,11 +806,7 @@ fn service(sources: &Arc<QuerySources>) -> Reader {
                 name.append_value(&s.name);
                 revision.append_value(s.revision);
                 public.append_value(s.overrides.public.unwrap_or(true));
-                ty.append_value(match s.ty {
-                    crate::discovery::manifest::ServiceType::Service => "service",
-                    crate::discovery::manifest::ServiceType::VirtualObject => "virtual_object",
-                    crate::discovery::manifest::ServiceType::Workflow => "workflow",
-                });
+                ty.append_value(service_type_name(s.ty));
                 deployment.append_value(s.deployment_id.to_string());
             }
             batch(

@@ -1,0 +1,77 @@
+//! The real `restate` CLI (npm `@restatedev/restate`, pinned in `tests/restate-cli/`) pointed
+//! at Sluice's admin listener: rules, deployments, services, invocations and SQL.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use sluice_tests::{Sluice, TestDeployment};
+
+fn restate_cli() -> PathBuf {
+    let bin =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("restate-cli/node_modules/.bin/restate");
+    assert!(
+        bin.exists(),
+        "{} not found: run scripts/setup (npm ci in tests/restate-cli)",
+        bin.display()
+    );
+    bin
+}
+
+#[tokio::test]
+async fn the_restate_cli_works_against_sluice() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(restate_cli())
+            .args(args)
+            .env("RESTATE_ADMIN_URL", &sluice.admin_url)
+            .env("HOME", home.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "restate {args:?} failed:\n{text}");
+        text
+    };
+    let out = run(&["rules", "set", "*", "--concurrency", "2", "--yes"]);
+    assert!(out.contains("Created rule '*'"), "{out}");
+    let out = run(&["rules", "set", "acme/*", "--concurrency", "1", "--yes"]);
+    assert!(out.contains("acme/*"), "{out}");
+    let out = run(&["rules", "list"]);
+    assert!(out.contains("PATTERN") && out.contains("acme/*"), "{out}");
+    let out = run(&["rules", "disable", "acme/*", "--yes"]);
+    assert!(out.contains("disabled"), "{out}");
+    let out = run(&["rules", "enable", "acme/*", "--yes"]);
+    assert!(out.contains("enabled"), "{out}");
+    let out = run(&["rules", "delete", "acme/*", "--yes"]);
+    assert!(out.contains("Deleted rule 'acme/*'"), "{out}");
+    let out = run(&["rules", "list", "--extra"]);
+    assert!(
+        out.contains("LAST MODIFIED") && !out.contains("acme/*"),
+        "{out}"
+    );
+
+    let out = run(&["deployments", "list"]);
+    assert!(out.contains(&dep.uri), "{out}");
+    let out = run(&["services", "list"]);
+    assert!(out.contains("Greeter") && out.contains("Counter"), "{out}");
+
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("\"Ada\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let out = run(&["invocations", "list", "--all"]);
+    assert!(
+        out.contains("Greeter/greet") && out.contains("completed"),
+        "{out}"
+    );
+    let out = run(&["sql", "SELECT pattern, concurrency FROM sys_rules"]);
+    assert!(out.contains('*') && out.contains('2'), "{out}");
+}
