@@ -97,6 +97,21 @@ async fn a_held_burst_is_visible_in_the_system_tables() {
         (json!(2), json!("blocked"))
     );
 
+    // The two waiting invocations, joined with their invocation rows.
+    let waiting = rows(
+        &sluice,
+        "SELECT v.id, v.status, i.status AS invocation_status FROM sys_vqueues v \
+         JOIN sys_invocation i ON v.entry_id = i.id WHERE i.scope = 'q1'",
+    )
+    .await;
+    assert_eq!(waiting.len(), 2, "{waiting:?}");
+    assert!(
+        waiting
+            .iter()
+            .all(|r| r["status"] == "blocked" && r["id"] == meta[0]["id"]),
+        "{waiting:?}"
+    );
+
     // A join: the invocations of the scope with their counter.
     let joined = rows(
         &sluice,

@@ -131,6 +131,23 @@ impl Partition {
             }
             // The batch's effects end with a dispatch, which takes the freed slots.
             Event::SlotsFree => {}
+            Event::Queued { reply } => {
+                let queued = self
+                    .live
+                    .iter()
+                    .filter(|(_, live)| live.queued)
+                    .filter_map(|(id, live)| {
+                        Some(super::QueuedEntry {
+                            queue: live.queue?,
+                            invocation: *id,
+                            attempts: live.record.attempts,
+                            created_at_ms: live.record.created_at_ms,
+                            run_at_ms: live.record.run_at_ms,
+                        })
+                    })
+                    .collect();
+                let _ = reply.send(queued);
+            }
             Event::Locks { reply } => {
                 let held = self
                     .scheduler

@@ -143,6 +143,11 @@ pub enum Event {
     },
     /// Another partition gave back invoker slots this one waits for.
     SlotsFree,
+    /// Every invocation waiting in a scheduler queue of the partition.
+    Queued {
+        /// Answered at once.
+        reply: oneshot::Sender<Vec<QueuedEntry>>,
+    },
     /// Every held object lock of the partition: scope, service, key, holder.
     Locks {
         /// Answered at once.
@@ -160,6 +165,21 @@ pub enum Event {
         /// The Sleep completion to resolve.
         completion: Option<Timer>,
     },
+}
+
+/// An invocation waiting in a scheduler queue.
+#[derive(Debug, Clone)]
+pub struct QueuedEntry {
+    /// Its queue.
+    pub queue: QueueId,
+    /// The invocation.
+    pub invocation: InvocationId,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// When it was created, ms.
+    pub created_at_ms: u64,
+    /// When it may run, ms (delayed sends, back-offs).
+    pub run_at_ms: Option<u64>,
 }
 
 /// An object lock and the invocation holding it.

@@ -176,6 +176,21 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())
     }
 
+    /// Every partition's queued invocations, with the partition's index.
+    pub async fn queued(&self) -> Result<Vec<(u64, super::QueuedEntry)>, CodedError> {
+        let mut all = Vec::new();
+        for (index, sender) in self.senders.iter().enumerate() {
+            let (reply, answer) = oneshot::channel();
+            sender
+                .send(Event::Queued { reply })
+                .await
+                .map_err(|_| Self::gone())?;
+            let queued = answer.await.map_err(|_| Self::gone())?;
+            all.extend(queued.into_iter().map(|q| (index as u64, q)));
+        }
+        Ok(all)
+    }
+
     /// Every partition's held object locks, with the partition's index.
     pub async fn locks(&self) -> Result<Vec<(u64, super::HeldLock)>, CodedError> {
         let mut all = Vec::new();

@@ -90,6 +90,10 @@ pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
             flow_table("sys_scheduler", scheduler_schema(), scheduler(sources)),
         ),
         (
+            "sys_vqueues",
+            flow_table("sys_vqueues", vqueues_schema(), vqueues(sources)),
+        ),
+        (
             "sys_vqueue_meta",
             flow_table(
                 "sys_vqueue_meta",
@@ -482,6 +486,80 @@ fn scheduler(sources: &Arc<QuerySources>) -> Reader {
                     on,
                     on_json,
                     Arc::new(since.finish()),
+                ],
+            )
+        })
+    })
+}
+
+fn vqueues_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("id", DataType::Utf8, false),
+        ("stage", DataType::Utf8, false),
+        ("status", DataType::Utf8, false),
+        ("has_lock", DataType::Boolean, false),
+        ("run_at", timestamp(), true),
+        ("entry_kind", DataType::Utf8, false),
+        ("entry_id", DataType::Utf8, false),
+        ("created_at", timestamp(), false),
+        ("num_attempts", DataType::UInt32, false),
+    ])
+}
+
+/// The waiting invocations, one row each, with their queue's status.
+fn vqueues(sources: &Arc<QuerySources>) -> Reader {
+    let sources = Arc::clone(sources);
+    Arc::new(move || {
+        let sources = Arc::clone(&sources);
+        Box::pin(async move {
+            let queued = sources.runtime.queued().await.map_err(internal)?;
+            let status: std::collections::HashMap<(u64, u32), (&'static str, bool)> = sources
+                .runtime
+                .queues()
+                .await
+                .map_err(internal)?
+                .into_iter()
+                .map(|(p, q)| ((p, q.id.index()), (q.status, q.key.object_key.is_some())))
+                .collect();
+            let mut partition = UInt64Builder::new();
+            let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
+            let mut has_lock = BooleanBuilder::new();
+            let mut run_at = TimestampMillisecondBuilder::new().with_timezone("UTC");
+            let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
+            let mut attempts = UInt32Builder::new();
+            for (index, entry) in &queued {
+                let queue = entry.queue.index();
+                let (state, locked) = status
+                    .get(&(*index, queue))
+                    .copied()
+                    .unwrap_or(("ready", false));
+                partition.append_value(*index);
+                text[0].append_value(format!("vq_{index}_{queue}"));
+                text[1].append_value("inbox");
+                text[2].append_value(state);
+                has_lock.append_value(locked);
+                run_at.append_option(entry.run_at_ms.and_then(|at| i64::try_from(at).ok()));
+                text[3].append_value("invocation");
+                text[4].append_value(entry.invocation.to_string());
+                created.append_value(i64::try_from(entry.created_at_ms).unwrap_or(i64::MAX));
+                attempts.append_value(entry.attempts);
+            }
+            let [id, stage, state, kind, entry] =
+                text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+            batch(
+                &vqueues_schema(),
+                vec![
+                    Arc::new(partition.finish()),
+                    id,
+                    stage,
+                    state,
+                    Arc::new(has_lock.finish()),
+                    Arc::new(run_at.finish()),
+                    kind,
+                    entry,
+                    Arc::new(created.finish()),
+                    Arc::new(attempts.finish()),
                 ],
             )
         })
