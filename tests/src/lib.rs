@@ -234,7 +234,7 @@ pub struct Finished {
 }
 
 /// How to start a `sluice serve`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Builder {
     data_dir: Option<PathBuf>,
     env: Vec<(String, String)>,
@@ -335,11 +335,21 @@ impl Builder {
         })
     }
 
-    /// Starts the server and waits until both listeners answer.
+    /// Starts the server and waits until both listeners answer. A free port picked here can
+    /// be taken by a parallel test before the server binds it; then it starts again on other
+    /// ports (only when the test did not choose its ports).
     pub async fn start(self) -> Result<Sluice> {
-        let mut sluice = self.spawn()?;
-        sluice.wait_ready().await?;
-        Ok(sluice)
+        let own_ports = self.ingress_port.is_some() || self.admin_port.is_some();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut sluice = self.clone().spawn()?;
+            match sluice.wait_ready().await {
+                Ok(()) => return Ok(sluice),
+                Err(e) if !own_ports && tries < 4 && e.to_string().contains("[RT0004]") => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Runs a process that is expected to end by itself (a failing start, `--dump-config`).
