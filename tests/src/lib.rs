@@ -67,6 +67,21 @@ pub async fn meter_counts(sluice: &Sluice) -> (u64, u64) {
     )
 }
 
+/// Runs `sluice <command> <args…> --admin-url <sluice's>`: whether it succeeded, and its
+/// stdout followed by its stderr.
+pub fn cli(sluice: &Sluice, command: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(binary())
+        .arg(command)
+        .args(args)
+        .args(["--admin-url", &sluice.admin_url])
+        .output()
+        .expect("the sluice binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 /// Runs `calls` concurrently (each a `Meter/hold` path of 400 ms, with its extra headers) and
 /// answers the peak concurrency the handler itself saw.
 pub async fn peak_of_calls(sluice: &Sluice, calls: &[(String, Vec<(&str, &str)>)]) -> u64 {

@@ -289,19 +289,7 @@ async fn flow_control_is_only_switched_on_for_a_store_without_work_in_flight() {
 #[tokio::test]
 async fn the_rules_cli() {
     let (sluice, _dep) = flow_controlled().await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(sluice_tests::binary())
-            .arg("rules")
-            .args(args)
-            .args(["--admin-url", &sluice.admin_url])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let run = |args: &[&str]| sluice_tests::cli(&sluice, "rules", args);
     assert!(run(&["set", "*", "--concurrency", "2"]).0);
     // Setting only the description keeps the limit.
     let (ok, out) = run(&["set", "*", "--description", "everyone"]);

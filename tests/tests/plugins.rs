@@ -496,19 +496,7 @@ async fn hot_swaps_under_load_fail_no_request() {
 #[tokio::test]
 async fn the_plugins_cli() {
     let (sluice, _dep) = flow_controlled().await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(sluice_tests::binary())
-            .arg("plugins")
-            .args(args)
-            .args(["--admin-url", &sluice.admin_url])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let run = |args: &[&str]| sluice_tests::cli(&sluice, "plugins", args);
     let wasm = plugin_wasm("tenant-header");
     let wasm = wasm.to_str().unwrap();
     let (ok, out) = run(&[

@@ -217,19 +217,7 @@ async fn the_sql_cli() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(sluice_tests::binary())
-            .arg("sql")
-            .args(args)
-            .args(["--admin-url", &sluice.admin_url])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let run = |args: &[&str]| sluice_tests::cli(&sluice, "sql", args);
     let (ok, out) = run(&["SELECT name, ty, revision FROM sys_service ORDER BY name"]);
     assert!(ok, "{out}");
     let lines: Vec<&str> = out.lines().collect();

@@ -1,0 +1,333 @@
+//! Flow-control tables: the rule book, the counters, the schedulers' queues.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Builder,
+    UInt64Builder,
+};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+
+use super::{QuerySources, Reader, batch, internal, level_name, reader, schema, timestamp};
+use crate::flow::scheduler::BlockedOn;
+
+pub(super) fn rules_schema() -> SchemaRef {
+    schema(vec![
+        ("pattern", DataType::Utf8, false),
+        ("concurrency", DataType::UInt32, true),
+        ("description", DataType::Utf8, true),
+        ("disabled", DataType::Boolean, false),
+        ("version", DataType::UInt32, false),
+        ("last_modified", timestamp(), false),
+    ])
+}
+
+pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let book = sources.rules.book();
+        let mut rules: Vec<_> = book.rules().collect();
+        rules.sort_by_key(|r| r.pattern.to_string());
+        let (mut pattern, mut concurrency, mut description) = (
+            StringBuilder::new(),
+            UInt32Builder::new(),
+            StringBuilder::new(),
+        );
+        let (mut disabled, mut version) = (BooleanBuilder::new(), UInt32Builder::new());
+        let mut modified = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        for rule in rules {
+            pattern.append_value(rule.pattern.to_string());
+            concurrency.append_option(rule.limit.concurrency());
+            description.append_option(rule.description.as_deref());
+            disabled.append_value(rule.disabled);
+            version.append_value(rule.version);
+            modified.append_value(i64::try_from(rule.last_modified_ms).unwrap_or(i64::MAX));
+        }
+        batch(
+            &rules_schema(),
+            vec![
+                Arc::new(pattern.finish()),
+                Arc::new(concurrency.finish()),
+                Arc::new(description.finish()),
+                Arc::new(disabled.finish()),
+                Arc::new(version.finish()),
+                Arc::new(modified.finish()),
+            ],
+        )
+    })
+}
+
+pub(super) fn user_limits_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("scope", DataType::Utf8, false),
+        ("l1", DataType::Utf8, true),
+        ("l2", DataType::Utf8, true),
+        ("level", DataType::Utf8, false),
+        ("usage", DataType::UInt32, false),
+        ("concurrency_limit", DataType::UInt32, true),
+        ("rule_pattern", DataType::Utf8, true),
+        ("available", DataType::UInt32, true),
+        ("num_waiters", DataType::UInt64, false),
+    ])
+}
+
+pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let counters = sources.runtime.counters().await.map_err(internal)?;
+        let mut partition = UInt64Builder::new();
+        let (mut scope, mut l1, mut l2, mut level) = (
+            StringBuilder::new(),
+            StringBuilder::new(),
+            StringBuilder::new(),
+            StringBuilder::new(),
+        );
+        let (mut usage, mut limit, mut available) = (
+            UInt32Builder::new(),
+            UInt32Builder::new(),
+            UInt32Builder::new(),
+        );
+        let (mut rule, mut waiters) = (StringBuilder::new(), UInt64Builder::new());
+        for c in &counters {
+            partition.append_value(crate::partition::partition_key(&[&c.scope]));
+            scope.append_value(&c.scope);
+            l1.append_option(c.l1.as_deref());
+            l2.append_option(c.l2.as_deref());
+            level.append_value(level_name(c.level));
+            usage.append_value(c.usage);
+            limit.append_option(c.limit.concurrency());
+            rule.append_option(c.rule.as_ref().map(|p| p.to_string()));
+            available.append_option(c.limit.concurrency().map(|_| c.available));
+            waiters.append_value(c.waiters as u64);
+        }
+        batch(
+            &user_limits_schema(),
+            vec![
+                Arc::new(partition.finish()),
+                Arc::new(scope.finish()),
+                Arc::new(l1.finish()),
+                Arc::new(l2.finish()),
+                Arc::new(level.finish()),
+                Arc::new(usage.finish()),
+                Arc::new(limit.finish()),
+                Arc::new(rule.finish()),
+                Arc::new(available.finish()),
+                Arc::new(waiters.finish()),
+            ],
+        )
+    })
+}
+
+pub(super) fn scheduler_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("id", DataType::Utf8, false),
+        ("scope", DataType::Utf8, true),
+        ("limit_key", DataType::Utf8, true),
+        ("service_name", DataType::Utf8, false),
+        ("lock_name", DataType::Utf8, true),
+        ("status", DataType::Utf8, false),
+        ("num_inbox", DataType::UInt64, false),
+        ("num_scheduled", DataType::UInt64, false),
+        ("blocked_on", DataType::Utf8, true),
+        ("blocked_on_json", DataType::Utf8, true),
+        ("status_since", timestamp(), false),
+    ])
+}
+
+/// `blocked_on` and its JSON form, as the admin API's "why is it waiting" says it.
+pub(super) fn blocked(
+    on: &BlockedOn,
+    scope: Option<&str>,
+    limit_key: Option<&str>,
+) -> (String, String) {
+    match on {
+        BlockedOn::Lock => ("lock".into(), r#"{"type":"lock"}"#.into()),
+        BlockedOn::InvokerConcurrency => (
+            "invoker-concurrency".into(),
+            r#"{"type":"invoker-concurrency"}"#.into(),
+        ),
+        BlockedOn::LimitKeyConcurrency { level, limit, rule } => {
+            let json = serde_json::json!({
+                "type": "limit-key-concurrency",
+                "scope": scope,
+                "limit_key": limit_key,
+                "level": level_name(*level),
+                "limit": limit.concurrency(),
+                "rule": rule.as_ref().map(|p| p.to_string()),
+            });
+            ("limit-key-concurrency".into(), json.to_string())
+        }
+    }
+}
+
+pub(super) fn scheduler(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let queues = sources.runtime.queues().await.map_err(internal)?;
+        let mut partition = UInt64Builder::new();
+        let mut text: [StringBuilder; 8] = std::array::from_fn(|_| StringBuilder::new());
+        let (mut inbox, mut scheduled) = (UInt64Builder::new(), UInt64Builder::new());
+        let mut since = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        for (index, q) in &queues {
+            let scope = q.key.scope.as_ref().map(|s| s.as_str());
+            let limit_key = q.key.limit_key.as_ref().map(|k| k.to_string());
+            partition.append_value(*index);
+            text[0].append_value(format!("vq_{index}_{}", q.id.index()));
+            text[1].append_option(scope);
+            text[2].append_option(limit_key.as_deref());
+            text[3].append_value(&*q.key.service);
+            text[4].append_option(q.key.object_key.as_deref());
+            text[5].append_value(q.status);
+            let why = q
+                .blocked_on
+                .as_ref()
+                .map(|on| blocked(on, scope, limit_key.as_deref()));
+            text[6].append_option(why.as_ref().map(|w| w.0.as_str()));
+            text[7].append_option(why.as_ref().map(|w| w.1.as_str()));
+            inbox.append_value(q.queued as u64);
+            scheduled.append_value(u64::from(q.delayed));
+            since.append_value(i64::try_from(q.since).unwrap_or(i64::MAX));
+        }
+        let [id, scope, limit_key, service, lock, status, on, on_json] =
+            text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        batch(
+            &scheduler_schema(),
+            vec![
+                Arc::new(partition.finish()),
+                id,
+                scope,
+                limit_key,
+                service,
+                lock,
+                status,
+                Arc::new(inbox.finish()),
+                Arc::new(scheduled.finish()),
+                on,
+                on_json,
+                Arc::new(since.finish()),
+            ],
+        )
+    })
+}
+
+pub(super) fn vqueues_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("id", DataType::Utf8, false),
+        ("stage", DataType::Utf8, false),
+        ("status", DataType::Utf8, false),
+        ("has_lock", DataType::Boolean, false),
+        ("run_at", timestamp(), true),
+        ("entry_kind", DataType::Utf8, false),
+        ("entry_id", DataType::Utf8, false),
+        ("created_at", timestamp(), false),
+        ("num_attempts", DataType::UInt32, false),
+    ])
+}
+
+/// The waiting invocations, one row each, with their queue's status.
+pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let queued = sources.runtime.queued().await.map_err(internal)?;
+        let status: std::collections::HashMap<(u64, u32), (&'static str, bool)> = sources
+            .runtime
+            .queues()
+            .await
+            .map_err(internal)?
+            .into_iter()
+            .map(|(p, q)| ((p, q.id.index()), (q.status, q.key.object_key.is_some())))
+            .collect();
+        let mut partition = UInt64Builder::new();
+        let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
+        let mut has_lock = BooleanBuilder::new();
+        let mut run_at = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let mut attempts = UInt32Builder::new();
+        for (index, entry) in &queued {
+            let queue = entry.queue.index();
+            let (state, locked) = status
+                .get(&(*index, queue))
+                .copied()
+                .unwrap_or(("ready", false));
+            partition.append_value(*index);
+            text[0].append_value(format!("vq_{index}_{queue}"));
+            text[1].append_value("inbox");
+            text[2].append_value(state);
+            has_lock.append_value(locked);
+            run_at.append_option(entry.run_at_ms.and_then(|at| i64::try_from(at).ok()));
+            text[3].append_value("invocation");
+            text[4].append_value(entry.invocation.to_string());
+            created.append_value(i64::try_from(entry.created_at_ms).unwrap_or(i64::MAX));
+            attempts.append_value(entry.attempts);
+        }
+        let [id, stage, state, kind, entry] = text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        batch(
+            &vqueues_schema(),
+            vec![
+                Arc::new(partition.finish()),
+                id,
+                stage,
+                state,
+                Arc::new(has_lock.finish()),
+                Arc::new(run_at.finish()),
+                kind,
+                entry,
+                Arc::new(created.finish()),
+                Arc::new(attempts.finish()),
+            ],
+        )
+    })
+}
+
+pub(super) fn vqueue_meta_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("id", DataType::Utf8, false),
+        ("service_name", DataType::Utf8, false),
+        ("scope", DataType::Utf8, true),
+        ("limit_key", DataType::Utf8, true),
+        ("lock_name", DataType::Utf8, true),
+        ("is_active", DataType::Boolean, false),
+        ("queue_is_paused", DataType::Boolean, false),
+        ("num_inbox", DataType::UInt64, false),
+        ("num_scheduled", DataType::UInt64, false),
+    ])
+}
+
+pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let queues = sources.runtime.queues().await.map_err(internal)?;
+        let mut partition = UInt64Builder::new();
+        let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
+        let (mut active, mut paused) = (BooleanBuilder::new(), BooleanBuilder::new());
+        let (mut inbox, mut scheduled) = (UInt64Builder::new(), UInt64Builder::new());
+        for (index, q) in &queues {
+            partition.append_value(*index);
+            text[0].append_value(format!("vq_{index}_{}", q.id.index()));
+            text[1].append_value(&*q.key.service);
+            text[2].append_option(q.key.scope.as_ref().map(|s| s.as_str()));
+            text[3].append_option(q.key.limit_key.as_ref().map(|k| k.as_str()));
+            text[4].append_option(q.key.object_key.as_deref());
+            active.append_value(q.status != "empty");
+            paused.append_value(false);
+            inbox.append_value(q.queued as u64);
+            scheduled.append_value(u64::from(q.delayed));
+        }
+        let [id, service, scope, limit_key, lock] =
+            text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        batch(
+            &vqueue_meta_schema(),
+            vec![
+                Arc::new(partition.finish()),
+                id,
+                service,
+                scope,
+                limit_key,
+                lock,
+                Arc::new(active.finish()),
+                Arc::new(paused.finish()),
+                Arc::new(inbox.finish()),
+                Arc::new(scheduled.finish()),
+            ],
+        )
+    })
+}

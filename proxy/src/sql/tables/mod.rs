@@ -1,0 +1,159 @@
+//! The system tables: their columns (named as the reference server names them) and how their
+//! rows are read.
+
+mod flow;
+mod objects;
+mod registry;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::error::{DataFusionError, Result};
+
+use super::QuerySources;
+use super::table::{Reader, SnapshotTable};
+use crate::flow::Level;
+use flow::{
+    rules, rules_schema, scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta,
+    vqueue_meta_schema, vqueues, vqueues_schema,
+};
+use objects::{
+    invocation, invocation_schema, journal, journal_schema, locks, locks_schema, state,
+    state_schema,
+};
+use registry::{deployment, deployment_schema, service, service_schema};
+
+fn timestamp() -> DataType {
+    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))
+}
+
+fn schema(fields: Vec<(&str, DataType, bool)>) -> SchemaRef {
+    Arc::new(Schema::new(
+        fields
+            .into_iter()
+            .map(|(name, ty, nullable)| Field::new(name, ty, nullable))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+    RecordBatch::try_new(Arc::clone(schema), columns).map_err(DataFusionError::from)
+}
+
+fn internal(e: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::Execution(e.to_string())
+}
+
+fn service_type_name(ty: crate::discovery::manifest::ServiceType) -> &'static str {
+    use crate::discovery::manifest::ServiceType;
+    match ty {
+        ServiceType::Service => "service",
+        ServiceType::VirtualObject => "virtual_object",
+        ServiceType::Workflow => "workflow",
+    }
+}
+
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Scope => "Scope",
+        Level::L1 => "Level1",
+        Level::L2 => "Level2",
+    }
+}
+
+/// Every table, registered by name. The flow-control tables refuse to be read while flow
+/// control is off.
+pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
+    let flow = sources.config.flow_control_enabled();
+    let flow_table = |name: &'static str, schema: SchemaRef, reader: Reader| {
+        if flow {
+            SnapshotTable::new(name, schema, reader)
+        } else {
+            SnapshotTable::unavailable(
+                name,
+                schema,
+                format!(
+                    "{name} exists only when flow control is enabled: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true"
+                ),
+            )
+        }
+    };
+    vec![
+        (
+            "sys_rules",
+            flow_table("sys_rules", rules_schema(), rules(sources)),
+        ),
+        (
+            "sys_user_limits",
+            flow_table(
+                "sys_user_limits",
+                user_limits_schema(),
+                user_limits(sources),
+            ),
+        ),
+        (
+            "sys_scheduler",
+            flow_table("sys_scheduler", scheduler_schema(), scheduler(sources)),
+        ),
+        (
+            "sys_vqueues",
+            flow_table("sys_vqueues", vqueues_schema(), vqueues(sources)),
+        ),
+        (
+            "sys_vqueue_meta",
+            flow_table(
+                "sys_vqueue_meta",
+                vqueue_meta_schema(),
+                vqueue_meta(sources),
+            ),
+        ),
+        (
+            "sys_invocation",
+            SnapshotTable::new("sys_invocation", invocation_schema(), invocation(sources)),
+        ),
+        (
+            "sys_deployment",
+            SnapshotTable::new("sys_deployment", deployment_schema(), deployment(sources)),
+        ),
+        (
+            "sys_service",
+            SnapshotTable::new("sys_service", service_schema(), service(sources)),
+        ),
+        (
+            "sys_journal",
+            SnapshotTable::new("sys_journal", journal_schema(), journal(sources)),
+        ),
+        (
+            "state",
+            SnapshotTable::new("state", state_schema(), state(sources)),
+        ),
+        (
+            "sys_locks",
+            SnapshotTable::new("sys_locks", locks_schema(), locks(sources)),
+        ),
+    ]
+}
+
+/// A reader running `read` with the sources on every scan.
+fn reader<F, Fut>(sources: &Arc<QuerySources>, read: F) -> Reader
+where
+    F: Fn(Arc<QuerySources>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<RecordBatch>> + Send + 'static,
+{
+    let sources = Arc::clone(sources);
+    Arc::new(move || Box::pin(read(Arc::clone(&sources))))
+}
+
+/// Runs `read` against the store off the async threads.
+async fn read_store<T: Send + 'static>(
+    sources: &QuerySources,
+    read: fn(&redb::Database) -> Result<T, crate::errors::CodedError>,
+) -> Result<T> {
+    let store = Arc::clone(&sources.store);
+    tokio::task::spawn_blocking(move || store.with_db(read))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?
+        .map_err(internal)
+}

@@ -1,0 +1,319 @@
+//! Invocations and what hangs off them: journals, object state, object locks.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, StringBuilder, TimestampMillisecondBuilder, UInt32Builder, UInt64Builder,
+    new_null_array,
+};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+
+use super::{
+    QuerySources, Reader, batch, internal, read_store, reader, schema, service_type_name, timestamp,
+};
+use crate::invocation::store as invocations;
+
+pub(super) fn locks_schema() -> SchemaRef {
+    schema(vec![
+        ("scope", DataType::Utf8, true),
+        ("partition_key", DataType::UInt64, false),
+        ("service_name", DataType::Utf8, false),
+        ("service_key", DataType::Utf8, false),
+        ("lock_name", DataType::Utf8, false),
+        ("acquired_by", DataType::Utf8, false),
+    ])
+}
+
+pub(super) fn locks(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let held = sources.runtime.locks().await.map_err(internal)?;
+        let mut partition = UInt64Builder::new();
+        let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
+        for (index, lock) in &held {
+            partition.append_value(*index);
+            text[0].append_option(lock.scope.as_deref());
+            text[1].append_value(&lock.service);
+            text[2].append_value(&lock.key);
+            text[3].append_value(format!("{}/{}", lock.service, lock.key));
+            text[4].append_value(lock.holder.to_string());
+        }
+        let [scope, service, key, name, holder] =
+            text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        batch(
+            &locks_schema(),
+            vec![
+                scope,
+                Arc::new(partition.finish()),
+                service,
+                key,
+                name,
+                holder,
+            ],
+        )
+    })
+}
+
+pub(super) fn journal_schema() -> SchemaRef {
+    schema(vec![
+        ("id", DataType::Utf8, false),
+        ("index", DataType::UInt32, false),
+        ("entry_type", DataType::Utf8, false),
+        ("entry_type_id", DataType::UInt32, false),
+        ("payload_length", DataType::UInt64, false),
+    ])
+}
+
+pub(super) fn journal(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let entries = read_store(&sources, invocations::scan_journal).await?;
+        let (mut id, mut entry_type) = (StringBuilder::new(), StringBuilder::new());
+        let (mut index, mut type_id) = (UInt32Builder::new(), UInt32Builder::new());
+        let mut length = UInt64Builder::new();
+        for (invocation, i, ty, len) in entries {
+            id.append_value(invocation.to_string());
+            index.append_value(i);
+            entry_type.append_value(
+                crate::protocol::MessageType::from_id(ty).map_or("Unknown", |t| t.name()),
+            );
+            type_id.append_value(u32::from(ty));
+            length.append_value(len as u64);
+        }
+        batch(
+            &journal_schema(),
+            vec![
+                Arc::new(id.finish()),
+                Arc::new(index.finish()),
+                Arc::new(entry_type.finish()),
+                Arc::new(type_id.finish()),
+                Arc::new(length.finish()),
+            ],
+        )
+    })
+}
+
+pub(super) fn state_schema() -> SchemaRef {
+    schema(vec![
+        ("partition_key", DataType::UInt64, false),
+        ("scope", DataType::Utf8, true),
+        ("service_name", DataType::Utf8, false),
+        ("service_key", DataType::Utf8, false),
+        ("key", DataType::Utf8, false),
+        ("key_length", DataType::UInt64, false),
+        ("value_utf8", DataType::Utf8, true),
+        ("value", DataType::Utf8, false),
+        ("value_length", DataType::UInt64, false),
+    ])
+}
+
+pub(super) fn state(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let rows = read_store(&sources, crate::invocation::state::scan).await?;
+        let mut partition = UInt64Builder::new();
+        let mut text: [StringBuilder; 6] = std::array::from_fn(|_| StringBuilder::new());
+        let (mut key_length, mut value_length) = (UInt64Builder::new(), UInt64Builder::new());
+        for row in &rows {
+            partition.append_value(crate::partition::partition_key(&[&row.service, &row.key]));
+            text[0].append_option((!row.scope.is_empty()).then_some(row.scope.as_str()));
+            text[1].append_value(&row.service);
+            text[2].append_value(&row.key);
+            text[3].append_value(String::from_utf8_lossy(&row.name));
+            key_length.append_value(row.name.len() as u64);
+            text[4].append_option(std::str::from_utf8(&row.value).ok());
+            text[5].append_value(
+                row.value
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>(),
+            );
+            value_length.append_value(row.value.len() as u64);
+        }
+        let [scope, service, object, key, utf8, hex] =
+            text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        batch(
+            &state_schema(),
+            vec![
+                Arc::new(partition.finish()),
+                scope,
+                service,
+                object,
+                key,
+                Arc::new(key_length.finish()),
+                utf8,
+                hex,
+                Arc::new(value_length.finish()),
+            ],
+        )
+    })
+}
+
+pub(super) fn invocation_schema() -> SchemaRef {
+    schema(
+        vec![
+            ("id", DataType::Utf8, false),
+            ("target", DataType::Utf8, false),
+            ("target_service_name", DataType::Utf8, false),
+            ("target_service_key", DataType::Utf8, true),
+            ("target_handler_name", DataType::Utf8, false),
+            ("scope", DataType::Utf8, true),
+            ("limit_key", DataType::Utf8, true),
+            ("idempotency_key", DataType::Utf8, true),
+            ("invoked_by_id", DataType::Utf8, true),
+            ("status", DataType::Utf8, false),
+            ("pinned_deployment_id", DataType::Utf8, true),
+            ("pinned_service_protocol_version", DataType::UInt32, true),
+            ("retry_count", DataType::UInt64, false),
+            ("attempts", DataType::UInt64, false),
+            ("last_failure", DataType::Utf8, true),
+            ("last_failure_error_code", DataType::Utf8, true),
+            ("completion_result", DataType::Utf8, true),
+            ("created_at", timestamp(), false),
+            ("scheduled_at", timestamp(), true),
+            ("target_service_ty", DataType::Utf8, true),
+            ("invoked_by", DataType::Utf8, false),
+            ("last_attempt_deployment_id", DataType::Utf8, true),
+        ]
+        .into_iter()
+        .chain(
+            untracked_invocation_columns()
+                .into_iter()
+                .map(|(n, t)| (n, t, true)),
+        )
+        .collect(),
+    )
+}
+
+/// Columns of the reference's `sys_invocation` that Sluice does not track: present (so the
+/// `restate` CLI's queries run), always null.
+pub(super) fn untracked_invocation_columns() -> Vec<(&'static str, DataType)> {
+    vec![
+        ("modified_at", timestamp()),
+        ("inboxed_at", timestamp()),
+        ("running_at", timestamp()),
+        ("completed_at", timestamp()),
+        ("next_retry_at", timestamp()),
+        ("last_start_at", timestamp()),
+        ("vqueue_id", DataType::Utf8),
+        ("invoked_by_service_name", DataType::Utf8),
+        ("invoked_by_target", DataType::Utf8),
+        ("trace_id", DataType::Utf8),
+        ("journal_size", DataType::UInt32),
+        ("journal_commands_size", DataType::UInt32),
+        ("last_attempt_server", DataType::Utf8),
+        ("last_failure_related_entry_index", DataType::UInt64),
+        ("last_failure_related_entry_name", DataType::Utf8),
+        ("last_failure_related_entry_type", DataType::Utf8),
+        ("last_failure_related_command_index", DataType::UInt64),
+        ("last_failure_related_command_name", DataType::Utf8),
+        ("last_failure_related_command_type", DataType::Utf8),
+        ("completion_failure", DataType::Utf8),
+        ("created_using_restate_version", DataType::Utf8),
+    ]
+}
+
+pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
+    reader(sources, |sources| async move {
+        let store = Arc::clone(&sources.store);
+        let records = tokio::task::spawn_blocking(move || store.with_db(invocations::load_records))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?
+            .map_err(internal)?;
+        let mut text: [StringBuilder; 15] = std::array::from_fn(|_| StringBuilder::new());
+        let mut protocol = UInt32Builder::new();
+        let (mut retries, mut attempts) = (UInt64Builder::new(), UInt64Builder::new());
+        let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let mut scheduled = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let (mut service_ty, mut invoked_by, mut last_deployment) = (
+            StringBuilder::new(),
+            StringBuilder::new(),
+            StringBuilder::new(),
+        );
+        for r in &records {
+            let shown = crate::admin::invocations::InvocationResponse::from(r);
+            text[0].append_value(&shown.id);
+            text[1].append_value(&shown.target);
+            text[2].append_value(&shown.service);
+            text[3].append_option(shown.key.as_deref());
+            text[4].append_value(&shown.handler);
+            text[5].append_option(r.scope.as_deref());
+            text[6].append_option(r.limit_key.as_deref());
+            text[7].append_option(r.idempotency_key.as_deref());
+            text[8].append_option(r.caller.as_ref().map(|c| c.id.to_string()));
+            text[9].append_value(&shown.status);
+            text[10].append_option(shown.deployment_id.as_deref());
+            protocol.append_option(shown.protocol_version.and_then(|v| u32::try_from(v).ok()));
+            retries.append_value(u64::from(shown.retry_count));
+            attempts.append_value(u64::from(shown.attempts));
+            text[11].append_option(shown.last_failure.as_deref());
+            text[12].append_option(shown.last_failure_error_code.as_deref());
+            text[13].append_option(shown.completion.as_deref());
+            text[14].append_null();
+            created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
+            scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
+            service_ty.append_option(
+                sources
+                    .registry
+                    .service(&r.target.service)
+                    .ok()
+                    .map(|(s, _)| service_type_name(s.ty)),
+            );
+            invoked_by.append_value(if r.caller.is_some() {
+                "service"
+            } else {
+                "ingress"
+            });
+            last_deployment.append_option(shown.deployment_id.as_deref());
+        }
+        let [
+            id,
+            target,
+            service,
+            key,
+            handler,
+            scope,
+            limit_key,
+            ik,
+            by,
+            status,
+            pinned,
+            failure,
+            code,
+            completion,
+            _,
+        ] = text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        batch(
+            &invocation_schema(),
+            vec![
+                id,
+                target,
+                service,
+                key,
+                handler,
+                scope,
+                limit_key,
+                ik,
+                by,
+                status,
+                pinned,
+                Arc::new(protocol.finish()),
+                Arc::new(retries.finish()),
+                Arc::new(attempts.finish()),
+                failure,
+                code,
+                completion,
+                Arc::new(created.finish()),
+                Arc::new(scheduled.finish()),
+                Arc::new(service_ty.finish()),
+                Arc::new(invoked_by.finish()),
+                Arc::new(last_deployment.finish()),
+            ]
+            .into_iter()
+            .chain(
+                untracked_invocation_columns()
+                    .iter()
+                    .map(|(_, ty)| new_null_array(ty, records.len())),
+            )
+            .collect(),
+        )
+    })
+}
