@@ -13,6 +13,7 @@ pub mod ids;
 pub mod ingress;
 pub mod invocation;
 pub mod invoker;
+pub mod kafka;
 pub mod limits;
 pub mod logging;
 pub mod partition;

@@ -13,6 +13,7 @@ use crate::admin::{self, AdminService, AdminState};
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
+use crate::kafka::{Kafka, KafkaService};
 use crate::limits::Rules;
 use crate::partition::{PartitionsService, Runtime};
 use crate::plugins::Plugins;
@@ -52,6 +53,16 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         Some(Arc::clone(&rules)),
     ));
     plugins.start(&config.plugins)?;
+    let kafka = Arc::new(Kafka::load(
+        Arc::clone(&store),
+        Arc::clone(&registry),
+        runtime.clone(),
+        &config.ingress.kafka_clusters,
+    )?);
+    server.add_service(background_service(
+        "kafka",
+        KafkaService(Arc::clone(&kafka)),
+    ));
     let ingress_state = Arc::new(IngressState {
         in_flight: Arc::default(),
         registry: Arc::clone(&registry),
@@ -87,6 +98,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         ingress_state.runtime.clone(),
         rules,
         plugins,
+        kafka,
     );
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(

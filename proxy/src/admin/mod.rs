@@ -7,6 +7,7 @@ pub mod error;
 mod health;
 pub mod invocations;
 pub mod json;
+pub mod kafka;
 pub mod limits;
 pub mod plugins;
 pub mod query;
@@ -61,6 +62,8 @@ pub struct AdminState {
     pub plugins: Arc<Plugins>,
     /// SQL over the system tables.
     pub query: crate::sql::QueryEngine,
+    /// Kafka clusters and subscriptions.
+    pub kafka: Arc<crate::kafka::Kafka>,
     /// Fetches endpoint manifests.
     pub discovery: DiscoveryClient,
     /// The generated OpenAPI document, set once the router is built.
@@ -69,6 +72,7 @@ pub struct AdminState {
 
 impl AdminState {
     /// State for a router.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Arc<Config>,
         ingress_endpoint: String,
@@ -77,6 +81,7 @@ impl AdminState {
         runtime: Runtime,
         rules: Arc<Rules>,
         plugins: Arc<Plugins>,
+        kafka: Arc<crate::kafka::Kafka>,
     ) -> Self {
         let query = crate::sql::QueryEngine::new(crate::sql::QuerySources {
             config: Arc::clone(&config),
@@ -86,6 +91,7 @@ impl AdminState {
             store: Arc::clone(&store),
         });
         Self {
+            kafka,
             query,
             plugins,
             config,
@@ -113,6 +119,8 @@ impl AdminState {
         (name = "invocation", description = "Invocations"),
         (name = "plugins", description = "Policy plugins (wasm components)"),
         (name = "introspection", description = "SQL over the system tables"),
+        (name = "kafka_cluster", description = "Kafka clusters"),
+        (name = "subscription", description = "Kafka subscriptions"),
     )
 )]
 struct ApiDoc;
@@ -142,6 +150,17 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::counters))
         .routes(routes!(query::query))
+        .routes(routes!(kafka::create_cluster, kafka::list_clusters))
+        .routes(routes!(
+            kafka::get_cluster,
+            kafka::update_cluster,
+            kafka::delete_cluster
+        ))
+        .routes(routes!(
+            kafka::create_subscription,
+            kafka::list_subscriptions
+        ))
+        .routes(routes!(kafka::get_subscription, kafka::delete_subscription))
         .routes(routes!(plugins::list))
         .routes(routes!(plugins::load, plugins::get, plugins::unload))
         .split_for_parts();
@@ -261,6 +280,15 @@ mod tests {
         let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
         let (runtime, _receivers) = crate::partition::Runtime::new(1);
         let rules = Arc::new(Rules::load(Arc::clone(&store)).unwrap());
+        let kafka = Arc::new(
+            crate::kafka::Kafka::load(
+                Arc::clone(&store),
+                Arc::clone(&registry),
+                runtime.clone(),
+                &[],
+            )
+            .unwrap(),
+        );
         let state = AdminState::new(
             config,
             "http://127.0.0.1:8080/".into(),
@@ -269,6 +297,7 @@ mod tests {
             runtime,
             Arc::clone(&rules),
             Arc::new(Plugins::new(None, Some(rules))),
+            kafka,
         );
         (router(Arc::new(state)), dir)
     }

@@ -95,6 +95,9 @@ pub struct IngressConfig {
     pub advertised_endpoint: Option<AdvertisedEndpoint>,
     /// Worker threads of the ingress runtime.
     pub threads: NonZeroUsize,
+    /// Kafka clusters subscriptions may consume from (`[[ingress.kafka-clusters]]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kafka_clusters: Vec<crate::kafka::ConfiguredCluster>,
 }
 
 impl Default for IngressConfig {
@@ -103,6 +106,7 @@ impl Default for IngressConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             advertised_endpoint: None,
             threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            kafka_clusters: Vec::new(),
         }
     }
 }

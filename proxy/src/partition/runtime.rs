@@ -129,6 +129,18 @@ impl Runtime {
     /// Stores a new invocation; returns once it is durable: true when created, false when an
     /// invocation with its id exists already (an idempotent repeat).
     pub async fn submit(&self, record: InvocationRecord, input: Frame) -> Result<bool, CodedError> {
+        let answer = self.hand_over(record, input).await?;
+        answer.await.map_err(|_| Self::gone())?
+    }
+
+    /// Hands a new invocation to its partition and answers at once with the receiver of
+    /// [`Runtime::submit`]'s answer: invocations handed over in order are stored in order,
+    /// while the caller goes on (a Kafka consumer keeps many records in flight this way).
+    pub async fn hand_over(
+        &self,
+        record: InvocationRecord,
+        input: Frame,
+    ) -> Result<oneshot::Receiver<Result<bool, CodedError>>, CodedError> {
         let (reply, answer) = oneshot::channel();
         let id = record.id;
         self.partition(id)
@@ -139,7 +151,7 @@ impl Runtime {
             })
             .await
             .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())?
+        Ok(answer)
     }
 
     /// Hands `event` to the partition of `id` without waiting (partitions use this to reach

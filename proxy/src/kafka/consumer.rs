@@ -1,0 +1,239 @@
+//! One consumer per subscription: each record becomes an invocation of the sink, stored
+//! durably before its offset is committed (at least once). The invocation id derives from
+//! (subscription, topic, partition, offset), so a record delivered again finds its invocation
+//! and is not invoked twice.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use rdkafka::Message as _;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::{Offset, TopicPartitionList};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use super::Subscription;
+use crate::clock::now_ms;
+use crate::ids::InvocationId;
+use crate::invocation::{InvocationRecord, Target};
+use crate::partition::{Runtime, in_scope, target_partition_key};
+use crate::protocol::{Frame, Message, proto};
+
+/// Why a record cannot become an invocation (it is skipped, and said so in the log).
+type Skip = String;
+
+/// The invocation a record becomes.
+fn invocation_of(
+    sub: &Subscription,
+    message: &BorrowedMessage<'_>,
+) -> Result<(InvocationRecord, Frame), Skip> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    if let Some(kafka_headers) = message.headers() {
+        for header in kafka_headers.iter() {
+            if let Some(value) = header.value.and_then(|v| std::str::from_utf8(v).ok()) {
+                headers.push((header.key.to_owned(), value.to_owned()));
+            }
+        }
+    }
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let scope = header("x-service-scope").or_else(|| sub.options.get("scope").cloned());
+    let limit_key = header("x-service-limit-key").or_else(|| sub.options.get("limit-key").cloned());
+    crate::flow::scope::check_request(scope.as_deref(), limit_key.as_deref(), true)
+        .map_err(|e| format!("[RT0024] {}", e.message))?;
+    let key = match (sub.keyed, message.key()) {
+        (false, _) => None,
+        (true, Some(key)) => Some(
+            std::str::from_utf8(key)
+                .map_err(|_| "the record key is not UTF-8".to_owned())?
+                .to_owned(),
+        ),
+        (true, None) => {
+            return Err(format!(
+                "'{}' is a virtual object: its records need keys (the key is the object key)",
+                sub.service
+            ));
+        }
+    };
+    let digest = Sha256::new()
+        .chain_update(sub.id.to_string())
+        .chain_update([0])
+        .chain_update(message.topic())
+        .chain_update(message.partition().to_be_bytes())
+        .chain_update(message.offset().to_be_bytes())
+        .finalize();
+    let uuid = u128::from_be_bytes(digest[..16].try_into().expect("16 bytes"));
+    let partition_key = match &key {
+        Some(key) => target_partition_key(&sub.service, &sub.handler, Some(key)),
+        None => u64::from_be_bytes(digest[16..24].try_into().expect("8 bytes")),
+    };
+    let id = in_scope(InvocationId::new(partition_key, uuid), scope.as_deref());
+    let mut record = InvocationRecord::new(
+        id,
+        Target {
+            service: sub.service.clone(),
+            handler: sub.handler.clone(),
+            key,
+        },
+        now_ms(),
+    );
+    record.scope = scope;
+    record.limit_key = limit_key.filter(|k| !k.is_empty());
+    let frame = Message::Input(proto::InputCommandMessage {
+        headers: headers
+            .into_iter()
+            .map(|(key, value)| proto::Header { key, value })
+            .collect(),
+        value: Some(proto::Value {
+            content: bytes::Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+        }),
+        name: String::new(),
+    })
+    .to_frame(false);
+    Ok((record, frame))
+}
+
+/// Records handed to the partitions whose storage is not yet confirmed, at most.
+const WINDOW: usize = 256;
+
+/// A record on its way into the store.
+enum InFlight {
+    /// Handed over; the answer says when it is durable.
+    Stored(
+        tokio::sync::oneshot::Receiver<Result<bool, crate::errors::CodedError>>,
+        InvocationRecord,
+        Frame,
+    ),
+    /// The hand-over failed; it is retried when its turn comes.
+    Failed(String, InvocationRecord, Frame),
+    /// Not an invocation (logged); its offset may move on.
+    Skipped,
+}
+
+impl InFlight {
+    fn is_done(&self) -> bool {
+        match self {
+            InFlight::Stored(answer, ..) => !answer.is_empty() || answer.is_terminated(),
+            InFlight::Failed(..) | InFlight::Skipped => false,
+        }
+    }
+}
+
+/// Waits until `stored` is durable, retrying it as long as it fails; false when stopped.
+async fn settle(
+    stored: InFlight,
+    runtime: &Runtime,
+    sub: &Subscription,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let (mut error, record, frame) = match stored {
+        InFlight::Skipped => return true,
+        InFlight::Stored(answer, record, frame) => match answer.await {
+            Ok(Ok(_)) => return true,
+            Ok(Err(e)) => (e.to_string(), record, frame),
+            Err(_) => ("the partition stopped".to_owned(), record, frame),
+        },
+        InFlight::Failed(error, record, frame) => (error, record, frame),
+    };
+    loop {
+        tracing::warn!(subscription = %sub.id, error = %error, "cannot store the record's invocation; retrying");
+        tokio::select! {
+            _ = stop.changed() => return false,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        match runtime.submit(record.clone(), frame.clone()).await {
+            Ok(_) => return true,
+            Err(e) => error = e.to_string(),
+        }
+    }
+}
+
+/// Consumes `sub` until `stop` changes.
+pub async fn run(
+    sub: Subscription,
+    properties: BTreeMap<String, String>,
+    runtime: Runtime,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut config = ClientConfig::new();
+    for (key, value) in &properties {
+        config.set(key, value);
+    }
+    let reset = sub
+        .options
+        .get("auto.offset.reset")
+        .map_or("earliest", String::as_str);
+    config
+        .set("group.id", sub.id.to_string())
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", reset);
+    let consumer: StreamConsumer = match config.create() {
+        Ok(consumer) => consumer,
+        Err(e) => {
+            tracing::error!(subscription = %sub.id, error = %e, "cannot create the Kafka consumer");
+            return;
+        }
+    };
+    if let Err(e) = consumer.subscribe(&[&sub.topic]) {
+        tracing::error!(subscription = %sub.id, error = %e, "cannot subscribe to the topic");
+        return;
+    }
+    tracing::info!(subscription = %sub.id, topic = %sub.topic, "consuming");
+    let mut window: VecDeque<((i32, i64), InFlight)> = VecDeque::new();
+    loop {
+        let received = tokio::select! {
+            _ = stop.changed() => break,
+            received = consumer.recv() => Some(received),
+            // While the topic is quiet, offsets of stored records still move on.
+            () = tokio::time::sleep(Duration::from_millis(100)), if !window.is_empty() => None,
+        };
+        match received {
+            Some(Ok(message)) => {
+                let position = (message.partition(), message.offset());
+                let stored = match invocation_of(&sub, &message) {
+                    Ok((record, frame)) => {
+                        match runtime.hand_over(record.clone(), frame.clone()).await {
+                            Ok(answer) => InFlight::Stored(answer, record, frame),
+                            Err(e) => InFlight::Failed(e.to_string(), record, frame),
+                        }
+                    }
+                    Err(why) => {
+                        tracing::warn!(subscription = %sub.id, partition = position.0, offset = position.1, "record skipped: {why}");
+                        InFlight::Skipped
+                    }
+                };
+                window.push_back((position, stored));
+            }
+            Some(Err(e)) => {
+                tracing::warn!(subscription = %sub.id, error = %e, "Kafka receive failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            None => {}
+        }
+        // Offsets move only past records whose invocations are durable, in order.
+        while window.len() > WINDOW || window.front().is_some_and(|(_, s)| s.is_done()) {
+            let Some((position, stored)) = window.pop_front() else {
+                break;
+            };
+            if !settle(stored, &runtime, &sub, &mut stop).await {
+                return;
+            }
+            let mut offsets = TopicPartitionList::new();
+            let next = Offset::Offset(position.1 + 1);
+            if offsets
+                .add_partition_offset(&sub.topic, position.0, next)
+                .is_ok()
+                && let Err(e) = consumer.commit(&offsets, CommitMode::Async)
+            {
+                tracing::warn!(subscription = %sub.id, error = %e, "offset commit failed; the record may be delivered again (it is not invoked twice)");
+            }
+        }
+    }
+    tracing::info!(subscription = %sub.id, "stopped consuming");
+}

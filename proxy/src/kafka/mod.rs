@@ -1,0 +1,305 @@
+//! Kafka clusters and subscriptions: records of a topic become invocations of a handler.
+//! Clusters come from the config file (read-only) or the admin API; subscriptions from the
+//! admin API. Both are stored; every subscription runs one consumer on the Kafka runtime.
+
+mod consumer;
+mod model;
+mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::watch;
+
+pub use model::{KafkaCluster, Subscription};
+
+use crate::clock::now_ms;
+use crate::errors::CodedError;
+use crate::ids::SubscriptionId;
+use crate::partition::Runtime;
+use crate::registry::Registry;
+use crate::storage::Store;
+
+/// A cluster from the config file (`[[ingress.kafka-clusters]]`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ConfiguredCluster {
+    /// Its name.
+    pub name: String,
+    /// `host:port` list, set as `bootstrap.servers`.
+    pub brokers: Vec<String>,
+    /// More librdkafka properties.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The clusters, the subscriptions and their running consumers.
+pub struct Kafka {
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    runtime: Runtime,
+    clusters: Mutex<BTreeMap<String, KafkaCluster>>,
+    subscriptions: Mutex<BTreeMap<SubscriptionId, Subscription>>,
+    consumers: Mutex<HashMap<SubscriptionId, watch::Sender<bool>>>,
+    /// Where consumers run, once the background service started.
+    handle: OnceLock<tokio::runtime::Handle>,
+}
+
+impl std::fmt::Debug for Kafka {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kafka").finish_non_exhaustive()
+    }
+}
+
+/// Why a change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// No such cluster or subscription (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// It conflicts with what exists (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// Bad input (400; META0009 for subscriptions) or a storage failure.
+    #[error("{0}")]
+    Invalid(CodedError),
+}
+
+impl From<CodedError> for KafkaError {
+    fn from(e: CodedError) -> Self {
+        KafkaError::Invalid(e)
+    }
+}
+
+fn not_found(what: &str, name: &str) -> KafkaError {
+    KafkaError::NotFound(format!("The requested {what} '{name}' does not exist"))
+}
+
+impl Kafka {
+    /// Loads the stored clusters and subscriptions and adds the config file's clusters.
+    pub fn load(
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        runtime: Runtime,
+        configured: &[ConfiguredCluster],
+    ) -> Result<Self, CodedError> {
+        let mut clusters: BTreeMap<String, KafkaCluster> =
+            store::load::<KafkaCluster>(&store, store::CLUSTERS)?
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect();
+        for c in configured {
+            let mut properties = c.properties.clone();
+            properties.insert("bootstrap.servers".into(), c.brokers.join(","));
+            clusters.insert(
+                c.name.clone(),
+                KafkaCluster {
+                    name: c.name.clone(),
+                    properties,
+                    created_at_ms: now_ms(),
+                    from_config: true,
+                },
+            );
+        }
+        let subscriptions = store::load::<Subscription>(&store, store::SUBSCRIPTIONS)?
+            .into_iter()
+            .map(|s| (s.id, s))
+            .collect();
+        Ok(Self {
+            store,
+            registry,
+            runtime,
+            clusters: Mutex::new(clusters),
+            subscriptions: Mutex::new(subscriptions),
+            consumers: Mutex::new(HashMap::new()),
+            handle: OnceLock::new(),
+        })
+    }
+
+    /// Every cluster, by name.
+    pub fn clusters(&self) -> Vec<KafkaCluster> {
+        lock(&self.clusters).values().cloned().collect()
+    }
+
+    /// Cluster `name`.
+    pub fn cluster(&self, name: &str) -> Result<KafkaCluster, KafkaError> {
+        lock(&self.clusters)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| not_found("Kafka cluster", name))
+    }
+
+    /// Adds (or, with `replace`, changes the properties of) an admin-managed cluster.
+    pub fn put_cluster(
+        &self,
+        name: &str,
+        properties: BTreeMap<String, String>,
+        replace: bool,
+    ) -> Result<KafkaCluster, KafkaError> {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(CodedError::uncoded(format!(
+                "invalid Kafka cluster name '{name}': use [a-zA-Z0-9_.-]"
+            ))
+            .into());
+        }
+        if !properties.contains_key("bootstrap.servers") {
+            return Err(CodedError::uncoded(
+                "the cluster's properties need 'bootstrap.servers' (host:port,…)",
+            )
+            .into());
+        }
+        let mut clusters = lock(&self.clusters);
+        let cluster = match (clusters.get(name), replace) {
+            (Some(c), _) if c.from_config => {
+                return Err(KafkaError::Conflict(format!(
+                    "Kafka cluster '{name}' comes from the config file: change it there"
+                )));
+            }
+            (Some(_), false) => {
+                return Err(KafkaError::Conflict(format!(
+                    "Kafka cluster '{name}' already exists: PATCH /kafka-clusters/{name} changes it"
+                )));
+            }
+            (None, true) => return Err(not_found("Kafka cluster", name)),
+            (Some(old), true) => KafkaCluster {
+                properties,
+                ..old.clone()
+            },
+            (None, false) => KafkaCluster {
+                name: name.to_owned(),
+                properties,
+                created_at_ms: now_ms(),
+                from_config: false,
+            },
+        };
+        store::put(&self.store, store::CLUSTERS, name, Some(&cluster))?;
+        clusters.insert(name.to_owned(), cluster.clone());
+        Ok(cluster)
+    }
+
+    /// Removes an admin-managed cluster; with subscriptions only when `force` (they go too).
+    pub fn delete_cluster(&self, name: &str, force: bool) -> Result<(), KafkaError> {
+        let cluster = self.cluster(name)?;
+        if cluster.from_config {
+            return Err(KafkaError::Conflict(format!(
+                "Kafka cluster '{name}' comes from the config file: remove it there"
+            )));
+        }
+        let using: Vec<SubscriptionId> = self
+            .subscriptions()
+            .into_iter()
+            .filter(|s| s.cluster == name)
+            .map(|s| s.id)
+            .collect();
+        if !using.is_empty() && !force {
+            return Err(KafkaError::Conflict(format!(
+                "Kafka cluster '{name}' has {} subscription(s): delete them first, or pass force=true to delete them with it",
+                using.len()
+            )));
+        }
+        for id in using {
+            self.delete_subscription(id)?;
+        }
+        store::put::<KafkaCluster>(&self.store, store::CLUSTERS, name, None)?;
+        lock(&self.clusters).remove(name);
+        Ok(())
+    }
+
+    /// Every subscription.
+    pub fn subscriptions(&self) -> Vec<Subscription> {
+        lock(&self.subscriptions).values().cloned().collect()
+    }
+
+    /// Subscription `id`.
+    pub fn subscription(&self, id: SubscriptionId) -> Result<Subscription, KafkaError> {
+        lock(&self.subscriptions)
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| not_found("subscription", &id.to_string()))
+    }
+
+    /// Checks, stores and starts a subscription (META0009 on a bad source, sink or option).
+    pub fn create_subscription(
+        &self,
+        source: &str,
+        sink: &str,
+        options: BTreeMap<String, String>,
+    ) -> Result<Subscription, KafkaError> {
+        let sub = model::check(
+            source,
+            sink,
+            options,
+            |name| lock(&self.clusters).contains_key(name),
+            &self.registry,
+        )?;
+        store::put(
+            &self.store,
+            store::SUBSCRIPTIONS,
+            &sub.id.to_string(),
+            Some(&sub),
+        )?;
+        lock(&self.subscriptions).insert(sub.id, sub.clone());
+        self.start_consumer(&sub);
+        Ok(sub)
+    }
+
+    /// Stops and forgets a subscription.
+    pub fn delete_subscription(&self, id: SubscriptionId) -> Result<(), KafkaError> {
+        self.subscription(id)?;
+        store::put::<Subscription>(&self.store, store::SUBSCRIPTIONS, &id.to_string(), None)?;
+        lock(&self.subscriptions).remove(&id);
+        if let Some(stop) = lock(&self.consumers).remove(&id) {
+            let _ = stop.send(true);
+        }
+        Ok(())
+    }
+
+    fn start_consumer(&self, sub: &Subscription) {
+        let Some(handle) = self.handle.get() else {
+            return;
+        };
+        let Ok(cluster) = self.cluster(&sub.cluster) else {
+            tracing::error!(subscription = %sub.id, cluster = %sub.cluster, "the subscription's cluster is gone; not consuming");
+            return;
+        };
+        let (stop, stopped) = watch::channel(false);
+        lock(&self.consumers).insert(sub.id, stop);
+        handle.spawn(consumer::run(
+            sub.clone(),
+            cluster.properties,
+            self.runtime.clone(),
+            stopped,
+        ));
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the consumers inside the pingora server, on their own runtime.
+pub struct KafkaService(pub Arc<Kafka>);
+
+#[async_trait]
+impl BackgroundService for KafkaService {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let kafka = &self.0;
+        if kafka.handle.set(tokio::runtime::Handle::current()).is_err() {
+            return;
+        }
+        for sub in kafka.subscriptions() {
+            kafka.start_consumer(&sub);
+        }
+        crate::shutdown::shutdown_started(shutdown).await;
+        for (_, stop) in lock(&kafka.consumers).drain() {
+            let _ = stop.send(true);
+        }
+    }
+}

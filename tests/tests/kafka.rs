@@ -1,0 +1,270 @@
+//! Kafka subscriptions against a real Kafka-protocol broker (librdkafka's mock cluster, in this
+//! test process, on loopback): records become invocations, each exactly once, across a kill -9.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment, meter_counts};
+
+async fn post(url: String, body: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn produce(bootstrap: &str, topic: &str, records: u32) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let sends: Vec<_> = (0..records)
+        .map(|i| {
+            let key = format!("k{}", i % 7);
+            let producer = producer.clone();
+            let topic = topic.to_owned();
+            async move {
+                producer
+                    .send(
+                        FutureRecord::to(&topic).key(&key).payload("0"),
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(|(e, _)| e)
+            }
+        })
+        .collect();
+    for send in futures_util::future::join_all(sends).await {
+        send.unwrap();
+    }
+}
+
+async fn wait_for_runs(sluice: &Sluice, want: u64, within: Duration) -> (u64, u64) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let counts = meter_counts(sluice).await;
+        if counts.1 >= want || tokio::time::Instant::now() > deadline {
+            return counts;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn records_become_invocations_exactly_once_across_kill_9() {
+    const RECORDS: u32 = 1_000;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 3, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let start = || Sluice::builder().data_dir(data.path()).start();
+    let sluice = start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let (status, body) = post(
+        format!("{}/kafka-clusters", sluice.admin_url),
+        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, sub) = post(
+        format!("{}/subscriptions", sluice.admin_url),
+        json!({"source": "kafka://local/orders", "sink": "service://Meter/work"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sub}");
+    assert!(sub["id"].as_str().unwrap().starts_with("sub_1"));
+
+    produce(&bootstrap, "orders", RECORDS / 2).await;
+    // Kill it mid-stream, produce the rest meanwhile, and restart on the same store.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Dropping the handle is a SIGKILL.
+    drop(sluice);
+    produce(&bootstrap, "orders", RECORDS / 2).await;
+    let sluice = start().await.unwrap();
+    let (runs, done) = wait_for_runs(&sluice, u64::from(RECORDS), Duration::from_secs(120)).await;
+    // Every record ran once: the handler's side effect counts each invocation once.
+    assert_eq!((runs, done), (u64::from(RECORDS), u64::from(RECORDS)));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        meter_counts(&sluice).await,
+        (u64::from(RECORDS), u64::from(RECORDS))
+    );
+}
+
+#[tokio::test]
+async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .config("[[ingress.kafka-clusters]]\nname = \"fixed\"\nbrokers = [\"127.0.0.1:1\"]\n")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let admin = &sluice.admin_url;
+    let subscribe = |source: &str, sink: &str, options: Value| {
+        post(
+            format!("{admin}/subscriptions"),
+            json!({"source": source, "sink": sink, "options": options}),
+        )
+    };
+    for (source, sink, options, want) in [
+        (
+            "http://fixed/t",
+            "service://Greeter/greet",
+            json!({}),
+            "supported schemes: [kafka]",
+        ),
+        (
+            "kafka://nope/t",
+            "service://Greeter/greet",
+            json!({}),
+            "no Kafka cluster named 'nope'",
+        ),
+        (
+            "kafka://fixed",
+            "service://Greeter/greet",
+            json!({}),
+            "kafka://<cluster>/<topic>",
+        ),
+        (
+            "kafka://fixed/t",
+            "greeter",
+            json!({}),
+            "supported schemes: [service]",
+        ),
+        (
+            "kafka://fixed/t",
+            "service://Nope/greet",
+            json!({}),
+            "cannot find service/handler",
+        ),
+        (
+            "kafka://fixed/t",
+            "service://Greeter/nope",
+            json!({}),
+            "cannot find service/handler",
+        ),
+        (
+            "kafka://fixed/t",
+            "service://Signup/run",
+            json!({}),
+            "workflow's run handler",
+        ),
+        (
+            "kafka://fixed/t",
+            "service://Greeter/greet",
+            json!({"scope": "bad scope"}),
+            "invalid scope",
+        ),
+        (
+            "kafka://fixed/t",
+            "service://Greeter/greet",
+            json!({"limit-key": "gold"}),
+            "requires a scope",
+        ),
+    ] {
+        let (status, body) = subscribe(source, sink, options).await;
+        assert_eq!(status, 400, "{source} {sink}: {body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains("META0009") && message.contains(want),
+            "{want}: {message}"
+        );
+    }
+    let (status, sub) = subscribe("kafka://fixed/t", "service://Greeter/greet", json!({})).await;
+    assert_eq!(status, 201, "{sub}");
+
+    let client = reqwest::Client::new();
+    // Config-file clusters are read-only; admin ones are managed.
+    let resp = client
+        .delete(format!("{admin}/kafka-clusters/fixed"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409);
+    let (status, _) = post(
+        format!("{admin}/kafka-clusters"),
+        json!({"name": "mine", "properties": {"bootstrap.servers": "127.0.0.1:1"}}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, body) = post(
+        format!("{admin}/kafka-clusters"),
+        json!({"name": "mine", "properties": {"bootstrap.servers": "127.0.0.1:1"}}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = post(
+        format!("{admin}/kafka-clusters"),
+        json!({"name": "x", "properties": {}}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (_, other) = subscribe("kafka://mine/t", "service://Greeter/greet", json!({})).await;
+    let resp = client
+        .delete(format!("{admin}/kafka-clusters/mine"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409, "it has a subscription");
+    let listed: Value = client
+        .get(format!(
+            "{admin}/kafka-clusters/mine?include_subscriptions=true"
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["subscriptions"][0]["id"], other["id"]);
+    let resp = client
+        .delete(format!("{admin}/kafka-clusters/mine?force=true"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let resp = client
+        .get(format!(
+            "{admin}/subscriptions/{}",
+            other["id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        404,
+        "forced deletion takes its subscriptions along"
+    );
+    let listed: Value = client
+        .get(format!(
+            "{admin}/subscriptions?sink=service://Greeter/greet"
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["subscriptions"].as_array().unwrap().len(), 1);
+    let resp = client
+        .delete(format!(
+            "{admin}/subscriptions/{}",
+            sub["id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+}
