@@ -58,6 +58,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         Arc::clone(&registry),
         runtime.clone(),
         &config.ingress.kafka_clusters,
+        config.flow_control_enabled(),
     )?);
     server.add_service(background_service(
         "kafka",

@@ -61,7 +61,7 @@ async fn wait_for_runs(sluice: &Sluice, want: u64, within: Duration) -> (u64, u6
 
 #[tokio::test]
 async fn records_become_invocations_exactly_once_across_kill_9() {
-    const RECORDS: u32 = 1_000;
+    const RECORDS: u32 = 10_000;
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("orders", 3, 1).unwrap();
     let bootstrap = cluster.bootstrap_servers();
@@ -258,13 +258,46 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
         .await
         .unwrap();
     assert_eq!(listed["subscriptions"].as_array().unwrap().len(), 1);
-    let resp = client
-        .delete(format!(
-            "{admin}/subscriptions/{}",
-            sub["id"].as_str().unwrap()
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
+    // The CLI.
+    let id = sub["id"].as_str().unwrap();
+    let (ok, out) = sluice_tests::cli(&sluice, "subscriptions", &["list"]);
+    assert!(ok && out.contains("SOURCE") && out.contains(id), "{out}");
+    let (ok, out) = sluice_tests::cli(
+        &sluice,
+        "subscriptions",
+        &[
+            "create",
+            "kafka://fixed/u",
+            "service://Greeter/greet",
+            "--option",
+            "auto.offset.reset=latest",
+        ],
+    );
+    assert!(ok && out.contains("auto.offset.reset=latest"), "{out}");
+    // Scopes need flow control, which is off here.
+    let (ok, out) = sluice_tests::cli(
+        &sluice,
+        "subscriptions",
+        &[
+            "create",
+            "kafka://fixed/u",
+            "service://Greeter/greet",
+            "--option",
+            "scope=acme",
+        ],
+    );
+    assert!(
+        !ok && out.contains("META0009") && out.contains("require flow control"),
+        "{out}"
+    );
+    let (ok, out) = sluice_tests::cli(
+        &sluice,
+        "subscriptions",
+        &["create", "kafka://fixed/u", "service://Nope/greet"],
+    );
+    assert!(!ok && out.contains("META0009"), "{out}");
+    let (ok, out) = sluice_tests::cli(&sluice, "subscriptions", &["delete", id]);
+    assert!(ok && out.contains("deleted"), "{out}");
+    let (ok, out) = sluice_tests::cli(&sluice, "subscriptions", &["describe", id]);
+    assert!(!ok && out.contains("does not exist"), "{out}");
 }

@@ -286,6 +286,7 @@ mod tests {
                 Arc::clone(&registry),
                 runtime.clone(),
                 &[],
+                false,
             )
             .unwrap(),
         );

@@ -7,6 +7,7 @@ mod plugins;
 mod registry;
 mod rules;
 mod sql;
+mod subscriptions;
 mod table;
 
 use std::path::PathBuf;
@@ -69,6 +70,15 @@ pub enum Command {
         #[command(flatten)]
         admin: registry::AdminArgs,
     },
+    /// Create, list, describe and delete Kafka subscriptions (admin API client).
+    Subscriptions {
+        /// What to do.
+        #[command(subcommand)]
+        command: subscriptions::SubscriptionsCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
     /// Run SQL over the system tables (`POST /query`), e.g. `sluice sql "SELECT * FROM sys_user_limits"`.
     Sql(sql::SqlArgs),
     /// List and describe services (admin API client).
@@ -122,6 +132,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Rules { command, admin } => report(block_on(rules::run(&command, &admin))),
         Command::Plugins { command, admin } => report(block_on(plugins::run(&command, &admin))),
         Command::Sql(args) => report(block_on(sql::run(&args))),
+        Command::Subscriptions { command, admin } => {
+            report(block_on(subscriptions::run(&command, &admin)))
+        }
     }
 }
 

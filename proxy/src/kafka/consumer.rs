@@ -28,6 +28,7 @@ type Skip = String;
 fn invocation_of(
     sub: &Subscription,
     message: &BorrowedMessage<'_>,
+    flow_control: bool,
 ) -> Result<(InvocationRecord, Frame), Skip> {
     let mut headers: Vec<(String, String)> = Vec::new();
     if let Some(kafka_headers) = message.headers() {
@@ -45,7 +46,7 @@ fn invocation_of(
     };
     let scope = header("x-service-scope").or_else(|| sub.options.get("scope").cloned());
     let limit_key = header("x-service-limit-key").or_else(|| sub.options.get("limit-key").cloned());
-    crate::flow::scope::check_request(scope.as_deref(), limit_key.as_deref(), true)
+    crate::flow::scope::check_request(scope.as_deref(), limit_key.as_deref(), flow_control)
         .map_err(|e| format!("[RT0024] {}", e.message))?;
     let key = match (sub.keyed, message.key()) {
         (false, _) => None,
@@ -159,9 +160,16 @@ pub async fn run(
     sub: Subscription,
     properties: BTreeMap<String, String>,
     runtime: Runtime,
+    flow_control: bool,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut config = ClientConfig::new();
+    // A consumer killed with its process keeps its partitions until its session times out
+    // (45 s by default): a shorter session lets a restarted Sluice resume sooner. The
+    // cluster's properties may say otherwise.
+    config
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "2000");
     for (key, value) in &properties {
         config.set(key, value);
     }
@@ -196,7 +204,7 @@ pub async fn run(
         match received {
             Some(Ok(message)) => {
                 let position = (message.partition(), message.offset());
-                let stored = match invocation_of(&sub, &message) {
+                let stored = match invocation_of(&sub, &message, flow_control) {
                     Ok((record, frame)) => {
                         match runtime.hand_over(record.clone(), frame.clone()).await {
                             Ok(answer) => InFlight::Stored(answer, record, frame),

@@ -41,6 +41,8 @@ pub struct Kafka {
     store: Arc<Store>,
     registry: Arc<Registry>,
     runtime: Runtime,
+    /// Scopes (options, record headers) are refused while flow control is off.
+    flow_control: bool,
     clusters: Mutex<BTreeMap<String, KafkaCluster>>,
     subscriptions: Mutex<BTreeMap<SubscriptionId, Subscription>>,
     consumers: Mutex<HashMap<SubscriptionId, watch::Sender<bool>>>,
@@ -85,6 +87,7 @@ impl Kafka {
         registry: Arc<Registry>,
         runtime: Runtime,
         configured: &[ConfiguredCluster],
+        flow_control: bool,
     ) -> Result<Self, CodedError> {
         let mut clusters: BTreeMap<String, KafkaCluster> =
             store::load::<KafkaCluster>(&store, store::CLUSTERS)?
@@ -112,6 +115,7 @@ impl Kafka {
             store,
             registry,
             runtime,
+            flow_control,
             clusters: Mutex::new(clusters),
             subscriptions: Mutex::new(subscriptions),
             consumers: Mutex::new(HashMap::new()),
@@ -238,6 +242,7 @@ impl Kafka {
             options,
             |name| lock(&self.clusters).contains_key(name),
             &self.registry,
+            self.flow_control,
         )?;
         store::put(
             &self.store,
@@ -275,6 +280,7 @@ impl Kafka {
             sub.clone(),
             cluster.properties,
             self.runtime.clone(),
+            self.flow_control,
             stopped,
         ));
     }

@@ -95,6 +95,7 @@ pub fn check(
     options: BTreeMap<String, String>,
     cluster_exists: impl Fn(&str) -> bool,
     registry: &Registry,
+    flow_control: bool,
 ) -> Result<Subscription, CodedError> {
     let (cluster, topic) = split_uri(source, "kafka", "source")?;
     if !cluster_exists(cluster) {
@@ -119,7 +120,7 @@ pub fn check(
     crate::flow::scope::check_request(
         options.get("scope").map(String::as_str),
         options.get("limit-key").map(String::as_str),
-        true,
+        flow_control,
     )
     .map_err(|e| invalid(format!("invalid options: {}", e.message)))?;
     Ok(Subscription {
