@@ -172,6 +172,12 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
             json!({"limit-key": "gold"}),
             "requires a scope",
         ),
+        (
+            "kafka://fixed/t",
+            "service://Greeter/greet",
+            json!({"max-queued": "0"}),
+            "invalid option max-queued",
+        ),
     ] {
         let (status, body) = subscribe(source, sink, options).await;
         assert_eq!(status, 400, "{source} {sink}: {body}");
@@ -300,4 +306,104 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
     assert!(ok && out.contains("deleted"), "{out}");
     let (ok, out) = sluice_tests::cli(&sluice, "subscriptions", &["describe", id]);
     assert!(!ok && out.contains("does not exist"), "{out}");
+}
+
+async fn get_json(url: String) -> Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
+    const RECORDS: u32 = 20;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("held", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let admin = &sluice.admin_url;
+    let resp = reqwest::Client::new()
+        .put(format!("{admin}/limits/rules"))
+        .json(&json!([{"pattern": "*", "limits": {"concurrency": 2}}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    post(
+        format!("{admin}/kafka-clusters"),
+        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    )
+    .await;
+    let (status, sub) = post(
+        format!("{admin}/subscriptions"),
+        json!({"source": "kafka://local/held", "sink": "service://Meter/hold",
+               "options": {"scope": "kq", "max-queued": "4"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sub}");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    for _ in 0..RECORDS {
+        producer
+            .send(
+                FutureRecord::<(), _>::to("held").payload("300"),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+    let (mut paused_seen, mut most_queued) = (false, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let shown = get_json(format!(
+            "{admin}/subscriptions/{}",
+            sub["id"].as_str().unwrap()
+        ))
+        .await;
+        paused_seen |= shown["paused"] == true;
+        let queued: Value = reqwest::Client::new()
+            .post(format!("{admin}/query"))
+            .header("accept", "application/json")
+            .json(&json!({"query": "SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta WHERE scope = 'kq'"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        most_queued = most_queued.max(queued["rows"][0]["n"].as_u64().unwrap_or(0));
+        let done: Value = reqwest::Client::new()
+            .post(format!("{admin}/query"))
+            .header("accept", "application/json")
+            .json(&json!({"query": "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'kq' AND status = 'completed'"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if done["rows"][0]["n"] == u64::from(RECORDS) || tokio::time::Instant::now() > deadline {
+            assert_eq!(done["rows"][0]["n"], u64::from(RECORDS), "all records ran");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(paused_seen, "consumption paused while the queue was over 4");
+    assert!(
+        most_queued <= 12,
+        "the queue stayed near its bound: {most_queued}"
+    );
+    let peak: u64 = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/peak", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(peak, 2, "never more than 2 at once under *=2");
 }

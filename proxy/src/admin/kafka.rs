@@ -87,6 +87,9 @@ pub struct SubscriptionResponse {
     pub sink: String,
     /// Its options.
     pub options: BTreeMap<String, String>,
+    /// Consumption is paused: the sink's queue holds more than `max-queued`.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 impl From<Subscription> for SubscriptionResponse {
@@ -96,8 +99,14 @@ impl From<Subscription> for SubscriptionResponse {
             source: s.source,
             sink: s.sink,
             options: s.options,
+            paused: false,
         }
     }
+}
+
+fn shown(kafka: &crate::kafka::Kafka, s: Subscription) -> SubscriptionResponse {
+    let paused = kafka.is_paused(s.id);
+    SubscriptionResponse { paused, ..s.into() }
 }
 
 /// `POST /subscriptions`.
@@ -268,7 +277,7 @@ pub async fn list_subscriptions(
                 .as_ref()
                 .is_none_or(|source| &s.source == source)
         })
-        .map(Into::into)
+        .map(|s| shown(&state.kafka, s))
         .collect();
     Json(ListSubscriptionsResponse { subscriptions })
 }
@@ -285,7 +294,7 @@ pub async fn get_subscription(
         .kafka
         .subscription(subscription_id(&id)?)
         .map_err(refused)?;
-    Ok(Json(sub.into()))
+    Ok(Json(shown(&state.kafka, sub)))
 }
 
 /// Stops and deletes a subscription.

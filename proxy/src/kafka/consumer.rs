@@ -4,6 +4,8 @@
 //! and is not invoked twice.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdkafka::Message as _;
@@ -155,14 +157,88 @@ async fn settle(
     }
 }
 
+/// Queued invocations of the sink's queue above which consumption pauses (option `max-queued`).
+const DEFAULT_MAX_QUEUED: usize = 10_000;
+
+/// Backpressure: consumption pauses while the sink's queue (in the subscription's scope) holds
+/// more than `bound` waiting invocations, and resumes once it is down to half.
+struct Backpressure {
+    bound: usize,
+    /// Records handed over since the queue was last measured; measured every `every`.
+    since_check: usize,
+    every: usize,
+    paused: Arc<AtomicBool>,
+}
+
+impl Backpressure {
+    fn new(sub: &Subscription, paused: Arc<AtomicBool>) -> Self {
+        let bound = sub
+            .options
+            .get("max-queued")
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(DEFAULT_MAX_QUEUED);
+        Self {
+            bound,
+            since_check: 0,
+            every: bound.clamp(1, 64),
+            paused,
+        }
+    }
+
+    /// Invocations of `sub`'s sink waiting in its scope's queues.
+    async fn queued(sub: &Subscription, runtime: &Runtime) -> usize {
+        let scope = sub.options.get("scope").map(String::as_str);
+        runtime.queues().await.map_or(0, |queues| {
+            queues
+                .iter()
+                .filter(|(_, q)| {
+                    *q.key.service == *sub.service
+                        && q.key.scope.as_ref().map(|s| s.as_str()) == scope
+                })
+                .map(|(_, q)| q.queued)
+                .sum()
+        })
+    }
+
+    /// Measures when due (or `force`), and pauses or resumes `consumer`'s partitions.
+    async fn check(
+        &mut self,
+        sub: &Subscription,
+        runtime: &Runtime,
+        consumer: &StreamConsumer,
+        force: bool,
+    ) {
+        let paused = self.paused.load(Ordering::Relaxed);
+        if !force && !paused && self.since_check < self.every {
+            return;
+        }
+        self.since_check = 0;
+        let queued = Self::queued(sub, runtime).await;
+        let Ok(assigned) = consumer.assignment() else {
+            return;
+        };
+        if !paused && queued > self.bound {
+            if consumer.pause(&assigned).is_ok() {
+                self.paused.store(true, Ordering::Relaxed);
+                tracing::info!(subscription = %sub.id, queued, bound = self.bound, "sink queue full: consumption paused");
+            }
+        } else if paused && queued <= self.bound / 2 && consumer.resume(&assigned).is_ok() {
+            self.paused.store(false, Ordering::Relaxed);
+            tracing::info!(subscription = %sub.id, queued, "sink queue drained: consumption resumed");
+        }
+    }
+}
+
 /// Consumes `sub` until `stop` changes.
 pub async fn run(
     sub: Subscription,
     properties: BTreeMap<String, String>,
     runtime: Runtime,
     flow_control: bool,
+    paused: Arc<AtomicBool>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut backpressure = Backpressure::new(&sub, paused);
     let mut config = ClientConfig::new();
     // A consumer killed with its process keeps its partitions until its session times out
     // (45 s by default): a shorter session lets a restarted Sluice resume sooner. The
@@ -195,12 +271,17 @@ pub async fn run(
     tracing::info!(subscription = %sub.id, topic = %sub.topic, "consuming");
     let mut window: VecDeque<((i32, i64), InFlight)> = VecDeque::new();
     loop {
+        let idle = !window.is_empty() || backpressure.paused.load(Ordering::Relaxed);
         let received = tokio::select! {
             _ = stop.changed() => break,
             received = consumer.recv() => Some(received),
-            // While the topic is quiet, offsets of stored records still move on.
-            () = tokio::time::sleep(Duration::from_millis(100)), if !window.is_empty() => None,
+            // While the topic is quiet (or paused), offsets of stored records still move on
+            // and the sink's queue is measured again.
+            () = tokio::time::sleep(Duration::from_millis(100)), if idle => None,
         };
+        backpressure
+            .check(&sub, &runtime, &consumer, received.is_none())
+            .await;
         match received {
             Some(Ok(message)) => {
                 let position = (message.partition(), message.offset());
@@ -217,6 +298,7 @@ pub async fn run(
                     }
                 };
                 window.push_back((position, stored));
+                backpressure.since_check += 1;
             }
             Some(Err(e)) => {
                 tracing::warn!(subscription = %sub.id, error = %e, "Kafka receive failed; retrying");

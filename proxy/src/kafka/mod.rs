@@ -7,6 +7,7 @@ mod model;
 mod store;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
@@ -45,7 +46,7 @@ pub struct Kafka {
     flow_control: bool,
     clusters: Mutex<BTreeMap<String, KafkaCluster>>,
     subscriptions: Mutex<BTreeMap<SubscriptionId, Subscription>>,
-    consumers: Mutex<HashMap<SubscriptionId, watch::Sender<bool>>>,
+    consumers: Mutex<HashMap<SubscriptionId, (watch::Sender<bool>, Arc<AtomicBool>)>>,
     /// Where consumers run, once the background service started.
     handle: OnceLock<tokio::runtime::Handle>,
 }
@@ -260,7 +261,7 @@ impl Kafka {
         self.subscription(id)?;
         store::put::<Subscription>(&self.store, store::SUBSCRIPTIONS, &id.to_string(), None)?;
         lock(&self.subscriptions).remove(&id);
-        if let Some(stop) = lock(&self.consumers).remove(&id) {
+        if let Some((stop, _)) = lock(&self.consumers).remove(&id) {
             let _ = stop.send(true);
         }
         Ok(())
@@ -275,14 +276,23 @@ impl Kafka {
             return;
         };
         let (stop, stopped) = watch::channel(false);
-        lock(&self.consumers).insert(sub.id, stop);
+        let paused = Arc::new(AtomicBool::new(false));
+        lock(&self.consumers).insert(sub.id, (stop, Arc::clone(&paused)));
         handle.spawn(consumer::run(
             sub.clone(),
             cluster.properties,
             self.runtime.clone(),
             self.flow_control,
+            paused,
             stopped,
         ));
+    }
+
+    /// Whether subscription `id`'s consumer is paused because its sink's queue is full.
+    pub fn is_paused(&self, id: SubscriptionId) -> bool {
+        lock(&self.consumers)
+            .get(&id)
+            .is_some_and(|(_, paused)| paused.load(Ordering::Relaxed))
     }
 }
 
@@ -304,7 +314,7 @@ impl BackgroundService for KafkaService {
             kafka.start_consumer(&sub);
         }
         crate::shutdown::shutdown_started(shutdown).await;
-        for (_, stop) in lock(&kafka.consumers).drain() {
+        for (_, (stop, _)) in lock(&kafka.consumers).drain() {
             let _ = stop.send(true);
         }
     }

@@ -117,6 +117,13 @@ pub fn check(
             "invalid sink URI '{sink}': a workflow's run handler cannot be a subscription sink (each record would need its own workflow key); use a shared handler or a service"
         )));
     }
+    if let Some(bound) = options.get("max-queued")
+        && bound.parse::<u32>().map_or(true, |b| b == 0)
+    {
+        return Err(invalid(format!(
+            "invalid option max-queued = '{bound}': a whole number of queued invocations, at least 1"
+        )));
+    }
     crate::flow::scope::check_request(
         options.get("scope").map(String::as_str),
         options.get("limit-key").map(String::as_str),
