@@ -37,6 +37,9 @@ pub struct ConfiguredCluster {
     pub properties: BTreeMap<String, String>,
 }
 
+/// A running consumer: how to stop it, and whether backpressure paused it.
+type Running = (watch::Sender<bool>, Arc<AtomicBool>);
+
 /// The clusters, the subscriptions and their running consumers.
 pub struct Kafka {
     store: Arc<Store>,
@@ -46,7 +49,7 @@ pub struct Kafka {
     flow_control: bool,
     clusters: Mutex<BTreeMap<String, KafkaCluster>>,
     subscriptions: Mutex<BTreeMap<SubscriptionId, Subscription>>,
-    consumers: Mutex<HashMap<SubscriptionId, (watch::Sender<bool>, Arc<AtomicBool>)>>,
+    consumers: Mutex<HashMap<SubscriptionId, Running>>,
     /// Where consumers run, once the background service started.
     handle: OnceLock<tokio::runtime::Handle>,
 }
