@@ -308,6 +308,21 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
     assert!(!ok && out.contains("does not exist"), "{out}");
 }
 
+/// The number column `n` of the one row `sql` answers through `POST /query`.
+async fn count(admin: &str, sql: &str) -> u64 {
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{admin}/query"))
+        .header("accept", "application/json")
+        .json(&json!({ "query": sql }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["rows"][0]["n"].as_u64().unwrap_or(0)
+}
+
 async fn get_json(url: String) -> Value {
     reqwest::get(url).await.unwrap().json().await.unwrap()
 }
@@ -363,29 +378,19 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
         ))
         .await;
         paused_seen |= shown["paused"] == true;
-        let queued: Value = reqwest::Client::new()
-            .post(format!("{admin}/query"))
-            .header("accept", "application/json")
-            .json(&json!({"query": "SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta WHERE scope = 'kq'"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        most_queued = most_queued.max(queued["rows"][0]["n"].as_u64().unwrap_or(0));
-        let done: Value = reqwest::Client::new()
-            .post(format!("{admin}/query"))
-            .header("accept", "application/json")
-            .json(&json!({"query": "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'kq' AND status = 'completed'"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if done["rows"][0]["n"] == u64::from(RECORDS) || tokio::time::Instant::now() > deadline {
-            assert_eq!(done["rows"][0]["n"], u64::from(RECORDS), "all records ran");
+        let queued = count(
+            admin,
+            "SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta WHERE scope = 'kq'",
+        )
+        .await;
+        most_queued = most_queued.max(queued);
+        let done = count(
+            admin,
+            "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'kq' AND status = 'completed'",
+        )
+        .await;
+        if done == u64::from(RECORDS) || tokio::time::Instant::now() > deadline {
+            assert_eq!(done, u64::from(RECORDS), "all records ran");
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
