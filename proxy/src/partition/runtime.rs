@@ -188,65 +188,43 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())
     }
 
-    /// Every partition's queued invocations, with the partition's index.
-    pub async fn queued(&self) -> Result<Vec<(u64, super::QueuedEntry)>, CodedError> {
+    /// Asks every partition with the event `ask` makes, in partition order; answers each
+    /// item of each answer with its partition's index.
+    async fn gather<T>(
+        &self,
+        ask: impl Fn(oneshot::Sender<Vec<T>>) -> Event,
+    ) -> Result<Vec<(u64, T)>, CodedError> {
         let mut all = Vec::new();
         for (index, sender) in self.senders.iter().enumerate() {
             let (reply, answer) = oneshot::channel();
-            sender
-                .send(Event::Queued { reply })
-                .await
-                .map_err(|_| Self::gone())?;
-            let queued = answer.await.map_err(|_| Self::gone())?;
-            all.extend(queued.into_iter().map(|q| (index as u64, q)));
+            sender.send(ask(reply)).await.map_err(|_| Self::gone())?;
+            let items = answer.await.map_err(|_| Self::gone())?;
+            all.extend(items.into_iter().map(|item| (index as u64, item)));
         }
         Ok(all)
     }
 
+    /// Every partition's queued invocations, with the partition's index.
+    pub async fn queued(&self) -> Result<Vec<(u64, super::QueuedEntry)>, CodedError> {
+        self.gather(|reply| Event::Queued { reply }).await
+    }
+
     /// Every partition's held object locks, with the partition's index.
     pub async fn locks(&self) -> Result<Vec<(u64, super::HeldLock)>, CodedError> {
-        let mut all = Vec::new();
-        for (index, sender) in self.senders.iter().enumerate() {
-            let (reply, answer) = oneshot::channel();
-            sender
-                .send(Event::Locks { reply })
-                .await
-                .map_err(|_| Self::gone())?;
-            let held = answer.await.map_err(|_| Self::gone())?;
-            all.extend(held.into_iter().map(|l| (index as u64, l)));
-        }
-        Ok(all)
+        self.gather(|reply| Event::Locks { reply }).await
     }
 
     /// Every partition's scheduler queues, with the partition's index.
     pub async fn queues(
         &self,
     ) -> Result<Vec<(u64, crate::flow::scheduler::QueueSnapshot)>, CodedError> {
-        let mut all = Vec::new();
-        for (index, sender) in self.senders.iter().enumerate() {
-            let (reply, answer) = oneshot::channel();
-            sender
-                .send(Event::Queues { reply })
-                .await
-                .map_err(|_| Self::gone())?;
-            let queues = answer.await.map_err(|_| Self::gone())?;
-            all.extend(queues.into_iter().map(|q| (index as u64, q)));
-        }
-        Ok(all)
+        self.gather(|reply| Event::Queues { reply }).await
     }
 
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
-        let mut all = Vec::new();
-        for sender in self.senders.iter() {
-            let (reply, answer) = oneshot::channel();
-            sender
-                .send(Event::Counters { reply })
-                .await
-                .map_err(|_| Self::gone())?;
-            all.extend(answer.await.map_err(|_| Self::gone())?);
-        }
-        Ok(all)
+        let all = self.gather(|reply| Event::Counters { reply }).await?;
+        Ok(all.into_iter().map(|(_, counter)| counter).collect())
     }
 
     /// Why a queued invocation waits; `None` when it is not queued.

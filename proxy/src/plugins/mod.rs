@@ -207,16 +207,18 @@ impl Plugins {
         source: Source,
     ) -> Result<Arc<Plugin>, CodedError> {
         let _changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let existing = self.get(name);
         if source == Source::Admin
-            && let Some(existing) = self.get(name)
-            && existing.source == Source::Config
+            && existing
+                .as_ref()
+                .is_some_and(|p| p.source == Source::Config)
         {
             return Err(CodedError::new(
                 Code::PLG0007,
                 format!("plugin '{name}' comes from the config file: change it there and restart"),
             ));
         }
-        let order = self.get(name).map(|p| p.order);
+        let order = existing.map(|p| p.order);
         let plugin = self.install(name, bytes, spec, source, order)?;
         if source == Source::Admin
             && let Some(store) = &self.store

@@ -218,7 +218,7 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             .map_err(internal)?
             .map_err(internal)?
             .map_err(internal)?;
-        let mut text: [StringBuilder; 15] = std::array::from_fn(|_| StringBuilder::new());
+        let mut text: [StringBuilder; 14] = std::array::from_fn(|_| StringBuilder::new());
         let mut protocol = UInt32Builder::new();
         let (mut retries, mut attempts) = (UInt64Builder::new(), UInt64Builder::new());
         let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
@@ -247,7 +247,6 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             text[11].append_option(shown.last_failure.as_deref());
             text[12].append_option(shown.last_failure_error_code.as_deref());
             text[13].append_option(shown.completion.as_deref());
-            text[14].append_null();
             created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
             scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
             service_ty.append_option(
@@ -279,7 +278,6 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             failure,
             code,
             completion,
-            _,
         ] = text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
         batch(
             &invocation_schema(),
