@@ -116,10 +116,7 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
         _ => unreachable!("control commands returned above"),
     };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&answer.json).unwrap_or_default()
-        );
+        table::print_json(&answer.json);
         return Ok(());
     }
     match cmd {

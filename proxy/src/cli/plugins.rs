@@ -130,10 +130,7 @@ pub async fn run(cmd: &PluginsCommand, args: &AdminArgs) -> Result<(), CodedErro
             PluginsCommand::Unload { name } => serde_json::json!({"unloaded": name}),
             _ => answer.json,
         };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json).unwrap_or_default()
-        );
+        table::print_json(&json);
         return Ok(());
     }
     match cmd {

@@ -86,10 +86,7 @@ fn show(
     human: impl FnOnce(&Answer) -> Result<String, CodedError>,
 ) -> Result<(), CodedError> {
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&answer.json).unwrap_or_default()
-        );
+        table::print_json(&answer.json);
     } else {
         print!("{}", human(answer)?);
     }

@@ -170,10 +170,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
         RulesCommand::List { extra } => {
             let list = rules(&admin).await?;
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&json!({"rules": list})).unwrap_or_default()
-                );
+                table::print_json(&json!({"rules": list}));
                 return Ok(());
             }
             let mut header = vec!["PATTERN", "CONCURRENCY", "DISABLED"];
@@ -205,10 +202,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
         }
     };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json).unwrap_or_default()
-        );
+        table::print_json(&json);
     } else {
         println!("{done}");
     }

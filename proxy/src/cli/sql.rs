@@ -37,10 +37,7 @@ pub async fn run(args: &SqlArgs) -> Result<(), CodedError> {
     let batches = reader.collect::<Result<Vec<_>, _>>().map_err(bad)?;
     if args.admin.json {
         let rows = crate::sql::rows(&batches);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).unwrap_or_default()
-        );
+        table::print_json(&rows);
         return Ok(());
     }
     let options = FormatOptions::default().with_null("");

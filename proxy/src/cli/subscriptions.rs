@@ -95,10 +95,7 @@ pub async fn run(cmd: &SubscriptionsCommand, args: &AdminArgs) -> Result<(), Cod
             SubscriptionsCommand::Delete { id } => serde_json::json!({"deleted": id}),
             _ => answer.json,
         };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json).unwrap_or_default()
-        );
+        table::print_json(&json);
         return Ok(());
     }
     match cmd {

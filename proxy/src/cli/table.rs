@@ -23,6 +23,14 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Prints `value` as indented JSON (what `--json` writes).
+pub fn print_json(value: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
