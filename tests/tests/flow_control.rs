@@ -610,3 +610,96 @@ async fn every_scope_and_limit_key_rejection_is_rt0024_and_says_what_to_fix() {
     .unwrap();
     assert_eq!(resp.status(), 202, "{}", resp.text().await.unwrap());
 }
+
+/// Held sends rest in a compact form while they wait: everything about them must come back
+/// intact when anything touches them or when their turn comes.
+#[tokio::test]
+async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
+    let (sluice, _dep) = flow_controlled().await;
+    put_rules(
+        &sluice,
+        json!([{"pattern": "*", "limits": {"concurrency": 1}}]),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let send = |path: String, body: String, key: Option<String>| {
+        let client = client.clone();
+        let url = format!("{}{path}", sluice.ingress_url);
+        async move {
+            let mut request = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body);
+            if let Some(key) = key {
+                request = request.header("idempotency-key", key);
+            }
+            let resp = request.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let body: Value = resp.json().await.unwrap();
+            (status, body["invocationId"].as_str().unwrap().to_owned())
+        }
+    };
+    // The one slot is taken for a while; the greetings queue behind it.
+    let (status, _) = send("/service/scope/r/send/Meter/hold".into(), "1500".into(), None).await;
+    assert_eq!(status, 202);
+    let mut held = Vec::new();
+    for i in 0..20 {
+        let (status, id) = send(
+            "/service/scope/r/send/Greeter/greet".into(),
+            format!("\"guest-{i}\""),
+            Some(format!("k-{i}")),
+        )
+        .await;
+        assert_eq!(status, 202);
+        held.push(id);
+    }
+    // Touch them while they wait: a repeat of an idempotency key finds its invocation, the
+    // admin API says what one waits for, and one is killed.
+    let (_, again) = send(
+        "/service/scope/r/send/Greeter/greet".into(),
+        "\"guest-3\"".into(),
+        Some("k-3".into()),
+    )
+    .await;
+    assert_eq!(again, held[3], "the repeat finds the held invocation");
+    let seen: Value = reqwest::get(format!("{}/invocations/{}", sluice.admin_url, held[5]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen["waiting"]["blocked_on"], "limit-key-concurrency", "{seen}");
+    assert_eq!(seen["scope"], "r", "{seen}");
+    let killed = client
+        .patch(format!("{}/invocations/{}/kill", sluice.admin_url, held[7]))
+        .send()
+        .await
+        .unwrap();
+    assert!(killed.status().is_success(), "{}", killed.status());
+    let queued: Value = reqwest::Client::new()
+        .post(format!("{}/query", sluice.admin_url))
+        .header("accept", "application/json")
+        .json(&json!({"query": "SELECT count(*) AS n FROM sys_vqueues"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(queued["rows"][0]["n"].as_i64().unwrap() > 0, "{queued}");
+
+    // Each runs with its own input once its turn comes; the killed one never runs.
+    for (i, id) in held.iter().enumerate() {
+        let resp = reqwest::get(format!("{}/service/attach/{id}", sluice.ingress_url))
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.text().await.unwrap();
+        if i == 7 {
+            assert_eq!(status, 409, "killed: {body}");
+        } else {
+            assert_eq!(status, 200, "{id}: {body}");
+            assert_eq!(body, format!("\"Hello, guest-{i}!\""));
+        }
+    }
+}

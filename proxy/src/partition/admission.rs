@@ -49,7 +49,7 @@ pub(super) fn queue_key(registry: &Registry, record: &InvocationRecord) -> Queue
 
 impl Live {
     /// Whether an attempt of it ran before (so it may hold its object's lock).
-    fn started(&self) -> bool {
+    pub(super) fn started(&self) -> bool {
         !matches!(self.record.status, Status::Pending | Status::Scheduled)
     }
 }
@@ -77,6 +77,7 @@ impl Partition {
             self.scheduler
                 .enqueue(&key, live.entry, kind, None, now_ms()),
         );
+        self.just_queued.push(id);
     }
 
     /// Takes a queued invocation out of the scheduler (it was paused or killed).
@@ -96,6 +97,7 @@ impl Partition {
                 self.scheduler.release(admitted.permit, now_ms());
                 continue;
             };
+            self.rouse(id);
             let live = self
                 .live
                 .get_mut(&id)
@@ -107,6 +109,7 @@ impl Partition {
             self.start_attempt(id);
         }
         self.nudge_waiting_partitions();
+        self.rest_waiting();
     }
 
     /// Partitions waiting for invoker slots this one gave back poll again.
@@ -181,7 +184,10 @@ pub struct Waiting {
 impl Partition {
     /// What the queued invocation `id` waits for; `None` when it is not queued.
     pub(super) fn waiting(&self, id: InvocationId) -> Option<Waiting> {
-        let queue = self.live.get(&id)?.queue?;
+        let queue = match self.live.get(&id) {
+            Some(live) => live.queue?,
+            None => self.dormant.get(&id)?.queue(),
+        };
         let snapshot = self
             .scheduler
             .queues()

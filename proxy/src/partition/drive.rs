@@ -54,6 +54,7 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
+        self.rouse_for(&event);
         match event {
             Event::Submit {
                 record,
@@ -145,6 +146,7 @@ impl Partition {
                             run_at_ms: live.record.run_at_ms,
                         })
                     })
+                    .chain(self.dormant.iter().map(|(id, d)| d.listed(*id)))
                     .collect();
                 let _ = reply.send(queued);
             }

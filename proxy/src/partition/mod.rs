@@ -6,6 +6,7 @@
 pub mod admission;
 mod calls;
 pub mod control;
+mod dormant;
 mod drive;
 mod journal;
 mod promises;
@@ -266,6 +267,10 @@ pub struct Partition {
     tx: mpsc::Sender<Event>,
     /// Boxed: a held backlog keeps the map's spare capacity at pointer size, not `Live` size.
     live: HashMap<InvocationId, Box<Live>>,
+    /// Held invocations that never ran, at rest in a compact form.
+    dormant: HashMap<InvocationId, dormant::Dormant>,
+    /// Invocations queued since the last dispatch: those still waiting after it go to rest.
+    just_queued: Vec<InvocationId>,
     scheduler: Scheduler,
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
@@ -297,6 +302,8 @@ impl Partition {
             client,
             tx,
             live: HashMap::new(),
+            dormant: HashMap::new(),
+            just_queued: Vec::new(),
             scheduler: Scheduler::sharing(Arc::new(RuleBook::new()), slots, index),
             promises: promises::Promises::default(),
             entries: HashMap::new(),
@@ -344,7 +351,10 @@ impl Partition {
         for timer in timers.into_iter().filter(|t| owns(t.invocation)) {
             effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
         }
-        tracing::info!(invocations = self.live.len(), "partition recovered");
+        tracing::info!(
+            invocations = self.live.len() + self.dormant.len(),
+            "partition recovered"
+        );
         self.run_effects(effects);
         Ok(())
     }
