@@ -640,7 +640,12 @@ async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
         }
     };
     // The one slot is taken for a while; the greetings queue behind it.
-    let (status, _) = send("/service/scope/r/send/Meter/hold".into(), "1500".into(), None).await;
+    let (status, _) = send(
+        "/service/scope/r/send/Meter/hold".into(),
+        "1500".into(),
+        None,
+    )
+    .await;
     assert_eq!(status, 202);
     let mut held = Vec::new();
     for i in 0..20 {
@@ -668,7 +673,10 @@ async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
         .json()
         .await
         .unwrap();
-    assert_eq!(seen["waiting"]["blocked_on"], "limit-key-concurrency", "{seen}");
+    assert_eq!(
+        seen["waiting"]["blocked_on"], "limit-key-concurrency",
+        "{seen}"
+    );
     assert_eq!(seen["scope"], "r", "{seen}");
     let killed = client
         .patch(format!("{}/invocations/{}/kill", sluice.admin_url, held[7]))

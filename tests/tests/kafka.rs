@@ -412,3 +412,110 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
         .unwrap();
     assert_eq!(peak, 2, "never more than 2 at once under *=2");
 }
+
+/// Records name their scope in a header: a full scope pauses only the Kafka partition feeding
+/// it, while another partition's records (another scope) keep flowing.
+#[tokio::test]
+async fn a_full_scope_pauses_only_the_partition_that_feeds_it() {
+    const BUSY: u32 = 24;
+    const FREE: u32 = 20;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("mixed", 2, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let admin = &sluice.admin_url;
+    let resp = reqwest::Client::new()
+        .put(format!("{admin}/limits/rules"))
+        .json(&json!([{"pattern": "busy", "limits": {"concurrency": 1}}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    post(
+        format!("{admin}/kafka-clusters"),
+        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    )
+    .await;
+    let (status, sub) = post(
+        format!("{admin}/subscriptions"),
+        json!({"source": "kafka://local/mixed", "sink": "service://Meter/hold",
+               "options": {"max-queued": "4"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sub}");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    let scoped = |partition: i32, scope: &'static str, payload: &'static str| {
+        FutureRecord::<(), _>::to("mixed")
+            .partition(partition)
+            .payload(payload)
+            .headers(
+                rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                    key: "x-service-scope",
+                    value: Some(scope),
+                }),
+            )
+    };
+    for _ in 0..BUSY {
+        producer
+            .send(scoped(0, "busy", "300"), Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    let done = |scope: &str| {
+        let sql = format!(
+            "SELECT count(*) AS n FROM sys_invocation WHERE scope = '{scope}' AND status = 'completed'"
+        );
+        async move { count(admin, &sql).await }
+    };
+    // Partition 0 pauses once its scope's queue is over 4.
+    let url = format!("{admin}/subscriptions/{}", sub["id"].as_str().unwrap());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = get_json(url.clone()).await;
+        if shown["paused_partitions"] == json!([0]) {
+            assert_eq!(shown["paused"], true, "{shown}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "partition 0 never paused: {shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Partition 1's records, in another scope, run while partition 0 waits.
+    for _ in 0..FREE {
+        producer
+            .send(scoped(1, "free", "0"), Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while done("free").await < u64::from(FREE) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the free scope's records never all ran"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let busy_done = done("busy").await;
+    assert!(
+        busy_done < u64::from(BUSY) / 2,
+        "the free partition did not wait for the busy one: {busy_done} busy done"
+    );
+    // The busy partition resumes as its queue drains, and every record runs.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while done("busy").await < u64::from(BUSY) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the busy scope's records never all ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let shown = get_json(url).await;
+    assert_eq!(shown["paused"], false, "{shown}");
+}

@@ -87,9 +87,13 @@ pub struct SubscriptionResponse {
     pub sink: String,
     /// Its options.
     pub options: BTreeMap<String, String>,
-    /// Consumption is paused: the sink's queue holds more than `max-queued`.
+    /// Consumption is paused on some partition: the sink's queue in the scope it feeds holds
+    /// more than `max-queued`.
     #[serde(default)]
     pub paused: bool,
+    /// The paused Kafka partitions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paused_partitions: Vec<i32>,
 }
 
 impl From<Subscription> for SubscriptionResponse {
@@ -100,13 +104,18 @@ impl From<Subscription> for SubscriptionResponse {
             sink: s.sink,
             options: s.options,
             paused: false,
+            paused_partitions: Vec::new(),
         }
     }
 }
 
 fn shown(kafka: &crate::kafka::Kafka, s: Subscription) -> SubscriptionResponse {
-    let paused = kafka.is_paused(s.id);
-    SubscriptionResponse { paused, ..s.into() }
+    let paused_partitions = kafka.paused_partitions(s.id);
+    SubscriptionResponse {
+        paused: !paused_partitions.is_empty(),
+        paused_partitions,
+        ..s.into()
+    }
 }
 
 /// `POST /subscriptions`.

@@ -3,9 +3,8 @@
 //! (subscription, topic, partition, offset), so a record delivered again finds its invocation
 //! and is not invoked twice.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::Message as _;
@@ -16,7 +15,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use super::Subscription;
+use super::{Subscription, lock};
 use crate::clock::now_ms;
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Target};
@@ -160,18 +159,25 @@ async fn settle(
 /// Queued invocations of the sink's queue above which consumption pauses (option `max-queued`).
 const DEFAULT_MAX_QUEUED: usize = 10_000;
 
-/// Backpressure: consumption pauses while the sink's queue (in the subscription's scope) holds
-/// more than `bound` waiting invocations, and resumes once it is down to half.
+/// Kafka partitions of a subscription that backpressure paused, shared with the admin API.
+pub type PausedPartitions = Arc<Mutex<BTreeSet<i32>>>;
+
+/// Backpressure per Kafka partition: a partition pauses while the sink's queue in the scope
+/// its latest record went to holds more than `bound` waiting invocations, and resumes once that
+/// queue is down to half. Records of one partition may name different scopes (the
+/// `x-service-scope` header), so a full scope holds back only the partitions feeding it.
 struct Backpressure {
     bound: usize,
-    /// Records handed over since the queue was last measured; measured every `every`.
+    /// Records handed over since the queues were last measured; measured every `every`.
     since_check: usize,
     every: usize,
-    paused: Arc<AtomicBool>,
+    /// The scope each partition's latest record went to.
+    feeds: HashMap<i32, Option<String>>,
+    paused: PausedPartitions,
 }
 
 impl Backpressure {
-    fn new(sub: &Subscription, paused: Arc<AtomicBool>) -> Self {
+    fn new(sub: &Subscription, paused: PausedPartitions) -> Self {
         let bound = sub
             .options
             .get("max-queued")
@@ -181,26 +187,36 @@ impl Backpressure {
             bound,
             since_check: 0,
             every: bound.clamp(1, 64),
+            feeds: HashMap::new(),
             paused,
         }
     }
 
-    /// Invocations of `sub`'s sink waiting in its scope's queues.
-    async fn queued(sub: &Subscription, runtime: &Runtime) -> usize {
-        let scope = sub.options.get("scope").map(String::as_str);
-        runtime.queues().await.map_or(0, |queues| {
-            queues
-                .iter()
-                .filter(|(_, q)| {
-                    *q.key.service == *sub.service
-                        && q.key.scope.as_ref().map(|s| s.as_str()) == scope
-                })
-                .map(|(_, q)| q.queued)
-                .sum()
-        })
+    /// A record of `partition` went to `scope`.
+    fn fed(&mut self, partition: i32, scope: Option<&str>) {
+        self.since_check += 1;
+        if self.feeds.get(&partition).map(Option::as_deref) != Some(scope) {
+            self.feeds.insert(partition, scope.map(str::to_owned));
+        }
     }
 
-    /// Measures when due (or `force`), and pauses or resumes `consumer`'s partitions.
+    fn any_paused(&self) -> bool {
+        !lock(&self.paused).is_empty()
+    }
+
+    /// Invocations of `sub`'s sink waiting in queues, per scope.
+    async fn queued(sub: &Subscription, runtime: &Runtime) -> HashMap<Option<String>, usize> {
+        let mut per_scope = HashMap::new();
+        for (_, queue) in runtime.queues().await.unwrap_or_default() {
+            if *queue.key.service == *sub.service && queue.queued > 0 {
+                let scope = queue.key.scope.as_ref().map(|s| s.as_str().to_owned());
+                *per_scope.entry(scope).or_insert(0) += queue.queued;
+            }
+        }
+        per_scope
+    }
+
+    /// Measures when due (or `force`), and pauses or resumes each of `consumer`'s partitions.
     async fn check(
         &mut self,
         sub: &Subscription,
@@ -208,8 +224,8 @@ impl Backpressure {
         consumer: &StreamConsumer,
         force: bool,
     ) {
-        let paused = self.paused.load(Ordering::Relaxed);
-        if !force && !paused && self.since_check < self.every {
+        let any_paused = self.any_paused();
+        if !force && !any_paused && self.since_check < self.every {
             return;
         }
         self.since_check = 0;
@@ -217,14 +233,24 @@ impl Backpressure {
         let Ok(assigned) = consumer.assignment() else {
             return;
         };
-        if !paused && queued > self.bound {
-            if consumer.pause(&assigned).is_ok() {
-                self.paused.store(true, Ordering::Relaxed);
-                tracing::info!(subscription = %sub.id, queued, bound = self.bound, "sink queue full: consumption paused");
+        for element in assigned.elements() {
+            let partition = element.partition();
+            let Some(scope) = self.feeds.get(&partition) else {
+                continue;
+            };
+            let waiting = queued.get(scope).copied().unwrap_or(0);
+            let was_paused = lock(&self.paused).contains(&partition);
+            let mut one = TopicPartitionList::new();
+            one.add_partition(element.topic(), partition);
+            if !was_paused && waiting > self.bound {
+                if consumer.pause(&one).is_ok() {
+                    lock(&self.paused).insert(partition);
+                    tracing::info!(subscription = %sub.id, partition, scope = ?scope, waiting, bound = self.bound, "sink queue full: partition paused");
+                }
+            } else if was_paused && waiting <= self.bound / 2 && consumer.resume(&one).is_ok() {
+                lock(&self.paused).remove(&partition);
+                tracing::info!(subscription = %sub.id, partition, scope = ?scope, waiting, "sink queue drained: partition resumed");
             }
-        } else if paused && queued <= self.bound / 2 && consumer.resume(&assigned).is_ok() {
-            self.paused.store(false, Ordering::Relaxed);
-            tracing::info!(subscription = %sub.id, queued, "sink queue drained: consumption resumed");
         }
     }
 }
@@ -235,7 +261,7 @@ pub async fn run(
     properties: BTreeMap<String, String>,
     runtime: Runtime,
     flow_control: bool,
-    paused: Arc<AtomicBool>,
+    paused: PausedPartitions,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backpressure = Backpressure::new(&sub, paused);
@@ -271,7 +297,7 @@ pub async fn run(
     tracing::info!(subscription = %sub.id, topic = %sub.topic, "consuming");
     let mut window: VecDeque<((i32, i64), InFlight)> = VecDeque::new();
     loop {
-        let idle = !window.is_empty() || backpressure.paused.load(Ordering::Relaxed);
+        let idle = !window.is_empty() || backpressure.any_paused();
         let received = tokio::select! {
             _ = stop.changed() => break,
             received = consumer.recv() => Some(received),
@@ -287,6 +313,7 @@ pub async fn run(
                 let position = (message.partition(), message.offset());
                 let stored = match invocation_of(&sub, &message, flow_control) {
                     Ok((record, frame)) => {
+                        backpressure.fed(position.0, record.scope.as_deref());
                         match runtime.hand_over(record.clone(), frame.clone()).await {
                             Ok(answer) => InFlight::Stored(answer, record, frame),
                             Err(e) => InFlight::Failed(e.to_string(), record, frame),
@@ -298,7 +325,6 @@ pub async fn run(
                     }
                 };
                 window.push_back((position, stored));
-                backpressure.since_check += 1;
             }
             Some(Err(e)) => {
                 tracing::warn!(subscription = %sub.id, error = %e, "Kafka receive failed; retrying");

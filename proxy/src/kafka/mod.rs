@@ -7,7 +7,6 @@ mod model;
 mod store;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
@@ -37,8 +36,8 @@ pub struct ConfiguredCluster {
     pub properties: BTreeMap<String, String>,
 }
 
-/// A running consumer: how to stop it, and whether backpressure paused it.
-type Running = (watch::Sender<bool>, Arc<AtomicBool>);
+/// A running consumer: how to stop it, and the partitions backpressure paused.
+type Running = (watch::Sender<bool>, consumer::PausedPartitions);
 
 /// The clusters, the subscriptions and their running consumers.
 pub struct Kafka {
@@ -279,7 +278,7 @@ impl Kafka {
             return;
         };
         let (stop, stopped) = watch::channel(false);
-        let paused = Arc::new(AtomicBool::new(false));
+        let paused = consumer::PausedPartitions::default();
         lock(&self.consumers).insert(sub.id, (stop, Arc::clone(&paused)));
         handle.spawn(consumer::run(
             sub.clone(),
@@ -291,11 +290,12 @@ impl Kafka {
         ));
     }
 
-    /// Whether subscription `id`'s consumer is paused because its sink's queue is full.
-    pub fn is_paused(&self, id: SubscriptionId) -> bool {
+    /// The Kafka partitions of subscription `id` paused because their sink's queue is full.
+    pub fn paused_partitions(&self, id: SubscriptionId) -> Vec<i32> {
         lock(&self.consumers)
             .get(&id)
-            .is_some_and(|(_, paused)| paused.load(Ordering::Relaxed))
+            .map(|(_, paused)| lock(paused).iter().copied().collect())
+            .unwrap_or_default()
     }
 }
 
