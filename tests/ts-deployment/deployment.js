@@ -51,13 +51,71 @@ const greeter = restate.service({
   },
 });
 
+// How many `TsMeter/hold` run at once in this process, and the most seen.
+let holding = 0;
+let mostHolding = 0;
+
+// Calls (or sends) `TsMeter/<method>` from a handler in `scope` under `limitKey`: protocol V7
+// carries both on the Call and OneWayCall commands.
+const scoped = (scope, limitKey, method, parameter) => ({
+  service: "TsMeter",
+  method,
+  parameter,
+  scope,
+  limitKey,
+  inputSerde: restate.serde.json,
+  outputSerde: restate.serde.json,
+});
+
+const meter = restate.service({
+  name: "TsMeter",
+  handlers: {
+    // Holds for `millis` (not durably: the slot stays taken), counting how many hold at once.
+    hold: async (_ctx, millis) => {
+      holding += 1;
+      mostHolding = Math.max(mostHolding, holding);
+      try {
+        await new Promise((resolve) => setTimeout(resolve, millis));
+      } finally {
+        holding -= 1;
+      }
+      return millis;
+    },
+    peak: async () => mostHolding,
+    // The scope and limit key this invocation started with (V7 StartMessage).
+    whoami: async (ctx) => ({
+      scope: ctx.request().scope ?? null,
+      limitKey: ctx.request().limitKey ?? null,
+    }),
+    // Calls `hold(millis)` `calls` times at once in `scope` under `limitKey`.
+    fanOut: async (ctx, { scope, limitKey, calls, millis }) => {
+      const all = [];
+      for (let i = 0; i < calls; i++) {
+        all.push(ctx.genericCall(scoped(scope, limitKey, "hold", millis)));
+      }
+      await restate.RestatePromise.all(all);
+      return calls;
+    },
+    // Sends `hold(millis)` `sends` times in `scope` under `limitKey`.
+    sendHolds: async (ctx, { scope, limitKey, sends, millis }) => {
+      for (let i = 0; i < sends; i++) {
+        ctx.genericSend(scoped(scope, limitKey, "hold", millis));
+      }
+      return sends;
+    },
+    // Asks `whoami` in `scope` under `limitKey`.
+    askWho: async (ctx, { scope, limitKey }) =>
+      ctx.genericCall(scoped(scope, limitKey, "whoami", null)),
+  },
+});
+
 const [port, mode] = process.argv.slice(2);
 if (!port || !["h1", "h2"].includes(mode)) {
   console.error("usage: node deployment.js <port> <h1|h2>");
   process.exit(2);
 }
 
-const endpoint = restate.endpoint().bind(greeter).bind(counter);
+const endpoint = restate.endpoint().bind(greeter).bind(counter).bind(meter);
 const server =
   mode === "h2"
     ? http2.createServer(endpoint.http2Handler())

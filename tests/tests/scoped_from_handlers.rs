@@ -1,0 +1,171 @@
+//! Scoped calls and sends made from handlers (protocol V7) against the real TypeScript SDK
+//! deployment: the SDK puts scope and limit key on its Call and OneWayCall commands, Sluice
+//! admits the callee under the rule book like an ingress call, and the callee's StartMessage
+//! carries both. Concurrency is measured inside the deployment (`TsMeter/hold`).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment};
+
+async fn started(rules: Value) -> (Sluice, TestDeployment) {
+    let dep = TestDeployment::typescript("h2").await.unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let resp = reqwest::Client::new()
+        .put(format!("{}/limits/rules", sluice.admin_url))
+        .json(&rules)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    (sluice, dep)
+}
+
+async fn call(sluice: &Sluice, path: &str, body: Value) -> (u16, String) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}{path}", sluice.ingress_url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+async fn completed_in(sluice: &Sluice, scope: &str) -> u64 {
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{}/query", sluice.admin_url))
+        .header("accept", "application/json")
+        .json(&json!({"query": format!(
+            "SELECT count(*) AS n FROM sys_invocation WHERE scope = '{scope}' AND status = 'completed'"
+        )}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["rows"][0]["n"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn scope_and_limit_key_reach_the_deployment_from_ingress_and_from_handlers() {
+    let (sluice, _dep) = started(json!([])).await;
+    let (status, body) = call(
+        &sluice,
+        "/service/scope/t1/call/TsMeter/whoami?limit-key=gold",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"scope": "t1", "limitKey": "gold"})
+    );
+    let (status, body) = call(&sluice, "/service/call/TsMeter/whoami", Value::Null).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"scope": null, "limitKey": null})
+    );
+    // An unscoped handler calls into a scope with a two-level limit key.
+    let (status, body) = call(
+        &sluice,
+        "/service/call/TsMeter/askWho",
+        json!({"scope": "t2", "limitKey": "eu/gold"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"scope": "t2", "limitKey": "eu/gold"})
+    );
+}
+
+#[tokio::test]
+async fn calls_and_sends_from_handlers_are_admitted_under_the_rule_book() {
+    let (sluice, _dep) = started(json!([
+        {"pattern": "*", "limits": {"concurrency": 2}},
+        {"pattern": "t4/*", "limits": {"concurrency": 1}},
+    ]))
+    .await;
+    // Five sends from a handler, in scope t4 under limit key `k`: one at a time.
+    let (status, body) = call(
+        &sluice,
+        "/service/call/TsMeter/sendHolds",
+        json!({"scope": "t4", "limitKey": "k", "sends": 5, "millis": 200}),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "5"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while completed_in(&sluice, "t4").await < 5 {
+        assert!(Instant::now() < deadline, "the scoped sends never all ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, peak) = call(&sluice, "/service/call/TsMeter/peak", Value::Null).await;
+    assert_eq!(peak, "1", "t4/* = 1 holds the sends to one at a time");
+
+    // Six parallel calls from a handler, in scope t1 under `*` = 2: never more than two.
+    let (status, body) = call(
+        &sluice,
+        "/service/call/TsMeter/fanOut",
+        json!({"scope": "t1", "calls": 6, "millis": 300}),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "6"));
+    let (_, peak) = call(&sluice, "/service/call/TsMeter/peak", Value::Null).await;
+    assert_eq!(
+        peak, "2",
+        "* = 2 bounds the scope's calls made from a handler"
+    );
+    assert_eq!(completed_in(&sluice, "t1").await, 6);
+}
+
+/// A bad scope or limit key on a handler's call fails the calling attempt with RT0024 (it
+/// retries, as the reference server does), saying what is wrong.
+#[tokio::test]
+async fn bad_scopes_on_calls_from_handlers_are_rt0024() {
+    let (sluice, _dep) = started(json!([])).await;
+    for (asked, says) in [
+        (
+            json!({"scope": "bad scope!"}),
+            "invalid scope 'bad scope!': only [a-zA-Z0-9_.-] allowed",
+        ),
+        (json!({"limitKey": "x"}), "limit key 'x' requires a scope"),
+        (
+            json!({"scope": "s", "limitKey": "a/b/c"}),
+            "limit key 'a/b/c'",
+        ),
+    ] {
+        let sent: Value = reqwest::Client::new()
+            .post(format!(
+                "{}/service/send/TsMeter/askWho",
+                sluice.ingress_url
+            ))
+            .json(&asked)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = sent["invocationId"].as_str().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let seen = loop {
+            let seen: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if seen["last_failure_error_code"] == "RT0024" {
+                break seen;
+            }
+            assert!(Instant::now() < deadline, "no RT0024 for {asked}: {seen}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let failure = seen["last_failure"].as_str().unwrap();
+        assert!(failure.contains(says), "{asked}: {failure}");
+        assert_ne!(seen["status"], "completed", "{seen}");
+    }
+}
