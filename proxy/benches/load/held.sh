@@ -24,13 +24,28 @@ wrk.method = "POST"
 wrk.body = "\"load\""
 wrk.headers["content-type"] = "application/json"
 LUA
-echo "== filling the backlog: sends to scope 'held' for ${seconds}s"
-wrk -t2 -c"$connections" -d"${seconds}s" -s "$work/hold.lua" \
-  "http://127.0.0.1:$ingress/service/scope/held/send/Meter/hold" | grep -E "requests in|Requests/sec|Non-2xx"
-sleep 2
-held=$(curl -sf "http://127.0.0.1:$admin/limits/counters" | python3 -c 'import json,sys; print(sum(c["waiters"] for c in json.load(sys.stdin)["counters"]))')
+waiting() {
+  curl -sf "http://127.0.0.1:$admin/limits/counters" |
+    python3 -c 'import json,sys; print(sum(c["waiters"] for c in json.load(sys.stdin)["counters"] if c["level"] == "scope"))'
+}
+# Two fills: the second's RSS growth per held invocation is the backlog's marginal cost, without
+# the fixed costs (redb's page cache, buffers) the first fill also pays.
+fill() {
+  echo "== filling the backlog: sends to scope 'held' for $1 s"
+  wrk -t2 -c"$connections" -d"${1}s" -s "$work/hold.lua" \
+    "http://127.0.0.1:$ingress/service/scope/held/send/Meter/hold" | grep -E "requests in|Requests/sec|Non-2xx"
+  sleep 2
+}
+half=$((seconds / 2))
+fill "$half"
+mid_held=$(waiting)
+mid=$(rss)
+fill "$((seconds - half))"
+held=$(waiting)
 after=$(rss)
-echo "sluice RSS: ${before} kB before, ${after} kB with the backlog (queues waiting: ${held})"
+echo "sluice RSS: ${before} kB before, ${mid} kB holding ${mid_held}, ${after} kB holding ${held}"
+python3 -c "
+print(f'per held invocation: {($after - $before) * 1024 / $held:.0f} B overall, {($after - $mid) * 1024 / max($held - $mid_held, 1):.0f} B marginal (second fill)')"
 echo "== calls in another scope while the backlog waits"
 wrk -t1 -c4 -d5s --latency -s "$work/greet.lua" \
   "http://127.0.0.1:$ingress/service/scope/other/call/Greeter/greet" | grep -E "50%|99%|Requests/sec|Non-2xx"

@@ -128,6 +128,11 @@ pub struct Caller {
 }
 
 impl InvocationRecord {
+    /// The random seed an invocation starts with, derived from its id.
+    pub fn seed_of(id: InvocationId) -> u64 {
+        u64::from_le_bytes(id.uuid().to_le_bytes()[..8].try_into().expect("8 bytes"))
+    }
+
     /// A new pending invocation.
     pub fn new(id: InvocationId, target: Target, created_at_ms: u64) -> Self {
         Self {
@@ -141,9 +146,7 @@ impl InvocationRecord {
             run_at_ms: None,
             last_failure: None,
             outcome: None,
-            random_seed: u64::from_le_bytes(
-                id.uuid().to_le_bytes()[..8].try_into().expect("8 bytes"),
-            ),
+            random_seed: Self::seed_of(id),
             created_at_ms,
             caller: None,
             scope: None,

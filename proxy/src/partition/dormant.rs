@@ -6,35 +6,78 @@
 //! asks, a repeat of its idempotency key arrives).
 
 use bytes::Bytes;
+use prost::Message as _;
 
 use super::{Event, Live, Partition, QueuedEntry};
 use crate::flow::scheduler::{EntryId, QueueId};
 use crate::ids::InvocationId;
-use crate::invocation::InvocationRecord;
+use crate::invocation::{Caller, InvocationRecord, Status, Target};
 use crate::protocol::Frame;
+
+/// Everything a record that never ran can hold, and its input, encoded compactly (a held send
+/// is some 40 bytes plus its input this way).
+#[derive(Clone, PartialEq, prost::Message)]
+struct Resting {
+    #[prost(string, tag = "1")]
+    service: String,
+    #[prost(string, tag = "2")]
+    handler: String,
+    #[prost(string, optional, tag = "3")]
+    key: Option<String>,
+    /// Status `scheduled` (else `pending`).
+    #[prost(bool, tag = "4")]
+    scheduled: bool,
+    #[prost(uint32, tag = "5")]
+    attempts: u32,
+    #[prost(uint32, tag = "6")]
+    retry_count: u32,
+    #[prost(uint64, optional, tag = "7")]
+    run_at_ms: Option<u64>,
+    /// Only when it is not the one derived from the id.
+    #[prost(fixed64, optional, tag = "8")]
+    random_seed: Option<u64>,
+    #[prost(uint64, tag = "9")]
+    created_at_ms: u64,
+    #[prost(bytes = "vec", optional, tag = "10")]
+    caller: Option<Vec<u8>>,
+    #[prost(uint32, tag = "11")]
+    caller_completion: u32,
+    #[prost(string, optional, tag = "12")]
+    scope: Option<String>,
+    #[prost(string, optional, tag = "13")]
+    limit_key: Option<String>,
+    #[prost(string, optional, tag = "14")]
+    idempotency_key: Option<String>,
+    #[prost(uint64, optional, tag = "15")]
+    retention_ms: Option<u64>,
+    #[prost(uint32, tag = "16")]
+    input_ty: u32,
+    #[prost(bytes = "bytes", tag = "17")]
+    input: Bytes,
+}
 
 /// A held invocation at rest.
 #[derive(Debug)]
 pub(super) struct Dormant {
     entry: EntryId,
     queue: QueueId,
-    /// Message type of its one journal entry (the input).
-    input_ty: u16,
-    /// Where the record's encoding ends and the input's payload begins in `packed`.
-    split: u32,
-    /// The record as the store encodes it, then the input's payload.
+    /// Its record and input (`Resting`).
     packed: Box<[u8]>,
 }
 
 impl Dormant {
-    /// `live` at rest, if it is only waiting for its first attempt.
-    fn of(live: &Live) -> Option<Self> {
-        let [input] = live.journal.as_slice() else {
-            return None;
-        };
-        let idle = live.queued
+    /// Whether `live` only waits for its first attempt, with nothing but its record and input.
+    fn fits(live: &Live) -> bool {
+        let record = &live.record;
+        live.queued
+            && live.queue.is_some()
             && !live.running
-            && !live.started()
+            && matches!(record.status, Status::Pending | Status::Scheduled)
+            && record.deployment.is_none()
+            && record.protocol.is_none()
+            && record.last_failure.is_none()
+            && record.outcome.is_none()
+            && matches!(live.journal.as_slice(), [input] if !input.ack)
             && live.waiters.is_empty()
             && live.callers.is_empty()
             && live.outbound.is_none()
@@ -43,33 +86,77 @@ impl Dormant {
             && live.lock.is_none()
             && live.violation.is_none()
             && !live.signalled
-            && !input.ack;
-        let queue = live.queue.filter(|_| idle)?;
-        let mut packed = serde_json::to_vec(&live.record).ok()?;
-        let split = u32::try_from(packed.len()).ok()?;
-        packed.extend_from_slice(&input.payload);
-        Some(Self {
-            entry: live.entry,
-            queue,
-            input_ty: input.ty,
-            split,
-            packed: packed.into_boxed_slice(),
-        })
     }
 
-    fn record(&self) -> InvocationRecord {
-        serde_json::from_slice(&self.packed[..self.split as usize])
-            .expect("a dormant record decodes: it was encoded by the same code")
+    /// `live` at rest; it must fit.
+    fn of(live: Live) -> Self {
+        let record = live.record;
+        let derived_seed = InvocationRecord::seed_of(record.id);
+        let input = live.journal.into_iter().next().expect("fits: one entry");
+        let resting = Resting {
+            service: record.target.service,
+            handler: record.target.handler,
+            key: record.target.key,
+            scheduled: record.status == Status::Scheduled,
+            attempts: record.attempts,
+            retry_count: record.retry_count,
+            run_at_ms: record.run_at_ms,
+            random_seed: (record.random_seed != derived_seed).then_some(record.random_seed),
+            created_at_ms: record.created_at_ms,
+            caller: record.caller.map(|c| c.id.to_bytes().to_vec()),
+            caller_completion: record.caller.map_or(0, |c| c.completion),
+            scope: record.scope,
+            limit_key: record.limit_key,
+            idempotency_key: record.idempotency_key,
+            retention_ms: record.retention_ms,
+            input_ty: u32::from(input.ty),
+            input: input.payload,
+        };
+        Self {
+            entry: live.entry,
+            queue: live.queue.expect("fits: queued"),
+            packed: resting.encode_to_vec().into_boxed_slice(),
+        }
+    }
+
+    fn resting(&self) -> Resting {
+        Resting::decode(&*self.packed).expect("a resting record decodes: this code encoded it")
     }
 
     /// Back to a queued live invocation.
-    fn wake(self) -> Live {
-        let input = Frame {
-            ty: self.input_ty,
-            ack: false,
-            payload: Bytes::copy_from_slice(&self.packed[self.split as usize..]),
+    fn wake(self, id: InvocationId) -> Live {
+        let resting = self.resting();
+        let target = Target {
+            service: resting.service,
+            handler: resting.handler,
+            key: resting.key,
         };
-        let mut live = Live::new(self.record(), vec![input], self.entry);
+        let mut record = InvocationRecord::new(id, target, resting.created_at_ms);
+        if resting.scheduled {
+            record.status = Status::Scheduled;
+        }
+        record.attempts = resting.attempts;
+        record.retry_count = resting.retry_count;
+        record.run_at_ms = resting.run_at_ms;
+        if let Some(seed) = resting.random_seed {
+            record.random_seed = seed;
+        }
+        record.caller = resting.caller.and_then(|bytes| {
+            Some(Caller {
+                id: InvocationId::from_bytes(bytes.try_into().ok()?),
+                completion: resting.caller_completion,
+            })
+        });
+        record.scope = resting.scope;
+        record.limit_key = resting.limit_key;
+        record.idempotency_key = resting.idempotency_key;
+        record.retention_ms = resting.retention_ms;
+        let input = Frame {
+            ty: u16::try_from(resting.input_ty).expect("a message type id"),
+            ack: false,
+            payload: resting.input,
+        };
+        let mut live = Live::new(record, vec![input], self.entry);
         live.queued = true;
         live.queue = Some(self.queue);
         live
@@ -77,13 +164,13 @@ impl Dormant {
 
     /// Its line in the partition's list of queued invocations.
     pub(super) fn listed(&self, id: InvocationId) -> QueuedEntry {
-        let record = self.record();
+        let resting = self.resting();
         QueuedEntry {
             queue: self.queue,
             invocation: id,
-            attempts: record.attempts,
-            created_at_ms: record.created_at_ms,
-            run_at_ms: record.run_at_ms,
+            attempts: resting.attempts,
+            created_at_ms: resting.created_at_ms,
+            run_at_ms: resting.run_at_ms,
         }
     }
 
@@ -131,7 +218,7 @@ impl Partition {
     /// it still only waits.
     pub(super) fn rouse(&mut self, id: InvocationId) {
         if let Some(dormant) = self.dormant.remove(&id) {
-            self.live.insert(id, Box::new(dormant.wake()));
+            self.live.insert(id, Box::new(dormant.wake(id)));
             self.just_queued.push(id);
         }
     }
@@ -139,11 +226,117 @@ impl Partition {
     /// Puts the invocations queued since the last call to rest if they still wait.
     pub(super) fn rest_waiting(&mut self) {
         for id in self.just_queued.drain(..) {
-            let Some(dormant) = self.live.get(&id).and_then(|live| Dormant::of(live)) else {
+            if !self.live.get(&id).is_some_and(|live| Dormant::fits(live)) {
                 continue;
-            };
-            self.live.remove(&id);
-            self.dormant.insert(id, dormant);
+            }
+            if let Some(live) = self.live.remove(&id) {
+                self.dormant.insert(id, Dormant::of(*live));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::flow::RuleBook;
+    use crate::flow::scheduler::{EntryKind, QueueKey, Scheduler};
+    use crate::protocol::{Message, proto};
+
+    fn held(record: InvocationRecord) -> Live {
+        let mut scheduler = Scheduler::new(Arc::new(RuleBook::new()), 1);
+        let key = QueueKey {
+            scope: None,
+            limit_key: None,
+            service: "Greeter".into(),
+            object_key: None,
+        };
+        let input = Message::Input(proto::InputCommandMessage {
+            headers: vec![proto::Header {
+                key: "x-restate-ingress-path".into(),
+                value: "/service/scope/acme/send/Greeter/greet".into(),
+            }],
+            value: Some(proto::Value {
+                content: Bytes::from_static(b"\"guest\""),
+            }),
+            name: String::new(),
+        })
+        .to_frame(false);
+        let mut live = Live::new(record, vec![input], 7);
+        live.queued = true;
+        live.queue = Some(scheduler.enqueue(&key, 7, EntryKind::New, None, 0));
+        live
+    }
+
+    fn target() -> Target {
+        Target {
+            service: "Greeter".into(),
+            handler: "greet".into(),
+            key: Some("k".into()),
+        }
+    }
+
+    #[test]
+    fn every_field_of_a_waiting_record_survives_rest() {
+        let id = InvocationId::new(42, 7);
+        let mut record = InvocationRecord::new(id, target(), 1_795_000_000_000);
+        record.status = Status::Scheduled;
+        record.attempts = 2;
+        record.retry_count = 1;
+        record.run_at_ms = Some(1_795_000_005_000);
+        record.random_seed = 99;
+        record.caller = Some(Caller {
+            id: InvocationId::new(43, 8),
+            completion: 3,
+        });
+        record.scope = Some("acme".into());
+        record.limit_key = Some("eu/gold".into());
+        record.idempotency_key = Some("k-1".into());
+        record.retention_ms = Some(60_000);
+        let live = held(record.clone());
+        let (journal, queue) = (live.journal.clone(), live.queue);
+        assert!(Dormant::fits(&live));
+        let woken = Dormant::of(live).wake(id);
+        assert_eq!(woken.record, record);
+        assert_eq!(woken.journal, journal);
+        assert_eq!((woken.queued, woken.queue, woken.entry), (true, queue, 7));
+    }
+
+    #[test]
+    fn a_held_send_rests_in_a_few_dozen_bytes_beside_its_input() {
+        let id = InvocationId::new(42, 7);
+        let mut record = InvocationRecord::new(id, target(), 1_795_000_000_000);
+        record.target.key = None;
+        record.scope = Some("acme".into());
+        let live = held(record.clone());
+        let input = live.journal[0].payload.len();
+        let dormant = Dormant::of(live);
+        assert!(
+            dormant.packed.len() <= input + 48,
+            "{} bytes for {input} bytes of input",
+            dormant.packed.len()
+        );
+        assert_eq!(dormant.wake(id).record, record);
+    }
+
+    #[test]
+    fn only_invocations_that_just_wait_rest() {
+        let id = InvocationId::new(42, 7);
+        let record = InvocationRecord::new(id, target(), 0);
+        let mut running = held(record.clone());
+        running.running = true;
+        let mut started = held(record.clone());
+        started.record.status = Status::Suspended;
+        let mut awaited = held(record.clone());
+        awaited.waiters.push(tokio::sync::oneshot::channel().0);
+        let mut journaled = held(record.clone());
+        journaled.journal.push(journaled.journal[0].clone());
+        let mut unqueued = held(record);
+        unqueued.queued = false;
+        for live in [running, started, awaited, journaled, unqueued] {
+            assert!(!Dormant::fits(&live), "{:?}", live.record.status);
         }
     }
 }
