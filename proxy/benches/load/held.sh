@@ -25,8 +25,10 @@ wrk.body = "\"load\""
 wrk.headers["content-type"] = "application/json"
 LUA
 waiting() {
-  curl -sf "http://127.0.0.1:$admin/limits/counters" |
-    python3 -c 'import json,sys; print(sum(c["waiters"] for c in json.load(sys.stdin)["counters"] if c["level"] == "scope"))'
+  curl -sf -X POST "http://127.0.0.1:$admin/query" -H 'accept: application/json' \
+    -H 'content-type: application/json' \
+    -d '{"query":"SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta"}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["n"])'
 }
 # Two fills: the second's RSS growth per held invocation is the backlog's marginal cost, without
 # the fixed costs (redb's page cache, buffers) the first fill also pays.
