@@ -415,6 +415,42 @@ impl Sluice {
         assert_eq!(status, 201, "registering {uri}: {body}");
     }
 
+    /// Replaces the rule book (`PUT /limits/rules`): status and answer.
+    pub async fn put_rules(&self, rules: serde_json::Value) -> (u16, serde_json::Value) {
+        let resp = reqwest::Client::new()
+            .put(format!("{}/limits/rules", self.admin_url))
+            .json(&rules)
+            .send()
+            .await
+            .expect("admin API reachable");
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or_default(),
+        )
+    }
+
+    /// Runs `sql` through `POST /query` with a JSON answer: status and answer.
+    pub async fn query(&self, sql: &str) -> (u16, serde_json::Value) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/query", self.admin_url))
+            .header("accept", "application/json")
+            .json(&serde_json::json!({ "query": sql }))
+            .send()
+            .await
+            .expect("admin API reachable");
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or_default(),
+        )
+    }
+
+    /// The number column `n` of the one row `sql` answers.
+    pub async fn count(&self, sql: &str) -> u64 {
+        let (status, answer) = self.query(sql).await;
+        assert_eq!(status, 200, "{sql}: {answer}");
+        answer["rows"][0]["n"].as_u64().unwrap_or(0)
+    }
+
     /// Everything the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()

@@ -12,16 +12,6 @@ async fn flow_controlled() -> (Sluice, TestDeployment) {
     (sluice, dep)
 }
 
-async fn put_rules(sluice: &Sluice, rules: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .put(format!("{}/limits/rules", sluice.admin_url))
-        .json(&rules)
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
-}
-
 fn scoped(scope: &str, n: usize) -> Vec<String> {
     vec![format!("/service/scope/{scope}/call/Meter/hold"); n]
 }
@@ -29,11 +19,9 @@ fn scoped(scope: &str, n: usize) -> Vec<String> {
 #[tokio::test]
 async fn rules_bound_scoped_concurrency_and_apply_at_once() {
     let (sluice, _dep) = flow_controlled().await;
-    let (status, created) = put_rules(
-        &sluice,
-        json!([{"pattern": "*", "limits": {"concurrency": 2}}]),
-    )
-    .await;
+    let (status, created) = sluice
+        .put_rules(json!([{"pattern": "*", "limits": {"concurrency": 2}}]))
+        .await;
     assert_eq!(status, 200, "{created}");
     assert_eq!(created[0]["limits"]["concurrency"], 2);
 
@@ -43,31 +31,27 @@ async fn rules_bound_scoped_concurrency_and_apply_at_once() {
     let both = [scoped("s1", 3), scoped("s2", 3)].concat();
     assert_eq!(peak_of(&sluice, &both).await, 4);
     // An exact scope rule beats `*`.
-    put_rules(
-        &sluice,
-        json!([{"pattern": "s3", "limits": {"concurrency": 1}}]),
-    )
-    .await;
+    sluice
+        .put_rules(json!([{"pattern": "s3", "limits": {"concurrency": 1}}]))
+        .await;
     assert_eq!(peak_of(&sluice, &scoped("s3", 4)).await, 1);
     // Unscoped calls are never limited.
     let unscoped = vec!["/service/call/Meter/hold".to_owned(); 5];
     assert_eq!(peak_of(&sluice, &unscoped).await, 5);
     // Raising the rule applies to the next burst at once.
-    put_rules(&sluice, json!([{"pattern": "*", "limits": {}}])).await;
+    sluice
+        .put_rules(json!([{"pattern": "*", "limits": {}}]))
+        .await;
     assert_eq!(peak_of(&sluice, &scoped("s1", 5)).await, 5);
     // A disabled rule is ignored.
-    put_rules(
-        &sluice,
-        json!([{"pattern": "s3", "limits": {"concurrency": 1}, "disabled": true}]),
-    )
-    .await;
+    sluice
+        .put_rules(json!([{"pattern": "s3", "limits": {"concurrency": 1}, "disabled": true}]))
+        .await;
     assert_eq!(peak_of(&sluice, &scoped("s3", 3)).await, 3);
     // Limit keys: `s4/*` = 1 gives one per L1 key.
-    put_rules(
-        &sluice,
-        json!([{"pattern": "s4/*", "limits": {"concurrency": 1}}]),
-    )
-    .await;
+    sluice
+        .put_rules(json!([{"pattern": "s4/*", "limits": {"concurrency": 1}}]))
+        .await;
     let keyed: Vec<String> = ["gold", "gold", "silver", "silver"]
         .iter()
         .map(|k| format!("/service/scope/s4/call/Meter/hold?limit-key={k}"))
@@ -78,14 +62,12 @@ async fn rules_bound_scoped_concurrency_and_apply_at_once() {
 #[tokio::test]
 async fn the_rule_book_api() {
     let (sluice, _dep) = flow_controlled().await;
-    let (status, _) = put_rules(
-        &sluice,
-        json!([
+    let (status, _) = sluice
+        .put_rules(json!([
             {"pattern": "b", "limits": {"concurrency": 3}, "description": "bee"},
             {"pattern": "a/*", "limits": {}}
-        ]),
-    )
-    .await;
+        ]))
+        .await;
     assert_eq!(status, 200);
     let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
         .await
@@ -105,7 +87,7 @@ async fn the_rule_book_api() {
     let version = b["version"].as_u64().unwrap();
 
     // Preconditions: nothing of a refused batch applies.
-    let (status, refused) = put_rules(&sluice, json!([
+    let (status, refused) = sluice.put_rules(json!([
         {"pattern": "c", "limits": {"concurrency": 1}},
         {"pattern": "b", "limits": {"concurrency": 9}, "precondition": {"type": "does_not_exist"}}
     ]))
@@ -122,7 +104,7 @@ async fn the_rule_book_api() {
         2,
         "c was not created"
     );
-    let (status, updated) = put_rules(&sluice, json!([
+    let (status, updated) = sluice.put_rules(json!([
         {"pattern": "b", "limits": {"concurrency": 4}, "precondition": {"type": "matches", "version": version}}
     ]))
     .await;
@@ -134,7 +116,7 @@ async fn the_rule_book_api() {
         json!([{"pattern": "not a pattern!", "limits": {}}]),
         json!([{"pattern": "x", "limits": {"concurrency": 0}}]),
     ] {
-        let (status, body) = put_rules(&sluice, bad).await;
+        let (status, body) = sluice.put_rules(bad).await;
         assert_eq!(status, 422, "{body}");
     }
 
@@ -182,11 +164,9 @@ async fn scoped_requests_are_refused_with_rt0024_while_flow_control_is_off() {
 async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     const SENDS: u64 = 100;
     let (mut sluice, _dep) = flow_controlled().await;
-    put_rules(
-        &sluice,
-        json!([{"pattern": "*", "limits": {"concurrency": 1}}]),
-    )
-    .await;
+    sluice
+        .put_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
+        .await;
     let client = reqwest::Client::new();
     for _ in 0..SENDS {
         let resp = client
@@ -330,11 +310,9 @@ async fn the_rules_cli() {
 #[tokio::test]
 async fn a_held_invocation_says_what_it_waits_for() {
     let (sluice, _dep) = flow_controlled().await;
-    put_rules(
-        &sluice,
-        json!([{"pattern": "*", "limits": {"concurrency": 1}}]),
-    )
-    .await;
+    sluice
+        .put_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
+        .await;
     let send = || async {
         let sent: Value = reqwest::Client::new()
             .post(format!(
@@ -405,18 +383,16 @@ fn keyed(scope: &str, key: &str, n: usize) -> Vec<String> {
 #[tokio::test]
 async fn rules_match_by_precedence_and_levels() {
     let (sluice, _dep) = flow_controlled().await;
-    let (status, body) = put_rules(
-        &sluice,
-        json!([
+    let (status, body) = sluice
+        .put_rules(json!([
             {"pattern": "s5/gold", "limits": {"concurrency": 3}},
             {"pattern": "s5/*", "limits": {"concurrency": 1}},
             {"pattern": "*/gold", "limits": {"concurrency": 2}},
             {"pattern": "s7/a/x", "limits": {"concurrency": 1}},
             {"pattern": "s8", "limits": {"concurrency": 2}},
             {"pattern": "s8/*", "limits": {}}
-        ]),
-    )
-    .await;
+        ]))
+        .await;
     assert_eq!(status, 200, "{body}");
     // The exact L1 rule beats the scope's wildcard, which beats the any-scope rule.
     assert_eq!(peak_of(&sluice, &keyed("s5", "gold", 5)).await, 3);
@@ -499,18 +475,16 @@ async fn virtual_objects_keep_state_per_scope() {
 #[tokio::test]
 async fn a_rule_created_right_before_a_burst_applies_to_it_and_re_enabling_restores_it() {
     let (sluice, _dep) = flow_controlled().await;
-    put_rules(
-        &sluice,
-        json!([{"pattern": "r1", "limits": {"concurrency": 1}}]),
-    )
-    .await;
+    sluice
+        .put_rules(json!([{"pattern": "r1", "limits": {"concurrency": 1}}]))
+        .await;
     // No pause between the rule and the burst: the rule book reaches partitions before the
     // PUT answers.
     assert_eq!(peak_of(&sluice, &scoped("r1", 4)).await, 1);
     let toggle = |disabled: bool| json!([{"pattern": "r1", "limits": {"concurrency": 1}, "disabled": disabled}]);
-    put_rules(&sluice, toggle(true)).await;
+    sluice.put_rules(toggle(true)).await;
     assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 3);
-    put_rules(&sluice, toggle(false)).await;
+    sluice.put_rules(toggle(false)).await;
     assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 1);
 }
 
@@ -616,11 +590,9 @@ async fn every_scope_and_limit_key_rejection_is_rt0024_and_says_what_to_fix() {
 #[tokio::test]
 async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
     let (sluice, _dep) = flow_controlled().await;
-    put_rules(
-        &sluice,
-        json!([{"pattern": "*", "limits": {"concurrency": 1}}]),
-    )
-    .await;
+    sluice
+        .put_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
+        .await;
     let client = reqwest::Client::new();
     let send = |path: String, body: String, key: Option<String>| {
         let client = client.clone();
@@ -684,17 +656,8 @@ async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
         .await
         .unwrap();
     assert!(killed.status().is_success(), "{}", killed.status());
-    let queued: Value = reqwest::Client::new()
-        .post(format!("{}/query", sluice.admin_url))
-        .header("accept", "application/json")
-        .json(&json!({"query": "SELECT count(*) AS n FROM sys_vqueues"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(queued["rows"][0]["n"].as_i64().unwrap() > 0, "{queued}");
+    let queued = sluice.count("SELECT count(*) AS n FROM sys_vqueues").await;
+    assert!(queued > 0, "the greetings still wait");
 
     // Each runs with its own input once its turn comes; the killed one never runs.
     for (i, id) in held.iter().enumerate() {

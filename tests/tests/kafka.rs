@@ -308,19 +308,45 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
     assert!(!ok && out.contains("does not exist"), "{out}");
 }
 
-/// The number column `n` of the one row `sql` answers through `POST /query`.
-async fn count(admin: &str, sql: &str) -> u64 {
-    let answer: Value = reqwest::Client::new()
-        .post(format!("{admin}/query"))
-        .header("accept", "application/json")
-        .json(&json!({ "query": sql }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
+/// A mock broker with `topic` (of `partitions`), Sluice with flow control under `rules`, the
+/// test deployment, a subscription of `Meter/hold` to the topic with `options`, and a producer.
+async fn subscribed(
+    (topic, partitions): (&str, i32),
+    rules: Value,
+    options: Value,
+) -> (
+    MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    Sluice,
+    TestDeployment,
+    Value,
+    FutureProducer,
+) {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(topic, partitions, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let admin = &sluice.admin_url;
+    let (status, body) = sluice.put_rules(rules).await;
+    assert_eq!(status, 200, "{body}");
+    post(
+        format!("{admin}/kafka-clusters"),
+        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    )
+    .await;
+    let (status, sub) = post(
+        format!("{admin}/subscriptions"),
+        json!({"source": format!("kafka://local/{topic}"), "sink": "service://Meter/hold",
+               "options": options}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sub}");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
         .unwrap();
-    answer["rows"][0]["n"].as_u64().unwrap_or(0)
+    (cluster, sluice, dep, sub, producer)
 }
 
 async fn get_json(url: String) -> Value {
@@ -330,36 +356,13 @@ async fn get_json(url: String) -> Value {
 #[tokio::test]
 async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
     const RECORDS: u32 = 20;
-    let cluster = MockCluster::new(1).unwrap();
-    cluster.create_topic("held", 1, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
-    sluice.register(&dep.uri, false).await;
+    let (_cluster, sluice, _dep, sub, producer) = subscribed(
+        ("held", 1),
+        json!([{"pattern": "*", "limits": {"concurrency": 2}}]),
+        json!({"scope": "kq", "max-queued": "4"}),
+    )
+    .await;
     let admin = &sluice.admin_url;
-    let resp = reqwest::Client::new()
-        .put(format!("{admin}/limits/rules"))
-        .json(&json!([{"pattern": "*", "limits": {"concurrency": 2}}]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    post(
-        format!("{admin}/kafka-clusters"),
-        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
-    )
-    .await;
-    let (status, sub) = post(
-        format!("{admin}/subscriptions"),
-        json!({"source": "kafka://local/held", "sink": "service://Meter/hold",
-               "options": {"scope": "kq", "max-queued": "4"}}),
-    )
-    .await;
-    assert_eq!(status, 201, "{sub}");
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .create()
-        .unwrap();
     for _ in 0..RECORDS {
         producer
             .send(
@@ -378,14 +381,13 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
         ))
         .await;
         paused_seen |= shown["paused"] == true;
-        let queued = count(
-            admin,
-            "SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta WHERE scope = 'kq'",
-        )
-        .await;
+        let queued = sluice
+            .count(
+                "SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta WHERE scope = 'kq'",
+            )
+            .await;
         most_queued = most_queued.max(queued);
-        let done = count(
-            admin,
+        let done = sluice.count(
             "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'kq' AND status = 'completed'",
         )
         .await;
@@ -419,36 +421,13 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
 async fn a_full_scope_pauses_only_the_partition_that_feeds_it() {
     const BUSY: u32 = 24;
     const FREE: u32 = 20;
-    let cluster = MockCluster::new(1).unwrap();
-    cluster.create_topic("mixed", 2, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
-    sluice.register(&dep.uri, false).await;
+    let (_cluster, sluice, _dep, sub, producer) = subscribed(
+        ("mixed", 2),
+        json!([{"pattern": "busy", "limits": {"concurrency": 1}}]),
+        json!({"max-queued": "4"}),
+    )
+    .await;
     let admin = &sluice.admin_url;
-    let resp = reqwest::Client::new()
-        .put(format!("{admin}/limits/rules"))
-        .json(&json!([{"pattern": "busy", "limits": {"concurrency": 1}}]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    post(
-        format!("{admin}/kafka-clusters"),
-        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
-    )
-    .await;
-    let (status, sub) = post(
-        format!("{admin}/subscriptions"),
-        json!({"source": "kafka://local/mixed", "sink": "service://Meter/hold",
-               "options": {"max-queued": "4"}}),
-    )
-    .await;
-    assert_eq!(status, 201, "{sub}");
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .create()
-        .unwrap();
     let scoped = |partition: i32, scope: &'static str, payload: &'static str| {
         FutureRecord::<(), _>::to("mixed")
             .partition(partition)
@@ -466,11 +445,12 @@ async fn a_full_scope_pauses_only_the_partition_that_feeds_it() {
             .await
             .unwrap();
     }
+    let sluice = &sluice;
     let done = |scope: &str| {
         let sql = format!(
             "SELECT count(*) AS n FROM sys_invocation WHERE scope = '{scope}' AND status = 'completed'"
         );
-        async move { count(admin, &sql).await }
+        async move { sluice.count(&sql).await }
     };
     // Partition 0 pauses once its scope's queue is over 4.
     let url = format!("{admin}/subscriptions/{}", sub["id"].as_str().unwrap());

@@ -42,14 +42,9 @@ async fn load_bytes(sluice: &Sluice, name: &str, bytes: Vec<u8>, query: &str) ->
     (resp.status().as_u16(), resp.json().await.unwrap())
 }
 
-async fn put_rules(sluice: &Sluice, rules: Value) {
-    let resp = reqwest::Client::new()
-        .put(format!("{}/limits/rules", sluice.admin_url))
-        .json(&rules)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+async fn put_rules_ok(sluice: &Sluice, rules: Value) {
+    let (status, body) = sluice.put_rules(rules).await;
+    assert_eq!(status, 200, "{body}");
 }
 
 async fn greet(sluice: &Sluice, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
@@ -75,7 +70,7 @@ fn hold(n: usize) -> Vec<String> {
 #[tokio::test]
 async fn tenant_header_puts_unscoped_calls_under_their_tenants_rules() {
     let (sluice, _dep) = flow_controlled().await;
-    put_rules(
+    put_rules_ok(
         &sluice,
         json!([{"pattern": "t1", "limits": {"concurrency": 1}}, {"pattern": "t2/*", "limits": {"concurrency": 2}}]),
     )
@@ -211,7 +206,7 @@ async fn jwt_claims_accepts_good_tokens_and_refuses_bad_ones() {
 #[tokio::test]
 async fn tiered_limits_doubles_a_premium_scopes_budget() {
     let (sluice, _dep) = flow_controlled().await;
-    put_rules(
+    put_rules_ok(
         &sluice,
         json!([{"pattern": "*", "limits": {"concurrency": 2}}]),
     )
@@ -410,7 +405,7 @@ async fn plugins_survive_restarts_and_load_from_the_config_file() {
         .collect();
     assert_eq!(names, [("from-file", "config"), ("stored", "admin")]);
     // The config-file plugin scopes calls by `x-org`.
-    put_rules(
+    put_rules_ok(
         &sluice,
         json!([{"pattern": "org1", "limits": {"concurrency": 1}}]),
     )

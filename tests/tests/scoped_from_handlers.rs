@@ -12,13 +12,8 @@ async fn started(rules: Value) -> (Sluice, TestDeployment) {
     let dep = TestDeployment::typescript("h2").await.unwrap();
     let sluice = Sluice::builder().flow_control().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let resp = reqwest::Client::new()
-        .put(format!("{}/limits/rules", sluice.admin_url))
-        .json(&rules)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let (status, body) = sluice.put_rules(rules).await;
+    assert_eq!(status, 200, "{body}");
     (sluice, dep)
 }
 
@@ -33,19 +28,11 @@ async fn call(sluice: &Sluice, path: &str, body: Value) -> (u16, String) {
 }
 
 async fn completed_in(sluice: &Sluice, scope: &str) -> u64 {
-    let answer: Value = reqwest::Client::new()
-        .post(format!("{}/query", sluice.admin_url))
-        .header("accept", "application/json")
-        .json(&json!({"query": format!(
+    sluice
+        .count(&format!(
             "SELECT count(*) AS n FROM sys_invocation WHERE scope = '{scope}' AND status = 'completed'"
-        )}))
-        .send()
+        ))
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    answer["rows"][0]["n"].as_u64().unwrap_or(0)
 }
 
 #[tokio::test]

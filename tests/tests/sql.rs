@@ -3,19 +3,8 @@
 use serde_json::{Value, json};
 use sluice_tests::{Sluice, TestDeployment};
 
-async fn query(sluice: &Sluice, sql: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/query", sluice.admin_url))
-        .header("accept", "application/json")
-        .json(&json!({ "query": sql }))
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
-}
-
 async fn rows(sluice: &Sluice, sql: &str) -> Vec<Value> {
-    let (status, body) = query(sluice, sql).await;
+    let (status, body) = sluice.query(sql).await;
     assert_eq!(status, 200, "{sql}: {body}");
     body["rows"].as_array().unwrap().clone()
 }
@@ -25,13 +14,12 @@ async fn a_held_burst_is_visible_in_the_system_tables() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder().flow_control().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let resp = reqwest::Client::new()
-        .put(format!("{}/limits/rules", sluice.admin_url))
-        .json(&json!([{"pattern": "*", "limits": {"concurrency": 1}, "description": "one each"}]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let (status, _) = sluice
+        .put_rules(
+            json!([{"pattern": "*", "limits": {"concurrency": 1}, "description": "one each"}]),
+        )
+        .await;
+    assert_eq!(status, 200);
     for _ in 0..3 {
         let resp = reqwest::Client::new()
             .post(format!(
@@ -163,17 +151,17 @@ async fn bad_queries_are_400_with_a_message() {
         .start()
         .await
         .unwrap();
-    let (status, body) = query(&sluice, "SELEC 1").await;
+    let (status, body) = sluice.query("SELEC 1").await;
     assert_eq!(status, 400);
     assert!(
         body["message"].as_str().unwrap().contains("SQL error"),
         "{body}"
     );
-    let (status, body) = query(&sluice, "SELECT nope FROM sys_service").await;
+    let (status, body) = sluice.query("SELECT nope FROM sys_service").await;
     assert_eq!(status, 400);
     assert!(body["message"].as_str().unwrap().contains("nope"), "{body}");
     // The flow-control tables need flow control.
-    let (status, body) = query(&sluice, "SELECT * FROM sys_rules").await;
+    let (status, body) = sluice.query("SELECT * FROM sys_rules").await;
     assert_eq!(status, 400);
     assert!(
         body["message"]
@@ -182,7 +170,9 @@ async fn bad_queries_are_400_with_a_message() {
             .contains("exists only when flow control is enabled"),
         "{body}"
     );
-    let (status, body) = query(&sluice, "SELECT * FROM (VALUES (1), (2), (3)) AS t(x)").await;
+    let (status, body) = sluice
+        .query("SELECT * FROM (VALUES (1), (2), (3)) AS t(x)")
+        .await;
     assert_eq!(status, 400);
     assert!(
         body["message"]
