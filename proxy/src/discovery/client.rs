@@ -219,6 +219,7 @@ impl DiscoveryClient {
 fn connector(timeout: Duration, http2: bool) -> Connector {
     let mut tcp = HttpConnector::new();
     tcp.set_connect_timeout(Some(timeout));
+    tcp.set_nodelay(true);
     tcp.enforce_http(false);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = HttpsConnectorBuilder::new();

@@ -144,10 +144,18 @@ impl Default for AttemptClient {
         Self {
             h2: Client::builder(TokioExecutor::new())
                 .http2_only(true)
-                .build(HttpConnector::new()),
-            h1: Client::builder(TokioExecutor::new()).build(HttpConnector::new()),
+                .build(no_delay()),
+            h1: Client::builder(TokioExecutor::new()).build(no_delay()),
         }
     }
+}
+
+/// Attempts exchange small frames both ways on one connection: with Nagle's algorithm on, a
+/// frame written while another is unacknowledged waits for the peer's delayed ACK (~40 ms).
+fn no_delay() -> HttpConnector {
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp
 }
 
 fn err(code: Code, message: String) -> AttemptError {

@@ -380,7 +380,27 @@ async fn main() {
         "object" => builder.bind(GreeterObject),
         other => panic!("unknown flavor {other}"),
     };
-    HttpServer::new(endpoint.build())
-        .listen_and_serve(addr)
-        .await;
+    serve(endpoint.build(), addr).await;
+}
+
+/// Serves HTTP/2 like the SDK's own `HttpServer`, but with TCP_NODELAY on every connection:
+/// with Nagle's algorithm on, the response frame written right after the headers waits for
+/// Sluice's delayed ACK (~40 ms), and benchmarks would measure that instead of Sluice.
+async fn serve(endpoint: restate_sdk::endpoint::Endpoint, addr: std::net::SocketAddr) {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("the deployment's address is free");
+    let service = restate_sdk::hyper::HyperEndpoint::new(endpoint);
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
