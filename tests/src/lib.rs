@@ -451,6 +451,36 @@ impl Sluice {
         answer["rows"][0]["n"].as_u64().unwrap_or(0)
     }
 
+    /// `GET /invocations/{id}`: status and answer.
+    pub async fn describe(&self, id: &str) -> (u16, serde_json::Value) {
+        let resp = reqwest::get(format!("{}/invocations/{id}", self.admin_url))
+            .await
+            .expect("admin API reachable");
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or_default(),
+        )
+    }
+
+    /// Polls `GET /invocations/{id}` until `want` holds (at most 15 s; `what` names the wait in
+    /// the failure), and answers what it saw.
+    pub async fn invocation_until(
+        &self,
+        id: &str,
+        what: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (_, seen) = self.describe(id).await;
+            if want(&seen) {
+                return seen;
+            }
+            assert!(Instant::now() < deadline, "never {what}: {seen}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Everything the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()

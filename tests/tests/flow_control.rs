@@ -331,23 +331,11 @@ async fn a_held_invocation_says_what_it_waits_for() {
     };
     let _running = send().await;
     let held = send().await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let seen = loop {
-        let seen: Value = reqwest::get(format!("{}/invocations/{held}", sluice.admin_url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if seen["waiting"]["blocked_on"] == "limit-key-concurrency" {
-            break seen;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never shown as held: {seen}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let seen = sluice
+        .invocation_until(&held, "shown as held", |seen| {
+            seen["waiting"]["blocked_on"] == "limit-key-concurrency"
+        })
+        .await;
     assert_eq!(seen["scope"], "w");
     assert_eq!(seen["limit_key"], "gold");
     let waiting = &seen["waiting"];
@@ -639,12 +627,7 @@ async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
     )
     .await;
     assert_eq!(again, held[3], "the repeat finds the held invocation");
-    let seen: Value = reqwest::get(format!("{}/invocations/{}", sluice.admin_url, held[5]))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, seen) = sluice.describe(&held[5]).await;
     assert_eq!(
         seen["waiting"]["blocked_on"], "limit-key-concurrency",
         "{seen}"

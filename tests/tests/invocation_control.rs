@@ -2,7 +2,7 @@
 //! SDK deployment: cancel, kill, purge, pause and resume.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use sluice_tests::{Sluice, TestDeployment, binary};
@@ -21,16 +21,6 @@ async fn send(sluice: &Sluice, path: &str, body: &str) -> String {
     sent["invocationId"].as_str().unwrap().to_owned()
 }
 
-async fn describe(sluice: &Sluice, id: &str) -> (u16, Value) {
-    let resp = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
-        .await
-        .unwrap();
-    (
-        resp.status().as_u16(),
-        resp.json().await.unwrap_or(Value::Null),
-    )
-}
-
 async fn patch(sluice: &Sluice, id: &str, op: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .patch(format!("{}/invocations/{id}/{op}", sluice.admin_url))
@@ -41,19 +31,6 @@ async fn patch(sluice: &Sluice, id: &str, op: &str) -> (u16, Value) {
         resp.status().as_u16(),
         resp.json().await.unwrap_or(Value::Null),
     )
-}
-
-/// Waits until the invocation satisfies `want`.
-async fn until(sluice: &Sluice, id: &str, what: &str, want: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, seen) = describe(sluice, id).await;
-        if want(&seen) {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "never {what}: {seen}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
@@ -110,7 +87,9 @@ async fn cancel_kill_and_purge() {
 
     // Kill a sleeping send with the CLI: completed at once with 409 "killed".
     let killed = send(&sluice, "/service/send/Greeter/slow", "30000").await;
-    until(&sluice, &killed, "running", |v| v["status"] == "running").await;
+    sluice
+        .invocation_until(&killed, "running", |v| v["status"] == "running")
+        .await;
     let out = Command::new(binary())
         .args([
             "invocations",
@@ -126,10 +105,9 @@ async fn cancel_kill_and_purge() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let seen = until(&sluice, &killed, "completed", |v| {
-        v["status"] == "completed"
-    })
-    .await;
+    let seen = sluice
+        .invocation_until(&killed, "completed", |v| v["status"] == "completed")
+        .await;
     assert!(seen["completion"].to_string().contains("killed"), "{seen}");
 
     // Killing a caller kills the child it waits on.
@@ -150,10 +128,11 @@ async fn cancel_kill_and_purge() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(patch(&sluice, &parent, "kill").await.0, 200);
-    let seen = until(&sluice, &child, "killed with its caller", |v| {
-        v["status"] == "completed"
-    })
-    .await;
+    let seen = sluice
+        .invocation_until(&child, "killed with its caller", |v| {
+            v["status"] == "completed"
+        })
+        .await;
     assert!(seen["completion"].to_string().contains("killed"), "{seen}");
 
     // Purge: refused while running, then the record is gone.
@@ -168,7 +147,7 @@ async fn cancel_kill_and_purge() {
         "{refused}"
     );
     assert_eq!(patch(&sluice, &killed, "purge").await.0, 200);
-    assert_eq!(describe(&sluice, &killed).await.0, 404);
+    assert_eq!(sluice.describe(&killed).await.0, 404);
     let (status, _) = patch(&sluice, "inv_1nope", "kill").await;
     assert_eq!(status, 400);
     let resp = reqwest::Client::new()
@@ -180,10 +159,9 @@ async fn cancel_kill_and_purge() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 202);
-    until(&sluice, &running, "completed", |v| {
-        v["status"] == "completed"
-    })
-    .await;
+    sluice
+        .invocation_until(&running, "completed", |v| v["status"] == "completed")
+        .await;
 }
 
 #[tokio::test]
@@ -204,15 +182,16 @@ async fn pause_stops_retries_and_resume_restarts_them() {
     sluice.register(&dep.uri, false).await;
     // Fails on its first 1000 calls in the deployment: retried until paused.
     let id = send(&sluice, "/service/send/Meter/flaky", "1000").await;
-    until(&sluice, &id, "retried", |v| {
-        v["attempts"].as_u64() >= Some(2)
-    })
-    .await;
+    sluice
+        .invocation_until(&id, "retried", |v| v["attempts"].as_u64() >= Some(2))
+        .await;
     let (status, _) = patch(&sluice, &id, "pause").await;
     assert!(status == 200 || status == 202, "{status}");
-    let paused = until(&sluice, &id, "paused", |v| v["status"] == "paused").await;
+    let paused = sluice
+        .invocation_until(&id, "paused", |v| v["status"] == "paused")
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, later) = describe(&sluice, &id).await;
+    let (_, later) = sluice.describe(&id).await;
     assert_eq!(later["status"], "paused");
     assert!(
         later["attempts"].as_u64() <= paused["attempts"].as_u64().map(|a| a + 1),
@@ -220,8 +199,9 @@ async fn pause_stops_retries_and_resume_restarts_them() {
     );
     assert_eq!(patch(&sluice, &id, "resume").await.0, 200);
     let before = later["attempts"].as_u64().unwrap();
-    until(&sluice, &id, "attempted again", |v| {
-        v["attempts"].as_u64() > Some(before + 1)
-    })
-    .await;
+    sluice
+        .invocation_until(&id, "attempted again", |v| {
+            v["attempts"].as_u64() > Some(before + 1)
+        })
+        .await;
 }

@@ -223,20 +223,9 @@ async fn a_v7_error_with_pause_behaviour_pauses_the_invocation() {
         .await
         .unwrap();
     let id = sent["invocationId"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let seen = loop {
-        let seen: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if seen["status"] == "paused" {
-            break seen;
-        }
-        assert!(Instant::now() < deadline, "never paused: {seen}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let seen = sluice
+        .invocation_until(&id, "paused", |seen| seen["status"] == "paused")
+        .await;
     assert_eq!(seen["last_failure"], "teapot", "{seen}");
     // Paused means no further attempts.
     tokio::time::sleep(Duration::from_millis(400)).await;

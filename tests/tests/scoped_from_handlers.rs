@@ -137,20 +137,11 @@ async fn bad_scopes_on_calls_from_handlers_are_rt0024() {
             .await
             .unwrap();
         let id = sent["invocationId"].as_str().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let seen = loop {
-            let seen: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if seen["last_failure_error_code"] == "RT0024" {
-                break seen;
-            }
-            assert!(Instant::now() < deadline, "no RT0024 for {asked}: {seen}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let seen = sluice
+            .invocation_until(id, &format!("RT0024 for {asked}"), |seen| {
+                seen["last_failure_error_code"] == "RT0024"
+            })
+            .await;
         let failure = seen["last_failure"].as_str().unwrap();
         assert!(failure.contains(says), "{asked}: {failure}");
         assert_ne!(seen["status"], "completed", "{seen}");
