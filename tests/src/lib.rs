@@ -125,6 +125,32 @@ pub async fn peak_of(sluice: &Sluice, paths: &[String]) -> u64 {
     peak_of_calls(sluice, &calls).await
 }
 
+/// POSTs `body` as JSON to `url`: the status, and the answer as JSON (as a string when it is
+/// not JSON).
+pub async fn post_json(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("server reachable");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// GETs `url`: the status and the JSON answer (null when it is not JSON).
+pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
+    let resp = reqwest::get(url).await.expect("server reachable");
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or_default(),
+    )
+}
+
 /// The `.wasm` component of plugin crate `name` (under `plugins/`), built for wasm32-wasip2
 /// once per test process into the target dir's `plugins/` folder.
 pub fn plugin_wasm(name: &str) -> PathBuf {

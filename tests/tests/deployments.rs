@@ -6,22 +6,7 @@ use axum::Router;
 use axum::routing::get;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment};
-
-async fn post(url: &str, body: Value) -> (StatusCode, Value) {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status();
-    let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
+use sluice_tests::{Sluice, TestDeployment, get_json, post_json};
 
 async fn patch(url: &str, body: Value) -> (StatusCode, Value) {
     let resp = reqwest::Client::new()
@@ -30,12 +15,6 @@ async fn patch(url: &str, body: Value) -> (StatusCode, Value) {
         .send()
         .await
         .unwrap();
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn get_json(url: &str) -> (StatusCode, Value) {
-    let resp = reqwest::get(url).await.unwrap();
     let status = resp.status();
     (status, resp.json().await.unwrap_or(Value::Null))
 }
@@ -166,21 +145,22 @@ async fn reregistering_conflicts_and_force() {
     let admin = &sluice.admin_url;
     let port = sluice_tests::free_port();
     let v1 = TestDeployment::start_on(port, "v1").await.unwrap();
-    let (status, first) = post(&format!("{admin}/deployments"), json!({"uri": v1.uri})).await;
+    let (status, first) = post_json(&format!("{admin}/deployments"), json!({"uri": v1.uri})).await;
     assert_eq!(status, 201);
 
     // Unchanged: 200, same id.
-    let (status, again) = post(&format!("{admin}/deployments"), json!({"uri": v1.uri})).await;
+    let (status, again) = post_json(&format!("{admin}/deployments"), json!({"uri": v1.uri})).await;
     assert_eq!(status, 200);
     assert_eq!(again["id"], first["id"]);
 
     // The endpoint now serves a different manifest.
     drop(v1);
     let v2 = TestDeployment::start_on(port, "v2").await.unwrap();
-    let (status, conflict) = post(&format!("{admin}/deployments"), json!({"uri": v2.uri})).await;
+    let (status, conflict) =
+        post_json(&format!("{admin}/deployments"), json!({"uri": v2.uri})).await;
     assert_eq!(status, 409);
     assert_code(&conflict, "META0004");
-    let (status, forced) = post(
+    let (status, forced) = post_json(
         &format!("{admin}/deployments"),
         json!({"uri": v2.uri, "force": true}),
     )
@@ -198,10 +178,11 @@ async fn reregistering_conflicts_and_force() {
 
     // Another endpoint makes Greeter a virtual object.
     let object = TestDeployment::start("object").await.unwrap();
-    let (status, changed) = post(&format!("{admin}/deployments"), json!({"uri": object.uri})).await;
+    let (status, changed) =
+        post_json(&format!("{admin}/deployments"), json!({"uri": object.uri})).await;
     assert_eq!(status, 409);
     assert_code(&changed, "META0006");
-    let (status, _) = post(
+    let (status, _) = post_json(
         &format!("{admin}/deployments"),
         json!({"uri": object.uri, "dry_run": true, "breaking": true}),
     )
@@ -222,8 +203,8 @@ async fn in_place_updates_and_meta0016_and_meta0017() {
     let a = TestDeployment::start("v1").await.unwrap();
     let b = TestDeployment::start("v1").await.unwrap();
     let fewer = TestDeployment::start("fewer").await.unwrap();
-    let (_, da) = post(&format!("{admin}/deployments"), json!({"uri": a.uri})).await;
-    let (status, db) = post(
+    let (_, da) = post_json(&format!("{admin}/deployments"), json!({"uri": a.uri})).await;
+    let (status, db) = post_json(
         &format!("{admin}/deployments"),
         json!({"uri": b.uri, "force": true}),
     )
@@ -248,7 +229,7 @@ async fn in_place_updates_and_meta0016_and_meta0017() {
     .await;
     assert_eq!(status, 200, "{moved}");
     assert_eq!(moved["uri"], a.uri.as_str());
-    let (status, ambiguous) = post(
+    let (status, ambiguous) = post_json(
         &format!("{admin}/deployments"),
         json!({"uri": a.uri, "force": true}),
     )
@@ -282,7 +263,7 @@ async fn in_place_updates_and_meta0016_and_meta0017() {
 async fn the_registry_survives_a_restart() {
     let mut sluice = Sluice::builder().start().await.unwrap();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let (status, registered) = post(
+    let (status, registered) = post_json(
         &format!("{}/deployments", sluice.admin_url),
         json!({"uri": dep.uri}),
     )
@@ -347,12 +328,12 @@ async fn discovery_failures_carry_their_codes() {
     const V2: &str = "application/vnd.restate.endpointmanifest.v2+json";
 
     // Port 1 (tcpmux) is never served here; a "free" port could be taken by a parallel test.
-    let (status, body) = post(&url, json!({"uri": "http://127.0.0.1:1/"})).await;
+    let (status, body) = post_json(&url, json!({"uri": "http://127.0.0.1:1/"})).await;
     assert_eq!(status, 500);
     assert_code(&body, "META0003");
 
     let old = endpoint(V2, manifest(Some("BIDI_STREAM"), 1, 3), false).await;
-    let (status, body) = post(&url, json!({"uri": format!("http://{old}/")})).await;
+    let (status, body) = post_json(&url, json!({"uri": format!("http://{old}/")})).await;
     assert_eq!(status, 500);
     assert_code(&body, "META0012");
 
@@ -362,17 +343,17 @@ async fn discovery_failures_carry_their_codes() {
         false,
     )
     .await;
-    let (_, body) = post(&url, json!({"uri": format!("http://{wrong_type}/")})).await;
+    let (_, body) = post_json(&url, json!({"uri": format!("http://{wrong_type}/")})).await;
     assert_code(&body, "META0013");
     let no_mode = endpoint(V2, manifest(None, 5, 7), false).await;
-    let (_, body) = post(&url, json!({"uri": format!("http://{no_mode}/")})).await;
+    let (_, body) = post_json(&url, json!({"uri": format!("http://{no_mode}/")})).await;
     assert_code(&body, "META0013");
 
     let http1 = endpoint(V2, manifest(Some("REQUEST_RESPONSE"), 5, 7), true).await;
-    let (status, body) = post(&url, json!({"uri": format!("http://{http1}/")})).await;
+    let (status, body) = post_json(&url, json!({"uri": format!("http://{http1}/")})).await;
     assert_eq!(status, 500);
     assert_code(&body, "META0014");
-    let (status, ok) = post(
+    let (status, ok) = post_json(
         &url,
         json!({"uri": format!("http://{http1}/"), "use_http_11": true}),
     )
@@ -380,14 +361,14 @@ async fn discovery_failures_carry_their_codes() {
     assert_eq!(status, 201, "{ok}");
 
     let bidi_http1 = endpoint(V2, manifest(Some("BIDI_STREAM"), 5, 7), true).await;
-    let (_, body) = post(
+    let (_, body) = post_json(
         &url,
         json!({"uri": format!("http://{bidi_http1}/"), "use_http_11": true}),
     )
     .await;
     assert_code(&body, "META0015");
 
-    let (status, body) = post(
+    let (status, body) = post_json(
         &url,
         json!({"arn": "arn:aws:lambda:eu-central-1:1:function:f"}),
     )
@@ -396,7 +377,7 @@ async fn discovery_failures_carry_their_codes() {
     assert_code(&body, "META0003");
     assert!(body["message"].as_str().unwrap().contains("Lambda"));
 
-    let (status, body) = post(&url, json!({})).await;
+    let (status, body) = post_json(&url, json!({})).await;
     assert_eq!(status, 422);
     assert_eq!(body["restate_code"], Value::Null);
     let resp = reqwest::Client::new()
@@ -423,7 +404,7 @@ async fn typescript_sdk_over_http2_and_http11() {
     let h2 = TestDeployment::typescript("h2").await.unwrap();
     let h1 = TestDeployment::typescript("h1").await.unwrap();
 
-    let (status, body) = post(&url, json!({"uri": h2.uri})).await;
+    let (status, body) = post_json(&url, json!({"uri": h2.uri})).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["sdk_version"], "restate-sdk-typescript/1.17.2");
     let (_, detail) = get_json(&format!("{url}/{}", body["id"].as_str().unwrap())).await;
@@ -436,11 +417,11 @@ async fn typescript_sdk_over_http2_and_http11() {
     );
 
     // The HTTP/1.1 server cannot be discovered over h2c…
-    let (status, body) = post(&url, json!({"uri": h1.uri})).await;
+    let (status, body) = post_json(&url, json!({"uri": h1.uri})).await;
     assert_eq!(status, 500);
     assert_code(&body, "META0014");
     // …but can with use_http_11, in request/response mode; its services replace the h2 ones.
-    let (status, body) = post(&url, json!({"uri": h1.uri, "use_http_11": true})).await;
+    let (status, body) = post_json(&url, json!({"uri": h1.uri, "use_http_11": true})).await;
     assert_eq!(status, 201, "{body}");
     let (_, detail) = get_json(&format!("{url}/{}", body["id"].as_str().unwrap())).await;
     assert_eq!(
@@ -473,7 +454,8 @@ async fn deleting_a_deployment_with_pinned_invocations_needs_force() {
     let sluice = Sluice::builder().start().await.unwrap();
     let dep = TestDeployment::start("v1").await.unwrap();
     let admin = &sluice.admin_url;
-    let (status, registered) = post(&format!("{admin}/deployments"), json!({"uri": dep.uri})).await;
+    let (status, registered) =
+        post_json(&format!("{admin}/deployments"), json!({"uri": dep.uri})).await;
     assert_eq!(status, 201);
     let id = registered["id"].as_str().unwrap().to_owned();
     let sent: Value = reqwest::Client::new()

@@ -7,18 +7,7 @@ use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment, meter_counts};
-
-async fn post(url: String, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
+use sluice_tests::{Sluice, TestDeployment, get_json, meter_counts, post_json};
 
 async fn produce(bootstrap: &str, topic: &str, records: u32) {
     let producer: FutureProducer = ClientConfig::new()
@@ -70,14 +59,14 @@ async fn records_become_invocations_exactly_once_across_kill_9() {
     let start = || Sluice::builder().data_dir(data.path()).start();
     let sluice = start().await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let (status, body) = post(
-        format!("{}/kafka-clusters", sluice.admin_url),
+    let (status, body) = post_json(
+        &format!("{}/kafka-clusters", sluice.admin_url),
         json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    let (status, sub) = post(
-        format!("{}/subscriptions", sluice.admin_url),
+    let (status, sub) = post_json(
+        &format!("{}/subscriptions", sluice.admin_url),
         json!({"source": "kafka://local/orders", "sink": "service://Meter/work"}),
     )
     .await;
@@ -111,9 +100,10 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
         .unwrap();
     sluice.register(&dep.uri, false).await;
     let admin = &sluice.admin_url;
+    let subscriptions = format!("{admin}/subscriptions");
     let subscribe = |source: &str, sink: &str, options: Value| {
-        post(
-            format!("{admin}/subscriptions"),
+        post_json(
+            &subscriptions,
             json!({"source": source, "sink": sink, "options": options}),
         )
     };
@@ -198,20 +188,20 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 409);
-    let (status, _) = post(
-        format!("{admin}/kafka-clusters"),
+    let (status, _) = post_json(
+        &format!("{admin}/kafka-clusters"),
         json!({"name": "mine", "properties": {"bootstrap.servers": "127.0.0.1:1"}}),
     )
     .await;
     assert_eq!(status, 201);
-    let (status, body) = post(
-        format!("{admin}/kafka-clusters"),
+    let (status, body) = post_json(
+        &format!("{admin}/kafka-clusters"),
         json!({"name": "mine", "properties": {"bootstrap.servers": "127.0.0.1:1"}}),
     )
     .await;
     assert_eq!(status, 409, "{body}");
-    let (status, body) = post(
-        format!("{admin}/kafka-clusters"),
+    let (status, body) = post_json(
+        &format!("{admin}/kafka-clusters"),
         json!({"name": "x", "properties": {}}),
     )
     .await;
@@ -330,13 +320,13 @@ async fn subscribed(
     let admin = &sluice.admin_url;
     let (status, body) = sluice.put_rules(rules).await;
     assert_eq!(status, 200, "{body}");
-    post(
-        format!("{admin}/kafka-clusters"),
+    post_json(
+        &format!("{admin}/kafka-clusters"),
         json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
     )
     .await;
-    let (status, sub) = post(
-        format!("{admin}/subscriptions"),
+    let (status, sub) = post_json(
+        &format!("{admin}/subscriptions"),
         json!({"source": format!("kafka://local/{topic}"), "sink": "service://Meter/hold",
                "options": options}),
     )
@@ -347,10 +337,6 @@ async fn subscribed(
         .create()
         .unwrap();
     (cluster, sluice, dep, sub, producer)
-}
-
-async fn get_json(url: String) -> Value {
-    reqwest::get(url).await.unwrap().json().await.unwrap()
 }
 
 #[tokio::test]
@@ -375,7 +361,7 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
     let (mut paused_seen, mut most_queued) = (false, 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let shown = get_json(format!(
+        let (_, shown) = get_json(&format!(
             "{admin}/subscriptions/{}",
             sub["id"].as_str().unwrap()
         ))
@@ -456,7 +442,7 @@ async fn a_full_scope_pauses_only_the_partition_that_feeds_it() {
     let url = format!("{admin}/subscriptions/{}", sub["id"].as_str().unwrap());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let shown = get_json(url.clone()).await;
+        let (_, shown) = get_json(&url).await;
         if shown["paused_partitions"] == json!([0]) {
             assert_eq!(shown["paused"], true, "{shown}");
             break;
@@ -496,6 +482,6 @@ async fn a_full_scope_pauses_only_the_partition_that_feeds_it() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let shown = get_json(url).await;
+    let (_, shown) = get_json(&url).await;
     assert_eq!(shown["paused"], false, "{shown}");
 }
