@@ -189,6 +189,9 @@ catalogue! {
     RT0025 => Invocation, None,
         "maximum awaited future depth reached",
         "A handler awaited a combinator tree deeper than the limit (1000); the invocation is paused. Flatten the awaited futures.";
+    RT0026 => Ingress, Some(409),
+        "the awakeable cannot be completed",
+        "The awakeable was already completed (an awakeable completes once), its index is not one a handler can create (indexes below 17 are the runtime's own signals), or its invocation has completed or has taken `ingress.max-awakeable-completions` completions. Check the id the handler handed out.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";
@@ -210,6 +213,27 @@ catalogue! {
     PLG0007 => Admin, Some(409),
         "the plugin cannot be changed this way",
         "Plugins from the config file's `[[plugins]]` are changed by editing the file and restarting; only one `match-rule` plugin may be loaded at a time (replace it by name, or unload it first).";
+    SEC0001 => Admin, Some(401),
+        "no valid admin token",
+        "The admin listener has tokens configured (`admin.auth-tokens` or `admin.auth-tokens-file`) and the request carried none, or one that matches none of them. Send `Authorization: Bearer <token>`; the CLI reads `SLUICE_ADMIN_TOKEN` (or `RESTATE_AUTH_TOKEN`). Only `GET /health` is open without one.";
+    SEC0002 => Admin, Some(403),
+        "the token's role may not do this",
+        "A `read` token may call GET routes and `POST /query`; everything else (registering deployments, loading plugins, changing rules, state or invocations) needs an `admin` token.";
+    SEC0003 => Admin, Some(421),
+        "the Host header names another server",
+        "The admin listener answers only requests whose `Host` is an IP address, `localhost`, or a name listed in `admin.allowed-hosts`; anything else may be a DNS-rebinding attack from a browser. Add the name you reach the admin port by to `admin.allowed-hosts`.";
+    SEC0004 => Ingress, Some(400),
+        "a request value is over its size cap",
+        "An idempotency key, an awakeable's payload or another value of the request is longer than its cap (see docs/security.md for every cap and its config key). Send a shorter value or raise the cap.";
+    SEC0005 => Admin, Some(400),
+        "the deployment address is refused by the address policy",
+        "Discovery refuses link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254, …) always, and private or loopback addresses when `admin.deployment-address-policy = \"public-only\"`. Register a deployment on an allowed address or change the policy.";
+    SEC0006 => Admin, Some(400),
+        "the SQL statement is not a read-only query",
+        "`POST /query` runs one `SELECT` (or `EXPLAIN`) statement at most `admin.query-max-length` bytes long. DDL, DML, `COPY`, `SET` and several statements are refused.";
+    SEC0007 => Admin, Some(400),
+        "the Kafka client property is not allowed",
+        "Only client settings on the allow-list (bootstrap, security, SASL, SSL, timeouts, fetch and session sizes, client id; see docs/security.md) may be set on a Kafka cluster. Settings that load code or files chosen by the request (e.g. `plugin.library.paths`) are refused.";
 }
 
 impl Code {

@@ -337,7 +337,9 @@ impl FromStr for InvocationId {
             kind: KIND,
             input: input.to_owned(),
         };
-        let (key, uuid) = payload.split_at(U64_WIDTH);
+        // `split_payload` counted bytes: a multi-byte character across the split point must be
+        // a parse error, not a panic.
+        let (key, uuid) = payload.split_at_checked(U64_WIDTH).ok_or_else(bad)?;
         let key = u64::try_from(decode_digits(key).ok_or_else(bad)?).map_err(|_| bad())?;
         let uuid = decode_digits(uuid).ok_or_else(bad)?;
         Ok(Self::new(key.swap_bytes(), uuid.swap_bytes()))
@@ -452,9 +454,42 @@ mod tests {
 
         #[test]
         fn arbitrary_text_never_panics(text in ".{0,60}") {
-            let _ = text.parse::<InvocationId>();
-            let _ = text.parse::<DeploymentId>();
+            parse_every_id(&text);
         }
+
+        /// Right-length payloads with multi-byte characters anywhere, including across the
+        /// place where an invocation id's payload splits into key and uuid.
+        #[test]
+        fn right_length_payloads_with_any_characters_never_panic(
+            prefix in prop::sample::select(vec!["inv_1", "dp_1", "sub_1", "sign_1", "prom_1"]),
+            chars in prop::collection::vec(prop_oneof![Just('a'), Just('é'), Just('€'), Just('😀'), any::<char>()], 0..40),
+        ) {
+            let mut text = String::from(prefix);
+            for c in chars {
+                if text.len() - prefix.len() >= 33 {
+                    break;
+                }
+                text.push(c);
+            }
+            parse_every_id(&text);
+        }
+    }
+
+    fn parse_every_id(text: &str) {
+        let _ = text.parse::<InvocationId>();
+        let _ = text.parse::<DeploymentId>();
+        let _ = text.parse::<SubscriptionId>();
+        let _ = text.parse::<AwakeableId>();
+    }
+
+    #[test]
+    fn a_character_across_the_key_uuid_split_is_an_error() {
+        // 10 ASCII bytes, then a 2-byte 'é' over bytes 11-12, then 21 bytes: 33 in all.
+        let text = format!("inv_1{}é{}", "a".repeat(10), "a".repeat(21));
+        assert!(matches!(
+            text.parse::<InvocationId>(),
+            Err(IdError::BadPayload { .. })
+        ));
     }
 }
 

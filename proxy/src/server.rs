@@ -26,6 +26,7 @@ const RUNTIME_STOP_SECS: u64 = 1;
 
 /// Runs the server until a shutdown signal has been handled.
 pub fn serve(config: Config) -> Result<(), CodedError> {
+    raise_open_files_limit();
     let config = Arc::new(config);
     let store = Arc::new(Store::open(&config.data_dir)?);
     let registry = Arc::new(Registry::load(Arc::clone(&store))?);
@@ -35,6 +36,8 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         "ingress",
         "ingress.bind / --ingress-bind",
     )?;
+    let admin_auth = admin::auth::AdminAuth::from_config(&config.admin)?;
+    check_admin_exposure(&config, &admin_auth)?;
     let admin_listener = bind(config.admin.bind, "admin", "admin.bind / --admin-bind")?;
     let ingress_addr = local_addr(&ingress_listener)?;
     let admin_addr = local_addr(&admin_listener)?;
@@ -86,6 +89,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         IngressApp::new(Arc::clone(&ingress_state)),
         ingress_listener,
         config.ingress.threads.get(),
+        config.ingress.connections.clone(),
     )
     .map_err(|e| bind_error("ingress", ingress_addr, "ingress.bind / --ingress-bind", &e))?;
     server.add_service(ingress);
@@ -100,11 +104,17 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         rules,
         plugins,
         kafka,
-    );
+    )
+    .with_auth(admin_auth);
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(
         "admin",
-        AdminService::new(admin_listener, router, admin_done_tx),
+        AdminService::new(
+            admin_listener,
+            router,
+            config.admin.connections.clone(),
+            admin_done_tx,
+        ),
     ));
     server.add_service(background_service(
         "drain",
@@ -129,6 +139,42 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     // Only reached when pingora's backstop fired before the drain finished.
     store.close();
     Ok(())
+}
+
+/// Raises the soft limit of open files to the hard limit: every connection is a descriptor, and
+/// the connection caps (not a low default of 1,024) should be what bounds them.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::debug!(from = soft, to = hard, "raised the open-files limit"),
+            Err(e) => tracing::warn!(error = %e, soft, hard, "cannot raise the open-files limit"),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-files limit"),
+    }
+}
+
+/// An admin listener reachable from other machines must have tokens, unless the operator says
+/// otherwise in so many words.
+fn check_admin_exposure(config: &Config, auth: &admin::auth::AdminAuth) -> Result<(), CodedError> {
+    let bind = config.admin.bind;
+    if !auth.is_open() || bind.ip().is_loopback() {
+        return Ok(());
+    }
+    if config.admin.allow_unauthenticated {
+        tracing::warn!(
+            admin = %bind,
+            "the admin API is served WITHOUT authentication on a non-loopback address (admin.allow-unauthenticated = true): anyone who reaches it can register deployments, load plugins and change rules"
+        );
+        return Ok(());
+    }
+    Err(CodedError::new(
+        Code::RT0002,
+        format!(
+            "invalid configuration: the admin listener would be open to anyone on {bind}: configure admin.auth-tokens (or SERVICE_ADMIN__AUTH_TOKENS, or admin.auth-tokens-file), bind it to loopback, or set admin.allow-unauthenticated = true"
+        ),
+    ))
 }
 
 fn server_conf(config: &Config) -> ServerConf {
@@ -171,4 +217,31 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, CodedError> {
     listener
         .local_addr()
         .map_err(|e| CodedError::new(Code::RT0004, format!("cannot read a bound address: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::auth::AdminAuth;
+    use crate::config::AuthTokens;
+
+    fn exposure(bind: &str, tokens: &str, allow: bool) -> Result<(), CodedError> {
+        let mut config = Config::default();
+        config.admin.bind = bind.parse().unwrap();
+        config.admin.auth_tokens = AuthTokens::parse_list(tokens).unwrap();
+        config.admin.allow_unauthenticated = allow;
+        let auth = AdminAuth::from_config(&config.admin).unwrap();
+        check_admin_exposure(&config, &auth)
+    }
+
+    #[test]
+    fn only_loopback_may_go_without_tokens() {
+        assert!(exposure("127.0.0.1:9070", "", false).is_ok());
+        assert!(exposure("[::1]:9070", "", false).is_ok());
+        let err = exposure("0.0.0.0:9070", "", false).unwrap_err();
+        assert_eq!(err.code, Some(Code::RT0002));
+        assert!(err.message.contains("admin.auth-tokens"), "{}", err.message);
+        assert!(exposure("0.0.0.0:9070", "admin:0123456789abcdef", false).is_ok());
+        assert!(exposure("10.0.0.5:9070", "", true).is_ok());
+    }
 }

@@ -283,9 +283,42 @@ pub struct Builder {
     config: Option<String>,
     ingress_port: Option<u16>,
     admin_port: Option<u16>,
+    admin_host: Option<String>,
+    wrapper: Vec<OsString>,
+    admin_token: Option<String>,
 }
 
+/// The `admin` token [`Builder::with_tokens`] configures.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+/// The `read` token [`Builder::with_tokens`] configures.
+pub const READ_TOKEN: &str = "test-read-token-0123456789";
+
 impl Builder {
+    /// Configures an `admin` and a `read` token ([`ADMIN_TOKEN`], [`READ_TOKEN`]); the
+    /// harness's own admin requests send the admin one.
+    pub fn with_tokens(mut self) -> Self {
+        self.admin_token = Some(ADMIN_TOKEN.to_owned());
+        self.env(
+            "SERVICE_ADMIN__AUTH_TOKENS",
+            &format!("admin:{ADMIN_TOKEN},read:{READ_TOKEN}"),
+        )
+    }
+
+    /// Binds the admin listener on `host` (an IP address) instead of 127.0.0.1.
+    pub fn admin_host(mut self, host: &str) -> Self {
+        self.admin_host = Some(host.to_owned());
+        self
+    }
+
+    /// Runs the server under `program args…` (e.g. `prlimit --nofile=256:256 --`).
+    pub fn wrapper(mut self, program: &str, args: &[&str]) -> Self {
+        self.wrapper = std::iter::once(program)
+            .chain(args.iter().copied())
+            .map(OsString::from)
+            .collect();
+        self
+    }
+
     /// Uses `dir` as data dir instead of a fresh temp dir.
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
@@ -336,14 +369,22 @@ impl Builder {
         let stdout_path = scratch.path().join("stdout.log");
         let stderr_path = scratch.path().join("stderr.log");
 
-        let mut cmd = Command::new(binary());
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(binary());
+                cmd
+            }
+            None => Command::new(binary()),
+        };
+        let admin_host = self.admin_host.as_deref().unwrap_or("127.0.0.1");
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(&data_dir)
             .arg("--ingress-bind")
             .arg(format!("127.0.0.1:{ingress_port}"))
             .arg("--admin-bind")
-            .arg(format!("127.0.0.1:{admin_port}"));
+            .arg(format!("{admin_host}:{admin_port}"));
         if let Some(toml) = &self.config {
             let path = scratch.path().join("sluice.toml");
             std::fs::write(&path, toml)?;
@@ -366,6 +407,7 @@ impl Builder {
             .stderr(File::create(&stderr_path)?);
         let child = cmd.spawn().context("spawn sluice")?;
         Ok(Sluice {
+            admin_token: self.admin_token.clone(),
             child: Some(child),
             admin_url: format!("http://127.0.0.1:{admin_port}"),
             ingress_url: format!("http://127.0.0.1:{ingress_port}"),
@@ -412,10 +454,21 @@ pub struct Sluice {
     pub data_dir: PathBuf,
     stdout_path: PathBuf,
     stderr_path: PathBuf,
+    /// The token the harness sends with its admin requests, if tokens are configured.
+    pub admin_token: Option<String>,
     _scratch: TempDir,
 }
 
 impl Sluice {
+    /// A request to the admin listener's `path`, with the harness's token when it has one.
+    pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let req = reqwest::Client::new().request(method, format!("{}{path}", self.admin_url));
+        match &self.admin_token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        }
+    }
+
     /// A builder with free ports and a fresh data dir.
     pub fn builder() -> Builder {
         Builder {
@@ -425,13 +478,16 @@ impl Sluice {
             config: None,
             ingress_port: None,
             admin_port: None,
+            admin_host: None,
+            wrapper: Vec::new(),
+            admin_token: None,
         }
     }
 
     /// Registers a deployment through the admin API and asserts it was new (201).
     pub async fn register(&self, uri: &str, use_http_11: bool) {
-        let resp = reqwest::Client::new()
-            .post(format!("{}/deployments", self.admin_url))
+        let resp = self
+            .admin(reqwest::Method::POST, "/deployments")
             .json(&serde_json::json!({"uri": uri, "use_http_11": use_http_11}))
             .send()
             .await
@@ -443,8 +499,8 @@ impl Sluice {
 
     /// Replaces the rule book (`PUT /limits/rules`): status and answer.
     pub async fn put_rules(&self, rules: serde_json::Value) -> (u16, serde_json::Value) {
-        let resp = reqwest::Client::new()
-            .put(format!("{}/limits/rules", self.admin_url))
+        let resp = self
+            .admin(reqwest::Method::PUT, "/limits/rules")
             .json(&rules)
             .send()
             .await
@@ -457,8 +513,8 @@ impl Sluice {
 
     /// Runs `sql` through `POST /query` with a JSON answer: status and answer.
     pub async fn query(&self, sql: &str) -> (u16, serde_json::Value) {
-        let resp = reqwest::Client::new()
-            .post(format!("{}/query", self.admin_url))
+        let resp = self
+            .admin(reqwest::Method::POST, "/query")
             .header("accept", "application/json")
             .json(&serde_json::json!({ "query": sql }))
             .send()
@@ -479,7 +535,9 @@ impl Sluice {
 
     /// `GET /invocations/{id}`: status and answer.
     pub async fn describe(&self, id: &str) -> (u16, serde_json::Value) {
-        let resp = reqwest::get(format!("{}/invocations/{id}", self.admin_url))
+        let resp = self
+            .admin(reqwest::Method::GET, &format!("/invocations/{id}"))
+            .send()
             .await
             .expect("admin API reachable");
         (

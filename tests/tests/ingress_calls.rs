@@ -626,7 +626,8 @@ async fn awakeables_are_completed_over_the_ingress_and_by_handlers() {
     .await
     .unwrap();
     assert_eq!(bad.status(), 400);
-    let unknown = "sign_1AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    // Index 17, the first a handler can create, of an invocation that does not exist.
+    let unknown = "sign_1AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAEQ";
     let missing = post(
         format!("/service/awakeables/{unknown}/resolve"),
         Some("1".into()),

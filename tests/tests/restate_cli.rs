@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use sluice_tests::{Sluice, TestDeployment};
+use sluice_tests::{ADMIN_TOKEN, Sluice, TestDeployment};
 
 fn restate_cli() -> PathBuf {
     let bin =
@@ -20,13 +20,20 @@ fn restate_cli() -> PathBuf {
 #[tokio::test]
 async fn the_restate_cli_works_against_sluice() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    // With admin tokens: the CLI sends RESTATE_AUTH_TOKEN as its bearer token.
+    let sluice = Sluice::builder()
+        .flow_control()
+        .with_tokens()
+        .start()
+        .await
+        .unwrap();
     sluice.register(&dep.uri, false).await;
     let home = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
         let out = Command::new(restate_cli())
             .args(args)
             .env("RESTATE_ADMIN_URL", &sluice.admin_url)
+            .env("RESTATE_AUTH_TOKEN", ADMIN_TOKEN)
             .env("HOME", home.path())
             .env("NO_COLOR", "1")
             .output()

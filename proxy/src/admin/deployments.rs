@@ -174,6 +174,7 @@ pub async fn create(
             ));
         }
     };
+    crate::discovery::address::check(&uri, state.config.admin.deployment_address_policy).await?;
     let headers = req.additional_headers.clone().unwrap_or_default();
     let found = state
         .discovery
@@ -272,6 +273,7 @@ pub async fn update(
         ));
     };
     let uri = parse_uri(req.uri.as_deref().unwrap_or(uri))?;
+    crate::discovery::address::check(&uri, state.config.admin.deployment_address_policy).await?;
     let use_http_11 = req.use_http_11.unwrap_or(*use_http_11);
     let headers = req
         .additional_headers

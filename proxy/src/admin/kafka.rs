@@ -45,7 +45,7 @@ impl From<KafkaCluster> for ClusterResponse {
     fn from(c: KafkaCluster) -> Self {
         Self {
             name: c.name,
-            properties: c.properties,
+            properties: crate::kafka::properties::redacted(&c.properties),
             created_at: rfc3339(c.created_at_ms).unwrap_or_default(),
             from_config: c.from_config,
             subscriptions: None,

@@ -2,6 +2,7 @@
 //! under `/v2`–`/v4`. `/openapi` is generated from the handlers' annotations, so every route
 //! added with [`OpenApiRouter::routes`] shows up there.
 
+pub mod auth;
 pub mod deployments;
 pub mod error;
 mod health;
@@ -11,6 +12,7 @@ pub mod kafka;
 pub mod limits;
 pub mod plugins;
 pub mod query;
+mod serve;
 pub mod services;
 pub mod shapes;
 mod version;
@@ -40,7 +42,6 @@ use crate::discovery::DiscoveryClient;
 use crate::limits::Rules;
 use crate::partition::Runtime;
 use crate::registry::Registry;
-use crate::shutdown::shutdown_started;
 use crate::storage::Store;
 
 /// What admin handlers share.
@@ -66,6 +67,8 @@ pub struct AdminState {
     pub kafka: Arc<crate::kafka::Kafka>,
     /// Fetches endpoint manifests.
     pub discovery: DiscoveryClient,
+    /// Who may call which route.
+    pub auth: Arc<auth::AdminAuth>,
     /// The generated OpenAPI document, set once the router is built.
     openapi: OnceLock<serde_json::Value>,
 }
@@ -101,8 +104,15 @@ impl AdminState {
             runtime,
             rules,
             discovery: DiscoveryClient::default(),
+            auth: Arc::default(),
             openapi: OnceLock::new(),
         }
+    }
+
+    /// The same state with `auth` guarding the listener.
+    pub fn with_auth(mut self, auth: auth::AdminAuth) -> Self {
+        self.auth = Arc::new(auth);
+        self
     }
 }
 
@@ -166,6 +176,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .split_for_parts();
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);
+    let auth = Arc::clone(&state.auth);
     let api = api
         .with_state(state)
         .method_not_allowed_fallback(method_not_allowed);
@@ -176,7 +187,9 @@ pub fn router(state: Arc<AdminState>) -> Router {
     for version in MIN_ADMIN_API_VERSION..=MAX_ADMIN_API_VERSION {
         app = app.nest(&format!("/v{version}"), api.clone());
     }
-    app.merge(api).fallback(not_found)
+    app.merge(api)
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(auth, auth::require))
 }
 
 /// The OpenAPI 3.1 document of this listener.
@@ -213,15 +226,23 @@ async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> im
 pub struct AdminService {
     listener: Mutex<Option<std::net::TcpListener>>,
     router: Router,
+    limits: crate::config::ConnectionLimits,
     done: watch::Sender<bool>,
 }
 
 impl AdminService {
-    /// A service for `listener`; `done` turns true once its connections have drained.
-    pub fn new(listener: std::net::TcpListener, router: Router, done: watch::Sender<bool>) -> Self {
+    /// A service for `listener` with its connections bounded by `limits`; `done` turns true
+    /// once its connections have drained.
+    pub fn new(
+        listener: std::net::TcpListener,
+        router: Router,
+        limits: crate::config::ConnectionLimits,
+        done: watch::Sender<bool>,
+    ) -> Self {
         Self {
             listener: Mutex::new(Some(listener)),
             router,
+            limits,
             done,
         }
     }
@@ -243,16 +264,11 @@ impl BackgroundService for AdminService {
         let listener = std_listener
             .set_nonblocking(true)
             .and_then(|()| tokio::net::TcpListener::from_std(std_listener));
-        let result = match listener {
+        match listener {
             Ok(listener) => {
-                axum::serve(listener, self.router.clone())
-                    .with_graceful_shutdown(shutdown_started(shutdown))
-                    .await
+                serve::serve(listener, self.router.clone(), self.limits.clone(), shutdown).await;
             }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "admin listener failed");
+            Err(e) => tracing::error!(error = %e, "admin listener failed"),
         }
     }
 }

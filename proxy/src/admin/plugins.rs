@@ -74,7 +74,10 @@ pub struct ListPluginsResponse {
 
 /// The spec a `PUT` describes in its query: `hook` (required), `on-error`, `deadline`,
 /// `memory-limit`, `fuel`, and `config.<key>=<value>` for each config entry.
-fn spec_of(query: &HashMap<String, String>) -> Result<PluginSpec, AdminError> {
+fn spec_of(
+    query: &HashMap<String, String>,
+    limits: &crate::config::PluginLimits,
+) -> Result<PluginSpec, AdminError> {
     let bad = |m: String| AdminError::coded(Code::PLG0001, m);
     let hook: Hook = query
         .get("hook")
@@ -118,6 +121,24 @@ fn spec_of(query: &HashMap<String, String>) -> Result<PluginSpec, AdminError> {
     if spec.deadline.0.is_zero() {
         return Err(bad("deadline must be more than 0".into()));
     }
+    if spec.deadline > limits.max_deadline {
+        return Err(bad(format!(
+            "deadline {} is over the server's maximum of {} (plugin-limits.max-deadline)",
+            spec.deadline, limits.max_deadline
+        )));
+    }
+    if spec.memory_limit > limits.max_memory {
+        return Err(bad(format!(
+            "memory-limit {} is over the server's maximum of {} (plugin-limits.max-memory)",
+            spec.memory_limit, limits.max_memory
+        )));
+    }
+    if spec.fuel.is_some_and(|f| f > limits.max_fuel) {
+        return Err(bad(format!(
+            "fuel is over the server's maximum of {} (plugin-limits.max-fuel)",
+            limits.max_fuel
+        )));
+    }
     Ok(spec)
 }
 
@@ -139,7 +160,7 @@ pub async fn load(
     Query(query): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Json<PluginResponse>, AdminError> {
-    let spec = spec_of(&query)?;
+    let spec = spec_of(&query, &state.config.plugin_limits)?;
     if body.is_empty() {
         return Err(AdminError::coded(
             Code::PLG0001,
@@ -213,14 +234,18 @@ mod tests {
 
     #[test]
     fn the_query_describes_the_spec() {
-        let spec = spec_of(&query(&[
-            ("hook", "match-rule"),
-            ("on-error", "skip"),
-            ("deadline", "25ms"),
-            ("memory-limit", "8 MiB"),
-            ("fuel", "1000"),
-            ("config.premium", "a,b"),
-        ]))
+        let limits = crate::config::PluginLimits::default();
+        let spec = spec_of(
+            &query(&[
+                ("hook", "match-rule"),
+                ("on-error", "skip"),
+                ("deadline", "25ms"),
+                ("memory-limit", "8 MiB"),
+                ("fuel", "1000"),
+                ("config.premium", "a,b"),
+            ]),
+            &limits,
+        )
         .unwrap();
         assert_eq!(spec.hook, Hook::MatchRule);
         assert_eq!(spec.on_error, OnError::Skip);
@@ -228,13 +253,15 @@ mod tests {
         assert_eq!(spec.memory_limit.0, 8 << 20);
         assert_eq!(spec.fuel, Some(1000));
         assert_eq!(spec.config["premium"], "a,b");
-        let defaults = spec_of(&query(&[("hook", "extract")])).unwrap();
+        let defaults = spec_of(&query(&[("hook", "extract")]), &limits).unwrap();
         assert_eq!(defaults, PluginSpec::new(Hook::Extract));
     }
 
     #[test]
     fn bad_queries_say_what_to_fix() {
-        let refused = |pairs: &[(&str, &str)]| spec_of(&query(pairs)).unwrap_err().error.message;
+        let limits = crate::config::PluginLimits::default();
+        let refused =
+            |pairs: &[(&str, &str)]| spec_of(&query(pairs), &limits).unwrap_err().error.message;
         assert!(refused(&[]).contains("?hook=extract"));
         assert!(refused(&[("hook", "x")]).contains("unknown hook 'x'"));
         assert!(
@@ -243,6 +270,18 @@ mod tests {
         assert!(refused(&[("hook", "extract"), ("deadline", "soon")]).contains("invalid deadline"));
         assert!(refused(&[("hook", "extract"), ("deadline", "0ms")]).contains("more than 0"));
         assert!(refused(&[("hook", "extract"), ("fuel", "-1")]).contains("invalid fuel"));
+        assert!(
+            refused(&[("hook", "extract"), ("deadline", "1h")])
+                .contains("plugin-limits.max-deadline")
+        );
+        assert!(
+            refused(&[("hook", "extract"), ("memory-limit", "4 GiB")])
+                .contains("plugin-limits.max-memory")
+        );
+        assert!(
+            refused(&[("hook", "extract"), ("fuel", "99999999999999")])
+                .contains("plugin-limits.max-fuel")
+        );
         assert!(
             refused(&[("hook", "extract"), ("colour", "red")])
                 .contains("unknown parameter 'colour'")

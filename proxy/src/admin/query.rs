@@ -10,9 +10,10 @@ use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::AdminState;
 use super::json::Json;
-use crate::sql::{QueryAnswer, rows};
+use super::{AdminError, AdminState};
+use crate::errors::Code;
+use crate::sql::{QueryAnswer, QueryError, rows};
 
 /// A query.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -51,6 +52,9 @@ pub async fn query(
 ) -> Response {
     let answer = match state.query.query(&request.query).await {
         Ok(answer) => answer,
+        Err(e @ QueryError::NotReadOnly(_)) => {
+            return AdminError::coded(Code::SEC0006, e.to_string()).into_response();
+        }
         Err(e) => return refused(e.to_string()),
     };
     let wants_json = headers

@@ -35,6 +35,15 @@ impl Answer {
 }
 
 impl AdminClient {
+    /// A client of `base` sending the token of the environment: `SLUICE_ADMIN_TOKEN`, else the
+    /// restate CLI's `RESTATE_AUTH_TOKEN`.
+    pub fn from_env(base: &str) -> Self {
+        let token = ["SLUICE_ADMIN_TOKEN", "RESTATE_AUTH_TOKEN"]
+            .iter()
+            .find_map(|name| std::env::var(name).ok().filter(|t| !t.is_empty()));
+        Self::new(base, token)
+    }
+
     /// A client of `base` (e.g. `http://127.0.0.1:9070`), sending `token` as a bearer token.
     pub fn new(base: &str, token: Option<String>) -> Self {
         Self {

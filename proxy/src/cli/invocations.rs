@@ -72,7 +72,7 @@ impl InvocationsCommand {
 
 /// Runs an invocations command.
 pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), CodedError> {
-    let admin = AdminClient::new(&args.admin_url, std::env::var("SLUICE_ADMIN_TOKEN").ok());
+    let admin = AdminClient::from_env(&args.admin_url);
     if let Some((op, id)) = cmd.control() {
         admin
             .call(

@@ -108,7 +108,7 @@ const HEADER: [&str; 7] = [
 
 /// Runs a plugins command.
 pub async fn run(cmd: &PluginsCommand, args: &AdminArgs) -> Result<(), CodedError> {
-    let admin = AdminClient::new(&args.admin_url, std::env::var("SLUICE_ADMIN_TOKEN").ok());
+    let admin = AdminClient::from_env(&args.admin_url);
     let answer = match cmd {
         PluginsCommand::List => admin.call(Method::GET, "/plugins", None::<&()>).await?,
         PluginsCommand::Load { name, file, .. } => {

@@ -77,7 +77,7 @@ pub struct AdminArgs {
 }
 
 fn client(args: &AdminArgs) -> AdminClient {
-    AdminClient::new(&args.admin_url, std::env::var("SLUICE_ADMIN_TOKEN").ok())
+    AdminClient::from_env(&args.admin_url)
 }
 
 fn show(

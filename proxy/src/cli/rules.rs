@@ -104,7 +104,7 @@ fn limits_of(rule: &RuleResponse) -> Value {
 
 /// Runs a rules command.
 pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError> {
-    let admin = AdminClient::new(&args.admin_url, std::env::var("SLUICE_ADMIN_TOKEN").ok());
+    let admin = AdminClient::from_env(&args.admin_url);
     let (done, json) = match cmd {
         RulesCommand::Set {
             pattern,

@@ -22,10 +22,7 @@ pub struct SqlArgs {
 
 /// Runs `sluice sql`.
 pub async fn run(args: &SqlArgs) -> Result<(), CodedError> {
-    let admin = AdminClient::new(
-        &args.admin.admin_url,
-        std::env::var("SLUICE_ADMIN_TOKEN").ok(),
-    );
+    let admin = AdminClient::from_env(&args.admin.admin_url);
     let bytes = admin
         .post_raw("/query", &serde_json::json!({ "query": args.query }))
         .await?;

@@ -52,7 +52,7 @@ const HEADER: [&str; 4] = ["ID", "SOURCE", "SINK", "OPTIONS"];
 
 /// Runs a subscriptions command.
 pub async fn run(cmd: &SubscriptionsCommand, args: &AdminArgs) -> Result<(), CodedError> {
-    let admin = AdminClient::new(&args.admin_url, std::env::var("SLUICE_ADMIN_TOKEN").ok());
+    let admin = AdminClient::from_env(&args.admin_url);
     let answer = match cmd {
         SubscriptionsCommand::Create {
             source,

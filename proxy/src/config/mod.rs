@@ -4,6 +4,7 @@
 //! Anything unknown or invalid fails with RT0002 naming the key path and where it came from.
 
 mod load;
+mod security;
 mod values;
 
 use std::net::SocketAddr;
@@ -13,6 +14,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use load::{ConfigSource, Overrides, load};
+pub use security::{
+    AdminRole, AuthToken, AuthTokens, ConnectionLimits, DeploymentAddressPolicy, MIN_TOKEN_LENGTH,
+};
 pub use values::{
     AdvertisedEndpoint, ByteSize, FriendlyDuration, LogFormat, LogLevel, OnMaxAttempts,
 };
@@ -41,6 +45,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Partitions and the invoker.
     pub worker: WorkerConfig,
+    /// Most a plugin loaded through the admin API may ask for.
+    pub plugin_limits: PluginLimits,
     /// Policy plugins loaded at start-up, in order (`[[plugins]]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<crate::plugins::ConfiguredPlugin>,
@@ -59,6 +65,7 @@ impl Default for Config {
             ingress: IngressConfig::default(),
             admin: AdminConfig::default(),
             worker: WorkerConfig::default(),
+            plugin_limits: PluginLimits::default(),
             plugins: Vec::new(),
         }
     }
@@ -84,6 +91,29 @@ impl Config {
     }
 }
 
+/// Server-side maxima of what `PUT /plugins/{name}` may set: a plugin loaded over the API
+/// cannot take a core for seconds a call or gigabytes of memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct PluginLimits {
+    /// Longest `deadline`.
+    pub max_deadline: FriendlyDuration,
+    /// Largest `memory-limit`.
+    pub max_memory: ByteSize,
+    /// Most `fuel`.
+    pub max_fuel: u64,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        Self {
+            max_deadline: FriendlyDuration::from_secs(1),
+            max_memory: ByteSize::mib(256),
+            max_fuel: 10_000_000_000,
+        }
+    }
+}
+
 /// The ingress listener (pingora).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -98,6 +128,15 @@ pub struct IngressConfig {
     /// Kafka clusters subscriptions may consume from (`[[ingress.kafka-clusters]]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kafka_clusters: Vec<crate::kafka::ConfiguredCluster>,
+    /// Bounds on the listener's connections.
+    pub connections: ConnectionLimits,
+    /// Longest `idempotency-key` header accepted (SEC0004 beyond).
+    pub idempotency_key_max_length: usize,
+    /// Largest body of an awakeable's resolve or reject (SEC0004 beyond).
+    pub awakeable_payload_limit: ByteSize,
+    /// Awakeable completions one invocation accepts from outside in its life (RT0026 beyond),
+    /// which bounds how much a client can grow one journal.
+    pub max_awakeable_completions: u32,
 }
 
 impl Default for IngressConfig {
@@ -107,6 +146,10 @@ impl Default for IngressConfig {
             advertised_endpoint: None,
             threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
             kafka_clusters: Vec::new(),
+            connections: ConnectionLimits::with_max(10_000),
+            idempotency_key_max_length: 256,
+            awakeable_payload_limit: ByteSize::mib(1),
+            max_awakeable_completions: 1_000,
         }
     }
 }
@@ -121,6 +164,27 @@ pub struct AdminConfig {
     pub query_timeout: FriendlyDuration,
     /// Most rows a `POST /query` may answer.
     pub query_row_limit: usize,
+    /// Longest SQL text `POST /query` accepts.
+    pub query_max_length: ByteSize,
+    /// Most operators and opening parentheses one query may have (bounds expression depth).
+    pub query_max_operators: usize,
+    /// Memory one query may use: joins, sorts and aggregations, string functions' results and
+    /// the answer.
+    pub query_memory_limit: ByteSize,
+    /// Bearer tokens with their roles (`role:token`, role `read` or `admin`). With none, the
+    /// admin listener must be on loopback.
+    pub auth_tokens: AuthTokens,
+    /// A file of more tokens, one `role:token` a line (`#` comments), read at start-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_tokens_file: Option<std::path::PathBuf>,
+    /// Serve the admin API without tokens on a non-loopback address (a warning at start-up).
+    pub allow_unauthenticated: bool,
+    /// Host names (beside IP addresses and `localhost`) the admin listener answers to.
+    pub allowed_hosts: Vec<String>,
+    /// Which addresses deployments may be registered on.
+    pub deployment_address_policy: DeploymentAddressPolicy,
+    /// Bounds on the listener's connections.
+    pub connections: ConnectionLimits,
 }
 
 impl Default for AdminConfig {
@@ -129,6 +193,15 @@ impl Default for AdminConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 9070)),
             query_timeout: FriendlyDuration::from_secs(10),
             query_row_limit: 100_000,
+            query_max_length: ByteSize::kib(64),
+            query_max_operators: 256,
+            query_memory_limit: ByteSize::mib(128),
+            auth_tokens: AuthTokens::default(),
+            auth_tokens_file: None,
+            allow_unauthenticated: false,
+            allowed_hosts: Vec::new(),
+            deployment_address_policy: DeploymentAddressPolicy::default(),
+            connections: ConnectionLimits::with_max(256),
         }
     }
 }

@@ -82,6 +82,16 @@ impl ByteSize {
     pub const fn mib(n: u64) -> Self {
         Self(n * 1024 * 1024)
     }
+
+    /// `n` kibibytes.
+    pub const fn kib(n: u64) -> Self {
+        Self(n * 1024)
+    }
+
+    /// The size as a `usize`, saturating on a 32-bit target.
+    pub fn as_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
 }
 
 impl fmt::Display for ByteSize {

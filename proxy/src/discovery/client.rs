@@ -250,15 +250,36 @@ fn status_failure(url: &str, status: StatusCode, body: &[u8]) -> Failure {
             "got status code '404'. Make sure the provided URI has the correct path: the SDK must serve /discover under it",
         ));
     }
-    let excerpt = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
     let err = unreachable(
         url,
-        format!("got status code '{}'. Body: {excerpt}", status.as_u16()),
+        format!(
+            "got status code '{}'. Body: {}",
+            status.as_u16(),
+            excerpt(body)
+        ),
     );
     match status.as_u16() {
         408 | 429 | 500 | 502 | 503 | 504 => Failure::Retry(err),
         _ => Failure::Final(err),
     }
+}
+
+/// Longest part of a remote body an error message repeats: enough to recognise an error page,
+/// too little to turn discovery into a way of reading internal pages.
+const EXCERPT_CHARS: usize = 64;
+
+/// A short, printable excerpt of a remote `body` and its size.
+pub fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut shown: String = text
+        .chars()
+        .take(EXCERPT_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(EXCERPT_CHARS).is_some() {
+        shown.push_str(&format!("… ({} bytes in all)", body.len()));
+    }
+    shown
 }
 
 /// `{uri}/discover`, keeping the URI's own path as prefix and its query.

@@ -228,9 +228,11 @@ impl Manifest {
     /// Parses and checks a manifest body.
     pub fn parse(body: &[u8]) -> Result<Self, CodedError> {
         let manifest: Manifest = serde_json::from_slice(body).map_err(|e| {
-            let shown = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+            // serde's message can quote values of the body: both are cut short.
             bad(format!(
-                "the manifest cannot be decoded: {e}. Discovery response: {shown}"
+                "the manifest cannot be decoded: {}. Discovery response: {}",
+                super::client::excerpt(e.to_string().as_bytes()),
+                super::client::excerpt(body)
             ))
         })?;
         manifest.validate()?;

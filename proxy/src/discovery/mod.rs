@@ -1,5 +1,6 @@
 //! Discovery: fetching and validating the endpoint manifest of a deployment.
 
+pub mod address;
 pub mod client;
 pub mod manifest;
 

@@ -7,9 +7,10 @@ use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
 use super::error::IngressError;
-use super::invoke::read_body;
+use super::invoke::read_body_up_to;
+use crate::errors::Code;
 use crate::ids::AwakeableId;
-use crate::partition::signals::Signal;
+use crate::partition::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
 use crate::protocol::proto::{self, notification_template};
 
 /// Completes the awakeable `id`.
@@ -20,7 +21,18 @@ pub async fn complete(
     resolve: bool,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let id: AwakeableId = id.parse().map_err(IngressError::bad_request)?;
-    let body = read_body(session).await?;
+    if id.index < FIRST_AWAKEABLE_INDEX {
+        return Err(IngressError::coded(
+            Code::RT0026,
+            format!(
+                "awakeable index {} is not one a handler creates (they start at {FIRST_AWAKEABLE_INDEX}): check the id",
+                id.index
+            ),
+        ));
+    }
+    let limit = state.config.ingress.awakeable_payload_limit;
+    let body =
+        read_body_up_to(session, limit.as_usize(), "ingress.awakeable-payload-limit").await?;
     let result = if resolve {
         notification_template::Result::Value(proto::Value { content: body })
     } else {
@@ -30,7 +42,7 @@ pub async fn complete(
             metadata: Vec::new(),
         })
     };
-    let found = state
+    let delivery = state
         .runtime
         .signal(Signal::awakeable(id, result))
         .await
@@ -39,15 +51,19 @@ pub async fn complete(
             code: e.code,
             message: format!("{}; the awakeable was not completed, retry", e.message),
         })?;
-    if !found {
-        return Err(IngressError {
-            status: StatusCode::NOT_FOUND,
-            code: None,
-            message: format!(
-                "awakeable {id} belongs to invocation {}, which does not exist",
-                id.invocation
-            ),
-        });
+    match delivery {
+        Delivery::Delivered => {}
+        Delivery::NoInvocation => {
+            return Err(IngressError {
+                status: StatusCode::NOT_FOUND,
+                code: None,
+                message: format!(
+                    "awakeable {id} belongs to invocation {}, which does not exist",
+                    id.invocation
+                ),
+            });
+        }
+        Delivery::Refused(why) => return Err(IngressError::coded(Code::RT0026, why)),
     }
     Ok(Response::builder()
         .status(StatusCode::ACCEPTED)

@@ -68,15 +68,29 @@ fn check_flow_control(
 }
 
 pub(super) async fn read_body(session: &mut ServerSession) -> Result<Bytes, IngressError> {
+    read_body_up_to(session, MAX_BODY, "").await
+}
+
+/// Reads the body, refusing it (413) once it is over `max` bytes; `key` names the setting.
+pub(super) async fn read_body_up_to(
+    session: &mut ServerSession,
+    max: usize,
+    key: &str,
+) -> Result<Bytes, IngressError> {
     let mut body = BytesMut::new();
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY {
+                if body.len().saturating_add(chunk.len()) > max {
+                    let setting = if key.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({key})")
+                    };
                     return Err(IngressError {
                         status: StatusCode::PAYLOAD_TOO_LARGE,
-                        code: None,
-                        message: format!("request body over {MAX_BODY} bytes"),
+                        code: Some(Code::SEC0004),
+                        message: format!("request body over {max} bytes{setting}"),
                     });
                 }
                 body.extend_from_slice(&chunk);
@@ -131,8 +145,12 @@ pub(super) fn with_ids(mut resp: Response<Vec<u8>>, id: InvocationId) -> Respons
     resp
 }
 
-/// The `idempotency-key` header, if any (empty is refused).
-fn idempotency_key(session: &ServerSession) -> Result<Option<String>, IngressError> {
+/// The `idempotency-key` header, if any (empty is refused, and so is one over `max_len` bytes:
+/// a retained key stays in memory and in the store for the retention).
+fn idempotency_key(
+    session: &ServerSession,
+    max_len: usize,
+) -> Result<Option<String>, IngressError> {
     let Some(value) = session.req_header().headers.get("idempotency-key") else {
         return Ok(None);
     };
@@ -142,6 +160,15 @@ fn idempotency_key(session: &ServerSession) -> Result<Option<String>, IngressErr
     if key.is_empty() {
         return Err(IngressError::bad_request(
             "the 'idempotency-key' header is empty: send a non-empty key, or leave the header out",
+        ));
+    }
+    if key.len() > max_len {
+        return Err(IngressError::coded(
+            Code::SEC0004,
+            format!(
+                "the 'idempotency-key' header is {} bytes long, over the cap of {max_len} (ingress.idempotency-key-max-length)",
+                key.len()
+            ),
         ));
     }
     Ok(Some(key.to_owned()))
@@ -172,7 +199,8 @@ pub async fn invoke(
         ));
     }
     let delay = input::delay(query.as_deref(), path.mode)?;
-    let idempotency_key = idempotency_key(session)?;
+    let idempotency_key =
+        idempotency_key(session, state.config.ingress.idempotency_key_max_length)?;
     let body = read_body(session).await?;
     let content_type = session
         .req_header()

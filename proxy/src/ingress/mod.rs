@@ -4,6 +4,7 @@
 mod attach;
 mod awakeable;
 mod classify;
+mod connections;
 mod error;
 pub mod input;
 mod invoke;
@@ -59,6 +60,9 @@ impl IngressApp {
 impl ServeHttp for IngressApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let _in_flight = self.state.in_flight.enter();
+        if let Some(refused) = ambiguous_framing(session) {
+            return refused;
+        }
         let req = session.req_header();
         let operation = path::parse(&req.method, req.uri.path());
         let result = match operation {
@@ -91,32 +95,54 @@ impl ServeHttp for IngressApp {
     }
 }
 
+/// A request with both `Content-Length` and `Transfer-Encoding` (or several lengths) can be
+/// read two ways; a proxy in front that reads it the other way smuggles a second request
+/// through. It is refused, and the connection closed.
+fn ambiguous_framing(session: &mut ServerSession) -> Option<Response<Vec<u8>>> {
+    let headers = &session.req_header().headers;
+    let lengths = headers.get_all(http::header::CONTENT_LENGTH).iter().count();
+    let chunked = headers.contains_key(http::header::TRANSFER_ENCODING);
+    if lengths == 0 || (lengths == 1 && !chunked) {
+        return None;
+    }
+    session.set_keepalive(None);
+    Some(error::IngressError::bad_request(
+        "the request has both Content-Length and Transfer-Encoding (or several Content-Length headers): send exactly one of them",
+    ).into_response())
+}
+
 /// The ingress as a pingora service, on a socket bound before start-up.
 ///
 /// Pingora binds its own sockets when it starts its services, too late to report a busy port
 /// cleanly. It first looks for an already-open socket in its fd table under the same address, so
 /// this wrapper puts ours there.
 pub struct IngressService {
-    inner: ListeningService<HttpServer<IngressApp>>,
+    inner: ListeningService<connections::GuardedHttp>,
     address: String,
     socket: Option<OwnedFd>,
     threads: usize,
 }
 
 impl IngressService {
-    /// Serves `app` on `listener` with `threads` worker threads; accepts HTTP/1.1 and h2c.
+    /// Serves `app` on `listener` with `threads` worker threads, its connections bounded by
+    /// `limits`; accepts HTTP/1.1 and h2c.
     pub fn new(
         app: IngressApp,
         listener: std::net::TcpListener,
         threads: usize,
+        limits: crate::config::ConnectionLimits,
     ) -> std::io::Result<Self> {
         let address = listener.local_addr()?.to_string();
         listener.set_nonblocking(true)?;
         let mut server = HttpServer::new_app(app);
         let mut options = HttpServerOptions::default();
         options.h2c = true;
+        options.h2_idle_timeout = Some(limits.idle_timeout.0);
         server.server_options = Some(options);
-        let mut inner = ListeningService::new("ingress".to_owned(), server);
+        let mut inner = ListeningService::new(
+            "ingress".to_owned(),
+            connections::GuardedHttp::new(server, limits),
+        );
         inner.add_tcp(&address);
         Ok(Self {
             inner,

@@ -111,8 +111,11 @@ fn percent_decode(segment: &str) -> Option<String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            // Two hex digits, nothing else: `from_str_radix` alone would take a sign (`%+f`).
+            let [hi, lo] = *bytes.get(i + 1..i + 3)? else {
+                return None;
+            };
+            out.push(hex_value(hi)? << 4 | hex_value(lo)?);
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -120,6 +123,12 @@ fn percent_decode(segment: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    char::from(digit)
+        .to_digit(16)
+        .and_then(|v| u8::try_from(v).ok())
 }
 
 fn invoke(mode: Mode, scope: Option<String>, rest: &[String], legacy: bool) -> Option<Operation> {
@@ -334,6 +343,13 @@ mod tests {
                 .as_u16(),
             405
         );
+        for bad in ["/S/%+f/h", "/S/%-1/h", "/S/% f/h", "/S/%f/h", "/S/%ff/h"] {
+            assert_eq!(
+                parse(&Method::POST, bad).unwrap_err().status.as_u16(),
+                400,
+                "{bad}"
+            );
+        }
         assert_eq!(
             parse(&Method::POST, "/S/%zz/h")
                 .unwrap_err()
@@ -346,6 +362,12 @@ mod tests {
     proptest! {
         #[test]
         fn parsing_never_panics(path in "(/[a-zA-Z0-9%_.~-]{0,6}){0,9}/?", post in any::<bool>()) {
+            let method = if post { Method::POST } else { Method::GET };
+            let _ = parse(&method, &path);
+        }
+
+        #[test]
+        fn arbitrary_paths_never_panic(path in "\\PC{0,80}", post in any::<bool>()) {
             let method = if post { Method::POST } else { Method::GET };
             let _ = parse(&method, &path);
         }

@@ -4,6 +4,7 @@
 
 mod consumer;
 mod model;
+pub mod properties;
 mod store;
 
 use std::collections::{BTreeMap, HashMap};
@@ -156,6 +157,7 @@ impl Kafka {
             ))
             .into());
         }
+        properties::check(&properties)?;
         if !properties.contains_key("bootstrap.servers") {
             return Err(CodedError::uncoded(
                 "the cluster's properties need 'bootstrap.servers' (host:port,…)",

@@ -239,10 +239,10 @@ impl Partition {
                 outcome,
             } => self.call_result(id, completion, outcome, writes, effects),
             Event::Signal { signal, reply } => {
-                let found = self.signal(signal, writes, effects);
+                let delivery = self.signal(signal, writes, effects);
                 if let Some(reply) = reply {
                     effects.push(Effect::Then(Box::new(move || {
-                        let _ = reply.send(found);
+                        let _ = reply.send(delivery);
                     })));
                 }
             }

@@ -73,8 +73,8 @@ pub enum Event {
     Signal {
         /// The signal.
         signal: signals::Signal,
-        /// Answered after the commit: whether the invocation exists.
-        reply: Option<oneshot::Sender<bool>>,
+        /// Answered after the commit: what became of it.
+        reply: Option<oneshot::Sender<signals::Delivery>>,
     },
     /// The result of an invocation that `id` called.
     CallResult {

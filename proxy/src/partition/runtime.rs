@@ -176,7 +176,10 @@ impl Runtime {
     }
 
     /// Delivers a signal once durable; false when its invocation does not exist.
-    pub async fn signal(&self, signal: super::signals::Signal) -> Result<bool, CodedError> {
+    pub async fn signal(
+        &self,
+        signal: super::signals::Signal,
+    ) -> Result<super::signals::Delivery, CodedError> {
         let (reply, answer) = oneshot::channel();
         self.partition(signal.target)
             .send(Event::Signal {

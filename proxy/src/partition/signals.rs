@@ -84,21 +84,83 @@ pub fn sent_by(message: &Message) -> Option<Result<Signal, CodedError>> {
     }
 }
 
+/// The first signal index a handler's awakeable can have; lower ones are the runtime's own
+/// (1 is cancellation).
+pub const FIRST_AWAKEABLE_INDEX: u32 = 17;
+
+/// What became of a signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Journaled for its invocation.
+    Delivered,
+    /// No such invocation.
+    NoInvocation,
+    /// Not journaled, for the reason given (RT0026).
+    Refused(String),
+}
+
+/// The awakeable indexes already completed in `journal`, and how many there are.
+fn completed_awakeables(journal: &[crate::protocol::Frame]) -> impl Iterator<Item = u32> + '_ {
+    use prost::Message as _;
+    journal
+        .iter()
+        .filter(|f| f.ty == SIGNAL_FRAME)
+        .filter_map(|f| proto::NotificationTemplate::decode(f.payload.clone()).ok())
+        .filter_map(|n| match n.id {
+            Some(notification_template::Id::SignalId(i)) if i >= FIRST_AWAKEABLE_INDEX => Some(i),
+            _ => None,
+        })
+}
+
+/// The frame type of a signal notification.
+const SIGNAL_FRAME: u16 = 0xFBFF;
+
 impl Partition {
-    /// Delivers `signal`; false when its invocation is unknown here.
+    /// Delivers `signal` to its invocation's journal. An awakeable completes once, and an
+    /// invocation takes at most `ingress.max-awakeable-completions` of them: a client that
+    /// forges awakeable ids cannot grow a journal without bound.
     pub(super) fn signal(
         &mut self,
         signal: Signal,
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
-    ) -> bool {
+    ) -> Delivery {
+        let cap = self.config.ingress.max_awakeable_completions;
         let Some(live) = self.live.get_mut(&signal.target) else {
-            // A completed invocation left memory but exists; the signal is dropped.
-            return self.stored(signal.target).ok().flatten().is_some();
+            // A completed invocation left memory but exists; it no longer listens.
+            return match self.stored(signal.target).ok().flatten() {
+                Some(_) => Delivery::Refused(format!(
+                    "invocation {} has completed: its awakeables can no longer be completed",
+                    signal.target
+                )),
+                None => Delivery::NoInvocation,
+            };
         };
-        // A completed invocation no longer listens; the signal is dropped.
         if live.record.status == Status::Completed {
-            return true;
+            return Delivery::Refused(format!(
+                "invocation {} has completed: its awakeables can no longer be completed",
+                signal.target
+            ));
+        }
+        if let notification_template::Id::SignalId(index) = signal.id
+            && index >= FIRST_AWAKEABLE_INDEX
+        {
+            let mut count = 0u32;
+            for done in completed_awakeables(&live.journal) {
+                if done == index {
+                    return Delivery::Refused(format!(
+                        "awakeable {index} of invocation {} was already completed: an awakeable completes once",
+                        signal.target
+                    ));
+                }
+                count = count.saturating_add(1);
+            }
+            if count >= cap {
+                return Delivery::Refused(format!(
+                    "invocation {} has taken {count} awakeable completions, the most it accepts (ingress.max-awakeable-completions)",
+                    signal.target
+                ));
+            }
         }
         let frame = Message::Signal(proto::NotificationTemplate {
             id: Some(signal.id),
@@ -109,6 +171,6 @@ impl Partition {
         if !live.running && live.record.status != Status::Paused {
             effects.push(Effect::Attempt(signal.target));
         }
-        true
+        Delivery::Delivered
     }
 }

@@ -1,6 +1,8 @@
 //! SQL introspection (`POST /query`): DataFusion over system tables whose rows are read when a
 //! query scans them, from live partition snapshots, the rule book, the registry and the store.
 
+mod cancel;
+mod guards;
 mod json;
 mod table;
 mod tables;
@@ -10,7 +12,10 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::context::SQLOptions;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use futures_util::StreamExt as _;
 
 pub use json::rows;
 
@@ -40,6 +45,9 @@ pub enum QueryError {
     /// Bad SQL, an unknown table or column, or a table that cannot be read now.
     #[error("{0}")]
     Sql(String),
+    /// Not one read-only statement, or too long (SEC0006).
+    #[error("{0}")]
+    NotReadOnly(String),
     /// It ran longer than the configured timeout.
     #[error(
         "the query ran longer than {0:?} and was stopped: narrow it with WHERE or LIMIT (admin.query-timeout)"
@@ -50,6 +58,11 @@ pub enum QueryError {
         "the query returned more than {0} rows: add a LIMIT or a WHERE (admin.query-row-limit)"
     )]
     TooManyRows(usize),
+    /// Its answer or its working memory grew past the configured cap.
+    #[error(
+        "the query needs more than {0} of memory: narrow it with WHERE or LIMIT (admin.query-memory-limit)"
+    )]
+    TooMuchMemory(crate::config::ByteSize),
 }
 
 /// A query's answer.
@@ -60,9 +73,13 @@ pub struct QueryAnswer {
     pub batches: Vec<RecordBatch>,
 }
 
-/// Runs SQL over the system tables.
+/// Runs SQL over the system tables, on a runtime of its own: a query that burns CPU or recurses
+/// deeply never stalls the admin listener, and the admin side enforces the timeout.
 pub struct QueryEngine {
     sources: Arc<QuerySources>,
+    runtime: tokio::runtime::Handle,
+    /// Dropped with the engine: ends the runtime's thread.
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl std::fmt::Debug for QueryEngine {
@@ -71,49 +88,219 @@ impl std::fmt::Debug for QueryEngine {
     }
 }
 
+/// Worker threads of the query runtime: queries never take every core from the partitions.
+const QUERY_THREADS: usize = 1;
+/// Stack of a query thread; deep plans also grow onto the heap (DataFusion's recursion
+/// protection), this is the first segment.
+const QUERY_STACK: usize = 64 * 1024 * 1024;
+
 impl QueryEngine {
     /// An engine over `sources`.
     pub fn new(sources: QuerySources) -> Self {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("sluice-sql".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(QUERY_THREADS)
+                    .thread_name("sluice-sql-worker")
+                    .thread_stack_size(QUERY_STACK)
+                    .enable_all()
+                    .build()
+                    .expect("the query runtime starts");
+                let _ = handle_tx.send(runtime.handle().clone());
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+                // Queries still running are dropped at their next yield.
+                runtime.shutdown_background();
+            })
+            .expect("the query thread starts");
+        let runtime = handle_rx
+            .recv()
+            .expect("the query runtime hands out its handle");
         Self {
             sources: Arc::new(sources),
+            runtime,
+            _stop: stop,
         }
     }
 
-    /// Runs `sql` within the configured time and row limits.
+    /// Runs `sql` within the configured time, row and memory limits.
     pub async fn query(&self, sql: &str) -> Result<QueryAnswer, QueryError> {
         let admin = &self.sources.config.admin;
         let timeout = admin.query_timeout.0;
-        let cap = admin.query_row_limit;
-        let run = async {
-            let ctx = SessionContext::new_with_config(
-                SessionConfig::new()
-                    .with_information_schema(true)
-                    .with_target_partitions(1),
-            );
-            for (name, table) in tables::all(&self.sources) {
-                ctx.register_table(name, Arc::new(table))
-                    .map_err(|e| QueryError::Sql(e.to_string()))?;
+        if sql.len() > admin.query_max_length.as_usize() {
+            return Err(QueryError::NotReadOnly(format!(
+                "the query is {} bytes long, over admin.query-max-length ({})",
+                sql.len(),
+                admin.query_max_length
+            )));
+        }
+        check_operators(sql, admin.query_max_operators)?;
+        let flag = cancel::CancelFlag::default();
+        let _cancel = cancel::CancelOnDrop(Arc::clone(&flag));
+        let mut task = self
+            .runtime
+            .spawn(run(Arc::clone(&self.sources), sql.to_owned(), flag));
+        match tokio::time::timeout(timeout, &mut task).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => Err(QueryError::Sql(format!("the query failed: {e}"))),
+            Err(_) => {
+                task.abort();
+                Err(QueryError::Timeout(timeout))
             }
-            let frame = ctx
-                .sql(sql)
-                .await
-                .map_err(|e| QueryError::Sql(e.to_string()))?;
-            let schema = Arc::clone(frame.schema().inner());
-            // One row past the cap tells "too many" from "exactly the cap".
-            let frame = frame
-                .limit(0, Some(cap + 1))
-                .map_err(|e| QueryError::Sql(e.to_string()))?;
-            let batches = frame
-                .collect()
-                .await
-                .map_err(|e| QueryError::Sql(e.to_string()))?;
-            if batches.iter().map(RecordBatch::num_rows).sum::<usize>() > cap {
-                return Err(QueryError::TooManyRows(cap));
-            }
-            Ok(QueryAnswer { schema, batches })
-        };
-        tokio::time::timeout(timeout, run)
-            .await
-            .map_err(|_| QueryError::Timeout(timeout))?
+        }
     }
+}
+
+/// Refuses a statement with more than `max` operators and opening parentheses. Expressions are
+/// trees, and parts of planning (naming columns, cloning, comparing) walk them recursively: a
+/// `1+1+…+1` of thousands of terms would exhaust any stack. The count bounds the depth.
+fn check_operators(sql: &str, max: usize) -> Result<(), QueryError> {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::keywords::Keyword;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        // The parser reports the error with its position.
+        return Ok(());
+    };
+    let operators = tokens
+        .iter()
+        .filter(|t| match t {
+            Token::Word(w) => matches!(w.keyword, Keyword::AND | Keyword::OR | Keyword::NOT),
+            Token::Whitespace(_)
+            | Token::Number(..)
+            | Token::SingleQuotedString(_)
+            | Token::DoubleQuotedString(_)
+            | Token::Comma
+            | Token::Period
+            | Token::RParen
+            | Token::SemiColon
+            | Token::EOF => false,
+            _ => true,
+        })
+        .count();
+    if operators > max {
+        return Err(QueryError::NotReadOnly(format!(
+            "the query has {operators} operators and parentheses, over admin.query-max-operators ({max})"
+        )));
+    }
+    Ok(())
+}
+
+/// Plans `sql` if it is one read-only statement: the parse is checked by kind, and the plan again
+/// by DataFusion's own verifier (no DDL, DML, `COPY` or `SET` anywhere in it).
+async fn read_only_plan(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<datafusion::logical_expr::LogicalPlan, QueryError> {
+    use datafusion::sql::parser::Statement as DfStatement;
+    use datafusion::sql::sqlparser::ast::Statement;
+    let state = ctx.state();
+    let statement = state
+        .sql_to_statement(sql, &state.config().options().sql_parser.dialect)
+        .map_err(|e| QueryError::Sql(e.to_string()))?;
+    let read_only = |s: &DfStatement| matches!(s, DfStatement::Statement(inner) if matches!(**inner, Statement::Query(_)));
+    let allowed = match &statement {
+        DfStatement::Explain(explain) => read_only(&explain.statement),
+        DfStatement::Statement(inner) => match &**inner {
+            Statement::Query(_) => true,
+            Statement::Explain { statement, .. } => matches!(**statement, Statement::Query(_)),
+            _ => false,
+        },
+        _ => false,
+    };
+    if !allowed {
+        return Err(QueryError::NotReadOnly(
+            "only SELECT (or EXPLAIN SELECT) statements run here: DDL, DML, COPY and SET are refused".into(),
+        ));
+    }
+    let plan = state
+        .statement_to_plan(statement)
+        .await
+        .map_err(|e| QueryError::Sql(e.to_string()))?;
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+        .verify_plan(&plan)
+        .map_err(|e| QueryError::NotReadOnly(e.to_string()))?;
+    Ok(plan)
+}
+
+/// Runs one query on the query runtime.
+async fn run(
+    sources: Arc<QuerySources>,
+    sql: String,
+    flag: cancel::CancelFlag,
+) -> Result<QueryAnswer, QueryError> {
+    let admin = &sources.config.admin;
+    let cap = admin.query_row_limit;
+    let memory = admin.query_memory_limit;
+    let memory_error = |e: datafusion::error::DataFusionError| {
+        if matches!(
+            e.find_root(),
+            datafusion::error::DataFusionError::ResourcesExhausted(_)
+        ) {
+            QueryError::TooMuchMemory(memory)
+        } else {
+            QueryError::Sql(e.to_string())
+        }
+    };
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(memory.as_usize(), 1.0)
+        .build_arc()
+        .map_err(|e| QueryError::Sql(e.to_string()))?;
+    let ctx = SessionContext::new_with_config_rt(
+        SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(1),
+        runtime,
+    );
+    for (name, table) in tables::all(&sources) {
+        ctx.register_table(name, Arc::new(table))
+            .map_err(|e| QueryError::Sql(e.to_string()))?;
+    }
+    guards::register(&ctx, memory.as_usize());
+    let plan = read_only_plan(&ctx, &sql).await?;
+    // EXPLAIN must stay the plan's root; its answer is a few rows anyway.
+    let explain = matches!(
+        plan,
+        datafusion::logical_expr::LogicalPlan::Explain(_)
+            | datafusion::logical_expr::LogicalPlan::Analyze(_)
+    );
+    let frame = ctx
+        .execute_logical_plan(plan)
+        .await
+        .map_err(|e| QueryError::Sql(e.to_string()))?;
+    let schema = Arc::clone(frame.schema().inner());
+    // One row past the cap tells "too many" from "exactly the cap".
+    let frame = if explain {
+        frame
+    } else {
+        frame
+            .limit(0, Some(cap.saturating_add(1)))
+            .map_err(|e| QueryError::Sql(e.to_string()))?
+    };
+    let task = frame.task_ctx();
+    let plan = frame.create_physical_plan().await.map_err(memory_error)?;
+    let plan = cancel::cancellable(plan, &flag).map_err(|e| QueryError::Sql(e.to_string()))?;
+    let mut stream =
+        datafusion::physical_plan::execute_stream(plan, Arc::new(task)).map_err(memory_error)?;
+    let (mut batches, mut rows, mut bytes) = (Vec::new(), 0usize, 0usize);
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(memory_error)?;
+        rows = rows.saturating_add(batch.num_rows());
+        bytes = bytes.saturating_add(batch.get_array_memory_size());
+        if rows > cap {
+            return Err(QueryError::TooManyRows(cap));
+        }
+        if bytes > memory.as_usize() {
+            return Err(QueryError::TooMuchMemory(memory));
+        }
+        batches.push(batch);
+    }
+    Ok(QueryAnswer { schema, batches })
 }

@@ -1,0 +1,156 @@
+//! Serves the admin router with bounded connections: at most `admin.connections.max` open at
+//! once (a connection over it is closed as soon as it is accepted), a header-read timeout, and an
+//! idle timeout for connections with no request in flight, HTTP/1.1 and HTTP/2 alike. The
+//! ingress can be flooded and the admin listener still has its own sockets to answer on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tower::ServiceExt as _;
+
+use crate::config::ConnectionLimits;
+
+/// When a connection last had a request in flight, and how many it has now.
+struct Activity {
+    opened: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `opened` at which the last request ended.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            opened: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// How long until the connection has been idle for `idle`; `None` once it has.
+    fn idle_left(&self, idle: Duration) -> Option<Duration> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return Some(idle);
+        }
+        let last = self.opened + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        (last + idle)
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+    }
+}
+
+/// Counts a request in flight while alive.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn enter(activity: &Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(activity))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Accepts connections on `listener` until `stop` turns true, then lets each connection finish
+/// its requests in flight and returns once all are closed.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS)));
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout.0)
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let (open_tx, mut open_rx) = watch::channel(0usize);
+    let open_tx = Arc::new(open_tx);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        };
+        let (socket, _) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "admin listener cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            tracing::debug!(
+                max = limits.max,
+                "admin connection cap reached: closing a new connection (admin.connections.max)"
+            );
+            continue;
+        };
+        let _ = socket.set_nodelay(true);
+        let activity = Arc::new(Activity::new());
+        let service = {
+            let activity = Arc::clone(&activity);
+            let router = router.clone();
+            hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let in_flight = InFlight::enter(&activity);
+                let router = router.clone();
+                async move {
+                    let response = router.oneshot(request.map(axum::body::Body::new)).await;
+                    drop(in_flight);
+                    response
+                }
+            })
+        };
+        let builder = Arc::clone(&builder);
+        let mut stop = stop.clone();
+        let idle = limits.idle_timeout.0;
+        let open_tx = Arc::clone(&open_tx);
+        open_tx.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(socket), service);
+            tokio::pin!(connection);
+            let mut draining = false;
+            loop {
+                let wait = activity.idle_left(idle);
+                tokio::select! {
+                    _ = connection.as_mut() => break,
+                    _ = stop.wait_for(|stopped| *stopped), if !draining => {
+                        draining = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                    _ = tokio::time::sleep(wait.unwrap_or_default()), if !draining => {
+                        if activity.idle_left(idle).is_none() {
+                            draining = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                }
+            }
+            open_tx.send_modify(|n| *n -= 1);
+        });
+    }
+    drop(listener);
+    let _ = open_rx.wait_for(|open| *open == 0).await;
+}

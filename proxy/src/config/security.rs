@@ -1,0 +1,196 @@
+//! Configuration values that guard the listeners: admin tokens and their roles, connection
+//! limits, and which addresses discovery may reach.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::FriendlyDuration;
+
+/// Shortest admin token accepted: a guessable token is no authentication.
+pub const MIN_TOKEN_LENGTH: usize = 16;
+
+/// What an admin token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AdminRole {
+    /// GET routes and `POST /query`.
+    Read,
+    /// Everything.
+    Admin,
+}
+
+impl fmt::Display for AdminRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AdminRole::Read => "read",
+            AdminRole::Admin => "admin",
+        })
+    }
+}
+
+/// One admin token, written `role:token`. Its text never appears in `Debug` or a dump.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthToken {
+    /// What it may do.
+    pub role: AdminRole,
+    /// The secret.
+    pub token: String,
+}
+
+impl fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:<redacted>", self.role)
+    }
+}
+
+impl FromStr for AuthToken {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let Some((role, token)) = text.split_once(':') else {
+            return Err(
+                "an admin token is written `role:token` with role `read` or `admin`".to_owned(),
+            );
+        };
+        let role = match role.trim() {
+            "read" => AdminRole::Read,
+            "admin" => AdminRole::Admin,
+            other => {
+                return Err(format!(
+                    "unknown admin role '{other}': expected `read` or `admin`"
+                ));
+            }
+        };
+        if token.len() < MIN_TOKEN_LENGTH {
+            return Err(format!(
+                "an admin token must be at least {MIN_TOKEN_LENGTH} characters long (a {role} token has {})",
+                token.len()
+            ));
+        }
+        if !token.bytes().all(|b| b.is_ascii_graphic() && b != b',') {
+            return Err(format!(
+                "a {role} token must be visible ASCII without commas or spaces"
+            ));
+        }
+        Ok(Self {
+            role,
+            token: token.to_owned(),
+        })
+    }
+}
+
+/// The admin tokens: a TOML list of `role:token` strings, or one comma-separated string (how
+/// `SERVICE_ADMIN__AUTH_TOKENS` sets them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthTokens(pub Vec<AuthToken>);
+
+impl AuthTokens {
+    /// Tokens of `text`: `role:token` items separated by commas or new lines; `#` starts a
+    /// comment line (the format of `admin.auth-tokens-file`).
+    pub fn parse_list(text: &str) -> Result<Self, String> {
+        text.lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .flat_map(|line| line.split(','))
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self)
+    }
+}
+
+impl Serialize for AuthTokens {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|t| format!("{}:<redacted>", t.role)))
+    }
+}
+
+impl<'de> Deserialize<'de> for AuthTokens {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            One(String),
+            Many(Vec<String>),
+        }
+        let text = match Form::deserialize(d)? {
+            Form::One(text) => text,
+            Form::Many(items) => items.join(","),
+        };
+        Self::parse_list(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which addresses discovery and invocations may reach when a deployment is registered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeploymentAddressPolicy {
+    /// Public, private and loopback addresses; never link-local or cloud metadata addresses.
+    #[default]
+    AllowPrivate,
+    /// Public addresses only.
+    PublicOnly,
+    /// Anything, link-local and metadata addresses included.
+    Any,
+}
+
+/// Bounds on one listener's connections.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ConnectionLimits {
+    /// Connections open at once; a connection over it is closed as soon as it is accepted.
+    pub max: usize,
+    /// Longest a client may take to send a request's headers.
+    pub header_read_timeout: FriendlyDuration,
+    /// A connection with no request in flight for this long is closed (HTTP/1.1 keep-alive
+    /// and HTTP/2 alike).
+    pub idle_timeout: FriendlyDuration,
+}
+
+impl ConnectionLimits {
+    /// Limits with `max` connections and the default timeouts.
+    pub fn with_max(max: usize) -> Self {
+        Self {
+            max,
+            header_read_timeout: FriendlyDuration::from_secs(10),
+            idle_timeout: FriendlyDuration::from_secs(60),
+        }
+    }
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self::with_max(10_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_parse_from_a_string_or_a_list_and_never_print() {
+        let tokens =
+            AuthTokens::parse_list("# ops\nadmin:0123456789abcdef0123, read:fedcba9876543210ab\n")
+                .unwrap();
+        assert_eq!(tokens.0.len(), 2);
+        assert_eq!(tokens.0[0].role, AdminRole::Admin);
+        assert_eq!(tokens.0[1].token, "fedcba9876543210ab");
+        let debug = format!("{tokens:?}");
+        assert!(!debug.contains("0123456789"), "{debug}");
+        let dumped = toml::to_string(&std::collections::BTreeMap::from([("t", &tokens)])).unwrap();
+        assert!(!dumped.contains("0123456789"), "{dumped}");
+    }
+
+    #[test]
+    fn bad_tokens_say_what_is_wrong() {
+        let err = |t: &str| AuthTokens::parse_list(t).unwrap_err();
+        assert!(err("0123456789abcdef0123").contains("role:token"));
+        assert!(err("root:0123456789abcdef0123").contains("unknown admin role 'root'"));
+        assert!(err("admin:short").contains("at least 16"));
+        assert!(err("admin:0123456789abcdef 0123").contains("visible ASCII"));
+    }
+}

@@ -1,0 +1,664 @@
+//! Hostile input against the real binary: each test covers findings of the hardening review
+//! (admin authentication, read-only SQL, connection bounds, id parsing, awakeables, input caps,
+//! outbound requests, Kafka properties).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use sluice_tests::{ADMIN_TOKEN, READ_TOKEN, Sluice, TestDeployment, assert_startup_error, binary};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+/// Status and JSON answer of a request.
+async fn answer(req: reqwest::RequestBuilder) -> (u16, Value) {
+    let resp = req.send().await.expect("the server answers");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+#[tokio::test]
+async fn admin_tokens_decide_who_may_do_what() {
+    let sluice = Sluice::builder().with_tokens().start().await.unwrap();
+    let url = |path: &str| format!("{}{path}", sluice.admin_url);
+    let rules = json!({"rules": [{"pattern": "*", "limits": {"concurrency": 2}}]});
+
+    // Nothing but /health without a token.
+    let resp = client().get(url("/version")).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["restate_code"], "SEC0001", "{body}");
+    let (status, _) = answer(client().get(url("/health"))).await;
+    assert_eq!(status, 200);
+    let (status, body) = answer(client().put(url("/limits/rules")).json(&rules)).await;
+    assert_eq!(
+        (status, body["restate_code"].as_str()),
+        (401, Some("SEC0001"))
+    );
+    let (status, _) = answer(
+        client()
+            .get(url("/deployments"))
+            .bearer_auth("not-a-token-at-all-0000"),
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    // A read token reads and queries, and nothing more.
+    let (status, _) = answer(client().get(url("/v4/deployments")).bearer_auth(READ_TOKEN)).await;
+    assert_eq!(status, 200);
+    let query = json!({"query": "SELECT 1 AS n"});
+    let (status, _) = answer(
+        client()
+            .post(url("/query"))
+            .bearer_auth(READ_TOKEN)
+            .json(&query),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = answer(
+        client()
+            .put(url("/limits/rules"))
+            .bearer_auth(READ_TOKEN)
+            .json(&rules),
+    )
+    .await;
+    assert_eq!(
+        (status, body["restate_code"].as_str()),
+        (403, Some("SEC0002")),
+        "{body}"
+    );
+
+    // An admin token does everything.
+    let (status, body) = answer(
+        client()
+            .put(url("/limits/rules"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&rules),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+
+    // DNS rebinding: a browser sent here by another name is refused.
+    let (status, body) = answer(
+        client()
+            .get(url("/version"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("host", "rebound.example.com"),
+    )
+    .await;
+    assert_eq!(
+        (status, body["restate_code"].as_str()),
+        (421, Some("SEC0003")),
+        "{body}"
+    );
+
+    // The CLI sends SLUICE_ADMIN_TOKEN, or the restate CLI's RESTATE_AUTH_TOKEN.
+    let cli = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(binary());
+        cmd.args(["rules", "list", "--admin-url", &sluice.admin_url])
+            .env_remove("SLUICE_ADMIN_TOKEN")
+            .env_remove("RESTATE_AUTH_TOKEN")
+            .envs(env.iter().copied());
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, out) = cli(&[]);
+    assert!(!ok && out.contains("SEC0001"), "{out}");
+    let (ok, out) = cli(&[("SLUICE_ADMIN_TOKEN", READ_TOKEN)]);
+    assert!(ok && out.contains('*'), "{out}");
+    let (ok, out) = cli(&[("RESTATE_AUTH_TOKEN", ADMIN_TOKEN)]);
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn an_admin_listener_beyond_loopback_without_tokens_refuses_to_start() {
+    // Refused before anything is bound.
+    let finished = Sluice::builder()
+        .admin_host("0.0.0.0")
+        .run_to_exit()
+        .unwrap();
+    assert_startup_error(&finished, "RT0002");
+    assert!(
+        finished.stderr.contains("admin.auth-tokens"),
+        "{}",
+        finished.stderr
+    );
+    let finished = Sluice::builder()
+        .env("SERVICE_ADMIN__AUTH_TOKENS", "admin:short")
+        .run_to_exit()
+        .unwrap();
+    assert_startup_error(&finished, "RT0002");
+    assert!(
+        finished.stderr.contains("at least 16"),
+        "{}",
+        finished.stderr
+    );
+}
+
+#[tokio::test]
+async fn sql_runs_only_bounded_read_only_queries() {
+    let sluice = Sluice::builder()
+        .env("SERVICE_ADMIN__QUERY_TIMEOUT", "2s")
+        .start()
+        .await
+        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("written.csv");
+    let target = target.display();
+    for sql in [
+        format!("COPY (SELECT 'x') TO '{target}' STORED AS CSV"),
+        "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '/etc/hostname'".to_owned(),
+        "SET datafusion.execution.batch_size = 1".to_owned(),
+        "CREATE TABLE t AS SELECT 1".to_owned(),
+        "INSERT INTO sys_rules VALUES (1)".to_owned(),
+        "DROP TABLE sys_rules".to_owned(),
+        format!("EXPLAIN ANALYZE COPY (SELECT 'x') TO '{target}' STORED AS CSV"),
+    ] {
+        let (status, body) = sluice.query(&sql).await;
+        assert_eq!(status, 400, "{sql}: {body}");
+        assert_eq!(body["restate_code"], "SEC0006", "{sql}: {body}");
+    }
+    assert!(
+        !std::path::Path::new(&target.to_string()).exists(),
+        "COPY wrote {target}"
+    );
+    let (status, body) = sluice.query("SELECT 1; SELECT 2").await;
+    assert_eq!(status, 400, "{body}");
+    for sql in ["SELECT 1 AS n", "EXPLAIN SELECT 1"] {
+        let (status, body) = sluice.query(sql).await;
+        assert_eq!(status, 200, "{sql}: {body}");
+    }
+    let long = format!("SELECT '{}'", "x".repeat(70 * 1024));
+    let (status, body) = sluice.query(&long).await;
+    assert_eq!(
+        (status, body["restate_code"].as_str()),
+        (400, Some("SEC0006")),
+        "{body}"
+    );
+
+    // A deeply nested expression is an error or an answer, never a dead process.
+    let deep = format!("SELECT {}", vec!["1"; 5000].join("+"));
+    let (status, _) = sluice.query(&deep).await;
+    assert!(status == 200 || status == 400, "{status}");
+    let (status, _) = answer(client().get(format!("{}/version", sluice.admin_url))).await;
+    assert_eq!(status, 200, "the process survived the deep query");
+
+    // Amplifying functions are refused before they allocate.
+    let (status, body) = sluice.query("SELECT repeat('x', 200000000) AS r").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string().contains("admin.query-memory-limit"),
+        "{body}"
+    );
+
+    // A cross join that would run for minutes: answered at the timeout, while the admin API
+    // keeps answering meanwhile.
+    let started = Instant::now();
+    let heavy = tokio::spawn({
+        let admin = sluice.admin_url.clone();
+        async move {
+            answer(client().post(format!("{admin}/query")).header("accept", "application/json").json(&json!({
+                "query": "SELECT sum(a.value * b.value) AS s FROM generate_series(1, 200000) a CROSS JOIN generate_series(1, 200000) b"
+            })))
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let probe = Instant::now();
+    let (status, _) = answer(client().get(format!("{}/version", sluice.admin_url))).await;
+    assert_eq!(status, 200);
+    assert!(
+        probe.elapsed() < Duration::from_secs(1),
+        "/version took {:?} during a query",
+        probe.elapsed()
+    );
+    let (status, body) = heavy.await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("admin.query-timeout"), "{body}");
+    assert!(
+        took < Duration::from_secs(3),
+        "a 2 s timeout answered after {took:?}"
+    );
+}
+
+/// Reads from `stream` until it closes (or `within` passes): whether it was closed.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_are_bounded_and_the_admin_listener_keeps_answering() {
+    // A low open-files limit, as on a box where a flood would exhaust it.
+    let sluice = Sluice::builder()
+        .wrapper("prlimit", &["--nofile=256:256", "--"])
+        .env("SERVICE_INGRESS__CONNECTIONS__MAX", "100")
+        .env("SERVICE_INGRESS__CONNECTIONS__HEADER_READ_TIMEOUT", "1s")
+        .env("SERVICE_INGRESS__CONNECTIONS__IDLE_TIMEOUT", "2s")
+        .env("SERVICE_ADMIN__CONNECTIONS__MAX", "20")
+        .env("SERVICE_ADMIN__CONNECTIONS__HEADER_READ_TIMEOUT", "1s")
+        .env("SERVICE_ADMIN__CONNECTIONS__IDLE_TIMEOUT", "2s")
+        .start()
+        .await
+        .unwrap();
+    let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    let admin = sluice.admin_url.trim_start_matches("http://").to_owned();
+
+    // 300 idle connections to the ingress: more than the process could hold open.
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        if let Ok(stream) = TcpStream::connect(&ingress).await {
+            idle.push(stream);
+        }
+    }
+    let probe = Instant::now();
+    let (status, _) = answer(client().get(format!("{}/version", sluice.admin_url))).await;
+    assert_eq!(status, 200, "the admin listener answers during the flood");
+    assert!(
+        probe.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        probe.elapsed()
+    );
+    // Every idle connection is closed: over the cap at once, the rest after the header-read
+    // timeout.
+    let started = Instant::now();
+    for stream in &mut idle {
+        assert!(
+            closed_within(stream, Duration::from_secs(5)).await,
+            "an idle ingress connection stayed open"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(idle);
+    let (status, _) = answer(client().get(format!("{}/service/health", sluice.ingress_url))).await;
+    assert_eq!(status, 200, "the ingress answers once the flood is gone");
+
+    // The admin listener closes a silent connection, and one idle after a request.
+    let mut silent = TcpStream::connect(&admin).await.unwrap();
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(4)).await,
+        "a silent admin connection stayed open"
+    );
+    let mut kept = TcpStream::connect(&admin).await.unwrap();
+    kept.write_all(format!("GET /health HTTP/1.1\r\nhost: {admin}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut kept, Duration::from_secs(5)).await,
+        "an idle keep-alive admin connection stayed open"
+    );
+    let mut kept = TcpStream::connect(&ingress).await.unwrap();
+    kept.write_all(format!("GET /service/health HTTP/1.1\r\nhost: {ingress}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut kept, Duration::from_secs(5)).await,
+        "an idle keep-alive ingress connection stayed open"
+    );
+}
+
+#[tokio::test]
+async fn crafted_ids_and_framing_are_refused_not_panicked_on() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    // 10 bytes, a two-byte 'é' across the key/uuid split, 21 bytes: 33 bytes after inv_1.
+    let crafted = format!("inv_1{}%C3%A9{}", "a".repeat(10), "a".repeat(21));
+    for path in [
+        format!("/service/attach/{crafted}"),
+        format!("/service/output/{crafted}"),
+    ] {
+        let (status, _) = answer(client().get(format!("{}{path}", sluice.ingress_url))).await;
+        assert_eq!(status, 400, "{path}");
+    }
+    let raw = format!("inv_1{}é{}", "a".repeat(10), "a".repeat(21));
+    let (status, _) = answer(
+        client()
+            .post(format!("{}/service/attach", sluice.ingress_url))
+            .json(&json!({"target": "invocation", "invocationId": raw})),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) =
+        answer(client().get(format!("{}/invocations/{crafted}", sluice.admin_url))).await;
+    assert_eq!(status, 400);
+    // '%+f' is not percent-encoding.
+    let (status, _) =
+        answer(client().post(format!("{}/service/call/Greeter/%+f", sluice.ingress_url))).await;
+    assert_eq!(status, 400);
+
+    // Both Content-Length and Transfer-Encoding: refused, and the connection closed.
+    let ingress = sluice.ingress_url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(ingress).await.unwrap();
+    stream
+        .write_all(
+            format!("POST /service/send/Greeter/greet HTTP/1.1\r\nhost: {ingress}\r\ncontent-type: application/json\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n5\r\n\"Bob\"\r\n0\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(reply.contains("Transfer-Encoding"), "{reply}");
+    // Still alive.
+    let (status, _) = answer(client().get(format!("{}/service/health", sluice.ingress_url))).await;
+    assert_eq!(status, 200);
+}
+
+/// The awakeable id of `invocation` bytes and `index`.
+fn awakeable_id(raw: &[u8], index: u32) -> String {
+    let mut bytes = raw[..24].to_vec();
+    bytes.extend_from_slice(&index.to_be_bytes());
+    format!(
+        "sign_1{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+#[tokio::test]
+async fn awakeables_complete_once_within_their_caps() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env("SERVICE_INGRESS__AWAKEABLE_PAYLOAD_LIMIT", "1 KiB")
+        .env("SERVICE_INGRESS__MAX_AWAKEABLE_COMPLETIONS", "3")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let ingress = sluice.ingress_url.clone();
+    let post = |path: String, body: &str| {
+        client()
+            .post(format!("{ingress}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+    };
+    let waiting = tokio::spawn(post("/service/call/Meter/awaitAwakeable".into(), "").send());
+    let id = loop {
+        let id: String = post("/service/call/Meter/lastAwakeable".into(), "")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if !id.is_empty() {
+            break id;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(id.trim_start_matches("sign_1"))
+        .unwrap();
+    let real = u32::from_be_bytes(raw[24..28].try_into().unwrap());
+
+    // Index 1 is the runtime's cancel signal: a client cannot forge it.
+    let (status, body) = answer(post(
+        format!("/service/awakeables/{}/resolve", awakeable_id(&raw, 1)),
+        "1",
+    ))
+    .await;
+    assert_eq!(
+        (status, body["error_code"].as_str()),
+        (409, Some("RT0026")),
+        "{body}"
+    );
+    // Over the payload cap.
+    let (status, body) = answer(post(
+        format!("/service/awakeables/{id}/resolve"),
+        &format!("\"{}\"", "x".repeat(2048)),
+    ))
+    .await;
+    assert_eq!(
+        (status, body["error_code"].as_str()),
+        (413, Some("SEC0004")),
+        "{body}"
+    );
+    // The real one completes once.
+    let (status, _) = answer(post(
+        format!("/service/awakeables/{id}/resolve"),
+        "\"hello\"",
+    ))
+    .await;
+    assert_eq!(status, 202);
+    let (status, body) = answer(post(
+        format!("/service/awakeables/{id}/resolve"),
+        "\"again\"",
+    ))
+    .await;
+    assert_eq!(
+        (status, body["error_code"].as_str()),
+        (409, Some("RT0026")),
+        "{body}"
+    );
+    let done = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.text().await.unwrap(), "\"hello\"");
+    // Made-up indexes of a completed invocation are refused.
+    let (status, body) = answer(post(
+        format!(
+            "/service/awakeables/{}/resolve",
+            awakeable_id(&raw, real + 7)
+        ),
+        "1",
+    ))
+    .await;
+    assert_eq!(
+        (status, body["error_code"].as_str()),
+        (409, Some("RT0026")),
+        "{body}"
+    );
+
+    // A waiting invocation takes at most max-awakeable-completions of them.
+    let waiting = tokio::spawn(post("/service/call/Meter/awaitAwakeable".into(), "").send());
+    let second = loop {
+        let next: String = post("/service/call/Meter/lastAwakeable".into(), "")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if next != id {
+            break next;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(second.trim_start_matches("sign_1"))
+        .unwrap();
+    let real = u32::from_be_bytes(raw[24..28].try_into().unwrap());
+    for extra in 1..=4 {
+        let (status, body) = answer(post(
+            format!(
+                "/service/awakeables/{}/resolve",
+                awakeable_id(&raw, real + extra)
+            ),
+            "1",
+        ))
+        .await;
+        let want = if extra <= 3 { 202 } else { 409 };
+        assert_eq!(status, want, "forged completion {extra}: {body}");
+    }
+    // The cap counts completions, so the real one is refused too now; cancel the waiter.
+    let inv = sluice_ids(&raw);
+    let (status, _) =
+        answer(client().patch(format!("{}/invocations/{inv}/kill", sluice.admin_url))).await;
+    assert!(status < 300, "{status}");
+    let _ = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+}
+
+/// The text form of the invocation id in the first 24 bytes of `raw`.
+fn sluice_ids(raw: &[u8]) -> String {
+    let bytes: [u8; 24] = raw[..24].try_into().unwrap();
+    sluice::ids::InvocationId::from_bytes(bytes).to_string()
+}
+
+#[tokio::test]
+async fn idempotency_keys_are_capped() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let send = |key: String| {
+        client()
+            .post(format!("{}/service/send/Greeter/greet", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body("\"Bob\"")
+    };
+    let (status, _) = answer(send("k".repeat(256))).await;
+    assert_eq!(status, 202);
+    let (status, body) = answer(send("k".repeat(257))).await;
+    assert_eq!(
+        (status, body["error_code"].as_str()),
+        (400, Some("SEC0004")),
+        "{body}"
+    );
+    let (status, _) = answer(send("k".repeat(100_000))).await;
+    assert!((400..500).contains(&status), "{status}");
+}
+
+#[tokio::test]
+async fn discovery_neither_echoes_internal_pages_nor_reaches_metadata_addresses() {
+    // An "internal" page that answers everything with a secret past its first line.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let secret = "SECRET-INTERNAL-VALUE";
+    let page = format!(
+        "{}{secret}{}",
+        "internal status page ".repeat(5),
+        "z".repeat(500)
+    );
+    let app = axum::Router::new().fallback(move || {
+        let page = page.clone();
+        async move { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, page) }
+    });
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let sluice = Sluice::builder().start().await.unwrap();
+    let register = |uri: String| {
+        client()
+            .post(format!("{}/deployments", sluice.admin_url))
+            .json(&json!({"uri": uri, "use_http_11": true}))
+    };
+    let (status, body) = answer(register(format!("http://127.0.0.1:{port}/internal"))).await;
+    assert!(status >= 400, "{status}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        !message.contains(secret),
+        "the internal page leaked: {message}"
+    );
+    assert!(message.len() < 400, "{message}");
+    for uri in [
+        "http://169.254.169.254/latest/",
+        "http://[fd00:ec2::254]/",
+        "http://[fe80::1]:9080/",
+    ] {
+        let started = Instant::now();
+        let (status, body) = answer(register(uri.to_owned())).await;
+        assert_eq!(
+            (status, body["restate_code"].as_str()),
+            (400, Some("SEC0005")),
+            "{uri}: {body}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{uri} was tried"
+        );
+    }
+    server.abort();
+}
+
+#[tokio::test]
+async fn kafka_properties_are_allow_listed_and_secrets_never_shown() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let create = |properties: Value| {
+        client()
+            .post(format!("{}/kafka-clusters", sluice.admin_url))
+            .json(&json!({"name": "k", "properties": properties}))
+    };
+    for (key, value) in [
+        ("plugin.library.paths", "/tmp/evil.so"),
+        ("sasl.kerberos.kinit.cmd", "touch /tmp/pwned"),
+        ("ssl.key.location", "/etc/shadow"),
+    ] {
+        let (status, body) = answer(create(
+            json!({"bootstrap.servers": "127.0.0.1:1", key: value}),
+        ))
+        .await;
+        assert_eq!(
+            (status, body["restate_code"].as_str()),
+            (400, Some("SEC0007")),
+            "{key}: {body}"
+        );
+        assert!(body["message"].as_str().unwrap().contains(key), "{body}");
+    }
+    let (status, body) = answer(create(json!({
+        "bootstrap.servers": "127.0.0.1:1",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "me",
+        "sasl.password": "hunter2-hunter2",
+    })))
+    .await;
+    assert!(status < 300, "{status}: {body}");
+    for path in ["/kafka-clusters", "/kafka-clusters/k"] {
+        let (status, body) = answer(client().get(format!("{}{path}", sluice.admin_url))).await;
+        assert_eq!(status, 200);
+        let text = body.to_string();
+        assert!(!text.contains("hunter2"), "{path}: {text}");
+        assert!(
+            text.contains("<redacted>") && text.contains("\"me\""),
+            "{path}: {text}"
+        );
+    }
+    assert!(!sluice.stderr().contains("hunter2"));
+}
+
+#[tokio::test]
+async fn plugin_settings_are_capped_by_the_server() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    for query in [
+        "hook=extract&deadline=1h",
+        "hook=extract&memory-limit=8%20GiB",
+        "hook=extract&fuel=99999999999999",
+    ] {
+        let (status, body) = answer(
+            client()
+                .put(format!("{}/plugins/greedy?{query}", sluice.admin_url))
+                .body(b"\0asm not really".to_vec()),
+        )
+        .await;
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(
+            body.to_string().contains("plugin-limits"),
+            "{query}: {body}"
+        );
+    }
+}
