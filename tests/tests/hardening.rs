@@ -28,9 +28,14 @@ fn client() -> reqwest::Client {
 
 #[tokio::test]
 async fn admin_tokens_decide_who_may_do_what() {
-    let sluice = Sluice::builder().with_tokens().start().await.unwrap();
+    let sluice = Sluice::builder()
+        .flow_control()
+        .with_tokens()
+        .start()
+        .await
+        .unwrap();
     let url = |path: &str| format!("{}{path}", sluice.admin_url);
-    let rules = json!({"rules": [{"pattern": "*", "limits": {"concurrency": 2}}]});
+    let rules = json!([{"pattern": "*", "limits": {"concurrency": 2}}]);
 
     // Nothing but /health without a token.
     let resp = client().get(url("/version")).send().await.unwrap();
@@ -392,10 +397,13 @@ async fn awakeables_complete_once_within_their_caps() {
     sluice.register(&dep.uri, false).await;
     let ingress = sluice.ingress_url.clone();
     let post = |path: String, body: &str| {
-        client()
-            .post(format!("{ingress}{path}"))
-            .header("content-type", "application/json")
-            .body(body.to_owned())
+        let req = client().post(format!("{ingress}{path}"));
+        if body.is_empty() {
+            req
+        } else {
+            req.header("content-type", "application/json")
+                .body(body.to_owned())
+        }
     };
     let waiting = tokio::spawn(post("/service/call/Meter/awaitAwakeable".into(), "").send());
     let id = loop {

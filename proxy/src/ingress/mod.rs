@@ -101,14 +101,24 @@ impl ServeHttp for IngressApp {
 fn ambiguous_framing(session: &mut ServerSession) -> Option<Response<Vec<u8>>> {
     let headers = &session.req_header().headers;
     let lengths = headers.get_all(http::header::CONTENT_LENGTH).iter().count();
-    let chunked = headers.contains_key(http::header::TRANSFER_ENCODING);
-    if lengths == 0 || (lengths == 1 && !chunked) {
+    // Pingora drops Content-Length when Transfer-Encoding is there too (and closes the
+    // connection afterwards); the raw header still shows both.
+    let both = headers.contains_key(http::header::TRANSFER_ENCODING)
+        && session.as_http1().is_some_and(|h1| {
+            h1.get_headers_raw_bytes()
+                .split(|b| *b == b'\n')
+                .any(|line| line.len() >= 15 && line[..15].eq_ignore_ascii_case(b"content-length:"))
+        });
+    if lengths <= 1 && !both {
         return None;
     }
     session.set_keepalive(None);
-    Some(error::IngressError::bad_request(
-        "the request has both Content-Length and Transfer-Encoding (or several Content-Length headers): send exactly one of them",
-    ).into_response())
+    Some(
+        error::IngressError::bad_request(
+            "the request has both Content-Length and Transfer-Encoding (or several Content-Length headers): send exactly one of them",
+        )
+        .into_response(),
+    )
 }
 
 /// The ingress as a pingora service, on a socket bound before start-up.
