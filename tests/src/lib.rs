@@ -151,6 +151,32 @@ pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
     )
 }
 
+/// Calls `{service}/lastAwakeable` until it names an awakeable other than `previous`: the id
+/// of the one `{service}/awaitAwakeable` waits on now (at most 15 s).
+pub async fn next_awakeable(ingress_url: &str, service: &str, previous: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let id: String = reqwest::Client::new()
+            .post(format!(
+                "{ingress_url}/service/call/{service}/lastAwakeable"
+            ))
+            .send()
+            .await
+            .expect("ingress reachable")
+            .json()
+            .await
+            .unwrap_or_default();
+        if !id.is_empty() && id != previous {
+            return id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{service} never waited on a new awakeable"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The `.wasm` component of plugin crate `name` (under `plugins/`), built for wasm32-wasip2
 /// once per test process into the target dir's `plugins/` folder.
 pub fn plugin_wasm(name: &str) -> PathBuf {

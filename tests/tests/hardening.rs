@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use sluice_tests::{ADMIN_TOKEN, READ_TOKEN, Sluice, TestDeployment, assert_startup_error, binary};
+use sluice_tests::{
+    ADMIN_TOKEN, READ_TOKEN, Sluice, TestDeployment, assert_startup_error, binary, next_awakeable,
+};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -254,6 +256,18 @@ async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// One request on a new connection to `address`, then silence: the server closes it.
+async fn keep_alive_closes(address: &str, path: &str) {
+    let mut kept = TcpStream::connect(address).await.unwrap();
+    kept.write_all(format!("GET {path} HTTP/1.1\r\nhost: {address}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut kept, Duration::from_secs(5)).await,
+        "an idle keep-alive connection to {address} stayed open"
+    );
+}
+
 #[tokio::test]
 async fn connections_are_bounded_and_the_admin_listener_keeps_answering() {
     // A low open-files limit, as on a box where a flood would exhaust it.
@@ -310,22 +324,8 @@ async fn connections_are_bounded_and_the_admin_listener_keeps_answering() {
         closed_within(&mut silent, Duration::from_secs(4)).await,
         "a silent admin connection stayed open"
     );
-    let mut kept = TcpStream::connect(&admin).await.unwrap();
-    kept.write_all(format!("GET /health HTTP/1.1\r\nhost: {admin}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    assert!(
-        closed_within(&mut kept, Duration::from_secs(5)).await,
-        "an idle keep-alive admin connection stayed open"
-    );
-    let mut kept = TcpStream::connect(&ingress).await.unwrap();
-    kept.write_all(format!("GET /service/health HTTP/1.1\r\nhost: {ingress}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    assert!(
-        closed_within(&mut kept, Duration::from_secs(5)).await,
-        "an idle keep-alive ingress connection stayed open"
-    );
+    keep_alive_closes(&admin, "/health").await;
+    keep_alive_closes(&ingress, "/service/health").await;
 }
 
 #[tokio::test]
@@ -396,73 +396,38 @@ async fn awakeables_complete_once_within_their_caps() {
         .unwrap();
     sluice.register(&dep.uri, false).await;
     let ingress = sluice.ingress_url.clone();
-    let post = |path: String, body: &str| {
-        let req = client().post(format!("{ingress}{path}"));
-        if body.is_empty() {
-            req
-        } else {
-            req.header("content-type", "application/json")
-                .body(body.to_owned())
-        }
-    };
-    let waiting = tokio::spawn(post("/service/call/Meter/awaitAwakeable".into(), "").send());
-    let id = loop {
-        let id: String = post("/service/call/Meter/lastAwakeable".into(), "")
+    let wait = || {
+        client()
+            .post(format!("{ingress}/service/call/Meter/awaitAwakeable"))
             .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if !id.is_empty() {
-            break id;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    // Resolves awakeable `id` with `body`: the status and the error code.
+    let resolve = |id: &str, body: &str| {
+        let req = client()
+            .post(format!("{ingress}/service/awakeables/{id}/resolve"))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        async move {
+            let (status, body) = answer(req).await;
+            (status, body["error_code"].as_str().map(str::to_owned))
+        }
+    };
+    let conflict = (409, Some("RT0026".to_owned()));
+    let waiting = tokio::spawn(wait());
+    let id = next_awakeable(&ingress, "Meter", "").await;
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(id.trim_start_matches("sign_1"))
         .unwrap();
     let real = u32::from_be_bytes(raw[24..28].try_into().unwrap());
 
     // Index 1 is the runtime's cancel signal: a client cannot forge it.
-    let (status, body) = answer(post(
-        format!("/service/awakeables/{}/resolve", awakeable_id(&raw, 1)),
-        "1",
-    ))
-    .await;
-    assert_eq!(
-        (status, body["error_code"].as_str()),
-        (409, Some("RT0026")),
-        "{body}"
-    );
+    assert_eq!(resolve(&awakeable_id(&raw, 1), "1").await, conflict);
     // Over the payload cap.
-    let (status, body) = answer(post(
-        format!("/service/awakeables/{id}/resolve"),
-        &format!("\"{}\"", "x".repeat(2048)),
-    ))
-    .await;
-    assert_eq!(
-        (status, body["error_code"].as_str()),
-        (413, Some("SEC0004")),
-        "{body}"
-    );
+    let big = format!("\"{}\"", "x".repeat(2048));
+    assert_eq!(resolve(&id, &big).await, (413, Some("SEC0004".to_owned())));
     // The real one completes once.
-    let (status, _) = answer(post(
-        format!("/service/awakeables/{id}/resolve"),
-        "\"hello\"",
-    ))
-    .await;
-    assert_eq!(status, 202);
-    let (status, body) = answer(post(
-        format!("/service/awakeables/{id}/resolve"),
-        "\"again\"",
-    ))
-    .await;
-    assert_eq!(
-        (status, body["error_code"].as_str()),
-        (409, Some("RT0026")),
-        "{body}"
-    );
+    assert_eq!(resolve(&id, "\"hello\"").await, (202, None));
+    assert_eq!(resolve(&id, "\"again\"").await, conflict);
     let done = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
         .unwrap()
@@ -470,52 +435,21 @@ async fn awakeables_complete_once_within_their_caps() {
         .unwrap();
     assert_eq!(done.text().await.unwrap(), "\"hello\"");
     // Made-up indexes of a completed invocation are refused.
-    let (status, body) = answer(post(
-        format!(
-            "/service/awakeables/{}/resolve",
-            awakeable_id(&raw, real + 7)
-        ),
-        "1",
-    ))
-    .await;
-    assert_eq!(
-        (status, body["error_code"].as_str()),
-        (409, Some("RT0026")),
-        "{body}"
-    );
+    assert_eq!(resolve(&awakeable_id(&raw, real + 7), "1").await, conflict);
 
     // A waiting invocation takes at most max-awakeable-completions of them.
-    let waiting = tokio::spawn(post("/service/call/Meter/awaitAwakeable".into(), "").send());
-    let second = loop {
-        let next: String = post("/service/call/Meter/lastAwakeable".into(), "")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if next != id {
-            break next;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let waiting = tokio::spawn(wait());
+    let second = next_awakeable(&ingress, "Meter", &id).await;
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(second.trim_start_matches("sign_1"))
         .unwrap();
     let real = u32::from_be_bytes(raw[24..28].try_into().unwrap());
     for extra in 1..=4 {
-        let (status, body) = answer(post(
-            format!(
-                "/service/awakeables/{}/resolve",
-                awakeable_id(&raw, real + extra)
-            ),
-            "1",
-        ))
-        .await;
+        let (status, _) = resolve(&awakeable_id(&raw, real + extra), "1").await;
         let want = if extra <= 3 { 202 } else { 409 };
-        assert_eq!(status, want, "forged completion {extra}: {body}");
+        assert_eq!(status, want, "forged completion {extra}");
     }
-    // The cap counts completions, so the real one is refused too now; cancel the waiter.
+    // The cap counts completions, so the real one is refused too now; kill the waiter.
     let inv = sluice_ids(&raw);
     let (status, _) =
         answer(client().patch(format!("{}/invocations/{inv}/kill", sluice.admin_url))).await;

@@ -579,18 +579,7 @@ async fn awakeables_are_completed_over_the_ingress_and_by_handlers() {
         ("handler", 200, "\"from a handler\""),
     ] {
         let waiting = tokio::spawn(post("/service/call/Meter/awaitAwakeable".into(), None));
-        let id = loop {
-            let id: String = post("/service/call/Meter/lastAwakeable".into(), None)
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if !id.is_empty() && id != previous {
-                break id;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        };
+        let id = sluice_tests::next_awakeable(&ingress, "Meter", &previous).await;
         assert!(id.starts_with("sign_1"), "{id}");
         previous = id.clone();
         let done = match how {
@@ -911,18 +900,7 @@ async fn typescript_objects_calls_and_awakeables_in_both_protocol_modes() {
         assert_eq!(via.text().await.unwrap(), "31", "{mode}");
         // An awakeable resolved over the ingress.
         let waiting = tokio::spawn(post("/service/call/TsGreeter/awaitAwakeable".into(), None));
-        let id = loop {
-            let id: String = post("/service/call/TsGreeter/lastAwakeable".into(), None)
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if !id.is_empty() {
-                break id;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        };
+        let id = sluice_tests::next_awakeable(&sluice.ingress_url, "TsGreeter", "").await;
         let resolved = post(
             format!("/service/awakeables/{id}/resolve"),
             Some("\"ts\"".into()),

@@ -42,6 +42,17 @@ pub(crate) fn check_name(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// Most characters of a rejected name an error repeats: a client's 1 MB header is not echoed.
+const SHOWN_CHARS: usize = 64;
+
+/// `text`, cut to [`SHOWN_CHARS`] characters with `…` when longer.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        None => text.into(),
+        Some((end, _)) => format!("{}…", &text[..end]).into(),
+    }
+}
+
 /// A tenant-like namespace: part of an invocation's identity and the key of its flow-control state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Scope(Box<str>);
@@ -52,7 +63,7 @@ impl Scope {
         check_name(text).map_err(|e| {
             CodedError::new(
                 Code::RT0024,
-                format!("invalid scope '{text}': {}", e.rule()),
+                format!("invalid scope '{}': {}", shown(text), e.rule()),
             )
         })?;
         Ok(Self(text.into()))
@@ -82,7 +93,10 @@ impl LimitKey {
     /// Validates `text` as a limit key (`l1` or `l1/l2`; one trailing `/` is ignored).
     pub fn parse(text: &str) -> Result<Self, CodedError> {
         let bad = |rule: String| {
-            CodedError::new(Code::RT0024, format!("invalid limit key '{text}': {rule}"))
+            CodedError::new(
+                Code::RT0024,
+                format!("invalid limit key '{}': {rule}", shown(text)),
+            )
         };
         let trimmed = text.strip_suffix('/').unwrap_or(text);
         if trimmed.is_empty() {
@@ -94,9 +108,9 @@ impl LimitKey {
         if levels.next().is_some() {
             return Err(bad("at most 2 levels (l1 or l1/l2)".to_owned()));
         }
-        check_name(l1).map_err(|e| bad(format!("level 1 '{l1}' {}", e.rule())))?;
+        check_name(l1).map_err(|e| bad(format!("level 1 '{}' {}", shown(l1), e.rule())))?;
         if let Some(l2) = l2 {
-            check_name(l2).map_err(|e| bad(format!("level 2 '{l2}' {}", e.rule())))?;
+            check_name(l2).map_err(|e| bad(format!("level 2 '{}' {}", shown(l2), e.rule())))?;
         }
         let split = l2.map(|_| u8::try_from(l1.len()).expect("level length is at most 36"));
         Ok(Self {
@@ -177,6 +191,11 @@ mod tests {
             "invalid scope 'a/b': only [a-zA-Z0-9_.-] allowed"
         );
         assert!(Scope::parse("é").is_err());
+        // A huge input is named by its first 64 characters only.
+        let huge = "é".repeat(100_000);
+        let err = scope_err(&huge);
+        assert!(err.len() < 250 && err.contains("…"), "{}", err.len());
+        assert!(key_err(&huge).len() < 400);
     }
 
     #[test]
