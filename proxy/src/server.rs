@@ -37,6 +37,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         "ingress.bind / --ingress-bind",
     )?;
     let admin_auth = admin::auth::AdminAuth::from_config(&config.admin)?;
+    let admin_tls = admin::tls::acceptor(&config.admin)?;
     check_admin_exposure(&config, &admin_auth)?;
     let admin_listener = bind(config.admin.bind, "admin", "admin.bind / --admin-bind")?;
     let ingress_addr = local_addr(&ingress_listener)?;
@@ -114,7 +115,8 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
             router,
             config.admin.connections.clone(),
             admin_done_tx,
-        ),
+        )
+        .with_tls(admin_tls),
     ));
     server.add_service(background_service(
         "drain",

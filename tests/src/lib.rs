@@ -312,6 +312,7 @@ pub struct Builder {
     admin_host: Option<String>,
     wrapper: Vec<OsString>,
     admin_token: Option<String>,
+    admin_tls: bool,
 }
 
 /// The `admin` token [`Builder::with_tokens`] configures.
@@ -328,6 +329,14 @@ impl Builder {
             "SERVICE_ADMIN__AUTH_TOKENS",
             &format!("admin:{ADMIN_TOKEN},read:{READ_TOKEN}"),
         )
+    }
+
+    /// Serves the admin listener over TLS with the PEM files `cert` and `key`; start-up then
+    /// waits for the ingress only (the harness's probes speak plain HTTP).
+    pub fn admin_tls(mut self, cert: &Path, key: &Path) -> Self {
+        self.admin_tls = true;
+        self.env("SERVICE_ADMIN__TLS_CERT_FILE", &cert.display().to_string())
+            .env("SERVICE_ADMIN__TLS_KEY_FILE", &key.display().to_string())
     }
 
     /// Binds the admin listener on `host` (an IP address) instead of 127.0.0.1.
@@ -434,6 +443,7 @@ impl Builder {
         let child = cmd.spawn().context("spawn sluice")?;
         Ok(Sluice {
             admin_token: self.admin_token.clone(),
+            admin_tls: self.admin_tls,
             child: Some(child),
             admin_url: format!("http://127.0.0.1:{admin_port}"),
             ingress_url: format!("http://127.0.0.1:{ingress_port}"),
@@ -482,6 +492,7 @@ pub struct Sluice {
     stderr_path: PathBuf,
     /// The token the harness sends with its admin requests, if tokens are configured.
     pub admin_token: Option<String>,
+    admin_tls: bool,
     _scratch: TempDir,
 }
 
@@ -507,6 +518,7 @@ impl Sluice {
             admin_host: None,
             wrapper: Vec::new(),
             admin_token: None,
+            admin_tls: false,
         }
     }
 
@@ -603,10 +615,10 @@ impl Sluice {
     async fn wait_ready(&mut self) -> Result<()> {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + READY_TIMEOUT;
-        let probes = [
-            format!("{}/health", self.admin_url),
-            format!("{}/service/health", self.ingress_url),
-        ];
+        let mut probes = vec![format!("{}/service/health", self.ingress_url)];
+        if !self.admin_tls {
+            probes.insert(0, format!("{}/health", self.admin_url));
+        }
         for probe in &probes {
             loop {
                 if let Some(status) = self.child().try_wait()? {

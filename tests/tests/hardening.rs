@@ -604,3 +604,54 @@ async fn plugin_settings_are_capped_by_the_server() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_admin_listener_serves_tls_when_given_a_certificate() {
+    let scratch = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert_path = scratch.path().join("admin.pem");
+    let key_path = scratch.path().join("admin.key");
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let sluice = Sluice::builder()
+        .with_tokens()
+        .admin_tls(&cert_path, &key_path)
+        .start()
+        .await
+        .unwrap();
+    let admin = sluice.admin_url.trim_start_matches("http://").to_owned();
+
+    // A client that trusts the certificate gets its answer over TLS.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = TcpStream::connect(&admin).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    tls.write_all(
+        format!("GET /version HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {ADMIN_TOKEN}\r\nconnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("max_admin_api_version"), "{reply}");
+
+    // Plain HTTP gets no answer from it.
+    let plain = client()
+        .get(format!("{}/version", sluice.admin_url))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await;
+    assert!(plain.is_err(), "{plain:?}");
+}

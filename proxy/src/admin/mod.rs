@@ -15,6 +15,7 @@ pub mod query;
 mod serve;
 pub mod services;
 pub mod shapes;
+pub mod tls;
 mod version;
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -227,6 +228,7 @@ pub struct AdminService {
     listener: Mutex<Option<std::net::TcpListener>>,
     router: Router,
     limits: crate::config::ConnectionLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     done: watch::Sender<bool>,
 }
 
@@ -243,8 +245,15 @@ impl AdminService {
             listener: Mutex::new(Some(listener)),
             router,
             limits,
+            tls: None,
             done,
         }
+    }
+
+    /// The same service answering over TLS only.
+    pub fn with_tls(mut self, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 
@@ -266,7 +275,14 @@ impl BackgroundService for AdminService {
             .and_then(|()| tokio::net::TcpListener::from_std(std_listener));
         match listener {
             Ok(listener) => {
-                serve::serve(listener, self.router.clone(), self.limits.clone(), shutdown).await;
+                serve::serve(
+                    listener,
+                    self.router.clone(),
+                    self.limits.clone(),
+                    self.tls.clone(),
+                    shutdown,
+                )
+                .await;
             }
             Err(e) => tracing::error!(error = %e, "admin listener failed"),
         }

@@ -12,6 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::config::ConnectionLimits;
@@ -67,12 +68,70 @@ impl Drop for InFlight {
     }
 }
 
+/// One accepted connection and what serving it needs.
+struct Connection {
+    builder: Arc<Builder<TokioExecutor>>,
+    router: Router,
+    stop: watch::Receiver<bool>,
+    idle: Duration,
+    /// The number of open connections, counted down when this one closes.
+    open: Arc<watch::Sender<usize>>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Connection {
+    /// Serves requests on `io` until the client closes, the connection idles out, or the
+    /// listener stops (then requests in flight finish first).
+    async fn drive<I>(mut self, io: I)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::new());
+        let service = {
+            let activity = Arc::clone(&activity);
+            let router = self.router.clone();
+            hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let in_flight = InFlight::enter(&activity);
+                let router = router.clone();
+                async move {
+                    let response = router.oneshot(request.map(axum::body::Body::new)).await;
+                    drop(in_flight);
+                    response
+                }
+            })
+        };
+        let connection = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        let mut draining = false;
+        loop {
+            let wait = activity.idle_left(self.idle);
+            tokio::select! {
+                _ = connection.as_mut() => break,
+                _ = self.stop.wait_for(|stopped| *stopped), if !draining => {
+                    draining = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                _ = tokio::time::sleep(wait.unwrap_or_default()), if !draining => {
+                    if activity.idle_left(self.idle).is_none() {
+                        draining = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        }
+        self.open.send_modify(|n| *n -= 1);
+    }
+}
+
 /// Accepts connections on `listener` until `stop` turns true, then lets each connection finish
 /// its requests in flight and returns once all are closed.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS)));
@@ -108,48 +167,32 @@ pub async fn serve(
             continue;
         };
         let _ = socket.set_nodelay(true);
-        let activity = Arc::new(Activity::new());
-        let service = {
-            let activity = Arc::clone(&activity);
-            let router = router.clone();
-            hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let in_flight = InFlight::enter(&activity);
-                let router = router.clone();
-                async move {
-                    let response = router.oneshot(request.map(axum::body::Body::new)).await;
-                    drop(in_flight);
-                    response
-                }
-            })
+        let connection = Connection {
+            builder: Arc::clone(&builder),
+            router: router.clone(),
+            stop: stop.clone(),
+            idle: limits.idle_timeout.0,
+            open: Arc::clone(&open_tx),
+            _permit: permit,
         };
-        let builder = Arc::clone(&builder);
-        let mut stop = stop.clone();
-        let idle = limits.idle_timeout.0;
-        let open_tx = Arc::clone(&open_tx);
         open_tx.send_modify(|n| *n += 1);
-        tokio::spawn(async move {
-            let _permit = permit;
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(socket), service);
-            tokio::pin!(connection);
-            let mut draining = false;
-            loop {
-                let wait = activity.idle_left(idle);
-                tokio::select! {
-                    _ = connection.as_mut() => break,
-                    _ = stop.wait_for(|stopped| *stopped), if !draining => {
-                        draining = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                    _ = tokio::time::sleep(wait.unwrap_or_default()), if !draining => {
-                        if activity.idle_left(idle).is_none() {
-                            draining = true;
-                            connection.as_mut().graceful_shutdown();
-                        }
-                    }
-                }
+        match &tls {
+            None => {
+                tokio::spawn(connection.drive(socket));
             }
-            open_tx.send_modify(|n| *n -= 1);
-        });
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                let handshake = limits.header_read_timeout.0;
+                tokio::spawn(async move {
+                    // A client that never finishes its handshake is one that never sends headers.
+                    match tokio::time::timeout(handshake, acceptor.accept(socket)).await {
+                        Ok(Ok(stream)) => connection.drive(stream).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, "admin TLS handshake failed"),
+                        Err(_) => tracing::debug!("admin TLS handshake timed out"),
+                    }
+                });
+            }
+        }
     }
     drop(listener);
     let _ = open_rx.wait_for(|open| *open == 0).await;

@@ -185,6 +185,12 @@ pub struct AdminConfig {
     pub deployment_address_policy: DeploymentAddressPolicy,
     /// Bounds on the listener's connections.
     pub connections: ConnectionLimits,
+    /// A PEM certificate chain: with `tls-key-file`, the admin listener serves HTTPS only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// The PEM private key of `tls-cert-file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl Default for AdminConfig {
@@ -202,6 +208,8 @@ impl Default for AdminConfig {
             allowed_hosts: Vec::new(),
             deployment_address_policy: DeploymentAddressPolicy::default(),
             connections: ConnectionLimits::with_max(256),
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
