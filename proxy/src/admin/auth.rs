@@ -11,7 +11,7 @@ use http::{HeaderValue, Method, header};
 use sha2::{Digest, Sha256};
 
 use super::AdminError;
-use crate::config::{AdminConfig, AdminRole, AuthTokens};
+use crate::config::{AdminConfig, AdminRole, AuthTokens, file_error};
 use crate::errors::{Code, CodedError};
 
 /// The admin listener's access rules, built once at start-up.
@@ -29,24 +29,10 @@ impl AdminAuth {
     pub fn from_config(config: &AdminConfig) -> Result<Self, CodedError> {
         let mut tokens = config.auth_tokens.0.clone();
         if let Some(path) = &config.auth_tokens_file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                CodedError::new(
-                    Code::RT0002,
-                    format!(
-                        "invalid configuration: `admin.auth-tokens-file`: cannot read {}: {e}",
-                        path.display()
-                    ),
-                )
-            })?;
-            let more = AuthTokens::parse_list(&text).map_err(|e| {
-                CodedError::new(
-                    Code::RT0002,
-                    format!(
-                        "invalid configuration: `admin.auth-tokens-file` {}: {e}",
-                        path.display()
-                    ),
-                )
-            })?;
+            const KEY: &str = "admin.auth-tokens-file";
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| file_error(KEY, path, format!("cannot read it: {e}")))?;
+            let more = AuthTokens::parse_list(&text).map_err(|e| file_error(KEY, path, e))?;
             tokens.extend(more.0);
         }
         Ok(Self {

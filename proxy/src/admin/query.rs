@@ -52,7 +52,7 @@ pub async fn query(
 ) -> Response {
     let answer = match state.query.query(&request.query).await {
         Ok(answer) => answer,
-        Err(e @ QueryError::NotReadOnly(_)) => {
+        Err(e @ QueryError::NotAllowed(_)) => {
             return AdminError::coded(Code::SEC0006, e.to_string()).into_response();
         }
         Err(e) => return refused(e.to_string()),

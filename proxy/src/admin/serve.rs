@@ -74,8 +74,7 @@ struct Connection {
     router: Router,
     stop: watch::Receiver<bool>,
     idle: Duration,
-    /// The number of open connections, counted down when this one closes.
-    open: Arc<watch::Sender<usize>>,
+    /// Its place under the connection cap, given back when it closes.
     _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
@@ -121,7 +120,6 @@ impl Connection {
                 }
             }
         }
-        self.open.send_modify(|n| *n -= 1);
     }
 }
 
@@ -134,7 +132,9 @@ pub async fn serve(
     tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS)));
+    // Every open connection holds a permit: the drain below waits until all are back.
+    let cap = u32::try_from(limits.max).unwrap_or(u32::MAX);
+    let permits = Arc::new(Semaphore::new(usize::try_from(cap).unwrap_or(usize::MAX)));
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -143,8 +143,6 @@ pub async fn serve(
         .keep_alive(true);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
-    let (open_tx, mut open_rx) = watch::channel(0usize);
-    let open_tx = Arc::new(open_tx);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -172,10 +170,8 @@ pub async fn serve(
             router: router.clone(),
             stop: stop.clone(),
             idle: limits.idle_timeout.0,
-            open: Arc::clone(&open_tx),
             _permit: permit,
         };
-        open_tx.send_modify(|n| *n += 1);
         match &tls {
             None => {
                 tokio::spawn(connection.drive(socket));
@@ -195,5 +191,5 @@ pub async fn serve(
         }
     }
     drop(listener);
-    let _ = open_rx.wait_for(|open| *open == 0).await;
+    let _ = permits.acquire_many(cap).await;
 }

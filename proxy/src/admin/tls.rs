@@ -2,25 +2,14 @@
 //! and HTTP/1.1 by ALPN. An admin port reached from other machines carries tokens, which must
 //! not cross the network in clear.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::AdminConfig;
+use crate::config::{AdminConfig, file_error};
 use crate::errors::{Code, CodedError};
-
-fn tls_error(key: &str, path: &Path, why: impl std::fmt::Display) -> CodedError {
-    CodedError::new(
-        Code::RT0002,
-        format!(
-            "invalid configuration: `admin.{key}` {}: {why}",
-            path.display()
-        ),
-    )
-}
 
 /// The acceptor `config` asks for: `None` when it names no certificate.
 pub fn acceptor(config: &AdminConfig) -> Result<Option<TlsAcceptor>, CodedError> {
@@ -36,23 +25,23 @@ pub fn acceptor(config: &AdminConfig) -> Result<Option<TlsAcceptor>, CodedError>
     };
     let certs = CertificateDer::pem_file_iter(cert_path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| tls_error("tls-cert-file", cert_path, e))?;
+        .map_err(|e| file_error("admin.tls-cert-file", cert_path, e))?;
     if certs.is_empty() {
-        return Err(tls_error(
-            "tls-cert-file",
+        return Err(file_error(
+            "admin.tls-cert-file",
             cert_path,
             "no PEM certificate in the file",
         ));
     }
     let key = PrivateKeyDer::from_pem_file(key_path)
-        .map_err(|e| tls_error("tls-key-file", key_path, e))?;
+        .map_err(|e| file_error("admin.tls-key-file", key_path, e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut server = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error("tls-cert-file", cert_path, e))?
+        .map_err(|e| file_error("admin.tls-cert-file", cert_path, e))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| tls_error("tls-key-file", key_path, e))?;
+        .map_err(|e| file_error("admin.tls-key-file", key_path, e))?;
     server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Some(TlsAcceptor::from(Arc::new(server))))
 }

@@ -75,6 +75,16 @@ fn config_error(source: &ConfigSource, path: &str, message: &str) -> CodedError 
     )
 }
 
+/// An error in a file that configuration key `key` names (a token file, a certificate), in the
+/// shape of every other configuration error.
+pub fn file_error(key: &str, path: &Path, message: impl fmt::Display) -> CodedError {
+    let source = ConfigSource::File {
+        path: path.to_path_buf(),
+        line: None,
+    };
+    config_error(&source, key, &message.to_string())
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }

@@ -45,9 +45,9 @@ pub enum QueryError {
     /// Bad SQL, an unknown table or column, or a table that cannot be read now.
     #[error("{0}")]
     Sql(String),
-    /// Not one read-only statement, or too long (SEC0006).
+    /// Not one read-only statement, or over the length or operator bound (SEC0006).
     #[error("{0}")]
-    NotReadOnly(String),
+    NotAllowed(String),
     /// It ran longer than the configured timeout.
     #[error(
         "the query ran longer than {0:?} and was stopped: narrow it with WHERE or LIMIT (admin.query-timeout)"
@@ -132,7 +132,7 @@ impl QueryEngine {
         let admin = &self.sources.config.admin;
         let timeout = admin.query_timeout.0;
         if sql.len() > admin.query_max_length.as_usize() {
-            return Err(QueryError::NotReadOnly(format!(
+            return Err(QueryError::NotAllowed(format!(
                 "the query is {} bytes long, over admin.query-max-length ({})",
                 sql.len(),
                 admin.query_max_length
@@ -183,7 +183,7 @@ fn check_operators(sql: &str, max: usize) -> Result<(), QueryError> {
         })
         .count();
     if operators > max {
-        return Err(QueryError::NotReadOnly(format!(
+        return Err(QueryError::NotAllowed(format!(
             "the query has {operators} operators and parentheses, over admin.query-max-operators ({max})"
         )));
     }
@@ -213,7 +213,7 @@ async fn read_only_plan(
         _ => false,
     };
     if !allowed {
-        return Err(QueryError::NotReadOnly(
+        return Err(QueryError::NotAllowed(
             "only SELECT (or EXPLAIN SELECT) statements run here: DDL, DML, COPY and SET are refused".into(),
         ));
     }
@@ -226,7 +226,7 @@ async fn read_only_plan(
         .with_allow_dml(false)
         .with_allow_statements(false)
         .verify_plan(&plan)
-        .map_err(|e| QueryError::NotReadOnly(e.to_string()))?;
+        .map_err(|e| QueryError::NotAllowed(e.to_string()))?;
     Ok(plan)
 }
 
