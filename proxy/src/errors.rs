@@ -192,6 +192,15 @@ catalogue! {
     RT0026 => Ingress, Some(409),
         "the awakeable cannot be completed",
         "The awakeable was already completed (an awakeable completes once), its index is not one a handler can create (indexes below 17 are the runtime's own signals), or its invocation has completed or has taken `ingress.max-awakeable-completions` completions. Check the id the handler handed out.";
+    RT0027 => Ingress, Some(503),
+        "the store cannot be written: sluice stopped accepting work",
+        "A write to the store failed (a full disk, an I/O error, a read-only filesystem), or a partition stopped. Nothing of the failed write was acknowledged. From that moment `/health` and `/ready` answer 503, new work is refused with this code, and the process shuts down and exits with status 74 so its supervisor restarts it; recovery rebuilds everything from what was committed. Free disk space or fix the data dir's filesystem.";
+    RT0028 => Startup, None,
+        "a row in the store is corrupt",
+        "A row read back from the store cannot be decoded; the message names its table and key. Recovery stops rather than guess. Restore the data dir from a backup, or remove the named row with the store offline.";
+    RT0029 => Ingress, Some(429),
+        "too many invocations are held",
+        "The invocations waiting in flow-control queues or for their delay reached `worker.max-held-invocations` (in total) or `worker.max-held-per-scope` (in one scope). Retry after the `Retry-After` the answer carries, raise the limits, or raise the scope's concurrency so its queue drains.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";

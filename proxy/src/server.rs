@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminService, AdminState};
 use crate::config::Config;
+use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
 use crate::kafka::{Kafka, KafkaService};
@@ -37,6 +38,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         "ingress.bind / --ingress-bind",
     )?;
     let admin_auth = admin::auth::AdminAuth::from_config(&config.admin)?;
+    let deployment_tls = DeploymentTls::load(config.deployment_ca_file.as_deref())?;
     let admin_tls = admin::tls::acceptor(&config.admin)?;
     check_admin_exposure(&config, &admin_auth)?;
     let admin_listener = bind(config.admin.bind, "admin", "admin.bind / --admin-bind")?;
@@ -70,6 +72,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     ));
     let ingress_state = Arc::new(IngressState {
         in_flight: Arc::default(),
+        health: Arc::clone(store.health()),
         registry: Arc::clone(&registry),
         runtime: runtime.clone(),
         config: Arc::clone(&config),
@@ -106,7 +109,8 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         plugins,
         kafka,
     )
-    .with_auth(admin_auth);
+    .with_auth(admin_auth)
+    .with_deployment_tls(&deployment_tls);
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(
         "admin",
@@ -136,7 +140,10 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         "sluice is ready"
     );
     server.run(RunArgs {
-        shutdown_signal: Box::new(SignalWatch),
+        shutdown_signal: Box::new(SignalWatch {
+            health: Arc::clone(store.health()),
+            failure_exit_delay: config.failure_exit_delay.0,
+        }),
     });
     // Only reached when pingora's backstop fired before the drain finished.
     store.close();

@@ -1,5 +1,6 @@
 //! Graceful shutdown. SIGTERM and SIGINT both drain: the listeners stop accepting, in-flight
 //! requests finish (up to `shutdown-grace-period`), the store is closed, and the process exits 0.
+//! A [`Health`] failure drains the same way and exits with [`EXIT_FAILED`].
 //!
 //! Pingora's own graceful path always sleeps its whole grace period, even with nothing in flight;
 //! so the drain is ours: [`DrainService`] waits for the work to finish and exits as soon as it has,
@@ -14,6 +15,7 @@ use pingora::server::{ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::background::BackgroundService;
 use tokio::sync::{Notify, watch};
 
+use crate::health::{EXIT_FAILED, Health};
 use crate::storage::Store;
 
 /// Counts requests being served so shutdown can wait for them.
@@ -69,8 +71,14 @@ pub async fn shutdown_started(mut shutdown: ShutdownWatch) {
 }
 
 /// Turns SIGTERM and SIGINT into pingora's graceful terminate (pingora alone would make SIGINT a
-/// fast exit that drops in-flight requests).
-pub struct SignalWatch;
+/// fast exit that drops in-flight requests), and so does a [`Health`] failure.
+/// After a failure it waits `failure_exit_delay` (answering 503 meanwhile) before it shuts down.
+pub struct SignalWatch {
+    /// The process's health.
+    pub health: Arc<Health>,
+    /// `failure-exit-delay`.
+    pub failure_exit_delay: Duration,
+}
 
 #[async_trait]
 impl ShutdownSignalWatch for SignalWatch {
@@ -81,9 +89,13 @@ impl ShutdownSignalWatch for SignalWatch {
         let name = tokio::select! {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
+            _ = async {
+                self.health.failed().await;
+                tokio::time::sleep(self.failure_exit_delay).await;
+            } => "a failure (see the error above)",
         };
         tracing::info!(
-            signal = name,
+            cause = name,
             "shutting down: no new connections, draining in-flight requests"
         );
         ShutdownSignal::GracefulTerminate
@@ -120,10 +132,18 @@ impl BackgroundService for DrainService {
             ),
         }
         self.store.close();
-        tracing::info!("shutdown complete");
         // Pingora would now sleep out the rest of its fixed grace period; there is nothing left
         // to wait for, so end here.
-        std::process::exit(0);
+        match self.store.health().failure() {
+            Some(failure) => {
+                tracing::error!(error.code = ?failure.code, error = %failure, status = EXIT_FAILED, "shutdown complete after a failure; exiting non-zero so a supervisor restarts sluice");
+                std::process::exit(EXIT_FAILED);
+            }
+            None => {
+                tracing::info!("shutdown complete");
+                std::process::exit(0);
+            }
+        }
     }
 }
 

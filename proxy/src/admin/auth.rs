@@ -1,5 +1,6 @@
 //! Who may use the admin listener: bearer tokens with a role, checked in constant time, and a
-//! `Host` check against DNS rebinding. `GET /health` stays open so probes need no secret.
+//! `Host` check against DNS rebinding. `GET /health` and `GET /ready` stay open so probes need
+//! no secret.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -99,7 +100,7 @@ impl AdminAuth {
             }
         }
         let route = unversioned(path);
-        if self.is_open() || (route == "/health" && *method == Method::GET) {
+        if self.is_open() || (matches!(route, "/health" | "/ready") && *method == Method::GET) {
             return Ok(());
         }
         let presented = headers

@@ -1,10 +1,51 @@
-//! `GET /health`: the admin listener is up.
+//! `GET /health` (liveness: the process can keep its promises) and `GET /ready` (readiness: it
+//! has recovered its partitions and accepts work). Both are open without a token, for probes.
 
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-/// Answers 200 with an empty body while the process serves.
+use super::AdminState;
+use super::error::AdminError;
+
+/// 200 with an empty body while the process serves; 503 with the failure once a store write
+/// failed or a partition stopped (the process is then shutting down, to be restarted).
 #[utoipa::path(get, path = "/health", tag = "health", operation_id = "health",
-    responses((status = 200, description = "The admin API is up.")))]
-pub async fn health() -> StatusCode {
-    StatusCode::OK
+    responses(
+        (status = 200, description = "The admin API is up and the store is writable."),
+        (status = 503, description = "A store write failed or a partition stopped (RT0027); the process is shutting down.")))]
+pub async fn health(State(state): State<Arc<AdminState>>) -> Response {
+    match state.store.health().failure() {
+        None => StatusCode::OK.into_response(),
+        Some(failure) => unhealthy(failure),
+    }
+}
+
+/// 200 once every partition has recovered and while the store is writable; 503 before (still
+/// recovering) and after a failure.
+#[utoipa::path(get, path = "/ready", tag = "health", operation_id = "ready",
+    responses(
+        (status = 200, description = "Every partition recovered; new work is accepted."),
+        (status = 503, description = "Still recovering, or failed (RT0027).")))]
+pub async fn ready(State(state): State<Arc<AdminState>>) -> Response {
+    let health = state.store.health();
+    match health.failure() {
+        Some(failure) => unhealthy(failure),
+        None if health.is_ready() => StatusCode::OK.into_response(),
+        None => AdminError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "partitions are still recovering from the store",
+        )
+        .into_response(),
+    }
+}
+
+fn unhealthy(failure: &crate::errors::CodedError) -> Response {
+    AdminError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        error: failure.clone(),
+    }
+    .into_response()
 }

@@ -110,6 +110,13 @@ impl AdminState {
         }
     }
 
+    /// The same state, discovering `https://` deployments with what `tls` trusts.
+    pub fn with_deployment_tls(mut self, tls: &crate::deployment_tls::DeploymentTls) -> Self {
+        use crate::discovery::client::{ATTEMPTS, BACKOFF, TIMEOUT};
+        self.discovery = DiscoveryClient::with_tls(tls, ATTEMPTS, BACKOFF, TIMEOUT);
+        self
+    }
+
     /// The same state with `auth` guarding the listener.
     pub fn with_auth(mut self, auth: auth::AdminAuth) -> Self {
         self.auth = Arc::new(auth);
@@ -121,7 +128,7 @@ impl AdminState {
 #[openapi(
     info(title = "Sluice admin API", description = "Deployments, services, invocations, flow-control rules and introspection."),
     tags(
-        (name = "health", description = "Liveness"),
+        (name = "health", description = "Liveness and readiness"),
         (name = "version", description = "Version and features"),
         (name = "openapi", description = "This document"),
         (name = "deployment", description = "Deployments and discovery"),
@@ -140,6 +147,7 @@ struct ApiDoc;
 pub fn router(state: Arc<AdminState>) -> Router {
     let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health::health))
+        .routes(routes!(health::ready))
         .routes(routes!(version::version))
         .routes(routes!(openapi))
         .routes(routes!(deployments::create, deployments::list))

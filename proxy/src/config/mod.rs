@@ -33,6 +33,14 @@ pub struct Config {
     pub log_format: LogFormat,
     /// How long a graceful shutdown waits for in-flight requests before it stops anyway.
     pub shutdown_grace_period: FriendlyDuration,
+    /// After a store write fails (RT0027), how long sluice keeps answering 503 on `/health`,
+    /// `/ready` and the ingress before it shuts down and exits 74, so probes and load balancers
+    /// see the failure.
+    pub failure_exit_delay: FriendlyDuration,
+    /// A PEM file of CA certificates trusted for `https://` deployments (discovery and
+    /// invocations), beside the system's roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment_ca_file: Option<PathBuf>,
     /// Protocol V7 towards deployments (scope and limit key on calls). Half of the flow-control switch.
     pub experimental_enable_protocol_v7: bool,
     /// Virtual queues. The other half of the flow-control switch.
@@ -59,6 +67,8 @@ impl Default for Config {
             log_level: "info".parse().expect("valid default"),
             log_format: LogFormat::Human,
             shutdown_grace_period: FriendlyDuration::from_secs(30),
+            failure_exit_delay: FriendlyDuration::from_secs(2),
+            deployment_ca_file: None,
             experimental_enable_protocol_v7: false,
             experimental_enable_vqueues: false,
             experimental_enable_scoped_virtual_objects: false,

@@ -2,18 +2,16 @@
 //! registered with `use_http_11`. Failures map to META codes; transient ones are retried.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode, Version, header};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::manifest::{MANIFEST_CONTENT_TYPES, Manifest, ProtocolMode};
+use crate::deployment_tls::{Connector, DeploymentTls};
 use crate::errors::{Code, CodedError};
 
 /// Largest manifest read.
@@ -52,8 +50,6 @@ pub struct Discovered {
     pub sdk_version: Option<String>,
 }
 
-type Connector = HttpsConnector<HttpConnector>;
-
 /// Fetches manifests; one per process is enough (it pools connections).
 #[derive(Debug, Clone)]
 pub struct DiscoveryClient {
@@ -66,9 +62,16 @@ pub struct DiscoveryClient {
 
 impl Default for DiscoveryClient {
     fn default() -> Self {
-        Self::new(3, Duration::from_millis(200), Duration::from_secs(10))
+        Self::new(ATTEMPTS, BACKOFF, TIMEOUT)
     }
 }
+
+/// Tries of one discovery.
+pub const ATTEMPTS: u32 = 3;
+/// Wait before the second try (doubling after).
+pub const BACKOFF: Duration = Duration::from_millis(200);
+/// Longest one try may take.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why one attempt failed, and whether another may succeed.
 enum Failure {
@@ -99,11 +102,21 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 impl DiscoveryClient {
     /// A client making up to `attempts` tries, `backoff` apart (doubling), each within `timeout`.
     pub fn new(attempts: u32, backoff: Duration, timeout: Duration) -> Self {
+        Self::with_tls(&DeploymentTls::default(), attempts, backoff, timeout)
+    }
+
+    /// [`DiscoveryClient::new`], trusting what `tls` trusts for `https://` deployments.
+    pub fn with_tls(
+        tls: &DeploymentTls,
+        attempts: u32,
+        backoff: Duration,
+        timeout: Duration,
+    ) -> Self {
         Self {
             h2: Client::builder(TokioExecutor::new())
                 .http2_only(true)
-                .build(connector(timeout, true)),
-            h1: Client::builder(TokioExecutor::new()).build(connector(timeout, false)),
+                .build(tls.connector(Some(timeout), true)),
+            h1: Client::builder(TokioExecutor::new()).build(tls.connector(Some(timeout), false)),
             attempts: attempts.max(1),
             backoff,
             timeout,
@@ -212,34 +225,6 @@ impl DiscoveryClient {
             tokio::time::timeout(self.timeout, self.h1.request(request)).await,
             Ok(Ok(_))
         )
-    }
-}
-
-/// Plain TCP for `http://`, rustls (system roots) for `https://`, offering h2 or HTTP/1.1 by ALPN.
-fn connector(timeout: Duration, http2: bool) -> Connector {
-    let mut tcp = HttpConnector::new();
-    tcp.set_connect_timeout(Some(timeout));
-    tcp.set_nodelay(true);
-    tcp.enforce_http(false);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = HttpsConnectorBuilder::new();
-    let builder = match builder.with_provider_and_native_roots(Arc::clone(&provider)) {
-        Ok(builder) => builder,
-        Err(e) => {
-            tracing::warn!(error = %e, "no system CA certificates found: https deployments will not verify");
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default protocol versions")
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth();
-            HttpsConnectorBuilder::new().with_tls_config(config)
-        }
-    };
-    let builder = builder.https_or_http();
-    if http2 {
-        builder.enable_http2().wrap_connector(tcp)
-    } else {
-        builder.enable_http1().wrap_connector(tcp)
     }
 }
 

@@ -49,3 +49,16 @@ impl IngressError {
         reply::error(self.status, self.code, ErrorSource::Ingress, &self.message)
     }
 }
+
+impl From<crate::errors::CodedError> for IngressError {
+    /// Answers with the code's own status (RT0027: 503).
+    fn from(e: crate::errors::CodedError) -> Self {
+        Self {
+            status: e
+                .code
+                .map_or(StatusCode::SERVICE_UNAVAILABLE, Code::http_status),
+            code: e.code,
+            message: e.message,
+        }
+    }
+}

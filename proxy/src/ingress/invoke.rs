@@ -261,7 +261,8 @@ pub async fn invoke(
         },
         now,
     );
-    let execution_time = delay.map(|d| now + u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let execution_time =
+        delay.map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
     if let Some(at) = execution_time {
         record.status = Status::Scheduled;
         record.run_at_ms = Some(at);

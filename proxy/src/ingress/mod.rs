@@ -34,6 +34,8 @@ use crate::shutdown::InFlight;
 pub struct IngressState {
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<InFlight>,
+    /// Failed once a store write failed: new work is refused (RT0027).
+    pub health: Arc<crate::health::Health>,
     /// Services and deployments.
     pub registry: Arc<Registry>,
     /// The partitions.
@@ -62,6 +64,10 @@ impl ServeHttp for IngressApp {
         let _in_flight = self.state.in_flight.enter();
         if let Some(refused) = ambiguous_framing(session) {
             return refused;
+        }
+        if let Some(failure) = self.state.health.failure() {
+            session.set_keepalive(None);
+            return error::IngressError::from(failure.clone()).into_response();
         }
         let req = session.req_header();
         let operation = path::parse(&req.method, req.uri.path());

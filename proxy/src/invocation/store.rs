@@ -22,6 +22,27 @@ pub(crate) fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("invocation store: {e}"))
 }
 
+/// A row that cannot be decoded (RT0028), named by table and key so it can be found.
+fn corrupt(table: &str, key: &[u8], what: impl std::fmt::Display) -> CodedError {
+    CodedError::new(
+        Code::RT0028,
+        format!(
+            "corrupt row in store table '{table}', key {}: {what}; restore the data dir from a backup or remove this row with sluice stopped",
+            hex(key)
+        ),
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
 fn journal_key(id: InvocationId, index: u32) -> [u8; 28] {
     let mut key = [0u8; 28];
     key[..24].copy_from_slice(&id.to_bytes());
@@ -95,8 +116,9 @@ pub fn load_records(db: &redb::Database) -> Result<Vec<InvocationRecord>, CodedE
         .iter()
         .map_err(storage)?
         .map(|row| {
-            let (_, value) = row.map_err(storage)?;
-            serde_json::from_slice(value.value()).map_err(storage)
+            let (key, value) = row.map_err(storage)?;
+            serde_json::from_slice(value.value())
+                .map_err(|e| corrupt("invocations", key.value(), e))
         })
         .collect()
 }
@@ -207,16 +229,25 @@ pub fn load_timers(db: &redb::Database) -> Result<Vec<Timer>, CodedError> {
         .map_err(storage)?
         .map(|row| {
             let (key, _) = row.map_err(storage)?;
-            let k = key.value();
-            let mut id = [0u8; 24];
-            id.copy_from_slice(&k[8..32]);
-            Ok(Timer {
-                at_ms: u64::from_be_bytes(k[..8].try_into().expect("8 bytes")),
-                invocation: InvocationId::from_bytes(id),
-                completion: u32::from_be_bytes(k[32..36].try_into().expect("4 bytes")),
-            })
+            decode_timer(key.value())
         })
         .collect()
+}
+
+/// A timer from its key (the layout of [`timer_key`]).
+fn decode_timer(k: &[u8]) -> Result<Timer, CodedError> {
+    let bad = || corrupt("timers", k, format_args!("{} bytes, not 36", k.len()));
+    if k.len() != 36 {
+        return Err(bad());
+    }
+    let (at, rest) = k.split_first_chunk::<8>().ok_or_else(bad)?;
+    let (id, rest) = rest.split_first_chunk::<24>().ok_or_else(bad)?;
+    let completion = rest.first_chunk::<4>().ok_or_else(bad)?;
+    Ok(Timer {
+        at_ms: u64::from_be_bytes(*at),
+        invocation: InvocationId::from_bytes(*id),
+        completion: u32::from_be_bytes(*completion),
+    })
 }
 
 #[cfg(test)]
@@ -293,6 +324,34 @@ mod tests {
                 writes.apply(&txn).unwrap();
                 txn.commit().unwrap();
                 assert_eq!(load_timers(db).unwrap().len(), 1);
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn corrupt_rows_are_rt0028_naming_table_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .with_db(|db| {
+                let mut writes = WriteSet::default();
+                writes.put(TIMERS, b"short", Vec::new());
+                writes.put(INVOCATIONS, b"\x01\x02", b"{not json".to_vec());
+                let txn = db.begin_write().unwrap();
+                writes.apply(&txn).unwrap();
+                txn.commit().unwrap();
+                let timers = load_timers(db).unwrap_err();
+                assert_eq!(timers.code, Some(Code::RT0028));
+                assert!(
+                    timers.message.contains("'timers', key 73686f7274"),
+                    "{timers}"
+                );
+                let records = load_records(db).unwrap_err();
+                assert_eq!(records.code, Some(Code::RT0028));
+                assert!(
+                    records.message.contains("'invocations', key 0102"),
+                    "{records}"
+                );
             })
             .unwrap();
     }

@@ -24,10 +24,10 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Frame as BodyFrame;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::deployment_tls::{Connector, DeploymentTls};
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::protocol::message::{Kind, Sender};
@@ -119,8 +119,8 @@ type Body = UnsyncBoxBody<Bytes, Infallible>;
 /// Runs attempts; one per process (it pools connections).
 #[derive(Debug, Clone)]
 pub struct AttemptClient {
-    h2: Client<HttpConnector, Body>,
-    h1: Client<HttpConnector, Body>,
+    h2: Client<Connector, Body>,
+    h1: Client<Connector, Body>,
 }
 
 /// Receives the deployment's messages (after the replayed journal) as they arrive, with their
@@ -141,21 +141,20 @@ pub type Outbound = mpsc::UnboundedSender<Bytes>;
 
 impl Default for AttemptClient {
     fn default() -> Self {
-        Self {
-            h2: Client::builder(TokioExecutor::new())
-                .http2_only(true)
-                .build(no_delay()),
-            h1: Client::builder(TokioExecutor::new()).build(no_delay()),
-        }
+        Self::new(&DeploymentTls::default())
     }
 }
 
-/// Attempts exchange small frames both ways on one connection: with Nagle's algorithm on, a
-/// frame written while another is unacknowledged waits for the peer's delayed ACK (~40 ms).
-fn no_delay() -> HttpConnector {
-    let mut tcp = HttpConnector::new();
-    tcp.set_nodelay(true);
-    tcp
+impl AttemptClient {
+    /// A client reaching `https://` deployments with what `tls` trusts.
+    pub fn new(tls: &DeploymentTls) -> Self {
+        Self {
+            h2: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build(tls.connector(None, true)),
+            h1: Client::builder(TokioExecutor::new()).build(tls.connector(None, false)),
+        }
+    }
 }
 
 fn err(code: Code, message: String) -> AttemptError {

@@ -639,24 +639,41 @@ fn back_off(
         attempt = live.record.attempts,
         "attempt failed"
     );
-    live.record.retry_count += 1;
+    live.record.retry_count = live.record.retry_count.saturating_add(1);
     live.record.last_failure = Some(failure);
     if live.record.retry_count >= policy.max_attempts.get() {
         live.record.status = Status::Paused;
         live.record.run_at_ms = None;
         return;
     }
-    let exponent = i32::try_from(live.record.retry_count - 1).unwrap_or(i32::MAX);
-    let computed = policy
-        .initial_interval
-        .0
-        .mul_f64(policy.exponentiation_factor.powi(exponent))
-        .min(policy.max_interval.0);
-    let delay = requested.unwrap_or(computed);
-    let at = now_ms() + u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+    let delay = retry_delay(policy, live.record.retry_count, requested);
+    let at = now_ms().saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     live.record.status = Status::BackingOff;
     live.record.run_at_ms = Some(at);
     effects.push(Effect::WakeAt(live.record.id, at, None));
+}
+
+/// Longest wait before a retry, whatever a deployment asks for (`Retry-After`,
+/// `next_retry_delay`): a retry scheduled further out looks like a lost invocation.
+pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The wait before retry number `retry` (1 for the first): `initial × factor^(retry-1)`, at most
+/// `max_interval`; or the delay the deployment asked for, at most [`MAX_RETRY_DELAY`]. Never
+/// panics: the exponential is computed in floating point and clamped before it becomes a
+/// `Duration` (after enough retries it is infinite).
+pub(crate) fn retry_delay(
+    policy: &crate::config::RetryPolicy,
+    retry: u32,
+    requested: Option<Duration>,
+) -> Duration {
+    if let Some(requested) = requested {
+        return requested.min(MAX_RETRY_DELAY);
+    }
+    let exponent = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
+    let max = policy.max_interval.0;
+    let secs =
+        policy.initial_interval.0.as_secs_f64() * policy.exponentiation_factor.powi(exponent);
+    Duration::try_from_secs_f64(secs).map_or(max, |d| d.min(max))
 }
 
 /// The outcome in the last Output command of the journal.
@@ -673,4 +690,39 @@ fn last_output(journal: &[Frame]) -> Option<Outcome> {
             message: f.message,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{MAX_RETRY_DELAY, retry_delay};
+    use crate::config::{FriendlyDuration, RetryPolicy};
+
+    #[test]
+    fn retry_delays_grow_to_the_cap_and_never_panic() {
+        let policy = RetryPolicy::default();
+        assert_eq!(retry_delay(&policy, 1, None), Duration::from_millis(500));
+        assert_eq!(retry_delay(&policy, 2, None), Duration::from_secs(1));
+        // Retry 66 of the defaults used to panic converting 2^65 × 0.5 s.
+        for retry in [66, 75, 1_100, u32::MAX] {
+            assert_eq!(retry_delay(&policy, retry, None), policy.max_interval.0);
+        }
+        let fast = RetryPolicy {
+            initial_interval: FriendlyDuration::from_millis(1),
+            max_interval: FriendlyDuration::from_secs(u64::MAX),
+            ..RetryPolicy::default()
+        };
+        assert_eq!(retry_delay(&fast, 75, None), fast.max_interval.0);
+        let odd = RetryPolicy {
+            exponentiation_factor: f64::NAN,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(retry_delay(&odd, 3, None), odd.max_interval.0);
+        // A deployment's own delay (Retry-After: 18446744073709551615) is capped.
+        let huge = Some(Duration::from_secs(u64::MAX));
+        assert_eq!(retry_delay(&policy, 1, huge), MAX_RETRY_DELAY);
+        let small = Some(Duration::from_secs(3));
+        assert_eq!(retry_delay(&policy, 1, small), Duration::from_secs(3));
+    }
 }

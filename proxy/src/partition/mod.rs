@@ -381,11 +381,25 @@ impl Partition {
                     if !pending.is_empty() =>
                 {
                     let (_, effects) = pending.pop_front().expect("guarded");
-                    match committed {
-                        Ok(Ok(())) => self.run_effects(effects),
-                        Ok(Err(e)) => fail(effects, &e),
-                        Err(_) => fail(effects, &CodedError::new(Code::RT0006, "the store writer stopped")),
+                    let error = match committed {
+                        Ok(Ok(())) => {
+                            self.run_effects(effects);
+                            continue;
+                        }
+                        Ok(Err(e)) => e,
+                        Err(_) => CodedError::new(Code::RT0006, "the store writer stopped"),
+                    };
+                    // Memory now holds what the store may not: nothing more of this partition
+                    // may be acknowledged. Later sets fail the same way (the writer refuses
+                    // everything after a failure); the process restarts from the store.
+                    fail(effects, &error);
+                    for (_, effects) in pending.drain(..) {
+                        fail(effects, &error);
                     }
+                    if let Some(failure) = self.store.health().failure() {
+                        tracing::error!(partition = self.index, error.code = ?failure.code, "partition stopped after a failed write");
+                    }
+                    return;
                 }
                 changed = async { rules.as_mut().expect("guarded").changed().await }, if rules.is_some() => {
                     match changed {

@@ -306,7 +306,8 @@ impl Runtime {
         rules: Option<&Arc<Rules>>,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
         let n = self.senders.len() as u64;
-        let client = AttemptClient::default();
+        let tls = crate::deployment_tls::DeploymentTls::load(config.deployment_ca_file.as_deref())?;
+        let client = AttemptClient::new(&tls);
         let writer = Writer::start(Arc::clone(store));
         let slots = Arc::new(InvokerSlots::new(
             config.worker.invoker.concurrent_invocations_limit.get(),
@@ -377,19 +378,64 @@ impl BackgroundService for PartitionsService {
         let Some(receivers) = receivers else {
             return;
         };
-        match self.runtime.spawn_with_rules(
+        let health = Arc::clone(self.store.health());
+        let handles = match self.runtime.spawn_with_rules(
             receivers,
             &self.store,
             &self.registry,
             &self.config,
             Some(&self.rules),
         ) {
-            Ok(_) => crate::shutdown::shutdown_started(shutdown).await,
+            Ok(handles) => handles,
             Err(e) => {
-                tracing::error!(error.code = ?e.code, error = %e, "partitions failed to start")
+                // Some partitions would run and others not: the process stops instead
+                // (start-up exits non-zero).
+                tracing::error!(error.code = ?e.code, error = %e, "partitions failed to recover");
+                health.fail(e);
+                return;
+            }
+        };
+        health.set_ready();
+        tokio::select! {
+            () = crate::shutdown::shutdown_started(shutdown) => {}
+            (index, ended) = first_to_end(handles) => {
+                health.fail(stopped_partition(index, ended));
             }
         }
     }
+}
+
+/// Resolves when the first of `handles` ends, with its index and result.
+async fn first_to_end(
+    handles: Vec<tokio::task::JoinHandle<()>>,
+) -> (usize, Result<(), tokio::task::JoinError>) {
+    if handles.is_empty() {
+        return std::future::pending().await;
+    }
+    let (ended, index, _) = futures_util::future::select_all(handles).await;
+    (index, ended)
+}
+
+/// A partition task that ended while the process serves: its invocations would sit behind a
+/// healthy `/health` forever, so the process stops and restarts from the store.
+fn stopped_partition(index: usize, ended: Result<(), tokio::task::JoinError>) -> CodedError {
+    let why = match ended {
+        Ok(()) => "it stopped after a failed write".to_owned(),
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            format!("it panicked: {message}")
+        }
+        Err(e) => format!("it was cancelled: {e}"),
+    };
+    CodedError::new(
+        Code::RT0027,
+        format!("partition {index} stopped ({why}); sluice restarts from the store"),
+    )
 }
 
 #[cfg(test)]

@@ -4,11 +4,12 @@
 pub mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use redb::{Database, DatabaseError, ReadableDatabase, TableDefinition};
 
 use crate::errors::{Code, CodedError};
+use crate::health::Health;
 
 /// File name of the database inside `data-dir`.
 pub const DB_FILE: &str = "sluice.redb";
@@ -33,6 +34,8 @@ pub struct Store {
     /// while other tasks may still hold the `Arc`; transactions take the read side, which is
     /// uncontended outside of that one moment.
     db: RwLock<Option<Database>>,
+    /// Turns failed when a write to this store fails (see [`crate::health`]).
+    health: Arc<Health>,
 }
 
 impl Store {
@@ -53,7 +56,13 @@ impl Store {
         Ok(Self {
             path,
             db: RwLock::new(Some(db)),
+            health: Arc::default(),
         })
+    }
+
+    /// The health of the process that writes this store.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// Path of the database file.

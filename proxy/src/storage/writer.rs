@@ -136,7 +136,12 @@ fn write_loop(store: &Store, mut rx: mpsc::UnboundedReceiver<Job>) {
                 Err(_) => break,
             }
         }
-        let result = if group.iter().all(|job| job.writes.is_empty()) {
+        // After a failed write nothing more is acknowledged, not even an empty set: memory may
+        // hold what the store does not, and an empty set's answer (an idempotent repeat, say)
+        // would vouch for it.
+        let result = if let Some(failure) = store.health().failure() {
+            Err(failure.clone())
+        } else if group.iter().all(|job| job.writes.is_empty()) {
             Ok(())
         } else {
             commit_group(store, &group)
@@ -148,19 +153,25 @@ fn write_loop(store: &Store, mut rx: mpsc::UnboundedReceiver<Job>) {
 }
 
 fn commit_group(store: &Store, group: &[Job]) -> Result<(), CodedError> {
-    let storage = |e: redb::Error| CodedError::new(Code::RT0006, format!("store write: {e}"));
-    store
-        .with_db(|db| {
-            let txn = db.begin_write().map_err(|e| storage(e.into()))?;
-            for job in group {
-                job.writes.apply(&txn).map_err(storage)?;
-            }
-            txn.commit().map_err(|e| storage(e.into()))
-        })
-        .and_then(|r| r)
-        .inspect_err(|e| {
-            tracing::error!(error.code = ?e.code, error = %e, sets = group.len(), "group commit failed; none of its writes were acknowledged");
-        })
+    let written = store.with_db(|db| -> Result<(), redb::Error> {
+        let txn = db.begin_write()?;
+        for job in group {
+            job.writes.apply(&txn)?;
+        }
+        txn.commit()?;
+        Ok(())
+    });
+    match written {
+        // Closed: shutting down, not a failure of the store.
+        Err(closed) => Err(closed),
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            let error = crate::health::store_write_failed(e);
+            tracing::error!(error.code = ?error.code, error = %error, sets = group.len(), "group commit failed; none of its writes were acknowledged");
+            store.health().fail(error.clone());
+            Err(error)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -215,5 +226,30 @@ mod tests {
         set.put(T, b"a", b"1".to_vec());
         let error = writer.commit(set).await.unwrap().unwrap_err();
         assert_eq!(error.code, Some(Code::RT0006));
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_fails_the_health_and_every_later_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        // A table of other key and value types under the name the set writes to: opening it
+        // fails inside the transaction, as an I/O error would.
+        let foreign: TableDefinition<u64, u64> = TableDefinition::new("writer_test");
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                txn.open_table(foreign).unwrap().insert(1, 1).unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+        let writer = Writer::start(Arc::clone(&store));
+        let mut set = WriteSet::default();
+        set.put(T, b"a", b"1".to_vec());
+        let error = writer.commit(set).await.unwrap().unwrap_err();
+        assert_eq!(error.code, Some(Code::RT0027));
+        assert_eq!(store.health().failure().unwrap().code, Some(Code::RT0027));
+        // Nothing is acknowledged afterwards, not even an empty set (an idempotent repeat).
+        let empty = writer.commit(WriteSet::default()).await.unwrap();
+        assert_eq!(empty.unwrap_err().code, Some(Code::RT0027));
     }
 }

@@ -1,0 +1,352 @@
+//! Faults lose nothing: a full disk never turns into a lost `202`, retry arithmetic from a
+//! deployment never stops a partition, and `https://` deployments are invoked over TLS.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment};
+
+/// A tmpfs of `size` mounted on `dir` for as long as it lives.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// `None` (with a message) where this process may not mount, e.g. not running as root.
+    fn mount(dir: &Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match mounted {
+            Ok(out) if out.status.success() => Some(Self(dir.to_owned())),
+            Ok(out) => {
+                eprintln!(
+                    "SKIPPED: cannot mount a small tmpfs (needs root): {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    /// Grows the filesystem, keeping its files.
+    fn grow(&self, size: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount {}", self.0.display());
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+async fn send(sluice: &Sluice, key: &str, body: &[u8]) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/send/Meter/work?delay=1h",
+            sluice.ingress_url
+        ))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or_default(),
+    )
+}
+
+async fn admin_get(sluice: &Sluice, path: &str) -> (u16, String) {
+    match reqwest::get(format!("{}{path}", sluice.admin_url)).await {
+        Ok(resp) => (
+            resp.status().as_u16(),
+            resp.text().await.unwrap_or_default(),
+        ),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// Finding 1: with the data dir on a filesystem that fills up, the send that cannot be stored
+/// is refused, repeats of it are refused too (they used to be answered `202`), health turns
+/// 503 at once, the process exits 74, and after a restart every acknowledged send is there.
+#[tokio::test]
+async fn a_full_disk_never_acknowledges_what_it_did_not_store() {
+    let scratch = tempfile::tempdir().unwrap();
+    let data = scratch.path().join("data");
+    let Some(tmpfs) = Tmpfs::mount(&data, "12m") else {
+        return;
+    };
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = Sluice::builder()
+        .data_dir(&data)
+        .config("failure-exit-delay = \"3s\"\n")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+
+    // 512 KiB inputs until the disk is full.
+    let body = format!("\"{}\"", "x".repeat(512 * 1024)).into_bytes();
+    let mut acknowledged = Vec::new();
+    let mut refused = None;
+    for i in 0..100 {
+        let key = format!("k{i}");
+        let (status, answer) = send(&sluice, &key, &body).await;
+        match status {
+            202 => acknowledged.push(answer["invocationId"].as_str().unwrap().to_owned()),
+            _ => {
+                refused = Some((key, status, answer));
+                break;
+            }
+        }
+    }
+    let (key, status, answer) = refused.expect("the 12 MiB filesystem never filled up");
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["error_code"], "RT0027", "{answer}");
+    assert!(
+        !acknowledged.is_empty(),
+        "nothing fit before the disk filled"
+    );
+
+    // Health and readiness fail at once; repeats of the refused key are never acknowledged.
+    let (health, text) = admin_get(&sluice, "/health").await;
+    assert_eq!(health, 503, "{text}");
+    assert!(text.contains("RT0027"), "{text}");
+    assert_eq!(admin_get(&sluice, "/ready").await.0, 503);
+    for _ in 0..3 {
+        let (status, answer) = send(&sluice, &key, &body).await;
+        assert_eq!(
+            status, 503,
+            "a repeat of {key} was answered {status}: {answer}"
+        );
+        assert_eq!(answer["error_code"], "RT0027", "{answer}");
+    }
+    let finished = sluice.wait_exit(Duration::from_secs(30)).unwrap();
+    assert_eq!(finished.status.code(), Some(74), "{}", finished.stderr);
+    assert!(finished.stderr.contains("RT0027"), "{}", finished.stderr);
+
+    // With space again, every acknowledged send is there.
+    tmpfs.grow("256m");
+    let again = Sluice::builder().data_dir(&data).start().await.unwrap();
+    for id in &acknowledged {
+        let (status, seen) = again.describe(id).await;
+        assert_eq!(status, 200, "acknowledged {id} was lost: {seen}");
+        assert_eq!(seen["status"], "scheduled", "{seen}");
+    }
+    assert_eq!(admin_get(&again, "/health").await.0, 200);
+    drop(again);
+    drop(tmpfs);
+}
+
+/// A deployment that discovers fine and answers every invocation of `Bad/go` with `invoke`.
+async fn deployment(invoke: fn() -> Response) -> SocketAddr {
+    let manifest = json!({
+        "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": 6,
+        "services": [{"name": "Bad", "ty": "SERVICE", "handlers": [{"name": "go"}]}]
+    });
+    let router = Router::new()
+        .route(
+            "/discover",
+            get(move || {
+                let body = manifest.to_string();
+                async move {
+                    (
+                        [(
+                            "content-type",
+                            "application/vnd.restate.endpointmanifest.v2+json",
+                        )],
+                        body,
+                    )
+                }
+            }),
+        )
+        .route("/invoke/Bad/go", post(move || async move { invoke() }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+async fn send_bad(sluice: &Sluice) -> String {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/send/Bad/go", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let sent: Value = resp.json().await.unwrap();
+    sent["invocationId"].as_str().unwrap().to_owned()
+}
+
+/// Finding 2: `Retry-After: 18446744073709551615` used to overflow `now + delay` and kill the
+/// partition (every later call on it answered 503). Now the wait is capped at a day, and the
+/// partitions go on.
+#[tokio::test]
+async fn a_huge_retry_after_is_capped_and_every_partition_goes_on() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let addr = deployment(|| {
+        Response::builder()
+            .status(503)
+            .header("retry-after", "18446744073709551615")
+            .body(Body::empty())
+            .unwrap()
+    })
+    .await;
+    sluice.register(&format!("http://{addr}/"), false).await;
+    // Unkeyed sends land on random partitions: 32 of them reach all 8 in all likelihood.
+    let mut ids = Vec::new();
+    for _ in 0..32 {
+        ids.push(send_bad(&sluice).await);
+    }
+    for id in &ids {
+        let seen = sluice
+            .invocation_until(id, "backing off after RT0023", |seen| {
+                seen["last_failure_error_code"] == "RT0023"
+            })
+            .await;
+        assert_eq!(seen["status"], "backing-off", "{seen}");
+    }
+    assert_eq!(admin_get(&sluice, "/health").await.0, 200);
+    // Every partition still takes work.
+    for _ in 0..32 {
+        send_bad(&sluice).await;
+    }
+}
+
+/// Finding 2: with a 1 ms / ×2 policy, `initial × 2^74` used to panic converting to a
+/// `Duration` on the 75th attempt, before the clamp to `max-interval`.
+#[tokio::test]
+async fn back_off_survives_a_hundred_attempts() {
+    let sluice = Sluice::builder()
+        .config(
+            "[worker.invoker.retry-policy]\ninitial-interval = \"1ms\"\nmax-interval = \"2ms\"\nmax-attempts = 1000\n",
+        )
+        .start()
+        .await
+        .unwrap();
+    let addr = deployment(|| Response::builder().status(500).body(Body::empty()).unwrap()).await;
+    sluice.register(&format!("http://{addr}/"), false).await;
+    let id = send_bad(&sluice).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, seen) = sluice.describe(&id).await;
+        assert_eq!(status, 200, "{seen}");
+        if seen["attempts"].as_u64().unwrap_or(0) >= 100 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stuck: {seen}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(admin_get(&sluice, "/health").await.0, 200);
+    assert!(!sluice.stderr().contains("panicked"), "{}", sluice.stderr());
+}
+
+/// A TLS terminator in front of `backend`, with a certificate for `localhost` signed by a CA of
+/// its own (returned as PEM), offering h2 and HTTP/1.1.
+async fn tls_front(backend: u16) -> (u16, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(socket).await else {
+                    return;
+                };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(("127.0.0.1", backend)).await
+                else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (port, ca_cert.pem())
+}
+
+/// Finding 6: an `https://` deployment is discovered over TLS and invoked over TLS, trusting
+/// the CA in `deployment-ca-file`.
+#[tokio::test]
+async fn https_deployments_are_invoked_over_tls() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let (port, ca_pem) = tls_front(dep.port).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let ca_file = scratch.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let sluice = Sluice::builder()
+        .config(&format!(
+            "deployment-ca-file = {:?}\n",
+            ca_file.display().to_string()
+        ))
+        .start()
+        .await
+        .unwrap();
+    sluice
+        .register(&format!("https://localhost:{port}/"), false)
+        .await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("\"Tls\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "\"Hello, Tls!\"");
+
+    // Without the CA, discovery refuses the certificate.
+    let untrusting = Sluice::builder().start().await.unwrap();
+    let resp = untrusting
+        .admin(reqwest::Method::POST, "/deployments")
+        .json(&json!({"uri": format!("https://localhost:{port}/")}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert!(!status.is_success(), "{status}: {text}");
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+}
