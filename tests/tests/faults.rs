@@ -350,3 +350,122 @@ async fn https_deployments_are_invoked_over_tls() {
     assert!(!status.is_success(), "{status}: {text}");
     assert!(text.to_lowercase().contains("certificate"), "{text}");
 }
+
+async fn greet(sluice: &Sluice, name: &str) -> String {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body(format!("\"{name}\""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.headers()["x-restate-id"].to_str().unwrap().to_owned()
+}
+
+async fn journal_rows(sluice: &Sluice, id: &str) -> u64 {
+    sluice
+        .count(&format!(
+            "SELECT count(*) AS n FROM sys_journal WHERE id = '{id}'"
+        ))
+        .await
+}
+
+/// Finding 4: completed invocations leave the store after `worker.completion-retention`, their
+/// journals after the service's `journal_retention`; a retention above the server's maximum is
+/// lowered and reported as RT0022.
+#[tokio::test]
+async fn completed_invocations_and_journals_are_purged_after_their_retention() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .config(
+            "[worker]\ncompletion-retention = \"2s\"\nmax-journal-retention = \"1h\"\npurge-interval = \"50ms\"\n",
+        )
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+
+    // The journal goes at once, the record after 2 s.
+    let patched = sluice
+        .admin(reqwest::Method::PATCH, "/services/Greeter")
+        .json(&json!({"journal_retention": "0s"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    let id = greet(&sluice, "Ann").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while journal_rows(&sluice, &id).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the journal of {id} was never purged"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, seen) = sluice.describe(&id).await;
+    assert_eq!(status, 200, "the record went with the journal: {seen}");
+    assert_eq!(seen["status"], "completed", "{seen}");
+    loop {
+        let (status, seen) = sluice.describe(&id).await;
+        if status == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{id} was never purged: {seen}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A journal retention over the maximum is lowered, and the service says so.
+    let patched = sluice
+        .admin(reqwest::Method::PATCH, "/services/Greeter")
+        .json(&json!({"journal_retention": "30d"}))
+        .send()
+        .await
+        .unwrap();
+    let service: Value = patched.json().await.unwrap();
+    assert_eq!(service["journal_retention"], "1h", "{service}");
+    assert_eq!(service["info"][0]["code"], "RT0022", "{service}");
+    let kept = greet(&sluice, "Bob").await;
+    assert!(journal_rows(&sluice, &kept).await > 0);
+}
+
+/// Finding 5: held invocations are bounded. Past `worker.max-held-per-scope` a scope's new
+/// sends get 429 RT0029 with `Retry-After`; other scopes go on.
+#[tokio::test]
+async fn held_invocations_past_their_bound_get_429_with_retry_after() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .flow_control()
+        .config("[worker]\nmax-held-per-scope = 3\n")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let client = reqwest::Client::new();
+    let send = |scope: &str| {
+        client
+            .post(format!(
+                "{}/service/scope/{scope}/send/Meter/work?delay=1h",
+                sluice.ingress_url
+            ))
+            .header("content-type", "application/json")
+            .body("1")
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(send("acme").await.unwrap().status(), 202);
+    }
+    let refused = send("acme").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error_code"], "RT0029", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("max-held-per-scope"),
+        "{body}"
+    );
+    assert_eq!(send("globex").await.unwrap().status(), 202);
+}

@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use crate::config::{Config, FriendlyDuration, OnMaxAttempts};
 use crate::discovery::manifest::{HandlerManifest, Options, ServiceManifest};
 use crate::discovery::{HandlerType, ProtocolMode, ServiceType};
+use crate::errors::Code;
 use crate::registry::{Address, Deployment, Service};
 
 fn ms(v: Option<u64>) -> Option<String> {
@@ -101,6 +102,18 @@ pub struct ServiceMetadata {
     pub enable_lazy_state: bool,
     /// Retries.
     pub retry_policy: RetryPolicy,
+    /// Warnings about the service's settings (RT0022: its journal retention was lowered).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub info: Vec<ServiceInfo>,
+}
+
+/// A warning about a service's settings.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ServiceInfo {
+    /// Its catalogue code.
+    pub code: String,
+    /// What was changed and why.
+    pub message: String,
 }
 
 fn service_type_name(ty: ServiceType) -> &'static str {
@@ -201,6 +214,22 @@ impl ServiceMetadata {
         } else {
             invoker.inactivity_timeout
         };
+        let asked = service
+            .overrides
+            .journal_retention
+            .or(o.journal_retention.map(FriendlyDuration::from_millis))
+            .unwrap_or(day);
+        let max = config.worker.max_journal_retention;
+        let journal_retention = if asked.0 > max.0 { max } else { asked };
+        let info = (asked.0 > max.0)
+            .then(|| ServiceInfo {
+                code: Code::RT0022.to_string(),
+                message: format!(
+                    "journal_retention {asked} is longer than worker.max-journal-retention and was lowered to {max}"
+                ),
+            })
+            .into_iter()
+            .collect();
         let defaults = &invoker.retry_policy;
         let overrides = retry_overrides(o);
         Self {
@@ -228,11 +257,7 @@ impl ServiceMetadata {
                     day,
                 )
             }),
-            journal_retention: pick(
-                service.overrides.journal_retention,
-                o.journal_retention,
-                day,
-            ),
+            journal_retention: journal_retention.to_string(),
             inactivity_timeout: pick(
                 service.overrides.inactivity_timeout,
                 o.inactivity_timeout,
@@ -265,6 +290,7 @@ impl ServiceMetadata {
                     .to_owned(),
                 )),
             },
+            info,
         }
     }
 }

@@ -232,6 +232,26 @@ pub struct WorkerConfig {
     pub partitions: NonZeroU16,
     /// How attempts against deployments run.
     pub invoker: InvokerConfig,
+    /// How long a completed invocation (its record and outcome) stays in the store, when no
+    /// idempotency key or workflow keeps it longer; `0s` purges it at completion.
+    pub completion_retention: FriendlyDuration,
+    /// Longest journal retention a service or handler may ask for (`journal_retention`); longer
+    /// ones are lowered to it and reported as RT0022 on the service.
+    pub max_journal_retention: FriendlyDuration,
+    /// How often the purger looks for completed invocations and journals whose time is up.
+    pub purge_interval: FriendlyDuration,
+    /// Most purges in one write; a backlog is worked off a batch at a time.
+    pub purge_batch_size: NonZeroU32,
+    /// Bytes of held (queued) invocations' inputs kept in memory, across partitions; past it
+    /// inputs wait in the store only and are read back when their turn comes. Delayed sends
+    /// never keep theirs in memory.
+    pub held_memory_budget: ByteSize,
+    /// Invocations held (queued or delayed, at rest) in all; new ones are refused with 429
+    /// RT0029 beyond.
+    pub max_held_invocations: usize,
+    /// Invocations held in one flow-control scope; new ones in it are refused with 429 RT0029
+    /// beyond.
+    pub max_held_per_scope: usize,
 }
 
 impl Default for WorkerConfig {
@@ -239,6 +259,13 @@ impl Default for WorkerConfig {
         Self {
             partitions: NonZeroU16::new(8).expect("non-zero"),
             invoker: InvokerConfig::default(),
+            completion_retention: FriendlyDuration::from_secs(24 * 60 * 60),
+            max_journal_retention: FriendlyDuration::from_secs(30 * 24 * 60 * 60),
+            purge_interval: FriendlyDuration::from_secs(1),
+            purge_batch_size: NonZeroU32::new(1000).expect("non-zero"),
+            held_memory_budget: ByteSize::mib(64),
+            max_held_invocations: 1_000_000,
+            max_held_per_scope: 100_000,
         }
     }
 }

@@ -280,13 +280,17 @@ pub async fn invoke(
         .runtime
         .submit(record, frame)
         .await
-        .map_err(|e| IngressError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: e.code,
-            message: format!(
-                "internal routing error: {}; the request was not accepted, so it can be retried",
-                e.message
-            ),
+        .map_err(|e| match e.code {
+            // Too many held: 429 with Retry-After.
+            Some(Code::RT0029) => IngressError::from(e),
+            _ => IngressError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: e.code,
+                message: format!(
+                    "internal routing error: {}; the request was not accepted, so it can be retried",
+                    e.message
+                ),
+            },
         })?;
 
     if workflow_run && !created {

@@ -16,6 +16,28 @@ const INVOCATIONS: BytesTable = TableDefinition::new("invocations");
 const JOURNAL: BytesTable = TableDefinition::new("journal");
 /// Key: wake time (ms, u64 BE) ‖ invocation id ‖ completion id (u32 BE). Value: empty.
 const TIMERS: BytesTable = TableDefinition::new("timers");
+/// What completed invocations leave behind, and when it goes. Key: purge time (ms, u64 BE) ‖
+/// invocation id ‖ [`Purge`] byte. Value: empty.
+const PURGES: BytesTable = TableDefinition::new("purges");
+
+/// What a purge row removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purge {
+    /// The journal only (`journal-retention`); the record and its outcome stay.
+    Journal,
+    /// The record and its journal (`completion-retention`).
+    Invocation,
+}
+
+/// A purge that is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuePurge {
+    key: [u8; 33],
+    /// The completed invocation.
+    pub invocation: InvocationId,
+    /// What goes.
+    pub what: Purge,
+}
 
 /// A redb failure on invocation state (RT0006).
 pub(crate) fn storage(e: impl std::fmt::Display) -> CodedError {
@@ -87,11 +109,80 @@ pub fn put_entry(writes: &mut WriteSet, id: InvocationId, index: u32, frame: &Fr
 /// Removes a record and its journal.
 pub fn delete_invocation(writes: &mut WriteSet, id: InvocationId) {
     writes.delete(INVOCATIONS, &id.to_bytes());
+    delete_journal(writes, id);
+}
+
+fn purge_key(at_ms: u64, id: InvocationId, what: Purge) -> [u8; 33] {
+    let mut key = [0u8; 33];
+    key[..8].copy_from_slice(&at_ms.to_be_bytes());
+    key[8..32].copy_from_slice(&id.to_bytes());
+    key[32] = match what {
+        Purge::Journal => 0,
+        Purge::Invocation => 1,
+    };
+    key
+}
+
+/// Schedules `what` of the completed `id` to be removed at `at_ms`.
+pub fn put_purge(writes: &mut WriteSet, at_ms: u64, id: InvocationId, what: Purge) {
+    writes.put(PURGES, &purge_key(at_ms, id, what), Vec::new());
+}
+
+/// Removes what `due` names, and the purge row itself.
+pub fn apply_purge(writes: &mut WriteSet, due: &DuePurge) {
+    match due.what {
+        Purge::Invocation => delete_invocation(writes, due.invocation),
+        Purge::Journal => delete_journal(writes, due.invocation),
+    }
+    writes.delete(PURGES, &due.key);
+}
+
+/// Removes the journal of `id`.
+pub fn delete_journal(writes: &mut WriteSet, id: InvocationId) {
     let start = journal_key(id, 0).to_vec();
     // One byte longer than any journal key of `id`, and above all of them.
     let mut end = journal_key(id, u32::MAX).to_vec();
     end.push(0xff);
     writes.delete_range(JOURNAL, start, end);
+}
+
+/// Up to `limit` purges due at `now_ms`, earliest first.
+pub fn due_purges(
+    db: &redb::Database,
+    now_ms: u64,
+    limit: usize,
+) -> Result<Vec<DuePurge>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(PURGES) else {
+        return Ok(Vec::new());
+    };
+    let end = now_ms.saturating_add(1).to_be_bytes();
+    table
+        .range(..end.as_slice())
+        .map_err(storage)?
+        .take(limit)
+        .map(|row| {
+            let (key, _) = row.map_err(storage)?;
+            decode_purge(key.value())
+        })
+        .collect()
+}
+
+fn decode_purge(k: &[u8]) -> Result<DuePurge, CodedError> {
+    let bad = || corrupt("purges", k, "not a purge time, an invocation id and a kind");
+    let key: [u8; 33] = k.try_into().map_err(|_| bad())?;
+    let (_, rest) = key.split_first_chunk::<8>().ok_or_else(bad)?;
+    let (id, kind) = rest.split_first_chunk::<24>().ok_or_else(bad)?;
+    let what = match kind {
+        [0] => Purge::Journal,
+        [1] => Purge::Invocation,
+        _ => return Err(bad()),
+    };
+    Ok(DuePurge {
+        key,
+        invocation: InvocationId::from_bytes(*id),
+        what,
+    })
 }
 
 /// Adds a timer.
@@ -352,6 +443,65 @@ mod tests {
                     records.message.contains("'invocations', key 0102"),
                     "{records}"
                 );
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn purges_come_due_in_time_order_and_remove_what_they_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (a, b) = (InvocationId::generate(1), InvocationId::generate(2));
+        let target = Target {
+            service: "Greeter".into(),
+            handler: "greet".into(),
+            key: None,
+        };
+        let commit = |writes: WriteSet| {
+            store
+                .with_db(|db| {
+                    let txn = db.begin_write().unwrap();
+                    writes.apply(&txn).unwrap();
+                    txn.commit().unwrap();
+                })
+                .unwrap()
+        };
+        let mut writes = WriteSet::default();
+        for id in [a, b] {
+            put_record(&mut writes, &InvocationRecord::new(id, target.clone(), 1)).unwrap();
+            let input = Frame {
+                ty: 1,
+                ack: false,
+                payload: Bytes::from_static(b"in"),
+            };
+            put_entry(&mut writes, id, 0, &input);
+        }
+        put_purge(&mut writes, 20, a, Purge::Invocation);
+        put_purge(&mut writes, 10, a, Purge::Journal);
+        put_purge(&mut writes, 30, b, Purge::Journal);
+        commit(writes);
+        let due = store.with_db(|db| due_purges(db, 20, 10)).unwrap().unwrap();
+        assert_eq!(
+            due.iter()
+                .map(|d| (d.invocation, d.what))
+                .collect::<Vec<_>>(),
+            vec![(a, Purge::Journal), (a, Purge::Invocation)]
+        );
+        let limited = store.with_db(|db| due_purges(db, 20, 1)).unwrap().unwrap();
+        assert_eq!(limited.len(), 1);
+        let mut writes = WriteSet::default();
+        for purge in &due {
+            apply_purge(&mut writes, purge);
+        }
+        commit(writes);
+        store
+            .with_db(|db| {
+                assert!(load_record(db, a).unwrap().is_none());
+                assert!(load_journal(db, a).unwrap().is_empty());
+                assert!(load_record(db, b).unwrap().is_some());
+                assert_eq!(load_journal(db, b).unwrap().len(), 1);
+                assert!(due_purges(db, 20, 10).unwrap().is_empty());
+                assert_eq!(due_purges(db, u64::MAX, 10).unwrap().len(), 1);
             })
             .unwrap();
     }

@@ -186,7 +186,7 @@ impl Partition {
     pub(super) fn waiting(&self, id: InvocationId) -> Option<Waiting> {
         let queue = match self.live.get(&id) {
             Some(live) => live.queue?,
-            None => self.dormant.get(&id)?.queue(),
+            None => self.dormant.get(&id)?.queue()?,
         };
         let snapshot = self
             .scheduler

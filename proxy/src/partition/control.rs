@@ -82,7 +82,11 @@ impl Partition {
                 )),
             });
         }
-        let Some(live) = self.live.get_mut(&id) else {
+        let retention = self
+            .live
+            .get(&id)
+            .map(|live| self.retention(&live.record.target));
+        let (Some(live), Some(retention)) = (self.live.get_mut(&id), retention) else {
             return Ok(Controlled::NotFound);
         };
         let completed = live.record.status == Status::Completed;
@@ -125,6 +129,7 @@ impl Partition {
                         code: 409,
                         message: "killed".into(),
                     }),
+                    retention,
                     writes,
                     effects,
                 );

@@ -4,15 +4,73 @@
 //! only its scheduler entry and one allocation holding its encoded record and input stay in
 //! memory; it is decoded again the moment anything touches it (its turn comes, an operator
 //! asks, a repeat of its idempotency key arrives).
+//!
+//! Delayed sends rest the same way until their time comes, and never with their input: it is in
+//! the store (entry 0 of the journal, committed before the send was acknowledged) and is read
+//! back when they wake. Queued inputs stay in memory only while their sum is under
+//! `worker.held-memory-budget`, shared by every partition; past it they rest on disk too.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use prost::Message as _;
 
 use super::{Event, Live, Partition, QueuedEntry};
+use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{EntryId, QueueId};
 use crate::ids::InvocationId;
+use crate::invocation::store;
 use crate::invocation::{Caller, InvocationRecord, Status, Target};
 use crate::protocol::Frame;
+use crate::storage::Store;
+
+/// What invocations at rest hold, across every partition: their count (bounded by
+/// `worker.max-held-invocations`) and the bytes of inputs kept in memory (bounded by
+/// `worker.held-memory-budget`).
+#[derive(Debug)]
+pub struct HeldMemory {
+    bytes: AtomicU64,
+    budget: u64,
+    count: AtomicUsize,
+}
+
+impl HeldMemory {
+    /// Keeps at most `budget` bytes of inputs in memory.
+    pub fn new(budget: u64) -> Self {
+        Self {
+            bytes: AtomicU64::new(0),
+            budget,
+            count: AtomicUsize::new(0),
+        }
+    }
+
+    /// Invocations at rest now.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of inputs kept in memory now.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Takes `len` bytes of the budget; false (nothing taken) when they do not fit.
+    fn take(&self, len: u64) -> bool {
+        self.bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(len).filter(|&after| after <= self.budget)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, len: u64) {
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(len))
+            });
+    }
+}
 
 /// Everything a record that never ran can hold, and its input, encoded compactly (a held send
 /// is some 40 bytes plus its input this way).
@@ -54,13 +112,19 @@ struct Resting {
     input_ty: u32,
     #[prost(bytes = "bytes", tag = "17")]
     input: Bytes,
+    /// The input was left in the store (`input` is empty).
+    #[prost(bool, tag = "18")]
+    input_on_disk: bool,
 }
 
 /// A held invocation at rest.
 #[derive(Debug)]
 pub(super) struct Dormant {
     entry: EntryId,
-    queue: QueueId,
+    /// `None` for a delayed send, which waits for its time rather than in a queue.
+    queue: Option<QueueId>,
+    /// Bytes of its input kept in memory (given back to the budget when it wakes).
+    input_in_memory: u64,
     /// Its record and input (`Resting`).
     packed: Box<[u8]>,
 }
@@ -69,8 +133,10 @@ impl Dormant {
     /// Whether `live` only waits for its first attempt, with nothing but its record and input.
     fn fits(live: &Live) -> bool {
         let record = &live.record;
-        live.queued
-            && live.queue.is_some()
+        let queued = live.queued && live.queue.is_some();
+        let delayed =
+            !live.queued && record.status == Status::Scheduled && record.run_at_ms.is_some();
+        (queued || delayed)
             && !live.running
             && matches!(record.status, Status::Pending | Status::Scheduled)
             && record.deployment.is_none()
@@ -88,8 +154,9 @@ impl Dormant {
             && !live.signalled
     }
 
-    /// `live` at rest; it must fit.
-    fn of(live: Live) -> Self {
+    /// `live` at rest; it must fit. Its input stays in memory if it is queued and the budget
+    /// has room.
+    fn of(live: Live, held: &HeldMemory) -> Self {
         let record = live.record;
         let derived_seed = InvocationRecord::seed_of(record.id);
         let input = live.journal.into_iter().next().expect("fits: one entry");
@@ -110,11 +177,25 @@ impl Dormant {
             idempotency_key: record.idempotency_key,
             retention_ms: record.retention_ms,
             input_ty: u32::from(input.ty),
-            input: input.payload,
+            input: Bytes::new(),
+            input_on_disk: true,
         };
+        let len = input.payload.len() as u64;
+        let keep = live.queued && held.take(len);
+        let resting = if keep {
+            Resting {
+                input: input.payload,
+                input_on_disk: false,
+                ..resting
+            }
+        } else {
+            resting
+        };
+        held.count.fetch_add(1, Ordering::Relaxed);
         Self {
             entry: live.entry,
-            queue: live.queue.expect("fits: queued"),
+            queue: live.queue,
+            input_in_memory: if keep { len } else { 0 },
             packed: resting.encode_to_vec().into_boxed_slice(),
         }
     }
@@ -123,9 +204,32 @@ impl Dormant {
         Resting::decode(&*self.packed).expect("a resting record decodes: this code encoded it")
     }
 
-    /// Back to a queued live invocation.
-    fn wake(self, id: InvocationId) -> Live {
+    /// Back to a live invocation (queued, or waiting for its time), reading its input back
+    /// from `store` if it rested there.
+    fn wake(self, id: InvocationId, store: &Store, held: &HeldMemory) -> Result<Live, CodedError> {
         let resting = self.resting();
+        let input_ty = u16::try_from(resting.input_ty).map_err(|_| {
+            CodedError::new(
+                Code::RT0028,
+                format!("invocation {id} rested with a bad input type"),
+            )
+        })?;
+        let payload = if resting.input_on_disk {
+            let journal = store.with_db(|db| store::load_journal(db, id))??;
+            match journal.into_iter().next() {
+                Some(input) => input.payload,
+                None => {
+                    return Err(CodedError::new(
+                        Code::RT0028,
+                        format!("the input of invocation {id} is missing from the store's journal"),
+                    ));
+                }
+            }
+        } else {
+            resting.input.clone()
+        };
+        held.give_back(self.input_in_memory);
+        held.count.fetch_sub(1, Ordering::Relaxed);
         let target = Target {
             service: resting.service,
             handler: resting.handler,
@@ -152,30 +256,31 @@ impl Dormant {
         record.idempotency_key = resting.idempotency_key;
         record.retention_ms = resting.retention_ms;
         let input = Frame {
-            ty: u16::try_from(resting.input_ty).expect("a message type id"),
+            ty: input_ty,
             ack: false,
-            payload: resting.input,
+            payload,
         };
         let mut live = Live::new(record, vec![input], self.entry);
-        live.queued = true;
-        live.queue = Some(self.queue);
-        live
+        live.queued = self.queue.is_some();
+        live.queue = self.queue;
+        Ok(live)
     }
 
-    /// Its line in the partition's list of queued invocations.
-    pub(super) fn listed(&self, id: InvocationId) -> QueuedEntry {
+    /// Its line in the partition's list of queued invocations; `None` for a delayed send.
+    pub(super) fn listed(&self, id: InvocationId) -> Option<QueuedEntry> {
+        let queue = self.queue?;
         let resting = self.resting();
-        QueuedEntry {
-            queue: self.queue,
+        Some(QueuedEntry {
+            queue,
             invocation: id,
             attempts: resting.attempts,
             created_at_ms: resting.created_at_ms,
             run_at_ms: resting.run_at_ms,
-        }
+        })
     }
 
-    /// Its scheduler queue.
-    pub(super) fn queue(&self) -> QueueId {
+    /// Its scheduler queue; `None` for a delayed send.
+    pub(super) fn queue(&self) -> Option<QueueId> {
         self.queue
     }
 }
@@ -217,22 +322,74 @@ impl Partition {
     /// Makes `id` live again if it is at rest; it goes back to rest after the next dispatch if
     /// it still only waits.
     pub(super) fn rouse(&mut self, id: InvocationId) {
-        if let Some(dormant) = self.dormant.remove(&id) {
-            self.live.insert(id, Box::new(dormant.wake(id)));
-            self.just_queued.push(id);
+        let Some(dormant) = self.dormant.remove(&id) else {
+            return;
+        };
+        match dormant.wake(id, &self.store, &self.held) {
+            Ok(live) => {
+                self.unhold(live.record.scope.clone());
+                self.live.insert(id, Box::new(live));
+                self.just_queued.push(id);
+            }
+            Err(e) => {
+                // Its input is in the store or nowhere: a store that cannot give it back
+                // cannot be trusted with anything more.
+                tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot wake a held invocation");
+                self.store.health().fail(e);
+            }
         }
     }
 
-    /// Puts the invocations queued since the last call to rest if they still wait.
+    /// Puts the invocations queued (or delayed) since the last call to rest if they still wait.
     pub(super) fn rest_waiting(&mut self) {
         for id in self.just_queued.drain(..) {
             if !self.live.get(&id).is_some_and(|live| Dormant::fits(live)) {
                 continue;
             }
             if let Some(live) = self.live.remove(&id) {
-                self.dormant.insert(id, Dormant::of(*live));
+                let scope = live.record.scope.clone();
+                self.dormant.insert(id, Dormant::of(*live, &self.held));
+                if let Some(scope) = scope {
+                    *self.held_in_scope.entry(scope).or_default() += 1;
+                }
             }
         }
+    }
+
+    fn unhold(&mut self, scope: Option<String>) {
+        if let Some(scope) = scope
+            && let Some(count) = self.held_in_scope.get_mut(&scope)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.held_in_scope.remove(&scope);
+            }
+        }
+    }
+
+    /// Why a new invocation must not be taken now (RT0029): too many invocations held in all,
+    /// or in its scope (a scope's invocations all live on its partition).
+    pub(super) fn over_held_limits(&self, record: &InvocationRecord) -> Option<CodedError> {
+        let worker = &self.config.worker;
+        let total = self.held.count();
+        if total >= worker.max_held_invocations {
+            return Some(CodedError::new(
+                Code::RT0029,
+                format!(
+                    "{total} invocations are held, the most worker.max-held-invocations allows; retry later"
+                ),
+            ));
+        }
+        let scope = record.scope.as_ref()?;
+        let in_scope = self.held_in_scope.get(scope).copied().unwrap_or(0);
+        (in_scope >= worker.max_held_per_scope).then(|| {
+            CodedError::new(
+                Code::RT0029,
+                format!(
+                    "{in_scope} invocations are held in scope '{scope}', the most worker.max-held-per-scope allows; retry later"
+                ),
+            )
+        })
     }
 }
 
@@ -270,6 +427,16 @@ mod tests {
         live
     }
 
+    fn unbounded() -> HeldMemory {
+        HeldMemory::new(u64::MAX)
+    }
+
+    fn scratch_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
     fn target() -> Target {
         Target {
             service: "Greeter".into(),
@@ -298,7 +465,10 @@ mod tests {
         let live = held(record.clone());
         let (journal, queue) = (live.journal.clone(), live.queue);
         assert!(Dormant::fits(&live));
-        let woken = Dormant::of(live).wake(id);
+        let (_dir, store) = scratch_store();
+        let woken = Dormant::of(live, &unbounded())
+            .wake(id, &store, &unbounded())
+            .unwrap();
         assert_eq!(woken.record, record);
         assert_eq!(woken.journal, journal);
         assert_eq!((woken.queued, woken.queue, woken.entry), (true, queue, 7));
@@ -312,13 +482,17 @@ mod tests {
         record.scope = Some("acme".into());
         let live = held(record.clone());
         let input = live.journal[0].payload.len();
-        let dormant = Dormant::of(live);
+        let held = unbounded();
+        let dormant = Dormant::of(live, &held);
         assert!(
             dormant.packed.len() <= input + 48,
             "{} bytes for {input} bytes of input",
             dormant.packed.len()
         );
-        assert_eq!(dormant.wake(id).record, record);
+        assert_eq!((held.count(), held.bytes()), (1, input as u64));
+        let (_dir, store) = scratch_store();
+        assert_eq!(dormant.wake(id, &store, &held).unwrap().record, record);
+        assert_eq!((held.count(), held.bytes()), (0, 0));
     }
 
     #[test]
@@ -338,5 +512,44 @@ mod tests {
         for live in [running, started, awaited, journaled, unqueued] {
             assert!(!Dormant::fits(&live), "{:?}", live.record.status);
         }
+    }
+
+    #[test]
+    fn past_the_budget_inputs_rest_in_the_store_and_are_read_back() {
+        let id = InvocationId::new(42, 7);
+        let record = InvocationRecord::new(id, target(), 0);
+        let live = held(record.clone());
+        let journal = live.journal.clone();
+        let (_dir, store) = scratch_store();
+        let mut writes = crate::storage::writer::WriteSet::default();
+        store::put_record(&mut writes, &record).unwrap();
+        store::put_entry(&mut writes, id, 0, &journal[0]);
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                writes.apply(&txn).unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+        let held_memory = HeldMemory::new(4);
+        let dormant = Dormant::of(live, &held_memory);
+        assert_eq!(held_memory.bytes(), 0, "over the budget: nothing kept");
+        assert!(dormant.packed.len() < 48, "{} bytes", dormant.packed.len());
+        let woken = dormant.wake(id, &store, &held_memory).unwrap();
+        assert_eq!(woken.journal, journal);
+        assert_eq!(woken.record, record);
+        // A delayed send never keeps its input, whatever the budget.
+        let mut delayed = held(record);
+        delayed.queued = false;
+        delayed.queue = None;
+        delayed.record.status = Status::Scheduled;
+        delayed.record.run_at_ms = Some(5);
+        assert!(Dormant::fits(&delayed));
+        let unbounded = unbounded();
+        let dormant = Dormant::of(delayed, &unbounded);
+        assert_eq!(unbounded.bytes(), 0);
+        let woken = dormant.wake(id, &store, &unbounded).unwrap();
+        assert!(!woken.queued);
+        assert_eq!(woken.journal, journal);
     }
 }

@@ -13,7 +13,7 @@ use crate::clock::now_ms;
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
-use crate::invocation::store::{self, Timer};
+use crate::invocation::store::{self, Purge, Timer};
 use crate::invocation::{Failure, InvocationRecord, LastFailure, Outcome, Status, Target, state};
 use crate::invoker::attempt::failure_code;
 use crate::invoker::{AttemptError, AttemptRequest, Ending, MessageSink};
@@ -90,6 +90,18 @@ impl Partition {
                     effects.extend(reply.map(|r| Effect::Ack(r, false)));
                     return Ok(());
                 }
+                // Only new work from outside is refused; a handler's call always goes in.
+                if reply.is_some()
+                    && let Some(refused) = self.over_held_limits(&record)
+                {
+                    // Answered after earlier writes commit, like any answer.
+                    if let Some(reply) = reply {
+                        effects.push(Effect::Then(Box::new(move || {
+                            let _ = reply.send(Err(refused));
+                        })));
+                    }
+                    return Ok(());
+                }
                 let record = *record;
                 store::put_record(writes, &record)?;
                 store::put_entry(writes, id, 0, &input);
@@ -146,7 +158,7 @@ impl Partition {
                             run_at_ms: live.record.run_at_ms,
                         })
                     })
-                    .chain(self.dormant.iter().map(|(id, d)| d.listed(*id)))
+                    .chain(self.dormant.iter().filter_map(|(id, d)| d.listed(*id)))
                     .collect();
                 let _ = reply.send(queued);
             }
@@ -376,6 +388,9 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<bool, CodedError> {
         let retry = self.config.worker.invoker.retry_policy.clone();
+        let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
+            return Ok(false);
+        };
         let Some(live) = self.live.get_mut(&id) else {
             return Ok(false);
         };
@@ -393,7 +408,7 @@ impl Partition {
         match result {
             Ok(Ending::End) => {
                 let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
-                complete(live, outcome, writes, effects);
+                complete(live, outcome, retention, writes, effects);
             }
             Ok(Ending::Suspended(message)) => {
                 live.record.retry_count = 0;
@@ -419,7 +434,7 @@ impl Partition {
                             code,
                             message: error.message,
                         });
-                        complete(live, outcome, writes, effects);
+                        complete(live, outcome, retention, writes, effects);
                     }
                     _ => {
                         let delay = error.next_retry_delay.map(Duration::from_millis);
@@ -582,23 +597,65 @@ fn awaited(message: &Message) -> Vec<u32> {
     out
 }
 
+/// How long what a completed invocation leaves behind stays in the store, in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Retention {
+    /// The record and outcome (`worker.completion-retention`), unless an idempotency key or a
+    /// workflow keeps them (the record's own `retention_ms`).
+    pub completion_ms: u64,
+    /// The journal (`journal_retention`, at most `worker.max-journal-retention`).
+    pub journal_ms: u64,
+}
+
+impl Partition {
+    /// The retention of a completed invocation of `target`.
+    pub(super) fn retention(&self, target: &Target) -> Retention {
+        let worker = &self.config.worker;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Retention {
+            completion_ms: ms(worker.completion_retention.0),
+            journal_ms: ms(self.registry.journal_retention(
+                &target.service,
+                &target.handler,
+                worker.max_journal_retention.0,
+            )),
+        }
+    }
+}
+
 pub(super) fn complete(
     live: &mut Live,
     outcome: Outcome,
+    retention: Retention,
     writes: &mut WriteSet,
     effects: &mut Vec<Effect>,
 ) {
     live.record.status = Status::Completed;
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;
-    if let Some(retention) = live.record.retention_ms {
-        let timer = Timer {
-            at_ms: now_ms().saturating_add(retention),
-            invocation: live.record.id,
-            completion: EXPIRY,
-        };
-        store::put_timer(writes, timer);
-        effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+    let now = now_ms();
+    // Retained results (idempotency, workflows) leave memory and store on their expiry timer;
+    // every other completed invocation through a purge row the purger works off.
+    let kept = match live.record.retention_ms {
+        Some(retained) => {
+            let timer = Timer {
+                at_ms: now.saturating_add(retained),
+                invocation: live.record.id,
+                completion: EXPIRY,
+            };
+            store::put_timer(writes, timer);
+            effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+            retained
+        }
+        None => {
+            let at = now.saturating_add(retention.completion_ms);
+            store::put_purge(writes, at, live.record.id, Purge::Invocation);
+            retention.completion_ms
+        }
+    };
+    if retention.journal_ms < kept {
+        let at = now.saturating_add(retention.journal_ms);
+        store::put_purge(writes, at, live.record.id, Purge::Journal);
     }
     for caller in live.record.caller.iter().chain(&live.callers) {
         effects.push(Effect::CallResult(*caller, outcome.clone()));

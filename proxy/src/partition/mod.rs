@@ -6,10 +6,11 @@
 pub mod admission;
 mod calls;
 pub mod control;
-mod dormant;
+pub mod dormant;
 mod drive;
 mod journal;
 mod promises;
+mod purge;
 pub mod runtime;
 pub mod signals;
 
@@ -269,8 +270,13 @@ pub struct Partition {
     live: HashMap<InvocationId, Box<Live>>,
     /// Held invocations that never ran, at rest in a compact form.
     dormant: HashMap<InvocationId, dormant::Dormant>,
-    /// Invocations queued since the last dispatch: those still waiting after it go to rest.
+    /// Invocations queued (or delayed) since the last dispatch: those still waiting after it
+    /// go to rest.
     just_queued: Vec<InvocationId>,
+    /// Invocations at rest in all partitions, and the memory their inputs take.
+    held: Arc<dormant::HeldMemory>,
+    /// Invocations at rest per scope (every invocation of a scope lives on its partition).
+    held_in_scope: HashMap<String, usize>,
     scheduler: Scheduler,
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
@@ -290,6 +296,7 @@ impl Partition {
         config: Arc<Config>,
         client: AttemptClient,
         slots: Arc<InvokerSlots>,
+        held: Arc<dormant::HeldMemory>,
         tx: mpsc::Sender<Event>,
     ) -> Self {
         Self {
@@ -304,6 +311,8 @@ impl Partition {
             live: HashMap::new(),
             dormant: HashMap::new(),
             just_queued: Vec::new(),
+            held,
+            held_in_scope: HashMap::new(),
             scheduler: Scheduler::sharing(Arc::new(RuleBook::new()), slots, index),
             promises: promises::Promises::default(),
             entries: HashMap::new(),
@@ -508,6 +517,11 @@ impl Partition {
                     }
                 }
                 Effect::WakeAt(id, at_ms, completion) => {
+                    if completion.is_none() {
+                        // A delayed send waits for its time at rest, its input only in the
+                        // store: it is committed by now, so it can be read back.
+                        self.just_queued.push(id);
+                    }
                     let tx = self.tx.clone();
                     let delay = Duration::from_millis(at_ms.saturating_sub(now_ms()));
                     tokio::spawn(async move {

@@ -285,7 +285,8 @@ impl Runtime {
         })
     }
 
-    /// Recovers and runs every partition on the current tokio runtime, with an empty rule book.
+    /// Recovers and runs every partition on the current tokio runtime, with an empty rule book,
+    /// and the purger; its task is the last of the handles.
     pub fn spawn(
         &self,
         receivers: Receivers,
@@ -312,6 +313,9 @@ impl Runtime {
         let slots = Arc::new(InvokerSlots::new(
             config.worker.invoker.concurrent_invocations_limit.get(),
         ));
+        let held = Arc::new(super::dormant::HeldMemory::new(
+            config.worker.held_memory_budget.0,
+        ));
         let mut handles = Vec::new();
         for (index, rx) in receivers.0.into_iter().enumerate() {
             let mut partition = Partition::new(
@@ -323,6 +327,7 @@ impl Runtime {
                 Arc::clone(config),
                 client.clone(),
                 Arc::clone(&slots),
+                Arc::clone(&held),
                 self.senders[index].clone(),
             );
             let changes = rules.map(|rules| {
@@ -332,6 +337,13 @@ impl Runtime {
             partition.recover(|id| (id.partition_key() % n) as usize == index)?;
             handles.push(tokio::spawn(partition.run(rx, changes)));
         }
+        let worker = &config.worker;
+        handles.push(tokio::spawn(super::purge::run(
+            Arc::clone(store),
+            writer,
+            worker.purge_interval.0,
+            usize::try_from(worker.purge_batch_size.get()).unwrap_or(usize::MAX),
+        )));
         Ok(handles)
     }
 }
@@ -399,7 +411,11 @@ impl BackgroundService for PartitionsService {
         tokio::select! {
             () = crate::shutdown::shutdown_started(shutdown) => {}
             (index, ended) = first_to_end(handles) => {
-                health.fail(stopped_partition(index, ended));
+                let task = match self.runtime.senders.get(index) {
+                    Some(_) => format!("partition {index}"),
+                    None => "the purger".to_owned(),
+                };
+                health.fail(stopped_task(&task, ended));
             }
         }
     }
@@ -416,9 +432,9 @@ async fn first_to_end(
     (index, ended)
 }
 
-/// A partition task that ended while the process serves: its invocations would sit behind a
-/// healthy `/health` forever, so the process stops and restarts from the store.
-fn stopped_partition(index: usize, ended: Result<(), tokio::task::JoinError>) -> CodedError {
+/// A partition task (or the purger) that ended while the process serves: its invocations would
+/// sit behind a healthy `/health` forever, so the process stops and restarts from the store.
+fn stopped_task(task: &str, ended: Result<(), tokio::task::JoinError>) -> CodedError {
     let why = match ended {
         Ok(()) => "it stopped after a failed write".to_owned(),
         Err(e) if e.is_panic() => {
@@ -434,7 +450,7 @@ fn stopped_partition(index: usize, ended: Result<(), tokio::task::JoinError>) ->
     };
     CodedError::new(
         Code::RT0027,
-        format!("partition {index} stopped ({why}); sluice restarts from the store"),
+        format!("{task} stopped ({why}); sluice restarts from the store"),
     )
 }
 

@@ -216,6 +216,29 @@ impl Registry {
             .map_or(DAY, Duration::from_millis)
     }
 
+    /// How long the journal of a completed invocation is kept: the operator's service override,
+    /// else the handler's, else the service's declared retention, else one day; at most `max`
+    /// (`worker.max-journal-retention`).
+    pub fn journal_retention(&self, service: &str, handler: &str, max: Duration) -> Duration {
+        let Ok((found, deployment)) = self.service(service) else {
+            return DAY.min(max);
+        };
+        let manifest = deployment.service(service);
+        found
+            .overrides
+            .journal_retention
+            .map(|r| r.0)
+            .or_else(|| {
+                manifest
+                    .and_then(|m| m.handlers.iter().find(|h| h.name == handler))
+                    .and_then(|h| h.options.journal_retention)
+                    .or_else(|| manifest.and_then(|m| m.options.journal_retention))
+                    .map(Duration::from_millis)
+            })
+            .unwrap_or(DAY)
+            .min(max)
+    }
+
     /// How long a completed workflow run (with its state and promises) is kept: the operator's
     /// override, else the service's declared retention, else one day.
     pub fn workflow_retention(&self, service: &str) -> Duration {
