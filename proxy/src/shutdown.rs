@@ -95,7 +95,7 @@ impl ShutdownSignalWatch for SignalWatch {
             } => "a failure (see the error above)",
         };
         tracing::info!(
-            cause = name,
+            signal = name,
             "shutting down: no new connections, draining in-flight requests"
         );
         ShutdownSignal::GracefulTerminate

@@ -208,6 +208,44 @@ pub fn plugin_wasm(name: &str) -> PathBuf {
     dir.join(format!("{}.wasm", name.replace('-', "_")))
 }
 
+/// A deployment that discovers fine (one service `Bad` with handler `go`, protocol versions 5
+/// to `max_protocol`) and answers every invocation with `invoke`: for misbehaving deployments.
+pub async fn fake_deployment(
+    max_protocol: u32,
+    invoke: fn() -> axum::response::Response,
+) -> std::net::SocketAddr {
+    use axum::routing::{get, post};
+    let manifest = serde_json::json!({
+        "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": max_protocol,
+        "services": [{"name": "Bad", "ty": "SERVICE", "handlers": [{"name": "go"}]}]
+    });
+    let router = axum::Router::new()
+        .route(
+            "/discover",
+            get(move || {
+                let body = manifest.to_string();
+                async move {
+                    (
+                        [(
+                            "content-type",
+                            "application/vnd.restate.endpointmanifest.v2+json",
+                        )],
+                        body,
+                    )
+                }
+            }),
+        )
+        .route("/invoke/Bad/go", post(move || async move { invoke() }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("a bound address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    addr
+}
+
 /// A deployment written with the real Restate Rust SDK (`sluice-test-deployment`).
 #[derive(Debug)]
 pub struct TestDeployment {

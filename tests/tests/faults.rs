@@ -7,12 +7,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Body;
 use axum::response::Response;
-use axum::routing::{get, post};
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment};
+use sluice_tests::{Sluice, TestDeployment, fake_deployment};
 
 /// A tmpfs of `size` mounted on `dir` for as long as it lives.
 struct Tmpfs(PathBuf);
@@ -160,31 +158,7 @@ async fn a_full_disk_never_acknowledges_what_it_did_not_store() {
 
 /// A deployment that discovers fine and answers every invocation of `Bad/go` with `invoke`.
 async fn deployment(invoke: fn() -> Response) -> SocketAddr {
-    let manifest = json!({
-        "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": 6,
-        "services": [{"name": "Bad", "ty": "SERVICE", "handlers": [{"name": "go"}]}]
-    });
-    let router = Router::new()
-        .route(
-            "/discover",
-            get(move || {
-                let body = manifest.to_string();
-                async move {
-                    (
-                        [(
-                            "content-type",
-                            "application/vnd.restate.endpointmanifest.v2+json",
-                        )],
-                        body,
-                    )
-                }
-            }),
-        )
-        .route("/invoke/Bad/go", post(move || async move { invoke() }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
+    fake_deployment(6, invoke).await
 }
 
 async fn send_bad(sluice: &Sluice) -> String {

@@ -4,48 +4,17 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Body;
 use axum::response::Response;
-use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice::protocol::{Message, proto};
-use sluice_tests::Sluice;
+use sluice_tests::{Sluice, fake_deployment};
 
 const V6: &str = "application/vnd.restate.invocation.v6";
 
 /// A deployment that discovers fine and answers every invocation with `invoke`.
 async fn deployment(invoke: fn() -> Response) -> SocketAddr {
-    deployment_up_to(6, invoke).await
-}
-
-/// [`deployment`] speaking protocol versions 5 to `max`.
-async fn deployment_up_to(max: u32, invoke: fn() -> Response) -> SocketAddr {
-    let manifest = json!({
-        "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": max,
-        "services": [{"name": "Bad", "ty": "SERVICE", "handlers": [{"name": "go"}]}]
-    });
-    let router = Router::new()
-        .route(
-            "/discover",
-            get(move || {
-                let body = manifest.to_string();
-                async move {
-                    (
-                        [(
-                            "content-type",
-                            "application/vnd.restate.endpointmanifest.v2+json",
-                        )],
-                        body,
-                    )
-                }
-            }),
-        )
-        .route("/invoke/Bad/go", post(move || async move { invoke() }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
+    fake_deployment(6, invoke).await
 }
 
 /// Sends `Bad/go` and waits until the invocation records `code` on at least two attempts.
@@ -188,7 +157,7 @@ fn v7_sluice() -> sluice_tests::Builder {
 #[tokio::test]
 async fn a_v7_error_with_fail_behaviour_completes_the_invocation_with_that_failure() {
     let sluice = v7_sluice().start().await.unwrap();
-    let addr = deployment_up_to(7, || v7_error(proto::ErrorBehavior::Fail)).await;
+    let addr = fake_deployment(7, || v7_error(proto::ErrorBehavior::Fail)).await;
     sluice.register(&format!("http://{addr}/"), false).await;
     let resp = reqwest::Client::new()
         .post(format!("{}/service/call/Bad/go", sluice.ingress_url))
@@ -212,7 +181,7 @@ async fn a_v7_error_with_fail_behaviour_completes_the_invocation_with_that_failu
 #[tokio::test]
 async fn a_v7_error_with_pause_behaviour_pauses_the_invocation() {
     let sluice = v7_sluice().start().await.unwrap();
-    let addr = deployment_up_to(7, || v7_error(proto::ErrorBehavior::Pause)).await;
+    let addr = fake_deployment(7, || v7_error(proto::ErrorBehavior::Pause)).await;
     sluice.register(&format!("http://{addr}/"), false).await;
     let sent: Value = reqwest::Client::new()
         .post(format!("{}/service/send/Bad/go", sluice.ingress_url))

@@ -81,7 +81,7 @@ fn timer_key(at_ms: u64, id: InvocationId, completion: u32) -> [u8; 36] {
 }
 
 /// A durable timer: wake `invocation` at `at_ms` with completion `completion`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Timer {
     /// Milliseconds since the epoch.
     pub at_ms: u64,

@@ -19,7 +19,8 @@ pub use runtime::{
     target_partition_key,
 };
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -281,6 +282,9 @@ pub struct Partition {
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
     next_entry: EntryId,
+    /// Wake-ups (delays, back-offs, timers) in time order: one heap entry each, not a task
+    /// each, so 100,000 delayed sends cost a few MB.
+    wakes: BinaryHeap<Reverse<(u64, InvocationId, Option<Timer>)>>,
 }
 
 impl Partition {
@@ -317,6 +321,7 @@ impl Partition {
             promises: promises::Promises::default(),
             entries: HashMap::new(),
             next_entry: 0,
+            wakes: BinaryHeap::new(),
         }
     }
 
@@ -421,31 +426,70 @@ impl Partition {
                         Err(_) => rules = None,
                     }
                 }
+                () = tokio::time::sleep(self.until_next_wake()), if !self.wakes.is_empty() && pending.len() < IN_FLIGHT => {
+                    self.due_wakes(&mut batch);
+                    if batch.is_empty() {
+                        continue;
+                    }
+                    self.apply_batch(&mut batch, &mut pending);
+                }
                 received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {
                     if received == 0 {
                         open = false;
                         continue;
                     }
-                    let mut writes = WriteSet::default();
-                    let mut effects = Vec::new();
-                    let mut applied = Ok(());
-                    for event in batch.drain(..) {
-                        if let Err(e) = self.apply(event, &mut writes, &mut effects) {
-                            applied = Err(e);
-                        }
-                    }
-                    match applied {
-                        // Even an empty set goes through the writer: its effects (an answer
-                        // to a waiting caller, say) must not overtake earlier writes.
-                        Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
-                        Err(e) => fail(effects, &e),
-                    }
-                    // Queues woken while applying (a nudge, a rule change) start at once;
-                    // attempts started now write after the batch (the writer keeps order).
-                    self.dispatch();
+                    self.apply_batch(&mut batch, &mut pending);
                 }
             }
         }
+    }
+
+    /// How long until the earliest wake-up is due.
+    fn until_next_wake(&self) -> Duration {
+        self.wakes
+            .peek()
+            .map_or(Duration::ZERO, |Reverse((at_ms, _, _))| {
+                Duration::from_millis(at_ms.saturating_sub(now_ms()))
+            })
+    }
+
+    /// Moves the wake-ups due now into `batch` as events.
+    fn due_wakes(&mut self, batch: &mut Vec<Event>) {
+        let now = now_ms();
+        while batch.len() < BATCH
+            && let Some(Reverse((at_ms, _, _))) = self.wakes.peek()
+            && *at_ms <= now
+        {
+            let Some(Reverse((_, id, completion))) = self.wakes.pop() else {
+                break;
+            };
+            batch.push(Event::Wake { id, completion });
+        }
+    }
+
+    /// Applies `batch` as one write set and queues it for its commit.
+    fn apply_batch(
+        &mut self,
+        batch: &mut Vec<Event>,
+        pending: &mut VecDeque<(Commit, Vec<Effect>)>,
+    ) {
+        let mut writes = WriteSet::default();
+        let mut effects = Vec::new();
+        let mut applied = Ok(());
+        for event in batch.drain(..) {
+            if let Err(e) = self.apply(event, &mut writes, &mut effects) {
+                applied = Err(e);
+            }
+        }
+        match applied {
+            // Even an empty set goes through the writer: its effects (an answer
+            // to a waiting caller, say) must not overtake earlier writes.
+            Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
+            Err(e) => fail(effects, &e),
+        }
+        // Queues woken while applying (a nudge, a rule change) start at once;
+        // attempts started now write after the batch (the writer keeps order).
+        self.dispatch();
     }
 
     fn run_effects(&mut self, effects: Vec<Effect>) {
@@ -505,7 +549,11 @@ impl Partition {
                         let _ = waiter.send(outcome.clone());
                     }
                 }
-                Effect::Attempt(id) => self.enqueue(id),
+                Effect::Attempt(id) => {
+                    // A delayed send whose time came went back to rest until this commit.
+                    self.rouse(id);
+                    self.enqueue(id);
+                }
                 Effect::Deliver(id, attempt, bytes) => {
                     if let Some(live) = self.live.get(&id)
                         && live.running
@@ -522,12 +570,7 @@ impl Partition {
                         // store: it is committed by now, so it can be read back.
                         self.just_queued.push(id);
                     }
-                    let tx = self.tx.clone();
-                    let delay = Duration::from_millis(at_ms.saturating_sub(now_ms()));
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let _ = tx.send(Event::Wake { id, completion }).await;
-                    });
+                    self.wakes.push(Reverse((at_ms, id, completion)));
                 }
             }
         }
