@@ -331,9 +331,11 @@ impl Partition {
                 self.live.insert(id, Box::new(live));
                 self.just_queued.push(id);
             }
+            // Closed: shutting down; the store keeps it for the next start.
+            Err(_) if self.store.with_db(|_| ()).is_err() => {}
             Err(e) => {
                 // Its input is in the store or nowhere: a store that cannot give it back
-                // cannot be trusted with anything more.
+                // cannot be trusted with anything more. The restart recovers it from there.
                 tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot wake a held invocation");
                 self.store.health().fail(e);
             }

@@ -391,6 +391,8 @@ impl BackgroundService for PartitionsService {
             return;
         };
         let health = Arc::clone(self.store.health());
+        // Shutdown closes the store under running partitions: what ends then is no failure.
+        let stopping = shutdown.clone();
         let handles = match self.runtime.spawn_with_rules(
             receivers,
             &self.store,
@@ -399,6 +401,7 @@ impl BackgroundService for PartitionsService {
             Some(&self.rules),
         ) {
             Ok(handles) => handles,
+            Err(_) if *stopping.borrow() => return,
             Err(e) => {
                 // Some partitions would run and others not: the process stops instead
                 // (start-up exits non-zero).
@@ -409,8 +412,12 @@ impl BackgroundService for PartitionsService {
         };
         health.set_ready();
         tokio::select! {
+            biased;
             () = crate::shutdown::shutdown_started(shutdown) => {}
             (index, ended) = first_to_end(handles) => {
+                if *stopping.borrow() {
+                    return;
+                }
                 let task = match self.runtime.senders.get(index) {
                     Some(_) => format!("partition {index}"),
                     None => "the purger".to_owned(),
