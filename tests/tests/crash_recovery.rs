@@ -52,8 +52,21 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
             .unwrap();
         assert_eq!(resp.status(), 202);
     }
-    // Every first side effect has run; the invocations now sleep for 3 s.
-    wait_for(&sluice, (SENDS as u64, 0), Duration::from_secs(30)).await;
+    // Every first side effect has run; the invocations now sleep (on a slow machine the first
+    // ones may have woken and finished already).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = meter_counts(&sluice).await;
+        assert!(
+            seen.0 <= SENDS as u64 && seen.1 <= seen.0,
+            "executed more than once: {seen:?}"
+        );
+        if seen.0 == SENDS as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stuck at {seen:?} before the kill");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     sluice.signal(Signal::SIGKILL).unwrap();
     let killed = sluice.wait_exit(Duration::from_secs(5)).unwrap();
