@@ -64,7 +64,10 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
         if seen.0 == SENDS as u64 {
             break;
         }
-        assert!(Instant::now() < deadline, "stuck at {seen:?} before the kill");
+        assert!(
+            Instant::now() < deadline,
+            "stuck at {seen:?} before the kill"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
