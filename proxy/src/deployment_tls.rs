@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject as _;
 
-use crate::config::file_error;
+use crate::config::{file_error, pem_certificates};
 use crate::errors::CodedError;
 
 /// A connector for `http://` and `https://` deployments.
@@ -35,17 +33,7 @@ impl DeploymentTls {
     pub fn load(ca_file: Option<&Path>) -> Result<Self, CodedError> {
         let mut roots = system_roots();
         if let Some(path) = ca_file {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| file_error("deployment-ca-file", path, e))?;
-            if certs.is_empty() {
-                return Err(file_error(
-                    "deployment-ca-file",
-                    path,
-                    "no PEM certificate in the file",
-                ));
-            }
-            for cert in certs {
+            for cert in pem_certificates("deployment-ca-file", path)? {
                 roots
                     .add(cert)
                     .map_err(|e| file_error("deployment-ca-file", path, e))?;

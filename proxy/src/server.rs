@@ -87,6 +87,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
             Arc::clone(&store),
             Arc::clone(&registry),
             Arc::clone(&config),
+            deployment_tls.clone(),
         ),
     ));
     let ingress = IngressService::new(

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
+use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::{AdminConfig, file_error};
+use crate::config::{AdminConfig, file_error, pem_certificates};
 use crate::errors::{Code, CodedError};
 
 /// The acceptor `config` asks for: `None` when it names no certificate.
@@ -23,16 +23,7 @@ pub fn acceptor(config: &AdminConfig) -> Result<Option<TlsAcceptor>, CodedError>
             ));
         }
     };
-    let certs = CertificateDer::pem_file_iter(cert_path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| file_error("admin.tls-cert-file", cert_path, e))?;
-    if certs.is_empty() {
-        return Err(file_error(
-            "admin.tls-cert-file",
-            cert_path,
-            "no PEM certificate in the file",
-        ));
-    }
+    let certs = pem_certificates("admin.tls-cert-file", cert_path)?;
     let key = PrivateKeyDer::from_pem_file(key_path)
         .map_err(|e| file_error("admin.tls-key-file", key_path, e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -85,6 +85,23 @@ pub fn file_error(key: &str, path: &Path, message: impl fmt::Display) -> CodedEr
     config_error(&source, key, &message.to_string())
 }
 
+/// The PEM certificates in the file `key` names; an unreadable file, or one without any, is
+/// a [`file_error`].
+pub fn pem_certificates(
+    key: &str,
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, CodedError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| file_error(key, path, e))?;
+    if certs.is_empty() {
+        return Err(file_error(key, path, "no PEM certificate in the file"));
+    }
+    Ok(certs)
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }

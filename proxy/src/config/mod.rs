@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use load::{ConfigSource, Overrides, file_error, load};
+pub use load::{ConfigSource, Overrides, file_error, load, pem_certificates};
 pub use security::{
     AdminRole, AuthToken, AuthTokens, ConnectionLimits, DeploymentAddressPolicy, MIN_TOKEN_LENGTH,
 };

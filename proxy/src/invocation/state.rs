@@ -247,16 +247,6 @@ mod tests {
     use super::*;
     use crate::storage::Store;
 
-    fn commit(store: &Store, writes: &WriteSet) {
-        store
-            .with_db(|db| {
-                let txn = db.begin_write().unwrap();
-                writes.apply(&txn).unwrap();
-                txn.commit().unwrap();
-            })
-            .unwrap();
-    }
-
     #[test]
     fn objects_keep_their_own_state_and_clear_all_is_scoped_to_one_object() {
         let dir = tempfile::tempdir().unwrap();
@@ -272,7 +262,7 @@ mod tests {
         set(&mut writes, a, b"count", b"1");
         set(&mut writes, a, b"\xff\xff", b"edge");
         set(&mut writes, ab, b"count", b"2");
-        commit(&store, &writes);
+        writes.commit_now(&store);
         store
             .with_db(|db| {
                 assert_eq!(get(db, a, b"count").unwrap().unwrap(), "1");
@@ -291,7 +281,7 @@ mod tests {
         clear(&mut writes, ab, b"missing");
         set_promise(&mut writes, a, "p", &Promise::Failure(409, "no".into()));
         set_promise(&mut writes, ab, "p", &Promise::Value(Bytes::from("v")));
-        commit(&store, &writes);
+        writes.commit_now(&store);
         store
             .with_db(|db| {
                 assert_eq!(

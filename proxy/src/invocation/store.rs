@@ -423,14 +423,12 @@ mod tests {
     fn corrupt_rows_are_rt0028_naming_table_and_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
+        let mut writes = WriteSet::default();
+        writes.put(TIMERS, b"short", Vec::new());
+        writes.put(INVOCATIONS, b"\x01\x02", b"{not json".to_vec());
+        writes.commit_now(&store);
         store
             .with_db(|db| {
-                let mut writes = WriteSet::default();
-                writes.put(TIMERS, b"short", Vec::new());
-                writes.put(INVOCATIONS, b"\x01\x02", b"{not json".to_vec());
-                let txn = db.begin_write().unwrap();
-                writes.apply(&txn).unwrap();
-                txn.commit().unwrap();
                 let timers = load_timers(db).unwrap_err();
                 assert_eq!(timers.code, Some(Code::RT0028));
                 assert!(
@@ -457,15 +455,6 @@ mod tests {
             handler: "greet".into(),
             key: None,
         };
-        let commit = |writes: WriteSet| {
-            store
-                .with_db(|db| {
-                    let txn = db.begin_write().unwrap();
-                    writes.apply(&txn).unwrap();
-                    txn.commit().unwrap();
-                })
-                .unwrap()
-        };
         let mut writes = WriteSet::default();
         for id in [a, b] {
             put_record(&mut writes, &InvocationRecord::new(id, target.clone(), 1)).unwrap();
@@ -479,7 +468,7 @@ mod tests {
         put_purge(&mut writes, 20, a, Purge::Invocation);
         put_purge(&mut writes, 10, a, Purge::Journal);
         put_purge(&mut writes, 30, b, Purge::Journal);
-        commit(writes);
+        writes.commit_now(&store);
         let due = store.with_db(|db| due_purges(db, 20, 10)).unwrap().unwrap();
         assert_eq!(
             due.iter()
@@ -493,7 +482,7 @@ mod tests {
         for purge in &due {
             apply_purge(&mut writes, purge);
         }
-        commit(writes);
+        writes.commit_now(&store);
         store
             .with_db(|db| {
                 assert!(load_record(db, a).unwrap().is_none());

@@ -79,13 +79,7 @@ mod tests {
     fn put(store: &Store, record: &InvocationRecord) {
         let mut writes = WriteSet::default();
         store::put_record(&mut writes, record).unwrap();
-        store
-            .with_db(|db| {
-                let txn = db.begin_write().unwrap();
-                writes.apply(&txn).unwrap();
-                txn.commit().unwrap();
-            })
-            .unwrap();
+        writes.commit_now(store);
     }
 
     fn record_of(scope: Option<&str>, status: Status) -> InvocationRecord {

@@ -160,6 +160,9 @@ impl Dormant {
         let record = live.record;
         let derived_seed = InvocationRecord::seed_of(record.id);
         let input = live.journal.into_iter().next().expect("fits: one entry");
+        let len = input.payload.len() as u64;
+        // Only queued inputs may stay in memory, and only within the budget.
+        let keep = live.queued && held.take(len);
         let resting = Resting {
             service: record.target.service,
             handler: record.target.handler,
@@ -177,19 +180,8 @@ impl Dormant {
             idempotency_key: record.idempotency_key,
             retention_ms: record.retention_ms,
             input_ty: u32::from(input.ty),
-            input: Bytes::new(),
-            input_on_disk: true,
-        };
-        let len = input.payload.len() as u64;
-        let keep = live.queued && held.take(len);
-        let resting = if keep {
-            Resting {
-                input: input.payload,
-                input_on_disk: false,
-                ..resting
-            }
-        } else {
-            resting
+            input: if keep { input.payload } else { Bytes::new() },
+            input_on_disk: !keep,
         };
         held.count.fetch_add(1, Ordering::Relaxed);
         Self {
@@ -526,13 +518,7 @@ mod tests {
         let mut writes = crate::storage::writer::WriteSet::default();
         store::put_record(&mut writes, &record).unwrap();
         store::put_entry(&mut writes, id, 0, &journal[0]);
-        store
-            .with_db(|db| {
-                let txn = db.begin_write().unwrap();
-                writes.apply(&txn).unwrap();
-                txn.commit().unwrap();
-            })
-            .unwrap();
+        writes.commit_now(&store);
         let held_memory = HeldMemory::new(4);
         let dormant = Dormant::of(live, &held_memory);
         assert_eq!(held_memory.bytes(), 0, "over the budget: nothing kept");

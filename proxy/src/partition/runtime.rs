@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Event, Partition};
 use crate::config::Config;
+use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};
 use crate::flow::slots::InvokerSlots;
 use crate::ids::InvocationId;
@@ -294,10 +295,12 @@ impl Runtime {
         registry: &Arc<Registry>,
         config: &Arc<Config>,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
-        self.spawn_with_rules(receivers, store, registry, config, None)
+        let tls = DeploymentTls::load(config.deployment_ca_file.as_deref())?;
+        self.spawn_with_rules(receivers, store, registry, config, None, &tls)
     }
 
-    /// [`Runtime::spawn`], following the rule book `rules`.
+    /// [`Runtime::spawn`], following the rule book `rules` and reaching `https://` deployments
+    /// with what `tls` trusts.
     pub fn spawn_with_rules(
         &self,
         receivers: Receivers,
@@ -305,10 +308,10 @@ impl Runtime {
         registry: &Arc<Registry>,
         config: &Arc<Config>,
         rules: Option<&Arc<Rules>>,
+        tls: &DeploymentTls,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
         let n = self.senders.len() as u64;
-        let tls = crate::deployment_tls::DeploymentTls::load(config.deployment_ca_file.as_deref())?;
-        let client = AttemptClient::new(&tls);
+        let client = AttemptClient::new(tls);
         let writer = Writer::start(Arc::clone(store));
         let slots = Arc::new(InvokerSlots::new(
             config.worker.invoker.concurrent_invocations_limit.get(),
@@ -356,10 +359,11 @@ pub struct PartitionsService {
     store: Arc<Store>,
     registry: Arc<Registry>,
     config: Arc<Config>,
+    tls: DeploymentTls,
 }
 
 impl PartitionsService {
-    /// A service running `runtime`'s partitions.
+    /// A service running `runtime`'s partitions, reaching `https://` deployments with `tls`.
     pub fn new(
         runtime: Runtime,
         rules: Arc<Rules>,
@@ -367,6 +371,7 @@ impl PartitionsService {
         store: Arc<Store>,
         registry: Arc<Registry>,
         config: Arc<Config>,
+        tls: DeploymentTls,
     ) -> Self {
         Self {
             runtime,
@@ -375,6 +380,7 @@ impl PartitionsService {
             store,
             registry,
             config,
+            tls,
         }
     }
 }
@@ -399,6 +405,7 @@ impl BackgroundService for PartitionsService {
             &self.registry,
             &self.config,
             Some(&self.rules),
+            &self.tls,
         ) {
             Ok(handles) => handles,
             Err(_) if *stopping.borrow() => return,

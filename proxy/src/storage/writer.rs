@@ -58,6 +58,18 @@ impl WriteSet {
         self.ops.is_empty()
     }
 
+    /// Commits the writes at once in a transaction of their own (tests, which have no writer).
+    #[cfg(test)]
+    pub fn commit_now(&self, store: &Store) {
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().expect("a write transaction");
+                self.apply(&txn).expect("the writes apply");
+                txn.commit().expect("the commit");
+            })
+            .expect("the store is open");
+    }
+
     /// Applies the writes inside `txn`.
     pub fn apply(&self, txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
         for op in &self.ops {
