@@ -24,5 +24,7 @@ pub mod protocol;
 pub mod registry;
 pub mod server;
 pub mod shutdown;
+#[cfg(test)]
+mod simulation;
 pub mod sql;
 pub mod storage;

@@ -19,7 +19,7 @@ use crate::limits::Rules;
 use crate::partition::{PartitionsService, Runtime};
 use crate::plugins::Plugins;
 use crate::registry::Registry;
-use crate::shutdown::{DrainService, SignalWatch};
+use crate::shutdown::{DrainService, SignalWatch, Signals};
 use crate::storage::Store;
 
 /// How long pingora waits for its runtimes after our drain; nothing should be left by then.
@@ -133,6 +133,8 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         },
     ));
 
+    // Before anything answers: a signal from then on drains.
+    let signals = Signals::install();
     tracing::info!(
         ingress = %ingress_addr,
         admin = %admin_addr,
@@ -144,6 +146,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         shutdown_signal: Box::new(SignalWatch {
             health: Arc::clone(store.health()),
             failure_exit_delay: config.failure_exit_delay.0,
+            signals,
         }),
     });
     // Only reached when pingora's backstop fired before the drain finished.

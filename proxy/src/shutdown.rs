@@ -70,6 +70,62 @@ pub async fn shutdown_started(mut shutdown: ShutdownWatch) {
     let _ = shutdown.wait_for(|down| *down).await;
 }
 
+/// SIGTERM and SIGINT, caught from the moment [`Signals::install`] returns: before the listeners
+/// answer, so a signal sent as soon as the server is reachable drains it instead of killing it
+/// (pingora asks for its signal watch only after its services run). A thread of its own keeps
+/// catching them for the rest of the process (a second SIGINT during the drain is ignored).
+pub struct Signals {
+    first: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<&'static str>>>,
+}
+
+impl Signals {
+    /// Installs the handlers; returns once they are in place.
+    pub fn install() -> Self {
+        let (installed_tx, installed) = std::sync::mpsc::channel();
+        let (first_tx, first) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("sluice-signals".into())
+            .spawn(move || {
+                use tokio::signal::unix::{SignalKind, signal};
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the signal thread's runtime");
+                runtime.block_on(async move {
+                    let mut term =
+                        signal(SignalKind::terminate()).expect("install SIGTERM handler");
+                    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+                    let _ = installed_tx.send(());
+                    let name = tokio::select! {
+                        _ = term.recv() => "SIGTERM",
+                        _ = int.recv() => "SIGINT",
+                    };
+                    let _ = first_tx.send(name);
+                    loop {
+                        tokio::select! {
+                            _ = term.recv() => {}
+                            _ = int.recv() => {}
+                        }
+                    }
+                });
+            })
+            .expect("the signal thread starts");
+        let _ = installed.recv();
+        Self {
+            first: std::sync::Mutex::new(Some(first)),
+        }
+    }
+
+    /// The first signal's name; never resolves when asked a second time.
+    async fn first(&self) -> &'static str {
+        let first = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match first {
+            Some(first) => first.await.unwrap_or("a signal"),
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Turns SIGTERM and SIGINT into pingora's graceful terminate (pingora alone would make SIGINT a
 /// fast exit that drops in-flight requests), and so does a [`Health`] failure.
 /// After a failure it waits `failure_exit_delay` (answering 503 meanwhile) before it shuts down.
@@ -78,17 +134,15 @@ pub struct SignalWatch {
     pub health: Arc<Health>,
     /// `failure-exit-delay`.
     pub failure_exit_delay: Duration,
+    /// The signals, caught since before the listeners answered.
+    pub signals: Signals,
 }
 
 #[async_trait]
 impl ShutdownSignalWatch for SignalWatch {
     async fn recv(&self) -> ShutdownSignal {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-        let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
         let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
+            name = self.signals.first() => name,
             _ = async {
                 self.health.failed().await;
                 tokio::time::sleep(self.failure_exit_delay).await;

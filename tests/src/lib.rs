@@ -82,6 +82,21 @@ pub fn cli(sluice: &Sluice, command: &str, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// Side effects of `Meter/work` per invocation id, from a deployment started with
+/// [`TestDeployment::start_logging`]: `(runs, dones)`.
+pub fn effects_per_invocation(effects: &Path) -> std::collections::BTreeMap<String, (u32, u32)> {
+    let text = std::fs::read_to_string(effects).unwrap_or_default();
+    let mut counts = std::collections::BTreeMap::<String, (u32, u32)>::new();
+    for line in text.lines() {
+        match line.split_once(' ') {
+            Some(("run", id)) => counts.entry(id.to_owned()).or_default().0 += 1,
+            Some(("done", id)) => counts.entry(id.to_owned()).or_default().1 += 1,
+            _ => panic!("unexpected effects line {line:?}"),
+        }
+    }
+    counts
+}
+
 /// Runs `calls` concurrently (each a `Meter/hold` path of 400 ms, with its extra headers) and
 /// answers the peak concurrency the handler itself saw.
 pub async fn peak_of_calls(sluice: &Sluice, calls: &[(String, Vec<(&str, &str)>)]) -> u64 {
@@ -260,6 +275,17 @@ impl TestDeployment {
     /// Starts the deployment with a manifest flavor (`v1`, `v2`, `fewer`, `object`) on a free port.
     pub async fn start(flavor: &str) -> Result<Self> {
         Self::start_on(free_port(), flavor).await
+    }
+
+    /// Starts it with `Meter/work` logging each side effect to `effects` (see
+    /// [`effects_per_invocation`]).
+    pub async fn start_logging(flavor: &str, effects: &Path) -> Result<Self> {
+        let port = free_port();
+        let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
+        cmd.arg(format!("127.0.0.1:{port}"))
+            .arg(flavor)
+            .env("SLUICE_TEST_EFFECTS", effects);
+        Self::spawn(cmd, port).await
     }
 
     /// Starts it on `port`.

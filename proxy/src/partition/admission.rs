@@ -4,7 +4,6 @@
 //! bounds the attempts running at once. Permits are given back whenever an attempt ends.
 
 use super::{Live, Partition};
-use crate::clock::now_ms;
 use crate::discovery::{HandlerType, ServiceType};
 use crate::flow::Limit;
 use crate::flow::scheduler::{BlockedOn, EntryKind, QueueKey};
@@ -48,9 +47,12 @@ pub(super) fn queue_key(registry: &Registry, record: &InvocationRecord) -> Queue
 }
 
 impl Live {
-    /// Whether an attempt of it ran before (so it may hold its object's lock).
+    /// Whether it was dispatched before (so it may hold its object's lock). Not its status:
+    /// an invocation paused before it ever ran, then resumed, never took the lock, and taking
+    /// it for one at a restart left the object's real holder queued behind it for ever. The
+    /// pinned deployment is stored before an attempt's first journal entry.
     pub(super) fn started(&self) -> bool {
-        !matches!(self.record.status, Status::Pending | Status::Scheduled)
+        self.lock.is_some() || self.record.attempts > 0 || self.record.deployment.is_some()
     }
 }
 
@@ -72,11 +74,9 @@ impl Partition {
             EntryKind::New
         };
         let key = queue_key(&self.registry, &live.record);
+        let now = self.driver.now_ms();
         live.queued = true;
-        live.queue = Some(
-            self.scheduler
-                .enqueue(&key, live.entry, kind, None, now_ms()),
-        );
+        live.queue = Some(self.scheduler.enqueue(&key, live.entry, kind, None, now));
         self.just_queued.push(id);
     }
 
@@ -86,15 +86,17 @@ impl Partition {
             return;
         };
         if let Some(queue) = live.queue.take() {
-            self.scheduler.remove(queue, live.entry, now_ms());
+            self.scheduler
+                .remove(queue, live.entry, self.driver.now_ms());
         }
     }
 
     /// Starts every attempt the scheduler admits now.
     pub(super) fn dispatch(&mut self) {
-        for admitted in self.scheduler.poll_runnable(now_ms()) {
+        let now = self.driver.now_ms();
+        for admitted in self.scheduler.poll_runnable(now) {
             let Some(id) = self.entries.get(&admitted.entry).copied() else {
-                self.scheduler.release(admitted.permit, now_ms());
+                self.scheduler.release(admitted.permit, now);
                 continue;
             };
             self.rouse(id);
@@ -105,6 +107,11 @@ impl Partition {
             live.queued = false;
             live.queue = None;
             live.lock = admitted.lock.or(live.lock);
+            if live.running {
+                // Its attempt holds a permit already; a second would be lost.
+                self.scheduler.release(admitted.permit, now);
+                continue;
+            }
             live.permit = Some(admitted.permit);
             self.start_attempt(id);
         }
@@ -116,7 +123,7 @@ impl Partition {
     fn nudge_waiting_partitions(&mut self) {
         let waiting = self.scheduler.take_nudges();
         if waiting != 0 {
-            self.runtime.nudge(waiting, self.index);
+            self.driver.nudge(waiting, self.index);
         }
     }
 
@@ -134,11 +141,16 @@ impl Partition {
     }
 
     /// The attempt of `id` ended: its permit goes back; a completed invocation gives up its lock.
+    /// Nothing while an attempt runs (an operator's resume or cancel of a running invocation
+    /// settles it too): its permit bounds what runs at once until that attempt ends.
     pub(super) fn settle(&mut self, id: InvocationId) {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        let now = now_ms();
+        if live.running {
+            return;
+        }
+        let now = self.driver.now_ms();
         let permit = live.permit.take();
         let unlock = (live.record.status == Status::Completed)
             .then(|| live.lock.take())

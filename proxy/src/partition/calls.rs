@@ -5,7 +5,6 @@
 
 use bytes::Bytes;
 
-use crate::clock::now_ms;
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
 use crate::flow::scope::check_request;
@@ -87,6 +86,7 @@ pub fn child_of(
     caller: InvocationId,
     index: u32,
     message: &Message,
+    now: u64,
 ) -> Option<Result<(Child, u32), CodedError>> {
     let (scope, limit_key, idempotency_key) = match message {
         Message::Call(c) => (
@@ -159,7 +159,6 @@ pub fn child_of(
             }
         };
         let id = super::runtime::in_scope(id, scope);
-        let now = now_ms();
         let mut record = InvocationRecord::new(id, target, now);
         record.scope = scope.map(str::to_owned);
         record.limit_key = scope
@@ -195,6 +194,7 @@ pub fn children_in(
     flow_control: bool,
     record: &InvocationRecord,
     journal: &[Frame],
+    now: u64,
 ) -> Vec<Child> {
     let version = record
         .protocol
@@ -208,7 +208,7 @@ pub fn children_in(
         }
         if let Ok(message) = Message::decode(frame, version)
             && let Some(Ok((child, _))) =
-                child_of(registry, flow_control, record.id, index, &message)
+                child_of(registry, flow_control, record.id, index, &message, now)
         {
             out.push(child);
         }

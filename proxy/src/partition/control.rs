@@ -64,6 +64,7 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<Controlled, CodedError> {
+        let now = self.driver.now_ms();
         let children = if matches!(op, Control::Cancel | Control::Kill) {
             called_children(self, id)
         } else {
@@ -130,6 +131,7 @@ impl Partition {
                         message: "killed".into(),
                     }),
                     retention,
+                    now,
                     writes,
                     effects,
                 );
@@ -148,7 +150,11 @@ impl Partition {
             Control::Resume => {
                 if live.record.status == Status::Paused || live.record.status == Status::BackingOff
                 {
-                    live.record.status = Status::Suspended;
+                    live.record.status = if live.started() {
+                        Status::Suspended
+                    } else {
+                        Status::Pending
+                    };
                     live.record.run_at_ms = None;
                     live.record.retry_count = 0;
                     effects.push(Effect::Attempt(id));
@@ -184,6 +190,7 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
         flow_control,
         &live.record,
         &live.journal,
+        partition.driver.now_ms(),
     )
     .into_iter()
     .filter(|child| child.record.caller.is_some_and(|c| c.id == id))

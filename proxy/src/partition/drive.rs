@@ -9,14 +9,13 @@ use prost::Message as _;
 
 use super::journal::{has_completion, journal_message, notify, object};
 use super::{Effect, Event, Live, Partition, promises};
-use crate::clock::now_ms;
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Purge, Timer};
 use crate::invocation::{Failure, InvocationRecord, LastFailure, Outcome, Status, Target, state};
 use crate::invoker::attempt::failure_code;
-use crate::invoker::{AttemptError, AttemptRequest, Ending, MessageSink};
+use crate::invoker::{AttemptError, AttemptRequest, Ending};
 use crate::protocol::proto::{self, notification_template, output_command_message};
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::registry::Address;
@@ -25,27 +24,6 @@ use crate::storage::writer::WriteSet;
 /// The completion id of a timer that ends a completed invocation's retention (Sleep
 /// completions never use it: SDKs count completion ids up from 1).
 pub(super) const EXPIRY: u32 = u32::MAX;
-
-/// Hands an attempt's messages to its partition.
-struct PartitionSink {
-    tx: tokio::sync::mpsc::Sender<Event>,
-    id: InvocationId,
-    attempt: u32,
-}
-
-impl MessageSink for PartitionSink {
-    async fn deliver(&mut self, message: Message, ack: bool) {
-        let _ = self
-            .tx
-            .send(Event::AttemptMessage {
-                id: self.id,
-                attempt: self.attempt,
-                message,
-                ack,
-            })
-            .await;
-    }
-}
 
 impl Partition {
     pub(super) fn apply(
@@ -226,6 +204,7 @@ impl Partition {
                         writes,
                         message,
                         ack,
+                        self.driver.now_ms(),
                         effects,
                     )?;
                     if let Some(promise) = promise {
@@ -388,6 +367,7 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<bool, CodedError> {
         let retry = self.config.worker.invoker.retry_policy.clone();
+        let now = self.driver.now_ms();
         let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
             return Ok(false);
         };
@@ -408,7 +388,7 @@ impl Partition {
         match result {
             Ok(Ending::End) => {
                 let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
-                complete(live, outcome, retention, writes, effects);
+                complete(live, outcome, retention, now, writes, effects);
             }
             Ok(Ending::Suspended(message)) => {
                 live.record.retry_count = 0;
@@ -434,17 +414,17 @@ impl Partition {
                             code,
                             message: error.message,
                         });
-                        complete(live, outcome, retention, writes, effects);
+                        complete(live, outcome, retention, now, writes, effects);
                     }
                     _ => {
                         let delay = error.next_retry_delay.map(Duration::from_millis);
-                        back_off(live, &retry, failure, delay, effects);
+                        back_off(live, &retry, failure, delay, now, effects);
                     }
                 }
             }
             Err(e) => {
                 let failure = LastFailure::new(e.error.code, e.error.message.clone());
-                back_off(live, &retry, failure, e.retry_after, effects);
+                back_off(live, &retry, failure, e.retry_after, now, effects);
             }
         }
         store::put_record(writes, &live.record)?;
@@ -546,32 +526,20 @@ impl Partition {
             (None, None)
         };
         live.outbound = outbound;
-        let mut sink = PartitionSink {
-            tx: self.tx.clone(),
+        let request = request.ok_or_else(|| {
+            CodedError::new(
+                Code::RT0011,
+                format!(
+                    "no usable deployment for service '{}' (none registered, removed, or out of protocol range)",
+                    target.service
+                ),
+            )
+        });
+        self.driver.start(super::driver::Started {
             id,
             attempt: live.attempt,
-        };
-        let client = self.client.clone();
-        tokio::spawn(async move {
-            let result = match request {
-                Some(request) => client
-                    .stream(&request, inbound, &mut sink)
-                    .await
-                    .map(|(ending, _)| ending),
-                None => Err(AttemptError::from(CodedError::new(
-                    Code::RT0011,
-                    format!(
-                        "no usable deployment for service '{}' (none registered, removed, or out of protocol range)",
-                        target.service
-                    ),
-                ))),
-            };
-            let done = Event::AttemptDone {
-                id,
-                attempt: sink.attempt,
-                result,
-            };
-            let _ = sink.tx.send(done).await;
+            request,
+            inbound,
         });
     }
 }
@@ -627,13 +595,13 @@ pub(super) fn complete(
     live: &mut Live,
     outcome: Outcome,
     retention: Retention,
+    now: u64,
     writes: &mut WriteSet,
     effects: &mut Vec<Effect>,
 ) {
     live.record.status = Status::Completed;
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;
-    let now = now_ms();
     // Retained results (idempotency, workflows) leave memory and store on their expiry timer;
     // every other completed invocation through a purge row the purger works off.
     let kept = match live.record.retention_ms {
@@ -687,6 +655,7 @@ fn back_off(
     policy: &crate::config::RetryPolicy,
     failure: LastFailure,
     requested: Option<Duration>,
+    now: u64,
     effects: &mut Vec<Effect>,
 ) {
     tracing::warn!(
@@ -704,7 +673,7 @@ fn back_off(
         return;
     }
     let delay = retry_delay(policy, live.record.retry_count, requested);
-    let at = now_ms().saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+    let at = now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     live.record.status = Status::BackingOff;
     live.record.run_at_ms = Some(at);
     effects.push(Effect::WakeAt(live.record.id, at, None));

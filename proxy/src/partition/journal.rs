@@ -100,6 +100,7 @@ pub(super) fn journal_message(
     writes: &mut WriteSet,
     message: Message,
     ack: bool,
+    now: u64,
     effects: &mut Vec<Effect>,
 ) -> Result<(), CodedError> {
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
@@ -197,16 +198,17 @@ pub(super) fn journal_message(
             }
             None => None,
         };
-        let child = match calls::child_of(registry, flow_control, live.record.id, index, &message) {
-            Some(Ok(child)) => Some(child),
-            Some(Err(e)) => {
-                // Nothing of the attempt from here on is kept; it is retried.
-                live.violation = Some(e);
-                live.outbound = None;
-                return Ok(());
-            }
-            None => None,
-        };
+        let child =
+            match calls::child_of(registry, flow_control, live.record.id, index, &message, now) {
+                Some(Ok(child)) => Some(child),
+                Some(Err(e)) => {
+                    // Nothing of the attempt from here on is kept; it is retried.
+                    live.violation = Some(e);
+                    live.outbound = None;
+                    return Ok(());
+                }
+                None => None,
+            };
         live.commands += 1;
         append(live, writes, message.to_frame(false));
         effects.extend(signal.map(Effect::Signal));

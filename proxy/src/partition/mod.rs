@@ -8,11 +8,14 @@ mod calls;
 pub mod control;
 pub mod dormant;
 mod drive;
+pub mod driver;
 mod journal;
 mod promises;
 mod purge;
 pub mod runtime;
 pub mod signals;
+#[cfg(test)]
+mod sim;
 
 pub use runtime::{
     PartitionsService, Receivers, Runtime, idempotent_id, in_scope, partition_key,
@@ -27,7 +30,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::clock::now_ms;
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
 use crate::flow::RuleBook;
@@ -36,7 +38,7 @@ use crate::flow::slots::InvokerSlots;
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{Caller, InvocationRecord, Outcome, Status, Target};
-use crate::invoker::{AttemptClient, AttemptError, Ending, Outbound};
+use crate::invoker::{AttemptError, Ending, Outbound};
 use crate::protocol::message::Kind;
 use crate::protocol::{Frame, Message, MessageType};
 use crate::registry::Registry;
@@ -262,11 +264,10 @@ pub struct Partition {
     index: u32,
     store: Arc<Store>,
     writer: Writer,
-    runtime: Runtime,
     registry: Arc<Registry>,
     config: Arc<Config>,
-    client: AttemptClient,
-    tx: mpsc::Sender<Event>,
+    /// The clock, the deployments and the other partitions.
+    driver: Box<dyn driver::Driver>,
     /// Boxed: a held backlog keeps the map's spare capacity at pointer size, not `Live` size.
     live: HashMap<InvocationId, Box<Live>>,
     /// Held invocations that never ran, at rest in a compact form.
@@ -289,29 +290,25 @@ pub struct Partition {
 
 impl Partition {
     /// Partition `index`, reading `store` and writing through `writer`, running attempts in
-    /// the invoker's `slots`; `tx` is its own event channel (attempts report there).
+    /// the invoker's `slots` through `driver`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: u32,
         store: Arc<Store>,
         writer: Writer,
-        runtime: Runtime,
         registry: Arc<Registry>,
         config: Arc<Config>,
-        client: AttemptClient,
         slots: Arc<InvokerSlots>,
         held: Arc<dormant::HeldMemory>,
-        tx: mpsc::Sender<Event>,
+        driver: Box<dyn driver::Driver>,
     ) -> Self {
         Self {
             index,
             store,
             writer,
-            runtime,
             registry,
             config,
-            client,
-            tx,
+            driver,
             live: HashMap::new(),
             dormant: HashMap::new(),
             just_queued: Vec::new(),
@@ -348,7 +345,8 @@ impl Partition {
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
             // A child may have been lost between this journal's commit and its hand-over.
             let flow_control = self.config.flow_control_enabled();
-            for child in calls::children_in(&self.registry, flow_control, &record, &journal) {
+            let now = self.driver.now_ms();
+            for child in calls::children_in(&self.registry, flow_control, &record, &journal, now) {
                 effects.push(Effect::Child(Box::new(child)));
             }
             match (record.status, record.run_at_ms) {
@@ -375,7 +373,7 @@ impl Partition {
 
     /// Starts from `book` (before recovery, so recovered invocations queue under it).
     pub fn follow_rules(&mut self, book: Arc<RuleBook>) {
-        self.scheduler.on_rules_changed(book, now_ms());
+        self.scheduler.on_rules_changed(book, self.driver.now_ms());
     }
 
     /// Applies events until every sender is gone and every write set has committed; a new
@@ -420,7 +418,7 @@ impl Partition {
                         Ok(()) => {
                             let book = Arc::clone(&rules.as_mut().expect("guarded").borrow_and_update());
                             // Lowered limits hold new work back; running work finishes.
-                            self.scheduler.on_rules_changed(book, now_ms());
+                            self.scheduler.on_rules_changed(book, self.driver.now_ms());
                             self.dispatch();
                         }
                         Err(_) => rules = None,
@@ -449,13 +447,13 @@ impl Partition {
         self.wakes
             .peek()
             .map_or(Duration::ZERO, |Reverse((at_ms, _, _))| {
-                Duration::from_millis(at_ms.saturating_sub(now_ms()))
+                Duration::from_millis(at_ms.saturating_sub(self.driver.now_ms()))
             })
     }
 
     /// Moves the wake-ups due now into `batch` as events.
     fn due_wakes(&mut self, batch: &mut Vec<Event>) {
-        let now = now_ms();
+        let now = self.driver.now_ms();
         while batch.len() < BATCH
             && let Some(Reverse((at_ms, _, _))) = self.wakes.peek()
             && *at_ms <= now
@@ -505,11 +503,11 @@ impl Partition {
                         input: child.input,
                         reply: None,
                     };
-                    self.runtime.post(id, event);
+                    self.driver.post(id, event);
                 }
                 Effect::Signal(signal) => {
                     let target = signal.target;
-                    self.runtime.post(
+                    self.driver.post(
                         target,
                         Event::Signal {
                             signal,
@@ -534,9 +532,9 @@ impl Partition {
                 Effect::Forward(id, op) => {
                     // Nobody waits for this answer.
                     let (reply, _) = oneshot::channel();
-                    self.runtime.post(id, Event::Control { id, op, reply });
+                    self.driver.post(id, Event::Control { id, op, reply });
                 }
-                Effect::CallResult(caller, outcome) => self.runtime.post(
+                Effect::CallResult(caller, outcome) => self.driver.post(
                     caller.id,
                     Event::CallResult {
                         id: caller.id,

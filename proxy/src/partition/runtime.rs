@@ -325,13 +325,15 @@ impl Runtime {
                 index as u32,
                 Arc::clone(store),
                 writer.clone(),
-                self.clone(),
                 Arc::clone(registry),
                 Arc::clone(config),
-                client.clone(),
                 Arc::clone(&slots),
                 Arc::clone(&held),
-                self.senders[index].clone(),
+                Box::new(super::driver::TokioDriver::new(
+                    self.clone(),
+                    client.clone(),
+                    self.senders[index].clone(),
+                )),
             );
             let changes = rules.map(|rules| {
                 partition.follow_rules(rules.book());

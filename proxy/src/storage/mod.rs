@@ -51,13 +51,30 @@ impl Store {
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(&path)
-            .map_err(|e| open_error(&path, e))?;
+            .map_err(|e| open_error(&path, e));
+        Self::checked(path, db?)
+    }
+
+    /// The store on `db`, once its format version is one this build reads.
+    fn checked(path: PathBuf, db: Database) -> Result<Self, CodedError> {
         check_format(&db, &path)?;
         Ok(Self {
             path,
             db: RwLock::new(Some(db)),
             health: Arc::default(),
         })
+    }
+
+    /// Opens (or creates) a store on `backend` instead of a file: the partition simulator's
+    /// disk, which fails and loses unsynced writes on command.
+    #[cfg(test)]
+    pub fn open_backend(backend: impl redb::StorageBackend) -> Result<Self, CodedError> {
+        let path = PathBuf::from("simulated");
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create_with_backend(backend)
+            .map_err(|e| open_error(&path, e));
+        Self::checked(path, db?)
     }
 
     /// The health of the process that writes this store.

@@ -148,19 +148,57 @@ fn write_loop(store: &Store, mut rx: mpsc::UnboundedReceiver<Job>) {
                 Err(_) => break,
             }
         }
-        // After a failed write nothing more is acknowledged, not even an empty set: memory may
-        // hold what the store does not, and an empty set's answer (an idempotent repeat, say)
-        // would vouch for it.
-        let result = if let Some(failure) = store.health().failure() {
-            Err(failure.clone())
-        } else if group.iter().all(|job| job.writes.is_empty()) {
-            Ok(())
-        } else {
-            commit_group(store, &group)
-        };
-        for job in group.drain(..) {
-            let _ = job.done.send(result.clone());
+        commit_and_answer(store, &mut group);
+    }
+}
+
+/// Commits `group` in one transaction and answers every set of it.
+fn commit_and_answer(store: &Store, group: &mut Vec<Job>) {
+    // After a failed write nothing more is acknowledged, not even an empty set: memory may
+    // hold what the store does not, and an empty set's answer (an idempotent repeat, say)
+    // would vouch for it.
+    let result = if let Some(failure) = store.health().failure() {
+        Err(failure.clone())
+    } else if group.iter().all(|job| job.writes.is_empty()) {
+        Ok(())
+    } else {
+        commit_group(store, group)
+    };
+    for job in group.drain(..) {
+        let _ = job.done.send(result.clone());
+    }
+}
+
+/// The writer's receiving end, committed by hand: the partition simulator decides when a
+/// group commits (and so what a crash finds durable) instead of a thread's timing.
+#[cfg(test)]
+pub struct Flusher {
+    store: Arc<Store>,
+    rx: mpsc::UnboundedReceiver<Job>,
+}
+
+#[cfg(test)]
+impl Writer {
+    /// A writer without its thread: sets wait until [`Flusher::flush`].
+    pub fn manual(store: Arc<Store>) -> (Self, Flusher) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self { tx }, Flusher { store, rx })
+    }
+}
+
+#[cfg(test)]
+impl Flusher {
+    /// Commits every set queued so far as one group; how many sets there were.
+    pub fn flush(&mut self) -> usize {
+        let mut group = Vec::new();
+        while let Ok(job) = self.rx.try_recv() {
+            group.push(job);
         }
+        let sets = group.len();
+        if sets > 0 {
+            commit_and_answer(&self.store, &mut group);
+        }
+        sets
     }
 }
 

@@ -72,6 +72,22 @@ static FLAKY: AtomicU64 = AtomicU64::new(0);
 
 struct Meter;
 
+/// Appends `<what> <id>` to the file `SLUICE_TEST_EFFECTS` names, if set (one short write with
+/// O_APPEND: lines from concurrent handlers do not interleave).
+fn log_effect(what: &str, id: &str) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("SLUICE_TEST_EFFECTS") else {
+        return;
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("the effects log opens");
+    file.write_all(format!("{what} {id}\n").as_bytes())
+        .expect("the effects log takes a line");
+}
+
 #[service]
 impl Meter {
     /// Sends `Counter/<key>/add(1)` to run in one second; answers at once.
@@ -170,17 +186,22 @@ impl Meter {
         Ok(())
     }
 
-    /// Counts a side effect, sleeps `millis` durably, then counts its completion.
+    /// Counts a side effect, sleeps `millis` durably, then counts its completion. With
+    /// `SLUICE_TEST_EFFECTS` set, each side effect also appends `run <id>` / `done <id>` to that
+    /// file: a record per invocation that survives Sluice's crashes and bypasses it.
     #[handler]
     async fn work(&self, ctx: Context<'_>, millis: u64) -> Result<(), HandlerError> {
+        let id = ctx.invocation_id().to_owned();
         ctx.run(|| async {
             RUNS.fetch_add(1, Ordering::SeqCst);
+            log_effect("run", &id);
             Ok(())
         })
         .await?;
         ctx.sleep(Duration::from_millis(millis)).await?;
         ctx.run(|| async {
             DONE.fetch_add(1, Ordering::SeqCst);
+            log_effect("done", &id);
             Ok(())
         })
         .await?;

@@ -263,38 +263,13 @@ proptest! {
     }
 }
 
-/// SplitMix64: a tiny deterministic generator, so a seed replays the same run everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> usize {
-        (self.next() % n) as usize
-    }
-}
-
 /// Runs ≥ 1 M events through the scheduler against the model. Reproduce a failure with
 /// `SLUICE_SIM_SEED=<seed> cargo test -p sluice simulator`.
 #[test]
 fn simulator_one_million_events() {
-    let seed = std::env::var("SLUICE_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = crate::simulation::seed();
     println!("simulator seed: {seed} (SLUICE_SIM_SEED={seed} replays it)");
-    let mut rng = Rng(seed);
+    let mut rng = crate::simulation::Rng(seed);
     let mut total = 0u64;
     let mut runs = 0;
     let mut worst = 0;
@@ -304,21 +279,21 @@ fn simulator_one_million_events() {
         .unwrap_or(1_000_000);
     let started = std::time::Instant::now();
     while total < wanted {
-        let invoker_limit = 1 + rng.below(12) as u32;
+        let invoker_limit = 1 + rng.index(12) as u32;
         let mut model = Model::new(invoker_limit);
         let events = 20_000;
         for _ in 0..events {
-            let e = match rng.below(100) {
-                0..=39 => Event::Arrive(rng.below(KEYS.len() as u64)),
-                40..=64 => Event::Complete(rng.below(64)),
-                65..=79 => Event::Suspend(rng.below(64)),
-                80..=94 => Event::Resume(rng.below(64)),
+            let e = match rng.index(100) {
+                0..=39 => Event::Arrive(rng.index(KEYS.len())),
+                40..=64 => Event::Complete(rng.index(64)),
+                65..=79 => Event::Suspend(rng.index(64)),
+                80..=94 => Event::Resume(rng.index(64)),
                 95..=98 => Event::Rule(
-                    rng.below(PATTERNS.len() as u64),
-                    rng.below(5) as u32,
-                    rng.below(5) == 0,
+                    rng.index(PATTERNS.len()),
+                    rng.index(5) as u32,
+                    rng.index(5) == 0,
                 ),
-                _ => Event::DeleteRule(rng.below(PATTERNS.len() as u64)),
+                _ => Event::DeleteRule(rng.index(PATTERNS.len())),
             };
             let replay = std::panic::AssertUnwindSafe(|| model.step(&e));
             if let Err(panic) = std::panic::catch_unwind(replay) {

@@ -1,0 +1,193 @@
+//! The simulator's disk: redb's storage in memory, with the two faults a real disk has. It
+//! fails writes on command (a full disk, an I/O error — possibly in the middle of a commit), and
+//! a crash loses every write since the last `sync_data`, the way a power cut loses the page
+//! cache. Undoing is cheap: each write keeps the bytes it overwrote until the next sync.
+
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A write since the last sync, and how to take it back.
+#[derive(Debug)]
+enum Undo {
+    /// Bytes at `offset` before the write.
+    Bytes { offset: usize, old: Vec<u8> },
+    /// The length before a resize.
+    Len(usize),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    bytes: Vec<u8>,
+    undo: Vec<Undo>,
+    /// Writes and syncs left before every later one fails; `None`: healthy.
+    fails_after: Option<u32>,
+    /// Operations that failed so far.
+    failures: u64,
+}
+
+/// A simulated disk; clones share it (one is handed to redb, the simulator keeps another).
+#[derive(Debug, Clone, Default)]
+pub struct Disk(Arc<Mutex<State>>);
+
+impl Disk {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every write or sync after the next `n` fails, until [`Disk::crash`].
+    pub fn fail_after(&self, n: u32) {
+        self.state().fails_after = Some(n);
+    }
+
+    /// Operations that failed so far.
+    pub fn failures(&self) -> u64 {
+        self.state().failures
+    }
+
+    /// The power goes: what was not synced is gone, and the disk works again.
+    pub fn crash(&self) {
+        let mut state = self.state();
+        while let Some(undo) = state.undo.pop() {
+            match undo {
+                Undo::Bytes { offset, old } => {
+                    state.bytes[offset..offset + old.len()].copy_from_slice(&old);
+                }
+                Undo::Len(len) => state.bytes.resize(len, 0),
+            }
+        }
+        state.fails_after = None;
+    }
+
+    /// The handle redb writes through.
+    pub fn backend(&self) -> Backend {
+        Backend(self.clone())
+    }
+}
+
+impl State {
+    /// Counts down to the failure; an error once it is reached.
+    fn check(&mut self) -> io::Result<()> {
+        match &mut self.fails_after {
+            None => Ok(()),
+            Some(0) => {
+                self.failures += 1;
+                Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    "simulated disk failure",
+                ))
+            }
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+        }
+    }
+}
+
+fn out_of_range() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "out of range")
+}
+
+/// redb's view of a [`Disk`].
+#[derive(Debug)]
+pub struct Backend(Disk);
+
+impl redb::StorageBackend for Backend {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.state().bytes.len() as u64)
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        let state = self.0.state();
+        let offset = usize::try_from(offset).map_err(|_| out_of_range())?;
+        let end = offset.checked_add(out.len()).ok_or_else(out_of_range)?;
+        out.copy_from_slice(state.bytes.get(offset..end).ok_or_else(out_of_range)?);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut state = self.0.state();
+        state.check()?;
+        let len = usize::try_from(len).map_err(|_| out_of_range())?;
+        let old = state.bytes.len();
+        if len < old {
+            // Shrinking loses bytes: keep them to restore.
+            // Undoing runs backwards: the length comes back first, then the bytes.
+            let kept = state.bytes[len..].to_vec();
+            state.undo.push(Undo::Bytes {
+                offset: len,
+                old: kept,
+            });
+            state.undo.push(Undo::Len(old));
+        } else {
+            state.undo.push(Undo::Len(old));
+        }
+        state.bytes.resize(len, 0);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        let mut state = self.0.state();
+        state.check()?;
+        state.undo.clear();
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut state = self.0.state();
+        state.check()?;
+        let offset = usize::try_from(offset).map_err(|_| out_of_range())?;
+        let end = offset.checked_add(data.len()).ok_or_else(out_of_range)?;
+        let old = state
+            .bytes
+            .get(offset..end)
+            .ok_or_else(out_of_range)?
+            .to_vec();
+        state.undo.push(Undo::Bytes { offset, old });
+        state.bytes[offset..end].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::StorageBackend as _;
+
+    use super::*;
+
+    #[test]
+    fn a_crash_keeps_what_was_synced_and_loses_the_rest() {
+        let disk = Disk::default();
+        let backend = disk.backend();
+        backend.set_len(8).unwrap();
+        backend.write(0, b"abcd").unwrap();
+        backend.sync_data().unwrap();
+        backend.write(2, b"XY").unwrap();
+        backend.set_len(16).unwrap();
+        backend.write(12, b"zz").unwrap();
+        backend.set_len(3).unwrap();
+        disk.crash();
+        let mut out = vec![0; 8];
+        backend.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"abcd\0\0\0\0");
+        assert_eq!(backend.len().unwrap(), 8);
+    }
+
+    #[test]
+    fn writes_fail_after_the_countdown_until_the_crash() {
+        let disk = Disk::default();
+        let backend = disk.backend();
+        backend.set_len(4).unwrap();
+        backend.sync_data().unwrap();
+        disk.fail_after(1);
+        backend.write(0, b"a").unwrap();
+        assert!(backend.write(1, b"b").is_err());
+        assert!(backend.sync_data().is_err());
+        assert_eq!(disk.failures(), 2);
+        disk.crash();
+        backend.write(1, b"b").unwrap();
+        let mut out = vec![0; 4];
+        backend.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"\0b\0\0");
+    }
+}
