@@ -47,26 +47,6 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     bin
 }
 
-/// `Meter/counts` of the test deployment through `sluice`: side effects run and completions.
-pub async fn meter_counts(sluice: &Sluice) -> (u64, u64) {
-    let text = reqwest::Client::new()
-        .post(format!("{}/service/call/Meter/counts", sluice.ingress_url))
-        .send()
-        .await
-        .expect("Meter/counts answers")
-        .text()
-        .await
-        .expect("a text answer");
-    let text = text.trim_matches('"');
-    let (runs, done) = text
-        .split_once('/')
-        .unwrap_or_else(|| panic!("counts answered {text}"));
-    (
-        runs.parse().expect("a count"),
-        done.parse().expect("a count"),
-    )
-}
-
 /// Runs `sluice <command> <args…> --admin-url <sluice's>`: whether it succeeded, and its
 /// stdout followed by its stderr.
 pub fn cli(sluice: &Sluice, command: &str, args: &[&str]) -> (bool, String) {
@@ -95,6 +75,52 @@ pub fn effects_per_invocation(effects: &Path) -> std::collections::BTreeMap<Stri
         }
     }
     counts
+}
+
+/// Side effects per invocation as a kill -9 test expects them after the restart: every one of
+/// `ids` ran each side effect once, or twice when it had run before the kill (its result was not
+/// journaled yet: one re-run of what was under way). Answers how many ran again.
+pub fn assert_once_but_in_flight<'a>(
+    ids: impl IntoIterator<Item = &'a String>,
+    before: &std::collections::BTreeMap<String, (u32, u32)>,
+    after: &std::collections::BTreeMap<String, (u32, u32)>,
+) -> u32 {
+    let mut reruns = 0;
+    for id in ids {
+        let (runs, dones) = after.get(id).copied().unwrap_or_default();
+        let (runs_before, dones_before) = before.get(id).copied().unwrap_or_default();
+        for (what, total, before_kill) in
+            [("run", runs, runs_before), ("done", dones, dones_before)]
+        {
+            assert!(total >= 1, "{id}: its {what} side effect never ran");
+            assert!(
+                total <= 1 + before_kill.min(1),
+                "{id}: its {what} side effect ran {total} times ({before_kill} before the kill)"
+            );
+            reruns += total - 1;
+        }
+    }
+    reruns
+}
+
+/// [`effects_per_invocation`] once the log has stopped growing for `quiet` (at most 30 s): after
+/// a kill, handlers of the dead connections may still be running their side effects.
+pub async fn effects_once_quiet(
+    effects: &Path,
+    quiet: Duration,
+) -> std::collections::BTreeMap<String, (u32, u32)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut len = std::fs::metadata(effects).map_or(0, |m| m.len());
+    let mut since = Instant::now();
+    while since.elapsed() < quiet && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = std::fs::metadata(effects).map_or(0, |m| m.len());
+        if now != len {
+            len = now;
+            since = Instant::now();
+        }
+    }
+    effects_per_invocation(effects)
 }
 
 /// Runs `calls` concurrently (each a `Meter/hold` path of 400 ms, with its extra headers) and

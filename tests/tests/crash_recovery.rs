@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use sluice_tests::{Sluice, TestDeployment, effects_per_invocation};
+use sluice_tests::{
+    Sluice, TestDeployment, assert_once_but_in_flight, effects_once_quiet, effects_per_invocation,
+};
 
 const SENDS: usize = 200;
 
@@ -61,8 +63,7 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
     let killed = sluice.wait_exit(Duration::from_secs(5)).unwrap();
     assert!(!killed.status.success());
     // What ran until the kill (an attempt cut off by it may still finish its side effect).
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = effects_per_invocation(&effects);
+    let before = effects_once_quiet(&effects, Duration::from_millis(500)).await;
     let started = before.len();
     let done = before.values().filter(|(_, done)| *done > 0).count();
     assert!(
@@ -103,21 +104,7 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
     let after = effects_per_invocation(&effects);
     assert_eq!(after, effects_per_invocation(&effects));
     assert_eq!(after.len(), SENDS, "side effects of invocations never sent");
-    let mut reruns = 0;
-    for id in &acknowledged {
-        let (runs, dones) = after[id];
-        let (runs_before, dones_before) = before.get(id).copied().unwrap_or_default();
-        for (what, total, before_kill) in
-            [("run", runs, runs_before), ("done", dones, dones_before)]
-        {
-            assert!(total >= 1, "{id}: its {what} side effect never ran");
-            assert!(
-                total <= 1 + before_kill.min(1),
-                "{id}: its {what} side effect ran {total} times ({before_kill} before the kill)"
-            );
-            reruns += total - 1;
-        }
-    }
+    let reruns = assert_once_but_in_flight(&acknowledged, &before, &after);
     println!(
         "kill -9 with {done} done and {started} of {SENDS} started; {reruns} side effects under way at the kill ran again"
     );

@@ -1,13 +1,17 @@
 //! Kafka subscriptions against a real Kafka-protocol broker (librdkafka's mock cluster, in this
 //! test process, on loopback): records become invocations, each exactly once, across a kill -9.
 
+use std::path::Path;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment, get_json, meter_counts, post_json};
+use sluice_tests::{
+    Sluice, TestDeployment, assert_once_but_in_flight, effects_once_quiet, effects_per_invocation,
+    get_json, post_json,
+};
 
 async fn produce(bootstrap: &str, topic: &str, records: u32) {
     let producer: FutureProducer = ClientConfig::new()
@@ -37,26 +41,35 @@ async fn produce(bootstrap: &str, topic: &str, records: u32) {
     }
 }
 
-async fn wait_for_runs(sluice: &Sluice, want: u64, within: Duration) -> (u64, u64) {
+/// Waits until `want` distinct invocations finished their `Meter/work` (from the effects log).
+async fn wait_for_done(effects: &Path, want: usize, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let counts = meter_counts(sluice).await;
-        if counts.1 >= want || tokio::time::Instant::now() > deadline {
-            return counts;
+        let done = effects_per_invocation(effects)
+            .values()
+            .filter(|(_, done)| *done > 0)
+            .count();
+        if done >= want {
+            return;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{done} of {want} records ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 #[tokio::test]
 async fn records_become_invocations_exactly_once_across_kill_9() {
-    const RECORDS: u32 = 10_000;
+    const RECORDS: usize = 10_000;
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("orders", 3, 1).unwrap();
     let bootstrap = cluster.bootstrap_servers();
-    let dep = TestDeployment::start("v1").await.unwrap();
     let data = tempfile::tempdir().unwrap();
-    let start = || Sluice::builder().data_dir(data.path()).start();
+    let effects = data.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let start = || Sluice::builder().data_dir(data.path().join("data")).start();
     let sluice = start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     let (status, body) = post_json(
@@ -73,20 +86,39 @@ async fn records_become_invocations_exactly_once_across_kill_9() {
     assert_eq!(status, 201, "{sub}");
     assert!(sub["id"].as_str().unwrap().starts_with("sub_1"));
 
-    produce(&bootstrap, "orders", RECORDS / 2).await;
-    // Kill it mid-stream, produce the rest meanwhile, and restart on the same store.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    produce(&bootstrap, "orders", RECORDS as u32 / 2).await;
+    // Kill it while consuming: some records done, some not yet.
+    wait_for_done(&effects, RECORDS / 20, Duration::from_secs(60)).await;
     // Dropping the handle is a SIGKILL.
     drop(sluice);
-    produce(&bootstrap, "orders", RECORDS / 2).await;
+    let before = effects_once_quiet(&effects, Duration::from_millis(500)).await;
+    let done_before = before.values().filter(|(_, done)| *done > 0).count();
+    assert!(
+        done_before > 0 && done_before < RECORDS / 2,
+        "the kill must land mid-stream: {done_before} of {} records done",
+        RECORDS / 2
+    );
+    // Produce the rest meanwhile, and restart on the same store.
+    produce(&bootstrap, "orders", RECORDS as u32 / 2).await;
     let sluice = start().await.unwrap();
-    let (runs, done) = wait_for_runs(&sluice, u64::from(RECORDS), Duration::from_secs(120)).await;
-    // Every record ran once: the handler's side effect counts each invocation once.
-    assert_eq!((runs, done), (u64::from(RECORDS), u64::from(RECORDS)));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for_done(&effects, RECORDS, Duration::from_secs(120)).await;
+    // Settled: each record became one invocation, which completed; each side effect ran once,
+    // except one under way at the kill (its result not yet journaled), which may run once more.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = effects_per_invocation(&effects);
+    assert_eq!(after, effects_per_invocation(&effects), "still running");
     assert_eq!(
-        meter_counts(&sluice).await,
-        (u64::from(RECORDS), u64::from(RECORDS))
+        after.len(),
+        RECORDS,
+        "records became more invocations than records"
+    );
+    let completed = sluice
+        .count("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Meter' AND status = 'completed'")
+        .await;
+    assert_eq!(completed, RECORDS as u64);
+    let reruns = assert_once_but_in_flight(after.keys(), &before, &after);
+    println!(
+        "kill -9 with {done_before} records done; {reruns} side effects under way at the kill ran again"
     );
 }
 

@@ -40,15 +40,16 @@ impl Partition {
                 reply,
             } => {
                 let id = record.id;
-                // A child handed over again after a restart may have completed and left
-                // memory: the store says so.
-                if reply.is_none()
-                    && !self.live.contains_key(&id)
+                // Handed in again after it completed and left memory (a child handed over
+                // again after a restart, a Kafka record delivered again): the store says so,
+                // and it does not run again.
+                if !self.live.contains_key(&id)
                     && let Some(done) = self.stored(id)?
                 {
                     if let (Some(caller), Some(outcome)) = (record.caller, done.outcome) {
                         effects.push(Effect::CallResult(caller, outcome));
                     }
+                    effects.extend(reply.map(|r| Effect::Ack(r, false)));
                     return Ok(());
                 }
                 // A child submitted again after a restart, or an idempotent repeat: it exists

@@ -154,6 +154,8 @@ struct World {
     /// Completed invocations whose retention was up and that the purger removed.
     purged: std::collections::BTreeSet<InvocationId>,
     idempotent: BTreeMap<u64, Submission>,
+    /// Every other submission, to hand in again.
+    submitted: Vec<Submission>,
     /// Executions of each `ctx.run`, by invocation and completion id.
     executions: BTreeMap<(InvocationId, u32), u32>,
     stats: Stats,
@@ -207,6 +209,7 @@ impl World {
             acked: BTreeMap::new(),
             purged: std::collections::BTreeSet::new(),
             idempotent: BTreeMap::new(),
+            submitted: Vec::new(),
             executions: BTreeMap::new(),
             stats: Stats::default(),
             trace: std::collections::hash_map::DefaultHasher::new(),
@@ -396,6 +399,10 @@ impl World {
         self.stats.acked += u64::from(created);
         id.hash(&mut self.trace);
         let acked = self.acked.get_mut(&id).expect("submissions are noted");
+        // Purged once its retention was up, an id may be created anew.
+        if created && self.purged.remove(&id) {
+            acked.created = 0;
+        }
         acked.created += u32::from(created);
         acked.acks += 1;
         assert!(
@@ -585,7 +592,8 @@ impl World {
         self.deliver(inbox, false);
     }
 
-    /// A client submits a new invocation, or repeats one with an idempotency key.
+    /// A client submits a new invocation, repeats one with an idempotency key, or hands in
+    /// again one it submitted before (a Kafka record delivered again after a restart: same id).
     fn submit(&mut self) {
         let now = self.now();
         let kind = self.rng.below(10);
@@ -597,6 +605,10 @@ impl World {
         {
             let repeat = repeat.clone();
             return self.hand_in(repeat);
+        }
+        if kind == 1 && !self.submitted.is_empty() {
+            let again = self.submitted[self.rng.index(self.submitted.len())].clone();
+            return self.hand_in(again);
         }
         let (target, scope) = match kind {
             0..=4 => {
@@ -651,6 +663,9 @@ impl World {
         })
         .to_frame(false);
         let submission = Submission { record, input };
+        if idempotency.is_none() {
+            self.submitted.push(submission.clone());
+        }
         if let Some(k) = idempotency {
             // The first submission of a key stands for it; later ones repeat it.
             if let Some(first) = self.idempotent.get(&k) {
