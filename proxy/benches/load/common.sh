@@ -1,10 +1,10 @@
-# Shared by the load harnesses: builds release binaries (PROFILE=debug: uses the debug ones as built), starts the Rust SDK test deployment and
+# Shared by the load harnesses: builds release binaries (PROFILE=debug: uses the debug ones as built; SKIP_BUILD=1: measures the release ones already built), starts the Rust SDK test deployment and
 # `sluice serve` on free loopback ports (flow control on when FLOW_CONTROL=1), registers the
 # deployment, and stops both on exit. Sets: bin, work, ingress, admin, server, dep.
 # Source it from the workspace root after `set -euo pipefail`.
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
 profile="${PROFILE:-release}"
-[ "$profile" = release ] && cargo build --release --locked -q -p sluice -p sluice-tests --bins
+[ "$profile" = release ] && [ "${SKIP_BUILD:-0}" != 1 ] && cargo build --release --locked -q -p sluice -p sluice-tests --bins
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 bin="$target_dir/$profile"
 work="$(mktemp -d)"
