@@ -986,37 +986,47 @@ fn run(seed: u64, steps: u64) -> (Stats, u64) {
     (world.stats, world.trace.finish())
 }
 
-/// Partition events per `cargo test` run unless `SLUICE_SIM_EVENTS` says otherwise. Each event
-/// goes through real redb commits and JSON records, about 270 µs in a debug build on the 2-core
-/// box, so a million (`SLUICE_SIM_EVENTS=1000000`) takes minutes there; see docs/durability.md.
-const DEFAULT_EVENTS: u64 = 100_000;
+/// Partition events per `cargo test` run unless `SLUICE_SIM_EVENTS` says otherwise. Each goes
+/// through real redb commits and JSON records, about 150 µs of wall time per event in a debug
+/// build on the 2-core box with both cores at work, so this takes about 30 s there; see
+/// docs/durability.md.
+const DEFAULT_EVENTS: u64 = 200_000;
 
-/// Runs of a few thousand steps each, from seeds derived from one; a failure names the seed
-/// that replays it.
-#[test]
-fn simulator_partition_events() {
-    let seed = seed();
-    println!("partition simulator seed: {seed} (SLUICE_SIM_SEED={seed} replays it)");
-    let wanted: u64 = std::env::var("SLUICE_SIM_EVENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(DEFAULT_EVENTS);
-    let started = std::time::Instant::now();
-    let mut seeds = Rng(seed);
-    let mut total = Stats::default();
-    let mut runs = 0;
-    while total.events < wanted {
-        let run_seed = seeds.next();
-        let outcome = std::panic::catch_unwind(|| run(run_seed, 2_000));
-        let stats = match outcome {
+/// Steps of one run: a few thousand events, then it settles.
+const RUN_STEPS: u64 = 2_000;
+
+/// What the workers of one test share: the next run's seed, and how far they got.
+struct Runs {
+    seeds: Rng,
+    started: u64,
+    total: Stats,
+    failed: bool,
+}
+
+/// Takes runs from `runs` until they hold `wanted` events (or one failed): each run's seed is
+/// the next of one sequence, so the same test seed gives the same runs on any number of threads.
+fn work(runs: &Mutex<Runs>, wanted: u64, seed: u64) {
+    loop {
+        let (index, run_seed) = {
+            let mut runs = runs.lock().unwrap();
+            if runs.failed || runs.total.events >= wanted {
+                return;
+            }
+            runs.started += 1;
+            (runs.started - 1, runs.seeds.next())
+        };
+        let stats = match std::panic::catch_unwind(|| run(run_seed, RUN_STEPS)) {
             Ok((stats, _)) => stats,
             Err(panic) => {
+                runs.lock().unwrap_or_else(|p| p.into_inner()).failed = true;
                 eprintln!(
-                    "partition simulator failed in run {runs}: SLUICE_SIM_SEED={seed} replays the whole test, run seed {run_seed}"
+                    "partition simulator failed in run {index}: SLUICE_SIM_SEED={seed} replays the whole test, SLUICE_SIM_RUN={run_seed} this run alone"
                 );
                 std::panic::resume_unwind(panic);
             }
         };
+        let mut runs = runs.lock().unwrap();
+        let total = &mut runs.total;
         total.events += stats.events;
         total.attempts += stats.attempts;
         total.executions += stats.executions;
@@ -1024,11 +1034,51 @@ fn simulator_partition_events() {
         total.disk_failures += stats.disk_failures;
         total.acked += stats.acked;
         total.completed += stats.completed;
-        runs += 1;
     }
+}
+
+/// Runs of a few thousand steps each, from seeds derived from one, on every core; a failure
+/// names the seed that replays it (`SLUICE_SIM_RUN` replays one run alone).
+#[test]
+fn simulator_partition_events() {
+    if let Some(run_seed) = std::env::var("SLUICE_SIM_RUN")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        let (stats, _) = run(run_seed, RUN_STEPS);
+        println!("partition simulator run {run_seed}: {stats:?}");
+        return;
+    }
+    let seed = seed();
+    println!("partition simulator seed: {seed} (SLUICE_SIM_SEED={seed} replays it)");
+    let wanted: u64 = std::env::var("SLUICE_SIM_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(DEFAULT_EVENTS);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let started = std::time::Instant::now();
+    let runs = Mutex::new(Runs {
+        seeds: Rng(seed),
+        started: 0,
+        total: Stats::default(),
+        failed: false,
+    });
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| scope.spawn(|| work(&runs, wanted, seed)))
+            .collect();
+        for worker in workers {
+            if let Err(panic) = worker.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+    let runs = runs.into_inner().unwrap();
+    let total = runs.total;
     println!(
-        "partition simulator: {} events in {runs} runs ({:?}): {} acknowledged, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures",
+        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures",
         total.events,
+        runs.started,
         started.elapsed(),
         total.acked,
         total.completed,
@@ -1037,6 +1087,7 @@ fn simulator_partition_events() {
         total.crashes,
         total.disk_failures,
     );
+    assert!(total.events >= wanted);
     assert!(total.crashes > 0 && total.disk_failures > 0 && total.completed > 0);
 }
 
