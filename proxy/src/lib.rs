@@ -4,14 +4,10 @@
 
 pub mod admin;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod deployment_tls;
 pub mod discovery;
-pub mod errors;
-pub mod flow;
 pub mod health;
-pub mod ids;
 pub mod ingress;
 pub mod invocation;
 pub mod invoker;
@@ -24,7 +20,11 @@ pub mod protocol;
 pub mod registry;
 pub mod server;
 pub mod shutdown;
-#[cfg(test)]
-mod simulation;
 pub mod sql;
 pub mod storage;
+
+// The crates below this one, under the paths the rest of the code knows them by.
+#[cfg(test)]
+use sluice_core::simulation;
+pub use sluice_core::{clock, errors, ids};
+pub use sluice_flow as flow;

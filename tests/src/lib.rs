@@ -340,18 +340,31 @@ impl TestDeployment {
     }
 
     async fn spawn(mut cmd: Command, port: u16) -> Result<Self> {
-        let child = cmd
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("spawn {cmd:?}"))?;
         let deadline = Instant::now() + READY_TIMEOUT;
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
+        loop {
+            // Ready is our child listening: a connection alone may reach another process that
+            // took the port while ours died.
+            if let Some(status) = child.try_wait()? {
+                bail!("test deployment exited before it listened on {port}: {status}");
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                if let Some(status) = child.try_wait()? {
+                    bail!("test deployment exited, and port {port} belongs to another: {status}");
+                }
+                break;
+            }
             if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
                 bail!("test deployment not listening on {port}");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -625,6 +638,13 @@ impl Sluice {
         assert_eq!(status, 201, "registering {uri}: {body}");
     }
 
+    /// Replaces the rule book (`PUT /limits/rules`), which must succeed: the new rules.
+    pub async fn set_rules(&self, rules: serde_json::Value) -> serde_json::Value {
+        let (status, body) = self.put_rules(rules).await;
+        assert_eq!(status, 200, "PUT /limits/rules: {body}");
+        body
+    }
+
     /// Replaces the rule book (`PUT /limits/rules`): status and answer.
     pub async fn put_rules(&self, rules: serde_json::Value) -> (u16, serde_json::Value) {
         let resp = self
@@ -658,7 +678,10 @@ impl Sluice {
     pub async fn count(&self, sql: &str) -> u64 {
         let (status, answer) = self.query(sql).await;
         assert_eq!(status, 200, "{sql}: {answer}");
-        answer["rows"][0]["n"].as_u64().unwrap_or(0)
+        // `count(*)` always answers a row: a missing `n` is a wrong query, not a zero.
+        answer["rows"][0]["n"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{sql}: no count `n` in {answer}"))
     }
 
     /// `GET /invocations/{id}`: status and answer.

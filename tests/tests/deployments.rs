@@ -203,7 +203,8 @@ async fn in_place_updates_and_meta0016_and_meta0017() {
     let a = TestDeployment::start("v1").await.unwrap();
     let b = TestDeployment::start("v1").await.unwrap();
     let fewer = TestDeployment::start("fewer").await.unwrap();
-    let (_, da) = post_json(&format!("{admin}/deployments"), json!({"uri": a.uri})).await;
+    let (status, da) = post_json(&format!("{admin}/deployments"), json!({"uri": a.uri})).await;
+    assert_eq!(status, 201, "{da}");
     let (status, db) = post_json(
         &format!("{admin}/deployments"),
         json!({"uri": b.uri, "force": true}),
@@ -470,11 +471,16 @@ async fn deleting_a_deployment_with_pinned_invocations_needs_force() {
         .unwrap();
     let invocation = sent["invocationId"].as_str().unwrap().to_owned();
     // Wait until the attempt has pinned the deployment.
-    for _ in 0..100 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
         let (_, seen) = get_json(&format!("{admin}/invocations/{invocation}")).await;
         if seen["deployment_id"] == id.as_str() {
             break;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the attempt never pinned deployment {id}: {seen}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 

@@ -37,7 +37,7 @@ async fn rules_bound_scoped_concurrency_and_apply_at_once() {
     assert_eq!(peak_of(&sluice, &both).await, 4);
     // An exact scope rule beats `*`.
     sluice
-        .put_rules(json!([{"pattern": "s3", "limits": {"concurrency": 1}}]))
+        .set_rules(json!([{"pattern": "s3", "limits": {"concurrency": 1}}]))
         .await;
     assert_eq!(peak_of(&sluice, &scoped("s3", 4)).await, 1);
     // Unscoped calls are never limited.
@@ -45,17 +45,17 @@ async fn rules_bound_scoped_concurrency_and_apply_at_once() {
     assert_eq!(peak_of(&sluice, &unscoped).await, 5);
     // Raising the rule applies to the next burst at once.
     sluice
-        .put_rules(json!([{"pattern": "*", "limits": {}}]))
+        .set_rules(json!([{"pattern": "*", "limits": {}}]))
         .await;
     assert_eq!(peak_of(&sluice, &scoped("s1", 5)).await, 5);
     // A disabled rule is ignored.
     sluice
-        .put_rules(json!([{"pattern": "s3", "limits": {"concurrency": 1}, "disabled": true}]))
+        .set_rules(json!([{"pattern": "s3", "limits": {"concurrency": 1}, "disabled": true}]))
         .await;
     assert_eq!(peak_of(&sluice, &scoped("s3", 3)).await, 3);
     // Limit keys: `s4/*` = 1 gives one per L1 key.
     sluice
-        .put_rules(json!([{"pattern": "s4/*", "limits": {"concurrency": 1}}]))
+        .set_rules(json!([{"pattern": "s4/*", "limits": {"concurrency": 1}}]))
         .await;
     let keyed: Vec<String> = ["gold", "gold", "silver", "silver"]
         .iter()
@@ -174,7 +174,7 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     let mut sluice = Sluice::builder().flow_control().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     sluice
-        .put_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
+        .set_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
         .await;
     let client = reqwest::Client::new();
     let mut acknowledged = Vec::new();
@@ -323,7 +323,7 @@ async fn the_rules_cli() {
 async fn a_held_invocation_says_what_it_waits_for() {
     let (sluice, _dep) = flow_controlled().await;
     sluice
-        .put_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
+        .set_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
         .await;
     let send = || async {
         let sent: Value = reqwest::Client::new()
@@ -476,15 +476,15 @@ async fn virtual_objects_keep_state_per_scope() {
 async fn a_rule_created_right_before_a_burst_applies_to_it_and_re_enabling_restores_it() {
     let (sluice, _dep) = flow_controlled().await;
     sluice
-        .put_rules(json!([{"pattern": "r1", "limits": {"concurrency": 1}}]))
+        .set_rules(json!([{"pattern": "r1", "limits": {"concurrency": 1}}]))
         .await;
     // No pause between the rule and the burst: the rule book reaches partitions before the
     // PUT answers.
     assert_eq!(peak_of(&sluice, &scoped("r1", 4)).await, 1);
     let toggle = |disabled: bool| json!([{"pattern": "r1", "limits": {"concurrency": 1}, "disabled": disabled}]);
-    sluice.put_rules(toggle(true)).await;
+    sluice.set_rules(toggle(true)).await;
     assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 3);
-    sluice.put_rules(toggle(false)).await;
+    sluice.set_rules(toggle(false)).await;
     assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 1);
 }
 
@@ -591,7 +591,7 @@ async fn every_scope_and_limit_key_rejection_is_rt0024_and_says_what_to_fix() {
 async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
     let (sluice, _dep) = flow_controlled().await;
     sluice
-        .put_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
+        .set_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
         .await;
     let client = reqwest::Client::new();
     let send = |path: String, body: String, key: Option<String>| {

@@ -112,15 +112,21 @@ async fn calls_run_handlers_durably() {
     let body: Value = resp.json().await.unwrap();
     assert!(body["executionTime"].as_str().is_some(), "{body}");
 
-    let (_, health) = (
-        200,
-        call(&sluice, reqwest::Method::GET, "/service/health", None)
-            .await
-            .json::<Value>()
-            .await
-            .unwrap(),
-    );
+    let resp = call(&sluice, reqwest::Method::GET, "/service/health", None).await;
+    assert_eq!(resp.status(), 200);
+    let health: Value = resp.json().await.unwrap();
     assert_eq!(health["services"].as_array().unwrap().len(), 4);
+}
+
+/// One bad request: how it is sent, and the status, code and message part it must get.
+struct BadCase {
+    method: reqwest::Method,
+    path: &'static str,
+    content_type: &'static str,
+    body: Option<&'static str>,
+    status: u16,
+    code: Option<&'static str>,
+    says: &'static str,
 }
 
 #[tokio::test]
@@ -128,167 +134,116 @@ async fn bad_requests_are_rejected_with_their_codes() {
     let sluice = Sluice::builder().start().await.unwrap();
     let dep = TestDeployment::start("v1").await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let post = reqwest::Method::POST;
-    async fn parts(resp: reqwest::Response) -> (StatusCode, Option<String>, Value) {
-        let status = resp.status();
+    let post = |path, body, status, code, says| BadCase {
+        method: reqwest::Method::POST,
+        path,
+        content_type: "application/json",
+        body,
+        status,
+        code,
+        says,
+    };
+    let cases = [
+        post(
+            "/service/call/Nope/x",
+            Some("1"),
+            404,
+            Some("RT0018"),
+            "service 'Nope' not found",
+        ),
+        post(
+            "/service/call/Greeter/nope",
+            Some("1"),
+            404,
+            Some("RT0018"),
+            "handler 'nope' was not found",
+        ),
+        post(
+            "/service/call/Greeter/greet?delay=1s",
+            Some("\"x\""),
+            400,
+            None,
+            "delay query parameter with calls",
+        ),
+        post(
+            "/service/call/Greeter/greet",
+            None,
+            400,
+            None,
+            "empty body not allowed",
+        ),
+        post(
+            "/service/call/Counter/add",
+            Some("1"),
+            400,
+            None,
+            "with a key",
+        ),
+        post(
+            "/service/scope/acme/call/Greeter/greet",
+            Some("\"x\""),
+            400,
+            Some("RT0024"),
+            "require flow control",
+        ),
+        post(
+            "/service/scope/a:b/call/Greeter/greet",
+            Some("\"x\""),
+            400,
+            Some("RT0024"),
+            "invalid scope 'a:b'",
+        ),
+        post(
+            "/service/call/Greeter/greet?limit-key=gold",
+            Some("\"x\""),
+            400,
+            Some("RT0024"),
+            "requires a scope",
+        ),
+        post("/service/call/Greeter", Some("1"), 400, None, "bad path"),
+        BadCase {
+            method: reqwest::Method::PUT,
+            ..post(
+                "/service/call/Greeter/greet",
+                Some("1"),
+                405,
+                None,
+                "not allowed",
+            )
+        },
+        BadCase {
+            content_type: "text/plain",
+            ..post(
+                "/service/call/Greeter/greet",
+                Some("hi"),
+                400,
+                None,
+                "content-type 'text/plain' does not match",
+            )
+        },
+    ];
+    for case in cases {
+        let mut request = reqwest::Client::new().request(
+            case.method.clone(),
+            format!("{}{}", sluice.ingress_url, case.path),
+        );
+        if let Some(body) = case.body {
+            request = request.header("content-type", case.content_type).body(body);
+        }
+        let resp = request.send().await.unwrap();
+        let what = format!("{} {}", case.method, case.path);
+        let status = resp.status().as_u16();
         let code = resp
             .headers()
             .get("x-service-error-code")
             .map(|v| v.to_str().unwrap().to_owned());
-        (status, code, resp.json().await.unwrap())
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(status, case.status, "{what}: {body}");
+        assert_eq!(code.as_deref(), case.code, "{what}: header, {body}");
+        assert_eq!(body["error_code"].as_str(), case.code, "{what}: {body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.contains(case.says), "{what}: {body}");
     }
-    check(
-        parts(call(&sluice, post.clone(), "/service/call/Nope/x", Some("1")).await).await,
-        404,
-        Some("RT0018"),
-        "service 'Nope' not found",
-    );
-    check(
-        parts(
-            call(
-                &sluice,
-                post.clone(),
-                "/service/call/Greeter/nope",
-                Some("1"),
-            )
-            .await,
-        )
-        .await,
-        404,
-        Some("RT0018"),
-        "handler 'nope' was not found",
-    );
-    check(
-        parts(
-            call(
-                &sluice,
-                post.clone(),
-                "/service/call/Greeter/greet?delay=1s",
-                Some("\"x\""),
-            )
-            .await,
-        )
-        .await,
-        400,
-        None,
-        "delay query parameter with calls",
-    );
-    check(
-        parts(call(&sluice, post.clone(), "/service/call/Greeter/greet", None).await).await,
-        400,
-        None,
-        "empty body not allowed",
-    );
-    check(
-        parts(
-            call(
-                &sluice,
-                post.clone(),
-                "/service/call/Counter/add",
-                Some("1"),
-            )
-            .await,
-        )
-        .await,
-        400,
-        None,
-        "with a key",
-    );
-    check(
-        parts(
-            call(
-                &sluice,
-                post.clone(),
-                "/service/scope/acme/call/Greeter/greet",
-                Some("\"x\""),
-            )
-            .await,
-        )
-        .await,
-        400,
-        Some("RT0024"),
-        "require flow control",
-    );
-    check(
-        parts(
-            call(
-                &sluice,
-                post.clone(),
-                "/service/scope/a:b/call/Greeter/greet",
-                Some("\"x\""),
-            )
-            .await,
-        )
-        .await,
-        400,
-        Some("RT0024"),
-        "invalid scope 'a:b'",
-    );
-    check(
-        parts(
-            call(
-                &sluice,
-                post.clone(),
-                "/service/call/Greeter/greet?limit-key=gold",
-                Some("\"x\""),
-            )
-            .await,
-        )
-        .await,
-        400,
-        Some("RT0024"),
-        "requires a scope",
-    );
-    check(
-        parts(call(&sluice, post.clone(), "/service/call/Greeter", Some("1")).await).await,
-        400,
-        None,
-        "bad path",
-    );
-    check(
-        parts(
-            call(
-                &sluice,
-                reqwest::Method::PUT,
-                "/service/call/Greeter/greet",
-                Some("1"),
-            )
-            .await,
-        )
-        .await,
-        405,
-        None,
-        "not allowed",
-    );
-    let resp = reqwest::Client::new()
-        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
-        .header("content-type", "text/plain")
-        .body("hi")
-        .send()
-        .await
-        .unwrap();
-    check(
-        parts(resp).await,
-        400,
-        None,
-        "content-type 'text/plain' does not match",
-    );
-}
-
-fn check(
-    resp: (StatusCode, Option<String>, Value),
-    status: u16,
-    code: Option<&str>,
-    contains: &str,
-) {
-    assert_eq!(resp.0.as_u16(), status, "{}", resp.2);
-    assert_eq!(resp.1.as_deref(), code, "{}", resp.2);
-    assert_eq!(resp.2["error_code"].as_str(), code);
-    assert!(
-        resp.2["message"].as_str().unwrap().contains(contains),
-        "{}",
-        resp.2
-    );
 }
 
 #[tokio::test]

@@ -56,18 +56,7 @@ async fn cancel_kill_and_purge() {
             resp.json::<Value>().await.unwrap(),
         )
     });
-    let listed = loop {
-        let list: Value = reqwest::get(format!("{}/invocations?status=running", sluice.admin_url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if let Some(first) = list["invocations"].as_array().and_then(|a| a.first()) {
-            break first["id"].as_str().unwrap().to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let listed = first_running(&sluice, "status=running").await;
     assert_eq!(patch(&sluice, &listed, "cancel").await.0, 202);
     let (status, id, body) = tokio::time::timeout(Duration::from_secs(10), call)
         .await
@@ -112,21 +101,7 @@ async fn cancel_kill_and_purge() {
 
     // Killing a caller kills the child it waits on.
     let parent = send(&sluice, "/service/send/Meter/callSlow", "30000").await;
-    let child = loop {
-        let list: Value = reqwest::get(format!(
-            "{}/invocations?service=Greeter&status=running",
-            sluice.admin_url
-        ))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-        if let Some(first) = list["invocations"].as_array().and_then(|a| a.first()) {
-            break first["id"].as_str().unwrap().to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let child = first_running(&sluice, "service=Greeter&status=running").await;
     assert_eq!(patch(&sluice, &parent, "kill").await.0, 200);
     let seen = sluice
         .invocation_until(&child, "killed with its caller", |v| {
@@ -204,4 +179,25 @@ async fn pause_stops_retries_and_resume_restarts_them() {
             v["attempts"].as_u64() > Some(before + 1)
         })
         .await;
+}
+
+/// The id of the first invocation `GET /invocations?{query}` lists, once there is one.
+async fn first_running(sluice: &Sluice, query: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let list: Value = reqwest::get(format!("{}/invocations?{query}", sluice.admin_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(first) = list["invocations"].as_array().and_then(|a| a.first()) {
+            return first["id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing listed by /invocations?{query}: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

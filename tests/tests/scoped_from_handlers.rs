@@ -35,37 +35,71 @@ async fn completed_in(sluice: &Sluice, scope: &str) -> u64 {
         .await
 }
 
+/// What `TsMeter/whoami` (directly, or through `askWho`) saw: its scope and limit key.
+async fn who(sluice: &Sluice, path: &str, body: Value) -> Value {
+    let (status, body) = call(sluice, path, body).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
 #[tokio::test]
 async fn scope_and_limit_key_reach_the_deployment_from_ingress_and_from_handlers() {
     let (sluice, _dep) = started(json!([])).await;
-    let (status, body) = call(
-        &sluice,
-        "/service/scope/t1/call/TsMeter/whoami?limit-key=gold",
-        Value::Null,
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
     assert_eq!(
-        serde_json::from_str::<Value>(&body).unwrap(),
+        who(
+            &sluice,
+            "/service/scope/t1/call/TsMeter/whoami?limit-key=gold",
+            Value::Null
+        )
+        .await,
         json!({"scope": "t1", "limitKey": "gold"})
     );
-    let (status, body) = call(&sluice, "/service/call/TsMeter/whoami", Value::Null).await;
-    assert_eq!(status, 200, "{body}");
     assert_eq!(
-        serde_json::from_str::<Value>(&body).unwrap(),
+        who(&sluice, "/service/call/TsMeter/whoami", Value::Null).await,
         json!({"scope": null, "limitKey": null})
     );
     // An unscoped handler calls into a scope with a two-level limit key.
-    let (status, body) = call(
-        &sluice,
-        "/service/call/TsMeter/askWho",
-        json!({"scope": "t2", "limitKey": "eu/gold"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
     assert_eq!(
-        serde_json::from_str::<Value>(&body).unwrap(),
+        who(
+            &sluice,
+            "/service/call/TsMeter/askWho",
+            json!({"scope": "t2", "limitKey": "eu/gold"})
+        )
+        .await,
         json!({"scope": "t2", "limitKey": "eu/gold"})
+    );
+    // A trailing slash is not part of the key: the handler sees, and the store keeps, the
+    // key the counters count (`a/` is `a`), from the ingress and from a handler's call.
+    assert_eq!(
+        who(
+            &sluice,
+            "/service/scope/t5/call/TsMeter/whoami?limit-key=a/",
+            Value::Null
+        )
+        .await,
+        json!({"scope": "t5", "limitKey": "a"})
+    );
+    assert_eq!(
+        who(
+            &sluice,
+            "/service/call/TsMeter/askWho",
+            json!({"scope": "t6", "limitKey": "eu/gold/"})
+        )
+        .await,
+        json!({"scope": "t6", "limitKey": "eu/gold"})
+    );
+    let (status, stored) = sluice
+        .query(
+            "SELECT scope, limit_key FROM sys_invocation WHERE scope IN ('t5', 't6') AND target_handler_name = 'whoami' ORDER BY scope",
+        )
+        .await;
+    assert_eq!(status, 200, "{stored}");
+    assert_eq!(
+        stored["rows"],
+        json!([
+            {"scope": "t5", "limit_key": "a"},
+            {"scope": "t6", "limit_key": "eu/gold"}
+        ])
     );
 }
 

@@ -11,7 +11,7 @@ use super::reply;
 use crate::discovery::manifest::OutputRules;
 use crate::ids::InvocationId;
 use crate::invocation::Target;
-use crate::partition::{idempotent_id, in_scope, partition_key};
+use crate::invocation::identity::{idempotent_id, in_scope, partition_key};
 use crate::registry::Registry;
 
 /// Status of `/output` for an invocation that has not completed.

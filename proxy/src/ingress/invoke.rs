@@ -13,10 +13,11 @@ use crate::clock::{now_ms, rfc3339};
 use crate::discovery::HandlerType;
 use crate::discovery::manifest::OutputRules;
 use crate::errors::{Code, ErrorSource, IngressErrorBody};
-use crate::flow::scope::check_request;
+use crate::flow::scope::{Classified, parse_request};
+use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
-use crate::invocation::{InvocationRecord, Outcome, Status, Target};
-use crate::partition::{idempotent_id, in_scope, partition_key, target_partition_key};
+use crate::invocation::new::{Identity, NewInvocation};
+use crate::invocation::{Outcome, Target};
 use crate::protocol::{Message, proto};
 
 /// Largest request body accepted (413 beyond).
@@ -52,19 +53,22 @@ fn limit_key(session: &ServerSession, query: Option<&str>) -> Option<String> {
     })
 }
 
-/// Scope and limit key rules (RT0024): validated in order path, scope, limit key, flags.
-fn check_flow_control(
+/// The classify phase: the plugins' turn, then the scope and limit key validated (RT0024) in
+/// order: scope, limit key, a limit key without a scope, the flags. What comes out is normalised.
+fn classify_request(
     state: &IngressState,
+    session: &ServerSession,
     path: &InvokePath,
-    limit_key: Option<&str>,
-) -> Result<(), IngressError> {
-    check_request(
-        path.scope.as_deref(),
-        limit_key,
+    query: Option<&str>,
+) -> Result<Classified, IngressError> {
+    let key = limit_key(session, query);
+    let (scope, key) = classify(state, session, path, key)?;
+    parse_request(
+        scope.as_deref(),
+        key.as_deref(),
         state.config.flow_control_enabled(),
     )
-    .map_err(|e| IngressError::coded(Code::RT0024, e.message))?;
-    Ok(())
+    .map_err(|e| IngressError::coded(Code::RT0024, e.message))
 }
 
 pub(super) async fn read_body(session: &mut ServerSession) -> Result<Bytes, IngressError> {
@@ -174,126 +178,33 @@ fn idempotency_key(
     Ok(Some(key.to_owned()))
 }
 
-/// Handles one call or send.
+/// What a request asks for, parsed and checked, before anything is stored.
+struct Request {
+    target: target::Target,
+    delay: Option<std::time::Duration>,
+    idempotency_key: Option<String>,
+    frame: crate::protocol::Frame,
+}
+
+/// Handles one call or send, in phases: parse the request → classify it → plan the invocation
+/// → submit it durably → reply (at once for a send, with the outcome for a call).
 pub async fn invoke(
     state: &IngressState,
     session: &mut ServerSession,
     mut path: InvokePath,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let query = session.req_header().uri.query().map(str::to_owned);
-    let key = limit_key(session, query.as_deref());
-    let (scope, key) = classify(state, session, &path, key)?;
-    path.scope = scope;
-    check_flow_control(state, &path, key.as_deref())?;
-    let target = target::resolve(&path, &state.registry)?;
-    if path.scope.is_some()
-        && target.key.is_some()
-        && !state.config.experimental_enable_scoped_virtual_objects
-    {
-        return Err(IngressError::coded(
-            Code::RT0017,
-            format!(
-                "'{}' is keyed: scoped calls to virtual objects and workflows need experimental-enable-scoped-virtual-objects = true",
-                target.service
-            ),
-        ));
-    }
-    let delay = input::delay(query.as_deref(), path.mode)?;
-    let idempotency_key =
-        idempotency_key(session, state.config.ingress.idempotency_key_max_length)?;
-    let body = read_body(session).await?;
-    let content_type = session
-        .req_header()
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    input::check(target.input.as_ref(), content_type.as_deref(), &body)?;
-
-    let workflow_run = target.handler_type == Some(HandlerType::Workflow);
-    if workflow_run && idempotency_key.is_some() {
-        return Err(IngressError::bad_request(
-            "a workflow's run handler takes no idempotency key: the workflow key already makes it run once",
-        ));
-    }
-    let (id, retention) = match &idempotency_key {
-        _ if workflow_run => {
-            let key = target.key.as_deref().unwrap_or_default();
-            let id = InvocationId::workflow_run(
-                partition_key(&[&target.service, key]),
-                path.scope.as_deref(),
-                &target.service,
-                key,
-            );
-            (id, Some(state.registry.workflow_retention(&target.service)))
-        }
-        Some(ik) => {
-            let id = idempotent_id(
-                path.scope.as_deref(),
-                &target.service,
-                target.key.as_deref(),
-                &target.handler,
-                ik,
-            );
-            (
-                id,
-                Some(
-                    state
-                        .registry
-                        .idempotency_retention(&target.service, &target.handler),
-                ),
-            )
-        }
-        None => {
-            let partition =
-                target_partition_key(&target.service, &target.handler, target.key.as_deref());
-            (InvocationId::generate(partition), None)
-        }
-    };
-    let id = in_scope(id, path.scope.as_deref());
-    let now = now_ms();
-    let mut record = InvocationRecord::new(
-        id,
-        Target {
-            service: target.service.clone(),
-            handler: target.handler.clone(),
-            key: target.key.clone(),
-        },
-        now,
-    );
-    let execution_time =
-        delay.map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
-    if let Some(at) = execution_time {
-        record.status = Status::Scheduled;
-        record.run_at_ms = Some(at);
-    }
-    record.scope = path.scope.clone();
-    record.limit_key = path
-        .scope
-        .as_ref()
-        .and(key.clone())
-        .filter(|k| !k.is_empty());
-    record.idempotency_key = idempotency_key;
-    record.retention_ms = retention.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX));
-    let frame = input_frame(session, body);
-    let created = state
-        .runtime
-        .submit(record, frame)
-        .await
-        .map_err(|e| match e.code {
-            // Too many held: 429 with Retry-After.
-            Some(Code::RT0029) => IngressError::from(e),
-            _ => IngressError {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                code: e.code,
-                message: format!(
-                    "internal routing error: {}; the request was not accepted, so it can be retried",
-                    e.message
-                ),
-            },
-        })?;
-
-    if workflow_run && !created {
+    let (scope, limit_key) = classify_request(state, session, &path, query.as_deref())?;
+    path.scope = scope.as_ref().map(|s| s.as_str().to_owned());
+    let request = parse(state, session, &path, query.as_deref()).await?;
+    let new = plan(state, &request, scope, limit_key)?;
+    let retention = new.retention;
+    let record = new.into_record(now_ms());
+    let id = record.id;
+    let execution_time = record.run_at_ms;
+    let created = submit(state, record, request.frame).await?;
+    let target = &request.target;
+    if is_workflow_run(target) && !created {
         return Err(IngressError {
             status: StatusCode::CONFLICT,
             code: None,
@@ -333,6 +244,122 @@ pub async fn invoke(
         resp.headers_mut().insert("idempotency-expires", expires);
     }
     Ok(resp)
+}
+
+fn is_workflow_run(target: &target::Target) -> bool {
+    target.handler_type == Some(HandlerType::Workflow)
+}
+
+/// The parse phase: the target, the delay, the idempotency key and the body, each checked.
+async fn parse(
+    state: &IngressState,
+    session: &mut ServerSession,
+    path: &InvokePath,
+    query: Option<&str>,
+) -> Result<Request, IngressError> {
+    let target = target::resolve(path, &state.registry)?;
+    if path.scope.is_some()
+        && target.key.is_some()
+        && !state.config.experimental_enable_scoped_virtual_objects
+    {
+        return Err(IngressError::coded(
+            Code::RT0017,
+            format!(
+                "'{}' is keyed: scoped calls to virtual objects and workflows need experimental-enable-scoped-virtual-objects = true",
+                target.service
+            ),
+        ));
+    }
+    let delay = input::delay(query, path.mode)?;
+    let idempotency_key =
+        idempotency_key(session, state.config.ingress.idempotency_key_max_length)?;
+    let body = read_body(session).await?;
+    let content_type = session
+        .req_header()
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    input::check(target.input.as_ref(), content_type.as_deref(), &body)?;
+    if is_workflow_run(&target) && idempotency_key.is_some() {
+        return Err(IngressError::bad_request(
+            "a workflow's run handler takes no idempotency key: the workflow key already makes it run once",
+        ));
+    }
+    let frame = input_frame(session, body);
+    Ok(Request {
+        target,
+        delay,
+        idempotency_key,
+        frame,
+    })
+}
+
+/// The plan phase: which invocation the request stands for (its identity, scope, delay and how
+/// long its result is kept).
+fn plan(
+    state: &IngressState,
+    request: &Request,
+    scope: Option<Scope>,
+    limit_key: Option<LimitKey>,
+) -> Result<NewInvocation, IngressError> {
+    let target = &request.target;
+    let (identity, retention) = if is_workflow_run(target) {
+        (
+            Identity::WorkflowRun,
+            Some(state.registry.workflow_retention(&target.service)),
+        )
+    } else if let Some(key) = &request.idempotency_key {
+        (
+            Identity::Idempotent(key.clone()),
+            Some(
+                state
+                    .registry
+                    .idempotency_retention(&target.service, &target.handler),
+            ),
+        )
+    } else {
+        (Identity::Fresh, None)
+    };
+    let mut new = NewInvocation::new(
+        Target {
+            service: target.service.clone(),
+            handler: target.handler.clone(),
+            key: target.key.clone(),
+        },
+        identity,
+    )
+    .in_scope(scope, limit_key);
+    new.retention = retention;
+    new.run_at_ms = request
+        .delay
+        .map(|d| now_ms().saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+    Ok(new)
+}
+
+/// The submit phase: the record and its input handed to the partition, answered once durable
+/// (true: created now; false: it existed already).
+async fn submit(
+    state: &IngressState,
+    record: crate::invocation::InvocationRecord,
+    frame: crate::protocol::Frame,
+) -> Result<bool, IngressError> {
+    state
+        .runtime
+        .submit(record, frame)
+        .await
+        .map_err(|e| match e.code {
+            // Too many held: 429 with Retry-After.
+            Some(Code::RT0029) => IngressError::from(e),
+            _ => IngressError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: e.code,
+                message: format!(
+                    "internal routing error: {}; the request was not accepted, so it can be retried",
+                    e.message
+                ),
+            },
+        })
 }
 
 /// A call's answer: the output with the handler's content type, or the failure with its code.

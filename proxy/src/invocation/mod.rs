@@ -1,5 +1,7 @@
 //! Invocations: their durable records, journals and timers.
 
+pub mod identity;
+pub mod new;
 pub mod record;
 pub mod state;
 pub mod store;

@@ -17,9 +17,9 @@ use tokio::sync::watch;
 
 use super::{Subscription, lock};
 use crate::clock::now_ms;
-use crate::ids::InvocationId;
+use crate::invocation::new::{Identity, NewInvocation};
 use crate::invocation::{InvocationRecord, Target};
-use crate::partition::{Runtime, in_scope, target_partition_key};
+use crate::partition::Runtime;
 use crate::protocol::{Frame, Message, proto};
 
 /// Why a record cannot become an invocation (it is skipped, and said so in the log).
@@ -47,8 +47,9 @@ fn invocation_of(
     };
     let scope = header("x-service-scope").or_else(|| sub.options.get("scope").cloned());
     let limit_key = header("x-service-limit-key").or_else(|| sub.options.get("limit-key").cloned());
-    crate::flow::scope::check_request(scope.as_deref(), limit_key.as_deref(), flow_control)
-        .map_err(|e| format!("[RT0024] {}", e.message))?;
+    let (scope, limit_key) =
+        crate::flow::scope::parse_request(scope.as_deref(), limit_key.as_deref(), flow_control)
+            .map_err(|e| format!("[RT0024] {}", e.message))?;
     let key = match (sub.keyed, message.key()) {
         (false, _) => None,
         (true, Some(key)) => Some(
@@ -71,22 +72,18 @@ fn invocation_of(
         .chain_update(message.offset().to_be_bytes())
         .finalize();
     let uuid = u128::from_be_bytes(digest[..16].try_into().expect("16 bytes"));
-    let partition_key = match &key {
-        Some(key) => target_partition_key(&sub.service, &sub.handler, Some(key)),
-        None => u64::from_be_bytes(digest[16..24].try_into().expect("8 bytes")),
+    // An object's records go to its partition; others spread by their coordinates.
+    let partition = key
+        .is_none()
+        .then(|| u64::from_be_bytes(digest[16..24].try_into().expect("8 bytes")));
+    let target = Target {
+        service: sub.service.clone(),
+        handler: sub.handler.clone(),
+        key,
     };
-    let id = in_scope(InvocationId::new(partition_key, uuid), scope.as_deref());
-    let mut record = InvocationRecord::new(
-        id,
-        Target {
-            service: sub.service.clone(),
-            handler: sub.handler.clone(),
-            key,
-        },
-        now_ms(),
-    );
-    record.scope = scope;
-    record.limit_key = limit_key.filter(|k| !k.is_empty());
+    let record = NewInvocation::new(target, Identity::Derived { uuid, partition })
+        .in_scope(scope, limit_key)
+        .into_record(now_ms());
     let frame = Message::Input(proto::InputCommandMessage {
         headers: headers
             .into_iter()

@@ -124,7 +124,7 @@ pub fn check(
             "invalid option max-queued = '{bound}': a whole number of queued invocations, at least 1"
         )));
     }
-    crate::flow::scope::check_request(
+    crate::flow::scope::parse_request(
         options.get("scope").map(String::as_str),
         options.get("limit-key").map(String::as_str),
         flow_control,

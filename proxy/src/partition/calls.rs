@@ -7,15 +7,14 @@ use bytes::Bytes;
 
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
-use crate::flow::scope::check_request;
+use crate::flow::scope::parse_request;
 use crate::ids::InvocationId;
-use crate::invocation::{Caller, InvocationRecord, Status, Target};
+use crate::invocation::new::{Identity, NewInvocation};
+use crate::invocation::{Caller, InvocationRecord, Target};
 use crate::protocol::message::Kind;
 use crate::protocol::proto::{self, notification_template};
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::registry::Registry;
-
-use super::runtime::{idempotent_id, target_partition_key};
 
 /// A child invocation to hand to its partition.
 #[derive(Debug)]
@@ -109,9 +108,10 @@ pub fn child_of(
     }
     // Scoped admission of calls comes with flow control; their scope and limit key are
     // checked like the ingress checks them.
-    if let Err(e) = check_request(scope, limit_key, flow_control) {
-        return Some(Err(e));
-    }
+    let (scope, limit_key) = match parse_request(scope, limit_key, flow_control) {
+        Ok(classified) => classified,
+        Err(e) => return Some(Err(e)),
+    };
     let (service, handler, key, parameter, headers, notify, invoke_time, result) = match message {
         Message::Call(c) => (
             &c.service_name,
@@ -138,43 +138,27 @@ pub fn child_of(
     Some(resolve(registry, service, handler, key).map(|target| {
         // With an idempotency key the child is whichever invocation that key names (another
         // caller may have started it); without, one derived from this command.
-        let (id, retention) = match idempotency_key {
+        let (identity, retention) = match idempotency_key {
             Some(ik) => (
-                idempotent_id(
-                    scope,
-                    &target.service,
-                    target.key.as_deref(),
-                    &target.handler,
-                    ik,
-                ),
+                Identity::Idempotent(ik.to_owned()),
                 Some(registry.idempotency_retention(&target.service, &target.handler)),
             ),
-            None => {
-                let partition =
-                    target_partition_key(&target.service, &target.handler, target.key.as_deref());
-                (
-                    InvocationId::new(partition, derive_uuid(caller, index)),
-                    None,
-                )
-            }
+            None => (
+                Identity::Derived {
+                    uuid: derive_uuid(caller, index),
+                    partition: None,
+                },
+                None,
+            ),
         };
-        let id = super::runtime::in_scope(id, scope);
-        let mut record = InvocationRecord::new(id, target, now);
-        record.scope = scope.map(str::to_owned);
-        record.limit_key = scope
-            .and(limit_key)
-            .filter(|k| !k.is_empty())
-            .map(str::to_owned);
-        record.idempotency_key = idempotency_key.map(str::to_owned);
-        record.retention_ms = retention.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX));
-        record.caller = result.map(|completion| Caller {
+        let mut new = NewInvocation::new(target, identity).in_scope(scope, limit_key);
+        new.retention = retention;
+        new.caller = result.map(|completion| Caller {
             id: caller,
             completion,
         });
-        if invoke_time > now {
-            record.status = Status::Scheduled;
-            record.run_at_ms = Some(invoke_time);
-        }
+        new.run_at_ms = (invoke_time > now).then_some(invoke_time);
+        let record = new.into_record(now);
         let input = Message::Input(proto::InputCommandMessage {
             headers: headers.clone(),
             value: Some(proto::Value {

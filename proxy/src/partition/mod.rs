@@ -17,10 +17,7 @@ pub mod signals;
 #[cfg(test)]
 mod sim;
 
-pub use runtime::{
-    PartitionsService, Receivers, Runtime, idempotent_id, in_scope, partition_key,
-    target_partition_key,
-};
+pub use runtime::{PartitionsService, Receivers, Runtime};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};

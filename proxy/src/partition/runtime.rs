@@ -14,6 +14,7 @@ use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};
 use crate::flow::slots::InvokerSlots;
 use crate::ids::InvocationId;
+use crate::invocation::identity::partition_key;
 use crate::invocation::{InvocationRecord, Outcome};
 use crate::invoker::AttemptClient;
 use crate::limits::Rules;
@@ -24,51 +25,6 @@ use crate::storage::writer::Writer;
 
 /// Events a partition's channel holds before senders wait (back-pressure on the ingress).
 const CHANNEL: usize = 16 * 1024;
-
-/// Stable 64-bit FNV-1a, so a key maps to the same partition key across restarts and builds.
-pub fn partition_key(parts: &[&str]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for byte in part.bytes().chain(std::iter::once(0xff)) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
-}
-
-/// The partition key of an invocation of `service`/`handler` (keyed: of the object).
-pub fn target_partition_key(service: &str, handler: &str, key: Option<&str>) -> u64 {
-    match key {
-        Some(key) => partition_key(&[service, key]),
-        None => partition_key(&[service, handler]),
-    }
-}
-
-/// The invocation an idempotency key stands for (from the ingress or a handler's call).
-/// Keyed targets stay on their object's partition; others hash the key in.
-pub fn idempotent_id(
-    scope: Option<&str>,
-    service: &str,
-    key: Option<&str>,
-    handler: &str,
-    idempotency_key: &str,
-) -> InvocationId {
-    let partition = match key {
-        Some(key) => partition_key(&[service, key]),
-        None => partition_key(&[service, handler, idempotency_key]),
-    };
-    InvocationId::idempotent(partition, scope, service, key, handler, idempotency_key)
-}
-
-/// `id` moved onto its scope's partition: every invocation of a scope lives where the scope's
-/// queues and counters are.
-pub fn in_scope(id: InvocationId, scope: Option<&str>) -> InvocationId {
-    match scope {
-        Some(scope) => InvocationId::new(partition_key(&[scope]), id.uuid()),
-        None => id,
-    }
-}
 
 /// Sends work to partitions. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -468,23 +424,4 @@ fn stopped_task(task: &str, ended: Result<(), tokio::task::JoinError>) -> CodedE
         Code::RT0027,
         format!("{task} stopped ({why}); sluice restarts from the store"),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn partition_keys_are_stable() {
-        assert_eq!(
-            super::partition_key(&["Counter", "k1"]),
-            super::partition_key(&["Counter", "k1"])
-        );
-        assert_ne!(
-            super::partition_key(&["Counter", "k1"]),
-            super::partition_key(&["Counter", "k2"])
-        );
-        assert_ne!(
-            super::partition_key(&["ab", "c"]),
-            super::partition_key(&["a", "bc"])
-        );
-    }
 }

@@ -292,6 +292,7 @@ mod tests {
         );
         let bad_ack =
             Message::decode(&frame(0x0003, true, vec![]), ProtocolVersion::V6).unwrap_err();
+        assert_eq!(bad_ack.code, Some(Code::RT0012));
         assert!(bad_ack.message.contains("EndMessage"), "{bad_ack}");
         let garbage = Message::decode(
             &frame(0x0401, false, vec![0xFF, 0xFF, 0xFF]),

@@ -147,12 +147,15 @@ async fn oversize_messages_are_rt0003() {
 async fn protocol_violations_are_rt0012() {
     let after_end = frames(&[end(), output()]);
     let e = code_of(answering(200, V6, after_end), |_| {}).await;
+    assert_eq!(e.error.code, Some(Code::RT0012), "{}", e.error);
     assert!(e.error.message.contains("after the end"), "{}", e.error);
     let no_end = frames(&[output()]);
     let e = code_of(answering(200, V6, no_end), |_| {}).await;
+    assert_eq!(e.error.code, Some(Code::RT0012), "{}", e.error);
     assert!(e.error.message.contains("without End"), "{}", e.error);
     let ack = Message::CommandAck(proto::CommandAckMessage { command_index: 1 });
     let e = code_of(answering(200, V6, frames(&[ack, end()])), |_| {}).await;
+    assert_eq!(e.error.code, Some(Code::RT0012), "{}", e.error);
     assert!(
         e.error
             .message

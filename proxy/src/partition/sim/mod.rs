@@ -639,10 +639,16 @@ impl World {
         }
         let idempotency = (kind == 9).then(|| self.rng.below(IDEMPOTENCY_KEYS));
         let id = match idempotency {
-            Some(k) => super::idempotent_id(scope, "Svc", None, "run", &format!("ik-{k}")),
-            None => InvocationId::new(self.rng.next(), u128::from(self.rng.next())),
+            Some(k) => crate::invocation::identity::idempotent_id(
+                scope,
+                "Svc",
+                None,
+                "run",
+                &format!("ik-{k}"),
+            ),
+            None => InvocationId::new(self.rng.next_u64(), u128::from(self.rng.next_u64())),
         };
-        let id = super::in_scope(id, scope);
+        let id = crate::invocation::identity::in_scope(id, scope);
         let mut record = InvocationRecord::new(id, target, now);
         record.scope = scope.map(str::to_owned);
         if let Some(k) = idempotency {
@@ -1013,7 +1019,7 @@ fn work(runs: &Mutex<Runs>, wanted: u64, seed: u64) {
                 return;
             }
             runs.started += 1;
-            (runs.started - 1, runs.seeds.next())
+            (runs.started - 1, runs.seeds.next_u64())
         };
         let stats = match std::panic::catch_unwind(|| run(run_seed, RUN_STEPS)) {
             Ok((stats, _)) => stats,
@@ -1051,10 +1057,7 @@ fn simulator_partition_events() {
     }
     let seed = seed();
     println!("partition simulator seed: {seed} (SLUICE_SIM_SEED={seed} replays it)");
-    let wanted: u64 = std::env::var("SLUICE_SIM_EVENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(DEFAULT_EVENTS);
+    let wanted = crate::simulation::events(DEFAULT_EVENTS);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let started = std::time::Instant::now();
     let runs = Mutex::new(Runs {

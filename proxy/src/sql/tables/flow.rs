@@ -88,7 +88,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
         );
         let (mut rule, mut waiters) = (StringBuilder::new(), UInt64Builder::new());
         for c in &counters {
-            partition.append_value(crate::partition::partition_key(&[&c.scope]));
+            partition.append_value(crate::invocation::identity::partition_key(&[&c.scope]));
             scope.append_value(&c.scope);
             l1.append_option(c.l1.as_deref());
             l2.append_option(c.l2.as_deref());

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use hashbrown::HashMap;
 
 use super::{EntryId, QueueId};
-use crate::flow::scope::Scope;
+use crate::scope::Scope;
 
 /// Index of a virtual-object lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,5 +1,5 @@
 //! Bytes per held entry and per live counter, counted by an instrumented allocator.
-//! `cargo bench -p sluice --bench flow_memory` prints them.
+//! `cargo bench -p sluice-flow --bench flow_memory` prints them.
 
 mod common;
 
@@ -7,9 +7,9 @@ use std::alloc::System;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use sluice::flow::limiter::{CounterPath, Limiter};
-use sluice::flow::scheduler::{EntryKind, Scheduler};
-use sluice::flow::{Limit, RuleBook, RulePattern, Upsert};
+use sluice_flow::limiter::{CounterPath, Limiter};
+use sluice_flow::scheduler::{EntryKind, Scheduler};
+use sluice_flow::{Limit, RuleBook, RulePattern, Upsert};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]

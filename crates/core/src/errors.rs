@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn docs_errors_md_matches_the_catalogue() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/errors.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/errors.md");
         let on_disk = std::fs::read_to_string(path).expect("docs/errors.md exists");
         assert_eq!(
             on_disk,

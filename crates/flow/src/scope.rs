@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Longest scope or limit-key level, in bytes.
 pub const MAX_NAME_LEN: usize = 36;
@@ -262,42 +262,51 @@ mod tests {
     }
 }
 
-/// Checks the scope and limit key a request carries (RT0024), in this order: the scope, the
-/// limit key, a limit key without a scope, then whether flow control is on at all.
-pub fn check_request(
+/// A request's scope and limit key, validated: what is stored, counted and shown is this
+/// normalised form (`a/` is `a`).
+pub type Classified = (Option<Scope>, Option<LimitKey>);
+
+/// Parses the scope and limit key a request carries (RT0024), checked in this order: the scope,
+/// the limit key, a limit key without a scope, then whether flow control is on at all. An
+/// empty limit key is none.
+pub fn parse_request(
     scope: Option<&str>,
     limit_key: Option<&str>,
     flow_control_enabled: bool,
-) -> Result<(), crate::errors::CodedError> {
-    use crate::errors::{Code, CodedError};
+) -> Result<Classified, sluice_core::errors::CodedError> {
+    use sluice_core::errors::{Code, CodedError};
     let rt0024 = |m: String| CodedError::new(Code::RT0024, m);
-    if let Some(scope) = scope {
-        Scope::parse(scope).map_err(|e| rt0024(e.message))?;
-    }
-    if let Some(key) = limit_key.filter(|k| !k.is_empty()) {
-        LimitKey::parse(key).map_err(|e| rt0024(e.message))?;
-        if scope.is_none() {
-            return Err(rt0024(format!(
-                "limit key '{key}' requires a scope: call /service/scope/<scope>/call|send/… (or give the call a scope) to put the invocation under flow control"
-            )));
+    let scope = scope
+        .map(|scope| Scope::parse(scope).map_err(|e| rt0024(e.message)))
+        .transpose()?;
+    let limit_key = match limit_key.filter(|k| !k.is_empty()) {
+        None => None,
+        Some(key) => {
+            let parsed = LimitKey::parse(key).map_err(|e| rt0024(e.message))?;
+            if scope.is_none() {
+                return Err(rt0024(format!(
+                    "limit key '{key}' requires a scope: call /service/scope/<scope>/call|send/… (or give the call a scope) to put the invocation under flow control"
+                )));
+            }
+            Some(parsed)
         }
-    }
+    };
     if scope.is_some() && !flow_control_enabled {
         return Err(rt0024(
             "scoped invocations require flow control: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true".into(),
         ));
     }
-    Ok(())
+    Ok((scope, limit_key))
 }
 
 #[cfg(test)]
 mod request_tests {
-    use super::check_request;
-    use crate::errors::Code;
+    use super::parse_request;
+    use sluice_core::errors::Code;
 
     #[test]
     fn requests_are_checked_scope_then_limit_key_then_flags() {
-        let code = |s, k, on| check_request(s, k, on).map_err(|e| (e.code, e.message));
+        let code = |s, k, on| parse_request(s, k, on).map_err(|e| (e.code, e.message));
         assert!(code(None, None, false).is_ok());
         assert!(code(Some("acme"), Some("gold/eu"), true).is_ok());
         let (c, m) = code(Some("bad scope!"), Some("also bad!"), false).unwrap_err();
@@ -307,5 +316,15 @@ mod request_tests {
         assert!(m.contains("requires a scope"), "{m}");
         let (_, m) = code(Some("acme"), None, false).unwrap_err();
         assert!(m.contains("experimental-enable-vqueues"), "{m}");
+    }
+
+    #[test]
+    fn a_trailing_slash_is_dropped_and_an_empty_key_is_none() {
+        let (scope, key) = parse_request(Some("acme"), Some("a/"), true).unwrap();
+        assert_eq!(scope.unwrap().as_str(), "acme");
+        assert_eq!(key.unwrap().as_str(), "a");
+        let (_, key) = parse_request(Some("acme"), Some("gold/eu/"), true).unwrap();
+        assert_eq!(key.unwrap().as_str(), "gold/eu");
+        assert_eq!(parse_request(Some("acme"), Some(""), true).unwrap().1, None);
     }
 }

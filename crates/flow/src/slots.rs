@@ -98,18 +98,33 @@ mod tests {
         assert_eq!(slots.used(), 0);
     }
 
+    /// More takers than slots, each holding its slot a moment: the holders are counted apart
+    /// from the code under test, and some takers must have been turned away.
     #[test]
     fn concurrent_takers_never_exceed_the_limit() {
-        let slots = Arc::new(InvokerSlots::new(5));
+        const LIMIT: u32 = 3;
+        let slots = Arc::new(InvokerSlots::new(LIMIT));
+        let holding = Arc::new(AtomicU32::new(0));
         let peak = Arc::new(AtomicU32::new(0));
-        let threads: Vec<_> = (0..4)
+        let refused = Arc::new(AtomicU32::new(0));
+        let threads: Vec<_> = (0..8)
             .map(|member| {
-                let (slots, peak) = (Arc::clone(&slots), Arc::clone(&peak));
+                let slots = Arc::clone(&slots);
+                let (holding, peak, refused) = (
+                    Arc::clone(&holding),
+                    Arc::clone(&peak),
+                    Arc::clone(&refused),
+                );
                 std::thread::spawn(move || {
-                    for _ in 0..20_000 {
+                    for _ in 0..5_000 {
                         if slots.take_or_wait(member) {
-                            peak.fetch_max(slots.used(), Ordering::AcqRel);
+                            let now = holding.fetch_add(1, Ordering::AcqRel) + 1;
+                            peak.fetch_max(now, Ordering::AcqRel);
+                            std::thread::yield_now();
+                            holding.fetch_sub(1, Ordering::AcqRel);
                             slots.give_back();
+                        } else {
+                            refused.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 })
@@ -118,7 +133,15 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
-        assert!(peak.load(Ordering::Acquire) <= 5);
+        let peak = peak.load(Ordering::Acquire);
+        assert!(
+            peak <= LIMIT,
+            "{peak} holders at once, the limit is {LIMIT}"
+        );
+        assert!(
+            refused.load(Ordering::Relaxed) > 0,
+            "no taker was ever turned away: the test did not contend"
+        );
         assert_eq!(slots.used(), 0);
     }
 }

@@ -3,9 +3,9 @@ use std::num::NonZeroU32;
 use proptest::prelude::*;
 
 use super::*;
-use crate::flow::model::{Event, KEYS, Model, PATTERNS};
-use crate::flow::pattern::{Level, RulePattern};
-use crate::flow::rules::{Limit, Upsert};
+use crate::model::{Event, KEYS, Model, PATTERNS};
+use crate::pattern::{Level, RulePattern};
+use crate::rules::{Limit, Upsert};
 
 fn key(scope: Option<&str>, limit_key: Option<&str>, object: Option<&str>) -> QueueKey {
     QueueKey {
@@ -267,16 +267,13 @@ proptest! {
 /// `SLUICE_SIM_SEED=<seed> cargo test -p sluice simulator`.
 #[test]
 fn simulator_one_million_events() {
-    let seed = crate::simulation::seed();
+    let seed = sluice_core::simulation::seed();
     println!("simulator seed: {seed} (SLUICE_SIM_SEED={seed} replays it)");
-    let mut rng = crate::simulation::Rng(seed);
+    let mut rng = sluice_core::simulation::Rng(seed);
     let mut total = 0u64;
     let mut runs = 0;
     let mut worst = 0;
-    let wanted: u64 = std::env::var("SLUICE_SIM_EVENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
+    let wanted = sluice_core::simulation::events(1_000_000);
     let started = std::time::Instant::now();
     while total < wanted {
         let invoker_limit = 1 + rng.index(12) as u32;

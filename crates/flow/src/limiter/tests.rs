@@ -1,8 +1,8 @@
 use std::num::NonZeroU32;
 
 use super::*;
-use crate::flow::pattern::RulePattern;
-use crate::flow::rules::Upsert;
+use crate::pattern::RulePattern;
+use crate::rules::Upsert;
 
 fn book(rules: &[(&str, u32)]) -> RuleBook {
     let mut book = RuleBook::new();

@@ -6,7 +6,7 @@ pub struct Rng(pub u64);
 
 impl Rng {
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -16,7 +16,7 @@ impl Rng {
 
     /// A number in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 
     /// An index into something `len` long.
@@ -40,4 +40,16 @@ pub fn seed() -> u64 {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)
         })
+}
+
+/// How many events a simulator runs: `SLUICE_SIM_EVENTS` when set, else `default`. A value that
+/// is not a positive number stops the test instead of running nothing.
+pub fn events(default: u64) -> u64 {
+    match std::env::var("SLUICE_SIM_EVENTS") {
+        Err(_) => default,
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("SLUICE_SIM_EVENTS={text:?}: write a positive number of events"),
+        },
+    }
 }

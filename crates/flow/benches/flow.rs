@@ -1,4 +1,4 @@
-//! Throughput and latency of the flow core. `cargo bench -p sluice --bench flow`.
+//! Throughput and latency of the flow core. `cargo bench -p sluice-flow --bench flow`.
 
 mod common;
 
@@ -6,9 +6,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sluice::flow::limiter::{CounterPath, Limiter};
-use sluice::flow::scheduler::{EntryKind, Scheduler};
-use sluice::flow::{Level, LimitKey, Scope};
+use sluice_flow::limiter::{CounterPath, Limiter};
+use sluice_flow::scheduler::{EntryKind, Scheduler};
+use sluice_flow::{Level, LimitKey, Scope};
 
 /// Paths held for this many distinct keys (as queues hold them in a partition).
 const HELD_PATHS: usize = 100_000;

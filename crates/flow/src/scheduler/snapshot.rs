@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::{QueueId, QueueKey, Resource, Scheduler, State};
-use crate::flow::pattern::{Level, RulePattern};
-use crate::flow::rules::Limit;
+use crate::pattern::{Level, RulePattern};
+use crate::rules::Limit;
 
 /// What a queue is waiting for, as introspection shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 
 use std::num::NonZeroU32;
 
-use sluice::flow::scheduler::QueueKey;
-use sluice::flow::{Limit, LimitKey, RuleBook, RulePattern, Scope, Upsert};
+use sluice_flow::scheduler::QueueKey;
+use sluice_flow::{Limit, LimitKey, RuleBook, RulePattern, Scope, Upsert};
 
 /// Scopes in the key space.
 pub const SCOPES: usize = 10_000;
