@@ -19,16 +19,11 @@ pub(super) fn queue_key(registry: &Registry, record: &InvocationRecord) -> Queue
     let target = &record.target;
     let exclusive = target.key.is_some()
         && registry
-            .service(&target.service)
-            .is_ok_and(|(service, deployment)| {
-                let ty = deployment
-                    .handler(&target.service, &target.handler)
-                    .and_then(|h| h.ty);
-                match service.ty {
-                    ServiceType::VirtualObject => ty != Some(HandlerType::Shared),
-                    ServiceType::Workflow => ty == Some(HandlerType::Workflow),
-                    ServiceType::Service => false,
-                }
+            .handler_kind(record.deployment, &target.service, &target.handler)
+            .is_some_and(|(service, handler)| match service {
+                ServiceType::VirtualObject => handler != Some(HandlerType::Shared),
+                ServiceType::Workflow => handler == Some(HandlerType::Workflow),
+                ServiceType::Service => false,
             });
     // Both were validated when the invocation was accepted.
     let scope = record.scope.as_deref().and_then(|s| Scope::parse(s).ok());

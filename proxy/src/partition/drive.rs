@@ -301,26 +301,25 @@ impl Partition {
             return;
         }
         let entry = live.entry;
+        let workflow_run = self.is_workflow_run(&live.record);
         let target = live.record.target.clone();
         store::delete_invocation(writes, timer.invocation);
         self.live.remove(&timer.invocation);
         self.entries.remove(&entry);
         // A workflow run takes its key's state and promises with it.
-        if self.is_workflow_run(&target) {
+        if workflow_run {
             self.forget_promises(&target, writes);
         }
     }
 
-    fn is_workflow_run(&self, target: &Target) -> bool {
+    fn is_workflow_run(&self, record: &InvocationRecord) -> bool {
+        let target = &record.target;
         self.registry
-            .service(&target.service)
-            .is_ok_and(|(service, deployment)| {
-                service.ty == crate::discovery::ServiceType::Workflow
-                    && deployment
-                        .handler(&target.service, &target.handler)
-                        .and_then(|h| h.ty)
-                        == Some(crate::discovery::HandlerType::Workflow)
-            })
+            .handler_kind(record.deployment, &target.service, &target.handler)
+            == Some((
+                crate::discovery::ServiceType::Workflow,
+                Some(crate::discovery::HandlerType::Workflow),
+            ))
     }
 
     /// A callee finished: its result joins the caller's journal (once) and the caller goes on.

@@ -11,7 +11,7 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 pub use records::{Address, Deployment, Service, ServiceOverrides, StoredHttpVersion};
 
-use crate::discovery::Discovered;
+use crate::discovery::{Discovered, HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};
 use crate::ids::DeploymentId;
 use crate::storage::Store;
@@ -197,6 +197,29 @@ impl Registry {
             .ok_or_else(|| {
                 RegistryError::NotFound(format!("The requested service '{name}' does not exist"))
             })
+    }
+
+    /// What kind of service and handler an invocation runs: as `pinned` (the deployment its
+    /// first attempt chose) describes them, else as the latest deployment of the service does.
+    /// A deployment registered later may change a handler's kind; a running invocation keeps
+    /// the one it started with.
+    pub fn handler_kind(
+        &self,
+        pinned: Option<DeploymentId>,
+        service: &str,
+        handler: &str,
+    ) -> Option<(ServiceType, Option<HandlerType>)> {
+        let deployment = match pinned.and_then(|id| self.deployment(id).ok()) {
+            Some(deployment) => deployment,
+            None => self.service(service).ok()?.1,
+        };
+        let manifest = deployment.service(service)?;
+        let ty = manifest
+            .handlers
+            .iter()
+            .find(|h| h.name == handler)
+            .and_then(|h| h.ty);
+        Some((manifest.ty, ty))
     }
 
     /// How long an idempotent invocation's result is kept: the operator's service override,
@@ -615,4 +638,57 @@ fn check_in_place(old: &Deployment, found: &Discovered) -> Result<(), CodedError
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::HttpVersion;
+    use crate::discovery::manifest::Manifest;
+
+    fn discovered(add_ty: &str) -> Discovered {
+        let json = serde_json::json!({
+            "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": 5,
+            "services": [{"name": "Obj", "ty": "VIRTUAL_OBJECT",
+                "handlers": [{"name": "add", "ty": add_ty}]}]
+        });
+        Discovered {
+            manifest: Manifest::parse(json.to_string().as_bytes()).unwrap(),
+            manifest_version: 3,
+            http_version: HttpVersion::Http2,
+            sdk_version: None,
+        }
+    }
+
+    /// An invocation keeps the handler kind of the deployment it started on, even once a later
+    /// deployment changed it.
+    #[test]
+    fn the_pinned_deployment_decides_a_handlers_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let registry = Registry::load(Arc::clone(&store)).unwrap();
+        let first = registry
+            .register(
+                discovered("EXCLUSIVE"),
+                Registration::new("http://127.0.0.1:9081/"),
+                1,
+            )
+            .unwrap();
+        let mut again = Registration::new("http://127.0.0.1:9082/");
+        again.force = true;
+        registry.register(discovered("SHARED"), again, 2).unwrap();
+        let exclusive = Some((ServiceType::VirtualObject, Some(HandlerType::Exclusive)));
+        let shared = Some((ServiceType::VirtualObject, Some(HandlerType::Shared)));
+        assert_eq!(registry.handler_kind(None, "Obj", "add"), shared);
+        assert_eq!(
+            registry.handler_kind(Some(first.deployment.id), "Obj", "add"),
+            exclusive
+        );
+        // A pinned deployment that is gone: the latest one answers.
+        assert_eq!(
+            registry.handler_kind(Some(DeploymentId::new()), "Obj", "add"),
+            shared
+        );
+        assert_eq!(registry.handler_kind(None, "Nope", "add"), None);
+    }
 }

@@ -8,7 +8,7 @@ use prost::Message as _;
 use super::codec::Frame;
 use super::proto;
 use super::version::ProtocolVersion;
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// First type id of the custom-entry range.
 pub const CUSTOM_START: u16 = 0xFC00;
