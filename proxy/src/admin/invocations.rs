@@ -72,37 +72,23 @@ fn time(ms: u64) -> String {
     rfc3339(ms).unwrap_or_default()
 }
 
-fn status_name(status: Status) -> String {
-    serde_json::to_value(status)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 impl From<&InvocationRecord> for InvocationResponse {
     fn from(r: &InvocationRecord) -> Self {
         let t = &r.target;
-        let target = match &t.key {
-            Some(key) => format!("{}/{key}/{}", t.service, t.handler),
-            None => format!("{}/{}", t.service, t.handler),
-        };
         Self {
             id: r.id.to_string(),
-            target,
+            target: t.path(),
             service: t.service.clone(),
             handler: t.handler.clone(),
             key: t.key.clone(),
-            status: status_name(r.status),
+            status: r.status.name().to_owned(),
             deployment_id: r.deployment.map(|d| d.to_string()),
             protocol_version: r.protocol,
             attempts: r.attempts,
             retry_count: r.retry_count,
             last_failure_error_code: r.last_failure.as_ref().and_then(|f| f.code.clone()),
             last_failure: r.last_failure.as_ref().map(|f| f.message.clone()),
-            completion: r.outcome.as_ref().map(|o| match o {
-                Outcome::Value(_) => "value".to_owned(),
-                Outcome::Failure(f) => format!("failure {}: {}", f.code, f.message),
-            }),
+            completion: r.outcome.as_ref().map(Outcome::summary),
             created_at: time(r.created_at_ms),
             next_attempt_at: r.run_at_ms.map(time),
             scope: r.scope.clone(),
@@ -142,7 +128,7 @@ pub async fn list(
         params
             .status
             .as_deref()
-            .is_none_or(|s| status_name(r.status) == s)
+            .is_none_or(|s| r.status.name() == s)
             && params
                 .service
                 .as_deref()

@@ -16,6 +16,16 @@ pub struct Target {
     pub key: Option<String>,
 }
 
+impl Target {
+    /// How people read it: `Service/handler`, or `Service/key/handler` for keyed services.
+    pub fn path(&self) -> String {
+        match &self.key {
+            Some(key) => format!("{}/{key}/{}", self.service, self.handler),
+            None => format!("{}/{}", self.service, self.handler),
+        }
+    }
+}
+
 /// Lifecycle of an invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -36,6 +46,21 @@ pub enum Status {
     Completed,
 }
 
+impl Status {
+    /// Its name as the admin API and SQL show it (`backing-off`): the stored spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Scheduled => "scheduled",
+            Self::Running => "running",
+            Self::Suspended => "suspended",
+            Self::BackingOff => "backing-off",
+            Self::Paused => "paused",
+            Self::Completed => "completed",
+        }
+    }
+}
+
 /// A handler failure returned to callers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
@@ -52,6 +77,16 @@ pub enum Outcome {
     Value(Vec<u8>),
     /// A terminal failure.
     Failure(Failure),
+}
+
+impl Outcome {
+    /// One line for people: `value`, or `failure <code>: <message>`.
+    pub fn summary(&self) -> String {
+        match self {
+            Self::Value(_) => "value".to_owned(),
+            Self::Failure(f) => format!("failure {}: {}", f.code, f.message),
+        }
+    }
 }
 
 /// The last thing that went wrong with an attempt.
@@ -153,6 +188,29 @@ impl InvocationRecord {
             limit_key: None,
             idempotency_key: None,
             retention_ms: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod shown_tests {
+    use super::*;
+
+    #[test]
+    fn status_names_are_the_stored_spelling() {
+        for status in [
+            Status::Pending,
+            Status::Scheduled,
+            Status::Running,
+            Status::Suspended,
+            Status::BackingOff,
+            Status::Paused,
+            Status::Completed,
+        ] {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::Value::from(status.name())
+            );
         }
     }
 }

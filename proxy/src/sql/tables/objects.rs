@@ -232,24 +232,24 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             StringBuilder::new(),
         );
         for r in &records {
-            let shown = crate::admin::invocations::InvocationResponse::from(r);
-            text[0].append_value(&shown.id);
-            text[1].append_value(&shown.target);
-            text[2].append_value(&shown.service);
-            text[3].append_option(shown.key.as_deref());
-            text[4].append_value(&shown.handler);
+            let failure = r.last_failure.as_ref();
+            text[0].append_value(r.id.to_string());
+            text[1].append_value(r.target.path());
+            text[2].append_value(&r.target.service);
+            text[3].append_option(r.target.key.as_deref());
+            text[4].append_value(&r.target.handler);
             text[5].append_option(r.scope.as_deref());
             text[6].append_option(r.limit_key.as_deref());
             text[7].append_option(r.idempotency_key.as_deref());
             text[8].append_option(r.caller.as_ref().map(|c| c.id.to_string()));
-            text[9].append_value(&shown.status);
-            text[10].append_option(shown.deployment_id.as_deref());
-            protocol.append_option(shown.protocol_version.and_then(|v| u32::try_from(v).ok()));
-            retries.append_value(u64::from(shown.retry_count));
-            attempts.append_value(u64::from(shown.attempts));
-            text[11].append_option(shown.last_failure.as_deref());
-            text[12].append_option(shown.last_failure_error_code.as_deref());
-            text[13].append_option(shown.completion.as_deref());
+            text[9].append_value(r.status.name());
+            text[10].append_option(r.deployment.map(|d| d.to_string()));
+            protocol.append_option(r.protocol.and_then(|v| u32::try_from(v).ok()));
+            retries.append_value(u64::from(r.retry_count));
+            attempts.append_value(u64::from(r.attempts));
+            text[11].append_option(failure.map(|f| f.message.as_str()));
+            text[12].append_option(failure.and_then(|f| f.code.as_deref()));
+            text[13].append_option(r.outcome.as_ref().map(|o| o.summary()));
             created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
             scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
             service_ty.append_option(
@@ -264,7 +264,7 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             } else {
                 "ingress"
             });
-            last_deployment.append_option(shown.deployment_id.as_deref());
+            last_deployment.append_option(r.deployment.map(|d| d.to_string()));
         }
         let [
             id,
