@@ -273,16 +273,14 @@ pub fn parse_request(
     scope: Option<&str>,
     limit_key: Option<&str>,
     flow_control_enabled: bool,
-) -> Result<Classified, sluice_core::errors::CodedError> {
-    use sluice_core::errors::{Code, CodedError};
+) -> Result<Classified, CodedError> {
     let rt0024 = |m: String| CodedError::new(Code::RT0024, m);
-    let scope = scope
-        .map(|scope| Scope::parse(scope).map_err(|e| rt0024(e.message)))
-        .transpose()?;
+    // Both parsers answer RT0024 themselves.
+    let scope = scope.map(Scope::parse).transpose()?;
     let limit_key = match limit_key.filter(|k| !k.is_empty()) {
         None => None,
         Some(key) => {
-            let parsed = LimitKey::parse(key).map_err(|e| rt0024(e.message))?;
+            let parsed = LimitKey::parse(key)?;
             if scope.is_none() {
                 return Err(rt0024(format!(
                     "limit key '{key}' requires a scope: call /service/scope/<scope>/call|send/… (or give the call a scope) to put the invocation under flow control"

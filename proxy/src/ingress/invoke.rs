@@ -197,9 +197,11 @@ pub async fn invoke(
     let (scope, limit_key) = classify_request(state, session, &path, query.as_deref())?;
     path.scope = scope.as_ref().map(|s| s.as_str().to_owned());
     let request = parse(state, session, &path, query.as_deref()).await?;
-    let new = plan(state, &request, scope, limit_key)?;
+    // One clock reading: the record's creation and a delayed send's run time agree.
+    let now = now_ms();
+    let new = plan(state, &request, scope, limit_key, now);
     let retention = new.retention;
-    let record = new.into_record(now_ms());
+    let record = new.into_record(now);
     let id = record.id;
     let execution_time = record.run_at_ms;
     let created = submit(state, record, request.frame).await?;
@@ -302,7 +304,8 @@ fn plan(
     request: &Request,
     scope: Option<Scope>,
     limit_key: Option<LimitKey>,
-) -> Result<NewInvocation, IngressError> {
+    now: u64,
+) -> NewInvocation {
     let target = &request.target;
     let (identity, retention) = if is_workflow_run(target) {
         (
@@ -333,8 +336,8 @@ fn plan(
     new.retention = retention;
     new.run_at_ms = request
         .delay
-        .map(|d| now_ms().saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
-    Ok(new)
+        .map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+    new
 }
 
 /// The submit phase: the record and its input handed to the partition, answered once durable

@@ -213,13 +213,9 @@ impl Registry {
             Some(deployment) => deployment,
             None => self.service(service).ok()?.1,
         };
-        let manifest = deployment.service(service)?;
-        let ty = manifest
-            .handlers
-            .iter()
-            .find(|h| h.name == handler)
-            .and_then(|h| h.ty);
-        Some((manifest.ty, ty))
+        let service_ty = deployment.service(service)?.ty;
+        let handler_ty = deployment.handler(service, handler).and_then(|h| h.ty);
+        Some((service_ty, handler_ty))
     }
 
     /// How long an idempotent invocation's result is kept: the operator's service override,

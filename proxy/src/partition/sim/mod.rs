@@ -34,8 +34,9 @@ use crate::discovery::{Discovered, HttpVersion};
 use crate::errors::{Code, CodedError};
 use crate::flow::rules::Upsert;
 use crate::flow::slots::InvokerSlots;
-use crate::flow::{Limit, RuleBook, RulePattern};
+use crate::flow::{Limit, RuleBook, RulePattern, Scope};
 use crate::ids::InvocationId;
+use crate::invocation::new::{Identity, NewInvocation};
 use crate::invocation::store as records;
 use crate::invocation::{InvocationRecord, Outcome, Status, Target, state};
 use crate::invoker::{AttemptError, AttemptRequest, Ending};
@@ -638,28 +639,29 @@ impl World {
             program.push(step);
         }
         let idempotency = (kind == 9).then(|| self.rng.below(IDEMPOTENCY_KEYS));
-        let id = match idempotency {
-            Some(k) => crate::invocation::identity::idempotent_id(
-                scope,
-                "Svc",
-                None,
-                "run",
-                &format!("ik-{k}"),
-            ),
-            None => InvocationId::new(self.rng.next_u64(), u128::from(self.rng.next_u64())),
+        // Born through the same front door as the ingress's, handlers' and Kafka's invocations;
+        // ids that are not idempotent come from the seed (a fresh id would not replay).
+        let identity = match idempotency {
+            Some(k) => Identity::Idempotent(format!("ik-{k}")),
+            None => {
+                let partition = self.rng.next_u64();
+                let uuid = u128::from(self.rng.next_u64());
+                Identity::Derived {
+                    uuid,
+                    partition: Some(partition),
+                }
+            }
         };
-        let id = crate::invocation::identity::in_scope(id, scope);
-        let mut record = InvocationRecord::new(id, target, now);
-        record.scope = scope.map(str::to_owned);
-        if let Some(k) = idempotency {
-            record.idempotency_key = Some(format!("ik-{k}"));
-            record.retention_ms = Some(24 * 60 * 60 * 1000);
+        let scope = scope.map(|s| Scope::parse(s).expect("the simulator's scopes are valid"));
+        let mut new = NewInvocation::new(target, identity).in_scope(scope, None);
+        if idempotency.is_some() {
+            new.retention = Some(std::time::Duration::from_secs(24 * 60 * 60));
         }
         // Some sends are delayed.
         if self.rng.chance(15) {
-            record.status = Status::Scheduled;
-            record.run_at_ms = Some(now + self.rng.below(5_000));
+            new.run_at_ms = Some(now + self.rng.below(5_000));
         }
+        let record = new.into_record(now);
         let input = Message::Input(proto::InputCommandMessage {
             headers: Vec::new(),
             value: Some(proto::Value {
