@@ -14,11 +14,13 @@ use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
-use crate::kafka::{Kafka, KafkaService};
+use crate::kafka::Kafka;
 use crate::limits::Rules;
-use crate::partition::{PartitionsService, Runtime};
+use crate::node::Node;
+use crate::partition::Runtime;
 use crate::plugins::Plugins;
 use crate::registry::Registry;
+use crate::services::{KafkaService, PartitionsService};
 use crate::shutdown::{DrainService, SignalWatch, Signals};
 use crate::storage::Store;
 
@@ -54,6 +56,14 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
 
     let (runtime, receivers) = Runtime::new(usize::from(config.worker.partitions.get()));
     let rules = Arc::new(Rules::load(Arc::clone(&store))?);
+    let node = Node {
+        config: Arc::clone(&config),
+        store: Arc::clone(&store),
+        registry: Arc::clone(&registry),
+        runtime: runtime.clone(),
+        rules: Arc::clone(&rules),
+        tls: deployment_tls,
+    };
     let plugins = Arc::new(Plugins::new(
         Some(Arc::clone(&store)),
         Some(Arc::clone(&rules)),
@@ -80,15 +90,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     });
     server.add_service(background_service(
         "partitions",
-        PartitionsService::new(
-            runtime,
-            Arc::clone(&rules),
-            receivers,
-            Arc::clone(&store),
-            Arc::clone(&registry),
-            Arc::clone(&config),
-            deployment_tls.clone(),
-        ),
+        PartitionsService::new(node.clone(), receivers),
     ));
     let ingress = IngressService::new(
         IngressApp::new(Arc::clone(&ingress_state)),
@@ -100,18 +102,8 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     server.add_service(ingress);
 
     let (admin_done_tx, admin_done_rx) = watch::channel(false);
-    let admin_state = AdminState::new(
-        Arc::clone(&config),
-        ingress_endpoint.clone(),
-        Arc::clone(&store),
-        registry,
-        ingress_state.runtime.clone(),
-        rules,
-        plugins,
-        kafka,
-    )
-    .with_auth(admin_auth)
-    .with_deployment_tls(&deployment_tls);
+    let admin_state =
+        AdminState::new(&node, ingress_endpoint.clone(), plugins, kafka).with_auth(admin_auth);
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(
         "admin",

@@ -19,7 +19,7 @@ mod snapshot;
 
 use locks::Locks;
 pub use locks::{LockId, LockKey};
-pub use snapshot::{BlockedOn, QueueSnapshot};
+pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus};
 
 use super::limiter::{self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, WaiterId};
 use super::rules::RuleBook;

@@ -11,9 +11,11 @@ use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use crate::clock::rfc3339;
+use crate::flow::scheduler::BlockedOn;
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{InvocationRecord, Outcome, Status};
+use crate::partition::admission::Waiting;
 use crate::partition::control::{Control, Controlled};
 
 /// An invocation as the admin API shows it.
@@ -64,8 +66,57 @@ pub struct InvocationResponse {
     pub limit_key: Option<String>,
     /// For a queued invocation (`GET /invocations/{id}` only): its queue and what it waits on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub waiting: Option<serde_json::Value>,
+    pub waiting: Option<WaitingResponse>,
+}
+
+/// Why a queued invocation has not started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WaitingResponse {
+    /// Its queue's status: `ready` (its turn comes), `blocked`, `scheduled`.
+    pub status: String,
+    /// Entries in its queue, itself included.
+    pub queued: usize,
+    /// Flow-control scope of the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Limit key of the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
+    /// `limit-key-concurrency`, `lock` or `invoker-concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_on: Option<String>,
+    /// For `limit-key-concurrency`: the full level (`scope`, `level1`, `level2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// For `limit-key-concurrency`: the limit (absent when unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// For `limit-key-concurrency`: the rule that set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+impl From<Waiting> for WaitingResponse {
+    fn from(w: Waiting) -> Self {
+        let (level, limit, rule) = match &w.blocked_on {
+            Some(BlockedOn::LimitKeyConcurrency { level, limit, rule }) => (
+                Some(level.as_str().to_ascii_lowercase()),
+                limit.concurrency(),
+                rule.as_ref().map(ToString::to_string),
+            ),
+            _ => (None, None, None),
+        };
+        Self {
+            status: w.status.name().to_owned(),
+            queued: w.queued,
+            scope: w.scope.map(|s| s.to_string()),
+            limit_key: w.limit_key.map(|k| k.to_string()),
+            blocked_on: w.blocked_on.as_ref().map(|on| on.name().to_owned()),
+            level,
+            limit,
+            rule,
+        }
+    }
 }
 
 fn time(ms: u64) -> String {
@@ -230,11 +281,7 @@ pub async fn get(
             )
         })?;
     if record.is_some_and(|r| r.status != Status::Completed) {
-        shown.waiting = state
-            .runtime
-            .explain(id)
-            .await?
-            .and_then(|w| serde_json::to_value(w).ok());
+        shown.waiting = state.runtime.explain(id).await?.map(WaitingResponse::from);
     }
     Ok(Json(shown))
 }

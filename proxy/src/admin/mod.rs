@@ -41,6 +41,7 @@ pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformati
 use crate::config::Config;
 use crate::discovery::DiscoveryClient;
 use crate::limits::Rules;
+use crate::node::Node;
 use crate::partition::Runtime;
 use crate::registry::Registry;
 use crate::storage::Store;
@@ -75,46 +76,36 @@ pub struct AdminState {
 }
 
 impl AdminState {
-    /// State for a router.
-    #[allow(clippy::too_many_arguments)]
+    /// State for a router over `node`, reaching `https://` deployments with what its TLS
+    /// settings trust.
     pub fn new(
-        config: Arc<Config>,
+        node: &Node,
         ingress_endpoint: String,
-        store: Arc<Store>,
-        registry: Arc<Registry>,
-        runtime: Runtime,
-        rules: Arc<Rules>,
         plugins: Arc<Plugins>,
         kafka: Arc<crate::kafka::Kafka>,
     ) -> Self {
         let query = crate::sql::QueryEngine::new(crate::sql::QuerySources {
-            config: Arc::clone(&config),
-            rules: Arc::clone(&rules),
-            runtime: runtime.clone(),
-            registry: Arc::clone(&registry),
-            store: Arc::clone(&store),
+            config: Arc::clone(&node.config),
+            rules: Arc::clone(&node.rules),
+            runtime: node.runtime.clone(),
+            registry: Arc::clone(&node.registry),
+            store: Arc::clone(&node.store),
         });
+        use crate::discovery::client::{ATTEMPTS, BACKOFF, TIMEOUT};
         Self {
             kafka,
             query,
             plugins,
-            config,
+            config: Arc::clone(&node.config),
             ingress_endpoint,
-            store,
-            registry,
-            runtime,
-            rules,
-            discovery: DiscoveryClient::default(),
+            store: Arc::clone(&node.store),
+            registry: Arc::clone(&node.registry),
+            runtime: node.runtime.clone(),
+            rules: Arc::clone(&node.rules),
+            discovery: DiscoveryClient::with_tls(&node.tls, ATTEMPTS, BACKOFF, TIMEOUT),
             auth: Arc::default(),
             openapi: OnceLock::new(),
         }
-    }
-
-    /// The same state, discovering `https://` deployments with what `tls` trusts.
-    pub fn with_deployment_tls(mut self, tls: &crate::deployment_tls::DeploymentTls) -> Self {
-        use crate::discovery::client::{ATTEMPTS, BACKOFF, TIMEOUT};
-        self.discovery = DiscoveryClient::with_tls(tls, ATTEMPTS, BACKOFF, TIMEOUT);
-        self
     }
 
     /// The same state with `auth` guarding the listener.
@@ -330,13 +321,17 @@ mod tests {
             )
             .unwrap(),
         );
-        let state = AdminState::new(
+        let node = Node {
             config,
-            "http://127.0.0.1:8080/".into(),
             store,
             registry,
             runtime,
-            Arc::clone(&rules),
+            rules: Arc::clone(&rules),
+            tls: crate::deployment_tls::DeploymentTls::default(),
+        };
+        let state = AdminState::new(
+            &node,
+            "http://127.0.0.1:8080/".into(),
             Arc::new(Plugins::new(None, Some(rules))),
             kafka,
         );

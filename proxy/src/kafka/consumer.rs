@@ -219,6 +219,7 @@ impl Backpressure {
         sub: &Subscription,
         runtime: &Runtime,
         consumer: &StreamConsumer,
+        window: &VecDeque<((i32, i64), InFlight)>,
         force: bool,
     ) {
         let any_paused = self.any_paused();
@@ -226,7 +227,17 @@ impl Backpressure {
             return;
         }
         self.since_check = 0;
-        let queued = Self::queued(sub, runtime).await;
+        let mut queued = Self::queued(sub, runtime).await;
+        // A queue counts an invocation once its commit is done; the ones handed over and not
+        // yet committed will join it, so they count too (else a fast topic overshoots the bound
+        // by a whole group commit).
+        for (_, stored) in window {
+            if let InFlight::Stored(_, record, _) = stored
+                && !stored.is_done()
+            {
+                *queued.entry(record.scope.clone()).or_insert(0) += 1;
+            }
+        }
         let Ok(assigned) = consumer.assignment() else {
             return;
         };
@@ -303,7 +314,7 @@ pub async fn run(
             () = tokio::time::sleep(Duration::from_millis(100)), if idle => None,
         };
         backpressure
-            .check(&sub, &runtime, &consumer, received.is_none())
+            .check(&sub, &runtime, &consumer, &window, received.is_none())
             .await;
         match received {
             Some(Ok(message)) => {

@@ -10,12 +10,10 @@ mod store;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 use tokio::sync::watch;
 
 pub use model::{KafkaCluster, Subscription};
+pub use sluice_config::kafka::ConfiguredCluster;
 
 use crate::clock::now_ms;
 use crate::errors::CodedError;
@@ -23,19 +21,6 @@ use crate::ids::SubscriptionId;
 use crate::partition::Runtime;
 use crate::registry::Registry;
 use crate::storage::Store;
-
-/// A cluster from the config file (`[[ingress.kafka-clusters]]`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct ConfiguredCluster {
-    /// Its name.
-    pub name: String,
-    /// `host:port` list, set as `bootstrap.servers`.
-    pub brokers: Vec<String>,
-    /// More librdkafka properties.
-    #[serde(default)]
-    pub properties: BTreeMap<String, String>,
-}
 
 /// A running consumer: how to stop it, and the partitions backpressure paused.
 type Running = (watch::Sender<bool>, consumer::PausedPartitions);
@@ -301,26 +286,24 @@ impl Kafka {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Runs the consumers inside the pingora server, on their own runtime.
-pub struct KafkaService(pub Arc<Kafka>);
-
-#[async_trait]
-impl BackgroundService for KafkaService {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        let kafka = &self.0;
-        if kafka.handle.set(tokio::runtime::Handle::current()).is_err() {
+impl Kafka {
+    /// Runs every subscription's consumer on the current tokio runtime (and the ones made later
+    /// there too) until `stopping` turns true, then stops them.
+    pub async fn run(&self, mut stopping: watch::Receiver<bool>) {
+        if self.handle.set(tokio::runtime::Handle::current()).is_err() {
             return;
         }
-        for sub in kafka.subscriptions() {
-            kafka.start_consumer(&sub);
+        for sub in self.subscriptions() {
+            self.start_consumer(&sub);
         }
-        crate::shutdown::shutdown_started(shutdown).await;
-        for (_, (stop, _)) in lock(&kafka.consumers).drain() {
+        // An error means the sender is gone, which also means shutdown.
+        let _ = stopping.wait_for(|down| *down).await;
+        for (_, (stop, _)) in lock(&self.consumers).drain() {
             let _ = stop.send(true);
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
+use super::OnError;
 use super::bindings::types;
-use super::spec::OnError;
 use super::{Plugin, failure_error};
 use crate::errors::{Code, CodedError};
 use crate::flow::{LimitKey, Scope};

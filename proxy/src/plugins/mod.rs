@@ -8,7 +8,6 @@ pub mod metrics;
 mod policy;
 pub mod runtime;
 mod saved;
-pub mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -17,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 pub use extract::{ExtractRequest, Extracted};
 pub use metrics::{Metrics, MetricsSnapshot};
-pub use spec::{ConfiguredPlugin, Hook, OnError, PluginSpec};
+pub use sluice_config::plugins::{ConfiguredPlugin, Hook, OnError, PluginSpec};
 
 use crate::clock::now_ms;
 use crate::errors::{Code, CodedError};
@@ -243,7 +242,7 @@ impl Plugins {
         source: Source,
         order: Option<u64>,
     ) -> Result<Arc<Plugin>, CodedError> {
-        spec::check_name(name).map_err(|e| CodedError::new(Code::PLG0001, e))?;
+        sluice_config::plugins::check_name(name).map_err(|e| CodedError::new(Code::PLG0001, e))?;
         let current = self.current();
         if spec.hook == Hook::MatchRule
             && let Some(other) = current.match_rule()

@@ -14,7 +14,7 @@ use wasmtime::{
 };
 
 use super::bindings::{HostState, sluice::policy::host, types};
-use super::spec::{Hook, PluginSpec};
+use super::{Hook, PluginSpec};
 
 /// How often the epoch advances: the unit of every deadline.
 const TICK: Duration = Duration::from_millis(1);

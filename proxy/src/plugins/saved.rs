@@ -3,7 +3,7 @@
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use super::spec::PluginSpec;
+use super::PluginSpec;
 use crate::errors::{Code, CodedError};
 use crate::storage::Store;
 

@@ -6,6 +6,31 @@ use super::{QueueId, QueueKey, Resource, Scheduler, State};
 use crate::pattern::{Level, RulePattern};
 use crate::rules::Limit;
 
+/// A queue's state, as introspection shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueStatus {
+    /// Nothing in it.
+    Empty,
+    /// Its entries wait only for their run time.
+    Scheduled,
+    /// Its turn comes: nothing holds it.
+    Ready,
+    /// Held (see [`BlockedOn`]).
+    Blocked,
+}
+
+impl QueueStatus {
+    /// Its name in the admin API and SQL: `empty`, `scheduled`, `ready` or `blocked`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            QueueStatus::Empty => "empty",
+            QueueStatus::Scheduled => "scheduled",
+            QueueStatus::Ready => "ready",
+            QueueStatus::Blocked => "blocked",
+        }
+    }
+}
+
 /// What a queue is waiting for, as introspection shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BlockedOn {
@@ -24,6 +49,18 @@ pub enum BlockedOn {
     },
 }
 
+impl BlockedOn {
+    /// Its name in the admin API and SQL: `lock`, `invoker-concurrency` or
+    /// `limit-key-concurrency`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            BlockedOn::Lock => "lock",
+            BlockedOn::InvokerConcurrency => "invoker-concurrency",
+            BlockedOn::LimitKeyConcurrency { .. } => "limit-key-concurrency",
+        }
+    }
+}
+
 /// Status of a queue for introspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueSnapshot {
@@ -35,8 +72,8 @@ pub struct QueueSnapshot {
     pub queued: usize,
     /// Entries waiting for their run time.
     pub delayed: u32,
-    /// `empty`, `ready`, `scheduled` or `blocked`.
-    pub status: &'static str,
+    /// Its state.
+    pub status: QueueStatus,
     /// Set when blocked.
     pub blocked_on: Option<BlockedOn>,
     /// When the current status began.
@@ -53,13 +90,15 @@ impl Scheduler {
             .map(|id| {
                 let queue = self.queue(*id);
                 let (status, blocked_on) = match &queue.state {
-                    State::Idle if queue.delayed > 0 => ("scheduled", None),
-                    State::Idle => ("empty", None),
+                    State::Idle if queue.delayed > 0 => (QueueStatus::Scheduled, None),
+                    State::Idle => (QueueStatus::Empty, None),
                     State::Ready if invoker_full => {
-                        ("blocked", Some(BlockedOn::InvokerConcurrency))
+                        (QueueStatus::Blocked, Some(BlockedOn::InvokerConcurrency))
                     }
-                    State::Ready => ("ready", None),
-                    State::Parked(Resource::Lock(_), _) => ("blocked", Some(BlockedOn::Lock)),
+                    State::Ready => (QueueStatus::Ready, None),
+                    State::Parked(Resource::Lock(_), _) => {
+                        (QueueStatus::Blocked, Some(BlockedOn::Lock))
+                    }
                     State::Parked(Resource::Counter(_), why) => {
                         let why = why.as_ref().expect("counter parks carry their reason");
                         let on = BlockedOn::LimitKeyConcurrency {
@@ -67,7 +106,7 @@ impl Scheduler {
                             limit: why.limit,
                             rule: why.rule.clone(),
                         };
-                        ("blocked", Some(on))
+                        (QueueStatus::Blocked, Some(on))
                     }
                 };
                 QueueSnapshot {

@@ -88,7 +88,7 @@ fn limits_hold_entries_until_a_slot_frees() {
     let mut out = s.poll_runnable(0);
     assert_eq!(ids(&out), vec![1]);
     let snap = s.queues();
-    assert_eq!(snap[0].status, "blocked");
+    assert_eq!(snap[0].status.name(), "blocked");
     assert!(matches!(
         &snap[0].blocked_on,
         Some(BlockedOn::LimitKeyConcurrency {
@@ -203,7 +203,7 @@ fn delayed_entries_wait_for_their_time() {
     s.enqueue(&k, 1, EntryKind::New, Some(50), 0);
     assert_eq!(s.next_timer(), Some(50));
     assert!(s.poll_runnable(10).is_empty());
-    assert_eq!(s.queues()[0].status, "scheduled");
+    assert_eq!(s.queues()[0].status.name(), "scheduled");
     assert_eq!(ids(&s.poll_runnable(50)), vec![1]);
     assert_eq!(s.next_timer(), None);
 }

@@ -8,8 +8,8 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
-use super::{QuerySources, Reader, batch, internal, level_name, reader, schema, timestamp};
-use crate::flow::scheduler::BlockedOn;
+use super::{QuerySources, Reader, batch, internal, reader, schema, timestamp};
+use crate::flow::scheduler::{BlockedOn, QueueStatus};
 
 pub(super) fn rules_schema() -> SchemaRef {
     schema(vec![
@@ -92,7 +92,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             scope.append_value(&c.scope);
             l1.append_option(c.l1.as_deref());
             l2.append_option(c.l2.as_deref());
-            level.append_value(level_name(c.level));
+            level.append_value(c.level.as_str());
             usage.append_value(c.usage);
             limit.append_option(c.limit.concurrency());
             rule.append_option(c.rule.as_ref().map(|p| p.to_string()));
@@ -140,24 +140,20 @@ pub(super) fn blocked(
     scope: Option<&str>,
     limit_key: Option<&str>,
 ) -> (String, String) {
-    match on {
-        BlockedOn::Lock => ("lock".into(), r#"{"type":"lock"}"#.into()),
-        BlockedOn::InvokerConcurrency => (
-            "invoker-concurrency".into(),
-            r#"{"type":"invoker-concurrency"}"#.into(),
-        ),
-        BlockedOn::LimitKeyConcurrency { level, limit, rule } => {
-            let json = serde_json::json!({
-                "type": "limit-key-concurrency",
-                "scope": scope,
-                "limit_key": limit_key,
-                "level": level_name(*level),
-                "limit": limit.concurrency(),
-                "rule": rule.as_ref().map(|p| p.to_string()),
-            });
-            ("limit-key-concurrency".into(), json.to_string())
+    let json = match on {
+        BlockedOn::Lock | BlockedOn::InvokerConcurrency => {
+            serde_json::json!({ "type": on.name() })
         }
-    }
+        BlockedOn::LimitKeyConcurrency { level, limit, rule } => serde_json::json!({
+            "type": on.name(),
+            "scope": scope,
+            "limit_key": limit_key,
+            "level": level.as_str(),
+            "limit": limit.concurrency(),
+            "rule": rule.as_ref().map(|p| p.to_string()),
+        }),
+    };
+    (on.name().to_owned(), json.to_string())
 }
 
 pub(super) fn scheduler(sources: &Arc<QuerySources>) -> Reader {
@@ -176,7 +172,7 @@ pub(super) fn scheduler(sources: &Arc<QuerySources>) -> Reader {
             text[2].append_option(limit_key.as_deref());
             text[3].append_value(&*q.key.service);
             text[4].append_option(q.key.object_key.as_deref());
-            text[5].append_value(q.status);
+            text[5].append_value(q.status.name());
             let why = q
                 .blocked_on
                 .as_ref()
@@ -234,7 +230,12 @@ pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
             .await
             .map_err(internal)?
             .into_iter()
-            .map(|(p, q)| ((p, q.id.index()), (q.status, q.key.object_key.is_some())))
+            .map(|(p, q)| {
+                (
+                    (p, q.id.index()),
+                    (q.status.name(), q.key.object_key.is_some()),
+                )
+            })
             .collect();
         let mut partition = UInt64Builder::new();
         let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
@@ -307,7 +308,7 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
             text[2].append_option(q.key.scope.as_ref().map(|s| s.as_str()));
             text[3].append_option(q.key.limit_key.as_ref().map(|k| k.as_str()));
             text[4].append_option(q.key.object_key.as_deref());
-            active.append_value(q.status != "empty");
+            active.append_value(q.status != QueueStatus::Empty);
             paused.append_value(false);
             inbox.append_value(q.queued as u64);
             scheduled.append_value(u64::from(q.delayed));

@@ -13,7 +13,6 @@ use datafusion::error::{DataFusionError, Result};
 
 use super::QuerySources;
 use super::table::{Reader, SnapshotTable};
-use crate::flow::Level;
 use flow::{
     rules, rules_schema, scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta,
     vqueue_meta_schema, vqueues, vqueues_schema,
@@ -51,14 +50,6 @@ fn service_type_name(ty: crate::discovery::manifest::ServiceType) -> &'static st
         ServiceType::Service => "service",
         ServiceType::VirtualObject => "virtual_object",
         ServiceType::Workflow => "workflow",
-    }
-}
-
-fn level_name(level: Level) -> &'static str {
-    match level {
-        Level::Scope => "Scope",
-        Level::L1 => "Level1",
-        Level::L2 => "Level2",
     }
 }
 

@@ -17,7 +17,7 @@ pub mod signals;
 #[cfg(test)]
 mod sim;
 
-pub use runtime::{PartitionsService, Receivers, Runtime};
+pub use runtime::{Receivers, Runtime};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};

@@ -1,11 +1,8 @@
 //! The partitions of this process and how invocations are routed to them.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Event, Partition};
@@ -45,6 +42,11 @@ impl Runtime {
             },
             Receivers(receivers),
         )
+    }
+
+    /// How many partitions there are.
+    pub fn partition_count(&self) -> usize {
+        self.senders.len()
     }
 
     fn partition(&self, id: InvocationId) -> &mpsc::Sender<Event> {
@@ -309,92 +311,8 @@ impl Runtime {
     }
 }
 
-/// Runs the partitions inside the pingora server, on their own runtime.
-pub struct PartitionsService {
-    runtime: Runtime,
-    rules: Arc<Rules>,
-    receivers: Mutex<Option<Receivers>>,
-    store: Arc<Store>,
-    registry: Arc<Registry>,
-    config: Arc<Config>,
-    tls: DeploymentTls,
-}
-
-impl PartitionsService {
-    /// A service running `runtime`'s partitions, reaching `https://` deployments with `tls`.
-    pub fn new(
-        runtime: Runtime,
-        rules: Arc<Rules>,
-        receivers: Receivers,
-        store: Arc<Store>,
-        registry: Arc<Registry>,
-        config: Arc<Config>,
-        tls: DeploymentTls,
-    ) -> Self {
-        Self {
-            runtime,
-            rules,
-            receivers: Mutex::new(Some(receivers)),
-            store,
-            registry,
-            config,
-            tls,
-        }
-    }
-}
-
-#[async_trait]
-impl BackgroundService for PartitionsService {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        let receivers = self
-            .receivers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let Some(receivers) = receivers else {
-            return;
-        };
-        let health = Arc::clone(self.store.health());
-        // Shutdown closes the store under running partitions: what ends then is no failure.
-        let stopping = shutdown.clone();
-        let handles = match self.runtime.spawn_with_rules(
-            receivers,
-            &self.store,
-            &self.registry,
-            &self.config,
-            Some(&self.rules),
-            &self.tls,
-        ) {
-            Ok(handles) => handles,
-            Err(_) if *stopping.borrow() => return,
-            Err(e) => {
-                // Some partitions would run and others not: the process stops instead
-                // (start-up exits non-zero).
-                tracing::error!(error.code = ?e.code, error = %e, "partitions failed to recover");
-                health.fail(e);
-                return;
-            }
-        };
-        health.set_ready();
-        tokio::select! {
-            biased;
-            () = crate::shutdown::shutdown_started(shutdown) => {}
-            (index, ended) = first_to_end(handles) => {
-                if *stopping.borrow() {
-                    return;
-                }
-                let task = match self.runtime.senders.get(index) {
-                    Some(_) => format!("partition {index}"),
-                    None => "the purger".to_owned(),
-                };
-                health.fail(stopped_task(&task, ended));
-            }
-        }
-    }
-}
-
 /// Resolves when the first of `handles` ends, with its index and result.
-async fn first_to_end(
+pub(crate) async fn first_to_end(
     handles: Vec<tokio::task::JoinHandle<()>>,
 ) -> (usize, Result<(), tokio::task::JoinError>) {
     if handles.is_empty() {
@@ -406,7 +324,7 @@ async fn first_to_end(
 
 /// A partition task (or the purger) that ended while the process serves: its invocations would
 /// sit behind a healthy `/health` forever, so the process stops and restarts from the store.
-fn stopped_task(task: &str, ended: Result<(), tokio::task::JoinError>) -> CodedError {
+pub(crate) fn stopped_task(task: &str, ended: Result<(), tokio::task::JoinError>) -> CodedError {
     let why = match ended {
         Ok(()) => "it stopped after a failed write".to_owned(),
         Err(e) if e.is_panic() => {

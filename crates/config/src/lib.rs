@@ -3,7 +3,9 @@
 //! file and `__`-separated in the environment (`SERVICE_WORKER__INVOKER__ABORT_TIMEOUT=30s`).
 //! Anything unknown or invalid fails with RT0002 naming the key path and where it came from.
 
+pub mod kafka;
 mod load;
+pub mod plugins;
 mod security;
 mod values;
 
@@ -57,7 +59,7 @@ pub struct Config {
     pub plugin_limits: PluginLimits,
     /// Policy plugins loaded at start-up, in order (`[[plugins]]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub plugins: Vec<crate::plugins::ConfiguredPlugin>,
+    pub plugins: Vec<plugins::ConfiguredPlugin>,
 }
 
 impl Default for Config {
@@ -137,7 +139,7 @@ pub struct IngressConfig {
     pub threads: NonZeroUsize,
     /// Kafka clusters subscriptions may consume from (`[[ingress.kafka-clusters]]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub kafka_clusters: Vec<crate::kafka::ConfiguredCluster>,
+    pub kafka_clusters: Vec<kafka::ConfiguredCluster>,
     /// Bounds on the listener's connections.
     pub connections: ConnectionLimits,
     /// Longest `idempotency-key` header accepted (SEC0004 beyond).

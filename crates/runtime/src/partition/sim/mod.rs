@@ -995,10 +995,11 @@ fn run(seed: u64, steps: u64) -> (Stats, u64) {
 }
 
 /// Partition events per `cargo test` run unless `SLUICE_SIM_EVENTS` says otherwise. Each goes
-/// through real redb commits and JSON records, about 150 µs of wall time per event in a debug
-/// build on the 2-core box with both cores at work, so this takes about 30 s there; see
+/// through real redb commits and JSON records, about 40 µs of wall time per event in a debug
+/// build on the 2-core box with both cores at work (this crate is optimised even in debug
+/// builds, see the workspace's Cargo.toml), so this takes about 40 s there; see
 /// docs/durability.md.
-const DEFAULT_EVENTS: u64 = 200_000;
+const DEFAULT_EVENTS: u64 = 1_000_000;
 
 /// Steps of one run: a few thousand events, then it settles.
 const RUN_STEPS: u64 = 2_000;

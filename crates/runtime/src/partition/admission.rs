@@ -5,8 +5,7 @@
 
 use super::{Live, Partition};
 use crate::discovery::{HandlerType, ServiceType};
-use crate::flow::Limit;
-use crate::flow::scheduler::{BlockedOn, EntryKind, QueueKey};
+use crate::flow::scheduler::{BlockedOn, EntryKind, QueueKey, QueueStatus};
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Status};
@@ -162,30 +161,18 @@ impl Partition {
 }
 
 /// Why a queued invocation has not started, for operators.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Waiting {
-    /// Its queue's status: `ready` (its turn comes), `blocked`, `scheduled`.
-    pub status: String,
+    /// Its queue's state.
+    pub status: QueueStatus,
     /// Entries in its queue, itself included.
     pub queued: usize,
     /// Flow-control scope of the queue.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
+    pub scope: Option<Scope>,
     /// Limit key of the queue.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit_key: Option<String>,
-    /// `limit-key-concurrency`, `lock` or `invoker-concurrency`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub blocked_on: Option<String>,
-    /// For `limit-key-concurrency`: the full level (`scope`, `l1`, `l2`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub level: Option<String>,
-    /// For `limit-key-concurrency`: the limit (absent when unlimited).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-    /// For `limit-key-concurrency`: the rule that set it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
+    pub limit_key: Option<LimitKey>,
+    /// What holds the queue, when it is blocked.
+    pub blocked_on: Option<BlockedOn>,
 }
 
 impl Partition {
@@ -200,32 +187,12 @@ impl Partition {
             .queues()
             .into_iter()
             .find(|q| q.id == queue)?;
-        let mut waiting = Waiting {
-            status: snapshot.status.to_owned(),
+        Some(Waiting {
+            status: snapshot.status,
             queued: snapshot.queued,
-            scope: snapshot.key.scope.as_ref().map(ToString::to_string),
-            limit_key: snapshot.key.limit_key.as_ref().map(ToString::to_string),
-            blocked_on: None,
-            level: None,
-            limit: None,
-            rule: None,
-        };
-        match snapshot.blocked_on {
-            Some(BlockedOn::Lock) => waiting.blocked_on = Some("lock".into()),
-            Some(BlockedOn::InvokerConcurrency) => {
-                waiting.blocked_on = Some("invoker-concurrency".into());
-            }
-            Some(BlockedOn::LimitKeyConcurrency { level, limit, rule }) => {
-                waiting.blocked_on = Some("limit-key-concurrency".into());
-                waiting.level = Some(level.to_string().to_ascii_lowercase());
-                waiting.limit = match limit {
-                    Limit::Concurrency(n) => Some(n.get()),
-                    Limit::Unlimited => None,
-                };
-                waiting.rule = rule.map(|r| r.to_string());
-            }
-            None => {}
-        }
-        Some(waiting)
+            scope: snapshot.key.scope,
+            limit_key: snapshot.key.limit_key,
+            blocked_on: snapshot.blocked_on,
+        })
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use super::Config;
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Prefixes of environment variables that set configuration keys; later ones win.
 const ENV_PREFIXES: [&str; 2] = ["RESTATE_", "SERVICE_"];

@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ByteSize, FriendlyDuration};
+use crate::{ByteSize, FriendlyDuration};
 
 /// Which hook a plugin serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

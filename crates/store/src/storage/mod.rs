@@ -67,7 +67,7 @@ impl Store {
 
     /// Opens (or creates) a store on `backend` instead of a file: the partition simulator's
     /// disk, which fails and loses unsynced writes on command.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub fn open_backend(backend: impl redb::StorageBackend) -> Result<Self, CodedError> {
         let path = PathBuf::from("simulated");
         let db = Database::builder()

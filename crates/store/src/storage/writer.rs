@@ -59,7 +59,7 @@ impl WriteSet {
     }
 
     /// Commits the writes at once in a transaction of their own (tests, which have no writer).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub fn commit_now(&self, store: &Store) {
         store
             .with_db(|db| {
@@ -171,13 +171,13 @@ fn commit_and_answer(store: &Store, group: &mut Vec<Job>) {
 
 /// The writer's receiving end, committed by hand: the partition simulator decides when a
 /// group commits (and so what a crash finds durable) instead of a thread's timing.
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub struct Flusher {
     store: Arc<Store>,
     rx: mpsc::UnboundedReceiver<Job>,
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl Writer {
     /// A writer without its thread: sets wait until [`Flusher::flush`].
     pub fn manual(store: Arc<Store>) -> (Self, Flusher) {
@@ -186,7 +186,7 @@ impl Writer {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl Flusher {
     /// Commits every set queued so far as one group; how many sets there were.
     pub fn flush(&mut self) -> usize {

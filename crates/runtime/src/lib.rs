@@ -1,0 +1,22 @@
+//! Sluice's durable runtime: the partitions that admit, run and retry invocations
+//! ([`partition`]), the client that runs an attempt on a deployment over the service protocol
+//! ([`invoker`]), deployments and their services ([`registry`], [`discovery`]), the rule book
+//! service ([`limits`]), and the [`node`] that holds them together. No listener, no HTTP server
+//! framework: the `sluice` crate puts doors in front of this.
+
+pub mod deployment_tls;
+pub mod discovery;
+pub mod invoker;
+pub mod limits;
+pub mod node;
+pub mod partition;
+pub mod registry;
+
+// The crates below this one, under the paths this crate's code knows them by.
+use sluice_config as config;
+#[cfg(test)]
+use sluice_core::simulation;
+use sluice_core::{clock, errors, ids};
+use sluice_flow as flow;
+use sluice_protocol as protocol;
+use sluice_store::{invocation, storage};

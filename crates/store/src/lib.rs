@@ -1,0 +1,13 @@
+//! Where Sluice keeps its promises: the redb file and the writer that group-commits to it
+//! ([`storage`]), what is stored about an invocation — its record, journal, state, promises and
+//! idempotency keys ([`invocation`]) — and the process [`health`] a failed write turns off.
+//! Nothing here knows about deployments, HTTP or partitions.
+
+pub mod health;
+pub mod invocation;
+pub mod storage;
+
+// The crates below this one, under the paths this crate's code knows them by.
+use sluice_core::{errors, ids};
+use sluice_flow as flow;
+use sluice_protocol as protocol;
