@@ -75,6 +75,17 @@ impl Scope {
     }
 }
 
+impl std::str::FromStr for Scope {
+    type Err = CodedError;
+
+    fn from_str(text: &str) -> Result<Self, CodedError> {
+        Self::parse(text)
+    }
+}
+
+// Stored and shown as its text; reading one back validates it again.
+sluice_core::serde_via_str!(Scope);
+
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -146,6 +157,17 @@ impl LimitKey {
         &self.text
     }
 }
+
+impl std::str::FromStr for LimitKey {
+    type Err = CodedError;
+
+    fn from_str(text: &str) -> Result<Self, CodedError> {
+        Self::parse(text)
+    }
+}
+
+// Stored and shown as its text; reading one back validates it again.
+sluice_core::serde_via_str!(LimitKey);
 
 impl fmt::Display for LimitKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

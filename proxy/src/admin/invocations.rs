@@ -142,8 +142,8 @@ impl From<&InvocationRecord> for InvocationResponse {
             completion: r.outcome.as_ref().map(Outcome::summary),
             created_at: time(r.created_at_ms),
             next_attempt_at: r.run_at_ms.map(time),
-            scope: r.scope.clone(),
-            limit_key: r.limit_key.clone(),
+            scope: r.scope.as_ref().map(|s| s.as_str().to_owned()),
+            limit_key: r.limit_key.as_ref().map(|k| k.as_str().to_owned()),
             waiting: None,
         }
     }

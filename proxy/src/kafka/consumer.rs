@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::{Subscription, lock};
 use crate::clock::now_ms;
+use crate::flow::Scope;
 use crate::invocation::new::{Identity, NewInvocation};
 use crate::invocation::{InvocationRecord, Target};
 use crate::partition::Runtime;
@@ -169,7 +170,7 @@ struct Backpressure {
     since_check: usize,
     every: usize,
     /// The scope each partition's latest record went to.
-    feeds: HashMap<i32, Option<String>>,
+    feeds: HashMap<i32, Option<Scope>>,
     paused: PausedPartitions,
 }
 
@@ -190,10 +191,10 @@ impl Backpressure {
     }
 
     /// A record of `partition` went to `scope`.
-    fn fed(&mut self, partition: i32, scope: Option<&str>) {
+    fn fed(&mut self, partition: i32, scope: Option<&Scope>) {
         self.since_check += 1;
-        if self.feeds.get(&partition).map(Option::as_deref) != Some(scope) {
-            self.feeds.insert(partition, scope.map(str::to_owned));
+        if self.feeds.get(&partition).map(Option::as_ref) != Some(scope) {
+            self.feeds.insert(partition, scope.cloned());
         }
     }
 
@@ -202,12 +203,11 @@ impl Backpressure {
     }
 
     /// Invocations of `sub`'s sink waiting in queues, per scope.
-    async fn queued(sub: &Subscription, runtime: &Runtime) -> HashMap<Option<String>, usize> {
+    async fn queued(sub: &Subscription, runtime: &Runtime) -> HashMap<Option<Scope>, usize> {
         let mut per_scope = HashMap::new();
         for (_, queue) in runtime.queues().await.unwrap_or_default() {
             if *queue.key.service == *sub.service && queue.queued > 0 {
-                let scope = queue.key.scope.as_ref().map(|s| s.as_str().to_owned());
-                *per_scope.entry(scope).or_insert(0) += queue.queued;
+                *per_scope.entry(queue.key.scope.clone()).or_insert(0) += queue.queued;
             }
         }
         per_scope
@@ -321,7 +321,7 @@ pub async fn run(
                 let position = (message.partition(), message.offset());
                 let stored = match invocation_of(&sub, &message, flow_control) {
                     Ok((record, frame)) => {
-                        backpressure.fed(position.0, record.scope.as_deref());
+                        backpressure.fed(position.0, record.scope.as_ref());
                         match runtime.hand_over(record.clone(), frame.clone()).await {
                             Ok(answer) => InFlight::Stored(answer, record, frame),
                             Err(e) => InFlight::Failed(e.to_string(), record, frame),

@@ -89,7 +89,7 @@ mod tests {
             key: None,
         };
         let mut r = InvocationRecord::new(InvocationId::generate(1), target, 0);
-        r.scope = scope.map(str::to_owned);
+        r.scope = scope.map(|s| crate::flow::Scope::parse(s).unwrap());
         r.status = status;
         r
     }

@@ -24,12 +24,8 @@ pub(super) fn queue_key(registry: &Registry, record: &InvocationRecord) -> Queue
                 ServiceType::Workflow => handler == Some(HandlerType::Workflow),
                 ServiceType::Service => false,
             });
-    // Both were validated when the invocation was accepted.
-    let scope = record.scope.as_deref().and_then(|s| Scope::parse(s).ok());
-    let limit_key = scope
-        .as_ref()
-        .and(record.limit_key.as_deref())
-        .and_then(|k| LimitKey::parse(k).ok());
+    let scope = record.scope.clone();
+    let limit_key = scope.as_ref().and(record.limit_key.clone());
     QueueKey {
         scope,
         limit_key,

@@ -18,6 +18,7 @@ use prost::Message as _;
 use super::{Event, Live, Partition, QueuedEntry};
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{EntryId, QueueId};
+use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{Caller, InvocationRecord, Status, Target};
@@ -175,8 +176,8 @@ impl Dormant {
             created_at_ms: record.created_at_ms,
             caller: record.caller.map(|c| c.id.to_bytes().to_vec()),
             caller_completion: record.caller.map_or(0, |c| c.completion),
-            scope: record.scope,
-            limit_key: record.limit_key,
+            scope: record.scope.map(|s| s.as_str().to_owned()),
+            limit_key: record.limit_key.map(|k| k.as_str().to_owned()),
             idempotency_key: record.idempotency_key,
             retention_ms: record.retention_ms,
             input_ty: u32::from(input.ty),
@@ -243,8 +244,13 @@ impl Dormant {
                 completion: resting.caller_completion,
             })
         });
-        record.scope = resting.scope;
-        record.limit_key = resting.limit_key;
+        // They were valid when the invocation came to rest; a bad one is a bug, not a guess.
+        let rested = |e: CodedError| {
+            CodedError::new(Code::RT0028, format!("invocation {id} rested with {e}"))
+        };
+        record.scope = parse_rested(resting.scope.as_deref(), Scope::parse).map_err(rested)?;
+        record.limit_key =
+            parse_rested(resting.limit_key.as_deref(), LimitKey::parse).map_err(rested)?;
         record.idempotency_key = resting.idempotency_key;
         record.retention_ms = resting.retention_ms;
         let input = Frame {
@@ -350,7 +356,7 @@ impl Partition {
         }
     }
 
-    fn unhold(&mut self, scope: Option<String>) {
+    fn unhold(&mut self, scope: Option<Scope>) {
         if let Some(scope) = scope
             && let Some(count) = self.held_in_scope.get_mut(&scope)
         {
@@ -385,6 +391,14 @@ impl Partition {
             )
         })
     }
+}
+
+/// Parses an optional text that was written from a valid value.
+fn parse_rested<T>(
+    text: Option<&str>,
+    parse: fn(&str) -> Result<T, CodedError>,
+) -> Result<Option<T>, CodedError> {
+    text.map(parse).transpose()
 }
 
 #[cfg(test)]
@@ -452,8 +466,8 @@ mod tests {
             id: InvocationId::new(43, 8),
             completion: 3,
         });
-        record.scope = Some("acme".into());
-        record.limit_key = Some("eu/gold".into());
+        record.scope = Some(Scope::parse("acme").unwrap());
+        record.limit_key = Some(LimitKey::parse("eu/gold").unwrap());
         record.idempotency_key = Some("k-1".into());
         record.retention_ms = Some(60_000);
         let live = held(record.clone());
@@ -473,7 +487,7 @@ mod tests {
         let id = InvocationId::new(42, 7);
         let mut record = InvocationRecord::new(id, target(), 1_795_000_000_000);
         record.target.key = None;
-        record.scope = Some("acme".into());
+        record.scope = Some(Scope::parse("acme").unwrap());
         let live = held(record.clone());
         let input = live.journal[0].payload.len();
         let held = unbounded();

@@ -498,8 +498,12 @@ impl Partition {
                 state,
                 partial_state,
                 random_seed: live.record.random_seed,
-                scope: live.record.scope.clone(),
-                limit_key: live.record.limit_key.clone(),
+                scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
+                limit_key: live
+                    .record
+                    .limit_key
+                    .as_ref()
+                    .map(|k| k.as_str().to_owned()),
                 retry_count: live.record.retry_count,
                 abort_timeout: invoker.abort_timeout.0,
                 inactivity_timeout: invoker.inactivity_timeout.0,

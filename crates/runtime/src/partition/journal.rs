@@ -84,7 +84,7 @@ fn reply(live: &Live, message: &Message, effects: &mut Vec<Effect>) {
 /// The object a keyed target addresses.
 pub(super) fn object(record: &InvocationRecord) -> Option<state::Object<'_>> {
     record.target.key.as_deref().map(|key| state::Object {
-        scope: record.scope.as_deref().unwrap_or_default(),
+        scope: record.scope.as_ref().map_or("", |s| s.as_str()),
         service: &record.target.service,
         key,
     })

@@ -29,9 +29,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
-use crate::flow::RuleBook;
 use crate::flow::scheduler::{EntryId, LockId, Permit, QueueId, Scheduler};
 use crate::flow::slots::InvokerSlots;
+use crate::flow::{RuleBook, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{Caller, InvocationRecord, Outcome, Status, Target};
@@ -275,7 +275,7 @@ pub struct Partition {
     /// Invocations at rest in all partitions, and the memory their inputs take.
     held: Arc<dormant::HeldMemory>,
     /// Invocations at rest per scope (every invocation of a scope lives on its partition).
-    held_in_scope: HashMap<String, usize>,
+    held_in_scope: HashMap<Scope, usize>,
     scheduler: Scheduler,
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,

@@ -105,8 +105,8 @@ impl NewInvocation {
             record.status = Status::Scheduled;
             record.run_at_ms = Some(at);
         }
-        record.scope = self.scope.map(|s| s.as_str().to_owned());
-        record.limit_key = self.limit_key.map(|k| k.as_str().to_owned());
+        record.scope = self.scope;
+        record.limit_key = self.limit_key;
         if let Identity::Idempotent(key) = self.identity {
             record.idempotency_key = Some(key);
         }
@@ -137,8 +137,11 @@ mod tests {
         let record = NewInvocation::new(target(None), Identity::Fresh)
             .in_scope(scope, key)
             .into_record(7);
-        assert_eq!(record.scope.as_deref(), Some("acme"));
-        assert_eq!(record.limit_key.as_deref(), Some("gold"));
+        assert_eq!(record.scope.as_ref().map(Scope::as_str), Some("acme"));
+        assert_eq!(
+            record.limit_key.as_ref().map(LimitKey::as_str),
+            Some("gold")
+        );
         assert_eq!(record.created_at_ms, 7);
         assert_eq!(record.id.partition_key(), partition_key(&["acme"]));
     }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::errors::Code;
+use crate::flow::{LimitKey, Scope};
 use crate::ids::{DeploymentId, InvocationId};
 
 /// Where an invocation goes.
@@ -140,10 +141,10 @@ pub struct InvocationRecord {
     pub caller: Option<Caller>,
     /// Flow-control scope (scoped invocations only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
+    pub scope: Option<Scope>,
     /// Limit key under the scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit_key: Option<String>,
+    pub limit_key: Option<LimitKey>,
     /// Idempotency key it was created with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,

@@ -238,8 +238,8 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             text[2].append_value(&r.target.service);
             text[3].append_option(r.target.key.as_deref());
             text[4].append_value(&r.target.handler);
-            text[5].append_option(r.scope.as_deref());
-            text[6].append_option(r.limit_key.as_deref());
+            text[5].append_option(r.scope.as_ref().map(|s| s.as_str()));
+            text[6].append_option(r.limit_key.as_ref().map(|k| k.as_str()));
             text[7].append_option(r.idempotency_key.as_deref());
             text[8].append_option(r.caller.as_ref().map(|c| c.id.to_string()));
             text[9].append_value(r.status.name());
