@@ -285,33 +285,63 @@ pub struct Partition {
     wakes: BinaryHeap<Reverse<(u64, InvocationId, Option<Timer>)>>,
 }
 
-impl Partition {
-    /// Partition `index`, reading `store` and writing through `writer`, running attempts in
-    /// the invoker's `slots` through `driver`.
-    #[allow(clippy::too_many_arguments)]
+/// What the partitions of one process share: the store and its writer, the registry, the
+/// configuration, the invoker's slots and the memory budget of held invocations.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    store: Arc<Store>,
+    writer: Writer,
+    registry: Arc<Registry>,
+    config: Arc<Config>,
+    slots: Arc<InvokerSlots>,
+    held: Arc<dormant::HeldMemory>,
+}
+
+impl Shared {
+    /// The parts over `store` (written through `writer`), with the invoker's slots and the
+    /// held-memory budget `config` sets.
     pub fn new(
-        index: u32,
         store: Arc<Store>,
         writer: Writer,
         registry: Arc<Registry>,
         config: Arc<Config>,
-        slots: Arc<InvokerSlots>,
-        held: Arc<dormant::HeldMemory>,
-        driver: Box<dyn driver::Driver>,
     ) -> Self {
+        let slots = Arc::new(InvokerSlots::new(
+            config.worker.invoker.concurrent_invocations_limit.get(),
+        ));
+        let held = Arc::new(dormant::HeldMemory::new(config.worker.held_memory_budget.0));
         Self {
-            index,
             store,
             writer,
             registry,
             config,
+            slots,
+            held,
+        }
+    }
+}
+
+impl Partition {
+    /// Partition `index` over the parts every partition `shared`, running attempts through
+    /// `driver`.
+    pub fn new(index: u32, shared: &Shared, driver: Box<dyn driver::Driver>) -> Self {
+        Self {
+            index,
+            store: Arc::clone(&shared.store),
+            writer: shared.writer.clone(),
+            registry: Arc::clone(&shared.registry),
+            config: Arc::clone(&shared.config),
             driver,
             live: HashMap::new(),
             dormant: HashMap::new(),
             just_queued: Vec::new(),
-            held,
+            held: Arc::clone(&shared.held),
             held_in_scope: HashMap::new(),
-            scheduler: Scheduler::sharing(Arc::new(RuleBook::new()), slots, index),
+            scheduler: Scheduler::sharing(
+                Arc::new(RuleBook::new()),
+                Arc::clone(&shared.slots),
+                index,
+            ),
             promises: promises::Promises::default(),
             entries: HashMap::new(),
             next_entry: 0,

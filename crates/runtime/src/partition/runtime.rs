@@ -271,22 +271,17 @@ impl Runtime {
         let n = self.senders.len() as u64;
         let client = AttemptClient::new(tls);
         let writer = Writer::start(Arc::clone(store));
-        let slots = Arc::new(InvokerSlots::new(
-            config.worker.invoker.concurrent_invocations_limit.get(),
-        ));
-        let held = Arc::new(super::dormant::HeldMemory::new(
-            config.worker.held_memory_budget.0,
-        ));
+        let shared = super::Shared::new(
+            Arc::clone(store),
+            writer.clone(),
+            Arc::clone(registry),
+            Arc::clone(config),
+        );
         let mut handles = Vec::new();
         for (index, rx) in receivers.0.into_iter().enumerate() {
             let mut partition = Partition::new(
                 index as u32,
-                Arc::clone(store),
-                writer.clone(),
-                Arc::clone(registry),
-                Arc::clone(config),
-                Arc::clone(&slots),
-                Arc::clone(&held),
+                &shared,
                 Box::new(super::driver::TokioDriver::new(
                     self.clone(),
                     client.clone(),

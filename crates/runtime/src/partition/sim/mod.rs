@@ -33,7 +33,6 @@ use crate::discovery::manifest::Manifest;
 use crate::discovery::{Discovered, HttpVersion};
 use crate::errors::{Code, CodedError};
 use crate::flow::rules::Upsert;
-use crate::flow::slots::InvokerSlots;
 use crate::flow::{Limit, RuleBook, RulePattern, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::new::{Identity, NewInvocation};
@@ -246,27 +245,17 @@ impl World {
         let store = Arc::new(Store::open_backend(self.disk.backend()).expect("the store reopens"));
         let registry = Arc::new(Registry::load(Arc::clone(&store)).expect("the registry loads"));
         let (writer, flusher) = Writer::manual(Arc::clone(&store));
-        let invoker = &self.config.worker.invoker;
-        let slots = Arc::new(InvokerSlots::new(
-            invoker.concurrent_invocations_limit.get(),
-        ));
-        let held = Arc::new(super::dormant::HeldMemory::new(
-            self.config.worker.held_memory_budget.0,
-        ));
-        let driver = SimDriver {
-            now: Arc::clone(&self.now),
-            outbox: Arc::clone(&self.outbox),
-        };
-        let mut partition = Partition::new(
-            0,
+        let shared = super::Shared::new(
             Arc::clone(&store),
             writer,
             registry,
             Arc::clone(&self.config),
-            slots,
-            held,
-            Box::new(driver),
         );
+        let driver = SimDriver {
+            now: Arc::clone(&self.now),
+            outbox: Arc::clone(&self.outbox),
+        };
+        let mut partition = Partition::new(0, &shared, Box::new(driver));
         partition.follow_rules(Arc::clone(&self.book));
         partition
             .recover(|_| true)
