@@ -1,101 +1,23 @@
 //! Deployment routes: register (with discovery), list, describe, update in place, remove.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use http::{StatusCode, header};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use super::shapes::{DeploymentResponse, ServiceMetadata, ServiceNameRevision};
+use super::shapes::{deployment_response, service_metadata};
 use crate::discovery::DiscoveryRequest;
 use crate::errors::{Code, CodedError};
 use crate::ids::DeploymentId;
 use crate::registry::{Address, Deployment, InPlaceUpdate, Outcome, Registered, Registration};
-
-/// `POST /deployments`: an HTTP `uri` or a Lambda `arn`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct RegisterDeploymentRequest {
-    /// Absolute `http://` URI of the SDK endpoint.
-    #[serde(default)]
-    pub uri: Option<String>,
-    /// Lambda function ARN (stored shape only: Lambda is out of reach from here).
-    #[serde(default)]
-    pub arn: Option<String>,
-    /// Headers sent with discovery and every invocation.
-    #[serde(default)]
-    pub additional_headers: Option<BTreeMap<String, String>>,
-    /// Operator metadata.
-    #[serde(default)]
-    pub metadata: Option<BTreeMap<String, String>>,
-    /// Use HTTP/1.1 instead of HTTP/2.
-    #[serde(default)]
-    pub use_http_11: bool,
-    /// Accept a service type change.
-    #[serde(default)]
-    pub breaking: bool,
-    /// Replace a deployment at the same URI; accept a service type change.
-    #[serde(default)]
-    pub force: Option<bool>,
-    /// Discover and check, store nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-/// What a registration answers.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct RegisterDeploymentResponse {
-    /// `dp_…`
-    pub id: String,
-    /// The services at their new revisions.
-    pub services: Vec<ServiceMetadata>,
-    /// Lowest protocol version.
-    pub min_protocol_version: i32,
-    /// Highest protocol version.
-    pub max_protocol_version: i32,
-    /// SDK name and version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sdk_version: Option<String>,
-}
-
-/// `PATCH`/`PUT /deployments/{id}`: a new endpoint for the same deployment.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-pub struct UpdateDeploymentRequest {
-    /// New URI (default: the current one).
-    #[serde(default)]
-    pub uri: Option<String>,
-    /// Replaces all additional headers.
-    #[serde(default)]
-    pub additional_headers: Option<BTreeMap<String, String>>,
-    /// Use HTTP/1.1 instead of HTTP/2.
-    #[serde(default)]
-    pub use_http_11: Option<bool>,
-    /// Skip the in-place compatibility checks.
-    #[serde(default)]
-    pub overwrite: bool,
-    /// Discover and check, store nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-/// `DELETE /deployments/{id}` query.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct DeleteParams {
-    /// Remove even with invocations pinned to it.
-    #[serde(default)]
-    pub force: bool,
-}
-
-/// `GET /deployments`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListDeploymentsResponse {
-    /// Every deployment.
-    pub deployments: Vec<DeploymentResponse<ServiceNameRevision>>,
-}
+pub use sluice_api::deployments::{
+    DeleteParams, DeploymentResponse, ListDeploymentsResponse, RegisterDeploymentRequest,
+    RegisterDeploymentResponse, ServiceNameRevision, UpdateDeploymentRequest,
+};
+use sluice_api::services::ServiceMetadata;
 
 fn parse_id(text: &str) -> Result<DeploymentId, AdminError> {
     text.parse().map_err(|e| {
@@ -121,9 +43,9 @@ fn detailed(state: &AdminState, d: &Deployment) -> DeploymentResponse<ServiceMet
         .services()
         .into_iter()
         .filter(|(s, _)| s.deployment_id == d.id)
-        .map(|(s, dep)| ServiceMetadata::of(&s, &dep, &state.config))
+        .map(|(s, dep)| service_metadata(&s, &dep, &state.config))
         .collect();
-    DeploymentResponse::of(d, services)
+    deployment_response(d, services)
 }
 
 fn listed(d: &Deployment) -> DeploymentResponse<ServiceNameRevision> {
@@ -135,7 +57,7 @@ fn listed(d: &Deployment) -> DeploymentResponse<ServiceNameRevision> {
             revision: *revision,
         })
         .collect();
-    DeploymentResponse::of(d, services)
+    deployment_response(d, services)
 }
 
 /// Discovers the endpoint and registers its services.
@@ -216,7 +138,7 @@ fn response(state: &AdminState, registered: &Registered) -> RegisterDeploymentRe
         services: registered
             .services
             .iter()
-            .map(|s| ServiceMetadata::of(s, d, &state.config))
+            .map(|s| service_metadata(s, d, &state.config))
             .collect(),
         min_protocol_version: d.min_protocol_version,
         max_protocol_version: d.max_protocol_version,
@@ -298,7 +220,7 @@ pub async fn update(
     let updated = state.registry.update(id, found, change)?;
     // A dry run stored nothing: show the would-be services, not the registry's.
     let shown = if req.dry_run {
-        DeploymentResponse::of(&updated.deployment, response(&state, &updated).services)
+        deployment_response(&updated.deployment, response(&state, &updated).services)
     } else {
         detailed(&state, &updated.deployment)
     };

@@ -1,13 +1,10 @@
 //! `/kafka-clusters` and `/subscriptions`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::response::IntoResponse;
 use http::{StatusCode, header};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::AdminState;
 use super::error::AdminError;
@@ -15,6 +12,11 @@ use super::json::Json;
 use crate::clock::rfc3339;
 use crate::ids::SubscriptionId;
 use crate::kafka::{KafkaCluster, KafkaError, Subscription};
+pub use sluice_api::kafka::{
+    ClusterQuery, ClusterResponse, CreateClusterRequest, CreateSubscriptionRequest,
+    DeleteClusterQuery, ListClustersResponse, ListSubscriptionsResponse, SubscriptionFilter,
+    SubscriptionResponse, UpdateClusterRequest,
+};
 
 fn refused(error: KafkaError) -> AdminError {
     match error {
@@ -25,87 +27,26 @@ fn refused(error: KafkaError) -> AdminError {
     }
 }
 
-/// A Kafka cluster.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ClusterResponse {
-    /// Its name.
-    pub name: String,
-    /// librdkafka properties.
-    pub properties: BTreeMap<String, String>,
-    /// When it was added.
-    pub created_at: String,
-    /// From the config file (read-only).
-    pub from_config: bool,
-    /// Its subscriptions, with `include_subscriptions=true`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subscriptions: Option<Vec<SubscriptionResponse>>,
-}
-
-impl From<KafkaCluster> for ClusterResponse {
-    fn from(c: KafkaCluster) -> Self {
-        Self {
-            name: c.name,
-            properties: crate::kafka::properties::redacted(&c.properties),
-            created_at: rfc3339(c.created_at_ms).unwrap_or_default(),
-            from_config: c.from_config,
-            subscriptions: None,
-        }
+/// How the admin API shows `KafkaCluster`.
+pub fn cluster_response(c: KafkaCluster) -> ClusterResponse {
+    ClusterResponse {
+        name: c.name,
+        properties: crate::kafka::properties::redacted(&c.properties),
+        created_at: rfc3339(c.created_at_ms).unwrap_or_default(),
+        from_config: c.from_config,
+        subscriptions: None,
     }
 }
 
-/// `POST /kafka-clusters`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct CreateClusterRequest {
-    /// Its name.
-    pub name: String,
-    /// librdkafka properties; `bootstrap.servers` is required.
-    pub properties: BTreeMap<String, String>,
-}
-
-/// `PATCH /kafka-clusters/{name}`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct UpdateClusterRequest {
-    /// The new properties (replace the old ones).
-    pub properties: BTreeMap<String, String>,
-}
-
-/// `GET /kafka-clusters`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListClustersResponse {
-    /// Every cluster.
-    pub clusters: Vec<ClusterResponse>,
-}
-
-/// A subscription.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SubscriptionResponse {
-    /// `sub_…`.
-    pub id: String,
-    /// `kafka://<cluster>/<topic>`.
-    pub source: String,
-    /// `service://<service>/<handler>`.
-    pub sink: String,
-    /// Its options.
-    pub options: BTreeMap<String, String>,
-    /// Consumption is paused on some partition: the sink's queue in the scope it feeds holds
-    /// more than `max-queued`.
-    #[serde(default)]
-    pub paused: bool,
-    /// The paused Kafka partitions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paused_partitions: Vec<i32>,
-}
-
-impl From<Subscription> for SubscriptionResponse {
-    fn from(s: Subscription) -> Self {
-        Self {
-            id: s.id.to_string(),
-            source: s.source,
-            sink: s.sink,
-            options: s.options,
-            paused: false,
-            paused_partitions: Vec::new(),
-        }
+/// How the admin API shows `Subscription`.
+pub fn subscription_response(s: Subscription) -> SubscriptionResponse {
+    SubscriptionResponse {
+        id: s.id.to_string(),
+        source: s.source,
+        sink: s.sink,
+        options: s.options,
+        paused: false,
+        paused_partitions: Vec::new(),
     }
 }
 
@@ -114,48 +55,8 @@ fn shown(kafka: &crate::kafka::Kafka, s: Subscription) -> SubscriptionResponse {
     SubscriptionResponse {
         paused: !paused_partitions.is_empty(),
         paused_partitions,
-        ..s.into()
+        ..subscription_response(s)
     }
-}
-
-/// `POST /subscriptions`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct CreateSubscriptionRequest {
-    /// `kafka://<cluster>/<topic>`.
-    pub source: String,
-    /// `service://<service>/<handler>`.
-    pub sink: String,
-    /// `scope`, `limit-key`, `auto.offset.reset`.
-    #[serde(default)]
-    pub options: BTreeMap<String, String>,
-}
-
-/// `GET /subscriptions`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListSubscriptionsResponse {
-    /// The subscriptions.
-    pub subscriptions: Vec<SubscriptionResponse>,
-}
-
-/// Filters of `GET /subscriptions` (exact match).
-#[derive(Debug, Deserialize)]
-pub struct SubscriptionFilter {
-    sink: Option<String>,
-    source: Option<String>,
-}
-
-/// Options of `GET /kafka-clusters/{name}`.
-#[derive(Debug, Deserialize)]
-pub struct ClusterQuery {
-    #[serde(default)]
-    include_subscriptions: bool,
-}
-
-/// Options of `DELETE /kafka-clusters/{name}`.
-#[derive(Debug, Deserialize)]
-pub struct DeleteClusterQuery {
-    #[serde(default)]
-    force: bool,
 }
 
 fn subscription_id(id: &str) -> Result<SubscriptionId, AdminError> {
@@ -179,7 +80,7 @@ pub async fn create_cluster(
         .kafka
         .put_cluster(&req.name, req.properties, false)
         .map_err(refused)?;
-    Ok((StatusCode::CREATED, Json(cluster.into())))
+    Ok((StatusCode::CREATED, Json(cluster_response(cluster))))
 }
 
 /// Every Kafka cluster.
@@ -187,7 +88,12 @@ pub async fn create_cluster(
     responses((status = 200, body = ListClustersResponse)))]
 pub async fn list_clusters(State(state): State<Arc<AdminState>>) -> Json<ListClustersResponse> {
     Json(ListClustersResponse {
-        clusters: state.kafka.clusters().into_iter().map(Into::into).collect(),
+        clusters: state
+            .kafka
+            .clusters()
+            .into_iter()
+            .map(cluster_response)
+            .collect(),
     })
 }
 
@@ -200,7 +106,7 @@ pub async fn get_cluster(
     Path(name): Path<String>,
     Query(query): Query<ClusterQuery>,
 ) -> Result<Json<ClusterResponse>, AdminError> {
-    let mut shown = ClusterResponse::from(state.kafka.cluster(&name).map_err(refused)?);
+    let mut shown = cluster_response(state.kafka.cluster(&name).map_err(refused)?);
     if query.include_subscriptions {
         shown.subscriptions = Some(
             state
@@ -208,7 +114,7 @@ pub async fn get_cluster(
                 .subscriptions()
                 .into_iter()
                 .filter(|s| s.cluster == name)
-                .map(Into::into)
+                .map(subscription_response)
                 .collect(),
         );
     }
@@ -228,7 +134,7 @@ pub async fn update_cluster(
         .kafka
         .put_cluster(&name, req.properties, true)
         .map_err(refused)?;
-    Ok(Json(cluster.into()))
+    Ok(Json(cluster_response(cluster)))
 }
 
 /// Removes a Kafka cluster; one with subscriptions only with `force=true` (they go too).
@@ -263,7 +169,7 @@ pub async fn create_subscription(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(SubscriptionResponse::from(sub)),
+        Json(subscription_response(sub)),
     ))
 }
 

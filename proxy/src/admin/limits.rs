@@ -6,105 +6,32 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use http::StatusCode;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use crate::flow::{Delete, Limit, Precondition, Rule, RuleError, RulePattern, Upsert};
 use crate::limits::RulesError;
+pub use sluice_api::limits::{
+    CounterResponse, DeleteRuleRequest, Limits, ListCountersResponse, ListRulesResponse,
+    PreconditionRequest, RuleResponse, UpsertRuleRequest,
+};
 
-/// A rule's limits; empty means unlimited.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
-pub struct Limits {
-    /// Invocations running at once, at least 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<u32>,
-}
-
-/// When an upsert applies.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum PreconditionRequest {
-    /// Always.
-    None,
-    /// Only if no rule has the pattern.
-    DoesNotExist,
-    /// Only if the rule is at this version.
-    Matches {
-        /// The expected version.
-        version: u32,
-    },
-}
-
-/// One rule to create or replace.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct UpsertRuleRequest {
-    /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
-    pub pattern: String,
-    /// Its limits (`{}` = unlimited).
-    #[serde(default)]
-    pub limits: Limits,
-    /// Free text.
-    pub description: Option<String>,
-    /// Kept but not applied.
-    #[serde(default)]
-    pub disabled: bool,
-    /// Checked before it applies.
-    pub precondition: Option<PreconditionRequest>,
-}
-
-/// A rule as stored.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct RuleResponse {
-    /// Its pattern.
-    pub pattern: String,
-    /// Its limits.
-    pub limits: Limits,
-    /// Free text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Kept but not applied.
-    pub disabled: bool,
-    /// Bumps when limits or `disabled` change.
-    pub version: u32,
-    /// Last change, ms since the epoch.
-    pub last_modified_millis_since_epoch: u64,
-}
-
-impl From<&Rule> for RuleResponse {
-    fn from(rule: &Rule) -> Self {
-        Self {
-            pattern: rule.pattern.to_string(),
-            limits: Limits {
-                concurrency: match rule.limit {
-                    Limit::Concurrency(n) => Some(n.get()),
-                    Limit::Unlimited => None,
-                },
+/// How the admin API shows `Rule`.
+pub fn rule_response(rule: &Rule) -> RuleResponse {
+    RuleResponse {
+        pattern: rule.pattern.to_string(),
+        limits: Limits {
+            concurrency: match rule.limit {
+                Limit::Concurrency(n) => Some(n.get()),
+                Limit::Unlimited => None,
             },
-            description: rule.description.clone(),
-            disabled: rule.disabled,
-            version: rule.version,
-            last_modified_millis_since_epoch: rule.last_modified_ms,
-        }
+        },
+        description: rule.description.clone(),
+        disabled: rule.disabled,
+        version: rule.version,
+        last_modified_millis_since_epoch: rule.last_modified_ms,
     }
-}
-
-/// One rule to delete.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct DeleteRuleRequest {
-    /// Its pattern.
-    pub pattern: String,
-    /// When set, the rule must be at this version.
-    pub expected_version: Option<u32>,
-}
-
-/// `GET /limits/rules`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListRulesResponse {
-    /// Every rule, by pattern.
-    pub rules: Vec<RuleResponse>,
 }
 
 fn pattern(text: &str) -> Result<RulePattern, AdminError> {
@@ -164,7 +91,7 @@ pub async fn upsert(
         })
         .collect::<Result<Vec<_>, AdminError>>()?;
     let rules = state.rules.upsert(&upserts).map_err(refused)?;
-    Ok(Json(rules.iter().map(RuleResponse::from).collect()))
+    Ok(Json(rules.iter().map(rule_response).collect()))
 }
 
 /// Deletes rules, all or none; answers the patterns removed.
@@ -193,44 +120,9 @@ pub async fn bulk_delete(
     responses((status = 200, body = ListRulesResponse)))]
 pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListRulesResponse> {
     let book = state.rules.book();
-    let mut rules: Vec<RuleResponse> = book.rules().map(RuleResponse::from).collect();
+    let mut rules: Vec<RuleResponse> = book.rules().map(rule_response).collect();
     rules.sort_by(|a, b| a.pattern.cmp(&b.pattern));
     Json(ListRulesResponse { rules })
-}
-
-/// One flow-control counter.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct CounterResponse {
-    /// `scope`, `l1` or `l2`.
-    pub level: String,
-    /// The scope.
-    pub scope: String,
-    /// L1 key (L1 and L2 counters).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub l1: Option<String>,
-    /// L2 key (L2 counters).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub l2: Option<String>,
-    /// Invocations running under it.
-    pub usage: u32,
-    /// Its limit; absent when unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-    /// Free slots; absent when unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub available: Option<u32>,
-    /// Queues waiting on it.
-    pub waiters: usize,
-    /// The rule that set the limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
-}
-
-/// `GET /limits/counters`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListCountersResponse {
-    /// Every live counter, by scope, L1, L2.
-    pub counters: Vec<CounterResponse>,
 }
 
 /// Live flow-control counters: usage, limit, free slots, waiters and the rule, per level.

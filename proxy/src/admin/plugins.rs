@@ -1,75 +1,35 @@
 //! `/plugins`: load (or hot-swap), list and unload policy plugins.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use bytes::Bytes;
 use http::StatusCode;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use crate::errors::Code;
-use crate::plugins::{Hook, MetricsSnapshot, OnError, Plugin, PluginSpec, Source};
+use crate::plugins::{Hook, OnError, Plugin, PluginSpec, Source};
+pub use sluice_api::plugins::{ListPluginsResponse, PluginResponse};
 
-/// A loaded plugin.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PluginResponse {
-    /// Its name.
-    pub name: String,
-    /// `extract` or `match-rule`.
-    pub hook: String,
-    /// `fail` or `skip`.
-    pub on_error: String,
-    /// Hex sha256 of the component.
-    pub sha256: String,
-    /// Component size, bytes.
-    pub size: usize,
-    /// `config` (the config file) or `admin` (this API).
-    #[schema(value_type = String)]
-    pub source: Source,
-    /// Deadline of one call, milliseconds.
-    pub deadline_ms: u64,
-    /// Memory cap, bytes.
-    pub memory_limit: u64,
-    /// Fuel per call, if metered.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fuel: Option<u64>,
-    /// What the plugin reads through `config`.
-    pub config: BTreeMap<String, String>,
-    /// When this version was loaded, ms since the epoch.
-    pub loaded_at_millis_since_epoch: u64,
-    /// Calls, errors and latency.
-    pub metrics: MetricsSnapshot,
-}
-
-impl From<&Plugin> for PluginResponse {
-    fn from(plugin: &Plugin) -> Self {
-        Self {
-            name: plugin.name.clone(),
-            hook: plugin.spec.hook.to_string(),
-            on_error: plugin.spec.on_error.to_string(),
-            sha256: plugin.sha256.clone(),
-            size: plugin.size,
-            source: plugin.source,
-            deadline_ms: u64::try_from(plugin.spec.deadline.0.as_millis()).unwrap_or(u64::MAX),
-            memory_limit: plugin.spec.memory_limit.0,
-            fuel: plugin.spec.fuel,
-            config: plugin.spec.config.clone(),
-            loaded_at_millis_since_epoch: plugin.loaded_at_ms,
-            metrics: plugin.metrics.snapshot(),
-        }
+/// How the admin API shows `Plugin`.
+pub fn plugin_response(plugin: &Plugin) -> PluginResponse {
+    PluginResponse {
+        name: plugin.name.clone(),
+        hook: plugin.spec.hook.to_string(),
+        on_error: plugin.spec.on_error.to_string(),
+        sha256: plugin.sha256.clone(),
+        size: plugin.size,
+        source: plugin.source.name().to_owned(),
+        deadline_ms: u64::try_from(plugin.spec.deadline.0.as_millis()).unwrap_or(u64::MAX),
+        memory_limit: plugin.spec.memory_limit.0,
+        fuel: plugin.spec.fuel,
+        config: plugin.spec.config.clone(),
+        loaded_at_millis_since_epoch: plugin.loaded_at_ms,
+        metrics: plugin.metrics.snapshot(),
     }
-}
-
-/// `GET /plugins`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListPluginsResponse {
-    /// In the order they run.
-    pub plugins: Vec<PluginResponse>,
 }
 
 /// The spec a `PUT` describes in its query: `hook` (required), `on-error`, `deadline`,
@@ -178,7 +138,7 @@ pub async fn load(
                     format!("plugin load stopped: {e}"),
                 )
             })??;
-    Ok(Json(PluginResponse::from(&*plugin)))
+    Ok(Json(plugin_response(&plugin)))
 }
 
 /// Every plugin, in the order they run, with its metrics.
@@ -187,11 +147,7 @@ pub async fn load(
 pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListPluginsResponse> {
     let loaded = state.plugins.current();
     Json(ListPluginsResponse {
-        plugins: loaded
-            .all
-            .iter()
-            .map(|p| PluginResponse::from(&**p))
-            .collect(),
+        plugins: loaded.all.iter().map(|p| plugin_response(p)).collect(),
     })
 }
 
@@ -206,7 +162,7 @@ pub async fn get(
     let plugin = state.plugins.get(&name).ok_or_else(|| {
         AdminError::coded(Code::PLG0006, format!("no plugin named '{name}' is loaded"))
     })?;
-    Ok(Json(PluginResponse::from(&*plugin)))
+    Ok(Json(plugin_response(&plugin)))
 }
 
 /// Unloads a plugin loaded through this API.

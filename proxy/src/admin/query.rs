@@ -7,20 +7,12 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use datafusion::arrow::ipc::writer::StreamWriter;
 use http::{HeaderMap, StatusCode, header};
-use serde::Deserialize;
-use utoipa::ToSchema;
 
 use super::json::Json;
 use super::{AdminError, AdminState};
 use crate::errors::Code;
 use crate::sql::{QueryAnswer, QueryError, rows};
-
-/// A query.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct QueryRequest {
-    /// The SQL, e.g. `SELECT * FROM sys_user_limits`.
-    pub query: String,
-}
+pub use sluice_api::query::QueryRequest;
 
 fn refused(message: String) -> Response {
     (

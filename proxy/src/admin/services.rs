@@ -5,62 +5,20 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use bytes::Bytes;
 use http::StatusCode;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use super::shapes::{HandlerMetadata, ServiceMetadata};
-use crate::config::FriendlyDuration;
+use super::shapes::service_metadata;
 use crate::discovery::ServiceType;
-
-/// `GET /services`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListServicesResponse {
-    /// Every service at its latest revision.
-    pub services: Vec<ServiceMetadata>,
-}
-
-/// `GET /services/{s}/handlers`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListHandlersResponse {
-    /// The handlers.
-    pub handlers: Vec<HandlerMetadata>,
-}
-
-/// `PATCH /services/{s}`: operator settings; durations friendly (`2h`) or ISO-8601 (`PT2H`).
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ModifyServiceRequest {
-    /// Callable through the ingress.
-    #[serde(default)]
-    pub public: Option<bool>,
-    /// How long idempotency keys are kept.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub idempotency_retention: Option<FriendlyDuration>,
-    /// How long a finished workflow is kept.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub workflow_completion_retention: Option<FriendlyDuration>,
-    /// How long journals are kept.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub journal_retention: Option<FriendlyDuration>,
-    /// Idle bidi attempts suspend after this.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub inactivity_timeout: Option<FriendlyDuration>,
-    /// Silent attempts abort after this.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub abort_timeout: Option<FriendlyDuration>,
-}
+pub use sluice_api::services::{
+    HandlerMetadata, ListHandlersResponse, ListServicesResponse, ModifyServiceRequest,
+    ModifyServiceStateRequest, RetryPolicy, ServiceInfo, ServiceMetadata,
+};
 
 fn metadata(state: &AdminState, name: &str) -> Result<ServiceMetadata, AdminError> {
     let (service, deployment) = state.registry.service(name)?;
-    Ok(ServiceMetadata::of(&service, &deployment, &state.config))
+    Ok(service_metadata(&service, &deployment, &state.config))
 }
 
 /// Every service.
@@ -71,7 +29,7 @@ pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListServicesResp
         .registry
         .services()
         .iter()
-        .map(|(s, d)| ServiceMetadata::of(s, d, &state.config))
+        .map(|(s, d)| service_metadata(s, d, &state.config))
         .collect();
     Json(ListServicesResponse { services })
 }
@@ -85,19 +43,6 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> Result<Json<ServiceMetadata>, AdminError> {
     metadata(&state, &name).map(Json)
-}
-
-/// `POST /services/{service}/state`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ModifyServiceStateRequest {
-    /// Service revision the edit was made against (accepted, not checked).
-    pub version: Option<String>,
-    /// The object (or workflow) key.
-    pub object_key: String,
-    /// Flow-control scope of the object.
-    pub scope: Option<String>,
-    /// The new state, replacing all of it: key → value bytes.
-    pub new_state: std::collections::BTreeMap<String, Vec<u8>>,
 }
 
 /// Replaces the state of one virtual object or workflow key.

@@ -1,15 +1,5 @@
 //! Command-line interface: `serve` and the admin subcommands. `main.rs` parses; this runs.
 
-mod client;
-mod explain;
-mod invocations;
-mod plugins;
-mod registry;
-mod rules;
-mod sql;
-mod subscriptions;
-mod table;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, Overrides};
 use crate::errors::{Code, CodedError};
+use sluice_cli::{explain, invocations, plugins, registry, rules, sql, subscriptions};
 
 /// Ingress proxy with flow control and a durable runtime for Restate-SDK deployments.
 #[derive(Debug, Parser)]

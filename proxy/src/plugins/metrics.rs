@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde::Serialize;
+pub use sluice_api::plugins::MetricsSnapshot;
 
 /// Buckets: bucket `i` counts calls that took less than 2^(i+1) ns (the last one, the rest).
 const BUCKETS: usize = 40;
@@ -14,19 +14,6 @@ pub struct Metrics {
     calls: AtomicU64,
     errors: AtomicU64,
     buckets: [AtomicU64; BUCKETS],
-}
-
-/// What `GET /plugins` shows.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
-pub struct MetricsSnapshot {
-    /// Calls so far.
-    pub calls: u64,
-    /// Calls that failed (trap, deadline, memory cap, bad output).
-    pub errors: u64,
-    /// Median latency, microseconds (bucket upper bound).
-    pub p50_us: f64,
-    /// 99th percentile latency, microseconds (bucket upper bound).
-    pub p99_us: f64,
 }
 
 impl Default for Metrics {

@@ -36,6 +36,16 @@ pub enum Source {
     Admin,
 }
 
+impl Source {
+    /// How the admin API and the CLI name it (its serde form too).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Config => "config",
+            Self::Admin => "admin",
+        }
+    }
+}
+
 /// A loaded plugin.
 #[derive(Debug)]
 pub struct Plugin {

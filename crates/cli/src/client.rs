@@ -90,16 +90,19 @@ impl AdminClient {
         }
     }
 
-    /// Posts `body` as JSON and answers the raw bytes of a successful answer (errors are read
-    /// as the admin API's JSON error body).
+    /// Posts `body` as JSON, asking for an answer of type `accept`, and answers the raw bytes
+    /// of a successful answer (errors are read as the admin API's JSON error body).
     pub async fn post_raw(
         &self,
         path: &str,
         body: &impl Serialize,
+        accept: &str,
     ) -> Result<bytes::Bytes, CodedError> {
-        let (status, bytes) = self
-            .exchange(self.request(Method::POST, path).json(body))
-            .await?;
+        let req = self
+            .request(Method::POST, path)
+            .header(reqwest::header::ACCEPT, accept)
+            .json(body);
+        let (status, bytes) = self.exchange(req).await?;
         if status.is_success() {
             return Ok(bytes);
         }

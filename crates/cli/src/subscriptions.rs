@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use clap::Subcommand;
 use reqwest::Method;
 
-use super::client::AdminClient;
-use super::registry::AdminArgs;
-use super::table;
-use crate::admin::kafka::{ListSubscriptionsResponse, SubscriptionResponse};
+use crate::client::AdminClient;
 use crate::errors::CodedError;
+use crate::registry::AdminArgs;
+use crate::table;
+use sluice_api::kafka::{ListSubscriptionsResponse, SubscriptionResponse};
 
 /// `sluice subscriptions …`
 #[derive(Debug, Subcommand)]

@@ -4,12 +4,12 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::client::AdminClient;
-use super::registry::AdminArgs;
-use super::table;
-use crate::admin::limits::{ListRulesResponse, RuleResponse};
+use crate::client::AdminClient;
 use crate::clock::rfc3339;
 use crate::errors::CodedError;
+use crate::registry::AdminArgs;
+use crate::table;
+use sluice_api::limits::{ListRulesResponse, RuleResponse};
 
 /// How often `rules set` re-reads and retries when another writer got in between.
 const SET_ATTEMPTS: usize = 5;

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use reqwest::Method;
 
-use super::client::AdminClient;
-use super::registry::AdminArgs;
-use super::table;
-use crate::admin::plugins::{ListPluginsResponse, PluginResponse};
+use crate::client::AdminClient;
 use crate::errors::CodedError;
+use crate::registry::AdminArgs;
+use crate::table;
+use sluice_api::plugins::{ListPluginsResponse, PluginResponse};
 
 /// `sluice plugins …`
 #[derive(Debug, Subcommand)]

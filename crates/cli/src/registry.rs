@@ -6,12 +6,13 @@ use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::json;
 
-use super::client::{AdminClient, Answer};
-use super::table;
-use crate::admin::deployments::{ListDeploymentsResponse, RegisterDeploymentResponse};
-use crate::admin::services::ListServicesResponse;
-use crate::admin::shapes::{DeploymentResponse, ServiceMetadata};
+use crate::client::{AdminClient, Answer};
 use crate::errors::CodedError;
+use crate::table;
+use sluice_api::deployments::DeploymentResponse;
+use sluice_api::deployments::{ListDeploymentsResponse, RegisterDeploymentResponse};
+use sluice_api::services::ListServicesResponse;
+use sluice_api::services::ServiceMetadata;
 
 /// `sluice deployments …`
 #[derive(Debug, Subcommand)]

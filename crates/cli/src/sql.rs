@@ -1,14 +1,23 @@
 //! `sluice sql "<query>"`: runs a query through `POST /query` and prints a table (from the
 //! Arrow IPC answer, so columns keep their order) or, with `--json`, the rows.
 
+use arrow_cast::display::{ArrayFormatter, FormatOptions};
+use arrow_ipc::reader::StreamReader;
 use clap::Args;
-use datafusion::arrow::ipc::reader::StreamReader;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
-use super::client::AdminClient;
-use super::registry::AdminArgs;
-use super::table;
+use crate::client::AdminClient;
 use crate::errors::CodedError;
+use crate::registry::AdminArgs;
+use crate::table;
+
+const JSON: &str = "application/json";
+const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+
+fn bad(e: impl std::fmt::Display) -> CodedError {
+    CodedError::uncoded(format!(
+        "the admin API's answer to a query cannot be read: {e}"
+    ))
+}
 
 /// `sluice sql`.
 #[derive(Debug, Args)]
@@ -23,20 +32,18 @@ pub struct SqlArgs {
 /// Runs `sluice sql`.
 pub async fn run(args: &SqlArgs) -> Result<(), CodedError> {
     let admin = AdminClient::from_env(&args.admin.admin_url);
-    let bytes = admin
-        .post_raw("/query", &serde_json::json!({ "query": args.query }))
-        .await?;
-    let bad = |e: datafusion::arrow::error::ArrowError| {
-        CodedError::uncoded(format!("the admin API's Arrow answer cannot be read: {e}"))
-    };
+    let body = serde_json::json!({ "query": args.query });
+    if args.admin.json {
+        // The server writes the rows the way the reference does (timestamps, durations).
+        let bytes = admin.post_raw("/query", &body, JSON).await?;
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).map_err(bad)?;
+        table::print_json(&answer["rows"]);
+        return Ok(());
+    }
+    let bytes = admin.post_raw("/query", &body, ARROW_STREAM).await?;
     let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).map_err(bad)?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>().map_err(bad)?;
-    if args.admin.json {
-        let rows = crate::sql::rows(&batches);
-        table::print_json(&rows);
-        return Ok(());
-    }
     let options = FormatOptions::default().with_null("");
     let mut rows = Vec::new();
     for batch in &batches {

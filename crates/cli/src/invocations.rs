@@ -3,11 +3,11 @@
 use clap::Subcommand;
 use reqwest::Method;
 
-use super::client::AdminClient;
-use super::registry::AdminArgs;
-use super::table;
-use crate::admin::invocations::{InvocationResponse, ListInvocationsResponse};
+use crate::client::AdminClient;
 use crate::errors::CodedError;
+use crate::registry::AdminArgs;
+use crate::table;
+use sluice_api::invocations::{InvocationResponse, ListInvocationsResponse};
 
 /// `sluice invocations …`
 #[derive(Debug, Subcommand)]

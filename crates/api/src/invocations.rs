@@ -1,0 +1,107 @@
+//! Invocations: list, describe, cancel, kill, purge.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// An invocation as the admin API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InvocationResponse {
+    /// `inv_1…`
+    pub id: String,
+    /// `service/handler` or `service/key/handler`.
+    pub target: String,
+    /// Service name.
+    pub service: String,
+    /// Handler name.
+    pub handler: String,
+    /// Object or workflow key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `pending`, `scheduled`, `running`, `suspended`, `backing-off`, `paused` or `completed`.
+    pub status: String,
+    /// Pinned deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_id: Option<String>,
+    /// Pinned protocol version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<i32>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Failed attempts since the last progress.
+    pub retry_count: u32,
+    /// Code of the last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_error_code: Option<String>,
+    /// Message of the last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// `value` or `failure` once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Next attempt (scheduled, backing off), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    /// Flow-control scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Limit key under the scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
+    /// For a queued invocation (`GET /invocations/{id}` only): its queue and what it waits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitingResponse>,
+}
+
+/// Why a queued invocation has not started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WaitingResponse {
+    /// Its queue's status: `ready` (its turn comes), `blocked`, `scheduled`.
+    pub status: String,
+    /// Entries in its queue, itself included.
+    pub queued: usize,
+    /// Flow-control scope of the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Limit key of the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
+    /// `limit-key-concurrency`, `lock` or `invoker-concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_on: Option<String>,
+    /// For `limit-key-concurrency`: the full level (`scope`, `level1`, `level2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// For `limit-key-concurrency`: the limit (absent when unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// For `limit-key-concurrency`: the rule that set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+/// `GET /invocations` filters.
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::IntoParams)]
+pub struct ListParams {
+    /// Only this status.
+    pub status: Option<String>,
+    /// Only this service.
+    pub service: Option<String>,
+    /// At most this many (newest first), default 100.
+    pub limit: Option<usize>,
+}
+
+/// `GET /invocations`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListInvocationsResponse {
+    /// Matching invocations, newest first.
+    pub invocations: Vec<InvocationResponse>,
+}
+
+/// `DELETE /invocations/{id}?mode=`.
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::IntoParams)]
+pub struct DeleteParams {
+    /// cancel (default), kill or purge.
+    pub mode: Option<String>,
+}

@@ -1,0 +1,142 @@
+//! The flow-control rule book and its live counters.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A rule's limits; empty means unlimited.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct Limits {
+    /// Invocations running at once, at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+}
+
+/// When an upsert applies.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PreconditionRequest {
+    /// Always.
+    None,
+    /// Only if no rule has the pattern.
+    DoesNotExist,
+    /// Only if the rule is at this version.
+    Matches {
+        /// The expected version.
+        version: u32,
+    },
+}
+
+/// One rule to create or replace.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UpsertRuleRequest {
+    /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
+    pub pattern: String,
+    /// Its limits (`{}` = unlimited).
+    #[serde(default)]
+    pub limits: Limits,
+    /// Free text.
+    pub description: Option<String>,
+    /// Kept but not applied.
+    #[serde(default)]
+    pub disabled: bool,
+    /// Checked before it applies.
+    pub precondition: Option<PreconditionRequest>,
+}
+
+/// A rule as stored.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RuleResponse {
+    /// Its pattern.
+    pub pattern: String,
+    /// Its limits.
+    pub limits: Limits,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Kept but not applied.
+    pub disabled: bool,
+    /// Bumps when limits or `disabled` change.
+    pub version: u32,
+    /// Last change, ms since the epoch.
+    pub last_modified_millis_since_epoch: u64,
+}
+
+/// One rule to delete.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeleteRuleRequest {
+    /// Its pattern.
+    pub pattern: String,
+    /// When set, the rule must be at this version.
+    pub expected_version: Option<u32>,
+}
+
+/// `GET /limits/rules`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListRulesResponse {
+    /// Every rule, by pattern.
+    pub rules: Vec<RuleResponse>,
+}
+
+/// One flow-control counter.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CounterResponse {
+    /// `scope`, `l1` or `l2`.
+    pub level: String,
+    /// The scope.
+    pub scope: String,
+    /// L1 key (L1 and L2 counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l1: Option<String>,
+    /// L2 key (L2 counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<String>,
+    /// Invocations running under it.
+    pub usage: u32,
+    /// Its limit; absent when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Free slots; absent when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<u32>,
+    /// Queues waiting on it.
+    pub waiters: usize,
+    /// The rule that set the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+/// `GET /limits/counters`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListCountersResponse {
+    /// Every live counter, by scope, L1, L2.
+    pub counters: Vec<CounterResponse>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_precondition_is_tagged_by_its_type() {
+        let sent = serde_json::to_value(PreconditionRequest::Matches { version: 3 }).unwrap();
+        assert_eq!(sent, serde_json::json!({"type": "matches", "version": 3}));
+        let read: PreconditionRequest =
+            serde_json::from_value(serde_json::json!({"type": "does_not_exist"})).unwrap();
+        assert!(matches!(read, PreconditionRequest::DoesNotExist));
+    }
+
+    #[test]
+    fn an_unlimited_rule_has_empty_limits() {
+        let rule = RuleResponse {
+            pattern: "acme".into(),
+            limits: Limits::default(),
+            description: None,
+            disabled: false,
+            version: 1,
+            last_modified_millis_since_epoch: 0,
+        };
+        let json = serde_json::to_value(&rule).unwrap();
+        assert_eq!(json["limits"], serde_json::json!({}));
+        assert!(json.get("description").is_none());
+    }
+}
