@@ -69,13 +69,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         Some(Arc::clone(&rules)),
     ));
     plugins.start(&config.plugins)?;
-    let kafka = Arc::new(Kafka::load(
-        Arc::clone(&store),
-        Arc::clone(&registry),
-        runtime.clone(),
-        &config.ingress.kafka_clusters,
-        config.flow_control_enabled(),
-    )?);
+    let kafka = Arc::new(Kafka::load(&node)?);
     server.add_service(background_service(
         "kafka",
         KafkaService(Arc::clone(&kafka)),

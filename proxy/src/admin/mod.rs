@@ -311,16 +311,6 @@ mod tests {
         let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
         let (runtime, _receivers) = crate::partition::Runtime::new(1);
         let rules = Arc::new(Rules::load(Arc::clone(&store)).unwrap());
-        let kafka = Arc::new(
-            crate::kafka::Kafka::load(
-                Arc::clone(&store),
-                Arc::clone(&registry),
-                runtime.clone(),
-                &[],
-                false,
-            )
-            .unwrap(),
-        );
         let node = Node {
             config,
             store,
@@ -329,6 +319,7 @@ mod tests {
             rules: Arc::clone(&rules),
             tls: crate::deployment_tls::DeploymentTls::default(),
         };
+        let kafka = Arc::new(crate::kafka::Kafka::load(&node).unwrap());
         let state = AdminState::new(
             &node,
             "http://127.0.0.1:8080/".into(),

@@ -18,6 +18,7 @@ pub use sluice_config::kafka::ConfiguredCluster;
 use crate::clock::now_ms;
 use crate::errors::CodedError;
 use crate::ids::SubscriptionId;
+use crate::node::Node;
 use crate::partition::Runtime;
 use crate::registry::Registry;
 use crate::storage::Store;
@@ -70,20 +71,15 @@ fn not_found(what: &str, name: &str) -> KafkaError {
 }
 
 impl Kafka {
-    /// Loads the stored clusters and subscriptions and adds the config file's clusters.
-    pub fn load(
-        store: Arc<Store>,
-        registry: Arc<Registry>,
-        runtime: Runtime,
-        configured: &[ConfiguredCluster],
-        flow_control: bool,
-    ) -> Result<Self, CodedError> {
+    /// Loads the node's stored clusters and subscriptions and adds its config file's clusters.
+    pub fn load(node: &Node) -> Result<Self, CodedError> {
+        let store = Arc::clone(&node.store);
         let mut clusters: BTreeMap<String, KafkaCluster> =
             store::load::<KafkaCluster>(&store, store::CLUSTERS)?
                 .into_iter()
                 .map(|c| (c.name.clone(), c))
                 .collect();
-        for c in configured {
+        for c in &node.config.ingress.kafka_clusters {
             let mut properties = c.properties.clone();
             properties.insert("bootstrap.servers".into(), c.brokers.join(","));
             clusters.insert(
@@ -102,9 +98,9 @@ impl Kafka {
             .collect();
         Ok(Self {
             store,
-            registry,
-            runtime,
-            flow_control,
+            registry: Arc::clone(&node.registry),
+            runtime: node.runtime.clone(),
+            flow_control: node.config.flow_control_enabled(),
             clusters: Mutex::new(clusters),
             subscriptions: Mutex::new(subscriptions),
             consumers: Mutex::new(HashMap::new()),

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::deployment_tls::{Connector, DeploymentTls};
 use crate::errors::{Code, CodedError};
+use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::protocol::message::{Kind, Sender};
 use crate::protocol::{Frame, FrameDecoder, Message, MessageType, ProtocolVersion, proto};
@@ -61,9 +62,9 @@ pub struct AttemptRequest {
     /// Seed for the SDK's deterministic random (V6+).
     pub random_seed: u64,
     /// Flow-control scope, sent in V7's Start message.
-    pub scope: Option<String>,
+    pub scope: Option<Scope>,
     /// Limit key under the scope, sent in V7's Start message.
-    pub limit_key: Option<String>,
+    pub limit_key: Option<LimitKey>,
     /// Attempts since the last stored entry.
     pub retry_count: u32,
     /// Give up after this long without a message once the request body is closed (RT0001).
@@ -186,12 +187,14 @@ fn replay(req: &AttemptRequest) -> Bytes {
         },
         scope: req
             .scope
-            .clone()
-            .filter(|_| req.protocol >= ProtocolVersion::V7),
+            .as_ref()
+            .filter(|_| req.protocol >= ProtocolVersion::V7)
+            .map(|s| s.as_str().to_owned()),
         limit_key: req
             .limit_key
-            .clone()
-            .filter(|_| req.protocol >= ProtocolVersion::V7),
+            .as_ref()
+            .filter(|_| req.protocol >= ProtocolVersion::V7)
+            .map(|k| k.as_str().to_owned()),
         ..Default::default()
     });
     let mut body = BytesMut::new();

@@ -124,7 +124,7 @@ impl Partition {
                 }
                 stop_attempt(live);
                 live.record.last_failure = None;
-                super::drive::complete(
+                super::ending::complete(
                     live,
                     Outcome::Failure(Failure {
                         code: 409,

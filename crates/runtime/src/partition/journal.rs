@@ -90,19 +90,30 @@ pub(super) fn object(record: &InvocationRecord) -> Option<state::Object<'_>> {
     })
 }
 
+/// What a journaled message may read besides its invocation: committed state (lazy reads), the
+/// registry and the flow-control switch (for the calls it makes), and the time it arrived.
+pub(super) struct Reads<'a> {
+    pub store: &'a Store,
+    pub registry: &'a Registry,
+    pub flow_control: bool,
+    pub now: u64,
+}
+
 /// Journals one message of an attempt and answers what it asks for.
-#[allow(clippy::too_many_arguments)] // the partition's parts a message may touch
 pub(super) fn journal_message(
-    store: &Store,
-    registry: &Registry,
-    flow_control: bool,
+    reads: &Reads<'_>,
     live: &mut Live,
     writes: &mut WriteSet,
     message: Message,
     ack: bool,
-    now: u64,
     effects: &mut Vec<Effect>,
 ) -> Result<(), CodedError> {
+    let Reads {
+        store,
+        registry,
+        flow_control,
+        now,
+    } = *reads;
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
     // Reads see committed state: an object runs one exclusive handler at a time, and the SDK
     // answers reads of keys it wrote itself from its own cache.

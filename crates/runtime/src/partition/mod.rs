@@ -4,11 +4,13 @@
 //! only after that commit. The partition keeps applying new events while earlier sets commit.
 
 pub mod admission;
+mod attempts;
 mod calls;
 pub mod control;
 pub mod dormant;
 mod drive;
 pub mod driver;
+mod ending;
 mod journal;
 mod promises;
 mod purge;

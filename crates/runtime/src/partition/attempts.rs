@@ -1,0 +1,228 @@
+//! Attempts: starting one (with its journal, state and deadlines), and what its end means:
+//! a suspension, a retry after back-off, a pause, or the invocation's completion.
+
+use std::time::Duration;
+
+use super::ending::{back_off, complete, last_output, pause};
+use super::journal::object;
+use super::{Effect, Partition};
+use crate::discovery::ProtocolMode;
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::invocation::store::{self};
+use crate::invocation::{Failure, LastFailure, Outcome, Status, state};
+use crate::invoker::attempt::failure_code;
+use crate::invoker::{AttemptError, AttemptRequest, Ending};
+use crate::protocol::proto::{self};
+use crate::protocol::{Message, ProtocolVersion};
+use crate::registry::Address;
+use crate::storage::writer::WriteSet;
+
+impl Partition {
+    /// Records how attempt `attempt` of `id` ended; false when it was not the current one.
+    pub(super) fn attempt_done(
+        &mut self,
+        id: InvocationId,
+        attempt: u32,
+        result: Result<Ending, AttemptError>,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<bool, CodedError> {
+        let retry = self.config.worker.invoker.retry_policy.clone();
+        let now = self.driver.now_ms();
+        let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
+            return Ok(false);
+        };
+        let Some(live) = self.live.get_mut(&id) else {
+            return Ok(false);
+        };
+        if !live.running || live.attempt != attempt {
+            return Ok(false);
+        }
+        live.running = false;
+        live.outbound = None;
+        live.record.attempts += 1;
+        let fresh = std::mem::take(&mut live.fresh);
+        let result = match live.violation.take() {
+            Some(violation) => Err(AttemptError::from(violation)),
+            None => result,
+        };
+        match result {
+            Ok(Ending::End) => {
+                let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
+                complete(live, outcome, retention, now, writes, effects);
+            }
+            Ok(Ending::Suspended(message)) => {
+                live.record.retry_count = 0;
+                live.record.status = Status::Suspended;
+                let awaited = awaited(&message);
+                let signalled = std::mem::take(&mut live.signalled);
+                if signalled
+                    || fresh
+                        .iter()
+                        .any(|c| awaited.is_empty() || awaited.contains(c))
+                {
+                    effects.push(Effect::Attempt(id));
+                }
+            }
+            Ok(Ending::Failed(error)) => {
+                let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
+                match proto::ErrorBehavior::try_from(error.behavior) {
+                    Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
+                    Ok(proto::ErrorBehavior::Fail) => {
+                        let code = u16::try_from(error.code).unwrap_or(500);
+                        live.record.last_failure = Some(failure);
+                        let outcome = Outcome::Failure(Failure {
+                            code,
+                            message: error.message,
+                        });
+                        complete(live, outcome, retention, now, writes, effects);
+                    }
+                    _ => {
+                        let delay = error.next_retry_delay.map(Duration::from_millis);
+                        back_off(live, &retry, failure, delay, now, effects);
+                    }
+                }
+            }
+            Err(e) => {
+                let failure = LastFailure::new(e.error.code, e.error.message.clone());
+                back_off(live, &retry, failure, e.retry_after, now, effects);
+            }
+        }
+        store::put_record(writes, &live.record)?;
+        Ok(true)
+    }
+
+    /// Starts an attempt of `id` on its (pinned) deployment.
+    pub(super) fn start_attempt(&mut self, id: InvocationId) {
+        let enable_v7 = self.config.experimental_enable_protocol_v7;
+        let invoker = &self.config.worker.invoker;
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        if live.running || live.record.status == Status::Completed {
+            self.settle(id);
+            return;
+        }
+        let target = live.record.target.clone();
+        let limit = usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX);
+        let eager = invoker
+            .eager_state_size_limit
+            .map_or(limit / 2, |l| usize::try_from(l.0).unwrap_or(usize::MAX));
+        // Keyed targets get their state eagerly, as much as the eager limit allows.
+        let (state, partial_state) = match object(&live.record) {
+            Some(object) => self
+                .store
+                .with_db(|db| state::entries(db, object, eager))
+                .and_then(|r| r)
+                .map(|(entries, complete)| (entries, !complete))
+                .unwrap_or_else(|e| {
+                    tracing::warn!(invocation = %id, error = %e, "cannot read eager state; the SDK reads it lazily");
+                    (Vec::new(), true)
+                }),
+            None => (Vec::new(), true),
+        };
+        let deployment = match live.record.deployment {
+            Some(pinned) => self.registry.deployment(pinned).ok(),
+            None => self.registry.service(&target.service).ok().map(|(_, d)| d),
+        };
+        let mut bidi = false;
+        let request = deployment.and_then(|d| {
+            let version = match live.record.protocol {
+                Some(pinned) => ProtocolVersion::from_number(pinned)?,
+                None => ProtocolVersion::pick(
+                    d.min_protocol_version,
+                    d.max_protocol_version,
+                    enable_v7,
+                )?,
+            };
+            let Address::Http {
+                uri, use_http_11, ..
+            } = &d.address
+            else {
+                return None;
+            };
+            live.record.deployment = Some(d.id);
+            live.record.protocol = Some(version.number());
+            // As the reference does: an inactivity timeout of zero means request/response.
+            bidi = d.protocol_mode == ProtocolMode::BidiStream
+                && !invoker.inactivity_timeout.0.is_zero();
+            Some(AttemptRequest {
+                uri: uri.parse().ok()?,
+                use_http_11: *use_http_11,
+                additional_headers: d.additional_headers.clone(),
+                service: target.service.clone(),
+                handler: target.handler.clone(),
+                key: target.key.clone(),
+                invocation_id: id,
+                protocol: version,
+                journal: live.journal.clone(),
+                state,
+                partial_state,
+                random_seed: live.record.random_seed,
+                scope: live.record.scope.clone(),
+                limit_key: live.record.limit_key.clone(),
+                retry_count: live.record.retry_count,
+                abort_timeout: invoker.abort_timeout.0,
+                inactivity_timeout: invoker.inactivity_timeout.0,
+                message_size_limit: limit,
+            })
+        });
+        live.attempt += 1;
+        live.running = true;
+        live.record.status = Status::Running;
+        live.fresh.clear();
+        live.signalled = false;
+        // The pinned deployment must be durable before the journal grows on it, and the
+        // status is what the admin API shows. The writer keeps this partition's sets in
+        // order, so later batches commit after this one.
+        let mut pin = WriteSet::default();
+        match store::put_record(&mut pin, &live.record) {
+            Ok(()) => drop(self.writer.commit(pin)),
+            Err(e) => tracing::error!(invocation = %id, error = %e, "cannot record the attempt"),
+        }
+        let (outbound, inbound) = if bidi {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        live.outbound = outbound;
+        let request = request.ok_or_else(|| {
+            CodedError::new(
+                Code::RT0011,
+                format!(
+                    "no usable deployment for service '{}' (none registered, removed, or out of protocol range)",
+                    target.service
+                ),
+            )
+        });
+        self.driver.start(super::driver::Started {
+            id,
+            attempt: live.attempt,
+            request,
+            inbound,
+        });
+    }
+}
+
+/// The completion ids a suspension waits on (empty when it names none).
+fn awaited(message: &Message) -> Vec<u32> {
+    fn walk(future: &proto::Future, out: &mut Vec<u32>) {
+        out.extend_from_slice(&future.waiting_completions);
+        for nested in &future.nested_futures {
+            walk(nested, out);
+        }
+    }
+    let mut out = Vec::new();
+    match message {
+        Message::SuspensionV6(s) => out.extend_from_slice(&s.waiting_completions),
+        Message::Suspension(s) => {
+            if let Some(future) = &s.awaiting_on {
+                walk(future, &mut out);
+            }
+        }
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,203 @@
+//! How an invocation ends: its outcome, the retention of what it leaves behind, pauses, and
+//! the back-off between failed attempts.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message as _;
+
+use super::drive::EXPIRY;
+use super::{Effect, Live, Partition};
+use crate::invocation::store::{self, Purge, Timer};
+use crate::invocation::{Failure, LastFailure, Outcome, Status, Target};
+use crate::protocol::proto::{self, output_command_message};
+use crate::protocol::{Frame, MessageType};
+use crate::storage::writer::WriteSet;
+
+/// How long what a completed invocation leaves behind stays in the store, in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Retention {
+    /// The record and outcome (`worker.completion-retention`), unless an idempotency key or a
+    /// workflow keeps them (the record's own `retention_ms`).
+    pub completion_ms: u64,
+    /// The journal (`journal_retention`, at most `worker.max-journal-retention`).
+    pub journal_ms: u64,
+}
+
+impl Partition {
+    /// The retention of a completed invocation of `target`.
+    pub(super) fn retention(&self, target: &Target) -> Retention {
+        let worker = &self.config.worker;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Retention {
+            completion_ms: ms(worker.completion_retention.0),
+            journal_ms: ms(self.registry.journal_retention(
+                &target.service,
+                &target.handler,
+                worker.max_journal_retention.0,
+            )),
+        }
+    }
+}
+
+pub(super) fn complete(
+    live: &mut Live,
+    outcome: Outcome,
+    retention: Retention,
+    now: u64,
+    writes: &mut WriteSet,
+    effects: &mut Vec<Effect>,
+) {
+    live.record.status = Status::Completed;
+    live.record.outcome = Some(outcome.clone());
+    live.record.run_at_ms = None;
+    // Retained results (idempotency, workflows) leave memory and store on their expiry timer;
+    // every other completed invocation through a purge row the purger works off.
+    let kept = match live.record.retention_ms {
+        Some(retained) => {
+            let timer = Timer {
+                at_ms: now.saturating_add(retained),
+                invocation: live.record.id,
+                completion: EXPIRY,
+            };
+            store::put_timer(writes, timer);
+            effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+            retained
+        }
+        None => {
+            let at = now.saturating_add(retention.completion_ms);
+            store::put_purge(writes, at, live.record.id, Purge::Invocation);
+            retention.completion_ms
+        }
+    };
+    if retention.journal_ms < kept {
+        let at = now.saturating_add(retention.journal_ms);
+        store::put_purge(writes, at, live.record.id, Purge::Journal);
+    }
+    for caller in live.record.caller.iter().chain(&live.callers) {
+        effects.push(Effect::CallResult(*caller, outcome.clone()));
+    }
+    // The journal is in the store; nothing in memory reads it again.
+    live.journal = Vec::new();
+    // Without a retained result (idempotency, workflows) nothing looks the invocation up in
+    // memory again: it leaves once the batch commits and its waiters have their answer.
+    if live.record.retention_ms.is_none() {
+        effects.push(Effect::Evict(live.record.id));
+    }
+    effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
+}
+
+pub(super) fn pause(live: &mut Live, failure: LastFailure) {
+    tracing::warn!(
+        invocation = %live.record.id,
+        error.code = failure.code.as_deref().unwrap_or("-"),
+        error = %failure.message,
+        "invocation paused; resume it once the cause is fixed"
+    );
+    live.record.last_failure = Some(failure);
+    live.record.status = Status::Paused;
+    live.record.run_at_ms = None;
+}
+
+pub(super) fn back_off(
+    live: &mut Live,
+    policy: &crate::config::RetryPolicy,
+    failure: LastFailure,
+    requested: Option<Duration>,
+    now: u64,
+    effects: &mut Vec<Effect>,
+) {
+    tracing::warn!(
+        invocation = %live.record.id,
+        error.code = failure.code.as_deref().unwrap_or("-"),
+        error = %failure.message,
+        attempt = live.record.attempts,
+        "attempt failed"
+    );
+    live.record.retry_count = live.record.retry_count.saturating_add(1);
+    live.record.last_failure = Some(failure);
+    if live.record.retry_count >= policy.max_attempts.get() {
+        live.record.status = Status::Paused;
+        live.record.run_at_ms = None;
+        return;
+    }
+    let delay = retry_delay(policy, live.record.retry_count, requested);
+    let at = now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+    live.record.status = Status::BackingOff;
+    live.record.run_at_ms = Some(at);
+    effects.push(Effect::WakeAt(live.record.id, at, None));
+}
+
+/// Longest wait before a retry, whatever a deployment asks for (`Retry-After`,
+/// `next_retry_delay`): a retry scheduled further out looks like a lost invocation.
+pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The wait before retry number `retry` (1 for the first): `initial × factor^(retry-1)`, at most
+/// `max_interval`; or the delay the deployment asked for, at most [`MAX_RETRY_DELAY`]. Never
+/// panics: the exponential is computed in floating point and clamped before it becomes a
+/// `Duration` (after enough retries it is infinite).
+pub(crate) fn retry_delay(
+    policy: &crate::config::RetryPolicy,
+    retry: u32,
+    requested: Option<Duration>,
+) -> Duration {
+    if let Some(requested) = requested {
+        return requested.min(MAX_RETRY_DELAY);
+    }
+    let exponent = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
+    let max = policy.max_interval.0;
+    let secs =
+        policy.initial_interval.0.as_secs_f64() * policy.exponentiation_factor.powi(exponent);
+    Duration::try_from_secs_f64(secs).map_or(max, |d| d.min(max))
+}
+
+/// The outcome in the last Output command of the journal.
+pub(super) fn last_output(journal: &[Frame]) -> Option<Outcome> {
+    let frame = journal
+        .iter()
+        .rev()
+        .find(|f| f.ty == MessageType::Output.id())?;
+    let output = proto::OutputCommandMessage::decode(Bytes::clone(&frame.payload)).ok()?;
+    Some(match output.result? {
+        output_command_message::Result::Value(v) => Outcome::Value(v.content.to_vec()),
+        output_command_message::Result::Failure(f) => Outcome::Failure(Failure {
+            code: u16::try_from(f.code).unwrap_or(500),
+            message: f.message,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{MAX_RETRY_DELAY, retry_delay};
+    use crate::config::{FriendlyDuration, RetryPolicy};
+
+    #[test]
+    fn retry_delays_grow_to_the_cap_and_never_panic() {
+        let policy = RetryPolicy::default();
+        assert_eq!(retry_delay(&policy, 1, None), Duration::from_millis(500));
+        assert_eq!(retry_delay(&policy, 2, None), Duration::from_secs(1));
+        // Retry 66 of the defaults used to panic converting 2^65 × 0.5 s.
+        for retry in [66, 75, 1_100, u32::MAX] {
+            assert_eq!(retry_delay(&policy, retry, None), policy.max_interval.0);
+        }
+        let fast = RetryPolicy {
+            initial_interval: FriendlyDuration::from_millis(1),
+            max_interval: FriendlyDuration::from_secs(u64::MAX),
+            ..RetryPolicy::default()
+        };
+        assert_eq!(retry_delay(&fast, 75, None), fast.max_interval.0);
+        let odd = RetryPolicy {
+            exponentiation_factor: f64::NAN,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(retry_delay(&odd, 3, None), odd.max_interval.0);
+        // A deployment's own delay (Retry-After: 18446744073709551615) is capped.
+        let huge = Some(Duration::from_secs(u64::MAX));
+        assert_eq!(retry_delay(&policy, 1, huge), MAX_RETRY_DELAY);
+        let small = Some(Duration::from_secs(3));
+        assert_eq!(retry_delay(&policy, 1, small), Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,175 @@
+//! What the simulator checks: acknowledged invocations are stored, and once the faults stop
+//! everything acknowledged completes.
+
+use super::*;
+
+impl World {
+    pub(super) fn check_acked_are_stored(&mut self) {
+        let store = &self.node.as_ref().expect("the node runs").store;
+        let purged = &self.purged;
+        for (id, _) in self
+            .acked
+            .iter()
+            .filter(|(id, a)| a.acks > 0 && !purged.contains(id))
+        {
+            let stored = store
+                .with_db(|db| records::load_record(db, *id))
+                .expect("the store is open")
+                .expect("records read back");
+            assert!(
+                stored.is_some(),
+                "invocation {id} was acknowledged but is not in the store after a restart"
+            );
+        }
+    }
+
+    /// The faults stop: every acknowledged invocation must now complete.
+    pub(super) fn settle(&mut self) {
+        // A restart first: it ends attempts the deployment stopped answering (as their
+        // timeouts would) and a disk failure still counting down.
+        self.crash();
+        for round in 0..20_000 {
+            let mut paused: Vec<InvocationId> = self
+                .node()
+                .partition
+                .live
+                .iter()
+                .filter(|(_, live)| live.record.status == Status::Paused)
+                .map(|(id, _)| *id)
+                .collect();
+            // In id order: a hash map's order differs between processes.
+            paused.sort_unstable();
+            for id in paused {
+                let (reply, _) = oneshot::channel();
+                self.deliver(
+                    vec![Event::Control {
+                        id,
+                        op: Control::Resume,
+                        reply,
+                    }],
+                    true,
+                );
+            }
+            if !self.node().attempts.is_empty() {
+                // Every attempt runs to its end; their events go in together.
+                for _ in 0..self.node().attempts.len() {
+                    self.progress(false);
+                }
+                self.pump();
+                continue;
+            }
+            let node = self.node();
+            let unfinished = node
+                .partition
+                .live
+                .values()
+                .any(|l| l.record.status != Status::Completed)
+                || !node.partition.dormant.is_empty();
+            if !unfinished {
+                return self.check_completed();
+            }
+            let next = node
+                .partition
+                .wakes
+                .peek()
+                .map(|std::cmp::Reverse((at, _, _))| *at);
+            let now = self.now();
+            let wait = next.map_or(1_000, |at| at.saturating_sub(now).max(1));
+            self.advance(wait);
+            if round == 19_999 {
+                panic!(
+                    "acknowledged invocations never complete:\n{}",
+                    self.unfinished()
+                );
+            }
+        }
+    }
+
+    /// What is not done, for a failure's message.
+    pub(super) fn unfinished(&mut self) -> String {
+        let partition = &self.node().partition;
+        let mut out = String::new();
+        for (id, live) in partition
+            .live
+            .iter()
+            .filter(|(_, l)| l.record.status != Status::Completed)
+            .take(8)
+        {
+            out += &format!(
+                "{id} {:?} status {:?} running {} queued {} attempts {} journal {} waiting {:?}\n",
+                live.record.target,
+                live.record.status,
+                live.running,
+                live.queued,
+                live.record.attempts,
+                live.journal.len(),
+                partition.waiting(*id)
+            );
+        }
+        for (lock, entry) in partition.scheduler.held_locks() {
+            let holder = partition.entries.get(&entry);
+            let live = holder.and_then(|id| partition.live.get(id));
+            out += &format!(
+                "lock {:?} held by {holder:?}: {:?}\n",
+                lock.object_key,
+                live.map(|l| (
+                    l.record.status,
+                    l.running,
+                    l.queued,
+                    l.record.attempts,
+                    l.lock.is_some()
+                ))
+            );
+        }
+        out += &format!(
+            "{} at rest, {} wake-ups",
+            partition.dormant.len(),
+            partition.wakes.len()
+        );
+        out
+    }
+
+    /// Every acknowledged invocation completed, with its state writes.
+    pub(super) fn check_completed(&mut self) {
+        let store = Arc::clone(&self.node().store);
+        let purged = &self.purged;
+        for (id, acked) in self
+            .acked
+            .iter()
+            .filter(|(id, a)| a.acks > 0 && !purged.contains(id))
+        {
+            let record = store
+                .with_db(|db| records::load_record(db, *id))
+                .expect("the store is open")
+                .expect("records read back")
+                .unwrap_or_else(|| panic!("acknowledged invocation {id} is lost"));
+            assert_eq!(
+                record.status,
+                Status::Completed,
+                "acknowledged invocation {id} never completed"
+            );
+            self.stats.completed += 1;
+            let killed = matches!(&record.outcome, Some(Outcome::Failure(f)) if f.code == 409);
+            if acked.program.contains(&b'w') && !killed {
+                let key = acked
+                    .target
+                    .key
+                    .as_deref()
+                    .expect("state writes are on objects");
+                let object = state::Object {
+                    scope: "",
+                    service: &acked.target.service,
+                    key,
+                };
+                let value = store
+                    .with_db(|db| state::get(db, object, &sdk::state_key(*id)))
+                    .expect("the store is open")
+                    .expect("state reads back");
+                assert!(
+                    value.is_some(),
+                    "invocation {id} completed without its state write"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! What the script does at each step: submits, repeats, kills and resumes, rule changes,
+//! purges, and the passing of time.
+
+use super::*;
+
+impl World {
+    /// A client submits a new invocation, repeats one with an idempotency key, or hands in
+    /// again one it submitted before (a Kafka record delivered again after a restart: same id).
+    pub(super) fn submit(&mut self) {
+        let now = self.now();
+        let kind = self.rng.below(10);
+        if kind == 0
+            && let Some((_, repeat)) = self
+                .idempotent
+                .iter()
+                .nth(self.rng.below(self.idempotent.len() as u64) as usize)
+        {
+            let repeat = repeat.clone();
+            return self.hand_in(repeat);
+        }
+        if kind == 1 && !self.submitted.is_empty() {
+            let again = self.submitted[self.rng.index(self.submitted.len())].clone();
+            return self.hand_in(again);
+        }
+        let (target, scope) = match kind {
+            0..=4 => {
+                let scope = match self.rng.below(3) {
+                    0 => None,
+                    1 => Some("s1"),
+                    _ => Some("s2"),
+                };
+                (target("Svc", "run", None), scope)
+            }
+            5..=7 => {
+                let key = OBJECT_KEYS[self.rng.below(OBJECT_KEYS.len() as u64) as usize];
+                (target("Obj", "add", Some(key)), None)
+            }
+            _ => (target("Svc", "run", None), Some("s1")),
+        };
+        let steps = 1 + self.rng.below(4);
+        let mut program = Vec::new();
+        for _ in 0..steps {
+            let step = match self.rng.below(10) {
+                0..=4 => b'r',
+                5..=6 => b's',
+                7 => b'c',
+                _ if target.key.is_some() => b'w',
+                _ => b'r',
+            };
+            program.push(step);
+        }
+        let idempotency = (kind == 9).then(|| self.rng.below(IDEMPOTENCY_KEYS));
+        // Born through the same front door as the ingress's, handlers' and Kafka's invocations;
+        // ids that are not idempotent come from the seed (a fresh id would not replay).
+        let identity = match idempotency {
+            Some(k) => Identity::Idempotent(format!("ik-{k}")),
+            None => {
+                let partition = self.rng.next_u64();
+                let uuid = u128::from(self.rng.next_u64());
+                Identity::Derived {
+                    uuid,
+                    partition: Some(partition),
+                }
+            }
+        };
+        let scope = scope.map(|s| Scope::parse(s).expect("the simulator's scopes are valid"));
+        let mut new = NewInvocation::new(target, identity).in_scope(scope, None);
+        if idempotency.is_some() {
+            new.retention = Some(std::time::Duration::from_secs(24 * 60 * 60));
+        }
+        // Some sends are delayed.
+        if self.rng.chance(15) {
+            new.run_at_ms = Some(now + self.rng.below(5_000));
+        }
+        let record = new.into_record(now);
+        let input = Message::Input(proto::InputCommandMessage {
+            headers: Vec::new(),
+            value: Some(proto::Value {
+                content: Bytes::from(program),
+            }),
+            name: String::new(),
+        })
+        .to_frame(false);
+        let submission = Submission { record, input };
+        if idempotency.is_none() {
+            self.submitted.push(submission.clone());
+        }
+        if let Some(k) = idempotency {
+            // The first submission of a key stands for it; later ones repeat it.
+            if let Some(first) = self.idempotent.get(&k) {
+                return self.hand_in(first.clone());
+            }
+            self.idempotent.insert(k, submission.clone());
+        }
+        self.hand_in(submission);
+    }
+
+    pub(super) fn hand_in(&mut self, submission: Submission) {
+        let Submission { record, input } = submission;
+        let id = record.id;
+        let program = input_program(&input);
+        self.acked.entry(id).or_insert_with(|| Acked {
+            created: 0,
+            acks: 0,
+            target: record.target.clone(),
+            program,
+        });
+        let (reply, answer) = oneshot::channel();
+        self.node().replies.push((id, answer));
+        self.deliver(
+            vec![Event::Submit {
+                record: Box::new(record),
+                input,
+                reply: Some(reply),
+            }],
+            false,
+        );
+    }
+
+    /// An operator kills, pauses or resumes an invocation.
+    pub(super) fn control(&mut self) {
+        let Some(id) = self
+            .acked
+            .keys()
+            .nth(self.rng.below(self.acked.len() as u64) as usize)
+            .copied()
+        else {
+            return;
+        };
+        let op = match self.rng.below(10) {
+            0 => Control::Kill,
+            1..=4 => Control::Pause,
+            _ => Control::Resume,
+        };
+        let (reply, _) = oneshot::channel();
+        self.deliver(vec![Event::Control { id, op, reply }], false);
+    }
+
+    /// The operator changes the limit of scope `s1`.
+    pub(super) fn change_rules(&mut self) {
+        let limit = match self.rng.below(4) {
+            0 => None,
+            n => Some(n as u32),
+        };
+        self.s1_limit = limit;
+        let mut book = RuleBook::new();
+        let rule = limit_of(limit);
+        book.apply_batch(
+            &[Upsert::new(RulePattern::parse("s1").unwrap(), rule)],
+            self.now(),
+        )
+        .expect("a valid rule");
+        self.book = Arc::new(book);
+        let now = self.now();
+        let book = Arc::clone(&self.book);
+        let partition = &mut self.node().partition;
+        partition.scheduler.on_rules_changed(book, now);
+        partition.dispatch();
+        self.collect();
+        self.pump();
+    }
+
+    /// The purger removes what completed invocations left, once their retention is up.
+    pub(super) fn purge(&mut self) {
+        let now = self.now();
+        let node = self.node();
+        let due = node
+            .store
+            .with_db(|db| records::due_purges(db, now, 1_000))
+            .expect("the store is open")
+            .expect("purges read back");
+        let mut writes = crate::storage::writer::WriteSet::default();
+        for purge in &due {
+            let record = node
+                .store
+                .with_db(|db| records::load_record(db, purge.invocation))
+                .expect("the store is open")
+                .expect("records read back");
+            assert!(
+                record.is_none_or(|r| r.status == Status::Completed),
+                "the purger removes {} before it completed",
+                purge.invocation
+            );
+            records::apply_purge(&mut writes, purge);
+        }
+        drop(node.partition.writer.commit(writes));
+        for purge in due {
+            if purge.what == records::Purge::Invocation {
+                self.purged.insert(purge.invocation);
+            }
+        }
+        if !self.commit() {
+            return self.crash();
+        }
+        self.pump();
+    }
+
+    pub(super) fn advance(&mut self, ms: u64) {
+        self.now.fetch_add(ms, Ordering::Relaxed);
+        self.pump();
+    }
+
+    /// One step of the script.
+    pub(super) fn step(&mut self) {
+        match self.rng.below(1000) {
+            0..150 => self.submit(),
+            150..700 => self.progress(true),
+            700..880 => {
+                let ms = self.rng.below(1_500);
+                self.advance(ms);
+            }
+            880..925 => self.control(),
+            925..955 => self.change_rules(),
+            955..965 => self.purge(),
+            965..967 => self.crash(),
+            967..969 => {
+                // The disk fails somewhere in the next commits (a full disk, an I/O error).
+                let after = self.rng.below(40) as u32;
+                self.disk.fail_after(after);
+                self.stats.disk_failures += 1;
+            }
+            _ => self.pump(),
+        }
+    }
+}

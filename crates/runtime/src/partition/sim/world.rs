@@ -1,0 +1,397 @@
+//! The world's machinery: starting and crashing the node, delivering events, commits on the
+//! simulated disk, and attempts as the SDK model runs them.
+
+use super::*;
+
+impl World {
+    pub(super) fn new(seed: u64) -> Self {
+        let mut rng = Rng(seed);
+        let mut config = Config {
+            experimental_enable_protocol_v7: true,
+            experimental_enable_vqueues: true,
+            ..Config::default()
+        };
+        // Completed invocations leave the store soon, so the purger works while faults happen
+        // (and restarts stay quick).
+        config.worker.completion_retention = FriendlyDuration::from_secs(20);
+        let invoker = &mut config.worker.invoker;
+        invoker.concurrent_invocations_limit = NonZeroU32::new(2 + rng.below(8) as u32).unwrap();
+        invoker.retry_policy = RetryPolicy {
+            initial_interval: FriendlyDuration::from_millis(10),
+            exponentiation_factor: 2.0,
+            max_interval: FriendlyDuration::from_secs(2),
+            max_attempts: NonZeroU32::new(6).unwrap(),
+            on_max_attempts: OnMaxAttempts::Pause,
+        };
+        let disk = Disk::default();
+        let mut world = Self {
+            rng,
+            disk,
+            now: Arc::new(AtomicU64::new(EPOCH_MS)),
+            outbox: Arc::default(),
+            config: Arc::new(config),
+            book: Arc::new(RuleBook::new()),
+            s1_limit: None,
+            node: None,
+            inbox: Vec::new(),
+            acked: BTreeMap::new(),
+            purged: std::collections::BTreeSet::new(),
+            idempotent: BTreeMap::new(),
+            submitted: Vec::new(),
+            executions: BTreeMap::new(),
+            stats: Stats::default(),
+            trace: std::collections::hash_map::DefaultHasher::new(),
+        };
+        // The deployment is registered once, before the first start.
+        let store = Arc::new(Store::open_backend(world.disk.backend()).expect("a fresh store"));
+        let registry = Registry::load(Arc::clone(&store)).expect("the registry");
+        let found = Discovered {
+            manifest: manifest(),
+            manifest_version: 3,
+            http_version: HttpVersion::Http2,
+            sdk_version: None,
+        };
+        registry
+            .register(found, Registration::new("http://127.0.0.1:9080/"), EPOCH_MS)
+            .expect("the deployment registers");
+        store.close();
+        world.start();
+        world
+    }
+
+    pub(super) fn now(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn node(&mut self) -> &mut Node {
+        self.node.as_mut().expect("the node runs")
+    }
+
+    /// Starts the process on what the disk holds: the partition recovers from the store.
+    pub(super) fn start(&mut self) {
+        *self.outbox.lock().unwrap() = Outbox::default();
+        let store = Arc::new(Store::open_backend(self.disk.backend()).expect("the store reopens"));
+        let registry = Arc::new(Registry::load(Arc::clone(&store)).expect("the registry loads"));
+        let (writer, flusher) = Writer::manual(Arc::clone(&store));
+        let shared = crate::partition::Shared::new(
+            Arc::clone(&store),
+            writer,
+            registry,
+            Arc::clone(&self.config),
+        );
+        let driver = SimDriver {
+            now: Arc::clone(&self.now),
+            outbox: Arc::clone(&self.outbox),
+        };
+        let mut partition = Partition::new(0, &shared, Box::new(driver));
+        partition.follow_rules(Arc::clone(&self.book));
+        partition
+            .recover(|_| true)
+            .expect("the partition recovers from what was committed");
+        self.node = Some(Node {
+            partition,
+            flusher,
+            store,
+            pending: VecDeque::new(),
+            replies: Vec::new(),
+            attempts: Vec::new(),
+        });
+        // Nothing acknowledged is missing from the store.
+        self.check_acked_are_stored();
+        self.collect();
+    }
+
+    /// The process dies: memory is gone, and so is every write not yet synced.
+    pub(super) fn crash(&mut self) {
+        self.stats.crashes += 1;
+        self.trace.write_u8(b'X');
+        // Whatever redb would write while closing never reaches the disk.
+        self.disk.fail_after(0);
+        if let Some(node) = self.node.take() {
+            node.store.close();
+            drop(node);
+        }
+        self.disk.crash();
+        // Requests in flight die with their connections.
+        self.inbox.clear();
+        self.start();
+    }
+
+    /// Hands `events` to the partition. They wait in its channel with others a while (so batches
+    /// hold several, as under load) unless `now`.
+    pub(super) fn deliver(&mut self, events: Vec<Event>, now: bool) {
+        self.inbox.extend(events);
+        if now || self.rng.chance(35) {
+            self.pump();
+        }
+    }
+
+    /// Applies what waits and whatever it leads to until the partition is idle; a failed commit
+    /// stops the process, which then restarts from the store.
+    pub(super) fn pump(&mut self) {
+        loop {
+            let mut batch = std::mem::take(&mut self.inbox);
+            batch.append(&mut std::mem::take(&mut self.outbox.lock().unwrap().posted));
+            self.node().partition.due_wakes(&mut batch);
+            let idle = batch.is_empty();
+            if idle && self.node().pending.is_empty() {
+                return;
+            }
+            if !idle {
+                self.stats.events += batch.len() as u64;
+                for event in &batch {
+                    std::mem::discriminant(event).hash(&mut self.trace);
+                }
+                let node = self.node();
+                node.partition.apply_batch(&mut batch, &mut node.pending);
+            }
+            // Sets wait for their commit a while, as they do behind a slow fsync.
+            let hold = !idle && self.node().pending.len() < IN_FLIGHT && self.rng.chance(40);
+            if !hold && !self.commit() {
+                self.crash();
+                return;
+            }
+            self.collect();
+        }
+    }
+
+    /// Commits what is queued and runs what the commits release; false when a commit failed.
+    pub(super) fn commit(&mut self) -> bool {
+        let node = self.node();
+        node.flusher.flush();
+        while let Some((commit, effects)) = node.pending.pop_front() {
+            let mut commit = commit;
+            match commit.try_recv() {
+                Ok(Ok(())) => node.partition.run_effects(effects),
+                Ok(Err(e)) => {
+                    fail(effects, &e);
+                    for (_, effects) in node.pending.drain(..) {
+                        fail(effects, &e);
+                    }
+                    return false;
+                }
+                Err(_) => panic!("a flushed write set has no answer"),
+            }
+        }
+        true
+    }
+
+    /// Takes in the partition's new attempts and the answers its clients got.
+    pub(super) fn collect(&mut self) {
+        let started = std::mem::take(&mut self.outbox.lock().unwrap().started);
+        for attempt in started {
+            self.attempt_started(attempt);
+        }
+        let replies = std::mem::take(&mut self.node().replies);
+        let mut waiting = Vec::new();
+        for (id, mut reply) in replies {
+            match reply.try_recv() {
+                Ok(Ok(created)) => self.acknowledged(id, created),
+                Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
+                Err(oneshot::error::TryRecvError::Empty) => waiting.push((id, reply)),
+            }
+        }
+        self.node().replies = waiting;
+    }
+
+    pub(super) fn acknowledged(&mut self, id: InvocationId, created: bool) {
+        self.stats.acked += u64::from(created);
+        id.hash(&mut self.trace);
+        let acked = self.acked.get_mut(&id).expect("submissions are noted");
+        // Purged once its retention was up, an id may be created anew.
+        if created && self.purged.remove(&id) {
+            acked.created = 0;
+        }
+        acked.created += u32::from(created);
+        acked.acks += 1;
+        assert!(
+            acked.created <= 1,
+            "invocation {id} was acknowledged as created {} times",
+            acked.created
+        );
+    }
+
+    /// Whether attempt `attempt` of `id` is the one the partition runs.
+    pub(super) fn current(&self, id: InvocationId, attempt: u32) -> bool {
+        let node = self.node.as_ref().expect("the node runs");
+        node.partition
+            .live
+            .get(&id)
+            .is_some_and(|live| live.running && live.attempt == attempt)
+    }
+
+    pub(super) fn attempt_started(&mut self, started: Started) {
+        self.stats.attempts += 1;
+        let Started {
+            id,
+            attempt,
+            request,
+            ..
+        } = started;
+        (id, attempt).hash(&mut self.trace);
+        let request = match request {
+            Ok(request) => request,
+            Err(e) => panic!("attempt of {id} has no deployment: {e}"),
+        };
+        let node = self.node.as_ref().expect("the node runs");
+        let stored = node
+            .store
+            .with_db(|db| records::load_record(db, id))
+            .expect("the store is open")
+            .expect("records read back");
+        assert!(
+            stored.is_none_or(|r| r.status != Status::Completed),
+            "completed invocation {id} runs again"
+        );
+        // Drop attempts the partition gave up on (paused, killed, superseded).
+        let mut attempts = std::mem::take(&mut self.node().attempts);
+        attempts.retain(|a| self.current(a.id, a.attempt));
+        let target = &request;
+        if target.service == "Obj" {
+            let other = attempts
+                .iter()
+                .find(|a| a.request.service == "Obj" && a.request.key == target.key);
+            assert!(
+                other.is_none(),
+                "object {:?} runs {id} while {} holds its lock",
+                target.key,
+                other.map(|a| a.id).unwrap()
+            );
+        }
+        let limit = self
+            .config
+            .worker
+            .invoker
+            .concurrent_invocations_limit
+            .get();
+        assert!(
+            attempts.len() < limit as usize,
+            "{} attempts run at once, the invoker allows {limit}",
+            attempts.len() + 1
+        );
+        if let (Some("s1"), Some(limit)) = (target.scope.as_ref().map(Scope::as_str), self.s1_limit)
+        {
+            let in_scope = attempts
+                .iter()
+                .filter(|a| a.request.scope.as_ref().map(Scope::as_str) == Some("s1"))
+                .count();
+            assert!(
+                in_scope < limit as usize,
+                "{} attempts run in scope s1, its rule allows {limit}",
+                in_scope + 1
+            );
+        }
+        attempts.push(Running {
+            id,
+            attempt,
+            request,
+        });
+        self.node().attempts = attempts;
+    }
+
+    /// A `ctx.run` executes its side effect: never again once its result is journaled.
+    pub(super) fn execute(&mut self, id: InvocationId, completion: u32) -> Bytes {
+        self.stats.executions += 1;
+        let journal = self
+            .node()
+            .store
+            .with_db(|db| records::load_journal(db, id))
+            .expect("the store is open")
+            .expect("journals read back");
+        let journaled = journal.iter().any(|frame| {
+            frame.ty == MessageType::RunCompletion.id()
+                && crate::partition::journal::has_completion(
+                    std::slice::from_ref(frame),
+                    completion,
+                )
+        });
+        assert!(
+            !journaled,
+            "ctx.run {completion} of {id} executes again after its result was journaled"
+        );
+        let count = self.executions.entry((id, completion)).or_default();
+        *count += 1;
+        Bytes::from(format!("{id}.{completion}.{count}"))
+    }
+
+    /// The deployment runs one attempt to its end, or until a failure cuts it short.
+    pub(super) fn progress(&mut self, faults: bool) {
+        let running = self.node().attempts.len() as u64;
+        if running == 0 {
+            return;
+        }
+        let pick = self.rng.below(running) as usize;
+        let running = self.node().attempts.swap_remove(pick);
+        if !self.current(running.id, running.attempt) {
+            return;
+        }
+        let (id, attempt) = (running.id, running.attempt);
+        let now = self.now();
+        let mut executed = Vec::new();
+        let turn = sdk::play(&running.request, now, |completion| {
+            executed.push(completion);
+            Bytes::new()
+        })
+        .unwrap_or_else(|e| panic!("attempt {attempt} of {id} cannot replay its journal: {e}"));
+        // Side effects run (and are checked) in order, as the handler reaches them.
+        let mut values = executed
+            .iter()
+            .map(|&c| self.execute(id, c))
+            .collect::<Vec<_>>()
+            .into_iter();
+        let messages: Vec<Message> = turn
+            .messages
+            .into_iter()
+            .map(|message| match message {
+                Message::ProposeRunCompletion(mut proposal) => {
+                    proposal.result = Some(proto::propose_run_completion_message::Result::Value(
+                        values.next().expect("one value per execution"),
+                    ));
+                    Message::ProposeRunCompletion(proposal)
+                }
+                other => other,
+            })
+            .collect();
+        let failure = if faults { self.rng.below(100) } else { 100 };
+        let cut = if failure < 22 {
+            self.rng.below(messages.len() as u64 + 1) as usize
+        } else {
+            messages.len()
+        };
+        let mut inbox: Vec<Event> = messages
+            .into_iter()
+            .take(cut)
+            .map(|message| Event::AttemptMessage {
+                id,
+                attempt,
+                message,
+                ack: false,
+            })
+            .collect();
+        let result = match failure {
+            0..10 => Err(AttemptError {
+                error: CodedError::new(Code::RT0010, "simulated connection reset"),
+                retry_after: self
+                    .rng
+                    .chance(30)
+                    .then(|| std::time::Duration::from_millis(self.rng.below(3_000))),
+            }),
+            10..20 => Ok(Ending::Failed(proto::ErrorMessage {
+                code: 500,
+                message: "simulated handler error".into(),
+                next_retry_delay: self.rng.chance(30).then(|| self.rng.below(3_000)),
+                ..proto::ErrorMessage::default()
+            })),
+            // The deployment stops answering in the middle: the attempt's end never comes
+            // (a crash or a kill takes it away).
+            20..22 => return self.deliver(inbox, false),
+            _ => Ok(turn.ending),
+        };
+        inbox.push(Event::AttemptDone {
+            id,
+            attempt,
+            result,
+        });
+        self.deliver(inbox, false);
+    }
+}
