@@ -67,18 +67,25 @@ pub struct WaitingResponse {
     /// Limit key of the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_key: Option<String>,
-    /// `limit-key-concurrency`, `lock` or `invoker-concurrency`.
+    /// `limit-key-concurrency`, `rate-limit`, `lock` or `invoker-concurrency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_on: Option<String>,
-    /// For `limit-key-concurrency`: the full level (`scope`, `level1`, `level2`).
+    /// For `limit-key-concurrency` and `rate-limit`: the full level (`scope`, `level1`, `level2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level: Option<String>,
     /// For `limit-key-concurrency`: the limit (absent when unlimited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
-    /// For `limit-key-concurrency`: the rule that set it.
+    /// For `limit-key-concurrency` and `rate-limit`: the rule that set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// For `rate-limit`: the rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// For `rate-limit`: when the next token is there (for a queue behind others waiting for
+    /// tokens, the earliest it could be), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token_at: Option<String>,
 }
 
 /// `GET /invocations` filters.

@@ -9,6 +9,14 @@ pub struct Limits {
     /// Invocations running at once, at least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// Admissions per unit of time: `100/s`, `6000/min`, `10/h`, `5/10s`. New invocations
+    /// beyond it wait in their queue for a token; retries take none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// Tokens the rate's bucket holds when full: admitted at once after a quiet spell
+    /// (default 1; only with `rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
 }
 
 /// When an upsert applies.
@@ -98,8 +106,20 @@ pub struct CounterResponse {
     /// Free slots; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<u32>,
-    /// Queues waiting on it.
+    /// Queues waiting on it (for a slot or a token).
     pub waiters: usize,
+    /// Its rate, when rate limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// Its rate's burst.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    /// Tokens there now (rate limited counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u32>,
+    /// When the next token is there, RFC 3339 (rate limited counters out of tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_token_at: Option<String>,
     /// The rule that set the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,

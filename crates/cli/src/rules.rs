@@ -9,7 +9,7 @@ use crate::clock::rfc3339;
 use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
-use sluice_api::limits::{ListRulesResponse, RuleResponse};
+use sluice_api::limits::{Limits, ListRulesResponse, RuleResponse};
 
 /// How often `rules set` re-reads and retries when another writer got in between.
 const SET_ATTEMPTS: usize = 5;
@@ -24,9 +24,20 @@ pub enum RulesCommand {
         /// Invocations running at once.
         #[arg(long, conflicts_with = "unlimited")]
         concurrency: Option<u32>,
-        /// No bound (the rule still shadows broader ones).
-        #[arg(long)]
+        /// No bound at all: no concurrency limit and no rate (the rule still shadows broader
+        /// ones).
+        #[arg(long, conflicts_with_all = ["rate", "burst"])]
         unlimited: bool,
+        /// Admissions per unit of time, e.g. `100/s`, `6000/min`, `10/h`: new invocations
+        /// beyond it wait in their queue for a token.
+        #[arg(long, conflicts_with = "no_rate")]
+        rate: Option<String>,
+        /// Tokens the rate's bucket holds when full (default 1).
+        #[arg(long, conflicts_with = "no_rate")]
+        burst: Option<u32>,
+        /// Remove the rule's rate (and burst).
+        #[arg(long)]
+        no_rate: bool,
         /// Free text.
         #[arg(long)]
         description: Option<String>,
@@ -96,10 +107,42 @@ async fn update(
 }
 
 fn limits_of(rule: &RuleResponse) -> Value {
-    match rule.limits.concurrency {
-        Some(n) => json!({"concurrency": n}),
-        None => json!({}),
+    serde_json::to_value(&rule.limits).unwrap_or_else(|_| json!({}))
+}
+
+/// The limits `rules set` asks for: the existing rule's, with the flags given applied.
+fn limits_set(
+    pattern: &str,
+    existing: Option<&RuleResponse>,
+    concurrency: Option<u32>,
+    unlimited: bool,
+    rate: Option<&str>,
+    burst: Option<u32>,
+    no_rate: bool,
+) -> Result<Value, CodedError> {
+    if existing.is_none() && concurrency.is_none() && rate.is_none() && !unlimited {
+        return Err(CodedError::uncoded(format!(
+            "rule '{pattern}' does not exist yet: give --concurrency N, --rate R or --unlimited"
+        )));
     }
+    let mut limits = match existing {
+        Some(rule) if !unlimited => rule.limits.clone(),
+        _ => Limits::default(),
+    };
+    if concurrency.is_some() {
+        limits.concurrency = concurrency;
+    }
+    if no_rate {
+        limits.rate = None;
+        limits.burst = None;
+    }
+    if let Some(rate) = rate {
+        limits.rate = Some(rate.to_owned());
+    }
+    if burst.is_some() {
+        limits.burst = burst;
+    }
+    serde_json::to_value(&limits).map_err(|e| CodedError::uncoded(e.to_string()))
 }
 
 /// Runs a rules command.
@@ -110,19 +153,21 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
             pattern,
             concurrency,
             unlimited,
+            rate,
+            burst,
+            no_rate,
             description,
         } => {
             let answer = update(&admin, pattern, |existing| {
-                let limits = match (concurrency, unlimited, existing) {
-                    (Some(n), _, _) => json!({"concurrency": n}),
-                    (None, true, _) => json!({}),
-                    (None, false, Some(rule)) => limits_of(rule),
-                    (None, false, None) => {
-                        return Err(CodedError::uncoded(format!(
-                            "rule '{pattern}' does not exist yet: give --concurrency N or --unlimited"
-                        )));
-                    }
-                };
+                let limits = limits_set(
+                    pattern,
+                    existing,
+                    *concurrency,
+                    *unlimited,
+                    rate.as_deref(),
+                    *burst,
+                    *no_rate,
+                )?;
                 Ok(json!({
                     "pattern": pattern,
                     "limits": limits,
@@ -173,7 +218,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                 table::print_json(&json!({"rules": list}));
                 return Ok(());
             }
-            let mut header = vec!["PATTERN", "CONCURRENCY", "DISABLED"];
+            let mut header = vec!["PATTERN", "CONCURRENCY", "RATE", "DISABLED"];
             if *extra {
                 header.extend(["DESCRIPTION", "VERSION", "LAST MODIFIED"]);
             }
@@ -185,6 +230,13 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                         r.limits
                             .concurrency
                             .map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+                        match (&r.limits.rate, r.limits.burst) {
+                            (Some(rate), Some(burst)) if burst > 1 => {
+                                format!("{rate} (burst {burst})")
+                            }
+                            (Some(rate), _) => rate.clone(),
+                            (None, _) => "-".to_owned(),
+                        },
                         r.disabled.to_string(),
                     ];
                     if *extra {

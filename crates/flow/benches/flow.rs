@@ -3,12 +3,13 @@
 mod common;
 
 use std::hint::black_box;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sluice_flow::limiter::{CounterPath, Limiter};
 use sluice_flow::scheduler::{EntryKind, Scheduler};
-use sluice_flow::{Level, LimitKey, Scope};
+use sluice_flow::{Level, LimitKey, RateLimit, Scope};
 
 /// Paths held for this many distinct keys (as queues hold them in a partition).
 const HELD_PATHS: usize = 100_000;
@@ -28,10 +29,38 @@ fn admit_release(c: &mut Criterion) {
         b.iter(|| {
             let path = &paths[i % HELD_PATHS];
             i += 1;
-            let permit = limiter.try_acquire(black_box(path), &book).unwrap();
+            let permit = limiter.try_acquire(black_box(path), &book, 0).unwrap();
             limiter.release(permit, &book, &mut woken);
         })
     });
+
+    // Every rule also rate limited: a million a second with a burst of a million, time moving
+    // 1 ms per admission, so no token runs out and the bucket's cost is what is measured.
+    let rated = common::book_with_rate(Some(RateLimit {
+        rate: "1000000/s".parse().unwrap(),
+        burst: NonZeroU32::new(1_000_000).unwrap(),
+    }));
+    let mut rate_limiter = Limiter::new();
+    let rated_paths: Vec<CounterPath> = (0..HELD_PATHS)
+        .map(|i| {
+            let (scope, key) = common::parsed(common::scattered(i));
+            rate_limiter.path(&scope, Some(&key))
+        })
+        .collect();
+    let mut k = 0u64;
+    c.bench_function(
+        "limiter/admit+release with rates (held path, 3 levels)",
+        |b| {
+            b.iter(|| {
+                let path = &rated_paths[k as usize % HELD_PATHS];
+                k += 1;
+                let permit = rate_limiter
+                    .try_acquire(black_box(path), &rated, k)
+                    .unwrap();
+                rate_limiter.release(permit, &rated, &mut woken);
+            })
+        },
+    );
 
     let keys: Vec<(Scope, LimitKey)> = (0..HELD_PATHS)
         .map(|i| common::parsed(common::scattered(i + HELD_PATHS)))
@@ -43,7 +72,7 @@ fn admit_release(c: &mut Criterion) {
             let (scope, key) = &keys[j % HELD_PATHS];
             j += 1;
             let path = fresh.path(scope, Some(key));
-            let permit = fresh.try_acquire(&path, &book).unwrap();
+            let permit = fresh.try_acquire(&path, &book, 0).unwrap();
             fresh.release(permit, &book, &mut woken);
             fresh.drop_path(path);
         })

@@ -6,12 +6,14 @@ pub mod limiter;
 #[cfg(test)]
 mod model;
 pub mod pattern;
+pub mod rate;
 pub mod rules;
 pub mod scheduler;
 pub mod scope;
 pub mod slots;
 
 pub use pattern::{Level, PatternError, RulePattern};
+pub use rate::{Bucket, Rate, RateError, RateLimit};
 pub use rules::{
     CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook, RuleError,
     RulePolicy, Upsert,

@@ -9,12 +9,14 @@
 //! release wakes one waiter per freed slot, deepest level first, and a woken waiter that does not
 //! use its slot hands it on (see [`Limiter::settle`]); no wake-up is lost.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use hashbrown::{Equivalent, HashMap};
 
 use super::pattern::{Level, RulePattern};
+use super::rate::{Bucket, RateLimit};
 use super::rules::{Limit, RuleBook};
 use super::scope::{LimitKey, Scope};
 
@@ -53,7 +55,7 @@ impl Permit {
     }
 }
 
-/// Why a path cannot be admitted now: its deepest counter at its limit.
+/// Why a path cannot be admitted now: its deepest counter at its limit or out of tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocked {
     /// The level of that counter.
@@ -62,6 +64,9 @@ pub struct Blocked {
     pub counter: CounterId,
     /// Its limit.
     pub limit: Limit,
+    /// Set when it is the counter's rate that holds the path: the rate, and when its next token
+    /// is there (ms; for a path behind others waiting for tokens, the earliest it could be).
+    pub rate: Option<(RateLimit, u64)>,
     /// The rule that set the limit.
     pub rule: Option<Arc<RulePattern>>,
 }
@@ -78,19 +83,34 @@ struct Node {
     /// Limiter generation `limit`/`rule` were resolved at; `None` forces a resolve.
     resolved_at: Option<u64>,
     limit: Limit,
+    rate: Option<RateLimit>,
     rule: Option<Arc<RulePattern>>,
     waiters: VecDeque<WaiterId>,
     /// Waiters woken for a free slot that have not re-checked yet.
     pending: u32,
+    /// Tokens taken recently; the node outlives its users until the bucket is full again, or
+    /// a counter that comes and goes would get a fresh burst each time.
+    bucket: Bucket,
+    /// Waiters for a token, FIFO; the head is woken when the next one is due.
+    rate_waiters: VecDeque<WaiterId>,
+    /// A token waiter was woken and has not re-checked yet.
+    rate_pending: bool,
 }
 
 impl Node {
-    fn idle(&self) -> bool {
+    /// Nothing but a bucket that is not full yet keeps it.
+    fn unused(&self) -> bool {
         self.usage == 0
             && self.children == 0
             && self.refs == 0
             && self.pending == 0
             && self.waiters.is_empty()
+            && self.rate_waiters.is_empty()
+            && !self.rate_pending
+    }
+
+    fn idle(&self, now_ms: u64) -> bool {
+        self.unused() && self.bucket.is_full(now_ms)
     }
 
     /// Slots that may still be offered to waiters.
@@ -140,8 +160,14 @@ pub struct CounterSnapshot {
     pub rule: Option<Arc<RulePattern>>,
     /// Free slots (`u32::MAX` when unlimited).
     pub available: u32,
-    /// Waiters parked here.
+    /// Waiters parked here (for a slot or a token).
     pub waiters: usize,
+    /// Its rate, if rate limited.
+    pub rate: Option<RateLimit>,
+    /// Tokens there now (rate limited counters).
+    pub tokens: Option<u32>,
+    /// When the next token is there, ms (rate limited counters out of tokens).
+    pub next_token_ms: Option<u64>,
 }
 
 /// The counters of one partition.
@@ -152,6 +178,13 @@ pub struct Limiter {
     nodes: Vec<Option<Node>>,
     free: Vec<u32>,
     index: HashMap<NodeKey, CounterId>,
+    /// The latest time the limiter was told, ms.
+    now_ms: u64,
+    /// Counters whose head token waiter is due at a time, earliest first (stale entries are
+    /// checked and dropped when they come up).
+    token_wakes: BinaryHeap<Reverse<(u64, CounterId)>>,
+    /// Unused counters kept for their bucket, with the time it is full again.
+    cooling: BinaryHeap<Reverse<(u64, CounterId)>>,
 }
 
 impl Limiter {
@@ -191,9 +224,13 @@ impl Limiter {
             refs: 0,
             resolved_at: None,
             limit: Limit::Unlimited,
+            rate: None,
             rule: None,
             waiters: VecDeque::new(),
             pending: 0,
+            bucket: Bucket::default(),
+            rate_waiters: VecDeque::new(),
+            rate_pending: false,
         };
         let id = match self.free.pop() {
             Some(slot) => {
@@ -247,12 +284,16 @@ impl Limiter {
         self.prune(deepest);
     }
 
-    /// Removes `id` and then its ancestors while they are idle.
+    /// Removes `id` and then its ancestors while they are idle; one kept only by its bucket
+    /// is looked at again when the bucket is full.
     fn prune(&mut self, id: CounterId) {
         let mut at = Some(id);
         while let Some(id) = at {
             let node = self.node(id);
-            if !node.idle() {
+            if !node.idle(self.now_ms) {
+                if node.unused() {
+                    self.cooling.push(Reverse((node.bucket.full_at_ms(), id)));
+                }
                 return;
             }
             let node = self.nodes[id.0 as usize].take().expect("live counter");
@@ -279,6 +320,7 @@ impl Limiter {
         let generation = self.generation;
         let node = self.node_mut(id);
         node.limit = resolved.limit;
+        node.rate = resolved.rate;
         node.rule = resolved.pattern;
         node.resolved_at = Some(generation);
     }
@@ -295,53 +337,77 @@ impl Limiter {
         names
     }
 
-    /// Whether every counter of `path` has room; `Err` names the deepest one that has not.
+    /// Whether every counter of `path` has room (and, for a path that takes tokens, a token);
+    /// `Err` names the deepest one that has not, its slots before its tokens.
     ///
-    /// Slots offered to woken waiters are reserved for them, so a newcomer counts them as used.
-    /// A woken waiter (`woken`) checks actual usage only: had it to respect the reservations
-    /// of waiters woken at other levels, two of them could each hold what the other needs and
+    /// Slots offered to woken waiters are reserved for them, so a newcomer counts them as used;
+    /// tokens likewise go to those already waiting for them, in order. A woken waiter
+    /// (`woken`) checks actual usage and tokens only: had it to respect the reservations of
+    /// waiters woken at other levels, two of them could each hold what the other needs and
     /// hand their slots back and forth forever.
     pub fn check(
         &mut self,
         path: &CounterPath,
         book: &RuleBook,
         woken: bool,
+        tokens: bool,
+        now_ms: u64,
     ) -> Result<(), Blocked> {
+        self.now_ms = self.now_ms.max(now_ms);
         let mut blocked = None;
         for &id in path.counters() {
             self.resolve(id, book);
             let node = self.node(id);
             let reserved = if woken { 0 } else { node.pending };
             if !node.limit.admits(node.usage + reserved) {
-                blocked = Some(id);
+                blocked = Some((id, None));
+                continue;
+            }
+            if let (true, Some(rate)) = (tokens, node.rate) {
+                let queued = !woken && (node.rate_pending || !node.rate_waiters.is_empty());
+                let next = node.bucket.next_token_ms(rate, now_ms);
+                if queued || next > now_ms {
+                    blocked = Some((id, Some((rate, next))));
+                }
             }
         }
         match blocked {
             None => Ok(()),
-            Some(id) => {
+            Some((id, rate)) => {
                 let node = self.node(id);
                 Err(Blocked {
                     level: node.level,
                     counter: id,
                     limit: node.limit,
+                    rate,
                     rule: node.rule.clone(),
                 })
             }
         }
     }
 
-    /// Takes a slot at every counter of `path` at once (after a successful [`Limiter::check`]).
-    pub fn acquire(&mut self, path: &CounterPath) -> Permit {
+    /// Takes a slot at every counter of `path` at once, and a token at each rate limited one
+    /// when `tokens` (after a successful [`Limiter::check`]).
+    pub fn acquire(&mut self, path: &CounterPath, tokens: bool, now_ms: u64) -> Permit {
         for &id in path.counters() {
-            self.node_mut(id).usage += 1;
+            let node = self.node_mut(id);
+            node.usage += 1;
+            if let (true, Some(rate)) = (tokens, node.rate) {
+                node.bucket.take(rate, now_ms);
+            }
         }
         Permit { path: *path }
     }
 
-    /// [`Limiter::check`] then [`Limiter::acquire`].
-    pub fn try_acquire(&mut self, path: &CounterPath, book: &RuleBook) -> Result<Permit, Blocked> {
-        self.check(path, book, false)?;
-        Ok(self.acquire(path))
+    /// [`Limiter::check`] then [`Limiter::acquire`], taking tokens.
+    pub fn try_acquire(
+        &mut self,
+        path: &CounterPath,
+        book: &RuleBook,
+        now_ms: u64,
+    ) -> Result<Permit, Blocked> {
+        self.check(path, book, false, true, now_ms)?;
+        Ok(self.acquire(path, true, now_ms))
     }
 
     /// Gives back a permit's slots; pushes the waiters to wake onto `woken`, deepest level first.
@@ -364,6 +430,104 @@ impl Limiter {
     /// Parks `waiter` at the front: it was first in line here and lost its slot to a lowered limit.
     pub fn park_front(&mut self, counter: CounterId, waiter: WaiterId) {
         self.node_mut(counter).waiters.push_front(waiter);
+    }
+
+    /// Parks `waiter` for a token of `counter`, at the back (or the front: it was first in line
+    /// and the token went elsewhere); the head is woken when the next token is due.
+    pub fn park_for_token(&mut self, counter: CounterId, waiter: WaiterId, front: bool) {
+        let now = self.now_ms;
+        let node = self.node_mut(counter);
+        if front {
+            node.rate_waiters.push_front(waiter);
+        } else {
+            node.rate_waiters.push_back(waiter);
+        }
+        if !node.rate_pending {
+            let due = node
+                .rate
+                .map_or(now, |rate| node.bucket.next_token_ms(rate, now));
+            self.token_wakes.push(Reverse((due, counter)));
+        }
+    }
+
+    /// Takes `waiter` out of `counter`'s token waiters; true if it was there.
+    pub fn unpark_from_tokens(&mut self, counter: CounterId, waiter: WaiterId) -> bool {
+        let node = self.node_mut(counter);
+        let Some(at) = node.rate_waiters.iter().position(|w| *w == waiter) else {
+            return false;
+        };
+        node.rate_waiters.remove(at);
+        self.prune(counter);
+        true
+    }
+
+    /// A waiter woken for a token of `counter` has re-checked; the next one is woken when its
+    /// token is due (at once if it is there).
+    pub fn settle_token(&mut self, counter: CounterId, book: &RuleBook) {
+        self.node_mut(counter).rate_pending = false;
+        self.resolve(counter, book);
+        let now = self.now_ms;
+        let node = self.node(counter);
+        if !node.rate_waiters.is_empty() {
+            let due = node
+                .rate
+                .map_or(now, |rate| node.bucket.next_token_ms(rate, now));
+            self.token_wakes.push(Reverse((due, counter)));
+        }
+        self.prune(counter);
+    }
+
+    /// At `now_ms`: wakes the head token waiter of every counter whose next token is there, and
+    /// forgets counters kept only for a bucket that is full again.
+    pub fn wake_due(&mut self, now_ms: u64, book: &RuleBook, woken: &mut Vec<WaiterId>) {
+        self.now_ms = self.now_ms.max(now_ms);
+        while let Some(&Reverse((due, counter))) = self.token_wakes.peek()
+            && due <= now_ms
+        {
+            self.token_wakes.pop();
+            // Entries may be stale: the counter gone, or its waiters already woken.
+            let live = self
+                .nodes
+                .get(counter.0 as usize)
+                .is_some_and(Option::is_some);
+            if !live || self.node(counter).rate_pending {
+                continue;
+            }
+            self.resolve(counter, book);
+            let node = self.node_mut(counter);
+            let next = node
+                .rate
+                .map_or(now_ms, |rate| node.bucket.next_token_ms(rate, now_ms));
+            if node.rate_waiters.is_empty() {
+                continue;
+            }
+            if next > now_ms {
+                self.token_wakes.push(Reverse((next, counter)));
+                continue;
+            }
+            let waiter = node.rate_waiters.pop_front().expect("checked non-empty");
+            node.rate_pending = true;
+            woken.push(waiter);
+        }
+        while let Some(&Reverse((due, counter))) = self.cooling.peek()
+            && due <= now_ms
+        {
+            self.cooling.pop();
+            if self
+                .nodes
+                .get(counter.0 as usize)
+                .is_some_and(Option::is_some)
+            {
+                self.prune(counter);
+            }
+        }
+    }
+
+    /// When [`Limiter::wake_due`] has something to do next, ms.
+    pub fn next_wake(&self) -> Option<u64> {
+        let token = self.token_wakes.peek().map(|Reverse((at, _))| *at);
+        let cooling = self.cooling.peek().map(|Reverse((at, _))| *at);
+        token.into_iter().chain(cooling).min()
     }
 
     /// Takes `waiter` out of `counter`'s list (its queue changed or vanished); true if it was there.
@@ -416,14 +580,23 @@ impl Limiter {
     /// Running permits are never revoked; a lowered limit only stops new admissions.
     pub fn on_rules_changed(&mut self, book: &RuleBook, woken: &mut Vec<WaiterId>) {
         self.generation += 1;
-        let waiting: Vec<CounterId> = self
+        let waiting: Vec<(CounterId, bool, bool)> = self
             .index
             .values()
-            .copied()
-            .filter(|id| !self.node(*id).waiters.is_empty())
+            .map(|id| {
+                let node = self.node(*id);
+                (*id, !node.waiters.is_empty(), !node.rate_waiters.is_empty())
+            })
+            .filter(|(_, slots, tokens)| *slots || *tokens)
             .collect();
-        for id in waiting {
-            self.pump(id, book, woken);
+        for (id, slots, tokens) in waiting {
+            if slots {
+                self.pump(id, book, woken);
+            }
+            if tokens {
+                // A rate raised or removed: token waiters look again at the next wake.
+                self.token_wakes.push(Reverse((self.now_ms, id)));
+            }
         }
     }
 
@@ -433,7 +606,8 @@ impl Limiter {
     }
 
     /// Every live counter, resolved against `book`.
-    pub fn snapshot(&mut self, book: &RuleBook) -> Vec<CounterSnapshot> {
+    pub fn snapshot(&mut self, book: &RuleBook, now_ms: u64) -> Vec<CounterSnapshot> {
+        self.now_ms = self.now_ms.max(now_ms);
         let ids: Vec<CounterId> = self.index.values().copied().collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -449,7 +623,13 @@ impl Limiter {
                 limit: node.limit,
                 rule: node.rule.clone(),
                 available: node.limit.available(node.usage),
-                waiters: node.waiters.len(),
+                waiters: node.waiters.len() + node.rate_waiters.len(),
+                rate: node.rate,
+                tokens: node.rate.map(|rate| node.bucket.tokens(rate, self.now_ms)),
+                next_token_ms: node
+                    .rate
+                    .map(|rate| node.bucket.next_token_ms(rate, self.now_ms))
+                    .filter(|at| *at > self.now_ms),
             });
         }
         out.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));

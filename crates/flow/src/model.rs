@@ -394,6 +394,6 @@ impl Model {
         assert_eq!(self.completed.len() as u64, self.next_id, "entries lost");
         assert_eq!(self.sched.running(), 0);
         assert!(self.sched.queues().is_empty(), "queues left behind");
-        assert!(self.sched.counters().is_empty(), "counters left behind");
+        assert!(self.sched.counters(0).is_empty(), "counters left behind");
     }
 }

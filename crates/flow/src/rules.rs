@@ -10,6 +10,7 @@ use hashbrown::{Equivalent, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::pattern::{Level, RulePattern};
+use super::rate::RateLimit;
 
 /// Most rules a book may hold.
 pub const MAX_RULES: usize = 10_000;
@@ -54,13 +55,16 @@ impl Limit {
 pub struct Rule {
     /// Which counters it applies to.
     pub pattern: RulePattern,
-    /// The bound.
+    /// The bound on invocations running at once.
     pub limit: Limit,
+    /// The bound on admissions per unit of time (none: not rate limited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
     /// Free text for operators.
     pub description: Option<String>,
     /// Kept but invisible to the runtime.
     pub disabled: bool,
-    /// Bumps when the limit or `disabled` change.
+    /// Bumps when the limit, the rate or `disabled` change.
     pub version: u32,
     /// Milliseconds since the epoch of the last change.
     pub last_modified_ms: u64,
@@ -84,6 +88,8 @@ pub struct Upsert {
     pub pattern: RulePattern,
     /// Its limit.
     pub limit: Limit,
+    /// Its rate limit.
+    pub rate: Option<RateLimit>,
     /// Its description.
     pub description: Option<String>,
     /// Whether it is disabled.
@@ -93,11 +99,12 @@ pub struct Upsert {
 }
 
 impl Upsert {
-    /// An enabled rule without description or precondition.
+    /// An enabled rule without rate, description or precondition.
     pub fn new(pattern: RulePattern, limit: Limit) -> Self {
         Self {
             pattern,
             limit,
+            rate: None,
             description: None,
             disabled: false,
             precondition: Precondition::None,
@@ -144,7 +151,9 @@ fn actual_text(actual: Option<u32>) -> String {
 pub struct Resolved {
     /// The limit in force.
     pub limit: Limit,
-    /// The rule that set it; `None` means no rule matched (unlimited).
+    /// The rate in force.
+    pub rate: Option<RateLimit>,
+    /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
 }
 
@@ -152,6 +161,7 @@ impl Resolved {
     /// No rule: unlimited.
     pub const UNLIMITED: Resolved = Resolved {
         limit: Limit::Unlimited,
+        rate: None,
         pattern: None,
     };
 }
@@ -173,9 +183,17 @@ impl Equivalent<ProbeKey> for ProbeRef<'_> {
 /// The enabled rules of one level.
 #[derive(Debug, Clone, Default)]
 struct LevelIndex {
-    rules: HashMap<ProbeKey, (Limit, Arc<RulePattern>)>,
+    rules: HashMap<ProbeKey, Indexed>,
     /// Bit `r` set when some rule of rank `r` exists, so absent shapes cost no probe.
     ranks: u8,
+}
+
+/// An enabled rule as the index holds it.
+#[derive(Debug, Clone)]
+struct Indexed {
+    limit: Limit,
+    rate: Option<RateLimit>,
+    pattern: Arc<RulePattern>,
 }
 
 /// Ranks that exist at each level, most specific first.
@@ -288,6 +306,7 @@ impl RuleBook {
                     Rule {
                         pattern: upsert.pattern.clone(),
                         limit: upsert.limit,
+                        rate: upsert.rate,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
                         version: next_version,
@@ -295,11 +314,14 @@ impl RuleBook {
                     }
                 }
                 Some(old) => {
-                    let runtime = old.limit != upsert.limit || old.disabled != upsert.disabled;
+                    let runtime = old.limit != upsert.limit
+                        || old.rate != upsert.rate
+                        || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description;
                     changed |= runtime || text;
                     Rule {
                         limit: upsert.limit,
+                        rate: upsert.rate,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
                         version: old.version + u32::from(runtime),
@@ -353,9 +375,14 @@ impl RuleBook {
                 *slot = c.exact().map(Box::from);
             }
             level.ranks |= 1 << rule.pattern.rank();
-            level
-                .rules
-                .insert(ProbeKey(key), (rule.limit, Arc::new(rule.pattern.clone())));
+            level.rules.insert(
+                ProbeKey(key),
+                Indexed {
+                    limit: rule.limit,
+                    rate: rule.rate,
+                    pattern: Arc::new(rule.pattern.clone()),
+                },
+            );
         }
         self.rules = rules;
         self.index = index;
@@ -403,12 +430,16 @@ impl RuleBook {
         let pattern = chosen.map(|(_, p)| Arc::clone(p));
         match policy.decide(counter, &candidates, chosen) {
             Decision::Default => self.most_specific(level, scope, l1, l2),
+            // A policy decides concurrency; an unlimited counter has no rate either, and a
+            // bound keeps the rate of the rule the book would pick.
             Decision::Unlimited => Resolved {
                 limit: Limit::Unlimited,
+                rate: None,
                 pattern,
             },
             Decision::Concurrency(n) => Resolved {
                 limit: Limit::Concurrency(n),
+                rate: self.most_specific(level, scope, l1, l2).rate,
                 pattern,
             },
         }
@@ -421,7 +452,7 @@ impl RuleBook {
             .iter()
             .filter(|&&rank| index.ranks & (1 << rank) != 0)
             .filter_map(|&rank| index.rules.get(&probe(level, rank, names)))
-            .map(|(limit, pattern)| (*limit, Arc::clone(pattern)))
+            .map(|rule| (rule.limit, Arc::clone(&rule.pattern)))
             .collect()
     }
 
@@ -442,9 +473,10 @@ impl RuleBook {
             .iter()
             .filter(|&&rank| index.ranks & (1 << rank) != 0)
             .find_map(|&rank| index.rules.get(&probe(level, rank, names)))
-            .map_or(Resolved::UNLIMITED, |(limit, pattern)| Resolved {
-                limit: *limit,
-                pattern: Some(Arc::clone(pattern)),
+            .map_or(Resolved::UNLIMITED, |rule| Resolved {
+                limit: rule.limit,
+                rate: rule.rate,
+                pattern: Some(Arc::clone(&rule.pattern)),
             })
     }
 }

@@ -92,7 +92,10 @@ struct Timer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resource {
     Lock(LockId),
+    /// A slot of a counter.
     Counter(CounterId),
+    /// A token of a rate limited counter.
+    Token(CounterId),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,9 +268,11 @@ impl Scheduler {
         q
     }
 
-    /// The earliest `run_at` still waiting, so the caller knows when to poll again.
+    /// The earliest `run_at` still waiting, or token due, so the caller knows when to poll
+    /// again.
     pub fn next_timer(&self) -> Option<u64> {
-        self.timers.peek().map(|Reverse(timer)| timer.at)
+        let run_at = self.timers.peek().map(|Reverse(timer)| timer.at);
+        run_at.into_iter().chain(self.limiter.next_wake()).min()
     }
 
     fn queue_for(&mut self, key: &QueueKey, now: u64) -> QueueId {
@@ -346,6 +351,9 @@ impl Scheduler {
                 self.limiter
                     .unpark(counter, q.0, &self.book, &mut self.woken);
             }
+            Resource::Token(counter) => {
+                self.limiter.unpark_from_tokens(counter, q.0);
+            }
             Resource::Lock(lock) => self.locks.unpark(lock, q),
         }
         let queue = self.queue_mut(q);
@@ -375,9 +383,12 @@ impl Scheduler {
         found
     }
 
-    /// Runs what can run now, fairly; moves due timers into their queues first.
+    /// Runs what can run now, fairly; moves due timers into their queues and wakes queues
+    /// whose token is due first.
     pub fn poll_runnable(&mut self, now: u64) -> Vec<Dispatch> {
         self.promote_due(now);
+        self.limiter.wake_due(now, &self.book, &mut self.woken);
+        self.wake_pending(now);
         let mut out = Vec::new();
         while out.len() < MAX_DISPATCH_PER_POLL && !self.ring.is_empty() {
             // The slot is taken before the head is checked: another partition cannot take it
@@ -424,8 +435,18 @@ impl Scheduler {
             .or_else(|| {
                 let path = self.queue(q).path?;
                 let woken = woken_from.is_some();
-                let blocked = self.limiter.check(&path, &self.book, woken).err()?;
-                Some((Resource::Counter(blocked.counter), Some(blocked)))
+                // Only a new entry takes a token: a retry or a resumption is the same
+                // admission continuing.
+                let tokens = kind == EntryKind::New;
+                let blocked = self
+                    .limiter
+                    .check(&path, &self.book, woken, tokens, now)
+                    .err()?;
+                let resource = match blocked.rate {
+                    Some(_) => Resource::Token(blocked.counter),
+                    None => Resource::Counter(blocked.counter),
+                };
+                Some((resource, Some(blocked)))
             });
         let dispatch = match blocked {
             Some((resource, why)) => {
@@ -465,6 +486,7 @@ impl Scheduler {
             Resource::Lock(lock) => self.locks.park(lock, q, first_in_line),
             Resource::Counter(counter) if first_in_line => self.limiter.park_front(counter, q.0),
             Resource::Counter(counter) => self.limiter.park(counter, q.0),
+            Resource::Token(counter) => self.limiter.park_for_token(counter, q.0, first_in_line),
         }
         let queue = self.queue_mut(q);
         queue.state = State::Parked(resource, why);
@@ -484,7 +506,7 @@ impl Scheduler {
         if let Some(lock) = lock {
             self.locks.take(lock, entry);
         }
-        let counters = path.map(|p| self.limiter.acquire(&p));
+        let counters = path.map(|p| self.limiter.acquire(&p, kind == EntryKind::New, now));
         self.running += 1;
         if more {
             self.ring.push_back(q);
@@ -528,6 +550,7 @@ impl Scheduler {
     fn settle(&mut self, from: Resource) {
         match from {
             Resource::Counter(counter) => self.limiter.settle(counter, &self.book, &mut self.woken),
+            Resource::Token(counter) => self.limiter.settle_token(counter, &self.book),
             Resource::Lock(lock) => self.locks.settle(lock, &mut self.woken),
         }
     }
@@ -590,8 +613,8 @@ impl Scheduler {
     }
 
     /// Every live counter with usage, limit, availability and waiters.
-    pub fn counters(&mut self) -> Vec<CounterSnapshot> {
-        self.limiter.snapshot(&self.book)
+    pub fn counters(&mut self, now: u64) -> Vec<CounterSnapshot> {
+        self.limiter.snapshot(&self.book, now)
     }
 
     /// Every held object lock: scope, service, object key and the entry holding it.
@@ -607,5 +630,7 @@ impl Scheduler {
     }
 }
 
+#[cfg(test)]
+mod rate_tests;
 #[cfg(test)]
 mod tests;

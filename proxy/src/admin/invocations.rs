@@ -27,7 +27,20 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
             limit.concurrency(),
             rule.as_ref().map(ToString::to_string),
         ),
+        Some(BlockedOn::RateLimit { level, rule, .. }) => (
+            Some(level.as_str().to_ascii_lowercase()),
+            None,
+            rule.as_ref().map(ToString::to_string),
+        ),
         _ => (None, None, None),
+    };
+    let (rate, next_token_at) = match &w.blocked_on {
+        Some(BlockedOn::RateLimit {
+            rate,
+            next_token_ms,
+            ..
+        }) => (Some(rate.rate.to_string()), Some(time(*next_token_ms))),
+        _ => (None, None),
     };
     WaitingResponse {
         status: w.status.name().to_owned(),
@@ -38,6 +51,8 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
         level,
         limit,
         rule,
+        rate,
+        next_token_at,
     }
 }
 

@@ -10,7 +10,9 @@ use http::StatusCode;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use crate::flow::{Delete, Limit, Precondition, Rule, RuleError, RulePattern, Upsert};
+use crate::flow::{
+    Delete, Limit, Precondition, Rate, RateError, RateLimit, Rule, RuleError, RulePattern, Upsert,
+};
 use crate::limits::RulesError;
 pub use sluice_api::limits::{
     CounterResponse, DeleteRuleRequest, Limits, ListCountersResponse, ListRulesResponse,
@@ -26,6 +28,8 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
                 Limit::Concurrency(n) => Some(n.get()),
                 Limit::Unlimited => None,
             },
+            rate: rule.rate.map(|r| r.rate.to_string()),
+            burst: rule.rate.map(|r| r.burst.get()),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -41,6 +45,34 @@ fn pattern(text: &str) -> Result<RulePattern, AdminError> {
             format!("invalid rule pattern '{text}': {e}"),
         )
     })
+}
+
+/// The rate and burst of a rule's limits; a burst needs a rate.
+fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, AdminError> {
+    let invalid = |why: String| {
+        AdminError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("rule '{pattern}': {why}"),
+        )
+    };
+    let Some(text) = &limits.rate else {
+        return match limits.burst {
+            Some(_) => Err(invalid(
+                "burst needs a rate (e.g. \"rate\": \"10/s\", \"burst\": 5)".into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    let rate: Rate = text
+        .parse()
+        .map_err(|e: RateError| invalid(e.to_string()))?;
+    let burst = match limits.burst {
+        None => NonZeroU32::MIN,
+        Some(n) => NonZeroU32::new(n).ok_or_else(|| {
+            invalid("burst must be at least 1 (1 spaces admissions evenly)".into())
+        })?,
+    };
+    Ok(Some(RateLimit { rate, burst }))
 }
 
 fn refused(error: RulesError) -> AdminError {
@@ -80,6 +112,7 @@ pub async fn upsert(
             Ok(Upsert {
                 pattern: pattern(&r.pattern)?,
                 limit,
+                rate: rate_limit(&r.pattern, &r.limits)?,
                 description: r.description.clone(),
                 disabled: r.disabled,
                 precondition: match r.precondition {
@@ -151,6 +184,10 @@ pub async fn counters(
                 limit,
                 waiters: c.waiters,
                 rule: c.rule.map(|r| r.to_string()),
+                rate: c.rate.map(|r| r.rate.to_string()),
+                burst: c.rate.map(|r| r.burst.get()),
+                tokens: c.tokens,
+                next_token_at: c.next_token_ms.and_then(crate::clock::rfc3339),
             }
         })
         .collect();

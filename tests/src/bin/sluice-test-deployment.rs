@@ -67,6 +67,8 @@ static PEAK: AtomicU64 = AtomicU64::new(0);
 static AWAKEABLE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 /// Completions of `Meter/work`, counted inside a second side effect.
 static DONE: AtomicU64 = AtomicU64::new(0);
+/// When each `Meter/tick` started, ms since the epoch, in order.
+static TICKS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 /// Calls of `Meter/flaky`.
 static FLAKY: AtomicU64 = AtomicU64::new(0);
 
@@ -137,6 +139,24 @@ impl Meter {
         tokio::time::sleep(Duration::from_millis(millis)).await;
         HOLDING.fetch_sub(1, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Records when it started (for rate limits measured in the handler).
+    #[handler]
+    async fn tick(&self, _ctx: Context<'_>) -> Result<(), HandlerError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        TICKS.lock().unwrap_or_else(|e| e.into_inner()).push(now);
+        Ok(())
+    }
+
+    /// The start times `tick` recorded since the last call, ms since the epoch; resets them.
+    #[handler]
+    async fn ticks(&self, _ctx: Context<'_>) -> Result<Json<Vec<u64>>, HandlerError> {
+        Ok(Json(std::mem::take(
+            &mut *TICKS.lock().unwrap_or_else(|e| e.into_inner()),
+        )))
     }
 
     /// The most `hold`s that ran at once since the last call; resets it.

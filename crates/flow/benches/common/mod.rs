@@ -43,6 +43,11 @@ pub fn parsed(key: (usize, usize, usize)) -> (Scope, LimitKey) {
 
 /// 1,000 rules of every shape, with limits high enough that admissions succeed.
 pub fn book() -> RuleBook {
+    book_with_rate(None)
+}
+
+/// [`book`] with `rate` on every rule.
+pub fn book_with_rate(rate: Option<sluice_flow::RateLimit>) -> RuleBook {
     let limit = Limit::Concurrency(NonZeroU32::new(1_000_000).unwrap());
     let mut patterns = vec!["*".to_owned(), "*/*".to_owned(), "*/*/*".to_owned()];
     patterns.extend((0..400).map(|i| format!("tenant-{}", i * 7)));
@@ -53,7 +58,10 @@ pub fn book() -> RuleBook {
     patterns.dedup();
     let upserts: Vec<Upsert> = patterns
         .iter()
-        .map(|p| Upsert::new(RulePattern::parse(p).unwrap(), limit))
+        .map(|p| Upsert {
+            rate,
+            ..Upsert::new(RulePattern::parse(p).unwrap(), limit)
+        })
         .collect();
     let mut book = RuleBook::new();
     book.apply_batch(&upserts, 0).unwrap();

@@ -32,7 +32,7 @@ fn acquire_counts_every_touched_level_and_release_prunes() {
     let mut l = Limiter::new();
     let p = path(&mut l, "acme", Some("gold/eu"));
     assert_eq!(l.len(), 3);
-    let permit = l.try_acquire(&p, &b).unwrap();
+    let permit = l.try_acquire(&p, &b, 0).unwrap();
     for &c in p.counters() {
         assert_eq!(l.usage(c), 1);
     }
@@ -49,13 +49,13 @@ fn blocked_names_the_deepest_full_level() {
     let b = book(&[("acme", 1), ("acme/gold", 1)]);
     let mut l = Limiter::new();
     let p = path(&mut l, "acme", Some("gold/eu"));
-    let _held = l.try_acquire(&p, &b).unwrap();
-    let blocked = l.try_acquire(&p, &b).unwrap_err();
+    let _held = l.try_acquire(&p, &b, 0).unwrap();
+    let blocked = l.try_acquire(&p, &b, 0).unwrap_err();
     assert_eq!(blocked.level, Level::L1);
     assert_eq!(blocked.rule.unwrap().to_string(), "acme/gold");
     // A sibling key is blocked at the scope only.
     let q = path(&mut l, "acme", Some("silver"));
-    let blocked = l.try_acquire(&q, &b).unwrap_err();
+    let blocked = l.try_acquire(&q, &b, 0).unwrap_err();
     assert_eq!(blocked.level, Level::Scope);
 }
 
@@ -65,9 +65,9 @@ fn limits_are_per_scope_under_a_star_rule() {
     let mut l = Limiter::new();
     let a = path(&mut l, "a", None);
     let c = path(&mut l, "c", None);
-    let _pa = l.try_acquire(&a, &b).unwrap();
-    let _pc = l.try_acquire(&c, &b).unwrap();
-    assert!(l.try_acquire(&a, &b).is_err());
+    let _pa = l.try_acquire(&a, &b, 0).unwrap();
+    let _pc = l.try_acquire(&c, &b, 0).unwrap();
+    assert!(l.try_acquire(&a, &b, 0).is_err());
 }
 
 #[test]
@@ -75,9 +75,9 @@ fn unlimited_rule_overrules_at_its_level_while_others_apply() {
     let b = book(&[("*/*", 1), ("acme/gold", 0), ("acme", 2)]);
     let mut l = Limiter::new();
     let p = path(&mut l, "acme", Some("gold"));
-    let _first = l.try_acquire(&p, &b).unwrap();
-    let _second = l.try_acquire(&p, &b).unwrap();
-    let blocked = l.try_acquire(&p, &b).unwrap_err();
+    let _first = l.try_acquire(&p, &b, 0).unwrap();
+    let _second = l.try_acquire(&p, &b, 0).unwrap();
+    let blocked = l.try_acquire(&p, &b, 0).unwrap_err();
     assert_eq!(blocked.level, Level::Scope, "the scope rule still applies");
 }
 
@@ -87,14 +87,14 @@ fn release_wakes_one_waiter_per_freed_slot_deepest_first() {
     let mut l = Limiter::new();
     let pa = path(&mut l, "s", Some("a"));
     let pb = path(&mut l, "s", Some("b"));
-    let held_a = l.try_acquire(&pa, &b).unwrap();
-    let _held_b = l.try_acquire(&pb, &b).unwrap();
+    let held_a = l.try_acquire(&pa, &b, 0).unwrap();
+    let _held_b = l.try_acquire(&pb, &b, 0).unwrap();
     // 10 and 11 wait at s/a (deepest blocked), 20 and 21 at s.
-    let blocked = l.check(&pa, &b, false).unwrap_err();
+    let blocked = l.check(&pa, &b, false, true, 0).unwrap_err();
     assert_eq!(blocked.level, Level::L1);
     l.park(blocked.counter, 10);
     l.park(blocked.counter, 11);
-    let scope = l.check(&pb, &b, false).unwrap_err().counter;
+    let scope = l.check(&pb, &b, false, true, 0).unwrap_err().counter;
     l.park(scope, 20);
     l.park(scope, 21);
     let mut woken = Vec::new();
@@ -111,18 +111,18 @@ fn woken_slots_are_reserved_and_handed_on() {
     let b = book(&[("s", 1)]);
     let mut l = Limiter::new();
     let p = path(&mut l, "s", None);
-    let held = l.try_acquire(&p, &b).unwrap();
-    let counter = l.check(&p, &b, false).unwrap_err().counter;
+    let held = l.try_acquire(&p, &b, 0).unwrap();
+    let counter = l.check(&p, &b, false, true, 0).unwrap_err().counter;
     l.park(counter, 1);
     l.park(counter, 2);
     let mut woken = Vec::new();
     l.release(held, &b, &mut woken);
     assert_eq!(woken, vec![1]);
     // A newcomer cannot take the slot offered to waiter 1.
-    assert!(l.check(&p, &b, false).is_err());
+    assert!(l.check(&p, &b, false, true, 0).is_err());
     // Waiter 1 can, and its reservation ends.
-    l.check(&p, &b, true).unwrap();
-    let permit = l.acquire(&p);
+    l.check(&p, &b, true, true, 0).unwrap();
+    let permit = l.acquire(&p, true, 0);
     woken.clear();
     l.settle(counter, &b, &mut woken);
     assert!(woken.is_empty(), "no slot left for waiter 2");
@@ -140,8 +140,8 @@ fn raising_a_limit_wakes_waiters_and_lowering_revokes_nothing() {
     let mut b = book(&[("s", 1)]);
     let mut l = Limiter::new();
     let p = path(&mut l, "s", None);
-    let first = l.try_acquire(&p, &b).unwrap();
-    let counter = l.check(&p, &b, false).unwrap_err().counter;
+    let first = l.try_acquire(&p, &b, 0).unwrap();
+    let counter = l.check(&p, &b, false, true, 0).unwrap_err().counter;
     for w in 1..=3 {
         l.park(counter, w);
     }
@@ -151,7 +151,7 @@ fn raising_a_limit_wakes_waiters_and_lowering_revokes_nothing() {
     assert_eq!(woken, vec![1, 2], "two new slots, two wake-ups");
     // Lower to 1: the held permit stays, nobody new gets in.
     set(&mut b, &[("s", 1)]);
-    assert!(l.check(&p, &b, false).is_err());
+    assert!(l.check(&p, &b, false, true, 0).is_err());
     assert_eq!(l.usage(counter), 1);
     l.release(first, &b, &mut woken);
 }
@@ -161,8 +161,8 @@ fn unpark_removes_a_waiter() {
     let b = book(&[("s", 1)]);
     let mut l = Limiter::new();
     let p = path(&mut l, "s", None);
-    let held = l.try_acquire(&p, &b).unwrap();
-    let counter = l.check(&p, &b, false).unwrap_err().counter;
+    let held = l.try_acquire(&p, &b, 0).unwrap();
+    let counter = l.check(&p, &b, false, true, 0).unwrap_err().counter;
     l.park(counter, 7);
     let mut woken = Vec::new();
     assert!(l.unpark(counter, 7, &b, &mut woken));
@@ -178,8 +178,8 @@ fn snapshot_lists_live_counters() {
     let b = book(&[("s/*", 2)]);
     let mut l = Limiter::new();
     let p = path(&mut l, "s", Some("k/x"));
-    let _held = l.try_acquire(&p, &b).unwrap();
-    let snap = l.snapshot(&b);
+    let _held = l.try_acquire(&p, &b, 0).unwrap();
+    let snap = l.snapshot(&b, 0);
     assert_eq!(snap.len(), 3);
     let l1 = snap.iter().find(|c| c.level == Level::L1).unwrap();
     assert_eq!(
@@ -190,4 +190,33 @@ fn snapshot_lists_live_counters() {
     let l2 = snap.iter().find(|c| c.level == Level::L2).unwrap();
     assert_eq!(l2.l2.as_deref(), Some("x"));
     assert_eq!(l2.available, u32::MAX);
+}
+
+#[test]
+fn a_due_token_is_kept_for_the_waiter_woken_for_it() {
+    let mut b = RuleBook::new();
+    let mut rated = Upsert::new(RulePattern::parse("acme").unwrap(), Limit::Unlimited);
+    rated.rate = Some(crate::rate::RateLimit::new("1/s".parse().unwrap()));
+    b.apply_batch(&[rated], 1).unwrap();
+    let mut l = Limiter::new();
+    let p = path(&mut l, "acme", None);
+    let first = l.try_acquire(&p, &b, 0).unwrap();
+    let blocked = l.check(&p, &b, false, true, 0).unwrap_err();
+    assert_eq!(blocked.rate.map(|(_, next)| next), Some(1_000));
+    l.park_for_token(blocked.counter, 7, false);
+    assert_eq!(l.next_wake(), Some(1_000));
+    let mut woken = Vec::new();
+    l.wake_due(999, &b, &mut woken);
+    assert!(woken.is_empty(), "not before its token is due");
+    l.wake_due(1_000, &b, &mut woken);
+    assert_eq!(woken, vec![7]);
+    // A newcomer finds the token taken by the one woken for it; that one finds it there.
+    assert!(l.check(&p, &b, false, true, 1_000).is_err());
+    l.check(&p, &b, true, true, 1_000).unwrap();
+    let second = l.acquire(&p, true, 1_000);
+    l.settle_token(blocked.counter, &b);
+    // Retried work takes no token: the check without one passes although none is left.
+    l.check(&p, &b, false, false, 1_000).unwrap();
+    l.release(first, &b, &mut woken);
+    l.release(second, &b, &mut woken);
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::{QueueId, QueueKey, Resource, Scheduler, State};
 use crate::pattern::{Level, RulePattern};
+use crate::rate::RateLimit;
 use crate::rules::Limit;
 
 /// A queue's state, as introspection shows it.
@@ -47,16 +48,28 @@ pub enum BlockedOn {
         /// The rule that set it.
         rule: Option<Arc<RulePattern>>,
     },
+    /// A user rate limit: the queue waits for a token.
+    RateLimit {
+        /// The level of the counter out of tokens.
+        level: Level,
+        /// Its rate.
+        rate: RateLimit,
+        /// When its next token is there, ms (for a queue behind others, the earliest).
+        next_token_ms: u64,
+        /// The rule that set it.
+        rule: Option<Arc<RulePattern>>,
+    },
 }
 
 impl BlockedOn {
-    /// Its name in the admin API and SQL: `lock`, `invoker-concurrency` or
-    /// `limit-key-concurrency`.
+    /// Its name in the admin API and SQL: `lock`, `invoker-concurrency`,
+    /// `limit-key-concurrency` or `rate-limit`.
     pub const fn name(&self) -> &'static str {
         match self {
             BlockedOn::Lock => "lock",
             BlockedOn::InvokerConcurrency => "invoker-concurrency",
             BlockedOn::LimitKeyConcurrency { .. } => "limit-key-concurrency",
+            BlockedOn::RateLimit { .. } => "rate-limit",
         }
     }
 }
@@ -104,6 +117,17 @@ impl Scheduler {
                         let on = BlockedOn::LimitKeyConcurrency {
                             level: why.level,
                             limit: why.limit,
+                            rule: why.rule.clone(),
+                        };
+                        (QueueStatus::Blocked, Some(on))
+                    }
+                    State::Parked(Resource::Token(_), why) => {
+                        let why = why.as_ref().expect("token parks carry their reason");
+                        let (rate, next_token_ms) = why.rate.expect("token parks carry the rate");
+                        let on = BlockedOn::RateLimit {
+                            level: why.level,
+                            rate,
+                            next_token_ms,
                             rule: why.rule.clone(),
                         };
                         (QueueStatus::Blocked, Some(on))

@@ -109,7 +109,7 @@ fn unscoped_work_ignores_user_limits() {
         s.enqueue(&k, id, EntryKind::New, None, 0);
     }
     assert_eq!(s.poll_runnable(0).len(), 3);
-    assert!(s.counters().is_empty());
+    assert!(s.counters(0).is_empty());
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn raising_a_rule_wakes_held_queues() {
     assert_eq!(s.poll_runnable(0).len(), 1);
     s.on_rules_changed(book(&[("a", 3)]), 1);
     assert_eq!(ids(&s.poll_runnable(1)), vec![2, 3]);
-    let counters = s.counters();
+    let counters = s.counters(0);
     assert_eq!((counters[0].usage, counters[0].available), (3, 0));
 }
 

@@ -152,7 +152,7 @@ impl Partition {
                 let _ = reply.send(self.scheduler.queues());
             }
             Event::Counters { reply } => {
-                let _ = reply.send(self.scheduler.counters());
+                let _ = reply.send(self.scheduler.counters(self.driver.now_ms()));
             }
             Event::Explain { id, reply } => {
                 let _ = reply.send(self.waiting(id));

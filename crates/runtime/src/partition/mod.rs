@@ -453,6 +453,10 @@ impl Partition {
                         Err(_) => rules = None,
                     }
                 }
+                // A queue waiting for a rate's token: its turn comes with the time, not an event.
+                () = tokio::time::sleep(self.until_scheduler_due()), if self.scheduler.next_timer().is_some() => {
+                    self.dispatch();
+                }
                 () = tokio::time::sleep(self.until_next_wake()), if !self.wakes.is_empty() && pending.len() < IN_FLIGHT => {
                     self.due_wakes(&mut batch);
                     if batch.is_empty() {
@@ -478,6 +482,13 @@ impl Partition {
             .map_or(Duration::ZERO, |Reverse((at_ms, _, _))| {
                 Duration::from_millis(at_ms.saturating_sub(self.driver.now_ms()))
             })
+    }
+
+    /// How long until the scheduler wants to be polled (a rate's next token).
+    fn until_scheduler_due(&self) -> Duration {
+        self.scheduler.next_timer().map_or(Duration::ZERO, |at_ms| {
+            Duration::from_millis(at_ms.saturating_sub(self.driver.now_ms()))
+        })
     }
 
     /// Moves the wake-ups due now into `batch` as events.

@@ -15,6 +15,8 @@ pub(super) fn rules_schema() -> SchemaRef {
     schema(vec![
         ("pattern", DataType::Utf8, false),
         ("concurrency", DataType::UInt32, true),
+        ("rate", DataType::Utf8, true),
+        ("burst", DataType::UInt32, true),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -33,10 +35,13 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
             StringBuilder::new(),
         );
         let (mut disabled, mut version) = (BooleanBuilder::new(), UInt32Builder::new());
+        let (mut rate, mut burst) = (StringBuilder::new(), UInt32Builder::new());
         let mut modified = TimestampMillisecondBuilder::new().with_timezone("UTC");
         for rule in rules {
             pattern.append_value(rule.pattern.to_string());
             concurrency.append_option(rule.limit.concurrency());
+            rate.append_option(rule.rate.map(|r| r.rate.to_string()));
+            burst.append_option(rule.rate.map(|r| r.burst.get()));
             description.append_option(rule.description.as_deref());
             disabled.append_value(rule.disabled);
             version.append_value(rule.version);
@@ -47,6 +52,8 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
             vec![
                 Arc::new(pattern.finish()),
                 Arc::new(concurrency.finish()),
+                Arc::new(rate.finish()),
+                Arc::new(burst.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
@@ -68,6 +75,10 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("rule_pattern", DataType::Utf8, true),
         ("available", DataType::UInt32, true),
         ("num_waiters", DataType::UInt64, false),
+        ("rate", DataType::Utf8, true),
+        ("burst", DataType::UInt32, true),
+        ("tokens", DataType::UInt32, true),
+        ("next_token_at", timestamp(), true),
     ])
 }
 
@@ -87,6 +98,12 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             UInt32Builder::new(),
         );
         let (mut rule, mut waiters) = (StringBuilder::new(), UInt64Builder::new());
+        let (mut rate, mut burst, mut tokens) = (
+            StringBuilder::new(),
+            UInt32Builder::new(),
+            UInt32Builder::new(),
+        );
+        let mut next_token = TimestampMillisecondBuilder::new().with_timezone("UTC");
         for c in &counters {
             partition.append_value(crate::invocation::identity::partition_key(&[&c.scope]));
             scope.append_value(&c.scope);
@@ -98,6 +115,13 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             rule.append_option(c.rule.as_ref().map(|p| p.to_string()));
             available.append_option(c.limit.concurrency().map(|_| c.available));
             waiters.append_value(c.waiters as u64);
+            rate.append_option(c.rate.map(|r| r.rate.to_string()));
+            burst.append_option(c.rate.map(|r| r.burst.get()));
+            tokens.append_option(c.tokens);
+            next_token.append_option(
+                c.next_token_ms
+                    .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+            );
         }
         batch(
             &user_limits_schema(),
@@ -112,6 +136,10 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(rule.finish()),
                 Arc::new(available.finish()),
                 Arc::new(waiters.finish()),
+                Arc::new(rate.finish()),
+                Arc::new(burst.finish()),
+                Arc::new(tokens.finish()),
+                Arc::new(next_token.finish()),
             ],
         )
     })
@@ -150,6 +178,21 @@ pub(super) fn blocked(
             "limit_key": limit_key,
             "level": level.as_str(),
             "limit": limit.concurrency(),
+            "rule": rule.as_ref().map(|p| p.to_string()),
+        }),
+        BlockedOn::RateLimit {
+            level,
+            rate,
+            next_token_ms,
+            rule,
+        } => serde_json::json!({
+            "type": on.name(),
+            "scope": scope,
+            "limit_key": limit_key,
+            "level": level.as_str(),
+            "rate": rate.rate.to_string(),
+            "burst": rate.burst.get(),
+            "next_token_at": crate::clock::rfc3339(*next_token_ms),
             "rule": rule.as_ref().map(|p| p.to_string()),
         }),
     };
