@@ -669,3 +669,94 @@ async fn held_sends_keep_their_input_and_answer_requests_while_they_wait() {
         }
     }
 }
+
+#[tokio::test]
+async fn rules_apply_plans_applies_prunes_and_exports() {
+    let (sluice, _dep) = flow_controlled().await;
+    let run = |args: &[&str]| sluice_tests::cli(&sluice, "rules", args);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.toml");
+    let path = file.to_str().unwrap();
+    sluice
+        .set_rules(json!([{"pattern": "old", "limits": {"concurrency": 1}}]))
+        .await;
+    std::fs::write(
+        &file,
+        "[[rules]]\npattern = \"*\"\nconcurrency = 2\n\n[[rules]]\npattern = \"openai\"\nconcurrency = 5\nrate = \"100/minute\"\nburst = 10\n",
+    )
+    .unwrap();
+    let patterns = || async {
+        let (_, listed) =
+            sluice_tests::get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
+        listed["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["pattern"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+
+    // A dry run prints the plan and changes nothing.
+    let (ok, out) = run(&["apply", "-f", path, "--dry-run"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("+ create     *") && out.contains("+ create     openai"),
+        "{out}"
+    );
+    assert!(out.contains("! not in file old"), "{out}");
+    assert!(
+        out.contains("2 to create, 0 to update, 0 to delete, 0 unchanged"),
+        "{out}"
+    );
+    assert_eq!(patterns().await, ["old"]);
+
+    // Applied: both created, `old` kept without --prune.
+    let (ok, out) = run(&["apply", "-f", path]);
+    assert!(ok, "{out}");
+    assert_eq!(patterns().await, ["*", "old", "openai"]);
+    let (_, rows) = sluice
+        .query("SELECT rate, burst, concurrency FROM sys_rules WHERE pattern = 'openai'")
+        .await;
+    assert_eq!(
+        rows["rows"],
+        json!([{"rate": "100/min", "burst": 10, "concurrency": 5}])
+    );
+
+    // Applying the same file again: nothing to do (the rate compares as the server stores it).
+    let (ok, out) = run(&["apply", "-f", path]);
+    assert!(ok && out.contains("nothing to do"), "{out}");
+
+    // A changed file with --prune: one update, one delete, one unchanged.
+    std::fs::write(
+        &file,
+        "[[rules]]\npattern = \"*\"\nconcurrency = 3\n\n[[rules]]\npattern = \"openai\"\nconcurrency = 5\nrate = \"100/min\"\nburst = 10\n",
+    )
+    .unwrap();
+    let (ok, out) = run(&["apply", "-f", path, "--prune"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("0 to create, 1 to update, 1 to delete, 1 unchanged"),
+        "{out}"
+    );
+    assert_eq!(patterns().await, ["*", "openai"]);
+
+    // A file with a typo changes nothing and names the field.
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(&typo, "[[rules]]\npattern = \"x\"\nconcurency = 1\n").unwrap();
+    let (ok, out) = run(&["apply", "-f", typo.to_str().unwrap()]);
+    assert!(!ok && out.contains("concurency"), "{out}");
+
+    // Export writes what apply reads: applying it changes nothing; JSON too.
+    let exported = dir.path().join("exported.toml");
+    let (ok, out) = run(&["export", "-o", exported.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    let (ok, out) = run(&["apply", "-f", exported.to_str().unwrap(), "--prune"]);
+    assert!(ok && out.contains("nothing to do"), "{out}");
+    let (ok, out) = run(&["export", "--format", "json"]);
+    assert!(ok, "{out}");
+    let as_json: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        as_json["rules"][0],
+        json!({"pattern": "*", "concurrency": 3})
+    );
+}

@@ -78,6 +78,26 @@ pub struct DeleteRuleRequest {
     pub expected_version: Option<u32>,
 }
 
+/// `POST /limits/rules/apply`: upserts then deletes, as one change.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct ApplyRulesRequest {
+    /// Rules to create or replace.
+    #[serde(default)]
+    pub upserts: Vec<UpsertRuleRequest>,
+    /// Rules to delete.
+    #[serde(default)]
+    pub deletes: Vec<DeleteRuleRequest>,
+}
+
+/// What an apply changed.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ApplyRulesResponse {
+    /// The upserted rules as stored, in order.
+    pub rules: Vec<RuleResponse>,
+    /// The patterns deleted.
+    pub deleted: Vec<String>,
+}
+
 /// `GET /limits/rules`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ListRulesResponse {

@@ -9,6 +9,7 @@ pub mod invocations;
 pub mod plugins;
 pub mod registry;
 pub mod rules;
+pub mod rules_file;
 pub mod sql;
 pub mod subscriptions;
 pub mod table;

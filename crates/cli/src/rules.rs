@@ -1,5 +1,7 @@
 //! `sluice rules …`: the flow-control rule book through the admin API.
 
+use std::path::PathBuf;
+
 use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -8,6 +10,7 @@ use crate::client::AdminClient;
 use crate::clock::rfc3339;
 use crate::errors::CodedError;
 use crate::registry::AdminArgs;
+use crate::rules_file::{self, Plan};
 use crate::table;
 use sluice_api::limits::{Limits, ListRulesResponse, RuleResponse};
 
@@ -62,6 +65,28 @@ pub enum RulesCommand {
     Delete {
         /// The rule's pattern.
         pattern: String,
+    },
+    /// Make the rule book what a file says: prints the plan (create, update, delete,
+    /// unchanged), then applies it as one change that fails whole if the book moved meanwhile.
+    Apply {
+        /// TOML (`[[rules]]` tables) or, for a `.json` name, JSON (`{"rules": [...]}`).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Print the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also delete live rules the file does not name.
+        #[arg(long)]
+        prune: bool,
+    },
+    /// Write the live rule book in the format `rules apply` reads.
+    Export {
+        /// Write here instead of stdout (a `.json` name writes JSON).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+        /// `toml` (default) or `json`.
+        #[arg(long)]
+        format: Option<String>,
     },
 }
 
@@ -211,6 +236,46 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                 return Err(not_found(pattern));
             }
             (format!("rule '{pattern}' deleted"), answer.json)
+        }
+        RulesCommand::Apply {
+            file,
+            dry_run,
+            prune,
+        } => {
+            let wanted = rules_file::read(file)?;
+            let plan = Plan::new(&wanted, &rules(&admin).await?, *prune)?;
+            print!("{}", plan.render());
+            if *dry_run || plan.is_empty() {
+                let what = if *dry_run { "dry run" } else { "nothing to do" };
+                println!("{what}: the rule book is unchanged");
+                return Ok(());
+            }
+            let answer = admin
+                .call(Method::POST, "/limits/rules/apply", Some(&plan.request()))
+                .await
+                .map_err(|e| {
+                    if e.message.contains("precondition") {
+                        CodedError::uncoded(format!(
+                            "the rule book changed since the plan was made, nothing was applied; run `sluice rules apply` again ({})",
+                            e.message
+                        ))
+                    } else {
+                        e
+                    }
+                })?;
+            ("applied".to_owned(), answer.json)
+        }
+        RulesCommand::Export { output, format } => {
+            let json =
+                args.json || rules_file::export_as_json(output.as_deref(), format.as_deref());
+            let text = rules_file::export(&rules(&admin).await?, json);
+            match output {
+                None => print!("{text}"),
+                Some(path) => std::fs::write(path, text).map_err(|e| {
+                    CodedError::uncoded(format!("cannot write {}: {e}", path.display()))
+                })?,
+            }
+            return Ok(());
         }
         RulesCommand::List { extra } => {
             let list = rules(&admin).await?;

@@ -15,8 +15,8 @@ use crate::flow::{
 };
 use crate::limits::RulesError;
 pub use sluice_api::limits::{
-    CounterResponse, DeleteRuleRequest, Limits, ListCountersResponse, ListRulesResponse,
-    PreconditionRequest, RuleResponse, UpsertRuleRequest,
+    ApplyRulesRequest, ApplyRulesResponse, CounterResponse, DeleteRuleRequest, Limits,
+    ListCountersResponse, ListRulesResponse, PreconditionRequest, RuleResponse, UpsertRuleRequest,
 };
 
 /// How the admin API shows `Rule`.
@@ -94,7 +94,31 @@ pub async fn upsert(
     State(state): State<Arc<AdminState>>,
     Json(requests): Json<Vec<UpsertRuleRequest>>,
 ) -> Result<Json<Vec<RuleResponse>>, AdminError> {
-    let upserts = requests
+    let upserts = upserts_of(&requests)?;
+    let rules = state.rules.upsert(&upserts).map_err(refused)?;
+    Ok(Json(rules.iter().map(rule_response).collect()))
+}
+
+/// Upserts and deletes as one change: all or nothing (`sluice rules apply`).
+#[utoipa::path(post, path = "/limits/rules/apply", tag = "limits", operation_id = "apply_rules",
+    request_body = ApplyRulesRequest,
+    responses((status = 200, body = ApplyRulesResponse), (status = 409, description = "A precondition or version failed; nothing changed."),
+        (status = 422, description = "An invalid pattern or limit; nothing changed.")))]
+pub async fn apply(
+    State(state): State<Arc<AdminState>>,
+    Json(request): Json<ApplyRulesRequest>,
+) -> Result<Json<ApplyRulesResponse>, AdminError> {
+    let upserts = upserts_of(&request.upserts)?;
+    let deletes = deletes_of(&request.deletes)?;
+    let (rules, deleted) = state.rules.apply(&upserts, &deletes).map_err(refused)?;
+    Ok(Json(ApplyRulesResponse {
+        rules: rules.iter().map(rule_response).collect(),
+        deleted: deleted.iter().map(ToString::to_string).collect(),
+    }))
+}
+
+fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError> {
+    requests
         .iter()
         .map(|r| {
             let limit = match r.limits.concurrency {
@@ -122,9 +146,19 @@ pub async fn upsert(
                 },
             })
         })
-        .collect::<Result<Vec<_>, AdminError>>()?;
-    let rules = state.rules.upsert(&upserts).map_err(refused)?;
-    Ok(Json(rules.iter().map(rule_response).collect()))
+        .collect()
+}
+
+fn deletes_of(requests: &[DeleteRuleRequest]) -> Result<Vec<Delete>, AdminError> {
+    requests
+        .iter()
+        .map(|r| {
+            Ok(Delete {
+                pattern: pattern(&r.pattern)?,
+                expected_version: r.expected_version,
+            })
+        })
+        .collect()
 }
 
 /// Deletes rules, all or none; answers the patterns removed.
@@ -135,15 +169,7 @@ pub async fn bulk_delete(
     State(state): State<Arc<AdminState>>,
     Json(requests): Json<Vec<DeleteRuleRequest>>,
 ) -> Result<Json<Vec<String>>, AdminError> {
-    let deletes = requests
-        .iter()
-        .map(|r| {
-            Ok(Delete {
-                pattern: pattern(&r.pattern)?,
-                expected_version: r.expected_version,
-            })
-        })
-        .collect::<Result<Vec<_>, AdminError>>()?;
+    let deletes = deletes_of(&requests)?;
     let removed = state.rules.delete(&deletes).map_err(refused)?;
     Ok(Json(removed.iter().map(ToString::to_string).collect()))
 }

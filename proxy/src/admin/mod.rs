@@ -158,6 +158,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(invocations::control))
         .routes(routes!(limits::upsert, limits::list))
         .routes(routes!(limits::bulk_delete))
+        .routes(routes!(limits::apply))
         .routes(routes!(limits::counters))
         .routes(routes!(query::query))
         .routes(routes!(kafka::create_cluster, kafka::list_clusters))

@@ -100,6 +100,20 @@ impl Rules {
         self.change(|book| book.delete_batch(deletes))
     }
 
+    /// Applies upserts and then deletes as one change: all of it or, when a precondition or
+    /// expected version fails, none of it.
+    pub fn apply(
+        &self,
+        upserts: &[Upsert],
+        deletes: &[Delete],
+    ) -> Result<(Vec<Rule>, Vec<RulePattern>), RulesError> {
+        self.change(|book| {
+            let rules = book.apply_batch(upserts, now_ms())?;
+            let removed = book.delete_batch(deletes)?;
+            Ok((rules, removed))
+        })
+    }
+
     fn change<T>(
         &self,
         apply: impl FnOnce(&mut RuleBook) -> Result<T, RuleError>,
@@ -180,5 +194,41 @@ mod tests {
             }])
             .unwrap();
         assert!(again.book().get(&star).is_none());
+    }
+
+    #[test]
+    fn an_apply_is_all_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let rules = Rules::load(Arc::clone(&store)).unwrap();
+        let (a, b): (RulePattern, RulePattern) = ("a".parse().unwrap(), "b".parse().unwrap());
+        rules
+            .upsert(&[Upsert::new(a.clone(), Limit::Unlimited)])
+            .unwrap();
+        let version = rules.book().version();
+        // The delete's expected version is wrong: the upsert of `b` does not happen either.
+        let refused = rules.apply(
+            &[Upsert::new(b.clone(), Limit::Unlimited)],
+            &[Delete {
+                pattern: a.clone(),
+                expected_version: Some(99),
+            }],
+        );
+        assert!(matches!(refused, Err(RulesError::Rules(_))));
+        assert_eq!(rules.book().version(), version);
+        assert!(rules.book().get(&b).is_none());
+        let (created, removed) = rules
+            .apply(
+                &[Upsert::new(b.clone(), Limit::Unlimited)],
+                &[Delete {
+                    pattern: a.clone(),
+                    expected_version: None,
+                }],
+            )
+            .unwrap();
+        assert_eq!((created.len(), removed), (1, vec![a.clone()]));
+        drop(rules);
+        let again = Rules::load(store).unwrap();
+        assert!(again.book().get(&a).is_none() && again.book().get(&b).is_some());
     }
 }

@@ -1,0 +1,394 @@
+//! The rule book as a file (`sluice rules apply -f` / `sluice rules export`): TOML
+//! (`[[rules]]` tables) or JSON (`{"rules": [...]}`, chosen by a `.json` name), and the plan
+//! that turns the live book into the file's.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sluice_api::limits::{
+    ApplyRulesRequest, DeleteRuleRequest, Limits, PreconditionRequest, RuleResponse,
+    UpsertRuleRequest,
+};
+use sluice_flow::Rate;
+
+use crate::errors::CodedError;
+
+/// One rule as a file writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
+    pub pattern: String,
+    /// Invocations running at once (absent: unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Admissions per unit of time, e.g. `100/s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// The rate's burst (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Kept but not applied.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disabled: bool,
+}
+
+/// A whole file.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesFile {
+    /// Its rules.
+    #[serde(default)]
+    pub rules: Vec<RuleSpec>,
+}
+
+impl RuleSpec {
+    /// The rule as the server would store it: the rate as it reads back, the burst spelled
+    /// out, so a file and the live book compare equal when they mean the same.
+    fn normalised(&self) -> Result<Self, CodedError> {
+        let rule = |why: String| CodedError::uncoded(format!("rule '{}': {why}", self.pattern));
+        let rate = match &self.rate {
+            None if self.burst.is_some() => return Err(rule("burst needs a rate".into())),
+            None => None,
+            Some(text) => Some(
+                text.parse::<Rate>()
+                    .map_err(|e| rule(e.to_string()))?
+                    .to_string(),
+            ),
+        };
+        if self.concurrency == Some(0) || self.burst == Some(0) {
+            return Err(rule("concurrency and burst must be at least 1".into()));
+        }
+        Ok(Self {
+            burst: rate.as_ref().map(|_| self.burst.unwrap_or(1)),
+            rate,
+            ..self.clone()
+        })
+    }
+
+    fn of(rule: &RuleResponse) -> Self {
+        Self {
+            pattern: rule.pattern.clone(),
+            concurrency: rule.limits.concurrency,
+            rate: rule.limits.rate.clone(),
+            burst: rule.limits.burst,
+            description: rule.description.clone(),
+            disabled: rule.disabled,
+        }
+    }
+
+    fn request(&self, precondition: PreconditionRequest) -> UpsertRuleRequest {
+        UpsertRuleRequest {
+            pattern: self.pattern.clone(),
+            limits: Limits {
+                concurrency: self.concurrency,
+                rate: self.rate.clone(),
+                burst: self.burst,
+            },
+            description: self.description.clone(),
+            disabled: self.disabled,
+            precondition: Some(precondition),
+        }
+    }
+
+    /// `concurrency=2 rate=10/s burst=1 disabled`, for the plan.
+    fn summary(&self) -> String {
+        let mut out = Vec::new();
+        match self.concurrency {
+            Some(n) => out.push(format!("concurrency={n}")),
+            None => out.push("concurrency=unlimited".to_owned()),
+        }
+        if let Some(rate) = &self.rate {
+            out.push(format!("rate={rate}"));
+            out.push(format!("burst={}", self.burst.unwrap_or(1)));
+        }
+        if self.disabled {
+            out.push("disabled".to_owned());
+        }
+        if let Some(d) = &self.description {
+            out.push(format!("description={d:?}"));
+        }
+        out.join(" ")
+    }
+}
+
+/// Reads a rules file: JSON when its name ends in `.json`, TOML otherwise.
+pub fn read(path: &Path) -> Result<RulesFile, CodedError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CodedError::uncoded(format!(
+            "cannot read the rules file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let bad = |e: String| {
+        CodedError::uncoded(format!(
+            "the rules file {} is not valid: {e}",
+            path.display()
+        ))
+    };
+    if is_json(path) {
+        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    } else {
+        toml::from_str(&text).map_err(|e| bad(e.to_string()))
+    }
+}
+
+fn is_json(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+/// The live book in the file format: JSON when `json`, TOML otherwise.
+pub fn export(live: &[RuleResponse], json: bool) -> String {
+    let file = RulesFile {
+        rules: live.iter().map(RuleSpec::of).collect(),
+    };
+    if json {
+        serde_json::to_string_pretty(&file).unwrap_or_default() + "\n"
+    } else {
+        toml::to_string(&file).unwrap_or_default()
+    }
+}
+
+/// Whether an export to `path` should be JSON.
+pub fn export_as_json(path: Option<&Path>, format: Option<&str>) -> bool {
+    match format {
+        Some(f) => f.eq_ignore_ascii_case("json"),
+        None => path.is_some_and(is_json),
+    }
+}
+
+/// What an apply changes.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Rules to create.
+    pub create: Vec<RuleSpec>,
+    /// Rules to change: (live version, live rule, wanted rule).
+    pub update: Vec<(u32, RuleSpec, RuleSpec)>,
+    /// Live rules not in the file, with their versions: deleted with `--prune`.
+    pub absent: Vec<(u32, RuleSpec)>,
+    /// Rules the file and the live book agree on.
+    pub unchanged: Vec<RuleSpec>,
+    /// Whether absent rules are deleted.
+    pub prune: bool,
+}
+
+impl Plan {
+    /// The plan that makes `live` what `file` says.
+    pub fn new(file: &RulesFile, live: &[RuleResponse], prune: bool) -> Result<Self, CodedError> {
+        let mut wanted = BTreeMap::new();
+        for spec in &file.rules {
+            let spec = spec.normalised()?;
+            if wanted.insert(spec.pattern.clone(), spec).is_some() {
+                return Err(CodedError::uncoded(
+                    "the rules file names a pattern twice; each pattern once".to_owned(),
+                ));
+            }
+        }
+        let mut plan = Plan {
+            prune,
+            ..Plan::default()
+        };
+        for rule in live {
+            let current = RuleSpec::of(rule);
+            match wanted.remove(&rule.pattern) {
+                None => plan.absent.push((rule.version, current)),
+                Some(want) if want == current => plan.unchanged.push(want),
+                Some(want) => plan.update.push((rule.version, current, want)),
+            }
+        }
+        plan.create = wanted.into_values().collect();
+        Ok(plan)
+    }
+
+    /// Whether applying it changes anything.
+    pub fn is_empty(&self) -> bool {
+        self.create.is_empty() && self.update.is_empty() && (!self.prune || self.absent.is_empty())
+    }
+
+    /// The one request that applies it, with version preconditions: it fails as a whole if
+    /// the live book changed since the plan was made.
+    pub fn request(&self) -> ApplyRulesRequest {
+        let mut upserts: Vec<UpsertRuleRequest> = self
+            .create
+            .iter()
+            .map(|s| s.request(PreconditionRequest::DoesNotExist))
+            .collect();
+        upserts.extend(self.update.iter().map(|(version, _, want)| {
+            want.request(PreconditionRequest::Matches { version: *version })
+        }));
+        let deletes = if self.prune {
+            self.absent
+                .iter()
+                .map(|(version, spec)| DeleteRuleRequest {
+                    pattern: spec.pattern.clone(),
+                    expected_version: Some(*version),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        ApplyRulesRequest { upserts, deletes }
+    }
+
+    /// The plan as a person reads it.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for spec in &self.create {
+            let _ = writeln!(out, "+ create     {}  {}", spec.pattern, spec.summary());
+        }
+        for (_, from, to) in &self.update {
+            let _ = writeln!(
+                out,
+                "~ update     {}  {}  ->  {}",
+                to.pattern,
+                from.summary(),
+                to.summary()
+            );
+        }
+        for (_, spec) in &self.absent {
+            if self.prune {
+                let _ = writeln!(out, "- delete     {}  {}", spec.pattern, spec.summary());
+            } else {
+                let _ = writeln!(
+                    out,
+                    "! not in file {}  (kept; --prune deletes it)",
+                    spec.pattern
+                );
+            }
+        }
+        for spec in &self.unchanged {
+            let _ = writeln!(out, "= unchanged  {}", spec.pattern);
+        }
+        let deleted = if self.prune { self.absent.len() } else { 0 };
+        let _ = writeln!(
+            out,
+            "{} to create, {} to update, {} to delete, {} unchanged",
+            self.create.len(),
+            self.update.len(),
+            deleted,
+            self.unchanged.len()
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(pattern: &str, version: u32, limits: Limits) -> RuleResponse {
+        RuleResponse {
+            pattern: pattern.into(),
+            limits,
+            description: None,
+            disabled: false,
+            version,
+            last_modified_millis_since_epoch: 0,
+        }
+    }
+
+    const FILE: &str = r#"
+[[rules]]
+pattern = "*"
+concurrency = 2
+
+[[rules]]
+pattern = "openai"
+rate = "100/minute"
+concurrency = 5
+
+[[rules]]
+pattern = "acme"
+rate = "10/s"
+burst = 3
+"#;
+
+    #[test]
+    fn a_plan_creates_updates_keeps_and_prunes() {
+        let file: RulesFile = toml::from_str(FILE).unwrap();
+        let book = [
+            live(
+                "*",
+                4,
+                Limits {
+                    concurrency: Some(2),
+                    rate: None,
+                    burst: None,
+                },
+            ),
+            live(
+                "acme",
+                7,
+                Limits {
+                    concurrency: None,
+                    rate: Some("10/s".into()),
+                    burst: Some(1),
+                },
+            ),
+            live("old", 2, Limits::default()),
+        ];
+        let plan = Plan::new(&file, &book, false).unwrap();
+        assert_eq!(plan.unchanged.len(), 1, "{}", plan.render());
+        assert_eq!(
+            plan.create[0].rate.as_deref(),
+            Some("100/min"),
+            "normalised"
+        );
+        assert_eq!(plan.update[0].2.burst, Some(3));
+        assert!(
+            plan.render().contains("! not in file old"),
+            "{}",
+            plan.render()
+        );
+        assert!(
+            plan.request().deletes.is_empty(),
+            "nothing deleted without --prune"
+        );
+        let pruning = Plan::new(&file, &book, true).unwrap();
+        let request = pruning.request();
+        assert_eq!(request.deletes[0].expected_version, Some(2));
+        assert!(matches!(
+            request.upserts[1].precondition,
+            Some(PreconditionRequest::Matches { version: 7 })
+        ));
+        assert!(
+            pruning
+                .render()
+                .contains("1 to create, 1 to update, 1 to delete, 1 unchanged")
+        );
+        // The live book exported and planned against itself changes nothing.
+        let exported: RulesFile = toml::from_str(&export(&book, false)).unwrap();
+        assert!(Plan::new(&exported, &book, true).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_bad_file_says_what_is_wrong() {
+        let typo: Result<RulesFile, _> =
+            toml::from_str("[[rules]]\npattern = \"*\"\nconcurency = 2\n");
+        assert!(typo.unwrap_err().to_string().contains("concurency"));
+        for (text, want) in [
+            (
+                "[[rules]]\npattern = \"*\"\nburst = 2\n",
+                "burst needs a rate",
+            ),
+            (
+                "[[rules]]\npattern = \"*\"\nrate = \"1/week\"\n",
+                "<count>/<unit>",
+            ),
+            (
+                "[[rules]]\npattern = \"a\"\n[[rules]]\npattern = \"a\"\n",
+                "twice",
+            ),
+        ] {
+            let file: RulesFile = toml::from_str(text).unwrap();
+            let err = Plan::new(&file, &[], false).unwrap_err().to_string();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+}
