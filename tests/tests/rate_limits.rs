@@ -206,3 +206,94 @@ async fn a_burst_goes_at_once_and_a_rate_survives_kill_9() {
         "the rate held after the restart: {after:?}"
     );
 }
+
+/// POSTs a scoped send; answers the status, the `Retry-After` header and the body.
+async fn send(sluice: &Sluice, path: &str, body: &str) -> (u16, Option<u64>, Value) {
+    let mut req = reqwest::Client::new().post(format!("{}{path}", sluice.ingress_url));
+    if !body.is_empty() {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    (status, retry, resp.json().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn a_full_queue_and_a_rejecting_rate_answer_429_with_retry_after() {
+    let (sluice, _dep) = flow_controlled().await;
+    sluice
+        .set_rules(json!([
+            {"pattern": "mq", "limits": {"concurrency": 1, "max_queued": 5}},
+            {"pattern": "rj", "limits": {"rate": "1/min", "on_exceed": "reject"}},
+        ]))
+        .await;
+
+    // One runs for a while, five wait: the next is refused, and nothing of it is stored.
+    let hold = "/service/scope/mq/send/Meter/hold";
+    for _ in 0..6 {
+        let (status, _, body) = send(&sluice, hold, "3000").await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let (_, counters) =
+        sluice_tests::get_json(&format!("{}/limits/counters", sluice.admin_url)).await;
+    let counter = counters["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["scope"] == "mq")
+        .unwrap_or_else(|| panic!("no counter for mq: {counters}"))
+        .clone();
+    assert_eq!(
+        (counter["queued"].as_u64(), counter["max_queued"].as_u64()),
+        (Some(5), Some(5)),
+        "{counter}"
+    );
+    let (status, retry, body) = send(&sluice, hold, "3000").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error_code"], "RT0030", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("max_queued"),
+        "{body}"
+    );
+    assert!(retry.is_some_and(|s| s >= 1), "Retry-After: {retry:?}");
+    assert_eq!(
+        sluice
+            .count("SELECT count(*) AS n FROM sys_invocation WHERE scope = 'mq'")
+            .await,
+        6,
+        "the refused one was not stored"
+    );
+    // Another scope is not affected.
+    let (status, _, body) = send(&sluice, "/service/scope/other/send/Meter/hold", "1").await;
+    assert_eq!(status, 202, "{body}");
+
+    // A rejecting rate: the first goes in, the next is refused until the next token.
+    let tick = "/service/scope/rj/send/Meter/tick";
+    let (status, _, body) = send(&sluice, tick, "").await;
+    assert_eq!(status, 202, "{body}");
+    let (status, retry, body) = send(&sluice, tick, "").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error_code"], "RT0030", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("1/min"),
+        "{body}"
+    );
+    assert!(
+        retry.is_some_and(|s| (50..=60).contains(&s)),
+        "the next token is a minute away: Retry-After {retry:?}"
+    );
+    let (status, rules) = sluice.query("SELECT pattern FROM sys_rules").await;
+    assert_eq!(status, 200, "{rules}");
+    let (_, listed) = sluice_tests::get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
+    assert_eq!(
+        listed["rules"][1]["limits"],
+        json!({"rate": "1/min", "burst": 1, "on_exceed": "reject"}),
+        "{listed}"
+    );
+}

@@ -17,6 +17,14 @@ pub struct Limits {
     /// (default 1; only with `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// What a new invocation that finds no token gets: `throttle` (default: it waits in its
+    /// queue) or `reject` (429 `RT0030` with `Retry-After`; only with `rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exceed: Option<String>,
+    /// Most invocations that may wait at the counter; a new one beyond answers 429 `RT0030`
+    /// with `Retry-After` (Kafka subscriptions pause instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queued: Option<u32>,
 }
 
 /// When an upsert applies.
@@ -140,6 +148,12 @@ pub struct CounterResponse {
     /// When the next token is there, RFC 3339 (rate limited counters out of tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_token_at: Option<String>,
+    /// Invocations waiting in queues under it.
+    #[serde(default)]
+    pub queued: u32,
+    /// Its rule's `max_queued`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queued: Option<u32>,
     /// The rule that set the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,

@@ -41,6 +41,15 @@ pub enum RulesCommand {
         /// Remove the rule's rate (and burst).
         #[arg(long)]
         no_rate: bool,
+        /// What a new invocation that finds no token gets: `throttle` (wait) or `reject` (429).
+        #[arg(long, value_parser = ["throttle", "reject"])]
+        on_exceed: Option<String>,
+        /// Most invocations that may wait at a counter; beyond it new ones get 429.
+        #[arg(long, conflicts_with = "no_max_queued")]
+        max_queued: Option<u32>,
+        /// Remove the rule's max-queued.
+        #[arg(long)]
+        no_max_queued: bool,
         /// Free text.
         #[arg(long)]
         description: Option<String>,
@@ -135,16 +144,34 @@ fn limits_of(rule: &RuleResponse) -> Value {
     serde_json::to_value(&rule.limits).unwrap_or_else(|_| json!({}))
 }
 
+/// What `rules set` was told to change.
+struct LimitFlags<'a> {
+    concurrency: Option<u32>,
+    unlimited: bool,
+    rate: Option<&'a str>,
+    burst: Option<u32>,
+    no_rate: bool,
+    on_exceed: Option<&'a str>,
+    max_queued: Option<u32>,
+    no_max_queued: bool,
+}
+
 /// The limits `rules set` asks for: the existing rule's, with the flags given applied.
 fn limits_set(
     pattern: &str,
     existing: Option<&RuleResponse>,
-    concurrency: Option<u32>,
-    unlimited: bool,
-    rate: Option<&str>,
-    burst: Option<u32>,
-    no_rate: bool,
+    flags: &LimitFlags<'_>,
 ) -> Result<Value, CodedError> {
+    let LimitFlags {
+        concurrency,
+        unlimited,
+        rate,
+        burst,
+        no_rate,
+        on_exceed,
+        max_queued,
+        no_max_queued,
+    } = *flags;
     if existing.is_none() && concurrency.is_none() && rate.is_none() && !unlimited {
         return Err(CodedError::uncoded(format!(
             "rule '{pattern}' does not exist yet: give --concurrency N, --rate R or --unlimited"
@@ -160,6 +187,16 @@ fn limits_set(
     if no_rate {
         limits.rate = None;
         limits.burst = None;
+        limits.on_exceed = None;
+    }
+    if let Some(on_exceed) = on_exceed {
+        limits.on_exceed = Some(on_exceed.to_owned());
+    }
+    if no_max_queued {
+        limits.max_queued = None;
+    }
+    if max_queued.is_some() {
+        limits.max_queued = max_queued;
     }
     if let Some(rate) = rate {
         limits.rate = Some(rate.to_owned());
@@ -181,18 +218,23 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
             rate,
             burst,
             no_rate,
+            on_exceed,
+            max_queued,
+            no_max_queued,
             description,
         } => {
+            let flags = LimitFlags {
+                concurrency: *concurrency,
+                unlimited: *unlimited,
+                rate: rate.as_deref(),
+                burst: *burst,
+                no_rate: *no_rate,
+                on_exceed: on_exceed.as_deref(),
+                max_queued: *max_queued,
+                no_max_queued: *no_max_queued,
+            };
             let answer = update(&admin, pattern, |existing| {
-                let limits = limits_set(
-                    pattern,
-                    existing,
-                    *concurrency,
-                    *unlimited,
-                    rate.as_deref(),
-                    *burst,
-                    *no_rate,
-                )?;
+                let limits = limits_set(pattern, existing, &flags)?;
                 Ok(json!({
                     "pattern": pattern,
                     "limits": limits,

@@ -30,6 +30,12 @@ pub struct RuleSpec {
     /// The rate's burst (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// `throttle` (default) or `reject`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exceed: Option<String>,
+    /// Most invocations that may wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queued: Option<u32>,
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -64,9 +70,11 @@ impl RuleSpec {
         if self.concurrency == Some(0) || self.burst == Some(0) {
             return Err(rule("concurrency and burst must be at least 1".into()));
         }
+        let on_exceed = self.on_exceed.clone().filter(|o| o != "throttle");
         Ok(Self {
             burst: rate.as_ref().map(|_| self.burst.unwrap_or(1)),
             rate,
+            on_exceed,
             ..self.clone()
         })
     }
@@ -77,6 +85,8 @@ impl RuleSpec {
             concurrency: rule.limits.concurrency,
             rate: rule.limits.rate.clone(),
             burst: rule.limits.burst,
+            on_exceed: rule.limits.on_exceed.clone(),
+            max_queued: rule.limits.max_queued,
             description: rule.description.clone(),
             disabled: rule.disabled,
         }
@@ -89,6 +99,8 @@ impl RuleSpec {
                 concurrency: self.concurrency,
                 rate: self.rate.clone(),
                 burst: self.burst,
+                on_exceed: self.on_exceed.clone(),
+                max_queued: self.max_queued,
             },
             description: self.description.clone(),
             disabled: self.disabled,
@@ -106,6 +118,12 @@ impl RuleSpec {
         if let Some(rate) = &self.rate {
             out.push(format!("rate={rate}"));
             out.push(format!("burst={}", self.burst.unwrap_or(1)));
+        }
+        if let Some(on_exceed) = &self.on_exceed {
+            out.push(format!("on_exceed={on_exceed}"));
+        }
+        if let Some(max) = self.max_queued {
+            out.push(format!("max_queued={max}"));
         }
         if self.disabled {
             out.push("disabled".to_owned());
@@ -318,17 +336,16 @@ burst = 3
                 4,
                 Limits {
                     concurrency: Some(2),
-                    rate: None,
-                    burst: None,
+                    ..Limits::default()
                 },
             ),
             live(
                 "acme",
                 7,
                 Limits {
-                    concurrency: None,
                     rate: Some("10/s".into()),
                     burst: Some(1),
+                    ..Limits::default()
                 },
             ),
             live("old", 2, Limits::default()),

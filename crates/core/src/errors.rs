@@ -201,6 +201,9 @@ catalogue! {
     RT0029 => Ingress, Some(429),
         "too many invocations are held",
         "The invocations waiting in flow-control queues or for their delay reached `worker.max-held-invocations` (in total) or `worker.max-held-per-scope` (in one scope). Retry after the `Retry-After` the answer carries, raise the limits, or raise the scope's concurrency so its queue drains.";
+    RT0030 => Ingress, Some(429),
+        "a flow-control rule refused the invocation",
+        "The rule's queue already holds `max-queued` waiting invocations, or the rule has `on-exceed = \"reject\"` and its rate has no token left. The answer's `Retry-After` says when a place or a token is expected (from how fast the queue has been draining, or when the next token is due). Retry then, slow down, or raise the rule's `max-queued` or rate. A handler's call refused this way fails with this code; its one-way sends are never refused.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";
@@ -342,6 +345,8 @@ pub struct CodedError {
     pub code: Option<Code>,
     /// What went wrong and what to do, without the code prefix.
     pub message: String,
+    /// For a refusal that passes: when to try again, seconds (an HTTP `Retry-After`).
+    pub retry_after_s: Option<u64>,
 }
 
 impl CodedError {
@@ -350,6 +355,7 @@ impl CodedError {
         Self {
             code: Some(code),
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
@@ -358,7 +364,14 @@ impl CodedError {
         Self {
             code: None,
             message: message.into(),
+            retry_after_s: None,
         }
+    }
+
+    /// This error, saying to try again after `ms` (rounded up to whole seconds, at least 1).
+    pub fn retry_after_ms(mut self, ms: u64) -> Self {
+        self.retry_after_s = Some(ms.div_ceil(1000).max(1));
+        self
     }
 }
 

@@ -39,6 +39,7 @@ fn admit_release(c: &mut Criterion) {
     let rated = common::book_with_rate(Some(RateLimit {
         rate: "1000000/s".parse().unwrap(),
         burst: NonZeroU32::new(1_000_000).unwrap(),
+        reject: false,
     }));
     let mut rate_limiter = Limiter::new();
     let rated_paths: Vec<CounterPath> = (0..HELD_PATHS)

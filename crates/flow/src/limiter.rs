@@ -55,6 +55,34 @@ impl Permit {
     }
 }
 
+/// Why a new entry is refused instead of queued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The level of the counter that refused it.
+    pub level: Level,
+    /// The rule that set the bound.
+    pub rule: Option<Arc<RulePattern>>,
+    /// Which bound.
+    pub why: RefusalReason,
+    /// When to try again, ms from now (at least 1).
+    pub retry_after_ms: u64,
+}
+
+/// The bound a refusal enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// The counter holds `max_queued` waiting entries.
+    QueueFull {
+        /// The rule's `max-queued`.
+        max_queued: u32,
+    },
+    /// The counter's rate rejects and no token is there.
+    RateExceeded {
+        /// The rate.
+        rate: RateLimit,
+    },
+}
+
 /// Why a path cannot be admitted now: its deepest counter at its limit or out of tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocked {
@@ -84,7 +112,14 @@ struct Node {
     resolved_at: Option<u64>,
     limit: Limit,
     rate: Option<RateLimit>,
+    max_queued: Option<std::num::NonZeroU32>,
     rule: Option<Arc<RulePattern>>,
+    /// Entries waiting in queues whose path holds this counter (not delayed, not running).
+    queued: u32,
+    /// Admissions here: the last one's time and the mean gap between them (ms), for how long
+    /// a full queue takes to drain.
+    last_admit_ms: u64,
+    mean_gap_ms: u64,
     waiters: VecDeque<WaiterId>,
     /// Waiters woken for a free slot that have not re-checked yet.
     pending: u32,
@@ -101,6 +136,7 @@ impl Node {
     /// Nothing but a bucket that is not full yet keeps it.
     fn unused(&self) -> bool {
         self.usage == 0
+            && self.queued == 0
             && self.children == 0
             && self.refs == 0
             && self.pending == 0
@@ -162,6 +198,10 @@ pub struct CounterSnapshot {
     pub available: u32,
     /// Waiters parked here (for a slot or a token).
     pub waiters: usize,
+    /// Entries waiting in queues under it.
+    pub queued: u32,
+    /// Its rule's `max-queued`.
+    pub max_queued: Option<u32>,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -225,7 +265,11 @@ impl Limiter {
             resolved_at: None,
             limit: Limit::Unlimited,
             rate: None,
+            max_queued: None,
             rule: None,
+            queued: 0,
+            last_admit_ms: 0,
+            mean_gap_ms: 0,
             waiters: VecDeque::new(),
             pending: 0,
             bucket: Bucket::default(),
@@ -321,6 +365,7 @@ impl Limiter {
         let node = self.node_mut(id);
         node.limit = resolved.limit;
         node.rate = resolved.rate;
+        node.max_queued = resolved.max_queued;
         node.rule = resolved.pattern;
         node.resolved_at = Some(generation);
     }
@@ -395,6 +440,12 @@ impl Limiter {
             if let (true, Some(rate)) = (tokens, node.rate) {
                 node.bucket.take(rate, now_ms);
             }
+            if node.last_admit_ms != 0 {
+                let gap = now_ms.saturating_sub(node.last_admit_ms);
+                // A moving mean: recent admissions count most.
+                node.mean_gap_ms = (node.mean_gap_ms.saturating_mul(7).saturating_add(gap)) / 8;
+            }
+            node.last_admit_ms = now_ms.max(1);
         }
         Permit { path: *path }
     }
@@ -430,6 +481,60 @@ impl Limiter {
     /// Parks `waiter` at the front: it was first in line here and lost its slot to a lowered limit.
     pub fn park_front(&mut self, counter: CounterId, waiter: WaiterId) {
         self.node_mut(counter).waiters.push_front(waiter);
+    }
+
+    /// Counts an entry waiting (`true`) or no longer waiting (`false`) at every counter of
+    /// `path`.
+    pub fn count_queued(&mut self, path: &CounterPath, waiting: bool) {
+        for &id in path.counters() {
+            let node = self.node_mut(id);
+            node.queued = if waiting {
+                node.queued.saturating_add(1)
+            } else {
+                node.queued.saturating_sub(1)
+            };
+        }
+    }
+
+    /// Whether a new entry on `path` must be refused rather than queued: a counter holds
+    /// `max-queued` waiting entries already, or its rate rejects and no token is there for a
+    /// newcomer. The deepest such counter answers.
+    pub fn refusal(&mut self, path: &CounterPath, book: &RuleBook, now_ms: u64) -> Option<Refusal> {
+        self.now_ms = self.now_ms.max(now_ms);
+        let mut refused = None;
+        for &id in path.counters() {
+            self.resolve(id, book);
+            let node = self.node(id);
+            if let Some(max) = node.max_queued
+                && node.queued >= max.get()
+            {
+                // Each admission lets one more in: the queue ahead drains at the mean gap.
+                let gap = node.mean_gap_ms.max(1);
+                let wait = u64::from(node.queued - max.get() + 1).saturating_mul(gap);
+                refused = Some(Refusal {
+                    level: node.level,
+                    rule: node.rule.clone(),
+                    why: RefusalReason::QueueFull {
+                        max_queued: max.get(),
+                    },
+                    retry_after_ms: wait,
+                });
+                continue;
+            }
+            if let Some(rate) = node.rate.filter(|r| r.reject) {
+                let queued = node.rate_pending || !node.rate_waiters.is_empty();
+                let next = node.bucket.next_token_ms(rate, now_ms);
+                if queued || next > now_ms {
+                    refused = Some(Refusal {
+                        level: node.level,
+                        rule: node.rule.clone(),
+                        why: RefusalReason::RateExceeded { rate },
+                        retry_after_ms: next.saturating_sub(now_ms).max(1),
+                    });
+                }
+            }
+        }
+        refused
     }
 
     /// Parks `waiter` for a token of `counter`, at the back (or the front: it was first in line
@@ -624,6 +729,8 @@ impl Limiter {
                 rule: node.rule.clone(),
                 available: node.limit.available(node.usage),
                 waiters: node.waiters.len() + node.rate_waiters.len(),
+                queued: node.queued,
+                max_queued: node.max_queued.map(std::num::NonZeroU32::get),
                 rate: node.rate,
                 tokens: node.rate.map(|rate| node.bucket.tokens(rate, self.now_ms)),
                 next_token_ms: node

@@ -120,14 +120,18 @@ pub struct RateLimit {
     pub rate: Rate,
     /// Tokens the bucket holds when full (default 1: evenly spaced admissions).
     pub burst: NonZeroU32,
+    /// A new invocation that finds no token is refused (429) instead of waiting for one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reject: bool,
 }
 
 impl RateLimit {
-    /// `rate` with a burst of one.
+    /// `rate` with a burst of one, throttling.
     pub fn new(rate: Rate) -> Self {
         Self {
             rate,
             burst: NonZeroU32::MIN,
+            reject: false,
         }
     }
 
@@ -238,6 +242,7 @@ mod tests {
         let limit = RateLimit {
             rate: rate("10/s"),
             burst: NonZeroU32::new(3).unwrap(),
+            reject: false,
         };
         let mut bucket = Bucket::default();
         let now = 1_000_000;
@@ -267,6 +272,7 @@ mod tests {
             let limit = RateLimit {
                 rate: Rate::new(NonZeroU32::new(count).unwrap(), NonZeroU64::new(period).unwrap()).unwrap(),
                 burst: NonZeroU32::new(burst).unwrap(),
+                reject: false,
             };
             let mut bucket = Bucket::default();
             let mut now = 5_000_000u64;

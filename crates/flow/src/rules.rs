@@ -60,6 +60,9 @@ pub struct Rule {
     /// The bound on admissions per unit of time (none: not rate limited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateLimit>,
+    /// Most invocations that may wait at the counter; a new one beyond is refused (429).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queued: Option<NonZeroU32>,
     /// Free text for operators.
     pub description: Option<String>,
     /// Kept but invisible to the runtime.
@@ -90,6 +93,8 @@ pub struct Upsert {
     pub limit: Limit,
     /// Its rate limit.
     pub rate: Option<RateLimit>,
+    /// Its bound on waiting invocations.
+    pub max_queued: Option<NonZeroU32>,
     /// Its description.
     pub description: Option<String>,
     /// Whether it is disabled.
@@ -105,6 +110,7 @@ impl Upsert {
             pattern,
             limit,
             rate: None,
+            max_queued: None,
             description: None,
             disabled: false,
             precondition: Precondition::None,
@@ -153,6 +159,8 @@ pub struct Resolved {
     pub limit: Limit,
     /// The rate in force.
     pub rate: Option<RateLimit>,
+    /// The bound on waiting invocations in force.
+    pub max_queued: Option<NonZeroU32>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
 }
@@ -162,6 +170,7 @@ impl Resolved {
     pub const UNLIMITED: Resolved = Resolved {
         limit: Limit::Unlimited,
         rate: None,
+        max_queued: None,
         pattern: None,
     };
 }
@@ -193,6 +202,7 @@ struct LevelIndex {
 struct Indexed {
     limit: Limit,
     rate: Option<RateLimit>,
+    max_queued: Option<NonZeroU32>,
     pattern: Arc<RulePattern>,
 }
 
@@ -307,6 +317,7 @@ impl RuleBook {
                         pattern: upsert.pattern.clone(),
                         limit: upsert.limit,
                         rate: upsert.rate,
+                        max_queued: upsert.max_queued,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
                         version: next_version,
@@ -316,12 +327,14 @@ impl RuleBook {
                 Some(old) => {
                     let runtime = old.limit != upsert.limit
                         || old.rate != upsert.rate
+                        || old.max_queued != upsert.max_queued
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description;
                     changed |= runtime || text;
                     Rule {
                         limit: upsert.limit,
                         rate: upsert.rate,
+                        max_queued: upsert.max_queued,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
                         version: old.version + u32::from(runtime),
@@ -380,6 +393,7 @@ impl RuleBook {
                 Indexed {
                     limit: rule.limit,
                     rate: rule.rate,
+                    max_queued: rule.max_queued,
                     pattern: Arc::new(rule.pattern.clone()),
                 },
             );
@@ -435,13 +449,18 @@ impl RuleBook {
             Decision::Unlimited => Resolved {
                 limit: Limit::Unlimited,
                 rate: None,
+                max_queued: None,
                 pattern,
             },
-            Decision::Concurrency(n) => Resolved {
-                limit: Limit::Concurrency(n),
-                rate: self.most_specific(level, scope, l1, l2).rate,
-                pattern,
-            },
+            Decision::Concurrency(n) => {
+                let book = self.most_specific(level, scope, l1, l2);
+                Resolved {
+                    limit: Limit::Concurrency(n),
+                    rate: book.rate,
+                    max_queued: book.max_queued,
+                    pattern,
+                }
+            }
         }
     }
 
@@ -476,6 +495,7 @@ impl RuleBook {
             .map_or(Resolved::UNLIMITED, |rule| Resolved {
                 limit: rule.limit,
                 rate: rule.rate,
+                max_queued: rule.max_queued,
                 pattern: Some(Arc::clone(&rule.pattern)),
             })
     }

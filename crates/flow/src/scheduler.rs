@@ -17,6 +17,7 @@ use hashbrown::HashMap;
 mod locks;
 mod snapshot;
 
+pub use super::limiter::{Refusal, RefusalReason};
 use locks::Locks;
 pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus};
@@ -268,6 +269,16 @@ impl Scheduler {
         q
     }
 
+    /// Whether a new entry for `key` must be refused rather than queued (`max-queued`, or a
+    /// rate that rejects); unscoped work never is.
+    pub fn refusal(&mut self, key: &QueueKey, now: u64) -> Option<Refusal> {
+        let scope = key.scope.as_ref()?;
+        let path = self.limiter.path(scope, key.limit_key.as_ref());
+        let refused = self.limiter.refusal(&path, &self.book, now);
+        self.limiter.drop_path(path);
+        refused
+    }
+
     /// The earliest `run_at` still waiting, or token due, so the caller knows when to poll
     /// again.
     pub fn next_timer(&self) -> Option<u64> {
@@ -317,6 +328,9 @@ impl Scheduler {
     }
 
     fn push_entry(&mut self, q: QueueId, entry: EntryId, kind: EntryKind, now: u64) {
+        if let Some(path) = self.queue(q).path {
+            self.limiter.count_queued(&path, true);
+        }
         let queue = self.queue_mut(q);
         match kind {
             EntryKind::New => queue.new.push_back(entry),
@@ -377,6 +391,9 @@ impl Scheduler {
                     .is_some()
             });
         if found {
+            if let Some(path) = self.queue(q).path {
+                self.limiter.count_queued(&path, false);
+            }
             // The head may have changed: a parked queue looks again.
             self.unpark(q, now);
         }
@@ -506,7 +523,10 @@ impl Scheduler {
         if let Some(lock) = lock {
             self.locks.take(lock, entry);
         }
-        let counters = path.map(|p| self.limiter.acquire(&p, kind == EntryKind::New, now));
+        let counters = path.map(|p| {
+            self.limiter.count_queued(&p, false);
+            self.limiter.acquire(&p, kind == EntryKind::New, now)
+        });
         self.running += 1;
         if more {
             self.ring.push_back(q);

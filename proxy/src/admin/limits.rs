@@ -30,6 +30,8 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             },
             rate: rule.rate.map(|r| r.rate.to_string()),
             burst: rule.rate.map(|r| r.burst.get()),
+            on_exceed: rule.rate.filter(|r| r.reject).map(|_| "reject".to_owned()),
+            max_queued: rule.max_queued.map(NonZeroU32::get),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -56,11 +58,11 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
         )
     };
     let Some(text) = &limits.rate else {
-        return match limits.burst {
-            Some(_) => Err(invalid(
-                "burst needs a rate (e.g. \"rate\": \"10/s\", \"burst\": 5)".into(),
+        return match (limits.burst, &limits.on_exceed) {
+            (None, None) => Ok(None),
+            _ => Err(invalid(
+                "burst and on_exceed need a rate (e.g. \"rate\": \"10/s\", \"burst\": 5)".into(),
             )),
-            None => Ok(None),
         };
     };
     let rate: Rate = text
@@ -72,7 +74,20 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
             invalid("burst must be at least 1 (1 spaces admissions evenly)".into())
         })?,
     };
-    Ok(Some(RateLimit { rate, burst }))
+    let reject = match limits.on_exceed.as_deref() {
+        None | Some("throttle") => false,
+        Some("reject") => true,
+        Some(other) => {
+            return Err(invalid(format!(
+                "on_exceed is 'throttle' (wait for a token) or 'reject' (answer 429), not '{other}'"
+            )));
+        }
+    };
+    Ok(Some(RateLimit {
+        rate,
+        burst,
+        reject,
+    }))
 }
 
 fn refused(error: RulesError) -> AdminError {
@@ -137,6 +152,15 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                 pattern: pattern(&r.pattern)?,
                 limit,
                 rate: rate_limit(&r.pattern, &r.limits)?,
+                max_queued: match r.limits.max_queued {
+                    None => None,
+                    Some(n) => Some(NonZeroU32::new(n).ok_or_else(|| {
+                        AdminError::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            format!("rule '{}': max_queued must be at least 1", r.pattern),
+                        )
+                    })?),
+                },
                 description: r.description.clone(),
                 disabled: r.disabled,
                 precondition: match r.precondition {
@@ -213,6 +237,8 @@ pub async fn counters(
                 rate: c.rate.map(|r| r.rate.to_string()),
                 burst: c.rate.map(|r| r.burst.get()),
                 tokens: c.tokens,
+                queued: c.queued,
+                max_queued: c.max_queued,
                 next_token_at: c.next_token_ms.and_then(crate::clock::rfc3339),
             }
         })

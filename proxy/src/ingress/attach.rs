@@ -22,6 +22,7 @@ fn unavailable(e: crate::errors::CodedError) -> IngressError {
         status: StatusCode::SERVICE_UNAVAILABLE,
         code: e.code,
         message: e.message,
+        retry_after_s: None,
     }
 }
 
@@ -67,6 +68,7 @@ async fn result(
             status: StatusCode::NOT_FOUND,
             code: None,
             message: format!("invocation {id} not found (never existed, or purged)"),
+            retry_after_s: None,
         });
     };
     let outcome = match outcome {
@@ -77,6 +79,7 @@ async fn result(
                 status: StatusCode::from_u16(NOT_READY).expect("a valid status"),
                 code: None,
                 message: format!("invocation {id} is not completed yet; attach to wait for it"),
+                retry_after_s: None,
             });
         }
     };
@@ -163,6 +166,7 @@ pub async fn by_target(
                     status: StatusCode::NOT_FOUND,
                     code: None,
                     message: format!("no invocation matches this target (it would be {id})"),
+                    retry_after_s: None,
                 });
             }
             Ok(with_ids(

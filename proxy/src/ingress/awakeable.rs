@@ -50,6 +50,7 @@ pub async fn complete(
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: e.code,
             message: format!("{}; the awakeable was not completed, retry", e.message),
+            retry_after_s: None,
         })?;
     match delivery {
         Delivery::Delivered => {}
@@ -61,6 +62,7 @@ pub async fn complete(
                     "awakeable {id} belongs to invocation {}, which does not exist",
                     id.invocation
                 ),
+                retry_after_s: None,
             });
         }
         Delivery::Refused(why) => return Err(IngressError::coded(Code::RT0026, why)),

@@ -50,11 +50,13 @@ pub(super) fn classify(
             status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
             code: None,
             message: format!("refused by plugin '{plugin}': {message}"),
+            retry_after_s: None,
         }),
         Some(Err(e)) => Err(IngressError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: e.code,
             message: e.message,
+            retry_after_s: None,
         }),
     }
 }

@@ -14,6 +14,8 @@ pub struct IngressError {
     pub code: Option<Code>,
     /// What to fix.
     pub message: String,
+    /// For a 429: when to try again, seconds (`Retry-After`; 1 when not known).
+    pub retry_after_s: Option<u64>,
 }
 
 impl IngressError {
@@ -23,6 +25,7 @@ impl IngressError {
             status: StatusCode::BAD_REQUEST,
             code: None,
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
@@ -32,6 +35,7 @@ impl IngressError {
             status: StatusCode::METHOD_NOT_ALLOWED,
             code: None,
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
@@ -41,12 +45,19 @@ impl IngressError {
             status: code.http_status(),
             code: Some(code),
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
     /// The answer in the ingress error shape.
     pub fn into_response(self) -> Response<Vec<u8>> {
-        reply::error(self.status, self.code, ErrorSource::Ingress, &self.message)
+        let mut resp = reply::error(self.status, self.code, ErrorSource::Ingress, &self.message);
+        if let Some(secs) = self.retry_after_s
+            && let Ok(value) = http::HeaderValue::from_str(&secs.to_string())
+        {
+            resp.headers_mut().insert(http::header::RETRY_AFTER, value);
+        }
+        resp
     }
 }
 
@@ -59,6 +70,7 @@ impl From<crate::errors::CodedError> for IngressError {
                 .map_or(StatusCode::SERVICE_UNAVAILABLE, Code::http_status),
             code: e.code,
             message: e.message,
+            retry_after_s: e.retry_after_s,
         }
     }
 }

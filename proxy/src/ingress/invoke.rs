@@ -95,6 +95,7 @@ pub(super) async fn read_body_up_to(
                         status: StatusCode::PAYLOAD_TOO_LARGE,
                         code: Some(Code::SEC0004),
                         message: format!("request body over {max} bytes{setting}"),
+                        retry_after_s: None,
                     });
                 }
                 body.extend_from_slice(&chunk);
@@ -105,6 +106,7 @@ pub(super) async fn read_body_up_to(
                     status: StatusCode::BAD_REQUEST,
                     code: None,
                     message: format!("cannot read the request body: {e}"),
+                    retry_after_s: None,
                 });
             }
         }
@@ -217,6 +219,7 @@ pub async fn invoke(
                 target.service,
                 target.key.as_deref().unwrap_or_default()
             ),
+            retry_after_s: None,
         });
     }
     if path.mode == Mode::Send {
@@ -235,6 +238,7 @@ pub async fn invoke(
         status: StatusCode::SERVICE_UNAVAILABLE,
         code: e.code,
         message: e.message,
+        retry_after_s: None,
     })?;
     let mut resp = with_ids(answer(target.output.as_ref(), outcome), id);
     // When the retained result (and with it the idempotency key) expires, counted from now:
@@ -352,8 +356,8 @@ async fn submit(
         .submit(record, frame)
         .await
         .map_err(|e| match e.code {
-            // Too many held: 429 with Retry-After.
-            Some(Code::RT0029) => IngressError::from(e),
+            // Too many held, or a rule's full queue or rejecting rate: 429 with Retry-After.
+            Some(Code::RT0029 | Code::RT0030) => IngressError::from(e),
             _ => IngressError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: e.code,
@@ -361,6 +365,7 @@ async fn submit(
                     "internal routing error: {}; the request was not accepted, so it can be retried",
                     e.message
                 ),
+                retry_after_s: None,
             },
         })
 }

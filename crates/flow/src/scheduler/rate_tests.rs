@@ -32,6 +32,7 @@ fn book(rules: &[(&str, u32, &str, u32)]) -> Arc<RuleBook> {
             upsert.rate = Some(RateLimit {
                 rate: rate.parse::<Rate>().unwrap(),
                 burst: NonZeroU32::new(*burst).unwrap(),
+                reject: false,
             });
             upsert
         })
@@ -234,4 +235,75 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_full_queue_refuses_newcomers_and_takes_them_again_as_it_drains() {
+    let mut book = RuleBook::new();
+    let mut bounded = Upsert::new(
+        RulePattern::parse("acme").unwrap(),
+        Limit::Concurrency(NonZeroU32::MIN),
+    );
+    bounded.max_queued = NonZeroU32::new(2);
+    book.apply_batch(&[bounded], 0).unwrap();
+    let mut s = Scheduler::new(Arc::new(book), 100);
+    let k = key("acme", None);
+    let admit = |s: &mut Scheduler, id: u64, now: u64| {
+        assert_eq!(s.refusal(&k, now), None, "entry {id} is taken");
+        s.enqueue(&k, id, EntryKind::New, None, now);
+        s.poll_runnable(now)
+    };
+    let running = admit(&mut s, 1, 0).pop().unwrap();
+    assert!(admit(&mut s, 2, 0).is_empty());
+    assert!(admit(&mut s, 3, 0).is_empty());
+    // Two wait: the third is refused, naming the bound.
+    let refused = s.refusal(&k, 0).unwrap();
+    assert_eq!(
+        refused.why,
+        crate::limiter::RefusalReason::QueueFull { max_queued: 2 }
+    );
+    assert!(refused.retry_after_ms >= 1);
+    assert_eq!(refused.rule.unwrap().to_string(), "acme");
+    // Unscoped work is never refused.
+    assert_eq!(
+        s.refusal(
+            &QueueKey {
+                scope: None,
+                ..key("acme", None)
+            },
+            0
+        ),
+        None
+    );
+    // One is admitted: one more may wait.
+    s.release(running.permit, 100);
+    assert_eq!(s.poll_runnable(100).len(), 1);
+    assert!(admit(&mut s, 4, 100).is_empty());
+    assert!(s.refusal(&k, 100).is_some());
+}
+
+#[test]
+fn a_rejecting_rate_refuses_when_no_token_is_there() {
+    let mut book = RuleBook::new();
+    let mut rated = Upsert::new(RulePattern::parse("acme").unwrap(), Limit::Unlimited);
+    rated.rate = Some(RateLimit {
+        rate: "1/s".parse().unwrap(),
+        burst: NonZeroU32::new(2).unwrap(),
+        reject: true,
+    });
+    book.apply_batch(&[rated], 0).unwrap();
+    let mut s = Scheduler::new(Arc::new(book), 100);
+    let k = key("acme", None);
+    for id in 1..=2 {
+        assert_eq!(s.refusal(&k, 0), None);
+        s.enqueue(&k, id, EntryKind::New, None, 0);
+        assert_eq!(s.poll_runnable(0).len(), 1);
+    }
+    let refused = s.refusal(&k, 10).unwrap();
+    assert!(matches!(
+        refused.why,
+        crate::limiter::RefusalReason::RateExceeded { .. }
+    ));
+    assert_eq!(refused.retry_after_ms, 990, "the next token is due at 1000");
+    assert_eq!(s.refusal(&k, 1_000), None);
 }

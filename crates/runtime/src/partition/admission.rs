@@ -5,7 +5,8 @@
 
 use super::{Live, Partition};
 use crate::discovery::{HandlerType, ServiceType};
-use crate::flow::scheduler::{BlockedOn, EntryKind, QueueKey, QueueStatus};
+use crate::errors::{Code, CodedError};
+use crate::flow::scheduler::{BlockedOn, EntryKind, QueueKey, QueueStatus, RefusalReason};
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Status};
@@ -68,6 +69,42 @@ impl Partition {
         live.queued = true;
         live.queue = Some(self.scheduler.enqueue(&key, live.entry, kind, None, now));
         self.just_queued.push(id);
+    }
+
+    /// Why a flow-control rule refuses a new invocation (RT0030): its counter's queue is full,
+    /// or its rate rejects and has no token. Delayed invocations are not queued yet: never.
+    pub(super) fn flow_refusal(&mut self, record: &InvocationRecord) -> Option<CodedError> {
+        if record.scope.is_none() || record.status == Status::Scheduled {
+            return None;
+        }
+        let key = queue_key(&self.registry, record);
+        let now = self.driver.now_ms();
+        let refused = self.scheduler.refusal(&key, now)?;
+        let at = match (&key.scope, &key.limit_key) {
+            (Some(scope), Some(limit_key)) => format!("scope '{scope}', limit key '{limit_key}'"),
+            (Some(scope), None) => format!("scope '{scope}'"),
+            _ => "its scope".to_owned(),
+        };
+        let rule = refused
+            .rule
+            .as_ref()
+            .map_or_else(String::new, |r| format!(" (rule '{r}')"));
+        let why = match refused.why {
+            RefusalReason::QueueFull { max_queued } => format!(
+                "the {} queue of {at} already holds {max_queued} waiting invocations, its max_queued{rule}",
+                refused.level.as_str()
+            ),
+            RefusalReason::RateExceeded { rate } => format!(
+                "the {} rate of {at} ({} with on_exceed = reject{rule}) has no token left",
+                refused.level.as_str(),
+                rate.rate
+            ),
+        };
+        let retry = refused.retry_after_ms.div_ceil(1000).max(1);
+        Some(
+            CodedError::new(Code::RT0030, format!("{why}; retry after {retry} s"))
+                .retry_after_ms(refused.retry_after_ms),
+        )
     }
 
     /// Takes a queued invocation out of the scheduler (it was paused or killed).

@@ -7,7 +7,7 @@ use super::{Effect, Event, Partition, promises};
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
-use crate::invocation::{InvocationRecord, Outcome, Status, state};
+use crate::invocation::{Failure, InvocationRecord, Outcome, Status, state};
 use crate::protocol::Message;
 use crate::protocol::proto::{self, notification_template};
 use crate::storage::writer::WriteSet;
@@ -69,6 +69,26 @@ impl Partition {
                         effects.push(Effect::Then(Box::new(move || {
                             let _ = reply.send(Err(refused));
                         })));
+                    }
+                    return Ok(());
+                }
+                // A rule's bounded queue or rejecting rate may refuse new work from outside
+                // and a handler's calls; its one-way sends always go in.
+                if (reply.is_some() || record.caller.is_some())
+                    && let Some(refused) = self.flow_refusal(&record)
+                {
+                    match (reply, record.caller) {
+                        (Some(reply), _) => effects.push(Effect::Then(Box::new(move || {
+                            let _ = reply.send(Err(refused));
+                        }))),
+                        (None, Some(caller)) => effects.push(Effect::CallResult(
+                            caller,
+                            Outcome::Failure(Failure {
+                                code: 429,
+                                message: refused.to_string(),
+                            }),
+                        )),
+                        (None, None) => {}
                     }
                     return Ok(());
                 }

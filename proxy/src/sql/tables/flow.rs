@@ -17,6 +17,8 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("concurrency", DataType::UInt32, true),
         ("rate", DataType::Utf8, true),
         ("burst", DataType::UInt32, true),
+        ("on_exceed", DataType::Utf8, true),
+        ("max_queued", DataType::UInt32, true),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -36,12 +38,18 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
         );
         let (mut disabled, mut version) = (BooleanBuilder::new(), UInt32Builder::new());
         let (mut rate, mut burst) = (StringBuilder::new(), UInt32Builder::new());
+        let (mut on_exceed, mut max_queued) = (StringBuilder::new(), UInt32Builder::new());
         let mut modified = TimestampMillisecondBuilder::new().with_timezone("UTC");
         for rule in rules {
             pattern.append_value(rule.pattern.to_string());
             concurrency.append_option(rule.limit.concurrency());
             rate.append_option(rule.rate.map(|r| r.rate.to_string()));
             burst.append_option(rule.rate.map(|r| r.burst.get()));
+            on_exceed.append_option(
+                rule.rate
+                    .map(|r| if r.reject { "reject" } else { "throttle" }),
+            );
+            max_queued.append_option(rule.max_queued.map(std::num::NonZeroU32::get));
             description.append_option(rule.description.as_deref());
             disabled.append_value(rule.disabled);
             version.append_value(rule.version);
@@ -54,6 +62,8 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(concurrency.finish()),
                 Arc::new(rate.finish()),
                 Arc::new(burst.finish()),
+                Arc::new(on_exceed.finish()),
+                Arc::new(max_queued.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
@@ -79,6 +89,8 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("burst", DataType::UInt32, true),
         ("tokens", DataType::UInt32, true),
         ("next_token_at", timestamp(), true),
+        ("num_queued", DataType::UInt32, false),
+        ("max_queued", DataType::UInt32, true),
     ])
 }
 
@@ -104,6 +116,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             UInt32Builder::new(),
         );
         let mut next_token = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let (mut queued, mut max_queued) = (UInt32Builder::new(), UInt32Builder::new());
         for c in &counters {
             partition.append_value(crate::invocation::identity::partition_key(&[&c.scope]));
             scope.append_value(&c.scope);
@@ -118,6 +131,8 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             rate.append_option(c.rate.map(|r| r.rate.to_string()));
             burst.append_option(c.rate.map(|r| r.burst.get()));
             tokens.append_option(c.tokens);
+            queued.append_value(c.queued);
+            max_queued.append_option(c.max_queued);
             next_token.append_option(
                 c.next_token_ms
                     .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
@@ -140,6 +155,8 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(burst.finish()),
                 Arc::new(tokens.finish()),
                 Arc::new(next_token.finish()),
+                Arc::new(queued.finish()),
+                Arc::new(max_queued.finish()),
             ],
         )
     })
