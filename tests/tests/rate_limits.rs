@@ -56,6 +56,19 @@ async fn ticks_until(sluice: &Sluice, seen: &mut Vec<u64>, n: usize) {
     assert_eq!(seen.len(), n, "more ran than were sent");
 }
 
+/// The scope-level counter of `scope` from `GET /limits/counters`.
+async fn scope_counter(sluice: &Sluice, scope: &str) -> Value {
+    let (_, counters) =
+        sluice_tests::get_json(&format!("{}/limits/counters", sluice.admin_url)).await;
+    counters["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["scope"] == scope && c["level"] == "scope")
+        .unwrap_or_else(|| panic!("no counter for {scope}: {counters}"))
+        .clone()
+}
+
 /// The most ticks inside any window of `window_ms`.
 fn densest(ticks: &[u64], window_ms: u64) -> usize {
     (0..ticks.len())
@@ -92,15 +105,7 @@ async fn a_rate_spaces_admissions_measured_in_the_handler() {
     assert_eq!(waiting["level"], "scope", "{seen}");
     assert_eq!(waiting["rule"], "rl", "{seen}");
     assert!(waiting["next_token_at"].is_string(), "{seen}");
-    let (_, counters) =
-        sluice_tests::get_json(&format!("{}/limits/counters", sluice.admin_url)).await;
-    let counter = counters["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["scope"] == "rl")
-        .unwrap_or_else(|| panic!("no counter for rl: {counters}"))
-        .clone();
+    let counter = scope_counter(&sluice, "rl").await;
     assert_eq!(counter["rate"], "10/s", "{counter}");
     assert_eq!(counter["tokens"], 0, "{counter}");
     assert!(counter["waiters"].as_u64().unwrap() > 0, "{counter}");
@@ -240,15 +245,7 @@ async fn a_full_queue_and_a_rejecting_rate_answer_429_with_retry_after() {
         let (status, _, body) = send(&sluice, hold, "3000").await;
         assert_eq!(status, 202, "{body}");
     }
-    let (_, counters) =
-        sluice_tests::get_json(&format!("{}/limits/counters", sluice.admin_url)).await;
-    let counter = counters["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["scope"] == "mq")
-        .unwrap_or_else(|| panic!("no counter for mq: {counters}"))
-        .clone();
+    let counter = scope_counter(&sluice, "mq").await;
     assert_eq!(
         (counter["queued"].as_u64(), counter["max_queued"].as_u64()),
         (Some(5), Some(5)),

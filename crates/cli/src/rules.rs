@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -24,32 +24,9 @@ pub enum RulesCommand {
     Set {
         /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
         pattern: String,
-        /// Invocations running at once.
-        #[arg(long, conflicts_with = "unlimited")]
-        concurrency: Option<u32>,
-        /// No bound at all: no concurrency limit and no rate (the rule still shadows broader
-        /// ones).
-        #[arg(long, conflicts_with_all = ["rate", "burst"])]
-        unlimited: bool,
-        /// Admissions per unit of time, e.g. `100/s`, `6000/min`, `10/h`: new invocations
-        /// beyond it wait in their queue for a token.
-        #[arg(long, conflicts_with = "no_rate")]
-        rate: Option<String>,
-        /// Tokens the rate's bucket holds when full (default 1).
-        #[arg(long, conflicts_with = "no_rate")]
-        burst: Option<u32>,
-        /// Remove the rule's rate (and burst).
-        #[arg(long)]
-        no_rate: bool,
-        /// What a new invocation that finds no token gets: `throttle` (wait) or `reject` (429).
-        #[arg(long, value_parser = ["throttle", "reject"])]
-        on_exceed: Option<String>,
-        /// Most invocations that may wait at a counter; beyond it new ones get 429.
-        #[arg(long, conflicts_with = "no_max_queued")]
-        max_queued: Option<u32>,
-        /// Remove the rule's max-queued.
-        #[arg(long)]
-        no_max_queued: bool,
+        /// The limits to set.
+        #[command(flatten)]
+        limits: LimitArgs,
         /// Free text.
         #[arg(long)]
         description: Option<String>,
@@ -99,6 +76,37 @@ pub enum RulesCommand {
     },
 }
 
+/// The limit flags of `rules set`: what to change of the rule's limits.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Invocations running at once.
+    #[arg(long, conflicts_with = "unlimited")]
+    pub concurrency: Option<u32>,
+    /// No bound at all: no concurrency limit and no rate (the rule still shadows broader
+    /// ones).
+    #[arg(long, conflicts_with_all = ["rate", "burst"])]
+    pub unlimited: bool,
+    /// Admissions per unit of time, e.g. `100/s`, `6000/min`, `10/h`: new invocations
+    /// beyond it wait in their queue for a token.
+    #[arg(long, conflicts_with = "no_rate")]
+    pub rate: Option<String>,
+    /// Tokens the rate's bucket holds when full (default 1).
+    #[arg(long, conflicts_with = "no_rate")]
+    pub burst: Option<u32>,
+    /// Remove the rule's rate (and burst).
+    #[arg(long)]
+    pub no_rate: bool,
+    /// What a new invocation that finds no token gets: `throttle` (wait) or `reject` (429).
+    #[arg(long, value_parser = ["throttle", "reject"])]
+    pub on_exceed: Option<String>,
+    /// Most invocations that may wait at a counter; beyond it new ones get 429.
+    #[arg(long, conflicts_with = "no_max_queued")]
+    pub max_queued: Option<u32>,
+    /// Remove the rule's max-queued.
+    #[arg(long)]
+    pub no_max_queued: bool,
+}
+
 async fn rules(admin: &AdminClient) -> Result<Vec<RuleResponse>, CodedError> {
     let list: ListRulesResponse = admin
         .call(Method::GET, "/limits/rules", None::<&()>)
@@ -144,65 +152,44 @@ fn limits_of(rule: &RuleResponse) -> Value {
     serde_json::to_value(&rule.limits).unwrap_or_else(|_| json!({}))
 }
 
-/// What `rules set` was told to change.
-struct LimitFlags<'a> {
-    concurrency: Option<u32>,
-    unlimited: bool,
-    rate: Option<&'a str>,
-    burst: Option<u32>,
-    no_rate: bool,
-    on_exceed: Option<&'a str>,
-    max_queued: Option<u32>,
-    no_max_queued: bool,
-}
-
 /// The limits `rules set` asks for: the existing rule's, with the flags given applied.
 fn limits_set(
     pattern: &str,
     existing: Option<&RuleResponse>,
-    flags: &LimitFlags<'_>,
+    flags: &LimitArgs,
 ) -> Result<Value, CodedError> {
-    let LimitFlags {
-        concurrency,
-        unlimited,
-        rate,
-        burst,
-        no_rate,
-        on_exceed,
-        max_queued,
-        no_max_queued,
-    } = *flags;
-    if existing.is_none() && concurrency.is_none() && rate.is_none() && !unlimited {
+    if existing.is_none() && flags.concurrency.is_none() && flags.rate.is_none() && !flags.unlimited
+    {
         return Err(CodedError::uncoded(format!(
             "rule '{pattern}' does not exist yet: give --concurrency N, --rate R or --unlimited"
         )));
     }
     let mut limits = match existing {
-        Some(rule) if !unlimited => rule.limits.clone(),
+        Some(rule) if !flags.unlimited => rule.limits.clone(),
         _ => Limits::default(),
     };
-    if concurrency.is_some() {
-        limits.concurrency = concurrency;
+    if flags.concurrency.is_some() {
+        limits.concurrency = flags.concurrency;
     }
-    if no_rate {
+    if flags.no_rate {
         limits.rate = None;
         limits.burst = None;
         limits.on_exceed = None;
     }
-    if let Some(on_exceed) = on_exceed {
-        limits.on_exceed = Some(on_exceed.to_owned());
+    if flags.on_exceed.is_some() {
+        limits.on_exceed.clone_from(&flags.on_exceed);
     }
-    if no_max_queued {
+    if flags.no_max_queued {
         limits.max_queued = None;
     }
-    if max_queued.is_some() {
-        limits.max_queued = max_queued;
+    if flags.max_queued.is_some() {
+        limits.max_queued = flags.max_queued;
     }
-    if let Some(rate) = rate {
-        limits.rate = Some(rate.to_owned());
+    if flags.rate.is_some() {
+        limits.rate.clone_from(&flags.rate);
     }
-    if burst.is_some() {
-        limits.burst = burst;
+    if flags.burst.is_some() {
+        limits.burst = flags.burst;
     }
     serde_json::to_value(&limits).map_err(|e| CodedError::uncoded(e.to_string()))
 }
@@ -213,28 +200,11 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
     let (done, json) = match cmd {
         RulesCommand::Set {
             pattern,
-            concurrency,
-            unlimited,
-            rate,
-            burst,
-            no_rate,
-            on_exceed,
-            max_queued,
-            no_max_queued,
+            limits: flags,
             description,
         } => {
-            let flags = LimitFlags {
-                concurrency: *concurrency,
-                unlimited: *unlimited,
-                rate: rate.as_deref(),
-                burst: *burst,
-                no_rate: *no_rate,
-                on_exceed: on_exceed.as_deref(),
-                max_queued: *max_queued,
-                no_max_queued: *no_max_queued,
-            };
             let answer = update(&admin, pattern, |existing| {
-                let limits = limits_set(pattern, existing, &flags)?;
+                let limits = limits_set(pattern, existing, flags)?;
                 Ok(json!({
                     "pattern": pattern,
                     "limits": limits,
