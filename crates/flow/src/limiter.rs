@@ -111,18 +111,22 @@ struct Node {
     /// Limiter generation `limit`/`rule` were resolved at; `None` forces a resolve.
     resolved_at: Option<u64>,
     limit: Limit,
-    rate: Option<RateLimit>,
-    max_queued: Option<std::num::NonZeroU32>,
     rule: Option<Arc<RulePattern>>,
     /// Entries waiting in queues whose path holds this counter (not delayed, not running).
     queued: u32,
-    /// Admissions here: the last one's time and the mean gap between them (ms), for how long
-    /// a full queue takes to drain.
-    last_admit_ms: u64,
-    mean_gap_ms: u64,
     waiters: VecDeque<WaiterId>,
     /// Waiters woken for a free slot that have not re-checked yet.
     pending: u32,
+    /// What only a counter with a rate or a `max-queued` needs, boxed so that the rest stay
+    /// small (counters are many, and the hot path walks three of them).
+    bounds: Option<Box<Bounds>>,
+}
+
+/// The state of a counter's rate and queue bound.
+#[derive(Debug, Default)]
+struct Bounds {
+    rate: Option<RateLimit>,
+    max_queued: Option<std::num::NonZeroU32>,
     /// Tokens taken recently; the node outlives its users until the bucket is full again, or
     /// a counter that comes and goes would get a fresh burst each time.
     bucket: Bucket,
@@ -130,6 +134,23 @@ struct Node {
     rate_waiters: VecDeque<WaiterId>,
     /// A token waiter was woken and has not re-checked yet.
     rate_pending: bool,
+    /// Admissions here: the last one's time and the mean gap between them (ms), for how long
+    /// a full queue takes to drain.
+    last_admit_ms: u64,
+    mean_gap_ms: u64,
+}
+
+impl Bounds {
+    /// When the next token is there (now when there is no rate).
+    fn next_token_ms(&self, now_ms: u64) -> u64 {
+        self.rate
+            .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms))
+    }
+
+    /// Whether waiters are ahead of a newcomer for the next token.
+    fn token_queued(&self) -> bool {
+        self.rate_pending || !self.rate_waiters.is_empty()
+    }
 }
 
 impl Node {
@@ -141,12 +162,19 @@ impl Node {
             && self.refs == 0
             && self.pending == 0
             && self.waiters.is_empty()
-            && self.rate_waiters.is_empty()
-            && !self.rate_pending
+            && self.bounds.as_ref().is_none_or(|b| !b.token_queued())
     }
 
     fn idle(&self, now_ms: u64) -> bool {
-        self.unused() && self.bucket.is_full(now_ms)
+        self.unused()
+            && self
+                .bounds
+                .as_ref()
+                .is_none_or(|b| b.bucket.is_full(now_ms))
+    }
+
+    fn rate(&self) -> Option<RateLimit> {
+        self.bounds.as_ref().and_then(|b| b.rate)
     }
 
     /// Slots that may still be offered to waiters.
@@ -264,17 +292,11 @@ impl Limiter {
             refs: 0,
             resolved_at: None,
             limit: Limit::Unlimited,
-            rate: None,
-            max_queued: None,
             rule: None,
             queued: 0,
-            last_admit_ms: 0,
-            mean_gap_ms: 0,
             waiters: VecDeque::new(),
             pending: 0,
-            bucket: Bucket::default(),
-            rate_waiters: VecDeque::new(),
-            rate_pending: false,
+            bounds: None,
         };
         let id = match self.free.pop() {
             Some(slot) => {
@@ -335,8 +357,10 @@ impl Limiter {
         while let Some(id) = at {
             let node = self.node(id);
             if !node.idle(self.now_ms) {
-                if node.unused() {
-                    self.cooling.push(Reverse((node.bucket.full_at_ms(), id)));
+                if node.unused()
+                    && let Some(bounds) = &node.bounds
+                {
+                    self.cooling.push(Reverse((bounds.bucket.full_at_ms(), id)));
                 }
                 return;
             }
@@ -364,8 +388,11 @@ impl Limiter {
         let generation = self.generation;
         let node = self.node_mut(id);
         node.limit = resolved.limit;
-        node.rate = resolved.rate;
-        node.max_queued = resolved.max_queued;
+        if resolved.rate.is_some() || resolved.max_queued.is_some() || node.bounds.is_some() {
+            let bounds = node.bounds.get_or_insert_with(Box::default);
+            bounds.rate = resolved.rate;
+            bounds.max_queued = resolved.max_queued;
+        }
         node.rule = resolved.pattern;
         node.resolved_at = Some(generation);
     }
@@ -408,9 +435,12 @@ impl Limiter {
                 blocked = Some((id, None));
                 continue;
             }
-            if let (true, Some(rate)) = (tokens, node.rate) {
-                let queued = !woken && (node.rate_pending || !node.rate_waiters.is_empty());
-                let next = node.bucket.next_token_ms(rate, now_ms);
+            if tokens
+                && let Some(bounds) = &node.bounds
+                && let Some(rate) = bounds.rate
+            {
+                let queued = !woken && bounds.token_queued();
+                let next = bounds.bucket.next_token_ms(rate, now_ms);
                 if queued || next > now_ms {
                     blocked = Some((id, Some((rate, next))));
                 }
@@ -437,15 +467,18 @@ impl Limiter {
         for &id in path.counters() {
             let node = self.node_mut(id);
             node.usage += 1;
-            if let (true, Some(rate)) = (tokens, node.rate) {
-                node.bucket.take(rate, now_ms);
+            if let Some(bounds) = node.bounds.as_deref_mut() {
+                if tokens && let Some(rate) = bounds.rate {
+                    bounds.bucket.take(rate, now_ms);
+                }
+                if bounds.last_admit_ms != 0 {
+                    let gap = now_ms.saturating_sub(bounds.last_admit_ms);
+                    // A moving mean: recent admissions count most.
+                    bounds.mean_gap_ms =
+                        (bounds.mean_gap_ms.saturating_mul(7).saturating_add(gap)) / 8;
+                }
+                bounds.last_admit_ms = now_ms.max(1);
             }
-            if node.last_admit_ms != 0 {
-                let gap = now_ms.saturating_sub(node.last_admit_ms);
-                // A moving mean: recent admissions count most.
-                node.mean_gap_ms = (node.mean_gap_ms.saturating_mul(7).saturating_add(gap)) / 8;
-            }
-            node.last_admit_ms = now_ms.max(1);
         }
         Permit { path: *path }
     }
@@ -505,11 +538,14 @@ impl Limiter {
         for &id in path.counters() {
             self.resolve(id, book);
             let node = self.node(id);
-            if let Some(max) = node.max_queued
+            let Some(bounds) = &node.bounds else {
+                continue;
+            };
+            if let Some(max) = bounds.max_queued
                 && node.queued >= max.get()
             {
                 // Each admission lets one more in: the queue ahead drains at the mean gap.
-                let gap = node.mean_gap_ms.max(1);
+                let gap = bounds.mean_gap_ms.max(1);
                 let wait = u64::from(node.queued - max.get() + 1).saturating_mul(gap);
                 refused = Some(Refusal {
                     level: node.level,
@@ -521,10 +557,9 @@ impl Limiter {
                 });
                 continue;
             }
-            if let Some(rate) = node.rate.filter(|r| r.reject) {
-                let queued = node.rate_pending || !node.rate_waiters.is_empty();
-                let next = node.bucket.next_token_ms(rate, now_ms);
-                if queued || next > now_ms {
+            if let Some(rate) = bounds.rate.filter(|r| r.reject) {
+                let next = bounds.bucket.next_token_ms(rate, now_ms);
+                if bounds.token_queued() || next > now_ms {
                     refused = Some(Refusal {
                         level: node.level,
                         rule: node.rule.clone(),
@@ -541,27 +576,30 @@ impl Limiter {
     /// and the token went elsewhere); the head is woken when the next token is due.
     pub fn park_for_token(&mut self, counter: CounterId, waiter: WaiterId, front: bool) {
         let now = self.now_ms;
-        let node = self.node_mut(counter);
+        let bounds = self
+            .node_mut(counter)
+            .bounds
+            .get_or_insert_with(Box::default);
         if front {
-            node.rate_waiters.push_front(waiter);
+            bounds.rate_waiters.push_front(waiter);
         } else {
-            node.rate_waiters.push_back(waiter);
+            bounds.rate_waiters.push_back(waiter);
         }
-        if !node.rate_pending {
-            let due = node
-                .rate
-                .map_or(now, |rate| node.bucket.next_token_ms(rate, now));
+        if !bounds.rate_pending {
+            let due = bounds.next_token_ms(now);
             self.token_wakes.push(Reverse((due, counter)));
         }
     }
 
     /// Takes `waiter` out of `counter`'s token waiters; true if it was there.
     pub fn unpark_from_tokens(&mut self, counter: CounterId, waiter: WaiterId) -> bool {
-        let node = self.node_mut(counter);
-        let Some(at) = node.rate_waiters.iter().position(|w| *w == waiter) else {
+        let Some(bounds) = self.node_mut(counter).bounds.as_deref_mut() else {
             return false;
         };
-        node.rate_waiters.remove(at);
+        let Some(at) = bounds.rate_waiters.iter().position(|w| *w == waiter) else {
+            return false;
+        };
+        bounds.rate_waiters.remove(at);
         self.prune(counter);
         true
     }
@@ -569,14 +607,15 @@ impl Limiter {
     /// A waiter woken for a token of `counter` has re-checked; the next one is woken when its
     /// token is due (at once if it is there).
     pub fn settle_token(&mut self, counter: CounterId, book: &RuleBook) {
-        self.node_mut(counter).rate_pending = false;
+        if let Some(bounds) = self.node_mut(counter).bounds.as_deref_mut() {
+            bounds.rate_pending = false;
+        }
         self.resolve(counter, book);
         let now = self.now_ms;
-        let node = self.node(counter);
-        if !node.rate_waiters.is_empty() {
-            let due = node
-                .rate
-                .map_or(now, |rate| node.bucket.next_token_ms(rate, now));
+        if let Some(bounds) = &self.node(counter).bounds
+            && !bounds.rate_waiters.is_empty()
+        {
+            let due = bounds.next_token_ms(now);
             self.token_wakes.push(Reverse((due, counter)));
         }
         self.prune(counter);
@@ -595,23 +634,23 @@ impl Limiter {
                 .nodes
                 .get(counter.0 as usize)
                 .is_some_and(Option::is_some);
-            if !live || self.node(counter).rate_pending {
+            if !live {
                 continue;
             }
             self.resolve(counter, book);
-            let node = self.node_mut(counter);
-            let next = node
-                .rate
-                .map_or(now_ms, |rate| node.bucket.next_token_ms(rate, now_ms));
-            if node.rate_waiters.is_empty() {
+            let Some(bounds) = self.node_mut(counter).bounds.as_deref_mut() else {
+                continue;
+            };
+            if bounds.rate_pending || bounds.rate_waiters.is_empty() {
                 continue;
             }
+            let next = bounds.next_token_ms(now_ms);
             if next > now_ms {
                 self.token_wakes.push(Reverse((next, counter)));
                 continue;
             }
-            let waiter = node.rate_waiters.pop_front().expect("checked non-empty");
-            node.rate_pending = true;
+            let waiter = bounds.rate_waiters.pop_front().expect("checked non-empty");
+            bounds.rate_pending = true;
             woken.push(waiter);
         }
         while let Some(&Reverse((due, counter))) = self.cooling.peek()
@@ -690,7 +729,11 @@ impl Limiter {
             .values()
             .map(|id| {
                 let node = self.node(*id);
-                (*id, !node.waiters.is_empty(), !node.rate_waiters.is_empty())
+                let tokens = node
+                    .bounds
+                    .as_ref()
+                    .is_some_and(|b| !b.rate_waiters.is_empty());
+                (*id, !node.waiters.is_empty(), tokens)
             })
             .filter(|(_, slots, tokens)| *slots || *tokens)
             .collect();
@@ -719,6 +762,9 @@ impl Limiter {
             self.resolve(id, book);
             let [scope, l1, l2] = self.names(id).map(|n| n.map(str::to_owned));
             let node = self.node(id);
+            let now = self.now_ms;
+            let bounds = node.bounds.as_deref();
+            let rate = node.rate();
             out.push(CounterSnapshot {
                 level: node.level,
                 scope: scope.unwrap_or_default(),
@@ -728,15 +774,17 @@ impl Limiter {
                 limit: node.limit,
                 rule: node.rule.clone(),
                 available: node.limit.available(node.usage),
-                waiters: node.waiters.len() + node.rate_waiters.len(),
+                waiters: node.waiters.len() + bounds.map_or(0, |b| b.rate_waiters.len()),
                 queued: node.queued,
-                max_queued: node.max_queued.map(std::num::NonZeroU32::get),
-                rate: node.rate,
-                tokens: node.rate.map(|rate| node.bucket.tokens(rate, self.now_ms)),
-                next_token_ms: node
-                    .rate
-                    .map(|rate| node.bucket.next_token_ms(rate, self.now_ms))
-                    .filter(|at| *at > self.now_ms),
+                max_queued: bounds
+                    .and_then(|b| b.max_queued)
+                    .map(std::num::NonZeroU32::get),
+                rate,
+                tokens: bounds.zip(rate).map(|(b, rate)| b.bucket.tokens(rate, now)),
+                next_token_ms: bounds
+                    .filter(|_| rate.is_some())
+                    .map(|b| b.next_token_ms(now))
+                    .filter(|at| *at > now),
             });
         }
         out.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));
