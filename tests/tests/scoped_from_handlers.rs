@@ -181,3 +181,27 @@ async fn bad_scopes_on_calls_from_handlers_are_rt0024() {
         assert_ne!(seen["status"], "completed", "{seen}");
     }
 }
+
+/// A handler's call that a rule refuses (here a rate with `on_exceed = reject` and no token
+/// left) fails with 429 RT0030, which the SDK surfaces as a terminal error of the caller.
+#[tokio::test]
+async fn a_refused_call_from_a_handler_fails_with_rt0030() {
+    let (sluice, _dep) = started(json!([
+        {"pattern": "r5", "limits": {"rate": "1/min", "on_exceed": "reject"}},
+    ]))
+    .await;
+    let who = json!({"scope": "r5", "limitKey": null});
+    let (status, body) = call(&sluice, "/service/call/TsMeter/askWho", who.clone()).await;
+    assert_eq!(
+        status, 200,
+        "the first call takes the minute's token: {body}"
+    );
+    let (status, body) = call(&sluice, "/service/call/TsMeter/askWho", who).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("RT0030") && body.contains("1/min"), "{body}");
+    assert_eq!(
+        completed_in(&sluice, "r5").await,
+        1,
+        "the refused call was not stored"
+    );
+}
