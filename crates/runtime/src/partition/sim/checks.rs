@@ -68,11 +68,15 @@ impl World {
             if !unfinished {
                 return self.check_completed();
             }
+            // The next wake-up, or the next token a queue waits for, whichever comes first.
             let next = node
                 .partition
                 .wakes
                 .peek()
-                .map(|std::cmp::Reverse((at, _, _))| *at);
+                .map(|std::cmp::Reverse((at, _, _))| *at)
+                .into_iter()
+                .chain(node.partition.scheduler.next_timer())
+                .min();
             let now = self.now();
             let wait = next.map_or(1_000, |at| at.saturating_sub(now).max(1));
             self.advance(wait);

@@ -150,6 +150,13 @@ struct World {
     book: Arc<RuleBook>,
     /// The concurrency limit of scope `s1` (`None`: unlimited).
     s1_limit: Option<u32>,
+    /// The rate of scope `s1`, and when invocations of `s1` took their tokens (first attempts)
+    /// since the rate was set or the process restarted (a restart fills the bucket).
+    s1_rate: Option<crate::flow::RateLimit>,
+    s1_admitted: VecDeque<u64>,
+    /// Invocations an attempt ever started for, across restarts: the others' next start is a
+    /// new admission, which takes a token (a retry or a resumption takes none).
+    ever_started: std::collections::BTreeSet<InvocationId>,
     node: Option<Node>,
     /// Events on their way to the partition.
     inbox: Vec<Event>,

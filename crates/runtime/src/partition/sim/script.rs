@@ -143,13 +143,23 @@ impl World {
             n => Some(n as u32),
         };
         self.s1_limit = limit;
+        // Sometimes a rate too: a few tokens a second, so queues wait for them.
+        let rate = match self.rng.below(3) {
+            0 => Some(crate::flow::RateLimit {
+                rate: ["5/s", "20/s", "2/100ms"][self.rng.below(3) as usize]
+                    .parse()
+                    .expect("a valid rate"),
+                burst: NonZeroU32::new(1 + self.rng.below(3) as u32).expect("not zero"),
+                reject: false,
+            }),
+            _ => None,
+        };
+        self.s1_rate = rate;
+        self.s1_admitted.clear();
         let mut book = RuleBook::new();
-        let rule = limit_of(limit);
-        book.apply_batch(
-            &[Upsert::new(RulePattern::parse("s1").unwrap(), rule)],
-            self.now(),
-        )
-        .expect("a valid rule");
+        let mut rule = Upsert::new(RulePattern::parse("s1").unwrap(), limit_of(limit));
+        rule.rate = rate;
+        book.apply_batch(&[rule], self.now()).expect("a valid rule");
         self.book = Arc::new(book);
         let now = self.now();
         let book = Arc::clone(&self.book);

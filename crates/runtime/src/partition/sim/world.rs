@@ -32,6 +32,9 @@ impl World {
             config: Arc::new(config),
             book: Arc::new(RuleBook::new()),
             s1_limit: None,
+            s1_rate: None,
+            s1_admitted: VecDeque::new(),
+            ever_started: std::collections::BTreeSet::new(),
             node: None,
             inbox: Vec::new(),
             acked: BTreeMap::new(),
@@ -112,6 +115,8 @@ impl World {
             drop(node);
         }
         self.disk.crash();
+        // A restart fills every bucket: the rate's windows start again.
+        self.s1_admitted.clear();
         // Requests in flight die with their connections.
         self.inbox.clear();
         self.start();
@@ -133,6 +138,20 @@ impl World {
             let mut batch = std::mem::take(&mut self.inbox);
             batch.append(&mut std::mem::take(&mut self.outbox.lock().unwrap().posted));
             self.node().partition.due_wakes(&mut batch);
+            // A queue waiting for a rate's token runs when the token is due, as the run
+            // loop's timer on `Scheduler::next_timer` does.
+            let now = self.now();
+            if self
+                .node()
+                .partition
+                .scheduler
+                .next_timer()
+                .is_some_and(|at| at <= now)
+            {
+                self.node().partition.dispatch();
+                self.collect();
+                batch.append(&mut std::mem::take(&mut self.inbox));
+            }
             let idle = batch.is_empty();
             if idle && self.node().pending.is_empty() {
                 return;
@@ -220,6 +239,31 @@ impl World {
             .is_some_and(|live| live.running && live.attempt == attempt)
     }
 
+    /// A new invocation of `s1` was admitted now: no window may hold more admissions than the
+    /// rate and its burst allow.
+    fn check_rate(&mut self, rate: crate::flow::RateLimit) {
+        let now = self.now();
+        self.s1_admitted.push_back(now);
+        while self.s1_admitted.len() > 64 {
+            self.s1_admitted.pop_front();
+        }
+        let interval_us = rate.rate.interval_us();
+        for window in [0u64, 100, 1_000, 10_000] {
+            let inside = self
+                .s1_admitted
+                .iter()
+                .filter(|t| now.saturating_sub(**t) <= window)
+                .count() as u64;
+            let bound = u64::from(rate.burst.get()) + (window * 1000).div_ceil(interval_us);
+            assert!(
+                inside <= bound.min(64),
+                "{inside} new invocations of s1 admitted within {window} ms under {} (burst {}), bound {bound}",
+                rate.rate,
+                rate.burst
+            );
+        }
+    }
+
     pub(super) fn attempt_started(&mut self, started: Started) {
         self.stats.attempts += 1;
         let Started {
@@ -269,6 +313,14 @@ impl World {
             "{} attempts run at once, the invoker allows {limit}",
             attempts.len() + 1
         );
+        let first = self.ever_started.insert(id);
+        if let (Some("s1"), Some(rate), true) = (
+            target.scope.as_ref().map(Scope::as_str),
+            self.s1_rate,
+            first,
+        ) {
+            self.check_rate(rate);
+        }
         if let (Some("s1"), Some(limit)) = (target.scope.as_ref().map(Scope::as_str), self.s1_limit)
         {
             let in_scope = attempts
