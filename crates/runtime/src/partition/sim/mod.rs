@@ -7,8 +7,8 @@
 //!
 //! After every step it checks what the partition promises: no acknowledged invocation is lost;
 //! nothing is acknowledged as new twice; a completed invocation never runs again; a `ctx.run`
-//! whose result was journaled is never executed again; object locks, invoker slots and scope
-//! limits hold; and once the faults stop, everything acknowledged completes.
+//! whose result was journaled is never executed again; object locks, invoker slots, scope
+//! limits and scope rates hold; and once the faults stop, everything acknowledged completes.
 //!
 //! A failing run prints its seed; `SLUICE_SIM_SEED=<seed> cargo test -p sluice partition::sim`
 //! replays it exactly (the same seed gives the same events, see
