@@ -47,14 +47,26 @@ async fn the_restate_cli_works_against_sluice() {
     assert!(out.contains("Created rule '*'"), "{out}");
     let out = run(&["rules", "set", "acme/*", "--concurrency", "1", "--yes"]);
     assert!(out.contains("acme/*"), "{out}");
+    // A rule with Sluice's own limits (rate, burst, on_exceed, max_queued): the CLI reads
+    // past fields it does not know.
+    let (status, body) = sluice
+        .put_rules(serde_json::json!([{"pattern": "paced", "limits": {
+            "rate": "10/s", "burst": 2, "on_exceed": "reject", "max_queued": 5}}]))
+        .await;
+    assert_eq!(status, 200, "{body}");
     let out = run(&["rules", "list"]);
-    assert!(out.contains("PATTERN") && out.contains("acme/*"), "{out}");
+    assert!(
+        out.contains("PATTERN") && out.contains("acme/*") && out.contains("paced"),
+        "{out}"
+    );
     let out = run(&["rules", "disable", "acme/*", "--yes"]);
     assert!(out.contains("disabled"), "{out}");
     let out = run(&["rules", "enable", "acme/*", "--yes"]);
     assert!(out.contains("enabled"), "{out}");
     let out = run(&["rules", "delete", "acme/*", "--yes"]);
     assert!(out.contains("Deleted rule 'acme/*'"), "{out}");
+    let out = run(&["rules", "delete", "paced", "--yes"]);
+    assert!(out.contains("Deleted rule 'paced'"), "{out}");
     let out = run(&["rules", "list", "--extra"]);
     assert!(
         out.contains("LAST MODIFIED") && !out.contains("acme/*"),
