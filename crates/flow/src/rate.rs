@@ -18,6 +18,8 @@ const MAX_PERIOD_MS: u64 = 86_400_000;
 pub struct Rate {
     count: NonZeroU32,
     period_ms: NonZeroU64,
+    /// µs between two tokens, worked out once: the admission path divides nothing.
+    interval_us: u64,
 }
 
 impl Rate {
@@ -26,7 +28,12 @@ impl Rate {
         if period_ms.get() > MAX_PERIOD_MS {
             return Err(RateError("the period may be at most a day (1d)".into()));
         }
-        Ok(Self { count, period_ms })
+        let interval_us = (period_ms.get().saturating_mul(1000) / u64::from(count.get())).max(1);
+        Ok(Self {
+            count,
+            period_ms,
+            interval_us,
+        })
     }
 
     /// Admissions per period.
@@ -41,7 +48,7 @@ impl Rate {
 
     /// Microseconds between two tokens (at least 1).
     pub fn interval_us(self) -> u64 {
-        (self.period_ms.get().saturating_mul(1000) / u64::from(self.count.get())).max(1)
+        self.interval_us
     }
 }
 
