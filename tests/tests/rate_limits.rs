@@ -16,22 +16,26 @@ async fn flow_controlled() -> (Sluice, TestDeployment) {
 
 /// Sends `n` `Meter/tick`s in `scope`; answers their invocation ids (each acknowledged 202).
 async fn send_ticks(sluice: &Sluice, scope: &str, n: usize) -> Vec<String> {
-    let client = reqwest::Client::new();
+    let path = format!("/service/scope/{scope}/send/Meter/tick");
     let mut ids = Vec::with_capacity(n);
     for _ in 0..n {
-        let resp = client
-            .post(format!(
-                "{}/service/scope/{scope}/send/Meter/tick",
-                sluice.ingress_url
-            ))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 202);
-        let sent: Value = resp.json().await.unwrap();
+        let (status, _, sent) = send(sluice, &path, "").await;
+        assert_eq!(status, 202, "{sent}");
         ids.push(sent["invocationId"].as_str().unwrap().to_owned());
     }
     ids
+}
+
+/// Asserts the rule book holds the one rule `rb` = 2/s, burst 5 (as `sys_rules` shows it).
+async fn assert_rb_stored(sluice: &Sluice) {
+    let (status, rows) = sluice
+        .query("SELECT pattern, rate, burst FROM sys_rules")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(
+        rows["rows"],
+        json!([{"pattern": "rb", "rate": "2/s", "burst": 5}])
+    );
 }
 
 /// The start times `Meter/tick` recorded since the last look (ms since the epoch).
@@ -158,14 +162,7 @@ async fn a_burst_goes_at_once_and_a_rate_survives_kill_9() {
     assert!(ok && out.contains("2/s (burst 5)"), "{out}");
     let (ok, out) = cli(&sluice, "rules", &["set", "rb", "--rate", "2/week"]);
     assert!(!ok && out.contains("<count>/<unit>"), "{out}");
-    let (status, rows) = sluice
-        .query("SELECT pattern, rate, burst FROM sys_rules")
-        .await;
-    assert_eq!(status, 200);
-    assert_eq!(
-        rows["rows"],
-        json!([{"pattern": "rb", "rate": "2/s", "burst": 5}])
-    );
+    assert_rb_stored(&sluice).await;
 
     // Ten sends: the five of the burst run at once, the rest one per 500 ms.
     send_ticks(&sluice, "rb", 10).await;
@@ -189,14 +186,7 @@ async fn a_burst_goes_at_once_and_a_rate_survives_kill_9() {
         .start()
         .await
         .unwrap();
-    let (status, rows) = again
-        .query("SELECT pattern, rate, burst FROM sys_rules")
-        .await;
-    assert_eq!(status, 200);
-    assert_eq!(
-        rows["rows"],
-        json!([{"pattern": "rb", "rate": "2/s", "burst": 5}])
-    );
+    assert_rb_stored(&again).await;
     send_ticks(&again, "rb", 8).await;
     let mut after = Vec::new();
     ticks_until(&again, &mut after, 8).await;
@@ -285,8 +275,15 @@ async fn a_full_queue_and_a_rejecting_rate_answer_429_with_retry_after() {
         retry.is_some_and(|s| (50..=60).contains(&s)),
         "the next token is a minute away: Retry-After {retry:?}"
     );
-    let (status, rules) = sluice.query("SELECT pattern FROM sys_rules").await;
+    let (status, rules) = sluice
+        .query("SELECT pattern, max_queued, on_exceed FROM sys_rules ORDER BY pattern")
+        .await;
     assert_eq!(status, 200, "{rules}");
+    assert_eq!(
+        rules["rows"],
+        json!([{"pattern": "mq", "max_queued": 5}, {"pattern": "rj", "on_exceed": "reject"}]),
+        "{rules}"
+    );
     let (_, listed) = sluice_tests::get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
     assert_eq!(
         listed["rules"][1]["limits"],

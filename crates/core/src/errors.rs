@@ -368,9 +368,9 @@ impl CodedError {
         }
     }
 
-    /// This error, saying to try again after `ms` (rounded up to whole seconds, at least 1).
-    pub fn retry_after_ms(mut self, ms: u64) -> Self {
-        self.retry_after_s = Some(ms.div_ceil(1000).max(1));
+    /// This error, saying to try again after `secs` seconds (an HTTP `Retry-After`).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_s = Some(secs);
         self
     }
 }

@@ -252,6 +252,9 @@ pub struct RuleBook {
     version: u32,
     rules: BTreeMap<String, Rule>,
     index: [LevelIndex; 3],
+    /// Some enabled rule has a `max-queued` or a rejecting rate: only then may a new
+    /// invocation be refused.
+    refuses: bool,
     policy: Option<Arc<dyn RulePolicy>>,
 }
 
@@ -381,7 +384,9 @@ impl RuleBook {
 
     fn commit(&mut self, rules: BTreeMap<String, Rule>, version: u32) {
         let mut index: [LevelIndex; 3] = Default::default();
+        let mut refuses = false;
         for rule in rules.values().filter(|r| !r.disabled) {
+            refuses |= rule.max_queued.is_some() || rule.rate.is_some_and(|r| r.reject);
             let level = &mut index[rule.pattern.level().index()];
             let mut key: [Option<Box<str>>; 3] = Default::default();
             for (slot, c) in key.iter_mut().zip(rule.pattern.components()) {
@@ -400,7 +405,14 @@ impl RuleBook {
         }
         self.rules = rules;
         self.index = index;
+        self.refuses = refuses;
         self.version = version;
+    }
+
+    /// Whether some enabled rule may refuse a new invocation (`max-queued`, or a rate with
+    /// `on_exceed = reject`).
+    pub fn may_refuse(&self) -> bool {
+        self.refuses
     }
 
     /// This book with `policy` deciding how rules match (`None`: the most specific wins).

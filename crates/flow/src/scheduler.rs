@@ -273,6 +273,10 @@ impl Scheduler {
     /// rate that rejects); unscoped work never is.
     pub fn refusal(&mut self, key: &QueueKey, now: u64) -> Option<Refusal> {
         let scope = key.scope.as_ref()?;
+        // Most books refuse nothing: no counters are looked up (or created) per submission.
+        if !self.book.may_refuse() {
+            return None;
+        }
         let path = self.limiter.path(scope, key.limit_key.as_ref());
         let refused = self.limiter.refusal(&path, &self.book, now);
         self.limiter.drop_path(path);

@@ -100,10 +100,11 @@ impl Partition {
                 rate.rate
             ),
         };
+        // Whole seconds, at least 1: what `Retry-After` can say.
         let retry = refused.retry_after_ms.div_ceil(1000).max(1);
         Some(
             CodedError::new(Code::RT0030, format!("{why}; retry after {retry} s"))
-                .retry_after_ms(refused.retry_after_ms),
+                .retry_after(retry),
         )
     }
 
