@@ -192,6 +192,29 @@ pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
     )
 }
 
+/// Calls the handler at `path` (e.g. `Meter/ticks`) without a body; asserts the 200 and
+/// answers its JSON.
+pub async fn call_json<T: serde::de::DeserializeOwned>(sluice: &Sluice, path: &str) -> T {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/{path}", sluice.ingress_url))
+        .send()
+        .await
+        .expect("ingress reachable");
+    assert_eq!(resp.status(), 200, "{path}");
+    resp.json().await.expect("a JSON answer")
+}
+
+/// The flow-control counter of `scope` at `level` (`scope`, `level1`, `level2`) from
+/// `GET /limits/counters`, if it lives.
+pub async fn counter(sluice: &Sluice, scope: &str, level: &str) -> Option<serde_json::Value> {
+    let (_, counters) = get_json(&format!("{}/limits/counters", sluice.admin_url)).await;
+    counters["counters"]
+        .as_array()?
+        .iter()
+        .find(|c| c["scope"] == scope && c["level"] == level)
+        .cloned()
+}
+
 /// Calls `{service}/lastAwakeable` until it names an awakeable other than `previous`: the id
 /// of the one `{service}/awaitAwakeable` waits on now (at most 15 s).
 pub async fn next_awakeable(ingress_url: &str, service: &str, previous: &str) -> String {

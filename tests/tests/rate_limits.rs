@@ -40,13 +40,7 @@ async fn assert_rb_stored(sluice: &Sluice) {
 
 /// The start times `Meter/tick` recorded since the last look (ms since the epoch).
 async fn ticks(sluice: &Sluice) -> Vec<u64> {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/service/call/Meter/ticks", sluice.ingress_url))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.json().await.unwrap()
+    sluice_tests::call_json(sluice, "Meter/ticks").await
 }
 
 /// Adds the ticks recorded from now on to `seen` until it holds `n` (at most 15 s).
@@ -62,15 +56,9 @@ async fn ticks_until(sluice: &Sluice, seen: &mut Vec<u64>, n: usize) {
 
 /// The scope-level counter of `scope` from `GET /limits/counters`.
 async fn scope_counter(sluice: &Sluice, scope: &str) -> Value {
-    let (_, counters) =
-        sluice_tests::get_json(&format!("{}/limits/counters", sluice.admin_url)).await;
-    counters["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["scope"] == scope && c["level"] == "scope")
-        .unwrap_or_else(|| panic!("no counter for {scope}: {counters}"))
-        .clone()
+    sluice_tests::counter(sluice, scope, "scope")
+        .await
+        .unwrap_or_else(|| panic!("no counter for {scope}"))
 }
 
 /// The most ticks inside any window of `window_ms`.

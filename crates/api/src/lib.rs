@@ -10,3 +10,4 @@ pub mod plugins;
 pub mod query;
 pub mod services;
 pub mod version;
+pub mod vqueues;

@@ -25,6 +25,18 @@ pub struct Limits {
     /// with `Retry-After` (Kafka subscriptions pause instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queued: Option<u32>,
+    /// The share this rule's keys get under contention relative to their siblings, 1-1000
+    /// (default 1): `acme/gold` at 3 beside `acme/free` at 1 gets 3 admissions for each of its.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// `enforce` (the default) or `shadow`: evaluated and counted at its counters, never holding
+/// or refusing anything.
+pub const MODES: [&str; 2] = ["enforce", "shadow"];
+
+fn enforce() -> String {
+    MODES[0].to_owned()
 }
 
 /// When an upsert applies.
@@ -55,6 +67,9 @@ pub struct UpsertRuleRequest {
     /// Kept but not applied.
     #[serde(default)]
     pub disabled: bool,
+    /// `enforce` (default) or `shadow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// Checked before it applies.
     pub precondition: Option<PreconditionRequest>,
 }
@@ -71,7 +86,10 @@ pub struct RuleResponse {
     pub description: Option<String>,
     /// Kept but not applied.
     pub disabled: bool,
-    /// Bumps when limits or `disabled` change.
+    /// `enforce` or `shadow`.
+    #[serde(default = "enforce")]
+    pub mode: String,
+    /// Bumps when limits, mode or `disabled` change.
     pub version: u32,
     /// Last change, ms since the epoch.
     pub last_modified_millis_since_epoch: u64,
@@ -157,6 +175,29 @@ pub struct CounterResponse {
     /// The rule that set the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// Its share among its siblings under contention.
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// The shadow rule evaluated here and what it would have done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowResponse>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// What a shadow rule would have done at a counter since the counter came to be.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ShadowResponse {
+    /// The shadow rule.
+    pub rule: String,
+    /// Admissions it would have held back (no free slot, or no token).
+    pub would_wait: u64,
+    /// Arrivals it would have refused (full queue, or a rejecting rate).
+    pub would_reject: u64,
+    /// How long the held-back admissions would have waited for tokens, ms in total.
+    pub would_wait_ms: u64,
 }
 
 /// `GET /limits/counters`.
@@ -186,6 +227,7 @@ mod tests {
             limits: Limits::default(),
             description: None,
             disabled: false,
+            mode: enforce(),
             version: 1,
             last_modified_millis_since_epoch: 0,
         };

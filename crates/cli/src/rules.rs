@@ -105,6 +105,26 @@ pub struct LimitArgs {
     /// Remove the rule's max-queued.
     #[arg(long)]
     pub no_max_queued: bool,
+    /// The share its keys get under contention relative to their siblings (1-1000, default 1).
+    #[arg(long)]
+    pub weight: Option<u32>,
+    /// Count what the rule would do without enforcing it (`mode = "shadow"`).
+    #[arg(long, conflicts_with = "enforce")]
+    pub shadow: bool,
+    /// Enforce a shadow rule.
+    #[arg(long)]
+    pub enforce: bool,
+}
+
+impl LimitArgs {
+    /// The rule's mode after this change.
+    fn mode(&self, existing: Option<&RuleResponse>) -> String {
+        match (self.shadow, self.enforce) {
+            (true, _) => "shadow".to_owned(),
+            (_, true) => "enforce".to_owned(),
+            _ => existing.map_or_else(|| "enforce".to_owned(), |r| r.mode.clone()),
+        }
+    }
 }
 
 async fn rules(admin: &AdminClient) -> Result<Vec<RuleResponse>, CodedError> {
@@ -191,6 +211,9 @@ fn limits_set(
     if flags.burst.is_some() {
         limits.burst = flags.burst;
     }
+    if flags.weight.is_some() {
+        limits.weight = flags.weight;
+    }
     serde_json::to_value(&limits).map_err(|e| CodedError::uncoded(e.to_string()))
 }
 
@@ -210,6 +233,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                     "limits": limits,
                     "description": description.clone().or_else(|| existing.and_then(|r| r.description.clone())),
                     "disabled": existing.is_some_and(|r| r.disabled),
+                    "mode": flags.mode(existing),
                 }))
             })
             .await?;
@@ -230,6 +254,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                     "limits": limits_of(rule),
                     "description": rule.description,
                     "disabled": disable,
+                    "mode": rule.mode,
                 }))
             })
             .await?;
@@ -295,7 +320,14 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                 table::print_json(&json!({"rules": list}));
                 return Ok(());
             }
-            let mut header = vec!["PATTERN", "CONCURRENCY", "RATE", "DISABLED"];
+            let mut header = vec![
+                "PATTERN",
+                "CONCURRENCY",
+                "RATE",
+                "WEIGHT",
+                "MODE",
+                "DISABLED",
+            ];
             if *extra {
                 header.extend(["DESCRIPTION", "VERSION", "LAST MODIFIED"]);
             }
@@ -314,6 +346,8 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                             (Some(rate), _) => rate.clone(),
                             (None, _) => "-".to_owned(),
                         },
+                        r.limits.weight.unwrap_or(1).to_string(),
+                        r.mode.clone(),
                         r.disabled.to_string(),
                     ];
                     if *extra {

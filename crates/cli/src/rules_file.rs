@@ -36,6 +36,12 @@ pub struct RuleSpec {
     /// Most invocations that may wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queued: Option<u32>,
+    /// Share under contention among siblings (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// `enforce` (default) or `shadow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -71,10 +77,19 @@ impl RuleSpec {
             return Err(rule("concurrency and burst must be at least 1".into()));
         }
         let on_exceed = self.on_exceed.clone().filter(|o| o != "throttle");
+        if let Some(mode) = self
+            .mode
+            .as_deref()
+            .filter(|m| !matches!(*m, "enforce" | "shadow"))
+        {
+            return Err(rule(format!("mode is 'enforce' or 'shadow', not '{mode}'")));
+        }
         Ok(Self {
             burst: rate.as_ref().map(|_| self.burst.unwrap_or(1)),
             rate,
             on_exceed,
+            weight: self.weight.filter(|w| *w != 1),
+            mode: self.mode.clone().filter(|m| m != "enforce"),
             ..self.clone()
         })
     }
@@ -87,6 +102,8 @@ impl RuleSpec {
             burst: rule.limits.burst,
             on_exceed: rule.limits.on_exceed.clone(),
             max_queued: rule.limits.max_queued,
+            weight: rule.limits.weight,
+            mode: Some(rule.mode.clone()).filter(|m| m != "enforce"),
             description: rule.description.clone(),
             disabled: rule.disabled,
         }
@@ -101,9 +118,11 @@ impl RuleSpec {
                 burst: self.burst,
                 on_exceed: self.on_exceed.clone(),
                 max_queued: self.max_queued,
+                weight: self.weight,
             },
             description: self.description.clone(),
             disabled: self.disabled,
+            mode: self.mode.clone(),
             precondition: Some(precondition),
         }
     }
@@ -124,6 +143,12 @@ impl RuleSpec {
         }
         if let Some(max) = self.max_queued {
             out.push(format!("max_queued={max}"));
+        }
+        if let Some(weight) = self.weight {
+            out.push(format!("weight={weight}"));
+        }
+        if let Some(mode) = &self.mode {
+            out.push(format!("mode={mode}"));
         }
         if self.disabled {
             out.push("disabled".to_owned());
@@ -306,6 +331,7 @@ mod tests {
             limits,
             description: None,
             disabled: false,
+            mode: "enforce".into(),
             version,
             last_modified_millis_since_epoch: 0,
         }

@@ -185,7 +185,7 @@ catalogue! {
         "The deployment is overloaded; the invocation is retried after its `Retry-After`.";
     RT0024 => Ingress, Some(400),
         "invalid flow-control usage",
-        "A scope or limit key was used while flow control is disabled (it needs `experimental-enable-protocol-v7` and `experimental-enable-vqueues`), or the scope or limit key is invalid: a scope is 1-36 bytes of [a-zA-Z0-9_.-]; a limit key is `l1` or `l1/l2`, each level the same; a limit key needs a scope.";
+        "A scope or limit key was used while flow control is disabled (it needs `experimental-enable-protocol-v7` and `experimental-enable-vqueues`), or the scope or limit key is invalid: a scope is 1-36 bytes of [a-zA-Z0-9_.-]; a limit key is `l1` or `l1/l2`, each level the same; a limit key needs a scope. A priority (`x-service-priority`, `?priority=`, a subscription's `priority` option) is `0`-`9`, `low`, `normal` or `high`.";
     RT0025 => Invocation, None,
         "maximum awaited future depth reached",
         "A handler awaited a combinator tree deeper than the limit (1000); the invocation is paused. Flatten the awaited futures.";

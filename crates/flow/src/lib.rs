@@ -6,6 +6,7 @@ pub mod limiter;
 #[cfg(test)]
 mod model;
 pub mod pattern;
+pub mod priority;
 pub mod rate;
 pub mod rules;
 pub mod scheduler;
@@ -13,9 +14,10 @@ pub mod scope;
 pub mod slots;
 
 pub use pattern::{Level, PatternError, RulePattern};
+pub use priority::{PRIORITY_HEADER, Priority, PriorityError};
 pub use rate::{Bucket, Rate, RateError, RateLimit};
 pub use rules::{
     CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook, RuleError,
-    RulePolicy, Upsert,
+    RulePolicy, ShadowRule, Upsert,
 };
 pub use scope::{LimitKey, Scope};

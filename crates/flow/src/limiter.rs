@@ -4,21 +4,30 @@
 //! release of a known [`CounterPath`]) hashes nothing. A node exists only while something needs
 //! it: usage, waiters, pending wake-ups, children or paths held by queues; then it is pruned.
 //!
-//! Waiters park FIFO at the deepest level that blocked them. A node's free slots (limit − usage)
+//! Waiters park at the deepest level that blocked them, in the order of [`waits`] (fair across
+//! the counter's children by weight, priority first, FIFO otherwise). A node's free slots (limit − usage)
 //! minus the wake-ups already handed out (`pending`) is how many more waiters may be woken, so a
 //! release wakes one waiter per freed slot, deepest level first, and a woken waiter that does not
 //! use its slot hands it on (see [`Limiter::settle`]); no wake-up is lost.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use hashbrown::{Equivalent, HashMap};
 
+mod bounds;
+mod waits;
+
 use super::pattern::{Level, RulePattern};
-use super::rate::{Bucket, RateLimit};
-use super::rules::{Limit, RuleBook};
+use super::priority::Priority;
+use super::rate::RateLimit;
+use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
+pub use bounds::ShadowCounts;
+use bounds::{Bounds, Shadow};
+use waits::WaitList;
+pub use waits::{MAX_WEIGHT, PRIORITY_STEP, Ticket};
 
 /// Index of a counter node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,43 +123,19 @@ struct Node {
     rule: Option<Arc<RulePattern>>,
     /// Entries waiting in queues whose path holds this counter (not delayed, not running).
     queued: u32,
-    waiters: VecDeque<WaiterId>,
+    waiters: WaitList,
     /// Waiters woken for a free slot that have not re-checked yet.
     pending: u32,
-    /// What only a counter with a rate or a `max-queued` needs, boxed so that the rest stay
-    /// small (counters are many, and the hot path walks three of them).
+    /// Its virtual time: the start of the last waiter woken here (see [`waits`]).
+    vtime: u64,
+    /// Its finish tag as a flow of its parent.
+    finish: u64,
+    /// The finish tag of the waiters whose path ends here, as a flow of this counter.
+    own_finish: u64,
+    /// Its share among its siblings, from its rule.
+    weight: u32,
+    /// What only a counter with a rate, a `max-queued` or a shadow rule needs.
     bounds: Option<Box<Bounds>>,
-}
-
-/// The state of a counter's rate and queue bound.
-#[derive(Debug, Default)]
-struct Bounds {
-    rate: Option<RateLimit>,
-    max_queued: Option<std::num::NonZeroU32>,
-    /// Tokens taken recently; the node outlives its users until the bucket is full again, or
-    /// a counter that comes and goes would get a fresh burst each time.
-    bucket: Bucket,
-    /// Waiters for a token, FIFO; the head is woken when the next one is due.
-    rate_waiters: VecDeque<WaiterId>,
-    /// A token waiter was woken and has not re-checked yet.
-    rate_pending: bool,
-    /// Admissions here: the last one's time and the mean gap between them (ms), for how long
-    /// a full queue takes to drain.
-    last_admit_ms: u64,
-    mean_gap_ms: u64,
-}
-
-impl Bounds {
-    /// When the next token is there (now when there is no rate).
-    fn next_token_ms(&self, now_ms: u64) -> u64 {
-        self.rate
-            .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms))
-    }
-
-    /// Whether waiters are ahead of a newcomer for the next token.
-    fn token_queued(&self) -> bool {
-        self.rate_pending || !self.rate_waiters.is_empty()
-    }
 }
 
 impl Node {
@@ -166,11 +151,7 @@ impl Node {
     }
 
     fn idle(&self, now_ms: u64) -> bool {
-        self.unused()
-            && self
-                .bounds
-                .as_ref()
-                .is_none_or(|b| b.bucket.is_full(now_ms))
+        self.unused() && self.bounds.as_ref().is_none_or(|b| b.is_full(now_ms))
     }
 
     fn rate(&self) -> Option<RateLimit> {
@@ -236,6 +217,10 @@ pub struct CounterSnapshot {
     pub tokens: Option<u32>,
     /// When the next token is there, ms (rate limited counters out of tokens).
     pub next_token_ms: Option<u64>,
+    /// Its share among its siblings.
+    pub weight: u32,
+    /// The shadow rule evaluated here and what it would have done.
+    pub shadow: Option<(Arc<ShadowRule>, ShadowCounts)>,
 }
 
 /// The counters of one partition.
@@ -253,6 +238,8 @@ pub struct Limiter {
     token_wakes: BinaryHeap<Reverse<(u64, CounterId)>>,
     /// Unused counters kept for their bucket, with the time it is full again.
     cooling: BinaryHeap<Reverse<(u64, CounterId)>>,
+    /// Tickets handed out, for FIFO among equal tags.
+    tickets: u64,
 }
 
 impl Limiter {
@@ -294,8 +281,12 @@ impl Limiter {
             limit: Limit::Unlimited,
             rule: None,
             queued: 0,
-            waiters: VecDeque::new(),
+            waiters: WaitList::default(),
             pending: 0,
+            vtime: 0,
+            finish: 0,
+            own_finish: 0,
+            weight: 1,
             bounds: None,
         };
         let id = match self.free.pop() {
@@ -360,7 +351,7 @@ impl Limiter {
                 if node.unused()
                     && let Some(bounds) = &node.bounds
                 {
-                    self.cooling.push(Reverse((bounds.bucket.full_at_ms(), id)));
+                    self.cooling.push(Reverse((bounds.full_at_ms(), id)));
                 }
                 return;
             }
@@ -388,10 +379,16 @@ impl Limiter {
         let generation = self.generation;
         let node = self.node_mut(id);
         node.limit = resolved.limit;
-        if resolved.rate.is_some() || resolved.max_queued.is_some() || node.bounds.is_some() {
+        node.weight = resolved.weight.get().min(MAX_WEIGHT);
+        if resolved.rate.is_some()
+            || resolved.max_queued.is_some()
+            || resolved.shadow.is_some()
+            || node.bounds.is_some()
+        {
             let bounds = node.bounds.get_or_insert_with(Box::default);
             bounds.rate = resolved.rate;
             bounds.max_queued = resolved.max_queued;
+            bounds.set_shadow(resolved.shadow);
         }
         node.rule = resolved.pattern;
         node.resolved_at = Some(generation);
@@ -466,8 +463,12 @@ impl Limiter {
     pub fn acquire(&mut self, path: &CounterPath, tokens: bool, now_ms: u64) -> Permit {
         for &id in path.counters() {
             let node = self.node_mut(id);
+            let usage = node.usage;
             node.usage += 1;
             if let Some(bounds) = node.bounds.as_deref_mut() {
+                if let Some(shadow) = &mut bounds.shadow {
+                    shadow.admit(usage, tokens, now_ms);
+                }
                 if tokens && let Some(rate) = bounds.rate {
                     bounds.bucket.take(rate, now_ms);
                 }
@@ -506,14 +507,44 @@ impl Limiter {
         self.prune(counters[counters.len() - 1]);
     }
 
-    /// Parks `waiter` at the back of `counter`'s FIFO.
-    pub fn park(&mut self, counter: CounterId, waiter: WaiterId) {
-        self.node_mut(counter).waiters.push_back(waiter);
+    /// A place in line at `counter` for a waiter on `path` with `priority`: behind its flow's
+    /// earlier waiters by its weight, ahead of lower priorities (see [`waits`]).
+    fn ticket(&mut self, counter: CounterId, path: &CounterPath, priority: Priority) -> Ticket {
+        let counters = path.counters();
+        let flow = counters
+            .iter()
+            .position(|c| *c == counter)
+            .and_then(|at| counters.get(at + 1))
+            .copied();
+        let vtime = self.node(counter).vtime;
+        let (finish, weight) = match flow {
+            Some(child) => (self.node(child).finish, self.node(child).weight),
+            None => (self.node(counter).own_finish, 1),
+        };
+        let start = vtime.max(finish);
+        let next = start.saturating_add(waits::cost(weight));
+        match flow {
+            Some(child) => self.node_mut(child).finish = next,
+            None => self.node_mut(counter).own_finish = next,
+        }
+        self.tickets += 1;
+        Ticket::new(start, priority, self.tickets)
     }
 
-    /// Parks `waiter` at the front: it was first in line here and lost its slot to a lowered limit.
-    pub fn park_front(&mut self, counter: CounterId, waiter: WaiterId) {
-        self.node_mut(counter).waiters.push_front(waiter);
+    /// Parks `waiter` (on `path`, with `priority`) for a slot of `counter`; `again` is the
+    /// ticket it had when it was woken here and lost the slot (to a lowered limit): it keeps
+    /// its place. Answers its ticket.
+    pub fn park(
+        &mut self,
+        counter: CounterId,
+        waiter: WaiterId,
+        path: &CounterPath,
+        priority: Priority,
+        again: Option<Ticket>,
+    ) -> Ticket {
+        let ticket = again.unwrap_or_else(|| self.ticket(counter, path, priority));
+        self.node_mut(counter).waiters.push(ticket, waiter);
+        ticket
     }
 
     /// Counts an entry waiting (`true`) or no longer waiting (`false`) at every counter of
@@ -521,6 +552,11 @@ impl Limiter {
     pub fn count_queued(&mut self, path: &CounterPath, waiting: bool) {
         for &id in path.counters() {
             let node = self.node_mut(id);
+            if waiting
+                && let Some(shadow) = node.bounds.as_deref_mut().and_then(|b| b.shadow.as_mut())
+            {
+                shadow.enqueue(node.queued);
+            }
             node.queued = if waiting {
                 node.queued.saturating_add(1)
             } else {
@@ -572,34 +608,39 @@ impl Limiter {
         refused
     }
 
-    /// Parks `waiter` for a token of `counter`, at the back (or the front: it was first in line
-    /// and the token went elsewhere); the head is woken when the next token is due.
-    pub fn park_for_token(&mut self, counter: CounterId, waiter: WaiterId, front: bool) {
+    /// Parks `waiter` for a token of `counter`, in line like [`Limiter::park`] (`again`: it
+    /// was first in line and the token went elsewhere); the first in line is woken when the
+    /// next token is due.
+    pub fn park_for_token(
+        &mut self,
+        counter: CounterId,
+        waiter: WaiterId,
+        path: &CounterPath,
+        priority: Priority,
+        again: Option<Ticket>,
+    ) -> Ticket {
         let now = self.now_ms;
+        let ticket = again.unwrap_or_else(|| self.ticket(counter, path, priority));
         let bounds = self
             .node_mut(counter)
             .bounds
             .get_or_insert_with(Box::default);
-        if front {
-            bounds.rate_waiters.push_front(waiter);
-        } else {
-            bounds.rate_waiters.push_back(waiter);
-        }
+        bounds.rate_waiters.push(ticket, waiter);
         if !bounds.rate_pending {
             let due = bounds.next_token_ms(now);
             self.token_wakes.push(Reverse((due, counter)));
         }
+        ticket
     }
 
-    /// Takes `waiter` out of `counter`'s token waiters; true if it was there.
-    pub fn unpark_from_tokens(&mut self, counter: CounterId, waiter: WaiterId) -> bool {
+    /// Takes the waiter with `ticket` out of `counter`'s token waiters; true if it was there.
+    pub fn unpark_from_tokens(&mut self, counter: CounterId, ticket: Ticket) -> bool {
         let Some(bounds) = self.node_mut(counter).bounds.as_deref_mut() else {
             return false;
         };
-        let Some(at) = bounds.rate_waiters.iter().position(|w| *w == waiter) else {
+        if !bounds.rate_waiters.remove(ticket) {
             return false;
-        };
-        bounds.rate_waiters.remove(at);
+        }
         self.prune(counter);
         true
     }
@@ -649,8 +690,10 @@ impl Limiter {
                 self.token_wakes.push(Reverse((next, counter)));
                 continue;
             }
-            let waiter = bounds.rate_waiters.pop_front().expect("checked non-empty");
+            let (ticket, waiter) = bounds.rate_waiters.pop().expect("checked non-empty");
             bounds.rate_pending = true;
+            let node = self.node_mut(counter);
+            node.vtime = node.vtime.max(ticket.start());
             woken.push(waiter);
         }
         while let Some(&Reverse((due, counter))) = self.cooling.peek()
@@ -674,19 +717,18 @@ impl Limiter {
         token.into_iter().chain(cooling).min()
     }
 
-    /// Takes `waiter` out of `counter`'s list (its queue changed or vanished); true if it was there.
+    /// Takes the waiter with `ticket` out of `counter`'s list (its queue changed or vanished);
+    /// true if it was there.
     pub fn unpark(
         &mut self,
         counter: CounterId,
-        waiter: WaiterId,
+        ticket: Ticket,
         book: &RuleBook,
         woken: &mut Vec<WaiterId>,
     ) -> bool {
-        let node = self.node_mut(counter);
-        let Some(at) = node.waiters.iter().position(|w| *w == waiter) else {
+        if !self.node_mut(counter).waiters.remove(ticket) {
             return false;
-        };
-        node.waiters.remove(at);
+        }
         self.pump(counter, book, woken);
         self.prune(counter);
         true
@@ -710,9 +752,10 @@ impl Limiter {
         let node = self.node_mut(counter);
         let mut offer = node.wakeable();
         while offer > 0 {
-            let Some(waiter) = node.waiters.pop_front() else {
+            let Some((ticket, waiter)) = node.waiters.pop() else {
                 break;
             };
+            node.vtime = node.vtime.max(ticket.start());
             node.pending += 1;
             offer -= 1;
             woken.push(waiter);
@@ -785,6 +828,10 @@ impl Limiter {
                     .filter(|_| rate.is_some())
                     .map(|b| b.next_token_ms(now))
                     .filter(|at| *at > now),
+                weight: node.weight,
+                shadow: bounds
+                    .and_then(|b| b.shadow.as_ref())
+                    .map(|s: &Shadow| (Arc::clone(&s.rule), s.counts)),
             });
         }
         out.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));

@@ -13,13 +13,21 @@
 //! - fairness: while a queue is ready (in the ring) and its head admissible, at most
 //!   2 × (queues − 1) entries of other queues are dispatched before it: a ring visit dispatches at
 //!   most one entry, and credit (quantum 1, cap 2) covers any head within two visits. Parked
-//!   queues wait FIFO at their resource instead, which the no-lost-wake-up check keeps moving.
+//!   queues wait at their resource instead (by priority and weight), which the no-lost-wake-up
+//!   check keeps moving;
+//! - bounded queues: an arrival is refused exactly when a counter on its path already holds its
+//!   rule's `max-queued` waiting entries (counted by brute force), and an accepted one is never
+//!   lost (drain completes every accepted arrival);
+//! - shadow rules never change an admission: the limits above ignore them, so a shadow rule that
+//!   held anything would fail the admission or the lost-wake-up check;
+//! - a paused queue dispatches nothing, keeps its entries, and runs them once resumed.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::pattern::{Level, RulePattern};
+use super::priority::Priority;
 use super::rules::{Delete, Limit, RuleBook, Upsert};
 use super::scheduler::{Dispatch, EntryId, EntryKind, LockId, Permit, QueueKey, Scheduler};
 use super::scope::{LimitKey, Scope};
@@ -27,8 +35,15 @@ use super::scope::{LimitKey, Scope};
 /// Most dispatches of other queues a ready, admissible queue waits for.
 pub const FAIRNESS_BOUND: usize = 2 * (KEYS.len() - 1);
 
-/// The queue keys events pick from: (scope, limit key, exclusive object key).
-pub const KEYS: &[(Option<&str>, Option<&str>, Option<&str>)] = &[
+/// A queue key as events name it: (scope, limit key, exclusive object key).
+pub type KeySpec = (
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+/// The queue keys events pick from.
+pub const KEYS: &[KeySpec] = &[
     (None, None, None),
     (None, None, Some("k")),
     (Some("a"), None, None),
@@ -57,8 +72,25 @@ pub enum Event {
     Suspend(usize),
     /// The `i`-th suspended entry resumes.
     Resume(usize),
-    /// Upsert `PATTERNS[p]` with limit `n` (0 = unlimited), disabled or not.
-    Rule(usize, u32, bool),
+    /// Upsert a rule.
+    Rule {
+        /// `PATTERNS[pattern]`.
+        pattern: usize,
+        /// Concurrency, 0 = unlimited.
+        limit: u32,
+        /// Kept but not applied.
+        disabled: bool,
+        /// Counted, never enforced.
+        shadow: bool,
+        /// Share among siblings (0 = none).
+        weight: u32,
+        /// `max-queued`, 0 = none.
+        max_queued: u32,
+    },
+    /// An operator pauses the queue of `KEYS[key]`.
+    PauseQueue(usize),
+    /// An operator resumes it.
+    ResumeQueue(usize),
     /// Delete `PATTERNS[p]`.
     DeleteRule(usize),
 }
@@ -95,18 +127,24 @@ pub struct Model {
     usage: Vec<u32>,
     /// Per counter: the limit found by scanning every rule, refreshed on each rule change.
     limits: Vec<Limit>,
+    /// Per key: paused by an operator.
+    paused: Vec<bool>,
+    /// Arrivals refused for a full queue.
+    pub refused: u64,
     /// Largest fairness wait seen, for reporting.
     pub worst_wait: usize,
     /// Entries dispatched so far.
     pub dispatched: u64,
 }
 
-fn queue_key((scope, key, object): (Option<&str>, Option<&str>, Option<&str>)) -> QueueKey {
+/// Keys get different priorities, so waiters of one counter are reordered.
+fn queue_key((i, (scope, key, object)): (usize, KeySpec)) -> QueueKey {
     QueueKey {
         scope: scope.map(|s| Scope::parse(s).unwrap()),
         limit_key: key.map(|k| LimitKey::parse(k).unwrap()),
         service: "S".into(),
         object_key: object.map(Into::into),
+        priority: [Priority::NORMAL, Priority::HIGH, Priority::LOW][i % 3],
     }
 }
 
@@ -141,7 +179,7 @@ impl Model {
         Self {
             sched: Scheduler::new(Arc::new(book.clone()), invoker_limit),
             book,
-            keys: KEYS.iter().copied().map(queue_key).collect(),
+            keys: KEYS.iter().copied().enumerate().map(queue_key).collect(),
             invoker_limit,
             now: 0,
             next_id: 0,
@@ -158,6 +196,8 @@ impl Model {
             touched,
             usage: vec![0; n],
             limits: vec![Limit::Unlimited; n],
+            paused: vec![false; KEYS.len()],
+            refused: 0,
             worst_wait: 0,
             dispatched: 0,
         }
@@ -169,6 +209,22 @@ impl Model {
         match *event {
             Event::Arrive(key) => {
                 let key = key % KEYS.len();
+                let full = self.touched[key].iter().any(|&c| {
+                    self.max_queued_of(&self.counters[c])
+                        .is_some_and(|max| self.queued_at(c) >= max)
+                });
+                let refusal = self.sched.refusal(&self.keys[key], self.now);
+                assert_eq!(
+                    refusal.is_some(),
+                    full,
+                    "refusal {refusal:?} of {:?} disagrees with the queue bounds",
+                    KEYS[key]
+                );
+                if full {
+                    self.refused += 1;
+                    self.poll();
+                    return;
+                }
                 self.next_id += 1;
                 let id = self.next_id;
                 self.entry_key.insert(id, key);
@@ -207,11 +263,21 @@ impl Model {
                 self.sched
                     .enqueue(&self.keys[key], id, EntryKind::Resumed, None, self.now);
             }
-            Event::Rule(p, n, disabled) => {
-                let limit = NonZeroU32::new(n).map_or(Limit::Unlimited, Limit::Concurrency);
-                let pattern = RulePattern::parse(PATTERNS[p % PATTERNS.len()]).unwrap();
+            Event::Rule {
+                pattern,
+                limit,
+                disabled,
+                shadow,
+                weight,
+                max_queued,
+            } => {
+                let limit = NonZeroU32::new(limit).map_or(Limit::Unlimited, Limit::Concurrency);
+                let pattern = RulePattern::parse(PATTERNS[pattern % PATTERNS.len()]).unwrap();
                 let upsert = Upsert {
                     disabled,
+                    shadow,
+                    weight: NonZeroU32::new(weight),
+                    max_queued: NonZeroU32::new(max_queued),
                     ..Upsert::new(pattern, limit)
                 };
                 self.book.apply_batch(&[upsert], self.now).unwrap();
@@ -226,8 +292,26 @@ impl Model {
                 self.book.delete_batch(&[delete]).unwrap();
                 self.rules_changed();
             }
+            Event::PauseQueue(key) => {
+                let key = key % KEYS.len();
+                self.paused[key] = true;
+                self.sched.pause(&self.keys[key], self.now);
+            }
+            Event::ResumeQueue(key) => {
+                let key = key % KEYS.len();
+                self.paused[key] = false;
+                self.sched.resume(&self.keys[key], self.now);
+            }
         }
         self.poll();
+    }
+
+    /// Entries waiting (not running, not suspended) in queues whose path holds counter `c`.
+    fn queued_at(&self, c: usize) -> u32 {
+        (0..KEYS.len())
+            .filter(|k| self.touched[*k].contains(&c))
+            .map(|k| (self.waiting_new[k].len() + self.waiting_resumed[k].len()) as u32)
+            .sum()
     }
 
     fn rules_changed(&mut self) {
@@ -244,6 +328,9 @@ impl Model {
         }
         if (self.running.len() as u32) < self.invoker_limit {
             for (key, spec) in KEYS.iter().enumerate() {
+                if self.paused[key] {
+                    continue;
+                }
                 if let Some(head) = self.head(key) {
                     assert!(
                         !self.admissible(key, head),
@@ -263,6 +350,7 @@ impl Model {
 
     fn on_dispatch(&mut self, d: Dispatch) {
         let key = self.entry_key[&d.entry];
+        assert!(!self.paused[key], "a paused queue dispatched {}", d.entry);
         assert!(
             !self.running.contains_key(&d.entry),
             "entry {} runs twice",
@@ -358,23 +446,38 @@ impl Model {
             .all(|&c| self.limits[c].admits(self.usage[c]))
     }
 
-    /// Brute force over every rule: the most specific enabled rule of the counter's level.
-    fn limit_of(&self, counter: &[&str]) -> Limit {
+    /// Brute force over every rule: the most specific enabled, enforced rule of the counter's
+    /// level.
+    fn rule_of(&self, counter: &[&str]) -> Option<&super::rules::Rule> {
         let level = Level::ALL[counter.len() - 1];
         self.book
             .rules()
-            .filter(|r| !r.disabled && r.pattern.level() == level)
+            .filter(|r| !r.disabled && !r.shadow && r.pattern.level() == level)
             .filter(|r| {
                 r.pattern
                     .matches(counter[0], counter.get(1).copied(), counter.get(2).copied())
             })
             .max_by_key(|r| r.pattern.rank())
-            .map_or(Limit::Unlimited, |r| r.limit)
+    }
+
+    fn limit_of(&self, counter: &[&str]) -> Limit {
+        self.rule_of(counter).map_or(Limit::Unlimited, |r| r.limit)
+    }
+
+    fn max_queued_of(&self, counter: &[&str]) -> Option<u32> {
+        self.rule_of(counter)
+            .and_then(|r| r.max_queued)
+            .map(NonZeroU32::get)
     }
 
     /// Completes and resumes everything until nothing is left; every arrival must complete once.
     pub fn drain(&mut self) {
         // Rules stay as they are: with nothing running every counter admits at least one.
+        for key in 0..KEYS.len() {
+            if self.paused[key] {
+                self.step(&Event::ResumeQueue(key));
+            }
+        }
         for round in 0.. {
             assert!(round < 100_000, "drain did not finish: something is stuck");
             if self.running.is_empty() && self.suspended.is_empty() {

@@ -63,11 +63,17 @@ pub struct Rule {
     /// Most invocations that may wait at the counter; a new one beyond is refused (429).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queued: Option<NonZeroU32>,
+    /// Share of its counter under contention, relative to its siblings (none: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<NonZeroU32>,
+    /// Evaluated and counted, never enforced (`mode = "shadow"`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
     /// Free text for operators.
     pub description: Option<String>,
     /// Kept but invisible to the runtime.
     pub disabled: bool,
-    /// Bumps when the limit, the rate or `disabled` change.
+    /// Bumps when the limit, rate, queue bound, weight, mode or `disabled` change.
     pub version: u32,
     /// Milliseconds since the epoch of the last change.
     pub last_modified_ms: u64,
@@ -95,6 +101,10 @@ pub struct Upsert {
     pub rate: Option<RateLimit>,
     /// Its bound on waiting invocations.
     pub max_queued: Option<NonZeroU32>,
+    /// Its share under contention.
+    pub weight: Option<NonZeroU32>,
+    /// Counted, never enforced.
+    pub shadow: bool,
     /// Its description.
     pub description: Option<String>,
     /// Whether it is disabled.
@@ -111,6 +121,8 @@ impl Upsert {
             limit,
             rate: None,
             max_queued: None,
+            weight: None,
+            shadow: false,
             description: None,
             disabled: false,
             precondition: Precondition::None,
@@ -161,8 +173,25 @@ pub struct Resolved {
     pub rate: Option<RateLimit>,
     /// The bound on waiting invocations in force.
     pub max_queued: Option<NonZeroU32>,
+    /// The counter's share under contention among its siblings (1 without a rule).
+    pub weight: NonZeroU32,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
+    /// The most specific shadow rule matching the counter: counted, never enforced.
+    pub shadow: Option<Arc<ShadowRule>>,
+}
+
+/// A shadow rule as a counter evaluates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowRule {
+    /// The limit it would enforce.
+    pub limit: Limit,
+    /// The rate it would enforce.
+    pub rate: Option<RateLimit>,
+    /// The queue bound it would enforce.
+    pub max_queued: Option<NonZeroU32>,
+    /// The rule.
+    pub pattern: Arc<RulePattern>,
 }
 
 impl Resolved {
@@ -171,7 +200,9 @@ impl Resolved {
         limit: Limit::Unlimited,
         rate: None,
         max_queued: None,
+        weight: NonZeroU32::MIN,
         pattern: None,
+        shadow: None,
     };
 }
 
@@ -203,7 +234,10 @@ struct Indexed {
     limit: Limit,
     rate: Option<RateLimit>,
     max_queued: Option<NonZeroU32>,
+    weight: Option<NonZeroU32>,
     pattern: Arc<RulePattern>,
+    /// Set for a shadow rule: what a counter evaluates.
+    shadow: Option<Arc<ShadowRule>>,
 }
 
 /// Ranks that exist at each level, most specific first.
@@ -252,6 +286,8 @@ pub struct RuleBook {
     version: u32,
     rules: BTreeMap<String, Rule>,
     index: [LevelIndex; 3],
+    /// The enabled shadow rules, indexed the same way.
+    shadow_index: [LevelIndex; 3],
     /// Some enabled rule has a `max-queued` or a rejecting rate: only then may a new
     /// invocation be refused.
     refuses: bool,
@@ -321,6 +357,8 @@ impl RuleBook {
                         limit: upsert.limit,
                         rate: upsert.rate,
                         max_queued: upsert.max_queued,
+                        weight: upsert.weight,
+                        shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
                         version: next_version,
@@ -331,6 +369,8 @@ impl RuleBook {
                     let runtime = old.limit != upsert.limit
                         || old.rate != upsert.rate
                         || old.max_queued != upsert.max_queued
+                        || old.weight != upsert.weight
+                        || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description;
                     changed |= runtime || text;
@@ -338,6 +378,8 @@ impl RuleBook {
                         limit: upsert.limit,
                         rate: upsert.rate,
                         max_queued: upsert.max_queued,
+                        weight: upsert.weight,
+                        shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
                         version: old.version + u32::from(runtime),
@@ -384,9 +426,25 @@ impl RuleBook {
 
     fn commit(&mut self, rules: BTreeMap<String, Rule>, version: u32) {
         let mut index: [LevelIndex; 3] = Default::default();
+        let mut shadow_index: [LevelIndex; 3] = Default::default();
         let mut refuses = false;
         for rule in rules.values().filter(|r| !r.disabled) {
-            refuses |= rule.max_queued.is_some() || rule.rate.is_some_and(|r| r.reject);
+            let pattern = Arc::new(rule.pattern.clone());
+            let shadow = rule.shadow.then(|| {
+                Arc::new(ShadowRule {
+                    limit: rule.limit,
+                    rate: rule.rate,
+                    max_queued: rule.max_queued,
+                    pattern: Arc::clone(&pattern),
+                })
+            });
+            refuses |=
+                !rule.shadow && (rule.max_queued.is_some() || rule.rate.is_some_and(|r| r.reject));
+            let index = if rule.shadow {
+                &mut shadow_index
+            } else {
+                &mut index
+            };
             let level = &mut index[rule.pattern.level().index()];
             let mut key: [Option<Box<str>>; 3] = Default::default();
             for (slot, c) in key.iter_mut().zip(rule.pattern.components()) {
@@ -399,12 +457,15 @@ impl RuleBook {
                     limit: rule.limit,
                     rate: rule.rate,
                     max_queued: rule.max_queued,
-                    pattern: Arc::new(rule.pattern.clone()),
+                    weight: rule.weight,
+                    pattern,
+                    shadow,
                 },
             );
         }
         self.rules = rules;
         self.index = index;
+        self.shadow_index = shadow_index;
         self.refuses = refuses;
         self.version = version;
     }
@@ -463,16 +524,13 @@ impl RuleBook {
                 rate: None,
                 max_queued: None,
                 pattern,
+                ..self.most_specific(level, scope, l1, l2)
             },
-            Decision::Concurrency(n) => {
-                let book = self.most_specific(level, scope, l1, l2);
-                Resolved {
-                    limit: Limit::Concurrency(n),
-                    rate: book.rate,
-                    max_queued: book.max_queued,
-                    pattern,
-                }
-            }
+            Decision::Concurrency(n) => Resolved {
+                limit: Limit::Concurrency(n),
+                pattern,
+                ..self.most_specific(level, scope, l1, l2)
+            },
         }
     }
 
@@ -498,19 +556,36 @@ impl RuleBook {
         if names[..=level.index()].iter().any(Option::is_none) {
             return Resolved::UNLIMITED;
         }
-        let index = &self.index[level.index()];
         let names = [scope, l1.unwrap_or(""), l2.unwrap_or("")];
-        RANKS[level.index()]
-            .iter()
-            .filter(|&&rank| index.ranks & (1 << rank) != 0)
-            .find_map(|&rank| index.rules.get(&probe(level, rank, names)))
-            .map_or(Resolved::UNLIMITED, |rule| Resolved {
+        let shadow = first_match(&self.shadow_index, level, names).and_then(|r| r.shadow.clone());
+        first_match(&self.index, level, names).map_or(
+            Resolved {
+                shadow: shadow.clone(),
+                ..Resolved::UNLIMITED
+            },
+            |rule| Resolved {
                 limit: rule.limit,
                 rate: rule.rate,
                 max_queued: rule.max_queued,
+                weight: rule.weight.unwrap_or(NonZeroU32::MIN),
                 pattern: Some(Arc::clone(&rule.pattern)),
-            })
+                shadow,
+            },
+        )
     }
+}
+
+/// The most specific rule of `index` matching the counter `names` at `level`.
+fn first_match<'a>(
+    index: &'a [LevelIndex; 3],
+    level: Level,
+    names: [&str; 3],
+) -> Option<&'a Indexed> {
+    let index = &index[level.index()];
+    RANKS[level.index()]
+        .iter()
+        .filter(|&&rank| index.ranks & (1 << rank) != 0)
+        .find_map(|&rank| index.rules.get(&probe(level, rank, names)))
 }
 
 /// The index key a rule of `rank` at `level` would have for the counter `names`: each

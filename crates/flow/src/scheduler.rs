@@ -6,13 +6,15 @@
 //! Ready queues sit in a ring; a visit adds one unit of credit (capped at 2) and dispatches the
 //! head when the credit covers its weight (new 2, resumed 1), so at most one entry per visit and
 //! resumed work runs twice as often. A queue that cannot be admitted leaves the ring and parks at
-//! what blocked it (a lock, or the deepest full counter); it comes back when woken.
+//! what blocked it (a lock, or the deepest full counter, where waiters are ordered by
+//! priority and weighted fair across sibling keys); it comes back when woken. A paused queue
+//! keeps its entries and leaves the ring until it is resumed.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 
 mod locks;
 mod snapshot;
@@ -22,7 +24,10 @@ use locks::Locks;
 pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus};
 
-use super::limiter::{self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, WaiterId};
+use super::limiter::{
+    self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, Ticket, WaiterId,
+};
+use super::priority::Priority;
 use super::rules::RuleBook;
 use super::scope::{LimitKey, Scope};
 use super::slots::InvokerSlots;
@@ -65,6 +70,8 @@ pub struct QueueKey {
     pub service: Box<str>,
     /// Object key, only for exclusive virtual-object handlers: their entries take the object lock.
     pub object_key: Option<Box<str>>,
+    /// The priority of its entries among the waiters of a counter.
+    pub priority: Priority,
 }
 
 /// Index of a queue; stable while the queue lives.
@@ -105,8 +112,10 @@ enum State {
     Idle,
     /// In the ring.
     Ready,
-    /// In the waiter list of a resource.
-    Parked(Resource, Option<Blocked>),
+    /// In the waiter list of a resource, with its place in line at a counter.
+    Parked(Resource, Option<Ticket>, Option<Blocked>),
+    /// Paused by an operator: out of the ring, entries kept.
+    Paused,
 }
 
 #[derive(Debug)]
@@ -120,8 +129,9 @@ struct Queue {
     delayed: u32,
     credit: u8,
     state: State,
-    /// Set when woken: the reservation to settle at its next check.
-    woken_from: Option<Resource>,
+    /// Set when woken: the reservation to settle at its next check, and the place in line it
+    /// keeps if it has to wait there again.
+    woken_from: Option<(Resource, Option<Ticket>)>,
     /// When the current state began.
     since: u64,
 }
@@ -180,6 +190,8 @@ pub struct Scheduler {
     timers: BinaryHeap<Reverse<Timer>>,
     timer_seq: u64,
     woken: Vec<WaiterId>,
+    /// Queues an operator paused, kept while their queue comes and goes.
+    paused: HashSet<QueueKey>,
 }
 
 impl Scheduler {
@@ -205,6 +217,7 @@ impl Scheduler {
             timers: BinaryHeap::new(),
             timer_seq: 0,
             woken: Vec::new(),
+            paused: HashSet::new(),
         }
     }
 
@@ -313,7 +326,11 @@ impl Scheduler {
             new: VecDeque::new(),
             delayed: 0,
             credit: 0,
-            state: State::Idle,
+            state: if self.paused.contains(key) {
+                State::Paused
+            } else {
+                State::Idle
+            },
             woken_from: None,
             since: now,
         };
@@ -348,6 +365,7 @@ impl Scheduler {
         }
         let queue = self.queue_mut(q);
         match queue.state {
+            State::Paused => {}
             State::Idle => {
                 queue.state = State::Ready;
                 queue.since = now;
@@ -361,24 +379,91 @@ impl Scheduler {
 
     /// Takes a parked queue out of its waiter list and back into the ring.
     fn unpark(&mut self, q: QueueId, now: u64) {
-        let State::Parked(resource, _) = self.queue(q).state.clone() else {
+        if !self.leave_waiters(q) {
             return;
-        };
-        match resource {
-            Resource::Counter(counter) => {
-                self.limiter
-                    .unpark(counter, q.0, &self.book, &mut self.woken);
-            }
-            Resource::Token(counter) => {
-                self.limiter.unpark_from_tokens(counter, q.0);
-            }
-            Resource::Lock(lock) => self.locks.unpark(lock, q),
         }
         let queue = self.queue_mut(q);
         queue.state = State::Ready;
         queue.since = now;
         self.ring.push_back(q);
         self.wake_pending(now);
+    }
+
+    /// Takes a parked queue out of its waiter list; false if it was not parked.
+    fn leave_waiters(&mut self, q: QueueId) -> bool {
+        let State::Parked(resource, ticket, _) = self.queue(q).state.clone() else {
+            return false;
+        };
+        match (resource, ticket) {
+            (Resource::Counter(counter), Some(ticket)) => {
+                self.limiter
+                    .unpark(counter, ticket, &self.book, &mut self.woken);
+            }
+            (Resource::Token(counter), Some(ticket)) => {
+                self.limiter.unpark_from_tokens(counter, ticket);
+            }
+            (Resource::Lock(lock), _) => self.locks.unpark(lock, q),
+            (_, None) => unreachable!("counter parks hold a ticket"),
+        }
+        true
+    }
+
+    /// Pauses the queue of `key` (which need not exist yet): its entries stay but none is
+    /// dispatched until [`Scheduler::resume`]. Running attempts are not stopped.
+    pub fn pause(&mut self, key: &QueueKey, now: u64) {
+        if !self.paused.insert(key.clone()) {
+            return;
+        }
+        let Some(&q) = self.queue_index.get(key) else {
+            return;
+        };
+        self.leave_waiters(q);
+        if let Some(from) = self.queue_mut(q).woken_from.take() {
+            self.settle(from.0);
+        }
+        if self.queue(q).state == State::Ready {
+            self.ring.retain(|r| *r != q);
+        }
+        let queue = self.queue_mut(q);
+        queue.state = State::Paused;
+        queue.credit = 0;
+        queue.since = now;
+        self.wake_pending(now);
+    }
+
+    /// Resumes the queue of `key`: it takes its turn again.
+    pub fn resume(&mut self, key: &QueueKey, now: u64) {
+        if !self.paused.remove(key) {
+            return;
+        }
+        let Some(&q) = self.queue_index.get(key) else {
+            return;
+        };
+        let queue = self.queue_mut(q);
+        queue.since = now;
+        if queue.len() > 0 {
+            queue.state = State::Ready;
+            self.ring.push_back(q);
+        } else {
+            queue.state = State::Idle;
+            self.go_idle(q, now);
+        }
+    }
+
+    /// The key of the live queue with index `index`.
+    pub fn queue_key(&self, index: u32) -> Option<QueueKey> {
+        let queue = self.queues.get(index as usize)?.as_ref()?;
+        Some(queue.key.clone())
+    }
+
+    /// Whether the queue of `key` is paused.
+    pub fn is_paused(&self, key: &QueueKey) -> bool {
+        self.paused.contains(key)
+    }
+
+    /// Every paused queue's key.
+    pub fn paused(&self) -> impl Iterator<Item = &QueueKey> {
+        self.paused.iter()
     }
 
     /// Removes a queued (not delayed, not running) entry; true if it was there.
@@ -450,8 +535,9 @@ impl Scheduler {
     fn admit(&mut self, q: QueueId, now: u64) -> Option<Dispatch> {
         let (entry, kind) = self.queue(q).head().expect("checked non-empty");
         let woken_from = self.queue_mut(q).woken_from.take();
+        let woken_resource = woken_from.map(|(resource, _)| resource);
         let blocked = self
-            .check_lock(q, entry, woken_from)
+            .check_lock(q, entry, woken_resource)
             .map(|lock| (Resource::Lock(lock), None))
             .or_else(|| {
                 let path = self.queue(q).path?;
@@ -471,12 +557,17 @@ impl Scheduler {
             });
         let dispatch = match blocked {
             Some((resource, why)) => {
-                self.park(q, resource, why, woken_from == Some(resource), now);
+                // Woken here and held again: it keeps its place in line.
+                let again = woken_from
+                    .filter(|(from, _)| *from == resource)
+                    .and_then(|(_, ticket)| ticket);
+                let first_in_line = woken_resource == Some(resource);
+                self.park(q, resource, why, first_in_line, again, now);
                 None
             }
             None => Some(self.dispatch(q, entry, kind, now)),
         };
-        if let Some(from) = woken_from {
+        if let Some((from, _)) = woken_from {
             self.settle(from);
         }
         self.wake_pending(now);
@@ -501,16 +592,31 @@ impl Scheduler {
         resource: Resource,
         why: Option<Blocked>,
         first_in_line: bool,
+        again: Option<Ticket>,
         now: u64,
     ) {
-        match resource {
-            Resource::Lock(lock) => self.locks.park(lock, q, first_in_line),
-            Resource::Counter(counter) if first_in_line => self.limiter.park_front(counter, q.0),
-            Resource::Counter(counter) => self.limiter.park(counter, q.0),
-            Resource::Token(counter) => self.limiter.park_for_token(counter, q.0, first_in_line),
-        }
+        let queue = self.queue(q);
+        let priority = queue.key.priority;
+        let path = queue.path;
+        let ticket = match resource {
+            Resource::Lock(lock) => {
+                self.locks.park(lock, q, first_in_line);
+                None
+            }
+            Resource::Counter(counter) => {
+                let path = path.expect("counter parks have a path");
+                Some(self.limiter.park(counter, q.0, &path, priority, again))
+            }
+            Resource::Token(counter) => {
+                let path = path.expect("token parks have a path");
+                Some(
+                    self.limiter
+                        .park_for_token(counter, q.0, &path, priority, again),
+                )
+            }
+        };
         let queue = self.queue_mut(q);
-        queue.state = State::Parked(resource, why);
+        queue.state = State::Parked(resource, ticket, why);
         queue.since = now;
     }
 
@@ -549,12 +655,15 @@ impl Scheduler {
     /// An emptied queue leaves the ring; without delayed entries it is dropped.
     fn go_idle(&mut self, q: QueueId, now: u64) {
         let queue = self.queue_mut(q);
-        queue.state = State::Idle;
+        if queue.state != State::Paused {
+            queue.state = State::Idle;
+        }
         queue.credit = 0;
         queue.since = now;
         let woken_from = queue.woken_from.take();
-        let drop_it = queue.len() == 0 && queue.delayed == 0;
-        if let Some(from) = woken_from {
+        // A paused queue stays, empty or not, so an operator can still see and resume it.
+        let drop_it = queue.len() == 0 && queue.delayed == 0 && queue.state != State::Paused;
+        if let Some((from, _)) = woken_from {
             self.settle(from);
         }
         if drop_it {
@@ -585,10 +694,10 @@ impl Scheduler {
         for q in woken.drain(..) {
             let q = QueueId(q);
             let queue = self.queue_mut(q);
-            let State::Parked(resource, _) = queue.state else {
+            let State::Parked(resource, ticket, _) = queue.state else {
                 unreachable!("only parked queues are woken");
             };
-            queue.woken_from = Some(resource);
+            queue.woken_from = Some((resource, ticket));
             queue.state = State::Ready;
             queue.since = now;
             self.ring.push_back(q);
@@ -656,5 +765,7 @@ impl Scheduler {
 
 #[cfg(test)]
 mod rate_tests;
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod tests;

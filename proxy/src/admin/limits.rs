@@ -10,13 +10,15 @@ use http::StatusCode;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
+use crate::flow::limiter::MAX_WEIGHT;
 use crate::flow::{
     Delete, Limit, Precondition, Rate, RateError, RateLimit, Rule, RuleError, RulePattern, Upsert,
 };
 use crate::limits::RulesError;
 pub use sluice_api::limits::{
     ApplyRulesRequest, ApplyRulesResponse, CounterResponse, DeleteRuleRequest, Limits,
-    ListCountersResponse, ListRulesResponse, PreconditionRequest, RuleResponse, UpsertRuleRequest,
+    ListCountersResponse, ListRulesResponse, MODES, PreconditionRequest, RuleResponse,
+    ShadowResponse, UpsertRuleRequest,
 };
 
 /// How the admin API shows `Rule`.
@@ -32,9 +34,11 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             burst: rule.rate.map(|r| r.burst.get()),
             on_exceed: rule.rate.filter(|r| r.reject).map(|_| "reject".to_owned()),
             max_queued: rule.max_queued.map(NonZeroU32::get),
+            weight: rule.weight.map(NonZeroU32::get),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
+        mode: MODES[usize::from(rule.shadow)].to_owned(),
         version: rule.version,
         last_modified_millis_since_epoch: rule.last_modified_ms,
     }
@@ -161,6 +165,35 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                         )
                     })?),
                 },
+                weight: match r.limits.weight {
+                    None => None,
+                    Some(n) => Some(
+                        NonZeroU32::new(n)
+                            .filter(|n| n.get() <= MAX_WEIGHT)
+                            .ok_or_else(|| {
+                                AdminError::new(
+                                    StatusCode::UNPROCESSABLE_ENTITY,
+                                    format!(
+                                        "rule '{}': weight must be 1-{MAX_WEIGHT}, not {n}",
+                                        r.pattern
+                                    ),
+                                )
+                            })?,
+                    ),
+                },
+                shadow: match r.mode.as_deref() {
+                    None | Some("enforce") => false,
+                    Some("shadow") => true,
+                    Some(other) => {
+                        return Err(AdminError::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            format!(
+                                "rule '{}': mode is 'enforce' or 'shadow' (counted, never enforced), not '{other}'",
+                                r.pattern
+                            ),
+                        ));
+                    }
+                },
                 description: r.description.clone(),
                 disabled: r.disabled,
                 precondition: match r.precondition {
@@ -240,6 +273,13 @@ pub async fn counters(
                 queued: c.queued,
                 max_queued: c.max_queued,
                 next_token_at: c.next_token_ms.and_then(crate::clock::rfc3339),
+                weight: c.weight,
+                shadow: c.shadow.map(|(rule, counts)| ShadowResponse {
+                    rule: rule.pattern.to_string(),
+                    would_wait: counts.would_wait,
+                    would_reject: counts.would_reject,
+                    would_wait_ms: counts.would_wait_ms,
+                }),
             }
         })
         .collect();

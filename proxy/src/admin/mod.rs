@@ -17,6 +17,7 @@ pub mod services;
 pub mod shapes;
 pub mod tls;
 mod version;
+pub mod vqueues;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -130,6 +131,7 @@ impl AdminState {
         (name = "introspection", description = "SQL over the system tables"),
         (name = "kafka_cluster", description = "Kafka clusters"),
         (name = "subscription", description = "Kafka subscriptions"),
+        (name = "vqueue", description = "Scheduler queues: list, pause, resume"),
     )
 )]
 struct ApiDoc;
@@ -160,6 +162,9 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::apply))
         .routes(routes!(limits::counters))
+        .routes(routes!(vqueues::list))
+        .routes(routes!(vqueues::pause))
+        .routes(routes!(vqueues::resume))
         .routes(routes!(query::query))
         .routes(routes!(kafka::create_cluster, kafka::list_clusters))
         .routes(routes!(

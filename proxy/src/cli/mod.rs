@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, Overrides};
 use crate::errors::{Code, CodedError};
-use sluice_cli::{explain, invocations, plugins, registry, rules, sql, subscriptions};
+use sluice_cli::{explain, invocations, plugins, queues, registry, rules, sql, subscriptions};
 
 /// Ingress proxy with flow control and a durable runtime for Restate-SDK deployments.
 #[derive(Debug, Parser)]
@@ -48,6 +48,15 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: rules::RulesCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
+    /// List, pause and resume scheduler queues (admin API client).
+    Queues {
+        /// What to do.
+        #[command(subcommand)]
+        command: queues::QueuesCommand,
         /// Admin URL and output format.
         #[command(flatten)]
         admin: registry::AdminArgs,
@@ -122,6 +131,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Rules { command, admin } => report(block_on(rules::run(&command, &admin))),
         Command::Plugins { command, admin } => report(block_on(plugins::run(&command, &admin))),
+        Command::Queues { command, admin } => report(block_on(queues::run(&command, &admin))),
         Command::Sql(args) => report(block_on(sql::run(&args))),
         Command::Subscriptions { command, admin } => {
             report(block_on(subscriptions::run(&command, &admin)))

@@ -14,7 +14,7 @@ use crate::discovery::HandlerType;
 use crate::discovery::manifest::OutputRules;
 use crate::errors::{Code, ErrorSource, IngressErrorBody};
 use crate::flow::scope::{Classified, parse_request};
-use crate::flow::{LimitKey, Scope};
+use crate::flow::{LimitKey, PRIORITY_HEADER, Priority, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::new::{Identity, NewInvocation};
 use crate::invocation::{Outcome, Target};
@@ -51,6 +51,33 @@ fn limit_key(session: &ServerSession, query: Option<&str>) -> Option<String> {
             .find(|(k, _)| k.eq_ignore_ascii_case("limit-key"))
             .map(|(_, v)| v.into_owned())
     })
+}
+
+/// The call's priority: the `x-service-priority` header, else the `priority` query parameter
+/// (`0..9`, `low`, `normal` or `high`; RT0024 otherwise).
+fn priority(
+    session: &ServerSession,
+    query: Option<&str>,
+) -> Result<Option<Priority>, IngressError> {
+    let headers = &session.req_header().headers;
+    let from_header = match headers.get(PRIORITY_HEADER) {
+        Some(value) => Some(value.to_str().map_err(|_| {
+            IngressError::coded(
+                Code::RT0024,
+                "the 'x-service-priority' header must be ASCII text",
+            )
+        })?),
+        None => None,
+    };
+    let from_query = || {
+        url::form_urlencoded::parse(query?.as_bytes())
+            .find(|(k, _)| k.eq_ignore_ascii_case("priority"))
+            .map(|(_, v)| v.into_owned())
+    };
+    let text = from_header.map(str::to_owned).or_else(from_query);
+    text.map(|t| t.parse::<Priority>())
+        .transpose()
+        .map_err(|e| IngressError::coded(Code::RT0024, e.to_string()))
 }
 
 /// The classify phase: the plugins' turn, then the scope and limit key validated (RT0024) in
@@ -185,6 +212,7 @@ struct Request {
     target: target::Target,
     delay: Option<std::time::Duration>,
     idempotency_key: Option<String>,
+    priority: Option<Priority>,
     frame: crate::protocol::Frame,
 }
 
@@ -277,6 +305,7 @@ async fn parse(
         ));
     }
     let delay = input::delay(query, path.mode)?;
+    let priority = priority(session, query)?;
     let idempotency_key =
         idempotency_key(session, state.config.ingress.idempotency_key_max_length)?;
     let body = read_body(session).await?;
@@ -297,6 +326,7 @@ async fn parse(
         target,
         delay,
         idempotency_key,
+        priority,
         frame,
     })
 }
@@ -336,7 +366,8 @@ fn plan(
         },
         identity,
     )
-    .in_scope(scope, limit_key);
+    .in_scope(scope, limit_key)
+    .with_priority(request.priority);
     new.retention = retention;
     new.run_at_ms = request
         .delay

@@ -51,6 +51,11 @@ fn invocation_of(
     let (scope, limit_key) =
         crate::flow::scope::parse_request(scope.as_deref(), limit_key.as_deref(), flow_control)
             .map_err(|e| format!("[RT0024] {}", e.message))?;
+    let priority = header(crate::flow::PRIORITY_HEADER)
+        .or_else(|| sub.options.get("priority").cloned())
+        .map(|p| p.parse::<crate::flow::Priority>())
+        .transpose()
+        .map_err(|e| format!("[RT0024] {e}"))?;
     let key = match (sub.keyed, message.key()) {
         (false, _) => None,
         (true, Some(key)) => Some(
@@ -84,6 +89,7 @@ fn invocation_of(
     };
     let record = NewInvocation::new(target, Identity::Derived { uuid, partition })
         .in_scope(scope, limit_key)
+        .with_priority(priority)
         .into_record(now_ms());
     let frame = Message::Input(proto::InputCommandMessage {
         headers: headers

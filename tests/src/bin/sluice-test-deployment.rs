@@ -69,6 +69,8 @@ static AWAKEABLE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new()
 static DONE: AtomicU64 = AtomicU64::new(0);
 /// When each `Meter/tick` started, ms since the epoch, in order.
 static TICKS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+/// The labels `Meter/mark` was called with, in the order the calls started.
+static MARKS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 /// Calls of `Meter/flaky`.
 static FLAKY: AtomicU64 = AtomicU64::new(0);
 
@@ -149,6 +151,21 @@ impl Meter {
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         TICKS.lock().unwrap_or_else(|e| e.into_inner()).push(now);
         Ok(())
+    }
+
+    /// Records its label (for admission order measured in the handler).
+    #[handler]
+    async fn mark(&self, _ctx: Context<'_>, label: String) -> Result<(), HandlerError> {
+        MARKS.lock().unwrap_or_else(|e| e.into_inner()).push(label);
+        Ok(())
+    }
+
+    /// The labels `mark` recorded since the last call, in order; resets them.
+    #[handler]
+    async fn marks(&self, _ctx: Context<'_>) -> Result<Json<Vec<String>>, HandlerError> {
+        Ok(Json(std::mem::take(
+            &mut *MARKS.lock().unwrap_or_else(|e| e.into_inner()),
+        )))
     }
 
     /// The start times `tick` recorded since the last call, ms since the epoch; resets them.

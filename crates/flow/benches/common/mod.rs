@@ -79,6 +79,7 @@ pub fn queue_keys(n: usize) -> Vec<QueueKey> {
                 limit_key: Some(key),
                 service: "Greeter".into(),
                 object_key: None,
+                priority: Default::default(),
             }
         })
         .collect()

@@ -4,6 +4,8 @@ use super::*;
 use crate::pattern::RulePattern;
 use crate::rules::Upsert;
 
+use std::collections::HashMap as StdMap;
+
 fn book(rules: &[(&str, u32)]) -> RuleBook {
     let mut book = RuleBook::new();
     set(&mut book, rules);
@@ -92,11 +94,11 @@ fn release_wakes_one_waiter_per_freed_slot_deepest_first() {
     // 10 and 11 wait at s/a (deepest blocked), 20 and 21 at s.
     let blocked = l.check(&pa, &b, false, true, 0).unwrap_err();
     assert_eq!(blocked.level, Level::L1);
-    l.park(blocked.counter, 10);
-    l.park(blocked.counter, 11);
+    l.park(blocked.counter, 10, &pa, Priority::NORMAL, None);
+    l.park(blocked.counter, 11, &pa, Priority::NORMAL, None);
     let scope = l.check(&pb, &b, false, true, 0).unwrap_err().counter;
-    l.park(scope, 20);
-    l.park(scope, 21);
+    l.park(scope, 20, &pb, Priority::NORMAL, None);
+    l.park(scope, 21, &pb, Priority::NORMAL, None);
     let mut woken = Vec::new();
     l.release(held_a, &b, &mut woken);
     assert_eq!(
@@ -113,8 +115,8 @@ fn woken_slots_are_reserved_and_handed_on() {
     let p = path(&mut l, "s", None);
     let held = l.try_acquire(&p, &b, 0).unwrap();
     let counter = l.check(&p, &b, false, true, 0).unwrap_err().counter;
-    l.park(counter, 1);
-    l.park(counter, 2);
+    l.park(counter, 1, &p, Priority::NORMAL, None);
+    l.park(counter, 2, &p, Priority::NORMAL, None);
     let mut woken = Vec::new();
     l.release(held, &b, &mut woken);
     assert_eq!(woken, vec![1]);
@@ -129,7 +131,7 @@ fn woken_slots_are_reserved_and_handed_on() {
     l.release(permit, &b, &mut woken);
     assert_eq!(woken, vec![2]);
     // Waiter 2 does not use it (blocked elsewhere): settling hands it to the next one.
-    l.park(counter, 3);
+    l.park(counter, 3, &p, Priority::NORMAL, None);
     woken.clear();
     l.settle(counter, &b, &mut woken);
     assert_eq!(woken, vec![3]);
@@ -143,7 +145,7 @@ fn raising_a_limit_wakes_waiters_and_lowering_revokes_nothing() {
     let first = l.try_acquire(&p, &b, 0).unwrap();
     let counter = l.check(&p, &b, false, true, 0).unwrap_err().counter;
     for w in 1..=3 {
-        l.park(counter, w);
+        l.park(counter, w, &p, Priority::NORMAL, None);
     }
     set(&mut b, &[("s", 3)]);
     let mut woken = Vec::new();
@@ -163,10 +165,10 @@ fn unpark_removes_a_waiter() {
     let p = path(&mut l, "s", None);
     let held = l.try_acquire(&p, &b, 0).unwrap();
     let counter = l.check(&p, &b, false, true, 0).unwrap_err().counter;
-    l.park(counter, 7);
+    let ticket = l.park(counter, 7, &p, Priority::NORMAL, None);
     let mut woken = Vec::new();
-    assert!(l.unpark(counter, 7, &b, &mut woken));
-    assert!(!l.unpark(counter, 7, &b, &mut woken));
+    assert!(l.unpark(counter, ticket, &b, &mut woken));
+    assert!(!l.unpark(counter, ticket, &b, &mut woken));
     l.release(held, &b, &mut woken);
     assert!(woken.is_empty());
     l.drop_path(p);
@@ -203,7 +205,7 @@ fn a_due_token_is_kept_for_the_waiter_woken_for_it() {
     let first = l.try_acquire(&p, &b, 0).unwrap();
     let blocked = l.check(&p, &b, false, true, 0).unwrap_err();
     assert_eq!(blocked.rate.map(|(_, next)| next), Some(1_000));
-    l.park_for_token(blocked.counter, 7, false);
+    l.park_for_token(blocked.counter, 7, &p, Priority::NORMAL, None);
     assert_eq!(l.next_wake(), Some(1_000));
     let mut woken = Vec::new();
     l.wake_due(999, &b, &mut woken);
@@ -219,4 +221,105 @@ fn a_due_token_is_kept_for_the_waiter_woken_for_it() {
     l.check(&p, &b, false, false, 1_000).unwrap();
     l.release(first, &b, &mut woken);
     l.release(second, &b, &mut woken);
+}
+
+/// Parks `waiters` at the scope counter of `s` (limit 1, held), each on its own path, then
+/// releases and re-acquires the slot `turns` times: answers how often each was admitted.
+fn admissions(
+    b: &RuleBook,
+    waiters: &[(Option<&str>, Priority)],
+    turns: usize,
+) -> StdMap<WaiterId, usize> {
+    let mut l = Limiter::new();
+    let paths: Vec<CounterPath> = waiters
+        .iter()
+        .map(|(key, _)| path(&mut l, "s", *key))
+        .collect();
+    let mut held = l.try_acquire(&paths[0], b, 0).unwrap();
+    let counter = l.check(&paths[0], b, false, true, 0).unwrap_err().counter;
+    for (w, (_, priority)) in waiters.iter().enumerate() {
+        l.park(counter, w as WaiterId, &paths[w], *priority, None);
+    }
+    let mut counts = StdMap::new();
+    for _ in 0..turns {
+        let mut woken = Vec::new();
+        l.release(held, b, &mut woken);
+        let [w] = woken[..] else {
+            panic!("one wake per freed slot: {woken:?}");
+        };
+        *counts.entry(w).or_default() += 1;
+        let p = paths[w as usize];
+        l.check(&p, b, true, true, 0).unwrap();
+        held = l.acquire(&p, true, 0);
+        woken.clear();
+        l.settle(counter, b, &mut woken);
+        // Still backlogged: it waits again behind its own flow.
+        l.park(counter, w, &p, waiters[w as usize].1, None);
+    }
+    counts
+}
+
+#[test]
+fn weights_share_a_full_counter_between_sibling_keys() {
+    let mut b = book(&[("s", 1)]);
+    let mut gold = Upsert::new(RulePattern::parse("s/gold").unwrap(), Limit::Unlimited);
+    gold.weight = NonZeroU32::new(3);
+    b.apply_batch(&[gold], 1).unwrap();
+    let counts = admissions(
+        &b,
+        &[
+            (Some("gold"), Priority::NORMAL),
+            (Some("free"), Priority::NORMAL),
+        ],
+        400,
+    );
+    assert_eq!((counts[&0], counts[&1]), (300, 100), "3:1 while both wait");
+}
+
+#[test]
+fn higher_priority_is_admitted_first_and_low_priority_ages_in() {
+    let b = book(&[("s", 1)]);
+    // Two queues of the same key: one high, one low, both always backlogged.
+    let counts = admissions(
+        &b,
+        &[(Some("k"), Priority::HIGH), (Some("k"), Priority::LOW)],
+        1_000,
+    );
+    // The low one gets a turn once per 9 × PRIORITY_STEP admissions of the high one.
+    let step = 9 * PRIORITY_STEP as usize;
+    assert!(counts[&0] > counts[&1] * (step - 1), "{counts:?}");
+    assert!(
+        counts[&1] >= 1_000 / (step + 1),
+        "never starved: {counts:?}"
+    );
+}
+
+#[test]
+fn a_shadow_rule_counts_and_holds_nothing() {
+    let mut b = RuleBook::new();
+    let mut shadow = Upsert::new(
+        RulePattern::parse("s").unwrap(),
+        Limit::Concurrency(NonZeroU32::MIN),
+    );
+    shadow.shadow = true;
+    shadow.max_queued = NonZeroU32::new(1);
+    b.apply_batch(&[shadow], 1).unwrap();
+    assert!(!b.may_refuse(), "a shadow bound refuses nothing");
+    let mut l = Limiter::new();
+    let p = path(&mut l, "s", None);
+    let permits: Vec<Permit> = (0..3).map(|_| l.try_acquire(&p, &b, 0).unwrap()).collect();
+    l.count_queued(&p, true);
+    l.count_queued(&p, true);
+    assert!(l.refusal(&p, &b, 0).is_none());
+    let snap = l.snapshot(&b, 0);
+    let (rule, counts) = snap[0]
+        .shadow
+        .clone()
+        .expect("the shadow rule is evaluated");
+    assert_eq!(rule.pattern.to_string(), "s");
+    assert_eq!((counts.would_wait, counts.would_reject), (2, 1));
+    let mut woken = Vec::new();
+    for permit in permits {
+        l.release(permit, &b, &mut woken);
+    }
 }

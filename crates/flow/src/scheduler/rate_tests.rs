@@ -18,6 +18,7 @@ fn key(scope: &str, limit_key: Option<&str>) -> QueueKey {
         limit_key: limit_key.map(|k| LimitKey::parse(k).unwrap()),
         service: "S".into(),
         object_key: None,
+        priority: Default::default(),
     }
 }
 

@@ -18,16 +18,20 @@ pub enum QueueStatus {
     Ready,
     /// Held (see [`BlockedOn`]).
     Blocked,
+    /// Paused by an operator: entries kept, none dispatched.
+    Paused,
 }
 
 impl QueueStatus {
-    /// Its name in the admin API and SQL: `empty`, `scheduled`, `ready` or `blocked`.
+    /// Its name in the admin API and SQL: `empty`, `scheduled`, `ready`, `blocked` or
+    /// `paused`.
     pub const fn name(self) -> &'static str {
         match self {
             QueueStatus::Empty => "empty",
             QueueStatus::Scheduled => "scheduled",
             QueueStatus::Ready => "ready",
             QueueStatus::Blocked => "blocked",
+            QueueStatus::Paused => "paused",
         }
     }
 }
@@ -39,6 +43,8 @@ pub enum BlockedOn {
     Lock,
     /// The invoker's global concurrency slots.
     InvokerConcurrency,
+    /// An operator paused its queue.
+    QueuePaused,
     /// A user limit.
     LimitKeyConcurrency {
         /// The blocked level.
@@ -63,11 +69,12 @@ pub enum BlockedOn {
 
 impl BlockedOn {
     /// Its name in the admin API and SQL: `lock`, `invoker-concurrency`,
-    /// `limit-key-concurrency` or `rate-limit`.
+    /// `queue-paused`, `limit-key-concurrency` or `rate-limit`.
     pub const fn name(&self) -> &'static str {
         match self {
             BlockedOn::Lock => "lock",
             BlockedOn::InvokerConcurrency => "invoker-concurrency",
+            BlockedOn::QueuePaused => "queue-paused",
             BlockedOn::LimitKeyConcurrency { .. } => "limit-key-concurrency",
             BlockedOn::RateLimit { .. } => "rate-limit",
         }
@@ -109,10 +116,11 @@ impl Scheduler {
                         (QueueStatus::Blocked, Some(BlockedOn::InvokerConcurrency))
                     }
                     State::Ready => (QueueStatus::Ready, None),
-                    State::Parked(Resource::Lock(_), _) => {
+                    State::Paused => (QueueStatus::Paused, Some(BlockedOn::QueuePaused)),
+                    State::Parked(Resource::Lock(_), ..) => {
                         (QueueStatus::Blocked, Some(BlockedOn::Lock))
                     }
-                    State::Parked(Resource::Counter(_), why) => {
+                    State::Parked(Resource::Counter(_), _, why) => {
                         let why = why.as_ref().expect("counter parks carry their reason");
                         let on = BlockedOn::LimitKeyConcurrency {
                             level: why.level,
@@ -121,7 +129,7 @@ impl Scheduler {
                         };
                         (QueueStatus::Blocked, Some(on))
                     }
-                    State::Parked(Resource::Token(_), why) => {
+                    State::Parked(Resource::Token(_), _, why) => {
                         let why = why.as_ref().expect("token parks carry their reason");
                         let (rate, next_token_ms) = why.rate.expect("token parks carry the rate");
                         let on = BlockedOn::RateLimit {

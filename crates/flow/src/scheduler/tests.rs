@@ -13,6 +13,7 @@ fn key(scope: Option<&str>, limit_key: Option<&str>, object: Option<&str>) -> Qu
         limit_key: limit_key.map(|k| LimitKey::parse(k).unwrap()),
         service: "S".into(),
         object_key: object.map(Into::into),
+        priority: Default::default(),
     }
 }
 
@@ -242,8 +243,13 @@ fn event() -> impl Strategy<Value = Event> {
         3 => any::<usize>().prop_map(Event::Complete),
         2 => any::<usize>().prop_map(Event::Suspend),
         2 => any::<usize>().prop_map(Event::Resume),
-        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2)).prop_map(|(p, n, d)| Event::Rule(p, n, d)),
+        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4)
+            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued)| Event::Rule {
+                pattern, limit, disabled, shadow, weight, max_queued,
+            }),
         1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
+        1 => (0..KEYS.len()).prop_map(Event::PauseQueue),
+        1 => (0..KEYS.len()).prop_map(Event::ResumeQueue),
     ]
 }
 
@@ -273,6 +279,7 @@ fn simulator_one_million_events() {
     let mut total = 0u64;
     let mut runs = 0;
     let mut worst = 0;
+    let mut refused = 0;
     let wanted = sluice_core::simulation::events(1_000_000);
     let started = std::time::Instant::now();
     while total < wanted {
@@ -285,12 +292,22 @@ fn simulator_one_million_events() {
                 40..=64 => Event::Complete(rng.index(64)),
                 65..=79 => Event::Suspend(rng.index(64)),
                 80..=94 => Event::Resume(rng.index(64)),
-                95..=98 => Event::Rule(
-                    rng.index(PATTERNS.len()),
-                    rng.index(5) as u32,
-                    rng.index(5) == 0,
-                ),
-                _ => Event::DeleteRule(rng.index(PATTERNS.len())),
+                95..=97 => Event::Rule {
+                    pattern: rng.index(PATTERNS.len()),
+                    limit: rng.index(5) as u32,
+                    disabled: rng.index(5) == 0,
+                    shadow: rng.index(5) == 0,
+                    weight: rng.index(4) as u32,
+                    // Mostly unbounded: a bound refuses most arrivals while it is low.
+                    max_queued: if rng.index(4) == 0 {
+                        1 + rng.index(8) as u32
+                    } else {
+                        0
+                    },
+                },
+                98 => Event::DeleteRule(rng.index(PATTERNS.len())),
+                _ if rng.index(2) == 0 => Event::PauseQueue(rng.index(KEYS.len())),
+                _ => Event::ResumeQueue(rng.index(KEYS.len())),
             };
             let replay = std::panic::AssertUnwindSafe(|| model.step(&e));
             if let Err(panic) = std::panic::catch_unwind(replay) {
@@ -300,11 +317,13 @@ fn simulator_one_million_events() {
         }
         model.drain();
         worst = worst.max(model.worst_wait);
+        refused += model.refused;
         total += events;
         runs += 1;
     }
     println!(
-        "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches",
+        "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches, \
+         {refused} arrivals refused by a full queue",
         started.elapsed()
     );
 }

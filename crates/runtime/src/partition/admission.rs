@@ -34,6 +34,7 @@ pub(super) fn queue_key(registry: &Registry, record: &InvocationRecord) -> Queue
         object_key: exclusive
             .then(|| target.key.as_deref().map(Into::into))
             .flatten(),
+        priority: record.priority.unwrap_or_default(),
     }
 }
 

@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
+use crate::flow::Priority;
 use crate::flow::scope::parse_request;
 use crate::ids::InvocationId;
 use crate::invocation::new::{Identity, NewInvocation};
@@ -135,6 +136,11 @@ pub fn child_of(
         ),
         _ => return None,
     };
+    let headers_named = headers.iter().map(|h| (h.key.as_str(), h.value.as_str()));
+    let priority = match Priority::from_headers(headers_named) {
+        Ok(priority) => priority,
+        Err(e) => return Some(Err(CodedError::new(Code::RT0024, e.to_string()))),
+    };
     Some(resolve(registry, service, handler, key).map(|target| {
         // With an idempotency key the child is whichever invocation that key names (another
         // caller may have started it); without, one derived from this command.
@@ -151,7 +157,9 @@ pub fn child_of(
                 None,
             ),
         };
-        let mut new = NewInvocation::new(target, identity).in_scope(scope, limit_key);
+        let mut new = NewInvocation::new(target, identity)
+            .in_scope(scope, limit_key)
+            .with_priority(priority);
         new.retention = retention;
         new.caller = result.map(|completion| Caller {
             id: caller,

@@ -18,7 +18,7 @@ use prost::Message as _;
 use super::{Event, Live, Partition, QueuedEntry};
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{EntryId, QueueId};
-use crate::flow::{LimitKey, Scope};
+use crate::flow::{LimitKey, Priority, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{Caller, InvocationRecord, Status, Target};
@@ -116,6 +116,8 @@ struct Resting {
     /// The input was left in the store (`input` is empty).
     #[prost(bool, tag = "18")]
     input_on_disk: bool,
+    #[prost(uint32, optional, tag = "19")]
+    priority: Option<u32>,
 }
 
 /// A held invocation at rest.
@@ -180,6 +182,7 @@ impl Dormant {
             limit_key: record.limit_key.map(|k| k.as_str().to_owned()),
             idempotency_key: record.idempotency_key,
             retention_ms: record.retention_ms,
+            priority: record.priority.map(|p| u32::from(p.get())),
             input_ty: u32::from(input.ty),
             input: if keep { input.payload } else { Bytes::new() },
             input_on_disk: !keep,
@@ -253,6 +256,15 @@ impl Dormant {
             parse_rested(resting.limit_key.as_deref(), LimitKey::parse).map_err(rested)?;
         record.idempotency_key = resting.idempotency_key;
         record.retention_ms = resting.retention_ms;
+        record.priority = resting
+            .priority
+            .map(|p| {
+                u8::try_from(p)
+                    .ok()
+                    .and_then(|p| Priority::try_from(p).ok())
+                    .ok_or_else(|| rested(CodedError::new(Code::RT0028, format!("priority {p}"))))
+            })
+            .transpose()?;
         let input = Frame {
             ty: input_ty,
             ack: false,
@@ -304,7 +316,8 @@ impl Event {
             | Event::SlotsFree
             | Event::Queued { .. }
             | Event::Locks { .. }
-            | Event::Queues { .. } => None,
+            | Event::Queues { .. }
+            | Event::PauseQueue { .. } => None,
         }
     }
 }
@@ -417,6 +430,7 @@ mod tests {
             limit_key: None,
             service: "Greeter".into(),
             object_key: None,
+            priority: Default::default(),
         };
         let input = Message::Input(proto::InputCommandMessage {
             headers: vec![proto::Header {
@@ -470,6 +484,7 @@ mod tests {
         record.limit_key = Some(LimitKey::parse("eu/gold").unwrap());
         record.idempotency_key = Some("k-1".into());
         record.retention_ms = Some(60_000);
+        record.priority = Some(crate::flow::Priority::HIGH);
         let live = held(record.clone());
         let (journal, queue) = (live.journal.clone(), live.queue);
         assert!(Dormant::fits(&live));

@@ -171,6 +171,25 @@ impl Partition {
             Event::Queues { reply } => {
                 let _ = reply.send(self.scheduler.queues());
             }
+            Event::PauseQueue {
+                queue,
+                pause,
+                reply,
+            } => {
+                let Some(key) = self.scheduler.queue_key(queue) else {
+                    let _ = reply.send(false);
+                    return Ok(());
+                };
+                if pause {
+                    crate::invocation::paused::pause(writes, self.index, &key);
+                } else {
+                    crate::invocation::paused::resume(writes, self.index, &key);
+                }
+                effects.push(Effect::PauseQueue(Box::new(key), pause));
+                effects.push(Effect::Then(Box::new(move || {
+                    let _ = reply.send(true);
+                })));
+            }
             Event::Counters { reply } => {
                 let _ = reply.send(self.scheduler.counters(self.driver.now_ms()));
             }

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::{EntryId, LockId, Permit, QueueId, Scheduler};
+use crate::flow::scheduler::{EntryId, LockId, Permit, QueueId, QueueKey, Scheduler};
 use crate::flow::slots::InvokerSlots;
 use crate::flow::{RuleBook, Scope};
 use crate::ids::InvocationId;
@@ -162,6 +162,16 @@ pub enum Event {
         /// Answered at once.
         reply: oneshot::Sender<Vec<crate::flow::scheduler::QueueSnapshot>>,
     },
+    /// An operator pauses (or resumes) the queue with this index; answered once stored,
+    /// `false` when no such queue lives.
+    PauseQueue {
+        /// The queue's index in this partition.
+        queue: u32,
+        /// Pause (`true`) or resume.
+        pause: bool,
+        /// Answered after the commit.
+        reply: oneshot::Sender<bool>,
+    },
     /// A timer fired (`completion` set) or a delay/back-off is over (`None`).
     Wake {
         /// The invocation.
@@ -221,6 +231,8 @@ enum Effect {
     Evict(InvocationId),
     /// Runs after the commit (answers that must not overtake earlier writes).
     Then(Box<dyn FnOnce() + Send>),
+    /// A queue's pause (or resume) is stored: the scheduler follows.
+    PauseQueue(Box<QueueKey>, bool),
 }
 
 /// An invocation the partition is driving.
@@ -354,9 +366,17 @@ impl Partition {
     /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
     /// re-arms timers. Nothing acknowledged is lost.
     pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
-        let (records, timers) = self.store.with_db(|db| {
-            Ok::<_, CodedError>((store::load_records(db)?, store::load_timers(db)?))
+        let (records, timers, paused) = self.store.with_db(|db| {
+            Ok::<_, CodedError>((
+                store::load_records(db)?,
+                store::load_timers(db)?,
+                crate::invocation::paused::load(db, self.index)?,
+            ))
         })??;
+        // Before anything queues: a paused queue keeps its entries from the start.
+        for key in &paused {
+            self.scheduler.pause(key, self.driver.now_ms());
+        }
         let mut effects = Vec::new();
         for record in records.into_iter().filter(|r| owns(r.id)) {
             let id = record.id;
@@ -556,6 +576,15 @@ impl Partition {
                     );
                 }
                 Effect::Then(then) => then(),
+                Effect::PauseQueue(key, pause) => {
+                    let now = self.driver.now_ms();
+                    if pause {
+                        self.scheduler.pause(&key, now);
+                    } else {
+                        self.scheduler.resume(&key, now);
+                    }
+                    self.dispatch();
+                }
                 Effect::Settle(id) => self.settle(id),
                 Effect::Evict(id) => {
                     // Its slots and lock go back first (settling twice is harmless).

@@ -183,6 +183,32 @@ impl Runtime {
         self.gather(|reply| Event::Queues { reply }).await
     }
 
+    /// Pauses (or resumes) queue `queue` of partition `partition`, durably; `false` when no
+    /// such queue lives.
+    pub async fn pause_queue(
+        &self,
+        partition: u64,
+        queue: u32,
+        pause: bool,
+    ) -> Result<bool, CodedError> {
+        let Some(sender) = usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.senders.get(p))
+        else {
+            return Ok(false);
+        };
+        let (reply, answer) = oneshot::channel();
+        sender
+            .send(Event::PauseQueue {
+                queue,
+                pause,
+                reply,
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())
+    }
+
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
         let all = self.gather(|reply| Event::Counters { reply }).await?;

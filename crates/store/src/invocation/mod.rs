@@ -2,6 +2,7 @@
 
 pub mod identity;
 pub mod new;
+pub mod paused;
 pub mod record;
 pub mod state;
 pub mod store;

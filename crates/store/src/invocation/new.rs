@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::identity::{idempotent_id, in_scope, partition_key, target_partition_key};
 use super::{Caller, InvocationRecord, Status, Target};
-use crate::flow::{LimitKey, Scope};
+use crate::flow::{LimitKey, Priority, Scope};
 use crate::ids::InvocationId;
 
 /// What makes the invocation's id.
@@ -39,6 +39,8 @@ pub struct NewInvocation {
     pub caller: Option<Caller>,
     /// How long its result is kept once completed (idempotent invocations, workflow runs).
     pub retention: Option<Duration>,
+    /// Its priority among waiters of a flow-control counter (`None`: normal).
+    pub priority: Option<Priority>,
 }
 
 impl NewInvocation {
@@ -52,7 +54,14 @@ impl NewInvocation {
             run_at_ms: None,
             caller: None,
             retention: None,
+            priority: None,
         }
+    }
+
+    /// With `priority` among the waiters of its counters (only counts under a scope).
+    pub fn with_priority(mut self, priority: Option<Priority>) -> Self {
+        self.priority = priority;
+        self
     }
 
     /// Under `scope` (and `limit_key`, which only counts under a scope).
@@ -105,6 +114,7 @@ impl NewInvocation {
             record.status = Status::Scheduled;
             record.run_at_ms = Some(at);
         }
+        record.priority = self.scope.as_ref().and(self.priority);
         record.scope = self.scope;
         record.limit_key = self.limit_key;
         if let Identity::Idempotent(key) = self.identity {

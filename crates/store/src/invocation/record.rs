@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::errors::Code;
-use crate::flow::{LimitKey, Scope};
+use crate::flow::{LimitKey, Priority, Scope};
 use crate::ids::{DeploymentId, InvocationId};
 
 /// Where an invocation goes.
@@ -152,6 +152,9 @@ pub struct InvocationRecord {
     /// is free again), ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_ms: Option<u64>,
+    /// Its priority among the waiters of a flow-control counter (`normal` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
 }
 
 /// Where a called invocation's result goes.
@@ -189,6 +192,7 @@ impl InvocationRecord {
             limit_key: None,
             idempotency_key: None,
             retention_ms: None,
+            priority: None,
         }
     }
 }

@@ -19,6 +19,8 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("burst", DataType::UInt32, true),
         ("on_exceed", DataType::Utf8, true),
         ("max_queued", DataType::UInt32, true),
+        ("weight", DataType::UInt32, false),
+        ("mode", DataType::Utf8, false),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -40,7 +42,10 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
         let (mut rate, mut burst) = (StringBuilder::new(), UInt32Builder::new());
         let (mut on_exceed, mut max_queued) = (StringBuilder::new(), UInt32Builder::new());
         let mut modified = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let (mut weight, mut mode) = (UInt32Builder::new(), StringBuilder::new());
         for rule in rules {
+            weight.append_value(rule.weight.map_or(1, std::num::NonZeroU32::get));
+            mode.append_value(if rule.shadow { "shadow" } else { "enforce" });
             pattern.append_value(rule.pattern.to_string());
             concurrency.append_option(rule.limit.concurrency());
             rate.append_option(rule.rate.map(|r| r.rate.to_string()));
@@ -64,6 +69,8 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(burst.finish()),
                 Arc::new(on_exceed.finish()),
                 Arc::new(max_queued.finish()),
+                Arc::new(weight.finish()),
+                Arc::new(mode.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
@@ -91,6 +98,11 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("next_token_at", timestamp(), true),
         ("num_queued", DataType::UInt32, false),
         ("max_queued", DataType::UInt32, true),
+        ("weight", DataType::UInt32, false),
+        ("shadow_rule", DataType::Utf8, true),
+        ("shadow_would_wait", DataType::UInt64, true),
+        ("shadow_would_reject", DataType::UInt64, true),
+        ("shadow_would_wait_ms", DataType::UInt64, true),
     ])
 }
 
@@ -117,7 +129,19 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
         );
         let mut next_token = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let (mut queued, mut max_queued) = (UInt32Builder::new(), UInt32Builder::new());
+        let (mut weight, mut shadow_rule) = (UInt32Builder::new(), StringBuilder::new());
+        let (mut would_wait, mut would_reject, mut would_wait_ms) = (
+            UInt64Builder::new(),
+            UInt64Builder::new(),
+            UInt64Builder::new(),
+        );
         for c in &counters {
+            weight.append_value(c.weight);
+            let shadow = c.shadow.as_ref();
+            shadow_rule.append_option(shadow.map(|(rule, _)| rule.pattern.to_string()));
+            would_wait.append_option(shadow.map(|(_, n)| n.would_wait));
+            would_reject.append_option(shadow.map(|(_, n)| n.would_reject));
+            would_wait_ms.append_option(shadow.map(|(_, n)| n.would_wait_ms));
             partition.append_value(crate::invocation::identity::partition_key(&[&c.scope]));
             scope.append_value(&c.scope);
             l1.append_option(c.l1.as_deref());
@@ -157,6 +181,11 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(next_token.finish()),
                 Arc::new(queued.finish()),
                 Arc::new(max_queued.finish()),
+                Arc::new(weight.finish()),
+                Arc::new(shadow_rule.finish()),
+                Arc::new(would_wait.finish()),
+                Arc::new(would_reject.finish()),
+                Arc::new(would_wait_ms.finish()),
             ],
         )
     })
@@ -186,7 +215,7 @@ pub(super) fn blocked(
     limit_key: Option<&str>,
 ) -> (String, String) {
     let json = match on {
-        BlockedOn::Lock | BlockedOn::InvokerConcurrency => {
+        BlockedOn::Lock | BlockedOn::InvokerConcurrency | BlockedOn::QueuePaused => {
             serde_json::json!({ "type": on.name() })
         }
         BlockedOn::LimitKeyConcurrency { level, limit, rule } => serde_json::json!({
