@@ -21,7 +21,7 @@ mod waits;
 
 use super::pattern::{Level, RulePattern};
 use super::priority::Priority;
-use super::rate::RateLimit;
+use super::rate::{Bucket, RateLimit};
 use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
 pub use bounds::ShadowCounts;
@@ -108,34 +108,47 @@ pub struct Blocked {
     pub rule: Option<Arc<RulePattern>>,
 }
 
+/// A counter. In declaration order (`repr(C)`): what every admission and release reads comes
+/// first, in the first two cache lines (nodes are aligned to a line, so those are two lines);
+/// names and fair-queuing tags, read only when waiters park, come last.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Node {
-    level: Level,
-    name: Box<str>,
-    parent: Option<CounterId>,
     usage: u32,
-    children: u32,
+    /// Waiters woken for a free slot that have not re-checked yet.
+    pending: u32,
     /// Paths handed out by [`Limiter::path`] whose deepest counter is this one.
     refs: u32,
+    children: u32,
+    /// Entries waiting in queues whose path holds this counter (not delayed, not running).
+    queued: u32,
+    /// Its share among its siblings, from its rule.
+    weight: u32,
     /// Limiter generation `limit`/`rule` were resolved at; `None` forces a resolve.
     resolved_at: Option<u64>,
     limit: Limit,
-    rule: Option<Arc<RulePattern>>,
-    /// Entries waiting in queues whose path holds this counter (not delayed, not running).
-    queued: u32,
+    /// What only a counter with token waiters, a `max-queued` or a shadow rule needs.
+    bounds: Option<Box<Bounds>>,
+    /// Mirrors `bounds.token_queued()`, so an admission that finds a token reads no box.
+    token_queue: bool,
+    /// Mirrors `bounds.watches_admissions()`.
+    watched: bool,
+    level: Level,
+    /// Its rate, inline with its bucket: every admission here reads them.
+    rate: Option<RateLimit>,
+    /// Tokens taken recently; the node outlives its users until the bucket is full again, or
+    /// a counter that comes and goes would get a fresh burst each time.
+    bucket: Bucket,
     waiters: WaitList,
-    /// Waiters woken for a free slot that have not re-checked yet.
-    pending: u32,
+    rule: Option<Arc<RulePattern>>,
+    name: Box<str>,
+    parent: Option<CounterId>,
     /// Its virtual time: the start of the last waiter woken here (see [`waits`]).
     vtime: u64,
     /// Its finish tag as a flow of its parent.
     finish: u64,
     /// The finish tag of the waiters whose path ends here, as a flow of this counter.
     own_finish: u64,
-    /// Its share among its siblings, from its rule.
-    weight: u32,
-    /// What only a counter with a rate, a `max-queued` or a shadow rule needs.
-    bounds: Option<Box<Bounds>>,
 }
 
 impl Node {
@@ -147,15 +160,31 @@ impl Node {
             && self.refs == 0
             && self.pending == 0
             && self.waiters.is_empty()
-            && self.bounds.as_ref().is_none_or(|b| !b.token_queued())
+            && !self.token_queue
     }
 
     fn idle(&self, now_ms: u64) -> bool {
-        self.unused() && self.bounds.as_ref().is_none_or(|b| b.is_full(now_ms))
+        self.unused()
+            && self.bucket.is_full(now_ms)
+            && self.bounds.as_ref().is_none_or(|b| b.shadow_full(now_ms))
     }
 
-    fn rate(&self) -> Option<RateLimit> {
-        self.bounds.as_ref().and_then(|b| b.rate)
+    /// When every bucket here is full again, ms.
+    fn full_at_ms(&self) -> u64 {
+        let shadow = self.bounds.as_ref().map_or(0, |b| b.shadow_full_at_ms());
+        self.bucket.full_at_ms().max(shadow)
+    }
+
+    /// When the next token is there (now when there is no rate).
+    fn next_token_ms(&self, now_ms: u64) -> u64 {
+        self.rate
+            .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms))
+    }
+
+    /// Brings the mirrors of its box's state up to date.
+    fn sync(&mut self) {
+        self.token_queue = self.bounds.as_ref().is_some_and(|b| b.token_queued());
+        self.watched = self.bounds.as_ref().is_some_and(|b| b.watches_admissions());
     }
 
     /// Slots that may still be offered to waiters.
@@ -287,6 +316,10 @@ impl Limiter {
             finish: 0,
             own_finish: 0,
             weight: 1,
+            rate: None,
+            bucket: Bucket::default(),
+            token_queue: false,
+            watched: false,
             bounds: None,
         };
         let id = match self.free.pop() {
@@ -348,10 +381,8 @@ impl Limiter {
         while let Some(id) = at {
             let node = self.node(id);
             if !node.idle(self.now_ms) {
-                if node.unused()
-                    && let Some(bounds) = &node.bounds
-                {
-                    self.cooling.push(Reverse((bounds.full_at_ms(), id)));
+                if node.unused() {
+                    self.cooling.push(Reverse((node.full_at_ms(), id)));
                 }
                 return;
             }
@@ -380,16 +411,13 @@ impl Limiter {
         let node = self.node_mut(id);
         node.limit = resolved.limit;
         node.weight = resolved.weight.get().min(MAX_WEIGHT);
-        if resolved.rate.is_some()
-            || resolved.max_queued.is_some()
-            || resolved.shadow.is_some()
-            || node.bounds.is_some()
-        {
+        node.rate = resolved.rate;
+        if resolved.max_queued.is_some() || resolved.shadow.is_some() || node.bounds.is_some() {
             let bounds = node.bounds.get_or_insert_with(Box::default);
-            bounds.rate = resolved.rate;
             bounds.max_queued = resolved.max_queued;
             bounds.set_shadow(resolved.shadow);
         }
+        node.sync();
         node.rule = resolved.pattern;
         node.resolved_at = Some(generation);
     }
@@ -432,12 +460,9 @@ impl Limiter {
                 blocked = Some((id, None));
                 continue;
             }
-            if tokens
-                && let Some(bounds) = &node.bounds
-                && let Some(rate) = bounds.rate
-            {
-                let queued = !woken && bounds.token_queued();
-                let next = bounds.bucket.next_token_ms(rate, now_ms);
+            if tokens && let Some(rate) = node.rate {
+                let queued = !woken && node.token_queue;
+                let next = node.bucket.next_token_ms(rate, now_ms);
                 if queued || next > now_ms {
                     blocked = Some((id, Some((rate, next))));
                 }
@@ -465,12 +490,18 @@ impl Limiter {
             let node = self.node_mut(id);
             let usage = node.usage;
             node.usage += 1;
+            if tokens && let Some(rate) = node.rate {
+                node.bucket.take(rate, now_ms);
+            }
+            if !node.watched {
+                continue;
+            }
             if let Some(bounds) = node.bounds.as_deref_mut() {
                 if let Some(shadow) = &mut bounds.shadow {
                     shadow.admit(usage, tokens, now_ms);
                 }
-                if tokens && let Some(rate) = bounds.rate {
-                    bounds.bucket.take(rate, now_ms);
+                if bounds.max_queued.is_none() {
+                    continue;
                 }
                 if bounds.last_admit_ms != 0 {
                     let gap = now_ms.saturating_sub(bounds.last_admit_ms);
@@ -574,10 +605,8 @@ impl Limiter {
         for &id in path.counters() {
             self.resolve(id, book);
             let node = self.node(id);
-            let Some(bounds) = &node.bounds else {
-                continue;
-            };
-            if let Some(max) = bounds.max_queued
+            if let Some(bounds) = &node.bounds
+                && let Some(max) = bounds.max_queued
                 && node.queued >= max.get()
             {
                 // Each admission lets one more in: the queue ahead drains at the mean gap.
@@ -593,9 +622,9 @@ impl Limiter {
                 });
                 continue;
             }
-            if let Some(rate) = bounds.rate.filter(|r| r.reject) {
-                let next = bounds.bucket.next_token_ms(rate, now_ms);
-                if bounds.token_queued() || next > now_ms {
+            if let Some(rate) = node.rate.filter(|r| r.reject) {
+                let next = node.bucket.next_token_ms(rate, now_ms);
+                if node.token_queue || next > now_ms {
                     refused = Some(Refusal {
                         level: node.level,
                         rule: node.rule.clone(),
@@ -621,13 +650,13 @@ impl Limiter {
     ) -> Ticket {
         let now = self.now_ms;
         let ticket = again.unwrap_or_else(|| self.ticket(counter, path, priority));
-        let bounds = self
-            .node_mut(counter)
-            .bounds
-            .get_or_insert_with(Box::default);
+        let node = self.node_mut(counter);
+        let due = node.next_token_ms(now);
+        let bounds = node.bounds.get_or_insert_with(Box::default);
         bounds.rate_waiters.push(ticket, waiter);
-        if !bounds.rate_pending {
-            let due = bounds.next_token_ms(now);
+        let pending = bounds.rate_pending;
+        node.sync();
+        if !pending {
             self.token_wakes.push(Reverse((due, counter)));
         }
         ticket
@@ -641,6 +670,7 @@ impl Limiter {
         if !bounds.rate_waiters.remove(ticket) {
             return false;
         }
+        self.node_mut(counter).sync();
         self.prune(counter);
         true
     }
@@ -648,16 +678,17 @@ impl Limiter {
     /// A waiter woken for a token of `counter` has re-checked; the next one is woken when its
     /// token is due (at once if it is there).
     pub fn settle_token(&mut self, counter: CounterId, book: &RuleBook) {
-        if let Some(bounds) = self.node_mut(counter).bounds.as_deref_mut() {
+        let node = self.node_mut(counter);
+        if let Some(bounds) = node.bounds.as_deref_mut() {
             bounds.rate_pending = false;
         }
+        node.sync();
         self.resolve(counter, book);
         let now = self.now_ms;
-        if let Some(bounds) = &self.node(counter).bounds
-            && !bounds.rate_waiters.is_empty()
-        {
-            let due = bounds.next_token_ms(now);
-            self.token_wakes.push(Reverse((due, counter)));
+        let node = self.node(counter);
+        if node.token_queue {
+            self.token_wakes
+                .push(Reverse((node.next_token_ms(now), counter)));
         }
         self.prune(counter);
     }
@@ -679,21 +710,22 @@ impl Limiter {
                 continue;
             }
             self.resolve(counter, book);
-            let Some(bounds) = self.node_mut(counter).bounds.as_deref_mut() else {
+            let node = self.node_mut(counter);
+            let next = node.next_token_ms(now_ms);
+            let Some(bounds) = node.bounds.as_deref_mut() else {
                 continue;
             };
             if bounds.rate_pending || bounds.rate_waiters.is_empty() {
                 continue;
             }
-            let next = bounds.next_token_ms(now_ms);
             if next > now_ms {
                 self.token_wakes.push(Reverse((next, counter)));
                 continue;
             }
             let (ticket, waiter) = bounds.rate_waiters.pop().expect("checked non-empty");
             bounds.rate_pending = true;
-            let node = self.node_mut(counter);
             node.vtime = node.vtime.max(ticket.start());
+            node.sync();
             woken.push(waiter);
         }
         while let Some(&Reverse((due, counter))) = self.cooling.peek()
@@ -807,7 +839,7 @@ impl Limiter {
             let node = self.node(id);
             let now = self.now_ms;
             let bounds = node.bounds.as_deref();
-            let rate = node.rate();
+            let rate = node.rate;
             out.push(CounterSnapshot {
                 level: node.level,
                 scope: scope.unwrap_or_default(),
@@ -823,11 +855,8 @@ impl Limiter {
                     .and_then(|b| b.max_queued)
                     .map(std::num::NonZeroU32::get),
                 rate,
-                tokens: bounds.zip(rate).map(|(b, rate)| b.bucket.tokens(rate, now)),
-                next_token_ms: bounds
-                    .filter(|_| rate.is_some())
-                    .map(|b| b.next_token_ms(now))
-                    .filter(|at| *at > now),
+                tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
+                next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),
                 weight: node.weight,
                 shadow: bounds
                     .and_then(|b| b.shadow.as_ref())

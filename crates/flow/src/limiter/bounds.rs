@@ -6,54 +6,48 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::waits::WaitList;
-use crate::rate::{Bucket, RateLimit};
+use crate::rate::Bucket;
 use crate::rules::{Limit, ShadowRule};
 
-/// The state of a counter's rate, queue bound and shadow rule.
+/// The state of a counter's token waiters, queue bound and shadow rule (its rate and bucket
+/// live in the node: every admission reads them).
 #[derive(Debug, Default)]
 pub(super) struct Bounds {
-    pub(super) rate: Option<RateLimit>,
-    pub(super) max_queued: Option<NonZeroU32>,
-    /// Tokens taken recently; the node outlives its users until the bucket is full again, or
-    /// a counter that comes and goes would get a fresh burst each time.
-    pub(super) bucket: Bucket,
     /// Waiters for a token; the first in line is woken when the next one is due.
     pub(super) rate_waiters: WaitList,
     /// A token waiter was woken and has not re-checked yet.
     pub(super) rate_pending: bool,
-    /// Admissions here: the last one's time and the mean gap between them (ms), for how long
-    /// a full queue takes to drain.
-    pub(super) last_admit_ms: u64,
-    pub(super) mean_gap_ms: u64,
+    pub(super) max_queued: Option<NonZeroU32>,
     /// The shadow rule evaluated here, if one matches.
     pub(super) shadow: Option<Shadow>,
+    /// Admissions here (counted only under a `max-queued`): the last one's time and the mean
+    /// gap between them (ms), for how long a full queue takes to drain.
+    pub(super) last_admit_ms: u64,
+    pub(super) mean_gap_ms: u64,
 }
 
 impl Bounds {
-    /// When the next token is there (now when there is no rate).
-    pub(super) fn next_token_ms(&self, now_ms: u64) -> u64 {
-        self.rate
-            .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms))
-    }
-
     /// Whether waiters are ahead of a newcomer for the next token.
     pub(super) fn token_queued(&self) -> bool {
         self.rate_pending || !self.rate_waiters.is_empty()
     }
 
-    /// When every bucket here is full again, ms.
-    pub(super) fn full_at_ms(&self) -> u64 {
-        let shadow = self.shadow.as_ref().map_or(0, |s| s.bucket.full_at_ms());
-        self.bucket.full_at_ms().max(shadow)
+    /// When the shadow rule's bucket is full again, ms (0 without one).
+    pub(super) fn shadow_full_at_ms(&self) -> u64 {
+        self.shadow.as_ref().map_or(0, |s| s.bucket.full_at_ms())
     }
 
-    /// Whether forgetting the buckets changes nothing at `now_ms`.
-    pub(super) fn is_full(&self, now_ms: u64) -> bool {
-        self.bucket.is_full(now_ms)
-            && self
-                .shadow
-                .as_ref()
-                .is_none_or(|s| s.bucket.is_full(now_ms))
+    /// Whether forgetting the shadow rule's bucket changes nothing at `now_ms`.
+    pub(super) fn shadow_full(&self, now_ms: u64) -> bool {
+        self.shadow
+            .as_ref()
+            .is_none_or(|s| s.bucket.is_full(now_ms))
+    }
+
+    /// Whether an admission must tell it something (a queue bound's drain estimate, a shadow
+    /// rule's tallies).
+    pub(super) fn watches_admissions(&self) -> bool {
+        self.max_queued.is_some() || self.shadow.is_some()
     }
 
     /// Takes the shadow rule now in force; its tallies carry over while it is the same rule.
@@ -129,6 +123,7 @@ impl Shadow {
 mod tests {
     use super::*;
     use crate::RulePattern;
+    use crate::rate::RateLimit;
 
     fn shadow(limit: Option<u32>, rate: Option<&str>, max_queued: Option<u32>) -> Shadow {
         Shadow {
