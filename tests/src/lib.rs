@@ -362,6 +362,23 @@ impl TestDeployment {
         Self::spawn(cmd, port).await
     }
 
+    /// Starts the Python SDK deployment (`tests/py-deployment`, served by hypercorn over HTTP/2
+    /// with prior knowledge, in the virtual environment `scripts/setup` makes).
+    pub async fn python() -> Result<Self> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("py-deployment");
+        let python = dir.join(".venv/bin/python");
+        if !python.exists() {
+            bail!(
+                "{} is missing: run scripts/setup (it makes the virtual environment)",
+                python.display()
+            );
+        }
+        let port = free_port();
+        let mut cmd = Command::new(python);
+        cmd.arg(dir.join("deployment.py")).arg(port.to_string());
+        Self::spawn(cmd, port).await
+    }
+
     async fn spawn(mut cmd: Command, port: u16) -> Result<Self> {
         let mut child = cmd
             .stdin(Stdio::null())
