@@ -408,13 +408,15 @@ impl Scheduler {
         true
     }
 
-    /// Pauses the queue of `key` (which need not exist yet): its entries stay but none is
-    /// dispatched until [`Scheduler::resume`]. Running attempts are not stopped.
+    /// Pauses the queue of `key` (created, empty, if it does not exist): its entries stay but
+    /// none is dispatched until [`Scheduler::resume`]. Running attempts are not stopped.
     pub fn pause(&mut self, key: &QueueKey, now: u64) {
         if !self.paused.insert(key.clone()) {
             return;
         }
         let Some(&q) = self.queue_index.get(key) else {
+            // Listed from now on, empty and paused, so an operator can see and resume it.
+            self.queue_for(key, now);
             return;
         };
         self.leave_waiters(q);

@@ -123,8 +123,10 @@ fn a_shadow_rule_holds_nothing_and_counts_what_it_would_have() {
 fn a_paused_queue_keeps_its_entries_until_resumed() {
     let mut s = Scheduler::new(book(&[]), 100);
     let k = key("acme", None, Priority::NORMAL);
-    // Paused before it exists, and while empty: the pause outlives the queue.
+    // Paused before it exists: it is listed, empty and paused, so it can be resumed.
     s.pause(&k, 0);
+    let queues = s.queues();
+    assert_eq!((queues.len(), queues[0].status), (1, QueueStatus::Paused));
     for id in 0..3 {
         s.enqueue(&k, id, EntryKind::New, None, 0);
     }
