@@ -9,8 +9,12 @@ use serde_json::{Value, json};
 use sluice_tests::{Sluice, TestDeployment, get_json, post_json};
 
 async fn patch(url: &str, body: Value) -> (StatusCode, Value) {
+    send(reqwest::Method::PATCH, url, body).await
+}
+
+async fn send(method: reqwest::Method, url: &str, body: Value) -> (StatusCode, Value) {
     let resp = reqwest::Client::new()
-        .patch(url)
+        .request(method, url)
         .json(&body)
         .send()
         .await
@@ -222,8 +226,10 @@ async fn in_place_updates_and_meta0016_and_meta0017() {
     assert_eq!(status, 400);
     assert_code(&refused, "META0016");
 
-    // Same services at A's URI: accepted, and now two deployments share it.
-    let (status, moved) = patch(
+    // Same services at A's URI: accepted, and now two deployments share it (the PUT spelling
+    // of the same in-place update, as the reference lists it).
+    let (status, moved) = send(
+        reqwest::Method::PUT,
         &format!("{admin}/deployments/{id_b}"),
         json!({"uri": a.uri}),
     )

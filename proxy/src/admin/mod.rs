@@ -147,6 +147,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(
             deployments::get,
             deployments::update,
+            deployments::replace,
             deployments::delete
         ))
         .routes(routes!(services::list))
