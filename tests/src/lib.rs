@@ -756,6 +756,22 @@ impl Sluice {
         }
     }
 
+    /// kill -9, then waits until the process is gone (at most 5 s).
+    pub fn kill_9(&mut self) {
+        self.signal(Signal::SIGKILL).expect("kill -9");
+        self.wait_exit(Duration::from_secs(5))
+            .expect("the process exits after kill -9");
+    }
+
+    /// Starts `builder` on this instance's data directory (after it was killed or stopped).
+    pub async fn restart(&self, builder: Builder) -> Sluice {
+        builder
+            .data_dir(&self.data_dir)
+            .start()
+            .await
+            .expect("the restarted instance starts")
+    }
+
     /// Everything the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()

@@ -252,14 +252,8 @@ async fn a_paused_queue_keeps_its_entries_across_kill_9_until_resumed() {
     assert_eq!(resp.status(), 400);
 
     // Still paused after a kill -9: the pause and the entries were stored.
-    sluice.signal(nix::sys::signal::Signal::SIGKILL).unwrap();
-    sluice.wait_exit(Duration::from_secs(5)).unwrap();
-    let again = Sluice::builder()
-        .flow_control()
-        .data_dir(&sluice.data_dir)
-        .start()
-        .await
-        .unwrap();
+    sluice.kill_9();
+    let again = sluice.restart(Sluice::builder().flow_control()).await;
     let queue = vqueue(&again, "pz").await;
     assert_eq!(
         (queue["status"].clone(), queue["queued"].clone()),

@@ -231,14 +231,9 @@ async fn object_state_survives_kill_9_and_operators_can_replace_it() {
         .await,
         "5"
     );
-    sluice.signal(Signal::SIGKILL).unwrap();
-    sluice.wait_exit(Duration::from_secs(5)).unwrap();
+    sluice.kill_9();
 
-    let again = Sluice::builder()
-        .data_dir(&sluice.data_dir)
-        .start()
-        .await
-        .unwrap();
+    let again = sluice.restart(Sluice::builder()).await;
     assert_eq!(
         call(
             again.ingress_url.clone(),

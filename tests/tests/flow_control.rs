@@ -204,8 +204,7 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
         assert!(Instant::now() < deadline, "the queue never moved");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    sluice.signal(nix::sys::signal::Signal::SIGKILL).unwrap();
-    sluice.wait_exit(Duration::from_secs(5)).unwrap();
+    sluice.kill_9();
     let before = effects_once_quiet(&effects, Duration::from_millis(500)).await;
     let done_before = before.values().filter(|(_, done)| *done > 0).count();
     assert!(
@@ -213,12 +212,7 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
         "the kill must land while the queue holds work: {done_before} done, {} started",
         before.len()
     );
-    let again = Sluice::builder()
-        .flow_control()
-        .data_dir(&sluice.data_dir)
-        .start()
-        .await
-        .unwrap();
+    let again = sluice.restart(Sluice::builder().flow_control()).await;
     // Every acknowledged send completes.
     for id in &acknowledged {
         let deadline = Instant::now() + Duration::from_secs(60);

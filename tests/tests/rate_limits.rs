@@ -166,14 +166,8 @@ async fn a_burst_goes_at_once_and_a_rate_survives_kill_9() {
     );
 
     // The rule is stored: after a kill -9 it limits again.
-    sluice.signal(nix::sys::signal::Signal::SIGKILL).unwrap();
-    sluice.wait_exit(Duration::from_secs(5)).unwrap();
-    let again = Sluice::builder()
-        .flow_control()
-        .data_dir(&sluice.data_dir)
-        .start()
-        .await
-        .unwrap();
+    sluice.kill_9();
+    let again = sluice.restart(Sluice::builder().flow_control()).await;
     assert_rb_stored(&again).await;
     send_ticks(&again, "rb", 8).await;
     let mut after = Vec::new();

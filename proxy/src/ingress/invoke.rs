@@ -39,6 +39,13 @@ const NOT_FORWARDED: [&str; 12] = [
     "content-length",
 ];
 
+/// The query parameter `name` (matched ignoring case), decoded.
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    url::form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.into_owned())
+}
+
 fn limit_key(session: &ServerSession, query: Option<&str>) -> Option<String> {
     let headers = &session.req_header().headers;
     let from_header = ["x-service-limit-key", "x-restate-limit-key"]
@@ -46,11 +53,7 @@ fn limit_key(session: &ServerSession, query: Option<&str>) -> Option<String> {
         .find_map(|name| headers.get(*name))
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    from_header.or_else(|| {
-        url::form_urlencoded::parse(query?.as_bytes())
-            .find(|(k, _)| k.eq_ignore_ascii_case("limit-key"))
-            .map(|(_, v)| v.into_owned())
-    })
+    from_header.or_else(|| query_param(query, "limit-key"))
 }
 
 /// The call's priority: the `x-service-priority` header, else the `priority` query parameter
@@ -69,12 +72,9 @@ fn priority(
         })?),
         None => None,
     };
-    let from_query = || {
-        url::form_urlencoded::parse(query?.as_bytes())
-            .find(|(k, _)| k.eq_ignore_ascii_case("priority"))
-            .map(|(_, v)| v.into_owned())
-    };
-    let text = from_header.map(str::to_owned).or_else(from_query);
+    let text = from_header
+        .map(str::to_owned)
+        .or_else(|| query_param(query, "priority"));
     text.map(|t| t.parse::<Priority>())
         .transpose()
         .map_err(|e| IngressError::coded(Code::RT0024, e.to_string()))
