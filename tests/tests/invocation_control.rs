@@ -201,3 +201,72 @@ async fn first_running(sluice: &Sluice, query: &str) -> String {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+async fn output(sluice: &Sluice, id: &str) -> (u16, String) {
+    let resp = reqwest::Client::new()
+        .get(format!("{}/service/attach/{id}", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn restart_as_new_and_purge_journal() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+
+    // A running invocation can be neither restarted nor have its journal purged.
+    let slow = send(&sluice, "/service/send/Greeter/slow", "30000").await;
+    sluice
+        .invocation_until(&slow, "running", |v| v["status"] == "running")
+        .await;
+    assert_eq!(patch(&sluice, &slow, "restart-as-new").await.0, 409);
+    assert_eq!(patch(&sluice, &slow, "purge-journal").await.0, 409);
+
+    // Restarted as new through the CLI: a new id, the same input, the same result.
+    let first = send(&sluice, "/service/send/Greeter/greet", "\"Ann\"").await;
+    assert_eq!(output(&sluice, &first).await, (200, "\"Hello, Ann!\"".into()));
+    let out = Command::new(binary())
+        .args([
+            "invocations",
+            "restart-as-new",
+            &first,
+            "--admin-url",
+            &sluice.admin_url,
+        ])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let again = printed.trim().rsplit(' ').next().unwrap().to_owned();
+    assert!(again.starts_with("inv_") && again != first, "{printed}");
+    assert_eq!(output(&sluice, &again).await, (200, "\"Hello, Ann!\"".into()));
+
+    // From a journal index: refused with what to do instead.
+    let (status, body) = patch(&sluice, &first, "restart-as-new?from=2").await;
+    assert_eq!(status, 422, "{body}");
+
+    // The journal is purged, the record and result stay: the input is gone, so it cannot be
+    // restarted any more.
+    let journal = |id: String| {
+        let sluice = &sluice;
+        async move {
+            sluice
+                .query(&format!("SELECT COUNT(*) AS n FROM sys_journal WHERE id = '{id}'"))
+                .await
+                .1["rows"][0]["n"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    assert!(journal(first.clone()).await > 0);
+    assert_eq!(patch(&sluice, &first, "purge-journal").await.0, 200);
+    assert_eq!(journal(first.clone()).await, 0);
+    assert_eq!(output(&sluice, &first).await, (200, "\"Hello, Ann!\"".into()));
+    let (status, body) = patch(&sluice, &first, "restart-as-new").await;
+    assert_eq!(status, 410, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("purged"), "{body}");
+    assert_eq!(patch(&sluice, "inv_1nope", "purge-journal").await.0, 400);
+}

@@ -112,3 +112,20 @@ pub struct DeleteParams {
     /// cancel (default), kill or purge.
     pub mode: Option<String>,
 }
+
+/// Query of `PATCH /invocations/{id}/restart-as-new`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RestartAsNewParams {
+    /// The journal index to restart from: 0 (the default) keeps only the input.
+    pub from: Option<u32>,
+    /// Which deployment a restart from a journal prefix runs on (`latest`, `keep` or an id).
+    pub deployment: Option<String>,
+}
+
+/// What `PATCH /invocations/{id}/restart-as-new` answers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RestartAsNewResponse {
+    /// The id of the new invocation.
+    pub new_invocation_id: String,
+}

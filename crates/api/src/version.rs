@@ -19,3 +19,20 @@ pub struct VersionInformation {
     /// Where clients reach the ingress: `http://host:port/`, `https://host/` or `unix:<path>`.
     pub ingress_endpoint: Option<String>,
 }
+
+/// What `GET /cluster-health` answers: the reference server's shape, for a single node that
+/// is its own metadata cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterHealthResponse {
+    /// `cluster-name` from the configuration.
+    pub cluster_name: String,
+    /// The members of the metadata cluster: this node, `1`.
+    pub metadata_cluster_health: Option<MetadataClusterHealth>,
+}
+
+/// Members of the metadata cluster, by plain node id.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MetadataClusterHealth {
+    /// Plain node ids.
+    pub members: Vec<u32>,
+}

@@ -7,7 +7,7 @@ use crate::client::AdminClient;
 use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
-use sluice_api::invocations::{InvocationResponse, ListInvocationsResponse};
+use sluice_api::invocations::{InvocationResponse, ListInvocationsResponse, RestartAsNewResponse};
 
 /// `sluice invocations …`
 #[derive(Debug, Subcommand)]
@@ -44,6 +44,17 @@ pub enum InvocationsCommand {
         /// `inv_1…`
         id: String,
     },
+    /// Purge a completed invocation's journal; its record and result stay.
+    PurgeJournal {
+        /// `inv_1…`
+        id: String,
+    },
+    /// Start a completed invocation again as a new one: same target, input, scope and limit
+    /// key, a new id (printed).
+    RestartAsNew {
+        /// `inv_1…`
+        id: String,
+    },
     /// Pause: no more attempts until resumed.
     Pause {
         /// `inv_1…`
@@ -63,9 +74,10 @@ impl InvocationsCommand {
             Self::Cancel { id } => ("cancel", id),
             Self::Kill { id } => ("kill", id),
             Self::Purge { id } => ("purge", id),
+            Self::PurgeJournal { id } => ("purge-journal", id),
             Self::Pause { id } => ("pause", id),
             Self::Resume { id } => ("resume", id),
-            Self::List { .. } | Self::Describe { .. } => return None,
+            Self::List { .. } | Self::Describe { .. } | Self::RestartAsNew { .. } => return None,
         })
     }
 }
@@ -111,6 +123,15 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
         InvocationsCommand::Describe { id } => {
             admin
                 .call(Method::GET, &format!("/invocations/{id}"), None::<&()>)
+                .await?
+        }
+        InvocationsCommand::RestartAsNew { id } => {
+            admin
+                .call(
+                    Method::PATCH,
+                    &format!("/invocations/{id}/restart-as-new"),
+                    None::<&()>,
+                )
                 .await?
         }
         _ => unreachable!("control commands returned above"),
@@ -165,6 +186,10 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
                 println!("completion:  {c}");
             }
             println!("created:     {}", i.created_at);
+        }
+        InvocationsCommand::RestartAsNew { id } => {
+            let restarted: RestartAsNewResponse = answer.parse()?;
+            println!("restarted {id} as {}", restarted.new_invocation_id);
         }
         _ => unreachable!("control commands returned above"),
     }

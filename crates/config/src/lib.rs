@@ -29,6 +29,8 @@ pub use values::{
 pub struct Config {
     /// Directory that holds the redb store (`sluice.redb`).
     pub data_dir: PathBuf,
+    /// The name `GET /cluster-health` reports (the reference server's `cluster-name`).
+    pub cluster_name: String,
     /// Log filter directive; `RUST_LOG`, when set, wins.
     pub log_level: LogLevel,
     /// `human` or `json`.
@@ -66,6 +68,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("sluice-data"),
+            cluster_name: "localcluster".into(),
             log_level: "info".parse().expect("valid default"),
             log_format: LogFormat::Human,
             shutdown_grace_period: FriendlyDuration::from_secs(30),

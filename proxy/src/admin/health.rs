@@ -1,5 +1,6 @@
 //! `GET /health` (liveness: the process can keep its promises) and `GET /ready` (readiness: it
 //! has recovered its partitions and accepts work). Both are open without a token, for probes.
+//! `GET /cluster-health` answers the reference server's shape for this one node.
 
 use std::sync::Arc;
 
@@ -40,6 +41,23 @@ pub async fn ready(State(state): State<Arc<AdminState>>) -> Response {
         )
         .into_response(),
     }
+}
+
+/// The cluster's name and its metadata members: a single node is the whole cluster.
+#[utoipa::path(get, path = "/cluster-health", tag = "cluster_health", operation_id = "cluster_health",
+    responses(
+        (status = 200, description = "Cluster health information.", body = sluice_api::version::ClusterHealthResponse),
+        (status = 503, description = "A store write failed or a partition stopped (RT0027).")))]
+pub async fn cluster_health(State(state): State<Arc<AdminState>>) -> Response {
+    use sluice_api::version::{ClusterHealthResponse, MetadataClusterHealth};
+    if let Some(failure) = state.store.health().failure() {
+        return unhealthy(failure);
+    }
+    super::json::Json(ClusterHealthResponse {
+        cluster_name: state.config.cluster_name.clone(),
+        metadata_cluster_health: Some(MetadataClusterHealth { members: vec![1] }),
+    })
+    .into_response()
 }
 
 fn unhealthy(failure: &crate::errors::CodedError) -> Response {

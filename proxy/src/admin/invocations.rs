@@ -1,4 +1,5 @@
-//! Invocation routes: list and describe.
+//! Invocation routes: list, describe, control (cancel, kill, purge, purge-journal, pause,
+//! resume) and restart-as-new.
 
 use std::sync::Arc;
 
@@ -16,7 +17,8 @@ use crate::invocation::{InvocationRecord, Outcome, Status};
 use crate::partition::admission::Waiting;
 use crate::partition::control::{Control, Controlled};
 pub use sluice_api::invocations::{
-    DeleteParams, InvocationResponse, ListInvocationsResponse, ListParams, WaitingResponse,
+    DeleteParams, InvocationResponse, ListInvocationsResponse, ListParams, RestartAsNewParams,
+    RestartAsNewResponse, WaitingResponse,
 };
 
 /// How the admin API shows `Waiting`.
@@ -132,22 +134,134 @@ async fn apply(state: &AdminState, id: &str, op: Control) -> Result<StatusCode, 
     }
 }
 
-/// Cancels, kills, purges, pauses or resumes an invocation.
+/// An operation on an invocation other than those routed by name: 404 naming the known ones.
 #[utoipa::path(patch, path = "/invocations/{invocation_id}/{operation}", tag = "invocation", operation_id = "control_invocation",
-    params(("invocation_id" = String, Path), ("operation" = String, Path, description = "cancel, kill, purge, pause or resume")),
-    responses((status = 200, description = "Done."), (status = 202, description = "Cancel signal appended, or a running attempt is being paused."),
-        (status = 404, description = "No such invocation or operation."), (status = 409, description = "Not possible in its state.")))]
-pub async fn control(
+    params(("invocation_id" = String, Path), ("operation" = String, Path, description = "cancel, kill, purge, purge-journal, pause, resume or restart-as-new")),
+    responses((status = 404, description = "No such operation.")))]
+pub async fn control(Path(path): Path<(String, String)>) -> AdminError {
+    let operation = path.1;
+    AdminError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "unknown operation '{operation}': use cancel, kill, purge, purge-journal, pause, resume or restart-as-new"
+        ),
+    )
+}
+
+/// One control route per operation, so each is listed in `/openapi` under the reference's
+/// path and operation id.
+macro_rules! control_route {
+    ($name:ident, $op:literal, $variant:ident, $operation_id:literal, $doc:literal, $accepted:literal) => {
+        #[doc = $doc]
+        #[utoipa::path(patch, path = concat!("/invocations/{invocation_id}/", $op), tag = "invocation",
+            operation_id = $operation_id, params(("invocation_id" = String, Path)),
+            responses((status = 200, description = "Done."), (status = 202, description = $accepted),
+                (status = 400, description = "Not an invocation id."),
+                (status = 404, description = "No such invocation."), (status = 409, description = "Not possible in its state.")))]
+        pub async fn $name(
+            State(state): State<Arc<AdminState>>,
+            Path(id): Path<String>,
+        ) -> Result<StatusCode, AdminError> {
+            apply(&state, &id, Control::$variant).await
+        }
+    };
+}
+
+control_route!(cancel, "cancel", Cancel, "cancel_invocation",
+    "Appends the CANCEL signal: the handler sees a terminal 409 \"canceled\" at its next await.",
+    "Cancel signal appended.");
+control_route!(kill, "kill", Kill, "kill_invocation",
+    "Ends it now with 409 \"killed\", with the children it called.", "Never.");
+control_route!(purge, "purge", Purge, "purge_invocation",
+    "Forgets a completed invocation: its record and journal.", "Never.");
+control_route!(purge_journal, "purge-journal", PurgeJournal, "purge_journal",
+    "Deletes a completed invocation's journal and keeps its record and result.", "Never.");
+control_route!(pause, "pause", Pause, "pause_invocation",
+    "No more attempts until resumed.", "A running attempt is being stopped.");
+control_route!(resume, "resume", Resume, "resume_invocation",
+    "A paused or backing-off invocation is attempted again now.", "Never.");
+
+/// A new invocation of a completed one's target, with the same input, scope, limit key and
+/// priority, and a new id. It restarts from the start: only the input is kept.
+#[utoipa::path(patch, path = "/invocations/{invocation_id}/restart-as-new", tag = "invocation", operation_id = "restart_as_new_invocation",
+    params(("invocation_id" = String, Path), RestartAsNewParams),
+    responses((status = 200, body = RestartAsNewResponse, description = "The new invocation is stored."),
+        (status = 400, description = "Not an invocation id, or `deployment` without `from`."),
+        (status = 404, description = "No such invocation."),
+        (status = 409, description = "It is still running."),
+        (status = 410, description = "Its journal (and so its input) was purged."),
+        (status = 422, description = "A workflow run, or a restart from a journal index above 0."),
+        (status = 425, description = "It has not started yet.")))]
+pub async fn restart_as_new(
     State(state): State<Arc<AdminState>>,
-    Path((id, operation)): Path<(String, String)>,
-) -> Result<StatusCode, AdminError> {
-    let op = Control::parse(&operation).ok_or_else(|| {
-        AdminError::new(
-            StatusCode::NOT_FOUND,
-            format!("unknown operation '{operation}': use cancel, kill, purge, pause or resume"),
-        )
-    })?;
-    apply(&state, &id, op).await
+    Path(id): Path<String>,
+    Query(params): Query<RestartAsNewParams>,
+) -> Result<Json<RestartAsNewResponse>, AdminError> {
+    use crate::invocation::new::{Identity, NewInvocation};
+    use crate::discovery::ServiceType;
+    let id = parse_id(&id)?;
+    if params.deployment.is_some() && params.from.unwrap_or(0) == 0 {
+        return Err(AdminError::new(
+            StatusCode::BAD_REQUEST,
+            "'deployment' applies only with 'from' above 0: a restart from the start runs on the latest deployment",
+        ));
+    }
+    if params.from.unwrap_or(0) > 0 {
+        return Err(AdminError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "this server restarts invocations from the start only: leave out 'from' (or send from=0)",
+        ));
+    }
+    let record = state
+        .store
+        .with_db(|db| store::load_record(db, id))??
+        .ok_or_else(|| {
+            AdminError::new(
+                StatusCode::NOT_FOUND,
+                format!("The requested invocation '{id}' does not exist"),
+            )
+        })?;
+    if record.status != Status::Completed {
+        let (status, why) = if matches!(record.status, Status::Pending | Status::Scheduled) {
+            (StatusCode::TOO_EARLY, "has not started yet")
+        } else {
+            (StatusCode::CONFLICT, "is still running")
+        };
+        return Err(AdminError::new(
+            status,
+            format!("invocation {id} {why}: only a completed invocation can be restarted as new"),
+        ));
+    }
+    let target = &record.target;
+    let kind = state
+        .registry
+        .handler_kind(record.deployment, &target.service, &target.handler);
+    if kind.is_some_and(|(ty, _)| ty == ServiceType::Workflow) {
+        return Err(AdminError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("invocation {id} is a workflow run: a workflow cannot be restarted as new"),
+        ));
+    }
+    let input = state
+        .store
+        .with_db(|db| store::load_entry(db, id, 0))??
+        .ok_or_else(|| {
+            AdminError::new(
+                StatusCode::GONE,
+                format!(
+                    "the journal of invocation {id} was purged, and its input with it: raise the handler's journal retention to keep it"
+                ),
+            )
+        })?;
+    let new = NewInvocation::new(record.target.clone(), Identity::Fresh)
+        .in_scope(record.scope.clone(), record.limit_key.clone())
+        .with_priority(record.priority)
+        .into_record(crate::clock::now_ms());
+    let new_id = new.id;
+    state.runtime.submit(new, input).await?;
+    Ok(Json(RestartAsNewResponse {
+        new_invocation_id: new_id.to_string(),
+    }))
 }
 
 /// The older spelling of cancel, kill and purge.

@@ -121,6 +121,7 @@ impl AdminState {
     info(title = "Sluice admin API", description = "Deployments, services, invocations, flow-control rules and introspection."),
     tags(
         (name = "health", description = "Liveness and readiness"),
+        (name = "cluster_health", description = "The cluster's name and members"),
         (name = "version", description = "Version and features"),
         (name = "openapi", description = "This document"),
         (name = "deployment", description = "Deployments and discovery"),
@@ -141,6 +142,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
     let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health::health))
         .routes(routes!(health::ready))
+        .routes(routes!(health::cluster_health))
         .routes(routes!(version::version))
         .routes(routes!(openapi))
         .routes(routes!(deployments::create, deployments::list))
@@ -159,6 +161,13 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(invocations::list))
         .routes(routes!(invocations::get, invocations::delete))
         .routes(routes!(invocations::control))
+        .routes(routes!(invocations::cancel))
+        .routes(routes!(invocations::kill))
+        .routes(routes!(invocations::purge))
+        .routes(routes!(invocations::purge_journal))
+        .routes(routes!(invocations::pause))
+        .routes(routes!(invocations::resume))
+        .routes(routes!(invocations::restart_as_new))
         .routes(routes!(limits::upsert, limits::list))
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::apply))
@@ -402,5 +411,54 @@ mod tests {
             assert!(doc["paths"][path].is_object(), "{path} missing from {doc}");
         }
         assert_eq!(doc["paths"]["/version"]["get"]["operationId"], "version");
+    }
+
+    /// `/deployments/{deployment}` and `/deployments/{id}` are the same route.
+    fn shape(path: &str) -> String {
+        path.split('/')
+            .map(|seg| if seg.starts_with('{') { "{}" } else { seg })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    #[tokio::test]
+    async fn every_reference_route_exists() {
+        let (app, _dir) = app();
+        let (_, body) = get(&app, Method::GET, "/openapi").await;
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let ours: std::collections::HashSet<(String, String)> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, ops)| {
+                let path = shape(path);
+                ops.as_object()
+                    .unwrap()
+                    .keys()
+                    .map(move |method| (method.to_ascii_uppercase(), path.clone()))
+            })
+            .collect();
+        let reference: Vec<(&str, &str)> = include_str!("reference_routes.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| l.split_once(' ').unwrap())
+            .collect();
+        assert_eq!(reference.len(), 37, "the reference lists 37 operations");
+        let missing: Vec<_> = reference
+            .iter()
+            .filter(|(method, path)| !ours.contains(&(method.to_string(), shape(path))))
+            .collect();
+        assert!(missing.is_empty(), "not routed: {missing:?}");
+        // Listed is not enough: each answers something other than 404/405 "no route".
+        for (method, path) in reference {
+            let uri = path
+                .replace("{invocation_id}", "inv_1")
+                .replace('{', "x")
+                .replace('}', "");
+            let (status, body) = get(&app, method.parse().unwrap(), &uri).await;
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            let text = String::from_utf8_lossy(&body);
+            assert!(!text.contains("no admin route"), "{method} {path}: {text}");
+        }
     }
 }

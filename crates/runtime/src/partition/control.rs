@@ -1,6 +1,7 @@
 //! Operator control of one invocation: cancel (a CANCEL signal the handler sees as a terminal
 //! 409 "canceled"), kill (ends it now with 409 "killed"), purge (forgets a completed one),
-//! pause (no more attempts until resumed) and resume.
+//! pause (no more attempts until resumed), resume, and purge-journal (drops a completed one's
+//! journal and keeps its record and result).
 
 use super::{Effect, Live, Partition};
 use crate::errors::CodedError;
@@ -20,6 +21,8 @@ pub enum Control {
     Kill,
     /// Forget a completed invocation.
     Purge,
+    /// Drop a completed invocation's journal; keep its record and result.
+    PurgeJournal,
     /// Stop attempting it.
     Pause,
     /// Attempt it again.
@@ -33,6 +36,7 @@ impl Control {
             "cancel" => Self::Cancel,
             "kill" => Self::Kill,
             "purge" => Self::Purge,
+            "purge-journal" => Self::PurgeJournal,
             "pause" => Self::Pause,
             "resume" => Self::Resume,
             _ => return None,
@@ -78,8 +82,12 @@ impl Partition {
                     store::delete_invocation(writes, id);
                     Controlled::Done
                 }
+                Some(_) if op == Control::PurgeJournal => {
+                    store::delete_journal(writes, id);
+                    Controlled::Done
+                }
                 Some(_) => Controlled::Conflict(format!(
-                    "invocation {id} is already completed; only purge applies to it"
+                    "invocation {id} is already completed; only purge and purge-journal apply to it"
                 )),
             });
         }
@@ -102,8 +110,18 @@ impl Partition {
                 self.entries.remove(&entry);
                 return Ok(Controlled::Done);
             }
+            Control::PurgeJournal if !completed => Controlled::Conflict(format!(
+                "invocation {id} is not yet completed; only a completed invocation's journal can be purged"
+            )),
+            Control::PurgeJournal => {
+                // A retained result (idempotency key, workflow run) stays answerable: it is
+                // the record's outcome, not the journal.
+                store::delete_journal(writes, id);
+                live.journal = Vec::new();
+                return Ok(Controlled::Done);
+            }
             _ if completed => Controlled::Conflict(format!(
-                "invocation {id} is already completed; only purge applies to it"
+                "invocation {id} is already completed; only purge and purge-journal apply to it"
             )),
             Control::Cancel => {
                 // Cancellation reaches the children it waits on, too.

@@ -243,6 +243,33 @@ pub fn load_record(
         .map_err(storage)
 }
 
+/// Entry `index` of the journal of `id` (entry 0 is the input), if stored.
+pub fn load_entry(
+    db: &redb::Database,
+    id: InvocationId,
+    index: u32,
+) -> Result<Option<Frame>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(JOURNAL) else {
+        return Ok(None);
+    };
+    let Some(value) = table.get(journal_key(id, index).as_slice()).map_err(storage)? else {
+        return Ok(None);
+    };
+    decode_entry(value.value()).map(Some)
+}
+
+fn decode_entry(raw: &[u8]) -> Result<Frame, CodedError> {
+    let ty = raw
+        .get(..2)
+        .ok_or_else(|| storage("short journal entry"))?;
+    Ok(Frame {
+        ty: u16::from_be_bytes([ty[0], ty[1]]),
+        ack: false,
+        payload: Bytes::copy_from_slice(&raw[2..]),
+    })
+}
+
 /// The journal of `id`, in order.
 pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
@@ -256,18 +283,7 @@ pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>,
         .map_err(storage)?
         .map(|row| {
             let (_, value) = row.map_err(storage)?;
-            let raw = value.value();
-            let ty = u16::from_be_bytes(
-                raw.get(..2)
-                    .ok_or_else(|| storage("short journal entry"))?
-                    .try_into()
-                    .expect("2 bytes"),
-            );
-            Ok(Frame {
-                ty,
-                ack: false,
-                payload: Bytes::copy_from_slice(&raw[2..]),
-            })
+            decode_entry(value.value())
         })
         .collect()
 }
