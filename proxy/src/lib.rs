@@ -8,6 +8,7 @@ pub mod ingress;
 pub mod kafka;
 pub mod logging;
 pub mod plugins;
+pub mod scrape;
 pub mod server;
 pub mod services;
 pub mod shutdown;

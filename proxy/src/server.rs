@@ -70,6 +70,16 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     ));
     plugins.start(&config.plugins)?;
     let kafka = Arc::new(Kafka::load(&node)?);
+    let metrics = if config.metrics.enabled {
+        let metrics = crate::scrape::Metrics::install(&config.metrics)?;
+        server.add_service(background_service(
+            "metrics",
+            crate::services::MetricsUpkeepService(Arc::clone(&metrics)),
+        ));
+        Some(metrics)
+    } else {
+        None
+    };
     server.add_service(background_service(
         "kafka",
         KafkaService(Arc::clone(&kafka)),
@@ -96,8 +106,9 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     server.add_service(ingress);
 
     let (admin_done_tx, admin_done_rx) = watch::channel(false);
-    let admin_state =
-        AdminState::new(&node, ingress_endpoint.clone(), plugins, kafka).with_auth(admin_auth);
+    let admin_state = AdminState::new(&node, ingress_endpoint.clone(), plugins, kafka)
+        .with_auth(admin_auth)
+        .with_metrics(metrics);
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(
         "admin",

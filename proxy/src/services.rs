@@ -50,3 +50,16 @@ impl BackgroundService for KafkaService {
         self.0.run(shutdown).await;
     }
 }
+
+/// Drains the metrics recorder's histograms between scrapes.
+pub struct MetricsUpkeepService(pub Arc<crate::scrape::Metrics>);
+
+#[async_trait]
+impl BackgroundService for MetricsUpkeepService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        tokio::select! {
+            () = Arc::clone(&self.0).upkeep() => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}

@@ -227,7 +227,10 @@ async fn restart_as_new_and_purge_journal() {
 
     // Restarted as new through the CLI: a new id, the same input, the same result.
     let first = send(&sluice, "/service/send/Greeter/greet", "\"Ann\"").await;
-    assert_eq!(output(&sluice, &first).await, (200, "\"Hello, Ann!\"".into()));
+    assert_eq!(
+        output(&sluice, &first).await,
+        (200, "\"Hello, Ann!\"".into())
+    );
     let out = Command::new(binary())
         .args([
             "invocations",
@@ -239,10 +242,17 @@ async fn restart_as_new_and_purge_journal() {
         .output()
         .unwrap();
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let again = printed.trim().rsplit(' ').next().unwrap().to_owned();
     assert!(again.starts_with("inv_") && again != first, "{printed}");
-    assert_eq!(output(&sluice, &again).await, (200, "\"Hello, Ann!\"".into()));
+    assert_eq!(
+        output(&sluice, &again).await,
+        (200, "\"Hello, Ann!\"".into())
+    );
 
     // From a journal index: refused with what to do instead.
     let (status, body) = patch(&sluice, &first, "restart-as-new?from=2").await;
@@ -254,7 +264,9 @@ async fn restart_as_new_and_purge_journal() {
         let sluice = &sluice;
         async move {
             sluice
-                .query(&format!("SELECT COUNT(*) AS n FROM sys_journal WHERE id = '{id}'"))
+                .query(&format!(
+                    "SELECT COUNT(*) AS n FROM sys_journal WHERE id = '{id}'"
+                ))
                 .await
                 .1["rows"][0]["n"]
                 .as_i64()
@@ -264,9 +276,15 @@ async fn restart_as_new_and_purge_journal() {
     assert!(journal(first.clone()).await > 0);
     assert_eq!(patch(&sluice, &first, "purge-journal").await.0, 200);
     assert_eq!(journal(first.clone()).await, 0);
-    assert_eq!(output(&sluice, &first).await, (200, "\"Hello, Ann!\"".into()));
+    assert_eq!(
+        output(&sluice, &first).await,
+        (200, "\"Hello, Ann!\"".into())
+    );
     let (status, body) = patch(&sluice, &first, "restart-as-new").await;
     assert_eq!(status, 410, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("purged"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("purged"),
+        "{body}"
+    );
     assert_eq!(patch(&sluice, "inv_1nope", "purge-journal").await.0, 400);
 }

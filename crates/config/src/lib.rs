@@ -57,6 +57,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Partitions and the invoker.
     pub worker: WorkerConfig,
+    /// `GET /metrics` on the admin listener.
+    pub metrics: MetricsConfig,
     /// Most a plugin loaded through the admin API may ask for.
     pub plugin_limits: PluginLimits,
     /// Policy plugins loaded at start-up, in order (`[[plugins]]`).
@@ -80,6 +82,7 @@ impl Default for Config {
             ingress: IngressConfig::default(),
             admin: AdminConfig::default(),
             worker: WorkerConfig::default(),
+            metrics: MetricsConfig::default(),
             plugin_limits: PluginLimits::default(),
             plugins: Vec::new(),
         }
@@ -105,6 +108,29 @@ impl Config {
         toml::to_string_pretty(self).expect("the config always serializes")
     }
 }
+
+/// Prometheus metrics (`GET /metrics` on the admin listener).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Record metrics and serve `GET /metrics`; off, nothing is recorded and it answers 404.
+    pub enabled: bool,
+    /// Also export the waiting invocations of the busiest this-many scopes, one series each
+    /// (`sluice_flow_scope_held{scope}`); 0, the default, exports none. At most 1000.
+    pub top_scopes: u16,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            top_scopes: 0,
+        }
+    }
+}
+
+/// Most `metrics.top-scopes`: a series per scope is what the per-rule series avoid.
+pub const MAX_TOP_SCOPES: u16 = 1000;
 
 /// Server-side maxima of what `PUT /plugins/{name}` may set: a plugin loaded over the API
 /// cannot take a core for seconds a call or gigabytes of memory.

@@ -297,6 +297,16 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
             ),
         ));
     }
+    if config.metrics.top_scopes > crate::MAX_TOP_SCOPES {
+        return Err((
+            "metrics.top-scopes".into(),
+            format!(
+                "must be at most {} (one series per scope), got {}",
+                crate::MAX_TOP_SCOPES,
+                config.metrics.top_scopes
+            ),
+        ));
+    }
     if config.shutdown_grace_period.0.is_zero() {
         return Err((
             "shutdown-grace-period".into(),

@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod errors;
 pub mod ids;
+pub mod metrics;
 pub mod simulation;
 pub mod units;
 

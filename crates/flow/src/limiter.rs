@@ -150,6 +150,8 @@ struct Node {
     finish: u64,
     /// The finish tag of the waiters whose path ends here, as a flow of this counter.
     own_finish: u64,
+    /// Admissions through it since it was created (metrics).
+    admitted: u64,
 }
 
 impl Node {
@@ -253,6 +255,17 @@ pub struct CounterSnapshot {
     pub shadow: Option<(Arc<ShadowRule>, ShadowCounts)>,
 }
 
+/// Admissions through the counters of one rule and level.
+#[derive(Debug, Clone)]
+pub struct RuleAdmissions {
+    /// The rule (`None`: counters no rule matched).
+    pub rule: Option<Arc<RulePattern>>,
+    /// The counters' level.
+    pub level: Level,
+    /// Admissions since start.
+    pub admitted: u64,
+}
+
 /// The counters of one partition.
 #[derive(Debug, Default)]
 pub struct Limiter {
@@ -270,6 +283,8 @@ pub struct Limiter {
     cooling: BinaryHeap<Reverse<(u64, CounterId)>>,
     /// Tickets handed out, for FIFO among equal tags.
     tickets: u64,
+    /// Admissions of counters that are gone, by the rule they had and their level.
+    retired: HashMap<(Option<Arc<RulePattern>>, Level), u64>,
 }
 
 impl Limiter {
@@ -284,6 +299,25 @@ impl Limiter {
 
     fn node_mut(&mut self, id: CounterId) -> &mut Node {
         self.nodes[id.0 as usize].as_mut().expect("live counter")
+    }
+
+    /// Admissions since start, by the rule of the counter that counted them (the rule in force
+    /// when it was last resolved, or when it went away) and its level.
+    pub fn admissions(&self) -> Vec<RuleAdmissions> {
+        let mut totals = self.retired.clone();
+        for node in self.nodes.iter().flatten() {
+            if node.admitted > 0 {
+                *totals.entry((node.rule.clone(), node.level)).or_default() += node.admitted;
+            }
+        }
+        totals
+            .into_iter()
+            .map(|((rule, level), admitted)| RuleAdmissions {
+                rule,
+                level,
+                admitted,
+            })
+            .collect()
     }
 
     /// Live counters.
@@ -322,6 +356,7 @@ impl Limiter {
             token_queue: false,
             watched: false,
             bounds: None,
+            admitted: 0,
         };
         let id = match self.free.pop() {
             Some(slot) => {
@@ -389,6 +424,12 @@ impl Limiter {
             }
             let node = self.nodes[id.0 as usize].take().expect("live counter");
             self.free.push(id.0);
+            if node.admitted > 0 {
+                *self
+                    .retired
+                    .entry((node.rule.clone(), node.level))
+                    .or_default() += node.admitted;
+            }
             self.index.remove(&NodeRef {
                 parent: node.parent,
                 name: &node.name,
@@ -491,6 +532,7 @@ impl Limiter {
             let node = self.node_mut(id);
             let usage = node.usage;
             node.usage += 1;
+            node.admitted += 1;
             if tokens && let Some(rate) = node.rate {
                 node.bucket.take(rate, now_ms);
             }

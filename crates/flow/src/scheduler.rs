@@ -752,6 +752,11 @@ impl Scheduler {
         self.limiter.snapshot(&self.book, now)
     }
 
+    /// Admissions since start by rule and level (see [`Limiter::admissions`]).
+    pub fn admissions(&self) -> Vec<crate::limiter::RuleAdmissions> {
+        self.limiter.admissions()
+    }
+
     /// Every held object lock: scope, service, object key and the entry holding it.
     pub fn held_locks(&self) -> Vec<(LockKey, EntryId)> {
         self.locks.held()

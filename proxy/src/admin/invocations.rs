@@ -167,19 +167,54 @@ macro_rules! control_route {
     };
 }
 
-control_route!(cancel, "cancel", Cancel, "cancel_invocation",
+control_route!(
+    cancel,
+    "cancel",
+    Cancel,
+    "cancel_invocation",
     "Appends the CANCEL signal: the handler sees a terminal 409 \"canceled\" at its next await.",
-    "Cancel signal appended.");
-control_route!(kill, "kill", Kill, "kill_invocation",
-    "Ends it now with 409 \"killed\", with the children it called.", "Never.");
-control_route!(purge, "purge", Purge, "purge_invocation",
-    "Forgets a completed invocation: its record and journal.", "Never.");
-control_route!(purge_journal, "purge-journal", PurgeJournal, "purge_journal",
-    "Deletes a completed invocation's journal and keeps its record and result.", "Never.");
-control_route!(pause, "pause", Pause, "pause_invocation",
-    "No more attempts until resumed.", "A running attempt is being stopped.");
-control_route!(resume, "resume", Resume, "resume_invocation",
-    "A paused or backing-off invocation is attempted again now.", "Never.");
+    "Cancel signal appended."
+);
+control_route!(
+    kill,
+    "kill",
+    Kill,
+    "kill_invocation",
+    "Ends it now with 409 \"killed\", with the children it called.",
+    "Never."
+);
+control_route!(
+    purge,
+    "purge",
+    Purge,
+    "purge_invocation",
+    "Forgets a completed invocation: its record and journal.",
+    "Never."
+);
+control_route!(
+    purge_journal,
+    "purge-journal",
+    PurgeJournal,
+    "purge_journal",
+    "Deletes a completed invocation's journal and keeps its record and result.",
+    "Never."
+);
+control_route!(
+    pause,
+    "pause",
+    Pause,
+    "pause_invocation",
+    "No more attempts until resumed.",
+    "A running attempt is being stopped."
+);
+control_route!(
+    resume,
+    "resume",
+    Resume,
+    "resume_invocation",
+    "A paused or backing-off invocation is attempted again now.",
+    "Never."
+);
 
 /// A new invocation of a completed one's target, with the same input, scope, limit key and
 /// priority, and a new id. It restarts from the start: only the input is kept.
@@ -197,8 +232,8 @@ pub async fn restart_as_new(
     Path(id): Path<String>,
     Query(params): Query<RestartAsNewParams>,
 ) -> Result<Json<RestartAsNewResponse>, AdminError> {
-    use crate::invocation::new::{Identity, NewInvocation};
     use crate::discovery::ServiceType;
+    use crate::invocation::new::{Identity, NewInvocation};
     let id = parse_id(&id)?;
     if params.deployment.is_some() && params.from.unwrap_or(0) == 0 {
         return Err(AdminError::new(

@@ -11,6 +11,7 @@ pub mod json;
 pub mod kafka;
 pub mod limits;
 pub mod plugins;
+mod prometheus;
 pub mod query;
 mod serve;
 pub mod services;
@@ -72,6 +73,8 @@ pub struct AdminState {
     pub discovery: DiscoveryClient,
     /// Who may call which route.
     pub auth: Arc<auth::AdminAuth>,
+    /// The metrics recorder, when `metrics.enabled`.
+    pub metrics: Option<Arc<crate::scrape::Metrics>>,
     /// The generated OpenAPI document, set once the router is built.
     openapi: OnceLock<serde_json::Value>,
 }
@@ -105,8 +108,15 @@ impl AdminState {
             rules: Arc::clone(&node.rules),
             discovery: DiscoveryClient::with_tls(&node.tls, ATTEMPTS, BACKOFF, TIMEOUT),
             auth: Arc::default(),
+            metrics: None,
             openapi: OnceLock::new(),
         }
+    }
+
+    /// The same state serving `GET /metrics` from `metrics`.
+    pub fn with_metrics(mut self, metrics: Option<Arc<crate::scrape::Metrics>>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The same state with `auth` guarding the listener.
@@ -122,6 +132,7 @@ impl AdminState {
     tags(
         (name = "health", description = "Liveness and readiness"),
         (name = "cluster_health", description = "The cluster's name and members"),
+        (name = "metrics", description = "Prometheus metrics"),
         (name = "version", description = "Version and features"),
         (name = "openapi", description = "This document"),
         (name = "deployment", description = "Deployments and discovery"),
@@ -143,6 +154,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(health::health))
         .routes(routes!(health::ready))
         .routes(routes!(health::cluster_health))
+        .routes(routes!(prometheus::metrics))
         .routes(routes!(version::version))
         .routes(routes!(openapi))
         .routes(routes!(deployments::create, deployments::list))

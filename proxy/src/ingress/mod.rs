@@ -62,15 +62,39 @@ impl IngressApp {
 impl ServeHttp for IngressApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let _in_flight = self.state.in_flight.enter();
+        let started = std::time::Instant::now();
+        let (kind, resp) = self.answer(session).await;
+        record_request(kind, &resp, started);
+        resp
+    }
+}
+
+impl IngressApp {
+    /// The answer to one request, with its kind for the metrics.
+    async fn answer(&self, session: &mut ServerSession) -> (&'static str, Response<Vec<u8>>) {
         if let Some(refused) = ambiguous_framing(session) {
-            return refused;
+            return ("invalid", refused);
         }
         if let Some(failure) = self.state.health.failure() {
             session.set_keepalive(None);
-            return error::IngressError::from(failure.clone()).into_response();
+            return (
+                "unavailable",
+                error::IngressError::from(failure.clone()).into_response(),
+            );
         }
         let req = session.req_header();
         let operation = path::parse(&req.method, req.uri.path());
+        let kind = match &operation {
+            Ok(path::Operation::Health) => "health",
+            Ok(path::Operation::Invoke(p)) if p.mode == path::Mode::Send => "send",
+            Ok(path::Operation::Invoke(_)) => "call",
+            Ok(path::Operation::ById { attach: true, .. }) => "attach",
+            Ok(path::Operation::ById { .. }) => "output",
+            Ok(path::Operation::ByTarget { .. }) => "lookup",
+            Ok(path::Operation::Workflow { .. }) => "workflow",
+            Ok(path::Operation::Awakeable { .. }) => "awakeable",
+            Err(_) => "invalid",
+        };
         let result = match operation {
             Ok(path::Operation::Health) => {
                 let services = self.state.registry.service_names();
@@ -97,8 +121,26 @@ impl ServeHttp for IngressApp {
             }
             Err(e) => Err(e),
         };
-        result.unwrap_or_else(error::IngressError::into_response)
+        (
+            kind,
+            result.unwrap_or_else(error::IngressError::into_response),
+        )
     }
+}
+
+/// Counts one answered request by kind, status and error code, and times it.
+fn record_request(kind: &'static str, resp: &Response<Vec<u8>>, started: std::time::Instant) {
+    use sluice_core::metrics as names;
+    let code = resp
+        .headers()
+        .get(reply::ERROR_CODE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!(names::INGRESS_REQUESTS, "kind" => kind, "status" => status, "code" => code)
+        .increment(1);
+    metrics::histogram!(names::INGRESS_DURATION, "kind" => kind).record(started.elapsed());
 }
 
 /// A request with both `Content-Length` and `Transfer-Encoding` (or several lengths) can be

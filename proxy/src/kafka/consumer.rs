@@ -310,6 +310,10 @@ pub async fn run(
     }
     tracing::info!(subscription = %sub.id, topic = %sub.topic, "consuming");
     let mut window: VecDeque<((i32, i64), InFlight)> = VecDeque::new();
+    let records = metrics::counter!(
+        sluice_core::metrics::KAFKA_RECORDS,
+        "subscription" => sub.id.to_string()
+    );
     loop {
         let idle = !window.is_empty() || backpressure.any_paused();
         let received = tokio::select! {
@@ -327,6 +331,7 @@ pub async fn run(
                 let position = (message.partition(), message.offset());
                 let stored = match invocation_of(&sub, &message, flow_control) {
                     Ok((record, frame)) => {
+                        records.increment(1);
                         backpressure.fed(position.0, record.scope.as_ref());
                         match runtime.hand_over(record.clone(), frame.clone()).await {
                             Ok(answer) => InFlight::Stored(answer, record, frame),

@@ -273,6 +273,14 @@ impl Kafka {
         ));
     }
 
+    /// How many Kafka partitions each running subscription has paused, by subscription id.
+    pub fn paused_by_subscription(&self) -> Vec<(String, usize)> {
+        lock(&self.consumers)
+            .iter()
+            .map(|(id, (_, paused))| (id.to_string(), lock(paused).len()))
+            .collect()
+    }
+
     /// The Kafka partitions of subscription `id` paused because their sink's queue is full.
     pub fn paused_partitions(&self, id: SubscriptionId) -> Vec<i32> {
         lock(&self.consumers)

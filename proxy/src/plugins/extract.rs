@@ -93,7 +93,9 @@ pub fn run(
             .extract(request)
             .map_err(|failure| failure_error(&plugin.name, &failure))
             .and_then(|outcome| checked(&plugin.name, outcome));
-        plugin.metrics.record(started.elapsed(), answer.is_err());
+        plugin
+            .metrics
+            .record(&plugin.name, "extract", started.elapsed(), answer.is_err());
         match answer {
             Ok(types::Outcome::Keep) => {}
             Ok(types::Outcome::Set(set)) => {

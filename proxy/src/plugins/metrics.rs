@@ -27,8 +27,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Records one call.
-    pub fn record(&self, took: Duration, failed: bool) {
+    /// Records one call of `hook` of `plugin`, here and for `GET /metrics`.
+    pub fn record(&self, plugin: &str, hook: &'static str, took: Duration, failed: bool) {
+        use sluice_core::metrics as names;
+        let outcome = if failed { "error" } else { "ok" };
+        ::metrics::counter!(names::PLUGIN_CALLS, "plugin" => plugin.to_owned(), "hook" => hook, "outcome" => outcome)
+            .increment(1);
+        ::metrics::histogram!(names::PLUGIN_DURATION, "plugin" => plugin.to_owned(), "hook" => hook)
+            .record(took);
         self.calls.fetch_add(1, Ordering::Relaxed);
         if failed {
             self.errors.fetch_add(1, Ordering::Relaxed);
@@ -77,9 +83,9 @@ mod tests {
     fn percentiles_come_from_the_buckets() {
         let metrics = Metrics::default();
         for _ in 0..99 {
-            metrics.record(Duration::from_nanos(1_500), false);
+            metrics.record("p", "extract", Duration::from_nanos(1_500), false);
         }
-        metrics.record(Duration::from_millis(3), true);
+        metrics.record("p", "extract", Duration::from_millis(3), true);
         let snap = metrics.snapshot();
         assert_eq!((snap.calls, snap.errors), (100, 1));
         assert_eq!(
@@ -87,7 +93,7 @@ mod tests {
             "1.5 µs falls in the bucket below 2048 ns"
         );
         assert_eq!(snap.p99_us, 2.048);
-        metrics.record(Duration::from_millis(3), false);
+        metrics.record("p", "extract", Duration::from_millis(3), false);
         assert!(metrics.snapshot().p99_us > 3000.0);
     }
 }

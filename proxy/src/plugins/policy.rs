@@ -57,7 +57,12 @@ impl RulePolicy for MatchRule {
                 .ok_or_else(|| "concurrency(0): a limit is at least 1".to_owned()),
             Err(failure) => Err(failure_error(&plugin.name, &failure).message),
         };
-        plugin.metrics.record(started.elapsed(), decision.is_err());
+        plugin.metrics.record(
+            &plugin.name,
+            "match_rule",
+            started.elapsed(),
+            decision.is_err(),
+        );
         decision.unwrap_or_else(|why| {
             tracing::warn!(plugin = %plugin.name, error = %why, "match-rule plugin failed; the rule book's choice applies");
             Decision::Default

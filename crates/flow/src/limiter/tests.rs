@@ -323,3 +323,34 @@ fn a_shadow_rule_counts_and_holds_nothing() {
         l.release(permit, &b, &mut woken);
     }
 }
+
+#[test]
+fn admissions_are_totalled_per_rule_and_outlive_their_counters() {
+    let b = book(&[("*", 5)]);
+    let mut l = Limiter::new();
+    let mut woken = Vec::new();
+    for scope in ["a", "b", "c"] {
+        for _ in 0..2 {
+            let p = path(&mut l, scope, Some("k"));
+            let permit = l.try_acquire(&p, &b, 0).unwrap();
+            l.drop_path(p);
+            l.release(permit, &b, &mut woken);
+        }
+    }
+    assert!(l.is_empty(), "every counter went away");
+    let held = path(&mut l, "d", None);
+    let _permit = l.try_acquire(&held, &b, 0).unwrap();
+    let mut totals: Vec<(String, Level, u64)> = l
+        .admissions()
+        .into_iter()
+        .map(|a| (a.rule.map_or("none".into(), |r| r.to_string()), a.level, a.admitted))
+        .collect();
+    totals.sort();
+    assert_eq!(
+        totals,
+        vec![
+            ("*".to_owned(), Level::Scope, 7),
+            ("none".to_owned(), Level::L1, 6),
+        ]
+    );
+}

@@ -1,6 +1,7 @@
 //! Attempts: starting one (with its journal, state and deadlines), and what its end means:
 //! a suspension, a retry after back-off, a pause, or the invocation's completion.
 
+use sluice_core::metrics as names;
 use std::time::Duration;
 
 use super::ending::{back_off, complete, last_output, pause};
@@ -42,6 +43,10 @@ impl Partition {
         live.running = false;
         live.outbound = None;
         live.record.attempts += 1;
+        if let Some(started) = live.attempt_started.take() {
+            metrics::histogram!(names::ATTEMPT_DURATION, "service" => live.record.target.service.clone())
+                .record(started.elapsed());
+        }
         let fresh = std::mem::take(&mut live.fresh);
         let result = match live.violation.take() {
             Some(violation) => Err(AttemptError::from(violation)),
@@ -67,6 +72,9 @@ impl Partition {
             }
             Ok(Ending::Failed(error)) => {
                 let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
+                if error.behavior != proto::ErrorBehavior::Fail as i32 {
+                    retried(&failure);
+                }
                 match proto::ErrorBehavior::try_from(error.behavior) {
                     Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
                     Ok(proto::ErrorBehavior::Fail) => {
@@ -86,6 +94,7 @@ impl Partition {
             }
             Err(e) => {
                 let failure = LastFailure::new(e.error.code, e.error.message.clone());
+                retried(&failure);
                 back_off(live, &retry, failure, e.retry_after, now, effects);
             }
         }
@@ -169,6 +178,8 @@ impl Partition {
             })
         });
         live.attempt += 1;
+        live.attempt_started = Some(std::time::Instant::now());
+        metrics::counter!(names::ATTEMPTS, "service" => target.service.clone()).increment(1);
         live.running = true;
         live.record.status = Status::Running;
         live.fresh.clear();
@@ -207,6 +218,12 @@ impl Partition {
 }
 
 /// The completion ids a suspension waits on (empty when it names none).
+/// Counts a failed attempt that is retried or paused, by its code.
+fn retried(failure: &LastFailure) {
+    let code = failure.code.clone().unwrap_or_default();
+    metrics::counter!(names::ATTEMPT_RETRIES, "code" => code).increment(1);
+}
+
 fn awaited(message: &Message) -> Vec<u32> {
     fn walk(future: &proto::Future, out: &mut Vec<u32>) {
         out.extend_from_slice(&future.waiting_completions);

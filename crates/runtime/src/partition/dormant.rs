@@ -312,6 +312,7 @@ impl Event {
             | Event::AttemptDone { .. }
             | Event::SetObjectState { .. }
             | Event::Counters { .. }
+            | Event::Metrics { .. }
             | Event::Explain { .. }
             | Event::SlotsFree
             | Event::Queued { .. }

@@ -11,6 +11,7 @@ use crate::invocation::{Failure, InvocationRecord, Outcome, Status, state};
 use crate::protocol::Message;
 use crate::protocol::proto::{self, notification_template};
 use crate::storage::writer::WriteSet;
+use sluice_core::metrics as names;
 
 /// The completion id of a timer that ends a completed invocation's retention (Sleep
 /// completions never use it: SDKs count completion ids up from 1).
@@ -95,6 +96,8 @@ impl Partition {
                 let record = *record;
                 store::put_record(writes, &record)?;
                 store::put_entry(writes, id, 0, &input);
+                metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
+                    .increment(1);
                 match record.run_at_ms {
                     Some(at) if record.status == Status::Scheduled => {
                         effects.push(Effect::WakeAt(id, at, None))
@@ -192,6 +195,14 @@ impl Partition {
             }
             Event::Counters { reply } => {
                 let _ = reply.send(self.scheduler.counters(self.driver.now_ms()));
+            }
+            Event::Metrics { reply } => {
+                let _ = reply.send(vec![super::PartitionMetrics {
+                    admissions: self.scheduler.admissions(),
+                    paused_queues: self.scheduler.paused().count(),
+                    held_invocations: self.held.count(),
+                    held_bytes: self.held.bytes(),
+                }]);
             }
             Event::Explain { id, reply } => {
                 let _ = reply.send(self.waiting(id));

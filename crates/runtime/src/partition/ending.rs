@@ -1,6 +1,7 @@
 //! How an invocation ends: its outcome, the retention of what it leaves behind, pauses, and
 //! the back-off between failed attempts.
 
+use sluice_core::metrics as names;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -49,6 +50,16 @@ pub(super) fn complete(
     effects: &mut Vec<Effect>,
 ) {
     live.record.status = Status::Completed;
+    let service = live.record.target.service.clone();
+    let took = now.saturating_sub(live.record.created_at_ms);
+    metrics::histogram!(names::INVOCATION_DURATION, "service" => service.clone())
+        .record(took as f64 / 1000.0);
+    let result = match outcome {
+        Outcome::Value(_) => "success",
+        Outcome::Failure(_) => "failure",
+    };
+    metrics::counter!(names::INVOCATIONS_COMPLETED, "service" => service, "outcome" => result)
+        .increment(1);
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;
     // Retained results (idempotency, workflows) leave memory and store on their expiry timer;

@@ -122,6 +122,10 @@ pub enum Event {
         /// Every live counter.
         reply: oneshot::Sender<Vec<crate::flow::limiter::CounterSnapshot>>,
     },
+    /// What `GET /metrics` reads of the partition.
+    Metrics {
+        reply: oneshot::Sender<Vec<PartitionMetrics>>,
+    },
     /// Why a queued invocation waits.
     Explain {
         /// The invocation.
@@ -268,6 +272,21 @@ struct Live {
     queue: Option<QueueId>,
     /// Callers that reached it through an idempotency key after the first one.
     callers: Vec<Caller>,
+    /// When the running attempt started (for its latency metric).
+    attempt_started: Option<std::time::Instant>,
+}
+
+/// What `GET /metrics` reads of one partition.
+#[derive(Debug, Clone)]
+pub struct PartitionMetrics {
+    /// Flow-control admissions since start, by rule and level.
+    pub admissions: Vec<crate::flow::limiter::RuleAdmissions>,
+    /// Its queues paused by an operator.
+    pub paused_queues: usize,
+    /// Held invocations at rest, across every partition.
+    pub held_invocations: usize,
+    /// Bytes of held inputs in memory, across every partition.
+    pub held_bytes: u64,
 }
 
 /// One partition's state.
@@ -704,6 +723,7 @@ impl Live {
             signalled: false,
             queue: None,
             callers: Vec::new(),
+            attempt_started: None,
         }
     }
 }

@@ -215,6 +215,12 @@ impl Runtime {
         Ok(all.into_iter().map(|(_, counter)| counter).collect())
     }
 
+    /// What `GET /metrics` reads of every partition.
+    pub async fn metrics(&self) -> Result<Vec<super::PartitionMetrics>, CodedError> {
+        let all = self.gather(|reply| Event::Metrics { reply }).await?;
+        Ok(all.into_iter().map(|(_, m)| m).collect())
+    }
+
     /// Why a queued invocation waits; `None` when it is not queued.
     pub async fn explain(
         &self,

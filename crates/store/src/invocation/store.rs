@@ -253,16 +253,17 @@ pub fn load_entry(
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(None);
     };
-    let Some(value) = table.get(journal_key(id, index).as_slice()).map_err(storage)? else {
+    let Some(value) = table
+        .get(journal_key(id, index).as_slice())
+        .map_err(storage)?
+    else {
         return Ok(None);
     };
     decode_entry(value.value()).map(Some)
 }
 
 fn decode_entry(raw: &[u8]) -> Result<Frame, CodedError> {
-    let ty = raw
-        .get(..2)
-        .ok_or_else(|| storage("short journal entry"))?;
+    let ty = raw.get(..2).ok_or_else(|| storage("short journal entry"))?;
     Ok(Frame {
         ty: u16::from_be_bytes([ty[0], ty[1]]),
         ack: false,

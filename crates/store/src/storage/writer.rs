@@ -203,6 +203,8 @@ impl Flusher {
 }
 
 fn commit_group(store: &Store, group: &[Job]) -> Result<(), CodedError> {
+    use sluice_core::metrics as names;
+    let started = std::time::Instant::now();
     let written = store.with_db(|db| -> Result<(), redb::Error> {
         let txn = db.begin_write()?;
         for job in group {
@@ -214,8 +216,13 @@ fn commit_group(store: &Store, group: &[Job]) -> Result<(), CodedError> {
     match written {
         // Closed: shutting down, not a failure of the store.
         Err(closed) => Err(closed),
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(())) => {
+            metrics::histogram!(names::STORE_COMMIT_DURATION).record(started.elapsed());
+            metrics::histogram!(names::STORE_COMMIT_GROUP).record(group.len() as f64);
+            Ok(())
+        }
         Ok(Err(e)) => {
+            metrics::counter!(names::STORE_COMMIT_FAILURES).increment(1);
             let error = crate::health::store_write_failed(e);
             tracing::error!(error.code = ?error.code, error = %error, sets = group.len(), "group commit failed; none of its writes were acknowledged");
             store.health().fail(error.clone());

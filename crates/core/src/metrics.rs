@@ -1,0 +1,160 @@
+//! Every metric Sluice records: its name (Prometheus style, unit last), its labels and what it
+//! counts, in one place so `GET /metrics`, the docs and the code agree. Crates record through
+//! the `metrics` facade; without a recorder installed (metrics off, unit tests, the
+//! simulators) every record is a no-op.
+//!
+//! Labels are bounded by what the operator configures, never by what a client sends: services
+//! (registered), rule patterns (the rule book), error codes (the catalogue), plugins and
+//! subscriptions. A scope or limit key is never a label, except in the opt-in top-N gauge.
+
+/// Ingress requests by `kind` (call, send, attach, output, workflow, awakeable, health,
+/// invalid), `status` and error `code` (`""` when none).
+pub const INGRESS_REQUESTS: &str = "sluice_ingress_requests_total";
+/// Ingress request latency by `kind`, until the answer is ready.
+pub const INGRESS_DURATION: &str = "sluice_ingress_request_duration_seconds";
+/// Invocations stored, by `service`.
+pub const INVOCATIONS_CREATED: &str = "sluice_invocations_created_total";
+/// Invocations completed, by `service` and `outcome` (`success` or `failure`).
+pub const INVOCATIONS_COMPLETED: &str = "sluice_invocations_completed_total";
+/// From creation to completion, by `service`.
+pub const INVOCATION_DURATION: &str = "sluice_invocation_duration_seconds";
+/// Attempts started, by `service`.
+pub const ATTEMPTS: &str = "sluice_attempts_total";
+/// Attempts that failed and will be retried (or paused), by error `code`.
+pub const ATTEMPT_RETRIES: &str = "sluice_attempt_retries_total";
+/// Attempt latency (start to end, suspension or failure), by `service`.
+pub const ATTEMPT_DURATION: &str = "sluice_attempt_duration_seconds";
+/// Latency of one group commit (redb commit with its fsync).
+pub const STORE_COMMIT_DURATION: &str = "sluice_store_commit_duration_seconds";
+/// Write sets in one group commit.
+pub const STORE_COMMIT_GROUP: &str = "sluice_store_commit_group_size";
+/// Group commits that failed (each fails the process's health).
+pub const STORE_COMMIT_FAILURES: &str = "sluice_store_commit_failures_total";
+/// Plugin calls by `plugin`, `hook` and `outcome` (`ok` or `error`).
+pub const PLUGIN_CALLS: &str = "sluice_plugin_calls_total";
+/// Plugin call latency by `plugin` and `hook`.
+pub const PLUGIN_DURATION: &str = "sluice_plugin_call_duration_seconds";
+/// Kafka records handed to partitions, by `subscription`.
+pub const KAFKA_RECORDS: &str = "sluice_kafka_records_total";
+
+// Read when scraped.
+
+/// Running invocations counted by flow-control counters, by `rule` pattern (`none` without
+/// one) and `level` (`scope`, `level1`, `level2`).
+pub const FLOW_RUNNING: &str = "sluice_flow_running";
+/// Invocations waiting at flow-control counters (for a slot or a token), by `rule` and `level`.
+pub const FLOW_HELD: &str = "sluice_flow_held";
+/// Of those, waiting for a rate limit's token, by `rule` and `level`.
+pub const FLOW_RATE_LIMITED: &str = "sluice_flow_rate_limited";
+/// Live flow-control counters, by `rule` and `level`.
+pub const FLOW_COUNTERS: &str = "sluice_flow_counters";
+/// Admissions through flow-control counters, by `rule` and `level`.
+pub const FLOW_ADMISSIONS: &str = "sluice_flow_admissions_total";
+/// Waiting invocations of the `metrics.top-scopes` busiest scopes, by `scope` (opt-in).
+pub const FLOW_TOP_SCOPE_HELD: &str = "sluice_flow_scope_held";
+/// Scheduler queues paused by an operator.
+pub const QUEUES_PAUSED: &str = "sluice_queues_paused";
+/// Held invocations resting in compact form (bounded by `worker.max-held-invocations`).
+pub const HELD_INVOCATIONS: &str = "sluice_held_invocations";
+/// Bytes of held inputs kept in memory (bounded by `worker.held-memory-budget`).
+pub const HELD_MEMORY: &str = "sluice_held_memory_bytes";
+/// Kafka partitions paused by backpressure, by `subscription`.
+pub const KAFKA_PAUSED_PARTITIONS: &str = "sluice_kafka_paused_partitions";
+
+/// Buckets of every latency histogram, in seconds: 100 µs to a minute.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
+];
+
+/// Buckets of the commit group size.
+pub const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+/// Describes every metric to the installed recorder (help text and unit in the exposition).
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        INGRESS_REQUESTS,
+        "Ingress requests by kind, status and error code."
+    );
+    describe_histogram!(
+        INGRESS_DURATION,
+        Unit::Seconds,
+        "Ingress request latency by kind."
+    );
+    describe_counter!(INVOCATIONS_CREATED, "Invocations stored, by service.");
+    describe_counter!(
+        INVOCATIONS_COMPLETED,
+        "Invocations completed, by service and outcome."
+    );
+    describe_histogram!(
+        INVOCATION_DURATION,
+        Unit::Seconds,
+        "Creation to completion, by service."
+    );
+    describe_counter!(ATTEMPTS, "Attempts started, by service.");
+    describe_counter!(
+        ATTEMPT_RETRIES,
+        "Failed attempts retried or paused, by error code."
+    );
+    describe_histogram!(
+        ATTEMPT_DURATION,
+        Unit::Seconds,
+        "Attempt latency, by service."
+    );
+    describe_histogram!(
+        STORE_COMMIT_DURATION,
+        Unit::Seconds,
+        "Latency of one group commit."
+    );
+    describe_histogram!(STORE_COMMIT_GROUP, "Write sets per group commit.");
+    describe_counter!(STORE_COMMIT_FAILURES, "Failed group commits.");
+    describe_counter!(PLUGIN_CALLS, "Plugin calls by plugin, hook and outcome.");
+    describe_histogram!(
+        PLUGIN_DURATION,
+        Unit::Seconds,
+        "Plugin call latency by plugin and hook."
+    );
+    describe_counter!(
+        KAFKA_RECORDS,
+        "Kafka records handed to partitions, by subscription."
+    );
+    describe_gauge!(
+        FLOW_RUNNING,
+        "Running invocations at flow-control counters, by rule and level."
+    );
+    describe_gauge!(
+        FLOW_HELD,
+        "Invocations waiting at flow-control counters, by rule and level."
+    );
+    describe_gauge!(
+        FLOW_RATE_LIMITED,
+        "Invocations waiting for a rate limit's token, by rule and level."
+    );
+    describe_gauge!(
+        FLOW_COUNTERS,
+        "Live flow-control counters, by rule and level."
+    );
+    describe_counter!(
+        FLOW_ADMISSIONS,
+        "Admissions through flow-control counters, by rule and level."
+    );
+    describe_gauge!(
+        FLOW_TOP_SCOPE_HELD,
+        "Waiting invocations of the busiest scopes (metrics.top-scopes)."
+    );
+    describe_gauge!(QUEUES_PAUSED, "Scheduler queues paused by an operator.");
+    describe_gauge!(
+        HELD_INVOCATIONS,
+        "Held invocations resting in compact form."
+    );
+    describe_gauge!(
+        HELD_MEMORY,
+        Unit::Bytes,
+        "Bytes of held inputs kept in memory."
+    );
+    describe_gauge!(
+        KAFKA_PAUSED_PARTITIONS,
+        "Kafka partitions paused by backpressure, by subscription."
+    );
+}

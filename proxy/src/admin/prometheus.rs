@@ -1,0 +1,33 @@
+//! `GET /metrics`: the Prometheus text exposition (see `crate::scrape`).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{StatusCode, header};
+
+use super::AdminState;
+use super::error::AdminError;
+
+/// Every metric in the Prometheus text format; 404 when `metrics.enabled` is false.
+#[utoipa::path(get, path = "/metrics", tag = "metrics", operation_id = "metrics",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4.", content_type = "text/plain"),
+        (status = 404, description = "Metrics are off (`metrics.enabled = false`).")))]
+pub async fn metrics(State(state): State<Arc<AdminState>>) -> Result<Response, AdminError> {
+    let Some(metrics) = &state.metrics else {
+        return Err(AdminError::new(
+            StatusCode::NOT_FOUND,
+            "metrics are off: set metrics.enabled = true to record and serve them",
+        ));
+    };
+    let text = metrics.render(&state.runtime, &state.kafka).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}

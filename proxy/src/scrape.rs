@@ -1,0 +1,179 @@
+//! `GET /metrics`: the Prometheus recorder every crate records into (through the `metrics`
+//! facade), and what is read only when scraped: flow-control counters summed per rule and
+//! level, held invocations, paused queues and Kafka partitions, and the process (RSS, fds,
+//! CPU). Names and labels are in `sluice_core::metrics`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
+use sluice_core::metrics as names;
+
+use crate::errors::{Code, CodedError};
+use crate::flow::Level;
+use crate::partition::Runtime;
+
+/// How often histograms are drained into their buckets between scrapes.
+const UPKEEP: Duration = Duration::from_secs(5);
+
+/// The installed recorder and what a scrape reads besides it.
+pub struct Metrics {
+    handle: PrometheusHandle,
+    process: metrics_process::Collector,
+    top_scopes: usize,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("top_scopes", &self.top_scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Installs the process-wide recorder; a second server in the same process shares it.
+    pub fn install(config: &crate::config::MetricsConfig) -> Result<Arc<Self>, CodedError> {
+        static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+        let handle = match HANDLE.get() {
+            Some(handle) => handle.clone(),
+            None => {
+                let handle = recorder()?;
+                names::describe();
+                HANDLE.get_or_init(|| handle).clone()
+            }
+        };
+        let process = metrics_process::Collector::default();
+        process.describe();
+        Ok(Arc::new(Self {
+            handle,
+            process,
+            top_scopes: usize::from(config.top_scopes),
+        }))
+    }
+
+    /// Drains histograms now and then, so samples recorded between scrapes stay bounded.
+    pub async fn upkeep(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(UPKEEP);
+        loop {
+            tick.tick().await;
+            self.handle.run_upkeep();
+        }
+    }
+
+    /// The exposition: what was recorded, and what is read now.
+    pub async fn render(
+        &self,
+        runtime: &Runtime,
+        kafka: &crate::kafka::Kafka,
+    ) -> Result<String, CodedError> {
+        let counters = runtime.counters().await?;
+        let partitions = runtime.metrics().await?;
+        flow_gauges(&counters, self.top_scopes);
+        let mut admitted: HashMap<(String, &'static str), u64> = HashMap::new();
+        let (mut paused, mut held, mut held_bytes) = (0, 0, 0);
+        for partition in &partitions {
+            for a in &partition.admissions {
+                *admitted
+                    .entry((rule_label(a.rule.as_deref()), level_label(a.level)))
+                    .or_default() += a.admitted;
+            }
+            paused += partition.paused_queues;
+            // Shared by every partition: the same in each.
+            held = partition.held_invocations;
+            held_bytes = partition.held_bytes;
+        }
+        for ((rule, level), n) in admitted {
+            metrics::counter!(names::FLOW_ADMISSIONS, "rule" => rule, "level" => level).absolute(n);
+        }
+        metrics::gauge!(names::QUEUES_PAUSED).set(paused as f64);
+        metrics::gauge!(names::HELD_INVOCATIONS).set(held as f64);
+        metrics::gauge!(names::HELD_MEMORY).set(held_bytes as f64);
+        for (subscription, partitions) in kafka.paused_by_subscription() {
+            metrics::gauge!(names::KAFKA_PAUSED_PARTITIONS, "subscription" => subscription)
+                .set(partitions as f64);
+        }
+        self.process.collect();
+        Ok(self.handle.render())
+    }
+}
+
+fn recorder() -> Result<PrometheusHandle, CodedError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        CodedError::new(
+            Code::RT0002,
+            format!("cannot start the metrics recorder: {e}"),
+        )
+    };
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), names::SECONDS_BUCKETS)
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(names::STORE_COMMIT_GROUP.into()),
+                names::GROUP_BUCKETS,
+            )
+        })
+        .map_err(|e| failed(&e))?
+        // Every gauge is set when scraped; one a scrape no longer sets (a deleted rule, a
+        // scope that left the top N) is gone from the next one.
+        .idle_timeout(MetricKindMask::GAUGE, Some(Duration::from_secs(1)))
+        .install_recorder()
+        .map_err(|e| failed(&e))
+}
+
+fn rule_label(rule: Option<&crate::flow::RulePattern>) -> String {
+    rule.map_or_else(|| "none".to_owned(), ToString::to_string)
+}
+
+fn level_label(level: Level) -> &'static str {
+    match level {
+        Level::Scope => "scope",
+        Level::L1 => "level1",
+        Level::L2 => "level2",
+    }
+}
+
+/// Sums the live counters per rule and level (never per scope), and the top scopes by waiters
+/// when asked for.
+fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: usize) {
+    #[derive(Default)]
+    struct Sums {
+        counters: u64,
+        running: u64,
+        held: u64,
+        rate_limited: u64,
+    }
+    let mut sums: HashMap<(String, &'static str), Sums> = HashMap::new();
+    let mut scopes: HashMap<&str, u64> = HashMap::new();
+    for c in counters {
+        let sum = sums
+            .entry((rule_label(c.rule.as_deref()), level_label(c.level)))
+            .or_default();
+        sum.counters += 1;
+        sum.running += u64::from(c.usage);
+        sum.held += u64::from(c.queued);
+        if c.rate.is_some() && c.tokens == Some(0) {
+            sum.rate_limited += u64::from(c.queued);
+        }
+        if top_scopes > 0 && c.level == Level::Scope {
+            *scopes.entry(&c.scope).or_default() += u64::from(c.queued);
+        }
+    }
+    for ((rule, level), sum) in sums {
+        let labels = [("rule", rule), ("level", level.to_owned())];
+        metrics::gauge!(names::FLOW_COUNTERS, &labels).set(sum.counters as f64);
+        metrics::gauge!(names::FLOW_RUNNING, &labels).set(sum.running as f64);
+        metrics::gauge!(names::FLOW_HELD, &labels).set(sum.held as f64);
+        metrics::gauge!(names::FLOW_RATE_LIMITED, &labels).set(sum.rate_limited as f64);
+    }
+    if top_scopes > 0 {
+        let mut busiest: Vec<(&str, u64)> = scopes.into_iter().filter(|(_, n)| *n > 0).collect();
+        busiest.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (scope, held) in busiest.into_iter().take(top_scopes) {
+            metrics::gauge!(names::FLOW_TOP_SCOPE_HELD, "scope" => scope.to_owned())
+                .set(held as f64);
+        }
+    }
+}
