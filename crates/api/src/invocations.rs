@@ -95,6 +95,8 @@ pub struct ListParams {
     pub status: Option<String>,
     /// Only this service.
     pub service: Option<String>,
+    /// Only this flow-control scope.
+    pub scope: Option<String>,
     /// At most this many (newest first), default 100.
     pub limit: Option<usize>,
 }

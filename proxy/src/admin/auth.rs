@@ -100,7 +100,8 @@ impl AdminAuth {
             }
         }
         let route = unversioned(path);
-        if self.is_open() || (matches!(route, "/health" | "/ready") && *method == Method::GET) {
+        let open_route = matches!(route, "/health" | "/ready") || super::dashboard::is_static(path);
+        if self.is_open() || (open_route && *method == Method::GET) {
             return Ok(());
         }
         let presented = headers

@@ -104,6 +104,10 @@ pub async fn list(
                 .service
                 .as_deref()
                 .is_none_or(|s| r.target.service == s)
+            && params
+                .scope
+                .as_deref()
+                .is_none_or(|s| r.scope.as_ref().is_some_and(|scope| scope.as_str() == s))
     });
     records.sort_by_key(|r| std::cmp::Reverse(r.created_at_ms));
     records.truncate(params.limit.unwrap_or(100));

@@ -3,6 +3,7 @@
 //! added with [`OpenApiRouter::routes`] shows up there.
 
 pub mod auth;
+mod dashboard;
 pub mod deployments;
 pub mod error;
 mod health;
@@ -216,6 +217,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         app = app.nest(&format!("/v{version}"), api.clone());
     }
     app.merge(api)
+        .merge(dashboard::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(auth, auth::require))
 }

@@ -343,7 +343,13 @@ fn admissions_are_totalled_per_rule_and_outlive_their_counters() {
     let mut totals: Vec<(String, Level, u64)> = l
         .admissions()
         .into_iter()
-        .map(|a| (a.rule.map_or("none".into(), |r| r.to_string()), a.level, a.admitted))
+        .map(|a| {
+            (
+                a.rule.map_or("none".into(), |r| r.to_string()),
+                a.level,
+                a.admitted,
+            )
+        })
         .collect();
     totals.sort();
     assert_eq!(

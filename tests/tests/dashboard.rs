@@ -1,0 +1,245 @@
+//! The dashboard at `/ui` in a real browser (Debian's Chromium, headless, through ChromeDriver):
+//! it asks for the admin token, shows held invocations as they arrive, pauses a queue with its
+//! button, and says why an invocation waits. Screenshots go to the test's temp dir (and to
+//! `$SLUICE_UI_SCREENSHOT_DIR` when set, which is how `docs/dashboard.png` is made).
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use sluice_tests::{ADMIN_TOKEN, Sluice, TestDeployment, free_port};
+
+/// A ChromeDriver process, killed when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_driver() -> Driver {
+    let port = free_port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver is installed by scripts/setup (Debian package chromium-driver)");
+    let driver = Driver { child, port };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    driver
+}
+
+async fn browser(driver: &Driver, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    let mut options = json!({
+        "args": [
+            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--window-size=1440,900", format!("--user-data-dir={}", profile.display()),
+        ]
+    });
+    if Path::new("/usr/bin/chromium").exists() {
+        options["binary"] = json!("/usr/bin/chromium");
+    }
+    caps.insert("goog:chromeOptions".into(), options);
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a headless chromium session")
+}
+
+/// Waits until the text of the first element matching `css` satisfies `ok`; returns it.
+async fn text_until(client: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut last = String::new();
+    loop {
+        if let Ok(found) = client.find(Locator::Css(css)).await
+            && let Ok(text) = found.text().await
+        {
+            if ok(&text) {
+                return text;
+            }
+            last = text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{css} never matched; last text {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn click(client: &Client, css: &str) {
+    text_until(client, css, |_| true).await;
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+async fn screenshot(client: &Client, dir: &Path, name: &str) {
+    let png = client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    std::fs::write(dir.join(name), &png).unwrap();
+    if let Some(out) = std::env::var_os("SLUICE_UI_SCREENSHOT_DIR") {
+        std::fs::write(Path::new(&out).join(name), &png).unwrap();
+    }
+}
+
+async fn send(sluice: &Sluice, scope: &str, body: &str) {
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/scope/{scope}/send/Greeter/slow",
+            sluice.ingress_url
+        ))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_held_work_and_pauses_a_queue() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .flow_control()
+        .with_tokens()
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([
+            {"pattern": "*", "limits": {"concurrency": 2}},
+            {"pattern": "ui", "limits": {"concurrency": 1}}
+        ]))
+        .await;
+    // One runs for a minute, five wait behind it; two other scopes have work too.
+    for _ in 0..6 {
+        send(&sluice, "ui", "60000").await;
+    }
+    for scope in ["acme", "globex"] {
+        for _ in 0..3 {
+            send(&sluice, scope, "60000").await;
+        }
+    }
+
+    let driver = start_driver();
+    let tmp = tempfile::tempdir().unwrap();
+    let client = browser(&driver, &tmp.path().join("profile")).await;
+    client
+        .goto(&format!("{}/ui", sluice.admin_url))
+        .await
+        .unwrap();
+
+    // It asks for the token, refuses a wrong one, opens with the right one.
+    let token = client
+        .wait()
+        .for_element(Locator::Css("#token"))
+        .await
+        .unwrap();
+    token.send_keys("not-the-token").await.unwrap();
+    click(&client, "#login-form button").await;
+    text_until(&client, "#login-error", |t| t.contains("not one of")).await;
+    let token = client.find(Locator::Css("#token")).await.unwrap();
+    token.clear().await.unwrap();
+    token.send_keys(ADMIN_TOKEN).await.unwrap();
+    click(&client, "#login-form button").await;
+
+    // The rule book with what waits under each rule.
+    text_until(&client, "tr[data-rule=\"ui\"] td.held", |t| t == "5").await;
+    text_until(&client, "#sum-held .value", |t| t == "7").await;
+    screenshot(&client, tmp.path(), "dashboard-flow.png").await;
+
+    // The queue of `ui` holds five; two more arrive and the page shows seven on its own.
+    click(&client, "button[data-tab=\"queues\"]").await;
+    text_until(&client, "#queues tr[data-scope=\"ui\"] td.held", |t| {
+        t == "5"
+    })
+    .await;
+    send(&sluice, "ui", "60000").await;
+    send(&sluice, "ui", "60000").await;
+    let started = Instant::now();
+    text_until(&client, "#queues tr[data-scope=\"ui\"] td.held", |t| {
+        t == "7"
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // Its pause button pauses it, for the API too.
+    click(
+        &client,
+        "#queues tr[data-scope=\"ui\"] button[data-action=\"pause\"]",
+    )
+    .await;
+    text_until(&client, "#queues tr[data-scope=\"ui\"] td.status", |t| {
+        t == "paused"
+    })
+    .await;
+    text_until(&client, "#queues tr[data-scope=\"ui\"] button", |t| {
+        t == "Resume"
+    })
+    .await;
+    let queues: serde_json::Value = sluice
+        .admin(reqwest::Method::GET, "/vqueues")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ui = queues["vqueues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["scope"] == "ui")
+        .unwrap();
+    assert_eq!(ui["status"], "paused", "{queues}");
+    screenshot(&client, tmp.path(), "dashboard-queues.png").await;
+
+    // An invocation of the paused queue says why it waits.
+    click(&client, "button[data-tab=\"invocations\"]").await;
+    let scope = client.find(Locator::Css("#inv-scope")).await.unwrap();
+    scope.send_keys("ui").await.unwrap();
+    click(&client, "#invocations tr[data-invocation] .badge.pending").await;
+    let why = text_until(&client, "#why", |t| t.contains("paused")).await;
+    assert!(why.contains("queue is paused"), "{why}");
+    text_until(&client, "#detail .journal", |t| t.contains("Input")).await;
+    screenshot(&client, tmp.path(), "dashboard-invocation.png").await;
+
+    // Resumed from the page: the queue runs again.
+    click(&client, "button[data-tab=\"queues\"]").await;
+    click(
+        &client,
+        "#queues tr[data-scope=\"ui\"] button[data-action=\"resume\"]",
+    )
+    .await;
+    text_until(&client, "#queues tr[data-scope=\"ui\"] td.status", |t| {
+        t != "paused"
+    })
+    .await;
+
+    client.close().await.unwrap();
+}
