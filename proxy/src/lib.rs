@@ -7,6 +7,7 @@ pub mod cli;
 pub mod ingress;
 pub mod kafka;
 pub mod logging;
+pub mod otlp;
 pub mod plugins;
 pub mod scrape;
 pub mod server;
@@ -19,5 +20,7 @@ pub use sluice_config as config;
 pub use sluice_core::{clock, errors, ids};
 pub use sluice_flow as flow;
 pub use sluice_protocol as protocol;
-pub use sluice_runtime::{deployment_tls, discovery, invoker, limits, node, partition, registry};
+pub use sluice_runtime::{
+    deployment_tls, discovery, invoker, limits, node, partition, registry, spans,
+};
 pub use sluice_store::{health, invocation, storage};

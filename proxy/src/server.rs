@@ -70,6 +70,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     ));
     plugins.start(&config.plugins)?;
     let kafka = Arc::new(Kafka::load(&node)?);
+    let spans = crate::otlp::install(&config.tracing)?;
     let metrics = if config.metrics.enabled {
         let metrics = crate::scrape::Metrics::install(&config.metrics)?;
         server.add_service(background_service(
@@ -127,6 +128,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
             ingress: Arc::clone(&ingress_state.in_flight),
             admin_done: admin_done_rx,
             store: Arc::clone(&store),
+            spans,
         },
     ));
 

@@ -166,6 +166,8 @@ pub struct DrainService {
     pub admin_done: watch::Receiver<bool>,
     /// Closed once drained.
     pub store: Arc<Store>,
+    /// The span exporter, flushed once drained.
+    pub spans: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
 #[async_trait]
@@ -186,6 +188,10 @@ impl BackgroundService for DrainService {
             ),
         }
         self.store.close();
+        if let Some(spans) = self.spans.clone() {
+            // Blocking (its own thread sends); bounded by the export timeout.
+            let _ = tokio::task::spawn_blocking(move || crate::otlp::flush(&spans)).await;
+        }
         // Pingora would now sleep out the rest of its fixed grace period; there is nothing left
         // to wait for, so end here.
         match self.store.health().failure() {

@@ -53,6 +53,7 @@ fn request(
         abort_timeout: Duration::from_secs(10),
         inactivity_timeout: Duration::from_secs(10),
         message_size_limit: 32 * 1024 * 1024,
+        traceparent: None,
     }
 }
 

@@ -59,6 +59,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// `GET /metrics` on the admin listener.
     pub metrics: MetricsConfig,
+    /// Exporting spans over OTLP.
+    pub tracing: TracingConfig,
     /// Most a plugin loaded through the admin API may ask for.
     pub plugin_limits: PluginLimits,
     /// Policy plugins loaded at start-up, in order (`[[plugins]]`).
@@ -83,6 +85,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             worker: WorkerConfig::default(),
             metrics: MetricsConfig::default(),
+            tracing: TracingConfig::default(),
             plugin_limits: PluginLimits::default(),
             plugins: Vec::new(),
         }
@@ -127,6 +130,48 @@ impl Default for MetricsConfig {
             top_scopes: 0,
         }
     }
+}
+
+/// Spans of ingress requests, invocations, queue waits and attempts, exported over OTLP/HTTP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Where to send spans, an OTLP/HTTP traces URL (`http://127.0.0.1:4318/v1/traces`);
+    /// unset (the default), no span is recorded and a caller's `traceparent` is passed to the
+    /// deployment unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// `http/protobuf` (the default) or `http/json`.
+    pub protocol: TracingProtocol,
+    /// `service.name` of the spans.
+    pub service_name: String,
+    /// How long finished spans wait before they are sent in one batch.
+    pub export_interval: FriendlyDuration,
+    /// Most finished spans waiting to be sent; more are dropped (and counted in the logs).
+    pub max_queue_size: NonZeroUsize,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            protocol: TracingProtocol::HttpProtobuf,
+            service_name: "sluice".into(),
+            export_interval: FriendlyDuration::from_secs(1),
+            max_queue_size: NonZeroUsize::new(65_536).expect("non-zero"),
+        }
+    }
+}
+
+/// How spans are encoded over OTLP/HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TracingProtocol {
+    /// Protobuf, what collectors expect by default.
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    /// JSON.
+    #[serde(rename = "http/json")]
+    HttpJson,
 }
 
 /// Most `metrics.top-scopes`: a series per scope is what the per-rule series avoid.

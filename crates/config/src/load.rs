@@ -307,6 +307,17 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
             ),
         ));
     }
+    if let Some(endpoint) = &config.tracing.endpoint
+        && (endpoint.len() > 2048
+            || !(endpoint.starts_with("http://") || endpoint.starts_with("https://")))
+    {
+        return Err((
+            "tracing.endpoint".into(),
+            format!(
+                "must be an http:// or https:// OTLP traces URL (at most 2048 bytes), got '{endpoint}'"
+            ),
+        ));
+    }
     if config.shutdown_grace_period.0.is_zero() {
         return Err((
             "shutdown-grace-period".into(),

@@ -7,6 +7,7 @@ pub mod errors;
 pub mod ids;
 pub mod metrics;
 pub mod simulation;
+pub mod trace;
 pub mod units;
 
 /// Implements serde for a type through its `FromStr` and `Display`: it travels as its text, and

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod node;
 pub mod partition;
 pub mod registry;
+pub mod spans;
 
 // The crates below this one, under the paths this crate's code knows them by.
 use sluice_config as config;

@@ -19,6 +19,7 @@ use crate::ids::InvocationId;
 use crate::invocation::new::{Identity, NewInvocation};
 use crate::invocation::{Outcome, Target};
 use crate::protocol::{Message, proto};
+use sluice_core::trace::{TraceParent, new_span_id, new_trace_id};
 
 /// Largest request body accepted (413 beyond).
 const MAX_BODY: usize = 10 * 1024 * 1024;
@@ -221,7 +222,98 @@ struct Request {
 pub async fn invoke(
     state: &IngressState,
     session: &mut ServerSession,
+    path: InvokePath,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let started = std::time::SystemTime::now();
+    let trace = Trace::of(session);
+    let answered = invoke_traced(state, session, path, trace.stored).await;
+    trace.emit(&answered, started);
+    answered
+}
+
+/// A request's place in its caller's trace: the caller's span (from `traceparent`) and, while
+/// spans are exported, the ingress span between it and the invocation.
+struct Trace {
+    caller: Option<TraceParent>,
+    /// What the invocation stores: the ingress span, or the caller's when spans are off.
+    stored: Option<TraceParent>,
+}
+
+impl Trace {
+    fn of(session: &ServerSession) -> Self {
+        let caller = session
+            .req_header()
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(TraceParent::parse);
+        if !crate::spans::enabled() || caller.is_some_and(|c| !c.sampled()) {
+            return Self {
+                caller,
+                stored: caller,
+            };
+        }
+        let ingress = TraceParent {
+            trace_id: caller.map_or_else(new_trace_id, |c| c.trace_id),
+            span_id: new_span_id(),
+            flags: 1,
+        };
+        Self {
+            caller,
+            stored: Some(ingress),
+        }
+    }
+
+    /// Emits the ingress span (when spans are exported).
+    fn emit(
+        &self,
+        answered: &Result<Response<Vec<u8>>, IngressError>,
+        started: std::time::SystemTime,
+    ) {
+        let Some(ingress) = self.stored.filter(|_| crate::spans::enabled()) else {
+            return;
+        };
+        if self.caller == Some(ingress) {
+            return;
+        }
+        let (status, error) = match answered {
+            Ok(resp) => (resp.status().as_u16(), None),
+            Err(e) => (e.status.as_u16(), Some(e.message.clone())),
+        };
+        let mut attributes = vec![opentelemetry::KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        )];
+        if let Some(id) = answered
+            .as_ref()
+            .ok()
+            .and_then(|r| r.headers().get("x-service-id"))
+            .and_then(|v| v.to_str().ok())
+        {
+            attributes.push(opentelemetry::KeyValue::new(
+                "restate.invocation.id",
+                id.to_owned(),
+            ));
+        }
+        crate::spans::emit(crate::spans::Finished {
+            name: "ingress".into(),
+            kind: opentelemetry::trace::SpanKind::Server,
+            trace_id: ingress.trace_id,
+            span_id: ingress.span_id,
+            parent: self.caller.map(|c| c.span_id),
+            start: started,
+            end: std::time::SystemTime::now(),
+            attributes,
+            error,
+        });
+    }
+}
+
+async fn invoke_traced(
+    state: &IngressState,
+    session: &mut ServerSession,
     mut path: InvokePath,
+    trace: Option<TraceParent>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let query = session.req_header().uri.query().map(str::to_owned);
     let (scope, limit_key) = classify_request(state, session, &path, query.as_deref())?;
@@ -229,7 +321,7 @@ pub async fn invoke(
     let request = parse(state, session, &path, query.as_deref()).await?;
     // One clock reading: the record's creation and a delayed send's run time agree.
     let now = now_ms();
-    let new = plan(state, &request, scope, limit_key, now);
+    let new = plan(state, &request, scope, limit_key, now).with_trace(trace);
     let retention = new.retention;
     let record = new.into_record(now);
     let id = record.id;

@@ -73,6 +73,8 @@ pub struct AttemptRequest {
     pub inactivity_timeout: Duration,
     /// Largest accepted message (RT0003).
     pub message_size_limit: usize,
+    /// `traceparent` for the deployment: this attempt's span, so the SDK's spans join.
+    pub traceparent: Option<String>,
 }
 
 /// How an attempt ended.
@@ -278,6 +280,9 @@ fn build(req: &AttemptRequest, body: Body) -> Result<Request<Body>, AttemptError
         .header(header::CONTENT_TYPE, content_type)
         .header(header::ACCEPT, content_type)
         .header("x-restate-invocation-id", req.invocation_id.to_string());
+    if let Some(traceparent) = &req.traceparent {
+        builder = builder.header("traceparent", traceparent);
+    }
     if let Some(key) = &req.key {
         let encoded: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();
         builder = builder.header("x-restate-service-key", encoded);

@@ -52,6 +52,31 @@ impl Partition {
             Some(violation) => Err(AttemptError::from(violation)),
             None => result,
         };
+        if let Some((span, started)) = live.attempt_span.take()
+            && let Some(trace) = crate::spans::trace_of(&live.record)
+        {
+            let (ended, error) = match &result {
+                Ok(Ending::End) => ("completed", None),
+                Ok(Ending::Suspended(_)) => ("suspended", None),
+                Ok(Ending::Failed(e)) => ("failed", Some(format!("[{}] {}", e.code, e.message))),
+                Err(e) => ("failed", Some(e.error.to_string())),
+            };
+            crate::spans::child_of_invocation(
+                &live.record,
+                trace,
+                &format!("attempt {}", live.record.attempts),
+                span,
+                (started, std::time::SystemTime::now()),
+                vec![
+                    opentelemetry::KeyValue::new(
+                        "restate.invocation.attempt",
+                        i64::from(live.record.attempts),
+                    ),
+                    opentelemetry::KeyValue::new("sluice.attempt.outcome", ended),
+                ],
+                error,
+            );
+        }
         match result {
             Ok(Ending::End) => {
                 let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
@@ -136,6 +161,14 @@ impl Partition {
             None => self.registry.service(&target.service).ok().map(|(_, d)| d),
         };
         let mut bidi = false;
+        // The deployment continues the caller's trace: through this attempt's span when spans
+        // are exported, else straight from the caller's.
+        let trace = crate::spans::trace_of(&live.record).filter(|_| crate::spans::enabled());
+        let attempt_span = crate::spans::attempt_span(id, live.record.attempts, live.attempt + 1);
+        let traceparent = match trace {
+            Some(trace) => Some(trace.child(attempt_span).to_string()),
+            None => live.record.trace.clone(),
+        };
         let request = deployment.and_then(|d| {
             let version = match live.record.protocol {
                 Some(pinned) => ProtocolVersion::from_number(pinned)?,
@@ -175,10 +208,27 @@ impl Partition {
                 abort_timeout: invoker.abort_timeout.0,
                 inactivity_timeout: invoker.inactivity_timeout.0,
                 message_size_limit: limit,
+                traceparent,
             })
         });
         live.attempt += 1;
         live.attempt_started = Some(std::time::Instant::now());
+        if let Some(trace) = trace {
+            let now = std::time::SystemTime::now();
+            live.attempt_span = Some((attempt_span, now));
+            if live.record.attempts == 0 && live.attempt == 1 {
+                let queued = crate::spans::at_ms(live.record.created_at_ms);
+                crate::spans::child_of_invocation(
+                    &live.record,
+                    trace,
+                    "queue wait",
+                    sluice_core::trace::derived_span_id(&[&id.to_bytes()[..], b"queue"].concat()),
+                    (queued, now),
+                    Vec::new(),
+                    None,
+                );
+            }
+        }
         metrics::counter!(names::ATTEMPTS, "service" => target.service.clone()).increment(1);
         live.running = true;
         live.record.status = Status::Running;

@@ -83,11 +83,12 @@ fn derive_uuid(caller: InvocationId, index: u32) -> u128 {
 pub fn child_of(
     registry: &Registry,
     flow_control: bool,
-    caller: InvocationId,
+    caller_record: &InvocationRecord,
     index: u32,
     message: &Message,
     now: u64,
 ) -> Option<Result<(Child, u32), CodedError>> {
+    let caller = caller_record.id;
     let (scope, limit_key, idempotency_key) = match message {
         Message::Call(c) => (
             c.scope.as_deref(),
@@ -159,7 +160,8 @@ pub fn child_of(
         };
         let mut new = NewInvocation::new(target, identity)
             .in_scope(scope, limit_key)
-            .with_priority(priority);
+            .with_priority(priority)
+            .with_trace(crate::spans::trace_for_child(caller_record));
         new.retention = retention;
         new.caller = result.map(|completion| Caller {
             id: caller,
@@ -200,7 +202,7 @@ pub fn children_in(
         }
         if let Ok(message) = Message::decode(frame, version)
             && let Some(Ok((child, _))) =
-                child_of(registry, flow_control, record.id, index, &message, now)
+                child_of(registry, flow_control, record, index, &message, now)
         {
             out.push(child);
         }

@@ -118,6 +118,8 @@ struct Resting {
     input_on_disk: bool,
     #[prost(uint32, optional, tag = "19")]
     priority: Option<u32>,
+    #[prost(string, optional, tag = "20")]
+    trace: Option<String>,
 }
 
 /// A held invocation at rest.
@@ -183,6 +185,7 @@ impl Dormant {
             idempotency_key: record.idempotency_key,
             retention_ms: record.retention_ms,
             priority: record.priority.map(|p| u32::from(p.get())),
+            trace: record.trace,
             input_ty: u32::from(input.ty),
             input: if keep { input.payload } else { Bytes::new() },
             input_on_disk: !keep,
@@ -265,6 +268,7 @@ impl Dormant {
                     .ok_or_else(|| rested(CodedError::new(Code::RT0028, format!("priority {p}"))))
             })
             .transpose()?;
+        record.trace = resting.trace;
         let input = Frame {
             ty: input_ty,
             ack: false,
@@ -486,6 +490,7 @@ mod tests {
         record.idempotency_key = Some("k-1".into());
         record.retention_ms = Some(60_000);
         record.priority = Some(crate::flow::Priority::HIGH);
+        record.trace = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
         let live = held(record.clone());
         let (journal, queue) = (live.journal.clone(), live.queue);
         assert!(Dormant::fits(&live));

@@ -60,6 +60,29 @@ pub(super) fn complete(
     };
     metrics::counter!(names::INVOCATIONS_COMPLETED, "service" => service, "outcome" => result)
         .increment(1);
+    if let Some(trace) = crate::spans::trace_of(&live.record).filter(|_| crate::spans::enabled()) {
+        let mut attributes = crate::spans::attributes(&live.record);
+        attributes.push(opentelemetry::KeyValue::new("sluice.outcome", result));
+        attributes.push(opentelemetry::KeyValue::new(
+            "restate.invocation.attempts",
+            i64::from(live.record.attempts),
+        ));
+        let target = &live.record.target;
+        crate::spans::emit(crate::spans::Finished {
+            name: format!("invocation {}/{}", target.service, target.handler),
+            kind: opentelemetry::trace::SpanKind::Internal,
+            trace_id: trace.trace_id,
+            span_id: crate::spans::invocation_span(live.record.id),
+            parent: Some(trace.span_id),
+            start: crate::spans::at_ms(live.record.created_at_ms),
+            end: std::time::SystemTime::now(),
+            attributes,
+            error: match &outcome {
+                Outcome::Failure(f) => Some(format!("{} {}", f.code, f.message)),
+                Outcome::Value(_) => None,
+            },
+        });
+    }
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;
     // Retained results (idempotency, workflows) leave memory and store on their expiry timer;

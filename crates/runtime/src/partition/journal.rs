@@ -210,7 +210,7 @@ pub(super) fn journal_message(
             None => None,
         };
         let child =
-            match calls::child_of(registry, flow_control, live.record.id, index, &message, now) {
+            match calls::child_of(registry, flow_control, &live.record, index, &message, now) {
                 Some(Ok(child)) => Some(child),
                 Some(Err(e)) => {
                     // Nothing of the attempt from here on is kept; it is retried.

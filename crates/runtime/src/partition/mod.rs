@@ -274,6 +274,8 @@ struct Live {
     callers: Vec<Caller>,
     /// When the running attempt started (for its latency metric).
     attempt_started: Option<std::time::Instant>,
+    /// The running attempt's span id and start, while spans are exported.
+    attempt_span: Option<([u8; 8], std::time::SystemTime)>,
 }
 
 /// What `GET /metrics` reads of one partition.
@@ -724,6 +726,7 @@ impl Live {
             queue: None,
             callers: Vec::new(),
             attempt_started: None,
+            attempt_span: None,
         }
     }
 }

@@ -41,6 +41,8 @@ pub struct NewInvocation {
     pub retention: Option<Duration>,
     /// Its priority among waiters of a flow-control counter (`None`: normal).
     pub priority: Option<Priority>,
+    /// The trace its spans join.
+    pub trace: Option<sluice_core::trace::TraceParent>,
 }
 
 impl NewInvocation {
@@ -55,7 +57,14 @@ impl NewInvocation {
             caller: None,
             retention: None,
             priority: None,
+            trace: None,
         }
+    }
+
+    /// Its spans join `trace`.
+    pub fn with_trace(mut self, trace: Option<sluice_core::trace::TraceParent>) -> Self {
+        self.trace = trace;
+        self
     }
 
     /// With `priority` among the waiters of its counters (only counts under a scope).
@@ -115,6 +124,7 @@ impl NewInvocation {
             record.run_at_ms = Some(at);
         }
         record.priority = self.scope.as_ref().and(self.priority);
+        record.trace = self.trace.map(|t| t.to_string());
         record.scope = self.scope;
         record.limit_key = self.limit_key;
         if let Identity::Idempotent(key) = self.identity {

@@ -155,6 +155,9 @@ pub struct InvocationRecord {
     /// Its priority among the waiters of a flow-control counter (`normal` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    /// The W3C `traceparent` its spans continue (the ingress request's span), canonical text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// Where a called invocation's result goes.
@@ -193,6 +196,7 @@ impl InvocationRecord {
             idempotency_key: None,
             retention_ms: None,
             priority: None,
+            trace: None,
         }
     }
 }

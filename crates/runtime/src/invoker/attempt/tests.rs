@@ -85,6 +85,7 @@ fn request(addr: SocketAddr) -> AttemptRequest {
         abort_timeout: Duration::from_secs(5),
         inactivity_timeout: Duration::from_secs(5),
         message_size_limit: 1024,
+        traceparent: None,
     }
 }
 
@@ -204,4 +205,16 @@ fn error_messages_map_to_codes() {
     assert_eq!(failure_code(&with(570)), Code::RT0016);
     assert_eq!(failure_code(&with(571)), Code::RT0012);
     assert_eq!(failure_code(&with(500)), Code::RT0007);
+}
+
+#[test]
+fn the_deployment_gets_the_traceparent() {
+    let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut req = request(addr);
+    let built = build(&req, Full::new(Bytes::new()).boxed_unsync()).unwrap();
+    assert!(built.headers().get("traceparent").is_none());
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    req.traceparent = Some(traceparent.into());
+    let built = build(&req, Full::new(Bytes::new()).boxed_unsync()).unwrap();
+    assert_eq!(built.headers()["traceparent"], traceparent);
 }
