@@ -91,7 +91,11 @@ impl Metrics {
         metrics::gauge!(names::QUEUES_PAUSED).set(paused as f64);
         metrics::gauge!(names::HELD_INVOCATIONS).set(held as f64);
         metrics::gauge!(names::HELD_MEMORY).set(held_bytes as f64);
-        for (subscription, partitions) in kafka.paused_by_subscription() {
+        for (subscription, partitions, lag) in kafka.consumer_metrics() {
+            if let Some(lag) = lag {
+                metrics::gauge!(names::KAFKA_LAG, "subscription" => subscription.clone())
+                    .set(lag as f64);
+            }
             metrics::gauge!(names::KAFKA_PAUSED_PARTITIONS, "subscription" => subscription)
                 .set(partitions as f64);
         }

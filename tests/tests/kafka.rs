@@ -418,6 +418,31 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(paused_seen, "consumption paused while the queue was over 4");
+    // /metrics counts the records and, once librdkafka reports it, the lag: none left.
+    let id = sub["id"].as_str().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = reqwest::get(format!("{admin}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{name}{{subscription=\"{id}\"}}")))
+                .and_then(|l| l.rsplit_once(' '))
+                .map(|(_, v)| v.parse::<f64>().unwrap())
+        };
+        if value("sluice_kafka_records_total") >= Some(f64::from(RECORDS))
+            && value("sluice_kafka_lag_records") == Some(0.0)
+            && value("sluice_kafka_paused_partitions") == Some(0.0)
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(
         (1..=12).contains(&most_queued),
         "the queue held records and stayed near its bound: {most_queued}"

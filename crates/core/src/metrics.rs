@@ -60,6 +60,9 @@ pub const HELD_INVOCATIONS: &str = "sluice_held_invocations";
 pub const HELD_MEMORY: &str = "sluice_held_memory_bytes";
 /// Kafka partitions paused by backpressure, by `subscription`.
 pub const KAFKA_PAUSED_PARTITIONS: &str = "sluice_kafka_paused_partitions";
+/// Records behind the end of the subscription's partitions (librdkafka's consumer lag, every
+/// 5 s), by `subscription`.
+pub const KAFKA_LAG: &str = "sluice_kafka_lag_records";
 
 /// Buckets of every latency histogram, in seconds: 100 µs to a minute.
 pub const SECONDS_BUCKETS: &[f64] = &[

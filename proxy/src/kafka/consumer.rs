@@ -166,6 +166,32 @@ const DEFAULT_MAX_QUEUED: usize = 10_000;
 /// Kafka partitions of a subscription that backpressure paused, shared with the admin API.
 pub type PausedPartitions = Arc<Mutex<BTreeSet<i32>>>;
 
+/// Records behind the end of the consumer's partitions, from librdkafka's statistics (-1 until
+/// the first report).
+pub type Lag = Arc<std::sync::atomic::AtomicI64>;
+
+/// How often librdkafka reports its statistics (the lag gauge's freshness).
+const STATISTICS_INTERVAL_MS: &str = "5000";
+
+/// Reads the consumer lag out of librdkafka's statistics.
+struct LagContext(Lag);
+
+impl rdkafka::client::ClientContext for LagContext {
+    fn stats(&self, statistics: rdkafka::statistics::Statistics) {
+        // Partition -1 is librdkafka's internal one; a lag of -1 is not known yet.
+        let lag: i64 = statistics
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.values())
+            .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
+            .map(|p| p.consumer_lag)
+            .fold(0i64, i64::saturating_add);
+        self.0.store(lag, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for LagContext {}
+
 /// Backpressure per Kafka partition: a partition pauses while the sink's queue in the scope
 /// its latest record went to holds more than `bound` waiting invocations, and resumes once that
 /// queue is down to half. Records of one partition may name different scopes (the
@@ -224,7 +250,7 @@ impl Backpressure {
         &mut self,
         sub: &Subscription,
         runtime: &Runtime,
-        consumer: &StreamConsumer,
+        consumer: &StreamConsumer<LagContext>,
         window: &VecDeque<((i32, i64), InFlight)>,
         force: bool,
     ) {
@@ -276,6 +302,7 @@ pub async fn run(
     runtime: Runtime,
     flow_control: bool,
     paused: PausedPartitions,
+    lag: Lag,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backpressure = Backpressure::new(&sub, paused);
@@ -297,7 +324,9 @@ pub async fn run(
         .set("group.id", sub.id.to_string())
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", reset);
-    let consumer: StreamConsumer = match config.create() {
+    config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
+    lag.store(-1, std::sync::atomic::Ordering::Relaxed);
+    let consumer: StreamConsumer<LagContext> = match config.create_with_context(LagContext(lag)) {
         Ok(consumer) => consumer,
         Err(e) => {
             tracing::error!(subscription = %sub.id, error = %e, "cannot create the Kafka consumer");

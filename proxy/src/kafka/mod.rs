@@ -24,7 +24,11 @@ use crate::registry::Registry;
 use crate::storage::Store;
 
 /// A running consumer: how to stop it, and the partitions backpressure paused.
-type Running = (watch::Sender<bool>, consumer::PausedPartitions);
+type Running = (
+    watch::Sender<bool>,
+    consumer::PausedPartitions,
+    consumer::Lag,
+);
 
 /// The clusters, the subscriptions and their running consumers.
 pub struct Kafka {
@@ -246,7 +250,7 @@ impl Kafka {
         self.subscription(id)?;
         store::put::<Subscription>(&self.store, store::SUBSCRIPTIONS, &id.to_string(), None)?;
         lock(&self.subscriptions).remove(&id);
-        if let Some((stop, _)) = lock(&self.consumers).remove(&id) {
+        if let Some((stop, _, _)) = lock(&self.consumers).remove(&id) {
             let _ = stop.send(true);
         }
         Ok(())
@@ -262,22 +266,28 @@ impl Kafka {
         };
         let (stop, stopped) = watch::channel(false);
         let paused = consumer::PausedPartitions::default();
-        lock(&self.consumers).insert(sub.id, (stop, Arc::clone(&paused)));
+        let lag = consumer::Lag::default();
+        lock(&self.consumers).insert(sub.id, (stop, Arc::clone(&paused), Arc::clone(&lag)));
         handle.spawn(consumer::run(
             sub.clone(),
             cluster.properties,
             self.runtime.clone(),
             self.flow_control,
             paused,
+            lag,
             stopped,
         ));
     }
 
-    /// How many Kafka partitions each running subscription has paused, by subscription id.
-    pub fn paused_by_subscription(&self) -> Vec<(String, usize)> {
+    /// Each running subscription's paused Kafka partitions and its lag (records behind the
+    /// end of its partitions, `None` until librdkafka has reported it), by subscription id.
+    pub fn consumer_metrics(&self) -> Vec<(String, usize, Option<u64>)> {
         lock(&self.consumers)
             .iter()
-            .map(|(id, (_, paused))| (id.to_string(), lock(paused).len()))
+            .map(|(id, (_, paused, lag))| {
+                let lag = u64::try_from(lag.load(std::sync::atomic::Ordering::Relaxed)).ok();
+                (id.to_string(), lock(paused).len(), lag)
+            })
             .collect()
     }
 
@@ -285,7 +295,7 @@ impl Kafka {
     pub fn paused_partitions(&self, id: SubscriptionId) -> Vec<i32> {
         lock(&self.consumers)
             .get(&id)
-            .map(|(_, paused)| lock(paused).iter().copied().collect())
+            .map(|(_, paused, _)| lock(paused).iter().copied().collect())
             .unwrap_or_default()
     }
 }
@@ -302,7 +312,7 @@ impl Kafka {
         }
         // An error means the sender is gone, which also means shutdown.
         let _ = stopping.wait_for(|down| *down).await;
-        for (_, (stop, _)) in lock(&self.consumers).drain() {
+        for (_, (stop, _, _)) in lock(&self.consumers).drain() {
             let _ = stop.send(true);
         }
     }
