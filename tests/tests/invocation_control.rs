@@ -254,9 +254,36 @@ async fn restart_as_new_and_purge_journal() {
         (200, "\"Hello, Ann!\"".into())
     );
 
-    // From a journal index: refused with what to do instead.
-    let (status, body) = patch(&sluice, &first, "restart-as-new?from=2").await;
-    assert_eq!(status, 422, "{body}");
+    // From a journal index: the entries up to it are kept and replayed (here the output, so
+    // the new invocation ends as the old one did); past the end is refused, saying why.
+    let entries = sluice
+        .query(&format!(
+            "SELECT COUNT(*) AS n FROM sys_journal WHERE id = '{first}'"
+        ))
+        .await
+        .1["rows"][0]["n"]
+        .as_i64()
+        .unwrap();
+    let (status, body) = patch(
+        &sluice,
+        &first,
+        &format!("restart-as-new?from={}", entries - 1),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let replayed = body["new_invocation_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        output(&sluice, &replayed).await,
+        (200, "\"Hello, Ann!\"".into())
+    );
+    let (status, body) = patch(&sluice, &first, &format!("restart-as-new?from={entries}")).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("entries"),
+        "{body}"
+    );
+    let (status, _) = patch(&sluice, &first, "restart-as-new?deployment=keep").await;
+    assert_eq!(status, 400, "deployment without from");
 
     // The journal is purged, the record and result stay: the input is gone, so it cannot be
     // restarted any more.

@@ -54,6 +54,12 @@ pub enum InvocationsCommand {
     RestartAsNew {
         /// `inv_1…`
         id: String,
+        /// Keep journal entries up to this index (and their completions); 0 keeps the input.
+        #[arg(long)]
+        from: Option<u32>,
+        /// With --from: `latest`, `keep` or a deployment id.
+        #[arg(long)]
+        deployment: Option<String>,
     },
     /// Pause: no more attempts until resumed.
     Pause {
@@ -125,11 +131,17 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
                 .call(Method::GET, &format!("/invocations/{id}"), None::<&()>)
                 .await?
         }
-        InvocationsCommand::RestartAsNew { id } => {
+        InvocationsCommand::RestartAsNew {
+            id,
+            from,
+            deployment,
+        } => {
+            let mut query: Vec<String> = from.iter().map(|f| format!("from={f}")).collect();
+            query.extend(deployment.iter().map(|d| format!("deployment={d}")));
             admin
                 .call(
                     Method::PATCH,
-                    &format!("/invocations/{id}/restart-as-new"),
+                    &format!("/invocations/{id}/restart-as-new?{}", query.join("&")),
                     None::<&()>,
                 )
                 .await?
@@ -187,7 +199,7 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
             }
             println!("created:     {}", i.created_at);
         }
-        InvocationsCommand::RestartAsNew { id } => {
+        InvocationsCommand::RestartAsNew { id, .. } => {
             let restarted: RestartAsNewResponse = answer.parse()?;
             println!("restarted {id} as {}", restarted.new_invocation_id);
         }

@@ -167,6 +167,25 @@ fn violation(message: String) -> CodedError {
 }
 
 impl Message {
+    /// The completion ids a command waits on: its result, and a call's invocation id. Empty
+    /// for commands that complete at once and for everything else.
+    pub fn awaited_completions(&self) -> Vec<u32> {
+        match self {
+            Self::GetLazyState(m) => vec![m.result_completion_id],
+            Self::GetLazyStateKeys(m) => vec![m.result_completion_id],
+            Self::GetPromise(m) => vec![m.result_completion_id],
+            Self::PeekPromise(m) => vec![m.result_completion_id],
+            Self::CompletePromise(m) => vec![m.result_completion_id],
+            Self::Sleep(m) => vec![m.result_completion_id],
+            Self::Call(m) => vec![m.invocation_id_notification_idx, m.result_completion_id],
+            Self::OneWayCall(m) => vec![m.invocation_id_notification_idx],
+            Self::Run(m) => vec![m.result_completion_id],
+            Self::AttachInvocation(m) => vec![m.result_completion_id],
+            Self::GetInvocationOutput(m) => vec![m.result_completion_id],
+            _ => Vec::new(),
+        }
+    }
+
     /// Decodes a frame under the negotiated `version`.
     pub fn decode(frame: &Frame, version: ProtocolVersion) -> Result<Self, CodedError> {
         if frame.ty >= CUSTOM_START && MessageType::from_id(frame.ty).is_none() {

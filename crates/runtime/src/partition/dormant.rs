@@ -303,7 +303,7 @@ impl Event {
     /// The invocation whose live state the event reads or changes, if it names one.
     fn invocation(&self) -> Option<InvocationId> {
         match self {
-            Event::Submit { record, .. } => Some(record.id),
+            Event::Submit { record, .. } | Event::Restart { record, .. } => Some(record.id),
             Event::Control { id, .. }
             | Event::CallResult { id, .. }
             | Event::Await { id, .. }

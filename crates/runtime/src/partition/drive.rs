@@ -107,6 +107,27 @@ impl Partition {
                 self.track(record, vec![input]);
                 effects.extend(reply.map(|r| Effect::Ack(r, true)));
             }
+            Event::Restart {
+                record,
+                journal,
+                reply,
+            } => {
+                let id = record.id;
+                if self.live.contains_key(&id) || self.stored(id)?.is_some() {
+                    effects.push(Effect::Ack(reply, false));
+                    return Ok(());
+                }
+                let record = *record;
+                store::put_record(writes, &record)?;
+                for (index, frame) in (0u32..).zip(&journal) {
+                    store::put_entry(writes, id, index, frame);
+                }
+                metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
+                    .increment(1);
+                effects.push(Effect::Attempt(id));
+                self.track(record, journal);
+                effects.push(Effect::Ack(reply, true));
+            }
             Event::Await { id, reply } => match self.live.get_mut(&id) {
                 Some(live) => match &live.record.outcome {
                     Some(outcome) => effects.push(Effect::Notify(vec![reply], outcome.clone())),

@@ -14,6 +14,7 @@ mod ending;
 mod journal;
 mod promises;
 mod purge;
+pub mod restart;
 pub mod runtime;
 pub mod signals;
 #[cfg(test)]
@@ -62,6 +63,16 @@ pub enum Event {
         /// Answered after the commit: true when created, false when an invocation with this
         /// id exists (an idempotent repeat). `None` for children of other invocations.
         reply: Option<oneshot::Sender<Result<bool, CodedError>>>,
+    },
+    /// A completed invocation restarted as a new one with a journal prefix
+    /// ([`restart::journal_prefix`]); acknowledged once durable.
+    Restart {
+        /// The new invocation's record.
+        record: Box<InvocationRecord>,
+        /// Its journal, from the Input entry on.
+        journal: Vec<Frame>,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<bool, CodedError>>,
     },
     /// An operator's request about one invocation.
     Control {

@@ -92,6 +92,26 @@ impl Runtime {
         answer.await.map_err(|_| Self::gone())?
     }
 
+    /// Stores a new invocation that starts with `journal` (a restart from a journal prefix);
+    /// returns once it is durable.
+    pub async fn restart(
+        &self,
+        record: InvocationRecord,
+        journal: Vec<Frame>,
+    ) -> Result<bool, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        let id = record.id;
+        self.partition(id)
+            .send(Event::Restart {
+                record: Box::new(record),
+                journal,
+                reply,
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        answer.await.map_err(|_| Self::gone())?
+    }
+
     /// Hands a new invocation to its partition and answers at once with the receiver of
     /// [`Runtime::submit`]'s answer: invocations handed over in order are stored in order,
     /// while the caller goes on (a Kafka consumer keeps many records in flight this way).
