@@ -5,6 +5,7 @@
 
 use std::net::TcpStream;
 use std::path::Path;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,8 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use sluice_tests::{ADMIN_TOKEN, Sluice, TestDeployment, free_port};
 
-/// A ChromeDriver process, killed when dropped.
+/// A ChromeDriver process in its own process group, killed with the browsers it started
+/// when dropped (a failed test leaves no Chromium behind).
 struct Driver {
     child: Child,
     port: u16,
@@ -20,7 +22,12 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.child.wait();
     }
 }
@@ -29,6 +36,7 @@ fn start_driver() -> Driver {
     let port = free_port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
