@@ -4,8 +4,8 @@
 //! `$SLUICE_UI_SCREENSHOT_DIR` when set, which is how `docs/dashboard.png` is made).
 
 use std::net::TcpStream;
-use std::path::Path;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! Invocation routes: list, describe, control (cancel, kill, purge, purge-journal, pause,
-//! resume) and restart-as-new.
+//! resume). Restart-as-new is in `restart.rs`.
 
 use std::sync::Arc;
 
@@ -116,7 +116,7 @@ pub async fn list(
     }))
 }
 
-fn parse_id(id: &str) -> Result<InvocationId, AdminError> {
+pub(super) fn parse_id(id: &str) -> Result<InvocationId, AdminError> {
     id.parse().map_err(|e| {
         AdminError::new(
             StatusCode::BAD_REQUEST,
@@ -220,88 +220,6 @@ control_route!(
     "Never."
 );
 
-/// A new invocation of a completed one's target, with the same input, scope, limit key and
-/// priority, and a new id: from the start (only the input kept), or from journal entry `from`
-/// (the entries up to it kept, with the completions of their commands).
-#[utoipa::path(patch, path = "/invocations/{invocation_id}/restart-as-new", tag = "invocation", operation_id = "restart_as_new_invocation",
-    params(("invocation_id" = String, Path), RestartAsNewParams),
-    responses((status = 200, body = RestartAsNewResponse, description = "The new invocation is stored."),
-        (status = 400, description = "Not an invocation id, or `deployment` without `from`."),
-        (status = 404, description = "No such invocation."),
-        (status = 410, description = "Its journal (and so its input) was purged."),
-        (status = 409, description = "It is still running, or a command up to `from` was never completed."),
-        (status = 422, description = "A workflow run."),
-        (status = 425, description = "It has not started yet.")))]
-pub async fn restart_as_new(
-    State(state): State<Arc<AdminState>>,
-    Path(id): Path<String>,
-    Query(params): Query<RestartAsNewParams>,
-) -> Result<Json<RestartAsNewResponse>, AdminError> {
-    use crate::discovery::ServiceType;
-    use crate::invocation::new::{Identity, NewInvocation};
-    let id = parse_id(&id)?;
-    if params.deployment.is_some() && params.from.unwrap_or(0) == 0 {
-        return Err(AdminError::new(
-            StatusCode::BAD_REQUEST,
-            "'deployment' applies only with 'from' above 0: a restart from the start runs on the latest deployment",
-        ));
-    }
-    let record = state
-        .store
-        .with_db(|db| store::load_record(db, id))??
-        .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::NOT_FOUND,
-                format!("The requested invocation '{id}' does not exist"),
-            )
-        })?;
-    if record.status != Status::Completed {
-        let (status, why) = if matches!(record.status, Status::Pending | Status::Scheduled) {
-            (StatusCode::TOO_EARLY, "has not started yet")
-        } else {
-            (StatusCode::CONFLICT, "is still running")
-        };
-        return Err(AdminError::new(
-            status,
-            format!("invocation {id} {why}: only a completed invocation can be restarted as new"),
-        ));
-    }
-    let target = &record.target;
-    let kind = state
-        .registry
-        .handler_kind(record.deployment, &target.service, &target.handler);
-    if kind.is_some_and(|(ty, _)| ty == ServiceType::Workflow) {
-        return Err(AdminError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("invocation {id} is a workflow run: a workflow cannot be restarted as new"),
-        ));
-    }
-    let from = params.from.unwrap_or(0);
-    if from > 0 {
-        return restart_from(&state, record, from, params.deployment.as_deref()).await;
-    }
-    let input = state
-        .store
-        .with_db(|db| store::load_entry(db, id, 0))??
-        .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::GONE,
-                format!(
-                    "the journal of invocation {id} was purged, and its input with it: raise the handler's journal retention to keep it"
-                ),
-            )
-        })?;
-    let new = NewInvocation::new(record.target.clone(), Identity::Fresh)
-        .in_scope(record.scope.clone(), record.limit_key.clone())
-        .with_priority(record.priority)
-        .into_record(crate::clock::now_ms());
-    let new_id = new.id;
-    state.runtime.submit(new, input).await?;
-    Ok(Json(RestartAsNewResponse {
-        new_invocation_id: new_id.to_string(),
-    }))
-}
-
 /// The older spelling of cancel, kill and purge.
 #[utoipa::path(delete, path = "/invocations/{invocation_id}", tag = "invocation", operation_id = "delete_invocation",
     params(("invocation_id" = String, Path), DeleteParams),
@@ -322,79 +240,6 @@ pub async fn delete(
             )
         })?;
     apply(&state, &id, op).await.map(|_| StatusCode::ACCEPTED)
-}
-
-/// Restart-as-new from journal entry `from` (above 0), on the `deployment` asked for.
-async fn restart_from(
-    state: &AdminState,
-    old: InvocationRecord,
-    from: u32,
-    deployment: Option<&str>,
-) -> Result<Json<RestartAsNewResponse>, AdminError> {
-    use crate::invocation::new::{Identity, NewInvocation};
-    use crate::protocol::ProtocolVersion;
-    let id = old.id;
-    let version = old
-        .protocol
-        .and_then(ProtocolVersion::from_number)
-        .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::CONFLICT,
-                format!("invocation {id} never ran on a deployment: restart it from the start"),
-            )
-        })?;
-    let pinned = match deployment.map(str::to_ascii_lowercase).as_deref() {
-        None | Some("latest") => None,
-        Some("keep") => old.deployment,
-        Some(other) => {
-            let wanted: crate::ids::DeploymentId = other.parse().map_err(|e| {
-                AdminError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!("'deployment' is 'latest', 'keep' or a deployment id: {e}"),
-                )
-            })?;
-            let found = state.registry.deployment(wanted).map_err(|_| {
-                AdminError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!("deployment {wanted} does not exist"),
-                )
-            })?;
-            let number = version.number();
-            if number < found.min_protocol_version || number > found.max_protocol_version {
-                return Err(AdminError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "deployment {wanted} speaks protocol V{}-V{}, not V{number} which the journal was written in",
-                        found.min_protocol_version, found.max_protocol_version
-                    ),
-                ));
-            }
-            Some(wanted)
-        }
-    };
-    let journal = state.store.with_db(|db| store::load_journal(db, id))??;
-    if journal.is_empty() {
-        return Err(AdminError::new(
-            StatusCode::GONE,
-            format!(
-                "the journal of invocation {id} was purged: raise the handler's journal retention to keep it"
-            ),
-        ));
-    }
-    let prefix = crate::partition::restart::journal_prefix(&journal, from, version)
-        .map_err(|why| AdminError::new(StatusCode::CONFLICT, why))?;
-    let mut new = NewInvocation::new(old.target.clone(), Identity::Fresh)
-        .in_scope(old.scope.clone(), old.limit_key.clone())
-        .with_priority(old.priority)
-        .into_record(crate::clock::now_ms());
-    // The journal is in `version`'s encoding: the new invocation keeps it.
-    new.protocol = old.protocol;
-    new.deployment = pinned;
-    let new_id = new.id;
-    state.runtime.restart(new, prefix).await?;
-    Ok(Json(RestartAsNewResponse {
-        new_invocation_id: new_id.to_string(),
-    }))
 }
 
 /// One invocation.

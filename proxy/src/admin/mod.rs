@@ -14,6 +14,7 @@ pub mod limits;
 pub mod plugins;
 mod prometheus;
 pub mod query;
+mod restart;
 mod serve;
 pub mod services;
 pub mod shapes;
@@ -180,7 +181,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(invocations::purge_journal))
         .routes(routes!(invocations::pause))
         .routes(routes!(invocations::resume))
-        .routes(routes!(invocations::restart_as_new))
+        .routes(routes!(restart::restart_as_new))
         .routes(routes!(limits::upsert, limits::list))
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::apply))
