@@ -1,0 +1,200 @@
+//! What a partition is told (an [`Event`] on its channel) and the snapshots it answers with.
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::{admission, control, signals};
+
+use crate::errors::CodedError;
+use crate::flow::scheduler::QueueId;
+use crate::ids::InvocationId;
+use crate::invocation::store::Timer;
+use crate::invocation::{InvocationRecord, Outcome, Target};
+use crate::invoker::{AttemptError, Ending};
+use crate::protocol::{Frame, Message};
+
+/// Something that happens to a partition.
+#[derive(Debug)]
+pub enum Event {
+    /// A new invocation with its Input entry; acknowledged once durable.
+    Submit {
+        /// The record (boxed: events are small otherwise).
+        record: Box<InvocationRecord>,
+        /// The Input command frame (journal entry 0).
+        input: Frame,
+        /// Answered after the commit: true when created, false when an invocation with this
+        /// id exists (an idempotent repeat). `None` for children of other invocations.
+        reply: Option<oneshot::Sender<Result<bool, CodedError>>>,
+    },
+    /// A completed invocation restarted as a new one with a journal prefix
+    /// ([`restart::journal_prefix`]); acknowledged once durable.
+    Restart {
+        /// The new invocation's record.
+        record: Box<InvocationRecord>,
+        /// Its journal, from the Input entry on.
+        journal: Vec<Frame>,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<bool, CodedError>>,
+    },
+    /// An operator's request about one invocation.
+    Control {
+        /// The invocation.
+        id: InvocationId,
+        /// What to do.
+        op: control::Control,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<control::Controlled, CodedError>>,
+    },
+    /// A signal (an awakeable's completion, or SendSignal) for an invocation.
+    Signal {
+        /// The signal.
+        signal: signals::Signal,
+        /// Answered after the commit: what became of it.
+        reply: Option<oneshot::Sender<signals::Delivery>>,
+    },
+    /// The result of an invocation that `id` called.
+    CallResult {
+        /// The caller.
+        id: InvocationId,
+        /// The completion its Call waits on.
+        completion: u32,
+        /// The callee's outcome.
+        outcome: Outcome,
+    },
+    /// Wait for the outcome of an invocation.
+    Await {
+        /// The invocation.
+        id: InvocationId,
+        /// Answered when it completes.
+        reply: oneshot::Sender<Outcome>,
+    },
+    /// A message of a running attempt.
+    AttemptMessage {
+        /// The invocation.
+        id: InvocationId,
+        /// Which attempt sent it (messages of a superseded attempt are dropped).
+        attempt: u32,
+        /// The message.
+        message: Message,
+        /// Its ack flag.
+        ack: bool,
+    },
+    /// An operator replaces the whole state of one object.
+    SetObjectState {
+        /// Virtual object or workflow.
+        service: String,
+        /// Object key.
+        key: String,
+        /// The new state, replacing all of it.
+        state: Vec<(Bytes, Bytes)>,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<bool, CodedError>>,
+    },
+    /// The partition's flow-control counters.
+    Counters {
+        /// Every live counter.
+        reply: oneshot::Sender<Vec<crate::flow::limiter::CounterSnapshot>>,
+    },
+    /// What `GET /metrics` reads of the partition.
+    Metrics {
+        reply: oneshot::Sender<Vec<PartitionMetrics>>,
+    },
+    /// Why a queued invocation waits.
+    Explain {
+        /// The invocation.
+        id: InvocationId,
+        /// Its queue and what blocks it; `None` when not queued.
+        reply: oneshot::Sender<Option<admission::Waiting>>,
+    },
+    /// Where an invocation is, without waiting.
+    Peek {
+        /// The invocation.
+        id: InvocationId,
+        /// Its target and outcome (`None` while it runs); `None` when unknown.
+        reply: oneshot::Sender<Option<(Target, Option<Outcome>)>>,
+    },
+    /// An attempt finished.
+    AttemptDone {
+        /// The invocation.
+        id: InvocationId,
+        /// Which attempt.
+        attempt: u32,
+        /// How it ended.
+        result: Result<Ending, AttemptError>,
+    },
+    /// Another partition gave back invoker slots this one waits for.
+    SlotsFree,
+    /// Every invocation waiting in a scheduler queue of the partition.
+    Queued {
+        /// Answered at once.
+        reply: oneshot::Sender<Vec<QueuedEntry>>,
+    },
+    /// Every held object lock of the partition: scope, service, key, holder.
+    Locks {
+        /// Answered at once.
+        reply: oneshot::Sender<Vec<HeldLock>>,
+    },
+    /// Every scheduler queue of the partition, for introspection.
+    Queues {
+        /// Answered at once.
+        reply: oneshot::Sender<Vec<crate::flow::scheduler::QueueSnapshot>>,
+    },
+    /// An operator pauses (or resumes) the queue with this index; answered once stored,
+    /// `false` when no such queue lives.
+    PauseQueue {
+        /// The queue's index in this partition.
+        queue: u32,
+        /// Pause (`true`) or resume.
+        pause: bool,
+        /// Answered after the commit.
+        reply: oneshot::Sender<bool>,
+    },
+    /// A timer fired (`completion` set) or a delay/back-off is over (`None`).
+    Wake {
+        /// The invocation.
+        id: InvocationId,
+        /// The Sleep completion to resolve.
+        completion: Option<Timer>,
+    },
+}
+
+/// An invocation waiting in a scheduler queue.
+#[derive(Debug, Clone)]
+pub struct QueuedEntry {
+    /// Its queue.
+    pub queue: QueueId,
+    /// The invocation.
+    pub invocation: InvocationId,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// When it was created, ms.
+    pub created_at_ms: u64,
+    /// When it may run, ms (delayed sends, back-offs).
+    pub run_at_ms: Option<u64>,
+}
+
+/// An object lock and the invocation holding it.
+#[derive(Debug, Clone)]
+pub struct HeldLock {
+    /// Flow-control scope of the object.
+    pub scope: Option<String>,
+    /// Virtual object or workflow.
+    pub service: String,
+    /// Object key.
+    pub key: String,
+    /// The holder.
+    pub holder: InvocationId,
+}
+
+/// What `GET /metrics` reads of one partition.
+#[derive(Debug, Clone)]
+pub struct PartitionMetrics {
+    /// Flow-control admissions since start, by rule and level.
+    pub admissions: Vec<crate::flow::limiter::RuleAdmissions>,
+    /// Its queues paused by an operator.
+    pub paused_queues: usize,
+    /// Held invocations at rest, across every partition.
+    pub held_invocations: usize,
+    /// Bytes of held inputs in memory, across every partition.
+    pub held_bytes: u64,
+}
