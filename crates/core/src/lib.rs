@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod errors;
+pub mod hash;
 pub mod ids;
 pub mod metrics;
 pub mod simulation;

@@ -97,19 +97,30 @@ pub fn emit(span: Finished) {
 
 /// The span id of invocation `id` (the parent of its attempts and queue wait).
 pub fn invocation_span(id: InvocationId) -> [u8; 8] {
-    derived_span_id(&id.to_bytes())
+    derived_span_id(id.to_bytes())
+}
+
+/// The span id of the queue wait of `id`.
+pub fn queue_wait_span(id: InvocationId) -> [u8; 8] {
+    derived_span_id(id.to_bytes().into_iter().chain(*b"queue"))
 }
 
 /// The span id of an attempt of `id`: `attempts` made before it, `attempt` of this process.
 pub fn attempt_span(id: InvocationId, attempts: u32, attempt: u32) -> [u8; 8] {
-    let mut seed = id.to_bytes().to_vec();
-    seed.extend_from_slice(&attempts.to_be_bytes());
-    seed.extend_from_slice(&attempt.to_be_bytes());
-    derived_span_id(&seed)
+    derived_span_id(
+        id.to_bytes()
+            .into_iter()
+            .chain(attempts.to_be_bytes())
+            .chain(attempt.to_be_bytes()),
+    )
 }
 
-/// The trace `record`'s spans join, if it has one its caller sampled.
+/// The trace `record`'s spans are exported into: `None` while spans are off, or when it has
+/// no trace or its caller did not sample it.
 pub fn trace_of(record: &InvocationRecord) -> Option<TraceParent> {
+    if !enabled() {
+        return None;
+    }
     record
         .trace
         .as_deref()

@@ -226,17 +226,16 @@ pub async fn invoke(
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let started = std::time::SystemTime::now();
     let trace = Trace::of(session);
-    let answered = invoke_traced(state, session, path, trace.stored).await;
+    let answered = invoke_traced(state, session, path, trace.stored()).await;
     trace.emit(&answered, started);
     answered
 }
 
 /// A request's place in its caller's trace: the caller's span (from `traceparent`) and, while
-/// spans are exported, the ingress span between it and the invocation.
+/// spans are exported and the caller samples, the ingress span between it and the invocation.
 struct Trace {
     caller: Option<TraceParent>,
-    /// What the invocation stores: the ingress span, or the caller's when spans are off.
-    stored: Option<TraceParent>,
+    ingress: Option<TraceParent>,
 }
 
 impl Trace {
@@ -247,35 +246,31 @@ impl Trace {
             .get("traceparent")
             .and_then(|v| v.to_str().ok())
             .and_then(TraceParent::parse);
-        if !crate::spans::enabled() || caller.is_some_and(|c| !c.sampled()) {
-            return Self {
-                caller,
-                stored: caller,
-            };
-        }
-        let ingress = TraceParent {
-            trace_id: caller.map_or_else(new_trace_id, |c| c.trace_id),
-            span_id: new_span_id(),
-            flags: 1,
-        };
-        Self {
-            caller,
-            stored: Some(ingress),
-        }
+        let ingress =
+            (crate::spans::enabled() && caller.is_none_or(TraceParent::sampled)).then(|| {
+                TraceParent {
+                    trace_id: caller.map_or_else(new_trace_id, |c| c.trace_id),
+                    span_id: new_span_id(),
+                    flags: 1,
+                }
+            });
+        Self { caller, ingress }
     }
 
-    /// Emits the ingress span (when spans are exported).
+    /// What the invocation stores: the ingress span, else the caller's.
+    fn stored(&self) -> Option<TraceParent> {
+        self.ingress.or(self.caller)
+    }
+
+    /// Emits the ingress span, if there is one.
     fn emit(
         &self,
         answered: &Result<Response<Vec<u8>>, IngressError>,
         started: std::time::SystemTime,
     ) {
-        let Some(ingress) = self.stored.filter(|_| crate::spans::enabled()) else {
+        let Some(ingress) = self.ingress else {
             return;
         };
-        if self.caller == Some(ingress) {
-            return;
-        }
         let (status, error) = match answered {
             Ok(resp) => (resp.status().as_u16(), None),
             Err(e) => (e.status.as_u16(), Some(e.message.clone())),

@@ -163,7 +163,7 @@ impl Partition {
         let mut bidi = false;
         // The deployment continues the caller's trace: through this attempt's span when spans
         // are exported, else straight from the caller's.
-        let trace = crate::spans::trace_of(&live.record).filter(|_| crate::spans::enabled());
+        let trace = crate::spans::trace_of(&live.record);
         let attempt_span = crate::spans::attempt_span(id, live.record.attempts, live.attempt + 1);
         let traceparent = match trace {
             Some(trace) => Some(trace.child(attempt_span).to_string()),
@@ -222,7 +222,7 @@ impl Partition {
                     &live.record,
                     trace,
                     "queue wait",
-                    sluice_core::trace::derived_span_id(&[&id.to_bytes()[..], b"queue"].concat()),
+                    crate::spans::queue_wait_span(id),
                     (queued, now),
                     Vec::new(),
                     None,

@@ -60,7 +60,7 @@ pub(super) fn complete(
     };
     metrics::counter!(names::INVOCATIONS_COMPLETED, "service" => service, "outcome" => result)
         .increment(1);
-    if let Some(trace) = crate::spans::trace_of(&live.record).filter(|_| crate::spans::enabled()) {
+    if let Some(trace) = crate::spans::trace_of(&live.record) {
         let mut attributes = crate::spans::attributes(&live.record);
         attributes.push(opentelemetry::KeyValue::new("sluice.outcome", result));
         attributes.push(opentelemetry::KeyValue::new(

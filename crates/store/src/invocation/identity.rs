@@ -5,16 +5,14 @@
 
 use crate::ids::InvocationId;
 
-/// Stable 64-bit FNV-1a, so a key maps to the same partition key across restarts and builds.
+/// Stable 64-bit FNV-1a of the parts, each followed by 0xff, so a key maps to the same
+/// partition key across restarts and builds.
 pub fn partition_key(parts: &[&str]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for byte in part.bytes().chain(std::iter::once(0xff)) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
+    sluice_core::hash::fnv1a_64(
+        parts
+            .iter()
+            .flat_map(|part| part.bytes().chain(std::iter::once(0xff))),
+    )
 }
 
 /// The partition key of an invocation of `service`/`handler` (keyed: of the object).
@@ -54,6 +52,11 @@ pub fn in_scope(id: InvocationId, scope: Option<&str>) -> InvocationId {
 mod tests {
     #[test]
     fn partition_keys_are_stable() {
+        // Ids on disk carry partition keys: the value may never change.
+        assert_eq!(
+            super::partition_key(&["Counter", "k1"]),
+            0x0db9_e8f9_8791_8bd1
+        );
         assert_eq!(
             super::partition_key(&["Counter", "k1"]),
             super::partition_key(&["Counter", "k1"])
