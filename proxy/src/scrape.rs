@@ -77,7 +77,7 @@ impl Metrics {
         for partition in &partitions {
             for a in &partition.admissions {
                 *admitted
-                    .entry((rule_label(a.rule.as_deref()), level_label(a.level)))
+                    .entry((rule_label(a.rule.as_deref()), a.level.lower_name()))
                     .or_default() += a.admitted;
             }
             paused += partition.paused_queues;
@@ -131,14 +131,6 @@ fn rule_label(rule: Option<&crate::flow::RulePattern>) -> String {
     rule.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 
-fn level_label(level: Level) -> &'static str {
-    match level {
-        Level::Scope => "scope",
-        Level::L1 => "level1",
-        Level::L2 => "level2",
-    }
-}
-
 /// Sums the live counters per rule and level (never per scope), and the top scopes by waiters
 /// when asked for.
 fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: usize) {
@@ -153,7 +145,7 @@ fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: u
     let mut scopes: HashMap<&str, u64> = HashMap::new();
     for c in counters {
         let sum = sums
-            .entry((rule_label(c.rule.as_deref()), level_label(c.level)))
+            .entry((rule_label(c.rule.as_deref()), c.level.lower_name()))
             .or_default();
         sum.counters += 1;
         sum.running += u64::from(c.usage);

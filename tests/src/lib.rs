@@ -699,6 +699,27 @@ impl Sluice {
         )
     }
 
+    /// Every sample `GET /metrics` shows now, `name{labels}` → value (asserts a 200 in the
+    /// Prometheus text format).
+    pub async fn metrics(&self) -> std::collections::HashMap<String, f64> {
+        let resp = self
+            .admin(reqwest::Method::GET, "/metrics")
+            .send()
+            .await
+            .expect("admin API reachable");
+        assert_eq!(resp.status().as_u16(), 200);
+        let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(content_type.starts_with("text/plain"), "{content_type}");
+        let text = resp.text().await.unwrap();
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let (series, value) = l.rsplit_once(' ').unwrap();
+                (series.to_owned(), value.parse::<f64>().unwrap())
+            })
+            .collect()
+    }
+
     /// Runs `sql` through `POST /query` with a JSON answer: status and answer.
     pub async fn query(&self, sql: &str) -> (u16, serde_json::Value) {
         let resp = self

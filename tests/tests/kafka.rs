@@ -422,17 +422,11 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
     let id = sub["id"].as_str().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let text = reqwest::get(format!("{admin}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let samples = sluice.metrics().await;
         let value = |name: &str| {
-            text.lines()
-                .find(|l| l.starts_with(&format!("{name}{{subscription=\"{id}\"}}")))
-                .and_then(|l| l.rsplit_once(' '))
-                .map(|(_, v)| v.parse::<f64>().unwrap())
+            samples
+                .get(&format!("{name}{{subscription=\"{id}\"}}"))
+                .copied()
         };
         if value("sluice_kafka_records_total") >= Some(f64::from(RECORDS))
             && value("sluice_kafka_lag_records") == Some(0.0)
@@ -440,7 +434,7 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
         {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        assert!(tokio::time::Instant::now() < deadline, "{samples:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(

@@ -8,26 +8,6 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sluice_tests::{Sluice, TestDeployment, cli};
 
-/// Every sample of the exposition: `name{labels}` → value.
-async fn scrape(sluice: &Sluice) -> HashMap<String, f64> {
-    let resp = sluice
-        .admin(reqwest::Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
-    assert!(content_type.starts_with("text/plain"), "{content_type}");
-    let text = resp.text().await.unwrap();
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let (series, value) = l.rsplit_once(' ').unwrap();
-            (series.to_owned(), value.parse::<f64>().unwrap())
-        })
-        .collect()
-}
-
 /// The sum of the samples of `name` whose labels contain every one of `labels`.
 fn sum(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
     samples
@@ -43,7 +23,7 @@ fn sum(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
 async fn until(sluice: &Sluice, what: &str, done: impl Fn(&HashMap<String, f64>) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let samples = scrape(sluice).await;
+        let samples = sluice.metrics().await;
         if done(&samples) {
             return;
         }
@@ -109,7 +89,7 @@ async fn metrics_move_under_load_and_stay_per_rule() {
             })
         })
         .collect();
-    let during = scrape(&sluice).await;
+    let during = sluice.metrics().await;
     assert!(!during.is_empty());
     for sender in senders {
         sender.await.unwrap();
@@ -123,7 +103,7 @@ async fn metrics_move_under_load_and_stay_per_rule() {
         ) >= SCOPES as f64
     })
     .await;
-    let samples = scrape(&sluice).await;
+    let samples = sluice.metrics().await;
     let sends = sum(
         &samples,
         "sluice_ingress_requests_total",
@@ -191,7 +171,7 @@ async fn metrics_move_under_load_and_stay_per_rule() {
         .to_str()
         .unwrap()
         .to_owned();
-    let samples = scrape(&sluice).await;
+    let samples = sluice.metrics().await;
     assert_eq!(
         sum(
             &samples,

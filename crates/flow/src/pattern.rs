@@ -31,6 +31,15 @@ impl Level {
         }
     }
 
+    /// The name the admin API and the metrics use: `scope`, `level1`, `level2`.
+    pub const fn lower_name(self) -> &'static str {
+        match self {
+            Level::Scope => "scope",
+            Level::L1 => "level1",
+            Level::L2 => "level2",
+        }
+    }
+
     /// The name used in introspection tables.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -7,31 +7,38 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use http::{HeaderValue, header};
 
-const INDEX: &str = include_str!("ui/index.html");
-const SCRIPT: &str = include_str!("ui/app.js");
-const STYLE: &str = include_str!("ui/style.css");
+/// Each file's path, body and content type.
+const FILES: [(&str, &str, &str); 3] = [
+    (
+        "/ui/",
+        include_str!("ui/index.html"),
+        "text/html; charset=utf-8",
+    ),
+    (
+        "/ui/app.js",
+        include_str!("ui/app.js"),
+        "text/javascript; charset=utf-8",
+    ),
+    (
+        "/ui/style.css",
+        include_str!("ui/style.css"),
+        "text/css; charset=utf-8",
+    ),
+];
 
 /// Paths under which the dashboard's static files are served without a token.
 pub fn is_static(path: &str) -> bool {
-    matches!(path, "/ui" | "/ui/" | "/ui/app.js" | "/ui/style.css")
+    path == "/ui" || FILES.iter().any(|(file, ..)| *file == path)
 }
 
 /// The dashboard's routes.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
-        .route(
-            "/ui/",
-            get(|| async { file(INDEX, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/ui/app.js",
-            get(|| async { file(SCRIPT, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/ui/style.css",
-            get(|| async { file(STYLE, "text/css; charset=utf-8") }),
-        )
+    FILES.iter().fold(
+        Router::new().route("/ui", get(|| async { Redirect::permanent("/ui/") })),
+        |router, &(path, body, content_type)| {
+            router.route(path, get(move || async move { file(body, content_type) }))
+        },
+    )
 }
 
 fn file(body: &'static str, content_type: &'static str) -> Response {

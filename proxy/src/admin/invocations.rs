@@ -25,12 +25,12 @@ pub use sluice_api::invocations::{
 pub fn waiting_response(w: Waiting) -> WaitingResponse {
     let (level, limit, rule) = match &w.blocked_on {
         Some(BlockedOn::LimitKeyConcurrency { level, limit, rule }) => (
-            Some(level.as_str().to_ascii_lowercase()),
+            Some(level.lower_name().to_owned()),
             limit.concurrency(),
             rule.as_ref().map(ToString::to_string),
         ),
         Some(BlockedOn::RateLimit { level, rule, .. }) => (
-            Some(level.as_str().to_ascii_lowercase()),
+            Some(level.lower_name().to_owned()),
             None,
             rule.as_ref().map(ToString::to_string),
         ),

@@ -258,7 +258,7 @@ pub async fn counters(
                 Limit::Unlimited => None,
             };
             CounterResponse {
-                level: c.level.to_string().to_ascii_lowercase(),
+                level: c.level.lower_name().to_owned(),
                 scope: c.scope,
                 l1: c.l1,
                 l2: c.l2,

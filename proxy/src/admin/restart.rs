@@ -32,7 +32,6 @@ pub async fn restart_as_new(
     Query(params): Query<RestartAsNewParams>,
 ) -> Result<Json<RestartAsNewResponse>, AdminError> {
     use crate::discovery::ServiceType;
-    use crate::invocation::new::{Identity, NewInvocation};
     let id = parse_id(&id)?;
     if params.deployment.is_some() && params.from.unwrap_or(0) == 0 {
         return Err(AdminError::new(
@@ -77,18 +76,8 @@ pub async fn restart_as_new(
     let input = state
         .store
         .with_db(|db| store::load_entry(db, id, 0))??
-        .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::GONE,
-                format!(
-                    "the journal of invocation {id} was purged, and its input with it: raise the handler's journal retention to keep it"
-                ),
-            )
-        })?;
-    let new = NewInvocation::new(record.target.clone(), Identity::Fresh)
-        .in_scope(record.scope.clone(), record.limit_key.clone())
-        .with_priority(record.priority)
-        .into_record(crate::clock::now_ms());
+        .ok_or_else(|| purged(id))?;
+    let new = renewed(&record);
     let new_id = new.id;
     state.runtime.submit(new, input).await?;
     Ok(Json(RestartAsNewResponse {
@@ -103,7 +92,6 @@ async fn restart_from(
     from: u32,
     deployment: Option<&str>,
 ) -> Result<Json<RestartAsNewResponse>, AdminError> {
-    use crate::invocation::new::{Identity, NewInvocation};
     use crate::protocol::ProtocolVersion;
     let id = old.id;
     let version = old
@@ -146,19 +134,11 @@ async fn restart_from(
     };
     let journal = state.store.with_db(|db| store::load_journal(db, id))??;
     if journal.is_empty() {
-        return Err(AdminError::new(
-            StatusCode::GONE,
-            format!(
-                "the journal of invocation {id} was purged: raise the handler's journal retention to keep it"
-            ),
-        ));
+        return Err(purged(id));
     }
     let prefix = crate::partition::restart::journal_prefix(&journal, from, version)
         .map_err(|why| AdminError::new(StatusCode::CONFLICT, why))?;
-    let mut new = NewInvocation::new(old.target.clone(), Identity::Fresh)
-        .in_scope(old.scope.clone(), old.limit_key.clone())
-        .with_priority(old.priority)
-        .into_record(crate::clock::now_ms());
+    let mut new = renewed(&old);
     // The journal is in `version`'s encoding: the new invocation keeps it.
     new.protocol = old.protocol;
     new.deployment = pinned;
@@ -167,4 +147,23 @@ async fn restart_from(
     Ok(Json(RestartAsNewResponse {
         new_invocation_id: new_id.to_string(),
     }))
+}
+
+/// A new invocation of `old`'s target with a fresh id, and its scope, limit key and priority.
+fn renewed(old: &InvocationRecord) -> InvocationRecord {
+    use crate::invocation::new::{Identity, NewInvocation};
+    NewInvocation::new(old.target.clone(), Identity::Fresh)
+        .in_scope(old.scope.clone(), old.limit_key.clone())
+        .with_priority(old.priority)
+        .into_record(crate::clock::now_ms())
+}
+
+/// 410: the journal, and the input in it, is gone.
+fn purged(id: crate::ids::InvocationId) -> AdminError {
+    AdminError::new(
+        StatusCode::GONE,
+        format!(
+            "the journal of invocation {id} was purged, and its input with it: raise the handler's journal retention to keep it"
+        ),
+    )
 }

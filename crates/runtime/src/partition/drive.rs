@@ -93,18 +93,7 @@ impl Partition {
                     }
                     return Ok(());
                 }
-                let record = *record;
-                store::put_record(writes, &record)?;
-                store::put_entry(writes, id, 0, &input);
-                metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
-                    .increment(1);
-                match record.run_at_ms {
-                    Some(at) if record.status == Status::Scheduled => {
-                        effects.push(Effect::WakeAt(id, at, None))
-                    }
-                    _ => effects.push(Effect::Attempt(id)),
-                }
-                self.track(record, vec![input]);
+                self.create(*record, vec![input], writes, effects)?;
                 effects.extend(reply.map(|r| Effect::Ack(r, true)));
             }
             Event::Restart {
@@ -117,15 +106,7 @@ impl Partition {
                     effects.push(Effect::Ack(reply, false));
                     return Ok(());
                 }
-                let record = *record;
-                store::put_record(writes, &record)?;
-                for (index, frame) in (0u32..).zip(&journal) {
-                    store::put_entry(writes, id, index, frame);
-                }
-                metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
-                    .increment(1);
-                effects.push(Effect::Attempt(id));
-                self.track(record, journal);
+                self.create(*record, journal, writes, effects)?;
                 effects.push(Effect::Ack(reply, true));
             }
             Event::Await { id, reply } => match self.live.get_mut(&id) {
@@ -307,6 +288,32 @@ impl Partition {
     }
 
     /// A record only the store still holds (completed invocations leave memory).
+    /// Stores a new invocation with its journal (from the Input entry on) and tracks it: it
+    /// waits for its time (a delayed send) or is attempted.
+    fn create(
+        &mut self,
+        record: InvocationRecord,
+        journal: Vec<crate::protocol::Frame>,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), CodedError> {
+        let id = record.id;
+        store::put_record(writes, &record)?;
+        for (index, frame) in (0u32..).zip(&journal) {
+            store::put_entry(writes, id, index, frame);
+        }
+        metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
+            .increment(1);
+        match record.run_at_ms {
+            Some(at) if record.status == Status::Scheduled => {
+                effects.push(Effect::WakeAt(id, at, None))
+            }
+            _ => effects.push(Effect::Attempt(id)),
+        }
+        self.track(record, journal);
+        Ok(())
+    }
+
     pub(super) fn stored(&self, id: InvocationId) -> Result<Option<InvocationRecord>, CodedError> {
         self.store.with_db(|db| store::load_record(db, id))?
     }
