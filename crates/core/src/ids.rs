@@ -224,6 +224,19 @@ impl InvocationId {
         Self::new(partition_key, ulid::Ulid::new().0)
     }
 
+    /// An id of `uuid` on a partition key drawn from the uuid itself: work that belongs to no
+    /// object spreads over the partitions (one hot handler is not one busy partition), while
+    /// the same uuid always lands on the same partition (a child id derived again after a
+    /// restart goes where it went before).
+    pub fn spread(uuid: u128) -> Self {
+        Self::new(crate::hash::fnv1a_64(uuid.to_le_bytes()), uuid)
+    }
+
+    /// A fresh id with a ULID as its uuid, [spread](Self::spread) by it.
+    pub fn generate_spread() -> Self {
+        Self::spread(ulid::Ulid::new().0)
+    }
+
     /// The id an idempotency key gives: the same (scope, target, key) always maps to the same
     /// invocation, so a repeated request finds the first one. The uuid is the first 16 bytes of
     /// SHA-256("ik" [, scope], service [, object key], handler, idempotency key), comma-joined.

@@ -11,9 +11,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::config::{file_error, pem_certificates};
 use crate::errors::CodedError;
+use crate::quickack::QuickAckConnector;
 
 /// A connector for `http://` and `https://` deployments.
-pub type Connector = HttpsConnector<HttpConnector>;
+pub type Connector = HttpsConnector<QuickAckConnector>;
 
 /// The TLS settings every connection to a deployment uses. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -57,11 +58,14 @@ impl DeploymentTls {
     /// A connector offering HTTP/2 (`http2`) or HTTP/1.1 over TLS; `connect_timeout` bounds the
     /// TCP connect. Nagle is off: attempts exchange small frames both ways on one connection,
     /// and a frame written while another is unacknowledged would wait for the delayed ACK.
+    /// For the same reason Sluice acknowledges what it reads at once ([`QuickAckConnector`]):
+    /// the deployment may have Nagle on.
     pub fn connector(&self, connect_timeout: Option<Duration>, http2: bool) -> Connector {
         let mut tcp = HttpConnector::new();
         tcp.set_connect_timeout(connect_timeout);
         tcp.set_nodelay(true);
         tcp.enforce_http(false);
+        let tcp = QuickAckConnector::new(tcp);
         let builder = HttpsConnectorBuilder::new()
             .with_tls_config(rustls::ClientConfig::clone(&self.config))
             .https_or_http();

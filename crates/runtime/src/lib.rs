@@ -10,6 +10,7 @@ pub mod invoker;
 pub mod limits;
 pub mod node;
 pub mod partition;
+pub mod quickack;
 pub mod registry;
 pub mod spans;
 

@@ -4,6 +4,7 @@
 # bounded in time. Usage: proxy/benches/load/run.sh [connections] [seconds]
 # Flow control: SCOPE=acme calls /service/scope/acme/call/Greeter/greet with flow control on;
 # RULE='{"pattern":"*","limits":{"concurrency":2}}' sets a rule first (default: none).
+# NAGLE=1 serves the deployment with the SDK's own HttpServer (Nagle's algorithm on).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
 # x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
 set -euo pipefail
@@ -30,5 +31,13 @@ wrk.headers["content-type"] = "application/json"
 LUA
 # Warm up, then measure.
 wrk -t2 -c"$connections" -d2s -s "$work/post.lua" "http://127.0.0.1:$ingress$path" >/dev/null
-wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/post.lua" "http://127.0.0.1:$ingress$path"
+cpu_before=$(cpu_seconds "$server")
+dep_before=$(cpu_seconds "$dep")
+wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/post.lua" "http://127.0.0.1:$ingress$path" | tee "$work/wrk.out"
+cpu_after=$(cpu_seconds "$server")
+dep_after=$(cpu_seconds "$dep")
+requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
+python3 -c "
+cpu = $cpu_after - $cpu_before
+print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
 echo "sluice RSS: $(awk '/VmRSS/ {print $2, $3}' /proc/$server/status)"

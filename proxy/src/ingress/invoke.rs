@@ -321,7 +321,17 @@ async fn invoke_traced(
     let record = new.into_record(now);
     let id = record.id;
     let execution_time = record.run_at_ms;
-    let created = submit(state, record, request.frame).await?;
+    // A call registers for its outcome as it is handed over; a send is answered once stored.
+    let (created, outcome) = match path.mode {
+        Mode::Call => {
+            let (created, outcome) = submit(state.runtime.call(record, request.frame)).await?;
+            (created, Some(outcome))
+        }
+        Mode::Send => (
+            submit(state.runtime.submit(record, request.frame)).await?,
+            None,
+        ),
+    };
     let target = &request.target;
     if is_workflow_run(target) && !created {
         return Err(IngressError {
@@ -337,7 +347,7 @@ async fn invoke_traced(
             retry_after_s: None,
         });
     }
-    if path.mode == Mode::Send {
+    let Some(outcome) = outcome else {
         let status = if created {
             "Accepted"
         } else {
@@ -348,11 +358,11 @@ async fn invoke_traced(
             body["executionTime"] = at.into();
         }
         return Ok(with_ids(reply::json(StatusCode::ACCEPTED, &body), id));
-    }
-    let outcome = state.runtime.outcome(id).await.map_err(|e| IngressError {
+    };
+    let outcome = outcome.await.map_err(|_| IngressError {
         status: StatusCode::SERVICE_UNAVAILABLE,
-        code: e.code,
-        message: e.message,
+        code: None,
+        message: format!("invocation {id} is unknown or its partition stopped"),
         retry_after_s: None,
     })?;
     let mut resp = with_ids(answer(target.output.as_ref(), outcome), id);
@@ -462,30 +472,24 @@ fn plan(
     new
 }
 
-/// The submit phase: the record and its input handed to the partition, answered once durable
-/// (true: created now; false: it existed already).
-async fn submit(
-    state: &IngressState,
-    record: crate::invocation::InvocationRecord,
-    frame: crate::protocol::Frame,
-) -> Result<bool, IngressError> {
-    state
-        .runtime
-        .submit(record, frame)
-        .await
-        .map_err(|e| match e.code {
-            // Too many held, or a rule's full queue or rejecting rate: 429 with Retry-After.
-            Some(Code::RT0029 | Code::RT0030) => IngressError::from(e),
-            _ => IngressError {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                code: e.code,
-                message: format!(
-                    "internal routing error: {}; the request was not accepted, so it can be retried",
-                    e.message
-                ),
-                retry_after_s: None,
-            },
-        })
+/// The submit phase: the record and its input handed to the partition (`handed_over`),
+/// answered once taken: true when created now, false when it existed already.
+async fn submit<T>(
+    handed_over: impl std::future::Future<Output = Result<T, crate::errors::CodedError>>,
+) -> Result<T, IngressError> {
+    handed_over.await.map_err(|e| match e.code {
+        // Too many held, or a rule's full queue or rejecting rate: 429 with Retry-After.
+        Some(Code::RT0029 | Code::RT0030) => IngressError::from(e),
+        _ => IngressError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: e.code,
+            message: format!(
+                "internal routing error: {}; the request was not accepted, so it can be retried",
+                e.message
+            ),
+            retry_after_s: None,
+        },
+    })
 }
 
 /// A call's answer: the output with the handler's content type, or the failure with its code.

@@ -438,7 +438,15 @@ async fn main() {
         "object" => builder.bind(GreeterObject),
         other => panic!("unknown flavor {other}"),
     };
-    serve(endpoint.build(), addr).await;
+    // `SLUICE_TEST_DEPLOYMENT_SERVER=sdk` serves through the SDK's own `HttpServer`, Nagle's
+    // algorithm left on as most users' deployments run: the benchmarks' `NAGLE=1` mode.
+    if std::env::var("SLUICE_TEST_DEPLOYMENT_SERVER").as_deref() == Ok("sdk") {
+        restate_sdk::http_server::HttpServer::new(endpoint.build())
+            .listen_and_serve(addr)
+            .await;
+    } else {
+        serve(endpoint.build(), addr).await;
+    }
 }
 
 /// Serves HTTP/2 like the SDK's own `HttpServer`, but with TCP_NODELAY on every connection:

@@ -123,7 +123,9 @@ impl Partition {
                 back_off(live, &retry, failure, e.retry_after, now, effects);
             }
         }
-        store::put_record(writes, &live.record)?;
+        // An invocation never stored is stored now, whatever the attempt's end: at the latest
+        // with its outcome, which its caller is told only after this commit.
+        super::journal::save(live, writes)?;
         Ok(true)
     }
 
@@ -237,10 +239,16 @@ impl Partition {
         // The pinned deployment must be durable before the journal grows on it, and the
         // status is what the admin API shows. The writer keeps this partition's sets in
         // order, so later batches commit after this one.
-        let mut pin = WriteSet::default();
-        match store::put_record(&mut pin, &live.record) {
-            Ok(()) => drop(self.writer.commit(pin)),
-            Err(e) => tracing::error!(invocation = %id, error = %e, "cannot record the attempt"),
+        // An invocation never stored has no journal in the store to grow: its record is
+        // stored with its first entry.
+        if !live.unsaved {
+            let mut pin = WriteSet::default();
+            match store::put_record(&mut pin, &live.record) {
+                Ok(()) => drop(self.writer.commit(pin)),
+                Err(e) => {
+                    tracing::error!(invocation = %id, error = %e, "cannot record the attempt")
+                }
+            }
         }
         let (outbound, inbound) = if bidi {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

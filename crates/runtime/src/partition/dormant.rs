@@ -301,7 +301,7 @@ impl Dormant {
 
 impl Event {
     /// The invocation whose live state the event reads or changes, if it names one.
-    fn invocation(&self) -> Option<InvocationId> {
+    pub(super) fn invocation(&self) -> Option<InvocationId> {
         match self {
             Event::Submit { record, .. } | Event::Restart { record, .. } => Some(record.id),
             Event::Control { id, .. }

@@ -2,7 +2,7 @@
 //! sent, resolve run proposals and sleeps, stream notifications and acks to bidi attempts,
 //! retry failures with back-off, complete.
 
-use super::journal::{Reads, has_completion, journal_message, notify};
+use super::journal::{Reads, has_completion, journal_message, needs_saved, notify, save};
 use super::{Effect, Event, Partition, promises};
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
@@ -25,21 +25,47 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         self.rouse_for(&event);
+        // Whatever an operator, a signal, a timer or a callee does to an invocation that was
+        // never stored depends on it: it is stored first, in the same write set.
+        if matches!(
+            event,
+            Event::Control { .. }
+                | Event::Signal { .. }
+                | Event::Wake { .. }
+                | Event::CallResult { .. }
+        ) && let Some(live) = event.invocation().and_then(|id| self.live.get_mut(&id))
+            && live.unsaved
+        {
+            save(live, writes)?;
+        }
         match event {
             Event::Submit {
                 record,
                 input,
                 reply,
+                call,
             } => {
                 let id = record.id;
+                // A call with a fresh id (random: it cannot exist yet), not delayed and
+                // keeping no result: stored at the first point anything depends on it.
+                let deferred = call.is_some()
+                    && reply.is_some()
+                    && record.caller.is_none()
+                    && record.retention_ms.is_none()
+                    && record.run_at_ms.is_none()
+                    && record.status == Status::Pending;
                 // Handed in again after it completed and left memory (a child handed over
                 // again after a restart, a Kafka record delivered again): the store says so,
                 // and it does not run again.
-                if !self.live.contains_key(&id)
+                if !deferred
+                    && !self.live.contains_key(&id)
                     && let Some(done) = self.stored(id)?
                 {
-                    if let (Some(caller), Some(outcome)) = (record.caller, done.outcome) {
+                    if let (Some(caller), Some(outcome)) = (record.caller, done.outcome.clone()) {
                         effects.push(Effect::CallResult(caller, outcome));
+                    }
+                    if let (Some(call), Some(outcome)) = (call, done.outcome) {
+                        effects.push(Effect::Notify(vec![call], outcome));
                     }
                     effects.extend(reply.map(|r| Effect::Ack(r, false)));
                     return Ok(());
@@ -56,6 +82,14 @@ impl Partition {
                                 effects.push(Effect::CallResult(caller, outcome.clone()))
                             }
                             None => live.callers.push(caller),
+                        }
+                    }
+                    if let Some(call) = call {
+                        match &live.record.outcome {
+                            Some(outcome) => {
+                                effects.push(Effect::Notify(vec![call], outcome.clone()))
+                            }
+                            None => live.waiters.push(call),
                         }
                     }
                     effects.extend(reply.map(|r| Effect::Ack(r, false)));
@@ -93,8 +127,15 @@ impl Partition {
                     }
                     return Ok(());
                 }
-                self.create(*record, vec![input], writes, effects)?;
-                effects.extend(reply.map(|r| Effect::Ack(r, true)));
+                self.create(*record, vec![input], deferred, writes, effects)?;
+                if let Some(live) = self.live.get_mut(&id) {
+                    live.waiters.extend(call);
+                }
+                match reply {
+                    // Nothing is stored yet, and the caller is told nothing but the outcome.
+                    Some(reply) if deferred => drop(reply.send(Ok(true))),
+                    reply => effects.extend(reply.map(|r| Effect::Ack(r, true))),
+                }
             }
             Event::Restart {
                 record,
@@ -106,7 +147,7 @@ impl Partition {
                     effects.push(Effect::Ack(reply, false));
                     return Ok(());
                 }
-                self.create(*record, journal, writes, effects)?;
+                self.create(*record, journal, false, writes, effects)?;
                 effects.push(Effect::Ack(reply, true));
             }
             Event::Await { id, reply } => match self.live.get_mut(&id) {
@@ -240,6 +281,9 @@ impl Partition {
                         live.outbound = None;
                         return Ok(());
                     }
+                    if live.unsaved && needs_saved(&message, ack) {
+                        save(live, writes)?;
+                    }
                     let reads = Reads {
                         store: &self.store,
                         registry: &self.registry,
@@ -287,23 +331,32 @@ impl Partition {
         Ok(())
     }
 
-    /// A record only the store still holds (completed invocations leave memory).
     /// Stores a new invocation with its journal (from the Input entry on) and tracks it: it
-    /// waits for its time (a delayed send) or is attempted.
+    /// waits for its time (a delayed send) or is attempted. An `unsaved` one is only tracked
+    /// and queued at once: it is stored when anything first depends on it.
     fn create(
         &mut self,
         record: InvocationRecord,
         journal: Vec<crate::protocol::Frame>,
+        unsaved: bool,
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         let id = record.id;
+        metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
+            .increment(1);
+        if unsaved {
+            self.track(record, journal);
+            if let Some(live) = self.live.get_mut(&id) {
+                live.unsaved = true;
+            }
+            self.enqueue(id);
+            return Ok(());
+        }
         store::put_record(writes, &record)?;
         for (index, frame) in (0u32..).zip(&journal) {
             store::put_entry(writes, id, index, frame);
         }
-        metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
-            .increment(1);
         match record.run_at_ms {
             Some(at) if record.status == Status::Scheduled => {
                 effects.push(Effect::WakeAt(id, at, None))
@@ -314,6 +367,7 @@ impl Partition {
         Ok(())
     }
 
+    /// A record only the store still holds (completed invocations leave memory).
     pub(super) fn stored(&self, id: InvocationId) -> Result<Option<InvocationRecord>, CodedError> {
         self.store.with_db(|db| store::load_record(db, id))?
     }

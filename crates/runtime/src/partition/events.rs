@@ -24,7 +24,14 @@ pub enum Event {
         input: Frame,
         /// Answered after the commit: true when created, false when an invocation with this
         /// id exists (an idempotent repeat). `None` for children of other invocations.
+        /// For a [`Event::Submit::call`] with a fresh id it is answered at once instead:
+        /// nobody is told anything until the outcome, which waits for the commit.
         reply: Option<oneshot::Sender<Result<bool, CodedError>>>,
+        /// A caller at the ingress waiting for the outcome, registered with the invocation in
+        /// the same event (no second round trip). A request/response call with a fresh id,
+        /// not delayed and not a workflow run, is stored at the first point anything depends
+        /// on it (see `docs/durability.md`), not before its first attempt.
+        call: Option<oneshot::Sender<Outcome>>,
     },
     /// A completed invocation restarted as a new one with a journal prefix
     /// ([`restart::journal_prefix`]); acknowledged once durable.

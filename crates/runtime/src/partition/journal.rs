@@ -17,9 +17,30 @@ use crate::storage::Store;
 use crate::storage::writer::WriteSet;
 
 pub(super) fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
-    let index = u32::try_from(live.journal.len()).expect("journals are shorter than 2^32");
-    store::put_entry(writes, live.record.id, index, &frame);
+    if !live.unsaved {
+        let index = u32::try_from(live.journal.len()).expect("journals are shorter than 2^32");
+        store::put_entry(writes, live.record.id, index, &frame);
+    }
     live.journal.push(frame);
+}
+
+/// Writes the record of `live`, and, if it was never stored, its whole journal with it: from
+/// here on it is durable like any other invocation and every entry is written as it comes.
+pub(super) fn save(live: &mut Live, writes: &mut WriteSet) -> Result<(), CodedError> {
+    store::put_record(writes, &live.record)?;
+    if std::mem::take(&mut live.unsaved) {
+        for (index, frame) in (0u32..).zip(&live.journal) {
+            store::put_entry(writes, live.record.id, index, frame);
+        }
+    }
+    Ok(())
+}
+
+/// Whether journaling `message` (acked or not) needs an unsaved invocation stored first: only
+/// an Output nobody is told about may wait for the outcome's commit. Everything else is
+/// acknowledged to the SDK, seen by others (state, calls, signals) or waited on (timers).
+pub(super) fn needs_saved(message: &Message, ack: bool) -> bool {
+    ack || !matches!(message, Message::Output(_))
 }
 
 pub(super) fn encoded(frame: &Frame) -> Bytes {

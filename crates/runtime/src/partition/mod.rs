@@ -116,6 +116,9 @@ struct Live {
     attempt_started: Option<std::time::Instant>,
     /// The running attempt's span id and start, while spans are exported.
     attempt_span: Option<([u8; 8], std::time::SystemTime)>,
+    /// Not in the store yet, nor any of its journal: a call stored at the first point anything
+    /// depends on it ([`journal::save`]).
+    unsaved: bool,
 }
 
 /// One partition's state.
@@ -410,6 +413,7 @@ impl Partition {
                         record: Box::new(child.record),
                         input: child.input,
                         reply: None,
+                        call: None,
                     };
                     self.driver.post(id, event);
                 }
@@ -554,6 +558,7 @@ impl Live {
             callers: Vec::new(),
             attempt_started: None,
             attempt_span: None,
+            unsaved: false,
         }
     }
 }

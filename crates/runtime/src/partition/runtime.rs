@@ -127,10 +127,37 @@ impl Runtime {
                 record: Box::new(record),
                 input,
                 reply: Some(reply),
+                call: None,
             })
             .await
             .map_err(|_| Self::gone())?;
         Ok(answer)
+    }
+
+    /// Starts a call: a new invocation whose caller waits for its outcome. Answers once the
+    /// partition took it (true: created; false: it exists already, an idempotent repeat or a
+    /// workflow run), with the receiver of its outcome. A call with a fresh id is stored with
+    /// its first write that anything depends on, at the latest with its outcome, which is
+    /// answered only once durable.
+    pub async fn call(
+        &self,
+        record: InvocationRecord,
+        input: Frame,
+    ) -> Result<(bool, oneshot::Receiver<Outcome>), CodedError> {
+        let (reply, answer) = oneshot::channel();
+        let (call, outcome) = oneshot::channel();
+        let id = record.id;
+        self.partition(id)
+            .send(Event::Submit {
+                record: Box::new(record),
+                input,
+                reply: Some(reply),
+                call: Some(call),
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        let created = answer.await.map_err(|_| Self::gone())??;
+        Ok((created, outcome))
     }
 
     /// Hands `event` to the partition of `id` without waiting (partitions use this to reach

@@ -85,11 +85,15 @@ impl NewInvocation {
         let target = &self.target;
         let scope = self.scope.as_ref().map(Scope::as_str);
         let id = match &self.identity {
-            Identity::Fresh => InvocationId::generate(target_partition_key(
-                &target.service,
-                &target.handler,
-                target.key.as_deref(),
-            )),
+            // Unkeyed work spreads over the partitions; an object's stays on its partition.
+            Identity::Fresh => match target.key.as_deref() {
+                None => InvocationId::generate_spread(),
+                Some(_) => InvocationId::generate(target_partition_key(
+                    &target.service,
+                    &target.handler,
+                    target.key.as_deref(),
+                )),
+            },
             Identity::Idempotent(key) => idempotent_id(
                 scope,
                 &target.service,
@@ -106,12 +110,14 @@ impl NewInvocation {
                     key,
                 )
             }
-            Identity::Derived { uuid, partition } => InvocationId::new(
-                partition.unwrap_or_else(|| {
-                    target_partition_key(&target.service, &target.handler, target.key.as_deref())
-                }),
-                *uuid,
-            ),
+            Identity::Derived { uuid, partition } => match (partition, target.key.as_deref()) {
+                (Some(partition), _) => InvocationId::new(*partition, *uuid),
+                (None, None) => InvocationId::spread(*uuid),
+                (None, Some(_)) => InvocationId::new(
+                    target_partition_key(&target.service, &target.handler, target.key.as_deref()),
+                    *uuid,
+                ),
+            },
         };
         in_scope(id, scope)
     }
@@ -198,16 +204,23 @@ mod tests {
             .id
         };
         assert_eq!(derived(Some(9)), InvocationId::new(9, 42));
-        assert_eq!(
-            derived(None).partition_key(),
-            partition_key(&["Counter", "add"])
-        );
-        let fresh = || {
-            NewInvocation::new(target(None), Identity::Fresh)
+        // Unkeyed: spread by the uuid, the same each time it is derived.
+        assert_eq!(derived(None), InvocationId::spread(42));
+        assert_eq!(derived(None), derived(None));
+        let fresh = |key| {
+            NewInvocation::new(target(key), Identity::Fresh)
                 .into_record(0)
                 .id
         };
-        assert_ne!(fresh(), fresh());
+        assert_ne!(fresh(None), fresh(None));
+        // One handler's fresh calls land on many partitions; an object's stay on its own.
+        let partitions: std::collections::HashSet<u64> =
+            (0..64).map(|_| fresh(None).partition_key() % 8).collect();
+        assert!(partitions.len() > 4, "{partitions:?}");
+        assert_eq!(
+            fresh(Some("k")).partition_key(),
+            partition_key(&["Counter", "k"])
+        );
     }
 
     #[test]

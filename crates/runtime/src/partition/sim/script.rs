@@ -112,6 +112,7 @@ impl World {
                 record: Box::new(record),
                 input,
                 reply: Some(reply),
+                call: None,
             }],
             false,
         );
