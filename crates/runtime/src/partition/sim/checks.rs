@@ -20,6 +20,13 @@ impl World {
                 stored.is_some(),
                 "invocation {id} was acknowledged but is not in the store after a restart"
             );
+            if let Some(answered) = self.answered.get(id) {
+                assert_eq!(
+                    stored.and_then(|r| r.outcome).as_ref(),
+                    Some(answered),
+                    "call {id} was answered, but its outcome is not in the store after a restart"
+                );
+            }
         }
     }
 

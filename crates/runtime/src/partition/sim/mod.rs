@@ -5,6 +5,9 @@
 //! rule book; kills, pauses and resumes; fails the disk in the middle of commits; and crashes —
 //! all memory dropped, unsynced writes lost, the partition rebuilt from the store.
 //!
+//! Calls (a caller waiting for the outcome, with an id nobody else knows) are stored only at the
+//! first point anything depends on them; once a call is answered, its outcome is in the store.
+//!
 //! After every step it checks what the partition promises: no acknowledged invocation is lost;
 //! nothing is acknowledged as new twice; a completed invocation never runs again; a `ctx.run`
 //! whose result was journaled is never executed again; object locks, invoker slots, scope
@@ -108,6 +111,8 @@ struct Node {
     pending: VecDeque<(Commit, Vec<Effect>)>,
     /// Submissions waiting for their answer.
     replies: Vec<(InvocationId, oneshot::Receiver<Result<bool, CodedError>>)>,
+    /// Calls waiting for their outcome.
+    calls: Vec<(InvocationId, oneshot::Receiver<Outcome>)>,
     attempts: Vec<Running>,
 }
 
@@ -137,6 +142,8 @@ struct Stats {
     crashes: u64,
     disk_failures: u64,
     acked: u64,
+    /// Calls answered with their outcome.
+    answered: u64,
     completed: u64,
 }
 
@@ -166,6 +173,8 @@ struct World {
     idempotent: BTreeMap<u64, Submission>,
     /// Every other submission, to hand in again.
     submitted: Vec<Submission>,
+    /// Outcomes calls were answered with: each must be in the store for good.
+    answered: BTreeMap<InvocationId, Outcome>,
     /// Executions of each `ctx.run`, by invocation and completion id.
     executions: BTreeMap<(InvocationId, u32), u32>,
     stats: Stats,
@@ -261,6 +270,7 @@ fn work(runs: &Mutex<Runs>, wanted: u64, seed: u64) {
         total.events += stats.events;
         total.attempts += stats.attempts;
         total.executions += stats.executions;
+        total.answered += stats.answered;
         total.crashes += stats.crashes;
         total.disk_failures += stats.disk_failures;
         total.acked += stats.acked;
@@ -304,11 +314,12 @@ fn simulator_partition_events() {
     let runs = runs.into_inner().unwrap();
     let total = runs.total;
     println!(
-        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures",
+        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures",
         total.events,
         runs.started,
         started.elapsed(),
         total.acked,
+        total.answered,
         total.completed,
         total.attempts,
         total.executions,

@@ -72,6 +72,12 @@ impl World {
         if self.rng.chance(15) {
             new.run_at_ms = Some(now + self.rng.below(5_000));
         }
+        // Some are calls: their caller waits for the outcome, and nobody else knows their id.
+        let call = idempotency.is_none() && new.run_at_ms.is_none() && self.rng.chance(30);
+        // Half of them journal nothing: their one write is the outcome's.
+        if call && self.rng.chance(50) {
+            program.clear();
+        }
         let record = new.into_record(now);
         let input = Message::Input(proto::InputCommandMessage {
             headers: Vec::new(),
@@ -82,6 +88,9 @@ impl World {
         })
         .to_frame(false);
         let submission = Submission { record, input };
+        if call {
+            return self.call(submission);
+        }
         if idempotency.is_none() {
             self.submitted.push(submission.clone());
         }
@@ -113,6 +122,32 @@ impl World {
                 input,
                 reply: Some(reply),
                 call: None,
+            }],
+            false,
+        );
+    }
+
+    /// A client calls: it is told nothing until the outcome, so the invocation may be stored
+    /// as late as that.
+    pub(super) fn call(&mut self, submission: Submission) {
+        let Submission { record, input } = submission;
+        let id = record.id;
+        let program = input_program(&input);
+        self.acked.entry(id).or_insert_with(|| Acked {
+            created: 0,
+            acks: 0,
+            target: record.target.clone(),
+            program,
+        });
+        let (reply, _) = oneshot::channel();
+        let (call, outcome) = oneshot::channel();
+        self.node().calls.push((id, outcome));
+        self.deliver(
+            vec![Event::Submit {
+                record: Box::new(record),
+                input,
+                reply: Some(reply),
+                call: Some(call),
             }],
             false,
         );

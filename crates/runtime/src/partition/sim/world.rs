@@ -41,6 +41,7 @@ impl World {
             purged: std::collections::BTreeSet::new(),
             idempotent: BTreeMap::new(),
             submitted: Vec::new(),
+            answered: BTreeMap::new(),
             executions: BTreeMap::new(),
             stats: Stats::default(),
             trace: std::collections::hash_map::DefaultHasher::new(),
@@ -97,6 +98,7 @@ impl World {
             store,
             pending: VecDeque::new(),
             replies: Vec::new(),
+            calls: Vec::new(),
             attempts: Vec::new(),
         });
         // Nothing acknowledged is missing from the store.
@@ -211,6 +213,37 @@ impl World {
             }
         }
         self.node().replies = waiting;
+        let calls = std::mem::take(&mut self.node().calls);
+        let mut waiting = Vec::new();
+        for (id, mut outcome) in calls {
+            match outcome.try_recv() {
+                Ok(outcome) => self.answered(id, outcome),
+                Err(oneshot::error::TryRecvError::Closed) => {}
+                Err(oneshot::error::TryRecvError::Empty) => waiting.push((id, outcome)),
+            }
+        }
+        self.node().calls = waiting;
+    }
+
+    /// A call was answered: from now on its outcome must be in the store.
+    fn answered(&mut self, id: InvocationId, outcome: Outcome) {
+        id.hash(&mut self.trace);
+        let acked = self.acked.get_mut(&id).expect("calls are noted");
+        acked.acks += 1;
+        let stored = self
+            .node()
+            .store
+            .with_db(|db| records::load_record(db, id))
+            .expect("the store is open")
+            .expect("records read back")
+            .and_then(|r| r.outcome);
+        assert_eq!(
+            stored.as_ref(),
+            Some(&outcome),
+            "call {id} was answered before its outcome was stored"
+        );
+        self.answered.insert(id, outcome);
+        self.stats.answered += 1;
     }
 
     pub(super) fn acknowledged(&mut self, id: InvocationId, created: bool) {
