@@ -5,6 +5,7 @@
 # Flow control: SCOPE=acme calls /service/scope/acme/call/Greeter/greet with flow control on;
 # RULE='{"pattern":"*","limits":{"concurrency":2}}' sets a rule first (default: none).
 # NAGLE=1 serves the deployment with the SDK's own HttpServer (Nagle's algorithm on).
+# PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
 # x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
 set -euo pipefail
@@ -31,6 +32,12 @@ wrk.headers["content-type"] = "application/json"
 LUA
 # Warm up, then measure.
 wrk -t2 -c"$connections" -d2s -s "$work/post.lua" "http://127.0.0.1:$ingress$path" >/dev/null
+# PERF_OUT=file records Sluice's stacks while wrk measures (perf record, DWARF unwinding):
+# `perf script -i file | inferno-collapse-perf | inferno-flamegraph > flame.svg`.
+if [ -n "${PERF_OUT:-}" ]; then
+  perf record -q -F 199 --call-graph dwarf,16384 -p "$server" -o "$PERF_OUT" -- sleep "$seconds" &
+  perf_pid=$!
+fi
 cpu_before=$(cpu_seconds "$server")
 dep_before=$(cpu_seconds "$dep")
 wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/post.lua" "http://127.0.0.1:$ingress$path" | tee "$work/wrk.out"
@@ -40,4 +47,5 @@ requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 python3 -c "
 cpu = $cpu_after - $cpu_before
 print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+[ -n "${perf_pid:-}" ] && wait "$perf_pid"
 echo "sluice RSS: $(awk '/VmRSS/ {print $2, $3}' /proc/$server/status)"

@@ -42,6 +42,10 @@ impl Partition {
         }
         live.running = false;
         live.outbound = None;
+        // An invocation never stored is stored now, whatever the attempt's end (its record
+        // below): at the latest with its outcome, which its caller is told only after this
+        // commit. Before the ending: a completion leaves no journal in memory.
+        super::journal::save_journal(live, writes);
         live.record.attempts += 1;
         if let Some(started) = live.attempt_started.take() {
             metrics::histogram!(names::ATTEMPT_DURATION, "service" => live.record.target.service.clone())
@@ -123,9 +127,7 @@ impl Partition {
                 back_off(live, &retry, failure, e.retry_after, now, effects);
             }
         }
-        // An invocation never stored is stored now, whatever the attempt's end: at the latest
-        // with its outcome, which its caller is told only after this commit.
-        super::journal::save(live, writes)?;
+        store::put_record(writes, &live.record)?;
         Ok(true)
     }
 

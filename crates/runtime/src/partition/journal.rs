@@ -28,12 +28,18 @@ pub(super) fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
 /// here on it is durable like any other invocation and every entry is written as it comes.
 pub(super) fn save(live: &mut Live, writes: &mut WriteSet) -> Result<(), CodedError> {
     store::put_record(writes, &live.record)?;
+    save_journal(live, writes);
+    Ok(())
+}
+
+/// Writes the whole journal of `live` if it was never stored; its record must follow in the
+/// same write set.
+pub(super) fn save_journal(live: &mut Live, writes: &mut WriteSet) {
     if std::mem::take(&mut live.unsaved) {
         for (index, frame) in (0u32..).zip(&live.journal) {
             store::put_entry(writes, live.record.id, index, frame);
         }
     }
-    Ok(())
 }
 
 /// Whether journaling `message` (acked or not) needs an unsaved invocation stored first: only
