@@ -242,6 +242,17 @@ impl World {
             Some(&outcome),
             "call {id} was answered before its outcome was stored"
         );
+        // With its journal (the purger has not run since: it works between steps).
+        let journal = self
+            .node()
+            .store
+            .with_db(|db| records::load_journal(db, id))
+            .expect("the store is open")
+            .expect("journals read back");
+        assert!(
+            journal.first().is_some_and(|f| f.ty == MessageType::Input.id()),
+            "call {id} was answered, but its journal is not in the store"
+        );
         self.answered.insert(id, outcome);
         self.stats.answered += 1;
     }
