@@ -76,13 +76,16 @@ impl WriteSet {
     }
 }
 
+/// A table open in the group's transaction.
+type OpenTable<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
+
 /// Applies `sets` in order inside `txn`, opening each table once: opening one looks it up in
 /// redb's table of tables, which cost more than the insert itself when it was done per write.
 fn apply_all<'a>(
     sets: impl IntoIterator<Item = &'a WriteSet>,
     txn: &redb::WriteTransaction,
 ) -> Result<(), redb::Error> {
-    let mut open: Vec<(&str, redb::Table<'_, &[u8], &[u8]>)> = Vec::new();
+    let mut open: Vec<(&str, OpenTable<'_>)> = Vec::new();
     for op in sets.into_iter().flat_map(|set| &set.ops) {
         let (Op::Put(definition, ..) | Op::Delete(definition, _) | Op::DeleteRange(definition, ..)) =
             op;

@@ -250,7 +250,9 @@ impl World {
             .expect("the store is open")
             .expect("journals read back");
         assert!(
-            journal.first().is_some_and(|f| f.ty == MessageType::Input.id()),
+            journal
+                .first()
+                .is_some_and(|f| f.ty == MessageType::Input.id()),
             "call {id} was answered, but its journal is not in the store"
         );
         self.answered.insert(id, outcome);
