@@ -120,6 +120,16 @@ impl Runtime {
         record: InvocationRecord,
         input: Frame,
     ) -> Result<oneshot::Receiver<Result<bool, CodedError>>, CodedError> {
+        self.hand_over_call(record, input, None).await
+    }
+
+    /// [`Runtime::hand_over`], with the caller waiting for the outcome on `call`.
+    async fn hand_over_call(
+        &self,
+        record: InvocationRecord,
+        input: Frame,
+        call: Option<oneshot::Sender<Outcome>>,
+    ) -> Result<oneshot::Receiver<Result<bool, CodedError>>, CodedError> {
         let (reply, answer) = oneshot::channel();
         let id = record.id;
         self.partition(id)
@@ -127,7 +137,7 @@ impl Runtime {
                 record: Box::new(record),
                 input,
                 reply: Some(reply),
-                call: None,
+                call,
             })
             .await
             .map_err(|_| Self::gone())?;
@@ -144,18 +154,8 @@ impl Runtime {
         record: InvocationRecord,
         input: Frame,
     ) -> Result<(bool, oneshot::Receiver<Outcome>), CodedError> {
-        let (reply, answer) = oneshot::channel();
         let (call, outcome) = oneshot::channel();
-        let id = record.id;
-        self.partition(id)
-            .send(Event::Submit {
-                record: Box::new(record),
-                input,
-                reply: Some(reply),
-                call: Some(call),
-            })
-            .await
-            .map_err(|_| Self::gone())?;
+        let answer = self.hand_over_call(record, input, Some(call)).await?;
         let created = answer.await.map_err(|_| Self::gone())??;
         Ok((created, outcome))
     }

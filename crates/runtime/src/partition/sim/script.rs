@@ -104,50 +104,42 @@ impl World {
         self.hand_in(submission);
     }
 
+    /// A client submits and is answered once it is stored.
     pub(super) fn hand_in(&mut self, submission: Submission) {
-        let Submission { record, input } = submission;
-        let id = record.id;
-        let program = input_program(&input);
-        self.acked.entry(id).or_insert_with(|| Acked {
-            created: 0,
-            acks: 0,
-            target: record.target.clone(),
-            program,
-        });
         let (reply, answer) = oneshot::channel();
-        self.node().replies.push((id, answer));
-        self.deliver(
-            vec![Event::Submit {
-                record: Box::new(record),
-                input,
-                reply: Some(reply),
-                call: None,
-            }],
-            false,
-        );
+        self.node().replies.push((submission.record.id, answer));
+        self.submit_event(submission, reply, None);
     }
 
     /// A client calls: it is told nothing until the outcome, so the invocation may be stored
     /// as late as that.
     pub(super) fn call(&mut self, submission: Submission) {
+        let (reply, _) = oneshot::channel();
+        let (call, outcome) = oneshot::channel();
+        self.node().calls.push((submission.record.id, outcome));
+        self.submit_event(submission, reply, Some(call));
+    }
+
+    fn submit_event(
+        &mut self,
+        submission: Submission,
+        reply: oneshot::Sender<Result<bool, CodedError>>,
+        call: Option<oneshot::Sender<Outcome>>,
+    ) {
         let Submission { record, input } = submission;
-        let id = record.id;
         let program = input_program(&input);
-        self.acked.entry(id).or_insert_with(|| Acked {
+        self.acked.entry(record.id).or_insert_with(|| Acked {
             created: 0,
             acks: 0,
             target: record.target.clone(),
             program,
         });
-        let (reply, _) = oneshot::channel();
-        let (call, outcome) = oneshot::channel();
-        self.node().calls.push((id, outcome));
         self.deliver(
             vec![Event::Submit {
                 record: Box::new(record),
                 input,
                 reply: Some(reply),
-                call: Some(call),
+                call,
             }],
             false,
         );

@@ -243,12 +243,7 @@ impl World {
             "call {id} was answered before its outcome was stored"
         );
         // With its journal (the purger has not run since: it works between steps).
-        let journal = self
-            .node()
-            .store
-            .with_db(|db| records::load_journal(db, id))
-            .expect("the store is open")
-            .expect("journals read back");
+        let journal = self.stored_journal(id);
         assert!(
             journal
                 .first()
@@ -387,15 +382,19 @@ impl World {
         self.node().attempts = attempts;
     }
 
-    /// A `ctx.run` executes its side effect: never again once its result is journaled.
-    pub(super) fn execute(&mut self, id: InvocationId, completion: u32) -> Bytes {
-        self.stats.executions += 1;
-        let journal = self
-            .node()
+    /// The journal of `id` as the store has it.
+    fn stored_journal(&mut self, id: InvocationId) -> Vec<Frame> {
+        self.node()
             .store
             .with_db(|db| records::load_journal(db, id))
             .expect("the store is open")
-            .expect("journals read back");
+            .expect("journals read back")
+    }
+
+    /// A `ctx.run` executes its side effect: never again once its result is journaled.
+    pub(super) fn execute(&mut self, id: InvocationId, completion: u32) -> Bytes {
+        self.stats.executions += 1;
+        let journal = self.stored_journal(id);
         let journaled = journal.iter().any(|frame| {
             frame.ty == MessageType::RunCompletion.id()
                 && crate::partition::journal::has_completion(
