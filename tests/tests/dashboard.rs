@@ -90,15 +90,22 @@ async fn text_until(client: &Client, css: &str, ok: impl Fn(&str) -> bool) -> St
     }
 }
 
+/// Clicks `css` once it is there. The page re-renders its tables every second, so an element
+/// found just before a refresh can be replaced before the click lands: it is found again.
 async fn click(client: &Client, css: &str) {
     text_until(client, css, |_| true).await;
-    client
-        .find(Locator::Css(css))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let clicked = match client.find(Locator::Css(css)).await {
+            Ok(element) => element.click().await.map(drop),
+            Err(e) => Err(e),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(e) => assert!(Instant::now() < deadline, "cannot click {css}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn screenshot(client: &Client, dir: &Path, name: &str) {
