@@ -1,7 +1,8 @@
 //! What the order of store keys costs a group commit: `sets` invocations per commit (a 300-byte
 //! record and two 60-byte journal rows each), keyed by a prefix and a time-ordered id, where the
-//! prefix is one value (`seq`: a scope's or, before spreading, a handler's ids), one of 16
-//! (`lanes16`), or random (`random`: spread unkeyed ids). Prints wall and CPU time per commit.
+//! prefix is one value (`seq`: a scope's ids), one of 16 (`lanes16`), random (`random`: spread
+//! unkeyed ids at first), or time above 16 random bits (`timed`: spread unkeyed ids now). Prints
+//! wall and CPU time per commit.
 //!
 //! `cargo run --release -p sluice-store --example key_locality -- random 8 4000`
 use redb::{Database, TableDefinition};
@@ -10,7 +11,7 @@ const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
 const JOURNAL: TableDefinition<&[u8], &[u8]> = TableDefinition::new("journal");
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: key_locality seq|lanes16|random <sets per commit> <commits>";
+    let usage = "usage: key_locality seq|lanes16|random|timed <sets per commit> <commits>";
     let mode = args.get(1).expect(usage).as_str();
     let sets: u64 = args.get(2).and_then(|a| a.parse().ok()).expect(usage);
     let commits: u64 = args.get(3).and_then(|a| a.parse().ok()).expect(usage);
@@ -25,7 +26,7 @@ fn main() {
     let entry = vec![3u8; 60];
     let started = Instant::now();
     let cpu0 = cpu();
-    for _ in 0..commits {
+    for commit in 0..commits {
         let txn = db.begin_write().unwrap();
         {
             let mut records = txn.open_table(RECORDS).unwrap();
@@ -39,6 +40,9 @@ fn main() {
                 let prefix = match mode {
                     "seq" => 42u64,
                     "lanes16" => 42 + (x % 16),
+                    // Spread ids as `InvocationId::spread` makes them: time (one ms per
+                    // commit) above 16 spread bits.
+                    "timed" => ((1_700_000_000_000 + commit) << 16) | (x & 0xffff),
                     _ => x,
                 };
                 let mut key = Vec::with_capacity(24);

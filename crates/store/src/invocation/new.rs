@@ -217,6 +217,9 @@ mod tests {
         let partitions: std::collections::HashSet<u64> =
             (0..64).map(|_| fresh(None).partition_key() % 8).collect();
         assert!(partitions.len() > 4, "{partitions:?}");
+        // Their store keys follow time: the partition key starts with the ULID's milliseconds.
+        let id = fresh(None);
+        assert_eq!(id.partition_key() >> 16, (id.uuid() >> 80) as u64);
         assert_eq!(
             fresh(Some("k")).partition_key(),
             partition_key(&["Counter", "k"])
