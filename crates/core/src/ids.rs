@@ -221,7 +221,7 @@ impl InvocationId {
 
     /// A fresh id on a partition key, with a ULID as its uuid.
     pub fn generate(partition_key: u64) -> Self {
-        Self::new(partition_key, ulid::Ulid::new().0)
+        Self::new(partition_key, Self::new_uuid())
     }
 
     /// An id of `uuid` on a partition key drawn from the uuid itself: work that belongs to no
@@ -239,9 +239,9 @@ impl InvocationId {
         Self::new((time_ms << 16) | lane, uuid)
     }
 
-    /// A fresh id with a ULID as its uuid, [spread](Self::spread) by it.
-    pub fn generate_spread() -> Self {
-        Self::spread(ulid::Ulid::new().0)
+    /// A fresh uuid for a new id: a ULID, so ids made later sort later.
+    pub fn new_uuid() -> u128 {
+        ulid::Ulid::new().0
     }
 
     /// The id an idempotency key gives: the same (scope, target, key) always maps to the same

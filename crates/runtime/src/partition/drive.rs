@@ -354,9 +354,7 @@ impl Partition {
             return Ok(());
         }
         store::put_record(writes, &record)?;
-        for (index, frame) in (0u32..).zip(&journal) {
-            store::put_entry(writes, id, index, frame);
-        }
+        store::put_journal(writes, id, &journal);
         match record.run_at_ms {
             Some(at) if record.status == Status::Scheduled => {
                 effects.push(Effect::WakeAt(id, at, None))

@@ -36,9 +36,7 @@ pub(super) fn save(live: &mut Live, writes: &mut WriteSet) -> Result<(), CodedEr
 /// same write set.
 pub(super) fn save_journal(live: &mut Live, writes: &mut WriteSet) {
     if std::mem::take(&mut live.unsaved) {
-        for (index, frame) in (0u32..).zip(&live.journal) {
-            store::put_entry(writes, live.record.id, index, frame);
-        }
+        store::put_journal(writes, live.record.id, &live.journal);
     }
 }
 

@@ -45,6 +45,19 @@ pub struct NewInvocation {
     pub trace: Option<sluice_core::trace::TraceParent>,
 }
 
+/// The id of `uuid` for `target`: on `partition` when given; else an object's invocations stay
+/// on its partition and unkeyed work spreads over the partitions by its uuid.
+fn placed(target: &Target, uuid: u128, partition: Option<u64>) -> InvocationId {
+    match (partition, target.key.as_deref()) {
+        (Some(partition), _) => InvocationId::new(partition, uuid),
+        (None, None) => InvocationId::spread(uuid),
+        (None, Some(_)) => InvocationId::new(
+            target_partition_key(&target.service, &target.handler, target.key.as_deref()),
+            uuid,
+        ),
+    }
+}
+
 impl NewInvocation {
     /// An unscoped invocation of `target`, to run now, with nobody waiting on it.
     pub fn new(target: Target, identity: Identity) -> Self {
@@ -85,15 +98,7 @@ impl NewInvocation {
         let target = &self.target;
         let scope = self.scope.as_ref().map(Scope::as_str);
         let id = match &self.identity {
-            // Unkeyed work spreads over the partitions; an object's stays on its partition.
-            Identity::Fresh => match target.key.as_deref() {
-                None => InvocationId::generate_spread(),
-                Some(_) => InvocationId::generate(target_partition_key(
-                    &target.service,
-                    &target.handler,
-                    target.key.as_deref(),
-                )),
-            },
+            Identity::Fresh => placed(target, InvocationId::new_uuid(), None),
             Identity::Idempotent(key) => idempotent_id(
                 scope,
                 &target.service,
@@ -110,14 +115,7 @@ impl NewInvocation {
                     key,
                 )
             }
-            Identity::Derived { uuid, partition } => match (partition, target.key.as_deref()) {
-                (Some(partition), _) => InvocationId::new(*partition, *uuid),
-                (None, None) => InvocationId::spread(*uuid),
-                (None, Some(_)) => InvocationId::new(
-                    target_partition_key(&target.service, &target.handler, target.key.as_deref()),
-                    *uuid,
-                ),
-            },
+            Identity::Derived { uuid, partition } => placed(target, *uuid, *partition),
         };
         in_scope(id, scope)
     }

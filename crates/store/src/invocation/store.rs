@@ -106,6 +106,13 @@ pub fn put_entry(writes: &mut WriteSet, id: InvocationId, index: u32, frame: &Fr
     writes.put(JOURNAL, &journal_key(id, index), value);
 }
 
+/// Writes a whole journal, entry 0 first.
+pub fn put_journal(writes: &mut WriteSet, id: InvocationId, journal: &[Frame]) {
+    for (index, frame) in (0u32..).zip(journal) {
+        put_entry(writes, id, index, frame);
+    }
+}
+
 /// Removes a record and its journal.
 pub fn delete_invocation(writes: &mut WriteSet, id: InvocationId) {
     writes.delete(INVOCATIONS, &id.to_bytes());
