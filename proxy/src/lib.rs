@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod cluster;
 pub mod ingress;
 pub mod kafka;
 pub mod logging;

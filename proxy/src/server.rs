@@ -32,6 +32,11 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     raise_open_files_limit();
     let config = Arc::new(config);
     let store = Arc::new(Store::open(&config.data_dir)?);
+    let cluster = if config.cluster.is_kafka() {
+        Some(Arc::new(crate::cluster::Cluster::join(&config, &store)?))
+    } else {
+        None
+    };
     let registry = Arc::new(Registry::load(Arc::clone(&store))?);
     crate::limits::switch::check(&store, config.flow_control_enabled())?;
     let ingress_listener = bind(
@@ -95,8 +100,18 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     });
     server.add_service(background_service(
         "partitions",
-        PartitionsService::new(node.clone(), receivers),
+        PartitionsService::new(
+            node.clone(),
+            receivers,
+            cluster.as_ref().map(|cluster| cluster.leads()),
+        ),
     ));
+    if let Some(cluster) = &cluster {
+        server.add_service(background_service(
+            "cluster",
+            crate::services::ClusterService(Arc::clone(cluster)),
+        ));
+    }
     let ingress = IngressService::new(
         IngressApp::new(Arc::clone(&ingress_state)),
         ingress_listener,

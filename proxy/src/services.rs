@@ -7,22 +7,27 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
+use crate::cluster::Cluster;
 use crate::kafka::Kafka;
 use crate::node::Node;
 use crate::partition::Receivers;
+use crate::partition::runtime::Lead;
 
 /// Runs the partitions, on pingora's runtime for them.
 pub struct PartitionsService {
     node: Node,
     receivers: Mutex<Option<Receivers>>,
+    leads: Option<Vec<Lead>>,
 }
 
 impl PartitionsService {
-    /// A service running the partitions of `receivers` with `node`'s parts.
-    pub fn new(node: Node, receivers: Receivers) -> Self {
+    /// A service running the partitions of `receivers` with `node`'s parts; in cluster mode,
+    /// each only while `leads` says this node leads it.
+    pub fn new(node: Node, receivers: Receivers, leads: Option<Vec<Lead>>) -> Self {
         Self {
             node,
             receivers: Mutex::new(Some(receivers)),
+            leads,
         }
     }
 }
@@ -36,7 +41,9 @@ impl BackgroundService for PartitionsService {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(receivers) = receivers {
-            self.node.serve_partitions(receivers, shutdown).await;
+            self.node
+                .serve_partitions(receivers, shutdown, self.leads.clone())
+                .await;
         }
     }
 }
@@ -61,5 +68,15 @@ impl BackgroundService for MetricsUpkeepService {
             () = Arc::clone(&self.0).upkeep() => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Runs this node's part of the cluster (cluster mode).
+pub struct ClusterService(pub Arc<Cluster>);
+
+#[async_trait]
+impl BackgroundService for ClusterService {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        self.0.run(shutdown).await;
     }
 }

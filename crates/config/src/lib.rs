@@ -3,6 +3,7 @@
 //! file and `__`-separated in the environment (`SERVICE_WORKER__INVOKER__ABORT_TIMEOUT=30s`).
 //! Anything unknown or invalid fails with RT0002 naming the key path and where it came from.
 
+pub mod cluster;
 pub mod kafka;
 mod load;
 pub mod plugins;
@@ -66,6 +67,8 @@ pub struct Config {
     /// Policy plugins loaded at start-up, in order (`[[plugins]]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<plugins::ConfiguredPlugin>,
+    /// Several nodes over Kafka (`docs/cluster.md`); embedded by default.
+    pub cluster: cluster::ClusterConfig,
 }
 
 impl Default for Config {
@@ -88,6 +91,7 @@ impl Default for Config {
             tracing: TracingConfig::default(),
             plugin_limits: PluginLimits::default(),
             plugins: Vec::new(),
+            cluster: cluster::ClusterConfig::default(),
         }
     }
 }

@@ -318,6 +318,7 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
             ),
         ));
     }
+    config.cluster.validate()?;
     if config.shutdown_grace_period.0.is_zero() {
         return Err((
             "shutdown-grace-period".into(),

@@ -204,6 +204,15 @@ catalogue! {
     RT0030 => Ingress, Some(429),
         "a flow-control rule refused the invocation",
         "The rule's queue already holds `max-queued` waiting invocations, or the rule has `on-exceed = \"reject\"` and its rate has no token left. The answer's `Retry-After` says when a place or a token is expected (from how fast the queue has been draining, or when the next token is due). Retry then, slow down, or raise the rule's `max-queued` or rate. A handler's call refused this way fails with this code; its one-way sends are never refused.";
+    CLU0001 => Ingress, Some(503),
+        "this node does not lead the invocation's partition (cluster mode)",
+        "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";
+    CLU0002 => Startup, None,
+        "the node cannot join the cluster",
+        "The Kafka cluster in `cluster.bootstrap-servers` cannot be reached, or its topics do not match this node: the log and leaders topics must have exactly `worker.partitions` partitions (the count is fixed when the cluster is created). Start the node with the cluster's partition count, or point `cluster.topic-prefix` at a new cluster.";
+    CLU0003 => Startup, None,
+        "a partition log record cannot be read",
+        "A record of the partition log is damaged, larger than `cluster.max-record-bytes`, or written by a Sluice version with another record format. The node stops reading that partition rather than guess; run the same Sluice version on every node and give every node the same `cluster.max-record-bytes`.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";

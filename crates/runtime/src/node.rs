@@ -35,7 +35,13 @@ impl Node {
     /// true. Marks the store's health ready once every partition recovered; a recovery that
     /// fails, or a partition that ends while serving, fails it instead, because its invocations
     /// would otherwise sit behind a healthy `/health` forever.
-    pub async fn serve_partitions(&self, receivers: Receivers, stopping: watch::Receiver<bool>) {
+    /// In cluster mode `leads` says which partitions this node leads (`docs/cluster.md`).
+    pub async fn serve_partitions(
+        &self,
+        receivers: Receivers,
+        stopping: watch::Receiver<bool>,
+        leads: Option<Vec<crate::partition::runtime::Lead>>,
+    ) {
         let health = Arc::clone(self.store.health());
         let mut stopped = stopping.clone();
         let handles = match self.runtime.spawn_with_rules(
@@ -43,8 +49,11 @@ impl Node {
             &self.store,
             &self.registry,
             &self.config,
-            Some(&self.rules),
-            &self.tls,
+            crate::partition::runtime::How {
+                rules: Some(&self.rules),
+                tls: &self.tls,
+                leads,
+            },
         ) {
             Ok(handles) => handles,
             // Shutdown closes the store under recovering partitions: what ends then is no failure.

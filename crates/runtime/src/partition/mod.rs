@@ -186,6 +186,16 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The same parts, written through `writer` (cluster mode: a partition's log).
+    pub fn with_writer(&self, writer: Writer) -> Self {
+        Self {
+            writer,
+            ..self.clone()
+        }
+    }
+}
+
 impl Partition {
     /// Partition `index` over the parts every partition `shared`, running attempts through
     /// `driver`.
@@ -280,7 +290,7 @@ impl Partition {
     /// rule book applies the moment it arrives.
     pub async fn run(
         mut self,
-        mut rx: mpsc::Receiver<Event>,
+        rx: &mut mpsc::Receiver<Event>,
         mut rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
     ) {
         let mut batch = Vec::with_capacity(BATCH);

@@ -9,14 +9,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::now_ms;
+use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::storage::Store;
 use crate::storage::writer::{WriteSet, Writer};
 
-/// Purges until the store closes or a write fails (the process is then stopping anyway).
-pub async fn run(store: Arc<Store>, writer: Writer, interval: Duration, batch: usize) {
+/// Purges the invocations `owns` selects until the store closes or a write fails (the process
+/// is then stopping anyway). In cluster mode each led partition runs its own, through its log.
+pub async fn run(
+    store: Arc<Store>,
+    writer: Writer,
+    interval: Duration,
+    batch: usize,
+    owns: impl Fn(InvocationId) -> bool,
+) {
     loop {
-        let due = match store.with_db(|db| store::due_purges(db, now_ms(), batch)) {
+        let due = match store.with_db(|db| store::due_purges(db, now_ms(), batch, &owns)) {
             Ok(Ok(due)) => due,
             Ok(Err(e)) => {
                 tracing::warn!(error.code = ?e.code, error = %e, "cannot read due purges; trying again");

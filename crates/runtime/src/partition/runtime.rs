@@ -333,20 +333,28 @@ impl Runtime {
         config: &Arc<Config>,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
         let tls = DeploymentTls::load(config.deployment_ca_file.as_deref())?;
-        self.spawn_with_rules(receivers, store, registry, config, None, &tls)
+        let how = How {
+            rules: None,
+            tls: &tls,
+            leads: None,
+        };
+        self.spawn_with_rules(receivers, store, registry, config, how)
     }
 
-    /// [`Runtime::spawn`], following the rule book `rules` and reaching `https://` deployments
-    /// with what `tls` trusts.
+    /// [`Runtime::spawn`], following the rule book `how.rules` and reaching `https://` deployments
+    /// with what `how.tls` trusts. With `how.leads` (cluster mode), partition `i` runs only while
+    /// `leads[i]` holds the writer of its log (`docs/cluster.md`), and is recovered from the
+    /// store each time it is taken over; events for it meanwhile are dropped (their senders see
+    /// the partition gone).
     pub fn spawn_with_rules(
         &self,
         receivers: Receivers,
         store: &Arc<Store>,
         registry: &Arc<Registry>,
         config: &Arc<Config>,
-        rules: Option<&Arc<Rules>>,
-        tls: &DeploymentTls,
+        how: How<'_>,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
+        let How { rules, tls, leads } = how;
         let n = self.senders.len() as u64;
         let client = AttemptClient::new(tls);
         let writer = Writer::start(Arc::clone(store));
@@ -356,32 +364,139 @@ impl Runtime {
             Arc::clone(registry),
             Arc::clone(config),
         );
+        let worker = &config.worker;
+        let purging = Purging {
+            store: Arc::clone(store),
+            interval: worker.purge_interval.0,
+            batch: usize::try_from(worker.purge_batch_size.get()).unwrap_or(usize::MAX),
+        };
         let mut handles = Vec::new();
+        let mut leads = leads.map(Vec::into_iter);
         for (index, rx) in receivers.0.into_iter().enumerate() {
-            let mut partition = Partition::new(
-                index as u32,
-                &shared,
-                Box::new(super::driver::TokioDriver::new(
-                    self.clone(),
-                    client.clone(),
-                    self.senders[index].clone(),
-                )),
-            );
+            let driver = {
+                let (runtime, client) = (self.clone(), client.clone());
+                let own = self.senders[index].clone();
+                move || -> Box<dyn super::driver::Driver> {
+                    Box::new(super::driver::TokioDriver::new(
+                        runtime.clone(),
+                        client.clone(),
+                        own.clone(),
+                    ))
+                }
+            };
+            let owns = move |id: InvocationId| (id.partition_key() % n) as usize == index;
+            if let Some(lead) = leads.as_mut().and_then(Iterator::next) {
+                let hosted = Hosted {
+                    index: index as u32,
+                    shared: shared.clone(),
+                    rules: rules.cloned(),
+                    purging: purging.clone(),
+                };
+                handles.push(tokio::spawn(hosted.run(rx, lead, driver, owns)));
+                continue;
+            }
+            let mut partition = Partition::new(index as u32, &shared, driver());
             let changes = rules.map(|rules| {
                 partition.follow_rules(rules.book());
                 rules.subscribe()
             });
-            partition.recover(|id| (id.partition_key() % n) as usize == index)?;
-            handles.push(tokio::spawn(partition.run(rx, changes)));
+            partition.recover(owns)?;
+            handles.push(tokio::spawn(async move {
+                let mut rx = rx;
+                partition.run(&mut rx, changes).await;
+            }));
         }
-        let worker = &config.worker;
-        handles.push(tokio::spawn(super::purge::run(
-            Arc::clone(store),
-            writer,
-            worker.purge_interval.0,
-            usize::try_from(worker.purge_batch_size.get()).unwrap_or(usize::MAX),
-        )));
+        if leads.is_none() {
+            handles.push(tokio::spawn(purging.run(writer, |_| true)));
+        }
         Ok(handles)
+    }
+}
+
+/// How [`Runtime::spawn_with_rules`] runs the partitions.
+pub struct How<'a> {
+    /// The rule book to follow (none: an empty one).
+    pub rules: Option<&'a Arc<Rules>>,
+    /// What `https://` deployments are trusted with.
+    pub tls: &'a DeploymentTls,
+    /// Cluster mode: which partitions this node leads.
+    pub leads: Option<Vec<Lead>>,
+}
+
+/// Cluster mode: the writer of a partition's log while this node leads it, `None` otherwise.
+pub type Lead = tokio::sync::watch::Receiver<Option<Writer>>;
+
+/// What the purger needs.
+#[derive(Clone)]
+struct Purging {
+    store: Arc<Store>,
+    interval: std::time::Duration,
+    batch: usize,
+}
+
+impl Purging {
+    fn run(
+        self,
+        writer: Writer,
+        owns: impl Fn(InvocationId) -> bool + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        super::purge::run(self.store, writer, self.interval, self.batch, owns)
+    }
+}
+
+/// A partition of cluster mode: runs while led, recovered from the store at each takeover.
+struct Hosted {
+    index: u32,
+    shared: super::Shared,
+    rules: Option<Arc<Rules>>,
+    purging: Purging,
+}
+
+impl Hosted {
+    async fn run(
+        self,
+        mut rx: mpsc::Receiver<Event>,
+        mut lead: Lead,
+        driver: impl Fn() -> Box<dyn super::driver::Driver>,
+        owns: impl Fn(InvocationId) -> bool + Clone + Send + Sync + 'static,
+    ) {
+        loop {
+            let writer = loop {
+                if let Some(writer) = lead.borrow_and_update().clone() {
+                    break writer;
+                }
+                tokio::select! {
+                    changed = lead.changed() => if changed.is_err() { return },
+                    // Not led here: nobody answers it (forwarding is the cluster's job).
+                    event = rx.recv() => if event.is_none() { return },
+                }
+            };
+            let mut partition = Partition::new(
+                self.index,
+                &self.shared.with_writer(writer.clone()),
+                driver(),
+            );
+            let changes = self.rules.as_ref().map(|rules| {
+                partition.follow_rules(rules.book());
+                rules.subscribe()
+            });
+            if let Err(e) = partition.recover(owns.clone()) {
+                tracing::error!(partition = self.index, error.code = ?e.code, error = %e, "a partition taken over failed to recover");
+                self.shared.store.health().fail(e);
+                return;
+            }
+            tracing::info!(partition = self.index, "leading the partition");
+            let purger = tokio::spawn(self.purging.clone().run(writer, owns.clone()));
+            let stopped = tokio::select! {
+                () = partition.run(&mut rx, changes) => true,
+                _ = lead.wait_for(Option::is_none) => false,
+            };
+            purger.abort();
+            if stopped {
+                return;
+            }
+            tracing::info!(partition = self.index, "stepped down from the partition");
+        }
     }
 }
 

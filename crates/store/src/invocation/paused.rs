@@ -12,7 +12,7 @@ use crate::flow::{LimitKey, Priority, Scope};
 use crate::storage::writer::{BytesTable, WriteSet};
 
 /// Key: partition index (u32 BE) ‖ the queue key as JSON. Value: empty.
-const PAUSED: BytesTable = TableDefinition::new("paused_queues");
+pub(crate) const PAUSED: BytesTable = TableDefinition::new("paused_queues");
 
 /// A queue key as stored.
 #[derive(Serialize, Deserialize)]

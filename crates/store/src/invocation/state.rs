@@ -11,7 +11,7 @@ use crate::storage::writer::{BytesTable, WriteSet};
 
 /// Key: u32 BE length ‖ scope ‖ u32 BE length ‖ service ‖ u32 BE length ‖ object key ‖ state
 /// key. Value: the state value.
-const STATE: BytesTable = TableDefinition::new("state");
+pub(crate) const STATE: BytesTable = TableDefinition::new("state");
 
 /// The object whose state is addressed.
 #[derive(Debug, Clone, Copy)]
@@ -111,7 +111,7 @@ pub fn scan(db: &redb::Database) -> Result<Vec<StateRow>, CodedError> {
 
 /// Key: as [`STATE`], with the promise name last. Value: a tag byte (0 value, 1 failure), then
 /// the value, or the failure's code (u16 BE) and message.
-const PROMISES: BytesTable = TableDefinition::new("promises");
+pub(crate) const PROMISES: BytesTable = TableDefinition::new("promises");
 
 /// A completed durable promise.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,14 +11,14 @@ use crate::ids::InvocationId;
 use crate::protocol::Frame;
 use crate::storage::writer::{BytesTable, WriteSet};
 
-const INVOCATIONS: BytesTable = TableDefinition::new("invocations");
+pub(crate) const INVOCATIONS: BytesTable = TableDefinition::new("invocations");
 /// Key: invocation id (24 bytes) ‖ entry index (u32 BE). Value: type (u16 BE) ‖ payload.
-const JOURNAL: BytesTable = TableDefinition::new("journal");
+pub(crate) const JOURNAL: BytesTable = TableDefinition::new("journal");
 /// Key: wake time (ms, u64 BE) ‖ invocation id ‖ completion id (u32 BE). Value: empty.
-const TIMERS: BytesTable = TableDefinition::new("timers");
+pub(crate) const TIMERS: BytesTable = TableDefinition::new("timers");
 /// What completed invocations leave behind, and when it goes. Key: purge time (ms, u64 BE) ‖
 /// invocation id ‖ [`Purge`] byte. Value: empty.
-const PURGES: BytesTable = TableDefinition::new("purges");
+pub(crate) const PURGES: BytesTable = TableDefinition::new("purges");
 
 /// What a purge row removes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,21 +158,25 @@ pub fn due_purges(
     db: &redb::Database,
     now_ms: u64,
     limit: usize,
+    owns: impl Fn(InvocationId) -> bool,
 ) -> Result<Vec<DuePurge>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let Ok(table) = txn.open_table(PURGES) else {
         return Ok(Vec::new());
     };
     let end = now_ms.saturating_add(1).to_be_bytes();
-    table
-        .range(..end.as_slice())
-        .map_err(storage)?
-        .take(limit)
-        .map(|row| {
-            let (key, _) = row.map_err(storage)?;
-            decode_purge(key.value())
-        })
-        .collect()
+    let mut due = Vec::new();
+    for row in table.range(..end.as_slice()).map_err(storage)? {
+        if due.len() >= limit {
+            break;
+        }
+        let (key, _) = row.map_err(storage)?;
+        let purge = decode_purge(key.value())?;
+        if owns(purge.invocation) {
+            due.push(purge);
+        }
+    }
+    Ok(due)
 }
 
 fn decode_purge(k: &[u8]) -> Result<DuePurge, CodedError> {
@@ -493,14 +497,17 @@ mod tests {
         put_purge(&mut writes, 10, a, Purge::Journal);
         put_purge(&mut writes, 30, b, Purge::Journal);
         writes.commit_now(&store);
-        let due = store.with_db(|db| due_purges(db, 20, 10)).unwrap().unwrap();
+        let due = store
+            .with_db(|db| due_purges(db, 20, 10, |_| true))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             due.iter()
                 .map(|d| (d.invocation, d.what))
                 .collect::<Vec<_>>(),
             vec![(a, Purge::Journal), (a, Purge::Invocation)]
         );
-        let limited = store.with_db(|db| due_purges(db, 20, 1)).unwrap().unwrap();
+        let limited = store.with_db(|db| due_purges(db, 20, 1, |_| true)).unwrap().unwrap();
         assert_eq!(limited.len(), 1);
         let mut writes = WriteSet::default();
         for purge in &due {
@@ -513,8 +520,8 @@ mod tests {
                 assert!(load_journal(db, a).unwrap().is_empty());
                 assert!(load_record(db, b).unwrap().is_some());
                 assert_eq!(load_journal(db, b).unwrap().len(), 1);
-                assert!(due_purges(db, 20, 10).unwrap().is_empty());
-                assert_eq!(due_purges(db, u64::MAX, 10).unwrap().len(), 1);
+                assert!(due_purges(db, 20, 10, |_| true).unwrap().is_empty());
+                assert_eq!(due_purges(db, u64::MAX, 10, |_| true).unwrap().len(), 1);
             })
             .unwrap();
     }

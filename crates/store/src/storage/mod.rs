@@ -1,6 +1,7 @@
 //! The one redb database under `data-dir`. Opening it checks who else holds it (RT0005) and its
 //! format version record (RT0009/META0011, META0010); closing it is part of shutdown.
 
+pub mod log;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

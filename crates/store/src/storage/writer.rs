@@ -17,7 +17,8 @@ pub type BytesTable = TableDefinition<'static, &'static [u8], &'static [u8]>;
 /// Most write sets applied in one transaction.
 const GROUP: usize = 1024;
 
-enum Op {
+#[derive(Clone)]
+pub(crate) enum Op {
     Put(BytesTable, Vec<u8>, Vec<u8>),
     Delete(BytesTable, Vec<u8>),
     DeleteRange(BytesTable, Vec<u8>, Vec<u8>),
@@ -26,7 +27,7 @@ enum Op {
 /// Writes to apply atomically, in order.
 #[derive(Default)]
 pub struct WriteSet {
-    ops: Vec<Op>,
+    pub(crate) ops: Vec<Op>,
 }
 
 impl std::fmt::Debug for WriteSet {
@@ -154,6 +155,111 @@ impl Writer {
             let _ = job.done.send(Err(stopped()));
         }
         answer
+    }
+}
+
+/// A writer whose sets stop at a stage before they reach the store (cluster mode: each
+/// partition's sets go to its Kafka log first). Made by [`Writer::staged`].
+pub struct Staged {
+    rx: mpsc::UnboundedReceiver<Job>,
+    /// A set that did not fit in the last group: it starts the next one.
+    held: Option<Job>,
+}
+
+/// Sets taken from a [`Staged`] writer together, in the order they were queued.
+pub struct Group {
+    jobs: Vec<Job>,
+}
+
+impl Writer {
+    /// A new writer whose sets wait in the returned stage; whoever holds the stage moves them on
+    /// (or fails them). The thread of `self` is not involved until [`Group::store`].
+    pub fn staged() -> (Writer, Staged) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self { tx }, Staged { rx, held: None })
+    }
+}
+
+impl Staged {
+    /// Waits for a set, then takes every set waiting, while their writes fit in `max_bytes` of
+    /// a log record (at least one set is taken, however large). `None` once every sender is
+    /// gone.
+    pub async fn next_group(&mut self, max_bytes: usize) -> Option<Group> {
+        let first = match self.held.take() {
+            Some(job) => job,
+            None => self.rx.recv().await?,
+        };
+        let mut bytes = super::log::encoded_len(&first.writes);
+        let mut jobs = vec![first];
+        while jobs.len() < GROUP {
+            let Ok(job) = self.rx.try_recv() else { break };
+            let len = super::log::encoded_len(&job.writes);
+            if bytes.saturating_add(len) > max_bytes {
+                self.held = Some(job);
+                break;
+            }
+            bytes += len;
+            jobs.push(job);
+        }
+        Some(Group { jobs })
+    }
+
+    /// Fails every set waiting now and every set queued later, with `error`.
+    pub fn close(&mut self, error: &CodedError) {
+        self.rx.close();
+        if let Some(job) = self.held.take() {
+            let _ = job.done.send(Err(error.clone()));
+        }
+        while let Ok(job) = self.rx.try_recv() {
+            let _ = job.done.send(Err(error.clone()));
+        }
+    }
+}
+
+impl Group {
+    /// Whether no set of the group writes anything.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.iter().all(|job| job.writes.is_empty())
+    }
+
+    /// How many sets the group holds.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The writes of every set, in order, as one set (a log record's content).
+    pub fn writes(&self) -> WriteSet {
+        let mut all = WriteSet::default();
+        for job in &self.jobs {
+            all.ops.extend(job.writes.ops.iter().map(Op::clone));
+        }
+        all
+    }
+
+    /// Answers every set of the group with `error`.
+    pub fn fail(self, error: &CodedError) {
+        for job in self.jobs {
+            let _ = job.done.send(Err(error.clone()));
+        }
+    }
+
+    /// Hands the group's writes, then `extra`, to `next` as one set, and answers every set of
+    /// the group with that commit's result. Groups stored in order commit in order.
+    pub fn store(self, next: &Writer, mut extra: WriteSet) -> impl Future<Output = ()> + use<> {
+        let mut all = WriteSet::default();
+        let mut answers = Vec::with_capacity(self.jobs.len());
+        for mut job in self.jobs {
+            all.ops.append(&mut job.writes.ops);
+            answers.push(job.done);
+        }
+        all.ops.append(&mut extra.ops);
+        let committed = next.commit(all);
+        async move {
+            let result = committed.await.unwrap_or_else(|_| Err(stopped()));
+            for answer in answers {
+                let _ = answer.send(result.clone());
+            }
+        }
     }
 }
 

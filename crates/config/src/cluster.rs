@@ -1,0 +1,171 @@
+//! `[cluster]`: several nodes over one Kafka cluster (`docs/cluster.md`). Embedded (one node,
+//! one redb file) is the default and needs none of it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ByteSize, FriendlyDuration};
+
+/// How this node stores what it acknowledges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterMode {
+    /// One node: the redb file under `data-dir` is the truth.
+    #[default]
+    Embedded,
+    /// Several nodes: each partition's Kafka log is the truth, the redb file a view of it.
+    Kafka,
+}
+
+/// The cluster this node joins.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `embedded` or `kafka`.
+    pub mode: ClusterMode,
+    /// `host:port` list of the Kafka cluster (`bootstrap.servers`); needed in `kafka` mode.
+    pub bootstrap_servers: String,
+    /// Names the cluster's topics: `<prefix>log`, `<prefix>leaders`, ...
+    pub topic_prefix: String,
+    /// This node's name, unique in the cluster; empty: the host name.
+    pub node_id: String,
+    /// The ingress URL other nodes forward calls to; empty: derived from `ingress.bind`.
+    pub advertised_ingress: String,
+    /// The admin URL other nodes forward admin requests to; empty: from `admin.bind`.
+    pub advertised_admin: String,
+    /// How long a node may be silent before the group gives its partitions to others.
+    pub session_timeout: FriendlyDuration,
+    /// Replication factor of the topics Sluice creates.
+    pub replication_factor: u16,
+    /// Largest record this node writes to or accepts from the log.
+    pub max_record_bytes: ByteSize,
+    /// More librdkafka properties for the cluster's clients (security, timeouts).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            mode: ClusterMode::Embedded,
+            bootstrap_servers: String::new(),
+            topic_prefix: "sluice.".into(),
+            node_id: String::new(),
+            advertised_ingress: String::new(),
+            advertised_admin: String::new(),
+            session_timeout: FriendlyDuration::from_secs(10),
+            replication_factor: 3,
+            max_record_bytes: ByteSize::mib(8),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// Most bytes of a node id or topic prefix (they name Kafka groups and topics).
+pub const MAX_NAME: usize = 100;
+
+impl ClusterConfig {
+    /// Checks what `kafka` mode needs; the key that is wrong and why.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.mode == ClusterMode::Embedded {
+            return Ok(());
+        }
+        if self.bootstrap_servers.trim().is_empty() {
+            return Err((
+                "cluster.bootstrap-servers".into(),
+                "is needed when cluster.mode = \"kafka\" (host:port,host:port)".into(),
+            ));
+        }
+        let valid_name = |name: &str| {
+            name.len() <= MAX_NAME
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        };
+        if self.topic_prefix.is_empty() || !valid_name(&self.topic_prefix) {
+            return Err((
+                "cluster.topic-prefix".into(),
+                format!(
+                    "must be 1-{MAX_NAME} bytes of [a-zA-Z0-9._-], got '{}'",
+                    self.topic_prefix
+                ),
+            ));
+        }
+        if !valid_name(&self.node_id) {
+            return Err((
+                "cluster.node-id".into(),
+                format!(
+                    "must be at most {MAX_NAME} bytes of [a-zA-Z0-9._-], got '{}'",
+                    self.node_id
+                ),
+            ));
+        }
+        for (key, url) in [
+            ("cluster.advertised-ingress", &self.advertised_ingress),
+            ("cluster.advertised-admin", &self.advertised_admin),
+        ] {
+            if !url.is_empty()
+                && (url.len() > 2048
+                    || !(url.starts_with("http://") || url.starts_with("https://")))
+            {
+                return Err((
+                    key.into(),
+                    format!("must be an http:// or https:// URL, got '{url}'"),
+                ));
+            }
+        }
+        if self.replication_factor == 0 {
+            return Err((
+                "cluster.replication-factor".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        if self.max_record_bytes.0 < 64 * 1024 || self.max_record_bytes.0 > 1 << 30 {
+            return Err((
+                "cluster.max-record-bytes".into(),
+                format!(
+                    "must be between 64KiB and 1GiB, got {}",
+                    self.max_record_bytes.0
+                ),
+            ));
+        }
+        if self.session_timeout.0 < std::time::Duration::from_secs(1) {
+            return Err((
+                "cluster.session-timeout".into(),
+                "must be at least 1s".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this node runs in a cluster.
+    pub fn is_kafka(&self) -> bool {
+        self.mode == ClusterMode::Kafka
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_needs_nothing_and_kafka_needs_brokers() {
+        assert!(ClusterConfig::default().validate().is_ok());
+        let mut kafka = ClusterConfig {
+            mode: ClusterMode::Kafka,
+            ..ClusterConfig::default()
+        };
+        assert_eq!(kafka.validate().unwrap_err().0, "cluster.bootstrap-servers");
+        kafka.bootstrap_servers = "127.0.0.1:9092".into();
+        assert!(kafka.validate().is_ok());
+        kafka.node_id = "a b".into();
+        assert_eq!(kafka.validate().unwrap_err().0, "cluster.node-id");
+        kafka.node_id = "n1".into();
+        kafka.advertised_ingress = "ftp://x".into();
+        assert_eq!(
+            kafka.validate().unwrap_err().0,
+            "cluster.advertised-ingress"
+        );
+    }
+}

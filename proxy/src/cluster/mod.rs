@@ -1,0 +1,296 @@
+//! Cluster mode (`docs/cluster.md`): each partition's Kafka log is the truth and this node's
+//! store a view of it. [`Cluster::join`] checks the topics; [`Cluster::run`] runs the replica
+//! reader (`reader.rs`), the membership consumer (`membership.rs`) and, for each partition the
+//! group gives this node, a takeover and then the partition's log writer (`leader.rs`).
+
+mod leader;
+mod membership;
+mod reader;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureProducer;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::errors::{Code, CodedError};
+use crate::partition::runtime::Lead;
+use crate::storage::Store;
+use crate::storage::log::Position;
+use crate::storage::writer::Writer;
+
+/// How long joining waits for the brokers' metadata.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every part of the cluster machinery shares.
+struct Shared {
+    settings: Settings,
+    store: Arc<Store>,
+    /// The store's writer: replicas and leaders store through it.
+    writer: Writer,
+    producer: FutureProducer,
+    /// Per partition: what this node knows of its log, and whether it leads it.
+    partitions: Vec<Mutex<PartitionState>>,
+    /// Signalled whenever the reader stored progress.
+    progress: tokio::sync::Notify,
+    /// Held from building a set of positions to handing it to the writer, and while a takeover
+    /// turns a partition led: a position the reader saved before cannot land after the
+    /// leader's first write.
+    hand_over: Mutex<()>,
+    /// Partitions whose leader stopped: the reader reads them again from the store's position.
+    rewinds: Mutex<Vec<u32>>,
+    /// The writer of each partition's log while led here (what the runtime's partitions watch).
+    leads: Vec<watch::Sender<Option<Writer>>>,
+}
+
+/// The cluster settings a node runs with.
+#[derive(Debug, Clone)]
+struct Settings {
+    node: String,
+    ingress: String,
+    admin: String,
+    log_topic: String,
+    leaders_topic: String,
+    partitions: u32,
+    max_record: usize,
+    client: ClientConfig,
+    session_timeout: Duration,
+}
+
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// Read and admitted by the reader (in memory; ahead of the store while a batch commits).
+    seen: Position,
+    /// The offset of the next record the store has not got (stored by the reader or, while
+    /// leading, by the leader).
+    stored: i64,
+    /// `Some(incarnation)` while this node leads the partition.
+    leading: Option<u64>,
+    /// A takeover runs.
+    taking_over: bool,
+}
+
+/// A node's membership in a cluster, before it runs.
+pub struct Cluster {
+    shared: Arc<Shared>,
+    leads: Vec<Lead>,
+}
+
+impl Cluster {
+    /// Joins the cluster `config` names: checks the topics (creating them where the brokers
+    /// allow) and reads this node's positions from `store`.
+    pub fn join(config: &Config, store: &Arc<Store>) -> Result<Self, CodedError> {
+        let cluster = &config.cluster;
+        let partitions = u32::from(config.worker.partitions.get());
+        let node = if cluster.node_id.is_empty() {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "sluice".into())
+        } else {
+            cluster.node_id.clone()
+        };
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &cluster.bootstrap_servers);
+        for (key, value) in &cluster.properties {
+            client.set(key, value);
+        }
+        let settings = Settings {
+            node,
+            ingress: if cluster.advertised_ingress.is_empty() {
+                config.ingress_endpoint()
+            } else {
+                cluster.advertised_ingress.clone()
+            },
+            admin: if cluster.advertised_admin.is_empty() {
+                format!("http://{}/", config.admin.bind)
+            } else {
+                cluster.advertised_admin.clone()
+            },
+            log_topic: format!("{}log", cluster.topic_prefix),
+            leaders_topic: format!("{}leaders", cluster.topic_prefix),
+            partitions,
+            max_record: cluster.max_record_bytes.as_usize(),
+            client,
+            session_timeout: cluster.session_timeout.0,
+        };
+        settings.check_topics(cluster.replication_factor)?;
+        let producer: FutureProducer = settings
+            .client
+            .clone()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            .set("message.timeout.ms", "30000")
+            .set("message.max.bytes", settings.max_record.to_string())
+            .create()
+            .map_err(|e| join_failed(format!("cannot create the log producer: {e}")))?;
+        let positions = store.with_db(Position::load_all)??;
+        let states = (0..partitions)
+            .map(|p| {
+                let seen = positions.get(&p).cloned().unwrap_or_default();
+                Mutex::new(PartitionState {
+                    stored: seen.next,
+                    seen,
+                    leading: None,
+                    taking_over: false,
+                })
+            })
+            .collect();
+        let (senders, leads) = (0..partitions).map(|_| watch::channel(None)).unzip();
+        let shared = Arc::new(Shared {
+            settings,
+            store: Arc::clone(store),
+            writer: Writer::start(Arc::clone(store)),
+            producer,
+            partitions: states,
+            progress: tokio::sync::Notify::new(),
+            hand_over: Mutex::new(()),
+            rewinds: Mutex::new(Vec::new()),
+            leads: senders,
+        });
+        tracing::info!(node = %shared.settings.node, partitions, topic = %shared.settings.log_topic, "joined the cluster");
+        Ok(Self { shared, leads })
+    }
+
+    /// What the runtime's partitions watch: partition `i` runs while `leads[i]` holds a writer.
+    pub fn leads(&self) -> Vec<Lead> {
+        self.leads.clone()
+    }
+
+    /// Runs the reader, the membership and the takeovers until `stopping` turns true.
+    pub async fn run(&self, mut stopping: watch::Receiver<bool>) {
+        let shared = Arc::clone(&self.shared);
+        let (stop_reader, reader_stopping) = watch::channel(false);
+        let reader = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("sluice-log-reader".into())
+                .spawn(move || reader::run(&shared, &reader_stopping))
+        };
+        let (desired_tx, desired) = watch::channel(BTreeSet::new());
+        let membership = {
+            let settings = shared.settings.clone();
+            let stopping = stopping.clone();
+            std::thread::Builder::new()
+                .name("sluice-membership".into())
+                .spawn(move || membership::run(&settings, &desired_tx, &stopping))
+        };
+        if reader.is_err() || membership.is_err() {
+            shared
+                .store
+                .health()
+                .fail(join_failed("cannot start the cluster's threads"));
+            return;
+        }
+        tokio::select! {
+            () = leader::reconcile(Arc::clone(&shared), desired) => {}
+            _ = stopping.wait_for(|down| *down) => {}
+        }
+        let _ = stop_reader.send(true);
+    }
+}
+
+impl Settings {
+    /// Creates the topics if they are missing (where the brokers allow it), then checks that
+    /// both have exactly the node's partition count.
+    fn check_topics(&self, replication: u16) -> Result<(), CodedError> {
+        let consumer: BaseConsumer = self
+            .client
+            .create()
+            .map_err(|e| join_failed(format!("cannot create a client: {e}")))?;
+        for topic in [&self.log_topic, &self.leaders_topic] {
+            let count = topic_partitions(&consumer, topic)?;
+            let count = match count {
+                Some(count) => count,
+                None => {
+                    self.create_topic(topic, replication)?;
+                    topic_partitions(&consumer, topic)?.ok_or_else(|| {
+                        join_failed(format!("topic {topic} does not exist and was not created"))
+                    })?
+                }
+            };
+            if count != self.partitions {
+                return Err(CodedError::new(
+                    Code::CLU0002,
+                    format!(
+                        "topic {topic} has {count} partitions but worker.partitions is {}: every node of a cluster runs with the partition count the cluster was created with",
+                        self.partitions
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn create_topic(&self, topic: &str, replication: u16) -> Result<(), CodedError> {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<_> = self
+            .client
+            .create()
+            .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?;
+        let new = NewTopic::new(
+            topic,
+            i32::try_from(self.partitions).unwrap_or(i32::MAX),
+            TopicReplication::Fixed(i32::from(replication)),
+        )
+        .set("retention.ms", "-1")
+        .set("cleanup.policy", "delete");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| join_failed(format!("cannot create topic {topic}: {e}")))?;
+        let created = runtime
+            .block_on(admin.create_topics([&new], &AdminOptions::new()))
+            .map_err(|e| join_failed(format!("cannot create topic {topic}: {e}")))?;
+        for result in created {
+            if let Err((name, error)) = result
+                && error != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists
+            {
+                return Err(join_failed(format!("cannot create topic {name}: {error}")));
+            }
+        }
+        tracing::info!(
+            topic,
+            partitions = self.partitions,
+            replication,
+            "created a cluster topic"
+        );
+        Ok(())
+    }
+}
+
+/// The partition count of `topic`; `None` when it does not exist.
+fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>, CodedError> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .map_err(|e| {
+            join_failed(format!(
+                "cannot read the metadata of topic {topic}: {e}; check cluster.bootstrap-servers"
+            ))
+        })?;
+    let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    if found.error().is_some() || found.partitions().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        u32::try_from(found.partitions().len()).unwrap_or(u32::MAX),
+    ))
+}
+
+fn join_failed(message: impl Into<String>) -> CodedError {
+    CodedError::new(Code::CLU0002, message)
+}
+
+/// Locks `mutex`, through a poisoned lock (a panicked holder left valid data behind: every
+/// update of a partition state is one assignment).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

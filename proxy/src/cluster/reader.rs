@@ -1,0 +1,207 @@
+//! The replica reader: one consumer assigned every partition of the log, reading from this
+//! node's positions. It applies the valid writes of partitions this node does not lead, tracks
+//! every partition's leader, and makes a local leader step down when another node's epoch is
+//! accepted after its own.
+
+use std::collections::BTreeSet;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::watch;
+
+use super::{Shared, lock};
+use crate::errors::{Code, CodedError};
+use crate::storage::log::{Position, Record, Verdict};
+use crate::storage::writer::WriteSet;
+
+/// Most records applied in one store commit.
+const BATCH: usize = 1024;
+
+/// Reads until `stopping` turns true or the store fails.
+pub(super) fn run(shared: &Shared, stopping: &watch::Receiver<bool>) {
+    if let Err(e) = read(shared, stopping) {
+        tracing::error!(error.code = ?e.code, error = %e, "the partition log reader stopped");
+        shared.store.health().fail(e);
+    }
+}
+
+fn offset(next: i64) -> Offset {
+    if next <= 0 {
+        Offset::Beginning
+    } else {
+        Offset::Offset(next)
+    }
+}
+
+fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedError> {
+    let settings = &shared.settings;
+    let fetch = settings.max_record.saturating_mul(2).max(1 << 20);
+    let consumer: BaseConsumer = settings
+        .client
+        .clone()
+        .set(
+            "group.id",
+            format!("{}-replica-{}", settings.log_topic, settings.node),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("fetch.wait.max.ms", "10")
+        .set("message.max.bytes", settings.max_record.to_string())
+        .set("fetch.max.bytes", fetch.to_string())
+        .set(
+            "receive.message.max.bytes",
+            fetch.saturating_add(1024).to_string(),
+        )
+        .create()
+        .map_err(|e| failed(format!("cannot create the log reader: {e}")))?;
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..settings.partitions {
+        let next = lock(&shared.partitions[p as usize]).stored;
+        assignment
+            .add_partition_offset(&settings.log_topic, p as i32, offset(next))
+            .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
+    }
+    consumer
+        .assign(&assignment)
+        .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
+    let mut writes = WriteSet::default();
+    let mut dirty = BTreeSet::new();
+    while !*stopping.borrow() {
+        rewind(shared, &consumer)?;
+        let mut wait = std::time::Duration::from_millis(100);
+        for _ in 0..BATCH {
+            match consumer.poll(wait) {
+                None => break,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "reading the partition log");
+                    break;
+                }
+                Some(Ok(message)) => {
+                    wait = std::time::Duration::ZERO;
+                    let p = u32::try_from(message.partition()).unwrap_or(u32::MAX);
+                    let payload = message.payload().unwrap_or_default();
+                    admit(
+                        shared,
+                        p,
+                        message.offset(),
+                        payload,
+                        &mut writes,
+                        &mut dirty,
+                    )?;
+                }
+            }
+        }
+        if dirty.is_empty() {
+            continue;
+        }
+        let committed = {
+            let _hand_over = lock(&shared.hand_over);
+            let mut stored = Vec::new();
+            for &p in &dirty {
+                let state = lock(&shared.partitions[p as usize]);
+                // A partition led here stores its own position.
+                if state.leading.is_none() {
+                    state.seen.save(p, &mut writes);
+                    stored.push((p, state.seen.next));
+                }
+            }
+            (shared.writer.commit(std::mem::take(&mut writes)), stored)
+        };
+        dirty.clear();
+        let (answer, stored) = committed;
+        match answer.blocking_recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Ok(()),
+        }
+        for (p, next) in stored {
+            let mut state = lock(&shared.partitions[p as usize]);
+            state.stored = state.stored.max(next);
+        }
+        shared.progress.notify_waiters();
+    }
+    Ok(())
+}
+
+/// Reads the record at `offset` of partition `p`: its writes go into `writes` when they count
+/// and this node does not lead `p`.
+fn admit(
+    shared: &Shared,
+    p: u32,
+    offset: i64,
+    payload: &[u8],
+    writes: &mut WriteSet,
+    dirty: &mut BTreeSet<u32>,
+) -> Result<(), CodedError> {
+    let Some(slot) = shared.partitions.get(p as usize) else {
+        return Ok(());
+    };
+    let mut state = lock(slot);
+    if offset < state.seen.next {
+        // Read before (a rewind delivers it again).
+        return Ok(());
+    }
+    let record = Record::decode(payload, shared.settings.max_record).map_err(|e| {
+        CodedError::new(
+            Code::CLU0003,
+            format!("partition {p}, offset {offset}: {}", e.message),
+        )
+    })?;
+    let verdict = state.seen.admit(offset, &record);
+    match state.leading {
+        Some(incarnation) => {
+            if verdict == Verdict::Accepted && state.seen.leader.incarnation != incarnation {
+                tracing::warn!(partition = p, node = %state.seen.leader.node, epoch = state.seen.leader.epoch, "another node took the partition over; stepping down");
+                let _ = shared.leads[p as usize].send(None);
+            }
+        }
+        None => {
+            if let (
+                Verdict::Apply,
+                Record::Writes {
+                    writes: mut set, ..
+                },
+            ) = (verdict, record)
+            {
+                writes.append(&mut set);
+            }
+            dirty.insert(p);
+        }
+    }
+    Ok(())
+}
+
+/// Partitions whose leader stopped are read again from the store's position.
+fn rewind(shared: &Shared, consumer: &BaseConsumer) -> Result<(), CodedError> {
+    let partitions = std::mem::take(&mut *lock(&shared.rewinds));
+    if partitions.is_empty() {
+        return Ok(());
+    }
+    let positions = shared.store.with_db(Position::load_all)??;
+    for p in partitions {
+        let position = positions.get(&p).cloned().unwrap_or_default();
+        let next = position.next;
+        {
+            let mut state = lock(&shared.partitions[p as usize]);
+            state.seen = position;
+            state.stored = next;
+            state.leading = None;
+        }
+        consumer
+            .seek(
+                &shared.settings.log_topic,
+                p as i32,
+                offset(next),
+                std::time::Duration::from_secs(10),
+            )
+            .map_err(|e| failed(format!("cannot read partition {p} again from {next}: {e}")))?;
+        tracing::info!(partition = p, from = next, "following the partition again");
+    }
+    shared.progress.notify_waiters();
+    Ok(())
+}
+
+fn failed(message: String) -> CodedError {
+    CodedError::new(Code::CLU0002, message)
+}
