@@ -32,8 +32,20 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     raise_open_files_limit();
     let config = Arc::new(config);
     let store = Arc::new(Store::open(&config.data_dir)?);
+    let partitions = usize::from(config.worker.partitions.get());
+    let (runtime, receivers) = if config.cluster.is_kafka() {
+        Runtime::placed(crate::partition::placement::Placement::clustered(
+            partitions,
+        ))
+    } else {
+        Runtime::new(partitions)
+    };
     let cluster = if config.cluster.is_kafka() {
-        Some(Arc::new(crate::cluster::Cluster::join(&config, &store)?))
+        Some(Arc::new(crate::cluster::Cluster::join(
+            &config,
+            &store,
+            Arc::clone(runtime.placement()),
+        )?))
     } else {
         None
     };
@@ -59,8 +71,27 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
     server.bootstrap();
 
-    let (runtime, receivers) = Runtime::new(usize::from(config.worker.partitions.get()));
     let rules = Arc::new(Rules::load(Arc::clone(&store))?);
+    if let Some(cluster) = &cluster {
+        let (registry, rules) = (Arc::clone(&registry), Arc::clone(&rules));
+        cluster.on_meta(Box::new(move |tables| {
+            let reloaded = if tables.iter().any(|t| *t == "deployments" || *t == "services") {
+                registry.reload()
+            } else {
+                Ok(())
+            }
+            .and_then(|()| {
+                if tables.iter().any(|t| t.starts_with("rules")) {
+                    rules.reload()
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = reloaded {
+                tracing::error!(error.code = ?e.code, error = %e, "cannot reload metadata changed by the cluster");
+            }
+        }));
+    }
     let node = Node {
         config: Arc::clone(&config),
         store: Arc::clone(&store),
@@ -97,6 +128,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         runtime: runtime.clone(),
         config: Arc::clone(&config),
         plugins: Arc::clone(&plugins),
+        forwarder: reqwest::Client::new(),
     });
     server.add_service(background_service(
         "partitions",
@@ -124,7 +156,8 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let (admin_done_tx, admin_done_rx) = watch::channel(false);
     let admin_state = AdminState::new(&node, ingress_endpoint.clone(), plugins, kafka)
         .with_auth(admin_auth)
-        .with_metrics(metrics);
+        .with_metrics(metrics)
+        .with_cluster(cluster.clone());
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(
         "admin",

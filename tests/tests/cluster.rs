@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::mocking::MockCluster;
 use serde_json::Value;
-use sluice_tests::{Builder, Sluice, TestDeployment, assert_startup_error};
+use sluice_tests::{
+    Builder, Sluice, TestDeployment, assert_once_but_in_flight, assert_startup_error,
+    effects_once_quiet, effects_per_invocation, get_json,
+};
 
 const PARTITIONS: i32 = 4;
 
@@ -14,6 +17,7 @@ fn broker() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
     for topic in ["sluice.log", "sluice.leaders"] {
         cluster.create_topic(topic, PARTITIONS, 3).unwrap();
     }
+    cluster.create_topic("sluice.meta", 1, 3).unwrap();
     cluster
 }
 
@@ -24,6 +28,26 @@ fn node(bootstrap: &str, id: &str) -> Builder {
         .env("SERVICE_CLUSTER__BOOTSTRAP_SERVERS", bootstrap)
         .env("SERVICE_CLUSTER__NODE_ID", id)
         .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "3s")
+}
+
+/// Waits until `sluice` knows `count` deployments (registered on any node).
+async fn deployments(sluice: &Sluice, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, listed) = get_json(&format!("{}/deployments", sluice.admin_url)).await;
+        if listed["deployments"]
+            .as_array()
+            .is_some_and(|d| d.len() == count)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deployment never reached {}: {listed}",
+            sluice.admin_url
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Posts until the answer is not a 5xx (partitions are taken over after start-up).
@@ -145,7 +169,7 @@ async fn a_second_node_takes_every_partition_over_when_the_first_dies() {
     }
     // A second node joins: it replicates every partition and the group gives it some.
     let second = node(&bootstrap, "n2").start().await.unwrap();
-    second.register(&dep.uri, false).await;
+    deployments(&second, 1).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !second.stderr().contains("took the partition over") {
         assert!(
@@ -173,5 +197,177 @@ async fn a_second_node_takes_every_partition_over_when_the_first_dies() {
     for key in &keys {
         let (status, body) = post(&second, &format!("/Counter/{key}/add"), "1").await;
         assert_eq!((status, body.as_str()), (200, "6"), "{key}");
+    }
+}
+
+/// Who leads each partition, as `sluice` sees it (`GET /cluster-health`).
+async fn leaders(sluice: &Sluice) -> Vec<Option<String>> {
+    let (status, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+    assert_eq!(status, 200, "{health}");
+    health["sluice_cluster"]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["leader"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Waits until every partition is led by one of `nodes`, as `sluice` sees it; how long it took.
+async fn led_by(sluice: &Sluice, nodes: &[&str]) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = leaders(sluice).await;
+        if now
+            .iter()
+            .all(|leader| leader.as_deref().is_some_and(|l| nodes.contains(&l)))
+        {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never led by {nodes:?}: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
+    const SENDS: usize = 90;
+    let broker = broker();
+    let bootstrap = broker.bootstrap_servers();
+    let log = tempfile::tempdir().unwrap();
+    let effects = log.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2", "n3"] {
+        nodes.push(node(&bootstrap, id).start().await.unwrap());
+    }
+    // Registered on one node, known to all.
+    nodes[0].register(&dep.uri, false).await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    // Every node leads a share once the group settled, and each knows who leads what.
+    led_by(&nodes[0], &["n1", "n2", "n3"]).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = leaders(&nodes[2]).await;
+        let distinct: std::collections::BTreeSet<_> = seen.iter().flatten().collect();
+        if distinct.len() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the partitions never spread: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Calls to objects through every node: each is forwarded to its partition's leader.
+    for (i, sluice) in nodes.iter().enumerate() {
+        for key in ["x", "y", "z", "w"] {
+            let (status, body) = post(sluice, &format!("/Counter/{key}/add"), "1").await;
+            assert_eq!(
+                (status, body.as_str()),
+                (200, (i + 1).to_string().as_str()),
+                "{key} via node {i}"
+            );
+        }
+    }
+    // Sends through every node, each acknowledged once in the log.
+    let mut acknowledged = Vec::new();
+    for i in 0..SENDS {
+        let sluice = &nodes[i % 3];
+        let millis = 300 + (i % 10) * 100;
+        let (status, body) = post(sluice, "/Meter/work/send", &millis.to_string()).await;
+        assert_eq!(status, 202, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        acknowledged.push(body["invocationId"].as_str().unwrap().to_owned());
+    }
+    // Kill the first node while its partitions are busy.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while effects_per_invocation(&effects)
+        .values()
+        .filter(|(_, done)| *done > 0)
+        .count()
+        < SENDS / 10
+    {
+        assert!(Instant::now() < deadline, "the sends never got going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut first = nodes.remove(0);
+    first.kill_9();
+    let before = effects_once_quiet(&effects, Duration::from_millis(500)).await;
+    let failover = led_by(&nodes[0], &["n2", "n3"]).await;
+    eprintln!("the survivors lead every partition {failover:?} after the kill");
+    assert!(failover < Duration::from_secs(10), "{failover:?}");
+
+    // Every acknowledged invocation completes, each side effect once (one under way at the
+    // kill may run again), and both survivors see it in their stores.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let seen = effects_per_invocation(&effects);
+        let finished = acknowledged
+            .iter()
+            .filter(|id| seen.get(*id).is_some_and(|(_, done)| *done > 0))
+            .count();
+        if finished == SENDS {
+            break;
+        }
+        if Instant::now() > deadline {
+            for id in acknowledged
+                .iter()
+                .filter(|id| seen.get(*id).is_none_or(|(_, done)| *done == 0))
+                .take(5)
+            {
+                let (_, d) = nodes[0].describe(id).await;
+                eprintln!("unfinished {id}: {d}");
+            }
+            eprintln!(
+                "n2: {}",
+                nodes[0]
+                    .stderr()
+                    .lines()
+                    .filter(|l| !l.contains(" INFO ") || l.contains("partition"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            eprintln!(
+                "n3: {}",
+                nodes[1]
+                    .stderr()
+                    .lines()
+                    .filter(|l| !l.contains(" INFO ") || l.contains("partition"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            panic!("{finished} of {SENDS} finished after the kill");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in &acknowledged {
+        for sluice in &nodes {
+            sluice
+                .invocation_until(id, "completed on every survivor", |seen| {
+                    seen["status"] == "completed"
+                })
+                .await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = effects_per_invocation(&effects);
+    let reruns = assert_once_but_in_flight(&acknowledged, &before, &after);
+    eprintln!("{reruns} side effects under way at the kill ran again");
+    // The objects kept their state, and calls go on through both survivors.
+    for (i, sluice) in nodes.iter().enumerate() {
+        for key in ["x", "y", "z", "w"] {
+            let (status, body) = post(sluice, &format!("/Counter/{key}/add"), "1").await;
+            assert_eq!(
+                (status, body.as_str()),
+                (200, (i + 4).to_string().as_str()),
+                "{key} via survivor {i}"
+            );
+        }
     }
 }

@@ -28,6 +28,40 @@ pub struct ClusterHealthResponse {
     pub cluster_name: String,
     /// The members of the metadata cluster: this node, `1`.
     pub metadata_cluster_health: Option<MetadataClusterHealth>,
+    /// Cluster mode (`docs/cluster.md`): the nodes, who leads each partition, and how far this
+    /// node's replica is behind. Absent on a single embedded node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sluice_cluster: Option<ClusterView>,
+}
+
+/// A cluster-mode node's view of its cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterView {
+    /// This node's id.
+    pub node: String,
+    /// The nodes leading partitions, this one included, by id.
+    pub nodes: Vec<String>,
+    /// Each partition.
+    pub partitions: Vec<PartitionView>,
+}
+
+/// One partition as this node sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PartitionView {
+    /// Its index.
+    pub partition: u32,
+    /// The node its accepted epoch names (none before the first takeover).
+    pub leader: Option<String>,
+    /// That epoch.
+    pub epoch: u64,
+    /// Whether this node leads it now.
+    pub led_here: bool,
+    /// The offset of the next log record this node's store has not got.
+    pub stored_offset: i64,
+    /// The log's end as last seen (`-1`: not yet known).
+    pub log_end: i64,
+    /// Records this node's store is behind the log's end (0 while it leads).
+    pub lag: i64,
 }
 
 /// Members of the metadata cluster, by plain node id.

@@ -1,6 +1,7 @@
 //! `GET /health` (liveness: the process can keep its promises) and `GET /ready` (readiness: it
 //! has recovered its partitions and accepts work). Both are open without a token, for probes.
-//! `GET /cluster-health` answers the reference server's shape for this one node.
+//! `GET /cluster-health` answers the reference server's shape, with this node's view of the
+//! cluster in cluster mode.
 
 use std::sync::Arc;
 
@@ -56,6 +57,7 @@ pub async fn cluster_health(State(state): State<Arc<AdminState>>) -> Response {
     super::json::Json(ClusterHealthResponse {
         cluster_name: state.config.cluster_name.clone(),
         metadata_cluster_health: Some(MetadataClusterHealth { members: vec![1] }),
+        sluice_cluster: state.cluster.as_ref().map(|cluster| cluster.view()),
     })
     .into_response()
 }

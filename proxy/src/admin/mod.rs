@@ -77,6 +77,8 @@ pub struct AdminState {
     pub auth: Arc<auth::AdminAuth>,
     /// The metrics recorder, when `metrics.enabled`.
     pub metrics: Option<Arc<crate::scrape::Metrics>>,
+    /// This node's part of the cluster (cluster mode).
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The generated OpenAPI document, set once the router is built.
     openapi: OnceLock<serde_json::Value>,
 }
@@ -111,6 +113,7 @@ impl AdminState {
             discovery: DiscoveryClient::with_tls(&node.tls, ATTEMPTS, BACKOFF, TIMEOUT),
             auth: Arc::default(),
             metrics: None,
+            cluster: None,
             openapi: OnceLock::new(),
         }
     }
@@ -118,6 +121,12 @@ impl AdminState {
     /// The same state serving `GET /metrics` from `metrics`.
     pub fn with_metrics(mut self, metrics: Option<Arc<crate::scrape::Metrics>>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// The same state reporting `cluster` (cluster mode).
+    pub fn with_cluster(mut self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+        self.cluster = cluster;
         self
     }
 

@@ -102,6 +102,7 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
             tracing::info!(partition = p, epoch, offset = at, "took the partition over");
             let (writer, staged) = Writer::staged();
             let _ = shared.leads[p as usize].send(Some(writer));
+            shared.placement.set_here(p as usize, true);
             tokio::spawn(lead(Arc::clone(&shared), p, leader, at + 1, staged));
             return;
         }
@@ -164,6 +165,7 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, mut next: i64, mut st
         }
     };
     tracing::warn!(partition = p, why, "stopped leading the partition");
+    shared.placement.set_here(p as usize, false);
     let _ = shared.leads[p as usize].send(None);
     staged.close(&lost(p, &why));
     while stores.join_next().await.is_some() {}

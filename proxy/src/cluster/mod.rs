@@ -5,6 +5,7 @@
 
 mod leader;
 mod membership;
+mod meta;
 mod reader;
 
 use std::collections::BTreeSet;
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
+use crate::partition::placement::Placement;
 use crate::partition::runtime::Lead;
 use crate::storage::Store;
 use crate::storage::log::Position;
@@ -45,7 +47,14 @@ struct Shared {
     rewinds: Mutex<Vec<u32>>,
     /// The writer of each partition's log while led here (what the runtime's partitions watch).
     leads: Vec<watch::Sender<Option<Writer>>>,
+    /// Where each partition runs, for the doors (forwarding).
+    placement: Arc<Placement>,
+    /// Reloads what memory keeps of the metadata tables named (after another node's change).
+    on_meta: std::sync::OnceLock<MetaReload>,
 }
+
+/// Reloads what memory keeps of the metadata tables named.
+pub type MetaReload = Box<dyn Fn(&[&str]) + Send + Sync>;
 
 /// The cluster settings a node runs with.
 #[derive(Debug, Clone)]
@@ -55,6 +64,7 @@ struct Settings {
     admin: String,
     log_topic: String,
     leaders_topic: String,
+    meta_topic: String,
     partitions: u32,
     max_record: usize,
     client: ClientConfig,
@@ -72,6 +82,8 @@ struct PartitionState {
     leading: Option<u64>,
     /// A takeover runs.
     taking_over: bool,
+    /// The log's end as the reader last saw it (`-1`: not yet).
+    end: i64,
 }
 
 /// A node's membership in a cluster, before it runs.
@@ -83,7 +95,11 @@ pub struct Cluster {
 impl Cluster {
     /// Joins the cluster `config` names: checks the topics (creating them where the brokers
     /// allow) and reads this node's positions from `store`.
-    pub fn join(config: &Config, store: &Arc<Store>) -> Result<Self, CodedError> {
+    pub fn join(
+        config: &Config,
+        store: &Arc<Store>,
+        placement: Arc<Placement>,
+    ) -> Result<Self, CodedError> {
         let cluster = &config.cluster;
         let partitions = u32::from(config.worker.partitions.get());
         let node = if cluster.node_id.is_empty() {
@@ -114,6 +130,7 @@ impl Cluster {
             },
             log_topic: format!("{}log", cluster.topic_prefix),
             leaders_topic: format!("{}leaders", cluster.topic_prefix),
+            meta_topic: format!("{}meta", cluster.topic_prefix),
             partitions,
             max_record: cluster.max_record_bytes.as_usize(),
             client,
@@ -131,6 +148,15 @@ impl Cluster {
             .create()
             .map_err(|e| join_failed(format!("cannot create the log producer: {e}")))?;
         let positions = store.with_db(Position::load_all)??;
+        for (p, position) in &positions {
+            if position.leader.epoch > 0 {
+                placement.set_leader(
+                    *p as usize,
+                    position.leader.ingress.clone(),
+                    position.leader.admin.clone(),
+                );
+            }
+        }
         let states = (0..partitions)
             .map(|p| {
                 let seen = positions.get(&p).cloned().unwrap_or_default();
@@ -139,6 +165,7 @@ impl Cluster {
                     seen,
                     leading: None,
                     taking_over: false,
+                    end: -1,
                 })
             })
             .collect();
@@ -153,7 +180,10 @@ impl Cluster {
             hand_over: Mutex::new(()),
             rewinds: Mutex::new(Vec::new()),
             leads: senders,
+            placement,
+            on_meta: std::sync::OnceLock::new(),
         });
+        store.set_meta_log(Arc::new(meta::KafkaMetaLog::new(&shared.settings)?));
         tracing::info!(node = %shared.settings.node, partitions, topic = %shared.settings.log_topic, "joined the cluster");
         Ok(Self { shared, leads })
     }
@@ -161,6 +191,46 @@ impl Cluster {
     /// What the runtime's partitions watch: partition `i` runs while `leads[i]` holds a writer.
     pub fn leads(&self) -> Vec<Lead> {
         self.leads.clone()
+    }
+
+    /// Calls `reload` with the metadata tables each change from the cluster touched.
+    pub fn on_meta(&self, reload: MetaReload) {
+        let _ = self.shared.on_meta.set(reload);
+    }
+
+    /// This node's view of the cluster (`GET /cluster-health`).
+    pub fn view(&self) -> sluice_api::version::ClusterView {
+        use sluice_api::version::{ClusterView, PartitionView};
+        let shared = &self.shared;
+        let mut nodes = std::collections::BTreeSet::from([shared.settings.node.clone()]);
+        let partitions = (0..shared.settings.partitions)
+            .map(|p| {
+                let state = lock(&shared.partitions[p as usize]);
+                let leader = &state.seen.leader;
+                if leader.epoch > 0 {
+                    nodes.insert(leader.node.clone());
+                }
+                let led_here = state.leading.is_some();
+                PartitionView {
+                    partition: p,
+                    leader: (leader.epoch > 0).then(|| leader.node.clone()),
+                    epoch: leader.epoch,
+                    led_here,
+                    stored_offset: state.stored,
+                    log_end: state.end,
+                    lag: if led_here || state.end < 0 {
+                        0
+                    } else {
+                        state.end.saturating_sub(state.stored).max(0)
+                    },
+                }
+            })
+            .collect();
+        ClusterView {
+            node: shared.settings.node.clone(),
+            nodes: nodes.into_iter().collect(),
+            partitions,
+        }
     }
 
     /// Runs the reader, the membership and the takeovers until `stopping` turns true.
@@ -181,7 +251,14 @@ impl Cluster {
                 .name("sluice-membership".into())
                 .spawn(move || membership::run(&settings, &desired_tx, &stopping))
         };
-        if reader.is_err() || membership.is_err() {
+        let (stop_meta, meta_stopping) = watch::channel(false);
+        let meta = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("sluice-meta-reader".into())
+                .spawn(move || meta::read(&shared, &meta_stopping))
+        };
+        if reader.is_err() || membership.is_err() || meta.is_err() {
             shared
                 .store
                 .health()
@@ -193,6 +270,7 @@ impl Cluster {
             _ = stopping.wait_for(|down| *down) => {}
         }
         let _ = stop_reader.send(true);
+        let _ = stop_meta.send(true);
     }
 }
 
@@ -204,31 +282,44 @@ impl Settings {
             .client
             .create()
             .map_err(|e| join_failed(format!("cannot create a client: {e}")))?;
-        for topic in [&self.log_topic, &self.leaders_topic] {
+        for (topic, want) in [
+            (&self.log_topic, self.partitions),
+            (&self.leaders_topic, self.partitions),
+            (&self.meta_topic, 1),
+        ] {
             let count = topic_partitions(&consumer, topic)?;
             let count = match count {
                 Some(count) => count,
                 None => {
-                    self.create_topic(topic, replication)?;
+                    self.create_topic(topic, want, replication)?;
                     topic_partitions(&consumer, topic)?.ok_or_else(|| {
                         join_failed(format!("topic {topic} does not exist and was not created"))
                     })?
                 }
             };
-            if count != self.partitions {
+            if count != want {
+                let why = if want == 1 {
+                    "the meta topic has exactly one".to_owned()
+                } else {
+                    format!(
+                        "worker.partitions is {want}: every node of a cluster runs with the partition count the cluster was created with"
+                    )
+                };
                 return Err(CodedError::new(
                     Code::CLU0002,
-                    format!(
-                        "topic {topic} has {count} partitions but worker.partitions is {}: every node of a cluster runs with the partition count the cluster was created with",
-                        self.partitions
-                    ),
+                    format!("topic {topic} has {count} partitions but {why}"),
                 ));
             }
         }
         Ok(())
     }
 
-    fn create_topic(&self, topic: &str, replication: u16) -> Result<(), CodedError> {
+    fn create_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication: u16,
+    ) -> Result<(), CodedError> {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
         let admin: AdminClient<_> = self
             .client
@@ -236,7 +327,7 @@ impl Settings {
             .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?;
         let new = NewTopic::new(
             topic,
-            i32::try_from(self.partitions).unwrap_or(i32::MAX),
+            i32::try_from(partitions).unwrap_or(i32::MAX),
             TopicReplication::Fixed(i32::from(replication)),
         )
         .set("retention.ms", "-1")
@@ -293,4 +384,13 @@ fn join_failed(message: impl Into<String>) -> CodedError {
 /// update of a partition state is one assignment).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.shared.settings.node)
+            .field("partitions", &self.shared.settings.partitions)
+            .finish()
+    }
 }

@@ -67,6 +67,7 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
     let mut writes = WriteSet::default();
     let mut dirty = BTreeSet::new();
+    let mut ends_asked = std::time::Instant::now() - ENDS_EVERY;
     while !*stopping.borrow() {
         rewind(shared, &consumer)?;
         let mut wait = std::time::Duration::from_millis(100);
@@ -92,6 +93,7 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
                 }
             }
         }
+        note_ends(shared, &consumer, &mut ends_asked);
         if dirty.is_empty() {
             continue;
         }
@@ -149,6 +151,12 @@ fn admit(
         )
     })?;
     let verdict = state.seen.admit(offset, &record);
+    if verdict == Verdict::Accepted {
+        let leader = &state.seen.leader;
+        shared
+            .placement
+            .set_leader(p as usize, leader.ingress.clone(), leader.admin.clone());
+    }
     match state.leading {
         Some(incarnation) => {
             if verdict == Verdict::Accepted && state.seen.leader.incarnation != incarnation {
@@ -170,6 +178,27 @@ fn admit(
         }
     }
     Ok(())
+}
+
+/// How often the log's ends are asked for (what `/cluster-health` shows as lag).
+const ENDS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Records where each partition's log ends, at most every [`ENDS_EVERY`].
+fn note_ends(shared: &Shared, consumer: &BaseConsumer, last: &mut std::time::Instant) {
+    if last.elapsed() < ENDS_EVERY {
+        return;
+    }
+    *last = std::time::Instant::now();
+    for p in 0..shared.settings.partitions {
+        let asked = consumer.fetch_watermarks(
+            &shared.settings.log_topic,
+            p as i32,
+            std::time::Duration::from_secs(1),
+        );
+        if let Ok((_, high)) = asked {
+            lock(&shared.partitions[p as usize]).end = high;
+        }
+    }
 }
 
 /// Partitions whose leader stopped are read again from the store's position.

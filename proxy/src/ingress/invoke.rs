@@ -18,6 +18,7 @@ use crate::flow::{LimitKey, PRIORITY_HEADER, Priority, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::new::{Identity, NewInvocation};
 use crate::invocation::{Outcome, Target};
+use crate::partition::placement::Route;
 use crate::protocol::{Message, proto};
 use sluice_core::trace::{TraceParent, new_span_id, new_trace_id};
 
@@ -215,6 +216,8 @@ struct Request {
     idempotency_key: Option<String>,
     priority: Option<Priority>,
     frame: crate::protocol::Frame,
+    /// The body as it came (what a forwarded request carries).
+    body: Bytes,
 }
 
 /// Handles one call or send, in phases: parse the request → classify it → plan the invocation
@@ -318,8 +321,14 @@ async fn invoke_traced(
     let now = now_ms();
     let new = plan(state, &request, scope, limit_key, now).with_trace(trace);
     let retention = new.retention;
-    let record = new.into_record(now);
+    // Cluster mode: a fresh unkeyed invocation may live anywhere, so it lives here.
+    let runtime = &state.runtime;
+    let record = new.into_record_where(now, |id| runtime.route(id) == Route::Here);
     let id = record.id;
+    let route = runtime.route(id);
+    if route != Route::Here {
+        return super::forward::forward(&state.forwarder, session, request.body, route).await;
+    }
     let execution_time = record.run_at_ms;
     // A call registers for its outcome as it is handed over; a send is answered once stored.
     let (created, outcome) = match path.mode {
@@ -418,13 +427,14 @@ async fn parse(
             "a workflow's run handler takes no idempotency key: the workflow key already makes it run once",
         ));
     }
-    let frame = input_frame(session, body);
+    let frame = input_frame(session, body.clone());
     Ok(Request {
         target,
         delay,
         idempotency_key,
         priority,
         frame,
+        body,
     })
 }
 

@@ -6,6 +6,7 @@ mod awakeable;
 mod classify;
 mod connections;
 mod error;
+mod forward;
 pub mod input;
 mod invoke;
 pub mod path;
@@ -44,6 +45,8 @@ pub struct IngressState {
     pub config: Arc<Config>,
     /// Policy plugins (`extract` runs before validation).
     pub plugins: Arc<crate::plugins::Plugins>,
+    /// Forwards requests for partitions another node leads (cluster mode).
+    pub forwarder: reqwest::Client,
 }
 
 /// The pingora application: one call of [`ServeHttp::response`] per request.

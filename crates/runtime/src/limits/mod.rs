@@ -33,6 +33,28 @@ pub enum RulesError {
     Storage(CodedError),
 }
 
+/// The book `store` holds.
+fn stored_book(store: &Store) -> Result<RuleBook, CodedError> {
+    store.with_db(|db| -> Result<RuleBook, CodedError> {
+        let txn = db.begin_read().map_err(storage)?;
+        let Ok(table) = txn.open_table(RULES) else {
+            return Ok(RuleBook::new());
+        };
+        let mut rules = Vec::new();
+        for row in table.iter().map_err(storage)? {
+            let (_, value) = row.map_err(storage)?;
+            rules.push(serde_json::from_slice::<Rule>(value.value()).map_err(storage)?);
+        }
+        let version = txn
+            .open_table(RULES_META)
+            .ok()
+            .and_then(|t| t.get("version").ok().flatten())
+            .and_then(|v| v.value().try_into().ok())
+            .map_or(0, u32::from_be_bytes);
+        Ok(RuleBook::restore(rules, version))
+    })?
+}
+
 /// The rule book, shared.
 #[derive(Debug)]
 pub struct Rules {
@@ -44,31 +66,24 @@ pub struct Rules {
 impl Rules {
     /// Loads the stored book.
     pub fn load(store: Arc<Store>) -> Result<Self, CodedError> {
-        let book = store.with_db(|db| -> Result<RuleBook, CodedError> {
-            let txn = db.begin_read().map_err(storage)?;
-            let Ok(table) = txn.open_table(RULES) else {
-                return Ok(RuleBook::new());
-            };
-            let mut rules = Vec::new();
-            for row in table.iter().map_err(storage)? {
-                let (_, value) = row.map_err(storage)?;
-                rules.push(serde_json::from_slice::<Rule>(value.value()).map_err(storage)?);
-            }
-            let version = txn
-                .open_table(RULES_META)
-                .ok()
-                .and_then(|t| t.get("version").ok().flatten())
-                .and_then(|v| v.value().try_into().ok())
-                .map_or(0, u32::from_be_bytes);
-            Ok(RuleBook::restore(rules, version))
-        })??;
-        let book = Arc::new(book);
+        let book = Arc::new(stored_book(&store)?);
         let (changes, _) = watch::channel(Arc::clone(&book));
         Ok(Self {
             store,
             book: RwLock::new(book),
             changes,
         })
+    }
+
+    /// Takes the book the store holds now (cluster mode: another node changed it), keeping the
+    /// match policy; partitions get it at once.
+    pub fn reload(&self) -> Result<(), CodedError> {
+        let stored = stored_book(&self.store)?;
+        let mut guard = self.book.write().unwrap_or_else(|e| e.into_inner());
+        let next = Arc::new(stored.with_policy(guard.policy().cloned()));
+        *guard = Arc::clone(&next);
+        self.changes.send_replace(next);
+        Ok(())
     }
 
     /// The current book.
@@ -121,12 +136,18 @@ impl Rules {
         let mut guard = self.book.write().unwrap_or_else(|e| e.into_inner());
         let mut next = RuleBook::clone(&guard);
         let answer = apply(&mut next)?;
-        if next.version() != guard.version() {
-            self.persist(&guard, &next).map_err(RulesError::Storage)?;
-            let next = Arc::new(next);
-            *guard = Arc::clone(&next);
-            self.changes.send_replace(next);
+        if next.version() == guard.version() {
+            return Ok(answer);
         }
+        self.persist(&guard, &next).map_err(RulesError::Storage)?;
+        let next = Arc::new(next);
+        *guard = Arc::clone(&next);
+        self.changes.send_replace(next);
+        drop(guard);
+        // Cluster mode: every node takes the new book (nothing embedded).
+        self.store
+            .publish_meta(&["rules", "rules_meta"])
+            .map_err(RulesError::Storage)?;
         Ok(answer)
     }
 

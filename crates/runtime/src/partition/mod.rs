@@ -13,6 +13,7 @@ pub mod driver;
 mod ending;
 mod events;
 mod journal;
+pub mod placement;
 mod promises;
 mod purge;
 pub mod restart;

@@ -27,6 +27,7 @@ const CHANNEL: usize = 16 * 1024;
 #[derive(Debug, Clone)]
 pub struct Runtime {
     senders: Arc<Vec<mpsc::Sender<Event>>>,
+    placement: Arc<super::placement::Placement>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
@@ -35,13 +36,31 @@ pub struct Receivers(Vec<mpsc::Receiver<Event>>);
 impl Runtime {
     /// A runtime of `n` partitions, not yet running.
     pub fn new(n: usize) -> (Self, Receivers) {
-        let (senders, receivers) = (0..n.max(1)).map(|_| mpsc::channel(CHANNEL)).unzip();
+        Self::placed(super::placement::Placement::embedded(n.max(1)))
+    }
+
+    /// A runtime of as many partitions as `placement` has, each run where it says.
+    pub fn placed(placement: super::placement::Placement) -> (Self, Receivers) {
+        let n = placement.len().max(1);
+        let (senders, receivers) = (0..n).map(|_| mpsc::channel(CHANNEL)).unzip();
         (
             Self {
                 senders: Arc::new(senders),
+                placement: Arc::new(placement),
             },
             Receivers(receivers),
         )
+    }
+
+    /// Where each partition runs.
+    pub fn placement(&self) -> &Arc<super::placement::Placement> {
+        &self.placement
+    }
+
+    /// Where the partition of `id` runs.
+    pub fn route(&self, id: InvocationId) -> super::placement::Route {
+        self.placement
+            .route((id.partition_key() % self.senders.len() as u64) as usize)
     }
 
     /// How many partitions there are.
@@ -388,6 +407,7 @@ impl Runtime {
             if let Some(lead) = leads.as_mut().and_then(Iterator::next) {
                 let hosted = Hosted {
                     index: index as u32,
+                    own: self.senders[index].clone(),
                     shared: shared.clone(),
                     rules: rules.cloned(),
                     purging: purging.clone(),
@@ -447,6 +467,8 @@ impl Purging {
 /// A partition of cluster mode: runs while led, recovered from the store at each takeover.
 struct Hosted {
     index: u32,
+    /// Its own channel: an event that arrives as it is taken over goes back in.
+    own: mpsc::Sender<Event>,
     shared: super::Shared,
     rules: Option<Arc<Rules>>,
     purging: Purging,
@@ -466,9 +488,17 @@ impl Hosted {
                     break writer;
                 }
                 tokio::select! {
+                    biased;
                     changed = lead.changed() => if changed.is_err() { return },
-                    // Not led here: nobody answers it (forwarding is the cluster's job).
-                    event = rx.recv() => if event.is_none() { return },
+                    event = rx.recv() => match event {
+                        None => return,
+                        // Led from this very moment: it is the partition's.
+                        Some(event) if lead.borrow().is_some() => {
+                            let _ = self.own.try_send(event);
+                        }
+                        // Not led here: nobody answers it (the doors forward to the leader).
+                        Some(_) => {}
+                    },
                 }
             };
             let mut partition = Partition::new(

@@ -126,34 +126,45 @@ fn storage_error(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::META0005, format!("cannot store the registry: {e}"))
 }
 
+/// The deployments and services `store` holds.
+fn stored_state(store: &Store) -> Result<State, CodedError> {
+    store.with_db(|db| -> Result<State, CodedError> {
+        let txn = db.begin_read().map_err(storage_error)?;
+        let mut state = State::default();
+        if let Ok(table) = txn.open_table(DEPLOYMENTS) {
+            for row in table.iter().map_err(storage_error)? {
+                let (_, value) = row.map_err(storage_error)?;
+                let d: Deployment = serde_json::from_slice(value.value()).map_err(storage_error)?;
+                state.deployments.insert(d.id, Arc::new(d));
+            }
+        }
+        if let Ok(table) = txn.open_table(SERVICES) {
+            for row in table.iter().map_err(storage_error)? {
+                let (_, value) = row.map_err(storage_error)?;
+                let s: Service = serde_json::from_slice(value.value()).map_err(storage_error)?;
+                state.services.insert(s.name.clone(), Arc::new(s));
+            }
+        }
+        Ok(state)
+    })?
+}
+
 impl Registry {
     /// Loads the registry from the store.
     pub fn load(store: Arc<Store>) -> Result<Self, CodedError> {
-        let state = store.with_db(|db| -> Result<State, CodedError> {
-            let txn = db.begin_read().map_err(storage_error)?;
-            let mut state = State::default();
-            if let Ok(table) = txn.open_table(DEPLOYMENTS) {
-                for row in table.iter().map_err(storage_error)? {
-                    let (_, value) = row.map_err(storage_error)?;
-                    let d: Deployment =
-                        serde_json::from_slice(value.value()).map_err(storage_error)?;
-                    state.deployments.insert(d.id, Arc::new(d));
-                }
-            }
-            if let Ok(table) = txn.open_table(SERVICES) {
-                for row in table.iter().map_err(storage_error)? {
-                    let (_, value) = row.map_err(storage_error)?;
-                    let s: Service =
-                        serde_json::from_slice(value.value()).map_err(storage_error)?;
-                    state.services.insert(s.name.clone(), Arc::new(s));
-                }
-            }
-            Ok(state)
-        })??;
+        let state = stored_state(&store)?;
         Ok(Self {
             store,
             state: RwLock::new(state),
         })
+    }
+
+    /// Takes the deployments and services the store holds now (cluster mode: another node
+    /// changed them).
+    pub fn reload(&self) -> Result<(), CodedError> {
+        let state = stored_state(&self.store)?;
+        *self.state.write().unwrap_or_else(|e| e.into_inner()) = state;
+        Ok(())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
@@ -527,7 +538,9 @@ impl Registry {
             txn.commit().map_err(storage_error)
         })??;
         *guard = next;
-        Ok(())
+        drop(guard);
+        // Cluster mode: every node takes the change (nothing embedded).
+        self.store.publish_meta(&["deployments", "services"])
     }
 }
 

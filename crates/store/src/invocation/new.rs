@@ -93,12 +93,28 @@ impl NewInvocation {
         self
     }
 
-    /// Its id (a fresh one differs each time: take it from the record).
-    fn id(&self) -> InvocationId {
+    /// Its id (a fresh one differs each time: take it from the record). A fresh unkeyed,
+    /// unscoped id is drawn again (a few times at most) until `accept` takes it: in cluster
+    /// mode it may live on any partition, so it lives on one this node leads.
+    fn id(&self, accept: impl Fn(InvocationId) -> bool) -> InvocationId {
+        /// Draws before taking whatever comes (with 1 of 8 partitions led here, 64 draws miss
+        /// one with probability 0.02 %).
+        const DRAWS: usize = 64;
         let target = &self.target;
         let scope = self.scope.as_ref().map(Scope::as_str);
         let id = match &self.identity {
-            Identity::Fresh => placed(target, InvocationId::new_uuid(), None),
+            Identity::Fresh => {
+                let mut id = placed(target, InvocationId::new_uuid(), None);
+                if target.key.is_none() && scope.is_none() {
+                    for _ in 1..DRAWS {
+                        if accept(id) {
+                            break;
+                        }
+                        id = placed(target, InvocationId::new_uuid(), None);
+                    }
+                }
+                id
+            }
             Identity::Idempotent(key) => idempotent_id(
                 scope,
                 &target.service,
@@ -122,7 +138,16 @@ impl NewInvocation {
 
     /// Its record, created at `now`.
     pub fn into_record(self, now: u64) -> InvocationRecord {
-        let mut record = InvocationRecord::new(self.id(), self.target, now);
+        self.into_record_where(now, |_| true)
+    }
+
+    /// Its record, created at `now`, with a fresh id `accept` takes where there is a choice.
+    pub fn into_record_where(
+        self,
+        now: u64,
+        accept: impl Fn(InvocationId) -> bool,
+    ) -> InvocationRecord {
+        let mut record = InvocationRecord::new(self.id(accept), self.target, now);
         if let Some(at) = self.run_at_ms {
             record.status = Status::Scheduled;
             record.run_at_ms = Some(at);

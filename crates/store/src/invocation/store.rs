@@ -507,7 +507,10 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(a, Purge::Journal), (a, Purge::Invocation)]
         );
-        let limited = store.with_db(|db| due_purges(db, 20, 1, |_| true)).unwrap().unwrap();
+        let limited = store
+            .with_db(|db| due_purges(db, 20, 1, |_| true))
+            .unwrap()
+            .unwrap();
         assert_eq!(limited.len(), 1);
         let mut writes = WriteSet::default();
         for purge in &due {

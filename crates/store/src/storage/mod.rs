@@ -2,6 +2,7 @@
 //! format version record (RT0009/META0011, META0010); closing it is part of shutdown.
 
 pub mod log;
+pub mod meta;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -37,6 +38,8 @@ pub struct Store {
     db: RwLock<Option<Database>>,
     /// Turns failed when a write to this store fails (see [`crate::health`]).
     health: Arc<Health>,
+    /// Cluster mode: where changed metadata tables go (see [`meta`]).
+    meta_log: std::sync::OnceLock<Arc<dyn meta::MetaLog>>,
 }
 
 impl Store {
@@ -63,6 +66,7 @@ impl Store {
             path,
             db: RwLock::new(Some(db)),
             health: Arc::default(),
+            meta_log: std::sync::OnceLock::new(),
         })
     }
 

@@ -1,0 +1,123 @@
+//! Where each partition runs. Embedded, every partition runs here. In cluster mode
+//! (`docs/cluster.md`) the cluster keeps this up to date: which partitions this node leads,
+//! and the ingress and admin URLs of the node leading each of the others, so a request for one
+//! is forwarded there.
+
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Where a partition runs, as this node knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Here.
+    Here,
+    /// On the node with this ingress and admin URL.
+    Elsewhere {
+        /// Its ingress URL.
+        ingress: String,
+        /// Its admin URL.
+        admin: String,
+    },
+    /// Nobody leads it yet (a takeover is under way).
+    Nobody,
+}
+
+/// Each partition's route. Embedded placement answers [`Route::Here`] for all.
+#[derive(Debug)]
+pub struct Placement {
+    clustered: bool,
+    here: Vec<AtomicBool>,
+    leaders: RwLock<Vec<Option<(String, String)>>>,
+}
+
+impl Placement {
+    /// Every one of `n` partitions runs here.
+    pub fn embedded(n: usize) -> Self {
+        Self {
+            clustered: false,
+            here: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            leaders: RwLock::new(vec![None; n]),
+        }
+    }
+
+    /// `n` partitions, none led here until the cluster says so.
+    pub fn clustered(n: usize) -> Self {
+        Self {
+            clustered: true,
+            here: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            leaders: RwLock::new(vec![None; n]),
+        }
+    }
+
+    /// Whether this node is part of a cluster.
+    pub fn is_clustered(&self) -> bool {
+        self.clustered
+    }
+
+    /// Where partition `index` runs.
+    pub fn route(&self, index: usize) -> Route {
+        if self
+            .here
+            .get(index)
+            .is_none_or(|here| here.load(Ordering::Acquire))
+        {
+            return Route::Here;
+        }
+        let leaders = self.leaders.read().unwrap_or_else(|e| e.into_inner());
+        match leaders.get(index).cloned().flatten() {
+            Some((ingress, admin)) => Route::Elsewhere { ingress, admin },
+            None => Route::Nobody,
+        }
+    }
+
+    /// Whether partition `index` runs here.
+    pub fn is_here(&self, index: usize) -> bool {
+        self.here
+            .get(index)
+            .is_some_and(|here| here.load(Ordering::Acquire))
+    }
+
+    /// This node leads partition `index` (or stopped leading it).
+    pub fn set_here(&self, index: usize, here: bool) {
+        if let Some(flag) = self.here.get(index) {
+            flag.store(here, Ordering::Release);
+        }
+    }
+
+    /// The node at `ingress`/`admin` leads partition `index` (as its accepted epoch says).
+    pub fn set_leader(&self, index: usize, ingress: String, admin: String) {
+        let mut leaders = self.leaders.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = leaders.get_mut(index) {
+            *slot = Some((ingress, admin));
+        }
+    }
+
+    /// How many partitions there are.
+    pub fn len(&self) -> usize {
+        self.here.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.here.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_runs_everything_here_and_clustered_follows_the_cluster() {
+        let embedded = Placement::embedded(2);
+        assert_eq!(embedded.route(1), Route::Here);
+        let clustered = Placement::clustered(2);
+        assert_eq!(clustered.route(0), Route::Nobody);
+        clustered.set_leader(0, "http://a/".into(), "http://a:9/".into());
+        assert!(
+            matches!(clustered.route(0), Route::Elsewhere { ref ingress, .. } if ingress == "http://a/")
+        );
+        clustered.set_here(0, true);
+        assert_eq!(clustered.route(0), Route::Here);
+    }
+}

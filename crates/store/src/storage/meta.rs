@@ -1,0 +1,234 @@
+//! Cluster-wide metadata in cluster mode (`docs/cluster.md`): deployments, services and the
+//! rule book live in tables of their own, written by whichever node's admin API changed them.
+//! After its local commit a node publishes the whole of each table it changed (a
+//! [`MetaSnapshot`]) to the meta topic; every node, the writer included, applies the snapshots
+//! in the topic's order and reloads what it keeps in memory, so all converge on the same
+//! tables.
+
+use std::sync::Arc;
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::Store;
+use crate::errors::{Code, CodedError};
+
+/// The metadata tables, by name: a snapshot names only these (append only).
+pub const META_TABLES: [&str; 5] = [
+    "deployments",
+    "services",
+    "rules",
+    "rules_meta",
+    "subscriptions",
+];
+
+const VERSION: u8 = 1;
+
+/// A table's rows: key, value.
+pub type Rows = Vec<(String, Vec<u8>)>;
+
+/// Whole tables, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetaSnapshot {
+    /// Each table with all its rows.
+    pub tables: Vec<(&'static str, Rows)>,
+}
+
+/// Publishes snapshots to every node (the cluster's meta topic).
+pub trait MetaLog: Send + Sync + std::fmt::Debug {
+    /// Appends `snapshot`; returns once the log took it.
+    fn publish(&self, snapshot: &MetaSnapshot) -> Result<(), CodedError>;
+}
+
+fn bad(why: impl std::fmt::Display) -> CodedError {
+    CodedError::new(
+        Code::CLU0003,
+        format!("a metadata record cannot be read: {why}"),
+    )
+}
+
+fn known(name: &str) -> Option<&'static str> {
+    META_TABLES.iter().copied().find(|t| *t == name)
+}
+
+fn storage(e: impl std::fmt::Display) -> CodedError {
+    CodedError::new(Code::RT0009, format!("metadata tables: {e}"))
+}
+
+impl MetaSnapshot {
+    /// The tables named `names`, read whole from `db`.
+    pub fn read(db: &redb::Database, names: &[&str]) -> Result<Self, CodedError> {
+        let txn = db.begin_read().map_err(storage)?;
+        let mut tables = Vec::new();
+        for name in names {
+            let name = known(name).ok_or_else(|| bad(format!("{name} is not a metadata table")))?;
+            let definition: TableDefinition<&str, &[u8]> = TableDefinition::new(name);
+            let mut rows = Vec::new();
+            match txn.open_table(definition) {
+                Ok(table) => {
+                    for row in table.iter().map_err(storage)? {
+                        let (key, value) = row.map_err(storage)?;
+                        rows.push((key.value().to_owned(), value.value().to_vec()));
+                    }
+                }
+                Err(redb::TableError::TableDoesNotExist(_)) => {}
+                Err(e) => return Err(storage(e)),
+            }
+            tables.push((name, rows));
+        }
+        Ok(Self { tables })
+    }
+
+    /// Replaces each table's rows with the snapshot's, inside `txn`.
+    pub fn apply(&self, txn: &redb::WriteTransaction) -> Result<(), CodedError> {
+        for (name, rows) in &self.tables {
+            let definition: TableDefinition<&str, &[u8]> = TableDefinition::new(name);
+            let mut table = txn.open_table(definition).map_err(storage)?;
+            table.retain(|_, _| false).map_err(storage)?;
+            for (key, value) in rows {
+                table
+                    .insert(key.as_str(), value.as_slice())
+                    .map_err(storage)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![VERSION];
+        let len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes();
+        out.extend_from_slice(&len(self.tables.len()));
+        for (name, rows) in &self.tables {
+            out.extend_from_slice(&len(name.len()));
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&len(rows.len()));
+            for (key, value) in rows {
+                out.extend_from_slice(&len(key.len()));
+                out.extend_from_slice(key.as_bytes());
+                out.extend_from_slice(&len(value.len()));
+                out.extend_from_slice(value);
+            }
+        }
+        out
+    }
+
+    /// Reads a record of at most `max` bytes.
+    pub fn decode(bytes: &[u8], max: usize) -> Result<Self, CodedError> {
+        if bytes.len() > max {
+            return Err(bad(format!("{} bytes, more than {max}", bytes.len())));
+        }
+        let mut rest = bytes;
+        let mut take = |n: usize| -> Result<&[u8], CodedError> {
+            if rest.len() < n {
+                return Err(bad("it ends early"));
+            }
+            let (head, tail) = rest.split_at(n);
+            rest = tail;
+            Ok(head)
+        };
+        if take(1)?[0] != VERSION {
+            return Err(bad(
+                "another format version (run one Sluice version on every node)",
+            ));
+        }
+        fn count(raw: &[u8]) -> usize {
+            u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize
+        }
+        let tables = count(take(4)?);
+        if tables > META_TABLES.len() {
+            return Err(bad(format!("{tables} tables")));
+        }
+        let mut snapshot = Self::default();
+        for _ in 0..tables {
+            let n = count(take(4)?);
+            let name =
+                std::str::from_utf8(take(n)?).map_err(|_| bad("a table name that is not UTF-8"))?;
+            let name = known(name).ok_or_else(|| bad(format!("unknown table {name}")))?;
+            let rows = count(take(4)?);
+            if rows > bytes.len() / 8 {
+                return Err(bad(format!("{rows} rows in {} bytes", bytes.len())));
+            }
+            let mut all = Vec::with_capacity(rows);
+            for _ in 0..rows {
+                let n = count(take(4)?);
+                let key = std::str::from_utf8(take(n)?)
+                    .map_err(|_| bad("a key that is not UTF-8"))?
+                    .to_owned();
+                let n = count(take(4)?);
+                all.push((key, take(n)?.to_vec()));
+            }
+            snapshot.tables.push((name, all));
+        }
+        if !rest.is_empty() {
+            return Err(bad("bytes after its end"));
+        }
+        Ok(snapshot)
+    }
+}
+
+impl Store {
+    /// Cluster mode: where changed metadata tables are published.
+    pub fn set_meta_log(&self, log: Arc<dyn MetaLog>) {
+        let _ = self.meta_log.set(log);
+    }
+
+    /// After a local commit of the metadata tables `names`: in cluster mode, publishes them
+    /// whole to every node and returns once the log took them; embedded, nothing.
+    pub fn publish_meta(&self, names: &[&str]) -> Result<(), CodedError> {
+        let Some(log) = self.meta_log.get() else {
+            return Ok(());
+        };
+        let snapshot = self.with_db(|db| MetaSnapshot::read(db, names))??;
+        log.publish(&snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn a_snapshot_replaces_its_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let rules: TableDefinition<&str, &[u8]> = TableDefinition::new("rules");
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                txn.open_table(rules)
+                    .unwrap()
+                    .insert("old", b"1".as_slice())
+                    .unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+        let snapshot = MetaSnapshot {
+            tables: vec![("rules", vec![("new".into(), b"2".to_vec())])],
+        };
+        let back = MetaSnapshot::decode(&snapshot.encode(), usize::MAX).unwrap();
+        assert_eq!(back, snapshot);
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                back.apply(&txn).unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+        let read = store
+            .with_db(|db| MetaSnapshot::read(db, &["rules"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(read, snapshot);
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(snapshot) = MetaSnapshot::decode(&bytes, 1 << 20) {
+                prop_assert_eq!(snapshot.encode(), bytes);
+            }
+        }
+    }
+}

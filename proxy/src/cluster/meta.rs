@@ -1,0 +1,194 @@
+//! The meta topic: metadata tables a node changed go to every node (`storage::meta`). The
+//! writer publishes after its local commit; a reader thread on every node applies each
+//! snapshot in the topic's order and reloads what it keeps in memory.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::watch;
+
+use super::{Settings, Shared};
+use crate::errors::{Code, CodedError};
+use crate::storage::log::Position;
+use crate::storage::meta::{MetaLog, MetaSnapshot};
+use crate::storage::writer::WriteSet;
+
+/// The position row of the meta topic (beside the partitions' rows).
+const META_POSITION: u32 = u32::MAX;
+
+/// How long a publish waits for the log.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Delivered = mpsc::SyncSender<Result<(), String>>;
+
+/// Hands each delivery's result back to the publish waiting for it.
+struct Deliveries;
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = Box<Delivered>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, waiting: Self::DeliveryOpaque) {
+        let _ = waiting.send(result.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string()));
+    }
+}
+
+/// Publishes metadata snapshots to the meta topic.
+pub struct KafkaMetaLog {
+    producer: ThreadedProducer<Deliveries>,
+    topic: String,
+    max_record: usize,
+}
+
+impl std::fmt::Debug for KafkaMetaLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaMetaLog")
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl KafkaMetaLog {
+    pub(super) fn new(settings: &Settings) -> Result<Self, CodedError> {
+        let producer = settings
+            .client
+            .clone()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.max.bytes", settings.max_record.to_string())
+            .create_with_context(Deliveries)
+            .map_err(|e| super::join_failed(format!("cannot create the meta producer: {e}")))?;
+        Ok(Self {
+            producer,
+            topic: settings.meta_topic.clone(),
+            max_record: settings.max_record,
+        })
+    }
+}
+
+fn not_published(why: impl std::fmt::Display) -> CodedError {
+    CodedError::new(
+        Code::CLU0001,
+        format!(
+            "the change was stored on this node but not published to the cluster: {why}; make it again"
+        ),
+    )
+}
+
+impl MetaLog for KafkaMetaLog {
+    fn publish(&self, snapshot: &MetaSnapshot) -> Result<(), CodedError> {
+        let bytes = snapshot.encode();
+        if bytes.len() > self.max_record {
+            return Err(not_published(format!(
+                "{} bytes of metadata, more than cluster.max-record-bytes ({})",
+                bytes.len(),
+                self.max_record
+            )));
+        }
+        let (done, delivered) = mpsc::sync_channel(1);
+        self.producer
+            .send(
+                BaseRecord::<(), [u8], Box<Delivered>>::with_opaque_to(&self.topic, Box::new(done))
+                    .partition(0)
+                    .payload(&bytes),
+            )
+            .map_err(|(e, _)| not_published(e))?;
+        match delivered.recv_timeout(PUBLISH_TIMEOUT) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(not_published(e)),
+            Err(_) => Err(not_published("the meta topic did not answer")),
+        }
+    }
+}
+
+/// Applies the meta topic to the store until `stopping` turns true.
+pub(super) fn read(shared: &Shared, stopping: &watch::Receiver<bool>) {
+    if let Err(e) = follow(shared, stopping) {
+        tracing::error!(error.code = ?e.code, error = %e, "the meta topic reader stopped");
+        shared.store.health().fail(e);
+    }
+}
+
+fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedError> {
+    let settings = &shared.settings;
+    let fetch = settings.max_record.saturating_mul(2).max(1 << 20);
+    let consumer: BaseConsumer = settings
+        .client
+        .clone()
+        .set(
+            "group.id",
+            format!("{}-replica-{}", settings.meta_topic, settings.node),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("fetch.wait.max.ms", "10")
+        .set("message.max.bytes", settings.max_record.to_string())
+        .set("fetch.max.bytes", fetch.to_string())
+        .set(
+            "receive.message.max.bytes",
+            fetch.saturating_add(1024).to_string(),
+        )
+        .create()
+        .map_err(|e| super::join_failed(format!("cannot create the meta reader: {e}")))?;
+    let mut position = shared
+        .store
+        .with_db(Position::load_all)??
+        .remove(&META_POSITION)
+        .unwrap_or_default();
+    let mut assignment = TopicPartitionList::new();
+    let from = if position.next > 0 {
+        Offset::Offset(position.next)
+    } else {
+        Offset::Beginning
+    };
+    assignment
+        .add_partition_offset(&settings.meta_topic, 0, from)
+        .map_err(|e| super::join_failed(format!("cannot assign the meta topic: {e}")))?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| super::join_failed(format!("cannot assign the meta topic: {e}")))?;
+    while !*stopping.borrow() {
+        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the meta topic");
+                continue;
+            }
+        };
+        if message.offset() < position.next {
+            continue;
+        }
+        let snapshot =
+            MetaSnapshot::decode(message.payload().unwrap_or_default(), settings.max_record)?;
+        position.next = message.offset().saturating_add(1);
+        let mut saved = WriteSet::default();
+        position.save(META_POSITION, &mut saved);
+        shared.store.with_db(|db| -> Result<(), CodedError> {
+            let failed =
+                |e: redb::Error| CodedError::new(Code::RT0009, format!("applying metadata: {e}"));
+            let txn = db.begin_write().map_err(|e| failed(e.into()))?;
+            snapshot.apply(&txn)?;
+            saved.apply(&txn).map_err(failed)?;
+            txn.commit().map_err(|e| failed(e.into()))
+        })??;
+        let tables: Vec<&str> = snapshot.tables.iter().map(|(name, _)| *name).collect();
+        if let Some(reload) = shared.on_meta.get() {
+            reload(&tables);
+        }
+        tracing::debug!(
+            offset = message.offset(),
+            ?tables,
+            "applied metadata from the cluster"
+        );
+    }
+    Ok(())
+}
