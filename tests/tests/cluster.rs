@@ -371,3 +371,187 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
         }
     }
 }
+
+/// The partition of `Counter/{key}`.
+fn counter_partition(key: &str) -> usize {
+    (sluice::invocation::identity::partition_key(&["Counter", key]) % PARTITIONS as u64) as usize
+}
+
+#[tokio::test]
+async fn a_zombie_leader_cannot_commit_anything() {
+    let broker = broker();
+    let bootstrap = broker.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut zombie = node(&bootstrap, "n1").start().await.unwrap();
+    zombie.register(&dep.uri, false).await;
+    let survivor = node(&bootstrap, "n2").start().await.unwrap();
+    deployments(&survivor, 1).await;
+    // An object on a partition the first node leads.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let key = loop {
+        let led = leaders(&survivor).await;
+        let keys = (0..64).map(|i| format!("z{i}"));
+        if led.iter().flatten().any(|l| l == "n2")
+            && let Some(key) = keys
+                .into_iter()
+                .find(|k| led[counter_partition(k)].as_deref() == Some("n1"))
+        {
+            break key;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the partitions never spread: {led:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (status, body) = post(&zombie, &format!("/Counter/{key}/add"), "1").await;
+    assert_eq!((status, body.as_str()), (200, "1"));
+
+    // Frozen: the group gives its partitions to the survivor, which appends a new epoch.
+    zombie.signal(nix::sys::signal::Signal::SIGSTOP).unwrap();
+    led_by(&survivor, &["n2"]).await;
+    let (status, body) = post(&survivor, &format!("/Counter/{key}/add"), "1").await;
+    assert_eq!((status, body.as_str()), (200, "2"));
+
+    // Thawed, it still believes it leads: a write through it (not to be forwarded) must fail.
+    zombie.signal(nix::sys::signal::Signal::SIGCONT).unwrap();
+    let answer = reqwest::Client::new()
+        .post(format!("{}/Counter/{key}/add", zombie.ingress_url))
+        .header("content-type", "application/json")
+        .header("x-sluice-forwarded", "1")
+        .body("100")
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let body = answer.text().await.unwrap();
+    assert_ne!(status, 200, "the zombie committed a write: {body}");
+    assert!(body.contains("CLU0001") || status >= 500, "{status} {body}");
+    // Nothing of it counts anywhere: the survivor's state goes on from 2, and the zombie,
+    // once it has stepped down, reads the same through the log.
+    let (status, body) = post(&survivor, &format!("/Counter/{key}/add"), "1").await;
+    assert_eq!((status, body.as_str()), (200, "3"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = post(&zombie, &format!("/Counter/{key}/get"), "").await;
+        if (status, body.as_str()) == (200, "3") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old leader reads {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        zombie.stderr().contains("stopped leading the partition"),
+        "{}",
+        zombie.stderr()
+    );
+}
+
+/// Runs `calls` scoped `Meter/hold` calls of 400 ms at once, spread over `nodes`; answers the
+/// most that ran at once in the deployment.
+async fn scoped_peak(nodes: &[&Sluice], calls: usize) -> u64 {
+    let client = reqwest::Client::new();
+    let running: Vec<_> = (0..calls)
+        .map(|i| {
+            let request = client
+                .post(format!(
+                    "{}/service/scope/acme/call/Meter/hold",
+                    nodes[i % nodes.len()].ingress_url
+                ))
+                .header("content-type", "application/json")
+                .body("400");
+            tokio::spawn(async move {
+                let resp = request.send().await.expect("the call answers");
+                (
+                    resp.status().as_u16(),
+                    resp.text().await.unwrap_or_default(),
+                )
+            })
+        })
+        .collect();
+    for call in running {
+        let (status, body) = call.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let peak = client
+        .post(format!("{}/Meter/peak", nodes[0].ingress_url))
+        .send()
+        .await
+        .unwrap();
+    peak.text().await.unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_scope_limit_holds_across_nodes_and_after_a_failover() {
+    let broker = broker();
+    let bootstrap = broker.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2", "n3"] {
+        nodes.push(node(&bootstrap, id).flow_control().start().await.unwrap());
+    }
+    nodes[0].register(&dep.uri, false).await;
+    nodes[0]
+        .set_rules(serde_json::json!([{"pattern": "acme", "limits": {"concurrency": 2}}]))
+        .await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    led_by(&nodes[0], &["n1", "n2", "n3"]).await;
+    // The rule reached every node (the meta topic), and scoped calls from all three meet at
+    // the scope's partition: at most two run at once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for sluice in &nodes {
+        loop {
+            let (_, rules) = get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
+            if rules.to_string().contains("acme") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no rule on {}: {rules}",
+                sluice.admin_url
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let all: Vec<&Sluice> = nodes.iter().collect();
+    let peak = scoped_peak(&all, 12).await;
+    assert_eq!(peak, 2, "before the failover");
+
+    // Kill whichever node leads the scope's partition; the limit holds on the survivors.
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/scope/acme/call/Meter/hold",
+            nodes[0].ingress_url
+        ))
+        .header("content-type", "application/json")
+        .body("1")
+        .send()
+        .await
+        .unwrap();
+    let id: sluice::ids::InvocationId = resp.headers()["x-service-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let partition = (id.partition_key() % PARTITIONS as u64) as usize;
+    let leader = leaders(&nodes[0]).await[partition].clone().unwrap();
+    let index = ["n1", "n2", "n3"]
+        .iter()
+        .position(|n| *n == leader)
+        .unwrap();
+    let mut killed = nodes.remove(index);
+    killed.kill_9();
+    let alive: Vec<&str> = ["n1", "n2", "n3"]
+        .into_iter()
+        .filter(|n| *n != leader)
+        .collect();
+    led_by(&nodes[0], &alive).await;
+    let survivors: Vec<&Sluice> = nodes.iter().collect();
+    let peak = scoped_peak(&survivors, 12).await;
+    assert_eq!(peak, 2, "after the failover");
+}
