@@ -42,9 +42,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     };
     let cluster = if config.cluster.is_kafka() {
         Some(Arc::new(crate::cluster::Cluster::join(
-            &config,
-            &store,
-            Arc::clone(runtime.placement()),
+            &config, &store, &runtime,
         )?))
     } else {
         None

@@ -17,6 +17,7 @@ fn broker() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
     for topic in ["sluice.log", "sluice.leaders"] {
         cluster.create_topic(topic, PARTITIONS, 3).unwrap();
     }
+    cluster.create_topic("sluice.inbox", PARTITIONS, 3).unwrap();
     cluster.create_topic("sluice.meta", 1, 3).unwrap();
     cluster
 }
@@ -554,4 +555,33 @@ async fn a_scope_limit_holds_across_nodes_and_after_a_failover() {
     let survivors: Vec<&Sluice> = nodes.iter().collect();
     let peak = scoped_peak(&survivors, 12).await;
     assert_eq!(peak, 2, "after the failover");
+}
+
+#[tokio::test]
+async fn handlers_call_objects_led_by_other_nodes() {
+    let broker = broker();
+    let bootstrap = broker.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        nodes.push(node(&bootstrap, id).start().await.unwrap());
+    }
+    nodes[0].register(&dep.uri, false).await;
+    deployments(&nodes[1], 1).await;
+    led_by(&nodes[0], &["n1", "n2"]).await;
+    // A caller on one node, its callee's object on any partition: the child invocation and
+    // its result travel through the inboxes.
+    for round in 1..=2 {
+        for (i, sluice) in nodes.iter().enumerate() {
+            for key in ["p", "q", "r", "s", "t"] {
+                let (status, body) = post(sluice, "/Greeter/addVia", &format!("\"{key}\"")).await;
+                let want = (round - 1) * 2 + i + 1;
+                assert_eq!(
+                    (status, body.as_str()),
+                    (200, want.to_string().as_str()),
+                    "{key} via node {i}"
+                );
+            }
+        }
+    }
 }

@@ -119,6 +119,12 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
 /// Writes partition `p`'s groups to its log, from offset `next`, until it steps down.
 async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, mut next: i64, mut staged: Staged) {
     let mut lead = shared.leads[p as usize].subscribe();
+    let inbox = {
+        let (shared, lead) = (Arc::clone(&shared), lead.clone());
+        tokio::task::spawn_blocking(move || {
+            super::inbox::deliver(&shared, p, &shared.runtime, &lead);
+        })
+    };
     let mut stores = tokio::task::JoinSet::new();
     let why = loop {
         let group = tokio::select! {
@@ -169,6 +175,7 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, mut next: i64, mut st
     let _ = shared.leads[p as usize].send(None);
     staged.close(&lost(p, &why));
     while stores.join_next().await.is_some() {}
+    let _ = inbox.await;
     // The reader takes the partition back from what the store holds.
     lock(&shared.rewinds).push(p);
 }

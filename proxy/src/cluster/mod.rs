@@ -3,6 +3,7 @@
 //! reader (`reader.rs`), the membership consumer (`membership.rs`) and, for each partition the
 //! group gives this node, a takeover and then the partition's log writer (`leader.rs`).
 
+mod inbox;
 mod leader;
 mod membership;
 mod meta;
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
+use crate::partition::Runtime;
 use crate::partition::placement::Placement;
 use crate::partition::runtime::Lead;
 use crate::storage::Store;
@@ -51,6 +53,8 @@ struct Shared {
     placement: Arc<Placement>,
     /// Reloads what memory keeps of the metadata tables named (after another node's change).
     on_meta: std::sync::OnceLock<MetaReload>,
+    /// The partitions, which the inboxes deliver to.
+    runtime: Runtime,
 }
 
 /// Reloads what memory keeps of the metadata tables named.
@@ -65,6 +69,7 @@ struct Settings {
     log_topic: String,
     leaders_topic: String,
     meta_topic: String,
+    inbox_topic: String,
     partitions: u32,
     max_record: usize,
     client: ClientConfig,
@@ -98,8 +103,9 @@ impl Cluster {
     pub fn join(
         config: &Config,
         store: &Arc<Store>,
-        placement: Arc<Placement>,
+        runtime: &Runtime,
     ) -> Result<Self, CodedError> {
+        let placement = Arc::clone(runtime.placement());
         let cluster = &config.cluster;
         let partitions = u32::from(config.worker.partitions.get());
         let node = if cluster.node_id.is_empty() {
@@ -131,6 +137,7 @@ impl Cluster {
             log_topic: format!("{}log", cluster.topic_prefix),
             leaders_topic: format!("{}leaders", cluster.topic_prefix),
             meta_topic: format!("{}meta", cluster.topic_prefix),
+            inbox_topic: format!("{}inbox", cluster.topic_prefix),
             partitions,
             max_record: cluster.max_record_bytes.as_usize(),
             client,
@@ -182,7 +189,9 @@ impl Cluster {
             leads: senders,
             placement,
             on_meta: std::sync::OnceLock::new(),
+            runtime: runtime.clone(),
         });
+        runtime.set_outbox(Arc::new(inbox::KafkaOutbox::new(&shared)));
         store.set_meta_log(Arc::new(meta::KafkaMetaLog::new(&shared.settings)?));
         tracing::info!(node = %shared.settings.node, partitions, topic = %shared.settings.log_topic, "joined the cluster");
         Ok(Self { shared, leads })
@@ -285,6 +294,7 @@ impl Settings {
         for (topic, want) in [
             (&self.log_topic, self.partitions),
             (&self.leaders_topic, self.partitions),
+            (&self.inbox_topic, self.partitions),
             (&self.meta_topic, 1),
         ] {
             let count = topic_partitions(&consumer, topic)?;

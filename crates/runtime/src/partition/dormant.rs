@@ -319,6 +319,7 @@ impl Event {
             | Event::Metrics { .. }
             | Event::Explain { .. }
             | Event::SlotsFree
+            | Event::Barrier { .. }
             | Event::Queued { .. }
             | Event::Locks { .. }
             | Event::Queues { .. }

@@ -180,6 +180,9 @@ impl Partition {
             }
             // The batch's effects end with a dispatch, which takes the freed slots.
             Event::SlotsFree => {}
+            Event::Barrier { reply } => effects.push(Effect::Then(Box::new(move || {
+                let _ = reply.send(());
+            }))),
             Event::Queued { reply } => {
                 let queued = self
                     .live

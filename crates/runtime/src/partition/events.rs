@@ -131,6 +131,12 @@ pub enum Event {
     },
     /// Another partition gave back invoker slots this one waits for.
     SlotsFree,
+    /// Answered after the commit of every event before it (cluster mode: the inbox commits
+    /// its offsets only once what it delivered is durable).
+    Barrier {
+        /// Answered after that commit.
+        reply: oneshot::Sender<()>,
+    },
     /// Every invocation waiting in a scheduler queue of the partition.
     Queued {
         /// Answered at once.

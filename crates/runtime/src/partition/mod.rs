@@ -14,6 +14,7 @@ mod ending;
 mod events;
 mod journal;
 pub mod placement;
+pub mod posted;
 mod promises;
 mod purge;
 pub mod restart;

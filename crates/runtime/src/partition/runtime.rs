@@ -28,6 +28,8 @@ const CHANNEL: usize = 16 * 1024;
 pub struct Runtime {
     senders: Arc<Vec<mpsc::Sender<Event>>>,
     placement: Arc<super::placement::Placement>,
+    /// Cluster mode: where partitions post to each other (their inboxes).
+    outbox: Arc<std::sync::OnceLock<Arc<dyn super::posted::Outbox>>>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
@@ -47,6 +49,7 @@ impl Runtime {
             Self {
                 senders: Arc::new(senders),
                 placement: Arc::new(placement),
+                outbox: Arc::default(),
             },
             Receivers(receivers),
         )
@@ -55,6 +58,20 @@ impl Runtime {
     /// Where each partition runs.
     pub fn placement(&self) -> &Arc<super::placement::Placement> {
         &self.placement
+    }
+
+    /// Cluster mode: partitions post to each other through `outbox` from now on.
+    pub fn set_outbox(&self, outbox: Arc<dyn super::posted::Outbox>) {
+        let _ = self.outbox.set(outbox);
+    }
+
+    /// Hands `event` to partition `index` here (the inbox delivering what was posted to it);
+    /// false when that partition is not running.
+    pub async fn deliver(&self, index: usize, event: Event) -> bool {
+        match self.senders.get(index) {
+            Some(sender) => sender.send(event).await.is_ok(),
+            None => false,
+        }
     }
 
     /// Where the partition of `id` runs.
@@ -182,6 +199,15 @@ impl Runtime {
     /// Hands `event` to the partition of `id` without waiting (partitions use this to reach
     /// each other: waiting there could deadlock two partitions on each other's channels).
     pub(super) fn post(&self, id: InvocationId, event: Event) {
+        // Cluster mode: even a partition led here may move before it stores the event, so
+        // everything goes through the inbox, which keeps it until it is stored.
+        if let Some(outbox) = self.outbox.get()
+            && let Some(bytes) = super::posted::encode(&event)
+        {
+            let index = id.partition_key() % self.senders.len() as u64;
+            outbox.post(index as u32, bytes);
+            return;
+        }
         let sender = self.partition(id).clone();
         tokio::spawn(async move {
             let _ = sender.send(event).await;

@@ -1,0 +1,225 @@
+//! The events one partition posts to another (a child invocation, a call's result, a signal, a
+//! forwarded control), as bytes: in cluster mode they travel through the inbox topic, because
+//! the partition they are for may be led by another node (`docs/cluster.md`). Every one of them
+//! may be delivered again after a failover, and each is harmless twice: a child has a derived
+//! id, callers ignore a repeated result, a signal or control is answered from the state it
+//! finds.
+
+use prost::Message as _;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use super::Event;
+use super::control::Control;
+use super::signals::Signal;
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::invocation::{InvocationRecord, Outcome};
+use crate::protocol::Frame;
+use crate::protocol::proto::NotificationTemplate;
+
+#[derive(Serialize, Deserialize)]
+enum Posted {
+    Submit {
+        record: Box<InvocationRecord>,
+        ty: u16,
+        payload: Vec<u8>,
+    },
+    Signal {
+        target: InvocationId,
+        /// A `NotificationTemplate` with the signal's id and result.
+        template: Vec<u8>,
+    },
+    Control {
+        id: InvocationId,
+        op: String,
+    },
+    CallResult {
+        id: InvocationId,
+        completion: u32,
+        outcome: Outcome,
+    },
+}
+
+fn control_name(op: Control) -> &'static str {
+    match op {
+        Control::Cancel => "cancel",
+        Control::Kill => "kill",
+        Control::Purge => "purge",
+        Control::PurgeJournal => "purge-journal",
+        Control::Pause => "pause",
+        Control::Resume => "resume",
+    }
+}
+
+/// The bytes of `event`; `None` for an event partitions do not post to each other.
+pub fn encode(event: &Event) -> Option<Vec<u8>> {
+    let posted = match event {
+        Event::Submit {
+            record,
+            input,
+            reply: None,
+            call: None,
+        } => Posted::Submit {
+            record: record.clone(),
+            ty: input.ty,
+            payload: input.payload.to_vec(),
+        },
+        Event::Signal {
+            signal,
+            reply: None,
+        } => Posted::Signal {
+            target: signal.target,
+            template: NotificationTemplate {
+                id: Some(signal.id.clone()),
+                result: Some(signal.result.clone()),
+            }
+            .encode_to_vec(),
+        },
+        Event::Control { id, op, .. } => Posted::Control {
+            id: *id,
+            op: control_name(*op).to_owned(),
+        },
+        Event::CallResult {
+            id,
+            completion,
+            outcome,
+        } => Posted::CallResult {
+            id: *id,
+            completion: *completion,
+            outcome: outcome.clone(),
+        },
+        _ => return None,
+    };
+    serde_json::to_vec(&posted).ok()
+}
+
+fn bad(why: impl std::fmt::Display) -> CodedError {
+    CodedError::new(
+        Code::CLU0003,
+        format!("an inbox record cannot be read: {why}"),
+    )
+}
+
+/// The event `bytes` hold (at most `max` of them).
+pub fn decode(bytes: &[u8], max: usize) -> Result<Event, CodedError> {
+    if bytes.len() > max {
+        return Err(bad(format!("{} bytes, more than {max}", bytes.len())));
+    }
+    let posted: Posted = serde_json::from_slice(bytes).map_err(bad)?;
+    Ok(match posted {
+        Posted::Submit {
+            record,
+            ty,
+            payload,
+        } => Event::Submit {
+            record,
+            input: Frame {
+                ty,
+                ack: false,
+                payload: payload.into(),
+            },
+            reply: None,
+            call: None,
+        },
+        Posted::Signal { target, template } => {
+            let template = NotificationTemplate::decode(template.as_slice()).map_err(bad)?;
+            let (Some(id), Some(result)) = (template.id, template.result) else {
+                return Err(bad("a signal without its id or result"));
+            };
+            Event::Signal {
+                signal: Signal { target, id, result },
+                reply: None,
+            }
+        }
+        Posted::Control { id, op } => {
+            let op = [
+                Control::Cancel,
+                Control::Kill,
+                Control::Purge,
+                Control::PurgeJournal,
+                Control::Pause,
+                Control::Resume,
+            ]
+            .into_iter()
+            .find(|c| control_name(*c) == op)
+            .ok_or_else(|| bad(format!("unknown control {op}")))?;
+            // Nobody waits for a forwarded control's answer.
+            let (reply, _) = oneshot::channel();
+            Event::Control { id, op, reply }
+        }
+        Posted::CallResult {
+            id,
+            completion,
+            outcome,
+        } => Event::CallResult {
+            id,
+            completion,
+            outcome,
+        },
+    })
+}
+
+/// Where posted events go in cluster mode: the inbox of their partition.
+pub trait Outbox: Send + Sync + std::fmt::Debug {
+    /// Sends `event` (encoded) to partition `partition`'s inbox; retries on its own.
+    fn post(&self, partition: u32, event: Vec<u8>);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invocation::Target;
+    use crate::protocol::proto::notification_template;
+
+    #[test]
+    fn posted_events_round_trip() {
+        let id = InvocationId::generate(7);
+        let record = InvocationRecord::new(
+            id,
+            Target {
+                service: "S".into(),
+                handler: "h".into(),
+                key: None,
+            },
+            1,
+        );
+        let events = [
+            Event::Submit {
+                record: Box::new(record),
+                input: Frame {
+                    ty: 0x0400,
+                    ack: false,
+                    payload: bytes::Bytes::from_static(b"in"),
+                },
+                reply: None,
+                call: None,
+            },
+            Event::Signal {
+                signal: Signal {
+                    target: id,
+                    id: notification_template::Id::SignalId(17),
+                    result: notification_template::Result::Void(Default::default()),
+                },
+                reply: None,
+            },
+            Event::Control {
+                id,
+                op: Control::Kill,
+                reply: oneshot::channel().0,
+            },
+            Event::CallResult {
+                id,
+                completion: 3,
+                outcome: Outcome::Value(b"out".to_vec()),
+            },
+        ];
+        for event in events {
+            let bytes = encode(&event).expect("a posted event");
+            let back = decode(&bytes, usize::MAX).unwrap();
+            assert_eq!(encode(&back).unwrap(), bytes);
+        }
+        assert!(decode(b"{}", 10).is_err());
+        assert!(decode(b"nonsense", 100).is_err());
+    }
+}

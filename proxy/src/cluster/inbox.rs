@@ -1,0 +1,156 @@
+//! The inbox topic: what partitions post to each other (`partition::posted`) goes to the
+//! inbox partition of the partition it is for, whichever node leads that. The leader reads its
+//! inbox partition, hands each event to the partition, and commits the inbox offsets only once
+//! the partition stored everything before a barrier: after a failover the new leader reads
+//! again from the last commit, and every posted event is harmless twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::{oneshot, watch};
+
+use super::Shared;
+use crate::partition::posted::{self, Outbox};
+use crate::partition::{Event, Runtime};
+use crate::storage::writer::Writer;
+
+/// Tries to post one event before it is left to the recovery of its poster.
+const POST_TRIES: u32 = 10;
+
+/// Most events handed over before a barrier.
+const BATCH: usize = 512;
+
+/// Posts events to the inbox topic.
+pub struct KafkaOutbox {
+    producer: FutureProducer,
+    topic: String,
+}
+
+impl std::fmt::Debug for KafkaOutbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOutbox")
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl KafkaOutbox {
+    pub(super) fn new(shared: &Shared) -> Self {
+        Self {
+            producer: shared.producer.clone(),
+            topic: shared.settings.inbox_topic.clone(),
+        }
+    }
+}
+
+impl Outbox for KafkaOutbox {
+    fn post(&self, partition: u32, event: Vec<u8>) {
+        let producer = self.producer.clone();
+        let topic = self.topic.clone();
+        tokio::spawn(async move {
+            for attempt in 1..=POST_TRIES {
+                let sent = producer
+                    .send(
+                        FutureRecord::<(), [u8]>::to(&topic)
+                            .partition(partition as i32)
+                            .payload(&event),
+                        Duration::from_secs(10),
+                    )
+                    .await;
+                match sent {
+                    Ok(_) => return,
+                    Err((e, _)) => {
+                        tracing::warn!(partition, attempt, error = %e, "cannot post to an inbox; trying again");
+                        tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                    }
+                }
+            }
+            // Its poster's next recovery posts it again (children and results are re-posted).
+            tracing::error!(partition, "gave up posting to an inbox");
+        });
+    }
+}
+
+/// Delivers partition `p`'s inbox to it while `lead` holds a writer (this node leads `p`).
+pub(super) fn deliver(
+    shared: &Arc<Shared>,
+    p: u32,
+    runtime: &Runtime,
+    lead: &watch::Receiver<Option<Writer>>,
+) {
+    if let Err(e) = run(shared, p, runtime, lead) {
+        tracing::error!(partition = p, error = %e, "the inbox reader stopped; stepping down");
+        let _ = shared.leads[p as usize].send(None);
+    }
+}
+
+fn run(
+    shared: &Arc<Shared>,
+    p: u32,
+    runtime: &Runtime,
+    lead: &watch::Receiver<Option<Writer>>,
+) -> Result<(), String> {
+    let settings = &shared.settings;
+    let consumer: BaseConsumer = settings
+        .client
+        .clone()
+        .set("group.id", &settings.inbox_topic)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .map_err(|e| format!("cannot create the inbox reader: {e}"))?;
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(&settings.inbox_topic, p as i32, Offset::Stored)
+        .map_err(|e| e.to_string())?;
+    consumer.assign(&assignment).map_err(|e| e.to_string())?;
+    let handle = tokio::runtime::Handle::current();
+    while lead.borrow().is_some() {
+        let mut next = None;
+        let mut wait = Duration::from_millis(100);
+        for _ in 0..BATCH {
+            let Some(message) = consumer.poll(wait) else {
+                break;
+            };
+            wait = Duration::ZERO;
+            let message = message.map_err(|e| e.to_string())?;
+            next = Some(message.offset() + 1);
+            let event = match posted::decode(
+                message.payload().unwrap_or_default(),
+                settings.max_record,
+            ) {
+                Ok(event) => event,
+                Err(e) => {
+                    tracing::warn!(partition = p, offset = message.offset(), error = %e, "skipped an inbox record");
+                    continue;
+                }
+            };
+            if !handle.block_on(runtime.deliver(p as usize, event)) {
+                return Err("the partition stopped".into());
+            }
+        }
+        let Some(next) = next else { continue };
+        // Everything handed over is stored once the barrier is answered.
+        let (reply, stored) = oneshot::channel();
+        if !handle.block_on(runtime.deliver(p as usize, Event::Barrier { reply }))
+            || stored.blocking_recv().is_err()
+        {
+            // The partition stopped (stepped down): the next leader reads them again.
+            return Ok(());
+        }
+        let mut offsets = TopicPartitionList::new();
+        offsets
+            .add_partition_offset(&settings.inbox_topic, p as i32, Offset::Offset(next))
+            .map_err(|e| e.to_string())?;
+        consumer
+            .commit(&offsets, CommitMode::Sync)
+            .map_err(|e| format!("cannot commit the inbox offset: {e}"))?;
+    }
+    Ok(())
+}
