@@ -584,4 +584,37 @@ async fn handlers_call_objects_led_by_other_nodes() {
             }
         }
     }
+
+    // An operator's kill, sent to the node that does not lead the caller, reaches its leader
+    // (the admin API forwards it), and the kill goes on to the child through its inbox.
+    let (status, body) = post(&nodes[0], "/Meter/callSlow/send", "30000").await;
+    assert_eq!(status, 202, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let parent = body["invocationId"].as_str().unwrap().to_owned();
+    let other = &nodes[1];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let child = loop {
+        let (_, list) = get_json(&format!(
+            "{}/invocations?service=Greeter&status=running",
+            other.admin_url
+        ))
+        .await;
+        if let Some(first) = list["invocations"].as_array().and_then(|a| a.first()) {
+            break first["id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the child never ran: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let killed = reqwest::Client::new()
+        .patch(format!("{}/invocations/{parent}/kill", other.admin_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), 200, "{}", killed.text().await.unwrap());
+    for id in [&parent, &child] {
+        let seen = other
+            .invocation_until(id, "killed", |v| v["status"] == "completed")
+            .await;
+        assert!(seen["completion"].to_string().contains("killed"), "{seen}");
+    }
 }

@@ -19,6 +19,7 @@ mod serve;
 pub mod services;
 pub mod shapes;
 pub mod tls;
+mod to_leader;
 mod version;
 pub mod vqueues;
 
@@ -216,6 +217,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
     let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     let _ = state.openapi.set(doc);
     let auth = Arc::clone(&state.auth);
+    let to_leader = to_leader::ToLeader::new(state.runtime.clone());
     let api = api
         .with_state(state)
         .method_not_allowed_fallback(method_not_allowed);
@@ -229,6 +231,11 @@ pub fn router(state: Arc<AdminState>) -> Router {
     app.merge(api)
         .merge(dashboard::routes())
         .fallback(not_found)
+        // Inside authentication: a request is checked here before it is forwarded.
+        .layer(axum::middleware::from_fn_with_state(
+            to_leader,
+            to_leader::forward,
+        ))
         .layer(axum::middleware::from_fn_with_state(auth, auth::require))
 }
 

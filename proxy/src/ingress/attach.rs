@@ -47,6 +47,11 @@ pub async fn by_id(
     result(state, id, wait).await
 }
 
+/// The id of the run of workflow `name` for `key`.
+pub fn workflow_run(name: &str, key: &str) -> InvocationId {
+    InvocationId::workflow_run(partition_key(&[name, key]), None, name, key)
+}
+
 /// Answers with the result of the run of workflow `name` for `key`.
 pub async fn by_workflow(
     state: &IngressState,
@@ -54,8 +59,7 @@ pub async fn by_workflow(
     key: &str,
     wait: bool,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    let id = InvocationId::workflow_run(partition_key(&[name, key]), None, name, key);
-    result(state, id, wait).await
+    result(state, workflow_run(name, key), wait).await
 }
 
 async fn result(

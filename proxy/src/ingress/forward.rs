@@ -104,3 +104,21 @@ pub async fn forward(
     }
     Ok(resp)
 }
+
+/// Cluster mode: the answer of the node leading the partition of `id`, when that is not this
+/// node (the request's body is read and sent on); `None` when it runs here.
+pub async fn if_elsewhere(
+    state: &super::IngressState,
+    session: &mut ServerSession,
+    id: crate::ids::InvocationId,
+) -> Option<Result<Response<Vec<u8>>, IngressError>> {
+    let route = state.runtime.route(id);
+    if route == Route::Here {
+        return None;
+    }
+    let body = match super::invoke::read_body(session).await {
+        Ok(body) => body,
+        Err(e) => return Some(Err(e)),
+    };
+    Some(forward(&state.forwarder, session, body, route).await)
+}

@@ -110,17 +110,38 @@ impl IngressApp {
                 invoke::invoke(&self.state, session, target).await
             }
             Ok(path::Operation::ById { id, attach }) => {
-                attach::by_id(&self.state, &id, attach).await
+                let parsed = id.parse::<crate::ids::InvocationId>();
+                match parsed {
+                    Ok(parsed) => match forward::if_elsewhere(&self.state, session, parsed).await {
+                        Some(answer) => answer,
+                        None => attach::by_id(&self.state, &id, attach).await,
+                    },
+                    Err(_) => attach::by_id(&self.state, &id, attach).await,
+                }
             }
             Ok(path::Operation::ByTarget { action }) => match invoke::read_body(session).await {
                 Ok(body) => attach::by_target(&self.state, &body, action).await,
                 Err(e) => Err(e),
             },
             Ok(path::Operation::Workflow { name, key, attach }) => {
-                attach::by_workflow(&self.state, &name, &key, attach).await
+                let run = attach::workflow_run(&name, &key);
+                match forward::if_elsewhere(&self.state, session, run).await {
+                    Some(answer) => answer,
+                    None => attach::by_workflow(&self.state, &name, &key, attach).await,
+                }
             }
             Ok(path::Operation::Awakeable { id, resolve }) => {
-                awakeable::complete(&self.state, session, &id, resolve).await
+                let target = id.parse::<crate::ids::AwakeableId>().ok();
+                let elsewhere = match target {
+                    Some(target) => {
+                        forward::if_elsewhere(&self.state, session, target.invocation).await
+                    }
+                    None => None,
+                };
+                match elsewhere {
+                    Some(answer) => answer,
+                    None => awakeable::complete(&self.state, session, &id, resolve).await,
+                }
             }
             Err(e) => Err(e),
         };
