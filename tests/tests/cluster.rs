@@ -303,6 +303,15 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
     let failover = led_by(&nodes[0], &["n2", "n3"]).await;
     eprintln!("the survivors lead every partition {failover:?} after the kill");
     assert!(failover < Duration::from_secs(10), "{failover:?}");
+    // The same view in SQL: every partition led by a survivor, this node led some.
+    let (status, rows) = nodes[0]
+        .query("SELECT partition, leader, epoch, led_here, lag FROM sys_cluster ORDER BY partition")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    let rows = rows["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), PARTITIONS as usize, "{rows:?}");
+    assert!(rows.iter().all(|r| r["leader"] == "n2" || r["leader"] == "n3"), "{rows:?}");
+    assert!(rows.iter().all(|r| r["epoch"].as_u64().unwrap() >= 1), "{rows:?}");
 
     // Every acknowledged invocation completes, each side effect once (one under way at the
     // kill may run again), and both survivors see it in their stores.

@@ -57,7 +57,7 @@ pub async fn cluster_health(State(state): State<Arc<AdminState>>) -> Response {
     super::json::Json(ClusterHealthResponse {
         cluster_name: state.config.cluster_name.clone(),
         metadata_cluster_health: Some(MetadataClusterHealth { members: vec![1] }),
-        sluice_cluster: state.cluster.as_ref().map(|cluster| cluster.view()),
+        sluice_cluster: state.cluster.get().map(|cluster| cluster.view()),
     })
     .into_response()
 }

@@ -78,8 +78,8 @@ pub struct AdminState {
     pub auth: Arc<auth::AdminAuth>,
     /// The metrics recorder, when `metrics.enabled`.
     pub metrics: Option<Arc<crate::scrape::Metrics>>,
-    /// This node's part of the cluster (cluster mode).
-    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// This node's part of the cluster (cluster mode), shared with the SQL tables.
+    pub cluster: crate::cluster::Slot,
     /// The generated OpenAPI document, set once the router is built.
     openapi: OnceLock<serde_json::Value>,
 }
@@ -93,7 +93,9 @@ impl AdminState {
         plugins: Arc<Plugins>,
         kafka: Arc<crate::kafka::Kafka>,
     ) -> Self {
+        let cluster = crate::cluster::Slot::default();
         let query = crate::sql::QueryEngine::new(crate::sql::QuerySources {
+            cluster: Arc::clone(&cluster),
             config: Arc::clone(&node.config),
             rules: Arc::clone(&node.rules),
             runtime: node.runtime.clone(),
@@ -114,7 +116,7 @@ impl AdminState {
             discovery: DiscoveryClient::with_tls(&node.tls, ATTEMPTS, BACKOFF, TIMEOUT),
             auth: Arc::default(),
             metrics: None,
-            cluster: None,
+            cluster,
             openapi: OnceLock::new(),
         }
     }
@@ -126,8 +128,10 @@ impl AdminState {
     }
 
     /// The same state reporting `cluster` (cluster mode).
-    pub fn with_cluster(mut self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
-        self.cluster = cluster;
+    pub fn with_cluster(self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+        if let Some(cluster) = cluster {
+            let _ = self.cluster.set(cluster);
+        }
         self
     }
 

@@ -57,6 +57,9 @@ struct Shared {
     runtime: Runtime,
 }
 
+/// Where the doors find the cluster once it joined (empty on an embedded node).
+pub type Slot = Arc<std::sync::OnceLock<Arc<Cluster>>>;
+
 /// Reloads what memory keeps of the metadata tables named.
 pub type MetaReload = Box<dyn Fn(&[&str]) + Send + Sync>;
 

@@ -27,6 +27,8 @@ use crate::storage::Store;
 
 /// Where the system tables read from.
 pub struct QuerySources {
+    /// This node's part of the cluster (cluster mode; `sys_cluster`).
+    pub cluster: crate::cluster::Slot,
     /// The effective configuration (flow control on or off).
     pub config: Arc<Config>,
     /// The rule book.

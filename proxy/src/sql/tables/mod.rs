@@ -1,6 +1,7 @@
 //! The system tables: their columns (named as the reference server names them) and how their
 //! rows are read.
 
+mod cluster;
 mod flow;
 mod objects;
 mod registry;
@@ -122,6 +123,14 @@ pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
         (
             "sys_locks",
             SnapshotTable::new("sys_locks", locks_schema(), locks(sources)),
+        ),
+        (
+            "sys_cluster",
+            SnapshotTable::new(
+                "sys_cluster",
+                cluster::cluster_schema(),
+                cluster::cluster(sources),
+            ),
         ),
     ]
 }
