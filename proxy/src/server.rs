@@ -70,26 +70,6 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     server.bootstrap();
 
     let rules = Arc::new(Rules::load(Arc::clone(&store))?);
-    if let Some(cluster) = &cluster {
-        let (registry, rules) = (Arc::clone(&registry), Arc::clone(&rules));
-        cluster.on_meta(Box::new(move |tables| {
-            let reloaded = if tables.iter().any(|t| *t == "deployments" || *t == "services") {
-                registry.reload()
-            } else {
-                Ok(())
-            }
-            .and_then(|()| {
-                if tables.iter().any(|t| t.starts_with("rules")) {
-                    rules.reload()
-                } else {
-                    Ok(())
-                }
-            });
-            if let Err(e) = reloaded {
-                tracing::error!(error.code = ?e.code, error = %e, "cannot reload metadata changed by the cluster");
-            }
-        }));
-    }
     let node = Node {
         config: Arc::clone(&config),
         store: Arc::clone(&store),
@@ -104,6 +84,33 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     ));
     plugins.start(&config.plugins)?;
     let kafka = Arc::new(Kafka::load(&node)?);
+    if let Some(cluster) = &cluster {
+        let (registry, rules) = (Arc::clone(&registry), Arc::clone(&rules));
+        let (plugins, kafka) = (Arc::clone(&plugins), Arc::clone(&kafka));
+        cluster.on_meta(Box::new(move |tables| {
+            let touched = |prefixes: &[&str]| {
+                tables
+                    .iter()
+                    .any(|t| prefixes.iter().any(|p| t.starts_with(p)))
+            };
+            let mut reloaded = Ok(());
+            if touched(&["deployments", "services"]) {
+                reloaded = reloaded.and(registry.reload());
+            }
+            if touched(&["rules"]) {
+                reloaded = reloaded.and(rules.reload());
+            }
+            if touched(&["plugin_"]) {
+                reloaded = reloaded.and(plugins.reload_saved());
+            }
+            if touched(&["kafka_clusters", "subscriptions"]) {
+                reloaded = reloaded.and(kafka.reload());
+            }
+            if let Err(e) = reloaded {
+                tracing::error!(error.code = ?e.code, error = %e, "cannot reload metadata changed by the cluster");
+            }
+        }));
+    }
     let spans = crate::otlp::install(&config.tracing)?;
     let metrics = if config.metrics.enabled {
         let metrics = crate::scrape::Metrics::install(&config.metrics)?;

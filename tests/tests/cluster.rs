@@ -310,8 +310,15 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
     assert_eq!(status, 200, "{rows}");
     let rows = rows["rows"].as_array().unwrap();
     assert_eq!(rows.len(), PARTITIONS as usize, "{rows:?}");
-    assert!(rows.iter().all(|r| r["leader"] == "n2" || r["leader"] == "n3"), "{rows:?}");
-    assert!(rows.iter().all(|r| r["epoch"].as_u64().unwrap() >= 1), "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["leader"] == "n2" || r["leader"] == "n3"),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().all(|r| r["epoch"].as_u64().unwrap() >= 1),
+        "{rows:?}"
+    );
 
     // Every acknowledged invocation completes, each side effect once (one under way at the
     // kill may run again), and both survivors see it in their stores.
@@ -625,5 +632,79 @@ async fn handlers_call_objects_led_by_other_nodes() {
             .invocation_until(id, "killed", |v| v["status"] == "completed")
             .await;
         assert!(seen["completion"].to_string().contains("killed"), "{seen}");
+    }
+}
+
+/// Polls `path` on `sluice`'s admin API until its answer contains `needle`; how long it took.
+async fn admin_shows(sluice: &Sluice, path: &str, needle: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (_, body) = get_json(&format!("{}{path}", sluice.admin_url)).await;
+        if body.to_string().contains(needle) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{path} never showed {needle}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
+    let broker = broker();
+    let bootstrap = broker.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let a = node(&bootstrap, "n1").flow_control().start().await.unwrap();
+    let b = node(&bootstrap, "n2").flow_control().start().await.unwrap();
+    // A deployment registered on the second node, a rule and a plugin on the first.
+    b.register(&dep.uri, false).await;
+    let seen = admin_shows(&a, "/deployments", &dep.uri).await;
+    eprintln!("deployment: {seen:?}");
+    assert!(seen < Duration::from_secs(1), "{seen:?}");
+    a.set_rules(serde_json::json!([{"pattern": "gold", "limits": {"concurrency": 3}}]))
+        .await;
+    let seen = admin_shows(&b, "/limits/rules", "gold").await;
+    eprintln!("rule: {seen:?}");
+    assert!(seen < Duration::from_secs(1), "{seen:?}");
+    let bytes = std::fs::read(sluice_tests::plugin_wasm("tenant-header")).unwrap();
+    let put = Instant::now();
+    let loaded = reqwest::Client::new()
+        .put(format!(
+            "{}/plugins/tenants?hook=extract&deadline=1s&config.scope-header=x-tenant",
+            a.admin_url
+        ))
+        .header("content-type", "application/wasm")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        loaded.status().is_success(),
+        "{}",
+        loaded.text().await.unwrap()
+    );
+    // Each node compiles the component (slow in a debug build): the first took `compile`, the
+    // second gets a second beyond its own compile.
+    let compile = put.elapsed();
+    let seen = admin_shows(&b, "/plugins", "tenants").await;
+    eprintln!("plugin: {seen:?} after a load of {compile:?}");
+    assert!(seen < compile + Duration::from_secs(1), "{seen:?}");
+    // And gone everywhere once unloaded.
+    let unloaded = reqwest::Client::new()
+        .delete(format!("{}/plugins/tenants", b.admin_url))
+        .send()
+        .await
+        .unwrap();
+    assert!(unloaded.status().is_success());
+    let started = Instant::now();
+    loop {
+        let (_, body) = get_json(&format!("{}/plugins", a.admin_url)).await;
+        if !body.to_string().contains("tenants") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "{body}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

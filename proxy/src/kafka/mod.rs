@@ -301,6 +301,52 @@ impl Kafka {
 }
 
 impl Kafka {
+    /// Takes the clusters and subscriptions the store holds now (cluster mode: another node
+    /// changed them): consumers of subscriptions gone stop, those of new ones start.
+    pub fn reload(&self) -> Result<(), CodedError> {
+        let stored: BTreeMap<String, KafkaCluster> =
+            store::load::<KafkaCluster>(&self.store, store::CLUSTERS)?
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect();
+        {
+            let mut clusters = lock(&self.clusters);
+            clusters.retain(|name, c| c.from_config || stored.contains_key(name));
+            for (name, cluster) in stored {
+                if !clusters.get(&name).is_some_and(|c| c.from_config) {
+                    clusters.insert(name, cluster);
+                }
+            }
+        }
+        let subscriptions: BTreeMap<SubscriptionId, Subscription> =
+            store::load::<Subscription>(&self.store, store::SUBSCRIPTIONS)?
+                .into_iter()
+                .map(|s| (s.id, s))
+                .collect();
+        let started: Vec<Subscription> = {
+            let mut current = lock(&self.subscriptions);
+            let mut consumers = lock(&self.consumers);
+            consumers.retain(|id, (stop, _, _)| {
+                let keep = subscriptions.contains_key(id);
+                if !keep {
+                    let _ = stop.send(true);
+                }
+                keep
+            });
+            let new = subscriptions
+                .values()
+                .filter(|s| !current.contains_key(&s.id))
+                .cloned()
+                .collect();
+            *current = subscriptions;
+            new
+        };
+        for sub in &started {
+            self.start_consumer(sub);
+        }
+        Ok(())
+    }
+
     /// Runs every subscription's consumer on the current tokio runtime (and the ones made later
     /// there too) until `stopping` turns true, then stops them.
     pub async fn run(&self, mut stopping: watch::Receiver<bool>) {

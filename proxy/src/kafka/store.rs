@@ -55,5 +55,7 @@ pub fn put<T: Serialize>(
             .map_err(storage)?;
         }
         txn.commit().map_err(storage)
-    })?
+    })??;
+    // Cluster mode: every node takes the change.
+    store.publish_meta(&[redb::TableHandle::name(&table)])
 }

@@ -188,6 +188,47 @@ impl Plugins {
         Ok(())
     }
 
+    /// Takes the stored plugins as the store holds them now (cluster mode: another node loaded
+    /// or unloaded one). Config-file plugins stay; a stored plugin that does not load is logged
+    /// and left out, as at start-up.
+    pub fn reload_saved(&self) -> Result<(), CodedError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let _changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let stored = saved::load_all(store)?;
+        let current = self.current();
+        let kept = current
+            .all
+            .iter()
+            .filter(|p| p.source == Source::Config || stored.iter().any(|s| s.name == p.name))
+            .cloned()
+            .collect();
+        self.publish(Loaded::new(kept));
+        for saved in stored {
+            let same = self.get(&saved.name).is_some_and(|p| {
+                p.source == Source::Config
+                    || (p.sha256 == hex(&Sha256::digest(&saved.bytes))
+                        && p.spec == saved.saved.spec)
+            });
+            if same {
+                continue;
+            }
+            self.next_order
+                .fetch_max(saved.saved.order, Ordering::Relaxed);
+            if let Err(e) = self.install(
+                &saved.name,
+                &saved.bytes,
+                saved.saved.spec,
+                Source::Admin,
+                Some(saved.saved.order),
+            ) {
+                tracing::error!(plugin = %saved.name, error = %e, "a plugin loaded on another node does not load here; left out");
+            }
+        }
+        Ok(())
+    }
+
     fn engine(&self) -> Result<&PluginEngine, CodedError> {
         if let Some(engine) = self.engine.get() {
             return Ok(engine);

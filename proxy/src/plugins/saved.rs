@@ -77,8 +77,12 @@ pub fn put(store: &Store, name: &str, saved: &SavedSpec, bytes: &[u8]) -> Result
                 .map_err(storage)?;
         }
         txn.commit().map_err(storage)
-    })?
+    })??;
+    store.publish_meta(&TABLES)
 }
+
+/// The tables of stored plugins, as every node of a cluster gets them.
+pub const TABLES: [&str; 2] = ["plugin_specs", "plugin_bytes"];
 
 /// Forgets plugin `name`.
 pub fn remove(store: &Store, name: &str) -> Result<(), CodedError> {
@@ -95,5 +99,6 @@ pub fn remove(store: &Store, name: &str) -> Result<(), CodedError> {
                 .map_err(storage)?;
         }
         txn.commit().map_err(storage)
-    })?
+    })??;
+    store.publish_meta(&TABLES)
 }

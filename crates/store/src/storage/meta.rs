@@ -13,12 +13,15 @@ use super::Store;
 use crate::errors::{Code, CodedError};
 
 /// The metadata tables, by name: a snapshot names only these (append only).
-pub const META_TABLES: [&str; 5] = [
+pub const META_TABLES: [&str; 8] = [
     "deployments",
     "services",
     "rules",
     "rules_meta",
     "subscriptions",
+    "kafka_clusters",
+    "plugin_specs",
+    "plugin_bytes",
 ];
 
 const VERSION: u8 = 1;
