@@ -185,9 +185,18 @@ impl Staged {
     /// a log record (at least one set is taken, however large). `None` once every sender is
     /// gone.
     pub async fn next_group(&mut self, max_bytes: usize) -> Option<Group> {
+        if self.held.is_none() {
+            self.held = Some(self.rx.recv().await?);
+        }
+        self.try_group(max_bytes)
+    }
+
+    /// Takes every set waiting now (as [`Staged::next_group`] would), without waiting; `None`
+    /// when none waits (the simulators move sets by hand).
+    pub fn try_group(&mut self, max_bytes: usize) -> Option<Group> {
         let first = match self.held.take() {
             Some(job) => job,
-            None => self.rx.recv().await?,
+            None => self.rx.try_recv().ok()?,
         };
         let mut bytes = super::log::encoded_len(&first.writes);
         let mut jobs = vec![first];

@@ -3,7 +3,10 @@
 //! calls, sends, idempotent repeats and delayed sends; runs attempts as an SDK would (journal
 //! replay, `ctx.run`, sleeps, calls, state writes) and fails some of them; moves time; changes the
 //! rule book; kills, pauses and resumes; fails the disk in the middle of commits; and crashes —
-//! all memory dropped, unsynced writes lost, the partition rebuilt from the store.
+//! all memory dropped, unsynced writes lost, the partition rebuilt from the store. Half the
+//! runs are in cluster mode (`cluster.rs`): writes go through a partition log first, and
+//! leadership changes hands, with the old leader running on as a zombie whose records land
+//! after the new epoch; the new leader rebuilds its store from the log on a fresh disk.
 //!
 //! Calls (a caller waiting for the outcome, with an id nobody else knows) are stored only at the
 //! first point anything depends on them; once a call is answered, its outcome is in the store.
@@ -12,12 +15,16 @@
 //! nothing is acknowledged as new twice; a completed invocation never runs again; a `ctx.run`
 //! whose result was journaled is never executed again; object locks, invoker slots, scope
 //! limits and scope rates hold; and once the faults stop, everything acknowledged completes.
+//! Across leadership changes the same checks hold on the new leader's store: nothing a zombie
+//! acknowledged may be missing there (acknowledging a refused record is a mutation it
+//! catches).
 //!
 //! A failing run prints its seed; `SLUICE_SIM_SEED=<seed> cargo test -p sluice partition::sim`
 //! replays it exactly (the same seed gives the same events, see
 //! `a_seed_replays_the_same_run`).
 
 mod checks;
+mod cluster;
 mod disk;
 mod script;
 mod sdk;
@@ -107,6 +114,8 @@ struct Running {
 struct Node {
     partition: Partition,
     flusher: Flusher,
+    /// Cluster mode: the leader this node is, and its writes' way through the log.
+    leading: Option<cluster::Leading>,
     store: Arc<Store>,
     pending: VecDeque<(Commit, Vec<Effect>)>,
     /// Submissions waiting for their answer.
@@ -145,12 +154,21 @@ struct Stats {
     /// Calls answered with their outcome.
     answered: u64,
     completed: u64,
+    /// Cluster mode: leadership changes, and records of a zombie refused.
+    takeovers: u64,
+    fenced: u64,
 }
 
 /// The simulated world: one partition, its disk and its clients.
 struct World {
     rng: Rng,
     disk: Disk,
+    /// Cluster mode (half the runs): the partition log the store replicates.
+    log: Option<cluster::SimLog>,
+    /// The next start is another node's: a fresh disk, rebuilt from the log.
+    fresh_disk: bool,
+    /// The metadata tables (the deployment), as a new node gets them.
+    meta: crate::storage::meta::MetaSnapshot,
     now: Arc<AtomicU64>,
     outbox: Arc<Mutex<Outbox>>,
     config: Arc<Config>,
@@ -222,6 +240,10 @@ fn run(seed: u64, steps: u64) -> (Stats, u64) {
         world.step();
     }
     world.settle();
+    if let Some(log) = &world.log {
+        world.stats.takeovers = log.takeovers;
+        world.stats.fenced = log.fenced;
+    }
     (world.stats, world.trace.finish())
 }
 
@@ -275,6 +297,8 @@ fn work(runs: &Mutex<Runs>, wanted: u64, seed: u64) {
         total.disk_failures += stats.disk_failures;
         total.acked += stats.acked;
         total.completed += stats.completed;
+        total.takeovers += stats.takeovers;
+        total.fenced += stats.fenced;
     }
 }
 
@@ -314,7 +338,7 @@ fn simulator_partition_events() {
     let runs = runs.into_inner().unwrap();
     let total = runs.total;
     println!(
-        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures",
+        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures, {} leadership changes, {} zombie records refused",
         total.events,
         runs.started,
         started.elapsed(),
@@ -325,9 +349,12 @@ fn simulator_partition_events() {
         total.executions,
         total.crashes,
         total.disk_failures,
+        total.takeovers,
+        total.fenced,
     );
     assert!(total.events >= wanted);
     assert!(total.crashes > 0 && total.disk_failures > 0 && total.completed > 0);
+    assert!(total.takeovers > 0, "no run changed leaders");
 }
 
 #[test]

@@ -257,6 +257,8 @@ impl World {
                 self.disk.fail_after(after);
                 self.stats.disk_failures += 1;
             }
+            // Cluster mode: another node takes the partition over.
+            969..973 => self.hand_over(),
             _ => self.pump(),
         }
     }

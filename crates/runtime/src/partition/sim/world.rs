@@ -24,9 +24,13 @@ impl World {
             on_max_attempts: OnMaxAttempts::Pause,
         };
         let disk = Disk::default();
+        let log = rng.chance(50).then(cluster::SimLog::default);
         let mut world = Self {
             rng,
             disk,
+            log,
+            fresh_disk: false,
+            meta: Default::default(),
             now: Arc::new(AtomicU64::new(EPOCH_MS)),
             outbox: Arc::default(),
             config: Arc::new(config),
@@ -47,18 +51,7 @@ impl World {
             trace: std::collections::hash_map::DefaultHasher::new(),
         };
         // The deployment is registered once, before the first start.
-        let store = Arc::new(Store::open_backend(world.disk.backend()).expect("a fresh store"));
-        let registry = Registry::load(Arc::clone(&store)).expect("the registry");
-        let found = Discovered {
-            manifest: manifest(),
-            manifest_version: 3,
-            http_version: HttpVersion::Http2,
-            sdk_version: None,
-        };
-        registry
-            .register(found, Registration::new("http://127.0.0.1:9080/"), EPOCH_MS)
-            .expect("the deployment registers");
-        store.close();
+        world.meta = register(&world.disk);
         world.start();
         world
     }
@@ -71,12 +64,31 @@ impl World {
         self.node.as_mut().expect("the node runs")
     }
 
-    /// Starts the process on what the disk holds: the partition recovers from the store.
+    /// Starts the process on what the disk holds: the partition recovers from the store. In
+    /// cluster mode the store first catches up with the log, under a new epoch (on a fresh
+    /// disk when another node takes over).
     pub(super) fn start(&mut self) {
         *self.outbox.lock().unwrap() = Outbox::default();
+        if std::mem::take(&mut self.fresh_disk) {
+            // Another node: the metadata tables came to it from the meta topic.
+            self.disk = Disk::default();
+            let store = Store::open_backend(self.disk.backend()).expect("a fresh store");
+            store
+                .with_db(|db| {
+                    let txn = db.begin_write().expect("a write transaction");
+                    self.meta.apply(&txn).expect("the metadata applies");
+                    txn.commit().expect("the commit");
+                })
+                .expect("the store is open");
+            store.close();
+        }
         let store = Arc::new(Store::open_backend(self.disk.backend()).expect("the store reopens"));
         let registry = Arc::new(Registry::load(Arc::clone(&store)).expect("the registry loads"));
         let (writer, flusher) = Writer::manual(Arc::clone(&store));
+        let (writer, leading) = match self.take_over(&store, writer.clone()) {
+            Some((staged, leading)) => (staged, Some(leading)),
+            None => (writer, None),
+        };
         let shared = crate::partition::Shared::new(
             Arc::clone(&store),
             writer,
@@ -95,6 +107,7 @@ impl World {
         self.node = Some(Node {
             partition,
             flusher,
+            leading,
             store,
             pending: VecDeque::new(),
             replies: Vec::new(),
@@ -178,8 +191,13 @@ impl World {
 
     /// Commits what is queued and runs what the commits release; false when a commit failed.
     pub(super) fn commit(&mut self) -> bool {
+        if self.log.is_some() {
+            // A refused record fails its sets: the loop below stops the node.
+            self.through_log();
+        } else {
+            self.node().flusher.flush();
+        }
         let node = self.node();
-        node.flusher.flush();
         while let Some((commit, effects)) = node.pending.pop_front() {
             let mut commit = commit;
             match commit.try_recv() {
@@ -491,4 +509,26 @@ impl World {
         });
         self.deliver(inbox, false);
     }
+}
+
+/// Registers the simulator's deployment on the store of `disk`; the metadata tables as they
+/// are then (what the meta topic carries to other nodes in a real cluster).
+fn register(disk: &Disk) -> crate::storage::meta::MetaSnapshot {
+    let store = Arc::new(Store::open_backend(disk.backend()).expect("a fresh store"));
+    let registry = Registry::load(Arc::clone(&store)).expect("the registry");
+    let found = Discovered {
+        manifest: manifest(),
+        manifest_version: 3,
+        http_version: HttpVersion::Http2,
+        sdk_version: None,
+    };
+    registry
+        .register(found, Registration::new("http://127.0.0.1:9080/"), EPOCH_MS)
+        .expect("the deployment registers");
+    let meta = store
+        .with_db(|db| crate::storage::meta::MetaSnapshot::read(db, &["deployments", "services"]))
+        .expect("the store is open")
+        .expect("the metadata reads back");
+    store.close();
+    meta
 }
