@@ -708,3 +708,62 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test]
+async fn a_subscription_made_on_one_node_runs_on_every_node() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    const RECORDS: u64 = 40;
+    let broker = broker();
+    broker.create_topic("orders", 4, 3).unwrap();
+    let bootstrap = broker.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let a = node(&bootstrap, "n1").start().await.unwrap();
+    let b = node(&bootstrap, "n2").start().await.unwrap();
+    a.register(&dep.uri, false).await;
+    deployments(&b, 1).await;
+    led_by(&a, &["n1", "n2"]).await;
+    let (status, body) = sluice_tests::post_json(
+        &format!("{}/kafka-clusters", a.admin_url),
+        serde_json::json!({"name": "shop", "properties": {"bootstrap.servers": bootstrap}}),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    let (status, sub) = sluice_tests::post_json(
+        &format!("{}/subscriptions", a.admin_url),
+        serde_json::json!({"source": "kafka://shop/orders", "sink": "service://Greeter/greet"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sub}");
+    admin_shows(&b, "/subscriptions", "kafka://shop/orders").await;
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    for i in 0..RECORDS {
+        producer
+            .send(
+                FutureRecord::to("orders")
+                    .key(&format!("k{i}"))
+                    .payload(&format!("\"r{i}\"")),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+    // Each record becomes one invocation, whichever node consumed it and wherever its
+    // partition is led; both replicas see them all completed.
+    for sluice in [&a, &b] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let done = sluice
+                .count("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'")
+                .await;
+            if done == RECORDS {
+                break;
+            }
+            assert!(done < RECORDS, "{done} invocations for {RECORDS} records");
+            assert!(Instant::now() < deadline, "{done} of {RECORDS} records ran");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -14,6 +14,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{oneshot, watch};
 
 use super::Shared;
+use crate::errors::{Code, CodedError};
 use crate::partition::posted::{self, Outbox};
 use crate::partition::{Event, Runtime};
 use crate::storage::writer::Writer;
@@ -49,6 +50,16 @@ impl KafkaOutbox {
 
 impl Outbox for KafkaOutbox {
     fn post(&self, partition: u32, event: Vec<u8>) {
+        let (done, _) = oneshot::channel();
+        self.post_then(partition, event, done);
+    }
+
+    fn post_then(
+        &self,
+        partition: u32,
+        event: Vec<u8>,
+        done: oneshot::Sender<Result<bool, CodedError>>,
+    ) {
         let producer = self.producer.clone();
         let topic = self.topic.clone();
         tokio::spawn(async move {
@@ -62,15 +73,23 @@ impl Outbox for KafkaOutbox {
                     )
                     .await;
                 match sent {
-                    Ok(_) => return,
+                    Ok(_) => {
+                        let _ = done.send(Ok(true));
+                        return;
+                    }
                     Err((e, _)) => {
                         tracing::warn!(partition, attempt, error = %e, "cannot post to an inbox; trying again");
                         tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
                     }
                 }
             }
-            // Its poster's next recovery posts it again (children and results are re-posted).
+            // Its poster's next recovery posts it again (children and results are re-posted);
+            // one waiting (a Kafka record) is told, and does not commit its offset.
             tracing::error!(partition, "gave up posting to an inbox");
+            let _ = done.send(Err(CodedError::new(
+                Code::CLU0001,
+                format!("the inbox of partition {partition} did not take the event"),
+            )));
         });
     }
 }

@@ -164,6 +164,15 @@ pub fn decode(bytes: &[u8], max: usize) -> Result<Event, CodedError> {
 pub trait Outbox: Send + Sync + std::fmt::Debug {
     /// Sends `event` (encoded) to partition `partition`'s inbox; retries on its own.
     fn post(&self, partition: u32, event: Vec<u8>);
+
+    /// [`Outbox::post`], answering `done` with `Ok(true)` once the inbox has the event, or
+    /// with the error that kept it out.
+    fn post_then(
+        &self,
+        partition: u32,
+        event: Vec<u8>,
+        done: tokio::sync::oneshot::Sender<Result<bool, CodedError>>,
+    );
 }
 
 #[cfg(test)]

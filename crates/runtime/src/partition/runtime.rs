@@ -151,11 +151,28 @@ impl Runtime {
     /// Hands a new invocation to its partition and answers at once with the receiver of
     /// [`Runtime::submit`]'s answer: invocations handed over in order are stored in order,
     /// while the caller goes on (a Kafka consumer keeps many records in flight this way).
+    /// In cluster mode, an invocation for a partition another node leads goes to that
+    /// partition's inbox, and the answer (always "created") comes once the inbox has it.
     pub async fn hand_over(
         &self,
         record: InvocationRecord,
         input: Frame,
     ) -> Result<oneshot::Receiver<Result<bool, CodedError>>, CodedError> {
+        let index = (record.id.partition_key() % self.senders.len() as u64) as usize;
+        if let Some(outbox) = self.outbox.get()
+            && !self.placement.is_here(index)
+        {
+            let event = Event::Submit {
+                record: Box::new(record),
+                input,
+                reply: None,
+                call: None,
+            };
+            let bytes = super::posted::encode(&event).ok_or_else(Self::gone)?;
+            let (reply, answer) = oneshot::channel();
+            outbox.post_then(index as u32, bytes, reply);
+            return Ok(answer);
+        }
         self.hand_over_call(record, input, None).await
     }
 
@@ -250,9 +267,18 @@ impl Runtime {
     ) -> Result<Vec<(u64, T)>, CodedError> {
         let mut all = Vec::new();
         for (index, sender) in self.senders.iter().enumerate() {
+            // Cluster mode: another node answers for the partitions it leads.
+            if !self.placement.is_here(index) {
+                continue;
+            }
             let (reply, answer) = oneshot::channel();
             sender.send(ask(reply)).await.map_err(|_| Self::gone())?;
-            let items = answer.await.map_err(|_| Self::gone())?;
+            let items = match answer.await {
+                Ok(items) => items,
+                // It moved to another node as it was asked.
+                Err(_) if self.placement.is_clustered() => continue,
+                Err(_) => return Err(Self::gone()),
+            };
             all.extend(items.into_iter().map(|item| (index as u64, item)));
         }
         Ok(all)
