@@ -1,8 +1,9 @@
 # Shared by the load harnesses: builds release binaries (PROFILE=debug: uses the debug ones as built; SKIP_BUILD=1: measures the release ones already built; BIN_DIR=dir: the binaries in dir, e.g. a copy of an
 # older build to compare with), starts the Rust SDK test deployment (NAGLE=1: served by the SDK's
 # own HttpServer, Nagle's algorithm on, as users' deployments are by default) and
-# `sluice serve` on free loopback ports (flow control on when FLOW_CONTROL=1), registers the
-# deployment, and stops both on exit. Sets: bin, work, ingress, admin, server, dep.
+# `sluice serve` on free loopback ports (flow control on when FLOW_CONTROL=1; CLUSTER=1: one node
+# in cluster mode over a kcat-hosted mock Kafka cluster of three brokers, see docs/cluster.md),
+# registers the deployment, and stops both on exit. Sets: bin, work, ingress, admin, server, dep.
 # Source it from the workspace root after `set -euo pipefail`.
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
 profile="${PROFILE:-release}"
@@ -20,12 +21,37 @@ dep_server=own
 [ "${NAGLE:-0}" = 1 ] && dep_server=sdk
 SLUICE_TEST_DEPLOYMENT_SERVER="$dep_server" "$bin/sluice-test-deployment" "127.0.0.1:$dep_port" v1 &
 dep=$!
-flags=()
-[ "${FLOW_CONTROL:-0}" = 1 ] && flags=(env SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7=true SERVICE_EXPERIMENTAL_ENABLE_VQUEUES=true)
+flags=(env)
+[ "${FLOW_CONTROL:-0}" = 1 ] && flags+=(SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7=true SERVICE_EXPERIMENTAL_ENABLE_VQUEUES=true)
+broker=""
+if [ "${CLUSTER:-0}" = 1 ]; then
+  partitions="${SERVICE_WORKER__PARTITIONS:-8}"
+  # librdkafka's mock brokers in a process of their own, with the cluster's topics (the mock
+  # answers no CreateTopics); the debug build of the tiny host is enough.
+  kafka="$bin/sluice-test-kafka"
+  [ -x "$kafka" ] || { cargo build -q --locked -p sluice-tests --bin sluice-test-kafka; kafka="$target_dir/debug/sluice-test-kafka"; }
+  "$kafka" 3 "sluice.log:$partitions" "sluice.leaders:$partitions" "sluice.inbox:$partitions" sluice.meta:1 >"$work/broker.log" 2>&1 &
+  broker=$!
+  bootstrap=""
+  for _ in $(seq 1 100); do
+    bootstrap=$(grep -o 'bootstrap.servers=[0-9.:,]*' "$work/broker.log" | head -1 | cut -d= -f2) || true
+    [ -n "$bootstrap" ] && break
+    sleep 0.1
+  done
+  [ -n "$bootstrap" ] || { echo "the mock broker did not start" >&2; exit 1; }
+  flags+=(SERVICE_CLUSTER__MODE=kafka "SERVICE_CLUSTER__BOOTSTRAP_SERVERS=$bootstrap" SERVICE_CLUSTER__NODE_ID=bench SERVICE_CLUSTER__SESSION_TIMEOUT=3s)
+fi
 RUST_LOG=warn "${flags[@]}" "$bin/sluice" serve --data-dir "$work/data" --ingress-bind "127.0.0.1:$ingress" --admin-bind "127.0.0.1:$admin" &
 server=$!
-trap 'kill -TERM "$server" 2>/dev/null; kill "$dep" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill -TERM "$server" 2>/dev/null; kill "$dep" 2>/dev/null; [ -n "$broker" ] && kill "$broker" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$admin/health" >/dev/null && break; sleep 0.1; done
+if [ -n "$broker" ]; then
+  # Ready once the node leads every partition.
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$admin/cluster-health" | python3 -c 'import json,sys; p=json.load(sys.stdin)["sluice_cluster"]["partitions"]; sys.exit(0 if all(x["led_here"] for x in p) else 1)' && break
+    sleep 0.1
+  done
+fi
 # CPU seconds (user + system) a process has used so far, from /proc.
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 curl -sf -X POST "http://127.0.0.1:$admin/deployments" -H 'content-type: application/json' \
