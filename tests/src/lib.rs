@@ -103,6 +103,41 @@ pub fn assert_once_but_in_flight<'a>(
     reruns
 }
 
+/// Waits until `Meter/work` completed its side effects for at least `count` invocations (at
+/// most 60 s; `what` names the wait): how a kill -9 test lands mid-stream.
+pub async fn until_done(effects: &Path, count: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while effects_per_invocation(effects)
+        .values()
+        .filter(|(_, done)| *done > 0)
+        .count()
+        < count
+    {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until every one of `ids` completed its `Meter/work` side effects, at most `within`;
+/// on time-out, how many had.
+pub async fn all_done(effects: &Path, ids: &[String], within: Duration) -> Result<(), usize> {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen = effects_per_invocation(effects);
+        let finished = ids
+            .iter()
+            .filter(|id| seen.get(*id).is_some_and(|(_, done)| *done > 0))
+            .count();
+        if finished == ids.len() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(finished);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// [`effects_per_invocation`] once the log has stopped growing for `quiet` (at most 30 s): after
 /// a kill, handlers of the dead connections may still be running their side effects.
 pub async fn effects_once_quiet(

@@ -287,16 +287,7 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
         acknowledged.push(body["invocationId"].as_str().unwrap().to_owned());
     }
     // Kill the first node while its partitions are busy.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while effects_per_invocation(&effects)
-        .values()
-        .filter(|(_, done)| *done > 0)
-        .count()
-        < SENDS / 10
-    {
-        assert!(Instant::now() < deadline, "the sends never got going");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sluice_tests::until_done(&effects, SENDS / 10, "the sends never got going").await;
     let mut first = nodes.remove(0);
     first.kill_9();
     let before = effects_once_quiet(&effects, Duration::from_millis(500)).await;
@@ -322,46 +313,19 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
 
     // Every acknowledged invocation completes, each side effect once (one under way at the
     // kill may run again), and both survivors see it in their stores.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
+    if let Err(finished) =
+        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
+    {
         let seen = effects_per_invocation(&effects);
-        let finished = acknowledged
+        for id in acknowledged
             .iter()
-            .filter(|id| seen.get(*id).is_some_and(|(_, done)| *done > 0))
-            .count();
-        if finished == SENDS {
-            break;
+            .filter(|id| seen.get(*id).is_none_or(|(_, done)| *done == 0))
+            .take(5)
+        {
+            let (_, described) = nodes[0].describe(id).await;
+            eprintln!("unfinished {id}: {described}");
         }
-        if Instant::now() > deadline {
-            for id in acknowledged
-                .iter()
-                .filter(|id| seen.get(*id).is_none_or(|(_, done)| *done == 0))
-                .take(5)
-            {
-                let (_, d) = nodes[0].describe(id).await;
-                eprintln!("unfinished {id}: {d}");
-            }
-            eprintln!(
-                "n2: {}",
-                nodes[0]
-                    .stderr()
-                    .lines()
-                    .filter(|l| !l.contains(" INFO ") || l.contains("partition"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            eprintln!(
-                "n3: {}",
-                nodes[1]
-                    .stderr()
-                    .lines()
-                    .filter(|l| !l.contains(" INFO ") || l.contains("partition"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            panic!("{finished} of {SENDS} finished after the kill");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        panic!("{finished} of {SENDS} finished after the kill");
     }
     for id in &acknowledged {
         for sluice in &nodes {

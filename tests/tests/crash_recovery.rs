@@ -49,16 +49,7 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
         acknowledged.push(sent["invocationId"].as_str().unwrap().to_owned());
     }
     // Kill once a tenth is done.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while effects_per_invocation(&effects)
-        .values()
-        .filter(|(_, done)| *done > 0)
-        .count()
-        < SENDS / 10
-    {
-        assert!(Instant::now() < deadline, "the sends never got going");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sluice_tests::until_done(&effects, SENDS / 10, "the sends never got going").await;
     sluice.signal(Signal::SIGKILL).unwrap();
     let killed = sluice.wait_exit(Duration::from_secs(5)).unwrap();
     assert!(!killed.status.success());
@@ -74,21 +65,10 @@ async fn accepted_invocations_survive_kill_9_and_run_exactly_once() {
     let again = start_slow(Some(&sluice.data_dir)).await;
     // Every acknowledged invocation completes: timers re-armed, attempts replayed, the ones
     // that never started started now.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let seen = effects_per_invocation(&effects);
-        let finished = acknowledged
-            .iter()
-            .filter(|id| seen.get(*id).is_some_and(|(_, done)| *done > 0))
-            .count();
-        if finished == SENDS {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{finished} of {SENDS} acknowledged invocations finished after the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Err(finished) =
+        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
+    {
+        panic!("{finished} of {SENDS} acknowledged invocations finished after the restart");
     }
     for id in &acknowledged {
         let completed = again

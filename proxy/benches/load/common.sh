@@ -21,6 +21,17 @@ dep_server=own
 [ "${NAGLE:-0}" = 1 ] && dep_server=sdk
 SLUICE_TEST_DEPLOYMENT_SERVER="$dep_server" "$bin/sluice-test-deployment" "127.0.0.1:$dep_port" v1 &
 dep=$!
+# The bootstrap servers a mock broker logged in file $1 (waits up to 10 s for the line).
+bootstrap_in() {
+  local found=""
+  for _ in $(seq 1 100); do
+    found=$(grep -o 'bootstrap.servers=[0-9.:,]*' "$1" | head -1 | cut -d= -f2) || true
+    [ -n "$found" ] && break
+    sleep 0.1
+  done
+  [ -n "$found" ] || { echo "the mock broker did not start" >&2; exit 1; }
+  echo "$found"
+}
 flags=(env)
 [ "${FLOW_CONTROL:-0}" = 1 ] && flags+=(SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7=true SERVICE_EXPERIMENTAL_ENABLE_VQUEUES=true)
 broker=""
@@ -32,13 +43,7 @@ if [ "${CLUSTER:-0}" = 1 ]; then
   [ -x "$kafka" ] || { cargo build -q --locked -p sluice-tests --bin sluice-test-kafka; kafka="$target_dir/debug/sluice-test-kafka"; }
   "$kafka" 3 "sluice.log:$partitions" "sluice.leaders:$partitions" "sluice.inbox:$partitions" sluice.meta:1 >"$work/broker.log" 2>&1 &
   broker=$!
-  bootstrap=""
-  for _ in $(seq 1 100); do
-    bootstrap=$(grep -o 'bootstrap.servers=[0-9.:,]*' "$work/broker.log" | head -1 | cut -d= -f2) || true
-    [ -n "$bootstrap" ] && break
-    sleep 0.1
-  done
-  [ -n "$bootstrap" ] || { echo "the mock broker did not start" >&2; exit 1; }
+  bootstrap=$(bootstrap_in "$work/broker.log")
   flags+=(SERVICE_CLUSTER__MODE=kafka "SERVICE_CLUSTER__BOOTSTRAP_SERVERS=$bootstrap" SERVICE_CLUSTER__NODE_ID=bench SERVICE_CLUSTER__SESSION_TIMEOUT=3s)
 fi
 RUST_LOG=warn "${flags[@]}" "$bin/sluice" serve --data-dir "$work/data" --ingress-bind "127.0.0.1:$ingress" --admin-bind "127.0.0.1:$admin" &

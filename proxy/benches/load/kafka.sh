@@ -15,13 +15,7 @@ kcat -X test.mock.num.brokers=1 -b mock -C -t idle \
   -d mock >"$work/broker.log" 2>&1 &
 broker=$!
 trap 'kill "$broker" 2>/dev/null; kill -TERM "$server" 2>/dev/null; kill "$dep" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-bootstrap=""
-for _ in $(seq 1 100); do
-  bootstrap=$(grep -o 'bootstrap.servers=[0-9.:]*' "$work/broker.log" | head -1 | cut -d= -f2) || true
-  [ -n "$bootstrap" ] && break
-  sleep 0.1
-done
-[ -n "$bootstrap" ] || { echo "the mock broker did not start" >&2; exit 1; }
+bootstrap=$(bootstrap_in "$work/broker.log")
 echo "== broker $bootstrap; producing $records records"
 seq 1 "$records" | sed 's/.*/"r&"/' | kcat -P -b "$bootstrap" -t records -X linger.ms=20
 curl -sf -X POST "http://127.0.0.1:$admin/kafka-clusters" -H 'content-type: application/json' \

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use rdkafka::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -117,25 +117,7 @@ pub(super) fn read(shared: &Shared, stopping: &watch::Receiver<bool>) {
 
 fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedError> {
     let settings = &shared.settings;
-    let fetch = settings.max_record.saturating_mul(2).max(1 << 20);
-    let consumer: BaseConsumer = settings
-        .client
-        .clone()
-        .set(
-            "group.id",
-            format!("{}-replica-{}", settings.meta_topic, settings.node),
-        )
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("fetch.wait.max.ms", "10")
-        .set("message.max.bytes", settings.max_record.to_string())
-        .set("fetch.max.bytes", fetch.to_string())
-        .set(
-            "receive.message.max.bytes",
-            fetch.saturating_add(1024).to_string(),
-        )
-        .create()
-        .map_err(|e| super::join_failed(format!("cannot create the meta reader: {e}")))?;
+    let consumer = settings.reader(&settings.meta_topic)?;
     let mut position = shared
         .store
         .with_db(Position::load_all)??

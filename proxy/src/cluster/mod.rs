@@ -287,6 +287,26 @@ impl Cluster {
 }
 
 impl Settings {
+    /// A consumer that reads `topic` by assignment (no group membership; the group id only
+    /// names it), records of up to `max-record-bytes`, with a short fetch wait.
+    fn reader(&self, topic: &str) -> Result<BaseConsumer, CodedError> {
+        let fetch = self.max_record.saturating_mul(2).max(1 << 20);
+        self.client
+            .clone()
+            .set("group.id", format!("{topic}-replica-{}", self.node))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("fetch.wait.max.ms", "10")
+            .set("message.max.bytes", self.max_record.to_string())
+            .set("fetch.max.bytes", fetch.to_string())
+            .set(
+                "receive.message.max.bytes",
+                fetch.saturating_add(1024).to_string(),
+            )
+            .create()
+            .map_err(|e| join_failed(format!("cannot create a reader of {topic}: {e}")))
+    }
+
     /// Creates the topics if they are missing (where the brokers allow it), then checks that
     /// both have exactly the node's partition count.
     fn check_topics(&self, replication: u16) -> Result<(), CodedError> {

@@ -36,25 +36,7 @@ fn offset(next: i64) -> Offset {
 
 fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedError> {
     let settings = &shared.settings;
-    let fetch = settings.max_record.saturating_mul(2).max(1 << 20);
-    let consumer: BaseConsumer = settings
-        .client
-        .clone()
-        .set(
-            "group.id",
-            format!("{}-replica-{}", settings.log_topic, settings.node),
-        )
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("fetch.wait.max.ms", "10")
-        .set("message.max.bytes", settings.max_record.to_string())
-        .set("fetch.max.bytes", fetch.to_string())
-        .set(
-            "receive.message.max.bytes",
-            fetch.saturating_add(1024).to_string(),
-        )
-        .create()
-        .map_err(|e| failed(format!("cannot create the log reader: {e}")))?;
+    let consumer = settings.reader(&settings.log_topic)?;
     let mut assignment = TopicPartitionList::new();
     for p in 0..settings.partitions {
         let next = lock(&shared.partitions[p as usize]).stored;

@@ -173,19 +173,25 @@ impl Plugins {
                 tracing::warn!(plugin = %saved.name, "a stored plugin has the name of a config-file plugin; the config file's wins");
                 continue;
             }
-            self.next_order
-                .fetch_max(saved.saved.order, Ordering::Relaxed);
-            if let Err(e) = self.install(
-                &saved.name,
-                &saved.bytes,
-                saved.saved.spec,
-                Source::Admin,
-                Some(saved.saved.order),
-            ) {
-                tracing::error!(plugin = %saved.name, error = %e, "a stored plugin no longer loads; left out");
-            }
+            self.install_saved(saved, "a stored plugin no longer loads; left out");
         }
         Ok(())
+    }
+
+    /// Installs a stored plugin in its place of the load order; one that does not load is
+    /// logged (`why`) and left out.
+    fn install_saved(&self, saved: saved::Saved, why: &str) {
+        self.next_order
+            .fetch_max(saved.saved.order, Ordering::Relaxed);
+        if let Err(e) = self.install(
+            &saved.name,
+            &saved.bytes,
+            saved.saved.spec,
+            Source::Admin,
+            Some(saved.saved.order),
+        ) {
+            tracing::error!(plugin = %saved.name, error = %e, "{why}");
+        }
     }
 
     /// Takes the stored plugins as the store holds them now (cluster mode: another node loaded
@@ -211,19 +217,11 @@ impl Plugins {
                     || (p.sha256 == hex(&Sha256::digest(&saved.bytes))
                         && p.spec == saved.saved.spec)
             });
-            if same {
-                continue;
-            }
-            self.next_order
-                .fetch_max(saved.saved.order, Ordering::Relaxed);
-            if let Err(e) = self.install(
-                &saved.name,
-                &saved.bytes,
-                saved.saved.spec,
-                Source::Admin,
-                Some(saved.saved.order),
-            ) {
-                tracing::error!(plugin = %saved.name, error = %e, "a plugin loaded on another node does not load here; left out");
+            if !same {
+                self.install_saved(
+                    saved,
+                    "a plugin loaded on another node does not load here; left out",
+                );
             }
         }
         Ok(())
