@@ -1,25 +1,31 @@
-//! Cluster mode (`docs/cluster.md`) against a Kafka-protocol broker outside Sluice's process
-//! (librdkafka's mock cluster, hosted by this test process, three brokers).
+//! Cluster mode (`docs/cluster.md`) against a Kafka-protocol cluster in a process of its own
+//! (librdkafka's mock brokers, three of them, hosted by `sluice-test-kafka`).
 
 use std::time::{Duration, Instant};
 
-use rdkafka::mocking::MockCluster;
 use serde_json::Value;
 use sluice_tests::{
-    Builder, Sluice, TestDeployment, assert_once_but_in_flight, assert_startup_error,
+    Builder, KafkaBroker, Sluice, TestDeployment, assert_once_but_in_flight, assert_startup_error,
     effects_once_quiet, effects_per_invocation, get_json,
 };
 
 const PARTITIONS: i32 = 4;
 
-fn broker() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
-    let cluster = MockCluster::new(3).unwrap();
-    for topic in ["sluice.log", "sluice.leaders"] {
-        cluster.create_topic(topic, PARTITIONS, 3).unwrap();
-    }
-    cluster.create_topic("sluice.inbox", PARTITIONS, 3).unwrap();
-    cluster.create_topic("sluice.meta", 1, 3).unwrap();
-    cluster
+/// Three brokers in a process of their own, with the cluster's topics and `more`.
+fn broker_with(more: &[(&str, u32)]) -> KafkaBroker {
+    let partitions = PARTITIONS as u32;
+    let mut topics = vec![
+        ("sluice.log", partitions),
+        ("sluice.leaders", partitions),
+        ("sluice.inbox", partitions),
+        ("sluice.meta", 1),
+    ];
+    topics.extend_from_slice(more);
+    KafkaBroker::start(3, &topics)
+}
+
+fn broker() -> KafkaBroker {
+    broker_with(&[])
 }
 
 fn node(bootstrap: &str, id: &str) -> Builder {
@@ -466,7 +472,7 @@ async fn scoped_peak(nodes: &[&Sluice], calls: usize) -> u64 {
 }
 
 #[tokio::test]
-async fn a_scope_limit_holds_across_nodes_and_after_a_failover() {
+async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
     let broker = broker();
     let bootstrap = broker.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
@@ -526,12 +532,63 @@ async fn a_scope_limit_holds_across_nodes_and_after_a_failover() {
         .position(|n| *n == leader)
         .unwrap();
     let mut killed = nodes.remove(index);
-    killed.kill_9();
     let alive: Vec<&str> = ["n1", "n2", "n3"]
         .into_iter()
         .filter(|n| *n != leader)
         .collect();
+    // During the failover: scoped calls keep coming through the survivors (refused or cut
+    // while nobody leads the scope's partition); the deployment's peak is read at the end.
+    let urls: Vec<String> = nodes.iter().map(|n| n.ingress_url.clone()).collect();
+    let peak_now = |url: String| async move {
+        reqwest::Client::new()
+            .post(format!("{url}/Meter/peak"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    peak_now(urls[0].clone()).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..6)
+        .map(|worker| {
+            let url = urls[worker % urls.len()].clone();
+            let stop = std::sync::Arc::clone(&stop);
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut served = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let answer = client
+                        .post(format!("{url}/service/scope/acme/call/Meter/hold"))
+                        .header("content-type", "application/json")
+                        .body("200")
+                        .send()
+                        .await;
+                    match answer {
+                        Ok(resp) if resp.status() == 200 => served += 1,
+                        _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
+                }
+                served
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    killed.kill_9();
     led_by(&nodes[0], &alive).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut served = 0;
+    for worker in load {
+        served += worker.await.unwrap();
+    }
+    let peak = peak_now(urls[0].clone()).await;
+    eprintln!("{served} scoped calls served across the failover, peak {peak}");
+    assert!(served > 0);
+    assert!(peak <= 2, "during the failover: {peak}");
     let survivors: Vec<&Sluice> = nodes.iter().collect();
     let peak = scoped_peak(&survivors, 12).await;
     assert_eq!(peak, 2, "after the failover");
@@ -677,8 +734,7 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
 async fn a_subscription_made_on_one_node_runs_on_every_node() {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     const RECORDS: u64 = 40;
-    let broker = broker();
-    broker.create_topic("orders", 4, 3).unwrap();
+    let broker = broker_with(&[("orders", 4)]);
     let bootstrap = broker.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
     let a = node(&bootstrap, "n1").start().await.unwrap();

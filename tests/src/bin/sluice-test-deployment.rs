@@ -76,6 +76,24 @@ static FLAKY: AtomicU64 = AtomicU64::new(0);
 
 struct Meter;
 
+/// One `Meter/hold` running: counted while it lives, also when the SDK drops the handler
+/// because its connection was cut (a Sluice node killed mid-call).
+struct Holding;
+
+impl Holding {
+    fn enter() -> Self {
+        let now = HOLDING.fetch_add(1, Ordering::SeqCst) + 1;
+        PEAK.fetch_max(now, Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        HOLDING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Appends `<what> <id>` to the file `SLUICE_TEST_EFFECTS` names, if set (one short write with
 /// O_APPEND: lines from concurrent handlers do not interleave).
 fn log_effect(what: &str, id: &str) {
@@ -136,10 +154,8 @@ impl Meter {
     /// how many `hold`s run at once in this process.
     #[handler]
     async fn hold(&self, _ctx: Context<'_>, millis: u64) -> Result<(), HandlerError> {
-        let now = HOLDING.fetch_add(1, Ordering::SeqCst) + 1;
-        PEAK.fetch_max(now, Ordering::SeqCst);
+        let _holding = Holding::enter();
         tokio::time::sleep(Duration::from_millis(millis)).await;
-        HOLDING.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
 

@@ -47,6 +47,22 @@ pub struct TokioDriver {
     client: AttemptClient,
     /// The partition's own channel, where its attempts report.
     tx: mpsc::Sender<Event>,
+    /// Its attempts still running: dropping the driver (the partition stepped down from a
+    /// cluster partition) ends them, so the next leader's attempts never overlap them.
+    attempts: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Drop for TokioDriver {
+    fn drop(&mut self) {
+        for attempt in self
+            .attempts
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            attempt.abort();
+        }
+    }
 }
 
 impl TokioDriver {
@@ -56,6 +72,7 @@ impl TokioDriver {
             runtime,
             client,
             tx,
+            attempts: std::sync::Mutex::default(),
         }
     }
 }
@@ -78,7 +95,7 @@ impl Driver for TokioDriver {
             attempt,
         };
         let client = self.client.clone();
-        tokio::spawn(async move {
+        let running = tokio::spawn(async move {
             let result = match request {
                 Ok(request) => client
                     .stream(&request, inbound, &mut sink)
@@ -93,6 +110,9 @@ impl Driver for TokioDriver {
             };
             let _ = sink.tx.send(done).await;
         });
+        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+        attempts.retain(|attempt| !attempt.is_finished());
+        attempts.push(running.abort_handle());
     }
 
     fn post(&self, id: InvocationId, event: Event) {

@@ -299,6 +299,16 @@ impl Partition {
         let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
         let mut open = true;
         while open || !pending.is_empty() {
+            // A new rule book goes first: events that arrived after it (a burst right after a
+            // `PUT /limits/rules` answered) must be admitted under it, whichever branch below
+            // would be picked.
+            if let Some(changes) = rules.as_mut()
+                && changes.has_changed().unwrap_or(false)
+            {
+                let book = Arc::clone(&changes.borrow_and_update());
+                self.scheduler.on_rules_changed(book, self.driver.now_ms());
+                self.dispatch();
+            }
             tokio::select! {
                 // Commits answer in order, so only the oldest needs watching.
                 committed = async { (&mut pending.front_mut().expect("guarded").0).await },
