@@ -57,25 +57,41 @@ async fn deployments(sluice: &Sluice, count: usize) {
     }
 }
 
-/// Posts until the answer is not a 5xx (partitions are taken over after start-up).
+/// Posts until the answer is not a 5xx (partitions are taken over after start-up, and move in
+/// a rebalance). Every try carries the same idempotency key: a 5xx may come after the call
+/// ran (its leader stepped down before answering), and a try again must not run it twice.
 async fn post(sluice: &Sluice, path: &str, body: &str) -> (u16, String) {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let key = format!(
+        "t{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let mut request = client.post(format!("{}{path}", sluice.ingress_url));
+        let mut request = client
+            .post(format!("{}{path}", sluice.ingress_url))
+            .header("idempotency-key", &key);
         if !body.is_empty() {
             request = request
                 .header("content-type", "application/json")
                 .body(body.to_owned());
         }
-        let sent = request.send().await;
-        if let Ok(resp) = sent {
-            let status = resp.status().as_u16();
-            let text = resp.text().await.unwrap_or_default();
-            if status < 500 {
-                return (status, text);
+        match request.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let text = resp.text().await.unwrap_or_default();
+                if status < 500 {
+                    return (status, text);
+                }
+                assert!(Instant::now() < deadline, "{path}: {status} {text}");
             }
-            assert!(Instant::now() < deadline, "{path}: {status} {text}");
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "{path}: {e}; the node said:\n{}",
+                sluice.stderr()
+            ),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

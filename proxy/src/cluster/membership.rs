@@ -32,7 +32,9 @@ impl ConsumerContext for Assignments {
                     .filter_map(|e| u32::try_from(e.partition()).ok())
                     .collect();
             }
-            Rebalance::Revoke(_) => current.clear(),
+            // Eager rebalancing revokes everything before it assigns: the assignment that
+            // follows says what to stop (fencing makes a late step-down safe).
+            Rebalance::Revoke(_) => return,
             Rebalance::Error(e) => {
                 tracing::warn!(error = %e, "the cluster's group failed to rebalance");
                 return;

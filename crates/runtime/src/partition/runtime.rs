@@ -575,7 +575,15 @@ impl Hosted {
             };
             purger.abort();
             if stopped {
-                return;
+                if self.shared.store.health().failure().is_some() {
+                    return;
+                }
+                // A write failed without failing the store: the log refused it (another node
+                // took the partition over, CLU0001). That is a step-down, not a failure; the
+                // log's writer says so once it has stopped.
+                if lead.wait_for(Option::is_none).await.is_err() {
+                    return;
+                }
             }
             tracing::info!(partition = self.index, "stepped down from the partition");
         }
