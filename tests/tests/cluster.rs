@@ -646,16 +646,18 @@ async fn handlers_call_objects_led_by_other_nodes() {
     let parent = body["invocationId"].as_str().unwrap().to_owned();
     let other = &nodes[1];
     let deadline = Instant::now() + Duration::from_secs(20);
+    // The child: the one Greeter/slow this parent called (the replica may still show earlier
+    // calls running for a moment, so it is picked by target and caller).
     let child = loop {
-        let (_, list) = get_json(&format!(
-            "{}/invocations?service=Greeter&status=running",
-            other.admin_url
-        ))
-        .await;
-        if let Some(first) = list["invocations"].as_array().and_then(|a| a.first()) {
+        let (_, rows) = other
+            .query(&format!(
+                "SELECT id FROM sys_invocation WHERE target = 'Greeter/slow' AND invoked_by_id = '{parent}'"
+            ))
+            .await;
+        if let Some(first) = rows["rows"].as_array().and_then(|a| a.first()) {
             break first["id"].as_str().unwrap().to_owned();
         }
-        assert!(Instant::now() < deadline, "the child never ran: {list}");
+        assert!(Instant::now() < deadline, "the child never ran: {rows}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let killed = reqwest::Client::new()
