@@ -9,12 +9,10 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
 use super::error::AdminError;
+use crate::cluster::relay::{FORWARDED, relay};
 use crate::ids::InvocationId;
 use crate::partition::Runtime;
 use crate::partition::placement::Route;
-
-/// Marks a request one node forwarded to another (never forwarded again).
-const FORWARDED: &str = "x-sluice-forwarded";
 
 /// Largest request body forwarded (the admin API's bodies are small).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -71,41 +69,13 @@ pub async fn forward(State(to): State<ToLeader>, request: Request, next: Next) -
         .uri
         .path_and_query()
         .map_or("/", http::uri::PathAndQuery::as_str);
-    let url = format!("{}{path}", admin.trim_end_matches('/'));
-    let mut outgoing = to.client.request(parts.method, &url).body(body);
-    for (name, value) in &parts.headers {
-        if !matches!(
-            name.as_str(),
-            "host" | "content-length" | "connection" | "transfer-encoding"
-        ) {
-            outgoing = outgoing.header(name, value);
-        }
-    }
-    let answer = match outgoing.header(FORWARDED, "1").send().await {
+    let answer = match relay(&to.client, &admin, parts.method, path, &parts.headers, body).await {
         Ok(answer) => answer,
-        Err(e) => {
-            return unavailable(format!(
-                "[CLU0001] forwarding to the leader {admin} failed: {e}"
-            ));
-        }
+        Err(why) => return unavailable(format!("[CLU0001] {why}")),
     };
-    let status = answer.status();
-    let headers = answer.headers().clone();
-    let bytes = match answer.bytes().await {
-        Ok(bytes) => bytes,
-        Err(e) => return unavailable(format!("[CLU0001] reading the leader's answer failed: {e}")),
-    };
-    let mut response = Response::new(Body::from(bytes));
-    *response.status_mut() =
-        StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    for (name, value) in &headers {
-        if !matches!(
-            name.as_str(),
-            "content-length" | "connection" | "transfer-encoding"
-        ) {
-            response.headers_mut().append(name.clone(), value.clone());
-        }
-    }
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() = answer.status;
+    *response.headers_mut() = answer.headers;
     response
 }
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -114,16 +114,10 @@ fn run(
     lead: &watch::Receiver<Option<Writer>>,
 ) -> Result<(), String> {
     let settings = &shared.settings;
-    let consumer: BaseConsumer = settings
-        .client
-        .clone()
-        .set("group.id", &settings.inbox_topic)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "10")
-        .create()
-        .map_err(|e| format!("cannot create the inbox reader: {e}"))?;
+    // One group for every node: the offsets it commits are where the next leader goes on.
+    let consumer = settings
+        .reader(&settings.inbox_topic, &settings.inbox_topic)
+        .map_err(|e| e.message)?;
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(&settings.inbox_topic, p as i32, Offset::Stored)

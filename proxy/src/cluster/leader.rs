@@ -139,12 +139,7 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, mut next: i64, mut st
             stores.spawn(group.store(&shared.writer, WriteSet::default()));
             continue;
         }
-        let record = Record::Writes {
-            epoch: leader.epoch,
-            incarnation: leader.incarnation,
-            writes: group.writes(),
-        }
-        .encode();
+        let record = group.record(leader.epoch, leader.incarnation);
         match produce(&shared, p, &record).await {
             Ok(at) if at == next => {
                 next += 1;

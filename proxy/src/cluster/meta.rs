@@ -6,10 +6,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use rdkafka::ClientContext;
+use rdkafka::TopicPartitionList;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
 use super::{Settings, Shared};
@@ -117,20 +117,18 @@ pub(super) fn read(shared: &Shared, stopping: &watch::Receiver<bool>) {
 
 fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedError> {
     let settings = &shared.settings;
-    let consumer = settings.reader(&settings.meta_topic)?;
+    let consumer = settings.reader(
+        &settings.meta_topic,
+        &settings.replica_group(&settings.meta_topic),
+    )?;
     let mut position = shared
         .store
         .with_db(Position::load_all)??
         .remove(&META_POSITION)
         .unwrap_or_default();
     let mut assignment = TopicPartitionList::new();
-    let from = if position.next > 0 {
-        Offset::Offset(position.next)
-    } else {
-        Offset::Beginning
-    };
     assignment
-        .add_partition_offset(&settings.meta_topic, 0, from)
+        .add_partition_offset(&settings.meta_topic, 0, super::from_offset(position.next))
         .map_err(|e| super::join_failed(format!("cannot assign the meta topic: {e}")))?;
     consumer
         .assign(&assignment)

@@ -8,6 +8,7 @@ mod leader;
 mod membership;
 mod meta;
 mod reader;
+pub mod relay;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -287,13 +288,15 @@ impl Cluster {
 }
 
 impl Settings {
-    /// A consumer that reads `topic` by assignment (no group membership; the group id only
-    /// names it), records of up to `max-record-bytes`, with a short fetch wait.
-    fn reader(&self, topic: &str) -> Result<BaseConsumer, CodedError> {
+    /// A consumer that reads `topic` by assignment (no group membership; `group` names it
+    /// and keeps the offsets it commits), records of up to `max-record-bytes`, with a short
+    /// fetch wait; a partition without a committed offset is read from its start.
+    fn reader(&self, topic: &str, group: &str) -> Result<BaseConsumer, CodedError> {
         let fetch = self.max_record.saturating_mul(2).max(1 << 20);
         self.client
             .clone()
-            .set("group.id", format!("{topic}-replica-{}", self.node))
+            .set("group.id", group)
+            .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("fetch.wait.max.ms", "10")
@@ -305,6 +308,11 @@ impl Settings {
             )
             .create()
             .map_err(|e| join_failed(format!("cannot create a reader of {topic}: {e}")))
+    }
+
+    /// The group a replica reader of `topic` on this node is named by (it commits nothing).
+    fn replica_group(&self, topic: &str) -> String {
+        format!("{topic}-replica-{}", self.node)
     }
 
     /// Creates the topics if they are missing (where the brokers allow it), then checks that
@@ -411,6 +419,15 @@ fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>,
 
 fn join_failed(message: impl Into<String>) -> CodedError {
     CodedError::new(Code::CLU0002, message)
+}
+
+/// Where a reader starts in a partition whose next record to read is at `next` (0: nothing read).
+fn from_offset(next: i64) -> rdkafka::Offset {
+    if next <= 0 {
+        rdkafka::Offset::Beginning
+    } else {
+        rdkafka::Offset::Offset(next)
+    }
 }
 
 /// Locks `mutex`, through a poisoned lock (a panicked holder left valid data behind: every

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
+use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
 use super::{Shared, lock};
@@ -26,22 +26,17 @@ pub(super) fn run(shared: &Shared, stopping: &watch::Receiver<bool>) {
     }
 }
 
-fn offset(next: i64) -> Offset {
-    if next <= 0 {
-        Offset::Beginning
-    } else {
-        Offset::Offset(next)
-    }
-}
-
 fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedError> {
     let settings = &shared.settings;
-    let consumer = settings.reader(&settings.log_topic)?;
+    let consumer = settings.reader(
+        &settings.log_topic,
+        &settings.replica_group(&settings.log_topic),
+    )?;
     let mut assignment = TopicPartitionList::new();
     for p in 0..settings.partitions {
         let next = lock(&shared.partitions[p as usize]).stored;
         assignment
-            .add_partition_offset(&settings.log_topic, p as i32, offset(next))
+            .add_partition_offset(&settings.log_topic, p as i32, super::from_offset(next))
             .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
     }
     consumer
@@ -203,7 +198,7 @@ fn rewind(shared: &Shared, consumer: &BaseConsumer) -> Result<(), CodedError> {
             .seek(
                 &shared.settings.log_topic,
                 p as i32,
-                offset(next),
+                super::from_offset(next),
                 std::time::Duration::from_secs(10),
             )
             .map_err(|e| failed(format!("cannot read partition {p} again from {next}: {e}")))?;

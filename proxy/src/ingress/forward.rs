@@ -3,35 +3,13 @@
 //! and still finds its partition elsewhere is answered 503 `CLU0001` instead of bouncing on.
 
 use bytes::Bytes;
-use http::{HeaderName, Response, StatusCode};
+use http::Response;
 use pingora::protocols::http::ServerSession;
 
 use super::error::IngressError;
+use crate::cluster::relay::{FORWARDED, relay};
 use crate::errors::Code;
 use crate::partition::placement::Route;
-
-/// Marks a request one node forwarded to another.
-pub const FORWARDED: &str = "x-sluice-forwarded";
-
-/// Largest answer relayed from the leader (a call's output is bounded by the protocol's message
-/// limit far below this).
-const MAX_ANSWER: usize = 64 * 1024 * 1024;
-
-/// Headers that belong to one connection, not to the request.
-fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "host"
-            | "content-length"
-            | "connection"
-            | "keep-alive"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "proxy-connection"
-    )
-}
 
 fn not_here(partition_of: &str, why: &str) -> IngressError {
     IngressError::coded(
@@ -67,41 +45,19 @@ pub async fn forward(
         .uri
         .path_and_query()
         .map_or("/", http::uri::PathAndQuery::as_str);
-    let url = format!("{}{path}", ingress.trim_end_matches('/'));
-    let mut outgoing = client.request(request.method.clone(), &url).body(body);
-    for (name, value) in &request.headers {
-        if !hop_by_hop(name) {
-            outgoing = outgoing.header(name, value);
-        }
-    }
-    let answer = outgoing
-        .header(FORWARDED, "1")
-        .send()
-        .await
-        .map_err(|e| not_here(what, &format!("forwarding to {ingress} failed: {e}")))?;
-    let status = answer.status();
-    let headers = answer.headers().clone();
-    if answer
-        .content_length()
-        .is_some_and(|len| len > MAX_ANSWER as u64)
-    {
-        return Err(not_here(what, "the leader's answer is too large to relay"));
-    }
-    let bytes = answer.bytes().await.map_err(|e| {
-        not_here(
-            what,
-            &format!("reading the answer of {ingress} failed: {e}"),
-        )
-    })?;
-    let mut resp = Response::builder()
-        .status(StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY))
-        .body(bytes.to_vec())
-        .map_err(|e| not_here(what, &e.to_string()))?;
-    for (name, value) in &headers {
-        if !hop_by_hop(name) {
-            resp.headers_mut().append(name.clone(), value.clone());
-        }
-    }
+    let answer = relay(
+        client,
+        &ingress,
+        request.method.clone(),
+        path,
+        &request.headers,
+        body,
+    )
+    .await
+    .map_err(|why| not_here(what, &why))?;
+    let mut resp = Response::new(answer.body.to_vec());
+    *resp.status_mut() = answer.status;
+    *resp.headers_mut() = answer.headers;
     Ok(resp)
 }
 

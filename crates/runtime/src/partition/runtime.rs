@@ -76,8 +76,7 @@ impl Runtime {
 
     /// Where the partition of `id` runs.
     pub fn route(&self, id: InvocationId) -> super::placement::Route {
-        self.placement
-            .route((id.partition_key() % self.senders.len() as u64) as usize)
+        self.placement.route(self.index_of(id.partition_key()))
     }
 
     /// How many partitions there are.
@@ -85,13 +84,17 @@ impl Runtime {
         self.senders.len()
     }
 
+    /// The index of the partition partition key `key` belongs to.
+    fn index_of(&self, key: u64) -> usize {
+        (key % self.senders.len() as u64) as usize
+    }
+
     fn partition(&self, id: InvocationId) -> &mpsc::Sender<Event> {
         self.partition_of(id.partition_key())
     }
 
     fn partition_of(&self, key: u64) -> &mpsc::Sender<Event> {
-        let n = self.senders.len() as u64;
-        &self.senders[(key % n) as usize]
+        &self.senders[self.index_of(key)]
     }
 
     /// Replaces the whole state of object `key` of `service`, once durable.
@@ -158,7 +161,7 @@ impl Runtime {
         record: InvocationRecord,
         input: Frame,
     ) -> Result<oneshot::Receiver<Result<bool, CodedError>>, CodedError> {
-        let index = (record.id.partition_key() % self.senders.len() as u64) as usize;
+        let index = self.index_of(record.id.partition_key());
         if let Some(outbox) = self.outbox.get()
             && !self.placement.is_here(index)
         {
@@ -221,8 +224,7 @@ impl Runtime {
         if let Some(outbox) = self.outbox.get()
             && let Some(bytes) = super::posted::encode(&event)
         {
-            let index = id.partition_key() % self.senders.len() as u64;
-            outbox.post(index as u32, bytes);
+            outbox.post(self.index_of(id.partition_key()) as u32, bytes);
             return;
         }
         let sender = self.partition(id).clone();

@@ -91,12 +91,7 @@ impl Record {
                 epoch,
                 incarnation,
                 writes,
-            } => {
-                out.push(KIND_WRITES);
-                out.extend_from_slice(&epoch.to_be_bytes());
-                out.extend_from_slice(&incarnation.to_be_bytes());
-                encode_ops(&writes.ops, &mut out);
-            }
+            } => return encode_writes(*epoch, *incarnation, [writes]),
         }
         out
     }
@@ -143,6 +138,25 @@ impl Record {
     }
 }
 
+/// The bytes of a write set record of `(epoch, incarnation)` holding `sets`' writes in order:
+/// what [`Record::encode`] makes of `Record::Writes`, without first gathering the writes into
+/// one set (a leader encodes every group this way, on the write path).
+pub fn encode_writes<'a>(
+    epoch: u64,
+    incarnation: u64,
+    sets: impl IntoIterator<Item = &'a WriteSet> + Clone,
+) -> Vec<u8> {
+    let mut out = vec![VERSION, KIND_WRITES];
+    out.extend_from_slice(&epoch.to_be_bytes());
+    out.extend_from_slice(&incarnation.to_be_bytes());
+    let count: usize = sets.clone().into_iter().map(|set| set.ops.len()).sum();
+    out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_be_bytes());
+    for set in sets {
+        encode_ops(&set.ops, &mut out);
+    }
+    out
+}
+
 /// How many bytes `writes` adds to a record.
 pub fn encoded_len(writes: &WriteSet) -> usize {
     writes
@@ -172,8 +186,8 @@ fn table_index(table: &BytesTable) -> u8 {
         .unwrap_or_else(|| panic!("table {name} is not a partition table (storage::log::TABLES)"))
 }
 
+/// Appends `ops` (their count is written before them, by the caller).
 fn encode_ops(ops: &[Op], out: &mut Vec<u8>) {
-    out.extend_from_slice(&u32::try_from(ops.len()).unwrap_or(u32::MAX).to_be_bytes());
     for op in ops {
         match op {
             Op::Put(table, key, value) => {
@@ -393,6 +407,20 @@ mod tests {
             let back = Record::decode(&bytes, usize::MAX).unwrap();
             assert_eq!(back.encode(), bytes);
         }
+    }
+
+    #[test]
+    fn several_sets_encode_as_their_writes_in_one_set() {
+        let (first, second) = (sample(), sample());
+        let mut both = sample();
+        both.append(&mut sample());
+        let whole = Record::Writes {
+            epoch: 2,
+            incarnation: 9,
+            writes: both,
+        }
+        .encode();
+        assert_eq!(encode_writes(2, 9, [&first, &second]), whole);
     }
 
     #[test]

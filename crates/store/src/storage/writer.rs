@@ -17,7 +17,6 @@ pub type BytesTable = TableDefinition<'static, &'static [u8], &'static [u8]>;
 /// Most write sets applied in one transaction.
 const GROUP: usize = 1024;
 
-#[derive(Clone)]
 pub(crate) enum Op {
     Put(BytesTable, Vec<u8>, Vec<u8>),
     Delete(BytesTable, Vec<u8>),
@@ -236,13 +235,10 @@ impl Group {
         self.jobs.len()
     }
 
-    /// The writes of every set, in order, as one set (a log record's content).
-    pub fn writes(&self) -> WriteSet {
-        let mut all = WriteSet::default();
-        for job in &self.jobs {
-            all.ops.extend(job.writes.ops.iter().map(Op::clone));
-        }
-        all
+    /// The group's log record for the leader of `(epoch, incarnation)`: every set's writes,
+    /// in order.
+    pub fn record(&self, epoch: u64, incarnation: u64) -> Vec<u8> {
+        super::log::encode_writes(epoch, incarnation, self.jobs.iter().map(|job| &job.writes))
     }
 
     /// Answers every set of the group with `error`.

@@ -128,14 +128,8 @@ impl World {
                 continue;
             }
             let at = log.records.len() as i64;
-            log.records.push(
-                Record::Writes {
-                    epoch: leading.leader.epoch,
-                    incarnation: leading.leader.incarnation,
-                    writes: group.writes(),
-                }
-                .encode(),
-            );
+            log.records
+                .push(group.record(leading.leader.epoch, leading.leader.incarnation));
             if at != leading.next {
                 log.fenced += 1;
                 group.fail(&lost());

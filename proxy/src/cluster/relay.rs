@@ -1,0 +1,83 @@
+//! Sending a request on to the node that leads its partition, as both doors do (the ingress
+//! and the admin API): the same method, path and headers, less those of one connection, with
+//! `x-sluice-forwarded` added so the leader never forwards it again; the answer comes back
+//! whole, bounded, less its connection headers.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, Method, StatusCode};
+
+/// Marks a request one node forwarded to another.
+pub const FORWARDED: &str = "x-sluice-forwarded";
+
+/// Largest answer relayed from the leader (a call's output is bounded by the protocol's message
+/// limit far below this).
+const MAX_ANSWER: u64 = 64 * 1024 * 1024;
+
+/// Headers that belong to one connection, not to the request or answer.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "host"
+            | "content-length"
+            | "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "proxy-connection"
+    )
+}
+
+/// What the leader answered.
+pub struct Answer {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its headers, less those of its connection.
+    pub headers: HeaderMap,
+    /// Its body.
+    pub body: Bytes,
+}
+
+/// Sends `method path_and_query` with `headers` and `body` to the node at `base` (a URL);
+/// why not, when it fails.
+pub async fn relay(
+    client: &reqwest::Client,
+    base: &str,
+    method: Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Answer, String> {
+    let url = format!("{}{path_and_query}", base.trim_end_matches('/'));
+    let mut outgoing = client.request(method, &url).body(body);
+    for (name, value) in headers {
+        if !hop_by_hop(name) {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    let answer = outgoing
+        .header(FORWARDED, "1")
+        .send()
+        .await
+        .map_err(|e| format!("forwarding to {base} failed: {e}"))?;
+    if answer.content_length().is_some_and(|len| len > MAX_ANSWER) {
+        return Err(format!("the answer of {base} is too large to relay"));
+    }
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut kept = HeaderMap::new();
+    for (name, value) in answer.headers() {
+        if !hop_by_hop(name) {
+            kept.append(name.clone(), value.clone());
+        }
+    }
+    let body = answer
+        .bytes()
+        .await
+        .map_err(|e| format!("reading the answer of {base} failed: {e}"))?;
+    Ok(Answer {
+        status,
+        headers: kept,
+        body,
+    })
+}
