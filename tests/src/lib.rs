@@ -227,12 +227,18 @@ pub async fn peak_of_calls(sluice: &Sluice, calls: &[(String, Vec<(&str, &str)>)
         let status = resp.status();
         assert_eq!(status, 200, "{}", resp.text().await.unwrap_or_default());
     }
-    let peak = client
-        .post(format!("{}/service/call/Meter/peak", sluice.ingress_url))
+    peak(&sluice.ingress_url).await
+}
+
+/// The most `Meter/hold`s that ran at once in the deployment since the last ask (it resets),
+/// asked through the ingress at `ingress_url`.
+pub async fn peak(ingress_url: &str) -> u64 {
+    reqwest::Client::new()
+        .post(format!("{ingress_url}/service/call/Meter/peak"))
         .send()
         .await
-        .expect("Meter/peak answers");
-    peak.text()
+        .expect("Meter/peak answers")
+        .text()
         .await
         .expect("a text answer")
         .parse()

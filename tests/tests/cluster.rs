@@ -479,12 +479,7 @@ async fn scoped_peak(nodes: &[&Sluice], calls: usize) -> u64 {
         let (status, body) = call.await.unwrap();
         assert_eq!(status, 200, "{body}");
     }
-    let peak = client
-        .post(format!("{}/Meter/peak", nodes[0].ingress_url))
-        .send()
-        .await
-        .unwrap();
-    peak.text().await.unwrap().parse().unwrap()
+    sluice_tests::peak(&nodes[0].ingress_url).await
 }
 
 #[tokio::test]
@@ -555,19 +550,7 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
     // During the failover: scoped calls keep coming through the survivors (refused or cut
     // while nobody leads the scope's partition); the deployment's peak is read at the end.
     let urls: Vec<String> = nodes.iter().map(|n| n.ingress_url.clone()).collect();
-    let peak_now = |url: String| async move {
-        reqwest::Client::new()
-            .post(format!("{url}/Meter/peak"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-    };
-    peak_now(urls[0].clone()).await;
+    sluice_tests::peak(&urls[0]).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load: Vec<_> = (0..6)
         .map(|worker| {
@@ -601,7 +584,7 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
     for worker in load {
         served += worker.await.unwrap();
     }
-    let peak = peak_now(urls[0].clone()).await;
+    let peak = sluice_tests::peak(&urls[0]).await;
     eprintln!("{served} scoped calls served across the failover, peak {peak}");
     assert!(served > 0);
     assert!(peak <= 2, "during the failover: {peak}");

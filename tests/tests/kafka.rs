@@ -449,16 +449,7 @@ async fn a_scoped_subscription_is_limited_and_pauses_while_its_queue_is_full() {
         u64::from(RECORDS),
         "every record's limit key is `gold`"
     );
-    let peak: u64 = reqwest::Client::new()
-        .post(format!("{}/service/call/Meter/peak", sluice.ingress_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
+    let peak = sluice_tests::peak(&sluice.ingress_url).await;
     assert_eq!(peak, 2, "never more than 2 at once under *=2");
 }
 
