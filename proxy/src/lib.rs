@@ -9,6 +9,7 @@ pub mod ingress;
 pub mod kafka;
 pub mod logging;
 pub mod otlp;
+pub mod per_ip;
 pub mod plugins;
 pub mod scrape;
 pub mod server;

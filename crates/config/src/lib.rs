@@ -227,6 +227,9 @@ pub struct IngressConfig {
     /// Awakeable completions one invocation accepts from outside in its life (RT0026 beyond),
     /// which bounds how much a client can grow one journal.
     pub max_awakeable_completions: u32,
+    /// Longest an attach (`/attach`, a workflow's `/attach`) waits for an invocation to
+    /// complete; then it is answered 470 as `/output` is, and the client may attach again.
+    pub attach_max_wait: FriendlyDuration,
 }
 
 impl Default for IngressConfig {
@@ -240,6 +243,7 @@ impl Default for IngressConfig {
             idempotency_key_max_length: 256,
             awakeable_payload_limit: ByteSize::mib(1),
             max_awakeable_completions: 1_000,
+            attach_max_wait: FriendlyDuration::from_secs(5 * 60),
         }
     }
 }
@@ -332,6 +336,9 @@ pub struct WorkerConfig {
     /// Invocations held in one flow-control scope; new ones in it are refused with 429 RT0029
     /// beyond.
     pub max_held_per_scope: usize,
+    /// Requests (calls, attaches) waiting at once for one invocation's outcome; one more is
+    /// refused with 429 SEC0008. Waits whose client left are pruned first.
+    pub max_waiters_per_invocation: usize,
 }
 
 impl Default for WorkerConfig {
@@ -346,6 +353,7 @@ impl Default for WorkerConfig {
             held_memory_budget: ByteSize::mib(64),
             max_held_invocations: 1_000_000,
             max_held_per_scope: 100_000,
+            max_waiters_per_invocation: 1_000,
         }
     }
 }

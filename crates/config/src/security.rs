@@ -143,7 +143,13 @@ pub enum DeploymentAddressPolicy {
 pub struct ConnectionLimits {
     /// Connections open at once; a connection over it is closed as soon as it is accepted.
     pub max: usize,
-    /// Longest a client may take to send a request's headers.
+    /// Connections open at once from one client address (IPv4-mapped IPv6 counts as its IPv4
+    /// address), so one client cannot take every place under `max`; a connection over it is
+    /// closed as soon as it is accepted.
+    pub max_per_ip: usize,
+    /// Longest a client may take to send a request's headers, counted from the connection's
+    /// accept (its first request) or from the first byte of a later request, however the bytes
+    /// trickle in.
     pub header_read_timeout: FriendlyDuration,
     /// A connection with no request in flight for this long is closed (HTTP/1.1 keep-alive
     /// and HTTP/2 alike).
@@ -151,10 +157,12 @@ pub struct ConnectionLimits {
 }
 
 impl ConnectionLimits {
-    /// Limits with `max` connections and the default timeouts.
+    /// Limits with `max` connections, a quarter of them per client address, and the default
+    /// timeouts.
     pub fn with_max(max: usize) -> Self {
         Self {
             max,
+            max_per_ip: (max / 4).max(1),
             header_read_timeout: FriendlyDuration::from_secs(10),
             idle_timeout: FriendlyDuration::from_secs(60),
         }

@@ -255,6 +255,9 @@ catalogue! {
     SEC0007 => Admin, Some(400),
         "the Kafka client property is not allowed",
         "Only client settings on the allow-list (bootstrap, security, SASL, SSL, timeouts, fetch and session sizes, client id; see docs/security.md) may be set on a Kafka cluster. Settings that load code or files chosen by the request (e.g. `plugin.library.paths`) are refused.";
+    SEC0008 => Ingress, Some(429),
+        "too many requests wait for one invocation",
+        "`worker.max-waiters-per-invocation` requests (calls and attaches) already wait for this invocation's outcome. Requests whose client left are not counted. Retry after the `Retry-After`, or raise the limit.";
 }
 
 impl Code {

@@ -76,6 +76,8 @@ struct Connection {
     idle: Duration,
     /// Its place under the connection cap, given back when it closes.
     _permit: tokio::sync::OwnedSemaphorePermit,
+    /// Its place under its client address's cap.
+    _place: crate::per_ip::Place,
 }
 
 impl Connection {
@@ -135,6 +137,7 @@ pub async fn serve(
     // Every open connection holds a permit: the drain below waits until all are back.
     let cap = u32::try_from(limits.max).unwrap_or(u32::MAX);
     let permits = Arc::new(Semaphore::new(usize::try_from(cap).unwrap_or(usize::MAX)));
+    let per_ip = crate::per_ip::PerIp::new(limits.max_per_ip.min(limits.max));
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -148,7 +151,7 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             _ = stop.wait_for(|stopped| *stopped) => break,
         };
-        let (socket, _) = match accepted {
+        let (socket, peer) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -164,6 +167,14 @@ pub async fn serve(
             );
             continue;
         };
+        let Some(place) = per_ip.enter(peer.ip()) else {
+            tracing::debug!(
+                ip = %peer.ip(),
+                max = limits.max_per_ip,
+                "admin connection cap for one address reached: closing a new connection (admin.connections.max-per-ip)"
+            );
+            continue;
+        };
         let _ = socket.set_nodelay(true);
         let connection = Connection {
             builder: Arc::clone(&builder),
@@ -171,10 +182,22 @@ pub async fn serve(
             stop: stop.clone(),
             idle: limits.idle_timeout.0,
             _permit: permit,
+            _place: place,
         };
+        let first_bytes = limits.header_read_timeout.0;
         match &tls {
             None => {
-                tokio::spawn(connection.drive(socket));
+                tokio::spawn(async move {
+                    // hyper's header timer starts once it knows the version, which takes a
+                    // first byte: a connection that sends nothing is closed here instead.
+                    let mut probe = [0u8; 1];
+                    match tokio::time::timeout(first_bytes, socket.peek(&mut probe)).await {
+                        Ok(Ok(n)) if n > 0 => connection.drive(socket).await,
+                        _ => tracing::debug!(
+                            "admin connection sent nothing within admin.connections.header-read-timeout: closed"
+                        ),
+                    }
+                });
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();

@@ -2,6 +2,7 @@
 //! there is one, else 470), with the `/restate/…` and `/restate/invocation/{id}/…` aliases.
 
 use http::{Response, StatusCode};
+use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
 use super::error::IngressError;
@@ -38,13 +39,14 @@ fn output_rules(registry: &Registry, target: &Target) -> Option<OutputRules> {
 /// Answers with the result of invocation `id`, waiting for it when `wait`.
 pub async fn by_id(
     state: &IngressState,
+    session: &mut ServerSession,
     id: &str,
     wait: bool,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let id: InvocationId = id
         .parse()
         .map_err(|e| IngressError::bad_request(format!("bad invocation id '{id}': {e}")))?;
-    result(state, id, wait).await
+    result(state, session, id, wait).await
 }
 
 /// The id of the run of workflow `name` for `key`.
@@ -55,15 +57,33 @@ pub fn workflow_run(name: &str, key: &str) -> InvocationId {
 /// Answers with the result of the run of workflow `name` for `key`.
 pub async fn by_workflow(
     state: &IngressState,
+    session: &mut ServerSession,
     name: &str,
     key: &str,
     wait: bool,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    result(state, workflow_run(name, key), wait).await
+    result(state, session, workflow_run(name, key), wait).await
+}
+
+fn not_ready(id: InvocationId, waited: bool) -> IngressError {
+    let message = if waited {
+        format!(
+            "invocation {id} did not complete within ingress.attach-max-wait; attach again to go on waiting"
+        )
+    } else {
+        format!("invocation {id} is not completed yet; attach to wait for it")
+    };
+    IngressError {
+        status: StatusCode::from_u16(NOT_READY).expect("a valid status"),
+        code: None,
+        message,
+        retry_after_s: None,
+    }
 }
 
 async fn result(
     state: &IngressState,
+    session: &mut ServerSession,
     id: InvocationId,
     wait: bool,
 ) -> Result<Response<Vec<u8>>, IngressError> {
@@ -77,15 +97,22 @@ async fn result(
     };
     let outcome = match outcome {
         Some(outcome) => outcome,
-        None if wait => state.runtime.outcome(id).await.map_err(unavailable)?,
-        None => {
-            return Err(IngressError {
-                status: StatusCode::from_u16(NOT_READY).expect("a valid status"),
-                code: None,
-                message: format!("invocation {id} is not completed yet; attach to wait for it"),
-                retry_after_s: None,
-            });
+        None if wait => {
+            // The client may wait as long as it stays, up to the attach bound; then it is
+            // answered as `/output` answers an invocation that has not completed.
+            let max = state.config.ingress.attach_max_wait.0;
+            let waited =
+                super::wait::while_connected(session, Some(max), state.runtime.outcome(id)).await;
+            match waited {
+                Ok(outcome) => outcome.map_err(|e| match e.code {
+                    Some(crate::errors::Code::SEC0008) => IngressError::from(e),
+                    _ => unavailable(e),
+                })?,
+                Err(super::wait::Ended::ClientGone) => return Err(super::wait::gone()),
+                Err(super::wait::Ended::TimedOut) => return Err(not_ready(id, true)),
+            }
         }
+        None => return Err(not_ready(id, false)),
     };
     let rules = output_rules(&state.registry, &target);
     Ok(with_ids(answer(rules.as_ref(), outcome), id))
@@ -119,6 +146,7 @@ enum TargetBody {
 /// `POST /service/attach|output|lookup` with a target body.
 pub async fn by_target(
     state: &IngressState,
+    session: &mut ServerSession,
     body: &[u8],
     action: TargetAction,
 ) -> Result<Response<Vec<u8>>, IngressError> {
@@ -162,8 +190,8 @@ pub async fn by_target(
         ),
     };
     match action {
-        TargetAction::Attach => result(state, id, true).await,
-        TargetAction::Output => result(state, id, false).await,
+        TargetAction::Attach => result(state, session, id, true).await,
+        TargetAction::Output => result(state, session, id, false).await,
         TargetAction::Lookup => {
             if state.runtime.peek(id).await.map_err(unavailable)?.is_none() {
                 return Err(IngressError {

@@ -368,12 +368,16 @@ async fn invoke_traced(
         }
         return Ok(with_ids(reply::json(StatusCode::ACCEPTED, &body), id));
     };
-    let outcome = outcome.await.map_err(|_| IngressError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        code: None,
-        message: format!("invocation {id} is unknown or its partition stopped"),
-        retry_after_s: None,
-    })?;
+    // The invocation goes on if the client leaves; only the wait for its answer ends.
+    let outcome = super::wait::while_connected(session, None, outcome)
+        .await
+        .map_err(|_| super::wait::gone())?
+        .map_err(|_| IngressError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: None,
+            message: format!("invocation {id} is unknown or its partition stopped"),
+            retry_after_s: None,
+        })?;
     let mut resp = with_ids(answer(target.output.as_ref(), outcome), id);
     // When the retained result (and with it the idempotency key) expires, counted from now:
     // the call has just completed, or it is a repeat of one completed earlier.
@@ -489,7 +493,7 @@ async fn submit<T>(
 ) -> Result<T, IngressError> {
     handed_over.await.map_err(|e| match e.code {
         // Too many held, or a rule's full queue or rejecting rate: 429 with Retry-After.
-        Some(Code::RT0029 | Code::RT0030) => IngressError::from(e),
+        Some(Code::RT0029 | Code::RT0030 | Code::SEC0008) => IngressError::from(e),
         _ => IngressError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: e.code,

@@ -12,6 +12,7 @@ mod invoke;
 pub mod path;
 pub mod reply;
 pub mod target;
+mod wait;
 
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::sync::Arc;
@@ -64,6 +65,7 @@ impl IngressApp {
 #[async_trait]
 impl ServeHttp for IngressApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        connections::headers_read();
         let _in_flight = self.state.in_flight.enter();
         let started = std::time::Instant::now();
         let (kind, resp) = self.answer(session).await;
@@ -114,20 +116,20 @@ impl IngressApp {
                 match parsed {
                     Ok(parsed) => match forward::if_elsewhere(&self.state, session, parsed).await {
                         Some(answer) => answer,
-                        None => attach::by_id(&self.state, &id, attach).await,
+                        None => attach::by_id(&self.state, session, &id, attach).await,
                     },
-                    Err(_) => attach::by_id(&self.state, &id, attach).await,
+                    Err(_) => attach::by_id(&self.state, session, &id, attach).await,
                 }
             }
             Ok(path::Operation::ByTarget { action }) => match invoke::read_body(session).await {
-                Ok(body) => attach::by_target(&self.state, &body, action).await,
+                Ok(body) => attach::by_target(&self.state, session, &body, action).await,
                 Err(e) => Err(e),
             },
             Ok(path::Operation::Workflow { name, key, attach }) => {
                 let run = attach::workflow_run(&name, &key);
                 match forward::if_elsewhere(&self.state, session, run).await {
                     Some(answer) => answer,
-                    None => attach::by_workflow(&self.state, &name, &key, attach).await,
+                    None => attach::by_workflow(&self.state, session, &name, &key, attach).await,
                 }
             }
             Ok(path::Operation::Awakeable { id, resolve }) => {

@@ -89,7 +89,17 @@ impl Partition {
                             Some(outcome) => {
                                 effects.push(Effect::Notify(vec![call], outcome.clone()))
                             }
-                            None => live.waiters.push(call),
+                            None => {
+                                let max = self.config.worker.max_waiters_per_invocation;
+                                if let Err(refused) = live.wait(call, max) {
+                                    if let Some(reply) = reply {
+                                        effects.push(Effect::Then(Box::new(move || {
+                                            let _ = reply.send(Err(refused));
+                                        })));
+                                    }
+                                    return Ok(());
+                                }
+                            }
                         }
                     }
                     effects.extend(reply.map(|r| Effect::Ack(r, false)));
@@ -150,17 +160,28 @@ impl Partition {
                 self.create(*record, journal, false, writes, effects)?;
                 effects.push(Effect::Ack(reply, true));
             }
-            Event::Await { id, reply } => match self.live.get_mut(&id) {
-                Some(live) => match &live.record.outcome {
-                    Some(outcome) => effects.push(Effect::Notify(vec![reply], outcome.clone())),
-                    None => live.waiters.push(reply),
-                },
-                // Completed invocations leave memory; their outcome is in the store.
-                None => match self.stored(id)?.and_then(|r| r.outcome) {
-                    Some(outcome) => effects.push(Effect::Notify(vec![reply], outcome)),
-                    None => drop(reply),
-                },
-            },
+            Event::Await { id, reply } => {
+                let (waiter, outcome) = tokio::sync::oneshot::channel();
+                match self.live.get_mut(&id) {
+                    Some(live) => match &live.record.outcome {
+                        Some(done) => {
+                            effects.push(Effect::Notify(vec![waiter], done.clone()));
+                            let _ = reply.send(Ok(outcome));
+                        }
+                        None => {
+                            let max = self.config.worker.max_waiters_per_invocation;
+                            let _ = reply.send(live.wait(waiter, max).map(|()| outcome));
+                        }
+                    },
+                    // Completed invocations leave memory; their outcome is in the store.
+                    None => {
+                        if let Some(done) = self.stored(id)?.and_then(|r| r.outcome) {
+                            effects.push(Effect::Notify(vec![waiter], done));
+                            let _ = reply.send(Ok(outcome));
+                        }
+                    }
+                }
+            }
             Event::SetObjectState {
                 service,
                 key,

@@ -123,6 +123,30 @@ struct Live {
     unsaved: bool,
 }
 
+impl Live {
+    /// Adds a wait for the outcome, first pruning waits whose requester left; past `max`
+    /// live ones the wait is refused (SEC0008).
+    fn wait(&mut self, waiter: oneshot::Sender<Outcome>, max: usize) -> Result<(), CodedError> {
+        // Pruned now and then, not on every push: a closed wait costs a few bytes until then.
+        if self.waiters.len() >= max || self.waiters.len() % 64 == 63 {
+            self.waiters.retain(|w| !w.is_closed());
+        }
+        if self.waiters.len() >= max {
+            return Err(CodedError::new(
+                Code::SEC0008,
+                format!(
+                    "{} requests already wait for invocation {}, the most worker.max-waiters-per-invocation allows",
+                    self.waiters.len(),
+                    self.record.id
+                ),
+            )
+            .retry_after(1));
+        }
+        self.waiters.push(waiter);
+        Ok(())
+    }
+}
+
 /// One partition's state.
 pub struct Partition {
     index: u32,

@@ -23,11 +23,13 @@ enum Posted {
     Submit {
         record: Box<InvocationRecord>,
         ty: u16,
+        #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
     },
     Signal {
         target: InvocationId,
         /// A `NotificationTemplate` with the signal's id and result.
+        #[serde(with = "serde_bytes")]
         template: Vec<u8>,
     },
     Control {
@@ -91,7 +93,8 @@ pub fn encode(event: &Event) -> Option<Vec<u8>> {
         },
         _ => return None,
     };
-    serde_json::to_vec(&posted).ok()
+    // MessagePack with named fields: bytes travel as bytes, not as lists of numbers.
+    rmp_serde::to_vec_named(&posted).ok()
 }
 
 fn bad(why: impl std::fmt::Display) -> CodedError {
@@ -106,7 +109,12 @@ pub fn decode(bytes: &[u8], max: usize) -> Result<Event, CodedError> {
     if bytes.len() > max {
         return Err(bad(format!("{} bytes, more than {max}", bytes.len())));
     }
-    let posted: Posted = serde_json::from_slice(bytes).map_err(bad)?;
+    // Events posted by an earlier version are JSON (a MessagePack event never starts with `{`).
+    let posted: Posted = if bytes.first() == Some(&b'{') {
+        serde_json::from_slice(bytes).map_err(bad)?
+    } else {
+        rmp_serde::from_slice(bytes).map_err(bad)?
+    };
     Ok(match posted {
         Posted::Submit {
             record,
@@ -229,6 +237,64 @@ mod tests {
             assert_eq!(encode(&back).unwrap(), bytes);
         }
         assert!(decode(b"{}", 10).is_err());
+    }
+
+    /// Bytes travel as bytes: a posted input or result costs its own size (plus a little), not
+    /// four bytes a byte as a JSON list of numbers did.
+    #[test]
+    fn posted_bytes_are_bytes_not_lists_of_numbers() {
+        let id = InvocationId::generate(7);
+        let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+        let result = Event::CallResult {
+            id,
+            completion: 3,
+            outcome: Outcome::Value(big.clone()),
+        };
+        let encoded = encode(&result).unwrap();
+        assert!(encoded.len() < big.len() + 256, "{} bytes", encoded.len());
+        assert!(encoded.windows(big.len()).any(|w| w == big.as_slice()));
+        let mut submit = InvocationRecord::new(
+            id,
+            Target {
+                service: "S".into(),
+                handler: "h".into(),
+                key: None,
+            },
+            1,
+        );
+        submit.outcome = Some(Outcome::Value(big.clone()));
+        let encoded = encode(&Event::Submit {
+            record: Box::new(submit),
+            input: Frame {
+                ty: 0x0400,
+                ack: false,
+                payload: bytes::Bytes::from(big.clone()),
+            },
+            reply: None,
+            call: None,
+        })
+        .unwrap();
+        assert!(encoded.len() < 2 * big.len() + 512, "{} bytes", encoded.len());
+    }
+
+    /// An inbox written by the version before holds JSON events; they still read.
+    #[test]
+    fn json_events_from_before_still_read() {
+        let id = InvocationId::generate(7);
+        let json = format!(
+            r#"{{"CallResult":{{"id":"{id}","completion":3,"outcome":{{"Value":[111,117,116]}}}}}}"#
+        );
+        match decode(json.as_bytes(), usize::MAX).unwrap() {
+            Event::CallResult {
+                completion,
+                outcome,
+                ..
+            } => {
+                assert_eq!(completion, 3);
+                assert_eq!(outcome, Outcome::Value(b"out".to_vec()));
+            }
+            _ => panic!("a call result"),
+        }
         assert!(decode(b"nonsense", 100).is_err());
     }
 }

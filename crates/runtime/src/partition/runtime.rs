@@ -389,11 +389,13 @@ impl Runtime {
             .send(Event::Await { id, reply })
             .await
             .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| {
+        let unknown = || {
             CodedError::uncoded(format!(
                 "invocation {id} is unknown or its partition stopped"
             ))
-        })
+        };
+        let outcome = answer.await.map_err(|_| unknown())??;
+        outcome.await.map_err(|_| unknown())
     }
 
     /// Recovers and runs every partition on the current tokio runtime, with an empty rule book,

@@ -74,8 +74,8 @@ pub struct Failure {
 /// The result of a completed invocation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
-    /// The output bytes.
-    Value(Vec<u8>),
+    /// The output bytes (stored as bytes, never as a list of numbers).
+    Value(#[serde(with = "serde_bytes")] Vec<u8>),
     /// A terminal failure.
     Failure(Failure),
 }
@@ -170,6 +170,21 @@ pub struct Caller {
 }
 
 impl InvocationRecord {
+    /// The record's stored bytes: MessagePack with named fields (so fields added later read
+    /// back with their defaults) and bytes as bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("a record always encodes")
+    }
+
+    /// A record from its stored bytes; JSON too, as stores written before MessagePack hold it
+    /// (a MessagePack record is a map, whose first byte is never `{`).
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.first() == Some(&b'{') {
+            return serde_json::from_slice(bytes).map_err(|e| e.to_string());
+        }
+        rmp_serde::from_slice(bytes).map_err(|e| e.to_string())
+    }
+
     /// The random seed an invocation starts with, derived from its id.
     pub fn seed_of(id: InvocationId) -> u64 {
         u64::from_le_bytes(id.uuid().to_le_bytes()[..8].try_into().expect("8 bytes"))
@@ -204,6 +219,50 @@ impl InvocationRecord {
 #[cfg(test)]
 mod shown_tests {
     use super::*;
+
+    /// The stored record keeps output bytes as bytes: its size is the output's plus a little,
+    /// and the output is there as one run of bytes (no list of numbers anywhere).
+    #[test]
+    fn outcomes_are_stored_as_bytes() {
+        let id = crate::ids::InvocationId::generate(3);
+        let mut record = InvocationRecord::new(
+            id,
+            Target {
+                service: "S".into(),
+                handler: "h".into(),
+                key: Some("k".into()),
+            },
+            5,
+        );
+        let output: Vec<u8> = (0..2_500_000u32).map(|i| (i % 253) as u8).collect();
+        record.outcome = Some(Outcome::Value(output.clone()));
+        record.status = Status::Completed;
+        let bytes = record.encode();
+        assert!(bytes.len() < output.len() + 512, "{} bytes", bytes.len());
+        assert!(bytes.windows(output.len()).any(|w| w == output.as_slice()));
+        assert_eq!(InvocationRecord::decode(&bytes).unwrap(), record);
+    }
+
+    /// Records written before MessagePack (JSON, output as a list of numbers) still read.
+    #[test]
+    fn json_records_from_before_still_read() {
+        let id = crate::ids::InvocationId::generate(3);
+        let mut record = InvocationRecord::new(
+            id,
+            Target {
+                service: "S".into(),
+                handler: "h".into(),
+                key: None,
+            },
+            5,
+        );
+        record.outcome = Some(Outcome::Value(vec![1, 2, 255]));
+        let json = serde_json::to_vec(&record).unwrap();
+        assert!(String::from_utf8_lossy(&json).contains("[1,2,255]"));
+        assert_eq!(InvocationRecord::decode(&json).unwrap(), record);
+        assert!(InvocationRecord::decode(b"\xc1").is_err());
+        assert!(InvocationRecord::decode(b"").is_err());
+    }
 
     #[test]
     fn status_names_are_the_stored_spelling() {

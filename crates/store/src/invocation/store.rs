@@ -93,8 +93,7 @@ pub struct Timer {
 
 /// Writes (inserts or replaces) a record.
 pub fn put_record(writes: &mut WriteSet, record: &InvocationRecord) -> Result<(), CodedError> {
-    let json = serde_json::to_vec(record).map_err(storage)?;
-    writes.put(INVOCATIONS, &record.id.to_bytes(), json);
+    writes.put(INVOCATIONS, &record.id.to_bytes(), record.encode());
     Ok(())
 }
 
@@ -219,7 +218,7 @@ pub fn load_records(db: &redb::Database) -> Result<Vec<InvocationRecord>, CodedE
         .map_err(storage)?
         .map(|row| {
             let (key, value) = row.map_err(storage)?;
-            serde_json::from_slice(value.value())
+            InvocationRecord::decode(value.value())
                 .map_err(|e| corrupt("invocations", key.value(), e))
         })
         .collect()
@@ -249,9 +248,9 @@ pub fn load_record(
     let Some(value) = table.get(id.to_bytes().as_slice()).map_err(storage)? else {
         return Ok(None);
     };
-    serde_json::from_slice(value.value())
+    InvocationRecord::decode(value.value())
         .map(Some)
-        .map_err(storage)
+        .map_err(|e| corrupt("invocations", &id.to_bytes(), e))
 }
 
 /// Entry `index` of the journal of `id` (entry 0 is the input), if stored.

@@ -1,0 +1,296 @@
+//! What a client can make Sluice hold, against the real binary: connections kept by clients
+//! that left, waits for an outcome, one address taking every place, headers that trickle in.
+//! Each test runs at a scale it can afford by lowering the caps in the node's config.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_tests::{Sluice, TestDeployment};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// A connection to `address` from the loopback address `from` (127.0.0.x: another client).
+async fn connect_from(from: [u8; 4], address: &str) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::from((from, 0)))?;
+    socket.connect(address.parse().expect("an address")).await
+}
+
+/// Reads from `stream` until it closes (or `within` passes): whether it was closed.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// The status line's code of the first answer on `stream`, if one comes within `within`.
+async fn status_within(stream: &mut TcpStream, within: Duration) -> Option<u16> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    text.split(' ').nth(1)?.parse().ok()
+}
+
+fn attach_request(ingress: &str, id: &str) -> String {
+    format!("GET /service/attach/{id} HTTP/1.1\r\nhost: {ingress}\r\n\r\n")
+}
+
+/// A send that runs in a year: something to attach to that never completes.
+async fn far_send(sluice: &Sluice) -> String {
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/send/Greeter/greet?delay=8760h",
+            sluice.ingress_url
+        ))
+        .header("content-type", "application/json")
+        .body("\"far\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let body: Value = resp.json().await.unwrap();
+    body["invocationId"].as_str().unwrap().to_owned()
+}
+
+async fn greet(sluice: &Sluice, client: &reqwest::Client) -> u16 {
+    match client
+        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("\"x\"")
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+    {
+        Ok(resp) => resp.status().as_u16(),
+        Err(_) => 0,
+    }
+}
+
+/// Attaches whose clients close at once give their connection back: 200 of them against a
+/// cap of 40 leave room for everyone else (before, each kept its place for as long as the
+/// invocation took, a year here).
+#[tokio::test]
+async fn attaches_whose_client_left_give_their_place_back() {
+    let deployment = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .config(
+            "[ingress.connections]\nmax = 40\nmax-per-ip = 40\n[worker]\nmax-waiters-per-invocation = 1000\n",
+        )
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&deployment.uri, false).await;
+    let id = far_send(&sluice).await;
+    let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    for _ in 0..200 {
+        let Ok(mut stream) = TcpStream::connect(&ingress).await else {
+            continue;
+        };
+        let _ = stream
+            .write_all(attach_request(&ingress, &id).as_bytes())
+            .await;
+        drop(stream);
+    }
+    // Fresh clients are served while the invocation still has a year to go.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let mut served = 0;
+    while served < 20 && started.elapsed() < Duration::from_secs(20) {
+        if greet(&sluice, &client).await == 200 {
+            served += 1;
+        }
+    }
+    assert_eq!(served, 20, "fresh calls were locked out");
+    // And the waits are gone from the partition: a cap of 1000 waiters was never reached.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(&ingress).await.unwrap();
+        stream
+            .write_all(attach_request(&ingress, &id).as_bytes())
+            .await
+            .unwrap();
+        held.push(stream);
+    }
+    for stream in &mut held {
+        assert_eq!(
+            status_within(stream, Duration::from_millis(200)).await,
+            None,
+            "a live attach waits"
+        );
+    }
+}
+
+/// One invocation takes at most `worker.max-waiters-per-invocation` waits (429 SEC0008 past
+/// it), waits whose client left are pruned before that is checked, and an attach ends after
+/// `ingress.attach-max-wait` with 470, as `/output` answers.
+#[tokio::test]
+async fn waits_per_invocation_are_capped_pruned_and_bounded_in_time() {
+    let deployment = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .config("[ingress]\nattach-max-wait = \"3s\"\n[worker]\nmax-waiters-per-invocation = 5\n")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&deployment.uri, false).await;
+    let id = far_send(&sluice).await;
+    let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let mut stream = TcpStream::connect(&ingress).await.unwrap();
+        stream
+            .write_all(attach_request(&ingress, &id).as_bytes())
+            .await
+            .unwrap();
+        held.push(stream);
+    }
+    // The partition has all five once the sixth is refused; poll until it is.
+    let started = Instant::now();
+    let refused = loop {
+        let mut sixth = TcpStream::connect(&ingress).await.unwrap();
+        sixth
+            .write_all(attach_request(&ingress, &id).as_bytes())
+            .await
+            .unwrap();
+        match status_within(&mut sixth, Duration::from_millis(500)).await {
+            Some(status) => break status,
+            None if started.elapsed() < Duration::from_secs(2) => continue,
+            None => panic!("a sixth wait was never refused"),
+        }
+    };
+    assert_eq!(refused, 429);
+    // The five leave; a new wait is taken (and answered 470 when its time is up).
+    drop(held);
+    let started = Instant::now();
+    let mut attach = TcpStream::connect(&ingress).await.unwrap();
+    attach
+        .write_all(attach_request(&ingress, &id).as_bytes())
+        .await
+        .unwrap();
+    let status = status_within(&mut attach, Duration::from_secs(10)).await;
+    assert_eq!(status, Some(470), "after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "answered after {:?}, before attach-max-wait",
+        started.elapsed()
+    );
+}
+
+/// One client address holds at most `max-per-ip` connections, on both listeners: another
+/// address is still served while it holds all of its own.
+#[tokio::test]
+async fn one_address_cannot_take_every_connection() {
+    let sluice = Sluice::builder()
+        .config(
+            "[ingress.connections]\nmax = 50\nmax-per-ip = 10\n[admin.connections]\nmax = 30\nmax-per-ip = 5\n",
+        )
+        .start()
+        .await
+        .unwrap();
+    for (address, cap) in [
+        (sluice.ingress_url.trim_start_matches("http://"), 10),
+        (sluice.admin_url.trim_start_matches("http://"), 5),
+    ] {
+        let mut held = Vec::new();
+        for _ in 0..cap {
+            held.push(connect_from([127, 0, 0, 2], address).await.unwrap());
+        }
+        // Over the address's cap: closed at once.
+        let mut over = connect_from([127, 0, 0, 2], address).await.unwrap();
+        assert!(
+            closed_within(&mut over, Duration::from_secs(1)).await,
+            "{address}: a connection over the address's cap stayed open"
+        );
+        // Another address is served.
+        let mut other = connect_from([127, 0, 0, 3], address).await.unwrap();
+        let path = if cap == 10 {
+            "/service/health"
+        } else {
+            "/health"
+        };
+        other
+            .write_all(format!("GET {path} HTTP/1.1\r\nhost: {address}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(
+            status_within(&mut other, Duration::from_secs(2)).await,
+            Some(200),
+            "{address}: another address was not served"
+        );
+        // The places come back when the connections close.
+        drop(held);
+        let started = Instant::now();
+        loop {
+            let mut again = connect_from([127, 0, 0, 2], address).await.unwrap();
+            again
+                .write_all(format!("GET {path} HTTP/1.1\r\nhost: {address}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            if status_within(&mut again, Duration::from_secs(1)).await == Some(200) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{address}: the address's places never came back"
+            );
+        }
+    }
+}
+
+/// Headers that trickle in a byte at a time must still all be in within the header-read
+/// timeout (before, the timeout was per read, so a byte every few seconds held a connection
+/// for ever); an admin connection that sends nothing is closed after it as well.
+#[tokio::test]
+async fn trickled_headers_and_silent_connections_are_closed() {
+    let sluice = Sluice::builder()
+        .config(
+            "[ingress.connections]\nheader-read-timeout = \"1s\"\n[admin.connections]\nheader-read-timeout = \"1s\"\n",
+        )
+        .start()
+        .await
+        .unwrap();
+    let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    let mut slow = TcpStream::connect(&ingress).await.unwrap();
+    let started = Instant::now();
+    let request = format!("GET /service/health HTTP/1.1\r\nhost: {ingress}\r\nx-pad: ");
+    let mut closed = false;
+    for byte in request.bytes().chain(std::iter::repeat(b'a')) {
+        if slow.write_all(&[byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        if closed_within(&mut slow, Duration::from_millis(300)).await {
+            closed = true;
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(6) {
+            break;
+        }
+    }
+    assert!(closed, "a connection trickling its headers stayed open");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "closed only after {:?}",
+        started.elapsed()
+    );
+    let admin = sluice.admin_url.trim_start_matches("http://").to_owned();
+    let mut silent = TcpStream::connect(&admin).await.unwrap();
+    let started = Instant::now();
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+    assert!(started.elapsed() < Duration::from_millis(2500));
+}
