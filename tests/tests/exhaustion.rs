@@ -143,15 +143,16 @@ async fn attaches_whose_client_left_give_their_place_back() {
 async fn waits_per_invocation_are_capped_pruned_and_bounded_in_time() {
     let deployment = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder()
-        .config("[ingress]\nattach-max-wait = \"3s\"\n[worker]\nmax-waiters-per-invocation = 5\n")
+        .config("[ingress]\nattach-max-wait = \"5s\"\n[worker]\nmax-waiters-per-invocation = 5\n")
         .start()
         .await
         .unwrap();
     sluice.register(&deployment.uri, false).await;
     let id = far_send(&sluice).await;
     let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    // Six attaches: the partition takes five and refuses one (whichever came last).
     let mut held = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..6 {
         let mut stream = TcpStream::connect(&ingress).await.unwrap();
         stream
             .write_all(attach_request(&ingress, &id).as_bytes())
@@ -159,21 +160,16 @@ async fn waits_per_invocation_are_capped_pruned_and_bounded_in_time() {
             .unwrap();
         held.push(stream);
     }
-    // The partition has all five once the sixth is refused; poll until it is.
-    let started = Instant::now();
-    let refused = loop {
-        let mut sixth = TcpStream::connect(&ingress).await.unwrap();
-        sixth
-            .write_all(attach_request(&ingress, &id).as_bytes())
-            .await
-            .unwrap();
-        match status_within(&mut sixth, Duration::from_millis(500)).await {
-            Some(status) => break status,
-            None if started.elapsed() < Duration::from_secs(2) => continue,
-            None => panic!("a sixth wait was never refused"),
-        }
-    };
-    assert_eq!(refused, 429);
+    let mut answers = Vec::new();
+    for stream in &mut held {
+        answers.push(status_within(stream, Duration::from_millis(500)).await);
+    }
+    answers.sort();
+    assert_eq!(
+        answers,
+        [None, None, None, None, None, Some(429)],
+        "five wait, one is refused"
+    );
     // The five leave; a new wait is taken (and answered 470 when its time is up).
     drop(held);
     let started = Instant::now();
@@ -182,10 +178,10 @@ async fn waits_per_invocation_are_capped_pruned_and_bounded_in_time() {
         .write_all(attach_request(&ingress, &id).as_bytes())
         .await
         .unwrap();
-    let status = status_within(&mut attach, Duration::from_secs(10)).await;
+    let status = status_within(&mut attach, Duration::from_secs(15)).await;
     assert_eq!(status, Some(470), "after {:?}", started.elapsed());
     assert!(
-        started.elapsed() >= Duration::from_secs(2),
+        started.elapsed() >= Duration::from_secs(4),
         "answered after {:?}, before attach-max-wait",
         started.elapsed()
     );
@@ -206,16 +202,19 @@ async fn one_address_cannot_take_every_connection() {
         (sluice.ingress_url.trim_start_matches("http://"), 10),
         (sluice.admin_url.trim_start_matches("http://"), 5),
     ] {
+        // One more than the address's cap: one of them (whichever the server took last) is
+        // closed at once, the others stay open.
         let mut held = Vec::new();
-        for _ in 0..cap {
+        for _ in 0..=cap {
             held.push(connect_from([127, 0, 0, 2], address).await.unwrap());
         }
-        // Over the address's cap: closed at once.
-        let mut over = connect_from([127, 0, 0, 2], address).await.unwrap();
-        assert!(
-            closed_within(&mut over, Duration::from_secs(1)).await,
-            "{address}: a connection over the address's cap stayed open"
-        );
+        let mut closed = 0;
+        for stream in &mut held {
+            if closed_within(stream, Duration::from_millis(300)).await {
+                closed += 1;
+            }
+        }
+        assert_eq!(closed, 1, "{address}: connections over the address's cap");
         // Another address is served.
         let mut other = connect_from([127, 0, 0, 3], address).await.unwrap();
         let path = if cap == 10 {

@@ -96,7 +96,53 @@ impl Default for Config {
     }
 }
 
+/// The request body the ingress takes when `ingress.max-body-size` is not set (and nothing
+/// smaller bounds it).
+pub const DEFAULT_MAX_BODY: u64 = 10 * 1024 * 1024;
+
+/// Room a protocol message needs around its payload (headers, ids, a key), and a record around
+/// its values: what [`Config::message_value_limit`] and [`Config::record_value_limit`] keep back.
+const ENVELOPE: u64 = 64 * 1024;
+
 impl Config {
+    /// The largest value (an input, an output, a state value, a run result) one write of a
+    /// partition may hold in cluster mode, where every write set goes into one log record: a
+    /// quarter of `cluster.max-record-bytes` less room for the rest, so that an invocation's
+    /// completion (its output in the journal and in its record) and whatever shares its write
+    /// set fit. `None` in embedded mode, where no record bounds a write.
+    pub fn record_value_limit(&self) -> Option<usize> {
+        self.cluster.is_kafka().then(|| {
+            usize::try_from((self.cluster.max_record_bytes.0 / 4).saturating_sub(ENVELOPE))
+                .unwrap_or(usize::MAX)
+        })
+    }
+
+    /// The largest input a deployment can be sent: an input over it would be accepted and
+    /// then never run.
+    fn message_value_limit(&self) -> u64 {
+        self.worker
+            .invoker
+            .message_size_limit
+            .0
+            .saturating_sub(ENVELOPE)
+    }
+
+    /// The largest request body the ingress takes (413 `SEC0004` beyond): `ingress.max-body-size`
+    /// when set; else 10 MiB, lowered to what a deployment message and (in cluster mode) a log
+    /// record can carry.
+    pub fn ingress_body_limit(&self) -> usize {
+        let limit = match self.ingress.max_body_size {
+            Some(size) => size.0,
+            None => {
+                let record = self
+                    .record_value_limit()
+                    .map_or(u64::MAX, |l| u64::try_from(l).unwrap_or(u64::MAX));
+                DEFAULT_MAX_BODY.min(self.message_value_limit()).min(record)
+            }
+        };
+        usize::try_from(limit).unwrap_or(usize::MAX)
+    }
+
     /// Flow control is on only when both protocol V7 and vqueues are enabled.
     pub fn flow_control_enabled(&self) -> bool {
         self.experimental_enable_protocol_v7 && self.experimental_enable_vqueues
@@ -227,6 +273,10 @@ pub struct IngressConfig {
     /// Awakeable completions one invocation accepts from outside in its life (RT0026 beyond),
     /// which bounds how much a client can grow one journal.
     pub max_awakeable_completions: u32,
+    /// Largest request body of a call or send (413 `SEC0004` beyond). Unset: 10 MiB, lowered
+    /// to what a deployment message and, in cluster mode, a log record can carry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_body_size: Option<ByteSize>,
     /// Longest an attach (`/attach`, a workflow's `/attach`) waits for an invocation to
     /// complete; then it is answered 470 as `/output` is, and the client may attach again.
     pub attach_max_wait: FriendlyDuration,
@@ -244,6 +294,7 @@ impl Default for IngressConfig {
             awakeable_payload_limit: ByteSize::mib(1),
             max_awakeable_completions: 1_000,
             attach_max_wait: FriendlyDuration::from_secs(5 * 60),
+            max_body_size: None,
         }
     }
 }

@@ -319,10 +319,52 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
         ));
     }
     config.cluster.validate()?;
+    validate_sizes(config)?;
     if config.shutdown_grace_period.0.is_zero() {
         return Err((
             "shutdown-grace-period".into(),
             "must be longer than zero".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The sizes a value passes through agree: what the ingress takes can be sent to a
+/// deployment, and in cluster mode be written in one log record.
+fn validate_sizes(config: &Config) -> Result<(), (String, String)> {
+    let message = config.worker.invoker.message_size_limit.0;
+    let record = config.record_value_limit();
+    if let Some(body) = config.ingress.max_body_size {
+        if body.0.saturating_add(64 * 1024) > message {
+            return Err((
+                "ingress.max-body-size".into(),
+                format!(
+                    "{} bytes do not fit in a deployment message with its envelope: keep it 64 KiB under worker.invoker.message-size-limit ({message} bytes)",
+                    body.0
+                ),
+            ));
+        }
+        if let Some(record) = record
+            && body.0 > u64::try_from(record).unwrap_or(u64::MAX)
+        {
+            return Err((
+                "ingress.max-body-size".into(),
+                format!(
+                    "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes (a quarter of cluster.max-record-bytes less 64 KiB); lower it or raise cluster.max-record-bytes",
+                    body.0
+                ),
+            ));
+        }
+    }
+    if let Some(record) = record
+        && config.ingress.awakeable_payload_limit.0 > u64::try_from(record).unwrap_or(u64::MAX)
+    {
+        return Err((
+            "ingress.awakeable-payload-limit".into(),
+            format!(
+                "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes (a quarter of cluster.max-record-bytes less 64 KiB)",
+                config.ingress.awakeable_payload_limit.0
+            ),
         ));
     }
     Ok(())
@@ -362,6 +404,39 @@ mod tests {
         assert_eq!(config.worker.invoker.abort_timeout.to_string(), "10m");
         assert!(!config.flow_control_enabled());
         assert_eq!(config.ingress_endpoint(), "http://127.0.0.1:8080/");
+    }
+
+    #[test]
+    fn body_message_and_record_sizes_are_checked_against_each_other() {
+        let config = load(None, env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(config.ingress_body_limit(), 10 * 1024 * 1024);
+        assert_eq!(config.record_value_limit(), None);
+        // Cluster mode lowers the default body to what a record carries.
+        let cluster = [
+            ("SERVICE_CLUSTER__MODE", "kafka"),
+            ("SERVICE_CLUSTER__BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        ];
+        let config = load(None, env(&cluster), &Overrides::default()).unwrap();
+        let value = config.record_value_limit().unwrap();
+        assert_eq!(value, 2 * 1024 * 1024 - 64 * 1024);
+        assert_eq!(config.ingress_body_limit(), value);
+        // An explicit body over either bound refuses to start, naming the keys.
+        let err = message(
+            load(
+                None,
+                env(&[
+                    ("SERVICE_INGRESS__MAX_BODY_SIZE", "40MiB"),
+                    ("SERVICE_WORKER__INVOKER__MESSAGE_SIZE_LIMIT", "32MiB"),
+                ]),
+                &Overrides::default(),
+            )
+            .unwrap_err(),
+        );
+        assert!(err.contains("message-size-limit"), "{err}");
+        let mut over = cluster.to_vec();
+        over.push(("SERVICE_INGRESS__MAX_BODY_SIZE", "4MiB"));
+        let err = message(load(None, env(&over), &Overrides::default()).unwrap_err());
+        assert!(err.contains("cluster.max-record-bytes"), "{err}");
     }
 
     #[test]

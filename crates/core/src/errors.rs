@@ -204,6 +204,9 @@ catalogue! {
     RT0030 => Ingress, Some(429),
         "a flow-control rule refused the invocation",
         "The rule's queue already holds `max-queued` waiting invocations, or the rule has `on-exceed = \"reject\"` and its rate has no token left. The answer's `Retry-After` says when a place or a token is expected (from how fast the queue has been draining, or when the next token is due). Retry then, slow down, or raise the rule's `max-queued` or rate. A handler's call refused this way fails with this code; its one-way sends are never refused.";
+    RT0031 => Invocation, None,
+        "a value is larger than one partition log record can hold (cluster mode)",
+        "In cluster mode every write of a partition goes into one log record of at most `cluster.max-record-bytes`, so one value (an output, a state value, a run result, a call's parameter) may be at most a quarter of it, less 64 KiB. The handler sent a larger one: the invocation fails with this code instead of the partition being unable to write. Send smaller values (keep large data outside and pass a reference), or raise `cluster.max-record-bytes` on every node and the brokers' `message.max.bytes`.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";

@@ -108,6 +108,15 @@ macro_rules! messages {
                 }
             }
 
+            /// The bytes of its payload, without encoding it.
+            pub fn encoded_len(&self) -> usize {
+                match self {
+                    $( Self::$variant(m) => m.encoded_len(), )*
+                    Self::SuspensionV6(m) => m.encoded_len(),
+                    Self::Custom { payload, .. } => payload.len(),
+                }
+            }
+
             fn payload(&self) -> Bytes {
                 match self {
                     $( Self::$variant(m) => m.encode_to_vec().into(), )*

@@ -148,9 +148,8 @@ impl ServerApp for GuardedHttp {
             let deadline = tokio::time::Instant::now()
                 + std::time::Duration::from_secs(self.idle_secs())
                 + header_timeout;
-            reused =
-                with_header_deadline(deadline, self.inner.process_new_http(session, shutdown))
-                    .await;
+            reused = with_header_deadline(deadline, self.inner.process_new_http(session, shutdown))
+                .await;
         }
         None
     }

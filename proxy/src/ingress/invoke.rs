@@ -22,9 +22,6 @@ use crate::partition::placement::Route;
 use crate::protocol::{Message, proto};
 use sluice_core::trace::{TraceParent, new_span_id, new_trace_id};
 
-/// Largest request body accepted (413 beyond).
-const MAX_BODY: usize = 10 * 1024 * 1024;
-
 /// Headers never forwarded into the input entry.
 const NOT_FORWARDED: [&str; 12] = [
     "connection",
@@ -100,8 +97,13 @@ fn classify_request(
     .map_err(|e| IngressError::coded(Code::RT0024, e.message))
 }
 
-pub(super) async fn read_body(session: &mut ServerSession) -> Result<Bytes, IngressError> {
-    read_body_up_to(session, MAX_BODY, "").await
+/// Reads a call's or send's body, up to the ingress body limit (`ingress.max-body-size`).
+pub(super) async fn read_body(
+    state: &IngressState,
+    session: &mut ServerSession,
+) -> Result<Bytes, IngressError> {
+    let limit = state.config.ingress_body_limit();
+    read_body_up_to(session, limit, "ingress.max-body-size").await
 }
 
 /// Reads the body, refusing it (413) once it is over `max` bytes; `key` names the setting.
@@ -418,7 +420,7 @@ async fn parse(
     let priority = priority(session, query)?;
     let idempotency_key =
         idempotency_key(session, state.config.ingress.idempotency_key_max_length)?;
-    let body = read_body(session).await?;
+    let body = read_body(state, session).await?;
     let content_type = session
         .req_header()
         .headers

@@ -121,10 +121,12 @@ impl IngressApp {
                     Err(_) => attach::by_id(&self.state, session, &id, attach).await,
                 }
             }
-            Ok(path::Operation::ByTarget { action }) => match invoke::read_body(session).await {
-                Ok(body) => attach::by_target(&self.state, session, &body, action).await,
-                Err(e) => Err(e),
-            },
+            Ok(path::Operation::ByTarget { action }) => {
+                match invoke::read_body(&self.state, session).await {
+                    Ok(body) => attach::by_target(&self.state, session, &body, action).await,
+                    Err(e) => Err(e),
+                }
+            }
             Ok(path::Operation::Workflow { name, key, attach }) => {
                 let run = attach::workflow_run(&name, &key);
                 match forward::if_elsewhere(&self.state, session, run).await {

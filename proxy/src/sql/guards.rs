@@ -1,6 +1,9 @@
-//! String functions whose output can be far larger than their input (`repeat`, `lpad`, `rpad`)
-//! are replaced by versions that refuse, before allocating, an answer over the query's memory
-//! cap: `repeat('x', 200000000)` would otherwise build 200 MB that no memory pool sees.
+//! String functions whose output can be far larger than their input (`repeat`, `lpad`, `rpad`,
+//! `replace`, `regexp_replace`) are replaced by versions that refuse, before allocating, an
+//! answer over the query's memory cap: `repeat('x', 200000000)` would otherwise build 200 MB,
+//! and `replace(repeat('x', 40000), 'x', repeat('y', 40000))` 1.6 GB, that no memory pool sees.
+//! Every other function's output is at most a small multiple of its inputs, which are bounded
+//! already.
 
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::compute::{cast, kernels::aggregate::max};
@@ -20,6 +23,10 @@ enum Growth {
     Repeat,
     /// `lpad(text, n [, fill])`: n characters, at most 4 bytes each.
     Pad,
+    /// `replace(text, from, to)`, `regexp_replace(text, pattern, to [, flags])`: every
+    /// character of the text may become `to` (an empty `from` or pattern matches between
+    /// every two), so text length × (1 + `to` length) + `to` length bytes.
+    Replace,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -35,6 +42,8 @@ pub fn register(ctx: &SessionContext, limit: usize) {
         ("repeat", Growth::Repeat),
         ("lpad", Growth::Pad),
         ("rpad", Growth::Pad),
+        ("replace", Growth::Replace),
+        ("regexp_replace", Growth::Replace),
     ] {
         if let Ok(inner) = ctx.udf(name) {
             ctx.register_udf(ScalarUDF::new_from_impl(Bounded {
@@ -70,7 +79,20 @@ impl Bounded {
         let Some(count) = args.args.get(1) else {
             return Ok(());
         };
+        let text = |at: usize| {
+            args.args
+                .get(at)
+                .map(longest_text)
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
         let per_row = match self.growth {
+            Growth::Replace => {
+                let to = text(2)?;
+                text(0)?
+                    .saturating_mul(to.saturating_add(1))
+                    .saturating_add(to)
+            }
             Growth::Repeat => {
                 let text = args
                     .args
@@ -145,6 +167,18 @@ mod tests {
         register(&ctx, 1 << 20);
         assert_eq!(run(&ctx, "SELECT repeat('ab', 3) AS r").await.unwrap(), 1);
         assert_eq!(
+            run(&ctx, "SELECT replace('abc', 'b', 'xyz') AS r")
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            run(&ctx, "SELECT regexp_replace('abc', 'b', 'x', 'g') AS r")
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
             run(&ctx, "SELECT lpad('a', 10, '-') AS r").await.unwrap(),
             1
         );
@@ -152,6 +186,9 @@ mod tests {
             "SELECT repeat('x', 200000000)",
             "SELECT lpad('x', 200000000)",
             "SELECT rpad('x', 200000000, 'y')",
+            "SELECT replace(repeat('x', 40000), 'x', repeat('y', 40000))",
+            "SELECT regexp_replace(repeat('x', 40000), 'x', repeat('y', 40000), 'g')",
+            "SELECT replace(repeat('x', 40000), '', repeat('y', 40000))",
         ] {
             let err = run(&ctx, sql).await.unwrap_err().to_string();
             assert!(err.contains("admin.query-memory-limit"), "{sql}: {err}");

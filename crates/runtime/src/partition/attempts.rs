@@ -53,6 +53,15 @@ impl Partition {
         }
         let fresh = std::mem::take(&mut live.fresh);
         let result = match live.violation.take() {
+            // A value no record can hold would be sent again on every retry: terminal.
+            Some(violation) if violation.code == Some(crate::errors::Code::RT0031) => {
+                Ok(Ending::Failed(proto::ErrorMessage {
+                    code: 500,
+                    message: format!("[RT0031] {}", violation.message),
+                    behavior: proto::ErrorBehavior::Fail as i32,
+                    ..Default::default()
+                }))
+            }
             Some(violation) => Err(AttemptError::from(violation)),
             None => result,
         };

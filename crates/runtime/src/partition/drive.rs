@@ -13,6 +13,16 @@ use crate::protocol::proto::{self, notification_template};
 use crate::storage::writer::WriteSet;
 use sluice_core::metrics as names;
 
+/// RT0031: a message of `len` bytes from a deployment, over the `limit` a log record allows.
+pub(super) fn too_large_for_a_record(len: usize, limit: usize) -> CodedError {
+    CodedError::new(
+        crate::errors::Code::RT0031,
+        format!(
+            "the handler sent a value of {len} bytes; in cluster mode one value may be at most {limit} bytes (a quarter of cluster.max-record-bytes less 64 KiB)"
+        ),
+    )
+}
+
 /// The completion id of a timer that ends a completed invocation's retention (Sleep
 /// completions never use it: SDKs count completion ids up from 1).
 pub(super) const EXPIRY: u32 = u32::MAX;
@@ -300,6 +310,14 @@ impl Partition {
                     && live.attempt == attempt
                     && live.violation.is_none()
                 {
+                    // Cluster mode: a value no log record can hold fails the invocation
+                    // (RT0031), never the partition's next write.
+                    let checked = checked.and_then(|()| match self.config.record_value_limit() {
+                        Some(limit) if message.encoded_len() > limit => {
+                            Err(too_large_for_a_record(message.encoded_len(), limit))
+                        }
+                        _ => Ok(()),
+                    });
                     if let Err(e) = checked {
                         live.violation = Some(e);
                         live.outbound = None;

@@ -431,9 +431,23 @@ impl Partition {
         let mut writes = WriteSet::default();
         let mut effects = Vec::new();
         let mut applied = Ok(());
+        // Cluster mode: a write set is one log record, so a batch is cut into sets of at most
+        // two values' worth (each event writes at most two values of at most the limit: an
+        // output in the journal and in the record).
+        let cut_at = self
+            .config
+            .record_value_limit()
+            .map(|limit| limit.saturating_mul(2));
         for event in batch.drain(..) {
             if let Err(e) = self.apply(event, &mut writes, &mut effects) {
                 applied = Err(e);
+            }
+            if let Some(cut_at) = cut_at
+                && applied.is_ok()
+                && crate::storage::log::encoded_len(&writes) > cut_at
+            {
+                let full = std::mem::take(&mut writes);
+                pending.push_back((self.writer.commit(full), std::mem::take(&mut effects)));
             }
         }
         match applied {

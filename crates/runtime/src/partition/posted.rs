@@ -274,7 +274,11 @@ mod tests {
             call: None,
         })
         .unwrap();
-        assert!(encoded.len() < 2 * big.len() + 512, "{} bytes", encoded.len());
+        assert!(
+            encoded.len() < 2 * big.len() + 512,
+            "{} bytes",
+            encoded.len()
+        );
     }
 
     /// An inbox written by the version before holds JSON events; they still read.
