@@ -101,7 +101,7 @@ impl Default for Config {
 pub const DEFAULT_MAX_BODY: u64 = 10 * 1024 * 1024;
 
 /// Room a protocol message needs around its payload (headers, ids, a key), and a record around
-/// its values: what [`Config::message_value_limit`] and [`Config::record_value_limit`] keep back.
+/// its values: what [`Config::record_value_limit`] keeps back.
 const ENVELOPE: u64 = 64 * 1024;
 
 impl Config {
@@ -117,19 +117,16 @@ impl Config {
         })
     }
 
-    /// The largest input a deployment can be sent: an input over it would be accepted and
-    /// then never run.
+    /// No input larger than a deployment message can ever be sent: one over it would be
+    /// accepted and then never run. (An explicit `ingress.max-body-size` must also leave room
+    /// for the message's envelope; the default only never exceeds the message.)
     fn message_value_limit(&self) -> u64 {
-        self.worker
-            .invoker
-            .message_size_limit
-            .0
-            .saturating_sub(ENVELOPE)
+        self.worker.invoker.message_size_limit.0
     }
 
     /// The largest request body the ingress takes (413 `SEC0004` beyond): `ingress.max-body-size`
-    /// when set; else 10 MiB, lowered to what a deployment message and (in cluster mode) a log
-    /// record can carry.
+    /// when set; else 10 MiB, lowered to `worker.invoker.message-size-limit` and (in cluster
+    /// mode) to what a log record can carry.
     pub fn ingress_body_limit(&self) -> usize {
         let limit = match self.ingress.max_body_size {
             Some(size) => size.0,
