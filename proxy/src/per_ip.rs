@@ -45,7 +45,8 @@ impl PerIp {
     }
 
     /// Connections open from `ip` now.
-    pub fn open(&self, ip: IpAddr) -> usize {
+    #[cfg(test)]
+    fn open(&self, ip: IpAddr) -> usize {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.get(&ip.to_canonical()).copied().unwrap_or(0)
     }

@@ -395,6 +395,20 @@ pub async fn fake_deployment(
     addr
 }
 
+/// Reads from `stream` until the server closes it (or `within` passes): whether it was closed.
+pub async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
 /// A deployment written with the real Restate Rust SDK (`sluice-test-deployment`).
 #[derive(Debug)]
 pub struct TestDeployment {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_tests::{Sluice, TestDeployment};
+use sluice_tests::{Sluice, TestDeployment, closed_within};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -14,19 +14,6 @@ async fn connect_from(from: [u8; 4], address: &str) -> std::io::Result<TcpStream
     let socket = TcpSocket::new_v4()?;
     socket.bind(std::net::SocketAddr::from((from, 0)))?;
     socket.connect(address.parse().expect("an address")).await
-}
-
-/// Reads from `stream` until it closes (or `within` passes): whether it was closed.
-async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
-    let mut buf = [0u8; 1024];
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(Ok(0) | Err(_)) => return true,
-            Ok(Ok(_)) => {}
-        }
-    }
 }
 
 /// The status line's code of the first answer on `stream`, if one comes within `within`.
@@ -46,6 +33,16 @@ async fn status_within(stream: &mut TcpStream, within: Duration) -> Option<u16> 
 
 fn attach_request(ingress: &str, id: &str) -> String {
     format!("GET /service/attach/{id} HTTP/1.1\r\nhost: {ingress}\r\n\r\n")
+}
+
+/// A new connection to `ingress` with an attach to `id` sent on it (the answer not read).
+async fn attach(ingress: &str, id: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(ingress).await.unwrap();
+    stream
+        .write_all(attach_request(ingress, id).as_bytes())
+        .await
+        .unwrap();
+    stream
 }
 
 /// A send that runs in a year: something to attach to that never completes.
@@ -120,12 +117,7 @@ async fn attaches_whose_client_left_give_their_place_back() {
     // And the waits are gone from the partition: a cap of 1000 waiters was never reached.
     let mut held = Vec::new();
     for _ in 0..20 {
-        let mut stream = TcpStream::connect(&ingress).await.unwrap();
-        stream
-            .write_all(attach_request(&ingress, &id).as_bytes())
-            .await
-            .unwrap();
-        held.push(stream);
+        held.push(attach(&ingress, &id).await);
     }
     for stream in &mut held {
         assert_eq!(
@@ -153,12 +145,7 @@ async fn waits_per_invocation_are_capped_pruned_and_bounded_in_time() {
     // Six attaches: the partition takes five and refuses one (whichever came last).
     let mut held = Vec::new();
     for _ in 0..6 {
-        let mut stream = TcpStream::connect(&ingress).await.unwrap();
-        stream
-            .write_all(attach_request(&ingress, &id).as_bytes())
-            .await
-            .unwrap();
-        held.push(stream);
+        held.push(attach(&ingress, &id).await);
     }
     let mut answers = Vec::new();
     for stream in &mut held {
@@ -173,12 +160,8 @@ async fn waits_per_invocation_are_capped_pruned_and_bounded_in_time() {
     // The five leave; a new wait is taken (and answered 470 when its time is up).
     drop(held);
     let started = Instant::now();
-    let mut attach = TcpStream::connect(&ingress).await.unwrap();
-    attach
-        .write_all(attach_request(&ingress, &id).as_bytes())
-        .await
-        .unwrap();
-    let status = status_within(&mut attach, Duration::from_secs(15)).await;
+    let mut waiting = attach(&ingress, &id).await;
+    let status = status_within(&mut waiting, Duration::from_secs(15)).await;
     assert_eq!(status, Some(470), "after {:?}", started.elapsed());
     assert!(
         started.elapsed() >= Duration::from_secs(4),

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use sluice_tests::{
-    ADMIN_TOKEN, READ_TOKEN, Sluice, TestDeployment, assert_startup_error, binary, next_awakeable,
+    ADMIN_TOKEN, READ_TOKEN, Sluice, TestDeployment, assert_startup_error, binary, closed_within,
+    next_awakeable,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -241,19 +242,6 @@ async fn sql_runs_only_bounded_read_only_queries() {
         took < Duration::from_secs(3),
         "a 2 s timeout answered after {took:?}"
     );
-}
-
-/// Reads from `stream` until it closes (or `within` passes): whether it was closed.
-async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
-    let mut buf = [0u8; 1024];
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(Ok(0) | Err(_)) => return true,
-            Ok(Ok(_)) => {}
-        }
-    }
 }
 
 /// One request on a new connection to `address`, then silence: the server closes it.

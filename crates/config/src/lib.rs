@@ -101,8 +101,12 @@ impl Default for Config {
 pub const DEFAULT_MAX_BODY: u64 = 10 * 1024 * 1024;
 
 /// Room a protocol message needs around its payload (headers, ids, a key), and a record around
-/// its values: what [`Config::record_value_limit`] keeps back.
-const ENVELOPE: u64 = 64 * 1024;
+/// its values: what [`Config::record_value_limit`] keeps back, and what an explicit
+/// `ingress.max-body-size` must leave under the message size limit.
+pub const ENVELOPE: u64 = 64 * 1024;
+
+/// How [`Config::record_value_limit`] is derived, as error messages say it.
+pub const RECORD_VALUE_RULE: &str = "a quarter of cluster.max-record-bytes less 64 KiB";
 
 impl Config {
     /// The largest value (an input, an output, a state value, a run result) one write of a

@@ -335,7 +335,7 @@ fn validate_sizes(config: &Config) -> Result<(), (String, String)> {
     let message = config.worker.invoker.message_size_limit.0;
     let record = config.record_value_limit();
     if let Some(body) = config.ingress.max_body_size {
-        if body.0.saturating_add(64 * 1024) > message {
+        if body.0.saturating_add(crate::ENVELOPE) > message {
             return Err((
                 "ingress.max-body-size".into(),
                 format!(
@@ -350,8 +350,9 @@ fn validate_sizes(config: &Config) -> Result<(), (String, String)> {
             return Err((
                 "ingress.max-body-size".into(),
                 format!(
-                    "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes (a quarter of cluster.max-record-bytes less 64 KiB); lower it or raise cluster.max-record-bytes",
-                    body.0
+                    "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes ({}); lower it or raise cluster.max-record-bytes",
+                    body.0,
+                    crate::RECORD_VALUE_RULE
                 ),
             ));
         }
@@ -362,8 +363,9 @@ fn validate_sizes(config: &Config) -> Result<(), (String, String)> {
         return Err((
             "ingress.awakeable-payload-limit".into(),
             format!(
-                "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes (a quarter of cluster.max-record-bytes less 64 KiB)",
-                config.ingress.awakeable_payload_limit.0
+                "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes ({})",
+                config.ingress.awakeable_payload_limit.0,
+                crate::RECORD_VALUE_RULE
             ),
         ));
     }

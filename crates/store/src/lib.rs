@@ -3,6 +3,7 @@
 //! idempotency keys ([`invocation`]) — and the process [`health`] a failed write turns off.
 //! Nothing here knows about deployments, HTTP or partitions.
 
+pub mod encoding;
 pub mod health;
 pub mod invocation;
 pub mod storage;

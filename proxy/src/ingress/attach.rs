@@ -104,10 +104,8 @@ async fn result(
             let waited =
                 super::wait::while_connected(session, Some(max), state.runtime.outcome(id)).await;
             match waited {
-                Ok(outcome) => outcome.map_err(|e| match e.code {
-                    Some(crate::errors::Code::SEC0008) => IngressError::from(e),
-                    _ => unavailable(e),
-                })?,
+                // A refused wait (SEC0008) answers with its code's status, anything else 503.
+                Ok(outcome) => outcome.map_err(IngressError::from)?,
                 Err(super::wait::Ended::ClientGone) => return Err(super::wait::gone()),
                 Err(super::wait::Ended::TimedOut) => return Err(not_ready(id, true)),
             }

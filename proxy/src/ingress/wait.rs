@@ -12,7 +12,7 @@ use super::error::IngressError;
 
 /// The status logged for a request whose client left before its answer (nginx's 499); the
 /// client never sees it.
-pub(super) const CLIENT_GONE: u16 = 499;
+const CLIENT_GONE: u16 = 499;
 
 /// Resolves once the client of `session` has closed its side (or broken the connection). The
 /// request body must already have been read by whoever needed it: what is left is drained.

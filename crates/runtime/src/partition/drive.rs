@@ -18,7 +18,8 @@ pub(super) fn too_large_for_a_record(len: usize, limit: usize) -> CodedError {
     CodedError::new(
         crate::errors::Code::RT0031,
         format!(
-            "the handler sent a value of {len} bytes; in cluster mode one value may be at most {limit} bytes (a quarter of cluster.max-record-bytes less 64 KiB)"
+            "the handler sent a value of {len} bytes; in cluster mode one value may be at most {limit} bytes ({})",
+            crate::config::RECORD_VALUE_RULE
         ),
     )
 }
@@ -313,10 +314,11 @@ impl Partition {
                     // Cluster mode: a value no log record can hold fails the invocation
                     // (RT0031), never the partition's next write.
                     let checked = checked.and_then(|()| match self.config.record_value_limit() {
-                        Some(limit) if message.encoded_len() > limit => {
-                            Err(too_large_for_a_record(message.encoded_len(), limit))
-                        }
-                        _ => Ok(()),
+                        Some(limit) => match message.encoded_len() {
+                            len if len > limit => Err(too_large_for_a_record(len, limit)),
+                            _ => Ok(()),
+                        },
+                        None => Ok(()),
                     });
                     if let Err(e) = checked {
                         live.violation = Some(e);

@@ -438,16 +438,23 @@ impl Partition {
             .config
             .record_value_limit()
             .map(|limit| limit.saturating_mul(2));
+        // The set's encoded size so far (from its 4-byte count on) and how many of its writes
+        // that counts: each write is measured once, not once per event after it.
+        let (mut size, mut measured) = (4, 0);
         for event in batch.drain(..) {
             if let Err(e) = self.apply(event, &mut writes, &mut effects) {
                 applied = Err(e);
             }
             if let Some(cut_at) = cut_at
                 && applied.is_ok()
-                && crate::storage::log::encoded_len(&writes) > cut_at
             {
-                let full = std::mem::take(&mut writes);
-                pending.push_back((self.writer.commit(full), std::mem::take(&mut effects)));
+                size += crate::storage::log::encoded_len_after(&writes, measured);
+                measured = writes.len();
+                if size > cut_at {
+                    let full = std::mem::take(&mut writes);
+                    pending.push_back((self.writer.commit(full), std::mem::take(&mut effects)));
+                    (size, measured) = (4, 0);
+                }
             }
         }
         match applied {

@@ -93,8 +93,8 @@ pub fn encode(event: &Event) -> Option<Vec<u8>> {
         },
         _ => return None,
     };
-    // MessagePack with named fields: bytes travel as bytes, not as lists of numbers.
-    rmp_serde::to_vec_named(&posted).ok()
+    // Bytes travel as bytes, not as lists of numbers.
+    crate::encoding::encode(&posted).ok()
 }
 
 fn bad(why: impl std::fmt::Display) -> CodedError {
@@ -109,12 +109,8 @@ pub fn decode(bytes: &[u8], max: usize) -> Result<Event, CodedError> {
     if bytes.len() > max {
         return Err(bad(format!("{} bytes, more than {max}", bytes.len())));
     }
-    // Events posted by an earlier version are JSON (a MessagePack event never starts with `{`).
-    let posted: Posted = if bytes.first() == Some(&b'{') {
-        serde_json::from_slice(bytes).map_err(bad)?
-    } else {
-        rmp_serde::from_slice(bytes).map_err(bad)?
-    };
+    // Events posted by an earlier version are JSON; they still read.
+    let posted: Posted = crate::encoding::decode(bytes).map_err(bad)?;
     Ok(match posted {
         Posted::Submit {
             record,

@@ -170,19 +170,14 @@ pub struct Caller {
 }
 
 impl InvocationRecord {
-    /// The record's stored bytes: MessagePack with named fields (so fields added later read
-    /// back with their defaults) and bytes as bytes.
+    /// The record's stored bytes ([`crate::encoding`]).
     pub fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("a record always encodes")
+        crate::encoding::encode(self).expect("a record always encodes")
     }
 
-    /// A record from its stored bytes; JSON too, as stores written before MessagePack hold it
-    /// (a MessagePack record is a map, whose first byte is never `{`).
+    /// A record from its stored bytes, including JSON written by earlier versions.
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        if bytes.first() == Some(&b'{') {
-            return serde_json::from_slice(bytes).map_err(|e| e.to_string());
-        }
-        rmp_serde::from_slice(bytes).map_err(|e| e.to_string())
+        crate::encoding::decode(bytes)
     }
 
     /// The random seed an invocation starts with, derived from its id.
@@ -222,18 +217,21 @@ mod shown_tests {
 
     /// The stored record keeps output bytes as bytes: its size is the output's plus a little,
     /// and the output is there as one run of bytes (no list of numbers anywhere).
-    #[test]
-    fn outcomes_are_stored_as_bytes() {
-        let id = crate::ids::InvocationId::generate(3);
-        let mut record = InvocationRecord::new(
-            id,
+    fn record(key: Option<&str>) -> InvocationRecord {
+        InvocationRecord::new(
+            crate::ids::InvocationId::generate(3),
             Target {
                 service: "S".into(),
                 handler: "h".into(),
-                key: Some("k".into()),
+                key: key.map(str::to_owned),
             },
             5,
-        );
+        )
+    }
+
+    #[test]
+    fn outcomes_are_stored_as_bytes() {
+        let mut record = record(Some("k"));
         let output: Vec<u8> = (0..2_500_000u32).map(|i| (i % 253) as u8).collect();
         record.outcome = Some(Outcome::Value(output.clone()));
         record.status = Status::Completed;
@@ -246,16 +244,7 @@ mod shown_tests {
     /// Records written before MessagePack (JSON, output as a list of numbers) still read.
     #[test]
     fn json_records_from_before_still_read() {
-        let id = crate::ids::InvocationId::generate(3);
-        let mut record = InvocationRecord::new(
-            id,
-            Target {
-                service: "S".into(),
-                handler: "h".into(),
-                key: None,
-            },
-            5,
-        );
+        let mut record = record(None);
         record.outcome = Some(Outcome::Value(vec![1, 2, 255]));
         let json = serde_json::to_vec(&record).unwrap();
         assert!(String::from_utf8_lossy(&json).contains("[1,2,255]"));

@@ -159,15 +159,21 @@ pub fn encode_writes<'a>(
 
 /// How many bytes `writes` adds to a record.
 pub fn encoded_len(writes: &WriteSet) -> usize {
+    encoded_len_after(writes, 0) + 4
+}
+
+/// How many bytes the writes of `writes` after its first `skip` add to a record (the count in
+/// front of them aside): a set measured as it grows is measured once per write.
+pub fn encoded_len_after(writes: &WriteSet, skip: usize) -> usize {
     writes
         .ops
         .iter()
+        .skip(skip)
         .map(|op| match op {
             Op::Put(_, a, b) | Op::DeleteRange(_, a, b) => 2 + 8 + a.len() + b.len(),
             Op::Delete(_, a) => 2 + 4 + a.len(),
         })
         .sum::<usize>()
-        + 4
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {

@@ -53,6 +53,11 @@ impl WriteSet {
         self.ops.push(Op::DeleteRange(table, start, end));
     }
 
+    /// How many writes it holds.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
