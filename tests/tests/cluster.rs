@@ -788,3 +788,170 @@ async fn a_subscription_made_on_one_node_runs_on_every_node() {
         }
     }
 }
+
+/// Polls `sluice`'s `/cluster-health` until `done` holds for its partitions; them.
+async fn partitions_until(
+    sluice: &Sluice,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+        let partitions = health["sluice_cluster"]["partitions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if done(&partitions) {
+            return partitions;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never happened: {health}\n{}",
+            sluice.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_node_that_missed_deleted_records_never_leads_and_says_so() {
+    let broker = broker();
+    let bootstrap = broker.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut first = node(&bootstrap, "n1").start().await.unwrap();
+    first.register(&dep.uri, false).await;
+    // The mock brokers keep the last 5 MiB of each partition: 48 sends of 1 MB (each stored
+    // twice: the input, then the output that echoes it) push the first records out of every
+    // partition, as a topic's retention would.
+    let big = format!("\"{}\"", "x".repeat(1_000_000));
+    for _ in 0..48 {
+        let (status, body) = post(&first, "/Greeter/greet/send", &big).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let (status, _) = get_json(&format!("{}/health", first.admin_url)).await;
+    assert_eq!(status, 200, "the node that read everything is healthy");
+
+    // A fresh node cannot rebuild what was deleted: it says so, and never serves it stale.
+    let second = node(&bootstrap, "n2").start().await.unwrap();
+    let broken = partitions_until(&second, "a broken partition", |ps| {
+        ps.iter().any(|p| p["broken"].is_string())
+    })
+    .await;
+    let broken: Vec<u64> = broken
+        .iter()
+        .filter(|p| p["broken"].is_string())
+        .map(|p| p["partition"].as_u64().unwrap())
+        .collect();
+    let (status, health) = get_json(&format!("{}/health", second.admin_url)).await;
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["restate_code"], "CLU0004", "{health}");
+    let (status, ready) = get_json(&format!("{}/ready", second.admin_url)).await;
+    assert_eq!(
+        (status, &ready["restate_code"]),
+        (503, &Value::from("CLU0004"))
+    );
+    let metrics = reqwest::get(format!("{}/metrics", second.admin_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "sluice_cluster_partitions_broken {}",
+            broken.len()
+        )),
+        "{metrics}"
+    );
+
+    // With the first node gone the group gives the second every partition: it leads none of
+    // those it could not follow (before this, it led them from an empty store at epoch 1).
+    first.kill_9();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while second.stderr().matches("will not lead it").count() < broken.len() {
+        assert!(
+            Instant::now() < deadline,
+            "n2 never refused the broken partitions {broken:?}: {}",
+            second.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now = partitions_until(&second, "the others taken over", |ps| {
+        ps.iter()
+            .all(|p| p["broken"].is_string() || p["led_here"] == true)
+    })
+    .await;
+    for p in now.iter().filter(|p| p["broken"].is_string()) {
+        assert_eq!(p["led_here"], false, "{p}");
+    }
+}
+
+#[tokio::test]
+async fn values_too_large_for_a_record_fail_their_call_never_the_partition() {
+    let broker = broker();
+    let bootstrap = broker.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    // 1 MiB records: one value may be a quarter, less 64 KiB (192 KiB).
+    let sluice = node(&bootstrap, "n1")
+        .env("SERVICE_CLUSTER__MAX_RECORD_BYTES", "1MiB")
+        .env("SERVICE_INGRESS__AWAKEABLE_PAYLOAD_LIMIT", "64KiB")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let too_large = 300_000;
+
+    // The door refuses a body that could not be stored (the default is the value limit).
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("{}/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body(format!("\"{}\"", "x".repeat(too_large)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 413);
+
+    // A handler's large output, a large call it makes, and a large result it is sent each fail
+    // the invocation that made them, terminally and with the code, at once.
+    for (path, expected) in [
+        ("/Meter/inflate", "RT0031"),
+        ("/Meter/callInflated", "RT0031"),
+        ("/Meter/inflateVia", "RT0031"),
+    ] {
+        let started = Instant::now();
+        let (status, body) = loop {
+            let resp = client
+                .post(format!("{}{path}", sluice.ingress_url))
+                .header("content-type", "application/json")
+                .body(too_large.to_string())
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            // 503 only until the partitions are taken over after start-up.
+            if status != 503 || started.elapsed() > Duration::from_secs(10) {
+                break (status, resp.text().await.unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(status, 500, "{path}: {body}");
+        assert!(body.contains(expected), "{path}: {body}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{path}");
+    }
+    // Values that fit still go through, and the partitions never changed hands.
+    let (status, body) = post(&sluice, "/Meter/inflateVia", "150000").await;
+    assert_eq!((status, body.as_str()), (200, "\"150000\""));
+    let (status, body) = post(&sluice, "/Counter/k/add", "2").await;
+    assert_eq!((status, body.as_str()), (200, "2"));
+    let stderr = sluice.stderr();
+    assert!(
+        !stderr.contains("stopped leading the partition"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("took the partition over").count(),
+        PARTITIONS as usize
+    );
+}

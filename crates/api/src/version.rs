@@ -43,6 +43,10 @@ pub struct ClusterView {
     pub nodes: Vec<String>,
     /// Each partition.
     pub partitions: Vec<PartitionView>,
+    /// Events this node posted to a partition's inbox that Kafka has not taken yet (tried
+    /// again until it does).
+    #[serde(default)]
+    pub posts_retrying: u64,
 }
 
 /// One partition as this node sees it.
@@ -62,6 +66,9 @@ pub struct PartitionView {
     pub log_end: i64,
     /// Records this node's store is behind the log's end (0 while it leads).
     pub lag: i64,
+    /// Why this node stopped following the partition (`CLU0003`, `CLU0004`); it never leads it.
+    #[serde(default)]
+    pub broken: Option<String>,
 }
 
 /// Members of the metadata cluster, by plain node id.

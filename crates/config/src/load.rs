@@ -363,7 +363,7 @@ fn validate_sizes(config: &Config) -> Result<(), (String, String)> {
         return Err((
             "ingress.awakeable-payload-limit".into(),
             format!(
-                "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes ({})",
+                "{} bytes do not fit in a partition log record: in cluster mode a value may be at most {record} bytes ({}); lower it or raise cluster.max-record-bytes",
                 config.ingress.awakeable_payload_limit.0,
                 crate::RECORD_VALUE_RULE
             ),

@@ -63,6 +63,12 @@ pub const KAFKA_PAUSED_PARTITIONS: &str = "sluice_kafka_paused_partitions";
 /// Records behind the end of the subscription's partitions (librdkafka's consumer lag, every
 /// 5 s), by `subscription`.
 pub const KAFKA_LAG: &str = "sluice_kafka_lag_records";
+/// Cluster mode: partitions this node stopped following (a gap in the log, a damaged record).
+pub const CLUSTER_BROKEN: &str = "sluice_cluster_partitions_broken";
+/// Cluster mode: posted events Kafka has not taken yet (tried again until it does).
+pub const CLUSTER_POSTS_RETRYING: &str = "sluice_cluster_posts_retrying";
+/// Cluster mode: records this node's replica is behind the log's end, by `partition`.
+pub const CLUSTER_LAG: &str = "sluice_cluster_lag_records";
 
 /// Buckets of every latency histogram, in seconds: 100 µs to a minute.
 pub const SECONDS_BUCKETS: &[f64] = &[
@@ -159,5 +165,17 @@ pub fn describe() {
     describe_gauge!(
         KAFKA_PAUSED_PARTITIONS,
         "Kafka partitions paused by backpressure, by subscription."
+    );
+    describe_gauge!(
+        CLUSTER_BROKEN,
+        "Partitions this node stopped following (a gap in the log, a damaged record)."
+    );
+    describe_gauge!(
+        CLUSTER_POSTS_RETRYING,
+        "Posted events Kafka has not taken yet, tried again until it does."
+    );
+    describe_gauge!(
+        CLUSTER_LAG,
+        "Records this node's replica is behind the partition log's end, by partition."
     );
 }

@@ -17,12 +17,27 @@ use super::error::AdminError;
 #[utoipa::path(get, path = "/health", tag = "health", operation_id = "health",
     responses(
         (status = 200, description = "The admin API is up and the store is writable."),
-        (status = 503, description = "A store write failed or a partition stopped (RT0027); the process is shutting down.")))]
+        (status = 503, description = "A store write failed or a partition stopped (RT0027); the process is shutting down. In cluster mode also: this node stopped following a partition (CLU0003, CLU0004).")))]
 pub async fn health(State(state): State<Arc<AdminState>>) -> Response {
-    match state.store.health().failure() {
-        None => StatusCode::OK.into_response(),
-        Some(failure) => unhealthy(failure),
+    if let Some(failure) = state.store.health().failure() {
+        return unhealthy(failure);
     }
+    match broken_partitions(&state) {
+        Some(broken) => unhealthy(&broken),
+        None => StatusCode::OK.into_response(),
+    }
+}
+
+/// In cluster mode, why this node stopped following a partition (a gap in its log, a damaged
+/// record): it keeps serving the others, but cannot be trusted with that one, and says so.
+fn broken_partitions(state: &AdminState) -> Option<crate::errors::CodedError> {
+    let (why, count) = state.cluster.get()?.broken()?;
+    let mut failure = why;
+    failure.message = format!(
+        "{} ({count} partition(s) not followed by this node; GET /cluster-health lists them)",
+        failure.message
+    );
+    Some(failure)
 }
 
 /// 200 once every partition has recovered and while the store is writable; 503 before (still
@@ -33,6 +48,9 @@ pub async fn health(State(state): State<Arc<AdminState>>) -> Response {
         (status = 503, description = "Still recovering, or failed (RT0027).")))]
 pub async fn ready(State(state): State<Arc<AdminState>>) -> Response {
     let health = state.store.health();
+    if let Some(broken) = broken_partitions(&state) {
+        return unhealthy(&broken);
+    }
     match health.failure() {
         Some(failure) => unhealthy(failure),
         None if health.is_ready() => StatusCode::OK.into_response(),

@@ -8,6 +8,7 @@ use http::{StatusCode, header};
 
 use super::AdminState;
 use super::error::AdminError;
+use sluice_core::metrics as names;
 
 /// Every metric in the Prometheus text format; 404 when `metrics.enabled` is false.
 #[utoipa::path(get, path = "/metrics", tag = "metrics", operation_id = "metrics",
@@ -21,6 +22,20 @@ pub async fn metrics(State(state): State<Arc<AdminState>>) -> Result<Response, A
             "metrics are off: set metrics.enabled = true to record and serve them",
         ));
     };
+    if let Some(cluster) = state.cluster.get() {
+        let view = cluster.view();
+        let broken = view
+            .partitions
+            .iter()
+            .filter(|p| p.broken.is_some())
+            .count();
+        metrics::gauge!(names::CLUSTER_BROKEN).set(broken as f64);
+        metrics::gauge!(names::CLUSTER_POSTS_RETRYING).set(view.posts_retrying as f64);
+        for p in &view.partitions {
+            metrics::gauge!(names::CLUSTER_LAG, "partition" => p.partition.to_string())
+                .set(p.lag as f64);
+        }
+    }
     let text = metrics.render(&state.runtime, &state.kafka).await?;
     Ok((
         [(

@@ -5,6 +5,7 @@
 //! again from the last commit, and every posted event is harmless twice.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -19,8 +20,8 @@ use crate::partition::posted::{self, Outbox};
 use crate::partition::{Event, Runtime};
 use crate::storage::writer::Writer;
 
-/// Tries to post one event before it is left to the recovery of its poster.
-const POST_TRIES: u32 = 10;
+/// The longest pause between two tries of a post the inbox did not take.
+const POST_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Most events handed over before a barrier.
 const BATCH: usize = 512;
@@ -29,6 +30,8 @@ const BATCH: usize = 512;
 pub struct KafkaOutbox {
     producer: FutureProducer,
     topic: String,
+    /// Posts being tried again (what `/cluster-health` and `/metrics` show).
+    retrying: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for KafkaOutbox {
@@ -44,6 +47,7 @@ impl KafkaOutbox {
         Self {
             producer: shared.producer.clone(),
             topic: shared.settings.inbox_topic.clone(),
+            retrying: Arc::clone(&shared.posts_retrying),
         }
     }
 }
@@ -62,8 +66,12 @@ impl Outbox for KafkaOutbox {
     ) {
         let producer = self.producer.clone();
         let topic = self.topic.clone();
+        let retrying = Arc::clone(&self.retrying);
         tokio::spawn(async move {
-            for attempt in 1..=POST_TRIES {
+            // Tried until the inbox takes it: an acknowledged call's child or result is never
+            // given up on (a post the poster's recovery makes again is harmless twice).
+            let mut attempt: u32 = 0;
+            loop {
                 let sent = producer
                     .send(
                         FutureRecord::<(), [u8]>::to(&topic)
@@ -73,23 +81,24 @@ impl Outbox for KafkaOutbox {
                     )
                     .await;
                 match sent {
-                    Ok(_) => {
-                        let _ = done.send(Ok(true));
-                        return;
-                    }
+                    Ok(_) => break,
                     Err((e, _)) => {
-                        tracing::warn!(partition, attempt, error = %e, "cannot post to an inbox; trying again");
-                        tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                        attempt = attempt.saturating_add(1);
+                        if attempt == 1 {
+                            retrying.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tracing::error!(partition, attempt, error = %e, "the inbox did not take a posted event; trying again");
+                        let pause = Duration::from_millis(100)
+                            .saturating_mul(attempt)
+                            .min(POST_BACKOFF_MAX);
+                        tokio::time::sleep(pause).await;
                     }
                 }
             }
-            // Its poster's next recovery posts it again (children and results are re-posted);
-            // one waiting (a Kafka record) is told, and does not commit its offset.
-            tracing::error!(partition, "gave up posting to an inbox");
-            let _ = done.send(Err(CodedError::new(
-                Code::CLU0001,
-                format!("the inbox of partition {partition} did not take the event"),
-            )));
+            if attempt > 0 {
+                retrying.fetch_sub(1, Ordering::Relaxed);
+            }
+            let _ = done.send(Ok(true));
         });
     }
 }
@@ -118,9 +127,30 @@ fn run(
     let consumer = settings
         .reader(&settings.inbox_topic, &settings.inbox_topic)
         .map_err(|e| e.message)?;
+    // Where the previous leader stopped (nothing committed: the topic's first record). Every
+    // record from there is read in turn: a jump means posted events were deleted unread.
+    let mut asked = TopicPartitionList::new();
+    asked
+        .add_partition(&settings.inbox_topic, p as i32)
+        .set_offset(Offset::Stored)
+        .map_err(|e| e.to_string())?;
+    let committed = consumer
+        .committed_offsets(asked, Duration::from_secs(10))
+        .map_err(|e| format!("cannot read the inbox's committed offset: {e}"))?;
+    let mut expected = match committed
+        .find_partition(&settings.inbox_topic, p as i32)
+        .map(|found| found.offset())
+    {
+        Some(Offset::Offset(at)) if at > 0 => at,
+        _ => 0,
+    };
     let mut assignment = TopicPartitionList::new();
     assignment
-        .add_partition_offset(&settings.inbox_topic, p as i32, Offset::Stored)
+        .add_partition_offset(
+            &settings.inbox_topic,
+            p as i32,
+            super::from_offset(expected),
+        )
         .map_err(|e| e.to_string())?;
     consumer.assign(&assignment).map_err(|e| e.to_string())?;
     let handle = tokio::runtime::Handle::current();
@@ -133,7 +163,25 @@ fn run(
             };
             wait = Duration::ZERO;
             let message = message.map_err(|e| e.to_string())?;
-            next = Some(message.offset() + 1);
+            if message.offset() != expected {
+                let gap = CodedError::new(
+                    Code::CLU0004,
+                    format!(
+                        "partition {p}: its inbox goes on at offset {} but the next event to deliver is at offset {expected}: posted events were deleted before they were delivered (topic retention?)",
+                        message.offset()
+                    ),
+                );
+                let why = gap.message.clone();
+                super::reader::break_partition(
+                    shared,
+                    p,
+                    &mut super::lock(&shared.partitions[p as usize]),
+                    gap,
+                );
+                return Err(why);
+            }
+            expected = message.offset() + 1;
+            next = Some(expected);
             let event = match posted::decode(
                 message.payload().unwrap_or_default(),
                 settings.max_record,

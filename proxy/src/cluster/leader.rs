@@ -20,11 +20,19 @@ const RECHECK: Duration = Duration::from_secs(1);
 
 /// Keeps this node leading the partitions the group gives it, and only those.
 pub(super) async fn reconcile(shared: Arc<Shared>, mut desired: watch::Receiver<BTreeSet<u32>>) {
+    // Partitions given here that this node refused to lead (said once per refusal).
+    let mut refused = BTreeSet::new();
     loop {
         let wanted = desired.borrow_and_update().clone();
         for p in 0..shared.settings.partitions {
             let mut state = lock(&shared.partitions[p as usize]);
             let want = wanted.contains(&p);
+            if let Some(why) = &state.broken {
+                if want && refused.insert(p) {
+                    tracing::error!(partition = p, error.code = ?why.code, error = %why, "the group gives this node the partition, but it will not lead it: its replica is broken");
+                }
+                continue;
+            }
             if want && state.leading.is_none() && !state.taking_over {
                 state.taking_over = true;
                 tokio::spawn(take_over(Arc::clone(&shared), p, desired.clone()));
@@ -62,7 +70,7 @@ async fn produce(shared: &Shared, p: u32, record: &[u8]) -> Result<i64, CodedErr
 /// Takes partition `p` over while the group wants it here.
 async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSet<u32>>) {
     let slot = &shared.partitions[p as usize];
-    while desired.borrow().contains(&p) {
+    while desired.borrow().contains(&p) && lock(slot).broken.is_none() {
         let epoch = lock(slot).seen.leader.epoch.saturating_add(1);
         let leader = Leader {
             epoch,
@@ -83,7 +91,11 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
         // The reader stores everything before the epoch record, and the record itself.
         loop {
             let progress = shared.progress.notified();
-            if lock(slot).stored > at {
+            let done = {
+                let state = lock(slot);
+                state.stored > at || state.broken.is_some()
+            };
+            if done {
                 break;
             }
             let _ = tokio::time::timeout(Duration::from_millis(50), progress).await;
@@ -91,7 +103,8 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
         let won = {
             let _hand_over = lock(&shared.hand_over);
             let mut state = lock(slot);
-            let won = state.seen.leader == leader && state.leading.is_none();
+            let won =
+                state.seen.leader == leader && state.leading.is_none() && state.broken.is_none();
             if won {
                 state.leading = Some(leader.incarnation);
                 state.taking_over = false;

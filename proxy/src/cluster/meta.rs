@@ -147,6 +147,17 @@ fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), Coded
         if message.offset() < position.next {
             continue;
         }
+        if message.offset() > position.next {
+            // A table changed only in the deleted records would stay stale here for good.
+            return Err(CodedError::new(
+                Code::CLU0004,
+                format!(
+                    "the meta topic goes on at offset {} but this node's store needs offset {}: metadata it never read was deleted (topic retention?)",
+                    message.offset(),
+                    position.next
+                ),
+            ));
+        }
         let snapshot =
             MetaSnapshot::decode(message.payload().unwrap_or_default(), settings.max_record)?;
         position.next = message.offset().saturating_add(1);

@@ -56,6 +56,8 @@ struct Shared {
     on_meta: std::sync::OnceLock<MetaReload>,
     /// The partitions, which the inboxes deliver to.
     runtime: Runtime,
+    /// Events posted to an inbox that Kafka has not taken yet, tried again until it does.
+    posts_retrying: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Where the doors find the cluster once it joined (empty on an embedded node).
@@ -93,6 +95,9 @@ struct PartitionState {
     taking_over: bool,
     /// The log's end as the reader last saw it (`-1`: not yet).
     end: i64,
+    /// Why this node stopped following the partition (a gap in its log, a damaged record):
+    /// it is neither applied nor led here again until the node restarts.
+    broken: Option<CodedError>,
 }
 
 /// A node's membership in a cluster, before it runs.
@@ -148,6 +153,20 @@ impl Cluster {
             session_timeout: cluster.session_timeout.0,
         };
         settings.check_topics(cluster.replication_factor)?;
+        // Asked beside the start-up rather than before it: brokers that cannot answer
+        // (librdkafka's mock among them) take the whole request timeout to say so.
+        {
+            let settings = settings.clone();
+            let health = Arc::clone(store.health());
+            std::thread::Builder::new()
+                .name("sluice-retention-check".into())
+                .spawn(move || {
+                    if let Err(e) = settings.check_retention() {
+                        health.fail(e);
+                    }
+                })
+                .map_err(|e| join_failed(format!("cannot check the topics' retention: {e}")))?;
+        }
         let producer: FutureProducer = settings
             .client
             .clone()
@@ -177,6 +196,7 @@ impl Cluster {
                     leading: None,
                     taking_over: false,
                     end: -1,
+                    broken: None,
                 })
             })
             .collect();
@@ -194,6 +214,7 @@ impl Cluster {
             placement,
             on_meta: std::sync::OnceLock::new(),
             runtime: runtime.clone(),
+            posts_retrying: Arc::default(),
         });
         runtime.set_outbox(Arc::new(inbox::KafkaOutbox::new(&shared)));
         store.set_meta_log(Arc::new(meta::KafkaMetaLog::new(&shared.settings)?));
@@ -236,6 +257,7 @@ impl Cluster {
                     } else {
                         state.end.saturating_sub(state.stored).max(0)
                     },
+                    broken: state.broken.as_ref().map(ToString::to_string),
                 }
             })
             .collect();
@@ -243,7 +265,24 @@ impl Cluster {
             node: shared.settings.node.clone(),
             nodes: nodes.into_iter().collect(),
             partitions,
+            posts_retrying: shared
+                .posts_retrying
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// Why this node stopped following a partition, for the first such partition (what
+    /// `/health` answers), with how many there are.
+    pub fn broken(&self) -> Option<(CodedError, usize)> {
+        let mut found = None;
+        let mut count = 0;
+        for slot in &self.shared.partitions {
+            if let Some(why) = &lock(slot).broken {
+                count += 1;
+                found.get_or_insert_with(|| why.clone());
+            }
+        }
+        found.map(|why| (why, count))
     }
 
     /// Runs the reader, the membership and the takeovers until `stopping` turns true.
@@ -355,6 +394,49 @@ impl Settings {
         Ok(())
     }
 
+    /// Refuses topics the brokers say delete or compact records: the log, the inbox and the
+    /// meta topic are the cluster's truth and must keep every record. Brokers that cannot
+    /// describe configs (DescribeConfigs unsupported or denied) are let through with a warning:
+    /// the readers still stop at the first gap (CLU0004).
+    fn check_retention(&self) -> Result<(), CodedError> {
+        use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+        let admin: AdminClient<_> = self
+            .client
+            .create()
+            .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?;
+        let topics = [&self.log_topic, &self.inbox_topic, &self.meta_topic];
+        let specifiers: Vec<_> = topics
+            .iter()
+            .map(|topic| ResourceSpecifier::Topic(topic))
+            .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| join_failed(format!("cannot read the topics' settings: {e}")))?;
+        let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+        let described = match runtime.block_on(admin.describe_configs(&specifiers, &options)) {
+            Ok(described) => described,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster topics' retention; make sure they keep every record (a gap stops following a partition, CLU0004)");
+                return Ok(());
+            }
+        };
+        for (topic, result) in topics.iter().zip(described) {
+            let config = match result {
+                Ok(config) => config,
+                Err(e) => {
+                    tracing::warn!(topic = %topic, error = %e, "cannot read the topic's retention; make sure it keeps every record (a gap stops following a partition, CLU0004)");
+                    continue;
+                }
+            };
+            let setting = |name: &str| config.get(name).and_then(|entry| entry.value.clone());
+            if let Some(problem) = retention_problem(topic, setting) {
+                return Err(join_failed(problem));
+            }
+        }
+        Ok(())
+    }
+
     fn create_topic(
         &self,
         topic: &str,
@@ -417,6 +499,26 @@ fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>,
     ))
 }
 
+/// What is wrong with a cluster topic's settings (read through `setting`), if anything: it must
+/// keep every record, neither deleted by time or size nor compacted.
+fn retention_problem(topic: &str, setting: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let fix = format!(
+        "the cluster's log is its only truth and must keep every record: set it with `kafka-configs --alter --entity-type topics --entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1,cleanup.policy=delete`"
+    );
+    for (key, keeps_all) in [
+        ("retention.ms", "-1"),
+        ("retention.bytes", "-1"),
+        ("cleanup.policy", "delete"),
+    ] {
+        if let Some(value) = setting(key)
+            && value.trim() != keeps_all
+        {
+            return Some(format!("topic {topic} has {key}={value}; {fix}"));
+        }
+    }
+    None
+}
+
 fn join_failed(message: impl Into<String>) -> CodedError {
     CodedError::new(Code::CLU0002, message)
 }
@@ -442,5 +544,46 @@ impl std::fmt::Debug for Cluster {
             .field("node", &self.shared.settings.node)
             .field("partitions", &self.shared.settings.partitions)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retention_problem;
+
+    fn settings<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |key| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn topics_that_keep_every_record_pass() {
+        let keeps = [
+            ("retention.ms", "-1"),
+            ("retention.bytes", "-1"),
+            ("cleanup.policy", "delete"),
+        ];
+        assert_eq!(retention_problem("s.log", settings(&keeps)), None);
+        // Settings the brokers did not list are not guessed at.
+        assert_eq!(retention_problem("s.log", settings(&[])), None);
+    }
+
+    #[test]
+    fn retention_by_time_size_or_compaction_is_refused_naming_the_fix() {
+        for (key, value) in [
+            ("retention.ms", "604800000"),
+            ("retention.bytes", "1073741824"),
+            ("cleanup.policy", "compact"),
+            ("cleanup.policy", "compact,delete"),
+        ] {
+            let problem = retention_problem("s.log", settings(&[(key, value)]))
+                .unwrap_or_else(|| panic!("{key}={value} passed"));
+            assert!(problem.contains(&format!("{key}={value}")), "{problem}");
+            assert!(problem.contains("retention.ms=-1"), "{problem}");
+        }
     }
 }

@@ -66,7 +66,7 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
                         payload,
                         &mut writes,
                         &mut dirty,
-                    )?;
+                    );
                 }
             }
         }
@@ -104,7 +104,7 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
 }
 
 /// Reads the record at `offset` of partition `p`: its writes go into `writes` when they count
-/// and this node does not lead `p`.
+/// and this node does not lead `p`. A gap before it or a damaged record stops following `p`.
 fn admit(
     shared: &Shared,
     p: u32,
@@ -112,21 +112,39 @@ fn admit(
     payload: &[u8],
     writes: &mut WriteSet,
     dirty: &mut BTreeSet<u32>,
-) -> Result<(), CodedError> {
+) {
     let Some(slot) = shared.partitions.get(p as usize) else {
-        return Ok(());
+        return;
     };
     let mut state = lock(slot);
-    if offset < state.seen.next {
-        // Read before (a rewind delivers it again).
-        return Ok(());
+    if state.broken.is_some() || offset < state.seen.next {
+        // Given up on, or read before (a rewind delivers it again).
+        return;
     }
-    let record = Record::decode(payload, shared.settings.max_record).map_err(|e| {
-        CodedError::new(
-            Code::CLU0003,
-            format!("partition {p}, offset {offset}: {}", e.message),
-        )
-    })?;
+    if offset > state.seen.next {
+        // Kafka numbers a partition's records without holes (the topics are neither compacted
+        // nor transactional), so a jump means records this replica needed are gone.
+        let gap = CodedError::new(
+            Code::CLU0004,
+            format!(
+                "partition {p}: the log goes on at offset {offset} but this node's store needs offset {}: records it never read were deleted (topic retention?)",
+                state.seen.next
+            ),
+        );
+        break_partition(shared, p, &mut state, gap);
+        return;
+    }
+    let record = match Record::decode(payload, shared.settings.max_record) {
+        Ok(record) => record,
+        Err(e) => {
+            let damaged = CodedError::new(
+                Code::CLU0003,
+                format!("partition {p}, offset {offset}: {}", e.message),
+            );
+            break_partition(shared, p, &mut state, damaged);
+            return;
+        }
+    };
     let verdict = state.seen.admit(offset, &record);
     if verdict == Verdict::Accepted {
         let leader = &state.seen.leader;
@@ -154,7 +172,21 @@ fn admit(
             dirty.insert(p);
         }
     }
-    Ok(())
+}
+
+/// Stops following partition `p` for good (until the node restarts): it is never applied nor
+/// led here again, and `/health` answers `why`. A leader here steps down.
+pub(super) fn break_partition(
+    shared: &Shared,
+    p: u32,
+    state: &mut super::PartitionState,
+    why: CodedError,
+) {
+    tracing::error!(partition = p, error.code = ?why.code, error = %why, "stopped following the partition; this node will not lead it");
+    if state.leading.is_some() {
+        let _ = shared.leads[p as usize].send(None);
+    }
+    state.broken = Some(why);
 }
 
 /// How often the log's ends are asked for (what `/cluster-health` shows as lag).

@@ -198,6 +198,36 @@ impl Meter {
         Ok(PEAK.swap(0, Ordering::SeqCst))
     }
 
+    /// Answers a string of `bytes` characters: a large output from a small input.
+    #[handler]
+    async fn inflate(&self, _ctx: Context<'_>, bytes: u64) -> Result<String, HandlerError> {
+        Ok("x".repeat(usize::try_from(bytes).unwrap_or(0)))
+    }
+
+    /// Calls `Meter/inflate(bytes)`: a large result for a small call.
+    #[handler(name = "inflateVia")]
+    async fn inflate_via(&self, ctx: Context<'_>, bytes: u64) -> Result<String, HandlerError> {
+        Ok(ctx
+            .service_client::<MeterClient>()
+            .inflate(bytes)
+            .call()
+            .await?
+            .len()
+            .to_string())
+    }
+
+    /// Calls `Greeter/greet` with a name of `bytes` characters: a large call.
+    #[handler(name = "callInflated")]
+    async fn call_inflated(&self, ctx: Context<'_>, bytes: u64) -> Result<String, HandlerError> {
+        let name = "x".repeat(usize::try_from(bytes).unwrap_or(0));
+        let greeting = ctx
+            .service_client::<GreeterClient>()
+            .greet(name)
+            .call()
+            .await?;
+        Ok(greeting.len().to_string())
+    }
+
     /// Calls `Greeter/slow(millis)` and answers its result.
     #[handler(name = "callSlow")]
     async fn call_slow(&self, ctx: Context<'_>, millis: u64) -> Result<u64, HandlerError> {

@@ -20,6 +20,7 @@ pub(super) fn cluster_schema() -> SchemaRef {
         ("stored_offset", DataType::Int64, false),
         ("log_end", DataType::Int64, false),
         ("lag", DataType::Int64, false),
+        ("broken", DataType::Utf8, true),
     ])
 }
 
@@ -30,6 +31,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
         let mut epoch = UInt64Builder::new();
         let mut led_here = BooleanBuilder::new();
         let [mut stored, mut end, mut lag] = std::array::from_fn(|_| Int64Builder::new());
+        let mut broken = StringBuilder::new();
         if let Some(cluster) = sources.cluster.get() {
             let view = cluster.view();
             for p in &view.partitions {
@@ -41,6 +43,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
                 stored.append_value(p.stored_offset);
                 end.append_value(p.log_end);
                 lag.append_value(p.lag);
+                broken.append_option(p.broken.as_deref());
             }
         }
         batch(
@@ -54,6 +57,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(stored.finish()),
                 Arc::new(end.finish()),
                 Arc::new(lag.finish()),
+                Arc::new(broken.finish()),
             ],
         )
     })
