@@ -276,3 +276,81 @@ async fn trickled_headers_and_silent_connections_are_closed() {
     assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
     assert!(started.elapsed() < Duration::from_millis(2500));
 }
+
+/// Sends `count` `Meter/inflate(bytes)` with idempotency keys (their results are kept for the
+/// retention), and waits until every one completed.
+async fn kept_results(sluice: &Sluice, count: usize, bytes: usize) {
+    let client = reqwest::Client::new();
+    for i in 0..count {
+        let resp = client
+            .post(format!("{}/Meter/inflate/send", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .header("idempotency-key", format!("kept-{i}"))
+            .body(bytes.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sluice
+        .count("SELECT count(*) AS n FROM sys_invocation WHERE status = 'completed'")
+        .await
+        < count as u64
+    {
+        assert!(Instant::now() < deadline, "the sends never completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Listing invocations reads no output and runs beside the admin listener's thread: `/health`
+/// answers within 50 ms while lists over large kept results run (before, every list decoded
+/// every output on that thread, and `/health` waited behind it for seconds).
+#[tokio::test]
+async fn lists_over_large_results_never_stall_health() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    kept_results(&sluice, 40, 1_000_000).await;
+
+    let listing = {
+        let admin = sluice.admin_url.clone();
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut slowest = Duration::ZERO;
+            for _ in 0..100 {
+                let started = Instant::now();
+                let resp = client
+                    .get(format!("{admin}/invocations?limit=1"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 200);
+                let body: Value = resp.json().await.unwrap();
+                assert_eq!(body["invocations"].as_array().unwrap().len(), 1);
+                slowest = slowest.max(started.elapsed());
+            }
+            slowest
+        })
+    };
+    let client = reqwest::Client::new();
+    let mut health = Vec::new();
+    while !listing.is_finished() {
+        let started = Instant::now();
+        let resp = client
+            .get(format!("{}/health", sluice.admin_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        health.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let slowest_list = listing.await.unwrap();
+    let slowest_health = health.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "{} health checks, slowest {slowest_health:?}; slowest list {slowest_list:?}",
+        health.len()
+    );
+    assert!(slowest_health < Duration::from_millis(50), "{health:?}");
+}

@@ -254,9 +254,10 @@ pub async fn delete(
     let id = parse_id(&id)?;
     state.registry.deployment(id)?;
     if !params.force {
-        let pinned = state
-            .store
-            .with_db(|db| crate::invocation::store::pinned_in_flight(db, id))??;
+        let pinned = super::invocations::read(&state, move |db| {
+            crate::invocation::store::pinned_in_flight(db, id)
+        })
+        .await?;
         if !pinned.is_empty() {
             const SHOWN: usize = 10;
             let mut names: Vec<String> =

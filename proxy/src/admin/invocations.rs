@@ -12,8 +12,9 @@ use super::json::Json;
 use crate::clock::rfc3339;
 use crate::flow::scheduler::BlockedOn;
 use crate::ids::InvocationId;
+use crate::invocation::record::RecordOf;
 use crate::invocation::store;
-use crate::invocation::{InvocationRecord, Outcome, Status};
+use crate::invocation::{ListedRecord, Status, Summary};
 use crate::partition::admission::Waiting;
 use crate::partition::control::{Control, Controlled};
 pub use sluice_api::invocations::{
@@ -62,8 +63,8 @@ fn time(ms: u64) -> String {
     rfc3339(ms).unwrap_or_default()
 }
 
-/// How the admin API shows `InvocationRecord`.
-pub fn invocation_response(r: &InvocationRecord) -> InvocationResponse {
+/// How the admin API shows an invocation's record (with or without its output).
+pub fn invocation_response<O: Summary>(r: &RecordOf<O>) -> InvocationResponse {
     let t = &r.target;
     InvocationResponse {
         id: r.id.to_string(),
@@ -78,7 +79,7 @@ pub fn invocation_response(r: &InvocationRecord) -> InvocationResponse {
         retry_count: r.retry_count,
         last_failure_error_code: r.last_failure.as_ref().and_then(|f| f.code.clone()),
         last_failure: r.last_failure.as_ref().map(|f| f.message.clone()),
-        completion: r.outcome.as_ref().map(Outcome::summary),
+        completion: r.outcome.as_ref().map(Summary::summary),
         created_at: time(r.created_at_ms),
         next_attempt_at: r.run_at_ms.map(time),
         scope: r.scope.as_ref().map(|s| s.as_str().to_owned()),
@@ -94,8 +95,8 @@ pub async fn list(
     State(state): State<Arc<AdminState>>,
     Query(params): Query<ListParams>,
 ) -> Result<Json<ListInvocationsResponse>, AdminError> {
-    let mut records = state.store.with_db(store::load_records)??;
-    records.retain(|r| {
+    let limit = params.limit.unwrap_or(100).min(MAX_LISTED);
+    let keep = move |r: &ListedRecord| {
         params
             .status
             .as_deref()
@@ -108,12 +109,27 @@ pub async fn list(
                 .scope
                 .as_deref()
                 .is_none_or(|s| r.scope.as_ref().is_some_and(|scope| scope.as_str() == s))
-    });
-    records.sort_by_key(|r| std::cmp::Reverse(r.created_at_ms));
-    records.truncate(params.limit.unwrap_or(100));
+    };
+    let records = read(&state, move |db| store::load_listed(db, keep, limit)).await?;
     Ok(Json(ListInvocationsResponse {
         invocations: records.iter().map(invocation_response).collect(),
     }))
+}
+
+/// The most invocations one list answers (`limit` above it is lowered to it).
+const MAX_LISTED: usize = 10_000;
+
+/// Runs `read` on the store in the blocking pool: the admin listener has one thread, and a
+/// read of every record there would stall every other request, `/health` included.
+pub(super) async fn read<T: Send + 'static>(
+    state: &AdminState,
+    read: impl FnOnce(&redb::Database) -> Result<T, crate::errors::CodedError> + Send + 'static,
+) -> Result<T, AdminError> {
+    let store = Arc::clone(&state.store);
+    let read = tokio::task::spawn_blocking(move || store.with_db(read))
+        .await
+        .map_err(|e| AdminError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(read??)
 }
 
 pub(super) fn parse_id(id: &str) -> Result<InvocationId, AdminError> {
@@ -251,7 +267,7 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<InvocationResponse>, AdminError> {
     let id = parse_id(&id)?;
-    let record = state.store.with_db(|db| store::load_record(db, id))??;
+    let record = read(&state, move |db| store::load_listed_one(db, id)).await?;
     let mut shown = record.as_ref().map(invocation_response).ok_or_else(|| {
         AdminError::new(
             StatusCode::NOT_FOUND,

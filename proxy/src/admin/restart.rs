@@ -9,6 +9,7 @@ use http::StatusCode;
 use super::AdminState;
 use super::error::AdminError;
 use super::invocations::parse_id;
+use super::invocations::read;
 use super::json::Json;
 use crate::invocation::store;
 use crate::invocation::{InvocationRecord, Status};
@@ -39,9 +40,8 @@ pub async fn restart_as_new(
             "'deployment' applies only with 'from' above 0: a restart from the start runs on the latest deployment",
         ));
     }
-    let record = state
-        .store
-        .with_db(|db| store::load_record(db, id))??
+    let record = read(&state, move |db| store::load_record(db, id))
+        .await?
         .ok_or_else(|| {
             AdminError::new(
                 StatusCode::NOT_FOUND,
@@ -73,9 +73,8 @@ pub async fn restart_as_new(
     if from > 0 {
         return restart_from(&state, record, from, params.deployment.as_deref()).await;
     }
-    let input = state
-        .store
-        .with_db(|db| store::load_entry(db, id, 0))??
+    let input = read(&state, move |db| store::load_entry(db, id, 0))
+        .await?
         .ok_or_else(|| purged(id))?;
     let new = renewed(&record);
     let new_id = new.id;
@@ -132,7 +131,7 @@ async fn restart_from(
             Some(wanted)
         }
     };
-    let journal = state.store.with_db(|db| store::load_journal(db, id))??;
+    let journal = read(state, move |db| store::load_journal(db, id)).await?;
     if journal.is_empty() {
         return Err(purged(id));
     }

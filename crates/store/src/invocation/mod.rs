@@ -7,4 +7,7 @@ pub mod record;
 pub mod state;
 pub mod store;
 
-pub use record::{Caller, Failure, InvocationRecord, LastFailure, Outcome, Status, Target};
+pub use record::{
+    Caller, Failure, InvocationRecord, LastFailure, ListedRecord, Outcome, OutcomeKind, Status,
+    Summary, Target,
+};

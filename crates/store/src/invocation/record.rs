@@ -91,6 +91,35 @@ impl Outcome {
 }
 
 /// The last thing that went wrong with an attempt.
+/// An outcome without its value's bytes: what a list shows of it. Decodes from a stored
+/// [`Outcome`], skipping the bytes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub enum OutcomeKind {
+    Value(serde::de::IgnoredAny),
+    Failure(Failure),
+}
+
+/// What a list says of an outcome.
+pub trait Summary {
+    /// `value`, or `failure <code>: <message>`.
+    fn summary(&self) -> String;
+}
+
+impl Summary for Outcome {
+    fn summary(&self) -> String {
+        Outcome::summary(self)
+    }
+}
+
+impl Summary for OutcomeKind {
+    fn summary(&self) -> String {
+        match self {
+            Self::Value(_) => "value".to_owned(),
+            Self::Failure(f) => format!("failure {}: {}", f.code, f.message),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LastFailure {
     /// Catalogue code.
@@ -110,8 +139,15 @@ impl LastFailure {
 }
 
 /// An invocation as stored.
+pub type InvocationRecord = RecordOf<Outcome>;
+
+/// An invocation as a list shows it: its outcome's kind and failure, never its output bytes
+/// (skipped while decoding, not read into memory).
+pub type ListedRecord = RecordOf<OutcomeKind>;
+
+/// An invocation's record, with its outcome as `O`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvocationRecord {
+pub struct RecordOf<O> {
     /// Its id.
     pub id: InvocationId,
     /// Where it goes.
@@ -131,7 +167,7 @@ pub struct InvocationRecord {
     /// The last failure.
     pub last_failure: Option<LastFailure>,
     /// The result, once completed.
-    pub outcome: Option<Outcome>,
+    pub outcome: Option<O>,
     /// Seed for the SDK's deterministic random.
     pub random_seed: u64,
     /// Creation time, ms since the epoch.
@@ -167,6 +203,13 @@ pub struct Caller {
     pub id: InvocationId,
     /// The completion id its Call command waits on.
     pub completion: u32,
+}
+
+impl ListedRecord {
+    /// A record from its stored bytes, without its output.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        crate::encoding::decode(bytes)
+    }
 }
 
 impl InvocationRecord {

@@ -224,16 +224,76 @@ pub fn load_records(db: &redb::Database) -> Result<Vec<InvocationRecord>, CodedE
         .collect()
 }
 
+/// The newest `limit` records `keep` selects, newest first, without their outputs: a list reads
+/// every record once but holds only `limit` of them, and never an output's bytes.
+pub fn load_listed(
+    db: &redb::Database,
+    keep: impl Fn(&super::ListedRecord) -> bool,
+    limit: usize,
+) -> Result<Vec<super::ListedRecord>, CodedError> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(INVOCATIONS) else {
+        return Ok(Vec::new());
+    };
+    // The oldest kept record on top, to be replaced by a newer one.
+    let mut newest: BinaryHeap<Reverse<(u64, [u8; 24])>> = BinaryHeap::new();
+    let mut kept = std::collections::HashMap::new();
+    for row in table.iter().map_err(storage)? {
+        let (key, value) = row.map_err(storage)?;
+        let record = super::ListedRecord::decode(value.value())
+            .map_err(|e| corrupt("invocations", key.value(), e))?;
+        if limit == 0 || !keep(&record) {
+            continue;
+        }
+        let rank = (record.created_at_ms, record.id.to_bytes());
+        if newest.len() == limit {
+            match newest.peek() {
+                Some(Reverse(oldest)) if *oldest < rank => {
+                    let Reverse(out) = newest.pop().expect("peeked");
+                    kept.remove(&out.1);
+                }
+                _ => continue,
+            }
+        }
+        newest.push(Reverse(rank));
+        kept.insert(rank.1, record);
+    }
+    let mut listed: Vec<_> = kept.into_values().collect();
+    listed.sort_by_key(|r| Reverse((r.created_at_ms, r.id.to_bytes())));
+    Ok(listed)
+}
+
 /// Unfinished invocations pinned to `deployment` (deleting it would strand them).
 pub fn pinned_in_flight(
     db: &redb::Database,
     deployment: crate::ids::DeploymentId,
 ) -> Result<Vec<InvocationId>, CodedError> {
-    Ok(load_records(db)?
+    let pinned = |r: &super::ListedRecord| {
+        r.deployment == Some(deployment) && r.status != super::Status::Completed
+    };
+    Ok(load_listed(db, pinned, usize::MAX)?
         .into_iter()
-        .filter(|r| r.deployment == Some(deployment) && r.status != super::Status::Completed)
         .map(|r| r.id)
         .collect())
+}
+
+/// One record, without its output.
+pub fn load_listed_one(
+    db: &redb::Database,
+    id: InvocationId,
+) -> Result<Option<super::ListedRecord>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(INVOCATIONS) else {
+        return Ok(None);
+    };
+    let Some(value) = table.get(id.to_bytes().as_slice()).map_err(storage)? else {
+        return Ok(None);
+    };
+    super::ListedRecord::decode(value.value())
+        .map(Some)
+        .map_err(|e| corrupt("invocations", &id.to_bytes(), e))
 }
 
 /// One record.
@@ -373,6 +433,55 @@ mod tests {
     use super::*;
     use crate::invocation::record::{Status, Target};
     use crate::storage::Store;
+
+    #[test]
+    fn lists_keep_the_newest_matching_records_without_their_outputs() {
+        use crate::invocation::record::{Failure, Outcome, OutcomeKind};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut writes = WriteSet::default();
+        for n in 0..50u64 {
+            let mut record = InvocationRecord::new(
+                InvocationId::generate(n),
+                Target {
+                    service: if n % 2 == 0 { "Even" } else { "Odd" }.into(),
+                    handler: "h".into(),
+                    key: None,
+                },
+                1_000 + n,
+            );
+            record.status = Status::Completed;
+            record.outcome = Some(if n == 48 {
+                Outcome::Failure(Failure {
+                    code: 500,
+                    message: "no".into(),
+                })
+            } else {
+                Outcome::Value(vec![7; 100_000])
+            });
+            put_record(&mut writes, &record).unwrap();
+        }
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                writes.apply(&txn).unwrap();
+                txn.commit().unwrap();
+                let listed = load_listed(db, |r| r.target.service == "Even", 3).unwrap();
+                let created: Vec<u64> = listed.iter().map(|r| r.created_at_ms).collect();
+                assert_eq!(created, [1_048, 1_046, 1_044]);
+                assert_eq!(
+                    listed[0].outcome,
+                    Some(OutcomeKind::Failure(Failure {
+                        code: 500,
+                        message: "no".into()
+                    }))
+                );
+                assert!(matches!(listed[1].outcome, Some(OutcomeKind::Value(_))));
+                assert_eq!(load_listed(db, |_| true, 0).unwrap().len(), 0);
+                assert_eq!(load_listed(db, |_| true, 500).unwrap().len(), 50);
+            })
+            .unwrap();
+    }
 
     #[test]
     fn records_journals_and_timers_round_trip() {

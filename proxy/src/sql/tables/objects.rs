@@ -216,7 +216,9 @@ pub(super) fn untracked_invocation_columns() -> Vec<(&'static str, DataType)> {
 pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
     reader(sources, |sources| async move {
         let store = Arc::clone(&sources.store);
-        let records = tokio::task::spawn_blocking(move || store.with_db(invocations::load_records))
+        // Every record, but none of their outputs (the table shows only the outcome's kind).
+        let every = |db: &redb::Database| invocations::load_listed(db, |_| true, usize::MAX);
+        let records = tokio::task::spawn_blocking(move || store.with_db(every))
             .await
             .map_err(internal)?
             .map_err(internal)?
@@ -249,7 +251,7 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             attempts.append_value(u64::from(r.attempts));
             text[11].append_option(failure.map(|f| f.message.as_str()));
             text[12].append_option(failure.and_then(|f| f.code.as_deref()));
-            text[13].append_option(r.outcome.as_ref().map(|o| o.summary()));
+            text[13].append_option(r.outcome.as_ref().map(crate::invocation::Summary::summary));
             created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
             scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
             service_ty.append_option(
