@@ -354,3 +354,180 @@ async fn lists_over_large_results_never_stall_health() {
     );
     assert!(slowest_health < Duration::from_millis(50), "{health:?}");
 }
+
+/// Results kept for their idempotency keys rest in the store, not in memory: 30 calls with
+/// 4 MB outputs, made one after another, leave the process about one output larger (before,
+/// every kept output stayed in memory for the retention: +120 MB and more).
+#[tokio::test]
+async fn kept_results_rest_in_the_store() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let client = reqwest::Client::new();
+    let call = |i: usize| {
+        client
+            .post(format!("{}/Meter/inflate", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .header("idempotency-key", format!("big-{i}"))
+            .body("4000000")
+            .send()
+    };
+    // Warm up: the allocator's arenas and the store's cache hold a few outputs' worth.
+    for i in 0..3 {
+        assert_eq!(call(i).await.unwrap().status(), 200);
+    }
+    let before = sluice.metrics().await["process_resident_memory_bytes"];
+    for i in 3..33 {
+        let resp = call(i).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.bytes().await.unwrap().len(), 4_000_002);
+    }
+    let after = sluice.metrics().await["process_resident_memory_bytes"];
+    let grown = (after - before) / 1e6;
+    eprintln!("30 kept 4 MB results: resident memory grew {grown:.1} MB");
+    assert!(grown < 60.0, "grew {grown:.1} MB");
+    // Still answered, from the store: a repeat of a key, and an attach.
+    let resp = call(5).await.unwrap();
+    assert_eq!(resp.bytes().await.unwrap().len(), 4_000_002);
+}
+
+/// Attaching to, and asking for the output of, resting invocations (delayed sends) leaves them
+/// at rest: their inputs are not read back into memory (before, each attach woke its
+/// invocation: held 30 → 0).
+#[tokio::test]
+async fn attaches_and_peeks_leave_resting_invocations_at_rest() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let mut ids = Vec::new();
+    for _ in 0..30 {
+        ids.push(far_send(&sluice).await);
+    }
+    let held = |m: std::collections::HashMap<String, f64>| m["sluice_held_invocations"];
+    assert_eq!(held(sluice.metrics().await), 30.0);
+    let client = reqwest::Client::new();
+    let mut attached = Vec::new();
+    for id in &ids {
+        let resp = client
+            .get(format!(
+                "{}/restate/invocation/{id}/output",
+                sluice.ingress_url
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 470, "{id}");
+        attached.push(attach(&sluice.ingress_url.replace("http://", ""), id).await);
+    }
+    // Every attach is registered (a cheap request behind them on each connection's
+    // partition answers after it), and nothing woke.
+    assert_eq!(held(sluice.metrics().await), 30.0);
+    for mut stream in attached {
+        assert_eq!(
+            status_within(&mut stream, Duration::from_millis(100)).await,
+            None
+        );
+    }
+    assert_eq!(held(sluice.metrics().await), 30.0);
+}
+
+/// A suspended invocation is not attempted again for completions of awakeables it does not
+/// await (before, each forged completion started an attempt that replayed its journal), and it
+/// takes at most `ingress.max-awakeable-completion-bytes` of them in all.
+#[tokio::test]
+async fn forged_completions_neither_wake_a_suspension_nor_pass_their_bytes() {
+    use base64::Engine as _;
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env("SERVICE_WORKER__INVOKER__INACTIVITY_TIMEOUT", "200ms")
+        .env("SERVICE_INGRESS__MAX_AWAKEABLE_COMPLETION_BYTES", "4KiB")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let ingress = sluice.ingress_url.clone();
+    let waiting = {
+        let ingress = ingress.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{ingress}/service/call/Meter/awaitAwakeable"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        })
+    };
+    let id = sluice_tests::next_awakeable(&ingress, "Meter", "").await;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(id.trim_start_matches("sign_1"))
+        .unwrap();
+    let real = u32::from_be_bytes(raw[24..28].try_into().unwrap());
+    let invocation =
+        sluice::ids::InvocationId::from_bytes(raw[..24].try_into().unwrap()).to_string();
+    let forged = |index: u32| {
+        let mut bytes = raw[..24].to_vec();
+        bytes.extend_from_slice(&index.to_be_bytes());
+        format!(
+            "sign_1{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+        )
+    };
+    let resolve = |awakeable: String, body: String| {
+        let ingress = ingress.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{ingress}/service/awakeables/{awakeable}/resolve"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let state = || {
+        let sluice = &sluice;
+        let invocation = invocation.clone();
+        async move {
+            let (_, rows) = sluice
+                .query(&format!(
+                    "SELECT status, attempts FROM sys_invocation WHERE id = '{invocation}'"
+                ))
+                .await;
+            let row = &rows["rows"][0];
+            (
+                row["status"].as_str().unwrap_or_default().to_owned(),
+                row["attempts"].as_u64().unwrap_or_default(),
+            )
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let attempts = loop {
+        let (status, attempts) = state().await;
+        if status == "suspended" {
+            break attempts;
+        }
+        assert!(Instant::now() < deadline, "never suspended: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Ten forged completions, 300 bytes each: journaled, and no attempt.
+    let body = format!("\"{}\"", "x".repeat(300));
+    for extra in 1..=10 {
+        assert_eq!(resolve(forged(real + extra), body.clone()).await, 202);
+    }
+    // One more of 1,000 bytes would pass 4 KiB in all.
+    let big = format!("\"{}\"", "y".repeat(1000));
+    assert_eq!(resolve(forged(real + 11), big).await, 409);
+    assert_eq!(state().await, ("suspended".to_owned(), attempts));
+    // The awaited one wakes it, and it answers.
+    assert_eq!(resolve(id.clone(), "\"hello\"".into()).await, 202);
+    let answer = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer, "\"hello\"");
+    assert_eq!(state().await.1, attempts + 1);
+}

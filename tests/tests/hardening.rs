@@ -242,6 +242,16 @@ async fn sql_runs_only_bounded_read_only_queries() {
         took < Duration::from_secs(3),
         "a 2 s timeout answered after {took:?}"
     );
+    // And the work stopped with the answer: the process is idle again (before, the join went
+    // on burning a core after the 400).
+    let cpu = || async { sluice.metrics().await["process_cpu_seconds_total"] };
+    let (from, since) = (cpu().await, Instant::now());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let busy = (cpu().await - from) / since.elapsed().as_secs_f64();
+    assert!(
+        busy < 0.5,
+        "the process used {busy:.2} of a core after the timeout"
+    );
 }
 
 /// One request on a new connection to `address`, then silence: the server closes it.

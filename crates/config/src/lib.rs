@@ -274,6 +274,10 @@ pub struct IngressConfig {
     /// Awakeable completions one invocation accepts from outside in its life (RT0026 beyond),
     /// which bounds how much a client can grow one journal.
     pub max_awakeable_completions: u32,
+    /// Bytes of awakeable completions one invocation accepts from outside in its life, in all
+    /// (RT0026 beyond): with the count above, what a client forging completions can add to one
+    /// journal.
+    pub max_awakeable_completion_bytes: ByteSize,
     /// Largest request body of a call or send (413 `SEC0004` beyond). Unset: 10 MiB, lowered
     /// to what a deployment message and, in cluster mode, a log record can carry.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -294,6 +298,7 @@ impl Default for IngressConfig {
             idempotency_key_max_length: 256,
             awakeable_payload_limit: ByteSize::mib(1),
             max_awakeable_completions: 1_000,
+            max_awakeable_completion_bytes: ByteSize::mib(16),
             attach_max_wait: FriendlyDuration::from_secs(5 * 60),
             max_body_size: None,
         }

@@ -98,15 +98,16 @@ impl Partition {
             Ok(Ending::Suspended(message)) => {
                 live.record.retry_count = 0;
                 live.record.status = Status::Suspended;
-                let awaited = awaited(&message);
+                let awaited = Awaited::of(&message);
                 let signalled = std::mem::take(&mut live.signalled);
                 if signalled
                     || fresh
                         .iter()
-                        .any(|c| awaited.is_empty() || awaited.contains(c))
+                        .any(|c| awaited.completions.is_empty() || awaited.completions.contains(c))
                 {
                     effects.push(Effect::Attempt(id));
                 }
+                live.awaiting = Some(awaited);
             }
             Ok(Ending::Failed(error)) => {
                 let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
@@ -244,6 +245,7 @@ impl Partition {
         }
         metrics::counter!(names::ATTEMPTS, "service" => target.service.clone()).increment(1);
         live.running = true;
+        live.awaiting = None;
         live.record.status = Status::Running;
         live.fresh.clear();
         live.signalled = false;
@@ -293,22 +295,61 @@ fn retried(failure: &LastFailure) {
     metrics::counter!(names::ATTEMPT_RETRIES, "code" => code).increment(1);
 }
 
-fn awaited(message: &Message) -> Vec<u32> {
-    fn walk(future: &proto::Future, out: &mut Vec<u32>) {
-        out.extend_from_slice(&future.waiting_completions);
-        for nested in &future.nested_futures {
-            walk(nested, out);
-        }
-    }
-    let mut out = Vec::new();
-    match message {
-        Message::SuspensionV6(s) => out.extend_from_slice(&s.waiting_completions),
-        Message::Suspension(s) => {
-            if let Some(future) = &s.awaiting_on {
-                walk(future, &mut out);
+/// What a suspended invocation waits on: a completion, a signal or a named signal that is not
+/// among them does not start an attempt (it is journaled and seen by the next one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Awaited {
+    /// Completion ids (empty: the suspension named none, so any completion may be it).
+    pub completions: Vec<u32>,
+    /// Signal indexes (awakeables, built-in signals).
+    pub signals: Vec<u32>,
+    /// Named signals.
+    pub named: Vec<String>,
+}
+
+impl Awaited {
+    fn of(message: &Message) -> Self {
+        fn walk(future: &proto::Future, out: &mut Awaited) {
+            out.completions
+                .extend_from_slice(&future.waiting_completions);
+            out.signals.extend_from_slice(&future.waiting_signals);
+            out.named
+                .extend(future.waiting_named_signals.iter().cloned());
+            for nested in &future.nested_futures {
+                walk(nested, out);
             }
         }
-        _ => {}
+        let mut out = Self::default();
+        match message {
+            Message::SuspensionV6(s) => {
+                out.completions.extend_from_slice(&s.waiting_completions);
+                out.signals.extend_from_slice(&s.waiting_signals);
+                out.named.extend(s.waiting_named_signals.iter().cloned());
+            }
+            Message::Suspension(s) => {
+                if let Some(future) = &s.awaiting_on {
+                    walk(future, &mut out);
+                }
+            }
+            _ => {}
+        }
+        out
     }
-    out
+
+    /// Whether the signal `id` is one it waits on. A suspension that names nothing at all
+    /// (an SDK that does not say) waits on anything; the runtime's own signals (cancellation)
+    /// always count.
+    pub(super) fn wants(&self, id: &proto::notification_template::Id) -> bool {
+        use proto::notification_template::Id;
+        if self.completions.is_empty() && self.signals.is_empty() && self.named.is_empty() {
+            return true;
+        }
+        match id {
+            Id::SignalId(index) => {
+                *index < super::signals::FIRST_AWAKEABLE_INDEX || self.signals.contains(index)
+            }
+            Id::SignalName(name) => self.named.contains(name),
+            Id::CompletionId(completion) => self.completions.contains(completion),
+        }
+    }
 }

@@ -297,6 +297,16 @@ impl Dormant {
     pub(super) fn queue(&self) -> Option<QueueId> {
         self.queue
     }
+
+    /// Where it goes.
+    pub(super) fn target(&self) -> Target {
+        let resting = self.resting();
+        Target {
+            service: resting.service,
+            handler: resting.handler,
+            key: resting.key,
+        }
+    }
 }
 
 impl Event {
@@ -329,11 +339,43 @@ impl Event {
 }
 
 impl Partition {
-    /// Makes the invocation `event` names live again if it is at rest.
+    /// Makes the invocation `event` names live again if it is at rest. A wait for its outcome
+    /// or a peek does not: a client attaching to a thousand resting sends must not bring their
+    /// inputs back into memory (they wait in [`Partition::wait_at_rest`]).
     pub(super) fn rouse_for(&mut self, event: &Event) {
+        if matches!(event, Event::Await { .. } | Event::Peek { .. }) {
+            return;
+        }
         if let Some(id) = event.invocation() {
             self.rouse(id);
         }
+    }
+
+    /// Waits for the outcome of `id`, at rest, without waking it: the wait joins the
+    /// invocation when it wakes. Waits whose requester left are pruned first; past `max` the
+    /// wait is refused (SEC0008).
+    pub(super) fn wait_at_rest(
+        &mut self,
+        id: InvocationId,
+        waiter: tokio::sync::oneshot::Sender<crate::invocation::Outcome>,
+        max: usize,
+    ) -> Result<(), CodedError> {
+        let waiters = self.waiting_at_rest.entry(id).or_default();
+        if waiters.len() >= max || waiters.len() % 64 == 63 {
+            waiters.retain(|w| !w.is_closed());
+        }
+        if waiters.len() >= max {
+            return Err(CodedError::new(
+                Code::SEC0008,
+                format!(
+                    "{} requests already wait for invocation {id}, the most worker.max-waiters-per-invocation allows",
+                    waiters.len()
+                ),
+            )
+            .retry_after(1));
+        }
+        waiters.push(waiter);
+        Ok(())
     }
 
     /// Makes `id` live again if it is at rest; it goes back to rest after the next dispatch if
@@ -343,7 +385,9 @@ impl Partition {
             return;
         };
         match dormant.wake(id, &self.store, &self.held) {
-            Ok(live) => {
+            Ok(mut live) => {
+                live.waiters
+                    .extend(self.waiting_at_rest.remove(&id).unwrap_or_default());
                 self.unhold(live.record.scope.clone());
                 self.live.insert(id, Box::new(live));
                 self.just_queued.push(id);

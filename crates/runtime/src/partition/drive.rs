@@ -184,6 +184,11 @@ impl Partition {
                             let _ = reply.send(live.wait(waiter, max).map(|()| outcome));
                         }
                     },
+                    // At rest: it has no outcome yet, and stays at rest.
+                    None if self.dormant.contains_key(&id) => {
+                        let max = self.config.worker.max_waiters_per_invocation;
+                        let _ = reply.send(self.wait_at_rest(id, waiter, max).map(|()| outcome));
+                    }
                     // Completed invocations leave memory; their outcome is in the store.
                     None => {
                         if let Some(done) = self.stored(id)?.and_then(|r| r.outcome) {
@@ -286,9 +291,13 @@ impl Partition {
                 let _ = reply.send(self.waiting(id));
             }
             Event::Peek { id, reply } => {
-                let seen = match self.live.get(&id) {
-                    Some(live) => Some((live.record.target.clone(), live.record.outcome.clone())),
-                    None => self.stored(id)?.map(|r| (r.target, r.outcome)),
+                let seen = match (self.live.get(&id), self.dormant.get(&id)) {
+                    (Some(live), _) => {
+                        Some((live.record.target.clone(), live.record.outcome.clone()))
+                    }
+                    // At rest: never ran, no outcome; it stays at rest.
+                    (None, Some(resting)) => Some((resting.target(), None)),
+                    (None, None) => self.stored(id)?.map(|r| (r.target, r.outcome)),
                 };
                 // After the commit: the outcome may belong to a batch still committing.
                 effects.push(Effect::Then(Box::new(move || {
@@ -351,7 +360,7 @@ impl Partition {
                     effects.push(Effect::Settle(id));
                 }
             }
-            Event::Wake { id, completion } => self.wake(id, completion, writes, effects),
+            Event::Wake { id, completion } => self.wake(id, completion, writes, effects)?,
             Event::CallResult {
                 id,
                 completion,
@@ -420,18 +429,17 @@ impl Partition {
         completion: Option<Timer>,
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
-    ) {
+    ) -> Result<(), CodedError> {
         if let Some(timer) = completion
             && timer.completion == EXPIRY
         {
-            self.expire(timer, writes);
-            return;
+            return self.expire(timer, writes);
         }
         let Some(live) = self.live.get_mut(&id) else {
-            return;
+            return Ok(());
         };
         if live.record.status == Status::Completed {
-            return;
+            return Ok(());
         }
         if let Some(timer) = completion {
             store::delete_timer(writes, timer);
@@ -450,27 +458,35 @@ impl Partition {
         if !live.running && live.record.status != Status::Paused {
             effects.push(Effect::Attempt(id));
         }
+        Ok(())
     }
 
     /// A retained result's time is up: the invocation is purged and its idempotency key free.
-    fn expire(&mut self, timer: Timer, writes: &mut WriteSet) {
+    fn expire(&mut self, timer: Timer, writes: &mut WriteSet) -> Result<(), CodedError> {
         store::delete_timer(writes, timer);
-        let Some(live) = self.live.get(&timer.invocation) else {
-            return;
+        let id = timer.invocation;
+        // Completed invocations leave memory; one still there waits for its eviction.
+        let record = match self.live.get(&id) {
+            Some(live) => live.record.clone(),
+            None => match self.stored(id)? {
+                Some(record) => record,
+                None => return Ok(()),
+            },
         };
-        if live.record.status != Status::Completed {
-            return;
+        if record.status != Status::Completed {
+            return Ok(());
         }
-        let entry = live.entry;
-        let workflow_run = self.is_workflow_run(&live.record);
-        let target = live.record.target.clone();
-        store::delete_invocation(writes, timer.invocation);
-        self.live.remove(&timer.invocation);
-        self.entries.remove(&entry);
+        let workflow_run = self.is_workflow_run(&record);
+        let target = record.target;
+        store::delete_invocation(writes, id);
+        if let Some(live) = self.live.remove(&id) {
+            self.entries.remove(&live.entry);
+        }
         // A workflow run takes its key's state and promises with it.
         if workflow_run {
             self.forget_promises(&target, writes);
         }
+        Ok(())
     }
 
     fn is_workflow_run(&self, record: &InvocationRecord) -> bool {

@@ -113,11 +113,11 @@ pub(super) fn complete(
     }
     // The journal is in the store; nothing in memory reads it again.
     live.journal = Vec::new();
-    // Without a retained result (idempotency, workflows) nothing looks the invocation up in
-    // memory again: it leaves once the batch commits and its waiters have their answer.
-    if live.record.retention_ms.is_none() {
-        effects.push(Effect::Evict(live.record.id));
-    }
+    // It leaves memory once the batch commits and its waiters have their answer, a retained
+    // result (idempotency, workflows) too: a repeat, an attach or a peek reads it from the
+    // store, and its expiry timer purges it there. A client cannot pin outputs in memory for
+    // the retention by sending idempotency keys.
+    effects.push(Effect::Evict(live.record.id));
     effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
 }
 

@@ -79,6 +79,8 @@ enum Effect {
     Then(Box<dyn FnOnce() + Send>),
     /// A queue's pause (or resume) is stored: the scheduler follows.
     PauseQueue(Box<QueueKey>, bool),
+    /// A completed promise is stored: it leaves memory.
+    UncachePromise(Box<promises::PromiseKey>),
 }
 
 /// An invocation the partition is driving.
@@ -110,6 +112,9 @@ struct Live {
     violation: Option<CodedError>,
     /// A signal was journaled while the current attempt ran.
     signalled: bool,
+    /// What its suspension waits on (`None` while it runs, and after a restart: then any
+    /// signal starts an attempt).
+    awaiting: Option<attempts::Awaited>,
     /// Its scheduler queue while queued.
     queue: Option<QueueId>,
     /// Callers that reached it through an idempotency key after the first one.
@@ -167,6 +172,8 @@ pub struct Partition {
     held: Arc<dormant::HeldMemory>,
     /// Invocations at rest per scope (every invocation of a scope lives on its partition).
     held_in_scope: HashMap<Scope, usize>,
+    /// Waits for the outcome of invocations at rest, handed to them when they wake.
+    waiting_at_rest: HashMap<InvocationId, Vec<oneshot::Sender<Outcome>>>,
     scheduler: Scheduler,
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
@@ -238,6 +245,7 @@ impl Partition {
             just_queued: Vec::new(),
             held: Arc::clone(&shared.held),
             held_in_scope: HashMap::new(),
+            waiting_at_rest: HashMap::new(),
             scheduler: Scheduler::sharing(
                 Arc::new(RuleBook::new()),
                 Arc::clone(&shared.slots),
@@ -272,10 +280,7 @@ impl Partition {
                 if let (Some(caller), Some(outcome)) = (record.caller, record.outcome.clone()) {
                     effects.push(Effect::CallResult(caller, outcome));
                 }
-                // Only retained results (idempotency, workflows) are looked up in memory.
-                if record.retention_ms.is_some() {
-                    self.track(record, Vec::new());
-                }
+                // Completed invocations stay in the store, retained results too.
                 continue;
             }
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
@@ -505,6 +510,7 @@ impl Partition {
                     self.dispatch();
                 }
                 Effect::Settle(id) => self.settle(id),
+                Effect::UncachePromise(key) => self.uncache_promise(&key),
                 Effect::Evict(id) => {
                     // Its slots and lock go back first (settling twice is harmless).
                     self.settle(id);
@@ -621,6 +627,7 @@ impl Live {
             lock: None,
             violation: None,
             signalled: false,
+            awaiting: None,
             queue: None,
             callers: Vec::new(),
             attempt_started: None,

@@ -20,7 +20,7 @@ use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::storage::writer::WriteSet;
 
 /// (workflow, key, promise name).
-type PromiseKey = (String, String, String);
+pub(super) type PromiseKey = (String, String, String);
 
 /// Completed promises seen by this partition (reads must see completions still committing)
 /// and the invocations waiting on open ones.
@@ -95,17 +95,18 @@ impl Partition {
         }
     }
 
+    /// A completed promise is committed: later reads find it in the store.
+    pub(super) fn uncache_promise(&mut self, key: &PromiseKey) {
+        self.promises.completed.remove(key);
+    }
+
     fn lookup(&mut self, key: &PromiseKey) -> Result<Option<Promise>, CodedError> {
         if let Some(found) = self.promises.completed.get(key) {
             return Ok(Some(found.clone()));
         }
-        let found = self
-            .store
-            .with_db(|db| state::promise(db, object(key), &key.2))??;
-        if let Some(found) = &found {
-            self.promises.completed.insert(key.clone(), found.clone());
-        }
-        Ok(found)
+        // Committed: read from the store each time rather than kept in memory.
+        self.store
+            .with_db(|db| state::promise(db, object(key), &key.2))?
     }
 
     /// Answers a promise command of `id` that was just journaled.
@@ -172,6 +173,8 @@ impl Partition {
                 };
                 state::set_promise(writes, object(&key), &key.2, &promise);
                 self.resolve_waiters(&key, &promise, writes, effects);
+                // Kept in memory only until it is committed (reads meanwhile must see it).
+                effects.push(Effect::UncachePromise(Box::new(key.clone())));
                 self.promises.completed.insert(key, promise);
                 notification(
                     Message::CompletePromiseCompletion,

@@ -99,17 +99,34 @@ pub enum Delivery {
     Refused(String),
 }
 
-/// The awakeable indexes already completed in `journal`, and how many there are.
-fn completed_awakeables(journal: &[crate::protocol::Frame]) -> impl Iterator<Item = u32> + '_ {
+/// The awakeable indexes already completed in `journal`, each with its notification's size.
+fn completed_awakeables(
+    journal: &[crate::protocol::Frame],
+) -> impl Iterator<Item = (u32, usize)> + '_ {
     use prost::Message as _;
     journal
         .iter()
         .filter(|f| f.ty == SIGNAL_FRAME)
-        .filter_map(|f| proto::NotificationTemplate::decode(f.payload.clone()).ok())
-        .filter_map(|n| match n.id {
-            Some(notification_template::Id::SignalId(i)) if i >= FIRST_AWAKEABLE_INDEX => Some(i),
+        .filter_map(|f| {
+            let n = proto::NotificationTemplate::decode(f.payload.clone()).ok()?;
+            Some((n, f.payload.len()))
+        })
+        .filter_map(|(n, len)| match n.id {
+            Some(notification_template::Id::SignalId(i)) if i >= FIRST_AWAKEABLE_INDEX => {
+                Some((i, len))
+            }
             _ => None,
         })
+}
+
+/// About the size of `signal`'s notification as journaled: its payload, and room for the rest.
+fn signal_len(signal: &Signal) -> usize {
+    let payload = match &signal.result {
+        notification_template::Result::Value(v) => v.content.len(),
+        notification_template::Result::Failure(f) => f.message.len(),
+        _ => 0,
+    };
+    payload.saturating_add(32)
 }
 
 /// The frame type of a signal notification.
@@ -146,7 +163,9 @@ impl Partition {
             && index >= FIRST_AWAKEABLE_INDEX
         {
             let mut count = 0u32;
-            for done in completed_awakeables(&live.journal) {
+            let mut bytes = signal_len(&signal);
+            for (done, len) in completed_awakeables(&live.journal) {
+                bytes = bytes.saturating_add(len);
                 if done == index {
                     return Delivery::Refused(format!(
                         "awakeable {index} of invocation {} was already completed: an awakeable completes once",
@@ -161,14 +180,32 @@ impl Partition {
                     signal.target
                 ));
             }
+            let max_bytes = self
+                .config
+                .ingress
+                .max_awakeable_completion_bytes
+                .as_usize();
+            if bytes > max_bytes {
+                return Delivery::Refused(format!(
+                    "invocation {} would hold {bytes} bytes of awakeable completions, more than it accepts ({max_bytes}, ingress.max-awakeable-completion-bytes)",
+                    signal.target
+                ));
+            }
         }
+        let signal_id = signal.id.clone();
         let frame = Message::Signal(proto::NotificationTemplate {
             id: Some(signal.id),
             result: Some(signal.result),
         })
         .to_frame(false);
         super::journal::append_signal(live, writes, frame, effects);
-        if !live.running && live.record.status != Status::Paused {
+        // A suspension that does not wait on it stays suspended: forged completions of
+        // awakeables nobody awaits cannot make it replay its journal again and again.
+        let awaited = live
+            .awaiting
+            .as_ref()
+            .is_none_or(|waits| waits.wants(&signal_id));
+        if !live.running && live.record.status != Status::Paused && awaited {
             effects.push(Effect::Attempt(signal.target));
         }
         Delivery::Delivered
