@@ -19,6 +19,20 @@ pub fn install(config: &TracingConfig) -> Result<Option<SdkTracerProvider>, Code
     let Some(endpoint) = &config.endpoint else {
         return Ok(None);
     };
+    // The exporter's HTTP client is built without TLS: an https endpoint would export
+    // nothing, silently.
+    if endpoint
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("https:")
+    {
+        return Err(CodedError::new(
+            Code::RT0002,
+            format!(
+                "invalid configuration: tracing.endpoint {endpoint}: this build exports spans over plain HTTP only; point it at a collector (or an agent beside Sluice) over http://"
+            ),
+        ));
+    }
     let protocol = match config.protocol {
         TracingProtocol::HttpProtobuf => Protocol::HttpBinary,
         TracingProtocol::HttpJson => Protocol::HttpJson,

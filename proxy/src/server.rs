@@ -133,7 +133,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         runtime: runtime.clone(),
         config: Arc::clone(&config),
         plugins: Arc::clone(&plugins),
-        forwarder: reqwest::Client::new(),
+        forwarder: crate::cluster::relay::client(None),
     });
     server.add_service(background_service(
         "partitions",

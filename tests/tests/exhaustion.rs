@@ -355,9 +355,10 @@ async fn lists_over_large_results_never_stall_health() {
     assert!(slowest_health < Duration::from_millis(50), "{health:?}");
 }
 
-/// Results kept for their idempotency keys rest in the store, not in memory: 30 calls with
-/// 4 MB outputs, made one after another, leave the process about one output larger (before,
-/// every kept output stayed in memory for the retention: +120 MB and more).
+/// Results kept for their idempotency keys rest in the store, not in memory: once the store's
+/// page cache is full, 30 calls with 4 MB outputs, made one after another, leave the process
+/// about one output larger (before, every kept output stayed in memory for the retention:
+/// +120 MB and more).
 #[tokio::test]
 async fn kept_results_rest_in_the_store() {
     let dep = TestDeployment::start("v1").await.unwrap();
@@ -372,12 +373,12 @@ async fn kept_results_rest_in_the_store() {
             .body("4000000")
             .send()
     };
-    // Warm up: the allocator's arenas and the store's cache hold a few outputs' worth.
-    for i in 0..3 {
+    // Warm up: the store's page cache (64 MiB) fills with the first 80 MB written.
+    for i in 0..20 {
         assert_eq!(call(i).await.unwrap().status(), 200);
     }
     let before = sluice.metrics().await["process_resident_memory_bytes"];
-    for i in 3..33 {
+    for i in 20..50 {
         let resp = call(i).await.unwrap();
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.bytes().await.unwrap().len(), 4_000_002);
@@ -530,4 +531,55 @@ async fn forged_completions_neither_wake_a_suspension_nor_pass_their_bytes() {
         .unwrap();
     assert_eq!(answer, "\"hello\"");
     assert_eq!(state().await.1, attempts + 1);
+}
+
+/// Suspended invocations keep no journal in memory: once the store's page cache is full, 20
+/// sends with 4 MB inputs to a handler that suspends leave the process about an input larger
+/// (before, every suspended journal stayed in memory with its input: +80 MB).
+#[tokio::test]
+async fn suspended_journals_rest_in_the_store() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env("SERVICE_WORKER__INVOKER__INACTIVITY_TIMEOUT", "100ms")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let client = reqwest::Client::new();
+    let body = format!("\"{}\"", "z".repeat(4_000_000));
+    let send = || {
+        client
+            .post(format!("{}/Meter/sleepOn/send", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    };
+    let suspended = || async {
+        sluice
+            .count("SELECT count(*) AS n FROM sys_invocation WHERE status = 'suspended'")
+            .await
+    };
+    let until_suspended = |n: u64| async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while suspended().await < n {
+            assert!(Instant::now() < deadline, "never {n} suspended");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // Warm up: the store's page cache (64 MiB) fills with the first 80 MB written.
+    for n in 1..=20 {
+        assert_eq!(send().await.unwrap().status(), 202);
+        until_suspended(n).await;
+    }
+    let before = sluice.metrics().await["process_resident_memory_bytes"];
+    for n in 21..=40 {
+        assert_eq!(send().await.unwrap().status(), 202);
+        // One at a time: memory given back is reused by the next.
+        until_suspended(n).await;
+    }
+    // Journals rest once everything applied is stored; the next metrics read is after that.
+    let after = sluice.metrics().await["process_resident_memory_bytes"];
+    let grown = (after - before) / 1e6;
+    eprintln!("20 suspended 4 MB journals: resident memory grew {grown:.1} MB");
+    assert!(grown < 40.0, "grew {grown:.1} MB");
 }

@@ -70,6 +70,29 @@ fn bad_advertised_endpoint_is_rt0002() {
 }
 
 #[test]
+fn what_this_build_cannot_honour_is_refused_at_start() {
+    // Spans over https would be exported nowhere, silently.
+    let done = Sluice::builder()
+        .env(
+            "SERVICE_TRACING__ENDPOINT",
+            "https://collector.example:4318",
+        )
+        .run_to_exit()
+        .unwrap();
+    assert_startup_error(&done, "RT0002");
+    assert!(done.stderr.contains("tracing.endpoint"), "{}", done.stderr);
+    // Kafka over TLS would fail only in the consumer.
+    let done = Sluice::builder()
+        .config(
+            "[[ingress.kafka-clusters]]\nname = \"k\"\nbrokers = [\"127.0.0.1:9\"]\nproperties = { \"security.protocol\" = \"SSL\" }\n",
+        )
+        .run_to_exit()
+        .unwrap();
+    assert_startup_error(&done, "RT0002");
+    assert!(done.stderr.contains("no TLS for Kafka"), "{}", done.stderr);
+}
+
+#[test]
 fn bad_log_format_flag_is_rt0002() {
     let done = Sluice::builder()
         .arg("--log-format")

@@ -86,15 +86,36 @@ impl AdminAuth {
         method: &Method,
         path: &str,
         headers: &http::HeaderMap,
+        authority: Option<&str>,
     ) -> Result<(), AdminError> {
-        if let Some(host) = headers.get(header::HOST) {
-            let host = host.to_str().unwrap_or_default();
-            if !self.host_allowed(host) {
+        // HTTP/2 names the host in `:authority` (the URI), HTTP/1.1 in `Host`: both are checked.
+        let host = headers
+            .get(header::HOST)
+            .map(|host| host.to_str().unwrap_or_default());
+        for named in host.into_iter().chain(authority) {
+            if !self.host_allowed(named) {
                 return Err(AdminError::coded(
                     Code::SEC0003,
                     format!(
                         "this admin listener does not answer to host '{}': add it to admin.allowed-hosts",
-                        host_name(host)
+                        host_name(named)
+                    ),
+                ));
+            }
+        }
+        // A browser page of another site may send simple requests (a body-less POST, a form) to
+        // a local admin API without tokens; its `Origin` gives it away.
+        if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+            && let Some(origin) = headers.get(header::ORIGIN)
+        {
+            let origin = origin.to_str().unwrap_or_default();
+            let from = origin.split_once("://").map_or("", |(_, rest)| rest);
+            let ours = host.or(authority).unwrap_or_default();
+            if from.is_empty() || host_name(from) != host_name(ours) {
+                return Err(AdminError::coded(
+                    Code::SEC0003,
+                    format!(
+                        "a {method} from a page of another site ({origin}) is refused: the admin API takes changes only from its own pages and from clients that send no Origin"
                     ),
                 ));
             }
@@ -166,7 +187,13 @@ fn unversioned(path: &str) -> &str {
 
 /// The middleware: every admin request passes [`AdminAuth::check`] first.
 pub async fn require(State(auth): State<Arc<AdminAuth>>, request: Request, next: Next) -> Response {
-    match auth.check(request.method(), request.uri().path(), request.headers()) {
+    let authority = request.uri().authority().map(|a| a.as_str().to_owned());
+    match auth.check(
+        request.method(),
+        request.uri().path(),
+        request.headers(),
+        authority.as_deref(),
+    ) {
         Ok(()) => next.run(request).await,
         Err(error) => {
             let unauthenticated = error.error.code == Some(Code::SEC0001);
@@ -219,46 +246,49 @@ mod tests {
         let admin = headers(&[("authorization", &format!("Bearer {ADMIN}"))]);
         let read = headers(&[("authorization", &format!("bearer {READ}"))]);
         assert_eq!(
-            code(auth.check(&Method::PUT, "/limits/rules", &admin)),
+            code(auth.check(&Method::PUT, "/limits/rules", &admin, None)),
             None
         );
         assert_eq!(
-            code(auth.check(&Method::GET, "/v4/deployments", &read)),
+            code(auth.check(&Method::GET, "/v4/deployments", &read, None)),
             None
         );
-        assert_eq!(code(auth.check(&Method::POST, "/v2/query", &read)), None);
         assert_eq!(
-            code(auth.check(&Method::PUT, "/limits/rules", &read)),
+            code(auth.check(&Method::POST, "/v2/query", &read, None)),
+            None
+        );
+        assert_eq!(
+            code(auth.check(&Method::PUT, "/limits/rules", &read, None)),
             Some(Code::SEC0002)
         );
         assert_eq!(
-            code(auth.check(&Method::POST, "/deployments", &read)),
+            code(auth.check(&Method::POST, "/deployments", &read, None)),
             Some(Code::SEC0002)
         );
         assert_eq!(
-            code(auth.check(&Method::GET, "/version", &headers(&[]))),
+            code(auth.check(&Method::GET, "/version", &headers(&[]), None)),
             Some(Code::SEC0001)
         );
         let wrong = headers(&[("authorization", "Bearer admin-token-0123456780")]);
         assert_eq!(
-            code(auth.check(&Method::GET, "/version", &wrong)),
+            code(auth.check(&Method::GET, "/version", &wrong, None)),
             Some(Code::SEC0001)
         );
         let basic = headers(&[("authorization", &format!("Basic {ADMIN}"))]);
         assert_eq!(
-            code(auth.check(&Method::GET, "/version", &basic)),
+            code(auth.check(&Method::GET, "/version", &basic, None)),
             Some(Code::SEC0001)
         );
         assert_eq!(
-            code(auth.check(&Method::GET, "/health", &headers(&[]))),
+            code(auth.check(&Method::GET, "/health", &headers(&[]), None)),
             None
         );
         assert_eq!(
-            code(auth.check(&Method::GET, "/v3/health", &headers(&[]))),
+            code(auth.check(&Method::GET, "/v3/health", &headers(&[]), None)),
             None
         );
         assert_eq!(
-            code(auth.check(&Method::POST, "/health", &headers(&[]))),
+            code(auth.check(&Method::POST, "/health", &headers(&[]), None)),
             Some(Code::SEC0001)
         );
     }
@@ -274,7 +304,7 @@ mod tests {
             "LOCALHOST.",
         ] {
             assert_eq!(
-                code(auth.check(&Method::GET, "/version", &headers(&[("host", ok)]))),
+                code(auth.check(&Method::GET, "/version", &headers(&[("host", ok)]), None)),
                 None,
                 "{ok}"
             );
@@ -283,7 +313,8 @@ mod tests {
             code(auth.check(
                 &Method::GET,
                 "/version",
-                &headers(&[("host", "evil.example:9070")])
+                &headers(&[("host", "evil.example:9070")]),
+                None
             )),
             Some(Code::SEC0003)
         );
@@ -292,7 +323,48 @@ mod tests {
             ("host", "sluice.example.com:443"),
             ("authorization", &format!("Bearer {ADMIN}")),
         ]);
-        assert_eq!(code(listed.check(&Method::GET, "/version", &h)), None);
+        assert_eq!(code(listed.check(&Method::GET, "/version", &h, None)), None);
+        // HTTP/2 names the host in `:authority`, not `Host`.
+        assert_eq!(
+            code(auth.check(
+                &Method::GET,
+                "/version",
+                &headers(&[]),
+                Some("evil.example:9070")
+            )),
+            Some(Code::SEC0003)
+        );
+    }
+
+    #[test]
+    fn changes_from_another_site_s_pages_are_refused() {
+        let open = AdminAuth::from_config(&AdminConfig::default()).unwrap();
+        let from = |origin: &str| headers(&[("host", "127.0.0.1:9070"), ("origin", origin)]);
+        // A page elsewhere posting a body-less request to a local admin API without tokens.
+        for origin in [
+            "http://evil.example",
+            "null",
+            "http://127.0.0.1.evil.example:9070",
+        ] {
+            assert_eq!(
+                code(open.check(&Method::POST, "/deployments", &from(origin), None)),
+                Some(Code::SEC0003),
+                "{origin}"
+            );
+        }
+        // The dashboard (same origin), clients that send no Origin, and reads pass.
+        let same = from("http://127.0.0.1:9070");
+        assert_eq!(code(open.check(&Method::POST, "/query", &same, None)), None);
+        let cli = headers(&[("host", "127.0.0.1:9070")]);
+        assert_eq!(
+            code(open.check(&Method::POST, "/deployments", &cli, None)),
+            None
+        );
+        let read = from("http://evil.example");
+        assert_eq!(
+            code(open.check(&Method::GET, "/version", &read, None)),
+            None
+        );
     }
 
     #[test]

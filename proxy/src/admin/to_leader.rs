@@ -29,7 +29,8 @@ impl ToLeader {
     pub fn new(runtime: Runtime) -> Self {
         Self {
             runtime,
-            client: reqwest::Client::new(),
+            // Admin requests are short; one the leader does not answer in time is a 503.
+            client: crate::cluster::relay::client(Some(std::time::Duration::from_secs(30))),
         }
     }
 }

@@ -117,12 +117,13 @@ impl Cluster {
         let placement = Arc::clone(runtime.placement());
         let cluster = &config.cluster;
         let partitions = u32::from(config.worker.partitions.get());
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "localhost".into());
         let node = if cluster.node_id.is_empty() {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|name| name.trim().to_owned())
-                .filter(|name| !name.is_empty())
-                .unwrap_or_else(|| "sluice".into())
+            host.clone()
         } else {
             cluster.node_id.clone()
         };
@@ -131,18 +132,24 @@ impl Cluster {
         for (key, value) in &cluster.properties {
             client.set(key, value);
         }
+        let ingress = match (
+            cluster.advertised_ingress.is_empty(),
+            &config.ingress.advertised_endpoint,
+        ) {
+            (false, _) => cluster.advertised_ingress.clone(),
+            (true, Some(endpoint)) => endpoint.to_string(),
+            (true, None) => advertised("http", config.ingress.bind, &host),
+        };
+        let admin = if cluster.advertised_admin.is_empty() {
+            let tls = config.admin.tls_cert_file.is_some();
+            advertised(if tls { "https" } else { "http" }, config.admin.bind, &host)
+        } else {
+            cluster.advertised_admin.clone()
+        };
         let settings = Settings {
-            node,
-            ingress: if cluster.advertised_ingress.is_empty() {
-                config.ingress_endpoint()
-            } else {
-                cluster.advertised_ingress.clone()
-            },
-            admin: if cluster.advertised_admin.is_empty() {
-                format!("http://{}/", config.admin.bind)
-            } else {
-                cluster.advertised_admin.clone()
-            },
+            ingress,
+            admin,
+            node: node.clone(),
             log_topic: format!("{}log", cluster.topic_prefix),
             leaders_topic: format!("{}leaders", cluster.topic_prefix),
             meta_topic: format!("{}meta", cluster.topic_prefix),
@@ -479,6 +486,17 @@ impl Settings {
     }
 }
 
+/// The URL other nodes reach a listener bound to `bind` at: a wildcard address (0.0.0.0, ::)
+/// names no host, so this machine's host name stands in for it.
+fn advertised(scheme: &str, bind: std::net::SocketAddr, host: &str) -> String {
+    let port = bind.port();
+    match bind.ip() {
+        ip if ip.is_unspecified() => format!("{scheme}://{host}:{port}/"),
+        std::net::IpAddr::V6(ip) => format!("{scheme}://[{ip}]:{port}/"),
+        std::net::IpAddr::V4(ip) => format!("{scheme}://{ip}:{port}/"),
+    }
+}
+
 /// The partition count of `topic`; `None` when it does not exist.
 fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>, CodedError> {
     let metadata = consumer
@@ -558,6 +576,28 @@ mod tests {
                 .find(|(k, _)| *k == key)
                 .map(|(_, v)| (*v).to_owned())
         }
+    }
+
+    #[test]
+    fn wildcard_binds_advertise_the_node_and_tls_its_scheme() {
+        use super::advertised;
+        let bind = |text: &str| text.parse().unwrap();
+        assert_eq!(
+            advertised("http", bind("0.0.0.0:8080"), "n1"),
+            "http://n1:8080/"
+        );
+        assert_eq!(
+            advertised("https", bind("[::]:9070"), "n1"),
+            "https://n1:9070/"
+        );
+        assert_eq!(
+            advertised("http", bind("10.0.0.7:8080"), "n1"),
+            "http://10.0.0.7:8080/"
+        );
+        assert_eq!(
+            advertised("http", bind("[fd00::1]:8080"), "n1"),
+            "http://[fd00::1]:8080/"
+        );
     }
 
     #[test]

@@ -29,6 +29,27 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// How long connecting to a leader may take: a node that is gone fails the request at once
+/// (503 to the client, which retries) rather than holding it.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often an idle forwarded connection is probed: a leader that died mid-request (no FIN)
+/// is noticed within about a minute even while a long call waits for its outcome.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A client for [`relay`]. `total` bounds a whole exchange (the admin API's requests are
+/// short); `None` for the ingress, whose calls wait for their outcome as long as they take.
+pub fn client(total: Option<std::time::Duration>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_keepalive(KEEPALIVE)
+        .pool_idle_timeout(std::time::Duration::from_secs(60));
+    if let Some(total) = total {
+        builder = builder.timeout(total);
+    }
+    builder.build().unwrap_or_default()
+}
+
 /// What the leader answered.
 pub struct Answer {
     /// Its status.

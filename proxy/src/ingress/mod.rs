@@ -102,7 +102,7 @@ impl IngressApp {
         };
         let result = match operation {
             Ok(path::Operation::Health) => {
-                let services = self.state.registry.service_names();
+                let services = target::public_services(&self.state.registry);
                 Ok(reply::json(
                     StatusCode::OK,
                     &serde_json::json!({"services": services}),

@@ -30,6 +30,33 @@ pub struct Target {
     pub deployment: DeploymentId,
 }
 
+/// Whether a service is closed to the ingress: the admin API's override, else its manifest.
+fn is_private(
+    service: &crate::registry::Service,
+    options: &crate::discovery::manifest::Options,
+) -> bool {
+    service
+        .overrides
+        .public
+        .map(|public| !public)
+        .unwrap_or(options.ingress_private.unwrap_or(false))
+}
+
+/// The services the ingress serves (what `/restate/health` lists): private ones are nobody's
+/// business outside.
+pub fn public_services(registry: &Registry) -> Vec<String> {
+    registry
+        .services()
+        .into_iter()
+        .filter(|(service, deployment)| {
+            deployment
+                .service(&service.name)
+                .is_some_and(|manifest| !is_private(service, &manifest.options))
+        })
+        .map(|(service, _)| service.name.clone())
+        .collect()
+}
+
 /// Resolves `path` to the latest registered revision of its service.
 pub fn resolve(path: &InvokePath, registry: &Registry) -> Result<Target, IngressError> {
     let (service, deployment) = registry.service(&path.service).map_err(|_| {
@@ -76,12 +103,7 @@ pub fn resolve(path: &InvokePath, registry: &Registry) -> Result<Target, Ingress
             ),
         ));
     };
-    let service_private = service
-        .overrides
-        .public
-        .map(|public| !public)
-        .unwrap_or(manifest.options.ingress_private.unwrap_or(false));
-    if service_private || h.options.ingress_private.unwrap_or(false) {
+    if is_private(&service, &manifest.options) || h.options.ingress_private.unwrap_or(false) {
         return Err(IngressError::bad_request(format!(
             "the invoked service '{}' (handler '{handler}') is not public: only other handlers may call it",
             path.service
@@ -203,9 +225,12 @@ mod tests {
         let err = resolve(&path("Greeter", &["internal"]), &registry).unwrap_err();
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
         assert!(err.message.contains("is not public"), "{}", err.message);
+        assert!(public_services(&registry).contains(&"Counter".to_owned()));
         registry
             .modify_service("Counter", |o| o.public = Some(false))
             .unwrap();
         assert!(resolve(&path("Counter", &["k", "add"]), &registry).is_err());
+        // The ingress's health lists only what it serves.
+        assert!(!public_services(&registry).contains(&"Counter".to_owned()));
     }
 }

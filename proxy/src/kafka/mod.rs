@@ -16,7 +16,7 @@ pub use model::{KafkaCluster, Subscription};
 pub use sluice_config::kafka::ConfiguredCluster;
 
 use crate::clock::now_ms;
-use crate::errors::CodedError;
+use crate::errors::{Code, CodedError};
 use crate::ids::SubscriptionId;
 use crate::node::Node;
 use crate::partition::Runtime;
@@ -78,14 +78,19 @@ impl Kafka {
     /// Loads the node's stored clusters and subscriptions and adds its config file's clusters.
     pub fn load(node: &Node) -> Result<Self, CodedError> {
         let store = Arc::clone(&node.store);
-        let mut clusters: BTreeMap<String, KafkaCluster> =
-            store::load::<KafkaCluster>(&store, store::CLUSTERS)?
-                .into_iter()
-                .map(|c| (c.name.clone(), c))
-                .collect();
+        let mut clusters = stored_clusters(&store)?;
         for c in &node.config.ingress.kafka_clusters {
             let mut properties = c.properties.clone();
             properties.insert("bootstrap.servers".into(), c.brokers.join(","));
+            properties::check(&properties).map_err(|e| {
+                CodedError::new(
+                    Code::RT0002,
+                    format!(
+                        "invalid configuration: ingress.kafka-clusters '{}': {}",
+                        c.name, e.message
+                    ),
+                )
+            })?;
             clusters.insert(
                 c.name.clone(),
                 KafkaCluster {
@@ -300,15 +305,30 @@ impl Kafka {
     }
 }
 
+/// The clusters the store holds whose properties pass the allow-list: a row another node
+/// published (cluster mode) or an older version wrote is checked like a request to the admin
+/// API, and one that fails is left out loudly, never handed to librdkafka.
+fn stored_clusters(
+    store: &Arc<crate::storage::Store>,
+) -> Result<BTreeMap<String, KafkaCluster>, CodedError> {
+    Ok(store::load::<KafkaCluster>(store, store::CLUSTERS)?
+        .into_iter()
+        .filter(|c| match properties::check(&c.properties) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(cluster = %c.name, error.code = ?e.code, error = %e, "a stored Kafka cluster is not used: its properties are not allowed");
+                false
+            }
+        })
+        .map(|c| (c.name.clone(), c))
+        .collect())
+}
+
 impl Kafka {
     /// Takes the clusters and subscriptions the store holds now (cluster mode: another node
     /// changed them): consumers of subscriptions gone stop, those of new ones start.
     pub fn reload(&self) -> Result<(), CodedError> {
-        let stored: BTreeMap<String, KafkaCluster> =
-            store::load::<KafkaCluster>(&self.store, store::CLUSTERS)?
-                .into_iter()
-                .map(|c| (c.name.clone(), c))
-                .collect();
+        let stored = stored_clusters(&self.store)?;
         {
             let mut clusters = lock(&self.clusters);
             clusters.retain(|name, c| c.from_config || stored.contains_key(name));

@@ -75,17 +75,43 @@ pub fn is_secret(key: &str) -> bool {
         || key == "sasl.oauthbearer.config"
 }
 
-/// Checks every key of `properties` against [`ALLOWED`] (SEC0007 names the first that is not).
+/// Checks every key of `properties` against [`ALLOWED`] (SEC0007 names the first that is not),
+/// and refuses what this build's librdkafka cannot honour: it is built without OpenSSL, so TLS
+/// (`security.protocol` ssl or sasl_ssl, any `ssl.*` setting) and SCRAM would be accepted here
+/// and fail only in the consumer.
 pub fn check(properties: &BTreeMap<String, String>) -> Result<(), CodedError> {
-    match properties.keys().find(|k| !ALLOWED.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(key) => Err(CodedError::new(
+    if let Some(key) = properties.keys().find(|k| !ALLOWED.contains(&k.as_str())) {
+        return Err(CodedError::new(
             Code::SEC0007,
             format!(
                 "Kafka property '{key}' is not allowed: only client settings (bootstrap, security, SASL, SSL as PEM, timeouts, fetch sizes) may be set; see docs/security.md for the list"
             ),
-        )),
+        ));
     }
+    let no_tls = |what: String| {
+        Err(CodedError::new(
+            Code::SEC0007,
+            format!(
+                "{what}: this build of Sluice has no TLS for Kafka (librdkafka without OpenSSL); use security.protocol plaintext or sasl_plaintext with PLAIN, or reach the brokers through a TLS-terminating proxy"
+            ),
+        ))
+    };
+    if let Some(protocol) = properties.get("security.protocol")
+        && protocol.to_ascii_lowercase().ends_with("ssl")
+    {
+        return no_tls(format!("security.protocol '{protocol}'"));
+    }
+    if let Some(key) = properties.keys().find(|k| k.starts_with("ssl.")) {
+        return no_tls(format!("Kafka property '{key}'"));
+    }
+    for key in ["sasl.mechanism", "sasl.mechanisms"] {
+        if let Some(mechanism) = properties.get(key)
+            && mechanism.to_ascii_uppercase().starts_with("SCRAM")
+        {
+            return no_tls(format!("{key} '{mechanism}' (SCRAM needs OpenSSL)"));
+        }
+    }
+    Ok(())
 }
 
 /// `properties` with every secret's value replaced by [`REDACTED`].
@@ -127,13 +153,37 @@ mod tests {
         }
         let ok = props(&[
             ("bootstrap.servers", "b:9092"),
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "PLAIN"),
             ("sasl.password", "hunter2"),
-            ("ssl.key.pem", "KEY"),
         ]);
         check(&ok).unwrap();
         let shown = redacted(&ok);
         assert_eq!(shown["sasl.password"], REDACTED);
-        assert_eq!(shown["ssl.key.pem"], REDACTED);
         assert_eq!(shown["bootstrap.servers"], "b:9092");
+        assert_eq!(
+            redacted(&props(&[("ssl.key.pem", "KEY")]))["ssl.key.pem"],
+            REDACTED
+        );
+    }
+
+    #[test]
+    fn what_this_build_cannot_honour_is_refused_at_once() {
+        let props = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        for refused in [
+            props(&[("security.protocol", "SSL")]),
+            props(&[("security.protocol", "sasl_ssl")]),
+            props(&[("ssl.ca.pem", "CA")]),
+            props(&[("sasl.mechanism", "SCRAM-SHA-512")]),
+        ] {
+            let err = check(&refused).unwrap_err();
+            assert_eq!(err.code, Some(Code::SEC0007));
+            assert!(err.message.contains("no TLS"), "{}", err.message);
+        }
     }
 }

@@ -13,6 +13,9 @@ wasmtime::component::bindgen!({
 pub use self::sluice::policy::host::LogLevel;
 pub use self::sluice::policy::types;
 
+/// The longest log line a plugin writes, in bytes; the rest is cut.
+const MAX_LOG_LINE: usize = 1024;
+
 /// What a plugin's store holds: who it is (for logs), its config, its memory cap.
 pub struct HostState {
     pub(super) name: Arc<str>,
@@ -23,8 +26,18 @@ pub struct HostState {
 impl self::sluice::policy::types::Host for HostState {}
 
 impl self::sluice::policy::host::Host for HostState {
-    fn log(&mut self, level: LogLevel, message: String) {
+    fn log(&mut self, level: LogLevel, mut message: String) {
         let plugin = &*self.name;
+        // A plugin runs on every request: one line may not fill the logs.
+        if message.len() > MAX_LOG_LINE {
+            let cut = message.len() - MAX_LOG_LINE;
+            let mut end = MAX_LOG_LINE;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push_str(&format!("… ({cut} more bytes)"));
+        }
         match level {
             LogLevel::Trace => tracing::trace!(plugin, "{message}"),
             LogLevel::Debug => tracing::debug!(plugin, "{message}"),

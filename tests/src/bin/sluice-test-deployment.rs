@@ -198,6 +198,14 @@ impl Meter {
         Ok(PEAK.swap(0, Ordering::SeqCst))
     }
 
+    /// Sleeps durably for a minute, then answers the length of `payload`: a large input in a
+    /// journal that suspends (with a short inactivity timeout).
+    #[handler(name = "sleepOn")]
+    async fn sleep_on(&self, ctx: Context<'_>, payload: String) -> Result<u64, HandlerError> {
+        ctx.sleep(Duration::from_secs(60)).await?;
+        Ok(payload.len() as u64)
+    }
+
     /// Answers a string of `bytes` characters: a large output from a small input.
     #[handler]
     async fn inflate(&self, _ctx: Context<'_>, bytes: u64) -> Result<String, HandlerError> {

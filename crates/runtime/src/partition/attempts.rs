@@ -98,6 +98,7 @@ impl Partition {
             Ok(Ending::Suspended(message)) => {
                 live.record.retry_count = 0;
                 live.record.status = Status::Suspended;
+                self.suspending.push(id);
                 let awaited = Awaited::of(&message);
                 let signalled = std::mem::take(&mut live.signalled);
                 if signalled
@@ -143,6 +144,12 @@ impl Partition {
 
     /// Starts an attempt of `id` on its (pinned) deployment.
     pub(super) fn start_attempt(&mut self, id: InvocationId) {
+        if let Err(e) = self.wake_journal(id) {
+            // The store cannot give back what it acknowledged: nothing more is safe.
+            tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot read a suspended journal back");
+            self.store.health().fail(e);
+            return;
+        }
         let enable_v7 = self.config.experimental_enable_protocol_v7;
         let invoker = &self.config.worker.invoker;
         let Some(live) = self.live.get_mut(&id) else {

@@ -36,6 +36,7 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         self.rouse_for(&event);
+        self.wake_journal_for(&event)?;
         // Whatever an operator, a signal, a timer or a callee does to an invocation that was
         // never stored depends on it: it is stored first, in the same write set.
         if matches!(

@@ -113,6 +113,7 @@ pub(super) fn complete(
     }
     // The journal is in the store; nothing in memory reads it again.
     live.journal = Vec::new();
+    live.rested = 0;
     // It leaves memory once the batch commits and its waiters have their answer, a retained
     // result (idempotency, workflows) too: a repeat, an attach or a peek reads it from the
     // store, and its expiry timer purges it there. A client cannot pin outputs in memory for

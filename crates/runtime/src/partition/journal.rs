@@ -18,7 +18,9 @@ use crate::storage::writer::WriteSet;
 
 pub(super) fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
     if !live.unsaved {
-        let index = u32::try_from(live.journal.len()).expect("journals are shorter than 2^32");
+        let index = u32::try_from(live.journal.len())
+            .expect("journals are shorter than 2^32")
+            .saturating_add(live.rested);
         store::put_entry(writes, live.record.id, index, &frame);
     }
     live.journal.push(frame);

@@ -22,6 +22,7 @@ pub mod runtime;
 pub mod signals;
 #[cfg(test)]
 mod sim;
+mod suspended;
 
 pub use events::{Event, HeldLock, PartitionMetrics, QueuedEntry};
 pub use runtime::{Receivers, Runtime};
@@ -115,6 +116,9 @@ struct Live {
     /// What its suspension waits on (`None` while it runs, and after a restart: then any
     /// signal starts an attempt).
     awaiting: Option<attempts::Awaited>,
+    /// Entries at the start of its journal that rest in the store only (`suspended.rs`);
+    /// `journal` holds those after them.
+    rested: u32,
     /// Its scheduler queue while queued.
     queue: Option<QueueId>,
     /// Callers that reached it through an idempotency key after the first one.
@@ -174,6 +178,9 @@ pub struct Partition {
     held_in_scope: HashMap<Scope, usize>,
     /// Waits for the outcome of invocations at rest, handed to them when they wake.
     waiting_at_rest: HashMap<InvocationId, Vec<oneshot::Sender<Outcome>>>,
+    /// Invocations that suspended (or whose journal was read back while suspended) since
+    /// their journals last went to rest.
+    suspending: Vec<InvocationId>,
     scheduler: Scheduler,
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
@@ -246,6 +253,7 @@ impl Partition {
             held: Arc::clone(&shared.held),
             held_in_scope: HashMap::new(),
             waiting_at_rest: HashMap::new(),
+            suspending: Vec::new(),
             scheduler: Scheduler::sharing(
                 Arc::new(RuleBook::new()),
                 Arc::clone(&shared.slots),
@@ -298,6 +306,10 @@ impl Partition {
                 _ => effects.push(Effect::Attempt(id)),
             }
             let protocol = record.protocol;
+            if record.status == Status::Suspended {
+                // Its journal rests again once recovery is stored.
+                self.suspending.push(id);
+            }
             self.rewait_promises_after_track(record, journal, protocol);
             self.reclaim_lock(id);
         }
@@ -347,6 +359,10 @@ impl Partition {
                     let error = match committed {
                         Ok(Ok(())) => {
                             self.run_effects(effects);
+                            // Everything applied is stored: suspended journals may rest.
+                            if pending.is_empty() {
+                                self.rest_suspended();
+                            }
                             continue;
                         }
                         Ok(Err(e)) => e,
@@ -628,6 +644,7 @@ impl Live {
             violation: None,
             signalled: false,
             awaiting: None,
+            rested: 0,
             queue: None,
             callers: Vec::new(),
             attempt_started: None,

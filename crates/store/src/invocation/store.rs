@@ -359,6 +359,31 @@ pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>,
         .collect()
 }
 
+/// The first `count` entries of `id`'s journal (fewer when the store has fewer).
+pub fn load_journal_prefix(
+    db: &redb::Database,
+    id: InvocationId,
+    count: u32,
+) -> Result<Vec<Frame>, CodedError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(JOURNAL) else {
+        return Ok(Vec::new());
+    };
+    let start = journal_key(id, 0);
+    let end = journal_key(id, count - 1);
+    table
+        .range(start.as_slice()..=end.as_slice())
+        .map_err(storage)?
+        .map(|row| {
+            let (_, value) = row.map_err(storage)?;
+            decode_entry(value.value())
+        })
+        .collect()
+}
+
 /// Every journal entry of every invocation: id, index, message type id, payload length.
 pub fn scan_journal(
     db: &redb::Database,

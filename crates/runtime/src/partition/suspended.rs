@@ -1,0 +1,77 @@
+//! Suspended invocations keep no journal in memory: a suspension may last days, and a client
+//! that sends large inputs to handlers that suspend would otherwise pin them all. Once every
+//! batch this partition applied is committed, the journals of the invocations that suspended
+//! meanwhile are dropped from memory (the store has every entry); what arrives for them later
+//! is appended after the resting entries, and the whole journal is read back the moment
+//! anything needs it (an attempt, a completion or signal to check for repeats, a cancel that
+//! looks for children).
+
+use super::{Event, Partition};
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::invocation::Status;
+use crate::invocation::store;
+
+impl Partition {
+    /// Drops from memory the journals of invocations that suspended since the last call and
+    /// are still suspended. Call only when every applied batch is committed: the store then
+    /// holds every entry in memory.
+    pub(super) fn rest_suspended(&mut self) {
+        for id in std::mem::take(&mut self.suspending) {
+            let Some(live) = self.live.get_mut(&id) else {
+                continue;
+            };
+            if live.running
+                || live.unsaved
+                || live.record.status != Status::Suspended
+                || live.journal.is_empty()
+            {
+                continue;
+            }
+            let kept = u32::try_from(live.journal.len()).unwrap_or(u32::MAX);
+            live.rested = live.rested.saturating_add(kept);
+            live.journal = Vec::new();
+        }
+    }
+
+    /// Reads back the resting part of `id`'s journal, if any, ahead of what came since.
+    pub(super) fn wake_journal(&mut self, id: InvocationId) -> Result<(), CodedError> {
+        let Some(rested) = self.live.get(&id).map(|live| live.rested) else {
+            return Ok(());
+        };
+        if rested == 0 {
+            return Ok(());
+        }
+        let mut journal = self
+            .store
+            .with_db(|db| store::load_journal_prefix(db, id, rested))??;
+        if journal.len() != rested as usize {
+            return Err(CodedError::new(
+                Code::RT0028,
+                format!(
+                    "invocation {id} rested with {rested} journal entries but the store has {}",
+                    journal.len()
+                ),
+            ));
+        }
+        let live = self.live.get_mut(&id).expect("checked above");
+        journal.append(&mut live.journal);
+        live.journal = journal;
+        live.rested = 0;
+        // Still suspended after what woke it (a signal it does not await): back to rest.
+        self.suspending.push(id);
+        Ok(())
+    }
+
+    /// Reads back the journal of the invocation `event` changes, if it rests. A wait for its
+    /// outcome or a peek reads nothing of it.
+    pub(super) fn wake_journal_for(&mut self, event: &Event) -> Result<(), CodedError> {
+        if matches!(event, Event::Await { .. } | Event::Peek { .. }) {
+            return Ok(());
+        }
+        match event.invocation() {
+            Some(id) => self.wake_journal(id),
+            None => Ok(()),
+        }
+    }
+}
