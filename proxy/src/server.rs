@@ -134,6 +134,10 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         config: Arc::clone(&config),
         plugins: Arc::clone(&plugins),
         forwarder: crate::cluster::relay::client(None),
+        api_keys: crate::ingress::api_keys::ApiKeys::from_config(
+            &config.ingress,
+            config.flow_control_enabled(),
+        )?,
     });
     server.add_service(background_service(
         "partitions",

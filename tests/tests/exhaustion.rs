@@ -583,3 +583,89 @@ async fn suspended_journals_rest_in_the_store() {
     eprintln!("20 suspended 4 MB journals: resident memory grew {grown:.1} MB");
     assert!(grown < 40.0, "grew {grown:.1} MB");
 }
+
+/// With API keys a client can no longer name another tenant's scope (to fill its queue) or a
+/// priority above its own: the key decides both, and a call without one is refused.
+#[tokio::test]
+async fn api_keys_bind_scope_and_priority() {
+    use sha2::Digest as _;
+    let digest = |key: &str| -> String {
+        sha2::Sha256::digest(key.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .flow_control()
+        .config(&format!(
+            "[ingress]\nrequire-api-key = true\n\n[[ingress.api-keys]]\nsha256 = \"{}\"\nscope = \"alpha\"\n\n[[ingress.api-keys]]\nsha256 = \"{}\"\nscope = \"beta\"\nmax-priority = \"high\"\n",
+            digest("alpha-secret"),
+            digest("beta-secret")
+        ))
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let client = reqwest::Client::new();
+    let call = |path: &str, key: Option<&str>, priority: Option<&str>| {
+        let mut request = client
+            .post(format!("{}{path}", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .body("\"k\"");
+        if let Some(key) = key {
+            request = request.header("x-sluice-api-key", key);
+        }
+        if let Some(priority) = priority {
+            request = request.header("x-service-priority", priority);
+        }
+        async move {
+            let resp = request.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            (status, body["error_code"].as_str().map(str::to_owned))
+        }
+    };
+    let coded = |status: u16, code: &str| (status, Some(code.to_owned()));
+    let greet = "/Greeter/greet";
+    assert_eq!(call(greet, None, None).await, coded(401, "SEC0009"));
+    assert_eq!(
+        call(greet, Some("guess"), None).await,
+        coded(401, "SEC0009")
+    );
+    // Another tenant's scope, or a priority above the key's: refused.
+    assert_eq!(
+        call(
+            "/service/scope/beta/call/Greeter/greet",
+            Some("alpha-secret"),
+            None
+        )
+        .await,
+        coded(403, "SEC0010")
+    );
+    assert_eq!(
+        call(greet, Some("alpha-secret"), Some("high")).await,
+        coded(403, "SEC0010")
+    );
+    // The key's own scope: the call runs there, whatever path it took.
+    assert_eq!(call(greet, Some("alpha-secret"), None).await.0, 200);
+    assert_eq!(
+        call(
+            "/service/scope/alpha/call/Greeter/greet",
+            Some("alpha-secret"),
+            Some("low")
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(call(greet, Some("beta-secret"), Some("high")).await.0, 200);
+    let (_, rows) = sluice
+        .query("SELECT scope, count(*) AS n FROM sys_invocation GROUP BY scope ORDER BY scope")
+        .await;
+    assert_eq!(
+        rows["rows"],
+        serde_json::json!([{"scope": "alpha", "n": 2}, {"scope": "beta", "n": 1}]),
+        "{rows}"
+    );
+}

@@ -285,6 +285,26 @@ pub struct IngressConfig {
     /// Longest an attach (`/attach`, a workflow's `/attach`) waits for an invocation to
     /// complete; then it is answered 470 as `/output` is, and the client may attach again.
     pub attach_max_wait: FriendlyDuration,
+    /// API keys that bind a caller to a scope and a highest priority (`[[ingress.api-keys]]`):
+    /// a call that presents one in `x-sluice-api-key` runs in its scope, whatever it asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub api_keys: Vec<ApiKey>,
+    /// Calls and sends without a known API key are refused (401 `SEC0009`).
+    pub require_api_key: bool,
+}
+
+/// One API key of `[[ingress.api-keys]]`: the key itself is never configured, only its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ApiKey {
+    /// SHA-256 of the key, 64 hex digits (`printf %s "$KEY" | sha256sum`).
+    pub sha256: String,
+    /// The flow-control scope every call made with the key runs in.
+    pub scope: String,
+    /// The highest priority a call made with the key may ask for (`0`..`9`, `low`, `normal`,
+    /// `high`); `normal` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<String>,
 }
 
 impl Default for IngressConfig {
@@ -301,6 +321,8 @@ impl Default for IngressConfig {
             max_awakeable_completion_bytes: ByteSize::mib(16),
             attach_max_wait: FriendlyDuration::from_secs(5 * 60),
             max_body_size: None,
+            api_keys: Vec::new(),
+            require_api_key: false,
         }
     }
 }

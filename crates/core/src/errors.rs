@@ -264,6 +264,12 @@ catalogue! {
     SEC0008 => Ingress, Some(429),
         "too many requests wait for one invocation",
         "`worker.max-waiters-per-invocation` requests (calls and attaches) already wait for this invocation's outcome. Requests whose client left are not counted. Retry after the `Retry-After`, or raise the limit.";
+    SEC0009 => Ingress, Some(401),
+        "the call needs a known API key",
+        "`ingress.require-api-key` is on and the call or send carries no `x-sluice-api-key` header, or one whose SHA-256 matches none of `[[ingress.api-keys]]`. Send the key you were given.";
+    SEC0010 => Ingress, Some(403),
+        "the API key does not allow this scope or priority",
+        "The call's API key binds it to one scope and a highest priority (`[[ingress.api-keys]]`): the path named another scope, or the call asked for a priority above the key's `max-priority`. Leave the scope out (the key's is used) or ask for a lower priority.";
 }
 
 impl Code {

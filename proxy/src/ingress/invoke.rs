@@ -316,9 +316,17 @@ async fn invoke_traced(
     trace: Option<TraceParent>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let query = session.req_header().uri.query().map(str::to_owned);
+    // An API key decides the scope before anything else looks at it (plugins may still).
+    let bound = state.api_keys.bind(&session.req_header().headers)?.cloned();
+    if let Some(bound) = &bound {
+        path.scope = Some(bound.scope_for(path.scope.as_deref())?);
+    }
     let (scope, limit_key) = classify_request(state, session, &path, query.as_deref())?;
     path.scope = scope.as_ref().map(|s| s.as_str().to_owned());
     let request = parse(state, session, &path, query.as_deref()).await?;
+    if let Some(bound) = &bound {
+        bound.check_priority(request.priority)?;
+    }
     // One clock reading: the record's creation and a delayed send's run time agree.
     let now = now_ms();
     let new = plan(state, &request, scope, limit_key, now).with_trace(trace);

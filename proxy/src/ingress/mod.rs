@@ -1,6 +1,7 @@
 //! The ingress listener, served by pingora. Requests go through phases, each a function with one
 //! job: route, then (in later stages) extract, validate, admit, invoke and reply.
 
+pub mod api_keys;
 mod attach;
 mod awakeable;
 mod classify;
@@ -48,6 +49,8 @@ pub struct IngressState {
     pub plugins: Arc<crate::plugins::Plugins>,
     /// Forwards requests for partitions another node leads (cluster mode).
     pub forwarder: reqwest::Client,
+    /// API keys that bind calls to a scope (`[[ingress.api-keys]]`).
+    pub api_keys: api_keys::ApiKeys,
 }
 
 /// The pingora application: one call of [`ServeHttp::response`] per request.
