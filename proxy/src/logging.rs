@@ -7,17 +7,28 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, LogLevel};
 
-/// Pingora is chatty at `info` about its own start-up; keep it to warnings unless asked.
-const QUIET_DEPENDENCIES: &str = "pingora_core=warn,pingora_proxy=warn";
+/// Pingora is chatty at `info` about its own start-up; keep it to warnings unless asked. It
+/// also logs an error for every client that closes or stalls while sending its headers: a
+/// client would choose how many lines the logs get (one per connection it opens), so those are
+/// off unless a `RUST_LOG` directive names pingora.
+const QUIET_DEPENDENCIES: &str =
+    "pingora_core=warn,pingora_proxy=warn,pingora_core::apps::http_app=off";
 
 /// Installs the global subscriber. Later calls do nothing.
 pub fn init(format: LogFormat, level: &LogLevel) {
     let filter = match std::env::var("RUST_LOG") {
-        Ok(directive) if !directive.trim().is_empty() => EnvFilter::try_new(&directive)
-            .unwrap_or_else(|e| {
+        Ok(directive) if !directive.trim().is_empty() => {
+            // Pingora stays quiet unless the directive asks for it by name.
+            let full = if directive.contains("pingora") {
+                directive.clone()
+            } else {
+                format!("{directive},{QUIET_DEPENDENCIES}")
+            };
+            EnvFilter::try_new(&full).unwrap_or_else(|e| {
                 eprintln!("warning: ignoring RUST_LOG='{directive}': {e}");
                 default_filter(level)
-            }),
+            })
+        }
         _ => default_filter(level),
     };
     let builder = tracing_subscriber::fmt()

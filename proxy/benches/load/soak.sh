@@ -104,9 +104,10 @@ acknowledged=$((answered - ${refused:-0}))
 counted=0
 for _ in $(seq 1 600); do
   counted=$(curl -sf -X POST "http://127.0.0.1:$ingress/Counter/soak/get")
-  [ "$counted" = "$acknowledged" ] && break
+  [ "$counted" -ge "$acknowledged" ] 2>/dev/null && break
   sleep 0.1
 done
+# wrk stops with a few sends in flight: their adds may count without their 202 being counted.
 echo "sends acknowledged: $acknowledged; counted by the object: $counted"
 echo "sluice CPU during the soak: $(python3 -c "print(f'{$cpu_after - $cpu_before:.1f}')") s"
-[ "$counted" = "$acknowledged" ] || { echo "LOST: $((acknowledged - counted)) acknowledged sends" >&2; exit 1; }
+[ "$counted" -ge "$acknowledged" ] || { echo "LOST: $((acknowledged - counted)) acknowledged sends" >&2; exit 1; }
