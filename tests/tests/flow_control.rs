@@ -98,6 +98,7 @@ async fn the_rule_book_api() {
     ]))
     .await;
     assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["restate_code"], "RUL0002", "{refused}");
     let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
         .await
         .unwrap()
@@ -116,14 +117,64 @@ async fn the_rule_book_api() {
     assert_eq!(status, 200, "{updated}");
     assert_eq!(updated[0]["version"].as_u64(), Some(version + 1));
 
-    // Invalid input is 422.
+    // Invalid input is 422, with a code.
     for bad in [
         json!([{"pattern": "not a pattern!", "limits": {}}]),
         json!([{"pattern": "x", "limits": {"concurrency": 0}}]),
     ] {
         let (status, body) = sluice.put_rules(bad).await;
         assert_eq!(status, 422, "{body}");
+        assert_eq!(body["restate_code"], "RUL0001", "{body}");
     }
+    // A typo at any level is refused naming the field, as the rules file is (before, each was
+    // stored as a rule with no limit, burst 1, or ignored).
+    for (typo, field) in [
+        (
+            json!([{"pattern": "x", "limits": {"concurency": 2}}]),
+            "concurency",
+        ),
+        (
+            json!([{"pattern": "x", "limits": {"rate": "5/s", "burts": 5}}]),
+            "burts",
+        ),
+        (
+            json!([{"pattern": "x", "limit": {"concurrency": 2}}]),
+            "limit",
+        ),
+        (
+            json!([{"pattern": "x", "precondition": {"type": "matches", "versoin": 1}}]),
+            "versoin",
+        ),
+    ] {
+        let (status, body) = sluice.put_rules(typo.clone()).await;
+        assert_eq!(status, 422, "{typo}: {body}");
+        assert_eq!(body["restate_code"], "ADM0001", "{typo}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains(field),
+            "{typo}: {body}"
+        );
+    }
+    let applied = reqwest::Client::new()
+        .post(format!("{}/limits/rules/apply", sluice.admin_url))
+        .json(&json!({"upserts": [], "delets": [{"pattern": "b"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(applied.status(), 422);
+    let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        listed["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["pattern"] != "x"),
+        "a typo stored a rule: {listed}"
+    );
 
     // Bulk delete answers what it removed.
     let removed: Value = reqwest::Client::new()

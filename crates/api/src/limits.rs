@@ -5,6 +5,7 @@ use utoipa::ToSchema;
 
 /// A rule's limits; empty means unlimited.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Invocations running at once, at least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,7 +42,7 @@ fn enforce() -> String {
 
 /// When an upsert applies.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PreconditionRequest {
     /// Always.
     None,
@@ -56,6 +57,7 @@ pub enum PreconditionRequest {
 
 /// One rule to create or replace.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct UpsertRuleRequest {
     /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
     pub pattern: String,
@@ -97,6 +99,7 @@ pub struct RuleResponse {
 
 /// One rule to delete.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct DeleteRuleRequest {
     /// Its pattern.
     pub pattern: String,
@@ -106,6 +109,7 @@ pub struct DeleteRuleRequest {
 
 /// `POST /limits/rules/apply`: upserts then deletes, as one change.
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ApplyRulesRequest {
     /// Rules to create or replace.
     #[serde(default)]

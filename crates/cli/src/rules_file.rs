@@ -94,7 +94,16 @@ impl RuleSpec {
         })
     }
 
+    /// A live rule as a file would say it: normalised like a file's rule, so that a default
+    /// the server spells out (`weight: 1`, `on_exceed: throttle`, `burst: 1`) compares equal
+    /// to the file leaving it out.
     fn of(rule: &RuleResponse) -> Self {
+        let spec = Self::as_stored(rule);
+        // The server stored it, so it is valid; keep it as it is if not.
+        spec.normalised().unwrap_or(spec)
+    }
+
+    fn as_stored(rule: &RuleResponse) -> Self {
         Self {
             pattern: rule.pattern.clone(),
             concurrency: rule.limits.concurrency,
@@ -408,6 +417,61 @@ burst = 3
         // The live book exported and planned against itself changes nothing.
         let exported: RulesFile = toml::from_str(&export(&book, false)).unwrap();
         assert!(Plan::new(&exported, &book, true).unwrap().is_empty());
+    }
+
+    proptest::proptest! {
+        /// Any stored book, defaults spelled out or not, exports to a file that plans nothing:
+        /// export then apply is a no-op (before, a rule stored with `weight: 1` planned an
+        /// update).
+        #[test]
+        fn export_then_apply_plans_nothing(
+            rules in proptest::collection::vec(
+                (
+                    proptest::option::of(1u32..50),
+                    proptest::option::of(proptest::sample::select(vec!["10/s", "100/min", "5/10s"])),
+                    proptest::option::of(1u32..5),
+                    proptest::option::of(proptest::sample::select(vec!["throttle", "reject"])),
+                    proptest::option::of(1u32..100),
+                    proptest::option::of(1u32..4),
+                    proptest::sample::select(vec!["enforce", "shadow"]),
+                    proptest::bool::ANY,
+                ),
+                0..6,
+            ),
+            json in proptest::bool::ANY,
+        ) {
+            let book: Vec<RuleResponse> = rules
+                .into_iter()
+                .enumerate()
+                .map(|(i, (concurrency, rate, burst, on_exceed, max_queued, weight, mode, disabled))| {
+                    let rated = rate.is_some();
+                    RuleResponse {
+                        mode: mode.into(),
+                        disabled,
+                        ..live(
+                            &format!("s{i}"),
+                            1,
+                            Limits {
+                                concurrency,
+                                rate: rate.map(str::to_owned),
+                                burst: burst.filter(|_| rated),
+                                on_exceed: on_exceed.filter(|_| rated).map(str::to_owned),
+                                max_queued,
+                                weight,
+                            },
+                        )
+                    }
+                })
+                .collect();
+            let text = export(&book, json);
+            let file: RulesFile = if json {
+                serde_json::from_str(&text).unwrap()
+            } else {
+                toml::from_str(&text).unwrap()
+            };
+            let plan = Plan::new(&file, &book, true).unwrap();
+            proptest::prop_assert!(plan.is_empty(), "{}\n{}", text, plan.render());
+        }
     }
 
     #[test]

@@ -219,6 +219,15 @@ catalogue! {
     CLU0004 => Startup, None,
         "this node's replica of a partition missed log records (cluster mode)",
         "The partition's log does not continue where this node's store left off: the brokers deleted records this node had not read (topic retention or a manual delete), or the log was replaced. The node stops following that partition, never leads it, and answers 503 with this code on `/health` and `/ready` (other partitions go on). Nothing is skipped silently. Set `retention.ms=-1` and `retention.bytes=-1` on the cluster's topics (Sluice refuses to join when it can read another setting), and rebuild this node's data dir from a copy of a healthy node's store taken while it was stopped.";
+    ADM0001 => Admin, Some(422),
+        "the request body is not what the route takes",
+        "The body is not JSON, lacks `content-type: application/json` (415), or does not have the route's shape: a field is missing, has the wrong type, or is not one the route knows (a typo such as `concurency`). The message names the field and its path; `docs/admin-api.md` and `GET /openapi` give each route's shape.";
+    RUL0001 => Admin, Some(422),
+        "the rule book change is invalid",
+        "A rule's pattern, limits, rate, burst, `on_exceed`, `max_queued`, weight or mode is not valid; the message names the rule and the value. Nothing of the change was applied.";
+    RUL0002 => Admin, Some(409),
+        "a rule's precondition failed",
+        "The change carried a precondition (`does_not_exist`, or `matches` a version, or a delete's `expected_version`) that the rule book no longer meets: someone changed the rule meanwhile. Nothing was applied; read the rules again and retry.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";

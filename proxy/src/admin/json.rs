@@ -43,7 +43,10 @@ fn reject(rejection: JsonRejection) -> AdminError {
         }
         other => other.body_text(),
     };
-    AdminError::new(rejection.status(), message)
+    AdminError {
+        status: rejection.status(),
+        error: crate::errors::CodedError::new(crate::errors::Code::ADM0001, message),
+    }
 }
 
 impl<T: Serialize> IntoResponse for Json<T> {

@@ -5,11 +5,11 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use axum::extract::State;
-use http::StatusCode;
 
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
+use crate::errors::Code;
 use crate::flow::limiter::MAX_WEIGHT;
 use crate::flow::{
     Delete, Limit, Precondition, Rate, RateError, RateLimit, Rule, RuleError, RulePattern, Upsert,
@@ -46,21 +46,14 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
 
 fn pattern(text: &str) -> Result<RulePattern, AdminError> {
     text.parse().map_err(|e: crate::flow::PatternError| {
-        AdminError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("invalid rule pattern '{text}': {e}"),
-        )
+        AdminError::coded(Code::RUL0001, format!("invalid rule pattern '{text}': {e}"))
     })
 }
 
 /// The rate and burst of a rule's limits; a burst needs a rate.
 fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, AdminError> {
-    let invalid = |why: String| {
-        AdminError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("rule '{pattern}': {why}"),
-        )
-    };
+    let invalid =
+        |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': {why}"));
     let Some(text) = &limits.rate else {
         return match (limits.burst, &limits.on_exceed) {
             (None, None) => Ok(None),
@@ -97,9 +90,9 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
 fn refused(error: RulesError) -> AdminError {
     match error {
         RulesError::Rules(e @ RuleError::PreconditionFailed { .. }) => {
-            AdminError::new(StatusCode::CONFLICT, e.to_string())
+            AdminError::coded(Code::RUL0002, e.to_string())
         }
-        RulesError::Rules(e) => AdminError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        RulesError::Rules(e) => AdminError::coded(Code::RUL0001, e.to_string()),
         RulesError::Storage(e) => e.into(),
     }
 }
@@ -143,9 +136,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
             let limit = match r.limits.concurrency {
                 None => Limit::Unlimited,
                 Some(n) => Limit::Concurrency(NonZeroU32::new(n).ok_or_else(|| {
-                    AdminError::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        format!(
+                    AdminError::coded(Code::RUL0001, format!(
                             "rule '{}': concurrency must be at least 1 (leave limits empty for unlimited)",
                             r.pattern
                         ),
@@ -159,9 +150,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                 max_queued: match r.limits.max_queued {
                     None => None,
                     Some(n) => Some(NonZeroU32::new(n).ok_or_else(|| {
-                        AdminError::new(
-                            StatusCode::UNPROCESSABLE_ENTITY,
-                            format!("rule '{}': max_queued must be at least 1", r.pattern),
+                        AdminError::coded(Code::RUL0001, format!("rule '{}': max_queued must be at least 1", r.pattern),
                         )
                     })?),
                 },
@@ -171,9 +160,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                         NonZeroU32::new(n)
                             .filter(|n| n.get() <= MAX_WEIGHT)
                             .ok_or_else(|| {
-                                AdminError::new(
-                                    StatusCode::UNPROCESSABLE_ENTITY,
-                                    format!(
+                                AdminError::coded(Code::RUL0001, format!(
                                         "rule '{}': weight must be 1-{MAX_WEIGHT}, not {n}",
                                         r.pattern
                                     ),
@@ -185,9 +172,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                     None | Some("enforce") => false,
                     Some("shadow") => true,
                     Some(other) => {
-                        return Err(AdminError::new(
-                            StatusCode::UNPROCESSABLE_ENTITY,
-                            format!(
+                        return Err(AdminError::coded(Code::RUL0001, format!(
                                 "rule '{}': mode is 'enforce' or 'shadow' (counted, never enforced), not '{other}'",
                                 r.pattern
                             ),

@@ -340,16 +340,7 @@ impl Partition {
         let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
         let mut open = true;
         while open || !pending.is_empty() {
-            // A new rule book goes first: events that arrived after it (a burst right after a
-            // `PUT /limits/rules` answered) must be admitted under it, whichever branch below
-            // would be picked.
-            if let Some(changes) = rules.as_mut()
-                && changes.has_changed().unwrap_or(false)
-            {
-                let book = Arc::clone(&changes.borrow_and_update());
-                self.scheduler.on_rules_changed(book, self.driver.now_ms());
-                self.dispatch();
-            }
+            self.take_new_rules(&mut rules);
             tokio::select! {
                 // Commits answer in order, so only the oldest needs watching.
                 committed = async { (&mut pending.front_mut().expect("guarded").0).await },
@@ -400,6 +391,7 @@ impl Partition {
                     if batch.is_empty() {
                         continue;
                     }
+                    self.take_new_rules(&mut rules);
                     self.apply_batch(&mut batch, &mut pending);
                 }
                 received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {
@@ -407,9 +399,26 @@ impl Partition {
                         open = false;
                         continue;
                     }
+                    // The invariant: a book published before an event was sent is the book
+                    // that event is admitted under. The rules API publishes before it answers,
+                    // so a burst sent after its answer is received after the publication; it
+                    // is checked here, right before the batch, not left to which branch of the
+                    // select was picked.
+                    self.take_new_rules(&mut rules);
                     self.apply_batch(&mut batch, &mut pending);
                 }
             }
+        }
+    }
+
+    /// Takes a rule book published since the last look, before anything more is admitted.
+    fn take_new_rules(&mut self, rules: &mut Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>) {
+        if let Some(changes) = rules.as_mut()
+            && changes.has_changed().unwrap_or(false)
+        {
+            let book = Arc::clone(&changes.borrow_and_update());
+            self.scheduler.on_rules_changed(book, self.driver.now_ms());
+            self.dispatch();
         }
     }
 
