@@ -90,8 +90,8 @@ pub async fn create(
             ));
         }
         _ => {
-            return Err(AdminError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
+            return Err(AdminError::coded(
+                Code::ADM0001,
                 "the body must have exactly one of 'uri' (HTTP endpoint) or 'arn' (Lambda function)",
             ));
         }
