@@ -143,7 +143,16 @@ fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: u
     }
     let mut sums: HashMap<(String, &'static str), Sums> = HashMap::new();
     let mut scopes: HashMap<&str, u64> = HashMap::new();
+    // Shadow rules' tallies, by the shadow rule's pattern and level (never by scope).
+    let mut shadows: HashMap<(String, &'static str), (u64, u64)> = HashMap::new();
     for c in counters {
+        if let Some((rule, counts)) = &c.shadow {
+            let tally = shadows
+                .entry((rule.pattern.to_string(), c.level.lower_name()))
+                .or_default();
+            tally.0 = tally.0.saturating_add(counts.would_wait);
+            tally.1 = tally.1.saturating_add(counts.would_reject);
+        }
         let sum = sums
             .entry((rule_label(c.rule.as_deref()), c.level.lower_name()))
             .or_default();
@@ -163,6 +172,11 @@ fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: u
         metrics::gauge!(names::FLOW_RUNNING, &labels).set(sum.running as f64);
         metrics::gauge!(names::FLOW_HELD, &labels).set(sum.held as f64);
         metrics::gauge!(names::FLOW_RATE_LIMITED, &labels).set(sum.rate_limited as f64);
+    }
+    for ((rule, level), (would_wait, would_reject)) in shadows {
+        let labels = [("rule", rule), ("level", level.to_owned())];
+        metrics::gauge!(names::FLOW_SHADOW_WOULD_WAIT, &labels).set(would_wait as f64);
+        metrics::gauge!(names::FLOW_SHADOW_WOULD_REJECT, &labels).set(would_reject as f64);
     }
     if top_scopes > 0 {
         let mut busiest: Vec<(&str, u64)> = scopes.into_iter().filter(|(_, n)| *n > 0).collect();

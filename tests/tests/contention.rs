@@ -200,6 +200,24 @@ async fn a_shadow_rule_counts_what_it_would_hold_and_holds_nothing() {
         rows["rows"],
         json!([{"shadow_rule": "sh", "shadow_would_wait": 3}])
     );
+    // And in /metrics, by rule pattern and level (no scope label).
+    let metrics = sluice.metrics().await;
+    let shadow: Vec<(&String, &f64)> = metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("sluice_flow_shadow_would_wait{"))
+        .collect();
+    assert!(
+        shadow
+            .iter()
+            .any(|(name, value)| name.contains("rule=\"sh\"")
+                && name.contains("level=\"scope\"")
+                && **value == 3.0),
+        "{shadow:?}"
+    );
+    assert!(
+        shadow.iter().all(|(name, _)| !name.contains("scope=")),
+        "{shadow:?}"
+    );
     let (ok, out) = cli(&sluice, "rules", &["list"]);
     assert!(ok && out.contains("shadow"), "{out}");
 }
@@ -236,6 +254,12 @@ async fn a_paused_queue_keeps_its_entries_across_kill_9_until_resumed() {
     let queue = vqueue(&sluice, "pz").await;
     assert_eq!(queue["status"], "paused", "{queue}");
     assert_eq!(queue["blocked_on"], "queue-paused", "{queue}");
+    // SQL says so too (before, `queue_is_paused` was always false).
+    let (status, rows) = sluice
+        .query("SELECT queue_is_paused FROM sys_vqueue_meta WHERE scope = 'pz'")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(rows["rows"], json!([{"queue_is_paused": true}]), "{rows}");
     // The running one ends; nothing of the paused queue starts.
     let deadline = Instant::now() + Duration::from_secs(10);
     while counter(&sluice, "pz", "scope").await["usage"] != 0 {

@@ -138,7 +138,9 @@ pub struct ListRulesResponse {
 /// One flow-control counter.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CounterResponse {
-    /// `scope`, `l1` or `l2`.
+    /// `scope`, `level1` or `level2`: the same words as the `level` label in `/metrics` and
+    /// the CLI (`sys_user_limits` spells them as the reference server does: `Scope`, `Level1`,
+    /// `Level2`).
     pub level: String,
     /// The scope.
     pub scope: String,

@@ -50,6 +50,11 @@ pub const FLOW_RATE_LIMITED: &str = "sluice_flow_rate_limited";
 pub const FLOW_COUNTERS: &str = "sluice_flow_counters";
 /// Admissions through flow-control counters, by `rule` and `level`.
 pub const FLOW_ADMISSIONS: &str = "sluice_flow_admissions_total";
+/// Admissions shadow rules would have held back, at the live counters they are evaluated
+/// at, by the shadow rule's `rule` pattern and `level`.
+pub const FLOW_SHADOW_WOULD_WAIT: &str = "sluice_flow_shadow_would_wait";
+/// Arrivals shadow rules would have refused, by `rule` and `level`.
+pub const FLOW_SHADOW_WOULD_REJECT: &str = "sluice_flow_shadow_would_reject";
 /// Waiting invocations of the `metrics.top-scopes` busiest scopes, by `scope` (opt-in).
 pub const FLOW_TOP_SCOPE_HELD: &str = "sluice_flow_scope_held";
 /// Scheduler queues paused by an operator.
@@ -151,6 +156,14 @@ pub fn describe() {
     describe_gauge!(
         FLOW_TOP_SCOPE_HELD,
         "Waiting invocations of the busiest scopes (metrics.top-scopes)."
+    );
+    describe_gauge!(
+        FLOW_SHADOW_WOULD_WAIT,
+        "Admissions shadow rules would have held back, at live counters, by rule and level."
+    );
+    describe_gauge!(
+        FLOW_SHADOW_WOULD_REJECT,
+        "Arrivals shadow rules would have refused, at live counters, by rule and level."
     );
     describe_gauge!(QUEUES_PAUSED, "Scheduler queues paused by an operator.");
     describe_gauge!(

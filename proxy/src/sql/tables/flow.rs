@@ -398,7 +398,7 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
             text[3].append_option(q.key.limit_key.as_ref().map(|k| k.as_str()));
             text[4].append_option(q.key.object_key.as_deref());
             active.append_value(q.status != QueueStatus::Empty);
-            paused.append_value(false);
+            paused.append_value(q.status == QueueStatus::Paused);
             inbox.append_value(q.queued as u64);
             scheduled.append_value(u64::from(q.delayed));
         }
