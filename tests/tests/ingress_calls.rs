@@ -368,7 +368,16 @@ async fn exclusive_handlers_of_one_object_run_one_at_a_time_and_shared_ones_alon
     // A sleeping exclusive handler keeps the lock: the next add waits for it, a shared get
     // does not.
     let slow = tokio::spawn(add("/service/call/Counter/hot/addSlowly", "1500"));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // It holds the object's lock (every add before it completed and let go).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sluice
+        .count("SELECT count(*) AS n FROM sys_locks WHERE service_name = 'Counter' AND service_key = 'hot'")
+        .await
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "addSlowly never took the lock");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let queued = tokio::spawn(add("/service/call/Counter/hot/add", "1"));
     let started = std::time::Instant::now();
     let during = read("/service/call/Counter/hot/get").await.unwrap();

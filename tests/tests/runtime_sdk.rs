@@ -119,7 +119,22 @@ async fn a_sleeping_invocation_survives_its_partitions() {
     let (record, input) = invocation("slow", "1500");
     let id = record.id;
     first.submit(record, input).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Its sleep is a durable timer before the partitions go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !f
+        .store
+        .with_db(sluice::invocation::store::load_timers)
+        .unwrap()
+        .unwrap()
+        .iter()
+        .any(|timer| timer.invocation == id)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleep was never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for task in tasks {
         task.abort();
     }

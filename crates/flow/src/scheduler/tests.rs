@@ -270,7 +270,7 @@ proptest! {
 }
 
 /// Runs ≥ 1 M events through the scheduler against the model. Reproduce a failure with
-/// `SLUICE_SIM_SEED=<seed> cargo test -p sluice simulator`.
+/// `SLUICE_SIM_SEED=<seed> cargo test -p sluice-flow simulator`.
 #[test]
 fn simulator_one_million_events() {
     let seed = sluice_core::simulation::seed();

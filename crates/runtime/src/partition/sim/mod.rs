@@ -19,7 +19,7 @@
 //! acknowledged may be missing there (acknowledging a refused record is a mutation it
 //! catches).
 //!
-//! A failing run prints its seed; `SLUICE_SIM_SEED=<seed> cargo test -p sluice partition::sim`
+//! A failing run prints its seed; `SLUICE_SIM_SEED=<seed> cargo test -p sluice-runtime partition::sim`
 //! replays it exactly (the same seed gives the same events, see
 //! `a_seed_replays_the_same_run`).
 
