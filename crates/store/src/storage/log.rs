@@ -539,23 +539,36 @@ mod tests {
             prop_assert_eq!(back.encode(), bytes);
         }
 
-        /// Two readers of one log agree on every verdict, whatever the log holds: the rule
-        /// reads nothing but the log.
+        /// A reader that resumes from a stored position (a replica restarting from its store,
+        /// a new leader's takeover) agrees with one that read the whole log on every verdict
+        /// after it, whatever the log holds: the rule reads nothing but the log and what the
+        /// stored position keeps. It fails if the position's row forgets state the rule uses.
         #[test]
-        fn readers_agree(log in proptest::collection::vec((any::<bool>(), 0..4u64, 0..3u64), 0..40)) {
+        fn readers_agree(
+            log in proptest::collection::vec((any::<bool>(), 0..4u64, 0..3u64), 0..40),
+            resume in 0..40usize,
+        ) {
             let records: Vec<Record> = log
                 .into_iter()
                 .map(|(epoch_record, epoch, incarnation)| {
                     if epoch_record { leader(epoch, incarnation) } else { writes(epoch, incarnation) }
                 })
                 .collect();
-            let (mut a, mut b) = (Position::default(), Position::default());
+            let mut whole = Position::default();
+            let mut resumed: Option<Position> = None;
             let mut epochs = Vec::new();
             for (offset, record) in records.iter().enumerate() {
-                let verdict = a.admit(offset as i64, record);
-                prop_assert_eq!(&verdict, &b.admit(offset as i64, record));
+                if offset == resume {
+                    let row = whole.encode();
+                    resumed = Some(Position::decode(&row).unwrap());
+                }
+                let verdict = whole.admit(offset as i64, record);
+                if let Some(resumed) = resumed.as_mut() {
+                    prop_assert_eq!(&verdict, &resumed.admit(offset as i64, record));
+                    prop_assert_eq!(&whole.leader, &resumed.leader);
+                }
                 if verdict == Verdict::Accepted {
-                    epochs.push(a.leader.epoch);
+                    epochs.push(whole.leader.epoch);
                 }
             }
             // Accepted epochs only grow.
