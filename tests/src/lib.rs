@@ -123,7 +123,10 @@ pub fn effects_per_invocation(effects: &Path) -> std::collections::BTreeMap<Stri
 
 /// Side effects per invocation as a kill -9 test expects them after the restart: every one of
 /// `ids` ran each side effect once, or twice when it had run before the kill (its result was not
-/// journaled yet: one re-run of what was under way). Answers how many ran again.
+/// journaled yet: one re-run of what was under way). What the design promises is checked: a
+/// `ctx.run` whose result was journaled never runs again. `Meter/work` runs its `done` effect
+/// only after the `run` effect's result came back journaled, so an invocation whose `done` ran
+/// before the kill must not run `run` again. Answers how many ran again.
 pub fn assert_once_but_in_flight<'a>(
     ids: impl IntoIterator<Item = &'a String>,
     before: &std::collections::BTreeMap<String, (u32, u32)>,
@@ -133,6 +136,10 @@ pub fn assert_once_but_in_flight<'a>(
     for id in ids {
         let (runs, dones) = after.get(id).copied().unwrap_or_default();
         let (runs_before, dones_before) = before.get(id).copied().unwrap_or_default();
+        assert!(
+            dones_before == 0 || runs == runs_before,
+            "{id}: its journaled `run` ran again ({runs_before} before the kill, {runs} in all) though `done` had run after it"
+        );
         for (what, total, before_kill) in
             [("run", runs, runs_before), ("done", dones, dones_before)]
         {
