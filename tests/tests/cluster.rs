@@ -235,6 +235,29 @@ async fn leaders(sluice: &Sluice) -> Vec<Option<String>> {
         .collect()
 }
 
+/// Waits until every partition is led by one of `nodes` and each of them leads at least one,
+/// as `sluice` sees it: the group's assignment after the last of them joined.
+async fn spread_over(sluice: &Sluice, nodes: &[&str]) {
+    let started = Instant::now();
+    loop {
+        let now = leaders(sluice).await;
+        let each_leads = nodes
+            .iter()
+            .all(|n| now.iter().any(|l| l.as_deref() == Some(*n)));
+        let all_led = now
+            .iter()
+            .all(|l| l.as_deref().is_some_and(|l| nodes.contains(&l)));
+        if each_leads && all_led {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never spread over {nodes:?}: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until every partition is led by one of `nodes`, as `sluice` sees it; how long it took.
 async fn led_by(sluice: &Sluice, nodes: &[&str]) -> Duration {
     let started = Instant::now();
@@ -498,7 +521,9 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
     for sluice in &nodes {
         deployments(sluice, 1).await;
     }
-    led_by(&nodes[0], &["n1", "n2", "n3"]).await;
+    // Settled: the group has given every node its share (n1 led everything until the others
+    // joined; a call forwarded while a partition moves is refused with CLU0001).
+    spread_over(&nodes[0], &["n1", "n2", "n3"]).await;
     // The rule reached every node (the meta topic), and scoped calls from all three meet at
     // the scope's partition: at most two run at once.
     let deadline = Instant::now() + Duration::from_secs(10);
