@@ -306,6 +306,7 @@ impl Plugins {
             ));
         }
         let sha256 = hex(&Sha256::digest(bytes));
+        let compiling = std::time::Instant::now();
         let compiled = self
             .engine()?
             .compile(name, bytes, &sha256, &spec)
@@ -329,7 +330,8 @@ impl Plugins {
             .collect();
         all.push(Arc::clone(&plugin));
         self.publish(Loaded::new(all));
-        tracing::info!(plugin = name, hook = %plugin.spec.hook, sha256 = %plugin.sha256, "plugin loaded");
+        let compile_ms = compiling.elapsed().as_millis();
+        tracing::info!(plugin = name, hook = %plugin.spec.hook, sha256 = %plugin.sha256, compile_ms, "plugin loaded");
         Ok(plugin)
     }
 
