@@ -348,6 +348,10 @@ impl Settings {
             .set("fetch.wait.max.ms", "10")
             .set("message.max.bytes", self.max_record.to_string())
             .set("fetch.max.bytes", fetch.to_string())
+            // Per partition too: its default (1 MiB) is below one record (a group of write
+            // sets goes up to half of max-record-bytes), and a broker that does not hand out an
+            // oversized first record anyway leaves the replica stuck behind it.
+            .set("max.partition.fetch.bytes", fetch.to_string())
             .set(
                 "receive.message.max.bytes",
                 fetch.saturating_add(1024).to_string(),
