@@ -343,20 +343,7 @@ fn decode_entry(raw: &[u8]) -> Result<Frame, CodedError> {
 
 /// The journal of `id`, in order.
 pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>, CodedError> {
-    let txn = db.begin_read().map_err(storage)?;
-    let Ok(table) = txn.open_table(JOURNAL) else {
-        return Ok(Vec::new());
-    };
-    let start = journal_key(id, 0);
-    let end = journal_key(id, u32::MAX);
-    table
-        .range(start.as_slice()..=end.as_slice())
-        .map_err(storage)?
-        .map(|row| {
-            let (_, value) = row.map_err(storage)?;
-            decode_entry(value.value())
-        })
-        .collect()
+    load_journal_through(db, id, u32::MAX)
 }
 
 /// The first `count` entries of `id`'s journal (fewer when the store has fewer).
@@ -365,15 +352,24 @@ pub fn load_journal_prefix(
     id: InvocationId,
     count: u32,
 ) -> Result<Vec<Frame>, CodedError> {
-    if count == 0 {
-        return Ok(Vec::new());
+    match count.checked_sub(1) {
+        Some(last) => load_journal_through(db, id, last),
+        None => Ok(Vec::new()),
     }
+}
+
+/// The entries of `id`'s journal from index 0 through `last`, in order.
+fn load_journal_through(
+    db: &redb::Database,
+    id: InvocationId,
+    last: u32,
+) -> Result<Vec<Frame>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(Vec::new());
     };
     let start = journal_key(id, 0);
-    let end = journal_key(id, count - 1);
+    let end = journal_key(id, last);
     table
         .range(start.as_slice()..=end.as_slice())
         .map_err(storage)?
