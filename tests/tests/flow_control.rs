@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sluice_tests::{
     Sluice, TestDeployment, assert_once_but_in_flight, effects_once_quiet, effects_per_invocation,
-    peak_of,
+    peak_of, post_json,
 };
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
@@ -530,6 +530,42 @@ async fn a_rule_created_right_before_a_burst_applies_to_it_and_re_enabling_resto
     assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 3);
     sluice.set_rules(toggle(false)).await;
     assert_eq!(peak_of(&sluice, &scoped("r1", 3)).await, 1);
+}
+
+/// Every way the rule book changes binds the burst sent right after its answer: apply
+/// (upsert, disable, enable, delete in one change) and bulk-delete, each lowering and raising.
+#[tokio::test]
+async fn every_kind_of_rule_change_binds_the_burst_right_behind_its_answer() {
+    let (sluice, _dep) = flow_controlled().await;
+    let apply = |body: serde_json::Value| {
+        let url = format!("{}/limits/rules/apply", sluice.admin_url);
+        async move {
+            let (status, answer) = post_json(&url, body).await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    };
+    apply(json!({"upserts": [{"pattern": "k1", "limits": {"concurrency": 1}}]})).await;
+    assert_eq!(peak_of(&sluice, &scoped("k1", 4)).await, 1);
+    apply(json!({"upserts": [{"pattern": "k1", "limits": {"concurrency": 1}, "disabled": true}]}))
+        .await;
+    assert_eq!(peak_of(&sluice, &scoped("k1", 3)).await, 3);
+    apply(json!({"upserts": [{"pattern": "k1", "limits": {"concurrency": 1}}]})).await;
+    assert_eq!(peak_of(&sluice, &scoped("k1", 3)).await, 1);
+    // One change deletes k1's rule and limits k2: both bind the next bursts.
+    apply(json!({
+        "upserts": [{"pattern": "k2", "limits": {"concurrency": 2}}],
+        "deletes": [{"pattern": "k1"}]
+    }))
+    .await;
+    assert_eq!(peak_of(&sluice, &scoped("k1", 3)).await, 3);
+    assert_eq!(peak_of(&sluice, &scoped("k2", 5)).await, 2);
+    let (status, removed) = post_json(
+        &format!("{}/limits/rules/bulk-delete", sluice.admin_url),
+        json!([{"pattern": "k2"}]),
+    )
+    .await;
+    assert_eq!((status, removed), (200, json!(["k2"])));
+    assert_eq!(peak_of(&sluice, &scoped("k2", 4)).await, 4);
 }
 
 #[tokio::test]

@@ -50,12 +50,99 @@ async fn versioned_prefixes_and_health() {
     assert_eq!(status, 400);
     assert_eq!(
         v["message"],
-        "Unsupported Admin API version V1. This server supports versions between V2 and V4."
+        "[ADM0006] Unsupported Admin API version V1. This server supports versions between V2 and V4."
     );
-    assert_eq!(v["restate_code"], Value::Null);
+    assert_eq!(v["restate_code"], "ADM0006");
     let (status, v) = get_json(&format!("{}/no/such/route", sluice.admin_url)).await;
     assert_eq!(status, 404);
-    assert_eq!(v["message"], "no admin route for GET /no/such/route");
+    assert_eq!(
+        v["message"],
+        "[ADM0003] no admin route for GET /no/such/route"
+    );
+}
+
+/// Every refusal of the admin API is JSON with a code the catalogue explains
+/// (`sluice explain CODE`), whatever the route and whatever was wrong.
+#[tokio::test]
+async fn every_admin_refusal_carries_a_code() {
+    use reqwest::Method;
+    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let refusals: &[(Method, &str, Option<Value>, u16, &str)] = &[
+        (Method::GET, "/v1/version", None, 400, "ADM0006"),
+        (Method::GET, "/no/such/route", None, 404, "ADM0003"),
+        (Method::DELETE, "/version", None, 405, "ADM0005"),
+        (Method::GET, "/invocations/not-an-id", None, 400, "ADM0002"),
+        (
+            Method::GET,
+            "/invocations/inv_1aa9wfF3OBR33CrIK4zbRUpUUQjL3DcA9b",
+            None,
+            404,
+            "ADM0003",
+        ),
+        (Method::GET, "/deployments/dp_nope", None, 400, "ADM0002"),
+        (
+            Method::DELETE,
+            "/deployments/dp_nope?force=maybe",
+            None,
+            400,
+            "ADM0002",
+        ),
+        (Method::GET, "/services/Nope", None, 404, "ADM0003"),
+        (Method::GET, "/subscriptions/sub_nope", None, 400, "ADM0002"),
+        (Method::GET, "/kafka-clusters/nope", None, 404, "ADM0003"),
+        (Method::DELETE, "/plugins/nope", None, 404, "PLG0006"),
+        (
+            Method::PUT,
+            "/limits/rules",
+            Some(serde_json::json!([{"pattern": "x", "limits": {"concurency": 2}}])),
+            422,
+            "ADM0001",
+        ),
+        (
+            Method::PUT,
+            "/limits/rules",
+            Some(serde_json::json!([{"pattern": "x", "limits": {"concurrency": 0}}])),
+            422,
+            "RUL0001",
+        ),
+        (
+            Method::POST,
+            "/limits/rules/bulk-delete",
+            Some(serde_json::json!([{"pattern": "x", "expected_version": 9}])),
+            409,
+            "RUL0002",
+        ),
+        (
+            Method::POST,
+            "/query",
+            Some(serde_json::json!({"query": "SELEC"})),
+            400,
+            "SQL0001",
+        ),
+    ];
+    for (method, path, body, status, code) in refusals {
+        let mut req = sluice.admin(method.clone(), path);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await.unwrap();
+        let got = resp.status().as_u16();
+        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(got, *status, "{method} {path}: {answer}");
+        let restate_code = answer["restate_code"].as_str().unwrap_or_default();
+        assert!(
+            !restate_code.is_empty(),
+            "{method} {path}: no code in {answer}"
+        );
+        if !code.is_empty() {
+            assert_eq!(restate_code, *code, "{method} {path}: {answer}");
+        }
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("[{restate_code}] ")),
+            "{method} {path}: {answer}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -222,6 +222,48 @@ catalogue! {
     ADM0001 => Admin, Some(422),
         "the request body is not what the route takes",
         "The body is not JSON, lacks `content-type: application/json` (415), or does not have the route's shape: a field is missing, has the wrong type, or is not one the route knows (a typo such as `concurency`). The message names the field and its path; `docs/admin-api.md` and `GET /openapi` give each route's shape.";
+    ADM0002 => Admin, Some(400),
+        "a path or query parameter the route cannot use",
+        "A value in the request's path or query string is not valid for the route: an invocation, deployment or subscription id that does not parse, a query parameter of the wrong type (`force=maybe`), or a combination the route refuses. The message names the parameter and what it takes; `docs/admin-api.md` and `GET /openapi` list each route's parameters.";
+    ADM0003 => Admin, Some(404),
+        "the named resource or route does not exist",
+        "No deployment, service, handler, invocation, subscription, Kafka cluster, queue or plugin has the name or id in the path, or no admin route has that path. List what exists (`GET /deployments`, `GET /services`, `sluice invocations list`, …) and check the spelling; ids are case-sensitive.";
+    ADM0004 => Admin, Some(409),
+        "the resource's state does not allow this",
+        "The request is valid but conflicts with what the resource is now: a completed invocation cannot be cancelled or killed (purge it instead), a deployment still serving services cannot be removed without `force=true`, a subscription or Kafka cluster already exists or is still in use. The message says what stands in the way.";
+    ADM0005 => Admin, Some(405),
+        "the route does not take this method",
+        "The path exists but not with this HTTP method (for example `PUT /deployments/{id}`, which the reference server deprecated: use `PATCH`). `GET /openapi` lists each route's methods.";
+    ADM0006 => Admin, Some(400),
+        "the admin API version in the path is not supported",
+        "The path starts with an admin API version (`/v1/...`) this server does not serve. `GET /version` answers the supported range (`min_admin_api_version` to `max_admin_api_version`); use one of those, or no version prefix.";
+    ADM0007 => Admin, Some(500),
+        "the admin request failed inside the server",
+        "A task answering the request stopped unexpectedly (a panic or a shutdown while it ran). Nothing was half-applied: admin changes commit whole or not at all. Retry; if it repeats, the server's log has the cause at the same time.";
+    ADM0008 => Admin, Some(410),
+        "what the request needs was purged",
+        "The invocation's journal, and the input in it, was removed once its retention was up, so it cannot be restarted as new. Raise the handler's journal retention (`journal_retention` on the service) to keep journals for longer.";
+    ADM0009 => Admin, Some(422),
+        "the invocation cannot be restarted as new",
+        "Restart-as-new does not apply to this invocation: a workflow run cannot be restarted (start a new workflow with another key), or the journal prefix to keep (`from`) is past what the journal holds or is not allowed for its deployment. The message says which.";
+    ADM0010 => Admin, Some(503),
+        "this node cannot answer the admin request now",
+        "The node is starting (its partitions are still recovering from the store), or in cluster mode the request belongs to a partition whose leader cannot be reached from here. Retry in a moment; `GET /health` and `GET /cluster-health` say what the node waits for.";
+    SQL0001 => Admin, Some(400),
+        "the SQL query cannot be run",
+        "The query does not parse, names a table or column the system tables do not have, or uses a function or type they do not support. The message is the SQL engine's, with the line and column; `docs/sql.md` lists the tables and their columns (or `SELECT * FROM information_schema.columns`).";
+    SQL0002 => Admin, Some(400),
+        "the SQL query ran past its time limit",
+        "The query ran longer than `admin.query-timeout` and was stopped. Narrow it with `WHERE` (by id, status or service) or `LIMIT`, or raise the timeout.";
+    SQL0003 => Admin, Some(400),
+        "the SQL query answered too many rows",
+        "The query returned more rows than `admin.query-row-limit`. Add a `LIMIT` or a `WHERE`, or page through with `ORDER BY ... LIMIT ... OFFSET`.";
+    SQL0004 => Admin, Some(400),
+        "the SQL query needs too much memory",
+        "The query's answer or its working memory (sorts, joins, aggregates) grew past `admin.query-memory-limit`. Narrow it with `WHERE` or `LIMIT`, select fewer columns, or raise the limit.";
+    SQL0005 => Admin, Some(500),
+        "the SQL answer cannot be encoded as Arrow IPC",
+        "The query ran but its answer could not be written as an Arrow IPC stream. Ask for JSON instead (`accept: application/json`), and report the query: it is a bug.";
     RUL0001 => Admin, Some(422),
         "the rule book change is invalid",
         "A rule's pattern, limits, rate, burst, `on_exceed`, `max_queued`, weight or mode is not valid; the message names the rule and the value. Nothing of the change was applied.";

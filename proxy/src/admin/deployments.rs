@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use super::extract::{Path, Query};
+use axum::extract::State;
 use http::{StatusCode, header};
 
 use super::AdminState;
@@ -21,8 +22,8 @@ use sluice_api::services::ServiceMetadata;
 
 fn parse_id(text: &str) -> Result<DeploymentId, AdminError> {
     text.parse().map_err(|e| {
-        AdminError::new(
-            StatusCode::BAD_REQUEST,
+        AdminError::coded(
+            Code::ADM0002,
             format!("The request field 'deployment' is invalid. Reason: {e}"),
         )
     })
@@ -30,8 +31,8 @@ fn parse_id(text: &str) -> Result<DeploymentId, AdminError> {
 
 fn parse_uri(text: &str) -> Result<url::Url, AdminError> {
     url::Url::parse(text).map_err(|e| {
-        AdminError::new(
-            StatusCode::BAD_REQUEST,
+        AdminError::coded(
+            Code::ADM0002,
             format!("The provided uri '{text}' is not absolute ({e}): only absolute URIs like http://host:9080/ can be used"),
         )
     })
@@ -189,8 +190,8 @@ pub async fn update(
         uri, use_http_11, ..
     } = &current.address
     else {
-        return Err(AdminError::new(
-            StatusCode::BAD_REQUEST,
+        return Err(AdminError::coded(
+            Code::ADM0002,
             "Lambda deployments cannot be updated here: Lambda is out of reach",
         ));
     };
@@ -265,8 +266,8 @@ pub async fn delete(
             if pinned.len() > SHOWN {
                 names.push(format!("and {} more", pinned.len() - SHOWN));
             }
-            return Err(AdminError::new(
-                StatusCode::CONFLICT,
+            return Err(AdminError::coded(
+                Code::ADM0004,
                 format!(
                     "deployment {id} has {} unfinished invocation(s) pinned to it: {}; wait for them to complete (or kill them), or delete with ?force=true to strand them",
                     pinned.len(),

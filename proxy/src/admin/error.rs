@@ -25,11 +25,12 @@ impl AdminError {
         }
     }
 
-    /// A failure no code describes.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    /// A failure with a catalogue code, answered with another status than the code's (a
+    /// status the reference server answers for that case, such as 425 Too Early).
+    pub fn with_status(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
         Self {
             status,
-            error: CodedError::uncoded(message),
+            error: CodedError::new(code, message),
         }
     }
 }
@@ -37,7 +38,7 @@ impl AdminError {
 impl From<RegistryError> for AdminError {
     fn from(err: RegistryError) -> Self {
         match err {
-            RegistryError::NotFound(message) => Self::new(StatusCode::NOT_FOUND, message),
+            RegistryError::NotFound(message) => Self::coded(Code::ADM0003, message),
             RegistryError::Coded(error) => error.into(),
         }
     }

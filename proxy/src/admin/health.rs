@@ -11,6 +11,7 @@ use http::StatusCode;
 
 use super::AdminState;
 use super::error::AdminError;
+use crate::errors::Code;
 
 /// 200 with an empty body while the process serves; 503 with the failure once a store write
 /// failed or a partition stopped (the process is then shutting down, to be restarted).
@@ -54,8 +55,8 @@ pub async fn ready(State(state): State<Arc<AdminState>>) -> Response {
     match health.failure() {
         Some(failure) => unhealthy(failure),
         None if health.is_ready() => StatusCode::OK.into_response(),
-        None => AdminError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+        None => AdminError::coded(
+            Code::ADM0010,
             "partitions are still recovering from the store",
         )
         .into_response(),

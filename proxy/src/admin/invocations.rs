@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use super::extract::{Path, Query};
+use axum::extract::State;
 use http::StatusCode;
 
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use crate::clock::rfc3339;
+use crate::errors::Code;
 use crate::flow::scheduler::BlockedOn;
 use crate::ids::InvocationId;
 use crate::invocation::record::RecordOf;
@@ -128,14 +130,14 @@ pub(super) async fn read<T: Send + 'static>(
     let store = Arc::clone(&state.store);
     let read = tokio::task::spawn_blocking(move || store.with_db(read))
         .await
-        .map_err(|e| AdminError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(|e| AdminError::coded(Code::ADM0007, e.to_string()))?;
     Ok(read??)
 }
 
 pub(super) fn parse_id(id: &str) -> Result<InvocationId, AdminError> {
     id.parse().map_err(|e| {
-        AdminError::new(
-            StatusCode::BAD_REQUEST,
+        AdminError::coded(
+            Code::ADM0002,
             format!("The request field 'invocation_id' is invalid. Reason: {e}"),
         )
     })
@@ -146,11 +148,11 @@ async fn apply(state: &AdminState, id: &str, op: Control) -> Result<StatusCode, 
     match state.runtime.control(id, op).await? {
         Controlled::Done => Ok(StatusCode::OK),
         Controlled::Accepted => Ok(StatusCode::ACCEPTED),
-        Controlled::NotFound => Err(AdminError::new(
-            StatusCode::NOT_FOUND,
+        Controlled::NotFound => Err(AdminError::coded(
+            Code::ADM0003,
             format!("The requested invocation '{id}' does not exist"),
         )),
-        Controlled::Conflict(why) => Err(AdminError::new(StatusCode::CONFLICT, why)),
+        Controlled::Conflict(why) => Err(AdminError::coded(Code::ADM0004, why)),
     }
 }
 
@@ -160,8 +162,8 @@ async fn apply(state: &AdminState, id: &str, op: Control) -> Result<StatusCode, 
     responses((status = 404, description = "No such operation.")))]
 pub async fn control(Path(path): Path<(String, String)>) -> AdminError {
     let operation = path.1;
-    AdminError::new(
-        StatusCode::NOT_FOUND,
+    AdminError::coded(
+        Code::ADM0003,
         format!(
             "unknown operation '{operation}': use cancel, kill, purge, purge-journal, pause, resume or restart-as-new"
         ),
@@ -250,8 +252,8 @@ pub async fn delete(
     let op = Control::parse(mode)
         .filter(|op| matches!(op, Control::Cancel | Control::Kill | Control::Purge))
         .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::BAD_REQUEST,
+            AdminError::coded(
+                Code::ADM0002,
                 format!("unknown mode '{mode}': use cancel, kill or purge"),
             )
         })?;
@@ -269,8 +271,8 @@ pub async fn get(
     let id = parse_id(&id)?;
     let record = read(&state, move |db| store::load_listed_one(db, id)).await?;
     let mut shown = record.as_ref().map(invocation_response).ok_or_else(|| {
-        AdminError::new(
-            StatusCode::NOT_FOUND,
+        AdminError::coded(
+            Code::ADM0003,
             format!("The requested invocation '{id}' does not exist"),
         )
     })?;

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use super::extract::{Path, Query};
+use axum::extract::State;
 use axum::response::IntoResponse;
 use http::{StatusCode, header};
 
@@ -10,6 +11,7 @@ use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use crate::clock::rfc3339;
+use crate::errors::Code;
 use crate::ids::SubscriptionId;
 use crate::kafka::{KafkaCluster, KafkaError, Subscription};
 pub use sluice_api::kafka::{
@@ -20,10 +22,10 @@ pub use sluice_api::kafka::{
 
 fn refused(error: KafkaError) -> AdminError {
     match error {
-        KafkaError::NotFound(m) => AdminError::new(StatusCode::NOT_FOUND, m),
-        KafkaError::Conflict(m) => AdminError::new(StatusCode::CONFLICT, m),
+        KafkaError::NotFound(m) => AdminError::coded(Code::ADM0003, m),
+        KafkaError::Conflict(m) => AdminError::coded(Code::ADM0004, m),
         KafkaError::Invalid(e) if e.code.is_some() => e.into(),
-        KafkaError::Invalid(e) => AdminError::new(StatusCode::BAD_REQUEST, e.message),
+        KafkaError::Invalid(e) => AdminError::coded(Code::ADM0002, e.message),
     }
 }
 
@@ -60,12 +62,8 @@ fn shown(kafka: &crate::kafka::Kafka, s: Subscription) -> SubscriptionResponse {
 }
 
 fn subscription_id(id: &str) -> Result<SubscriptionId, AdminError> {
-    id.parse().map_err(|e| {
-        AdminError::new(
-            StatusCode::BAD_REQUEST,
-            format!("invalid subscription id: {e}"),
-        )
-    })
+    id.parse()
+        .map_err(|e| AdminError::coded(Code::ADM0002, format!("invalid subscription id: {e}")))
 }
 
 /// Adds a Kafka cluster.

@@ -6,6 +6,7 @@ pub mod auth;
 mod dashboard;
 pub mod deployments;
 pub mod error;
+mod extract;
 mod health;
 pub mod invocations;
 pub mod json;
@@ -30,7 +31,7 @@ use axum::Router;
 use axum::extract::{OriginalUri, State};
 use axum::response::IntoResponse;
 use axum::routing::any;
-use http::{Method, StatusCode};
+use http::Method;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::watch;
@@ -40,6 +41,7 @@ use utoipa_axum::routes;
 
 pub use error::AdminError;
 
+use crate::errors::Code;
 use crate::plugins::Plugins;
 pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformation};
 
@@ -251,8 +253,8 @@ async fn openapi(State(state): State<Arc<AdminState>>) -> json::Json<serde_json:
 }
 
 async fn unsupported_version() -> AdminError {
-    AdminError::new(
-        StatusCode::BAD_REQUEST,
+    AdminError::coded(
+        Code::ADM0006,
         format!(
             "Unsupported Admin API version V1. This server supports versions between V{MIN_ADMIN_API_VERSION} and V{MAX_ADMIN_API_VERSION}."
         ),
@@ -260,15 +262,15 @@ async fn unsupported_version() -> AdminError {
 }
 
 async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> impl IntoResponse {
-    AdminError::new(
-        StatusCode::NOT_FOUND,
+    AdminError::coded(
+        Code::ADM0003,
         format!("no admin route for {method} {}", uri.path()),
     )
 }
 
 async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> impl IntoResponse {
-    AdminError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
+    AdminError::coded(
+        Code::ADM0005,
         format!("method {method} is not allowed on {}", uri.path()),
     )
 }
@@ -350,7 +352,7 @@ impl Drop for DoneOnDrop<'_> {
 #[cfg(test)]
 mod tests {
     use axum::body::{Body, to_bytes};
-    use http::Request;
+    use http::{Request, StatusCode};
     use tower::ServiceExt;
 
     use super::*;
@@ -413,8 +415,9 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             body["message"],
-            "Unsupported Admin API version V1. This server supports versions between V2 and V4."
+            "[ADM0006] Unsupported Admin API version V1. This server supports versions between V2 and V4."
         );
+        assert_eq!(body["restate_code"], "ADM0006");
         let (status, _) = get(&app, Method::GET, "/v5/version").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
     }
@@ -425,14 +428,16 @@ mod tests {
         let (status, body) = get(&app, Method::GET, "/nope").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(body["message"], "no admin route for GET /nope");
+        assert_eq!(body["message"], "[ADM0003] no admin route for GET /nope");
+        assert_eq!(body["restate_code"], "ADM0003");
         let (status, body) = get(&app, Method::DELETE, "/v4/version").await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             body["message"],
-            "method DELETE is not allowed on /v4/version"
+            "[ADM0005] method DELETE is not allowed on /v4/version"
         );
+        assert_eq!(body["restate_code"], "ADM0005");
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use super::extract::{Path, Query};
+use axum::extract::State;
 use bytes::Bytes;
 use http::StatusCode;
 
@@ -132,12 +133,7 @@ pub async fn load(
     let plugin =
         tokio::task::spawn_blocking(move || plugins.load(&name, &body, spec, Source::Admin))
             .await
-            .map_err(|e| {
-                AdminError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("plugin load stopped: {e}"),
-                )
-            })??;
+            .map_err(|e| AdminError::coded(Code::ADM0007, format!("plugin load stopped: {e}")))??;
     Ok(Json(plugin_response(&plugin)))
 }
 

@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use http::{StatusCode, header};
+use http::header;
 
 use super::AdminState;
 use super::error::AdminError;
+use crate::errors::Code;
 use sluice_core::metrics as names;
 
 /// Every metric in the Prometheus text format; 404 when `metrics.enabled` is false.
@@ -17,8 +18,8 @@ use sluice_core::metrics as names;
         (status = 404, description = "Metrics are off (`metrics.enabled = false`).")))]
 pub async fn metrics(State(state): State<Arc<AdminState>>) -> Result<Response, AdminError> {
     let Some(metrics) = &state.metrics else {
-        return Err(AdminError::new(
-            StatusCode::NOT_FOUND,
+        return Err(AdminError::coded(
+            Code::ADM0003,
             "metrics are off: set metrics.enabled = true to record and serve them",
         ));
     };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use datafusion::arrow::ipc::writer::StreamWriter;
-use http::{HeaderMap, StatusCode, header};
+use http::{HeaderMap, header};
 
 use super::json::Json;
 use super::{AdminError, AdminState};
@@ -14,12 +14,16 @@ use crate::errors::Code;
 use crate::sql::{QueryAnswer, QueryError, rows};
 pub use sluice_api::query::QueryRequest;
 
-fn refused(message: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        axum::Json(serde_json::json!({ "message": message })),
-    )
-        .into_response()
+/// The code of each way a query fails.
+fn refused(e: &QueryError) -> Response {
+    let code = match e {
+        QueryError::Sql(_) => Code::SQL0001,
+        QueryError::NotAllowed(_) => Code::SEC0006,
+        QueryError::Timeout(_) => Code::SQL0002,
+        QueryError::TooManyRows(_) => Code::SQL0003,
+        QueryError::TooMuchMemory(_) => Code::SQL0004,
+    };
+    AdminError::coded(code, e.to_string()).into_response()
 }
 
 fn arrow_stream(answer: &QueryAnswer) -> Result<Vec<u8>, String> {
@@ -36,7 +40,7 @@ fn arrow_stream(answer: &QueryAnswer) -> Result<Vec<u8>, String> {
 #[utoipa::path(post, path = "/query", tag = "introspection", operation_id = "query",
     request_body = QueryRequest,
     responses((status = 200, description = "`{\"rows\": [...]}` (accept: application/json, null columns left out) or an Arrow IPC stream"),
-        (status = 400, description = "`{\"message\": ...}`: bad SQL, an unknown table or column, a timeout or too many rows")))]
+        (status = 400, description = "`{\"message\": ..., \"restate_code\": ...}`: bad SQL or an unknown table or column (SQL0001), a timeout (SQL0002), too many rows (SQL0003), too much memory (SQL0004), a statement that is not one read-only query (SEC0006)")))]
 pub async fn query(
     State(state): State<Arc<AdminState>>,
     headers: HeaderMap,
@@ -44,10 +48,7 @@ pub async fn query(
 ) -> Response {
     let answer = match state.query.query(&request.query).await {
         Ok(answer) => answer,
-        Err(e @ QueryError::NotAllowed(_)) => {
-            return AdminError::coded(Code::SEC0006, e.to_string()).into_response();
-        }
-        Err(e) => return refused(e.to_string()),
+        Err(e) => return refused(&e),
     };
     let wants_json = headers
         .get(header::ACCEPT)
@@ -62,6 +63,10 @@ pub async fn query(
             bytes,
         )
             .into_response(),
-        Err(e) => refused(format!("cannot encode the answer as Arrow IPC: {e}")),
+        Err(e) => AdminError::coded(
+            Code::SQL0005,
+            format!("cannot encode the answer as Arrow IPC: {e}"),
+        )
+        .into_response(),
     }
 }

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use super::extract::{Path, Query};
+use axum::extract::State;
 use http::StatusCode;
 
 use super::AdminState;
@@ -11,6 +12,7 @@ use super::error::AdminError;
 use super::invocations::parse_id;
 use super::invocations::read;
 use super::json::Json;
+use crate::errors::Code;
 use crate::invocation::store;
 use crate::invocation::{InvocationRecord, Status};
 pub use sluice_api::invocations::{RestartAsNewParams, RestartAsNewResponse};
@@ -35,16 +37,16 @@ pub async fn restart_as_new(
     use crate::discovery::ServiceType;
     let id = parse_id(&id)?;
     if params.deployment.is_some() && params.from.unwrap_or(0) == 0 {
-        return Err(AdminError::new(
-            StatusCode::BAD_REQUEST,
+        return Err(AdminError::coded(
+            Code::ADM0002,
             "'deployment' applies only with 'from' above 0: a restart from the start runs on the latest deployment",
         ));
     }
     let record = read(&state, move |db| store::load_record(db, id))
         .await?
         .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::NOT_FOUND,
+            AdminError::coded(
+                Code::ADM0003,
                 format!("The requested invocation '{id}' does not exist"),
             )
         })?;
@@ -54,8 +56,9 @@ pub async fn restart_as_new(
         } else {
             (StatusCode::CONFLICT, "is still running")
         };
-        return Err(AdminError::new(
+        return Err(AdminError::with_status(
             status,
+            Code::ADM0004,
             format!("invocation {id} {why}: only a completed invocation can be restarted as new"),
         ));
     }
@@ -64,8 +67,8 @@ pub async fn restart_as_new(
         .registry
         .handler_kind(record.deployment, &target.service, &target.handler);
     if kind.is_some_and(|(ty, _)| ty == ServiceType::Workflow) {
-        return Err(AdminError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
+        return Err(AdminError::coded(
+            Code::ADM0009,
             format!("invocation {id} is a workflow run: a workflow cannot be restarted as new"),
         ));
     }
@@ -97,8 +100,8 @@ async fn restart_from(
         .protocol
         .and_then(ProtocolVersion::from_number)
         .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::CONFLICT,
+            AdminError::coded(
+                Code::ADM0004,
                 format!("invocation {id} never ran on a deployment: restart it from the start"),
             )
         })?;
@@ -107,21 +110,18 @@ async fn restart_from(
         Some("keep") => old.deployment,
         Some(other) => {
             let wanted: crate::ids::DeploymentId = other.parse().map_err(|e| {
-                AdminError::new(
-                    StatusCode::BAD_REQUEST,
+                AdminError::coded(
+                    Code::ADM0002,
                     format!("'deployment' is 'latest', 'keep' or a deployment id: {e}"),
                 )
             })?;
             let found = state.registry.deployment(wanted).map_err(|_| {
-                AdminError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!("deployment {wanted} does not exist"),
-                )
+                AdminError::coded(Code::ADM0002, format!("deployment {wanted} does not exist"))
             })?;
             let number = version.number();
             if number < found.min_protocol_version || number > found.max_protocol_version {
-                return Err(AdminError::new(
-                    StatusCode::BAD_REQUEST,
+                return Err(AdminError::coded(
+                    Code::ADM0002,
                     format!(
                         "deployment {wanted} speaks protocol V{}-V{}, not V{number} which the journal was written in",
                         found.min_protocol_version, found.max_protocol_version
@@ -136,7 +136,7 @@ async fn restart_from(
         return Err(purged(id));
     }
     let prefix = crate::partition::restart::journal_prefix(&journal, from, version)
-        .map_err(|why| AdminError::new(StatusCode::CONFLICT, why))?;
+        .map_err(|why| AdminError::coded(Code::ADM0004, why))?;
     let mut new = renewed(&old);
     // The journal is in `version`'s encoding: the new invocation keeps it.
     new.protocol = old.protocol;
@@ -159,8 +159,8 @@ fn renewed(old: &InvocationRecord) -> InvocationRecord {
 
 /// 410: the journal, and the input in it, is gone.
 fn purged(id: crate::ids::InvocationId) -> AdminError {
-    AdminError::new(
-        StatusCode::GONE,
+    AdminError::coded(
+        Code::ADM0008,
         format!(
             "the journal of invocation {id} was purged, and its input with it: raise the handler's journal retention to keep it"
         ),

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use super::extract::Path;
+use axum::extract::State;
 use bytes::Bytes;
 use http::StatusCode;
 
@@ -11,6 +12,7 @@ use super::error::AdminError;
 use super::json::Json;
 use super::shapes::service_metadata;
 use crate::discovery::ServiceType;
+use crate::errors::Code;
 pub use sluice_api::services::{
     HandlerMetadata, ListHandlersResponse, ListServicesResponse, ModifyServiceRequest,
     ModifyServiceStateRequest, RetryPolicy, ServiceInfo, ServiceMetadata,
@@ -58,14 +60,14 @@ pub async fn modify_state(
 ) -> Result<StatusCode, AdminError> {
     let (service, _) = state.registry.service(&name)?;
     if service.ty == ServiceType::Service {
-        return Err(AdminError::new(
-            StatusCode::BAD_REQUEST,
+        return Err(AdminError::coded(
+            Code::ADM0002,
             format!("Cannot modify state for service type Service ('{name}' is stateless)"),
         ));
     }
     if req.scope.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(AdminError::new(
-            StatusCode::BAD_REQUEST,
+        return Err(AdminError::coded(
+            Code::ADM0002,
             "scoped objects exist only with flow control enabled; leave 'scope' out",
         ));
     }
@@ -130,8 +132,8 @@ pub async fn handler(
         .find(|h| h.name == handler)
         .map(Json)
         .ok_or_else(|| {
-            AdminError::new(
-                StatusCode::NOT_FOUND,
+            AdminError::coded(
+                Code::ADM0003,
                 format!("The requested handler '{handler}' on service '{name}' does not exist"),
             )
         })

@@ -6,10 +6,10 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::StatusCode;
 
 use super::error::AdminError;
 use crate::cluster::relay::{FORWARDED, relay};
+use crate::errors::Code;
 use crate::ids::InvocationId;
 use crate::partition::Runtime;
 use crate::partition::placement::Route;
@@ -81,7 +81,7 @@ pub async fn forward(State(to): State<ToLeader>, request: Request, next: Next) -
 }
 
 fn unavailable(message: String) -> Response {
-    AdminError::new(StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+    AdminError::coded(Code::ADM0010, message).into_response()
 }
 
 #[cfg(test)]

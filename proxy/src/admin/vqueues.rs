@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use super::extract::Path;
+use axum::extract::State;
 use http::StatusCode;
 
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
+use crate::errors::Code;
 pub use sluice_api::vqueues::{ListVQueuesResponse, VQueueResponse};
 
 /// Parses `vq_{partition}_{queue}`.
@@ -19,8 +21,8 @@ fn parse_vqueue_id(text: &str) -> Result<(u64, u32), AdminError> {
         Some((partition.parse().ok()?, queue.parse().ok()?))
     });
     parsed.ok_or_else(|| {
-        AdminError::new(
-            StatusCode::BAD_REQUEST,
+        AdminError::coded(
+            Code::ADM0002,
             format!(
                 "'{}' is not a virtual queue id: ids look like vq_0_12 (see GET /vqueues or `sluice queues list`)",
                 text.chars().take(64).collect::<String>()
@@ -38,8 +40,8 @@ async fn pause_or_resume(
     if state.runtime.pause_queue(partition, queue, pause).await? {
         Ok(StatusCode::ACCEPTED)
     } else {
-        Err(AdminError::new(
-            StatusCode::NOT_FOUND,
+        Err(AdminError::coded(
+            Code::ADM0003,
             format!("no virtual queue '{vqueue_id}' (an empty queue goes away unless paused)"),
         ))
     }

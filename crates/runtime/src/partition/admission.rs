@@ -122,6 +122,7 @@ impl Partition {
 
     /// Starts every attempt the scheduler admits now.
     pub(super) fn dispatch(&mut self) {
+        self.refresh_rules();
         let now = self.driver.now_ms();
         for admitted in self.scheduler.poll_runnable(now) {
             let Some(id) = self.entries.get(&admitted.entry).copied() else {

@@ -182,6 +182,10 @@ pub struct Partition {
     /// their journals last went to rest.
     suspending: Vec<InvocationId>,
     scheduler: Scheduler,
+    /// The rule book as published (the rules API publishes before it answers): looked at
+    /// before anything is admitted, so a book published before an event was sent is the book
+    /// that event is admitted under, whatever the run loop's select picked first.
+    rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
     promises: promises::Promises,
     entries: HashMap<EntryId, InvocationId>,
     next_entry: EntryId,
@@ -259,6 +263,7 @@ impl Partition {
                 Arc::clone(&shared.slots),
                 index,
             ),
+            rules: None,
             promises: promises::Promises::default(),
             entries: HashMap::new(),
             next_entry: 0,
@@ -324,23 +329,39 @@ impl Partition {
         Ok(())
     }
 
-    /// Starts from `book` (before recovery, so recovered invocations queue under it).
-    pub fn follow_rules(&mut self, book: Arc<RuleBook>) {
+    /// Follows the books `changes` publishes, starting from its current one (before recovery,
+    /// so recovered invocations queue under it). Taking the first book from the receiver
+    /// itself leaves no gap between reading the book and subscribing to its changes.
+    pub fn follow_rules(&mut self, mut changes: tokio::sync::watch::Receiver<Arc<RuleBook>>) {
+        let book = Arc::clone(&changes.borrow_and_update());
         self.scheduler.on_rules_changed(book, self.driver.now_ms());
+        self.rules = Some(changes);
+    }
+
+    /// Takes a book published since the last look. Called before every admission decision
+    /// (applying a batch, running committed effects, dispatching), so the invariant does not
+    /// depend on the order the run loop notices things in. Cheap: one atomic load when
+    /// nothing changed.
+    fn refresh_rules(&mut self) {
+        if let Some(changes) = self.rules.as_mut()
+            && changes.has_changed().unwrap_or(false)
+        {
+            let book = Arc::clone(&changes.borrow_and_update());
+            self.scheduler.on_rules_changed(book, self.driver.now_ms());
+        }
     }
 
     /// Applies events until every sender is gone and every write set has committed; a new
     /// rule book applies the moment it arrives.
-    pub async fn run(
-        mut self,
-        rx: &mut mpsc::Receiver<Event>,
-        mut rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
-    ) {
+    pub async fn run(mut self, rx: &mut mpsc::Receiver<Event>) {
         let mut batch = Vec::with_capacity(BATCH);
         let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
         let mut open = true;
+        // A second receiver of the books, only to wake the loop when one is published with no
+        // event behind it (raised limits release queued work at once); the partition's own
+        // receiver is what admission reads.
+        let mut wake_on_rules = self.rules.clone();
         while open || !pending.is_empty() {
-            self.take_new_rules(&mut rules);
             tokio::select! {
                 // Commits answer in order, so only the oldest needs watching.
                 committed = async { (&mut pending.front_mut().expect("guarded").0).await },
@@ -371,15 +392,14 @@ impl Partition {
                     }
                     return;
                 }
-                changed = async { rules.as_mut().expect("guarded").changed().await }, if rules.is_some() => {
+                changed = async { wake_on_rules.as_mut().expect("guarded").changed().await }, if wake_on_rules.is_some() => {
                     match changed {
                         Ok(()) => {
-                            let book = Arc::clone(&rules.as_mut().expect("guarded").borrow_and_update());
+                            wake_on_rules.as_mut().expect("guarded").borrow_and_update();
                             // Lowered limits hold new work back; running work finishes.
-                            self.scheduler.on_rules_changed(book, self.driver.now_ms());
                             self.dispatch();
                         }
-                        Err(_) => rules = None,
+                        Err(_) => wake_on_rules = None,
                     }
                 }
                 // A queue waiting for a rate's token: its turn comes with the time, not an event.
@@ -391,7 +411,6 @@ impl Partition {
                     if batch.is_empty() {
                         continue;
                     }
-                    self.take_new_rules(&mut rules);
                     self.apply_batch(&mut batch, &mut pending);
                 }
                 received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {
@@ -399,26 +418,11 @@ impl Partition {
                         open = false;
                         continue;
                     }
-                    // The invariant: a book published before an event was sent is the book
-                    // that event is admitted under. The rules API publishes before it answers,
-                    // so a burst sent after its answer is received after the publication; it
-                    // is checked here, right before the batch, not left to which branch of the
-                    // select was picked.
-                    self.take_new_rules(&mut rules);
+                    // A burst sent after a rules answer is received after the book's
+                    // publication: `apply_batch` takes that book before admitting anything.
                     self.apply_batch(&mut batch, &mut pending);
                 }
             }
-        }
-    }
-
-    /// Takes a rule book published since the last look, before anything more is admitted.
-    fn take_new_rules(&mut self, rules: &mut Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>) {
-        if let Some(changes) = rules.as_mut()
-            && changes.has_changed().unwrap_or(false)
-        {
-            let book = Arc::clone(&changes.borrow_and_update());
-            self.scheduler.on_rules_changed(book, self.driver.now_ms());
-            self.dispatch();
         }
     }
 
@@ -458,6 +462,7 @@ impl Partition {
         batch: &mut Vec<Event>,
         pending: &mut VecDeque<(Commit, Vec<Effect>)>,
     ) {
+        self.refresh_rules();
         let mut writes = WriteSet::default();
         let mut effects = Vec::new();
         let mut applied = Ok(());
@@ -499,6 +504,7 @@ impl Partition {
     }
 
     fn run_effects(&mut self, effects: Vec<Effect>) {
+        self.refresh_rules();
         for effect in effects {
             match effect {
                 Effect::Ack(reply, created) => {

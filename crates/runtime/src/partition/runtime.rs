@@ -472,14 +472,13 @@ impl Runtime {
                 continue;
             }
             let mut partition = Partition::new(index as u32, &shared, driver());
-            let changes = rules.map(|rules| {
-                partition.follow_rules(rules.book());
-                rules.subscribe()
-            });
+            if let Some(rules) = rules {
+                partition.follow_rules(rules.subscribe());
+            }
             partition.recover(owns)?;
             handles.push(tokio::spawn(async move {
                 let mut rx = rx;
-                partition.run(&mut rx, changes).await;
+                partition.run(&mut rx).await;
             }));
         }
         if leads.is_none() {
@@ -562,10 +561,9 @@ impl Hosted {
                 &self.shared.with_writer(writer.clone()),
                 driver(),
             );
-            let changes = self.rules.as_ref().map(|rules| {
-                partition.follow_rules(rules.book());
-                rules.subscribe()
-            });
+            if let Some(rules) = &self.rules {
+                partition.follow_rules(rules.subscribe());
+            }
             if let Err(e) = partition.recover(owns.clone()) {
                 tracing::error!(partition = self.index, error.code = ?e.code, error = %e, "a partition taken over failed to recover");
                 self.shared.store.health().fail(e);
@@ -574,7 +572,7 @@ impl Hosted {
             tracing::info!(partition = self.index, "leading the partition");
             let purger = tokio::spawn(self.purging.clone().run(writer, owns.clone()));
             let stopped = tokio::select! {
-                () = partition.run(&mut rx, changes) => true,
+                () = partition.run(&mut rx) => true,
                 _ = lead.wait_for(Option::is_none) => false,
             };
             purger.abort();

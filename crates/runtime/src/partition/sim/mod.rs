@@ -172,7 +172,9 @@ struct World {
     now: Arc<AtomicU64>,
     outbox: Arc<Mutex<Outbox>>,
     config: Arc<Config>,
-    book: Arc<RuleBook>,
+    /// The rule book as the rules API publishes it: the partition takes it on its own, as it
+    /// does in the run loop (never handed to it directly).
+    rules: tokio::sync::watch::Sender<Arc<RuleBook>>,
     /// The concurrency limit of scope `s1` (`None`: unlimited).
     s1_limit: Option<u32>,
     /// The rate of scope `s1`, and when invocations of `s1` took their tokens (first attempts)

@@ -164,13 +164,18 @@ impl World {
         self.deliver(vec![Event::Control { id, op, reply }], false);
     }
 
-    /// The operator changes the limit of scope `s1`.
+    /// The operator changes the limit of scope `s1`: the book is published (as the rules API
+    /// does before it answers) and from that moment every admission must follow it. The
+    /// partition is not told; a burst of submissions may come right behind the change, and
+    /// attempts the commits release may start before the next batch — each must already be
+    /// under the new book (`attempt_started` checks the limit and rate set here).
     pub(super) fn change_rules(&mut self) {
+        // Attempts started under the old book are checked under it.
+        self.collect();
         let limit = match self.rng.below(4) {
             0 => None,
             n => Some(n as u32),
         };
-        self.s1_limit = limit;
         // Sometimes a rate too: a few tokens a second, so queues wait for them.
         let rate = match self.rng.below(3) {
             0 => Some(crate::flow::RateLimit {
@@ -182,18 +187,32 @@ impl World {
             }),
             _ => None,
         };
-        self.s1_rate = rate;
-        self.s1_admitted.clear();
         let mut book = RuleBook::new();
         let mut rule = Upsert::new(RulePattern::parse("s1").unwrap(), limit_of(limit));
         rule.rate = rate;
         book.apply_batch(&[rule], self.now()).expect("a valid rule");
-        self.book = Arc::new(book);
-        let now = self.now();
-        let book = Arc::clone(&self.book);
-        let partition = &mut self.node().partition;
-        partition.scheduler.on_rules_changed(book, now);
-        partition.dispatch();
+        self.rules.send_replace(Arc::new(book));
+        self.s1_limit = limit;
+        self.s1_rate = rate;
+        self.s1_admitted.clear();
+        match self.rng.below(3) {
+            // A burst right behind the answer.
+            0 => {
+                for _ in 0..1 + self.rng.below(6) {
+                    self.submit();
+                }
+            }
+            // Commits that were waiting release their effects first.
+            1 => {
+                if !self.commit() {
+                    return self.crash();
+                }
+                self.collect();
+            }
+            _ => {}
+        }
+        // The run loop wakes on the publication too (raised limits release queued work).
+        self.node().partition.dispatch();
         self.collect();
         self.pump();
     }

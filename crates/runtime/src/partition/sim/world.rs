@@ -34,7 +34,7 @@ impl World {
             now: Arc::new(AtomicU64::new(EPOCH_MS)),
             outbox: Arc::default(),
             config: Arc::new(config),
-            book: Arc::new(RuleBook::new()),
+            rules: tokio::sync::watch::Sender::new(Arc::new(RuleBook::new())),
             s1_limit: None,
             s1_rate: None,
             s1_admitted: VecDeque::new(),
@@ -100,7 +100,7 @@ impl World {
             outbox: Arc::clone(&self.outbox),
         };
         let mut partition = Partition::new(0, &shared, Box::new(driver));
-        partition.follow_rules(Arc::clone(&self.book));
+        partition.follow_rules(self.rules.subscribe());
         partition
             .recover(|_| true)
             .expect("the partition recovers from what was committed");
