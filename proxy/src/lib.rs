@@ -25,4 +25,4 @@ pub use sluice_protocol as protocol;
 pub use sluice_runtime::{
     deployment_tls, discovery, invoker, limits, node, partition, registry, spans,
 };
-pub use sluice_store::{health, invocation, storage};
+pub use sluice_store::{health, invocation, schema, storage};

@@ -88,23 +88,22 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         let (registry, rules) = (Arc::clone(&registry), Arc::clone(&rules));
         let (plugins, kafka) = (Arc::clone(&plugins), Arc::clone(&kafka));
         cluster.on_meta(Box::new(move |tables| {
-            let touched = |prefixes: &[&str]| {
-                tables
-                    .iter()
-                    .any(|t| prefixes.iter().any(|p| t.starts_with(p)))
-            };
+            use crate::schema::MetaGroup;
+            // Each group changed reloads once, whichever of its tables came.
+            let mut groups: Vec<MetaGroup> = Vec::new();
+            for (_, group) in tables.iter().filter_map(|t| crate::schema::meta_table(t)) {
+                if !groups.contains(&group) {
+                    groups.push(group);
+                }
+            }
             let mut reloaded = Ok(());
-            if touched(&["deployments", "services"]) {
-                reloaded = reloaded.and(registry.reload());
-            }
-            if touched(&["rules"]) {
-                reloaded = reloaded.and(rules.reload());
-            }
-            if touched(&["plugin_"]) {
-                reloaded = reloaded.and(plugins.reload_saved());
-            }
-            if touched(&["kafka_clusters", "subscriptions"]) {
-                reloaded = reloaded.and(kafka.reload());
+            for group in groups {
+                reloaded = reloaded.and(match group {
+                    MetaGroup::Registry => registry.reload(),
+                    MetaGroup::Rules => rules.reload(),
+                    MetaGroup::Plugins => plugins.reload_saved(),
+                    MetaGroup::Kafka => kafka.reload(),
+                });
             }
             if let Err(e) = reloaded {
                 tracing::error!(error.code = ?e.code, error = %e, "cannot reload metadata changed by the cluster");

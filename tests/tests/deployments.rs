@@ -108,13 +108,14 @@ async fn register_list_describe_a_real_sdk_deployment() {
     assert_eq!(status, 404);
     assert_eq!(
         missing["message"],
-        "The requested service 'Nope' does not exist"
+        "[ADM0003] The requested service 'Nope' does not exist"
     );
+    assert_eq!(missing["restate_code"], "ADM0003");
     let (status, missing) = get_json(&format!("{admin}/services/Greeter/handlers/nope")).await;
     assert_eq!(status, 404);
     assert_eq!(
         missing["message"],
-        "The requested handler 'nope' on service 'Greeter' does not exist"
+        "[ADM0003] The requested handler 'nope' on service 'Greeter' does not exist"
     );
     let (status, bad) = get_json(&format!("{admin}/deployments/dp_nope")).await;
     assert_eq!(status, 400);
@@ -122,7 +123,7 @@ async fn register_list_describe_a_real_sdk_deployment() {
         bad["message"]
             .as_str()
             .unwrap()
-            .starts_with("The request field 'deployment' is invalid")
+            .starts_with("[ADM0002] The request field 'deployment' is invalid")
     );
 
     let (status, openapi) = get_json(&format!("{admin}/services/Counter/openapi")).await;

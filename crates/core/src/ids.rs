@@ -239,6 +239,25 @@ impl InvocationId {
         Self::new((time_ms << 16) | lane, uuid)
     }
 
+    /// The id of `uuid` on partition `index` of `partitions` (its key modulo `partitions` is
+    /// `index`), its key otherwise as [`Self::spread`] makes it (within `partitions` of it, so
+    /// it still follows time): a new id is made for the partition chosen, never drawn until
+    /// one happens to fit. `index` past `partitions` gives the spread id unchanged.
+    pub fn spread_onto(uuid: u128, index: u64, partitions: u64) -> Self {
+        let spread = Self::spread(uuid);
+        if index >= partitions {
+            return spread;
+        }
+        let base = spread.partition_key;
+        let floor = base - base % partitions;
+        // Past u64::MAX only for a uuid from outside with a time near the end of it: step
+        // down one round instead (floor is at least `partitions` there).
+        let key = floor
+            .checked_add(index)
+            .unwrap_or(floor - partitions + index);
+        Self::new(key, uuid)
+    }
+
     /// A fresh uuid for a new id: a ULID, so ids made later sort later.
     pub fn new_uuid() -> u128 {
         ulid::Ulid::new().0
@@ -432,6 +451,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn an_id_made_for_a_partition_lands_on_it_near_its_spread_key(
+            uuid in any::<u128>(),
+            partitions in 1u64..1024,
+            pick in any::<u64>(),
+        ) {
+            let index = pick % partitions;
+            let id = InvocationId::spread_onto(uuid, index, partitions);
+            prop_assert_eq!(id.partition_key() % partitions, index);
+            prop_assert_eq!(id.uuid(), uuid);
+            let spread = InvocationId::spread(uuid).partition_key();
+            prop_assert!(id.partition_key().abs_diff(spread) < partitions);
+        }
+
         #[test]
         fn invocation_ids_round_trip(key in any::<u64>(), uuid in any::<u128>()) {
             let id = InvocationId::new(key, uuid);

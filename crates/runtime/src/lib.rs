@@ -21,4 +21,4 @@ use sluice_core::simulation;
 use sluice_core::{clock, errors, ids};
 use sluice_flow as flow;
 use sluice_protocol as protocol;
-use sluice_store::{encoding, invocation, storage};
+use sluice_store::{encoding, invocation, schema, storage};

@@ -6,6 +6,7 @@
 pub mod encoding;
 pub mod health;
 pub mod invocation;
+pub mod schema;
 pub mod storage;
 
 // The crates below this one, under the paths this crate's code knows them by.

@@ -333,7 +333,7 @@ async fn invoke_traced(
     let retention = new.retention;
     // Cluster mode: a fresh unkeyed invocation may live anywhere, so it lives here.
     let runtime = &state.runtime;
-    let record = new.into_record_where(now, |id| runtime.route(id) == Route::Here);
+    let record = new.into_record_on(now, runtime.place_new());
     let id = record.id;
     let route = runtime.route(id);
     if route != Route::Here {

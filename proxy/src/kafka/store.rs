@@ -1,26 +1,23 @@
 //! Clusters added through the admin API and every subscription, kept in redb.
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::errors::{Code, CodedError};
 use crate::storage::Store;
 
-/// name → JSON [`super::KafkaCluster`].
-pub const CLUSTERS: TableDefinition<&str, &[u8]> = TableDefinition::new("kafka_clusters");
-/// id → JSON [`super::Subscription`].
-pub const SUBSCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("subscriptions");
+// `CLUSTERS`: name → JSON `super::KafkaCluster`. `SUBSCRIPTIONS`: id → JSON
+// `super::Subscription`.
+pub use crate::schema::{KAFKA_CLUSTERS as CLUSTERS, SUBSCRIPTIONS};
+use crate::schema::{MetaGroup, NamedTable};
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("kafka store: {e}"))
 }
 
 /// Every row of `table`.
-pub fn load<T: DeserializeOwned>(
-    store: &Store,
-    table: TableDefinition<&str, &[u8]>,
-) -> Result<Vec<T>, CodedError> {
+pub fn load<T: DeserializeOwned>(store: &Store, table: NamedTable) -> Result<Vec<T>, CodedError> {
     store.with_db(|db| {
         let txn = db.begin_read().map_err(storage)?;
         let Ok(rows) = txn.open_table(table) else {
@@ -39,7 +36,7 @@ pub fn load<T: DeserializeOwned>(
 /// Stores `value` under `key` (`None`: removes it).
 pub fn put<T: Serialize>(
     store: &Store,
-    table: TableDefinition<&str, &[u8]>,
+    table: NamedTable,
     key: &str,
     value: Option<&T>,
 ) -> Result<(), CodedError> {
@@ -57,5 +54,5 @@ pub fn put<T: Serialize>(
         txn.commit().map_err(storage)
     })??;
     // Cluster mode: every node takes the change.
-    store.publish_meta(&[redb::TableHandle::name(&table)])
+    store.publish_meta(MetaGroup::Kafka)
 }

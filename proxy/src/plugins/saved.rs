@@ -1,16 +1,14 @@
 //! Plugins loaded through the admin API survive restarts: their spec and bytes live in redb.
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use super::PluginSpec;
 use crate::errors::{Code, CodedError};
 use crate::storage::Store;
 
-/// name → JSON [`SavedSpec`].
-const SPECS: TableDefinition<&str, &[u8]> = TableDefinition::new("plugin_specs");
-/// name → component bytes.
-const BYTES: TableDefinition<&str, &[u8]> = TableDefinition::new("plugin_bytes");
+// `SPECS`: name → JSON `SavedSpec`. `BYTES`: name → component bytes.
+use crate::schema::{MetaGroup, PLUGIN_BYTES as BYTES, PLUGIN_SPECS as SPECS};
 
 /// A stored plugin's settings and its place in the load order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,11 +76,8 @@ pub fn put(store: &Store, name: &str, saved: &SavedSpec, bytes: &[u8]) -> Result
         }
         txn.commit().map_err(storage)
     })??;
-    store.publish_meta(&TABLES)
+    store.publish_meta(MetaGroup::Plugins)
 }
-
-/// The tables of stored plugins, as every node of a cluster gets them.
-pub const TABLES: [&str; 2] = ["plugin_specs", "plugin_bytes"];
 
 /// Forgets plugin `name`.
 pub fn remove(store: &Store, name: &str) -> Result<(), CodedError> {
@@ -100,5 +95,5 @@ pub fn remove(store: &Store, name: &str) -> Result<(), CodedError> {
         }
         txn.commit().map_err(storage)
     })??;
-    store.publish_meta(&TABLES)
+    store.publish_meta(MetaGroup::Plugins)
 }

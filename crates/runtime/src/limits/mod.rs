@@ -5,7 +5,7 @@ pub mod switch;
 
 use std::sync::{Arc, RwLock};
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable};
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
@@ -13,10 +13,9 @@ use crate::errors::{Code, CodedError};
 use crate::flow::{Delete, Rule, RuleBook, RuleError, RulePattern, RulePolicy, Upsert};
 use crate::storage::Store;
 
-/// Key: pattern. Value: the rule as JSON.
-const RULES: TableDefinition<&str, &[u8]> = TableDefinition::new("rules");
-/// Key: "version". Value: the book version (u32 BE).
-const RULES_META: TableDefinition<&str, &[u8]> = TableDefinition::new("rules_meta");
+// `RULES` key: pattern, value: the rule as JSON. `RULES_META` key: "version", value: the book
+// version (u32 BE).
+use crate::schema::{MetaGroup, RULES, RULES_META};
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("rule store: {e}"))
@@ -146,7 +145,7 @@ impl Rules {
         drop(guard);
         // Cluster mode: every node takes the new book (nothing embedded).
         self.store
-            .publish_meta(&["rules", "rules_meta"])
+            .publish_meta(MetaGroup::Rules)
             .map_err(RulesError::Storage)?;
         Ok(answer)
     }

@@ -2,14 +2,14 @@
 //! flight (work recorded while it was off would bypass the queues), and only switched off when
 //! no scoped invocation is in flight. Once on, the store records it.
 
-use redb::{ReadableDatabase, TableDefinition};
+use redb::ReadableDatabase;
 
 use crate::errors::CodedError;
 use crate::invocation::{Status, store};
 use crate::storage::Store;
 
-/// Key: "enabled". Value: one byte, 1 once flow control ran on this store.
-const FLOW_CONTROL: TableDefinition<&str, &[u8]> = TableDefinition::new("flow_control");
+// Key: "enabled". Value: one byte, 1 once flow control ran on this store.
+use crate::schema::FLOW_CONTROL;
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::uncoded(format!(

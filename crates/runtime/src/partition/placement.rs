@@ -4,7 +4,7 @@
 //! is forwarded there.
 
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Where a partition runs, as this node knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub struct Placement {
     clustered: bool,
     here: Vec<AtomicBool>,
     leaders: RwLock<Vec<Option<(String, String)>>>,
+    /// Turns over the partitions led here for new invocations that may live on any.
+    next: AtomicUsize,
 }
 
 impl Placement {
@@ -37,6 +39,7 @@ impl Placement {
             clustered: false,
             here: (0..n).map(|_| AtomicBool::new(true)).collect(),
             leaders: RwLock::new(vec![None; n]),
+            next: AtomicUsize::new(0),
         }
     }
 
@@ -46,6 +49,7 @@ impl Placement {
             clustered: true,
             here: (0..n).map(|_| AtomicBool::new(false)).collect(),
             leaders: RwLock::new(vec![None; n]),
+            next: AtomicUsize::new(0),
         }
     }
 
@@ -68,6 +72,30 @@ impl Placement {
             Some((ingress, admin)) => Route::Elsewhere { ingress, admin },
             None => Route::Nobody,
         }
+    }
+
+    /// Cluster mode: a partition led here for a new invocation that may live on any, the
+    /// ones led here in turn (`None` embedded, where its id spreads it, or when this node
+    /// leads none).
+    pub fn pick_here(&self) -> Option<usize> {
+        if !self.clustered {
+            return None;
+        }
+        let led = self
+            .here
+            .iter()
+            .filter(|here| here.load(Ordering::Acquire))
+            .count();
+        if led == 0 {
+            return None;
+        }
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % led;
+        self.here
+            .iter()
+            .enumerate()
+            .filter(|(_, here)| here.load(Ordering::Acquire))
+            .nth(turn)
+            .map(|(index, _)| index)
     }
 
     /// Whether partition `index` runs here.
@@ -119,5 +147,18 @@ mod tests {
         );
         clustered.set_here(0, true);
         assert_eq!(clustered.route(0), Route::Here);
+    }
+
+    #[test]
+    fn new_work_goes_to_the_partitions_led_here_in_turn() {
+        assert_eq!(Placement::embedded(4).pick_here(), None);
+        let clustered = Placement::clustered(4);
+        assert_eq!(clustered.pick_here(), None);
+        clustered.set_here(1, true);
+        clustered.set_here(3, true);
+        let picks: Vec<_> = (0..4).filter_map(|_| clustered.pick_here()).collect();
+        assert_eq!(picks, [1, 3, 1, 3]);
+        clustered.set_here(1, false);
+        assert_eq!(clustered.pick_here(), Some(3));
     }
 }

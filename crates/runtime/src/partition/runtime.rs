@@ -79,6 +79,16 @@ impl Runtime {
         self.placement.route(self.index_of(id.partition_key()))
     }
 
+    /// Where a new invocation that may live on any partition goes: cluster mode, one this node
+    /// leads, so it needs no forwarding (`None`: anywhere, by its id).
+    pub fn place_new(&self) -> Option<crate::invocation::new::Place> {
+        let index = self.placement.pick_here()?;
+        Some(crate::invocation::new::Place {
+            index: u32::try_from(index).ok()?,
+            partitions: u32::try_from(self.senders.len()).ok()?,
+        })
+    }
+
     /// How many partitions there are.
     pub fn partition_count(&self) -> usize {
         self.senders.len()

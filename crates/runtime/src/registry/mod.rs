@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable};
 
 pub use records::{Address, Deployment, Service, ServiceOverrides, StoredHttpVersion};
 
@@ -16,8 +16,7 @@ use crate::errors::{Code, CodedError};
 use crate::ids::DeploymentId;
 use crate::storage::Store;
 
-const DEPLOYMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("deployments");
-const SERVICES: TableDefinition<&str, &[u8]> = TableDefinition::new("services");
+use crate::schema::{DEPLOYMENTS, MetaGroup, SERVICES};
 
 /// Why a registry operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -540,7 +539,7 @@ impl Registry {
         *guard = next;
         drop(guard);
         // Cluster mode: every node takes the change (nothing embedded).
-        self.store.publish_meta(&["deployments", "services"])
+        self.store.publish_meta(MetaGroup::Registry)
     }
 }
 

@@ -25,6 +25,15 @@ pub enum Identity {
     Derived { uuid: u128, partition: Option<u64> },
 }
 
+/// A partition chosen for a new invocation that may live on any: `index` of `partitions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// The partition's index.
+    pub index: u32,
+    /// How many partitions there are.
+    pub partitions: u32,
+}
+
 /// An invocation someone asked for, not yet stored.
 #[derive(Debug, Clone)]
 pub struct NewInvocation {
@@ -94,26 +103,24 @@ impl NewInvocation {
     }
 
     /// Its id (a fresh one differs each time: take it from the record). A fresh unkeyed,
-    /// unscoped id is drawn again (a few times at most) until `accept` takes it: in cluster
-    /// mode it may live on any partition, so it lives on one this node leads.
-    fn id(&self, accept: impl Fn(InvocationId) -> bool) -> InvocationId {
-        /// Draws before taking whatever comes (with 1 of 8 partitions led here, 64 draws miss
-        /// one with probability 0.02 %).
-        const DRAWS: usize = 64;
+    /// unscoped invocation may live on any partition: on `place` when given (cluster mode: one
+    /// this node leads), made for it rather than drawn until one fits.
+    fn id(&self, place: Option<Place>) -> InvocationId {
         let target = &self.target;
         let scope = self.scope.as_ref().map(Scope::as_str);
         let id = match &self.identity {
             Identity::Fresh => {
-                let mut id = placed(target, InvocationId::new_uuid(), None);
-                if target.key.is_none() && scope.is_none() {
-                    for _ in 1..DRAWS {
-                        if accept(id) {
-                            break;
-                        }
-                        id = placed(target, InvocationId::new_uuid(), None);
+                let uuid = InvocationId::new_uuid();
+                match place {
+                    Some(place) if target.key.is_none() && scope.is_none() => {
+                        InvocationId::spread_onto(
+                            uuid,
+                            u64::from(place.index),
+                            u64::from(place.partitions),
+                        )
                     }
+                    _ => placed(target, uuid, None),
                 }
-                id
             }
             Identity::Idempotent(key) => idempotent_id(
                 scope,
@@ -138,16 +145,12 @@ impl NewInvocation {
 
     /// Its record, created at `now`.
     pub fn into_record(self, now: u64) -> InvocationRecord {
-        self.into_record_where(now, |_| true)
+        self.into_record_on(now, None)
     }
 
-    /// Its record, created at `now`, with a fresh id `accept` takes where there is a choice.
-    pub fn into_record_where(
-        self,
-        now: u64,
-        accept: impl Fn(InvocationId) -> bool,
-    ) -> InvocationRecord {
-        let mut record = InvocationRecord::new(self.id(accept), self.target, now);
+    /// Its record, created at `now`; a fresh id that may live anywhere is made for `place`.
+    pub fn into_record_on(self, now: u64, place: Option<Place>) -> InvocationRecord {
+        let mut record = InvocationRecord::new(self.id(place), self.target, now);
         if let Some(at) = self.run_at_ms {
             record.status = Status::Scheduled;
             record.run_at_ms = Some(at);
@@ -243,6 +246,24 @@ mod tests {
         // Their store keys follow time: the partition key starts with the ULID's milliseconds.
         let id = fresh(None);
         assert_eq!(id.partition_key() >> 16, (id.uuid() >> 80) as u64);
+        // Placed: on the partition chosen, every time; an object's call is never moved.
+        let place = Place {
+            index: 5,
+            partitions: 8,
+        };
+        for _ in 0..64 {
+            let id = NewInvocation::new(target(None), Identity::Fresh)
+                .into_record_on(0, Some(place))
+                .id;
+            assert_eq!(id.partition_key() % 8, 5);
+        }
+        assert_eq!(
+            NewInvocation::new(target(Some("k")), Identity::Fresh)
+                .into_record_on(0, Some(place))
+                .id
+                .partition_key(),
+            partition_key(&["Counter", "k"])
+        );
         assert_eq!(
             fresh(Some("k")).partition_key(),
             partition_key(&["Counter", "k"])

@@ -2,17 +2,17 @@
 //! a restart. A queue is named by what it is for (its scheduler key), never by its index, which
 //! is only stable while the queue lives.
 
-use redb::{ReadableDatabase, TableDefinition};
+use redb::ReadableDatabase;
 use serde::{Deserialize, Serialize};
 
 use super::store::storage;
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::QueueKey;
 use crate::flow::{LimitKey, Priority, Scope};
-use crate::storage::writer::{BytesTable, WriteSet};
+use crate::storage::writer::WriteSet;
 
 /// Key: partition index (u32 BE) ‖ the queue key as JSON. Value: empty.
-pub(crate) const PAUSED: BytesTable = TableDefinition::new("paused_queues");
+pub(crate) use crate::schema::PAUSED_QUEUES as PAUSED;
 
 /// A queue key as stored.
 #[derive(Serialize, Deserialize)]

@@ -3,15 +3,15 @@
 //! are range operations.
 
 use bytes::Bytes;
-use redb::{ReadableDatabase, TableDefinition};
+use redb::ReadableDatabase;
 
 use super::store::storage;
 use crate::errors::CodedError;
-use crate::storage::writer::{BytesTable, WriteSet};
+use crate::storage::writer::WriteSet;
 
-/// Key: u32 BE length ‖ scope ‖ u32 BE length ‖ service ‖ u32 BE length ‖ object key ‖ state
-/// key. Value: the state value.
-pub(crate) const STATE: BytesTable = TableDefinition::new("state");
+// Key: u32 BE length ‖ scope ‖ u32 BE length ‖ service ‖ u32 BE length ‖ object key ‖ state
+// key. Value: the state value.
+pub(crate) use crate::schema::STATE;
 
 /// The object whose state is addressed.
 #[derive(Debug, Clone, Copy)]
@@ -109,9 +109,9 @@ pub fn scan(db: &redb::Database) -> Result<Vec<StateRow>, CodedError> {
     Ok(rows)
 }
 
-/// Key: as [`STATE`], with the promise name last. Value: a tag byte (0 value, 1 failure), then
-/// the value, or the failure's code (u16 BE) and message.
-pub(crate) const PROMISES: BytesTable = TableDefinition::new("promises");
+// Key: as `STATE`, with the promise name last. Value: a tag byte (0 value, 1 failure), then
+// the value, or the failure's code (u16 BE) and message.
+pub(crate) use crate::schema::PROMISES;
 
 /// A completed durable promise.
 #[derive(Debug, Clone, PartialEq, Eq)]

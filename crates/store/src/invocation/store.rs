@@ -3,22 +3,16 @@
 //! from every partition, together.
 
 use bytes::Bytes;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable};
 
 use super::record::InvocationRecord;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::protocol::Frame;
-use crate::storage::writer::{BytesTable, WriteSet};
+use crate::storage::writer::WriteSet;
 
-pub(crate) const INVOCATIONS: BytesTable = TableDefinition::new("invocations");
-/// Key: invocation id (24 bytes) ‖ entry index (u32 BE). Value: type (u16 BE) ‖ payload.
-pub(crate) const JOURNAL: BytesTable = TableDefinition::new("journal");
-/// Key: wake time (ms, u64 BE) ‖ invocation id ‖ completion id (u32 BE). Value: empty.
-pub(crate) const TIMERS: BytesTable = TableDefinition::new("timers");
-/// What completed invocations leave behind, and when it goes. Key: purge time (ms, u64 BE) ‖
-/// invocation id ‖ [`Purge`] byte. Value: empty.
-pub(crate) const PURGES: BytesTable = TableDefinition::new("purges");
+// The tables and their key layouts are listed in `crate::schema`.
+pub(crate) use crate::schema::{INVOCATIONS, JOURNAL, PURGES, TIMERS};
 
 /// What a purge row removes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

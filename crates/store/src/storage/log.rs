@@ -3,30 +3,18 @@
 //! and where a node's store keeps its position in each partition's log.
 //!
 //! Records come from the network: decoding checks every length against the bytes there are and
-//! against a maximum, names tables only from [`TABLES`], and answers a coded error (CLU0003),
-//! never a panic.
+//! against a maximum, names tables only by their number in [`crate::schema`], and answers a
+//! coded error (CLU0003), never a panic.
 
-use redb::{ReadableDatabase, TableDefinition};
+use redb::ReadableDatabase;
 
 use super::writer::{BytesTable, Op, WriteSet};
 use crate::errors::{Code, CodedError};
-use crate::invocation::{paused, state, store};
+use crate::schema;
 
-/// The tables a partition writes, by their index in a record. Append only: a record names a
-/// table by its place in this list.
-pub const TABLES: [BytesTable; 7] = [
-    store::INVOCATIONS,
-    store::JOURNAL,
-    store::TIMERS,
-    store::PURGES,
-    state::STATE,
-    state::PROMISES,
-    paused::PAUSED,
-];
-
-/// Where this node's store is in each partition's log. Key: partition (u32 BE). Value: a
-/// [`Position`] as [`Position::encode`] writes it.
-const POSITIONS: BytesTable = TableDefinition::new("cluster_log");
+// Where this node's store is in each partition's log. Key: partition (u32 BE). Value: a
+// `Position` as `Position::encode` writes it.
+use crate::schema::CLUSTER_LOG as POSITIONS;
 
 const VERSION: u8 = 1;
 const KIND_EPOCH: u8 = 1;
@@ -184,12 +172,9 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 
 fn table_index(table: &BytesTable) -> u8 {
     let name = redb::TableHandle::name(table);
-    TABLES
-        .iter()
-        .position(|t| redb::TableHandle::name(t) == name)
-        .and_then(|i| u8::try_from(i).ok())
+    schema::log_id(name)
         // A table outside the list would be lost on other nodes: that is a bug, not input.
-        .unwrap_or_else(|| panic!("table {name} is not a partition table (storage::log::TABLES)"))
+        .unwrap_or_else(|| panic!("table {name} is not a partition table (crate::schema)"))
 }
 
 /// Appends `ops` (their count is written before them, by the caller).
@@ -224,9 +209,8 @@ fn decode_ops(r: &mut Reader<'_>) -> Result<Vec<Op>, CodedError> {
     for _ in 0..count {
         let code = r.u8()?;
         let index = r.u8()?;
-        let table = *TABLES
-            .get(usize::from(index))
-            .ok_or_else(|| bad(format!("unknown table {index}")))?;
+        let table =
+            schema::partition_table(index).ok_or_else(|| bad(format!("unknown table {index}")))?;
         ops.push(match code {
             OP_PUT => Op::Put(table, r.bytes()?.to_vec(), r.bytes()?.to_vec()),
             OP_DELETE => Op::Delete(table, r.bytes()?.to_vec()),
@@ -386,9 +370,9 @@ mod tests {
 
     fn sample() -> WriteSet {
         let mut writes = WriteSet::default();
-        writes.put(TABLES[0], b"id", b"record".to_vec());
-        writes.delete(TABLES[1], b"j");
-        writes.delete_range(TABLES[4], b"a".to_vec(), b"b".to_vec());
+        writes.put(schema::INVOCATIONS, b"id", b"record".to_vec());
+        writes.delete(schema::JOURNAL, b"j");
+        writes.delete_range(schema::STATE, b"a".to_vec(), b"b".to_vec());
         writes
     }
 
@@ -505,17 +489,21 @@ mod tests {
     fn any_writes() -> impl Strategy<Value = WriteSet> {
         let op = (
             0..3u8,
-            0..TABLES.len(),
+            // Every partition table, and one number past them.
+            0..8u8,
             proptest::collection::vec(any::<u8>(), 0..16),
             proptest::collection::vec(any::<u8>(), 0..16),
         );
         proptest::collection::vec(op, 0..8).prop_map(|ops| {
             let mut set = WriteSet::default();
             for (kind, table, a, b) in ops {
+                let Some(table) = schema::partition_table(table) else {
+                    continue;
+                };
                 match kind {
-                    0 => set.put(TABLES[table], &a, b),
-                    1 => set.delete(TABLES[table], &a),
-                    _ => set.delete_range(TABLES[table], a, b),
+                    0 => set.put(table, &a, b),
+                    1 => set.delete(table, &a),
+                    _ => set.delete_range(table, a, b),
                 }
             }
             set

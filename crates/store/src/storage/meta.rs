@@ -11,18 +11,7 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::Store;
 use crate::errors::{Code, CodedError};
-
-/// The metadata tables, by name: a snapshot names only these (append only).
-pub const META_TABLES: [&str; 8] = [
-    "deployments",
-    "services",
-    "rules",
-    "rules_meta",
-    "subscriptions",
-    "kafka_clusters",
-    "plugin_specs",
-    "plugin_bytes",
-];
+use crate::schema::{self, MetaGroup};
 
 const VERSION: u8 = 1;
 
@@ -49,8 +38,9 @@ fn bad(why: impl std::fmt::Display) -> CodedError {
     )
 }
 
+/// A metadata table's name as the schema spells it (a snapshot names only those).
 fn known(name: &str) -> Option<&'static str> {
-    META_TABLES.iter().copied().find(|t| *t == name)
+    schema::meta_table(name).map(|(name, _)| name)
 }
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
@@ -138,7 +128,7 @@ impl MetaSnapshot {
             u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize
         }
         let tables = count(take(4)?);
-        if tables > META_TABLES.len() {
+        if tables > schema::meta_table_count() {
             return Err(bad(format!("{tables} tables")));
         }
         let mut snapshot = Self::default();
@@ -175,13 +165,15 @@ impl Store {
         let _ = self.meta_log.set(log);
     }
 
-    /// After a local commit of the metadata tables `names`: in cluster mode, publishes them
-    /// whole to every node and returns once the log took them; embedded, nothing.
-    pub fn publish_meta(&self, names: &[&str]) -> Result<(), CodedError> {
+    /// After a local commit of metadata tables of `group`: in cluster mode, publishes the
+    /// group's tables whole to every node and returns once the log took them; embedded,
+    /// nothing.
+    pub fn publish_meta(&self, group: MetaGroup) -> Result<(), CodedError> {
         let Some(log) = self.meta_log.get() else {
             return Ok(());
         };
-        let snapshot = self.with_db(|db| MetaSnapshot::read(db, names))??;
+        let names = schema::meta_tables(group);
+        let snapshot = self.with_db(|db| MetaSnapshot::read(db, &names))??;
         log.publish(&snapshot)
     }
 }

@@ -8,7 +8,7 @@ pub mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use redb::{Database, DatabaseError, ReadableDatabase, TableDefinition};
+use redb::{Database, DatabaseError, ReadableDatabase};
 
 use crate::errors::{Code, CodedError};
 use crate::health::Health;
@@ -24,7 +24,7 @@ const CACHE_BYTES: usize = 64 * 1024 * 1024;
 pub const FORMAT_VERSION: u32 = 1;
 
 /// Store-wide records: the format version and the version of Sluice that created the store.
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+use crate::schema::META;
 const FORMAT_VERSION_KEY: &str = "format_version";
 const CREATED_BY_KEY: &str = "created_by";
 
@@ -253,7 +253,7 @@ mod tests {
         {
             let db = Database::create(dir.path().join(DB_FILE)).unwrap();
             let txn = db.begin_write().unwrap();
-            let table: TableDefinition<u64, u64> = TableDefinition::new("foreign");
+            let table: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("foreign");
             txn.open_table(table).unwrap().insert(1, 2).unwrap();
             txn.commit().unwrap();
         }

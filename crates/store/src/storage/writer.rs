@@ -5,14 +5,12 @@
 
 use std::sync::Arc;
 
-use redb::TableDefinition;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Store;
 use crate::errors::{Code, CodedError};
 
-/// A table of byte keys and byte values.
-pub type BytesTable = TableDefinition<'static, &'static [u8], &'static [u8]>;
+pub use crate::schema::BytesTable;
 
 /// Most write sets applied in one transaction.
 const GROUP: usize = 1024;
@@ -373,7 +371,7 @@ mod tests {
 
     use super::*;
 
-    const T: BytesTable = TableDefinition::new("writer_test");
+    const T: BytesTable = redb::TableDefinition::new("writer_test");
 
     #[tokio::test]
     async fn sets_commit_in_order_and_empty_sets_wait_behind_writes() {
@@ -427,7 +425,7 @@ mod tests {
         let store = Arc::new(Store::open(dir.path()).unwrap());
         // A table of other key and value types under the name the set writes to: opening it
         // fails inside the transaction, as an I/O error would.
-        let foreign: TableDefinition<u64, u64> = TableDefinition::new("writer_test");
+        let foreign: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("writer_test");
         store
             .with_db(|db| {
                 let txn = db.begin_write().unwrap();

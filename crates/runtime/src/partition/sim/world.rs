@@ -526,7 +526,12 @@ fn register(disk: &Disk) -> crate::storage::meta::MetaSnapshot {
         .register(found, Registration::new("http://127.0.0.1:9080/"), EPOCH_MS)
         .expect("the deployment registers");
     let meta = store
-        .with_db(|db| crate::storage::meta::MetaSnapshot::read(db, &["deployments", "services"]))
+        .with_db(|db| {
+            crate::storage::meta::MetaSnapshot::read(
+                db,
+                &crate::schema::meta_tables(crate::schema::MetaGroup::Registry),
+            )
+        })
         .expect("the store is open")
         .expect("the metadata reads back");
     store.close();
