@@ -2,6 +2,7 @@
 //! sent, resolve run proposals and sleeps, stream notifications and acks to bidi attempts,
 //! retry failures with back-off, complete.
 
+use super::answer::Answer;
 use super::journal::{Reads, has_completion, journal_message, needs_saved, notify, save};
 use super::{Effect, Event, Partition, promises};
 use crate::errors::CodedError;
@@ -105,9 +106,8 @@ impl Partition {
                                 let max = self.config.worker.max_waiters_per_invocation;
                                 if let Err(refused) = live.wait(call, max) {
                                     if let Some(reply) = reply {
-                                        effects.push(Effect::Then(Box::new(move || {
-                                            let _ = reply.send(Err(refused));
-                                        })));
+                                        effects
+                                            .push(Effect::Answer(Answer::Refused(reply, refused)));
                                     }
                                     return Ok(());
                                 }
@@ -123,9 +123,7 @@ impl Partition {
                 {
                     // Answered after earlier writes commit, like any answer.
                     if let Some(reply) = reply {
-                        effects.push(Effect::Then(Box::new(move || {
-                            let _ = reply.send(Err(refused));
-                        })));
+                        effects.push(Effect::Answer(Answer::Refused(reply, refused)));
                     }
                     return Ok(());
                 }
@@ -135,9 +133,9 @@ impl Partition {
                     && let Some(refused) = self.flow_refusal(&record)
                 {
                     match (reply, record.caller) {
-                        (Some(reply), _) => effects.push(Effect::Then(Box::new(move || {
-                            let _ = reply.send(Err(refused));
-                        }))),
+                        (Some(reply), _) => {
+                            effects.push(Effect::Answer(Answer::Refused(reply, refused)))
+                        }
                         (None, Some(caller)) => effects.push(Effect::CallResult(
                             caller,
                             Outcome::Failure(Failure {
@@ -218,9 +216,7 @@ impl Partition {
             }
             // The batch's effects end with a dispatch, which takes the freed slots.
             Event::SlotsFree => {}
-            Event::Barrier { reply } => effects.push(Effect::Then(Box::new(move || {
-                let _ = reply.send(());
-            }))),
+            Event::Barrier { reply } => effects.push(Effect::Answer(Answer::Barrier(reply))),
             Event::Queued { reply } => {
                 let queued = self
                     .live
@@ -273,9 +269,7 @@ impl Partition {
                     crate::invocation::paused::resume(writes, self.index, &key);
                 }
                 effects.push(Effect::PauseQueue(Box::new(key), pause));
-                effects.push(Effect::Then(Box::new(move || {
-                    let _ = reply.send(true);
-                })));
+                effects.push(Effect::Answer(Answer::QueuePaused(reply)));
             }
             Event::Counters { reply } => {
                 let _ = reply.send(self.scheduler.counters(self.driver.now_ms()));
@@ -301,9 +295,7 @@ impl Partition {
                     (None, None) => self.stored(id)?.map(|r| (r.target, r.outcome)),
                 };
                 // After the commit: the outcome may belong to a batch still committing.
-                effects.push(Effect::Then(Box::new(move || {
-                    let _ = reply.send(seen);
-                })));
+                effects.push(Effect::Answer(Answer::Peeked(reply, seen)));
             }
             Event::AttemptMessage {
                 id,
@@ -370,16 +362,12 @@ impl Partition {
             Event::Signal { signal, reply } => {
                 let delivery = self.signal(signal, writes, effects);
                 if let Some(reply) = reply {
-                    effects.push(Effect::Then(Box::new(move || {
-                        let _ = reply.send(delivery);
-                    })));
+                    effects.push(Effect::Answer(Answer::Signalled(reply, delivery)));
                 }
             }
             Event::Control { id, op, reply } => {
                 let answer = self.control(id, op, writes, effects)?;
-                effects.push(Effect::Then(Box::new(move || {
-                    let _ = reply.send(Ok(answer));
-                })));
+                effects.push(Effect::Answer(Answer::Controlled(reply, answer)));
             }
         }
         Ok(())

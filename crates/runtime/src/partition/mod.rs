@@ -4,6 +4,7 @@
 //! only after that commit. The partition keeps applying new events while earlier sets commit.
 
 pub mod admission;
+mod answer;
 mod attempts;
 mod calls;
 pub mod control;
@@ -76,8 +77,8 @@ enum Effect {
     Settle(InvocationId),
     /// A completed invocation leaves memory (the store keeps it).
     Evict(InvocationId),
-    /// Runs after the commit (answers that must not overtake earlier writes).
-    Then(Box<dyn FnOnce() + Send>),
+    /// An answer sent after the commit (it must not overtake earlier writes).
+    Answer(answer::Answer),
     /// A queue's pause (or resume) is stored: the scheduler follows.
     PauseQueue(Box<QueueKey>, bool),
     /// A completed promise is stored: it leaves memory.
@@ -530,7 +531,7 @@ impl Partition {
                         },
                     );
                 }
-                Effect::Then(then) => then(),
+                Effect::Answer(answer) => answer.send(),
                 Effect::PauseQueue(key, pause) => {
                     let now = self.driver.now_ms();
                     if pause {
@@ -606,8 +607,10 @@ impl Partition {
 fn fail(effects: Vec<Effect>, error: &CodedError) {
     tracing::error!(error.code = ?error.code, error = %error, "partition batch failed; nothing of it was acknowledged");
     for effect in effects {
-        if let Effect::Ack(reply, _) = effect {
-            let _ = reply.send(Err(error.clone()));
+        match effect {
+            Effect::Ack(reply, _) => drop(reply.send(Err(error.clone()))),
+            Effect::Answer(answer) => answer.fail(error),
+            _ => {}
         }
     }
 }

@@ -123,6 +123,11 @@ impl World {
     pub(super) fn crash(&mut self) {
         self.stats.crashes += 1;
         self.trace.write_u8(b'X');
+        // Attempts this process started and the world had not looked at yet were admitted
+        // all the same (their start may be stored): after the restart they resume, taking no
+        // new token, so they are not first admissions.
+        let started = std::mem::take(&mut self.outbox.lock().unwrap().started);
+        self.ever_started.extend(started.iter().map(|s| s.id));
         // Whatever redb would write while closing never reaches the disk.
         self.disk.fail_after(0);
         if let Some(node) = self.node.take() {

@@ -1,0 +1,88 @@
+//! Answers a partition owes its callers once what it applied before them is stored. They are
+//! data, not closures: a test reads what a step decided, and a batch whose commit failed answers
+//! each caller that can take an error with that error instead of dropping it.
+
+use tokio::sync::oneshot;
+
+use super::{control, signals};
+use crate::errors::CodedError;
+use crate::invocation::{Outcome, Target};
+
+/// What an invocation is and how it ended, as a batch saw it.
+pub(super) type Peeked = Option<(Target, Option<Outcome>)>;
+
+/// One answer, sent after the commit of the batch that decided it.
+#[derive(Debug)]
+pub(super) enum Answer {
+    /// A submission was refused (a full queue, an empty rate, too many waiters).
+    Refused(oneshot::Sender<Result<bool, CodedError>>, CodedError),
+    /// Everything applied before the barrier is stored.
+    Barrier(oneshot::Sender<()>),
+    /// A queue's pause or resume is stored.
+    QueuePaused(oneshot::Sender<bool>),
+    /// What an invocation is and how it ended (its outcome may belong to an earlier batch
+    /// still committing).
+    Peeked(oneshot::Sender<Peeked>, Peeked),
+    /// What became of a signal.
+    Signalled(oneshot::Sender<signals::Delivery>, signals::Delivery),
+    /// An operator's request about one invocation, done.
+    Controlled(
+        oneshot::Sender<Result<control::Controlled, CodedError>>,
+        control::Controlled,
+    ),
+}
+
+impl Answer {
+    /// Sends it: what it answers is stored.
+    pub(super) fn send(self) {
+        // A caller that stopped waiting is no error.
+        match self {
+            Self::Refused(reply, refused) => drop(reply.send(Err(refused))),
+            Self::Barrier(reply) => drop(reply.send(())),
+            Self::QueuePaused(reply) => drop(reply.send(true)),
+            Self::Peeked(reply, seen) => drop(reply.send(seen)),
+            Self::Signalled(reply, delivery) => drop(reply.send(delivery)),
+            Self::Controlled(reply, done) => drop(reply.send(Ok(done))),
+        }
+    }
+
+    /// The batch it belongs to was not stored: callers that take an error get `error`; the
+    /// others see their answer dropped (never a false "done").
+    pub(super) fn fail(self, error: &CodedError) {
+        match self {
+            Self::Refused(reply, _) => drop(reply.send(Err(error.clone()))),
+            Self::Controlled(reply, _) => drop(reply.send(Err(error.clone()))),
+            Self::QueuePaused(reply) => drop(reply.send(false)),
+            Self::Barrier(_) | Self::Peeked(..) | Self::Signalled(..) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::Code;
+
+    #[test]
+    fn a_failed_batch_answers_with_its_failure_never_done() {
+        let failure = CodedError::new(Code::RT0006, "the disk is full");
+        let (reply, answer) = oneshot::channel();
+        Answer::Controlled(reply, control::Controlled::Done).fail(&failure);
+        assert_eq!(
+            answer.blocking_recv().unwrap().unwrap_err().code,
+            Some(Code::RT0006)
+        );
+        let (reply, answer) = oneshot::channel();
+        Answer::QueuePaused(reply).fail(&failure);
+        assert!(!answer.blocking_recv().unwrap());
+        let (reply, mut answer) = oneshot::channel();
+        Answer::Barrier(reply).fail(&failure);
+        assert!(answer.try_recv().is_err());
+        let (reply, answer) = oneshot::channel();
+        Answer::Controlled(reply, control::Controlled::Accepted).send();
+        assert!(matches!(
+            answer.blocking_recv().unwrap(),
+            Ok(control::Controlled::Accepted)
+        ));
+    }
+}
