@@ -325,14 +325,8 @@ impl Event {
             Event::AttemptMessage { .. }
             | Event::AttemptDone { .. }
             | Event::SetObjectState { .. }
-            | Event::Counters { .. }
-            | Event::Metrics { .. }
-            | Event::Explain { .. }
             | Event::SlotsFree
             | Event::Barrier { .. }
-            | Event::Queued { .. }
-            | Event::Locks { .. }
-            | Event::Queues { .. }
             | Event::PauseQueue { .. } => None,
         }
     }

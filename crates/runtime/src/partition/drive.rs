@@ -217,43 +217,6 @@ impl Partition {
             // The batch's effects end with a dispatch, which takes the freed slots.
             Event::SlotsFree => {}
             Event::Barrier { reply } => effects.push(Effect::Answer(Answer::Barrier(reply))),
-            Event::Queued { reply } => {
-                let queued = self
-                    .live
-                    .iter()
-                    .filter(|(_, live)| live.queued)
-                    .filter_map(|(id, live)| {
-                        Some(super::QueuedEntry {
-                            queue: live.queue?,
-                            invocation: *id,
-                            attempts: live.record.attempts,
-                            created_at_ms: live.record.created_at_ms,
-                            run_at_ms: live.record.run_at_ms,
-                        })
-                    })
-                    .chain(self.dormant.iter().filter_map(|(id, d)| d.listed(*id)))
-                    .collect();
-                let _ = reply.send(queued);
-            }
-            Event::Locks { reply } => {
-                let held = self
-                    .scheduler
-                    .held_locks()
-                    .into_iter()
-                    .filter_map(|(lock, entry)| {
-                        Some(super::HeldLock {
-                            scope: lock.scope.map(|s| s.as_str().to_owned()),
-                            service: lock.service.into(),
-                            key: lock.object_key.into(),
-                            holder: *self.entries.get(&entry)?,
-                        })
-                    })
-                    .collect();
-                let _ = reply.send(held);
-            }
-            Event::Queues { reply } => {
-                let _ = reply.send(self.scheduler.queues());
-            }
             Event::PauseQueue {
                 queue,
                 pause,
@@ -270,20 +233,6 @@ impl Partition {
                 }
                 effects.push(Effect::PauseQueue(Box::new(key), pause));
                 effects.push(Effect::Answer(Answer::QueuePaused(reply)));
-            }
-            Event::Counters { reply } => {
-                let _ = reply.send(self.scheduler.counters(self.driver.now_ms()));
-            }
-            Event::Metrics { reply } => {
-                let _ = reply.send(vec![super::PartitionMetrics {
-                    admissions: self.scheduler.admissions(),
-                    paused_queues: self.scheduler.paused().count(),
-                    held_invocations: self.held.count(),
-                    held_bytes: self.held.bytes(),
-                }]);
-            }
-            Event::Explain { id, reply } => {
-                let _ = reply.send(self.waiting(id));
             }
             Event::Peek { id, reply } => {
                 let seen = match (self.live.get(&id), self.dormant.get(&id)) {

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::{admission, control, signals};
+use super::{control, signals};
 
 use crate::errors::CodedError;
 use crate::flow::scheduler::QueueId;
@@ -98,22 +98,6 @@ pub enum Event {
         /// Answered after the commit.
         reply: oneshot::Sender<Result<bool, CodedError>>,
     },
-    /// The partition's flow-control counters.
-    Counters {
-        /// Every live counter.
-        reply: oneshot::Sender<Vec<crate::flow::limiter::CounterSnapshot>>,
-    },
-    /// What `GET /metrics` reads of the partition.
-    Metrics {
-        reply: oneshot::Sender<Vec<PartitionMetrics>>,
-    },
-    /// Why a queued invocation waits.
-    Explain {
-        /// The invocation.
-        id: InvocationId,
-        /// Its queue and what blocks it; `None` when not queued.
-        reply: oneshot::Sender<Option<admission::Waiting>>,
-    },
     /// Where an invocation is, without waiting.
     Peek {
         /// The invocation.
@@ -137,21 +121,6 @@ pub enum Event {
     Barrier {
         /// Answered after that commit.
         reply: oneshot::Sender<()>,
-    },
-    /// Every invocation waiting in a scheduler queue of the partition.
-    Queued {
-        /// Answered at once.
-        reply: oneshot::Sender<Vec<QueuedEntry>>,
-    },
-    /// Every held object lock of the partition: scope, service, key, holder.
-    Locks {
-        /// Answered at once.
-        reply: oneshot::Sender<Vec<HeldLock>>,
-    },
-    /// Every scheduler queue of the partition, for introspection.
-    Queues {
-        /// Answered at once.
-        reply: oneshot::Sender<Vec<crate::flow::scheduler::QueueSnapshot>>,
     },
     /// An operator pauses (or resumes) the queue with this index; answered once stored,
     /// `false` when no such queue lives.

@@ -18,6 +18,7 @@ pub mod placement;
 pub mod posted;
 mod promises;
 mod purge;
+mod queries;
 pub mod restart;
 pub mod runtime;
 pub mod signals;
@@ -26,6 +27,7 @@ mod sim;
 mod suspended;
 
 pub use events::{Event, HeldLock, PartitionMetrics, QueuedEntry};
+pub use queries::Query;
 pub use runtime::{Receivers, Runtime};
 
 use std::cmp::Reverse;
@@ -354,7 +356,11 @@ impl Partition {
 
     /// Applies events until every sender is gone and every write set has committed; a new
     /// rule book applies the moment it arrives.
-    pub async fn run(mut self, rx: &mut mpsc::Receiver<Event>) {
+    pub async fn run(
+        mut self,
+        rx: &mut mpsc::Receiver<Event>,
+        queries: &mut mpsc::Receiver<Query>,
+    ) {
         let mut batch = Vec::with_capacity(BATCH);
         let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
         let mut open = true;
@@ -362,8 +368,17 @@ impl Partition {
         // event behind it (raised limits release queued work at once); the partition's own
         // receiver is what admission reads.
         let mut wake_on_rules = self.rules.clone();
+        let mut asking = true;
         while open || !pending.is_empty() {
+            // Reads first, between batches: an admin read never waits behind queued work.
+            while let Ok(query) = queries.try_recv() {
+                self.answer_query(query);
+            }
             tokio::select! {
+                query = queries.recv(), if asking => match query {
+                    Some(query) => self.answer_query(query),
+                    None => asking = false,
+                },
                 // Commits answer in order, so only the oldest needs watching.
                 committed = async { (&mut pending.front_mut().expect("guarded").0).await },
                     if !pending.is_empty() =>

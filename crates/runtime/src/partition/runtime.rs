@@ -27,13 +27,15 @@ const CHANNEL: usize = 16 * 1024;
 #[derive(Debug, Clone)]
 pub struct Runtime {
     senders: Arc<Vec<mpsc::Sender<Event>>>,
+    /// Each partition's reads, on a channel of their own (`super::queries`).
+    queries: Arc<Vec<mpsc::Sender<super::Query>>>,
     placement: Arc<super::placement::Placement>,
     /// Cluster mode: where partitions post to each other (their inboxes).
     outbox: Arc<std::sync::OnceLock<Arc<dyn super::posted::Outbox>>>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
-pub struct Receivers(Vec<mpsc::Receiver<Event>>);
+pub struct Receivers(Vec<(mpsc::Receiver<Event>, mpsc::Receiver<super::Query>)>);
 
 impl Runtime {
     /// A runtime of `n` partitions, not yet running.
@@ -44,10 +46,13 @@ impl Runtime {
     /// A runtime of as many partitions as `placement` has, each run where it says.
     pub fn placed(placement: super::placement::Placement) -> (Self, Receivers) {
         let n = placement.len().max(1);
-        let (senders, receivers) = (0..n).map(|_| mpsc::channel(CHANNEL)).unzip();
+        let (senders, events): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel(CHANNEL)).unzip();
+        let (queries, asked): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel(CHANNEL)).unzip();
+        let receivers = events.into_iter().zip(asked).collect();
         (
             Self {
                 senders: Arc::new(senders),
+                queries: Arc::new(queries),
                 placement: Arc::new(placement),
                 outbox: Arc::default(),
             },
@@ -275,10 +280,10 @@ impl Runtime {
     /// item of each answer with its partition's index.
     async fn gather<T>(
         &self,
-        ask: impl Fn(oneshot::Sender<Vec<T>>) -> Event,
+        ask: impl Fn(oneshot::Sender<Vec<T>>) -> super::Query,
     ) -> Result<Vec<(u64, T)>, CodedError> {
         let mut all = Vec::new();
-        for (index, sender) in self.senders.iter().enumerate() {
+        for (index, sender) in self.queries.iter().enumerate() {
             // Cluster mode: another node answers for the partitions it leads.
             if !self.placement.is_here(index) {
                 continue;
@@ -298,19 +303,19 @@ impl Runtime {
 
     /// Every partition's queued invocations, with the partition's index.
     pub async fn queued(&self) -> Result<Vec<(u64, super::QueuedEntry)>, CodedError> {
-        self.gather(|reply| Event::Queued { reply }).await
+        self.gather(|reply| super::Query::Queued { reply }).await
     }
 
     /// Every partition's held object locks, with the partition's index.
     pub async fn locks(&self) -> Result<Vec<(u64, super::HeldLock)>, CodedError> {
-        self.gather(|reply| Event::Locks { reply }).await
+        self.gather(|reply| super::Query::Locks { reply }).await
     }
 
     /// Every partition's scheduler queues, with the partition's index.
     pub async fn queues(
         &self,
     ) -> Result<Vec<(u64, crate::flow::scheduler::QueueSnapshot)>, CodedError> {
-        self.gather(|reply| Event::Queues { reply }).await
+        self.gather(|reply| super::Query::Queues { reply }).await
     }
 
     /// Pauses (or resumes) queue `queue` of partition `partition`, durably; `false` when no
@@ -341,13 +346,15 @@ impl Runtime {
 
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
-        let all = self.gather(|reply| Event::Counters { reply }).await?;
+        let all = self
+            .gather(|reply| super::Query::Counters { reply })
+            .await?;
         Ok(all.into_iter().map(|(_, counter)| counter).collect())
     }
 
     /// What `GET /metrics` reads of every partition.
     pub async fn metrics(&self) -> Result<Vec<super::PartitionMetrics>, CodedError> {
-        let all = self.gather(|reply| Event::Metrics { reply }).await?;
+        let all = self.gather(|reply| super::Query::Metrics { reply }).await?;
         Ok(all.into_iter().map(|(_, m)| m).collect())
     }
 
@@ -357,8 +364,8 @@ impl Runtime {
         id: InvocationId,
     ) -> Result<Option<super::admission::Waiting>, CodedError> {
         let (reply, answer) = oneshot::channel();
-        self.partition(id)
-            .send(Event::Explain { id, reply })
+        self.queries[self.index_of(id.partition_key())]
+            .send(super::Query::Explain { id, reply })
             .await
             .map_err(|_| Self::gone())?;
         answer.await.map_err(|_| Self::gone())
@@ -457,7 +464,7 @@ impl Runtime {
         };
         let mut handles = Vec::new();
         let mut leads = leads.map(Vec::into_iter);
-        for (index, rx) in receivers.0.into_iter().enumerate() {
+        for (index, (rx, queries)) in receivers.0.into_iter().enumerate() {
             let driver = {
                 let (runtime, client) = (self.clone(), client.clone());
                 let own = self.senders[index].clone();
@@ -478,7 +485,7 @@ impl Runtime {
                     rules: rules.cloned(),
                     purging: purging.clone(),
                 };
-                handles.push(tokio::spawn(hosted.run(rx, lead, driver, owns)));
+                handles.push(tokio::spawn(hosted.run((rx, queries), lead, driver, owns)));
                 continue;
             }
             let mut partition = Partition::new(index as u32, &shared, driver());
@@ -487,8 +494,8 @@ impl Runtime {
             }
             partition.recover(owns)?;
             handles.push(tokio::spawn(async move {
-                let mut rx = rx;
-                partition.run(&mut rx).await;
+                let (mut rx, mut queries) = (rx, queries);
+                partition.run(&mut rx, &mut queries).await;
             }));
         }
         if leads.is_none() {
@@ -542,7 +549,7 @@ struct Hosted {
 impl Hosted {
     async fn run(
         self,
-        mut rx: mpsc::Receiver<Event>,
+        (mut rx, mut queries): (mpsc::Receiver<Event>, mpsc::Receiver<super::Query>),
         mut lead: Lead,
         driver: impl Fn() -> Box<dyn super::driver::Driver>,
         owns: impl Fn(InvocationId) -> bool + Clone + Send + Sync + 'static,
@@ -555,6 +562,9 @@ impl Hosted {
                 tokio::select! {
                     biased;
                     changed = lead.changed() => if changed.is_err() { return },
+                    // Not led here: a read is answered by the leader (its sender sees the
+                    // reply dropped and asks no further).
+                    query = queries.recv() => if query.is_none() { return },
                     event = rx.recv() => match event {
                         None => return,
                         // Led from this very moment: it is the partition's.
@@ -582,7 +592,7 @@ impl Hosted {
             tracing::info!(partition = self.index, "leading the partition");
             let purger = tokio::spawn(self.purging.clone().run(writer, owns.clone()));
             let stopped = tokio::select! {
-                () = partition.run(&mut rx) => true,
+                () = partition.run(&mut rx, &mut queries) => true,
                 _ = lead.wait_for(Option::is_none) => false,
             };
             purger.abort();

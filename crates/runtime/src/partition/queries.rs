@@ -1,0 +1,98 @@
+//! Reads of a partition, apart from its commands: they come on a channel of their own that the
+//! run loop looks at first, so an admin read waits at most for the batch being applied, never
+//! behind a burst of queued work. A query changes nothing and answers at once.
+
+use tokio::sync::oneshot;
+
+use super::{HeldLock, Partition, PartitionMetrics, QueuedEntry, admission};
+use crate::ids::InvocationId;
+
+/// A read of one partition.
+#[derive(Debug)]
+pub enum Query {
+    /// The partition's flow-control counters.
+    Counters {
+        /// Every live counter.
+        reply: oneshot::Sender<Vec<crate::flow::limiter::CounterSnapshot>>,
+    },
+    /// What `GET /metrics` reads of the partition.
+    Metrics {
+        /// Its gauges and counters.
+        reply: oneshot::Sender<Vec<PartitionMetrics>>,
+    },
+    /// Why a queued invocation waits.
+    Explain {
+        /// The invocation.
+        id: InvocationId,
+        /// Its queue and what blocks it; `None` when not queued.
+        reply: oneshot::Sender<Option<admission::Waiting>>,
+    },
+    /// Every invocation waiting in a scheduler queue of the partition.
+    Queued {
+        /// Every one, live or at rest.
+        reply: oneshot::Sender<Vec<QueuedEntry>>,
+    },
+    /// Every held object lock of the partition: scope, service, key, holder.
+    Locks {
+        /// Every lock.
+        reply: oneshot::Sender<Vec<HeldLock>>,
+    },
+    /// Every scheduler queue of the partition, for introspection.
+    Queues {
+        /// Every queue.
+        reply: oneshot::Sender<Vec<crate::flow::scheduler::QueueSnapshot>>,
+    },
+}
+
+impl Partition {
+    /// Answers `query` from what the partition holds now (a caller that left is no error).
+    pub(super) fn answer_query(&mut self, query: Query) {
+        match query {
+            Query::Queued { reply } => {
+                let queued = self
+                    .live
+                    .iter()
+                    .filter(|(_, live)| live.queued)
+                    .filter_map(|(id, live)| {
+                        Some(QueuedEntry {
+                            queue: live.queue?,
+                            invocation: *id,
+                            attempts: live.record.attempts,
+                            created_at_ms: live.record.created_at_ms,
+                            run_at_ms: live.record.run_at_ms,
+                        })
+                    })
+                    .chain(self.dormant.iter().filter_map(|(id, d)| d.listed(*id)))
+                    .collect();
+                drop(reply.send(queued));
+            }
+            Query::Locks { reply } => {
+                let held = self
+                    .scheduler
+                    .held_locks()
+                    .into_iter()
+                    .filter_map(|(lock, entry)| {
+                        Some(HeldLock {
+                            scope: lock.scope.map(|s| s.as_str().to_owned()),
+                            service: lock.service.into(),
+                            key: lock.object_key.into(),
+                            holder: *self.entries.get(&entry)?,
+                        })
+                    })
+                    .collect();
+                drop(reply.send(held));
+            }
+            Query::Queues { reply } => drop(reply.send(self.scheduler.queues())),
+            Query::Counters { reply } => {
+                drop(reply.send(self.scheduler.counters(self.driver.now_ms())));
+            }
+            Query::Metrics { reply } => drop(reply.send(vec![PartitionMetrics {
+                admissions: self.scheduler.admissions(),
+                paused_queues: self.scheduler.paused().count(),
+                held_invocations: self.held.count(),
+                held_bytes: self.held.bytes(),
+            }])),
+            Query::Explain { id, reply } => drop(reply.send(self.waiting(id))),
+        }
+    }
+}
