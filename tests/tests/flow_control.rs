@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sluice_tests::{
     Sluice, TestDeployment, assert_once_but_in_flight, effects_once_quiet, effects_per_invocation,
-    peak_of, post_json,
+    get_json, peak_of, post_json,
 };
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
@@ -74,12 +74,8 @@ async fn the_rule_book_api() {
         ]))
         .await;
     assert_eq!(status, 200);
-    let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (status, listed) = get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
+    assert_eq!(status, 200, "{listed}");
     let patterns: Vec<&str> = listed["rules"]
         .as_array()
         .unwrap()
@@ -99,12 +95,7 @@ async fn the_rule_book_api() {
     .await;
     assert_eq!(status, 409, "{refused}");
     assert_eq!(refused["restate_code"], "RUL0002", "{refused}");
-    let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, listed) = get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
     assert_eq!(
         listed["rules"].as_array().unwrap().len(),
         2,
@@ -161,12 +152,7 @@ async fn the_rule_book_api() {
         .await
         .unwrap();
     assert_eq!(applied.status(), 422);
-    let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, listed) = get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
     assert!(
         listed["rules"]
             .as_array()

@@ -47,13 +47,12 @@ impl Answer {
     }
 
     /// The batch it belongs to was not stored: callers that take an error get `error`; the
-    /// others see their answer dropped (never a false "done").
+    /// others see their answer dropped (never a false "done", nor a "no such queue").
     pub(super) fn fail(self, error: &CodedError) {
         match self {
             Self::Refused(reply, _) => drop(reply.send(Err(error.clone()))),
             Self::Controlled(reply, _) => drop(reply.send(Err(error.clone()))),
-            Self::QueuePaused(reply) => drop(reply.send(false)),
-            Self::Barrier(_) | Self::Peeked(..) | Self::Signalled(..) => {}
+            Self::QueuePaused(_) | Self::Barrier(_) | Self::Peeked(..) | Self::Signalled(..) => {}
         }
     }
 }
@@ -72,9 +71,10 @@ mod tests {
             answer.blocking_recv().unwrap().unwrap_err().code,
             Some(Code::RT0006)
         );
+        // `false` would read as "no such queue" (404): the caller sees the partition gone.
         let (reply, answer) = oneshot::channel();
         Answer::QueuePaused(reply).fail(&failure);
-        assert!(!answer.blocking_recv().unwrap());
+        assert!(answer.blocking_recv().is_err());
         let (reply, mut answer) = oneshot::channel();
         Answer::Barrier(reply).fail(&failure);
         assert!(answer.try_recv().is_err());
