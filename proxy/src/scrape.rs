@@ -74,7 +74,14 @@ impl Metrics {
         flow_gauges(&counters, self.top_scopes);
         let mut admitted: HashMap<(String, &'static str), u64> = HashMap::new();
         let (mut paused, mut held, mut held_bytes) = (0, 0, 0);
+        let mut states: std::collections::BTreeMap<&'static str, (usize, u64)> =
+            std::collections::BTreeMap::new();
         for partition in &partitions {
+            for state in &partition.states {
+                let (n, bytes) = states.entry(state.state).or_default();
+                *n += state.invocations;
+                *bytes += state.bytes;
+            }
             for a in &partition.admissions {
                 *admitted
                     .entry((rule_label(a.rule.as_deref()), a.level.lower_name()))
@@ -91,6 +98,10 @@ impl Metrics {
         metrics::gauge!(names::QUEUES_PAUSED).set(paused as f64);
         metrics::gauge!(names::HELD_INVOCATIONS).set(held as f64);
         metrics::gauge!(names::HELD_MEMORY).set(held_bytes as f64);
+        for (state, (n, bytes)) in states {
+            metrics::gauge!(names::INVOCATIONS_IN_MEMORY, "state" => state).set(n as f64);
+            metrics::gauge!(names::INVOCATION_MEMORY, "state" => state).set(bytes as f64);
+        }
         for (subscription, partitions, lag) in kafka.consumer_metrics() {
             if let Some(lag) = lag {
                 metrics::gauge!(names::KAFKA_LAG, "subscription" => subscription.clone())

@@ -63,6 +63,10 @@ pub const QUEUES_PAUSED: &str = "sluice_queues_paused";
 pub const HELD_INVOCATIONS: &str = "sluice_held_invocations";
 /// Bytes of held inputs kept in memory (bounded by `worker.held-memory-budget`).
 pub const HELD_MEMORY: &str = "sluice_held_memory_bytes";
+/// Invocations in the partitions' memory, by `state` (`docs/partition.md`).
+pub const INVOCATIONS_IN_MEMORY: &str = "sluice_invocations_in_memory";
+/// Bytes the invocations in memory hold (records, journals, waits, attempts), by `state`.
+pub const INVOCATION_MEMORY: &str = "sluice_invocation_memory_bytes";
 /// Kafka partitions paused by backpressure, by `subscription`.
 pub const KAFKA_PAUSED_PARTITIONS: &str = "sluice_kafka_paused_partitions";
 /// Records behind the end of the subscription's partitions (librdkafka's consumer lag, every
@@ -174,6 +178,15 @@ pub fn describe() {
         HELD_MEMORY,
         Unit::Bytes,
         "Bytes of held inputs kept in memory."
+    );
+    describe_gauge!(
+        INVOCATIONS_IN_MEMORY,
+        "Invocations in the partitions' memory, by state."
+    );
+    describe_gauge!(
+        INVOCATION_MEMORY,
+        Unit::Bytes,
+        "Bytes the invocations in memory hold, by state."
     );
     describe_gauge!(
         KAFKA_PAUSED_PARTITIONS,

@@ -3,6 +3,7 @@
 //! lock lives from first dispatch to completion, across suspensions; waiters are FIFO) and
 //! bounds the attempts running at once. Permits are given back whenever an attempt ends.
 
+use super::phase::Run;
 use super::{Live, Partition};
 use crate::discovery::{HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};
@@ -54,8 +55,7 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if live.running
-            || live.queued
+        if matches!(live.run, Run::Running(_) | Run::Queued { .. })
             || matches!(live.record.status, Status::Completed | Status::Paused)
         {
             return;
@@ -67,8 +67,13 @@ impl Partition {
         };
         let key = queue_key(&self.registry, &live.record);
         let now = self.driver.now_ms();
-        live.queued = true;
-        live.queue = Some(self.scheduler.enqueue(&key, live.entry, kind, None, now));
+        // An attempt whose ending is stored by now (this runs after commits, or for a new
+        // invocation) gives its slots back before it queues again.
+        if let Some(permit) = live.run.settle() {
+            self.scheduler.release(permit, now);
+        }
+        let queue = self.scheduler.enqueue(&key, live.entry, kind, None, now);
+        live.run = Run::Queued { queue };
         self.just_queued.push(id);
     }
 
@@ -114,7 +119,8 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if let Some(queue) = live.queue.take() {
+        if let Some(queue) = live.run.queue() {
+            live.run = Run::IDLE;
             self.scheduler
                 .remove(queue, live.entry, self.driver.now_ms());
         }
@@ -130,23 +136,24 @@ impl Partition {
                 continue;
             };
             self.rouse(id);
+            self.observe();
             let live = self
                 .live
                 .get_mut(&id)
                 .expect("entries index live invocations");
-            live.queued = false;
-            live.queue = None;
             live.lock = admitted.lock.or(live.lock);
-            if live.running {
-                // Its attempt holds a permit already; a second would be lost.
+            if live.run.queue().is_none() {
+                // Taken out of its queue since (killed, paused): nothing to start.
                 self.scheduler.release(admitted.permit, now);
                 continue;
             }
-            live.permit = Some(admitted.permit);
-            self.start_attempt(id);
+            live.run = Run::IDLE;
+            self.start_attempt(id, admitted.permit);
+            self.observe();
         }
         self.nudge_waiting_partitions();
         self.rest_waiting();
+        self.observe();
     }
 
     /// Partitions waiting for invoker slots this one gave back poll again.
@@ -177,11 +184,9 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if live.running {
-            return;
-        }
         let now = self.driver.now_ms();
-        let permit = live.permit.take();
+        // A running attempt keeps its slots until it ends.
+        let permit = live.run.settle();
         let unlock = (live.record.status == Status::Completed)
             .then(|| live.lock.take())
             .flatten()
@@ -215,7 +220,7 @@ impl Partition {
     /// What the queued invocation `id` waits for; `None` when it is not queued.
     pub(super) fn waiting(&self, id: InvocationId) -> Option<Waiting> {
         let queue = match self.live.get(&id) {
-            Some(live) => live.queue?,
+            Some(live) => live.run.queue()?,
             None => self.dormant.get(&id)?.queue()?,
         };
         let snapshot = self

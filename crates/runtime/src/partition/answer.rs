@@ -33,6 +33,19 @@ pub(super) enum Answer {
 }
 
 impl Answer {
+    /// Its kind, for fixture tests.
+    #[cfg(test)]
+    pub(super) fn kind(&self) -> String {
+        match self {
+            Self::Refused(_, e) => format!("refused {:?}", e.code),
+            Self::Barrier(_) => "barrier".into(),
+            Self::QueuePaused(_) => "queue paused".into(),
+            Self::Peeked(_, seen) => format!("peeked (known: {})", seen.is_some()),
+            Self::Signalled(_, delivery) => format!("signalled {delivery:?}"),
+            Self::Controlled(_, done) => format!("controlled {done:?}"),
+        }
+    }
+
     /// Sends it: what it answers is stored.
     pub(super) fn send(self) {
         // A caller that stopped waiting is no error.

@@ -2,152 +2,30 @@
 //! a suspension, a retry after back-off, a pause, or the invocation's completion.
 
 use sluice_core::metrics as names;
-use std::time::Duration;
 
-use super::ending::{back_off, complete, last_output, pause};
+use super::Partition;
 use super::journal::object;
-use super::{Effect, Partition};
+use super::phase::{Attempt, Run};
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
+use crate::flow::scheduler::Permit;
 use crate::ids::InvocationId;
 use crate::invocation::store::{self};
-use crate::invocation::{Failure, LastFailure, Outcome, Status, state};
-use crate::invoker::attempt::failure_code;
-use crate::invoker::{AttemptError, AttemptRequest, Ending};
+use crate::invocation::{Status, state};
+use crate::invoker::AttemptRequest;
 use crate::protocol::proto::{self};
 use crate::protocol::{Message, ProtocolVersion};
 use crate::registry::Address;
 use crate::storage::writer::WriteSet;
 
 impl Partition {
-    /// Records how attempt `attempt` of `id` ended; false when it was not the current one.
-    pub(super) fn attempt_done(
-        &mut self,
-        id: InvocationId,
-        attempt: u32,
-        result: Result<Ending, AttemptError>,
-        writes: &mut WriteSet,
-        effects: &mut Vec<Effect>,
-    ) -> Result<bool, CodedError> {
-        let retry = self.config.worker.invoker.retry_policy.clone();
-        let now = self.driver.now_ms();
-        let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
-            return Ok(false);
-        };
-        let Some(live) = self.live.get_mut(&id) else {
-            return Ok(false);
-        };
-        if !live.running || live.attempt != attempt {
-            return Ok(false);
-        }
-        live.running = false;
-        live.outbound = None;
-        // An invocation never stored is stored now, whatever the attempt's end (its record
-        // below): at the latest with its outcome, which its caller is told only after this
-        // commit. Before the ending: a completion leaves no journal in memory.
-        super::journal::save_journal(live, writes);
-        live.record.attempts += 1;
-        if let Some(started) = live.attempt_started.take() {
-            metrics::histogram!(names::ATTEMPT_DURATION, "service" => live.record.target.service.clone())
-                .record(started.elapsed());
-        }
-        let fresh = std::mem::take(&mut live.fresh);
-        let result = match live.violation.take() {
-            // A value no record can hold would be sent again on every retry: terminal.
-            Some(violation) if violation.code == Some(crate::errors::Code::RT0031) => {
-                Ok(Ending::Failed(proto::ErrorMessage {
-                    code: 500,
-                    message: format!("[RT0031] {}", violation.message),
-                    behavior: proto::ErrorBehavior::Fail as i32,
-                    ..Default::default()
-                }))
-            }
-            Some(violation) => Err(AttemptError::from(violation)),
-            None => result,
-        };
-        if let Some((span, started)) = live.attempt_span.take()
-            && let Some(trace) = crate::spans::trace_of(&live.record)
-        {
-            let (ended, error) = match &result {
-                Ok(Ending::End) => ("completed", None),
-                Ok(Ending::Suspended(_)) => ("suspended", None),
-                Ok(Ending::Failed(e)) => ("failed", Some(format!("[{}] {}", e.code, e.message))),
-                Err(e) => ("failed", Some(e.error.to_string())),
-            };
-            crate::spans::child_of_invocation(
-                &live.record,
-                trace,
-                &format!("attempt {}", live.record.attempts),
-                span,
-                (started, std::time::SystemTime::now()),
-                vec![
-                    opentelemetry::KeyValue::new(
-                        "restate.invocation.attempt",
-                        i64::from(live.record.attempts),
-                    ),
-                    opentelemetry::KeyValue::new("sluice.attempt.outcome", ended),
-                ],
-                error,
-            );
-        }
-        match result {
-            Ok(Ending::End) => {
-                let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
-                complete(live, outcome, retention, now, writes, effects);
-            }
-            Ok(Ending::Suspended(message)) => {
-                live.record.retry_count = 0;
-                live.record.status = Status::Suspended;
-                self.suspending.push(id);
-                let awaited = Awaited::of(&message);
-                let signalled = std::mem::take(&mut live.signalled);
-                if signalled
-                    || fresh
-                        .iter()
-                        .any(|c| awaited.completions.is_empty() || awaited.completions.contains(c))
-                {
-                    effects.push(Effect::Attempt(id));
-                }
-                live.awaiting = Some(awaited);
-            }
-            Ok(Ending::Failed(error)) => {
-                let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
-                if error.behavior != proto::ErrorBehavior::Fail as i32 {
-                    retried(&failure);
-                }
-                match proto::ErrorBehavior::try_from(error.behavior) {
-                    Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
-                    Ok(proto::ErrorBehavior::Fail) => {
-                        let code = u16::try_from(error.code).unwrap_or(500);
-                        live.record.last_failure = Some(failure);
-                        let outcome = Outcome::Failure(Failure {
-                            code,
-                            message: error.message,
-                        });
-                        complete(live, outcome, retention, now, writes, effects);
-                    }
-                    _ => {
-                        let delay = error.next_retry_delay.map(Duration::from_millis);
-                        back_off(live, &retry, failure, delay, now, effects);
-                    }
-                }
-            }
-            Err(e) => {
-                let failure = LastFailure::new(e.error.code, e.error.message.clone());
-                retried(&failure);
-                back_off(live, &retry, failure, e.retry_after, now, effects);
-            }
-        }
-        store::put_record(writes, &live.record)?;
-        Ok(true)
-    }
-
     /// Starts an attempt of `id` on its (pinned) deployment.
-    pub(super) fn start_attempt(&mut self, id: InvocationId) {
+    pub(super) fn start_attempt(&mut self, id: InvocationId, permit: Permit) {
         if let Err(e) = self.wake_journal(id) {
             // The store cannot give back what it acknowledged: nothing more is safe.
             tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot read a suspended journal back");
             self.store.health().fail(e);
+            self.scheduler.release(permit, self.driver.now_ms());
             return;
         }
         let enable_v7 = self.config.experimental_enable_protocol_v7;
@@ -155,7 +33,9 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if live.running || live.record.status == Status::Completed {
+        if live.running() || live.record.status == Status::Completed {
+            // Canceled while it waited in its queue: its slots and lock go back.
+            self.scheduler.release(permit, self.driver.now_ms());
             self.settle(id);
             return;
         }
@@ -233,10 +113,10 @@ impl Partition {
             })
         });
         live.attempt += 1;
-        live.attempt_started = Some(std::time::Instant::now());
+        let mut running = Box::new(Attempt::new(permit));
         if let Some(trace) = trace {
             let now = std::time::SystemTime::now();
-            live.attempt_span = Some((attempt_span, now));
+            running.span = Some((attempt_span, now));
             if live.record.attempts == 0 && live.attempt == 1 {
                 let queued = crate::spans::at_ms(live.record.created_at_ms);
                 crate::spans::child_of_invocation(
@@ -251,11 +131,7 @@ impl Partition {
             }
         }
         metrics::counter!(names::ATTEMPTS, "service" => target.service.clone()).increment(1);
-        live.running = true;
-        live.awaiting = None;
         live.record.status = Status::Running;
-        live.fresh.clear();
-        live.signalled = false;
         // The pinned deployment must be durable before the journal grows on it, and the
         // status is what the admin API shows. The writer keeps this partition's sets in
         // order, so later batches commit after this one.
@@ -276,7 +152,8 @@ impl Partition {
         } else {
             (None, None)
         };
-        live.outbound = outbound;
+        running.outbound = outbound;
+        live.run = Run::Running(running);
         let request = request.ok_or_else(|| {
             CodedError::new(
                 Code::RT0011,
@@ -295,13 +172,6 @@ impl Partition {
     }
 }
 
-/// The completion ids a suspension waits on (empty when it names none).
-/// Counts a failed attempt that is retried or paused, by its code.
-fn retried(failure: &LastFailure) {
-    let code = failure.code.clone().unwrap_or_default();
-    metrics::counter!(names::ATTEMPT_RETRIES, "code" => code).increment(1);
-}
-
 /// What a suspended invocation waits on: a completion, a signal or a named signal that is not
 /// among them does not start an attempt (it is journaled and seen by the next one).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -315,7 +185,7 @@ pub(super) struct Awaited {
 }
 
 impl Awaited {
-    fn of(message: &Message) -> Self {
+    pub(super) fn of(message: &Message) -> Self {
         fn walk(future: &proto::Future, out: &mut Awaited) {
             out.completions
                 .extend_from_slice(&future.waiting_completions);

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use bytes::Bytes;
 use prost::Message as _;
 
+use super::phase::Run;
 use super::{Event, Live, Partition, QueuedEntry};
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{EntryId, QueueId};
@@ -138,11 +139,12 @@ impl Dormant {
     /// Whether `live` only waits for its first attempt, with nothing but its record and input.
     fn fits(live: &Live) -> bool {
         let record = &live.record;
-        let queued = live.queued && live.queue.is_some();
-        let delayed =
-            !live.queued && record.status == Status::Scheduled && record.run_at_ms.is_some();
+        // Queued, or a delayed send idle until its time; never an attempt's leftovers.
+        let queued = live.run.queue().is_some();
+        let delayed = matches!(live.run, Run::Idle { awaiting: None })
+            && record.status == Status::Scheduled
+            && record.run_at_ms.is_some();
         (queued || delayed)
-            && !live.running
             && matches!(record.status, Status::Pending | Status::Scheduled)
             && record.deployment.is_none()
             && record.protocol.is_none()
@@ -151,12 +153,7 @@ impl Dormant {
             && matches!(live.journal.as_slice(), [input] if !input.ack)
             && live.waiters.is_empty()
             && live.callers.is_empty()
-            && live.outbound.is_none()
-            && live.fresh.is_empty()
-            && live.permit.is_none()
             && live.lock.is_none()
-            && live.violation.is_none()
-            && !live.signalled
     }
 
     /// `live` at rest; it must fit. Its input stays in memory if it is queued and the budget
@@ -167,7 +164,8 @@ impl Dormant {
         let input = live.journal.into_iter().next().expect("fits: one entry");
         let len = input.payload.len() as u64;
         // Only queued inputs may stay in memory, and only within the budget.
-        let keep = live.queued && held.take(len);
+        let queue = live.run.queue();
+        let keep = queue.is_some() && held.take(len);
         let resting = Resting {
             service: record.target.service,
             handler: record.target.handler,
@@ -193,7 +191,7 @@ impl Dormant {
         held.count.fetch_add(1, Ordering::Relaxed);
         Self {
             entry: live.entry,
-            queue: live.queue,
+            queue,
             input_in_memory: if keep { len } else { 0 },
             packed: resting.encode_to_vec().into_boxed_slice(),
         }
@@ -275,8 +273,9 @@ impl Dormant {
             payload,
         };
         let mut live = Live::new(record, vec![input], self.entry);
-        live.queued = self.queue.is_some();
-        live.queue = self.queue;
+        if let Some(queue) = self.queue {
+            live.run = Run::Queued { queue };
+        }
         Ok(live)
     }
 
@@ -291,6 +290,11 @@ impl Dormant {
             created_at_ms: resting.created_at_ms,
             run_at_ms: resting.run_at_ms,
         })
+    }
+
+    /// Bytes it holds in memory: itself and its packed record (with its input, if kept).
+    pub(super) fn footprint(&self) -> u64 {
+        (std::mem::size_of::<Self>() + self.packed.len()) as u64
     }
 
     /// Its scheduler queue; `None` for a delayed send.
@@ -488,8 +492,25 @@ mod tests {
         })
         .to_frame(false);
         let mut live = Live::new(record, vec![input], 7);
-        live.queued = true;
-        live.queue = Some(scheduler.enqueue(&key, 7, EntryKind::New, None, 0));
+        live.run = Run::Queued {
+            queue: scheduler.enqueue(&key, 7, EntryKind::New, None, 0),
+        };
+        live
+    }
+
+    /// `live` with an attempt running (its permit from a scheduler of its own).
+    fn running(mut live: Live) -> Live {
+        let mut scheduler = Scheduler::new(Arc::new(RuleBook::new()), 1);
+        let key = QueueKey {
+            scope: None,
+            limit_key: None,
+            service: "Greeter".into(),
+            object_key: None,
+            priority: Default::default(),
+        };
+        scheduler.enqueue(&key, 7, EntryKind::New, None, 0);
+        let admitted = scheduler.poll_runnable(0).pop().expect("admitted");
+        live.run = Run::Running(Box::new(super::super::phase::Attempt::new(admitted.permit)));
         live
     }
 
@@ -531,7 +552,7 @@ mod tests {
         record.priority = Some(crate::flow::Priority::HIGH);
         record.trace = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
         let live = held(record.clone());
-        let (journal, queue) = (live.journal.clone(), live.queue);
+        let (journal, queue) = (live.journal.clone(), live.run.queue());
         assert!(Dormant::fits(&live));
         let (_dir, store) = scratch_store();
         let woken = Dormant::of(live, &unbounded())
@@ -539,7 +560,8 @@ mod tests {
             .unwrap();
         assert_eq!(woken.record, record);
         assert_eq!(woken.journal, journal);
-        assert_eq!((woken.queued, woken.queue, woken.entry), (true, queue, 7));
+        assert!(queue.is_some());
+        assert_eq!((woken.run.queue(), woken.entry), (queue, 7));
     }
 
     #[test]
@@ -567,8 +589,7 @@ mod tests {
     fn only_invocations_that_just_wait_rest() {
         let id = InvocationId::new(42, 7);
         let record = InvocationRecord::new(id, target(), 0);
-        let mut running = held(record.clone());
-        running.running = true;
+        let running = running(held(record.clone()));
         let mut started = held(record.clone());
         started.record.status = Status::Suspended;
         let mut awaited = held(record.clone());
@@ -576,7 +597,7 @@ mod tests {
         let mut journaled = held(record.clone());
         journaled.journal.push(journaled.journal[0].clone());
         let mut unqueued = held(record);
-        unqueued.queued = false;
+        unqueued.run = Run::IDLE;
         for live in [running, started, awaited, journaled, unqueued] {
             assert!(!Dormant::fits(&live), "{:?}", live.record.status);
         }
@@ -602,8 +623,7 @@ mod tests {
         assert_eq!(woken.record, record);
         // A delayed send never keeps its input, whatever the budget.
         let mut delayed = held(record);
-        delayed.queued = false;
-        delayed.queue = None;
+        delayed.run = Run::IDLE;
         delayed.record.status = Status::Scheduled;
         delayed.record.run_at_ms = Some(5);
         assert!(Dormant::fits(&delayed));
@@ -611,7 +631,7 @@ mod tests {
         let dormant = Dormant::of(delayed, &unbounded);
         assert_eq!(unbounded.bytes(), 0);
         let woken = dormant.wake(id, &store, &unbounded).unwrap();
-        assert!(!woken.queued);
+        assert!(woken.run.queue().is_none());
         assert_eq!(woken.journal, journal);
     }
 }

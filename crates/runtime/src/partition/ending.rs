@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message as _;
 
-use super::drive::EXPIRY;
+use super::commands::EXPIRY;
 use super::{Effect, Live, Partition};
 use crate::invocation::store::{self, Purge, Timer};
 use crate::invocation::{Failure, LastFailure, Outcome, Status, Target};

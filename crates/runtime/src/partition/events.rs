@@ -180,4 +180,18 @@ pub struct PartitionMetrics {
     pub held_invocations: usize,
     /// Bytes of held inputs in memory, across every partition.
     pub held_bytes: u64,
+    /// This partition's invocations in memory by state (`partition/phase.rs`), with the
+    /// bytes each state holds.
+    pub states: Vec<StateMemory>,
+}
+
+/// Invocations of one state in a partition's memory, and what they take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateMemory {
+    /// The state's name (`queued`, `running`, `resting`, ...).
+    pub state: &'static str,
+    /// Invocations in it.
+    pub invocations: usize,
+    /// Bytes they hold.
+    pub bytes: u64,
 }

@@ -63,9 +63,9 @@ pub(super) fn notify(
     completion: u32,
     effects: &mut Vec<Effect>,
 ) {
-    if live.running {
-        live.fresh.push(completion);
-        if live.outbound.is_some() {
+    if let Some(running) = live.run.attempt() {
+        running.fresh.push(completion);
+        if running.outbound.is_some() {
             effects.push(Effect::Deliver(
                 live.record.id,
                 live.attempt,
@@ -84,9 +84,9 @@ pub(super) fn append_signal(
     frame: Frame,
     effects: &mut Vec<Effect>,
 ) {
-    if live.running {
-        live.signalled = true;
-        if live.outbound.is_some() {
+    if let Some(running) = live.run.attempt() {
+        running.signalled = true;
+        if running.outbound.is_some() {
             effects.push(Effect::Deliver(
                 live.record.id,
                 live.attempt,
@@ -98,8 +98,12 @@ pub(super) fn append_signal(
 }
 
 /// Sends a control message to a running bidi attempt after the batch commits.
-fn reply(live: &Live, message: &Message, effects: &mut Vec<Effect>) {
-    if live.outbound.is_some() {
+fn reply(live: &mut Live, message: &Message, effects: &mut Vec<Effect>) {
+    if live
+        .run
+        .attempt()
+        .is_some_and(|running| running.outbound.is_some())
+    {
         effects.push(Effect::Deliver(
             live.record.id,
             live.attempt,
@@ -203,7 +207,9 @@ pub(super) fn journal_message(
             if ack {
                 // The SDK asked for an ack instead of the notification itself.
                 append(live, writes, done.to_frame(false));
-                live.fresh.push(completion);
+                if let Some(running) = live.run.attempt() {
+                    running.fresh.push(completion);
+                }
                 let acked =
                     Message::ProposeRunCompletionAck(proto::ProposeRunCompletionAckMessage {
                         completion_id: completion,
@@ -230,8 +236,7 @@ pub(super) fn journal_message(
         let signal = match signals::sent_by(&message) {
             Some(Ok(signal)) => Some(signal),
             Some(Err(e)) => {
-                live.violation = Some(e);
-                live.outbound = None;
+                live.violate(e);
                 return Ok(());
             }
             None => None,
@@ -241,8 +246,7 @@ pub(super) fn journal_message(
                 Some(Ok(child)) => Some(child),
                 Some(Err(e)) => {
                     // Nothing of the attempt from here on is kept; it is retried.
-                    live.violation = Some(e);
-                    live.outbound = None;
+                    live.violate(e);
                     return Ok(());
                 }
                 None => None,

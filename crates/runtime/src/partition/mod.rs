@@ -7,13 +7,15 @@ pub mod admission;
 mod answer;
 mod attempts;
 mod calls;
+mod commands;
 pub mod control;
 pub mod dormant;
-mod drive;
 pub mod driver;
+mod effect;
 mod ending;
 mod events;
 mod journal;
+pub mod phase;
 pub mod placement;
 pub mod posted;
 mod promises;
@@ -26,7 +28,8 @@ pub mod signals;
 mod sim;
 mod suspended;
 
-pub use events::{Event, HeldLock, PartitionMetrics, QueuedEntry};
+use effect::Effect;
+pub use events::{Event, HeldLock, PartitionMetrics, QueuedEntry, StateMemory};
 pub use queries::Query;
 pub use runtime::{Receivers, Runtime};
 
@@ -35,18 +38,16 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
 use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::{EntryId, LockId, Permit, QueueId, QueueKey, Scheduler};
+use crate::flow::scheduler::{EntryId, LockId, Scheduler};
 use crate::flow::slots::InvokerSlots;
 use crate::flow::{RuleBook, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{Caller, InvocationRecord, Outcome, Status};
-use crate::invoker::Outbound;
 use crate::protocol::message::Kind;
 use crate::protocol::{Frame, MessageType};
 use crate::registry::Registry;
@@ -59,83 +60,75 @@ const BATCH: usize = 256;
 /// Write sets a partition has waiting for their commit before it stops taking events.
 const IN_FLIGHT: usize = 4;
 
-/// What a batch asks to do once committed.
-enum Effect {
-    Ack(oneshot::Sender<Result<bool, CodedError>>, bool),
-    Notify(Vec<oneshot::Sender<Outcome>>, Outcome),
-    Attempt(InvocationId),
-    WakeAt(InvocationId, u64, Option<Timer>),
-    /// Bytes for the open request body of attempt `.1`, if it still runs.
-    Deliver(InvocationId, u32, Bytes),
-    /// A child invocation for its partition.
-    Child(Box<calls::Child>),
-    /// A result for the caller that waits on it.
-    CallResult(Caller, Outcome),
-    /// A signal for another invocation.
-    Signal(signals::Signal),
-    /// Cancel or kill another invocation (a child of a canceled or killed one).
-    Forward(InvocationId, control::Control),
-    /// An attempt's slots and (if it completed) its object lock go back.
-    Settle(InvocationId),
-    /// A completed invocation leaves memory (the store keeps it).
-    Evict(InvocationId),
-    /// An answer sent after the commit (it must not overtake earlier writes).
-    Answer(answer::Answer),
-    /// A queue's pause (or resume) is stored: the scheduler follows.
-    PauseQueue(Box<QueueKey>, bool),
-    /// A completed promise is stored: it leaves memory.
-    UncachePromise(Box<promises::PromiseKey>),
-}
-
 /// An invocation the partition is driving.
 #[derive(Debug)]
 struct Live {
     record: InvocationRecord,
     journal: Vec<Frame>,
     waiters: Vec<oneshot::Sender<Outcome>>,
-    running: bool,
+    /// Where it stands: idle, queued, running (with its attempt) or ending (`phase.rs`).
+    run: phase::Run,
     /// Number of the current (or last) attempt of this process.
     attempt: u32,
-    /// The open request body of a bidi attempt.
-    outbound: Option<Outbound>,
-    /// Completions journaled while the current attempt ran: if it suspends on one of them,
-    /// it may not have seen it, so it is attempted again.
-    fresh: Vec<u32>,
     /// Commands in the journal (the next command's `command_index`).
     commands: u32,
     /// Its id in the scheduler.
     entry: EntryId,
-    /// Waiting in the scheduler for an attempt.
-    queued: bool,
-    /// Slots held by the running attempt.
-    permit: Option<Permit>,
-    /// The object lock it holds until it completes.
+    /// The object lock it holds from its first admission until it completes, across
+    /// suspensions and back-offs (so not part of `run`).
     lock: Option<LockId>,
-    /// The running attempt broke a rule (say, called an unknown handler): it is failed with
-    /// this error when it ends, and nothing more of it is journaled.
-    violation: Option<CodedError>,
-    /// A signal was journaled while the current attempt ran.
-    signalled: bool,
-    /// What its suspension waits on (`None` while it runs, and after a restart: then any
-    /// signal starts an attempt).
-    awaiting: Option<attempts::Awaited>,
     /// Entries at the start of its journal that rest in the store only (`suspended.rs`);
     /// `journal` holds those after them.
     rested: u32,
-    /// Its scheduler queue while queued.
-    queue: Option<QueueId>,
     /// Callers that reached it through an idempotency key after the first one.
     callers: Vec<Caller>,
-    /// When the running attempt started (for its latency metric).
-    attempt_started: Option<std::time::Instant>,
-    /// The running attempt's span id and start, while spans are exported.
-    attempt_span: Option<([u8; 8], std::time::SystemTime)>,
     /// Not in the store yet, nor any of its journal: a call stored at the first point anything
     /// depends on it ([`journal::save`]).
     unsaved: bool,
 }
 
 impl Live {
+    /// Bytes it holds in memory: itself, its record, its journal (client bytes: the input,
+    /// outputs, state values, completions), its waits and its run phase. Each state's share
+    /// is known (`sluice_invocation_memory_bytes{state}`).
+    fn footprint(&self) -> u64 {
+        use std::mem::size_of;
+        let journal: usize = self
+            .journal
+            .iter()
+            .map(|f| size_of::<Frame>() + f.payload.len())
+            .sum();
+        let bytes = size_of::<Self>()
+            + self.record.heap_bytes()
+            + journal
+            + self.waiters.capacity() * size_of::<oneshot::Sender<Outcome>>()
+            + self.callers.capacity() * size_of::<Caller>()
+            + self.run.heap_bytes();
+        bytes as u64
+    }
+
+    fn running(&self) -> bool {
+        self.run.is_running()
+    }
+
+    /// Its running attempt if that is attempt `attempt` and it broke no rule: the one whose
+    /// messages count.
+    fn current(&mut self, attempt: u32) -> Option<&mut phase::Attempt> {
+        let number = self.attempt;
+        self.run
+            .attempt()
+            .filter(|running| number == attempt && running.violation.is_none())
+    }
+
+    /// Its running attempt broke a rule: it fails with `error` when it ends, and nothing more
+    /// of it is journaled or sent to it.
+    fn violate(&mut self, error: CodedError) {
+        if let Some(running) = self.run.attempt() {
+            running.violation = Some(error);
+            running.outbound = None;
+        }
+    }
+
     /// Adds a wait for the outcome, first pruning waits whose requester left; past `max`
     /// live ones the wait is refused (SEC0008).
     fn wait(&mut self, waiter: oneshot::Sender<Outcome>, max: usize) -> Result<(), CodedError> {
@@ -195,6 +188,9 @@ pub struct Partition {
     /// Wake-ups (delays, back-offs, timers) in time order: one heap entry each, not a task
     /// each, so 100,000 delayed sends cost a few MB.
     wakes: BinaryHeap<Reverse<(u64, InvocationId, Option<Timer>)>>,
+    /// Test builds: the states last seen, to check every move against the transition table.
+    #[cfg(test)]
+    watch: phase::Watch,
 }
 
 /// What the partitions of one process share: the store and its writer, the registry, the
@@ -271,8 +267,29 @@ impl Partition {
             entries: HashMap::new(),
             next_entry: 0,
             wakes: BinaryHeap::new(),
+            #[cfg(test)]
+            watch: phase::Watch::default(),
         }
     }
+
+    /// Test builds: checks the moves since the last look against the transition table.
+    #[cfg(test)]
+    fn observe(&mut self) {
+        let live = self
+            .live
+            .iter()
+            .map(|(id, live)| (*id, phase::state_of(live.record.status, &live.run)));
+        let resting = self
+            .dormant
+            .keys()
+            .map(|id| (*id, Ok(phase::State::Resting)));
+        let mut watch = std::mem::take(&mut self.watch);
+        watch.look(live.chain(resting));
+        self.watch = watch;
+    }
+
+    #[cfg(not(test))]
+    fn observe(&mut self) {}
 
     /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
     /// re-arms timers. Nothing acknowledged is lost.
@@ -328,6 +345,7 @@ impl Partition {
             invocations = self.live.len() + self.dormant.len(),
             "partition recovered"
         );
+        self.observe();
         self.run_effects(effects);
         Ok(())
     }
@@ -496,6 +514,7 @@ impl Partition {
             if let Err(e) = self.apply(event, &mut writes, &mut effects) {
                 applied = Err(e);
             }
+            self.observe();
             if let Some(cut_at) = cut_at
                 && applied.is_ok()
             {
@@ -522,6 +541,14 @@ impl Partition {
     fn run_effects(&mut self, effects: Vec<Effect>) {
         self.refresh_rules();
         for effect in effects {
+            self.run_effect(effect);
+            self.observe();
+        }
+        self.dispatch();
+    }
+
+    fn run_effect(&mut self, effect: Effect) {
+        {
             match effect {
                 Effect::Ack(reply, created) => {
                     let _ = reply.send(Ok(created));
@@ -594,10 +621,10 @@ impl Partition {
                     self.enqueue(id);
                 }
                 Effect::Deliver(id, attempt, bytes) => {
-                    if let Some(live) = self.live.get(&id)
-                        && live.running
+                    if let Some(live) = self.live.get_mut(&id)
                         && live.attempt == attempt
-                        && let Some(outbound) = &live.outbound
+                        && let Some(running) = live.run.attempt()
+                        && let Some(outbound) = &running.outbound
                     {
                         // A closed body is fine: the entry is journaled and replayed.
                         let _ = outbound.send(bytes);
@@ -613,7 +640,6 @@ impl Partition {
                 }
             }
         }
-        self.dispatch();
     }
 }
 
@@ -665,23 +691,13 @@ impl Live {
             record,
             journal,
             waiters: Vec::new(),
-            running: false,
+            run: phase::Run::IDLE,
             attempt: 0,
-            outbound: None,
-            fresh: Vec::new(),
             commands: u32::try_from(commands).expect("journals are shorter than 2^32"),
             entry,
-            queued: false,
-            permit: None,
             lock: None,
-            violation: None,
-            signalled: false,
-            awaiting: None,
             rested: 0,
-            queue: None,
             callers: Vec::new(),
-            attempt_started: None,
-            attempt_span: None,
             unsaved: false,
         }
     }

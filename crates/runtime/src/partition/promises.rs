@@ -210,7 +210,7 @@ impl Partition {
                 result_of(promise),
             );
             super::journal::notify(live, writes, frame, completion, effects);
-            if !live.running && live.record.status != Status::Paused {
+            if !live.running() && live.record.status != Status::Paused {
                 effects.push(Effect::Attempt(waiter));
             }
         }

@@ -4,6 +4,8 @@
 
 use tokio::sync::oneshot;
 
+use super::events::StateMemory;
+use super::phase::{self, State};
 use super::{HeldLock, Partition, PartitionMetrics, QueuedEntry, admission};
 use crate::ids::InvocationId;
 
@@ -45,6 +47,34 @@ pub enum Query {
 }
 
 impl Partition {
+    /// Invocations in memory and their bytes, per state. A live invocation in a combination
+    /// no state names (a bug the simulator looks for) counts as `running`, never lost.
+    fn memory_by_state(&self) -> Vec<StateMemory> {
+        let mut by = [(0usize, 0u64); State::ALL.len()];
+        let slot = |state: State| State::ALL.iter().position(|s| *s == state).unwrap_or(0);
+        for live in self.live.values() {
+            let state = phase::state_of(live.record.status, &live.run).unwrap_or(State::Running);
+            let (n, bytes) = &mut by[slot(state)];
+            *n += 1;
+            *bytes += live.footprint();
+        }
+        let (n, bytes) = &mut by[slot(State::Resting)];
+        for resting in self.dormant.values() {
+            *n += 1;
+            *bytes += resting.footprint();
+        }
+        State::ALL
+            .iter()
+            .zip(by)
+            .filter(|(state, _)| **state != State::Gone)
+            .map(|(state, (invocations, bytes))| StateMemory {
+                state: state.name(),
+                invocations,
+                bytes,
+            })
+            .collect()
+    }
+
     /// Answers `query` from what the partition holds now (a caller that left is no error).
     pub(super) fn answer_query(&mut self, query: Query) {
         match query {
@@ -52,10 +82,9 @@ impl Partition {
                 let queued = self
                     .live
                     .iter()
-                    .filter(|(_, live)| live.queued)
                     .filter_map(|(id, live)| {
                         Some(QueuedEntry {
-                            queue: live.queue?,
+                            queue: live.run.queue()?,
                             invocation: *id,
                             attempts: live.record.attempts,
                             created_at_ms: live.record.created_at_ms,
@@ -91,6 +120,7 @@ impl Partition {
                 paused_queues: self.scheduler.paused().count(),
                 held_invocations: self.held.count(),
                 held_bytes: self.held.bytes(),
+                states: self.memory_by_state(),
             }])),
             Query::Explain { id, reply } => drop(reply.send(self.waiting(id))),
         }

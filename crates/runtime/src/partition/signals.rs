@@ -2,15 +2,12 @@
 //! and SendSignal between invocations. A signal is a notification appended to the target's
 //! journal; a waiting target is attempted again to see it.
 
-use super::{Effect, Partition};
 use crate::errors::{Code, CodedError};
 use crate::ids::{AwakeableId, InvocationId};
-use crate::invocation::Status;
 use crate::protocol::Message;
 use crate::protocol::proto::{
     self, complete_awakeable_command_message, notification_template, send_signal_command_message,
 };
-use crate::storage::writer::WriteSet;
 
 /// A signal for an invocation.
 #[derive(Debug, Clone)]
@@ -100,7 +97,7 @@ pub enum Delivery {
 }
 
 /// The awakeable indexes already completed in `journal`, each with its notification's size.
-fn completed_awakeables(
+pub(super) fn completed_awakeables(
     journal: &[crate::protocol::Frame],
 ) -> impl Iterator<Item = (u32, usize)> + '_ {
     use prost::Message as _;
@@ -120,7 +117,7 @@ fn completed_awakeables(
 }
 
 /// About the size of `signal`'s notification as journaled: its payload, and room for the rest.
-fn signal_len(signal: &Signal) -> usize {
+pub(super) fn signal_len(signal: &Signal) -> usize {
     let payload = match &signal.result {
         notification_template::Result::Value(v) => v.content.len(),
         notification_template::Result::Failure(f) => f.message.len(),
@@ -131,83 +128,3 @@ fn signal_len(signal: &Signal) -> usize {
 
 /// The frame type of a signal notification.
 const SIGNAL_FRAME: u16 = 0xFBFF;
-
-impl Partition {
-    /// Delivers `signal` to its invocation's journal. An awakeable completes once, and an
-    /// invocation takes at most `ingress.max-awakeable-completions` of them: a client that
-    /// forges awakeable ids cannot grow a journal without bound.
-    pub(super) fn signal(
-        &mut self,
-        signal: Signal,
-        writes: &mut WriteSet,
-        effects: &mut Vec<Effect>,
-    ) -> Delivery {
-        let cap = self.config.ingress.max_awakeable_completions;
-        let Some(live) = self.live.get_mut(&signal.target) else {
-            // A completed invocation left memory but exists; it no longer listens.
-            return match self.stored(signal.target).ok().flatten() {
-                Some(_) => Delivery::Refused(format!(
-                    "invocation {} has completed: its awakeables can no longer be completed",
-                    signal.target
-                )),
-                None => Delivery::NoInvocation,
-            };
-        };
-        if live.record.status == Status::Completed {
-            return Delivery::Refused(format!(
-                "invocation {} has completed: its awakeables can no longer be completed",
-                signal.target
-            ));
-        }
-        if let notification_template::Id::SignalId(index) = signal.id
-            && index >= FIRST_AWAKEABLE_INDEX
-        {
-            let mut count = 0u32;
-            let mut bytes = signal_len(&signal);
-            for (done, len) in completed_awakeables(&live.journal) {
-                bytes = bytes.saturating_add(len);
-                if done == index {
-                    return Delivery::Refused(format!(
-                        "awakeable {index} of invocation {} was already completed: an awakeable completes once",
-                        signal.target
-                    ));
-                }
-                count = count.saturating_add(1);
-            }
-            if count >= cap {
-                return Delivery::Refused(format!(
-                    "invocation {} has taken {count} awakeable completions, the most it accepts (ingress.max-awakeable-completions)",
-                    signal.target
-                ));
-            }
-            let max_bytes = self
-                .config
-                .ingress
-                .max_awakeable_completion_bytes
-                .as_usize();
-            if bytes > max_bytes {
-                return Delivery::Refused(format!(
-                    "invocation {} would hold {bytes} bytes of awakeable completions, more than it accepts ({max_bytes}, ingress.max-awakeable-completion-bytes)",
-                    signal.target
-                ));
-            }
-        }
-        let signal_id = signal.id.clone();
-        let frame = Message::Signal(proto::NotificationTemplate {
-            id: Some(signal.id),
-            result: Some(signal.result),
-        })
-        .to_frame(false);
-        super::journal::append_signal(live, writes, frame, effects);
-        // A suspension that does not wait on it stays suspended: forged completions of
-        // awakeables nobody awaits cannot make it replay its journal again and again.
-        let awaited = live
-            .awaiting
-            .as_ref()
-            .is_none_or(|waits| waits.wants(&signal_id));
-        if !live.running && live.record.status != Status::Paused && awaited {
-            effects.push(Effect::Attempt(signal.target));
-        }
-        Delivery::Delivered
-    }
-}

@@ -21,7 +21,7 @@ impl Partition {
             let Some(live) = self.live.get_mut(&id) else {
                 continue;
             };
-            if live.running
+            if live.running()
                 || live.unsaved
                 || live.record.status != Status::Suspended
                 || live.journal.is_empty()

@@ -213,6 +213,29 @@ impl ListedRecord {
 }
 
 impl InvocationRecord {
+    /// Bytes its fields hold on the heap (names, keys, the outcome, the last failure): with
+    /// `size_of::<InvocationRecord>()`, what it takes in memory.
+    pub fn heap_bytes(&self) -> usize {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let outcome = match &self.outcome {
+            Some(Outcome::Value(bytes)) => bytes.len(),
+            Some(Outcome::Failure(f)) => f.message.len(),
+            None => 0,
+        };
+        let failure = self.last_failure.as_ref().map_or(0, |f| {
+            f.message.len() + f.code.as_ref().map_or(0, String::len)
+        });
+        self.target.service.len()
+            + self.target.handler.len()
+            + text(&self.target.key)
+            + outcome
+            + failure
+            + self.scope.as_ref().map_or(0, |s| s.as_str().len())
+            + self.limit_key.as_ref().map_or(0, |k| k.as_str().len())
+            + text(&self.idempotency_key)
+            + text(&self.trace)
+    }
+
     /// The record's stored bytes ([`crate::encoding`]).
     pub fn encode(&self) -> Vec<u8> {
         crate::encoding::encode(self).expect("a record always encodes")

@@ -107,11 +107,10 @@ impl World {
             .take(8)
         {
             out += &format!(
-                "{id} {:?} status {:?} running {} queued {} attempts {} journal {} waiting {:?}\n",
+                "{id} {:?} status {:?} run {:?} attempts {} journal {} waiting {:?}\n",
                 live.record.target,
                 live.record.status,
-                live.running,
-                live.queued,
+                live.run,
                 live.record.attempts,
                 live.journal.len(),
                 partition.waiting(*id)
@@ -123,13 +122,7 @@ impl World {
             out += &format!(
                 "lock {:?} held by {holder:?}: {:?}\n",
                 lock.object_key,
-                live.map(|l| (
-                    l.record.status,
-                    l.running,
-                    l.queued,
-                    l.record.attempts,
-                    l.lock.is_some()
-                ))
+                live.map(|l| (l.record.status, &l.run, l.record.attempts, l.lock.is_some()))
             );
         }
         out += &format!(

@@ -145,7 +145,7 @@ impl World {
         );
     }
 
-    /// An operator kills, pauses or resumes an invocation.
+    /// An operator kills, pauses or resumes an invocation, or a client attaches to it.
     pub(super) fn control(&mut self) {
         let Some(id) = self
             .acked
@@ -155,10 +155,17 @@ impl World {
         else {
             return;
         };
-        let op = match self.rng.below(10) {
-            0 => Control::Kill,
-            1..=4 => Control::Pause,
-            _ => Control::Resume,
+        let op = match self.rng.below(12) {
+            0..=1 => Control::Kill,
+            2..=4 => Control::Pause,
+            5..=9 => Control::Resume,
+            // A client attaches to its outcome (the admin API's attach): a waiter on an
+            // invocation that may be delayed, queued or at rest.
+            _ => {
+                let (reply, attached) = oneshot::channel();
+                self.node().attaches.push((id, attached));
+                return self.deliver(vec![Event::Await { id, reply }], false);
+            }
         };
         let (reply, _) = oneshot::channel();
         self.deliver(vec![Event::Control { id, op, reply }], false);

@@ -112,6 +112,7 @@ impl World {
             pending: VecDeque::new(),
             replies: Vec::new(),
             calls: Vec::new(),
+            attaches: Vec::new(),
             attempts: Vec::new(),
         });
         // Nothing acknowledged is missing from the store.
@@ -236,6 +237,17 @@ impl World {
             }
         }
         self.node().replies = waiting;
+        // An attach answered: its outcome is awaited like a call's.
+        let attaches = std::mem::take(&mut self.node().attaches);
+        for (id, mut attached) in attaches {
+            match attached.try_recv() {
+                Ok(Ok(outcome)) => self.node().calls.push((id, outcome)),
+                Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    self.node().attaches.push((id, attached))
+                }
+            }
+        }
         let calls = std::mem::take(&mut self.node().calls);
         let mut waiting = Vec::new();
         for (id, mut outcome) in calls {
@@ -284,6 +296,8 @@ impl World {
         // Purged once its retention was up, an id may be created anew.
         if created && self.purged.remove(&id) {
             acked.created = 0;
+            // An attach may have seen the purged run's outcome; the new run has its own.
+            self.answered.remove(&id);
         }
         acked.created += u32::from(created);
         acked.acks += 1;
@@ -300,7 +314,7 @@ impl World {
         node.partition
             .live
             .get(&id)
-            .is_some_and(|live| live.running && live.attempt == attempt)
+            .is_some_and(|live| live.running() && live.attempt == attempt)
     }
 
     /// A new invocation of `s1` was admitted now: no window may hold more admissions than the

@@ -1,0 +1,148 @@
+//! Attempt end: how the current attempt ended decides the invocation's next state: completed
+//! with its outcome (an end, or a terminal failure), suspended (attempted again at once if a
+//! completion or signal it waits on came while it ran), backing off for a retry, or paused
+//! past its retries. The attempt's slots go back once this is stored (`Effect::Settle`).
+
+use std::time::Duration;
+
+use super::super::Partition;
+use super::super::attempts::Awaited;
+use super::super::effect::Effect;
+use super::super::ending::{back_off, complete, last_output, pause};
+use crate::errors::CodedError;
+use crate::ids::InvocationId;
+use crate::invocation::store;
+use crate::invocation::{Failure, LastFailure, Outcome, Status};
+use crate::invoker::attempt::failure_code;
+use crate::invoker::{AttemptError, Ending};
+use crate::protocol::proto;
+use crate::storage::writer::WriteSet;
+use sluice_core::metrics as names;
+
+impl Partition {
+    /// Records how attempt `attempt` of `id` ended; false when it was not the current one.
+    pub(in super::super) fn attempt_done(
+        &mut self,
+        id: InvocationId,
+        attempt: u32,
+        result: Result<Ending, AttemptError>,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<bool, CodedError> {
+        let retry = self.config.worker.invoker.retry_policy.clone();
+        let now = self.driver.now_ms();
+        let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
+            return Ok(false);
+        };
+        let Some(live) = self.live.get_mut(&id) else {
+            return Ok(false);
+        };
+        if live.attempt != attempt {
+            return Ok(false);
+        }
+        let Some(ended) = live.run.end() else {
+            return Ok(false);
+        };
+        // An invocation never stored is stored now, whatever the attempt's end (its record
+        // below): at the latest with its outcome, which its caller is told only after this
+        // commit. Before the ending: a completion leaves no journal in memory.
+        super::super::journal::save_journal(live, writes);
+        live.record.attempts += 1;
+        metrics::histogram!(names::ATTEMPT_DURATION, "service" => live.record.target.service.clone())
+            .record(ended.started.elapsed());
+        let fresh = ended.fresh;
+        let result = match ended.violation {
+            // A value no record can hold would be sent again on every retry: terminal.
+            Some(violation) if violation.code == Some(crate::errors::Code::RT0031) => {
+                Ok(Ending::Failed(proto::ErrorMessage {
+                    code: 500,
+                    message: format!("[RT0031] {}", violation.message),
+                    behavior: proto::ErrorBehavior::Fail as i32,
+                    ..Default::default()
+                }))
+            }
+            Some(violation) => Err(AttemptError::from(violation)),
+            None => result,
+        };
+        if let Some((span, started)) = ended.span
+            && let Some(trace) = crate::spans::trace_of(&live.record)
+        {
+            let (ended, error) = match &result {
+                Ok(Ending::End) => ("completed", None),
+                Ok(Ending::Suspended(_)) => ("suspended", None),
+                Ok(Ending::Failed(e)) => ("failed", Some(format!("[{}] {}", e.code, e.message))),
+                Err(e) => ("failed", Some(e.error.to_string())),
+            };
+            crate::spans::child_of_invocation(
+                &live.record,
+                trace,
+                &format!("attempt {}", live.record.attempts),
+                span,
+                (started, std::time::SystemTime::now()),
+                vec![
+                    opentelemetry::KeyValue::new(
+                        "restate.invocation.attempt",
+                        i64::from(live.record.attempts),
+                    ),
+                    opentelemetry::KeyValue::new("sluice.attempt.outcome", ended),
+                ],
+                error,
+            );
+        }
+        match result {
+            Ok(Ending::End) => {
+                let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
+                complete(live, outcome, retention, now, writes, effects);
+            }
+            Ok(Ending::Suspended(message)) => {
+                live.record.retry_count = 0;
+                live.record.status = Status::Suspended;
+                self.suspending.push(id);
+                let awaited = Awaited::of(&message);
+                if ended.signalled
+                    || fresh
+                        .iter()
+                        .any(|c| awaited.completions.is_empty() || awaited.completions.contains(c))
+                {
+                    effects.push(Effect::Attempt(id));
+                }
+                live.run.await_on(awaited);
+            }
+            Ok(Ending::Failed(error)) => {
+                let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
+                if error.behavior != proto::ErrorBehavior::Fail as i32 {
+                    retried(&failure);
+                }
+                match proto::ErrorBehavior::try_from(error.behavior) {
+                    Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
+                    Ok(proto::ErrorBehavior::Fail) => {
+                        let code = u16::try_from(error.code).unwrap_or(500);
+                        live.record.last_failure = Some(failure);
+                        let outcome = Outcome::Failure(Failure {
+                            code,
+                            message: error.message,
+                        });
+                        complete(live, outcome, retention, now, writes, effects);
+                    }
+                    _ => {
+                        let delay = error.next_retry_delay.map(Duration::from_millis);
+                        back_off(live, &retry, failure, delay, now, effects);
+                    }
+                }
+            }
+            Err(e) => {
+                let failure = LastFailure::new(e.error.code, e.error.message.clone());
+                retried(&failure);
+                back_off(live, &retry, failure, e.retry_after, now, effects);
+            }
+        }
+        store::put_record(writes, &live.record)?;
+        Ok(true)
+    }
+}
+
+/// Counts a failed attempt that is retried or paused, by its code.
+fn retried(failure: &LastFailure) {
+    let code = failure.code.clone().unwrap_or_default();
+    metrics::counter!(names::ATTEMPT_RETRIES, "code" => code).increment(1);
+}

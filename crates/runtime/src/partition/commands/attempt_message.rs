@@ -1,0 +1,73 @@
+//! Attempt message: one message of a running attempt. Only the current attempt's count, and
+//! none after it broke a rule. A message is checked (a promise command's target, in cluster
+//! mode its size against a log record's), journaled with what it asks for answered
+//! (`journal.rs`), and a promise command then settles or waits on its promise.
+
+use super::super::Partition;
+use super::super::effect::Effect;
+use super::super::journal::{Reads, journal_message, needs_saved, save};
+use super::super::promises;
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::protocol::Message;
+use crate::storage::writer::WriteSet;
+
+/// RT0031: a message of `len` bytes from a deployment, over the `limit` a log record allows.
+pub(in super::super) fn too_large_for_a_record(len: usize, limit: usize) -> CodedError {
+    CodedError::new(
+        Code::RT0031,
+        format!(
+            "the handler sent a value of {len} bytes; in cluster mode one value may be at most {limit} bytes ({})",
+            crate::config::RECORD_VALUE_RULE
+        ),
+    )
+}
+
+impl Partition {
+    pub(in super::super) fn attempt_message(
+        &mut self,
+        id: InvocationId,
+        attempt: u32,
+        message: Message,
+        ack: bool,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), CodedError> {
+        let promise = promises::is_promise_command(&message).then(|| message.clone());
+        let checked = match (&promise, self.live.get(&id)) {
+            (Some(_), Some(live)) => self.check_promise_target(&live.record.target),
+            _ => Ok(()),
+        };
+        if let Some(live) = self.live.get_mut(&id)
+            && live.current(attempt).is_some()
+        {
+            // Cluster mode: a value no log record can hold fails the invocation
+            // (RT0031), never the partition's next write.
+            let checked = checked.and_then(|()| match self.config.record_value_limit() {
+                Some(limit) => match message.encoded_len() {
+                    len if len > limit => Err(too_large_for_a_record(len, limit)),
+                    _ => Ok(()),
+                },
+                None => Ok(()),
+            });
+            if let Err(e) = checked {
+                live.violate(e);
+                return Ok(());
+            }
+            if live.unsaved && needs_saved(&message, ack) {
+                save(live, writes)?;
+            }
+            let reads = Reads {
+                store: &self.store,
+                registry: &self.registry,
+                flow_control: self.config.flow_control_enabled(),
+                now: self.driver.now_ms(),
+            };
+            journal_message(&reads, live, writes, message, ack, effects)?;
+            if let Some(promise) = promise {
+                self.promise_command(id, &promise, writes, effects)?;
+            }
+        }
+        Ok(())
+    }
+}

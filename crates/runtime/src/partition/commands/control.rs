@@ -1,0 +1,186 @@
+//! Control: an operator's cancel, kill, pause, resume, purge or purge-journal of one
+//! invocation (the operations: `partition/control.rs`). Killing or canceling reaches the
+//! invocations it called too; stopping a running attempt leaves its slots held until that is
+//! stored.
+
+use super::super::control::{Control, Controlled};
+use super::super::effect::Effect;
+use super::super::{Live, Partition};
+use crate::errors::CodedError;
+use crate::ids::InvocationId;
+use crate::invocation::store;
+use crate::invocation::{Failure, Outcome, Status};
+use crate::protocol::Message;
+use crate::protocol::proto::{self, notification_template};
+use crate::storage::writer::WriteSet;
+
+/// Built-in signal id of CANCEL.
+const CANCEL_SIGNAL: u32 = 1;
+
+impl Partition {
+    pub(in super::super) fn control(
+        &mut self,
+        id: InvocationId,
+        op: Control,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Controlled, CodedError> {
+        let now = self.driver.now_ms();
+        let children = if matches!(op, Control::Cancel | Control::Kill) {
+            called_children(self, id)
+        } else {
+            Vec::new()
+        };
+        if !self.live.contains_key(&id) {
+            // Completed invocations leave memory; the store still knows them.
+            return Ok(match self.stored(id)? {
+                None => Controlled::NotFound,
+                Some(_) if op == Control::Purge => {
+                    store::delete_invocation(writes, id);
+                    Controlled::Done
+                }
+                Some(_) if op == Control::PurgeJournal => {
+                    store::delete_journal(writes, id);
+                    Controlled::Done
+                }
+                Some(_) => Controlled::Conflict(format!(
+                    "invocation {id} is already completed; only purge and purge-journal apply to it"
+                )),
+            });
+        }
+        let retention = self
+            .live
+            .get(&id)
+            .map(|live| self.retention(&live.record.target));
+        let (Some(live), Some(retention)) = (self.live.get_mut(&id), retention) else {
+            return Ok(Controlled::NotFound);
+        };
+        let completed = live.record.status == Status::Completed;
+        let answer = match op {
+            Control::Purge if !completed => Controlled::Conflict(format!(
+                "invocation {id} is not yet completed; cancel or kill it first, then purge"
+            )),
+            Control::Purge => {
+                store::delete_invocation(writes, id);
+                let entry = live.entry;
+                self.live.remove(&id);
+                self.entries.remove(&entry);
+                return Ok(Controlled::Done);
+            }
+            Control::PurgeJournal if !completed => Controlled::Conflict(format!(
+                "invocation {id} is not yet completed; only a completed invocation's journal can be purged"
+            )),
+            Control::PurgeJournal => {
+                // A retained result (idempotency key, workflow run) stays answerable: it is
+                // the record's outcome, not the journal.
+                store::delete_journal(writes, id);
+                live.journal = Vec::new();
+                return Ok(Controlled::Done);
+            }
+            _ if completed => Controlled::Conflict(format!(
+                "invocation {id} is already completed; only purge and purge-journal apply to it"
+            )),
+            Control::Cancel => {
+                // Cancellation reaches the children it waits on, too.
+                for child in &children {
+                    effects.push(Effect::Forward(*child, Control::Cancel));
+                }
+                let signal = Message::Signal(proto::NotificationTemplate {
+                    id: Some(notification_template::Id::SignalId(CANCEL_SIGNAL)),
+                    result: Some(notification_template::Result::Void(proto::Void {})),
+                });
+                signal_live(live, writes, signal, effects);
+                Controlled::Accepted
+            }
+            Control::Kill => {
+                // Children it called (not one-way sends) are killed with it.
+                for child in &children {
+                    effects.push(Effect::Forward(*child, Control::Kill));
+                }
+                stop_attempt(live);
+                live.record.last_failure = None;
+                super::super::ending::complete(
+                    live,
+                    Outcome::Failure(Failure {
+                        code: 409,
+                        message: "killed".into(),
+                    }),
+                    retention,
+                    now,
+                    writes,
+                    effects,
+                );
+                Controlled::Done
+            }
+            Control::Pause => {
+                let was_running = stop_attempt(live);
+                live.record.status = Status::Paused;
+                live.record.run_at_ms = None;
+                if was_running {
+                    Controlled::Accepted
+                } else {
+                    Controlled::Done
+                }
+            }
+            Control::Resume => {
+                if live.record.status == Status::Paused || live.record.status == Status::BackingOff
+                {
+                    live.record.status = if live.started() {
+                        Status::Suspended
+                    } else {
+                        Status::Pending
+                    };
+                    live.record.run_at_ms = None;
+                    live.record.retry_count = 0;
+                    effects.push(Effect::Attempt(id));
+                }
+                Controlled::Done
+            }
+        };
+        if matches!(answer, Controlled::Conflict(_)) {
+            return Ok(answer);
+        }
+        store::put_record(writes, &live.record)?;
+        if live.run.queue().is_some() && op != Control::Cancel && op != Control::Resume {
+            self.scheduler_forget(id);
+        }
+        effects.push(Effect::Settle(id));
+        Ok(answer)
+    }
+}
+
+/// The invocations `id` called and that may still run (one-way sends are not its children).
+fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId> {
+    let Some(live) = partition.live.get(&id) else {
+        return Vec::new();
+    };
+    if live.record.status == Status::Completed {
+        return Vec::new();
+    }
+    let flow_control = partition.config.flow_control_enabled();
+    super::super::calls::children_in(
+        &partition.registry,
+        flow_control,
+        &live.record,
+        &live.journal,
+        partition.driver.now_ms(),
+    )
+    .into_iter()
+    .filter(|child| child.record.caller.is_some_and(|c| c.id == id))
+    .map(|child| child.record.id)
+    .collect()
+}
+
+/// Appends a signal; a waiting invocation is attempted again to see it.
+fn signal_live(live: &mut Live, writes: &mut WriteSet, signal: Message, effects: &mut Vec<Effect>) {
+    super::super::journal::append_signal(live, writes, signal.to_frame(false), effects);
+    if !live.running() && live.record.status != Status::Paused {
+        effects.push(Effect::Attempt(live.record.id));
+    }
+}
+
+/// Stops the running attempt, if any (its later messages and ending are ignored); true if
+/// there was one.
+fn stop_attempt(live: &mut Live) -> bool {
+    live.run.stop()
+}

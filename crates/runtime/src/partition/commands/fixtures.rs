@@ -1,0 +1,449 @@
+//! Fixture tests of the command handlers: given an invocation in a state and a command, exactly
+//! these effects and this next state. The narrow handlers (a call's result, a timer, object
+//! state) are given a bare `Live`; the others a real partition over a scratch store, whose
+//! effects are run after each commit as the run loop runs them.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::super::control::{Control, Controlled};
+use super::super::driver::{Driver, Started};
+use super::super::effect::Effect;
+use super::super::phase::{Attempt, Run, State, state_of};
+use super::super::{Event, Live, Partition, Shared};
+use super::{call_result, object_state, wake};
+use crate::config::Config;
+use crate::discovery::manifest::Manifest;
+use crate::discovery::{Discovered, HttpVersion};
+use crate::flow::RuleBook;
+use crate::flow::scheduler::{EntryKind, QueueKey, Scheduler};
+use crate::ids::InvocationId;
+use crate::invocation::new::{Identity, NewInvocation};
+use crate::invocation::store::Timer;
+use crate::invocation::{Failure, InvocationRecord, Outcome, Status, Target};
+use crate::invoker::Ending;
+use crate::protocol::{Frame, Message, proto};
+use crate::registry::{Registration, Registry};
+use crate::storage::Store;
+use crate::storage::writer::{Flusher, WriteSet, Writer};
+
+const NOW: u64 = 1_800_000_000_000;
+
+/// A driver that records what the partition asks of it.
+#[derive(Default, Clone)]
+struct Recording {
+    started: Arc<Mutex<Vec<Started>>>,
+    posted: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Driver for Recording {
+    fn now_ms(&self) -> u64 {
+        NOW
+    }
+
+    fn start(&self, attempt: Started) {
+        self.started.lock().unwrap().push(attempt);
+    }
+
+    fn post(&self, _id: InvocationId, event: Event) {
+        self.posted.lock().unwrap().push(event);
+    }
+
+    fn nudge(&self, _waiting: u64, _from: u32) {}
+}
+
+fn briefs(effects: &[Effect]) -> Vec<String> {
+    effects.iter().map(Effect::brief).collect()
+}
+
+fn target() -> Target {
+    Target {
+        service: "Svc".into(),
+        handler: "run".into(),
+        key: None,
+    }
+}
+
+fn input() -> Frame {
+    Message::Input(proto::InputCommandMessage {
+        headers: Vec::new(),
+        value: Some(proto::Value {
+            content: Bytes::from_static(b"\"in\""),
+        }),
+        name: String::new(),
+    })
+    .to_frame(false)
+}
+
+fn new_record(seed: u128) -> InvocationRecord {
+    NewInvocation::new(
+        target(),
+        Identity::Derived {
+            uuid: seed,
+            partition: Some(0),
+        },
+    )
+    .into_record(NOW)
+}
+
+/// A real partition over a scratch store with one deployment (`Svc/run`, `Obj/add`).
+struct Bench {
+    _dir: tempfile::TempDir,
+    partition: Partition,
+    flusher: Flusher,
+    driver: Recording,
+}
+
+impl Bench {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
+        let manifest = serde_json::json!({
+            "protocolMode": "REQUEST_RESPONSE", "minProtocolVersion": 5, "maxProtocolVersion": 6,
+            "services": [
+                {"name": "Svc", "ty": "SERVICE", "handlers": [{"name": "run"}]},
+                {"name": "Obj", "ty": "VIRTUAL_OBJECT", "handlers": [{"name": "add"}]}
+            ]
+        });
+        let found = Discovered {
+            manifest: Manifest::parse(manifest.to_string().as_bytes()).unwrap(),
+            manifest_version: 3,
+            http_version: HttpVersion::Http2,
+            sdk_version: None,
+        };
+        registry
+            .register(found, Registration::new("http://127.0.0.1:9080/"), NOW)
+            .unwrap();
+        let (writer, flusher) = Writer::manual(Arc::clone(&store));
+        let shared = Shared::new(store, writer, registry, Arc::new(Config::default()));
+        let driver = Recording::default();
+        let partition = Partition::new(0, &shared, Box::new(driver.clone()));
+        Self {
+            _dir: dir,
+            partition,
+            flusher,
+            driver,
+        }
+    }
+
+    /// Applies `event` as a batch of one, commits it and runs its effects (then a dispatch, as
+    /// the run loop does): what the handler asked for.
+    fn apply(&mut self, event: Event) -> Vec<String> {
+        let mut writes = WriteSet::default();
+        let mut effects = Vec::new();
+        self.partition
+            .apply(event, &mut writes, &mut effects)
+            .expect("the command applies");
+        // As `apply_batch` does: every move is checked against the transition table.
+        self.partition.observe();
+        let asked = briefs(&effects);
+        drop(self.partition.writer.commit(writes));
+        self.flusher.flush();
+        self.partition.run_effects(effects);
+        asked
+    }
+
+    fn state(&self, id: InvocationId) -> State {
+        match (
+            self.partition.live.get(&id),
+            self.partition.dormant.get(&id),
+        ) {
+            (Some(live), _) => state_of(live.record.status, &live.run).unwrap(),
+            (None, Some(_)) => State::Resting,
+            (None, None) => State::Gone,
+        }
+    }
+
+    fn submit(&mut self, record: InvocationRecord) -> Vec<String> {
+        let (reply, _) = oneshot::channel();
+        self.apply(Event::Submit {
+            record: Box::new(record),
+            input: input(),
+            reply: Some(reply),
+            call: None,
+        })
+    }
+
+    fn control(&mut self, id: InvocationId, op: Control) -> Vec<String> {
+        let (reply, _) = oneshot::channel();
+        self.apply(Event::Control { id, op, reply })
+    }
+
+    /// The attempts started since the last look.
+    fn started(&self) -> Vec<(InvocationId, u32)> {
+        std::mem::take(&mut *self.driver.started.lock().unwrap())
+            .into_iter()
+            .map(|s| (s.id, s.attempt))
+            .collect()
+    }
+}
+
+/// A bare invocation with `status`, idle.
+fn live(status: Status) -> Live {
+    let mut record = new_record(7);
+    record.status = status;
+    Live::new(record, vec![input()], 1)
+}
+
+/// A bare invocation with an attempt running (bidi when `bidi`), its permit from a scheduler
+/// of its own.
+fn running(bidi: bool) -> Live {
+    let mut live = live(Status::Running);
+    let mut scheduler = Scheduler::new(Arc::new(RuleBook::new()), 1);
+    let key = QueueKey {
+        scope: None,
+        limit_key: None,
+        service: "Svc".into(),
+        object_key: None,
+        priority: Default::default(),
+    };
+    scheduler.enqueue(&key, 1, EntryKind::New, None, 0);
+    let admitted = scheduler.poll_runnable(0).pop().expect("admitted");
+    let mut attempt = Attempt::new(admitted.permit);
+    if bidi {
+        attempt.outbound = Some(tokio::sync::mpsc::unbounded_channel().0);
+    }
+    live.attempt = 1;
+    live.run = Run::Running(Box::new(attempt));
+    live
+}
+
+fn value(bytes: &'static [u8]) -> Outcome {
+    Outcome::Value(bytes.to_vec())
+}
+
+#[test]
+fn a_call_result_wakes_a_suspended_caller() {
+    let mut caller = live(Status::Suspended);
+    let (mut writes, mut effects) = (WriteSet::default(), Vec::new());
+    call_result::call_result(&mut caller, 3, value(b"42"), &mut writes, &mut effects);
+    assert_eq!(briefs(&effects), ["attempt"]);
+    assert_eq!(caller.journal.len(), 2, "the completion is journaled");
+    assert_eq!(writes.len(), 1);
+    // Delivered again after a failover: journaled once, nothing more happens.
+    let mut effects = Vec::new();
+    call_result::call_result(&mut caller, 3, value(b"42"), &mut writes, &mut effects);
+    assert!(effects.is_empty());
+    assert_eq!(caller.journal.len(), 2);
+}
+
+#[test]
+fn a_call_result_reaches_a_running_bidi_attempt_and_no_new_attempt_starts() {
+    let mut caller = running(true);
+    let (mut writes, mut effects) = (WriteSet::default(), Vec::new());
+    call_result::call_result(&mut caller, 3, value(b"42"), &mut writes, &mut effects);
+    assert_eq!(briefs(&effects), ["deliver to attempt 1"]);
+    let Run::Running(attempt) = &caller.run else {
+        panic!("still running")
+    };
+    assert_eq!(attempt.fresh, [3], "a suspension on it is attempted again");
+}
+
+#[test]
+fn a_call_result_for_a_paused_or_completed_caller_starts_nothing() {
+    let mut paused = live(Status::Paused);
+    let (mut writes, mut effects) = (WriteSet::default(), Vec::new());
+    call_result::call_result(&mut paused, 3, value(b"1"), &mut writes, &mut effects);
+    assert!(effects.is_empty());
+    assert_eq!(paused.journal.len(), 2, "journaled for when it is resumed");
+    let mut done = live(Status::Completed);
+    call_result::call_result(&mut done, 3, value(b"1"), &mut writes, &mut effects);
+    assert!(effects.is_empty());
+    assert_eq!(
+        done.journal.len(),
+        1,
+        "a completed invocation takes nothing"
+    );
+}
+
+#[test]
+fn a_sleep_timer_completes_its_sleep_and_wakes_the_sleeper() {
+    let mut sleeper = live(Status::Suspended);
+    let timer = Timer {
+        at_ms: NOW,
+        invocation: sleeper.record.id,
+        completion: 2,
+    };
+    let (mut writes, mut effects) = (WriteSet::default(), Vec::new());
+    wake::timer_fired(&mut sleeper, Some(timer), &mut writes, &mut effects);
+    assert_eq!(briefs(&effects), ["attempt"]);
+    assert_eq!(sleeper.journal.len(), 2);
+    assert_eq!(
+        writes.len(),
+        2,
+        "the timer's row goes, the completion comes"
+    );
+    // A delayed send's time: no completion, an attempt.
+    let mut delayed = live(Status::Scheduled);
+    let mut effects = Vec::new();
+    wake::timer_fired(&mut delayed, None, &mut writes, &mut effects);
+    assert_eq!(briefs(&effects), ["attempt"]);
+}
+
+#[test]
+fn setting_object_state_is_its_writes_and_an_ack() {
+    let (reply, _) = oneshot::channel();
+    let mut writes = WriteSet::default();
+    let state = [
+        (Bytes::from_static(b"a"), Bytes::from_static(b"1")),
+        (Bytes::from_static(b"b"), Bytes::from_static(b"2")),
+    ];
+    let effect = object_state::set_object_state("Obj", "k", &state, reply, &mut writes);
+    assert_eq!(effect.brief(), "ack: created");
+    assert!(writes.len() >= 2, "both values are written");
+}
+
+#[test]
+fn a_submission_is_stored_then_queued_then_admitted() {
+    let mut bench = Bench::new();
+    let record = new_record(1);
+    let id = record.id;
+    assert_eq!(bench.submit(record.clone()), ["attempt", "ack: created"]);
+    // After its commit it was queued and, with slots free, admitted at once.
+    assert_eq!(bench.state(id), State::Running);
+    assert_eq!(bench.started(), [(id, 1)]);
+    // The same id again: answered from what exists, nothing else.
+    assert_eq!(bench.submit(record), ["ack: exists"]);
+    assert_eq!(bench.state(id), State::Running);
+    assert!(bench.started().is_empty());
+}
+
+#[test]
+fn an_attempts_end_moves_it_on_and_gives_its_slots_back_after_the_commit() {
+    let mut bench = Bench::new();
+    let record = new_record(2);
+    let id = record.id;
+    bench.submit(record);
+    assert_eq!(bench.started(), [(id, 1)]);
+    // A failure to retry: backing off, a wake-up at its back-off, the slots back.
+    let failed = Event::AttemptDone {
+        id,
+        attempt: 1,
+        result: Ok(Ending::Failed(proto::ErrorMessage {
+            code: 500,
+            message: "boom".into(),
+            ..Default::default()
+        })),
+    };
+    let asked = bench.apply(failed);
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(asked[0].starts_with("wake at "), "{asked:?}");
+    assert_eq!(asked[1], "settle");
+    assert_eq!(bench.state(id), State::BackingOff);
+    // A stale end of the same attempt changes nothing.
+    let stale = Event::AttemptDone {
+        id,
+        attempt: 1,
+        result: Ok(Ending::End),
+    };
+    assert!(bench.apply(stale).is_empty());
+    // Its back-off is over: queued and admitted again.
+    assert_eq!(
+        bench.apply(Event::Wake {
+            id,
+            completion: None
+        }),
+        ["attempt"]
+    );
+    assert_eq!(bench.state(id), State::Running);
+    assert_eq!(bench.started(), [(id, 2)]);
+    // It ends: completed; the caller-less invocation is evicted once nobody waits.
+    let asked = bench.apply(Event::AttemptDone {
+        id,
+        attempt: 2,
+        result: Ok(Ending::End),
+    });
+    assert_eq!(
+        asked.last().map(String::as_str),
+        Some("settle"),
+        "{asked:?}"
+    );
+    assert!(asked.contains(&"evict".to_owned()), "{asked:?}");
+    assert_eq!(bench.state(id), State::Gone);
+}
+
+#[test]
+fn an_operator_pauses_kills_and_resumes() {
+    let mut bench = Bench::new();
+    let record = new_record(3);
+    let id = record.id;
+    bench.submit(record);
+    bench.started();
+    // Pausing a running invocation stops its attempt (202); its slots go back after the commit.
+    assert_eq!(
+        bench.control(id, Control::Pause),
+        [
+            "settle",
+            &format!("answer controlled {:?}", Controlled::Accepted)
+        ]
+    );
+    assert_eq!(bench.state(id), State::Paused);
+    assert!(matches!(bench.partition.live[&id].run, Run::Idle { .. }));
+    // Resumed: queued after the commit, admitted, a second attempt.
+    assert_eq!(
+        bench.control(id, Control::Resume),
+        [
+            "attempt",
+            "settle",
+            &format!("answer controlled {:?}", Controlled::Done)
+        ]
+    );
+    assert_eq!(bench.state(id), State::Running);
+    assert_eq!(bench.started(), [(id, 2)]);
+    // Killed: completed with 409 at once.
+    let asked = bench.control(id, Control::Kill);
+    assert!(
+        asked
+            .iter()
+            .any(|a| a.starts_with("answer controlled Done")),
+        "{asked:?}"
+    );
+    assert_eq!(
+        bench
+            .partition
+            .live
+            .get(&id)
+            .map(|l| l.record.outcome.clone()),
+        None,
+        "evicted once stored: {asked:?}"
+    );
+}
+
+#[test]
+fn peeking_and_pausing_an_unknown_queue_change_nothing() {
+    let mut bench = Bench::new();
+    let (reply, seen) = oneshot::channel();
+    let id = new_record(9).id;
+    assert_eq!(
+        bench.apply(Event::Peek { id, reply }),
+        ["answer peeked (known: false)"]
+    );
+    assert_eq!(seen.blocking_recv().unwrap(), None);
+    let (reply, paused) = oneshot::channel();
+    let asked = bench.apply(Event::PauseQueue {
+        queue: 99,
+        pause: true,
+        reply,
+    });
+    assert!(asked.is_empty());
+    assert!(!paused.blocking_recv().unwrap(), "no such queue");
+}
+
+#[test]
+fn a_call_result_for_a_completed_caller_after_its_eviction_is_dropped() {
+    let mut bench = Bench::new();
+    let caller = new_record(4).id;
+    let asked = bench.apply(Event::CallResult {
+        id: caller,
+        completion: 1,
+        outcome: Outcome::Failure(Failure {
+            code: 500,
+            message: "x".into(),
+        }),
+    });
+    assert!(asked.is_empty());
+    assert_eq!(bench.state(caller), State::Gone);
+}

@@ -1,0 +1,144 @@
+//! The partition's commands, one handler each. Every [`Event`] that changes something is a
+//! command; [`Partition::apply`] routes it to its handler, which reads and changes only what
+//! its command touches, adds the writes to the batch's write set and returns what must happen
+//! once the batch is stored as [`Effect`]s (plain data, executed by `Partition::run_effects`).
+//!
+//! | command | handler | touches |
+//! |---|---|---|
+//! | `Submit` | `submit.rs` | the invocation map, held limits, the scheduler's refusals |
+//! | `Restart` (as new) | `restart_as_new.rs` | the invocation map |
+//! | `Await` (attach) | `attach.rs` | one invocation's waiters (live or at rest) |
+//! | `Peek` | `peek.rs` | nothing (reads) |
+//! | `SetObjectState` | `object_state.rs` | the write set only |
+//! | `PauseQueue` | `queue_pause.rs` | one scheduler queue |
+//! | `AttemptMessage` | `attempt_message.rs` | one invocation (and its workflow's promises) |
+//! | `AttemptDone` | `attempt_end.rs` | one invocation |
+//! | `Wake` | `wake.rs` | one invocation (an expiry: its record and promises) |
+//! | `CallResult` | `call_result.rs` | one invocation |
+//! | `Signal` | `signal.rs` | one invocation |
+//! | `Control` | `control.rs` | one invocation and the ones it called |
+//! | `SlotsFree`, `Barrier` | here | nothing: a dispatch, an answer after the commit |
+//!
+//! Reads (queued entries, locks, queues, counters, why one waits) are not commands: they come
+//! on their own channel (`queries.rs`).
+
+mod attach;
+mod attempt_end;
+mod attempt_message;
+mod call_result;
+mod control;
+#[cfg(test)]
+mod fixtures;
+mod object_state;
+mod peek;
+mod queue_pause;
+mod restart_as_new;
+mod signal;
+mod submit;
+mod wake;
+
+pub(super) use wake::EXPIRY;
+
+use super::answer::Answer;
+use super::effect::Effect;
+use super::journal::save;
+use super::{Event, Partition};
+use crate::errors::CodedError;
+use crate::storage::writer::WriteSet;
+
+impl Partition {
+    /// Applies one command: its writes join `writes`, what must follow its commit joins
+    /// `effects`. An error fails the whole batch (nothing of it is acknowledged).
+    pub(super) fn apply(
+        &mut self,
+        event: Event,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), CodedError> {
+        self.rouse_for(&event);
+        self.observe();
+        self.wake_journal_for(&event)?;
+        // Whatever an operator, a signal, a timer or a callee does to an invocation that was
+        // never stored depends on it: it is stored first, in the same write set.
+        if matches!(
+            event,
+            Event::Control { .. }
+                | Event::Signal { .. }
+                | Event::Wake { .. }
+                | Event::CallResult { .. }
+        ) && let Some(live) = event.invocation().and_then(|id| self.live.get_mut(&id))
+            && live.unsaved
+        {
+            save(live, writes)?;
+        }
+        match event {
+            Event::Submit {
+                record,
+                input,
+                reply,
+                call,
+            } => self.submit(record, input, reply, call, writes, effects)?,
+            Event::Restart {
+                record,
+                journal,
+                reply,
+            } => self.restart_as_new(record, journal, reply, writes, effects)?,
+            Event::Await { id, reply } => self.attach(id, reply, effects)?,
+            Event::Peek { id, reply } => self.peek(id, reply, effects)?,
+            Event::SetObjectState {
+                service,
+                key,
+                state,
+                reply,
+            } => effects.push(object_state::set_object_state(
+                &service, &key, &state, reply, writes,
+            )),
+            Event::PauseQueue {
+                queue,
+                pause,
+                reply,
+            } => self.pause_queue(queue, pause, reply, writes, effects),
+            Event::AttemptMessage {
+                id,
+                attempt,
+                message,
+                ack,
+            } => self.attempt_message(id, attempt, message, ack, writes, effects)?,
+            Event::AttemptDone {
+                id,
+                attempt,
+                result,
+            } => {
+                if self.attempt_done(id, attempt, result, writes, effects)? {
+                    // Only once this batch is durable may the next holder of the object's
+                    // lock start: it reads the state this attempt wrote.
+                    effects.push(Effect::Settle(id));
+                }
+            }
+            Event::Wake { id, completion } => self.wake(id, completion, writes, effects)?,
+            Event::CallResult {
+                id,
+                completion,
+                outcome,
+            } => {
+                if let Some(live) = self.live.get_mut(&id) {
+                    call_result::call_result(live, completion, outcome, writes, effects);
+                }
+            }
+            Event::Signal { signal, reply } => {
+                let delivery = self.signal(signal, writes, effects);
+                if let Some(reply) = reply {
+                    effects.push(Effect::Answer(Answer::Signalled(reply, delivery)));
+                }
+            }
+            Event::Control { id, op, reply } => {
+                let answer = self.control(id, op, writes, effects)?;
+                effects.push(Effect::Answer(Answer::Controlled(reply, answer)));
+            }
+            // The batch's effects end with a dispatch, which takes the freed slots.
+            Event::SlotsFree => {}
+            Event::Barrier { reply } => effects.push(Effect::Answer(Answer::Barrier(reply))),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,33 @@
+//! Queue pause: an operator pauses (or resumes) one scheduler queue. The pause is stored per
+//! partition; the scheduler follows once it is (`Effect::PauseQueue`); an unknown queue is
+//! answered false at once.
+
+use tokio::sync::oneshot;
+
+use super::super::Partition;
+use super::super::answer::Answer;
+use super::super::effect::Effect;
+use crate::storage::writer::WriteSet;
+
+impl Partition {
+    pub(in super::super) fn pause_queue(
+        &mut self,
+        queue: u32,
+        pause: bool,
+        reply: oneshot::Sender<bool>,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(key) = self.scheduler.queue_key(queue) else {
+            let _ = reply.send(false);
+            return;
+        };
+        if pause {
+            crate::invocation::paused::pause(writes, self.index, &key);
+        } else {
+            crate::invocation::paused::resume(writes, self.index, &key);
+        }
+        effects.push(Effect::PauseQueue(Box::new(key), pause));
+        effects.push(Effect::Answer(Answer::QueuePaused(reply)));
+    }
+}

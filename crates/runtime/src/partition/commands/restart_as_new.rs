@@ -1,0 +1,32 @@
+//! Restart as new: a completed invocation's journal prefix becomes a new invocation
+//! ([`crate::partition::restart::journal_prefix`]), stored with its batch; an id that exists
+//! already is answered "not created".
+
+use tokio::sync::oneshot;
+
+use super::super::Partition;
+use super::super::effect::Effect;
+use crate::errors::CodedError;
+use crate::invocation::InvocationRecord;
+use crate::protocol::Frame;
+use crate::storage::writer::WriteSet;
+
+impl Partition {
+    pub(in super::super) fn restart_as_new(
+        &mut self,
+        record: Box<InvocationRecord>,
+        journal: Vec<Frame>,
+        reply: oneshot::Sender<Result<bool, CodedError>>,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), CodedError> {
+        let id = record.id;
+        if self.live.contains_key(&id) || self.stored(id)?.is_some() {
+            effects.push(Effect::Ack(reply, false));
+            return Ok(());
+        }
+        self.create(*record, journal, false, writes, effects)?;
+        effects.push(Effect::Ack(reply, true));
+        Ok(())
+    }
+}

@@ -1,0 +1,107 @@
+//! Wake: a time came. A sleep's timer completes its Sleep command; a delayed send or a
+//! back-off is attempted; a completed invocation's retention expiry purges it (and a workflow
+//! run's state and promises).
+
+use super::super::Live;
+use super::super::Partition;
+use super::super::effect::Effect;
+use super::super::journal::notify;
+use crate::errors::CodedError;
+use crate::ids::InvocationId;
+use crate::invocation::store::{self, Timer};
+use crate::invocation::{InvocationRecord, Status};
+use crate::protocol::Message;
+use crate::protocol::proto::{self, notification_template};
+use crate::storage::writer::WriteSet;
+
+/// The completion id of a timer that ends a completed invocation's retention (Sleep
+/// completions never use it: SDKs count completion ids up from 1).
+pub(in super::super) const EXPIRY: u32 = u32::MAX;
+
+impl Partition {
+    pub(in super::super) fn wake(
+        &mut self,
+        id: InvocationId,
+        completion: Option<Timer>,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), CodedError> {
+        if let Some(timer) = completion
+            && timer.completion == EXPIRY
+        {
+            return self.expire(timer, writes);
+        }
+        if let Some(live) = self.live.get_mut(&id) {
+            timer_fired(live, completion, writes, effects);
+        }
+        Ok(())
+    }
+
+    /// A retained result's time is up: the invocation is purged and its idempotency key free.
+    fn expire(&mut self, timer: Timer, writes: &mut WriteSet) -> Result<(), CodedError> {
+        store::delete_timer(writes, timer);
+        let id = timer.invocation;
+        // Completed invocations leave memory; one still there waits for its eviction.
+        let record = match self.live.get(&id) {
+            Some(live) => live.record.clone(),
+            None => match self.stored(id)? {
+                Some(record) => record,
+                None => return Ok(()),
+            },
+        };
+        if record.status != Status::Completed {
+            return Ok(());
+        }
+        let workflow_run = self.is_workflow_run(&record);
+        let target = record.target;
+        store::delete_invocation(writes, id);
+        if let Some(live) = self.live.remove(&id) {
+            self.entries.remove(&live.entry);
+        }
+        // A workflow run takes its key's state and promises with it.
+        if workflow_run {
+            self.forget_promises(&target, writes);
+        }
+        Ok(())
+    }
+
+    fn is_workflow_run(&self, record: &InvocationRecord) -> bool {
+        let target = &record.target;
+        self.registry
+            .handler_kind(record.deployment, &target.service, &target.handler)
+            == Some((
+                crate::discovery::ServiceType::Workflow,
+                Some(crate::discovery::HandlerType::Workflow),
+            ))
+    }
+}
+
+/// `live`'s time came: a sleep's timer completes its Sleep command; a waiting invocation is
+/// attempted (a delayed send, a back-off, a sleeper).
+pub(in super::super) fn timer_fired(
+    live: &mut Live,
+    completion: Option<Timer>,
+    writes: &mut WriteSet,
+    effects: &mut Vec<Effect>,
+) {
+    if live.record.status == Status::Completed {
+        return;
+    }
+    if let Some(timer) = completion {
+        store::delete_timer(writes, timer);
+        let done = Message::SleepCompletion(proto::NotificationTemplate {
+            id: Some(notification_template::Id::CompletionId(timer.completion)),
+            result: Some(notification_template::Result::Void(proto::Void {})),
+        });
+        notify(
+            live,
+            writes,
+            done.to_frame(false),
+            timer.completion,
+            effects,
+        );
+    }
+    if !live.running() && live.record.status != Status::Paused {
+        effects.push(Effect::Attempt(live.record.id));
+    }
+}
