@@ -52,6 +52,12 @@ impl Live {
 impl Partition {
     /// Queues `id` for an attempt.
     pub(super) fn enqueue(&mut self, id: InvocationId) {
+        self.enqueue_keyed(id, None);
+    }
+
+    /// Queues `id` for an attempt in queue `key` (computed here when `None`: a registry
+    /// lookup a submission that already made one passes on).
+    pub(super) fn enqueue_keyed(&mut self, id: InvocationId, key: Option<QueueKey>) {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
@@ -65,7 +71,7 @@ impl Partition {
         } else {
             EntryKind::New
         };
-        let key = queue_key(&self.registry, &live.record);
+        let key = key.unwrap_or_else(|| queue_key(&self.registry, &live.record));
         let now = self.driver.now_ms();
         // An attempt whose ending is stored by now (this runs after commits, or for a new
         // invocation) gives its slots back before it queues again.
@@ -77,15 +83,18 @@ impl Partition {
         self.just_queued.push(id);
     }
 
-    /// Why a flow-control rule refuses a new invocation (RT0030): its counter's queue is full,
-    /// or its rate rejects and has no token. Delayed invocations are not queued yet: never.
-    pub(super) fn flow_refusal(&mut self, record: &InvocationRecord) -> Option<CodedError> {
-        if record.scope.is_none() || record.status == Status::Scheduled {
-            return None;
-        }
-        let key = queue_key(&self.registry, record);
+    /// The queue a new invocation's flow-control rules are checked at: scoped ones that are
+    /// not delayed (delayed invocations are not queued yet).
+    pub(super) fn checked_queue(&self, record: &InvocationRecord) -> Option<QueueKey> {
+        (record.scope.is_some() && record.status != Status::Scheduled)
+            .then(|| queue_key(&self.registry, record))
+    }
+
+    /// Why a flow-control rule refuses a new invocation in queue `key` (RT0030): its counter's
+    /// queue is full, or its rate rejects and has no token.
+    pub(super) fn flow_refusal(&mut self, key: &QueueKey) -> Option<CodedError> {
         let now = self.driver.now_ms();
-        let refused = self.scheduler.refusal(&key, now)?;
+        let refused = self.scheduler.refusal(key, now)?;
         let at = match (&key.scope, &key.limit_key) {
             (Some(scope), Some(limit_key)) => format!("scope '{scope}', limit key '{limit_key}'"),
             (Some(scope), None) => format!("scope '{scope}'"),

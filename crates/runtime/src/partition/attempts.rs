@@ -140,7 +140,8 @@ impl Partition {
         if !live.unsaved {
             let mut pin = WriteSet::default();
             match store::put_record(&mut pin, &live.record) {
-                Ok(()) => drop(self.writer.commit(pin)),
+                // Awaited with the batches: a failure stops the partition, loudly.
+                Ok(()) => self.detached.push(self.writer.commit(pin)),
                 Err(e) => {
                     tracing::error!(invocation = %id, error = %e, "cannot record the attempt")
                 }

@@ -188,6 +188,10 @@ pub struct Partition {
     /// Wake-ups (delays, back-offs, timers) in time order: one heap entry each, not a task
     /// each, so 100,000 delayed sends cost a few MB.
     wakes: BinaryHeap<Reverse<(u64, InvocationId, Option<Timer>)>>,
+    /// Commits of what started attempts write (their pinned deployment and status), made
+    /// outside a batch: the run loop awaits them with the batches' (`adopt_detached`), so a
+    /// failed one stops the partition like any other.
+    detached: Vec<Commit>,
     /// Test builds: the states last seen, to check every move against the transition table.
     #[cfg(test)]
     watch: phase::Watch,
@@ -267,6 +271,7 @@ impl Partition {
             entries: HashMap::new(),
             next_entry: 0,
             wakes: BinaryHeap::new(),
+            detached: Vec::new(),
             #[cfg(test)]
             watch: phase::Watch::default(),
         }
@@ -387,7 +392,8 @@ impl Partition {
         // receiver is what admission reads.
         let mut wake_on_rules = self.rules.clone();
         let mut asking = true;
-        while open || !pending.is_empty() {
+        while open || !pending.is_empty() || !self.detached.is_empty() {
+            self.adopt_detached(&mut pending);
             // Reads first, between batches: an admin read never waits behind queued work.
             while let Ok(query) = queries.try_recv() {
                 self.answer_query(query);
@@ -458,6 +464,12 @@ impl Partition {
                 }
             }
         }
+    }
+
+    /// Awaits the commits attempts started since the last call made outside a batch, in the
+    /// order they were made (after every set already pending: the writer keeps that order).
+    fn adopt_detached(&mut self, pending: &mut VecDeque<(Commit, Vec<Effect>)>) {
+        pending.extend(self.detached.drain(..).map(|commit| (commit, Vec::new())));
     }
 
     /// How long until the earliest wake-up is due.

@@ -25,7 +25,7 @@ impl Partition {
             effects.push(Effect::Ack(reply, false));
             return Ok(());
         }
-        self.create(*record, journal, false, writes, effects)?;
+        self.create(*record, journal, false, None, writes, effects)?;
         effects.push(Effect::Ack(reply, true));
         Ok(())
     }

@@ -10,6 +10,7 @@ use super::super::Partition;
 use super::super::answer::Answer;
 use super::super::effect::Effect;
 use crate::errors::CodedError;
+use crate::flow::scheduler::QueueKey;
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{Failure, InvocationRecord, Outcome, Status};
@@ -93,8 +94,11 @@ impl Partition {
         }
         // A rule's bounded queue or rejecting rate may refuse new work from outside
         // and a handler's calls; its one-way sends always go in.
+        // Its queue is looked up once: for the check, and for queueing a call at once.
+        let key = self.checked_queue(&record);
         if (reply.is_some() || record.caller.is_some())
-            && let Some(refused) = self.flow_refusal(&record)
+            && let Some(key) = &key
+            && let Some(refused) = self.flow_refusal(key)
         {
             match (reply, record.caller) {
                 (Some(reply), _) => effects.push(Effect::Answer(Answer::Refused(reply, refused))),
@@ -109,7 +113,7 @@ impl Partition {
             }
             return Ok(());
         }
-        self.create(*record, vec![input], deferred, writes, effects)?;
+        self.create(*record, vec![input], deferred, key, writes, effects)?;
         if let Some(live) = self.live.get_mut(&id) {
             live.waiters.extend(call);
         }
@@ -129,6 +133,7 @@ impl Partition {
         record: InvocationRecord,
         journal: Vec<crate::protocol::Frame>,
         unsaved: bool,
+        key: Option<QueueKey>,
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
@@ -140,7 +145,7 @@ impl Partition {
             if let Some(live) = self.live.get_mut(&id) {
                 live.unsaved = true;
             }
-            self.enqueue(id);
+            self.enqueue_keyed(id, key);
             return Ok(());
         }
         store::put_record(writes, &record)?;

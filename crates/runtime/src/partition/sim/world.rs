@@ -184,6 +184,7 @@ impl World {
                 }
                 let node = self.node();
                 node.partition.apply_batch(&mut batch, &mut node.pending);
+                node.partition.adopt_detached(&mut node.pending);
             }
             // Sets wait for their commit a while, as they do behind a slow fsync.
             let hold = !idle && self.node().pending.len() < IN_FLIGHT && self.rng.chance(40);
@@ -197,6 +198,10 @@ impl World {
 
     /// Commits what is queued and runs what the commits release; false when a commit failed.
     pub(super) fn commit(&mut self) -> bool {
+        // What started attempts wrote outside a batch is awaited like a batch, as the run
+        // loop does.
+        let node = self.node();
+        node.partition.adopt_detached(&mut node.pending);
         if self.log.is_some() {
             // A refused record fails its sets: the loop below stops the node.
             self.through_log();
