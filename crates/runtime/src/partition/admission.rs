@@ -3,8 +3,9 @@
 //! lock lives from first dispatch to completion, across suspensions; waiters are FIFO) and
 //! bounds the attempts running at once. Permits are given back whenever an attempt ends.
 
+use super::live::Live;
 use super::phase::Run;
-use super::{Live, Partition};
+use super::task::Partition;
 use crate::discovery::{HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{BlockedOn, EntryKind, QueueKey, QueueStatus, RefusalReason};
@@ -159,6 +160,12 @@ impl Partition {
             live.run = Run::IDLE;
             self.start_attempt(id, admitted.permit);
             self.observe();
+        }
+        // What the attempts started write, in one set: awaited with the batches, so a failure
+        // stops the partition like any other (`run_loop::adopt_detached`).
+        if !self.pins.is_empty() {
+            let pins = std::mem::take(&mut self.pins);
+            self.detached.push(self.writer.commit(pins));
         }
         self.nudge_waiting_partitions();
         self.rest_waiting();

@@ -3,9 +3,9 @@
 
 use sluice_core::metrics as names;
 
-use super::Partition;
 use super::journal::object;
 use super::phase::{Attempt, Run};
+use super::task::Partition;
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::Permit;
@@ -16,7 +16,6 @@ use crate::invoker::AttemptRequest;
 use crate::protocol::proto::{self};
 use crate::protocol::{Message, ProtocolVersion};
 use crate::registry::Address;
-use crate::storage::writer::WriteSet;
 
 impl Partition {
     /// Starts an attempt of `id` on its (pinned) deployment.
@@ -137,15 +136,11 @@ impl Partition {
         // order, so later batches commit after this one.
         // An invocation never stored has no journal in the store to grow: its record is
         // stored with its first entry.
-        if !live.unsaved {
-            let mut pin = WriteSet::default();
-            match store::put_record(&mut pin, &live.record) {
-                // Awaited with the batches: a failure stops the partition, loudly.
-                Ok(()) => self.detached.push(self.writer.commit(pin)),
-                Err(e) => {
-                    tracing::error!(invocation = %id, error = %e, "cannot record the attempt")
-                }
-            }
+        // The attempts one dispatch starts are recorded in one write set (`dispatch`).
+        if !live.unsaved
+            && let Err(e) = store::put_record(&mut self.pins, &live.record)
+        {
+            tracing::error!(invocation = %id, error = %e, "cannot record the attempt");
         }
         let (outbound, inbound) = if bidi {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use bytes::Bytes;
 use prost::Message as _;
 
+use super::events::Event;
+use super::events::QueuedEntry;
+use super::live::Live;
 use super::phase::Run;
-use super::{Event, Live, Partition, QueuedEntry};
+use super::task::Partition;
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{EntryId, QueueId};
 use crate::flow::{LimitKey, Priority, Scope};

@@ -6,7 +6,8 @@
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::{Event, Runtime};
+use super::Runtime;
+use super::events::Event;
 use crate::clock;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::commands::EXPIRY;
-use super::{Effect, Live, Partition};
+use super::effect::Effect;
+use super::live::Live;
+use super::task::Partition;
 use crate::invocation::store::{self, Purge, Timer};
 use crate::invocation::{Failure, LastFailure, Outcome, Status, Target};
 use crate::protocol::proto::{self, output_command_message};

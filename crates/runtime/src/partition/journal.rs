@@ -5,7 +5,9 @@
 use bytes::{Bytes, BytesMut};
 use prost::Message as _;
 
-use super::{Effect, Live, calls, signals};
+use super::effect::Effect;
+use super::live::Live;
+use super::{calls, signals};
 use crate::errors::CodedError;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{InvocationRecord, state};

@@ -9,8 +9,8 @@ use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::Event;
 use super::control::Control;
+use super::events::Event;
 use super::signals::Signal;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::{Effect, Partition};
+use super::effect::Effect;
+use super::task::Partition;
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;

@@ -4,9 +4,13 @@
 
 use tokio::sync::oneshot;
 
+use super::admission;
+use super::events::HeldLock;
+use super::events::PartitionMetrics;
+use super::events::QueuedEntry;
 use super::events::StateMemory;
 use super::phase::{self, State};
-use super::{HeldLock, Partition, PartitionMetrics, QueuedEntry, admission};
+use super::task::Partition;
 use crate::ids::InvocationId;
 
 /// A read of one partition.

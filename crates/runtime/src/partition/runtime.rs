@@ -5,7 +5,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Event, Partition};
+use super::events::Event;
+use super::task::Partition;
 use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};

@@ -6,7 +6,8 @@
 //! anything needs it (an attempt, a completion or signal to check for repeats, a cancel that
 //! looks for children).
 
-use super::{Event, Partition};
+use super::events::Event;
+use super::task::Partition;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::Status;

@@ -5,7 +5,8 @@
 
 use super::super::control::{Control, Controlled};
 use super::super::effect::Effect;
-use super::super::{Live, Partition};
+use super::super::live::Live;
+use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
 use crate::invocation::store;

@@ -41,8 +41,9 @@ pub(super) use wake::EXPIRY;
 
 use super::answer::Answer;
 use super::effect::Effect;
+use super::events::Event;
 use super::journal::save;
-use super::{Event, Partition};
+use super::task::Partition;
 use crate::errors::CodedError;
 use crate::storage::writer::WriteSet;
 

@@ -4,9 +4,9 @@
 
 use tokio::sync::oneshot;
 
-use super::super::Partition;
 use super::super::answer::Answer;
 use super::super::effect::Effect;
+use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
 use crate::invocation::{Outcome, Target};

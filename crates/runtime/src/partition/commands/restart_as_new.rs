@@ -4,8 +4,8 @@
 
 use tokio::sync::oneshot;
 
-use super::super::Partition;
 use super::super::effect::Effect;
+use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::invocation::InvocationRecord;
 use crate::protocol::Frame;

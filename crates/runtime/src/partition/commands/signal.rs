@@ -3,11 +3,11 @@
 //! `ingress.max-awakeable-completions` per invocation, and a suspended invocation is attempted
 //! again only if it waits on it.
 
-use super::super::Partition;
 use super::super::effect::Effect;
 use super::super::signals::{
     Delivery, FIRST_AWAKEABLE_INDEX, Signal, completed_awakeables, signal_len,
 };
+use super::super::task::Partition;
 use crate::invocation::Status;
 use crate::protocol::Message;
 use crate::protocol::proto::{self, notification_template};

@@ -2,10 +2,10 @@
 //! back-off is attempted; a completed invocation's retention expiry purges it (and a workflow
 //! run's state and promises).
 
-use super::super::Live;
-use super::super::Partition;
 use super::super::effect::Effect;
 use super::super::journal::notify;
+use super::super::live::Live;
+use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};

@@ -39,8 +39,12 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::control::Control;
 use super::driver::{Driver, Started};
-use super::{Effect, Event, Partition, control::Control, fail};
+use super::effect::Effect;
+use super::events::Event;
+use super::run_loop::fail;
+use super::task::Partition;
 use crate::config::{Config, FriendlyDuration, OnMaxAttempts, RetryPolicy};
 use crate::discovery::manifest::Manifest;
 use crate::discovery::{Discovered, HttpVersion};
@@ -71,7 +75,7 @@ const OBJECT_KEYS: [&str; 3] = ["a", "b", "c"];
 const IDEMPOTENCY_KEYS: u64 = 40;
 
 /// Write sets a partition may have waiting for their commit (as in its run loop).
-const IN_FLIGHT: usize = super::IN_FLIGHT;
+const IN_FLIGHT: usize = super::run_loop::IN_FLIGHT;
 
 /// What the partition asked of the world since the simulator last looked.
 #[derive(Default)]

@@ -1,0 +1,314 @@
+//! The partition's loop: commands in batches, each batch one write set; effects after its
+//! commit; queries between batches; wake-ups and rate tokens on time.
+
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::effect::Effect;
+use super::events::Event;
+use super::queries::Query;
+use super::task::Partition;
+use crate::errors::{Code, CodedError};
+use crate::invocation::Status;
+use crate::storage::writer::{Commit, WriteSet};
+
+/// Most events applied in one write set.
+pub(super) const BATCH: usize = 256;
+
+/// Write sets a partition has waiting for their commit before it stops taking events.
+pub(super) const IN_FLIGHT: usize = 4;
+
+impl Partition {
+    /// Applies events until every sender is gone and every write set has committed; a new
+    /// rule book applies the moment it arrives.
+    pub async fn run(
+        mut self,
+        rx: &mut mpsc::Receiver<Event>,
+        queries: &mut mpsc::Receiver<Query>,
+    ) {
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
+        let mut open = true;
+        // A second receiver of the books, only to wake the loop when one is published with no
+        // event behind it (raised limits release queued work at once); the partition's own
+        // receiver is what admission reads.
+        let mut wake_on_rules = self.rules.clone();
+        let mut asking = true;
+        while open || !pending.is_empty() || !self.detached.is_empty() {
+            self.adopt_detached(&mut pending);
+            // Reads first, between batches: an admin read never waits behind queued work.
+            while let Ok(query) = queries.try_recv() {
+                self.answer_query(query);
+            }
+            tokio::select! {
+                query = queries.recv(), if asking => match query {
+                    Some(query) => self.answer_query(query),
+                    None => asking = false,
+                },
+                // Commits answer in order, so only the oldest needs watching.
+                committed = async { (&mut pending.front_mut().expect("guarded").0).await },
+                    if !pending.is_empty() =>
+                {
+                    let (_, effects) = pending.pop_front().expect("guarded");
+                    let error = match committed {
+                        Ok(Ok(())) => {
+                            self.run_effects(effects);
+                            // Everything applied is stored: suspended journals may rest.
+                            if pending.is_empty() {
+                                self.rest_suspended();
+                            }
+                            continue;
+                        }
+                        Ok(Err(e)) => e,
+                        Err(_) => CodedError::new(Code::RT0006, "the store writer stopped"),
+                    };
+                    // Memory now holds what the store may not: nothing more of this partition
+                    // may be acknowledged. Later sets fail the same way (the writer refuses
+                    // everything after a failure); the process restarts from the store.
+                    fail(effects, &error);
+                    for (_, effects) in pending.drain(..) {
+                        fail(effects, &error);
+                    }
+                    if let Some(failure) = self.store.health().failure() {
+                        tracing::error!(partition = self.index, error.code = ?failure.code, "partition stopped after a failed write");
+                    }
+                    return;
+                }
+                changed = async { wake_on_rules.as_mut().expect("guarded").changed().await }, if wake_on_rules.is_some() => {
+                    match changed {
+                        Ok(()) => {
+                            wake_on_rules.as_mut().expect("guarded").borrow_and_update();
+                            // Lowered limits hold new work back; running work finishes.
+                            self.dispatch();
+                        }
+                        Err(_) => wake_on_rules = None,
+                    }
+                }
+                // A queue waiting for a rate's token: its turn comes with the time, not an event.
+                () = tokio::time::sleep(self.until_scheduler_due()), if self.scheduler.next_timer().is_some() => {
+                    self.dispatch();
+                }
+                () = tokio::time::sleep(self.until_next_wake()), if !self.wakes.is_empty() && pending.len() < IN_FLIGHT => {
+                    self.due_wakes(&mut batch);
+                    if batch.is_empty() {
+                        continue;
+                    }
+                    self.apply_batch(&mut batch, &mut pending);
+                }
+                received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {
+                    if received == 0 {
+                        open = false;
+                        continue;
+                    }
+                    // A burst sent after a rules answer is received after the book's
+                    // publication: `apply_batch` takes that book before admitting anything.
+                    self.apply_batch(&mut batch, &mut pending);
+                }
+            }
+        }
+    }
+
+    /// Awaits the commits attempts started since the last call made outside a batch, in the
+    /// order they were made (after every set already pending: the writer keeps that order).
+    pub(super) fn adopt_detached(&mut self, pending: &mut VecDeque<(Commit, Vec<Effect>)>) {
+        pending.extend(self.detached.drain(..).map(|commit| (commit, Vec::new())));
+    }
+
+    /// How long until the earliest wake-up is due.
+    pub(super) fn until_next_wake(&self) -> Duration {
+        self.wakes
+            .peek()
+            .map_or(Duration::ZERO, |Reverse((at_ms, _, _))| {
+                Duration::from_millis(at_ms.saturating_sub(self.driver.now_ms()))
+            })
+    }
+
+    /// How long until the scheduler wants to be polled (a rate's next token).
+    pub(super) fn until_scheduler_due(&self) -> Duration {
+        self.scheduler.next_timer().map_or(Duration::ZERO, |at_ms| {
+            Duration::from_millis(at_ms.saturating_sub(self.driver.now_ms()))
+        })
+    }
+
+    /// Moves the wake-ups due now into `batch` as events.
+    pub(super) fn due_wakes(&mut self, batch: &mut Vec<Event>) {
+        let now = self.driver.now_ms();
+        while batch.len() < BATCH
+            && let Some(Reverse((at_ms, _, _))) = self.wakes.peek()
+            && *at_ms <= now
+        {
+            let Some(Reverse((_, id, completion))) = self.wakes.pop() else {
+                break;
+            };
+            batch.push(Event::Wake { id, completion });
+        }
+    }
+
+    /// Applies `batch` as one write set and queues it for its commit.
+    pub(super) fn apply_batch(
+        &mut self,
+        batch: &mut Vec<Event>,
+        pending: &mut VecDeque<(Commit, Vec<Effect>)>,
+    ) {
+        self.refresh_rules();
+        let mut writes = WriteSet::default();
+        let mut effects = Vec::new();
+        let mut applied = Ok(());
+        // Cluster mode: a write set is one log record, so a batch is cut into sets of at most
+        // two values' worth (each event writes at most two values of at most the limit: an
+        // output in the journal and in the record).
+        let cut_at = self
+            .config
+            .record_value_limit()
+            .map(|limit| limit.saturating_mul(2));
+        // The set's encoded size so far (from its 4-byte count on) and how many of its writes
+        // that counts: each write is measured once, not once per event after it.
+        let (mut size, mut measured) = (4, 0);
+        for event in batch.drain(..) {
+            if let Err(e) = self.apply(event, &mut writes, &mut effects) {
+                applied = Err(e);
+            }
+            self.observe();
+            if let Some(cut_at) = cut_at
+                && applied.is_ok()
+            {
+                size += crate::storage::log::encoded_len_after(&writes, measured);
+                measured = writes.len();
+                if size > cut_at {
+                    let full = std::mem::take(&mut writes);
+                    pending.push_back((self.writer.commit(full), std::mem::take(&mut effects)));
+                    (size, measured) = (4, 0);
+                }
+            }
+        }
+        match applied {
+            // Even an empty set goes through the writer: its effects (an answer
+            // to a waiting caller, say) must not overtake earlier writes.
+            Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
+            Err(e) => fail(effects, &e),
+        }
+        // Queues woken while applying (a nudge, a rule change) start at once;
+        // attempts started now write after the batch (the writer keeps order).
+        self.dispatch();
+    }
+
+    pub(super) fn run_effects(&mut self, effects: Vec<Effect>) {
+        self.refresh_rules();
+        for effect in effects {
+            self.run_effect(effect);
+            self.observe();
+        }
+        self.dispatch();
+    }
+
+    pub(super) fn run_effect(&mut self, effect: Effect) {
+        {
+            match effect {
+                Effect::Ack(reply, created) => {
+                    let _ = reply.send(Ok(created));
+                }
+                Effect::Child(child) => {
+                    let id = child.record.id;
+                    let event = Event::Submit {
+                        record: Box::new(child.record),
+                        input: child.input,
+                        reply: None,
+                        call: None,
+                    };
+                    self.driver.post(id, event);
+                }
+                Effect::Signal(signal) => {
+                    let target = signal.target;
+                    self.driver.post(
+                        target,
+                        Event::Signal {
+                            signal,
+                            reply: None,
+                        },
+                    );
+                }
+                Effect::Answer(answer) => answer.send(),
+                Effect::PauseQueue(key, pause) => {
+                    let now = self.driver.now_ms();
+                    if pause {
+                        self.scheduler.pause(&key, now);
+                    } else {
+                        self.scheduler.resume(&key, now);
+                    }
+                    self.dispatch();
+                }
+                Effect::Settle(id) => self.settle(id),
+                Effect::UncachePromise(key) => self.uncache_promise(&key),
+                Effect::Evict(id) => {
+                    // Its slots and lock go back first (settling twice is harmless).
+                    self.settle(id);
+                    if let Some(live) = self.live.get(&id)
+                        && live.record.status == Status::Completed
+                        && live.waiters.is_empty()
+                    {
+                        let entry = live.entry;
+                        self.live.remove(&id);
+                        self.entries.remove(&entry);
+                    }
+                }
+                Effect::Forward(id, op) => {
+                    // Nobody waits for this answer.
+                    let (reply, _) = oneshot::channel();
+                    self.driver.post(id, Event::Control { id, op, reply });
+                }
+                Effect::CallResult(caller, outcome) => self.driver.post(
+                    caller.id,
+                    Event::CallResult {
+                        id: caller.id,
+                        completion: caller.completion,
+                        outcome,
+                    },
+                ),
+                Effect::Notify(waiters, outcome) => {
+                    for waiter in waiters {
+                        let _ = waiter.send(outcome.clone());
+                    }
+                }
+                Effect::Attempt(id) => {
+                    // A delayed send whose time came went back to rest until this commit.
+                    self.rouse(id);
+                    self.enqueue(id);
+                }
+                Effect::Deliver(id, attempt, bytes) => {
+                    if let Some(live) = self.live.get_mut(&id)
+                        && live.attempt == attempt
+                        && let Some(running) = live.run.attempt()
+                        && let Some(outbound) = &running.outbound
+                    {
+                        // A closed body is fine: the entry is journaled and replayed.
+                        let _ = outbound.send(bytes);
+                    }
+                }
+                Effect::WakeAt(id, at_ms, completion) => {
+                    if completion.is_none() {
+                        // A delayed send waits for its time at rest, its input only in the
+                        // store: it is committed by now, so it can be read back.
+                        self.just_queued.push(id);
+                    }
+                    self.wakes.push(Reverse((at_ms, id, completion)));
+                }
+            }
+        }
+    }
+}
+
+/// A batch that did not become durable: its acknowledgements answer the error; nothing else of
+/// it runs.
+pub(super) fn fail(effects: Vec<Effect>, error: &CodedError) {
+    tracing::error!(error.code = ?error.code, error = %error, "partition batch failed; nothing of it was acknowledged");
+    for effect in effects {
+        match effect {
+            Effect::Ack(reply, _) => drop(reply.send(Err(error.clone()))),
+            Effect::Answer(answer) => answer.fail(error),
+            _ => {}
+        }
+    }
+}

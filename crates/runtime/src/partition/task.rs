@@ -1,0 +1,283 @@
+//! One partition's state (`Partition`), what partitions of a process share (`Shared`), and
+//! recovery: loading the unfinished invocations from the store and continuing them.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::effect::Effect;
+use super::live::Live;
+#[cfg(test)]
+use super::phase;
+use super::{calls, dormant, driver, promises};
+use crate::config::Config;
+use crate::errors::CodedError;
+use crate::flow::scheduler::{EntryId, Scheduler};
+use crate::flow::slots::InvokerSlots;
+use crate::flow::{RuleBook, Scope};
+use crate::ids::InvocationId;
+use crate::invocation::store::{self, Timer};
+use crate::invocation::{InvocationRecord, Outcome, Status};
+use crate::protocol::Frame;
+use crate::registry::Registry;
+use crate::storage::Store;
+use crate::storage::writer::{Commit, WriteSet, Writer};
+
+/// One partition's state.
+pub struct Partition {
+    pub(super) index: u32,
+    pub(super) store: Arc<Store>,
+    pub(super) writer: Writer,
+    pub(super) registry: Arc<Registry>,
+    pub(super) config: Arc<Config>,
+    /// The clock, the deployments and the other partitions.
+    pub(super) driver: Box<dyn driver::Driver>,
+    /// Boxed: a held backlog keeps the map's spare capacity at pointer size, not `Live` size.
+    pub(super) live: HashMap<InvocationId, Box<Live>>,
+    /// Held invocations that never ran, at rest in a compact form.
+    pub(super) dormant: HashMap<InvocationId, dormant::Dormant>,
+    /// Invocations queued (or delayed) since the last dispatch: those still waiting after it
+    /// go to rest.
+    pub(super) just_queued: Vec<InvocationId>,
+    /// Invocations at rest in all partitions, and the memory their inputs take.
+    pub(super) held: Arc<dormant::HeldMemory>,
+    /// Invocations at rest per scope (every invocation of a scope lives on its partition).
+    pub(super) held_in_scope: HashMap<Scope, usize>,
+    /// Waits for the outcome of invocations at rest, handed to them when they wake.
+    pub(super) waiting_at_rest: HashMap<InvocationId, Vec<oneshot::Sender<Outcome>>>,
+    /// Invocations that suspended (or whose journal was read back while suspended) since
+    /// their journals last went to rest.
+    pub(super) suspending: Vec<InvocationId>,
+    pub(super) scheduler: Scheduler,
+    /// The rule book as published (the rules API publishes before it answers): looked at
+    /// before anything is admitted, so a book published before an event was sent is the book
+    /// that event is admitted under, whatever the run loop's select picked first.
+    pub(super) rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
+    pub(super) promises: promises::Promises,
+    pub(super) entries: HashMap<EntryId, InvocationId>,
+    pub(super) next_entry: EntryId,
+    /// Wake-ups (delays, back-offs, timers) in time order: one heap entry each, not a task
+    /// each, so 100,000 delayed sends cost a few MB.
+    pub(super) wakes: BinaryHeap<Reverse<(u64, InvocationId, Option<Timer>)>>,
+    /// Commits of what started attempts write (their pinned deployment and status), made
+    /// outside a batch: the run loop awaits them with the batches' (`adopt_detached`), so a
+    /// failed one stops the partition like any other.
+    pub(super) detached: Vec<Commit>,
+    /// What the attempts being started write (their pinned deployment and status): the
+    /// deployment must be durable before the journal grows on it, and the status is what the
+    /// admin API shows. Committed as one set at the end of the dispatch that starts them; the
+    /// writer keeps this partition's sets in order, so later batches commit after it.
+    pub(super) pins: WriteSet,
+    /// Test builds: the states last seen, to check every move against the transition table.
+    #[cfg(test)]
+    pub(super) watch: phase::Watch,
+}
+
+/// What the partitions of one process share: the store and its writer, the registry, the
+/// configuration, the invoker's slots and the memory budget of held invocations.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub(super) store: Arc<Store>,
+    pub(super) writer: Writer,
+    pub(super) registry: Arc<Registry>,
+    pub(super) config: Arc<Config>,
+    pub(super) slots: Arc<InvokerSlots>,
+    pub(super) held: Arc<dormant::HeldMemory>,
+}
+
+impl Shared {
+    /// The parts over `store` (written through `writer`), with the invoker's slots and the
+    /// held-memory budget `config` sets.
+    pub fn new(
+        store: Arc<Store>,
+        writer: Writer,
+        registry: Arc<Registry>,
+        config: Arc<Config>,
+    ) -> Self {
+        let slots = Arc::new(InvokerSlots::new(
+            config.worker.invoker.concurrent_invocations_limit.get(),
+        ));
+        let held = Arc::new(dormant::HeldMemory::new(config.worker.held_memory_budget.0));
+        Self {
+            store,
+            writer,
+            registry,
+            config,
+            slots,
+            held,
+        }
+    }
+}
+
+impl Shared {
+    /// The same parts, written through `writer` (cluster mode: a partition's log).
+    pub fn with_writer(&self, writer: Writer) -> Self {
+        Self {
+            writer,
+            ..self.clone()
+        }
+    }
+}
+
+impl Partition {
+    /// Partition `index` over the parts every partition `shared`, running attempts through
+    /// `driver`.
+    pub fn new(index: u32, shared: &Shared, driver: Box<dyn driver::Driver>) -> Self {
+        Self {
+            index,
+            store: Arc::clone(&shared.store),
+            writer: shared.writer.clone(),
+            registry: Arc::clone(&shared.registry),
+            config: Arc::clone(&shared.config),
+            driver,
+            live: HashMap::new(),
+            dormant: HashMap::new(),
+            just_queued: Vec::new(),
+            held: Arc::clone(&shared.held),
+            held_in_scope: HashMap::new(),
+            waiting_at_rest: HashMap::new(),
+            suspending: Vec::new(),
+            scheduler: Scheduler::sharing(
+                Arc::new(RuleBook::new()),
+                Arc::clone(&shared.slots),
+                index,
+            ),
+            rules: None,
+            promises: promises::Promises::default(),
+            entries: HashMap::new(),
+            next_entry: 0,
+            wakes: BinaryHeap::new(),
+            detached: Vec::new(),
+            pins: WriteSet::default(),
+            #[cfg(test)]
+            watch: phase::Watch::default(),
+        }
+    }
+
+    /// Test builds: checks the moves since the last look against the transition table.
+    #[cfg(test)]
+    pub(super) fn observe(&mut self) {
+        let live = self
+            .live
+            .iter()
+            .map(|(id, live)| (*id, phase::state_of(live.record.status, &live.run)));
+        let resting = self
+            .dormant
+            .keys()
+            .map(|id| (*id, Ok(phase::State::Resting)));
+        let mut watch = std::mem::take(&mut self.watch);
+        watch.look(live.chain(resting));
+        self.watch = watch;
+    }
+
+    #[cfg(not(test))]
+    pub(super) fn observe(&mut self) {}
+
+    /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
+    /// re-arms timers. Nothing acknowledged is lost.
+    pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
+        let (records, timers, paused) = self.store.with_db(|db| {
+            Ok::<_, CodedError>((
+                store::load_records(db)?,
+                store::load_timers(db)?,
+                crate::invocation::paused::load(db, self.index)?,
+            ))
+        })??;
+        // Before anything queues: a paused queue keeps its entries from the start.
+        for key in &paused {
+            self.scheduler.pause(key, self.driver.now_ms());
+        }
+        let mut effects = Vec::new();
+        for record in records.into_iter().filter(|r| owns(r.id)) {
+            let id = record.id;
+            if record.status == Status::Completed {
+                // Its caller may not have the result yet; callers ignore repeats.
+                if let (Some(caller), Some(outcome)) = (record.caller, record.outcome.clone()) {
+                    effects.push(Effect::CallResult(caller, outcome));
+                }
+                // Completed invocations stay in the store, retained results too.
+                continue;
+            }
+            let journal = self.store.with_db(|db| store::load_journal(db, id))??;
+            // A child may have been lost between this journal's commit and its hand-over.
+            let flow_control = self.config.flow_control_enabled();
+            let now = self.driver.now_ms();
+            for child in calls::children_in(&self.registry, flow_control, &record, &journal, now) {
+                effects.push(Effect::Child(Box::new(child)));
+            }
+            match (record.status, record.run_at_ms) {
+                (Status::Scheduled | Status::BackingOff, Some(at)) => {
+                    effects.push(Effect::WakeAt(id, at, None))
+                }
+                (Status::Paused, _) => {}
+                _ => effects.push(Effect::Attempt(id)),
+            }
+            let protocol = record.protocol;
+            if record.status == Status::Suspended {
+                // Its journal rests again once recovery is stored.
+                self.suspending.push(id);
+            }
+            self.rewait_promises_after_track(record, journal, protocol);
+            self.reclaim_lock(id);
+        }
+        for timer in timers.into_iter().filter(|t| owns(t.invocation)) {
+            effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+        }
+        tracing::info!(
+            invocations = self.live.len() + self.dormant.len(),
+            "partition recovered"
+        );
+        self.observe();
+        self.run_effects(effects);
+        Ok(())
+    }
+
+    /// Follows the books `changes` publishes, starting from its current one (before recovery,
+    /// so recovered invocations queue under it). Taking the first book from the receiver
+    /// itself leaves no gap between reading the book and subscribing to its changes.
+    pub fn follow_rules(&mut self, mut changes: tokio::sync::watch::Receiver<Arc<RuleBook>>) {
+        let book = Arc::clone(&changes.borrow_and_update());
+        self.scheduler.on_rules_changed(book, self.driver.now_ms());
+        self.rules = Some(changes);
+    }
+
+    /// Takes a book published since the last look. Called before every admission decision
+    /// (applying a batch, running committed effects, dispatching), so the invariant does not
+    /// depend on the order the run loop notices things in. Cheap: one atomic load when
+    /// nothing changed.
+    pub(super) fn refresh_rules(&mut self) {
+        if let Some(changes) = self.rules.as_mut()
+            && changes.has_changed().unwrap_or(false)
+        {
+            let book = Arc::clone(&changes.borrow_and_update());
+            self.scheduler.on_rules_changed(book, self.driver.now_ms());
+        }
+    }
+}
+
+impl Partition {
+    /// Tracks a recovered invocation and re-registers what it waits on.
+    pub(super) fn rewait_promises_after_track(
+        &mut self,
+        record: InvocationRecord,
+        journal: Vec<Frame>,
+        protocol: Option<i32>,
+    ) {
+        let id = record.id;
+        let waits = journal.clone();
+        self.track(record, journal);
+        self.rewait_promises(id, &waits, protocol);
+    }
+
+    /// Starts driving `record`.
+    pub(super) fn track(&mut self, record: InvocationRecord, journal: Vec<Frame>) {
+        self.next_entry += 1;
+        let entry = self.next_entry;
+        let id = record.id;
+        self.entries.insert(entry, id);
+        self.live
+            .insert(id, Box::new(Live::new(record, journal, entry)));
+    }
+}
