@@ -258,6 +258,26 @@ async fn spread_over(sluice: &Sluice, nodes: &[&str]) {
     }
 }
 
+/// Waits until every node of `nodes` sees the same leader for every partition (each learns
+/// leaders from the log, so their views settle one after the other).
+async fn agreed_on_leaders(nodes: &[Sluice]) {
+    let started = Instant::now();
+    loop {
+        let mut views = Vec::new();
+        for sluice in nodes {
+            views.push(leaders(sluice).await);
+        }
+        if views.windows(2).all(|pair| pair[0] == pair[1]) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the nodes never agreed on the leaders: {views:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until every partition is led by one of `nodes`, as `sluice` sees it; how long it took.
 async fn led_by(sluice: &Sluice, nodes: &[&str]) -> Duration {
     let started = Instant::now();
@@ -522,8 +542,11 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
         deployments(sluice, 1).await;
     }
     // Settled: the group has given every node its share (n1 led everything until the others
-    // joined; a call forwarded while a partition moves is refused with CLU0001).
+    // joined; a call forwarded while a partition moves is refused with CLU0001), and every
+    // node has read who leads what: a node that still believes an old leader forwards to it,
+    // and the old leader refuses what was forwarded once (CLU0001).
     spread_over(&nodes[0], &["n1", "n2", "n3"]).await;
+    agreed_on_leaders(&nodes).await;
     // The rule reached every node (the meta topic), and scoped calls from all three meet at
     // the scope's partition: at most two run at once.
     let deadline = Instant::now() + Duration::from_secs(10);

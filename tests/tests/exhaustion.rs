@@ -584,6 +584,74 @@ async fn suspended_journals_rest_in_the_store() {
     assert!(grown < 40.0, "grew {grown:.1} MB");
 }
 
+/// Invocations backing off keep no journal in memory either: with their deployment gone, 20
+/// sends with 4 MB inputs whose first attempts fail leave the process about an input larger
+/// (before, every backing-off journal stayed in memory with its input: +80 MB, outside every
+/// budget).
+#[tokio::test]
+async fn backing_off_journals_rest_in_the_store() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        // Each waits its first back-off for the whole test.
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
+            "10min",
+        )
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
+            "10min",
+        )
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    // The deployment goes away: every attempt fails to connect.
+    drop(dep);
+    let client = reqwest::Client::new();
+    let body = format!("\"{}\"", "z".repeat(4_000_000));
+    let send = || {
+        client
+            .post(format!("{}/Greeter/greet/send", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    };
+    let backing_off = || async {
+        sluice
+            .count("SELECT count(*) AS n FROM sys_invocation WHERE status = 'backing-off'")
+            .await
+    };
+    let until_backing_off = |n: u64| async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while backing_off().await < n {
+            assert!(Instant::now() < deadline, "never {n} backing off");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // Warm up: the store's page cache (64 MiB) fills with the first 80 MB written.
+    for n in 1..=20 {
+        assert_eq!(send().await.unwrap().status(), 202);
+        until_backing_off(n).await;
+    }
+    let before = sluice.metrics().await["process_resident_memory_bytes"];
+    for n in 21..=40 {
+        assert_eq!(send().await.unwrap().status(), 202);
+        until_backing_off(n).await;
+    }
+    let metrics = sluice.metrics().await;
+    let grown = (metrics["process_resident_memory_bytes"] - before) / 1e6;
+    // What the partitions hold for them, by the state gauges: records, not inputs.
+    let held = metrics["sluice_invocation_memory_bytes{state=\"backing-off\"}"];
+    eprintln!(
+        "20 backing-off 4 MB journals: resident memory grew {grown:.1} MB; backing-off invocations hold {held} bytes"
+    );
+    assert!(grown < 40.0, "grew {grown:.1} MB");
+    assert!(
+        held < 1e6,
+        "40 backing-off invocations hold {held} bytes in memory"
+    );
+}
+
 /// With API keys a client can no longer name another tenant's scope (to fill its queue) or a
 /// priority above its own: the key decides both, and a call without one is refused.
 #[tokio::test]

@@ -58,7 +58,7 @@ impl Partition {
                             self.run_effects(effects);
                             // Everything applied is stored: suspended journals may rest.
                             if pending.is_empty() {
-                                self.rest_suspended();
+                                self.rest_journals();
                             }
                             continue;
                         }

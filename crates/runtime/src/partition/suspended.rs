@@ -1,7 +1,8 @@
-//! Suspended invocations keep no journal in memory: a suspension may last days, and a client
-//! that sends large inputs to handlers that suspend would otherwise pin them all. Once every
-//! batch this partition applied is committed, the journals of the invocations that suspended
-//! meanwhile are dropped from memory (the store has every entry); what arrives for them later
+//! Invocations that wait without an attempt — suspended, backing off, paused — keep no journal
+//! in memory: a suspension or a pause may last days, a back-off up to a day, and a client that
+//! sends large inputs to handlers that suspend or fail would otherwise pin them all. Once every
+//! batch this partition applied is committed, the journals of the invocations that came to
+//! wait meanwhile are dropped from memory (the store has every entry); what arrives for them later
 //! is appended after the resting entries, and the whole journal is read back the moment
 //! anything needs it (an attempt, a completion or signal to check for repeats, a cancel that
 //! looks for children).
@@ -14,17 +15,20 @@ use crate::invocation::Status;
 use crate::invocation::store;
 
 impl Partition {
-    /// Drops from memory the journals of invocations that suspended since the last call and
-    /// are still suspended. Call only when every applied batch is committed: the store then
-    /// holds every entry in memory.
-    pub(super) fn rest_suspended(&mut self) {
-        for id in std::mem::take(&mut self.suspending) {
+    /// Drops from memory the journals of invocations that came to wait (suspended, backing
+    /// off, paused) since the last call and still wait. Call only when every applied batch is
+    /// committed: the store then holds every entry in memory.
+    pub(super) fn rest_journals(&mut self) {
+        for id in std::mem::take(&mut self.journals_to_rest) {
             let Some(live) = self.live.get_mut(&id) else {
                 continue;
             };
             if live.running()
                 || live.unsaved
-                || live.record.status != Status::Suspended
+                || !matches!(
+                    live.record.status,
+                    Status::Suspended | Status::BackingOff | Status::Paused
+                )
                 || live.journal.is_empty()
             {
                 continue;
@@ -59,8 +63,8 @@ impl Partition {
         journal.append(&mut live.journal);
         live.journal = journal;
         live.rested = 0;
-        // Still suspended after what woke it (a signal it does not await): back to rest.
-        self.suspending.push(id);
+        // Still waiting after what woke it (a signal it does not await): back to rest.
+        self.journals_to_rest.push(id);
         Ok(())
     }
 

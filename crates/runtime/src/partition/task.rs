@@ -49,7 +49,7 @@ pub struct Partition {
     pub(super) waiting_at_rest: HashMap<InvocationId, Vec<oneshot::Sender<Outcome>>>,
     /// Invocations that suspended (or whose journal was read back while suspended) since
     /// their journals last went to rest.
-    pub(super) suspending: Vec<InvocationId>,
+    pub(super) journals_to_rest: Vec<InvocationId>,
     pub(super) scheduler: Scheduler,
     /// The rule book as published (the rules API publishes before it answers): looked at
     /// before anything is admitted, so a book published before an event was sent is the book
@@ -138,7 +138,7 @@ impl Partition {
             held: Arc::clone(&shared.held),
             held_in_scope: HashMap::new(),
             waiting_at_rest: HashMap::new(),
-            suspending: Vec::new(),
+            journals_to_rest: Vec::new(),
             scheduler: Scheduler::sharing(
                 Arc::new(RuleBook::new()),
                 Arc::clone(&shared.slots),
@@ -215,9 +215,12 @@ impl Partition {
                 _ => effects.push(Effect::Attempt(id)),
             }
             let protocol = record.protocol;
-            if record.status == Status::Suspended {
+            if matches!(
+                record.status,
+                Status::Suspended | Status::BackingOff | Status::Paused
+            ) {
                 // Its journal rests again once recovery is stored.
-                self.suspending.push(id);
+                self.journals_to_rest.push(id);
             }
             self.rewait_promises_after_track(record, journal, protocol);
             self.reclaim_lock(id);

@@ -97,7 +97,6 @@ impl Partition {
             Ok(Ending::Suspended(message)) => {
                 live.record.retry_count = 0;
                 live.record.status = Status::Suspended;
-                self.suspending.push(id);
                 let awaited = Awaited::of(&message);
                 if ended.signalled
                     || fresh
@@ -135,6 +134,14 @@ impl Partition {
                 retried(&failure);
                 back_off(live, &retry, failure, e.retry_after, now, effects);
             }
+        }
+        // Waiting without an attempt, for however long: its journal rests in the store once
+        // this is stored (`suspended.rs`).
+        if matches!(
+            live.record.status,
+            Status::Suspended | Status::BackingOff | Status::Paused
+        ) {
+            self.journals_to_rest.push(id);
         }
         store::put_record(writes, &live.record)?;
         Ok(true)

@@ -117,6 +117,8 @@ impl Partition {
                 let was_running = stop_attempt(live);
                 live.record.status = Status::Paused;
                 live.record.run_at_ms = None;
+                // A pause may last days: its journal rests once this is stored.
+                self.journals_to_rest.push(id);
                 if was_running {
                     Controlled::Accepted
                 } else {
