@@ -19,6 +19,7 @@ use crate::limits::Rules;
 use crate::protocol::Frame;
 use crate::registry::Registry;
 use crate::storage::Store;
+use crate::storage::logged::Checkpoints;
 use crate::storage::writer::Writer;
 
 /// Events a partition's channel holds before senders wait (back-pressure on the ingress).
@@ -450,7 +451,12 @@ impl Runtime {
         let How { rules, tls, leads } = how;
         let n = self.senders.len() as u64;
         let client = AttemptClient::new(tls);
-        let writer = Writer::start(Arc::clone(store));
+        // Embedded, the local log is the truth and the store a view behind it; in cluster
+        // mode each partition's Kafka log is, and this writer only applies what landed there.
+        let writer = match leads {
+            None => Writer::start_logged(Arc::clone(store), Checkpoints::default()),
+            Some(_) => Writer::start(Arc::clone(store)),
+        };
         let shared = super::Shared::new(
             Arc::clone(store),
             writer.clone(),

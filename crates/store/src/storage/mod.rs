@@ -2,7 +2,9 @@
 //! format version record (RT0009/META0011, META0010); closing it is part of shutdown.
 
 pub mod log;
+pub mod logged;
 pub mod meta;
+pub mod segments;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -15,6 +17,9 @@ use crate::health::Health;
 
 /// File name of the database inside `data-dir`.
 pub const DB_FILE: &str = "sluice.redb";
+
+/// Directory of the local log inside `data-dir` (`segments.rs`).
+pub const LOG_DIR: &str = "log";
 
 /// redb's page cache. Its default (1 GiB) let a large held backlog look like 2.5 KiB per
 /// invocation of resident memory; reads on the hot path hit recent pages, which fit in far less.
@@ -40,6 +45,9 @@ pub struct Store {
     health: Arc<Health>,
     /// Cluster mode: where changed metadata tables go (see [`meta`]).
     meta_log: std::sync::OnceLock<Arc<dyn meta::MetaLog>>,
+    /// The local log, replayed into the view at open, until the writer takes it
+    /// ([`writer::Writer::start_logged`]).
+    log: std::sync::Mutex<Option<segments::SegmentLog>>,
 }
 
 impl Store {
@@ -56,7 +64,95 @@ impl Store {
             .set_cache_size(CACHE_BYTES)
             .create(&path)
             .map_err(|e| open_error(&path, e));
-        Self::checked(path, db?)
+        let store = Self::checked(path, db?)?;
+        let log = store.replay_log(&data_dir.join(LOG_DIR))?;
+        *store.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
+        Ok(store)
+    }
+
+    /// Applies every record of the local log in `dir` after the view's durable checkpoint to
+    /// the view, makes that durable, and returns the log ready for appending.
+    fn replay_log(&self, dir: &Path) -> Result<segments::SegmentLog, CodedError> {
+        let failed = |e: &dyn std::fmt::Display| {
+            CodedError::new(
+                Code::RT0028,
+                format!(
+                    "the local log in {} cannot be replayed into the store: {e}; restore the data dir from a backup",
+                    dir.display()
+                ),
+            )
+        };
+        self.with_db(|db| -> Result<segments::SegmentLog, CodedError> {
+            let applied = db
+                .begin_read()
+                .map_err(redb::Error::from)
+                .and_then(|txn| logged::applied(&txn))
+                .map_err(|e| storage_error(&self.path, e))?;
+            let mut last = applied;
+            let mut txn: Option<redb::WriteTransaction> = None;
+            let mut pending = 0usize;
+            let mut apply = |read: segments::Read| -> Result<(), CodedError> {
+                let record =
+                    log::Record::decode(&read.payload, usize::MAX).map_err(|e| failed(&e))?;
+                let log::Record::Writes { writes, .. } = record else {
+                    return Err(failed(&format!("record {} is not a write set", read.lsn)));
+                };
+                if txn.is_none() {
+                    let mut fresh = db.begin_write().map_err(|e| storage_error(&self.path, e))?;
+                    fresh
+                        .set_durability(redb::Durability::None)
+                        .map_err(|e| storage_error(&self.path, e))?;
+                    txn = Some(fresh);
+                }
+                let open = txn.as_ref().expect("just made");
+                writes
+                    .apply(open)
+                    .map_err(|e| storage_error(&self.path, e))?;
+                last = read.lsn;
+                pending += read.payload.len();
+                // Large replays commit as they go (not durably: the last one is).
+                if pending > 64 * 1024 * 1024 {
+                    let done = txn.take().expect("open");
+                    logged::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
+                    done.commit().map_err(|e| storage_error(&self.path, e))?;
+                    pending = 0;
+                }
+                Ok(())
+            };
+            let mut replay_error = None;
+            let opened =
+                segments::SegmentLog::open(dir, segments::Options::default(), applied, |read| {
+                    apply(read).map_err(|e| {
+                        let message = e.to_string();
+                        replay_error = Some(e);
+                        std::io::Error::other(message)
+                    })
+                });
+            let log = match (opened, replay_error) {
+                (_, Some(error)) => return Err(error),
+                (Err(e), None) => return Err(failed(&e)),
+                (Ok(log), None) => log,
+            };
+            let done = match txn {
+                Some(txn) => txn,
+                None => db.begin_write().map_err(|e| storage_error(&self.path, e))?,
+            };
+            if last > applied {
+                tracing::info!(
+                    from = applied + 1,
+                    to = last,
+                    "replayed the local log into the store"
+                );
+            }
+            logged::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
+            done.commit().map_err(|e| storage_error(&self.path, e))?;
+            Ok(log)
+        })?
+    }
+
+    /// Takes the local log for the writer (once).
+    pub(crate) fn take_log(&self) -> Option<segments::SegmentLog> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// The store on `db`, once its format version is one this build reads.
@@ -67,6 +163,7 @@ impl Store {
             db: RwLock::new(Some(db)),
             health: Arc::default(),
             meta_log: std::sync::OnceLock::new(),
+            log: std::sync::Mutex::new(None),
         })
     }
 

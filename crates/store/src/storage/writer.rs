@@ -13,7 +13,7 @@ use crate::errors::{Code, CodedError};
 pub use crate::schema::BytesTable;
 
 /// Most write sets applied in one transaction.
-const GROUP: usize = 1024;
+pub(super) const GROUP: usize = 1024;
 
 pub(crate) enum Op {
     Put(BytesTable, Vec<u8>, Vec<u8>),
@@ -84,7 +84,7 @@ type OpenTable<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
 
 /// Applies `sets` in order inside `txn`, opening each table once: opening one looks it up in
 /// redb's table of tables, which cost more than the insert itself when it was done per write.
-fn apply_all<'a>(
+pub(super) fn apply_all<'a>(
     sets: impl IntoIterator<Item = &'a WriteSet>,
     txn: &redb::WriteTransaction,
 ) -> Result<(), redb::Error> {
@@ -116,9 +116,9 @@ fn apply_all<'a>(
     Ok(())
 }
 
-struct Job {
-    writes: WriteSet,
-    done: oneshot::Sender<Result<(), CodedError>>,
+pub(super) struct Job {
+    pub(super) writes: WriteSet,
+    pub(super) done: oneshot::Sender<Result<(), CodedError>>,
 }
 
 /// Hands write sets to the writer thread. Cheap to clone; the thread ends when every clone is
@@ -146,6 +146,18 @@ impl Writer {
             .spawn(move || write_loop(&store, rx))
             .expect("the writer thread starts");
         Self { tx }
+    }
+
+    /// Starts the writer of embedded mode for `store`: the local log its open replayed is the
+    /// truth, the store a view applied behind it (`logged.rs`). A store without a log (one on
+    /// a simulated backend) gets the plain writer.
+    pub fn start_logged(store: Arc<Store>, checkpoints: super::logged::Checkpoints) -> Self {
+        match store.take_log() {
+            Some(log) => Self {
+                tx: super::logged::start(store, log, checkpoints),
+            },
+            None => Self::start(store),
+        }
     }
 
     /// Queues `writes`; the answer comes after the commit that holds them. Sets queued by one
@@ -271,7 +283,7 @@ impl Group {
     }
 }
 
-fn stopped() -> CodedError {
+pub(super) fn stopped() -> CodedError {
     CodedError::new(Code::RT0006, "the store writer stopped (shutting down?)")
 }
 
