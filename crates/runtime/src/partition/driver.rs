@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::Runtime;
 use super::events::Event;
+use super::runtime::Runtime;
 use crate::clock;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;

@@ -30,14 +30,14 @@ const CHANNEL: usize = 16 * 1024;
 pub struct Runtime {
     senders: Arc<Vec<mpsc::Sender<Event>>>,
     /// Each partition's reads, on a channel of their own (`super::queries`).
-    queries: Arc<Vec<mpsc::Sender<super::Query>>>,
+    queries: Arc<Vec<mpsc::Sender<super::queries::Query>>>,
     placement: Arc<super::placement::Placement>,
     /// Cluster mode: where partitions post to each other (their inboxes).
     outbox: Arc<std::sync::OnceLock<Arc<dyn super::posted::Outbox>>>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
-pub struct Receivers(Vec<(mpsc::Receiver<Event>, mpsc::Receiver<super::Query>)>);
+pub struct Receivers(Vec<(mpsc::Receiver<Event>, mpsc::Receiver<super::queries::Query>)>);
 
 impl Runtime {
     /// A runtime of `n` partitions, not yet running.
@@ -282,7 +282,7 @@ impl Runtime {
     /// item of each answer with its partition's index.
     async fn gather<T>(
         &self,
-        ask: impl Fn(oneshot::Sender<Vec<T>>) -> super::Query,
+        ask: impl Fn(oneshot::Sender<Vec<T>>) -> super::queries::Query,
     ) -> Result<Vec<(u64, T)>, CodedError> {
         let mut all = Vec::new();
         for (index, sender) in self.queries.iter().enumerate() {
@@ -304,20 +304,23 @@ impl Runtime {
     }
 
     /// Every partition's queued invocations, with the partition's index.
-    pub async fn queued(&self) -> Result<Vec<(u64, super::QueuedEntry)>, CodedError> {
-        self.gather(|reply| super::Query::Queued { reply }).await
+    pub async fn queued(&self) -> Result<Vec<(u64, super::events::QueuedEntry)>, CodedError> {
+        self.gather(|reply| super::queries::Query::Queued { reply })
+            .await
     }
 
     /// Every partition's held object locks, with the partition's index.
-    pub async fn locks(&self) -> Result<Vec<(u64, super::HeldLock)>, CodedError> {
-        self.gather(|reply| super::Query::Locks { reply }).await
+    pub async fn locks(&self) -> Result<Vec<(u64, super::events::HeldLock)>, CodedError> {
+        self.gather(|reply| super::queries::Query::Locks { reply })
+            .await
     }
 
     /// Every partition's scheduler queues, with the partition's index.
     pub async fn queues(
         &self,
     ) -> Result<Vec<(u64, crate::flow::scheduler::QueueSnapshot)>, CodedError> {
-        self.gather(|reply| super::Query::Queues { reply }).await
+        self.gather(|reply| super::queries::Query::Queues { reply })
+            .await
     }
 
     /// Pauses (or resumes) queue `queue` of partition `partition`, durably; `false` when no
@@ -349,14 +352,16 @@ impl Runtime {
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
         let all = self
-            .gather(|reply| super::Query::Counters { reply })
+            .gather(|reply| super::queries::Query::Counters { reply })
             .await?;
         Ok(all.into_iter().map(|(_, counter)| counter).collect())
     }
 
     /// What `GET /metrics` reads of every partition.
-    pub async fn metrics(&self) -> Result<Vec<super::PartitionMetrics>, CodedError> {
-        let all = self.gather(|reply| super::Query::Metrics { reply }).await?;
+    pub async fn metrics(&self) -> Result<Vec<super::events::PartitionMetrics>, CodedError> {
+        let all = self
+            .gather(|reply| super::queries::Query::Metrics { reply })
+            .await?;
         Ok(all.into_iter().map(|(_, m)| m).collect())
     }
 
@@ -367,7 +372,7 @@ impl Runtime {
     ) -> Result<Option<super::admission::Waiting>, CodedError> {
         let (reply, answer) = oneshot::channel();
         self.queries[self.index_of(id.partition_key())]
-            .send(super::Query::Explain { id, reply })
+            .send(super::queries::Query::Explain { id, reply })
             .await
             .map_err(|_| Self::gone())?;
         answer.await.map_err(|_| Self::gone())
@@ -457,7 +462,7 @@ impl Runtime {
             None => Writer::start_logged(Arc::clone(store), Checkpoints::default()),
             Some(_) => Writer::start(Arc::clone(store)),
         };
-        let shared = super::Shared::new(
+        let shared = super::task::Shared::new(
             Arc::clone(store),
             writer.clone(),
             Arc::clone(registry),
@@ -548,7 +553,7 @@ struct Hosted {
     index: u32,
     /// Its own channel: an event that arrives as it is taken over goes back in.
     own: mpsc::Sender<Event>,
-    shared: super::Shared,
+    shared: super::task::Shared,
     rules: Option<Arc<Rules>>,
     purging: Purging,
 }
@@ -556,7 +561,7 @@ struct Hosted {
 impl Hosted {
     async fn run(
         self,
-        (mut rx, mut queries): (mpsc::Receiver<Event>, mpsc::Receiver<super::Query>),
+        (mut rx, mut queries): (mpsc::Receiver<Event>, mpsc::Receiver<super::queries::Query>),
         mut lead: Lead,
         driver: impl Fn() -> Box<dyn super::driver::Driver>,
         owns: impl Fn(InvocationId) -> bool + Clone + Send + Sync + 'static,
