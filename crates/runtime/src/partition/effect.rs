@@ -16,6 +16,7 @@ use crate::invocation::store::Timer;
 use crate::invocation::{Caller, Outcome};
 
 /// What a batch asks to do once committed.
+#[derive(Debug)]
 pub(super) enum Effect {
     Ack(oneshot::Sender<Result<bool, CodedError>>, bool),
     Notify(Vec<oneshot::Sender<Outcome>>, Outcome),

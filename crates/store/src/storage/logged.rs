@@ -18,6 +18,7 @@
 //! store replays the log from the view's durable checkpoint ([`super::Store::open`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
@@ -74,7 +75,7 @@ pub(crate) fn set_applied(txn: &redb::WriteTransaction, lsn: u64) -> Result<(), 
 }
 
 /// A group on its way through the pipeline.
-struct Stage {
+pub(super) struct Stage {
     jobs: Vec<Job>,
     /// Its record, if it writes anything (an empty group only keeps its place in line).
     appended: Option<super::segments::Appended>,
@@ -91,12 +92,13 @@ pub(super) fn start(
     let (tx, rx) = mpsc::unbounded_channel();
     let (to_sync, synced) = std_mpsc::channel::<Stage>();
     let (to_apply, applied_rx) = std_mpsc::channel::<(Vec<Stage>, Option<CodedError>)>();
-    let durable = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let appender = Appender::new(log);
+    let durable = Arc::clone(&appender.durable);
     {
-        let (store, durable) = (Arc::clone(&store), Arc::clone(&durable));
+        let store = Arc::clone(&store);
         std::thread::Builder::new()
             .name("sluice-writer".into())
-            .spawn(move || append_loop(&store, log, rx, &to_sync, &durable))
+            .spawn(move || append_loop(&store, appender, rx, &to_sync))
             .expect("the writer thread starts");
     }
     {
@@ -108,7 +110,7 @@ pub(super) fn start(
     }
     std::thread::Builder::new()
         .name("sluice-log-apply".into())
-        .spawn(move || apply_loop(&store, &applied_rx, checkpoints, &durable))
+        .spawn(move || apply_loop(&store, &applied_rx, checkpoints, Applier::new(durable)))
         .expect("the log apply thread starts");
     tx
 }
@@ -126,14 +128,199 @@ fn answer(jobs: Vec<Job>, result: &Result<(), CodedError>) {
     }
 }
 
+/// The first stage: owns the log, appends one record per group.
+pub(super) struct Appender {
+    log: SegmentLog,
+    /// The view's durable checkpoint, as the applier last made it.
+    durable: Arc<AtomicU64>,
+    /// The checkpoint up to which segments were given up.
+    released: u64,
+}
+
+impl Appender {
+    fn new(log: SegmentLog) -> Self {
+        Self {
+            log,
+            durable: Arc::new(AtomicU64::new(0)),
+            released: 0,
+        }
+    }
+
+    /// Appends `jobs` as one record; `None` when they were answered already (a failure).
+    fn append(&mut self, store: &Store, jobs: Vec<Job>, bytes: usize) -> Option<Stage> {
+        let since = Instant::now();
+        // After a failure nothing more is acknowledged, not even an empty set (see
+        // `writer.rs`): memory may hold what the store does not.
+        if let Some(failure) = store.health().failure() {
+            answer(jobs, &Err(failure.clone()));
+            return None;
+        }
+        let appended = if jobs.iter().all(|job| job.writes.is_empty()) {
+            None
+        } else {
+            let record = super::log::encode_writes(0, 0, jobs.iter().map(|job| &job.writes));
+            match self.log.append(&record) {
+                Ok(appended) => Some(appended),
+                Err(e) => {
+                    let error = fail_store(store, "appending to the log", e);
+                    answer(jobs, &Err(error));
+                    return None;
+                }
+            }
+        };
+        // Segments the view holds durably are reused (the appender owns the log).
+        let checkpoint = self.durable.load(Ordering::Acquire);
+        if checkpoint > self.released {
+            self.released = checkpoint;
+            if let Err(e) = self.log.release(checkpoint) {
+                fail_store(store, "reusing a log segment", e);
+            }
+        }
+        Some(Stage {
+            jobs,
+            appended,
+            bytes: bytes as u64,
+            since,
+        })
+    }
+}
+
+/// The second stage: one sync per file, in the order appended (a segment left for the next is
+/// synced before the next one's records count). The failure, if any.
+fn sync(store: &Store, stages: &[Stage]) -> Option<CodedError> {
+    let mut last: Option<&Arc<dyn super::segments::LogFile>> = None;
+    for appended in stages.iter().filter_map(|stage| stage.appended.as_ref()) {
+        if last.is_some_and(|file| Arc::ptr_eq(file, &appended.file)) {
+            continue;
+        }
+        if let Some(previous) = last
+            && let Err(e) = previous.sync_data()
+        {
+            return Some(fail_store(store, "syncing the log", e));
+        }
+        last = Some(&appended.file);
+    }
+    if let Some(file) = last
+        && let Err(e) = file.sync_data()
+    {
+        // A failed fsync may have dropped the dirty pages: nothing after it can be trusted.
+        return Some(fail_store(store, "syncing the log", e));
+    }
+    store.health().failure().cloned()
+}
+
+/// The third stage: applies synced groups to the view and answers them.
+pub(super) struct Applier {
+    durable: Arc<AtomicU64>,
+    last_durable: Instant,
+    bytes_since: u64,
+    last_lsn: u64,
+    /// The view holds records it has not synced.
+    unsynced: bool,
+}
+
+impl Applier {
+    fn new(durable: Arc<AtomicU64>) -> Self {
+        Self {
+            durable,
+            last_durable: Instant::now(),
+            bytes_since: 0,
+            last_lsn: 0,
+            unsynced: false,
+        }
+    }
+
+    /// Whether the next transaction should make the view durable.
+    fn due(&self, checkpoints: &Checkpoints) -> bool {
+        self.last_durable.elapsed() >= checkpoints.interval || self.bytes_since >= checkpoints.bytes
+    }
+
+    /// Applies `stages` (synced, unless `error`) in one transaction, durable if `durable`
+    /// (`None`: when due by `checkpoints`), and answers their sets.
+    fn apply(
+        &mut self,
+        store: &Store,
+        stages: Vec<Stage>,
+        error: Option<CodedError>,
+        durable: impl FnOnce(&Self) -> bool,
+    ) {
+        self.bytes_since += stages.iter().map(|stage| stage.bytes).sum::<u64>();
+        let lsn = stages
+            .iter()
+            .filter_map(|stage| stage.appended.as_ref().map(|a| a.lsn))
+            .max();
+        let result = match (error.or_else(|| store.health().failure().cloned()), lsn) {
+            (Some(error), _) => Err(error),
+            // Only empty sets: they kept their place behind every earlier write.
+            (None, None) => Ok(()),
+            (None, Some(lsn)) => {
+                let make_durable = durable(self);
+                let jobs = stages.iter().flat_map(|stage| &stage.jobs);
+                apply(store, jobs, lsn, make_durable).map(|()| {
+                    self.last_lsn = lsn;
+                    if make_durable {
+                        self.made_durable(lsn);
+                    } else {
+                        self.unsynced = true;
+                    }
+                })
+            }
+        };
+        let groups = stages.len();
+        for stage in stages {
+            if result.is_ok() {
+                metrics::histogram!(sluice_core::metrics::STORE_COMMIT_DURATION)
+                    .record(stage.since.elapsed());
+            }
+            answer(stage.jobs, &result);
+        }
+        metrics::histogram!(sluice_core::metrics::STORE_COMMIT_GROUP).record(groups as f64);
+    }
+
+    fn made_durable(&mut self, lsn: u64) {
+        self.last_durable = Instant::now();
+        self.bytes_since = 0;
+        self.unsynced = false;
+        self.durable.store(lsn, Ordering::Release);
+    }
+
+    /// Makes the view durable if it holds unsynced records (every writer is gone: the next
+    /// start then replays nothing).
+    fn finish(&mut self, store: &Store) {
+        if self.unsynced && apply(store, std::iter::empty(), self.last_lsn, true).is_ok() {
+            self.made_durable(self.last_lsn);
+        }
+    }
+}
+
+/// Takes the first set waiting and every set behind it that fits one record (at most
+/// [`GROUP`]); what did not fit waits in `held`. The sets and their encoded size.
+fn take_group(
+    first: Job,
+    held: &mut Option<Job>,
+    mut next: impl FnMut() -> Option<Job>,
+) -> (Vec<Job>, usize) {
+    let mut bytes = super::log::encoded_len(&first.writes);
+    let mut jobs = vec![first];
+    while jobs.len() < GROUP {
+        let Some(job) = next() else { break };
+        let len = super::log::encoded_len(&job.writes);
+        if bytes.saturating_add(len) > RECORD_BYTES {
+            *held = Some(job);
+            break;
+        }
+        bytes += len;
+        jobs.push(job);
+    }
+    (jobs, bytes)
+}
+
 fn append_loop(
     store: &Store,
-    mut log: SegmentLog,
+    mut appender: Appender,
     mut rx: mpsc::UnboundedReceiver<Job>,
     to_sync: &std_mpsc::Sender<Stage>,
-    durable: &std::sync::atomic::AtomicU64,
 ) {
-    let mut released = 0;
     let mut held: Option<Job> = None;
     loop {
         let first = match held.take() {
@@ -143,55 +330,13 @@ fn append_loop(
                 None => return,
             },
         };
-        let since = Instant::now();
-        let mut bytes = super::log::encoded_len(&first.writes);
-        let mut jobs = vec![first];
-        while jobs.len() < GROUP {
-            let Ok(job) = rx.try_recv() else { break };
-            let len = super::log::encoded_len(&job.writes);
-            if bytes.saturating_add(len) > RECORD_BYTES {
-                held = Some(job);
-                break;
-            }
-            bytes += len;
-            jobs.push(job);
-        }
-        // After a failure nothing more is acknowledged, not even an empty set (see
-        // `writer.rs`): memory may hold what the store does not.
-        if let Some(failure) = store.health().failure() {
-            answer(jobs, &Err(failure.clone()));
+        let (jobs, bytes) = take_group(first, &mut held, || rx.try_recv().ok());
+        let Some(stage) = appender.append(store, jobs, bytes) else {
             continue;
-        }
-        let appended = if jobs.iter().all(|job| job.writes.is_empty()) {
-            None
-        } else {
-            let record = super::log::encode_writes(0, 0, jobs.iter().map(|job| &job.writes));
-            match log.append(&record) {
-                Ok(appended) => Some(appended),
-                Err(e) => {
-                    let error = fail_store(store, "appending to the log", e);
-                    answer(jobs, &Err(error));
-                    continue;
-                }
-            }
-        };
-        let stage = Stage {
-            jobs,
-            appended,
-            bytes: bytes as u64,
-            since,
         };
         if let Err(std_mpsc::SendError(stage)) = to_sync.send(stage) {
             answer(stage.jobs, &Err(stopped()));
             return;
-        }
-        // Segments the view holds durably are reused (the appender owns the log).
-        let checkpoint = durable.load(std::sync::atomic::Ordering::Acquire);
-        if checkpoint > released {
-            released = checkpoint;
-            if let Err(e) = log.release(checkpoint) {
-                fail_store(store, "reusing a log segment", e);
-            }
         }
     }
 }
@@ -204,31 +349,11 @@ fn sync_loop(
     while let Ok(first) = rx.recv() {
         let mut stages = vec![first];
         stages.extend(rx.try_iter());
-        // One sync per file, in the order appended: a segment left for the next is synced
-        // before the next one's records count.
-        let mut error = store.health().failure().cloned();
-        let mut last: Option<&Arc<std::fs::File>> = None;
-        for appended in stages.iter().filter_map(|stage| stage.appended.as_ref()) {
-            if error.is_some() {
-                break;
-            }
-            if last.is_some_and(|file| Arc::ptr_eq(file, &appended.file)) {
-                continue;
-            }
-            if let Some(previous) = last
-                && let Err(e) = previous.sync_data()
-            {
-                error = Some(fail_store(store, "syncing the log", e));
-            }
-            last = Some(&appended.file);
-        }
-        if error.is_none()
-            && let Some(file) = last
-            && let Err(e) = file.sync_data()
-        {
-            // A failed fsync may have dropped the dirty pages: nothing after it can be trusted.
-            error = Some(fail_store(store, "syncing the log", e));
-        }
+        let error = store
+            .health()
+            .failure()
+            .cloned()
+            .or_else(|| sync(store, &stages));
         if let Err(std_mpsc::SendError((stages, _))) = to_apply.send((stages, error)) {
             for stage in stages {
                 answer(stage.jobs, &Err(stopped()));
@@ -242,65 +367,16 @@ fn apply_loop(
     store: &Store,
     rx: &std_mpsc::Receiver<(Vec<Stage>, Option<CodedError>)>,
     checkpoints: Checkpoints,
-    durable: &std::sync::atomic::AtomicU64,
+    mut applier: Applier,
 ) {
-    let mut last_durable = Instant::now();
-    let mut bytes_since = 0u64;
-    let mut last_lsn = 0u64;
-    let mut unsynced = false;
     while let Ok(first) = rx.recv() {
         let mut batches = vec![first];
         batches.extend(rx.try_iter());
         let error = batches.iter().find_map(|(_, error)| error.clone());
         let stages: Vec<Stage> = batches.into_iter().flat_map(|(s, _)| s).collect();
-        let result = match error.or_else(|| store.health().failure().cloned()) {
-            Some(error) => Err(error),
-            None => {
-                let lsn = stages
-                    .iter()
-                    .filter_map(|stage| stage.appended.as_ref().map(|a| a.lsn))
-                    .max();
-                bytes_since += stages.iter().map(|stage| stage.bytes).sum::<u64>();
-                match lsn {
-                    // Only empty sets: they kept their place behind every earlier write.
-                    None => Ok(()),
-                    Some(lsn) => {
-                        let make_durable = last_durable.elapsed() >= checkpoints.interval
-                            || bytes_since >= checkpoints.bytes;
-                        let jobs = stages.iter().flat_map(|stage| &stage.jobs);
-                        match apply(store, jobs, lsn, make_durable) {
-                            Ok(()) => {
-                                last_lsn = lsn;
-                                if make_durable {
-                                    last_durable = Instant::now();
-                                    bytes_since = 0;
-                                    unsynced = false;
-                                    durable.store(lsn, std::sync::atomic::Ordering::Release);
-                                } else {
-                                    unsynced = true;
-                                }
-                                Ok(())
-                            }
-                            Err(error) => Err(error),
-                        }
-                    }
-                }
-            }
-        };
-        let groups = stages.len();
-        for stage in stages {
-            if result.is_ok() {
-                metrics::histogram!(sluice_core::metrics::STORE_COMMIT_DURATION)
-                    .record(stage.since.elapsed());
-            }
-            answer(stage.jobs, &result);
-        }
-        metrics::histogram!(sluice_core::metrics::STORE_COMMIT_GROUP).record(groups as f64);
+        applier.apply(store, stages, error, |applier| applier.due(&checkpoints));
     }
-    // Every writer is gone: leave the view durable, so the next start replays nothing.
-    if unsynced {
-        let _ = apply(store, std::iter::empty(), last_lsn, true);
-    }
+    applier.finish(store);
 }
 
 /// Applies the writes of `jobs` and the checkpoint `lsn` to the view in one transaction.
@@ -332,11 +408,115 @@ fn apply<'a>(
     }
 }
 
+/// The logged writer's stages, stepped by hand: the partition simulator decides when a group
+/// is appended, synced, applied, and when the view is made durable — and crashes between.
+#[cfg(any(test, feature = "testing"))]
+pub struct LoggedFlusher {
+    store: Arc<Store>,
+    rx: mpsc::UnboundedReceiver<Job>,
+    appender: Appender,
+    applier: Applier,
+    /// Appended, not synced.
+    appended: Vec<Stage>,
+    /// Synced, not applied.
+    synced: Vec<Stage>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl super::writer::Writer {
+    /// A logged writer without its threads: sets wait until the [`LoggedFlusher`] moves them.
+    /// `None` when `store` has no log ([`Store::open_backend_logged`] gives it one).
+    pub fn manual_logged(store: Arc<Store>) -> Option<(Self, LoggedFlusher)> {
+        let log = store.take_log()?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let appender = Appender::new(log);
+        let applier = Applier::new(Arc::clone(&appender.durable));
+        Some((
+            Self::from_sender(tx),
+            LoggedFlusher {
+                store,
+                rx,
+                appender,
+                applier,
+                appended: Vec::new(),
+                synced: Vec::new(),
+            },
+        ))
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl LoggedFlusher {
+    /// Appends every set queued so far (in groups, as the appender thread would); how many
+    /// sets.
+    pub fn append(&mut self) -> usize {
+        let mut sets = 0;
+        let mut held = None;
+        loop {
+            let first = match held.take() {
+                Some(job) => job,
+                None => match self.rx.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => return sets,
+                },
+            };
+            let (jobs, bytes) = take_group(first, &mut held, || self.rx.try_recv().ok());
+            sets += jobs.len();
+            if let Some(stage) = self.appender.append(&self.store, jobs, bytes) {
+                self.appended.push(stage);
+            }
+        }
+    }
+
+    /// Syncs what was appended.
+    pub fn sync(&mut self) {
+        let stages = std::mem::take(&mut self.appended);
+        if stages.is_empty() {
+            return;
+        }
+        match sync(&self.store, &stages) {
+            None => self.synced.extend(stages),
+            Some(error) => self
+                .applier
+                .apply(&self.store, stages, Some(error), |_| false),
+        }
+    }
+
+    /// Applies the first `groups` synced groups to the view, durably if `durable`, and answers
+    /// their sets.
+    pub fn apply(&mut self, groups: usize, durable: bool) {
+        let n = groups.min(self.synced.len());
+        if n == 0 && !durable {
+            return;
+        }
+        let stages: Vec<Stage> = self.synced.drain(..n).collect();
+        if stages.is_empty() {
+            self.applier.finish(&self.store);
+        } else {
+            self.applier.apply(&self.store, stages, None, |_| durable);
+        }
+    }
+
+    /// Synced groups not applied yet.
+    pub fn lagging(&self) -> usize {
+        self.synced.len()
+    }
+
+    /// Appends, syncs and applies everything queued; how many sets were queued.
+    pub fn flush(&mut self, durable: bool) -> usize {
+        let sets = self.append();
+        self.sync();
+        self.apply(usize::MAX, durable);
+        sets
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use redb::ReadableDatabase;
 
     use super::*;
+    use crate::storage::segments::FsDir;
     use crate::storage::writer::{WriteSet, Writer};
 
     /// A partition table (only those go through a partition's writer and its log).
@@ -383,7 +563,8 @@ mod tests {
         drop(Store::open(dir.path()).unwrap());
         // Records appended and synced, never applied: a crash right after their sync.
         let log_dir = dir.path().join(crate::storage::LOG_DIR);
-        let mut log = SegmentLog::open(&log_dir, Default::default(), 0, |_| Ok(())).unwrap();
+        let mut log =
+            SegmentLog::open(Arc::new(FsDir(log_dir)), Default::default(), 0, |_| Ok(())).unwrap();
         for i in 0..3u8 {
             let mut set = WriteSet::default();
             set.put(T, &[b'k', i], vec![i]);
@@ -412,7 +593,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         drop(Store::open(dir.path()).unwrap());
         let log_dir = dir.path().join(crate::storage::LOG_DIR);
-        let mut log = SegmentLog::open(&log_dir, Default::default(), 0, |_| Ok(())).unwrap();
+        let mut log =
+            SegmentLog::open(Arc::new(FsDir(log_dir)), Default::default(), 0, |_| Ok(())).unwrap();
         log.append(b"not a record").unwrap();
         drop(log);
         let error = Store::open(dir.path()).unwrap_err();

@@ -65,20 +65,24 @@ impl Store {
             .create(&path)
             .map_err(|e| open_error(&path, e));
         let store = Self::checked(path, db?)?;
-        let log = store.replay_log(&data_dir.join(LOG_DIR))?;
+        let dir = data_dir.join(LOG_DIR);
+        let log = store.replay_log(Arc::new(segments::FsDir(dir.clone())), &dir.display())?;
         *store.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
         Ok(store)
     }
 
     /// Applies every record of the local log in `dir` after the view's durable checkpoint to
     /// the view, makes that durable, and returns the log ready for appending.
-    fn replay_log(&self, dir: &Path) -> Result<segments::SegmentLog, CodedError> {
+    fn replay_log(
+        &self,
+        dir: Arc<dyn segments::LogDir>,
+        shown: &dyn std::fmt::Display,
+    ) -> Result<segments::SegmentLog, CodedError> {
         let failed = |e: &dyn std::fmt::Display| {
             CodedError::new(
                 Code::RT0028,
                 format!(
-                    "the local log in {} cannot be replayed into the store: {e}; restore the data dir from a backup",
-                    dir.display()
+                    "the local log in {shown} cannot be replayed into the store: {e}; restore the data dir from a backup"
                 ),
             )
         };
@@ -177,6 +181,19 @@ impl Store {
             .create_with_backend(backend)
             .map_err(|e| open_error(&path, e));
         Self::checked(path, db?)
+    }
+
+    /// Opens a store on `backend` whose local log is in `log` (the partition simulator's disks),
+    /// replaying the log as [`Store::open`] does.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn open_backend_logged(
+        backend: impl redb::StorageBackend,
+        log: Arc<dyn segments::LogDir>,
+    ) -> Result<Self, CodedError> {
+        let store = Self::open_backend(backend)?;
+        let log = store.replay_log(log, &"the simulated log")?;
+        *store.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
+        Ok(store)
     }
 
     /// The health of the process that writes this store.

@@ -13,17 +13,94 @@
 //! (renamed, their old records left in place: their numbers are lower than any new one, so they
 //! end the log where they start) rather than deleted, so a sync seldom has to change a file's
 //! size or extents.
+//!
+//! The files are reached through [`LogDir`] and [`LogFile`]: the filesystem ([`FsDir`]) in the
+//! server, the simulator's disk in the partition simulator, which crashes between an append and
+//! its sync and tears the tail.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Bytes in a record's header.
 pub const HEADER: usize = 16;
 
 /// Segments kept for reuse once the checkpoint covers them.
 const SPARES: usize = 2;
+
+/// One file of a log directory.
+pub trait LogFile: Send + Sync + std::fmt::Debug {
+    /// Fills `buf` from `offset` (an error if the file ends first).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, growing the file if needed.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Its size.
+    fn size(&self) -> io::Result<u64>;
+    /// Makes every write so far durable (`fdatasync`).
+    fn sync_data(&self) -> io::Result<()>;
+}
+
+/// A directory of segment files.
+pub trait LogDir: Send + Sync + std::fmt::Debug {
+    /// The names of its files.
+    fn names(&self) -> io::Result<Vec<String>>;
+    /// Opens file `name`, creating it (empty) if `create` and it does not exist.
+    fn open(&self, name: &str, create: bool) -> io::Result<Arc<dyn LogFile>>;
+    /// Renames `from` to `to`.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    /// Removes `name`.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Makes the names it holds durable (files created, renamed, removed).
+    fn sync(&self) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(self, buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        FileExt::write_all_at(self, buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
+/// A log directory on the filesystem.
+#[derive(Debug, Clone)]
+pub struct FsDir(pub PathBuf);
+
+impl LogDir for FsDir {
+    fn names(&self) -> io::Result<Vec<String>> {
+        std::fs::create_dir_all(&self.0)?;
+        std::fs::read_dir(&self.0)?
+            .map(|entry| Ok(entry?.file_name().to_string_lossy().into_owned()))
+            .collect()
+    }
+    fn open(&self, name: &str, create: bool) -> io::Result<Arc<dyn LogFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(self.0.join(name))?;
+        Ok(Arc::new(file))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.0.join(from), self.0.join(to))
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        std::fs::remove_file(self.0.join(name))
+    }
+    fn sync(&self) -> io::Result<()> {
+        File::open(&self.0)?.sync_all()
+    }
+}
 
 /// What a log directory is opened with.
 #[derive(Debug, Clone, Copy)]
@@ -55,31 +132,32 @@ pub struct Read {
 #[derive(Debug)]
 struct Segment {
     first: u64,
-    path: PathBuf,
+    name: String,
 }
 
 /// The log, open for appending.
 #[derive(Debug)]
 pub struct SegmentLog {
-    dir: PathBuf,
+    dir: Arc<dyn LogDir>,
     options: Options,
     /// Every segment, oldest first; the last is the one appended to.
     segments: Vec<Segment>,
-    file: std::sync::Arc<File>,
+    /// The current segment (`None` only while opening).
+    file: Option<Arc<dyn LogFile>>,
     /// Where the next record goes in the current segment.
     offset: u64,
     /// Its size on disk (preallocated, or grown by a large record).
     capacity: u64,
     /// The next record's number.
     next: u64,
-    spares: Vec<PathBuf>,
+    spares: Vec<String>,
 }
 
 /// What was appended: the record's number and the file to sync for it.
 #[derive(Debug, Clone)]
 pub struct Appended {
     pub lsn: u64,
-    pub file: std::sync::Arc<File>,
+    pub file: Arc<dyn LogFile>,
 }
 
 fn segment_name(first: u64) -> String {
@@ -122,7 +200,13 @@ fn header(bytes: &[u8; HEADER]) -> (u32, u32, u64) {
 
 /// Reads the record at `offset` of `file` (of `size` bytes) if it is record `expected`: `None`
 /// at the end of the log (zeros, a torn or foreign record, the end of the file).
-fn read_at(file: &File, size: u64, offset: u64, expected: u64, options: &Options) -> Option<Read> {
+fn read_at(
+    file: &dyn LogFile,
+    size: u64,
+    offset: u64,
+    expected: u64,
+    options: &Options,
+) -> Option<Read> {
     let end = offset.checked_add(HEADER as u64)?;
     if end > size {
         return None;
@@ -144,14 +228,9 @@ fn read_at(file: &File, size: u64, offset: u64, expected: u64, options: &Options
 /// Gives `file` `bytes` of real blocks, written with zeros from its current end (so a later
 /// sync of a write into them changes neither the file's size nor its extents: `fdatasync` then
 /// flushes data only). Once per new segment; reused segments have their blocks already.
-fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
-    let from = file.metadata()?.len();
+fn preallocate(file: &dyn LogFile, bytes: u64) -> io::Result<()> {
+    let from = file.size()?;
     zero_from(file, from, bytes)
-}
-
-/// Syncs a directory, so that a file created, renamed or removed in it survives a crash.
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 impl SegmentLog {
@@ -159,27 +238,21 @@ impl SegmentLog {
     /// `replay`, in order; zeroes a torn tail and drops any segment after it, then positions the
     /// log for appending right after the last good record. `replay` failing stops the open.
     pub fn open(
-        dir: &Path,
+        dir: Arc<dyn LogDir>,
         options: Options,
         applied: u64,
         mut replay: impl FnMut(Read) -> io::Result<()>,
     ) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
         let mut segments = Vec::new();
         let mut spares = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
+        for name in dir.names()? {
             if let Some(first) = parse_name(&name) {
-                segments.push(Segment {
-                    first,
-                    path: entry.path(),
-                });
+                segments.push(Segment { first, name });
             } else if name.starts_with("spare-") {
-                spares.push(entry.path());
+                spares.push(name);
             }
         }
+        spares.sort();
         segments.sort_by_key(|segment| segment.first);
         // Segments wholly behind the checkpoint are not read: the next one starts at or before
         // the first record to replay.
@@ -190,31 +263,26 @@ impl SegmentLog {
         let mut expected = segments
             .get(start)
             .map_or(applied.saturating_add(1), |segment| segment.first);
-        let mut end: Option<(usize, u64, u64)> = None;
+        let mut end: Option<(usize, u64)> = None;
         for (index, segment) in segments.iter().enumerate().skip(start) {
             if segment.first != expected {
                 // A gap between segments: what follows was never acknowledged in order.
                 break;
             }
-            let file = OpenOptions::new().read(true).open(&segment.path)?;
-            let size = file.metadata()?.len();
+            let file = dir.open(&segment.name, false)?;
+            let size = file.size()?;
             let mut offset = 0;
-            while let Some(read) = read_at(&file, size, offset, expected, &options) {
+            while let Some(read) = read_at(&*file, size, offset, expected, &options) {
                 offset += (HEADER + read.payload.len()) as u64;
                 expected += 1;
                 if read.lsn > applied {
                     replay(read)?;
                 }
             }
-            end = Some((index, offset, size));
-            if offset < size && index + 1 < segments.len() {
-                // Did this segment end because it was full (the next record went to the next
-                // segment) or because its tail was torn? The next segment says: it must start
-                // with the record this one lacks.
-                if segments[index + 1].first != expected {
-                    break;
-                }
-            }
+            end = Some((index, offset));
+            // Did this segment end because it was full (the next record went to the next
+            // segment) or because its tail was torn? The next segment says: it must start with
+            // the record this one lacks, which the loop checks.
         }
         if applied >= expected {
             // The view is ahead of what the log still holds (its segments were recycled after
@@ -223,20 +291,20 @@ impl SegmentLog {
             end = None;
         }
         let (keep, offset) = match end {
-            Some((index, offset, _)) => (index + 1, offset),
+            Some((index, offset)) => (index + 1, offset),
             None => (0, 0),
         };
         // Segments after the end hold nothing acknowledged.
         for later in segments.drain(keep.min(segments.len())..) {
-            std::fs::remove_file(&later.path)?;
+            dir.remove(&later.name)?;
         }
         // Segments before the one replay started at are wholly behind the checkpoint.
         let behind: Vec<Segment> = segments.drain(..start.min(segments.len())).collect();
         let mut log = Self {
-            dir: dir.to_path_buf(),
+            dir,
             options,
             segments,
-            file: std::sync::Arc::new(File::open(dir)?),
+            file: None,
             offset,
             capacity: 0,
             next: expected,
@@ -249,20 +317,28 @@ impl SegmentLog {
             log.roll()?;
         } else {
             let last = log.segments.last().expect("not empty");
-            let file = OpenOptions::new().read(true).write(true).open(&last.path)?;
-            let size = file.metadata()?.len();
-            zero_from(&file, offset, size)?;
+            let file = log.dir.open(&last.name, false)?;
+            let size = file.size()?;
+            // What lies after the last good record was never acknowledged: zeroed, so that a
+            // later record appended over part of it is never followed by a stale one.
+            zero_from(&*file, offset, size)?;
             file.sync_data()?;
             log.capacity = size;
-            log.file = std::sync::Arc::new(file);
+            log.file = Some(file);
         }
-        sync_dir(dir)?;
+        log.dir.sync()?;
         Ok(log)
     }
 
     /// The number the next record gets.
     pub fn next_lsn(&self) -> u64 {
         self.next
+    }
+
+    fn current(&self) -> &Arc<dyn LogFile> {
+        self.file
+            .as_ref()
+            .expect("a log open for appending has a segment")
     }
 
     /// Appends `payload` as the next record (not synced: [`Appended::file`] is what to sync,
@@ -279,48 +355,43 @@ impl SegmentLog {
         }
         if self.offset + needed > self.capacity {
             // A record larger than a segment: its segment grows to hold it.
-            preallocate(&self.file, self.offset + needed)?;
+            preallocate(&**self.current(), self.offset + needed)?;
             self.capacity = self.offset + needed;
         }
-        self.file.write_all_at(&bytes, self.offset)?;
+        self.current().write_all_at(&bytes, self.offset)?;
         self.offset += needed;
         self.next += 1;
         Ok(Appended {
             lsn,
-            file: std::sync::Arc::clone(&self.file),
+            file: Arc::clone(self.current()),
         })
     }
 
     /// Starts a new segment for the next record: a spare one reused, or a new one preallocated.
     fn roll(&mut self) -> io::Result<()> {
-        let path = self.dir.join(segment_name(self.next));
+        let name = segment_name(self.next);
         let file = match self.spares.pop() {
             Some(spare) => {
-                std::fs::rename(&spare, &path)?;
-                OpenOptions::new().read(true).write(true).open(&path)?
+                self.dir.rename(&spare, &name)?;
+                self.dir.open(&name, false)?
             }
-            None => OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)?,
+            None => self.dir.open(&name, true)?,
         };
-        let size = file.metadata()?.len();
-        if size < self.options.segment_bytes {
-            preallocate(&file, self.options.segment_bytes)?;
+        if file.size()? < self.options.segment_bytes {
+            preallocate(&*file, self.options.segment_bytes)?;
         }
         // A reused segment starts with old records: the first header must end the log until
         // the first append overwrites it (their numbers are lower, so they would anyway; the
         // zeros make that plain to a reader).
         file.write_all_at(&[0; HEADER], 0)?;
         file.sync_data()?;
-        sync_dir(&self.dir)?;
-        self.capacity = file.metadata()?.len();
+        self.dir.sync()?;
+        self.capacity = file.size()?;
         self.offset = 0;
-        self.file = std::sync::Arc::new(file);
+        self.file = Some(file);
         self.segments.push(Segment {
             first: self.next,
-            path,
+            name,
         });
         Ok(())
     }
@@ -335,7 +406,7 @@ impl SegmentLog {
             released += 1;
         }
         if released > 0 {
-            sync_dir(&self.dir)?;
+            self.dir.sync()?;
         }
         Ok(released)
     }
@@ -343,13 +414,11 @@ impl SegmentLog {
     /// Keeps a segment the checkpoint covers as a spare, or removes it.
     fn retire(&mut self, segment: Segment) -> io::Result<()> {
         if self.spares.len() < SPARES {
-            let spare = self
-                .dir
-                .join(format!("spare-{}.log", segment_name(segment.first)));
-            std::fs::rename(&segment.path, &spare)?;
+            let spare = format!("spare-{}", segment.name);
+            self.dir.rename(&segment.name, &spare)?;
             self.spares.push(spare);
         } else {
-            std::fs::remove_file(&segment.path)?;
+            self.dir.remove(&segment.name)?;
         }
         Ok(())
     }
@@ -361,7 +430,7 @@ impl SegmentLog {
 }
 
 /// Writes zeros over `file` from `offset` to `size`.
-fn zero_from(file: &File, offset: u64, size: u64) -> io::Result<()> {
+fn zero_from(file: &dyn LogFile, offset: u64, size: u64) -> io::Result<()> {
     const CHUNK: usize = 1 << 20;
     let zeros = vec![0u8; CHUNK];
     let mut at = offset;
@@ -386,9 +455,10 @@ mod tests {
         }
     }
 
-    fn reopen(dir: &Path, applied: u64) -> (SegmentLog, Vec<Read>) {
+    fn reopen(dir: &std::path::Path, applied: u64) -> (SegmentLog, Vec<Read>) {
         let mut seen = Vec::new();
-        let log = SegmentLog::open(dir, small(), applied, |read| {
+        let fs: Arc<dyn LogDir> = Arc::new(FsDir(dir.to_path_buf()));
+        let log = SegmentLog::open(fs, small(), applied, |read| {
             seen.push(read);
             Ok(())
         })
@@ -431,7 +501,7 @@ mod tests {
         for i in 1..=3 {
             log.append(&payload(i)).unwrap();
         }
-        let file = log.segments.last().unwrap().path.clone();
+        let file = dir.path().join(&log.segments.last().unwrap().name);
         let torn_at = log.offset;
         log.append(&payload(4)).unwrap();
         log.append(&payload(5)).unwrap();
@@ -439,7 +509,7 @@ mod tests {
         // Record 4's payload is damaged: 4 and 5 are gone (never acknowledged: the sync that
         // would have covered them did not finish).
         let f = OpenOptions::new().write(true).open(&file).unwrap();
-        f.write_all_at(b"!", torn_at + HEADER as u64 + 3).unwrap();
+        FileExt::write_all_at(&f, b"!", torn_at + HEADER as u64 + 3).unwrap();
         drop(f);
         let (mut log, seen) = reopen(dir.path(), 0);
         assert_eq!(seen.len(), 3);
@@ -516,13 +586,13 @@ mod tests {
             for record in &written {
                 log.append(record).unwrap();
             }
-            let files: Vec<PathBuf> = log.segments.iter().map(|s| s.path.clone()).collect();
+            let files: Vec<PathBuf> = log.segments.iter().map(|s| dir.path().join(&s.name)).collect();
             drop(log);
             for (at, byte) in flips {
                 let path = &files[(at as usize) % files.len()];
                 let f = OpenOptions::new().write(true).open(path).unwrap();
                 let size = f.metadata().unwrap().len();
-                f.write_all_at(&[byte], (at >> 8) % size).unwrap();
+                FileExt::write_all_at(&f, &[byte], (at >> 8) % size).unwrap();
             }
             if let Some(cut) = cut {
                 let path = files.last().unwrap();

@@ -160,6 +160,12 @@ impl Writer {
         }
     }
 
+    /// A writer whose sets go to `tx` (the logged writer's stages).
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn from_sender(tx: mpsc::UnboundedSender<Job>) -> Self {
+        Self { tx }
+    }
+
     /// Queues `writes`; the answer comes after the commit that holds them. Sets queued by one
     /// caller commit in the order they were queued, and an empty set is answered only after
     /// every set queued before it, so it can order acknowledgements behind earlier writes.

@@ -58,9 +58,143 @@ impl Disk {
         state.fails_after = None;
     }
 
+    /// The power goes, but the disk had written some of what was not synced yet: the first
+    /// `kept` writes since the last sync survive, and the first `torn` bytes of the one after
+    /// them (a torn write); the rest is gone. The disk works again.
+    pub fn crash_partly(&self, kept: usize, torn: usize) {
+        let mut state = self.state();
+        while state.undo.len() > kept {
+            let undo = state.undo.pop().expect("longer than kept");
+            let last = state.undo.len() == kept;
+            match undo {
+                Undo::Bytes { offset, old } => {
+                    // The torn write keeps its first `torn` new bytes.
+                    let from = if last { torn.min(old.len()) } else { 0 };
+                    state.bytes[offset + from..offset + old.len()].copy_from_slice(&old[from..]);
+                }
+                Undo::Len(len) => state.bytes.resize(len, 0),
+            }
+        }
+        state.undo.clear();
+        state.fails_after = None;
+    }
+
+    /// Writes since the last sync.
+    pub fn unsynced(&self) -> usize {
+        self.state().undo.len()
+    }
+
     /// The handle redb writes through.
     pub fn backend(&self) -> Backend {
         Backend(self.clone())
+    }
+}
+
+/// The simulator's directory of log segments: each file a [`Disk`] of its own. Creating,
+/// renaming and removing a file is durable at once (the log syncs its directory right after
+/// each); what a file holds is lost or torn as a [`Disk`]'s is.
+#[derive(Debug, Clone, Default)]
+pub struct LogDisk(Arc<Mutex<LogFiles>>);
+
+#[derive(Debug, Default)]
+struct LogFiles {
+    files: std::collections::BTreeMap<String, Disk>,
+    /// Writes and syncs left before every later one fails, for files made from now on.
+    fails_after: Option<u32>,
+}
+
+impl LogDisk {
+    fn files(&self) -> MutexGuard<'_, LogFiles> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every write or sync to the log after the next `n` (per file) fails, until a crash.
+    pub fn fail_after(&self, n: u32) {
+        let mut files = self.files();
+        files.fails_after = Some(n);
+        for disk in files.files.values() {
+            disk.fail_after(n);
+        }
+    }
+
+    /// The power goes: each file keeps what was synced, and `keep(unsynced writes)` chooses,
+    /// per file, how many of its later writes survive and how many bytes of the next one.
+    pub fn crash(&self, mut keep: impl FnMut(usize) -> (usize, usize)) {
+        let mut files = self.files();
+        files.fails_after = None;
+        for disk in files.files.values() {
+            let (kept, torn) = keep(disk.unsynced());
+            disk.crash_partly(kept, torn);
+        }
+    }
+}
+
+/// A file of a [`LogDisk`].
+#[derive(Debug)]
+struct LogFile(Disk);
+
+impl crate::storage::segments::LogFile for LogFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        redb::StorageBackend::read(&Backend(self.0.clone()), offset, buf)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let backend = Backend(self.0.clone());
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .ok_or_else(out_of_range)?;
+        if end > redb::StorageBackend::len(&backend)? {
+            redb::StorageBackend::set_len(&backend, end)?;
+        }
+        redb::StorageBackend::write(&backend, offset, buf)
+    }
+    fn size(&self) -> io::Result<u64> {
+        redb::StorageBackend::len(&Backend(self.0.clone()))
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        redb::StorageBackend::sync_data(&Backend(self.0.clone()))
+    }
+}
+
+impl crate::storage::segments::LogDir for LogDisk {
+    fn names(&self) -> io::Result<Vec<String>> {
+        Ok(self.files().files.keys().cloned().collect())
+    }
+    fn open(
+        &self,
+        name: &str,
+        create: bool,
+    ) -> io::Result<Arc<dyn crate::storage::segments::LogFile>> {
+        let mut files = self.files();
+        let fails_after = files.fails_after;
+        let disk = match files.files.get(name) {
+            Some(disk) => disk.clone(),
+            None if create => {
+                let disk = Disk::default();
+                if let Some(n) = fails_after {
+                    disk.fail_after(n);
+                }
+                files.files.insert(name.to_owned(), disk.clone());
+                disk
+            }
+            None => return Err(io::Error::new(io::ErrorKind::NotFound, name.to_owned())),
+        };
+        Ok(Arc::new(LogFile(disk)))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut files = self.files();
+        let disk = files
+            .files
+            .remove(from)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, from.to_owned()))?;
+        files.files.insert(to.to_owned(), disk);
+        Ok(())
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.files().files.remove(name);
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
     }
 }
 

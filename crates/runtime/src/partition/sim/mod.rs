@@ -6,7 +6,10 @@
 //! all memory dropped, unsynced writes lost, the partition rebuilt from the store. Half the
 //! runs are in cluster mode (`cluster.rs`): writes go through a partition log first, and
 //! leadership changes hands, with the old leader running on as a zombie whose records land
-//! after the new epoch; the new leader rebuilds its store from the log on a fresh disk.
+//! after the new epoch; the new leader rebuilds its store from the log on a fresh disk. The
+//! other half are embedded: writes go through the real local log on simulated segment files,
+//! appended, synced and applied to the view at the world's pace, and a crash tears the log's
+//! unsynced tail; the store replays the log as it reopens.
 //!
 //! Calls (a caller waiting for the outcome, with an id nobody else knows) are stored only at the
 //! first point anything depends on them; once a call is answered, its outcome is in the store.
@@ -60,10 +63,11 @@ use crate::protocol::proto;
 use crate::protocol::{Frame, Message, MessageType};
 use crate::registry::{Registration, Registry};
 use crate::storage::Store;
+use crate::storage::logged::LoggedFlusher;
 use crate::storage::writer::{Commit, Flusher, Writer};
 
 use crate::simulation::{Rng, seed};
-use disk::Disk;
+use disk::{Disk, LogDisk};
 
 /// Simulated time starts here (a plausible epoch milliseconds value).
 const EPOCH_MS: u64 = 1_800_000_000_000;
@@ -114,10 +118,32 @@ struct Running {
     request: AttemptRequest,
 }
 
+/// How a node's write sets reach its store.
+enum Flush {
+    /// Cluster mode: straight into redb (the partition log is Kafka's, `cluster.rs`).
+    Plain(Flusher),
+    /// Embedded mode: the real local log and its view, stage by stage.
+    Logged(Box<LoggedFlusher>),
+}
+
+impl Flush {
+    /// Moves every set queued so far all the way to the store.
+    fn flush(&mut self) {
+        match self {
+            Self::Plain(flusher) => {
+                flusher.flush();
+            }
+            Self::Logged(flusher) => {
+                flusher.flush(false);
+            }
+        }
+    }
+}
+
 /// One life of the process: everything a crash drops.
 struct Node {
     partition: Partition,
-    flusher: Flusher,
+    flusher: Flush,
     /// Cluster mode: the leader this node is, and its writes' way through the log.
     leading: Option<cluster::Leading>,
     store: Arc<Store>,
@@ -173,6 +199,8 @@ struct Stats {
 struct World {
     rng: Rng,
     disk: Disk,
+    /// Embedded mode: the local log's segments (the store on `disk` is its view).
+    log_disk: LogDisk,
     /// Cluster mode (half the runs): the partition log the store replicates.
     log: Option<cluster::SimLog>,
     /// The next start is another node's: a fresh disk, rebuilt from the log.

@@ -280,7 +280,12 @@ impl World {
             967..969 => {
                 // The disk fails somewhere in the next commits (a full disk, an I/O error).
                 let after = self.rng.below(40) as u32;
-                self.disk.fail_after(after);
+                // Embedded, the local log's files fail as often as the view's.
+                if self.log.is_none() && self.rng.chance(50) {
+                    self.log_disk.fail_after(after);
+                } else {
+                    self.disk.fail_after(after);
+                }
                 self.stats.disk_failures += 1;
             }
             // Cluster mode: another node takes the partition over.
