@@ -31,7 +31,11 @@ const RUNTIME_STOP_SECS: u64 = 1;
 pub fn serve(config: Config) -> Result<(), CodedError> {
     raise_open_files_limit();
     let config = Arc::new(config);
-    let store = Arc::new(Store::open(&config.data_dir)?);
+    let log = crate::storage::segments::Options {
+        segment_bytes: config.worker.log_segment_size.0,
+        ..Default::default()
+    };
+    let store = Arc::new(Store::open_with(&config.data_dir, log)?);
     let partitions = usize::from(config.worker.partitions.get());
     let (runtime, receivers) = if config.cluster.is_kafka() {
         Runtime::placed(crate::partition::placement::Placement::clustered(

@@ -418,7 +418,16 @@ pub struct WorkerConfig {
     /// Requests (calls, attaches) waiting at once for one invocation's outcome; one more is
     /// refused with 429 SEC0008. Waits whose client left are pruned first.
     pub max_waiters_per_invocation: usize,
+    /// Embedded mode: bytes a segment of the local log (`<data-dir>/log/`) is preallocated to.
+    pub log_segment_size: ByteSize,
+    /// Embedded mode: longest time the store (the view of the local log) goes without being
+    /// made durable; also every eight segments of log. What the log holds beyond it is
+    /// replayed at start.
+    pub log_checkpoint_interval: FriendlyDuration,
 }
+
+/// Smallest and largest `worker.log-segment-size`.
+pub const LOG_SEGMENT_SIZES: (u64, u64) = (64 * 1024, 1024 * 1024 * 1024);
 
 impl Default for WorkerConfig {
     fn default() -> Self {
@@ -433,6 +442,8 @@ impl Default for WorkerConfig {
             max_held_invocations: 1_000_000,
             max_held_per_scope: 100_000,
             max_waiters_per_invocation: 1_000,
+            log_segment_size: ByteSize::mib(8),
+            log_checkpoint_interval: FriendlyDuration::from_secs(1),
         }
     }
 }

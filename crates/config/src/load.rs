@@ -318,6 +318,21 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
             ),
         ));
     }
+    let (least, most) = crate::LOG_SEGMENT_SIZES;
+    let segment = config.worker.log_segment_size.0;
+    if !(least..=most).contains(&segment) {
+        return Err((
+            "worker.log-segment-size".into(),
+            format!("must be between 64KiB and 1GiB, got {segment} bytes"),
+        ));
+    }
+    let checkpoint = config.worker.log_checkpoint_interval.0;
+    if checkpoint.is_zero() || checkpoint > std::time::Duration::from_secs(3600) {
+        return Err((
+            "worker.log-checkpoint-interval".into(),
+            format!("must be longer than zero and at most 1h, got {checkpoint:?}"),
+        ));
+    }
     config.cluster.validate()?;
     validate_sizes(config)?;
     if config.shutdown_grace_period.0.is_zero() {

@@ -459,7 +459,13 @@ impl Runtime {
         // Embedded, the local log is the truth and the store a view behind it; in cluster
         // mode each partition's Kafka log is, and this writer only applies what landed there.
         let writer = match leads {
-            None => Writer::start_logged(Arc::clone(store), Checkpoints::default()),
+            None => {
+                let checkpoints = Checkpoints {
+                    interval: config.worker.log_checkpoint_interval.0,
+                    bytes: config.worker.log_segment_size.0.saturating_mul(8),
+                };
+                Writer::start_logged(Arc::clone(store), checkpoints)
+            }
             Some(_) => Writer::start(Arc::clone(store)),
         };
         let shared = super::task::Shared::new(

@@ -51,8 +51,14 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the store under `data_dir`.
+    /// Opens (or creates) the store under `data_dir`, its local log with default options.
     pub fn open(data_dir: &Path) -> Result<Self, CodedError> {
+        Self::open_with(data_dir, segments::Options::default())
+    }
+
+    /// Opens (or creates) the store under `data_dir`; its local log (`<data-dir>/log/`) is
+    /// replayed into it, and new segments get `log`'s size.
+    pub fn open_with(data_dir: &Path, log: segments::Options) -> Result<Self, CodedError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
             CodedError::uncoded(format!(
                 "cannot create data dir {}: {e}; choose another --data-dir",
@@ -66,7 +72,7 @@ impl Store {
             .map_err(|e| open_error(&path, e));
         let store = Self::checked(path, db?)?;
         let dir = data_dir.join(LOG_DIR);
-        let log = store.replay_log(Arc::new(segments::FsDir(dir.clone())), &dir.display())?;
+        let log = store.replay_log(Arc::new(segments::FsDir(dir.clone())), log, &dir.display())?;
         *store.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
         Ok(store)
     }
@@ -76,6 +82,7 @@ impl Store {
     fn replay_log(
         &self,
         dir: Arc<dyn segments::LogDir>,
+        options: segments::Options,
         shown: &dyn std::fmt::Display,
     ) -> Result<segments::SegmentLog, CodedError> {
         let failed = |e: &dyn std::fmt::Display| {
@@ -124,14 +131,13 @@ impl Store {
                 Ok(())
             };
             let mut replay_error = None;
-            let opened =
-                segments::SegmentLog::open(dir, segments::Options::default(), applied, |read| {
-                    apply(read).map_err(|e| {
-                        let message = e.to_string();
-                        replay_error = Some(e);
-                        std::io::Error::other(message)
-                    })
-                });
+            let opened = segments::SegmentLog::open(dir, options, applied, |read| {
+                apply(read).map_err(|e| {
+                    let message = e.to_string();
+                    replay_error = Some(e);
+                    std::io::Error::other(message)
+                })
+            });
             let log = match (opened, replay_error) {
                 (_, Some(error)) => return Err(error),
                 (Err(e), None) => return Err(failed(&e)),
@@ -191,7 +197,7 @@ impl Store {
         log: Arc<dyn segments::LogDir>,
     ) -> Result<Self, CodedError> {
         let store = Self::open_backend(backend)?;
-        let log = store.replay_log(log, &"the simulated log")?;
+        let log = store.replay_log(log, segments::Options::default(), &"the simulated log")?;
         *store.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
         Ok(store)
     }
