@@ -28,6 +28,8 @@ pub const ATTEMPT_DURATION: &str = "sluice_attempt_duration_seconds";
 pub const STORE_COMMIT_DURATION: &str = "sluice_store_commit_duration_seconds";
 /// Write sets in one group commit.
 pub const STORE_COMMIT_GROUP: &str = "sluice_store_commit_group_size";
+/// Embedded mode: one durable checkpoint of the store (the view of the local log).
+pub const STORE_CHECKPOINT_DURATION: &str = "sluice_store_checkpoint_duration_seconds";
 /// Group commits that failed (each fails the process's health).
 pub const STORE_COMMIT_FAILURES: &str = "sluice_store_commit_failures_total";
 /// Plugin calls by `plugin`, `hook` and `outcome` (`ok` or `error`).
@@ -126,6 +128,11 @@ pub fn describe() {
         "Latency of one group commit."
     );
     describe_histogram!(STORE_COMMIT_GROUP, "Write sets per group commit.");
+    describe_histogram!(
+        STORE_CHECKPOINT_DURATION,
+        Unit::Seconds,
+        "One durable checkpoint of the store behind the local log."
+    );
     describe_counter!(STORE_COMMIT_FAILURES, "Failed group commits.");
     describe_counter!(PLUGIN_CALLS, "Plugin calls by plugin, hook and outcome.");
     describe_histogram!(

@@ -8,9 +8,9 @@
 //!    while the appender fills the next group;
 //! 3. **apply** (`sluice-log-apply`): applies every synced group waiting into the view in one
 //!    redb transaction that does not sync (its checkpoint row — the last record it holds — in
-//!    the same transaction), then answers the group's sets. Every `checkpoint-interval` the
-//!    transaction syncs instead: the view is then durable up to its checkpoint, and the
-//!    segments behind it are reused.
+//!    the same transaction), then answers the group's sets. Every `checkpoint-interval`, after
+//!    those answers, a checkpoint syncs the view: it is then durable up to that record, and
+//!    the segments behind it are reused.
 //!
 //! A set is answered only once its record is synced *and* applied to the view, so anything read
 //! after an acknowledgement (an admin read after a `202`, a journal a partition reads back, an
@@ -253,16 +253,13 @@ impl Applier {
             (Some(error), _) => Err(error),
             // Only empty sets: they kept their place behind every earlier write.
             (None, None) => Ok(()),
+            // Never synced here: the log holds the writes durably already, and a sync of the
+            // view (the checkpoint below) takes milliseconds that no answer should wait for.
             (None, Some(lsn)) => {
-                let make_durable = durable(self);
                 let jobs = stages.iter().flat_map(|stage| &stage.jobs);
-                apply(store, jobs, lsn, make_durable).map(|()| {
+                apply(store, jobs, lsn, false).map(|()| {
                     self.last_lsn = lsn;
-                    if make_durable {
-                        self.made_durable(lsn);
-                    } else {
-                        self.unsynced = true;
-                    }
+                    self.unsynced = true;
                 })
             }
         };
@@ -275,6 +272,10 @@ impl Applier {
             answer(stage.jobs, &result);
         }
         metrics::histogram!(sluice_core::metrics::STORE_COMMIT_GROUP).record(groups as f64);
+        // The checkpoint comes after the answers; groups that arrive meanwhile wait for it.
+        if result.is_ok() && durable(self) {
+            self.finish(store);
+        }
     }
 
     fn made_durable(&mut self, lsn: u64) {
@@ -284,10 +285,13 @@ impl Applier {
         self.durable.store(lsn, Ordering::Release);
     }
 
-    /// Makes the view durable if it holds unsynced records (every writer is gone: the next
-    /// start then replays nothing).
+    /// Makes the view durable if it holds unsynced records: a checkpoint (when every writer is
+    /// gone, the next start then replays nothing).
     fn finish(&mut self, store: &Store) {
+        let started = Instant::now();
         if self.unsynced && apply(store, std::iter::empty(), self.last_lsn, true).is_ok() {
+            metrics::histogram!(sluice_core::metrics::STORE_CHECKPOINT_DURATION)
+                .record(started.elapsed());
             self.made_durable(self.last_lsn);
         }
     }
