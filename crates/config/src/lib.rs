@@ -443,7 +443,7 @@ impl Default for WorkerConfig {
             max_held_per_scope: 100_000,
             max_waiters_per_invocation: 1_000,
             log_segment_size: ByteSize::mib(8),
-            log_checkpoint_interval: FriendlyDuration::from_secs(1),
+            log_checkpoint_interval: FriendlyDuration::from_millis(100),
         }
     }
 }

@@ -48,7 +48,7 @@ pub struct Checkpoints {
 impl Default for Checkpoints {
     fn default() -> Self {
         Self {
-            interval: Duration::from_secs(1),
+            interval: Duration::from_millis(100),
             bytes: 64 * 1024 * 1024,
         }
     }
