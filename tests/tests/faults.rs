@@ -465,3 +465,76 @@ async fn held_invocations_past_their_bound_get_429_with_retry_after() {
     );
     assert_eq!(send("globex").await.unwrap().status(), 202);
 }
+
+/// The local log is the truth: with no checkpoint of the store since start, everything
+/// acknowledged before a kill -9 is replayed from the log; a torn record at its tail (a write
+/// the crash cut short) is cut off, and what is appended after it survives the next crash.
+#[tokio::test]
+async fn a_torn_log_tail_after_kill_9_is_cut_and_nothing_acknowledged_is_lost() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let data = scratch.path().join("data");
+    // No checkpoint of the store while the test runs: only the log holds what is answered.
+    let builder = || {
+        Sluice::builder()
+            .data_dir(&data)
+            .config("[worker]\nlog-checkpoint-interval = \"1h\"\n")
+    };
+    let mut sluice = builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let body = b"\"x\"".to_vec();
+    let mut acknowledged = Vec::new();
+    for i in 0..20 {
+        let (status, answer) = send(&sluice, &format!("torn{i}"), &body).await;
+        assert_eq!(status, 202, "{answer}");
+        acknowledged.push(answer["invocationId"].as_str().unwrap().to_owned());
+    }
+    sluice.kill_9();
+
+    // A record the crash cut short: a header that promises more bytes than follow it, right
+    // after the last whole record of the newest segment.
+    let log = data.join("log");
+    let newest = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".log") && !n.starts_with("spare-"))
+        })
+        .max()
+        .expect("a segment");
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let (mut at, mut next_lsn) = (0usize, 0u64);
+    while at + 16 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        next_lsn = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap()) + 1;
+        at += 16 + len;
+    }
+    assert!(next_lsn > 0, "the newest segment holds records");
+    bytes[at..at + 4].copy_from_slice(&4096u32.to_le_bytes());
+    bytes[at + 4..at + 8].copy_from_slice(&0xdead_beefu32.to_le_bytes());
+    bytes[at + 8..at + 16].copy_from_slice(&next_lsn.to_le_bytes());
+    bytes[at + 16..at + 100].fill(0x5a);
+    std::fs::write(&newest, &bytes).unwrap();
+
+    let mut again = sluice.restart(builder()).await;
+    for id in &acknowledged {
+        let (status, seen) = again.describe(id).await;
+        assert_eq!(status, 200, "acknowledged {id} was lost: {seen}");
+        assert_eq!(seen["status"], "scheduled", "{seen}");
+    }
+    // Appended where the torn record was: it survives the next crash too.
+    let (status, answer) = send(&again, "after-the-tear", &body).await;
+    assert_eq!(status, 202, "{answer}");
+    let after = answer["invocationId"].as_str().unwrap().to_owned();
+    again.kill_9();
+    let third = again.restart(builder()).await;
+    for id in acknowledged.iter().chain([&after]) {
+        let (status, seen) = third.describe(id).await;
+        assert_eq!(status, 200, "acknowledged {id} was lost: {seen}");
+    }
+}
