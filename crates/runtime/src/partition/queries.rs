@@ -81,6 +81,16 @@ impl Partition {
 
     /// Answers `query` from what the partition holds now (a caller that left is no error).
     pub(super) fn answer_query(&mut self, query: Query) {
+        // A read answers as of now: what a token or a timer made admissible by now is admitted
+        // first, so no read shows a free token beside a waiter that would take it (on a busy
+        // box the loop may reach the query before the scheduler's timer).
+        if self
+            .scheduler
+            .next_timer()
+            .is_some_and(|at| at <= self.driver.now_ms())
+        {
+            self.dispatch();
+        }
         match query {
             Query::Queued { reply } => {
                 let queued = self
