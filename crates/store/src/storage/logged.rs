@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use super::Store;
 use super::segments::SegmentLog;
-use super::writer::{GROUP, Job, apply_all, stopped};
+use super::writer::{Job, apply_all, stopped, take_group};
 use crate::errors::CodedError;
 use crate::schema::LOCAL_LOG;
 
@@ -188,6 +188,9 @@ impl Appender {
 /// The second stage: one sync per file, in the order appended (a segment left for the next is
 /// synced before the next one's records count). The failure, if any.
 fn sync(store: &Store, stages: &[Stage]) -> Option<CodedError> {
+    if let Some(failure) = store.health().failure() {
+        return Some(failure.clone());
+    }
     let mut last: Option<&Arc<dyn super::segments::LogFile>> = None;
     for appended in stages.iter().filter_map(|stage| stage.appended.as_ref()) {
         if last.is_some_and(|file| Arc::ptr_eq(file, &appended.file)) {
@@ -206,7 +209,7 @@ fn sync(store: &Store, stages: &[Stage]) -> Option<CodedError> {
         // A failed fsync may have dropped the dirty pages: nothing after it can be trusted.
         return Some(fail_store(store, "syncing the log", e));
     }
-    store.health().failure().cloned()
+    None
 }
 
 /// The third stage: applies synced groups to the view and answers them.
@@ -214,9 +217,8 @@ pub(super) struct Applier {
     durable: Arc<AtomicU64>,
     last_durable: Instant,
     bytes_since: u64,
+    /// The last record applied to the view (synced into it once `durable` reaches it).
     last_lsn: u64,
-    /// The view holds records it has not synced.
-    unsynced: bool,
 }
 
 impl Applier {
@@ -226,7 +228,6 @@ impl Applier {
             last_durable: Instant::now(),
             bytes_since: 0,
             last_lsn: 0,
-            unsynced: false,
         }
     }
 
@@ -235,8 +236,8 @@ impl Applier {
         self.last_durable.elapsed() >= checkpoints.interval || self.bytes_since >= checkpoints.bytes
     }
 
-    /// Applies `stages` (synced, unless `error`) in one transaction, durable if `durable`
-    /// (`None`: when due by `checkpoints`), and answers their sets.
+    /// Applies `stages` (synced, unless `error`) in one transaction that does not sync, answers
+    /// their sets, then makes the view durable if `durable` says so.
     fn apply(
         &mut self,
         store: &Store,
@@ -257,10 +258,7 @@ impl Applier {
             // view (the checkpoint below) takes milliseconds that no answer should wait for.
             (None, Some(lsn)) => {
                 let jobs = stages.iter().flat_map(|stage| &stage.jobs);
-                apply(store, jobs, lsn, false).map(|()| {
-                    self.last_lsn = lsn;
-                    self.unsynced = true;
-                })
+                apply(store, jobs, lsn, false).map(|()| self.last_lsn = lsn)
             }
         };
         let groups = stages.len();
@@ -278,45 +276,19 @@ impl Applier {
         }
     }
 
-    fn made_durable(&mut self, lsn: u64) {
-        self.last_durable = Instant::now();
-        self.bytes_since = 0;
-        self.unsynced = false;
-        self.durable.store(lsn, Ordering::Release);
-    }
-
     /// Makes the view durable if it holds unsynced records: a checkpoint (when every writer is
     /// gone, the next start then replays nothing).
     fn finish(&mut self, store: &Store) {
         let started = Instant::now();
-        if self.unsynced && apply(store, std::iter::empty(), self.last_lsn, true).is_ok() {
+        let unsynced = self.last_lsn > self.durable.load(Ordering::Acquire);
+        if unsynced && apply(store, std::iter::empty(), self.last_lsn, true).is_ok() {
             metrics::histogram!(sluice_core::metrics::STORE_CHECKPOINT_DURATION)
                 .record(started.elapsed());
-            self.made_durable(self.last_lsn);
+            self.last_durable = Instant::now();
+            self.bytes_since = 0;
+            self.durable.store(self.last_lsn, Ordering::Release);
         }
     }
-}
-
-/// Takes the first set waiting and every set behind it that fits one record (at most
-/// [`GROUP`]); what did not fit waits in `held`. The sets and their encoded size.
-fn take_group(
-    first: Job,
-    held: &mut Option<Job>,
-    mut next: impl FnMut() -> Option<Job>,
-) -> (Vec<Job>, usize) {
-    let mut bytes = super::log::encoded_len(&first.writes);
-    let mut jobs = vec![first];
-    while jobs.len() < GROUP {
-        let Some(job) = next() else { break };
-        let len = super::log::encoded_len(&job.writes);
-        if bytes.saturating_add(len) > RECORD_BYTES {
-            *held = Some(job);
-            break;
-        }
-        bytes += len;
-        jobs.push(job);
-    }
-    (jobs, bytes)
 }
 
 fn append_loop(
@@ -334,7 +306,7 @@ fn append_loop(
                 None => return,
             },
         };
-        let (jobs, bytes) = take_group(first, &mut held, || rx.try_recv().ok());
+        let (jobs, bytes) = take_group(first, RECORD_BYTES, &mut held, || rx.try_recv().ok());
         let Some(stage) = appender.append(store, jobs, bytes) else {
             continue;
         };
@@ -353,11 +325,7 @@ fn sync_loop(
     while let Ok(first) = rx.recv() {
         let mut stages = vec![first];
         stages.extend(rx.try_iter());
-        let error = store
-            .health()
-            .failure()
-            .cloned()
-            .or_else(|| sync(store, &stages));
+        let error = sync(store, &stages);
         if let Err(std_mpsc::SendError((stages, _))) = to_apply.send((stages, error)) {
             for stage in stages {
                 answer(stage.jobs, &Err(stopped()));
@@ -464,7 +432,8 @@ impl LoggedFlusher {
                     Err(_) => return sets,
                 },
             };
-            let (jobs, bytes) = take_group(first, &mut held, || self.rx.try_recv().ok());
+            let (jobs, bytes) =
+                take_group(first, RECORD_BYTES, &mut held, || self.rx.try_recv().ok());
             sets += jobs.len();
             if let Some(stage) = self.appender.append(&self.store, jobs, bytes) {
                 self.appended.push(stage);
@@ -561,14 +530,18 @@ mod tests {
         assert!(dir.path().join(crate::storage::LOG_DIR).is_dir());
     }
 
+    /// A fresh store in `dir`, and its log opened as the appender would find it.
+    fn store_and_its_log(dir: &std::path::Path) -> SegmentLog {
+        drop(Store::open(dir).unwrap());
+        let log_dir = dir.join(crate::storage::LOG_DIR);
+        SegmentLog::open(Arc::new(FsDir(log_dir)), Default::default(), 0, |_| Ok(())).unwrap()
+    }
+
     #[test]
     fn opening_the_store_replays_what_the_view_lacks() {
         let dir = tempfile::tempdir().unwrap();
-        drop(Store::open(dir.path()).unwrap());
         // Records appended and synced, never applied: a crash right after their sync.
-        let log_dir = dir.path().join(crate::storage::LOG_DIR);
-        let mut log =
-            SegmentLog::open(Arc::new(FsDir(log_dir)), Default::default(), 0, |_| Ok(())).unwrap();
+        let mut log = store_and_its_log(dir.path());
         for i in 0..3u8 {
             let mut set = WriteSet::default();
             set.put(T, &[b'k', i], vec![i]);
@@ -595,10 +568,7 @@ mod tests {
     #[test]
     fn a_record_that_checks_out_but_is_not_a_write_set_fails_the_open() {
         let dir = tempfile::tempdir().unwrap();
-        drop(Store::open(dir.path()).unwrap());
-        let log_dir = dir.path().join(crate::storage::LOG_DIR);
-        let mut log =
-            SegmentLog::open(Arc::new(FsDir(log_dir)), Default::default(), 0, |_| Ok(())).unwrap();
+        let mut log = store_and_its_log(dir.path());
         log.append(b"not a record").unwrap();
         drop(log);
         let error = Store::open(dir.path()).unwrap_err();

@@ -72,19 +72,18 @@ impl Store {
             .map_err(|e| open_error(&path, e));
         let store = Self::checked(path, db?)?;
         let dir = data_dir.join(LOG_DIR);
-        let log = store.replay_log(Arc::new(segments::FsDir(dir.clone())), log, &dir.display())?;
-        *store.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
+        store.replay_log(Arc::new(segments::FsDir(dir.clone())), log, &dir.display())?;
         Ok(store)
     }
 
     /// Applies every record of the local log in `dir` after the view's durable checkpoint to
-    /// the view, makes that durable, and returns the log ready for appending.
+    /// the view, makes that durable, and keeps the log, ready for appending, for the writer.
     fn replay_log(
         &self,
         dir: Arc<dyn segments::LogDir>,
         options: segments::Options,
         shown: &dyn std::fmt::Display,
-    ) -> Result<segments::SegmentLog, CodedError> {
+    ) -> Result<(), CodedError> {
         let failed = |e: &dyn std::fmt::Display| {
             CodedError::new(
                 Code::RT0028,
@@ -93,7 +92,7 @@ impl Store {
                 ),
             )
         };
-        self.with_db(|db| -> Result<segments::SegmentLog, CodedError> {
+        self.with_db(|db| -> Result<(), CodedError> {
             let applied = db
                 .begin_read()
                 .map_err(redb::Error::from)
@@ -143,20 +142,22 @@ impl Store {
                 (Err(e), None) => return Err(failed(&e)),
                 (Ok(log), None) => log,
             };
-            let done = match txn {
-                Some(txn) => txn,
-                None => db.begin_write().map_err(|e| storage_error(&self.path, e))?,
-            };
+            // Nothing replayed: the view is as durable as it was, and a start pays no sync.
             if last > applied {
+                let done = match txn {
+                    Some(txn) => txn,
+                    None => db.begin_write().map_err(|e| storage_error(&self.path, e))?,
+                };
+                logged::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
+                done.commit().map_err(|e| storage_error(&self.path, e))?;
                 tracing::info!(
                     from = applied + 1,
                     to = last,
                     "replayed the local log into the store"
                 );
             }
-            logged::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
-            done.commit().map_err(|e| storage_error(&self.path, e))?;
-            Ok(log)
+            *self.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
+            Ok(())
         })?
     }
 
@@ -197,8 +198,7 @@ impl Store {
         log: Arc<dyn segments::LogDir>,
     ) -> Result<Self, CodedError> {
         let store = Self::open_backend(backend)?;
-        let log = store.replay_log(log, segments::Options::default(), &"the simulated log")?;
-        *store.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
+        store.replay_log(log, segments::Options::default(), &"the simulated log")?;
         Ok(store)
     }
 

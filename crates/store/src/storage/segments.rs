@@ -142,7 +142,7 @@ pub struct SegmentLog {
     options: Options,
     /// Every segment, oldest first; the last is the one appended to.
     segments: Vec<Segment>,
-    /// The current segment (`None` only while opening).
+    /// The current segment (`None` until the first record of an empty log).
     file: Option<Arc<dyn LogFile>>,
     /// Where the next record goes in the current segment.
     offset: u64,
@@ -313,10 +313,9 @@ impl SegmentLog {
         for segment in behind {
             log.retire(segment)?;
         }
-        if log.segments.is_empty() {
-            log.roll()?;
-        } else {
-            let last = log.segments.last().expect("not empty");
+        // An empty log gets its first segment with its first record (a store that never
+        // writes through it, in cluster mode or a test, writes no segment).
+        if let Some(last) = log.segments.last() {
             let file = log.dir.open(&last.name, false)?;
             let size = file.size()?;
             // What lies after the last good record was never acknowledged: zeroed, so that a
@@ -348,7 +347,7 @@ impl SegmentLog {
         let lsn = self.next;
         let bytes = frame(lsn, payload);
         let needed = bytes.len() as u64;
-        if self.offset > 0 && self.offset + needed > self.capacity {
+        if self.file.is_none() || (self.offset > 0 && self.offset + needed > self.capacity) {
             // The file being left must be synced before the records in the next one count:
             // whoever syncs an append syncs its file, and appends are synced in order.
             self.roll()?;

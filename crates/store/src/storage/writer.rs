@@ -13,7 +13,7 @@ use crate::errors::{Code, CodedError};
 pub use crate::schema::BytesTable;
 
 /// Most write sets applied in one transaction.
-pub(super) const GROUP: usize = 1024;
+const GROUP: usize = 1024;
 
 pub(crate) enum Op {
     Put(BytesTable, Vec<u8>, Vec<u8>),
@@ -218,18 +218,7 @@ impl Staged {
             Some(job) => job,
             None => self.rx.try_recv().ok()?,
         };
-        let mut bytes = super::log::encoded_len(&first.writes);
-        let mut jobs = vec![first];
-        while jobs.len() < GROUP {
-            let Ok(job) = self.rx.try_recv() else { break };
-            let len = super::log::encoded_len(&job.writes);
-            if bytes.saturating_add(len) > max_bytes {
-                self.held = Some(job);
-                break;
-            }
-            bytes += len;
-            jobs.push(job);
-        }
+        let (jobs, _) = take_group(first, max_bytes, &mut self.held, || self.rx.try_recv().ok());
         Some(Group { jobs })
     }
 
@@ -287,6 +276,30 @@ impl Group {
             }
         }
     }
+}
+
+/// Takes `first` and the sets `next` hands over behind it while their writes fit one log record
+/// of `max_bytes` (at least one set, at most [`GROUP`]); the set that did not fit waits in
+/// `held`. The sets, and the bytes their writes take in a record.
+pub(super) fn take_group(
+    first: Job,
+    max_bytes: usize,
+    held: &mut Option<Job>,
+    mut next: impl FnMut() -> Option<Job>,
+) -> (Vec<Job>, usize) {
+    let mut bytes = super::log::encoded_len(&first.writes);
+    let mut jobs = vec![first];
+    while jobs.len() < GROUP {
+        let Some(job) = next() else { break };
+        let len = super::log::encoded_len(&job.writes);
+        if bytes.saturating_add(len) > max_bytes {
+            *held = Some(job);
+            break;
+        }
+        bytes += len;
+        jobs.push(job);
+    }
+    (jobs, bytes)
 }
 
 pub(super) fn stopped() -> CodedError {
