@@ -273,7 +273,9 @@ impl World {
                 }
             }
         }
-        true
+        // A write that failed after its sets were answered (the view's checkpoint) fails the
+        // health all the same: the process exits and restarts from the log, as the server does.
+        self.node().store.health().failure().is_none()
     }
 
     /// Takes in the partition's new attempts and the answers its clients got.
