@@ -424,6 +424,9 @@ pub struct WorkerConfig {
     /// made durable; also every eight segments of log. What the log holds beyond it is
     /// replayed at start.
     pub log_checkpoint_interval: FriendlyDuration,
+    /// Embedded mode: how long the store's applier gathers answered writes before applying
+    /// them to the store in one transaction (0: at once). No answer and no read waits for it.
+    pub log_apply_delay: FriendlyDuration,
 }
 
 /// Smallest and largest `worker.log-segment-size`.
@@ -444,6 +447,7 @@ impl Default for WorkerConfig {
             max_waiters_per_invocation: 1_000,
             log_segment_size: ByteSize::mib(8),
             log_checkpoint_interval: FriendlyDuration::from_millis(100),
+            log_apply_delay: FriendlyDuration::from_millis(2),
         }
     }
 }

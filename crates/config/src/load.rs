@@ -333,6 +333,13 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
             format!("must be longer than zero and at most 1h, got {checkpoint:?}"),
         ));
     }
+    let delay = config.worker.log_apply_delay.0;
+    if delay > std::time::Duration::from_secs(1) {
+        return Err((
+            "worker.log-apply-delay".into(),
+            format!("must be at most 1s, got {delay:?}"),
+        ));
+    }
     config.cluster.validate()?;
     validate_sizes(config)?;
     if config.shutdown_grace_period.0.is_zero() {

@@ -30,6 +30,9 @@ pub const STORE_COMMIT_DURATION: &str = "sluice_store_commit_duration_seconds";
 pub const STORE_COMMIT_GROUP: &str = "sluice_store_commit_group_size";
 /// Embedded mode: one durable checkpoint of the store (the view of the local log).
 pub const STORE_CHECKPOINT_DURATION: &str = "sluice_store_checkpoint_duration_seconds";
+/// Embedded mode: reads that applied answered writes to the view themselves, before the
+/// applier thread did (the read rule, `docs/durability.md`).
+pub const STORE_READ_CATCH_UPS: &str = "sluice_store_read_catch_ups_total";
 /// Group commits that failed (each fails the process's health).
 pub const STORE_COMMIT_FAILURES: &str = "sluice_store_commit_failures_total";
 /// Plugin calls by `plugin`, `hook` and `outcome` (`ok` or `error`).
@@ -132,6 +135,10 @@ pub fn describe() {
         STORE_CHECKPOINT_DURATION,
         Unit::Seconds,
         "One durable checkpoint of the store behind the local log."
+    );
+    describe_counter!(
+        STORE_READ_CATCH_UPS,
+        "Reads that applied acknowledged writes to the store before the applier did."
     );
     describe_counter!(STORE_COMMIT_FAILURES, "Failed group commits.");
     describe_counter!(PLUGIN_CALLS, "Plugin calls by plugin, hook and outcome.");

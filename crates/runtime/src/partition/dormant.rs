@@ -205,8 +205,9 @@ impl Dormant {
     }
 
     /// Back to a live invocation (queued, or waiting for its time), reading its input back
-    /// from `store` if it rested there.
-    fn wake(self, id: InvocationId, store: &Store, held: &HeldMemory) -> Result<Live, CodedError> {
+    /// from `store` if it rested there. Changes nothing when it fails: the caller keeps it at
+    /// rest (a store that cannot be read fails the health; the restart recovers it).
+    fn wake(&self, id: InvocationId, store: &Store, held: &HeldMemory) -> Result<Live, CodedError> {
         let resting = self.resting();
         let input_ty = u16::try_from(resting.input_ty).map_err(|_| {
             CodedError::new(
@@ -228,8 +229,6 @@ impl Dormant {
         } else {
             resting.input.clone()
         };
-        held.give_back(self.input_in_memory);
-        held.count.fetch_sub(1, Ordering::Relaxed);
         let target = Target {
             service: resting.service,
             handler: resting.handler,
@@ -279,6 +278,8 @@ impl Dormant {
         if let Some(queue) = self.queue {
             live.run = Run::Queued { queue };
         }
+        held.give_back(self.input_in_memory);
+        held.count.fetch_sub(1, Ordering::Relaxed);
         Ok(live)
     }
 
@@ -382,11 +383,12 @@ impl Partition {
     /// Makes `id` live again if it is at rest; it goes back to rest after the next dispatch if
     /// it still only waits.
     pub(super) fn rouse(&mut self, id: InvocationId) {
-        let Some(dormant) = self.dormant.remove(&id) else {
+        let Some(dormant) = self.dormant.get(&id) else {
             return;
         };
         match dormant.wake(id, &self.store, &self.held) {
             Ok(mut live) => {
+                self.dormant.remove(&id);
                 live.waiters
                     .extend(self.waiting_at_rest.remove(&id).unwrap_or_default());
                 self.unhold(live.record.scope.clone());
@@ -397,7 +399,8 @@ impl Partition {
             Err(_) if self.store.with_db(|_| ()).is_err() => {}
             Err(e) => {
                 // Its input is in the store or nowhere: a store that cannot give it back
-                // cannot be trusted with anything more. The restart recovers it from there.
+                // cannot be trusted with anything more. It stays at rest; the restart
+                // recovers it from the store.
                 tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot wake a held invocation");
                 self.store.health().fail(e);
             }

@@ -463,6 +463,7 @@ impl Runtime {
                 let checkpoints = Checkpoints {
                     interval: config.worker.log_checkpoint_interval.0,
                     bytes: config.worker.log_segment_size.0.saturating_mul(8),
+                    apply_delay: config.worker.log_apply_delay.0,
                 };
                 Writer::start_logged(Arc::clone(store), checkpoints)
             }

@@ -5,17 +5,19 @@
 //! 1. **append** (`sluice-writer`): takes every set waiting, encodes them as one log record
 //!    (`log.rs`'s binary write-set record) and appends it to the current segment;
 //! 2. **sync** (`sluice-log-sync`): one `fdatasync` for every record appended since the last,
-//!    while the appender fills the next group;
-//! 3. **apply** (`sluice-log-apply`): applies every synced group waiting into the view in one
-//!    redb transaction that does not sync (its checkpoint row — the last record it holds — in
-//!    the same transaction), then answers the group's sets. Every `checkpoint-interval`, after
-//!    those answers, a checkpoint syncs the view: it is then durable up to that record, and
-//!    the segments behind it are reused.
+//!    while the appender fills the next group; then the synced groups join the store's
+//!    backlog (`backlog.rs`) and their sets are answered;
+//! 3. **apply** (`sluice-log-apply`): off every call's path, applies what waits in the backlog
+//!    to the view in one redb transaction that does not sync (its checkpoint row — the last
+//!    record it holds — in the same transaction), gathering `apply-delay` of groups first.
+//!    Every `checkpoint-interval` that transaction syncs the view: it is then durable up to
+//!    that record, and the segments behind it are reused.
 //!
-//! A set is answered only once its record is synced *and* applied to the view, so anything read
-//! after an acknowledgement (an admin read after a `202`, a journal a partition reads back, an
-//! idempotency lookup) sees it. A crash loses the view's unsynced transactions; opening the
-//! store replays the log from the view's durable checkpoint ([`super::Store::open`]).
+//! A set is answered once its record is synced. Anything read after the answer (an admin read
+//! after a `202`, a journal a partition reads back, an idempotency lookup) sees it all the
+//! same: every read first applies what waits in the backlog ([`super::Store::with_db`]). A
+//! crash loses the view's unsynced transactions and the backlog; opening the store replays the
+//! log from the view's durable checkpoint ([`super::Store::open`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::Store;
+use super::backlog::Group;
 use super::segments::SegmentLog;
 use super::writer::{Job, apply_all, stopped, take_group};
 use crate::errors::CodedError;
@@ -36,13 +39,17 @@ const APPLIED: &[u8] = b"applied";
 /// Most bytes of writes one record takes (more sets wait for the next record).
 const RECORD_BYTES: usize = 16 * 1024 * 1024;
 
-/// How often the view is made durable.
+/// How the view follows the log: how often it is applied and made durable.
 #[derive(Debug, Clone, Copy)]
 pub struct Checkpoints {
     /// Longest time between two durable view transactions.
     pub interval: Duration,
-    /// Most log bytes appended between two.
+    /// Most log bytes appended between two; also the most bytes of answered groups that may
+    /// wait for the view (past it the sync stage applies them itself before answering more).
     pub bytes: u64,
+    /// How long the applier gathers groups before one transaction (a read never waits for
+    /// it: it applies what waits itself).
+    pub apply_delay: Duration,
 }
 
 impl Default for Checkpoints {
@@ -50,6 +57,7 @@ impl Default for Checkpoints {
         Self {
             interval: Duration::from_millis(100),
             bytes: 64 * 1024 * 1024,
+            apply_delay: Duration::from_millis(2),
         }
     }
 }
@@ -91,7 +99,7 @@ pub(super) fn start(
 ) -> mpsc::UnboundedSender<Job> {
     let (tx, rx) = mpsc::unbounded_channel();
     let (to_sync, synced) = std_mpsc::channel::<Stage>();
-    let (to_apply, applied_rx) = std_mpsc::channel::<(Vec<Stage>, Option<CodedError>)>();
+    let (to_apply, applied_rx) = std_mpsc::channel::<()>();
     let appender = Appender::new(log);
     let durable = Arc::clone(&appender.durable);
     {
@@ -105,7 +113,7 @@ pub(super) fn start(
         let store = Arc::clone(&store);
         std::thread::Builder::new()
             .name("sluice-log-sync".into())
-            .spawn(move || sync_loop(&store, &synced, &to_apply))
+            .spawn(move || sync_loop(&store, &synced, &to_apply, checkpoints.bytes))
             .expect("the log sync thread starts");
     }
     std::thread::Builder::new()
@@ -212,13 +220,52 @@ fn sync(store: &Store, stages: &[Stage]) -> Option<CodedError> {
     None
 }
 
-/// The third stage: applies synced groups to the view and answers them.
+/// What the sync stage does with synced groups: into the backlog, then answered (the failure
+/// instead, if any). Past `cap` bytes waiting, applies them before answering: the view may
+/// lag, but not without bound.
+fn settle(store: &Store, stages: Vec<Stage>, error: Option<CodedError>, cap: u64) {
+    let error = error.or_else(|| store.health().failure().cloned());
+    let mut result = match error {
+        Some(error) => Err(error),
+        None => Ok(()),
+    };
+    let mut answers = Vec::with_capacity(stages.len());
+    let mut groups = Vec::with_capacity(stages.len());
+    for mut stage in stages {
+        if result.is_ok()
+            && let Some(appended) = &stage.appended
+        {
+            groups.push(Group {
+                writes: stage
+                    .jobs
+                    .iter_mut()
+                    .map(|job| std::mem::take(&mut job.writes))
+                    .collect(),
+                lsn: appended.lsn,
+                bytes: stage.bytes,
+            });
+        }
+        answers.push((stage.jobs, stage.since));
+    }
+    if result.is_ok() && store.backlog().push(groups) >= cap {
+        result = store.backlog().apply(store, usize::MAX, false).map(drop);
+    }
+    metrics::histogram!(sluice_core::metrics::STORE_COMMIT_GROUP).record(answers.len() as f64);
+    for (jobs, since) in answers {
+        if result.is_ok() {
+            metrics::histogram!(sluice_core::metrics::STORE_COMMIT_DURATION)
+                .record(since.elapsed());
+        }
+        answer(jobs, &result);
+    }
+}
+
+/// The third stage: applies what waits in the backlog to the view, and makes it durable now
+/// and then.
 pub(super) struct Applier {
     durable: Arc<AtomicU64>,
     last_durable: Instant,
     bytes_since: u64,
-    /// The last record applied to the view (synced into it once `durable` reaches it).
-    last_lsn: u64,
 }
 
 impl Applier {
@@ -227,7 +274,6 @@ impl Applier {
             durable,
             last_durable: Instant::now(),
             bytes_since: 0,
-            last_lsn: 0,
         }
     }
 
@@ -236,58 +282,26 @@ impl Applier {
         self.last_durable.elapsed() >= checkpoints.interval || self.bytes_since >= checkpoints.bytes
     }
 
-    /// Applies `stages` (synced, unless `error`) in one transaction that does not sync, answers
-    /// their sets, then makes the view durable if `durable` says so.
-    fn apply(
-        &mut self,
-        store: &Store,
-        stages: Vec<Stage>,
-        error: Option<CodedError>,
-        durable: impl FnOnce(&Self) -> bool,
-    ) {
-        self.bytes_since += stages.iter().map(|stage| stage.bytes).sum::<u64>();
-        let lsn = stages
-            .iter()
-            .filter_map(|stage| stage.appended.as_ref().map(|a| a.lsn))
-            .max();
-        let result = match (error.or_else(|| store.health().failure().cloned()), lsn) {
-            (Some(error), _) => Err(error),
-            // Only empty sets: they kept their place behind every earlier write.
-            (None, None) => Ok(()),
-            // Never synced here: the log holds the writes durably already, and a sync of the
-            // view (the checkpoint below) takes milliseconds that no answer should wait for.
-            (None, Some(lsn)) => {
-                let jobs = stages.iter().flat_map(|stage| &stage.jobs);
-                apply(store, jobs, lsn, false).map(|()| self.last_lsn = lsn)
+    /// Applies the first `groups` waiting groups in one transaction, durable if `durable`.
+    fn apply(&mut self, store: &Store, groups: usize, durable: bool) {
+        let started = Instant::now();
+        // A failure failed the health already (`backlog.rs`); the groups stay waiting.
+        if let Ok(applied) = store.backlog().apply(store, groups, durable) {
+            self.bytes_since += applied.bytes;
+            if durable {
+                metrics::histogram!(sluice_core::metrics::STORE_CHECKPOINT_DURATION)
+                    .record(started.elapsed());
+                self.last_durable = Instant::now();
+                self.bytes_since = 0;
+                self.durable.store(applied.lsn, Ordering::Release);
             }
-        };
-        let groups = stages.len();
-        for stage in stages {
-            if result.is_ok() {
-                metrics::histogram!(sluice_core::metrics::STORE_COMMIT_DURATION)
-                    .record(stage.since.elapsed());
-            }
-            answer(stage.jobs, &result);
-        }
-        metrics::histogram!(sluice_core::metrics::STORE_COMMIT_GROUP).record(groups as f64);
-        // The checkpoint comes after the answers; groups that arrive meanwhile wait for it.
-        if result.is_ok() && durable(self) {
-            self.finish(store);
         }
     }
 
-    /// Makes the view durable if it holds unsynced records: a checkpoint (when every writer is
-    /// gone, the next start then replays nothing).
+    /// Applies everything waiting and makes the view durable (when every writer is gone, the
+    /// next start then replays nothing).
     fn finish(&mut self, store: &Store) {
-        let started = Instant::now();
-        let unsynced = self.last_lsn > self.durable.load(Ordering::Acquire);
-        if unsynced && apply(store, std::iter::empty(), self.last_lsn, true).is_ok() {
-            metrics::histogram!(sluice_core::metrics::STORE_CHECKPOINT_DURATION)
-                .record(started.elapsed());
-            self.last_durable = Instant::now();
-            self.bytes_since = 0;
-            self.durable.store(self.last_lsn, Ordering::Release);
-        }
+        self.apply(store, usize::MAX, true);
     }
 }
 
@@ -320,16 +334,15 @@ fn append_loop(
 fn sync_loop(
     store: &Store,
     rx: &std_mpsc::Receiver<Stage>,
-    to_apply: &std_mpsc::Sender<(Vec<Stage>, Option<CodedError>)>,
+    to_apply: &std_mpsc::Sender<()>,
+    cap: u64,
 ) {
     while let Ok(first) = rx.recv() {
         let mut stages = vec![first];
         stages.extend(rx.try_iter());
         let error = sync(store, &stages);
-        if let Err(std_mpsc::SendError((stages, _))) = to_apply.send((stages, error)) {
-            for stage in stages {
-                answer(stage.jobs, &Err(stopped()));
-            }
+        settle(store, stages, error, cap);
+        if to_apply.send(()).is_err() {
             return;
         }
     }
@@ -337,33 +350,36 @@ fn sync_loop(
 
 fn apply_loop(
     store: &Store,
-    rx: &std_mpsc::Receiver<(Vec<Stage>, Option<CodedError>)>,
+    rx: &std_mpsc::Receiver<()>,
     checkpoints: Checkpoints,
     mut applier: Applier,
 ) {
-    while let Ok(first) = rx.recv() {
-        let mut batches = vec![first];
-        batches.extend(rx.try_iter());
-        let error = batches.iter().find_map(|(_, error)| error.clone());
-        let stages: Vec<Stage> = batches.into_iter().flat_map(|(s, _)| s).collect();
-        applier.apply(store, stages, error, |applier| applier.due(&checkpoints));
+    while rx.recv().is_ok() {
+        // Gathering: one transaction for every group synced meanwhile. No answer waits for it.
+        if !checkpoints.apply_delay.is_zero() {
+            std::thread::sleep(checkpoints.apply_delay);
+        }
+        while rx.try_recv().is_ok() {}
+        let durable = applier.due(&checkpoints);
+        applier.apply(store, usize::MAX, durable);
     }
     applier.finish(store);
 }
 
-/// Applies the writes of `jobs` and the checkpoint `lsn` to the view in one transaction.
-fn apply<'a>(
+/// Applies `sets` and the checkpoint `lsn` to the view in one transaction.
+pub(super) fn apply<'a>(
     store: &Store,
-    jobs: impl Iterator<Item = &'a Job>,
+    sets: impl Iterator<Item = &'a super::writer::WriteSet>,
     lsn: u64,
     durable: bool,
 ) -> Result<(), CodedError> {
-    let written = store.with_db(|db| -> Result<(), redb::Error> {
+    // Not `with_db`: that catches up with the backlog, which is what calls this.
+    let written = store.with_view(|db| -> Result<(), redb::Error> {
         let mut txn = db.begin_write()?;
         if !durable {
             txn.set_durability(redb::Durability::None)?;
         }
-        apply_all(jobs.map(|job| &job.writes), &txn)?;
+        apply_all(sets, &txn)?;
         set_applied(&txn, lsn)?;
         txn.commit()?;
         Ok(())
@@ -390,8 +406,6 @@ pub struct LoggedFlusher {
     applier: Applier,
     /// Appended, not synced.
     appended: Vec<Stage>,
-    /// Synced, not applied.
-    synced: Vec<Stage>,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -411,7 +425,6 @@ impl super::writer::Writer {
                 appender,
                 applier,
                 appended: Vec::new(),
-                synced: Vec::new(),
             },
         ))
     }
@@ -441,38 +454,27 @@ impl LoggedFlusher {
         }
     }
 
-    /// Syncs what was appended.
+    /// Syncs what was appended and answers it (its writes wait in the backlog).
     pub fn sync(&mut self) {
         let stages = std::mem::take(&mut self.appended);
         if stages.is_empty() {
             return;
         }
-        match sync(&self.store, &stages) {
-            None => self.synced.extend(stages),
-            Some(error) => self
-                .applier
-                .apply(&self.store, stages, Some(error), |_| false),
-        }
+        let error = sync(&self.store, &stages);
+        settle(&self.store, stages, error, u64::MAX);
     }
 
-    /// Applies the first `groups` synced groups to the view, durably if `durable`, and answers
-    /// their sets.
+    /// Applies the first `groups` answered groups to the view, durably if `durable`.
     pub fn apply(&mut self, groups: usize, durable: bool) {
-        let n = groups.min(self.synced.len());
-        if n == 0 && !durable {
+        if groups == 0 && !durable {
             return;
         }
-        let stages: Vec<Stage> = self.synced.drain(..n).collect();
-        if stages.is_empty() {
-            self.applier.finish(&self.store);
-        } else {
-            self.applier.apply(&self.store, stages, None, |_| durable);
-        }
+        self.applier.apply(&self.store, groups, durable);
     }
 
-    /// Synced groups not applied yet.
+    /// Answered groups not applied yet.
     pub fn lagging(&self) -> usize {
-        self.synced.len()
+        self.store.backlog().waiting()
     }
 
     /// Appends, syncs and applies everything queued; how many sets were queued.
@@ -528,6 +530,46 @@ mod tests {
         assert_eq!(get(&store, b"a").as_deref(), Some(b"2".as_slice()));
         assert_eq!(get(&store, b"b"), None);
         assert!(dir.path().join(crate::storage::LOG_DIR).is_dir());
+    }
+
+    #[tokio::test]
+    async fn a_read_after_an_answer_sees_it_before_the_applier_applies_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        // The applier waits an hour: only the reads can have applied what they see.
+        let checkpoints = Checkpoints {
+            apply_delay: Duration::from_secs(3600),
+            ..Checkpoints::default()
+        };
+        let writer = Writer::start_logged(Arc::clone(&store), checkpoints);
+        for i in 0..3u8 {
+            let mut set = WriteSet::default();
+            set.put(T, b"k", vec![i]);
+            writer.commit(set).await.unwrap().unwrap();
+            assert_eq!(
+                store.backlog().waiting(),
+                1,
+                "answered before the view has it"
+            );
+            assert_eq!(get(&store, b"k"), Some(vec![i]));
+            assert_eq!(store.backlog().waiting(), 0);
+        }
+    }
+
+    #[test]
+    fn a_view_that_cannot_be_applied_keeps_the_writes_waiting_and_fails_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut set = WriteSet::default();
+        set.put(T, b"k", b"v".to_vec());
+        store.backlog().push([super::Group {
+            writes: vec![set],
+            lsn: 1,
+            bytes: 10,
+        }]);
+        store.close();
+        assert!(store.with_db(|_| ()).is_err());
+        assert_eq!(store.backlog().waiting(), 1, "nothing dropped");
     }
 
     /// A fresh store in `dir`, and its log opened as the appender would find it.

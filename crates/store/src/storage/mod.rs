@@ -1,6 +1,7 @@
 //! The one redb database under `data-dir`. Opening it checks who else holds it (RT0005) and its
 //! format version record (RT0009/META0011, META0010); closing it is part of shutdown.
 
+mod backlog;
 pub mod log;
 pub mod logged;
 pub mod meta;
@@ -48,6 +49,8 @@ pub struct Store {
     /// The local log, replayed into the view at open, until the writer takes it
     /// ([`writer::Writer::start_logged`]).
     log: std::sync::Mutex<Option<segments::SegmentLog>>,
+    /// Embedded mode: answered writes not yet in the view, which every read applies first.
+    backlog: backlog::Backlog,
 }
 
 impl Store {
@@ -175,6 +178,7 @@ impl Store {
             health: Arc::default(),
             meta_log: std::sync::OnceLock::new(),
             log: std::sync::Mutex::new(None),
+            backlog: backlog::Backlog::default(),
         })
     }
 
@@ -212,8 +216,20 @@ impl Store {
         &self.path
     }
 
-    /// Runs `f` with the open database.
+    /// Runs `f` with the open database, once it holds every write answered so far (the read
+    /// rule, `docs/durability.md`: whatever waits in the backlog is applied first).
     pub fn with_db<R>(&self, f: impl FnOnce(&Database) -> R) -> Result<R, CodedError> {
+        self.backlog.catch_up(self)?;
+        self.with_view(f)
+    }
+
+    /// Embedded mode: what waits between the log and the view.
+    pub(crate) fn backlog(&self) -> &backlog::Backlog {
+        &self.backlog
+    }
+
+    /// Runs `f` with the view as it is, without catching up (the applier's own access).
+    pub(crate) fn with_view<R>(&self, f: impl FnOnce(&Database) -> R) -> Result<R, CodedError> {
         let guard = self.db.read().unwrap_or_else(|e| e.into_inner());
         match guard.as_ref() {
             Some(db) => Ok(f(db)),
