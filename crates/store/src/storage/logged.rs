@@ -1,17 +1,17 @@
 //! The writer of embedded mode: the local segment log is the truth, the redb file a view
-//! applied behind it (`docs/durability.md`). Three threads, a pipeline, so that each stage of
-//! one group overlaps the next group's:
+//! applied behind it (`docs/durability.md`). Two threads:
 //!
-//! 1. **append** (`sluice-writer`): takes every set waiting, encodes them as one log record
-//!    (`log.rs`'s binary write-set record) and appends it to the current segment;
-//! 2. **sync** (`sluice-log-sync`): one `fdatasync` for every record appended since the last,
-//!    while the appender fills the next group; then the synced groups join the store's
-//!    backlog (`backlog.rs`) and their sets are answered;
-//! 3. **apply** (`sluice-log-apply`): off every call's path, applies what waits in the backlog
+//! 1. **write** (`sluice-writer`): takes every set waiting, encodes them as one log record
+//!    (`log.rs`'s binary write-set record), appends it to the current segment and syncs it
+//!    (`fdatasync`); the next group fills meanwhile. The synced group joins the store's
+//!    backlog (`backlog.rs`) and its sets are answered;
+//! 2. **apply** (`sluice-log-apply`): off every call's path, applies what waits in the backlog
 //!    to the view in one redb transaction that does not sync (its checkpoint row — the last
 //!    record it holds — in the same transaction), gathering `apply-delay` of groups first.
 //!    Every `checkpoint-interval` that transaction syncs the view: it is then durable up to
 //!    that record, and the segments behind it are reused.
+//!
+//! The simulator steps the same stages one by one (`LoggedFlusher`).
 //!
 //! A set is answered once its record is synced. Anything read after the answer (an admin read
 //! after a `202`, a journal a partition reads back, an idempotency lookup) sees it all the
@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use super::Store;
 use super::backlog::Group;
 use super::segments::SegmentLog;
-use super::writer::{Job, apply_all, stopped, take_group};
+use super::writer::{Job, apply_all, take_group};
 use crate::errors::CodedError;
 use crate::schema::LOCAL_LOG;
 
@@ -98,7 +98,6 @@ pub(super) fn start(
     checkpoints: Checkpoints,
 ) -> mpsc::UnboundedSender<Job> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let (to_sync, synced) = std_mpsc::channel::<Stage>();
     let (to_apply, applied_rx) = std_mpsc::channel::<()>();
     let appender = Appender::new(log);
     let durable = Arc::clone(&appender.durable);
@@ -106,15 +105,8 @@ pub(super) fn start(
         let store = Arc::clone(&store);
         std::thread::Builder::new()
             .name("sluice-writer".into())
-            .spawn(move || append_loop(&store, appender, rx, &to_sync))
+            .spawn(move || write_loop(&store, appender, rx, &to_apply, checkpoints.bytes))
             .expect("the writer thread starts");
-    }
-    {
-        let store = Arc::clone(&store);
-        std::thread::Builder::new()
-            .name("sluice-log-sync".into())
-            .spawn(move || sync_loop(&store, &synced, &to_apply, checkpoints.bytes))
-            .expect("the log sync thread starts");
     }
     std::thread::Builder::new()
         .name("sluice-log-apply".into())
@@ -305,11 +297,16 @@ impl Applier {
     }
 }
 
-fn append_loop(
+/// Append and sync in one thread: while it syncs one group, the next fills in its channel,
+/// and is appended (one `write`) and synced as soon as that sync returns. A thread of its own
+/// for the sync measured slower on two cores: one more wake-up per group for no overlap worth
+/// it (`docs/perf.md`).
+fn write_loop(
     store: &Store,
     mut appender: Appender,
     mut rx: mpsc::UnboundedReceiver<Job>,
-    to_sync: &std_mpsc::Sender<Stage>,
+    to_apply: &std_mpsc::Sender<()>,
+    cap: u64,
 ) {
     let mut held: Option<Job> = None;
     loop {
@@ -324,22 +321,7 @@ fn append_loop(
         let Some(stage) = appender.append(store, jobs, bytes) else {
             continue;
         };
-        if let Err(std_mpsc::SendError(stage)) = to_sync.send(stage) {
-            answer(stage.jobs, &Err(stopped()));
-            return;
-        }
-    }
-}
-
-fn sync_loop(
-    store: &Store,
-    rx: &std_mpsc::Receiver<Stage>,
-    to_apply: &std_mpsc::Sender<()>,
-    cap: u64,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut stages = vec![first];
-        stages.extend(rx.try_iter());
+        let stages = vec![stage];
         let error = sync(store, &stages);
         settle(store, stages, error, cap);
         if to_apply.send(()).is_err() {
