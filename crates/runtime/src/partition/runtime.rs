@@ -34,6 +34,9 @@ pub struct Runtime {
     placement: Arc<super::placement::Placement>,
     /// Cluster mode: where partitions post to each other (their inboxes).
     outbox: Arc<std::sync::OnceLock<Arc<dyn super::posted::Outbox>>>,
+    /// The store's health once the partitions run: a partition stopped by a failed store is
+    /// reported as that failure, not as a routing error.
+    health: Arc<std::sync::OnceLock<Arc<sluice_store::health::Health>>>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
@@ -57,6 +60,7 @@ impl Runtime {
                 queries: Arc::new(queries),
                 placement: Arc::new(placement),
                 outbox: Arc::default(),
+                health: Arc::default(),
             },
             Receivers(receivers),
         )
@@ -130,11 +134,16 @@ impl Runtime {
                 reply,
             })
             .await
-            .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())?.map(|_| ())
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())?.map(|_| ())
     }
 
-    fn gone() -> CodedError {
+    /// A partition that no longer takes events: stopped by a failed store (its failure, 503
+    /// with the store's code), or shutting down.
+    fn gone(&self) -> CodedError {
+        if let Some(failure) = self.health.get().and_then(|health| health.failure()) {
+            return failure.clone();
+        }
         CodedError::new(
             Code::RT0006,
             "the partition is not running (shutting down?)",
@@ -145,7 +154,7 @@ impl Runtime {
     /// invocation with its id exists already (an idempotent repeat).
     pub async fn submit(&self, record: InvocationRecord, input: Frame) -> Result<bool, CodedError> {
         let answer = self.hand_over(record, input).await?;
-        answer.await.map_err(|_| Self::gone())?
+        answer.await.map_err(|_| self.gone())?
     }
 
     /// Stores a new invocation that starts with `journal` (a restart from a journal prefix);
@@ -164,8 +173,8 @@ impl Runtime {
                 reply,
             })
             .await
-            .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())?
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())?
     }
 
     /// Hands a new invocation to its partition and answers at once with the receiver of
@@ -188,7 +197,7 @@ impl Runtime {
                 reply: None,
                 call: None,
             };
-            let bytes = super::posted::encode(&event).ok_or_else(Self::gone)?;
+            let bytes = super::posted::encode(&event).ok_or_else(|| self.gone())?;
             let (reply, answer) = oneshot::channel();
             outbox.post_then(index as u32, bytes, reply);
             return Ok(answer);
@@ -213,7 +222,7 @@ impl Runtime {
                 call,
             })
             .await
-            .map_err(|_| Self::gone())?;
+            .map_err(|_| self.gone())?;
         Ok(answer)
     }
 
@@ -229,7 +238,7 @@ impl Runtime {
     ) -> Result<(bool, oneshot::Receiver<Outcome>), CodedError> {
         let (call, outcome) = oneshot::channel();
         let answer = self.hand_over_call(record, input, Some(call)).await?;
-        let created = answer.await.map_err(|_| Self::gone())??;
+        let created = answer.await.map_err(|_| self.gone())??;
         Ok((created, outcome))
     }
 
@@ -274,8 +283,8 @@ impl Runtime {
                 reply: Some(reply),
             })
             .await
-            .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
     }
 
     /// Asks every partition with the event `ask` makes, in partition order; answers each
@@ -291,12 +300,12 @@ impl Runtime {
                 continue;
             }
             let (reply, answer) = oneshot::channel();
-            sender.send(ask(reply)).await.map_err(|_| Self::gone())?;
+            sender.send(ask(reply)).await.map_err(|_| self.gone())?;
             let items = match answer.await {
                 Ok(items) => items,
                 // It moved to another node as it was asked.
                 Err(_) if self.placement.is_clustered() => continue,
-                Err(_) => return Err(Self::gone()),
+                Err(_) => return Err(self.gone()),
             };
             all.extend(items.into_iter().map(|item| (index as u64, item)));
         }
@@ -345,8 +354,8 @@ impl Runtime {
                 reply,
             })
             .await
-            .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
     }
 
     /// Every partition's flow-control counters (a scope's counters live on its partition).
@@ -374,8 +383,8 @@ impl Runtime {
         self.queries[self.index_of(id.partition_key())]
             .send(super::queries::Query::Explain { id, reply })
             .await
-            .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
     }
 
     /// Applies an operator's control request to an invocation.
@@ -388,8 +397,8 @@ impl Runtime {
         self.partition(id)
             .send(Event::Control { id, op, reply })
             .await
-            .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())?
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())?
     }
 
     /// An invocation's target and outcome (`None` while it runs), without waiting; `None`
@@ -402,8 +411,8 @@ impl Runtime {
         self.partition(id)
             .send(Event::Peek { id, reply })
             .await
-            .map_err(|_| Self::gone())?;
-        answer.await.map_err(|_| Self::gone())
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
     }
 
     /// Waits for the outcome of an invocation.
@@ -412,7 +421,7 @@ impl Runtime {
         self.partition(id)
             .send(Event::Await { id, reply })
             .await
-            .map_err(|_| Self::gone())?;
+            .map_err(|_| self.gone())?;
         let unknown = || {
             CodedError::uncoded(format!(
                 "invocation {id} is unknown or its partition stopped"
@@ -454,6 +463,7 @@ impl Runtime {
         how: How<'_>,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
         let How { rules, tls, leads } = how;
+        let _ = self.health.set(Arc::clone(store.health()));
         let n = self.senders.len() as u64;
         let client = AttemptClient::new(tls);
         // Embedded, the local log is the truth and the store a view behind it; in cluster
