@@ -396,7 +396,7 @@ impl Partition {
                 self.just_queued.push(id);
             }
             // Closed: shutting down; the store keeps it for the next start.
-            Err(_) if self.store.with_db(|_| ()).is_err() => {}
+            Err(_) if self.store.is_closed() => {}
             Err(e) => {
                 // Its input is in the store or nowhere: a store that cannot give it back
                 // cannot be trusted with anything more. It stays at rest; the restart

@@ -223,6 +223,11 @@ impl Store {
         self.with_view(f)
     }
 
+    /// Whether [`Store::close`] has run (shutting down): a read failing then is no fault.
+    pub fn is_closed(&self) -> bool {
+        self.db.read().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
     /// Embedded mode: what waits between the log and the view.
     pub(crate) fn backlog(&self) -> &backlog::Backlog {
         &self.backlog
