@@ -40,6 +40,9 @@ pub struct ClusterConfig {
     pub replication_factor: u16,
     /// Largest record this node writes to or accepts from the log.
     pub max_record_bytes: ByteSize,
+    /// Records a partition's leader may have sent to the log and not yet seen confirmed
+    /// (1 to 5: Kafka's idempotent producer keeps a partition's order for up to five).
+    pub records_in_flight: u32,
     /// More librdkafka properties for the cluster's clients (security, timeouts).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
@@ -57,6 +60,7 @@ impl Default for ClusterConfig {
             session_timeout: FriendlyDuration::from_secs(10),
             replication_factor: 3,
             max_record_bytes: ByteSize::mib(8),
+            records_in_flight: 4,
             properties: BTreeMap::new(),
         }
     }
@@ -130,6 +134,15 @@ impl ClusterConfig {
                 ),
             ));
         }
+        if !(1..=5).contains(&self.records_in_flight) {
+            return Err((
+                "cluster.records-in-flight".into(),
+                format!(
+                    "must be between 1 and 5 (the idempotent producer keeps order for at most 5), got {}",
+                    self.records_in_flight
+                ),
+            ));
+        }
         if self.session_timeout.0 < std::time::Duration::from_secs(1) {
             return Err((
                 "cluster.session-timeout".into(),
@@ -167,5 +180,11 @@ mod tests {
             kafka.validate().unwrap_err().0,
             "cluster.advertised-ingress"
         );
+        kafka.advertised_ingress = String::new();
+        for (records, ok) in [(0, false), (1, true), (5, true), (6, false)] {
+            kafka.records_in_flight = records;
+            assert_eq!(kafka.validate().is_ok(), ok, "{records} records in flight");
+        }
+        assert_eq!(kafka.validate().unwrap_err().0, "cluster.records-in-flight");
     }
 }

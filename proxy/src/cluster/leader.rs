@@ -6,14 +6,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::producer::FutureRecord;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use tokio::sync::watch;
 
 use super::{Shared, lock};
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
-use crate::storage::log::{Leader, Position, Record};
-use crate::storage::writer::{Staged, WriteSet, Writer};
+use crate::storage::log::{Leader, Record};
+use crate::storage::pipeline::{Pipeline, lost};
+use crate::storage::writer::{Staged, Writer};
 
 /// How often the wanted partitions are checked again (a takeover that lost a race retries).
 const RECHECK: Duration = Duration::from_secs(1);
@@ -129,8 +131,10 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
     lock(slot).taking_over = false;
 }
 
-/// Writes partition `p`'s groups to its log, from offset `next`, until it steps down.
-async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, mut next: i64, mut staged: Staged) {
+/// Writes partition `p`'s groups to its log, from offset `next`, until it steps down: up to
+/// `cluster.records-in-flight` records at once, each group stored once its record landed where
+/// it was meant to (`storage::pipeline`).
+async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, mut staged: Staged) {
     let mut lead = shared.leads[p as usize].subscribe();
     let inbox = {
         let (shared, lead) = (Arc::clone(&shared), lead.clone());
@@ -138,59 +142,101 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, mut next: i64, mut st
             super::inbox::deliver(&shared, p, &shared.runtime, &lead);
         })
     };
+    let mut pipeline = Pipeline::new(
+        p,
+        leader,
+        next,
+        shared.settings.records_in_flight,
+        shared.writer.clone(),
+    );
+    // The producer's answers for the records in flight, oldest first.
+    let mut deliveries = std::collections::VecDeque::<DeliveryFuture>::new();
     let mut stores = tokio::task::JoinSet::new();
     let why = loop {
-        let group = tokio::select! {
-            group = staged.next_group(shared.settings.max_record / 2) => group,
-            _ = lead.wait_for(Option::is_none) => None,
-        };
-        let Some(group) = group else {
-            break "it stepped down".to_owned();
-        };
-        if group.is_empty() {
-            // Nothing for the log; answered in order behind the stores before it.
-            stores.spawn(group.store(&shared.writer, WriteSet::default()));
-            continue;
-        }
-        let record = group.record(leader.epoch, leader.incarnation);
-        match produce(&shared, p, &record).await {
-            Ok(at) if at == next => {
-                next += 1;
-                let mut position = WriteSet::default();
-                Position {
-                    next,
-                    leader: leader.clone(),
+        tokio::select! {
+            biased;
+            () = async { drop(lead.wait_for(Option::is_none).await) } => {
+                break "it stepped down".to_owned();
+            }
+            delivered = async { deliveries.front_mut().expect("guarded").await }, if !deliveries.is_empty() => {
+                deliveries.pop_front();
+                if let Err(e) = pipeline.landed(offset_of(p, delivered)) {
+                    break e.message;
                 }
-                .save(p, &mut position);
-                stores.spawn(group.store(&shared.writer, position));
-                while stores.try_join_next().is_some() {}
             }
-            Ok(at) => {
-                let why = format!(
-                    "its record landed at offset {at}, not {next}: another node appended to the log"
-                );
-                group.fail(&lost(p, &why));
-                break why;
-            }
-            Err(e) => {
-                group.fail(&e);
-                break e.message;
+            group = staged.next_group(shared.settings.max_record / 2), if pipeline.has_room() => {
+                let Some(group) = group else {
+                    break "it stepped down".to_owned();
+                };
+                if let Some(record) = pipeline.push(group) {
+                    match enqueue(&shared, p, &record).await {
+                        Ok(delivery) => deliveries.push_back(delivery),
+                        Err(e) => {
+                            pipeline.fail_all(&e);
+                            break e.message;
+                        }
+                    }
+                }
             }
         }
+        for stored in pipeline.take_stored() {
+            stores.spawn(stored);
+        }
+        while stores.try_join_next().is_some() {}
     };
     tracing::warn!(partition = p, why, "stopped leading the partition");
     shared.placement.set_here(p as usize, false);
     let _ = shared.leads[p as usize].send(None);
-    staged.close(&lost(p, &why));
+    let error = lost(p, &why);
+    pipeline.fail_all(&error);
+    staged.close(&error);
+    for stored in pipeline.take_stored() {
+        stores.spawn(stored);
+    }
     while stores.join_next().await.is_some() {}
     let _ = inbox.await;
     // The reader takes the partition back from what the store holds.
     lock(&shared.rewinds).push(p);
 }
 
-fn lost(p: u32, why: &str) -> CodedError {
+/// Hands `record` to the producer, behind every record handed to it before for partition `p`;
+/// its delivery. A full local queue is waited out (a bounded while), never skipped.
+async fn enqueue(shared: &Shared, p: u32, record: &[u8]) -> Result<DeliveryFuture, CodedError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let to = FutureRecord::<(), [u8]>::to(&shared.settings.log_topic)
+            .partition(p as i32)
+            .payload(record);
+        match shared.producer.send_result(to) {
+            Ok(delivery) => return Ok(delivery),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err((e, _)) => return Err(not_taken(p, e)),
+        }
+    }
+}
+
+/// Where a delivered record landed, or why it did not.
+fn offset_of(
+    p: u32,
+    delivered: <DeliveryFuture as std::future::Future>::Output,
+) -> Result<i64, CodedError> {
+    match delivered {
+        Ok(Ok(delivery)) => Ok(delivery.offset),
+        Ok(Err((e, _))) => Err(not_taken(p, e)),
+        Err(_) => Err(CodedError::new(
+            Code::CLU0001,
+            format!("partition {p}: the log producer stopped before answering"),
+        )),
+    }
+}
+
+fn not_taken(p: u32, e: KafkaError) -> CodedError {
     CodedError::new(
         Code::CLU0001,
-        format!("partition {p} is no longer led by this node ({why}); retry"),
+        format!("partition {p}: the log did not take a record: {e}"),
     )
 }

@@ -78,6 +78,7 @@ struct Settings {
     inbox_topic: String,
     partitions: u32,
     max_record: usize,
+    records_in_flight: usize,
     client: ClientConfig,
     session_timeout: Duration,
 }
@@ -156,6 +157,7 @@ impl Cluster {
             inbox_topic: format!("{}inbox", cluster.topic_prefix),
             partitions,
             max_record: cluster.max_record_bytes.as_usize(),
+            records_in_flight: cluster.records_in_flight as usize,
             client,
             session_timeout: cluster.session_timeout.0,
         };

@@ -19,6 +19,9 @@ use crate::schema::CLUSTER_LOG as POSITIONS;
 const VERSION: u8 = 1;
 const KIND_EPOCH: u8 = 1;
 const KIND_WRITES: u8 = 2;
+/// Writes that also name the offset they were meant to land at (every leader's since several
+/// records may be in flight; `docs/cluster.md`).
+const KIND_WRITES_AT: u8 = 3;
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
 const OP_DELETE_RANGE: u8 = 3;
@@ -49,6 +52,10 @@ pub enum Record {
         epoch: u64,
         /// The writer's incarnation.
         incarnation: u64,
+        /// The offset the leader meant the record to land at: a record that landed anywhere
+        /// else counts nowhere. `None` in the local log of embedded mode, which numbers its
+        /// records itself.
+        at: Option<i64>,
         /// The writes, in order.
         writes: WriteSet,
     },
@@ -78,8 +85,9 @@ impl Record {
             Record::Writes {
                 epoch,
                 incarnation,
+                at,
                 writes,
-            } => return encode_writes(*epoch, *incarnation, [writes]),
+            } => return encode_writes_with(*epoch, *incarnation, *at, [writes]),
         }
         out
     }
@@ -110,9 +118,14 @@ impl Record {
                 ingress: r.text()?,
                 admin: r.text()?,
             }),
-            KIND_WRITES => Record::Writes {
+            KIND_WRITES | KIND_WRITES_AT => Record::Writes {
                 epoch,
                 incarnation,
+                at: if kind == KIND_WRITES_AT {
+                    Some(r.u64()? as i64)
+                } else {
+                    None
+                },
                 writes: WriteSet {
                     ops: decode_ops(&mut r)?,
                 },
@@ -134,9 +147,37 @@ pub fn encode_writes<'a>(
     incarnation: u64,
     sets: impl IntoIterator<Item = &'a WriteSet> + Clone,
 ) -> Vec<u8> {
-    let mut out = vec![VERSION, KIND_WRITES];
+    encode_writes_with(epoch, incarnation, None, sets)
+}
+
+/// [`encode_writes`] for a record meant to land at offset `at` of its partition's log (a
+/// leader's record in cluster mode).
+pub fn encode_writes_at<'a>(
+    epoch: u64,
+    incarnation: u64,
+    at: i64,
+    sets: impl IntoIterator<Item = &'a WriteSet> + Clone,
+) -> Vec<u8> {
+    encode_writes_with(epoch, incarnation, Some(at), sets)
+}
+
+fn encode_writes_with<'a>(
+    epoch: u64,
+    incarnation: u64,
+    at: Option<i64>,
+    sets: impl IntoIterator<Item = &'a WriteSet> + Clone,
+) -> Vec<u8> {
+    let kind = if at.is_some() {
+        KIND_WRITES_AT
+    } else {
+        KIND_WRITES
+    };
+    let mut out = vec![VERSION, kind];
     out.extend_from_slice(&epoch.to_be_bytes());
     out.extend_from_slice(&incarnation.to_be_bytes());
+    if let Some(at) = at {
+        out.extend_from_slice(&(at as u64).to_be_bytes());
+    }
     let count: usize = sets.clone().into_iter().map(|set| set.ops.len()).sum();
     out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_be_bytes());
     for set in sets {
@@ -266,9 +307,10 @@ impl<'a> Reader<'a> {
 pub enum Verdict {
     /// An epoch record that takes the partition over.
     Accepted,
-    /// Writes of the current leader: apply them.
+    /// Writes of the current leader, landed where it meant them: apply them.
     Apply,
-    /// A stale epoch record, or writes of a leader that is not the current one.
+    /// A stale epoch record, writes of a leader that is not the current one, or writes that
+    /// landed elsewhere than their leader meant (a record of its before them was lost).
     Ignore,
 }
 
@@ -292,10 +334,14 @@ impl Position {
             }
             Record::Epoch(_) => Verdict::Ignore,
             Record::Writes {
-                epoch, incarnation, ..
+                epoch,
+                incarnation,
+                at,
+                ..
             } if *epoch == self.leader.epoch
                 && *incarnation == self.leader.incarnation
-                && self.leader.epoch > 0 =>
+                && self.leader.epoch > 0
+                && at.is_none_or(|at| at == offset) =>
             {
                 Verdict::Apply
             }
@@ -390,6 +436,13 @@ mod tests {
             Record::Writes {
                 epoch: 3,
                 incarnation: 77,
+                at: None,
+                writes: sample(),
+            },
+            Record::Writes {
+                epoch: 3,
+                incarnation: 77,
+                at: Some(12),
                 writes: sample(),
             },
         ] {
@@ -407,10 +460,23 @@ mod tests {
         let whole = Record::Writes {
             epoch: 2,
             incarnation: 9,
+            at: None,
             writes: both,
-        }
-        .encode();
-        assert_eq!(encode_writes(2, 9, [&first, &second]), whole);
+        };
+        assert_eq!(encode_writes(2, 9, [&first, &second]), whole.encode());
+        let Record::Writes { writes: both, .. } = whole else {
+            unreachable!()
+        };
+        let whole_at = Record::Writes {
+            epoch: 2,
+            incarnation: 9,
+            at: Some(4),
+            writes: both,
+        };
+        assert_eq!(
+            encode_writes_at(2, 9, 4, [&first, &second]),
+            whole_at.encode()
+        );
     }
 
     #[test]
@@ -418,6 +484,7 @@ mod tests {
         let bytes = Record::Writes {
             epoch: 1,
             incarnation: 1,
+            at: None,
             writes: sample(),
         }
         .encode();
@@ -445,8 +512,32 @@ mod tests {
         Record::Writes {
             epoch,
             incarnation,
+            at: None,
             writes: WriteSet::default(),
         }
+    }
+
+    fn writes_at(epoch: u64, incarnation: u64, at: i64) -> Record {
+        Record::Writes {
+            epoch,
+            incarnation,
+            at: Some(at),
+            writes: WriteSet::default(),
+        }
+    }
+
+    #[test]
+    fn a_leaders_record_counts_only_where_it_meant_to_land() {
+        let mut at = Position::default();
+        assert_eq!(at.admit(0, &leader(1, 10)), Verdict::Accepted);
+        assert_eq!(at.admit(1, &writes_at(1, 10, 1)), Verdict::Apply);
+        // The record meant for offset 2 was lost (a failed produce); the ones sent behind it
+        // landed one early: none of them counts, or the state would miss the lost writes.
+        assert_eq!(at.admit(2, &writes_at(1, 10, 3)), Verdict::Ignore);
+        assert_eq!(at.admit(3, &writes_at(1, 10, 4)), Verdict::Ignore);
+        // The next leader's records count again.
+        assert_eq!(at.admit(4, &leader(2, 20)), Verdict::Accepted);
+        assert_eq!(at.admit(5, &writes_at(2, 20, 5)), Verdict::Apply);
     }
 
     #[test]
@@ -520,8 +611,13 @@ mod tests {
         }
 
         #[test]
-        fn writes_round_trip(set in any_writes(), epoch in any::<u64>(), incarnation in any::<u64>()) {
-            let record = Record::Writes { epoch, incarnation, writes: set };
+        fn writes_round_trip(
+            set in any_writes(),
+            epoch in any::<u64>(),
+            incarnation in any::<u64>(),
+            at in proptest::option::of(0..i64::MAX),
+        ) {
+            let record = Record::Writes { epoch, incarnation, at, writes: set };
             let bytes = record.encode();
             let back = Record::decode(&bytes, usize::MAX).unwrap();
             prop_assert_eq!(back.encode(), bytes);
@@ -533,13 +629,15 @@ mod tests {
         /// stored position keeps. It fails if the position's row forgets state the rule uses.
         #[test]
         fn readers_agree(
-            log in proptest::collection::vec((any::<bool>(), 0..4u64, 0..3u64), 0..40),
+            log in proptest::collection::vec((0..3u8, 0..4u64, 0..3u64, 0..40i64), 0..40),
             resume in 0..40usize,
         ) {
             let records: Vec<Record> = log
                 .into_iter()
-                .map(|(epoch_record, epoch, incarnation)| {
-                    if epoch_record { leader(epoch, incarnation) } else { writes(epoch, incarnation) }
+                .map(|(kind, epoch, incarnation, at)| match kind {
+                    0 => leader(epoch, incarnation),
+                    1 => writes(epoch, incarnation),
+                    _ => writes_at(epoch, incarnation, at),
                 })
                 .collect();
             let mut whole = Position::default();

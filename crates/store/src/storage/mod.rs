@@ -5,6 +5,7 @@ mod backlog;
 pub mod log;
 pub mod logged;
 pub mod meta;
+pub mod pipeline;
 pub mod segments;
 pub mod writer;
 

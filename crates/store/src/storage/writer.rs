@@ -245,10 +245,15 @@ impl Group {
         self.jobs.len()
     }
 
-    /// The group's log record for the leader of `(epoch, incarnation)`: every set's writes,
-    /// in order.
-    pub fn record(&self, epoch: u64, incarnation: u64) -> Vec<u8> {
-        super::log::encode_writes(epoch, incarnation, self.jobs.iter().map(|job| &job.writes))
+    /// The group's log record for the leader of `(epoch, incarnation)`, meant to land at
+    /// offset `at`: every set's writes, in order.
+    pub fn record(&self, epoch: u64, incarnation: u64, at: i64) -> Vec<u8> {
+        super::log::encode_writes_at(
+            epoch,
+            incarnation,
+            at,
+            self.jobs.iter().map(|job| &job.writes),
+        )
     }
 
     /// Answers every set of the group with `error`.

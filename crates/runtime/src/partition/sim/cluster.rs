@@ -1,44 +1,106 @@
 //! Cluster mode in the simulator (`docs/cluster.md`): half the runs write through a partition
 //! log first. The log is kept whole (Kafka's `acks=all` keeps what it acknowledged); a node's
-//! store is a replica of it; a write set is stored, and anything about it acknowledged, only
-//! once its record landed right after the leader's previous one. Leadership changes: another
-//! node appends its epoch, the old leader runs on as a zombie whose records land after that
-//! epoch (they must count nowhere and acknowledge nothing), and the new leader rebuilds its
-//! store from the log on a fresh disk. A crash restarts the node on its own disk, caught up
-//! from the log, under a new epoch.
+//! store is a replica of it. The leader's write path is the server's own
+//! (`storage::pipeline::Pipeline`): up to `records-in-flight` records (drawn per run) handed to
+//! a simulated broker, each stored, and its sets acknowledged, only once it landed where it was
+//! meant to. The broker keeps their order but answers when it likes (records stay in flight
+//! across commits), refuses some (a refused record may have landed all the same, like a
+//! timeout, and the records behind it land or not), and fences: another node appends its
+//! epoch, the old leader runs on as a zombie whose records land after that epoch (they must
+//! count nowhere and acknowledge nothing), and the new leader rebuilds its store from the log
+//! on a fresh disk. A crash restarts the node on its own disk, caught up from the log, under a
+//! new epoch; what it had in flight lands or not, in order.
 
 use futures_util::FutureExt as _;
 
 use super::*;
 use crate::storage::log::{Leader, Position, Record, Verdict};
+use crate::storage::pipeline::{MAX_RECORDS_IN_FLIGHT, Pipeline};
 use crate::storage::writer::{Staged, WriteSet};
 
-/// The one partition's log.
-#[derive(Default)]
+/// The one partition's log, and the broker in front of it.
 pub(super) struct SimLog {
     records: Vec<Vec<u8>>,
+    /// Records the running node handed to the broker and has no answer for yet, in order.
+    queued: VecDeque<Vec<u8>>,
+    /// How many records a leader may have in flight in this run.
+    records_in_flight: usize,
     /// Leadership changes so far.
     pub(super) takeovers: u64,
     /// Records of a fenced leader (each must have been refused).
     pub(super) fenced: u64,
+    /// Records the broker refused.
+    pub(super) refused: u64,
+    /// The most records a leader had in flight at once.
+    pub(super) most_in_flight: usize,
+    /// Digests of the records each leader (by incarnation) handed to the broker, in order.
+    sent: std::collections::HashMap<u64, Vec<u64>>,
 }
 
-/// A node's part in the log: the leader it is and where its next record must land.
+/// A node's part in the log: its records on their way, and the sets waiting to go.
 pub(super) struct Leading {
-    leader: Leader,
-    next: i64,
+    pipeline: Pipeline,
     staged: Staged,
-    redb: Writer,
-}
-
-fn lost() -> CodedError {
-    CodedError::new(
-        Code::CLU0001,
-        "another record came before this one: this node no longer leads",
-    )
 }
 
 impl SimLog {
+    pub(super) fn new(rng: &mut Rng) -> Self {
+        Self {
+            records: Vec::new(),
+            queued: VecDeque::new(),
+            records_in_flight: 1 + rng.below(MAX_RECORDS_IN_FLIGHT as u64) as usize,
+            takeovers: 0,
+            fenced: 0,
+            refused: 0,
+            most_in_flight: 0,
+            sent: Default::default(),
+        }
+    }
+
+    /// Hands a leader's `record` to the broker.
+    fn send(&mut self, record: Vec<u8>) {
+        if let Ok(Record::Writes { incarnation, .. }) = Record::decode(&record, usize::MAX) {
+            self.sent
+                .entry(incarnation)
+                .or_default()
+                .push(digest(&record));
+        }
+        self.queued.push_back(record);
+    }
+
+    /// What the fencing rule applies of each leader is a prefix of what it sent, in order: a
+    /// store holding a later record without an earlier one would be one no run of the
+    /// partition wrote.
+    fn check_prefixes(&self) {
+        let mut position = Position::default();
+        let mut applied: std::collections::HashMap<u64, usize> = Default::default();
+        for (offset, bytes) in self.records.iter().enumerate() {
+            let record = Record::decode(bytes, usize::MAX).expect("the log holds records");
+            if position.admit(offset as i64, &record) != Verdict::Apply {
+                continue;
+            }
+            let Record::Writes { incarnation, .. } = record else {
+                unreachable!("only write sets are applied")
+            };
+            let n = applied.entry(incarnation).or_default();
+            let sent = self.sent.get(&incarnation).and_then(|sent| sent.get(*n));
+            assert_eq!(
+                sent,
+                Some(&digest(bytes)),
+                "the record at offset {offset} counts, but it is not record {n} its leader sent: a record before it was lost"
+            );
+            *n += 1;
+        }
+    }
+
+    /// The node died: what it had handed to the broker lands, in order, up to a point
+    /// (acknowledged by Kafka or not, its leader never heard); the rest is gone.
+    pub(super) fn crash(&mut self, rng: &mut Rng) {
+        let landed = rng.below(self.queued.len() as u64 + 1) as usize;
+        let queued = std::mem::take(&mut self.queued);
+        self.records.extend(queued.into_iter().take(landed));
+    }
+
     fn highest_epoch(&self) -> u64 {
         self.records
             .iter()
@@ -83,7 +145,14 @@ impl SimLog {
         }
         position.save(0, &mut writes);
         writes.commit_now(store);
+        self.check_prefixes();
     }
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl World {
@@ -100,59 +169,75 @@ impl World {
         log.catch_up(store);
         let next = log.records.len() as i64;
         let (writer, staged) = Writer::staged();
-        Some((
-            writer,
-            Leading {
-                leader,
-                next,
-                staged,
-                redb,
-            },
-        ))
+        let pipeline = Pipeline::new(0, leader, next, log.records_in_flight, redb);
+        Some((writer, Leading { pipeline, staged }))
     }
 
-    /// Moves the partition's waiting sets through the log and on to the store; false when a
-    /// record landed after another's epoch (this node is a zombie: nothing of it counts).
+    /// Moves the partition's waiting sets into the leader's pipeline and their records to the
+    /// broker, then lets the broker answer some of what it holds; stores what landed. False
+    /// when this node no longer leads (a refused record, or one that landed after another's
+    /// epoch: this node is a zombie, nothing of it counts).
     pub(super) fn through_log(&mut self) -> bool {
         let node = self.node.as_mut().expect("the node runs");
         let log = self.log.as_mut().expect("cluster mode");
+        let rng = &mut self.rng;
         let Some(leading) = node.leading.as_mut() else {
             node.flusher.flush();
             return true;
         };
-        let mut stores = Vec::new();
-        let mut fenced = false;
-        while let Some(group) = leading.staged.try_group(usize::MAX) {
-            if group.is_empty() {
-                stores.push(group.store(&leading.redb, WriteSet::default()).boxed());
-                continue;
+        while leading.pipeline.has_room() {
+            let Some(group) = leading.staged.try_group(usize::MAX) else {
+                break;
+            };
+            if let Some(record) = leading.pipeline.push(group) {
+                log.send(record);
             }
-            let at = log.records.len() as i64;
-            log.records
-                .push(group.record(leading.leader.epoch, leading.leader.incarnation));
-            if at != leading.next {
-                log.fenced += 1;
-                group.fail(&lost());
-                leading.staged.close(&lost());
-                fenced = true;
+        }
+        log.most_in_flight = log.most_in_flight.max(leading.pipeline.in_flight());
+        // The broker answers in order; a delay leaves the rest in flight for later commits.
+        let answering = match rng.below(10) {
+            0..4 => log.queued.len(),
+            4..7 => 0,
+            _ => rng.below(log.queued.len() as u64 + 1) as usize,
+        };
+        let mut leads = true;
+        for _ in 0..answering {
+            let record = log.queued.pop_front().expect("counted");
+            let result = if rng.below(400) == 0 {
+                log.refused += 1;
+                if rng.chance(50) {
+                    // A timeout: it landed, but the leader heard otherwise.
+                    log.records.push(record);
+                }
+                Err(CodedError::new(
+                    Code::CLU0001,
+                    "the broker refused the record",
+                ))
+            } else {
+                log.records.push(record);
+                Ok(log.records.len() as i64 - 1)
+            };
+            let fenced = result.is_ok();
+            if let Err(e) = leading.pipeline.landed(result) {
+                if fenced {
+                    log.fenced += 1;
+                }
+                leading.staged.close(&e);
+                // What the broker still holds of this leader lands, in order, up to a point:
+                // none of it may count.
+                log.crash(rng);
+                leads = false;
                 break;
             }
-            leading.next += 1;
-            let mut position = WriteSet::default();
-            Position {
-                next: leading.next,
-                leader: leading.leader.clone(),
-            }
-            .save(0, &mut position);
-            stores.push(group.store(&leading.redb, position).boxed());
         }
+        let stored = leading.pipeline.take_stored();
         node.flusher.flush();
-        for store in stores {
+        for store in stored {
             store
                 .now_or_never()
                 .expect("a flushed group has its answer");
         }
-        !fenced
+        leads
     }
 
     /// Another node takes the partition over. This one runs on as a zombie until it writes

@@ -193,6 +193,9 @@ struct Stats {
     /// Cluster mode: leadership changes, and records of a zombie refused.
     takeovers: u64,
     fenced: u64,
+    /// Cluster mode: records the broker refused, and the most a leader had in flight.
+    refused: u64,
+    most_in_flight: usize,
 }
 
 /// The simulated world: one partition, its disk and its clients.
@@ -283,6 +286,8 @@ fn run(seed: u64, steps: u64) -> (Stats, u64) {
     if let Some(log) = &world.log {
         world.stats.takeovers = log.takeovers;
         world.stats.fenced = log.fenced;
+        world.stats.refused = log.refused;
+        world.stats.most_in_flight = log.most_in_flight;
     }
     (world.stats, world.trace.finish())
 }
@@ -339,6 +344,8 @@ fn work(runs: &Mutex<Runs>, wanted: u64, seed: u64) {
         total.completed += stats.completed;
         total.takeovers += stats.takeovers;
         total.fenced += stats.fenced;
+        total.refused += stats.refused;
+        total.most_in_flight = total.most_in_flight.max(stats.most_in_flight);
     }
 }
 
@@ -378,7 +385,7 @@ fn simulator_partition_events() {
     let runs = runs.into_inner().unwrap();
     let total = runs.total;
     println!(
-        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures, {} leadership changes, {} zombie records refused",
+        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures, {} leadership changes, {} zombie records refused, {} records the broker refused, up to {} records in flight",
         total.events,
         runs.started,
         started.elapsed(),
@@ -391,6 +398,8 @@ fn simulator_partition_events() {
         total.disk_failures,
         total.takeovers,
         total.fenced,
+        total.refused,
+        total.most_in_flight,
     );
     // A million events walk every move of the transition table (the rarest, a kill in the
     // batch of its submission, about 20 times): each is a move the partition really makes.
@@ -428,6 +437,11 @@ fn simulator_partition_events() {
     assert!(total.events >= wanted);
     assert!(total.crashes > 0 && total.disk_failures > 0 && total.completed > 0);
     assert!(total.takeovers > 0, "no run changed leaders");
+    assert!(total.refused > 0, "the broker never refused a record");
+    assert!(
+        total.most_in_flight > 1,
+        "no leader had several records in flight"
+    );
 }
 
 #[test]

@@ -24,7 +24,7 @@ impl World {
             on_max_attempts: OnMaxAttempts::Pause,
         };
         let disk = Disk::default();
-        let log = rng.chance(50).then(cluster::SimLog::default);
+        let log = rng.chance(50).then(|| cluster::SimLog::new(&mut rng));
         let mut world = Self {
             rng,
             disk,
@@ -161,6 +161,10 @@ impl World {
             let kept = rng.below(unsynced as u64 + 1) as usize;
             (kept, rng.below(96) as usize)
         });
+        // What it had handed to the partition log's broker lands, up to a point.
+        if let Some(log) = self.log.as_mut() {
+            log.crash(&mut self.rng);
+        }
         // A restart fills every bucket: the rate's windows start again.
         self.s1_admitted.clear();
         // Requests in flight die with their connections.
