@@ -213,7 +213,10 @@ impl Cluster {
         let shared = Arc::new(Shared {
             settings,
             store: Arc::clone(store),
-            writer: Writer::start(Arc::clone(store)),
+            writer: Writer::start_view(
+                Arc::clone(store),
+                crate::partition::runtime::checkpoints(config),
+            ),
             producer,
             partitions: states,
             progress: tokio::sync::Notify::new(),

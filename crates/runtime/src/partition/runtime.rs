@@ -469,15 +469,8 @@ impl Runtime {
         // Embedded, the local log is the truth and the store a view behind it; in cluster
         // mode each partition's Kafka log is, and this writer only applies what landed there.
         let writer = match leads {
-            None => {
-                let checkpoints = Checkpoints {
-                    interval: config.worker.log_checkpoint_interval.0,
-                    bytes: config.worker.log_segment_size.0.saturating_mul(8),
-                    apply_delay: config.worker.log_apply_delay.0,
-                };
-                Writer::start_logged(Arc::clone(store), checkpoints)
-            }
-            Some(_) => Writer::start(Arc::clone(store)),
+            None => Writer::start_logged(Arc::clone(store), checkpoints(config)),
+            Some(_) => Writer::start_view(Arc::clone(store), checkpoints(config)),
         };
         let shared = super::task::Shared::new(
             Arc::clone(store),
@@ -531,6 +524,15 @@ impl Runtime {
             handles.push(tokio::spawn(purging.run(writer, |_| true)));
         }
         Ok(handles)
+    }
+}
+
+/// When the view behind the log is applied and made durable, as `config` says.
+pub fn checkpoints(config: &Config) -> Checkpoints {
+    Checkpoints {
+        interval: config.worker.log_checkpoint_interval.0,
+        bytes: config.worker.log_segment_size.0.saturating_mul(8),
+        apply_delay: config.worker.log_apply_delay.0,
     }
 }
 

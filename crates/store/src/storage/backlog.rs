@@ -21,9 +21,19 @@ use crate::errors::CodedError;
 /// One synced log record's writes.
 pub(crate) struct Group {
     pub(crate) writes: Vec<WriteSet>,
-    /// Its record in the log.
-    pub(crate) lsn: u64,
+    /// Its record in the local log; `None` for writes whose log is another (cluster mode: the
+    /// partition's Kafka log, whose position the writes carry themselves).
+    pub(crate) lsn: Option<u64>,
     pub(crate) bytes: u64,
+}
+
+/// What the view holds, as far as this process applied it.
+#[derive(Default)]
+struct View {
+    /// The last local log record applied (0: none since open).
+    lsn: u64,
+    /// Whether a transaction that did not sync applied something since the last that did.
+    unsynced: bool,
 }
 
 /// What waits for the view. Two locks, so that the sync stage adding groups never waits for
@@ -37,8 +47,8 @@ pub(crate) struct Backlog {
     /// Bytes of those groups.
     bytes: AtomicU64,
     incoming: Mutex<VecDeque<Group>>,
-    /// The last record the view holds (0: none applied since open); held while applying.
-    applied: Mutex<u64>,
+    /// Held while applying.
+    applied: Mutex<View>,
 }
 
 impl std::fmt::Debug for Backlog {
@@ -51,7 +61,7 @@ impl std::fmt::Debug for Backlog {
 
 /// What one application did.
 pub(crate) struct Applied {
-    /// The last record the view holds now.
+    /// The last local log record the view holds now.
     pub(crate) lsn: u64,
     /// Bytes of the groups it applied.
     pub(crate) bytes: u64,
@@ -93,22 +103,25 @@ impl Backlog {
             let n = groups.min(incoming.len());
             incoming.drain(..n).collect()
         };
-        let lsn = taken.last().map_or(*applied, |group| group.lsn);
+        let logged = taken.iter().rev().find_map(|group| group.lsn);
+        let lsn = logged.unwrap_or(applied.lsn);
         // Nothing applied since open: the view's checkpoint row is the replay's, left as it is.
-        if !taken.is_empty() || (durable && *applied > 0) {
+        let row = logged.or((applied.lsn > 0).then_some(applied.lsn));
+        if !taken.is_empty() || (durable && applied.unsynced) {
             let sets = taken.iter().flat_map(|group| &group.writes);
-            if let Err(error) = super::logged::apply(store, sets, lsn, durable) {
+            if let Err(error) = super::logged::apply(store, sets, row, durable) {
                 let mut incoming = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
                 for group in taken.into_iter().rev() {
                     incoming.push_front(group);
                 }
                 return Err(error);
             }
+            applied.unsynced = !durable;
         }
         let bytes: u64 = taken.iter().map(|group| group.bytes).sum();
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
         self.waiting.fetch_sub(taken.len(), Ordering::AcqRel);
-        *applied = lsn;
+        applied.lsn = lsn;
         Ok(Applied { lsn, bytes })
     }
 

@@ -115,6 +115,72 @@ pub(super) fn start(
     tx
 }
 
+/// The writer of cluster mode (`docs/cluster.md`): what it is handed already landed in the
+/// partition's Kafka log, the truth there, so a set joins the backlog and is answered at once,
+/// in the caller's thread — no local log, no sync, no thread hop. The view follows behind it
+/// exactly as in embedded mode (the same applier, the same read rule); after a crash the
+/// replica reader replays the log from the positions the view holds durably, which the sets
+/// carry with them.
+pub(super) struct ViewWriter {
+    store: Arc<Store>,
+    /// The applier thread (none when the simulator applies by hand).
+    to_apply: Option<std_mpsc::Sender<()>>,
+    /// Bytes waiting past which a set applies the backlog itself before it is answered.
+    cap: u64,
+}
+
+impl ViewWriter {
+    /// Starts the applier thread for `store`.
+    pub(super) fn start(store: Arc<Store>, checkpoints: Checkpoints) -> Self {
+        let (to_apply, applied_rx) = std_mpsc::channel::<()>();
+        {
+            let store = Arc::clone(&store);
+            std::thread::Builder::new()
+                .name("sluice-view-apply".into())
+                .spawn(move || {
+                    let applier = Applier::new(Arc::new(AtomicU64::new(0)));
+                    apply_loop(&store, &applied_rx, checkpoints, applier);
+                })
+                .expect("the view apply thread starts");
+        }
+        Self {
+            store,
+            to_apply: Some(to_apply),
+            cap: checkpoints.bytes,
+        }
+    }
+
+    /// Takes `writes` into the backlog: the answer.
+    pub(super) fn commit(&self, writes: super::writer::WriteSet) -> Result<(), CodedError> {
+        let store = &self.store;
+        if let Some(failure) = store.health().failure() {
+            return Err(failure.clone());
+        }
+        if store.is_closed() {
+            return Err(super::writer::stopped());
+        }
+        if writes.is_empty() {
+            // Every set before it was answered in its own call: nothing to wait behind.
+            return Ok(());
+        }
+        let bytes = super::log::encoded_len(&writes) as u64;
+        let waiting = store.backlog().push([Group {
+            writes: vec![writes],
+            lsn: None,
+            bytes,
+        }]);
+        let result = if waiting >= self.cap {
+            store.backlog().apply(store, usize::MAX, false).map(drop)
+        } else {
+            Ok(())
+        };
+        if let Some(to_apply) = &self.to_apply {
+            let _ = to_apply.send(());
+        }
+        result
+    }
+}
+
 fn fail_store(store: &Store, what: &str, e: impl std::fmt::Display) -> CodedError {
     metrics::counter!(sluice_core::metrics::STORE_COMMIT_FAILURES).increment(1);
     let error = crate::health::store_write_failed(format!("{what}: {e}"));
@@ -233,7 +299,7 @@ fn settle(store: &Store, stages: Vec<Stage>, error: Option<CodedError>, cap: u64
                     .iter_mut()
                     .map(|job| std::mem::take(&mut job.writes))
                     .collect(),
-                lsn: appended.lsn,
+                lsn: Some(appended.lsn),
                 bytes: stage.bytes,
             });
         }
@@ -348,11 +414,11 @@ fn apply_loop(
     applier.finish(store);
 }
 
-/// Applies `sets` and the checkpoint `lsn` to the view in one transaction.
+/// Applies `sets` and the checkpoint `lsn` (if any) to the view in one transaction.
 pub(super) fn apply<'a>(
     store: &Store,
     sets: impl Iterator<Item = &'a super::writer::WriteSet>,
-    lsn: u64,
+    lsn: Option<u64>,
     durable: bool,
 ) -> Result<(), CodedError> {
     // Not `with_db`: that catches up with the backlog, which is what calls this.
@@ -362,7 +428,9 @@ pub(super) fn apply<'a>(
             txn.set_durability(redb::Durability::None)?;
         }
         apply_all(sets, &txn)?;
-        set_applied(&txn, lsn)?;
+        if let Some(lsn) = lsn {
+            set_applied(&txn, lsn)?;
+        }
         txn.commit()?;
         Ok(())
     });
@@ -409,6 +477,49 @@ impl super::writer::Writer {
                 appended: Vec::new(),
             },
         ))
+    }
+}
+
+/// The applier of cluster mode's view writer, stepped by hand (the partition simulator).
+#[cfg(any(test, feature = "testing"))]
+pub struct ViewFlusher {
+    store: Arc<Store>,
+    applier: Applier,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl super::writer::Writer {
+    /// Cluster mode's view writer without its applier thread: sets are answered as they join
+    /// the backlog, which waits until the [`ViewFlusher`] applies it (or a read catches up).
+    pub fn manual_view(store: Arc<Store>) -> (Self, ViewFlusher) {
+        let view = ViewWriter {
+            store: Arc::clone(&store),
+            to_apply: None,
+            cap: Checkpoints::default().bytes,
+        };
+        (
+            Self::from_view(view),
+            ViewFlusher {
+                store,
+                applier: Applier::new(Arc::new(AtomicU64::new(0))),
+            },
+        )
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl ViewFlusher {
+    /// Applies the first `groups` waiting groups in one transaction, durable if `durable`.
+    pub fn apply(&mut self, groups: usize, durable: bool) {
+        if groups == 0 && !durable {
+            return;
+        }
+        self.applier.apply(&self.store, groups, durable);
+    }
+
+    /// Answered groups not applied yet.
+    pub fn lagging(&self) -> usize {
+        self.store.backlog().waiting()
     }
 }
 
@@ -546,7 +657,7 @@ mod tests {
         set.put(T, b"k", b"v".to_vec());
         store.backlog().push([super::Group {
             writes: vec![set],
-            lsn: 1,
+            lsn: Some(1),
             bytes: 10,
         }]);
         store.close();

@@ -77,6 +77,14 @@ impl WriteSet {
     pub fn apply(&self, txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
         apply_all(std::iter::once(self), txn)
     }
+
+    /// Applies `sets`, in order, inside `txn`, as the view's applier does (coalesced).
+    pub fn apply_all<'a>(
+        sets: impl IntoIterator<Item = &'a WriteSet>,
+        txn: &redb::WriteTransaction,
+    ) -> Result<(), redb::Error> {
+        apply_all(sets, txn)
+    }
 }
 
 /// A table open in the group's transaction.
@@ -84,12 +92,22 @@ type OpenTable<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
 
 /// Applies `sets` in order inside `txn`, opening each table once: opening one looks it up in
 /// redb's table of tables, which cost more than the insert itself when it was done per write.
+///
+/// A put or delete of a key that a later put or delete of the same key overwrites is skipped
+/// (coalescing): the last write to a key alone decides its value, whatever ranges are deleted
+/// between, so an invocation that ran and completed within one applied batch costs the view
+/// its final record only, not each state it passed through.
 pub(super) fn apply_all<'a>(
     sets: impl IntoIterator<Item = &'a WriteSet>,
     txn: &redb::WriteTransaction,
 ) -> Result<(), redb::Error> {
+    let ops: Vec<&Op> = sets.into_iter().flat_map(|set| &set.ops).collect();
+    let live = last_writes(&ops);
     let mut open: Vec<(&str, OpenTable<'_>)> = Vec::new();
-    for op in sets.into_iter().flat_map(|set| &set.ops) {
+    for (op, live) in ops.into_iter().zip(live) {
+        if !live {
+            continue;
+        }
         let (Op::Put(definition, ..) | Op::Delete(definition, _) | Op::DeleteRange(definition, ..)) =
             op;
         let name = redb::TableHandle::name(definition);
@@ -116,6 +134,25 @@ pub(super) fn apply_all<'a>(
     Ok(())
 }
 
+/// Which of `ops` still matter: every range delete, and each put or delete that no later put
+/// or delete of the same key overwrites.
+fn last_writes(ops: &[&Op]) -> Vec<bool> {
+    let mut live = vec![true; ops.len()];
+    if ops.len() < 2 {
+        return live;
+    }
+    let mut later = std::collections::HashSet::with_capacity(ops.len());
+    for (index, op) in ops.iter().enumerate().rev() {
+        let (Op::Put(definition, key, _) | Op::Delete(definition, key)) = op else {
+            continue;
+        };
+        if !later.insert((redb::TableHandle::name(definition), key.as_slice())) {
+            live[index] = false;
+        }
+    }
+    live
+}
+
 pub(super) struct Job {
     pub(super) writes: WriteSet,
     pub(super) done: oneshot::Sender<Result<(), CodedError>>,
@@ -123,9 +160,28 @@ pub(super) struct Job {
 
 /// Hands write sets to the writer thread. Cheap to clone; the thread ends when every clone is
 /// dropped.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Writer {
-    tx: mpsc::UnboundedSender<Job>,
+    to: To,
+}
+
+/// Where a [`Writer`]'s sets go.
+#[derive(Clone)]
+enum To {
+    /// A thread, or whoever holds the receiver (a stage, a flusher).
+    Channel(mpsc::UnboundedSender<Job>),
+    /// Straight into the view's backlog (cluster mode, `logged::ViewWriter`).
+    View(Arc<super::logged::ViewWriter>),
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let to = match self.to {
+            To::Channel(_) => "channel",
+            To::View(_) => "view",
+        };
+        f.debug_struct("Writer").field("to", &to).finish()
+    }
 }
 
 /// Answers once the write set is durable (or failed).
@@ -145,7 +201,26 @@ impl Writer {
             .name("sluice-writer".into())
             .spawn(move || write_loop(&store, rx))
             .expect("the writer thread starts");
-        Self { tx }
+        Self::from_channel(tx)
+    }
+
+    fn from_channel(tx: mpsc::UnboundedSender<Job>) -> Self {
+        Self {
+            to: To::Channel(tx),
+        }
+    }
+
+    /// The writer of cluster mode for `store`: each set already landed in its partition's
+    /// Kafka log, so it joins the view's backlog and is answered at once; an applier thread
+    /// applies the backlog behind (`logged::ViewWriter`).
+    pub fn start_view(store: Arc<Store>, checkpoints: super::logged::Checkpoints) -> Self {
+        Self::from_view(super::logged::ViewWriter::start(store, checkpoints))
+    }
+
+    pub(super) fn from_view(view: super::logged::ViewWriter) -> Self {
+        Self {
+            to: To::View(Arc::new(view)),
+        }
     }
 
     /// Starts the writer of embedded mode for `store`: the local log its open replayed is the
@@ -153,9 +228,7 @@ impl Writer {
     /// a simulated backend) gets the plain writer.
     pub fn start_logged(store: Arc<Store>, checkpoints: super::logged::Checkpoints) -> Self {
         match store.take_log() {
-            Some(log) => Self {
-                tx: super::logged::start(store, log, checkpoints),
-            },
+            Some(log) => Self::from_channel(super::logged::start(store, log, checkpoints)),
             None => Self::start(store),
         }
     }
@@ -163,7 +236,7 @@ impl Writer {
     /// A writer whose sets go to `tx` (the logged writer's stages).
     #[cfg(any(test, feature = "testing"))]
     pub(super) fn from_sender(tx: mpsc::UnboundedSender<Job>) -> Self {
-        Self { tx }
+        Self::from_channel(tx)
     }
 
     /// Queues `writes`; the answer comes after the commit that holds them. Sets queued by one
@@ -171,8 +244,15 @@ impl Writer {
     /// every set queued before it, so it can order acknowledgements behind earlier writes.
     pub fn commit(&self, writes: WriteSet) -> Commit {
         let (done, answer) = oneshot::channel();
-        if let Err(mpsc::error::SendError(job)) = self.tx.send(Job { writes, done }) {
-            let _ = job.done.send(Err(stopped()));
+        match &self.to {
+            To::Channel(tx) => {
+                if let Err(mpsc::error::SendError(job)) = tx.send(Job { writes, done }) {
+                    let _ = job.done.send(Err(stopped()));
+                }
+            }
+            To::View(view) => {
+                let _ = done.send(view.commit(writes));
+            }
         }
         answer
     }
@@ -196,7 +276,7 @@ impl Writer {
     /// (or fails them). The thread of `self` is not involved until [`Group::store`].
     pub fn staged() -> (Writer, Staged) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self { tx }, Staged { rx, held: None })
+        (Self::from_channel(tx), Staged { rx, held: None })
     }
 }
 
@@ -354,7 +434,7 @@ impl Writer {
     /// A writer without its thread: sets wait until [`Flusher::flush`].
     pub fn manual(store: Arc<Store>) -> (Self, Flusher) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self { tx }, Flusher { store, rx })
+        (Self::from_channel(tx), Flusher { store, rx })
     }
 }
 
@@ -408,6 +488,72 @@ mod tests {
     use super::*;
 
     const T: BytesTable = redb::TableDefinition::new("writer_test");
+    const U: BytesTable = redb::TableDefinition::new("writer_test_other");
+
+    #[test]
+    fn only_the_last_write_to_a_key_is_applied() {
+        let mut set = WriteSet::default();
+        set.put(T, b"k", b"1".to_vec());
+        set.put(U, b"k", b"1".to_vec());
+        set.delete_range(T, b"a".to_vec(), b"z".to_vec());
+        set.put(T, b"k", b"2".to_vec());
+        set.delete(T, b"j");
+        set.put(T, b"j", b"3".to_vec());
+        let ops: Vec<&Op> = set.ops.iter().collect();
+        assert_eq!(
+            last_writes(&ops),
+            [false, true, true, true, false, true],
+            "the first put of T/k and the delete of T/j are overwritten; U/k is another key"
+        );
+    }
+
+    proptest::proptest! {
+        /// Coalescing never changes what the tables hold: the same as every write applied one
+        /// after another.
+        #[test]
+        fn coalesced_writes_leave_what_every_write_would(
+            ops in proptest::collection::vec((0..4u8, 0..2u8, 0..6u8, 0..6u8), 0..40),
+        ) {
+            let mut set = WriteSet::default();
+            let mut model = std::collections::BTreeMap::new();
+            for (kind, table, a, b) in ops {
+                let (table, name) = if table == 0 { (T, 0) } else { (U, 1) };
+                let (key, end) = (vec![a], vec![b]);
+                match kind {
+                    0 | 1 => {
+                        let value = vec![a, b];
+                        model.insert((name, key.clone()), value.clone());
+                        set.put(table, &key, value);
+                    }
+                    2 => {
+                        model.remove(&(name, key.clone()));
+                        set.delete(table, &key);
+                    }
+                    _ => {
+                        model.retain(|(t, k), _| *t != name || !(key.as_slice()..end.as_slice()).contains(&k.as_slice()));
+                        set.delete_range(table, key, end);
+                    }
+                }
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).unwrap();
+            set.commit_now(&store);
+            let mut stored = std::collections::BTreeMap::new();
+            store
+                .with_db(|db| {
+                    let txn = db.begin_read().unwrap();
+                    for (table, name) in [(T, 0), (U, 1)] {
+                        let Ok(table) = txn.open_table(table) else { continue };
+                        for row in redb::ReadableTable::iter(&table).unwrap() {
+                            let (k, v) = row.unwrap();
+                            stored.insert((name, k.value().to_vec()), v.value().to_vec());
+                        }
+                    }
+                })
+                .unwrap();
+            proptest::prop_assert_eq!(stored, model);
+        }
+    }
 
     #[tokio::test]
     async fn sets_commit_in_order_and_empty_sets_wait_behind_writes() {

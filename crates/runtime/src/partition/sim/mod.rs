@@ -63,8 +63,8 @@ use crate::protocol::proto;
 use crate::protocol::{Frame, Message, MessageType};
 use crate::registry::{Registration, Registry};
 use crate::storage::Store;
-use crate::storage::logged::LoggedFlusher;
-use crate::storage::writer::{Commit, Flusher, Writer};
+use crate::storage::logged::{LoggedFlusher, ViewFlusher};
+use crate::storage::writer::{Commit, Writer};
 
 use crate::simulation::{Rng, seed};
 use disk::{Disk, LogDisk};
@@ -120,8 +120,9 @@ struct Running {
 
 /// How a node's write sets reach its store.
 enum Flush {
-    /// Cluster mode: straight into redb (the partition log is Kafka's, `cluster.rs`).
-    Plain(Flusher),
+    /// Cluster mode: answered into the view's backlog once the record landed (the partition
+    /// log is Kafka's, `cluster.rs`), applied at the world's pace.
+    View(ViewFlusher),
     /// Embedded mode: the real local log and its view, stage by stage.
     Logged(Box<LoggedFlusher>),
 }
@@ -130,8 +131,8 @@ impl Flush {
     /// Moves every set queued so far all the way to the store.
     fn flush(&mut self) {
         match self {
-            Self::Plain(flusher) => {
-                flusher.flush();
+            Self::View(flusher) => {
+                flusher.apply(usize::MAX, false);
             }
             Self::Logged(flusher) => {
                 flusher.flush(false);

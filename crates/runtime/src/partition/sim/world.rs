@@ -99,8 +99,8 @@ impl World {
         let (writer, flusher) = match logged {
             Some((writer, flusher)) => (writer, Flush::Logged(Box::new(flusher))),
             None => {
-                let (writer, flusher) = Writer::manual(Arc::clone(&store));
-                (writer, Flush::Plain(flusher))
+                let (writer, flusher) = Writer::manual_view(Arc::clone(&store));
+                (writer, Flush::View(flusher))
             }
         };
         let (writer, leading) = match self.take_over(&store, writer.clone()) {
@@ -234,6 +234,20 @@ impl World {
         if self.log.is_some() {
             // A refused record fails its sets: the loop below stops the node.
             self.through_log();
+            // The view lags behind what landed by a few groups, made durable now and then; a
+            // crash between loses what it had not synced, and the log gives it back.
+            let node = self.node.as_mut().expect("the node runs");
+            let rng = &mut self.rng;
+            let Flush::View(flusher) = &mut node.flusher else {
+                unreachable!("cluster nodes write through the view")
+            };
+            let lagging = flusher.lagging();
+            let groups = if rng.chance(70) {
+                lagging
+            } else {
+                rng.below(lagging as u64 + 1) as usize
+            };
+            flusher.apply(groups, rng.chance(15));
         } else {
             // The log's stages, each in its own time: appended groups wait for their sync, and
             // the view lags behind the log by a few groups; a crash may come between any two.
