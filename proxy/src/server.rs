@@ -142,6 +142,14 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
             config.flow_control_enabled(),
         )?,
     });
+    server.add_service(background_service(
+        "partitions",
+        PartitionsService::new(
+            node.clone(),
+            receivers,
+            cluster.as_ref().map(|cluster| cluster.leads()),
+        ),
+    ));
     if let Some(cluster) = &cluster {
         server.add_service(background_service(
             "cluster",
@@ -154,12 +162,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         config.ingress.threads.get(),
         config.ingress.connections.clone(),
     )
-    .map_err(|e| bind_error("ingress", ingress_addr, "ingress.bind / --ingress-bind", &e))?
-    .with_companion(PartitionsService::new(
-        node.clone(),
-        receivers,
-        cluster.as_ref().map(|cluster| cluster.leads()),
-    ));
+    .map_err(|e| bind_error("ingress", ingress_addr, "ingress.bind / --ingress-bind", &e))?;
     server.add_service(ingress);
 
     let (admin_done_tx, admin_done_rx) = watch::channel(false);

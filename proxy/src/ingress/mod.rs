@@ -210,8 +210,6 @@ pub struct IngressService {
     address: String,
     socket: Option<OwnedFd>,
     threads: usize,
-    /// Work that shares the ingress runtime (the partitions): started beside the listener.
-    companion: Option<Box<dyn pingora::services::background::BackgroundService + Send + Sync>>,
 }
 
 impl IngressService {
@@ -240,20 +238,7 @@ impl IngressService {
             address,
             socket: Some(OwnedFd::from(listener)),
             threads,
-            companion: None,
         })
-    }
-
-    /// Runs `companion` on the ingress's runtime, beside the listener. The partitions run
-    /// there: a call then moves between its connection, its partition and the deployment's
-    /// connection on the same worker threads, mostly without waking another thread (a runtime
-    /// of their own cost a thread hand-off each way, `docs/perf.md`).
-    pub fn with_companion(
-        mut self,
-        companion: impl pingora::services::background::BackgroundService + Send + Sync + 'static,
-    ) -> Self {
-        self.companion = Some(Box::new(companion));
-        self
     }
 }
 
@@ -268,10 +253,6 @@ impl Service for IngressService {
         // Pingora always hands an fd table to services on unix; without one it binds anew.
         if let (Some(fds), Some(socket)) = (&fds, self.socket.take()) {
             fds.lock().add(self.address.clone(), socket.into_raw_fd());
-        }
-        if let Some(companion) = self.companion.take() {
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move { companion.start(shutdown).await });
         }
         self.inner
             .start_service(fds, shutdown, listeners_per_fd)

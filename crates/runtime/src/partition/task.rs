@@ -180,7 +180,7 @@ impl Partition {
     pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
         let (records, timers, paused) = self.store.with_db(|db| {
             Ok::<_, CodedError>((
-                store::load_records(db)?,
+                store::load_records_of(db, &owns)?,
                 store::load_timers(db)?,
                 crate::invocation::paused::load(db, self.index)?,
             ))
@@ -190,7 +190,7 @@ impl Partition {
             self.scheduler.pause(key, self.driver.now_ms());
         }
         let mut effects = Vec::new();
-        for record in records.into_iter().filter(|r| owns(r.id)) {
+        for record in records {
             let id = record.id;
             if record.status == Status::Completed {
                 // Its caller may not have the result yet; callers ignore repeats.

@@ -203,19 +203,34 @@ pub fn delete_timer(writes: &mut WriteSet, timer: Timer) {
 
 /// Every record (recovery scans them at start-up).
 pub fn load_records(db: &redb::Database) -> Result<Vec<InvocationRecord>, CodedError> {
+    load_records_of(db, |_| true)
+}
+
+/// The records of the invocations `keep` selects by id. Only those are decoded: a partition
+/// recovering reads every row's key but decodes its own records alone, not every partition's.
+pub fn load_records_of(
+    db: &redb::Database,
+    keep: impl Fn(InvocationId) -> bool,
+) -> Result<Vec<InvocationRecord>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let Ok(table) = txn.open_table(INVOCATIONS) else {
         return Ok(Vec::new());
     };
-    table
-        .iter()
-        .map_err(storage)?
-        .map(|row| {
-            let (key, value) = row.map_err(storage)?;
-            InvocationRecord::decode(value.value())
-                .map_err(|e| corrupt("invocations", key.value(), e))
-        })
-        .collect()
+    let mut records = Vec::new();
+    for row in table.iter().map_err(storage)? {
+        let (key, value) = row.map_err(storage)?;
+        let key = key.value();
+        let id = <[u8; 24]>::try_from(key)
+            .map(InvocationId::from_bytes)
+            .map_err(|_| corrupt("invocations", key, "a key that is not an invocation id"))?;
+        if !keep(id) {
+            continue;
+        }
+        records.push(
+            InvocationRecord::decode(value.value()).map_err(|e| corrupt("invocations", key, e))?,
+        );
+    }
+    Ok(records)
 }
 
 /// The newest `limit` records `keep` selects, newest first, without their outputs: a list reads

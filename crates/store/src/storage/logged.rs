@@ -626,6 +626,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_view_writer_answers_at_once_and_reads_see_its_sets() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        // The applier waits an hour: what a read sees, it applied itself.
+        let checkpoints = Checkpoints {
+            apply_delay: Duration::from_secs(3600),
+            ..Checkpoints::default()
+        };
+        let writer = Writer::start_view(Arc::clone(&store), checkpoints);
+        let mut set = WriteSet::default();
+        set.put(T, b"k", b"1".to_vec());
+        let mut answer = writer.commit(set);
+        assert_eq!(answer.try_recv().unwrap(), Ok(()), "answered in the call");
+        assert_eq!(store.backlog().waiting(), 1);
+        assert_eq!(get(&store, b"k").as_deref(), Some(b"1".as_slice()));
+        assert_eq!(store.backlog().waiting(), 0);
+        // No local log record, no checkpoint row: the writes carry their own position.
+        let applied = store
+            .with_db(|db| super::applied(&db.begin_read().unwrap()).unwrap())
+            .unwrap();
+        assert_eq!(applied, 0);
+        store.close();
+        let mut set = WriteSet::default();
+        set.put(T, b"k", b"2".to_vec());
+        let err = writer.commit(set).await.unwrap().unwrap_err();
+        assert_eq!(
+            err.code,
+            Some(crate::errors::Code::RT0006),
+            "a closed store refuses, never drops"
+        );
+    }
+
+    #[tokio::test]
     async fn a_read_after_an_answer_sees_it_before_the_applier_applies_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
