@@ -546,13 +546,6 @@ where
         .clamp(1, partitions.len().max(1));
     // Recovery starts attempts and timers: the threads work inside the caller's runtime.
     let runtime = tokio::runtime::Handle::try_current().ok();
-    let Some(store) = partitions
-        .first()
-        .map(|(partition, ..)| Arc::clone(&partition.store))
-    else {
-        return Ok(Vec::new());
-    };
-    let store = &store;
     let mut groups: Vec<Vec<(usize, Partition, F, E)>> = (0..threads).map(|_| Vec::new()).collect();
     for (index, (partition, owns, extra)) in partitions.into_iter().enumerate() {
         groups[index % threads].push((index, partition, owns, extra));
@@ -564,7 +557,12 @@ where
                 let runtime = runtime.clone();
                 scope.spawn(move || {
                     let _inside = runtime.as_ref().map(tokio::runtime::Handle::enter);
-                    recover_group(store, group)
+                    group
+                        .into_iter()
+                        .map(|(index, mut partition, owns, extra)| {
+                            (index, partition.recover(owns).map(|()| (partition, extra)))
+                        })
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -579,53 +577,6 @@ where
     });
     done.sort_by_key(|(index, _)| *index);
     done.into_iter().map(|(_, recovered)| recovered).collect()
-}
-
-/// Recovers one thread's `group` of partitions: the store's invocations and timers are read
-/// once for all of them (a scan per partition read every row eight times), each record going
-/// to the partition that owns it.
-fn recover_group<F, E>(
-    store: &Store,
-    group: Vec<(usize, Partition, F, E)>,
-) -> Vec<(usize, Recovered<E>)>
-where
-    F: Fn(InvocationId) -> bool,
-{
-    let owner = |id: InvocationId| group.iter().position(|(_, _, owns, _)| owns(id));
-    let loaded = store.with_db(|db| {
-        Ok::<_, CodedError>((
-            crate::invocation::store::load_records_of(db, |id| owner(id).is_some())?,
-            crate::invocation::store::load_timers(db)?,
-        ))
-    });
-    let (records, timers) = match loaded.and_then(|loaded| loaded) {
-        Ok(loaded) => loaded,
-        Err(e) => {
-            return group
-                .into_iter()
-                .map(|(index, ..)| (index, Err(e.clone())))
-                .collect();
-        }
-    };
-    let mut mine: Vec<_> = group.iter().map(|_| (Vec::new(), Vec::new())).collect();
-    for record in records {
-        if let Some(at) = owner(record.id) {
-            mine[at].0.push(record);
-        }
-    }
-    for timer in timers {
-        if let Some(at) = owner(timer.invocation) {
-            mine[at].1.push(timer);
-        }
-    }
-    group
-        .into_iter()
-        .zip(mine)
-        .map(|((index, mut partition, _, extra), (records, timers))| {
-            let recovered = partition.recover_from(records, timers);
-            (index, recovered.map(|()| (partition, extra)))
-        })
-        .collect()
 }
 
 /// When the view behind the log is applied and made durable, as `config` says.

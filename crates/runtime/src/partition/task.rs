@@ -178,23 +178,13 @@ impl Partition {
     /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
     /// re-arms timers. Nothing acknowledged is lost.
     pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
-        let (records, timers) = self.store.with_db(|db| {
-            Ok::<_, CodedError>((store::load_records_of(db, &owns)?, store::load_timers(db)?))
+        let (records, timers, paused) = self.store.with_db(|db| {
+            Ok::<_, CodedError>((
+                store::load_records_of(db, &owns)?,
+                store::load_timers(db)?,
+                crate::invocation::paused::load(db, self.index)?,
+            ))
         })??;
-        let timers = timers.into_iter().filter(|t| owns(t.invocation)).collect();
-        self.recover_from(records, timers)
-    }
-
-    /// [`Partition::recover`] from its own records and timers, read already (recovering
-    /// several partitions reads the store once for all of them).
-    pub fn recover_from(
-        &mut self,
-        records: Vec<InvocationRecord>,
-        timers: Vec<store::Timer>,
-    ) -> Result<(), CodedError> {
-        let paused = self
-            .store
-            .with_db(|db| crate::invocation::paused::load(db, self.index))??;
         // Before anything queues: a paused queue keeps its entries from the start.
         for key in &paused {
             self.scheduler.pause(key, self.driver.now_ms());
@@ -235,7 +225,7 @@ impl Partition {
             self.rewait_promises_after_track(record, journal, protocol);
             self.reclaim_lock(id);
         }
-        for timer in timers {
+        for timer in timers.into_iter().filter(|t| owns(t.invocation)) {
             effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
         }
         tracing::info!(
