@@ -880,3 +880,33 @@ async fn typescript_objects_calls_and_awakeables_in_both_protocol_modes() {
         assert_eq!(answer.text().await.unwrap(), "\"ts\"", "{mode}");
     }
 }
+
+#[tokio::test]
+async fn client_sent_internal_headers_never_reach_the_handler() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/headers", sluice.ingress_url))
+        .header("x-restate-ingress-path", "/forged")
+        .header("X-Restate-Anything", "y")
+        .header("x-service-whatever", "z")
+        .header("x-tenant", "acme")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let headers: Vec<String> = resp.json().await.unwrap();
+    assert!(
+        headers.contains(&"x-tenant: acme".to_owned()),
+        "other headers reach the handler: {headers:?}"
+    );
+    assert_eq!(
+        headers
+            .iter()
+            .filter(|h| h.starts_with("x-restate-") || h.starts_with("x-service-"))
+            .collect::<Vec<_>>(),
+        ["x-restate-ingress-path: /service/call/Meter/headers"],
+        "only the edge's own ingress path, none the client sent"
+    );
+}

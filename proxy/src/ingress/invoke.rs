@@ -144,6 +144,14 @@ pub(super) async fn read_body_up_to(
     }
 }
 
+/// Whether a request header is one of the names the edge keeps for itself (`x-restate-…`,
+/// `x-service-…`): the edge reads the ones it uses (limit key, priority), and none reaches a
+/// handler as the client sent it — a client's `x-restate-ingress-path` would otherwise sit
+/// beside the real one. Names are lower case here (HTTP/2, and `http`'s parsing of HTTP/1.1).
+fn internal(name: &str) -> bool {
+    name.starts_with("x-restate-") || name.starts_with("x-service-")
+}
+
 fn input_frame(session: &ServerSession, body: Bytes) -> crate::protocol::Frame {
     let req = session.req_header();
     let path_and_query = req
@@ -156,7 +164,7 @@ fn input_frame(session: &ServerSession, body: Bytes) -> crate::protocol::Frame {
         value: path_and_query,
     }];
     for (name, value) in &req.headers {
-        if NOT_FORWARDED.contains(&name.as_str()) {
+        if NOT_FORWARDED.contains(&name.as_str()) || internal(name.as_str()) {
             continue;
         }
         if let Ok(value) = value.to_str() {

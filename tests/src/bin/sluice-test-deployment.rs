@@ -112,6 +112,19 @@ fn log_effect(what: &str, id: &str) {
 
 #[service]
 impl Meter {
+    /// The headers the handler was started with, `name: value` sorted (what reached it of the
+    /// caller's request).
+    #[handler]
+    async fn headers(&self, ctx: Context<'_>) -> Result<Json<Vec<String>>, HandlerError> {
+        let mut headers: Vec<String> = ctx
+            .headers()
+            .iter()
+            .map(|(name, value)| format!("{name}: {}", value))
+            .collect();
+        headers.sort();
+        Ok(Json(headers))
+    }
+
     /// Sends `Counter/<key>/add(1)` to run in one second; answers at once.
     #[handler(name = "addLater")]
     async fn add_later(&self, ctx: Context<'_>, key: String) -> Result<String, HandlerError> {
