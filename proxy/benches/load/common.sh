@@ -61,3 +61,21 @@ fi
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 curl -sf -X POST "http://127.0.0.1:$admin/deployments" -H 'content-type: application/json' \
   -d "{\"uri\":\"http://127.0.0.1:$dep_port/\"}" >/dev/null
+# Held backlogs (held.sh, recovery.sh): `*` = 1 for every scope, so one admitted Meter/hold
+# (its slot held for ten minutes, the body of $work/hold.lua) keeps every later send of its scope
+# waiting; `waiting` prints how many invocations wait in queues.
+hold_everything() {
+  curl -sf -X PUT "http://127.0.0.1:$admin/limits/rules" -H 'content-type: application/json' \
+    -d '[{"pattern":"*","limits":{"concurrency":1}}]' >/dev/null
+  cat > "$work/hold.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = "600000"
+wrk.headers["content-type"] = "application/json"
+LUA
+}
+waiting() {
+  curl -sf -X POST "http://127.0.0.1:$admin/query" -H 'accept: application/json' \
+    -H 'content-type: application/json' \
+    -d '{"query":"SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta"}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["n"])'
+}

@@ -10,26 +10,14 @@ connections="${2:-32}"
 export FLOW_CONTROL=1
 # shellcheck source=common.sh
 source proxy/benches/load/common.sh
-curl -sf -X PUT "http://127.0.0.1:$admin/limits/rules" -H 'content-type: application/json' \
-  -d '[{"pattern":"*","limits":{"concurrency":1}}]' >/dev/null
+hold_everything
 rss() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 before=$(rss)
-cat > "$work/hold.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = "600000"
-wrk.headers["content-type"] = "application/json"
-LUA
 cat > "$work/greet.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = "\"load\""
 wrk.headers["content-type"] = "application/json"
 LUA
-waiting() {
-  curl -sf -X POST "http://127.0.0.1:$admin/query" -H 'accept: application/json' \
-    -H 'content-type: application/json' \
-    -d '{"query":"SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta"}' |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["n"])'
-}
 # Two fills: the second's RSS growth per held invocation is the backlog's marginal cost, without
 # the fixed costs (redb's page cache, buffers) the first fill also pays.
 fill() {

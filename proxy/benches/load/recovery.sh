@@ -15,19 +15,7 @@ connections="${2:-32}"
 export FLOW_CONTROL=1
 # shellcheck source=common.sh
 source proxy/benches/load/common.sh
-curl -sf -X PUT "http://127.0.0.1:$admin/limits/rules" -H 'content-type: application/json' \
-  -d '[{"pattern":"*","limits":{"concurrency":1}}]' >/dev/null
-cat > "$work/hold.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = "600000"
-wrk.headers["content-type"] = "application/json"
-LUA
-waiting() {
-  curl -sf -X POST "http://127.0.0.1:$admin/query" -H 'accept: application/json' \
-    -H 'content-type: application/json' \
-    -d '{"query":"SELECT coalesce(sum(num_inbox), 0) AS n FROM sys_vqueue_meta"}' |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["n"])'
-}
+hold_everything
 echo "== filling the backlog: sends to scope 'held' for $seconds s"
 wrk -t2 -c"$connections" -d"${seconds}s" -s "$work/hold.lua" \
   "http://127.0.0.1:$ingress/service/scope/held/send/Meter/hold" | grep -E "requests in|Requests/sec|Non-2xx"

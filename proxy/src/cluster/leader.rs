@@ -61,12 +61,8 @@ async fn produce(shared: &Shared, p: u32, record: &[u8]) -> Result<i64, CodedErr
             Duration::from_secs(10),
         )
         .await;
-    sent.map(|delivery| delivery.offset).map_err(|(e, _)| {
-        CodedError::new(
-            Code::CLU0001,
-            format!("partition {p}: the log did not take a record: {e}"),
-        )
-    })
+    sent.map(|delivery| delivery.offset)
+        .map_err(|(e, _)| not_taken(p, e))
 }
 
 /// Takes partition `p` over while the group wants it here.

@@ -530,12 +530,12 @@ impl Runtime {
     }
 }
 
-/// Recovers `partitions` from the store, on as many threads as there are cores: each reads
-/// its own invocations back and builds their memory, which for a large held backlog is seconds
-/// of work per partition (`docs/perf.md`, recovery). The first failure, if any.
 /// A partition recovered (with what runs beside it), or why not.
 type Recovered<E> = Result<(Partition, E), CodedError>;
 
+/// Recovers `partitions` from the store, on as many threads as there are cores: each reads
+/// its own invocations back and builds their memory, which for a large held backlog is seconds
+/// of work per partition (`docs/perf.md`, recovery). The first failure, if any.
 fn recover_all<F, E>(partitions: Vec<(Partition, F, E)>) -> Result<Vec<(Partition, E)>, CodedError>
 where
     F: Fn(InvocationId) -> bool + Send,

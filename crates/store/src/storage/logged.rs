@@ -453,7 +453,8 @@ pub struct LoggedFlusher {
     store: Arc<Store>,
     rx: mpsc::UnboundedReceiver<Job>,
     appender: Appender,
-    applier: Applier,
+    /// The view behind the log, applied by hand as in cluster mode.
+    view: ViewFlusher,
     /// Appended, not synced.
     appended: Vec<Stage>,
 }
@@ -466,14 +467,17 @@ impl super::writer::Writer {
         let log = store.take_log()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let appender = Appender::new(log);
-        let applier = Applier::new(Arc::clone(&appender.durable));
+        let view = ViewFlusher {
+            store: Arc::clone(&store),
+            applier: Applier::new(Arc::clone(&appender.durable)),
+        };
         Some((
             Self::from_sender(tx),
             LoggedFlusher {
                 store,
                 rx,
                 appender,
-                applier,
+                view,
                 appended: Vec::new(),
             },
         ))
@@ -557,24 +561,16 @@ impl LoggedFlusher {
         settle(&self.store, stages, error, u64::MAX);
     }
 
-    /// Applies the first `groups` answered groups to the view, durably if `durable`.
-    pub fn apply(&mut self, groups: usize, durable: bool) {
-        if groups == 0 && !durable {
-            return;
-        }
-        self.applier.apply(&self.store, groups, durable);
-    }
-
-    /// Answered groups not applied yet.
-    pub fn lagging(&self) -> usize {
-        self.store.backlog().waiting()
+    /// The view behind the log: what applies the answered groups.
+    pub fn view(&mut self) -> &mut ViewFlusher {
+        &mut self.view
     }
 
     /// Appends, syncs and applies everything queued; how many sets were queued.
     pub fn flush(&mut self, durable: bool) -> usize {
         let sets = self.append();
         self.sync();
-        self.apply(usize::MAX, durable);
+        self.view.apply(usize::MAX, durable);
         sets
     }
 }

@@ -234,40 +234,30 @@ impl World {
         if self.log.is_some() {
             // A refused record fails its sets: the loop below stops the node.
             self.through_log();
-            // The view lags behind what landed by a few groups, made durable now and then; a
-            // crash between loses what it had not synced, and the log gives it back.
-            let node = self.node.as_mut().expect("the node runs");
-            let rng = &mut self.rng;
-            let Flush::View(flusher) = &mut node.flusher else {
-                unreachable!("cluster nodes write through the view")
-            };
-            let lagging = flusher.lagging();
-            let groups = if rng.chance(70) {
-                lagging
-            } else {
-                rng.below(lagging as u64 + 1) as usize
-            };
-            flusher.apply(groups, rng.chance(15));
-        } else {
-            // The log's stages, each in its own time: appended groups wait for their sync, and
-            // the view lags behind the log by a few groups; a crash may come between any two.
-            let node = self.node.as_mut().expect("the node runs");
-            let rng = &mut self.rng;
-            let Flush::Logged(flusher) = &mut node.flusher else {
-                unreachable!("embedded nodes write through the log")
-            };
-            flusher.append();
-            if rng.chance(85) {
-                flusher.sync();
-            }
-            let lagging = flusher.lagging();
-            let groups = if rng.chance(70) {
-                lagging
-            } else {
-                rng.below(lagging as u64 + 1) as usize
-            };
-            flusher.apply(groups, rng.chance(15));
         }
+        let node = self.node.as_mut().expect("the node runs");
+        let rng = &mut self.rng;
+        // Embedded, the log's stages come each in its own time: appended groups wait for their
+        // sync. In both modes the view lags behind what was answered by a few groups, made
+        // durable now and then; a crash between loses what it had not synced, and the log
+        // gives it back.
+        let view = match &mut node.flusher {
+            Flush::View(view) => view,
+            Flush::Logged(flusher) => {
+                flusher.append();
+                if rng.chance(85) {
+                    flusher.sync();
+                }
+                flusher.view()
+            }
+        };
+        let lagging = view.lagging();
+        let groups = if rng.chance(70) {
+            lagging
+        } else {
+            rng.below(lagging as u64 + 1) as usize
+        };
+        view.apply(groups, rng.chance(15));
         let node = self.node();
         while let Some((commit, effects)) = node.pending.pop_front() {
             let mut commit = commit;
