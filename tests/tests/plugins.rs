@@ -266,14 +266,16 @@ async fn hostile_plugins_are_stopped_and_the_proxy_keeps_serving() {
     let (status, code, _) = greet(&sluice, &[]).await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0003")));
 
-    let (status, code, body, _) = hostile(&sluice, "grow", "&memory-limit=4MiB").await;
+    // The other failures get a deadline they cannot reach on a busy box: a wall-clock deadline
+    // of 10 ms can pass while the instance is descheduled, and these cases test other limits.
+    let (status, code, body, _) = hostile(&sluice, "grow", "&memory-limit=4MiB&deadline=1s").await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0005")), "{body}");
     assert!(body.contains("memory"), "{body}");
 
-    let (status, code, body, _) = hostile(&sluice, "trap", "").await;
+    let (status, code, body, _) = hostile(&sluice, "trap", "&deadline=1s").await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0002")), "{body}");
 
-    let (status, code, body, _) = hostile(&sluice, "bad-scope", "").await;
+    let (status, code, body, _) = hostile(&sluice, "bad-scope", "&deadline=1s").await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0004")), "{body}");
     assert!(body.contains("invalid scope 'not a scope!'"), "{body}");
 
