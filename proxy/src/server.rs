@@ -52,7 +52,19 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         None
     };
     let registry = Arc::new(Registry::load(Arc::clone(&store))?);
-    crate::limits::switch::check(&store, config.flow_control_enabled())?;
+    if let Some(migrated) = crate::limits::migrate::migrate(&store)? {
+        tracing::info!(
+            in_flight = migrated.in_flight,
+            "the store gained flow-control state; what was in flight runs on unchanged"
+        );
+    }
+    let ignored = config.ignored_switches();
+    if !ignored.is_empty() {
+        tracing::warn!(
+            settings = %ignored.join(", "),
+            "ignoring retired settings: flow control, protocol V7 and scoped objects are always on; remove them from the configuration"
+        );
+    }
     let ingress_listener = bind(
         config.ingress.bind,
         "ingress",
@@ -137,10 +149,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         config: Arc::clone(&config),
         plugins: Arc::clone(&plugins),
         forwarder: crate::cluster::relay::client(None),
-        api_keys: crate::ingress::api_keys::ApiKeys::from_config(
-            &config.ingress,
-            config.flow_control_enabled(),
-        )?,
+        api_keys: crate::ingress::api_keys::ApiKeys::from_config(&config.ingress)?,
     });
     server.add_service(background_service(
         "partitions",

@@ -609,12 +609,6 @@ impl Builder {
         self
     }
 
-    /// Turns flow control on (protocol V7 and vqueues).
-    pub fn flow_control(self) -> Self {
-        self.env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
-            .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
-    }
-
     /// Sets an environment variable for the process.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));

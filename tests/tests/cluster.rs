@@ -532,7 +532,7 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let mut nodes = Vec::new();
     for id in ["n1", "n2", "n3"] {
-        nodes.push(node(&bootstrap, id).flow_control().start().await.unwrap());
+        nodes.push(node(&bootstrap, id).start().await.unwrap());
     }
     nodes[0].register(&dep.uri, false).await;
     nodes[0]
@@ -726,8 +726,8 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
     let broker = broker();
     let bootstrap = broker.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let a = node(&bootstrap, "n1").flow_control().start().await.unwrap();
-    let b = node(&bootstrap, "n2").flow_control().start().await.unwrap();
+    let a = node(&bootstrap, "n1").start().await.unwrap();
+    let b = node(&bootstrap, "n2").start().await.unwrap();
     // A deployment registered on the second node, a rule and a plugin on the first.
     b.register(&dep.uri, false).await;
     let seen = admin_shows(&a, "/deployments", &dep.uri).await;

@@ -11,7 +11,7 @@ use sluice_tests::{Sluice, TestDeployment, cli};
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     (sluice, dep)
 }
@@ -277,7 +277,7 @@ async fn a_paused_queue_keeps_its_entries_across_kill_9_until_resumed() {
 
     // Still paused after a kill -9: the pause and the entries were stored.
     sluice.kill_9();
-    let again = sluice.restart(Sluice::builder().flow_control()).await;
+    let again = sluice.restart(Sluice::builder()).await;
     let queue = vqueue(&again, "pz").await;
     assert_eq!(
         (queue["status"].clone(), queue["queued"].clone()),

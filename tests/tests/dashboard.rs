@@ -134,12 +134,7 @@ async fn send(sluice: &Sluice, scope: &str, body: &str) {
 #[tokio::test]
 async fn the_dashboard_shows_held_work_and_pauses_a_queue() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .flow_control()
-        .with_tokens()
-        .start()
-        .await
-        .unwrap();
+    let sluice = Sluice::builder().with_tokens().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     sluice
         .set_rules(json!([

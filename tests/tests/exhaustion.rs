@@ -665,7 +665,6 @@ async fn api_keys_bind_scope_and_priority() {
     };
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder()
-        .flow_control()
         .config(&format!(
             "[ingress]\nrequire-api-key = true\n\n[[ingress.api-keys]]\nsha256 = \"{}\"\nscope = \"alpha\"\n\n[[ingress.api-keys]]\nsha256 = \"{}\"\nscope = \"beta\"\nmax-priority = \"high\"\n",
             digest("alpha-secret"),

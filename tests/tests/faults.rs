@@ -431,7 +431,6 @@ async fn completed_invocations_and_journals_are_purged_after_their_retention() {
 async fn held_invocations_past_their_bound_get_429_with_retry_after() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder()
-        .flow_control()
         .config("[worker]\nmax-held-per-scope = 3\n")
         .start()
         .await

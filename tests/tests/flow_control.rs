@@ -12,7 +12,7 @@ use sluice_tests::{
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     (sluice, dep)
 }
@@ -176,29 +176,41 @@ async fn the_rule_book_api() {
 }
 
 #[tokio::test]
-async fn scoped_requests_are_refused_with_rt0024_while_flow_control_is_off() {
+async fn scoped_calls_need_no_opt_in_and_the_retired_switches_are_ignored() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().start().await.unwrap();
+    // Switched off the old way: both are accepted, ignored and said so once.
+    let sluice = Sluice::builder()
+        .config("experimental-enable-protocol-v7 = false\n")
+        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "false")
+        .start()
+        .await
+        .unwrap();
     sluice.register(&dep.uri, false).await;
     let resp = reqwest::Client::new()
         .post(format!(
-            "{}/service/scope/s1/call/Meter/hold",
+            "{}/service/scope/s1/call/Greeter/greet",
             sluice.ingress_url
         ))
         .header("content-type", "application/json")
-        .body("1")
+        .body("\"Ada\"")
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 400);
-    assert_eq!(resp.headers()["x-service-error-code"], "RT0024");
-    let body: Value = resp.json().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "\"Hello, Ada!\"");
+    let (_, seen) = sluice
+        .query("SELECT scope FROM sys_invocation WHERE target_service_name = 'Greeter'")
+        .await;
+    assert_eq!(seen["rows"][0]["scope"], "s1", "{seen}");
+    let stderr = sluice.stderr();
+    let warned: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("ignoring retired settings"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("experimental-enable-vqueues"),
-        "{body}"
+        warned[0].contains("experimental-enable-protocol-v7, experimental-enable-vqueues"),
+        "{stderr}"
     );
 }
 
@@ -208,7 +220,7 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     let log = tempfile::tempdir().unwrap();
     let effects = log.path().join("effects.log");
     let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
-    let mut sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let mut sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     sluice
         .set_rules(json!([{"pattern": "*", "limits": {"concurrency": 1}}]))
@@ -249,7 +261,7 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
         "the kill must land while the queue holds work: {done_before} done, {} started",
         before.len()
     );
-    let again = sluice.restart(Sluice::builder().flow_control()).await;
+    let again = sluice.restart(Sluice::builder()).await;
     // Every acknowledged send completes.
     for id in &acknowledged {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -271,40 +283,6 @@ async fn held_scoped_sends_survive_kill_9_and_run_exactly_once() {
     assert!(
         reruns <= 1,
         "{reruns} side effects ran again; one at most was under way"
-    );
-}
-
-#[tokio::test]
-async fn flow_control_is_only_switched_on_for_a_store_without_work_in_flight() {
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let mut off = Sluice::builder().start().await.unwrap();
-    off.register(&dep.uri, false).await;
-    let resp = reqwest::Client::new()
-        .post(format!("{}/service/send/Greeter/slow", off.ingress_url))
-        .header("content-type", "application/json")
-        .body("60000")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
-    off.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
-    off.wait_exit(std::time::Duration::from_secs(10)).unwrap();
-
-    let refused = Sluice::builder()
-        .flow_control()
-        .data_dir(&off.data_dir)
-        .run_to_exit()
-        .unwrap();
-    assert!(!refused.status.success());
-    assert!(
-        refused.stderr.contains("1 in-flight invocation"),
-        "{}",
-        refused.stderr
-    );
-    assert!(
-        refused.stderr.contains("fresh --data-dir"),
-        "{}",
-        refused.stderr
     );
 }
 
@@ -472,8 +450,6 @@ async fn idempotency_is_per_scope_and_ignores_the_limit_key() {
 #[tokio::test]
 async fn virtual_objects_keep_state_per_scope() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let refused = Sluice::builder().flow_control().start().await.unwrap();
-    refused.register(&dep.uri, false).await;
     let add = |sluice: &Sluice, scope: &str| {
         reqwest::Client::new()
             .post(format!(
@@ -484,17 +460,7 @@ async fn virtual_objects_keep_state_per_scope() {
             .body("1")
             .send()
     };
-    let resp = add(&refused, "a").await.unwrap();
-    assert_eq!(resp.status(), 400);
-    assert_eq!(resp.headers()["x-service-error-code"], "RT0017");
-    drop(refused);
-
-    let sluice = Sluice::builder()
-        .flow_control()
-        .env("SERVICE_EXPERIMENTAL_ENABLE_SCOPED_VIRTUAL_OBJECTS", "true")
-        .start()
-        .await
-        .unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     for (scope, want) in [("a", "1"), ("a", "2"), ("b", "1")] {
         let resp = add(&sluice, scope).await.unwrap();
@@ -558,7 +524,6 @@ async fn every_kind_of_rule_change_binds_the_burst_right_behind_its_answer() {
 async fn the_invokers_limit_is_global_across_partitions() {
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder()
-        .flow_control()
         .env("SERVICE_WORKER__INVOKER__CONCURRENT_INVOCATIONS_LIMIT", "3")
         .start()
         .await

@@ -31,12 +31,7 @@ fn client() -> reqwest::Client {
 
 #[tokio::test]
 async fn admin_tokens_decide_who_may_do_what() {
-    let sluice = Sluice::builder()
-        .flow_control()
-        .with_tokens()
-        .start()
-        .await
-        .unwrap();
+    let sluice = Sluice::builder().with_tokens().start().await.unwrap();
     let url = |path: &str| format!("{}{path}", sluice.admin_url);
     let rules = json!([{"pattern": "*", "limits": {"concurrency": 2}}]);
 

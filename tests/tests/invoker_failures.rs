@@ -150,13 +150,9 @@ fn v7_error(behavior: proto::ErrorBehavior) -> Response {
         .unwrap()
 }
 
-fn v7_sluice() -> sluice_tests::Builder {
-    quick_retries(Sluice::builder()).env("SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7", "true")
-}
-
 #[tokio::test]
 async fn a_v7_error_with_fail_behaviour_completes_the_invocation_with_that_failure() {
-    let sluice = v7_sluice().start().await.unwrap();
+    let sluice = quick_retries(Sluice::builder()).start().await.unwrap();
     let addr = fake_deployment(7, || v7_error(proto::ErrorBehavior::Fail)).await;
     sluice.register(&format!("http://{addr}/"), false).await;
     let resp = reqwest::Client::new()
@@ -180,7 +176,7 @@ async fn a_v7_error_with_fail_behaviour_completes_the_invocation_with_that_failu
 
 #[tokio::test]
 async fn a_v7_error_with_pause_behaviour_pauses_the_invocation() {
-    let sluice = v7_sluice().start().await.unwrap();
+    let sluice = quick_retries(Sluice::builder()).start().await.unwrap();
     let addr = fake_deployment(7, || v7_error(proto::ErrorBehavior::Pause)).await;
     sluice.register(&format!("http://{addr}/"), false).await;
     let sent: Value = reqwest::Client::new()

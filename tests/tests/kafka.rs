@@ -301,7 +301,7 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
         ],
     );
     assert!(ok && out.contains("auto.offset.reset=latest"), "{out}");
-    // Scopes need flow control, which is off here.
+    // A scope is checked like the ingress checks it.
     let (ok, out) = sluice_tests::cli(
         &sluice,
         "subscriptions",
@@ -310,11 +310,11 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
             "kafka://fixed/u",
             "service://Greeter/greet",
             "--option",
-            "scope=acme",
+            "scope=not a scope!",
         ],
     );
     assert!(
-        !ok && out.contains("META0009") && out.contains("require flow control"),
+        !ok && out.contains("META0009") && out.contains("invalid scope"),
         "{out}"
     );
     let (ok, out) = sluice_tests::cli(
@@ -346,7 +346,7 @@ async fn subscribed(
     cluster.create_topic(topic, partitions, 1).unwrap();
     let bootstrap = cluster.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     let admin = &sluice.admin_url;
     let (status, body) = sluice.put_rules(rules).await;

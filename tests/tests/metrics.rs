@@ -40,7 +40,6 @@ async fn metrics_move_under_load_and_stay_per_rule() {
     const SCOPES: usize = 10_000;
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder()
-        .flow_control()
         .config("[metrics]\ntop-scopes = 3\n")
         .start()
         .await

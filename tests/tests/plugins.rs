@@ -13,7 +13,7 @@ use sluice_tests::{Sluice, TestDeployment, peak_of, peak_of_calls, plugin_wasm};
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     (sluice, dep)
 }
@@ -363,7 +363,6 @@ async fn plugins_survive_restarts_and_load_from_the_config_file() {
     );
     let start = || {
         Sluice::builder()
-            .flow_control()
             .data_dir(data.path())
             .config(&config)
             .start()

@@ -11,7 +11,7 @@ use sluice_tests::{Sluice, TestDeployment};
 
 async fn started(rules: Value) -> (Sluice, TestDeployment) {
     let dep = TestDeployment::python().await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     let (status, body) = sluice.put_rules(rules).await;
     assert_eq!(status, 200, "{body}");

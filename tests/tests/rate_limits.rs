@@ -9,7 +9,7 @@ use sluice_tests::{Sluice, TestDeployment, cli};
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     (sluice, dep)
 }
@@ -167,7 +167,7 @@ async fn a_burst_goes_at_once_and_a_rate_survives_kill_9() {
 
     // The rule is stored: after a kill -9 it limits again.
     sluice.kill_9();
-    let again = sluice.restart(Sluice::builder().flow_control()).await;
+    let again = sluice.restart(Sluice::builder()).await;
     assert_rb_stored(&again).await;
     send_ticks(&again, "rb", 8).await;
     let mut after = Vec::new();

@@ -21,12 +21,7 @@ fn restate_cli() -> PathBuf {
 async fn the_restate_cli_works_against_sluice() {
     let dep = TestDeployment::start("v1").await.unwrap();
     // With admin tokens: the CLI sends RESTATE_AUTH_TOKEN as its bearer token.
-    let sluice = Sluice::builder()
-        .flow_control()
-        .with_tokens()
-        .start()
-        .await
-        .unwrap();
+    let sluice = Sluice::builder().with_tokens().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     let home = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {

@@ -10,7 +10,7 @@ use sluice_tests::{Sluice, TestDeployment};
 
 async fn started(rules: Value) -> (Sluice, TestDeployment) {
     let dep = TestDeployment::typescript("h2").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     let (status, body) = sluice.put_rules(rules).await;
     assert_eq!(status, 200, "{body}");

@@ -29,7 +29,8 @@ async fn version_reports_build_api_range_features_and_ingress() {
         "scoped_virtual_objects",
         "flow_control",
     ] {
-        assert_eq!(features[flag], Value::Bool(false), "{flag}");
+        // Always on since flow control stopped being a switch.
+        assert_eq!(features[flag], Value::Bool(true), "{flag}");
     }
     assert!(features.values().all(Value::is_boolean));
 }
@@ -66,7 +67,7 @@ async fn versioned_prefixes_and_health() {
 #[tokio::test]
 async fn every_admin_refusal_carries_a_code() {
     use reqwest::Method;
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     let refusals: &[(Method, &str, Option<Value>, u16, &str)] = &[
         (Method::GET, "/v1/version", None, 400, "ADM0006"),
         (Method::GET, "/no/such/route", None, 404, "ADM0003"),
@@ -193,11 +194,12 @@ async fn ingress_health_and_json_errors() {
 }
 
 #[tokio::test]
-async fn version_reflects_configured_features_and_advertised_endpoint() {
+async fn version_answers_the_retired_features_as_on_and_the_advertised_endpoint() {
+    // The retired switches, even set off, change nothing: the features are always on.
     let sluice = Sluice::builder()
-        .config("experimental-enable-protocol-v7 = true\n[ingress]\nadvertised-endpoint = \"unix:/run/sluice/ingress.sock\"\n")
-        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "true")
-        .env("RESTATE_EXPERIMENTAL_ENABLE_SCOPED_VIRTUAL_OBJECTS", "true")
+        .config("experimental-enable-protocol-v7 = false\n[ingress]\nadvertised-endpoint = \"unix:/run/sluice/ingress.sock\"\n")
+        .env("SERVICE_EXPERIMENTAL_ENABLE_VQUEUES", "false")
+        .env("RESTATE_EXPERIMENTAL_ENABLE_SCOPED_VIRTUAL_OBJECTS", "false")
         .start()
         .await
         .unwrap();

@@ -12,7 +12,7 @@ async fn rows(sluice: &Sluice, sql: &str) -> Vec<Value> {
 #[tokio::test]
 async fn a_held_burst_is_visible_in_the_system_tables() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().flow_control().start().await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     let (status, _) = sluice
         .put_rules(
@@ -164,16 +164,6 @@ async fn bad_queries_are_400_with_a_message() {
     let (status, body) = sluice.query("SELECT nope FROM sys_service").await;
     assert_eq!(status, 400);
     assert!(body["message"].as_str().unwrap().contains("nope"), "{body}");
-    // The flow-control tables need flow control.
-    let (status, body) = sluice.query("SELECT * FROM sys_rules").await;
-    assert_eq!(status, 400);
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("exists only when flow control is enabled"),
-        "{body}"
-    );
     let (status, body) = sluice
         .query("SELECT * FROM (VALUES (1), (2), (3)) AS t(x)")
         .await;

@@ -37,7 +37,6 @@ async fn a_scoped_call_is_traced_from_ingress_to_attempt() {
     let receiver = OtlpReceiver::start().await;
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder()
-        .flow_control()
         .config(&format!(
             "[tracing]\nendpoint = \"{}\"\nprotocol = \"http/json\"\nexport-interval = \"100ms\"\nservice-name = \"sluice-test\"\n",
             receiver.endpoint

@@ -46,12 +46,16 @@ pub struct Config {
     /// invocations), beside the system's roots.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deployment_ca_file: Option<PathBuf>,
-    /// Protocol V7 towards deployments (scope and limit key on calls). Half of the flow-control switch.
-    pub experimental_enable_protocol_v7: bool,
-    /// Virtual queues. The other half of the flow-control switch.
-    pub experimental_enable_vqueues: bool,
-    /// Allow scopes on virtual-object calls.
-    pub experimental_enable_scoped_virtual_objects: bool,
+    /// Accepted and ignored: protocol V7, flow control and scoped objects are always on (the
+    /// reference server removed the switches in 1.8). Set, it is logged once at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub experimental_enable_protocol_v7: Option<bool>,
+    /// Accepted and ignored, like `experimental-enable-protocol-v7`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub experimental_enable_vqueues: Option<bool>,
+    /// Accepted and ignored, like `experimental-enable-protocol-v7`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub experimental_enable_scoped_virtual_objects: Option<bool>,
     /// The ingress listener.
     pub ingress: IngressConfig,
     /// The admin listener.
@@ -81,9 +85,9 @@ impl Default for Config {
             shutdown_grace_period: FriendlyDuration::from_secs(30),
             failure_exit_delay: FriendlyDuration::from_secs(2),
             deployment_ca_file: None,
-            experimental_enable_protocol_v7: false,
-            experimental_enable_vqueues: false,
-            experimental_enable_scoped_virtual_objects: false,
+            experimental_enable_protocol_v7: None,
+            experimental_enable_vqueues: None,
+            experimental_enable_scoped_virtual_objects: None,
             ingress: IngressConfig::default(),
             admin: AdminConfig::default(),
             worker: WorkerConfig::default(),
@@ -144,9 +148,26 @@ impl Config {
         usize::try_from(limit).unwrap_or(usize::MAX)
     }
 
-    /// Flow control is on only when both protocol V7 and vqueues are enabled.
-    pub fn flow_control_enabled(&self) -> bool {
-        self.experimental_enable_protocol_v7 && self.experimental_enable_vqueues
+    /// The retired switches this configuration sets (to any value): they are accepted so that
+    /// configurations written for earlier versions still start, and have no effect.
+    pub fn ignored_switches(&self) -> Vec<&'static str> {
+        [
+            (
+                "experimental-enable-protocol-v7",
+                self.experimental_enable_protocol_v7,
+            ),
+            (
+                "experimental-enable-vqueues",
+                self.experimental_enable_vqueues,
+            ),
+            (
+                "experimental-enable-scoped-virtual-objects",
+                self.experimental_enable_scoped_virtual_objects,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.map(|_| name))
+        .collect()
     }
 
     /// The ingress address clients should use: the configured one, else derived from the bind.

@@ -426,7 +426,7 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("sluice-data"));
         assert_eq!(config.worker.invoker.message_size_limit.0, 32 * 1024 * 1024);
         assert_eq!(config.worker.invoker.abort_timeout.to_string(), "10m");
-        assert!(!config.flow_control_enabled());
+        assert!(config.ignored_switches().is_empty());
         assert_eq!(config.ingress_endpoint(), "http://127.0.0.1:8080/");
     }
 
@@ -487,7 +487,13 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("/from/env"));
         assert_eq!(config.admin.bind.port(), 3000);
         assert_eq!(config.worker.invoker.abort_timeout.0.as_secs(), 30);
-        assert!(config.flow_control_enabled());
+        assert_eq!(
+            config.ignored_switches(),
+            [
+                "experimental-enable-protocol-v7",
+                "experimental-enable-vqueues"
+            ]
+        );
     }
 
     #[test]
@@ -502,7 +508,7 @@ mod tests {
             &Overrides::default(),
         )
         .unwrap();
-        assert!(config.experimental_enable_vqueues);
+        assert_eq!(config.experimental_enable_vqueues, Some(true));
         assert_eq!(config.ingress.bind.port(), 2);
     }
 

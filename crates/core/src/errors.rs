@@ -164,7 +164,7 @@ catalogue! {
         "The handler code took a different path on replay than recorded in its journal; the invocation is retried. Handler code must be deterministic; deploy changed code as a new deployment.";
     RT0017 => Invocation, Some(400),
         "command precondition failed",
-        "A command is not allowed here (for example state writes from a shared handler, promises outside workflows, a scoped call to a virtual object without `experimental-enable-scoped-virtual-objects`); the entry and later entries are discarded and the invocation is retried.";
+        "A command is not allowed here (for example state writes from a shared handler, promises outside workflows); the entry and later entries are discarded and the invocation is retried.";
     RT0018 => Ingress, Some(404),
         "the handler does not exist",
         "The called service or handler is not registered (it may still be propagating). Register the deployment that serves it, or fix the name.";
@@ -185,7 +185,7 @@ catalogue! {
         "The deployment is overloaded; the invocation is retried after its `Retry-After`.";
     RT0024 => Ingress, Some(400),
         "invalid flow-control usage",
-        "A scope or limit key was used while flow control is disabled (it needs `experimental-enable-protocol-v7` and `experimental-enable-vqueues`), or the scope or limit key is invalid: a scope is 1-36 bytes of [a-zA-Z0-9_.-]; a limit key is `l1` or `l1/l2`, each level the same; a limit key needs a scope. A priority (`x-service-priority`, `?priority=`, a subscription's `priority` option) is `0`-`9`, `low`, `normal` or `high`.";
+        "The scope or limit key is invalid: a scope is 1-36 bytes of [a-zA-Z0-9_.-]; a limit key is `l1` or `l1/l2`, each level the same; a limit key needs a scope. A priority (`x-service-priority`, `?priority=`, a subscription's `priority` option) is `0`-`9`, `low`, `normal` or `high`.";
     RT0025 => Invocation, None,
         "maximum awaited future depth reached",
         "A handler awaited a combinator tree deeper than the limit (1000); the invocation is paused. Flatten the awaited futures.";

@@ -289,12 +289,10 @@ mod tests {
 pub type Classified = (Option<Scope>, Option<LimitKey>);
 
 /// Parses the scope and limit key a request carries (RT0024), checked in this order: the scope,
-/// the limit key, a limit key without a scope, then whether flow control is on at all. An
-/// empty limit key is none.
+/// the limit key, then a limit key without a scope. An empty limit key is none.
 pub fn parse_request(
     scope: Option<&str>,
     limit_key: Option<&str>,
-    flow_control_enabled: bool,
 ) -> Result<Classified, CodedError> {
     let rt0024 = |m: String| CodedError::new(Code::RT0024, m);
     // Both parsers answer RT0024 themselves.
@@ -311,11 +309,6 @@ pub fn parse_request(
             Some(parsed)
         }
     };
-    if scope.is_some() && !flow_control_enabled {
-        return Err(rt0024(
-            "scoped invocations require flow control: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true".into(),
-        ));
-    }
     Ok((scope, limit_key))
 }
 
@@ -325,26 +318,25 @@ mod request_tests {
     use sluice_core::errors::Code;
 
     #[test]
-    fn requests_are_checked_scope_then_limit_key_then_flags() {
-        let code = |s, k, on| parse_request(s, k, on).map_err(|e| (e.code, e.message));
-        assert!(code(None, None, false).is_ok());
-        assert!(code(Some("acme"), Some("gold/eu"), true).is_ok());
-        let (c, m) = code(Some("bad scope!"), Some("also bad!"), false).unwrap_err();
+    fn requests_are_checked_scope_then_limit_key() {
+        let code = |s, k| parse_request(s, k).map_err(|e| (e.code, e.message));
+        assert!(code(None, None).is_ok());
+        assert!(code(Some("acme"), None).is_ok());
+        assert!(code(Some("acme"), Some("gold/eu")).is_ok());
+        let (c, m) = code(Some("bad scope!"), Some("also bad!")).unwrap_err();
         assert_eq!(c, Some(Code::RT0024));
         assert!(m.contains("scope"), "{m}");
-        let (_, m) = code(None, Some("gold"), true).unwrap_err();
+        let (_, m) = code(None, Some("gold")).unwrap_err();
         assert!(m.contains("requires a scope"), "{m}");
-        let (_, m) = code(Some("acme"), None, false).unwrap_err();
-        assert!(m.contains("experimental-enable-vqueues"), "{m}");
     }
 
     #[test]
     fn a_trailing_slash_is_dropped_and_an_empty_key_is_none() {
-        let (scope, key) = parse_request(Some("acme"), Some("a/"), true).unwrap();
+        let (scope, key) = parse_request(Some("acme"), Some("a/")).unwrap();
         assert_eq!(scope.unwrap().as_str(), "acme");
         assert_eq!(key.unwrap().as_str(), "a");
-        let (_, key) = parse_request(Some("acme"), Some("gold/eu/"), true).unwrap();
+        let (_, key) = parse_request(Some("acme"), Some("gold/eu/")).unwrap();
         assert_eq!(key.unwrap().as_str(), "gold/eu");
-        assert_eq!(parse_request(Some("acme"), Some(""), true).unwrap().1, None);
+        assert_eq!(parse_request(Some("acme"), Some("")).unwrap().1, None);
     }
 }

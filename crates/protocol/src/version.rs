@@ -59,13 +59,12 @@ impl ProtocolVersion {
     }
 
     /// The version to run an invocation with on a deployment supporting `min..=max`: the highest
-    /// both sides speak, V7 only when enabled.
-    pub fn pick(min: i32, max: i32, enable_v7: bool) -> Option<Self> {
-        let ours = if enable_v7 { Self::MAX } else { 6 };
-        if min > ours || max < Self::MIN || min > max {
+    /// both sides speak.
+    pub fn pick(min: i32, max: i32) -> Option<Self> {
+        if min > Self::MAX || max < Self::MIN || min > max {
             return None;
         }
-        Self::from_number(max.min(ours))
+        Self::from_number(max.min(Self::MAX))
     }
 }
 
@@ -81,14 +80,12 @@ mod tests {
 
     #[test]
     fn picking_a_version() {
-        assert_eq!(
-            ProtocolVersion::pick(5, 7, false),
-            Some(ProtocolVersion::V6)
-        );
-        assert_eq!(ProtocolVersion::pick(5, 7, true), Some(ProtocolVersion::V7));
-        assert_eq!(ProtocolVersion::pick(5, 5, true), Some(ProtocolVersion::V5));
-        assert_eq!(ProtocolVersion::pick(7, 9, false), None);
-        assert_eq!(ProtocolVersion::pick(1, 3, true), None);
+        assert_eq!(ProtocolVersion::pick(5, 7), Some(ProtocolVersion::V7));
+        assert_eq!(ProtocolVersion::pick(5, 6), Some(ProtocolVersion::V6));
+        assert_eq!(ProtocolVersion::pick(5, 9), Some(ProtocolVersion::V7));
+        assert_eq!(ProtocolVersion::pick(5, 5), Some(ProtocolVersion::V5));
+        assert_eq!(ProtocolVersion::pick(8, 9), None);
+        assert_eq!(ProtocolVersion::pick(1, 3), None);
         assert!(ProtocolVersion::acceptable_for_discovery(5, 7));
         assert!(ProtocolVersion::acceptable_for_discovery(1, 5));
         assert!(!ProtocolVersion::acceptable_for_discovery(1, 3));

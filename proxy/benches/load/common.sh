@@ -1,7 +1,8 @@
 # Shared by the load harnesses: builds release binaries (PROFILE=debug: uses the debug ones as built; SKIP_BUILD=1: measures the release ones already built; BIN_DIR=dir: the binaries in dir, e.g. a copy of an
 # older build to compare with), starts the Rust SDK test deployment (NAGLE=1: served by the SDK's
 # own HttpServer, Nagle's algorithm on, as users' deployments are by default) and
-# `sluice serve` on free loopback ports (flow control on when FLOW_CONTROL=1; CLUSTER=1: one node
+# `sluice serve` on free loopback ports (FLOW_CONTROL=1 also switches it on in binaries older than
+# flow control by default; CLUSTER=1: one node
 # in cluster mode over a kcat-hosted mock Kafka cluster of three brokers, see docs/cluster.md),
 # registers the deployment, and stops both on exit. Sets: bin, work, ingress, admin, server, dep.
 # Source it from the workspace root after `set -euo pipefail`.

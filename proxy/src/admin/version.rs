@@ -16,19 +16,16 @@ pub const MAX_ADMIN_API_VERSION: u16 = 4;
 
 /// The answer for a running server.
 pub fn version_information(state: &AdminState) -> VersionInformation {
-    let config = &state.config;
-    let features = BTreeMap::from([
-        (
-            "protocol_v7".to_owned(),
-            config.experimental_enable_protocol_v7,
-        ),
-        ("vqueues".to_owned(), config.experimental_enable_vqueues),
-        (
-            "scoped_virtual_objects".to_owned(),
-            config.experimental_enable_scoped_virtual_objects,
-        ),
-        ("flow_control".to_owned(), config.flow_control_enabled()),
-    ]);
+    // Always on; still named, for clients that look for them.
+    let features = [
+        "protocol_v7",
+        "vqueues",
+        "scoped_virtual_objects",
+        "flow_control",
+    ]
+    .into_iter()
+    .map(|name| (name.to_owned(), true))
+    .collect::<BTreeMap<_, _>>();
     VersionInformation {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         min_admin_api_version: MIN_ADMIN_API_VERSION,

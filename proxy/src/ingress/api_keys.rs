@@ -64,15 +64,8 @@ pub struct ApiKeys {
 }
 
 impl ApiKeys {
-    /// The keys of `config`; RT0002 names the first entry that is not valid. Scopes need flow
-    /// control (`flow_control`).
-    pub fn from_config(config: &IngressConfig, flow_control: bool) -> Result<Self, CodedError> {
-        if !config.api_keys.is_empty() && !flow_control {
-            return Err(CodedError::new(
-                Code::RT0002,
-                "invalid configuration: ingress.api-keys bind calls to scopes, which need flow control: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true",
-            ));
-        }
+    /// The keys of `config`; RT0002 names the first entry that is not valid.
+    pub fn from_config(config: &IngressConfig) -> Result<Self, CodedError> {
         let mut by_digest = HashMap::new();
         for (i, key) in config.api_keys.iter().enumerate() {
             let invalid = |what: String| {
@@ -172,7 +165,7 @@ mod tests {
             require_api_key: required,
             ..IngressConfig::default()
         };
-        ApiKeys::from_config(&config, true).unwrap()
+        ApiKeys::from_config(&config).unwrap()
     }
 
     fn with_key(key: &str) -> http::HeaderMap {
@@ -216,7 +209,7 @@ mod tests {
                 api_keys: vec![key],
                 ..IngressConfig::default()
             };
-            ApiKeys::from_config(&config, true).unwrap_err().message
+            ApiKeys::from_config(&config).unwrap_err().message
         };
         let good = || ApiKey {
             sha256: sha256_hex("k"),

@@ -89,12 +89,8 @@ fn classify_request(
 ) -> Result<Classified, IngressError> {
     let key = limit_key(session, query);
     let (scope, key) = classify(state, session, path, key)?;
-    parse_request(
-        scope.as_deref(),
-        key.as_deref(),
-        state.config.flow_control_enabled(),
-    )
-    .map_err(|e| IngressError::coded(Code::RT0024, e.message))
+    parse_request(scope.as_deref(), key.as_deref())
+        .map_err(|e| IngressError::coded(Code::RT0024, e.message))
 }
 
 /// Reads a call's or send's body, up to the ingress body limit (`ingress.max-body-size`).
@@ -420,18 +416,6 @@ async fn parse(
     query: Option<&str>,
 ) -> Result<Request, IngressError> {
     let target = target::resolve(path, &state.registry)?;
-    if path.scope.is_some()
-        && target.key.is_some()
-        && !state.config.experimental_enable_scoped_virtual_objects
-    {
-        return Err(IngressError::coded(
-            Code::RT0017,
-            format!(
-                "'{}' is keyed: scoped calls to virtual objects and workflows need experimental-enable-scoped-virtual-objects = true",
-                target.service
-            ),
-        ));
-    }
     let delay = input::delay(query, path.mode)?;
     let priority = priority(session, query)?;
     let idempotency_key =

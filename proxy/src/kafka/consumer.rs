@@ -30,7 +30,6 @@ type Skip = String;
 fn invocation_of(
     sub: &Subscription,
     message: &BorrowedMessage<'_>,
-    flow_control: bool,
 ) -> Result<(InvocationRecord, Frame), Skip> {
     let mut headers: Vec<(String, String)> = Vec::new();
     if let Some(kafka_headers) = message.headers() {
@@ -49,7 +48,7 @@ fn invocation_of(
     let scope = header("x-service-scope").or_else(|| sub.options.get("scope").cloned());
     let limit_key = header("x-service-limit-key").or_else(|| sub.options.get("limit-key").cloned());
     let (scope, limit_key) =
-        crate::flow::scope::parse_request(scope.as_deref(), limit_key.as_deref(), flow_control)
+        crate::flow::scope::parse_request(scope.as_deref(), limit_key.as_deref())
             .map_err(|e| format!("[RT0024] {}", e.message))?;
     let priority = header(crate::flow::PRIORITY_HEADER)
         .or_else(|| sub.options.get("priority").cloned())
@@ -300,7 +299,6 @@ pub async fn run(
     sub: Subscription,
     properties: BTreeMap<String, String>,
     runtime: Runtime,
-    flow_control: bool,
     paused: PausedPartitions,
     lag: Lag,
     mut stop: watch::Receiver<bool>,
@@ -358,7 +356,7 @@ pub async fn run(
         match received {
             Some(Ok(message)) => {
                 let position = (message.partition(), message.offset());
-                let stored = match invocation_of(&sub, &message, flow_control) {
+                let stored = match invocation_of(&sub, &message) {
                     Ok((record, frame)) => {
                         records.increment(1);
                         backpressure.fed(position.0, record.scope.as_ref());

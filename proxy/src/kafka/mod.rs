@@ -35,8 +35,6 @@ pub struct Kafka {
     store: Arc<Store>,
     registry: Arc<Registry>,
     runtime: Runtime,
-    /// Scopes (options, record headers) are refused while flow control is off.
-    flow_control: bool,
     clusters: Mutex<BTreeMap<String, KafkaCluster>>,
     subscriptions: Mutex<BTreeMap<SubscriptionId, Subscription>>,
     consumers: Mutex<HashMap<SubscriptionId, Running>>,
@@ -109,7 +107,6 @@ impl Kafka {
             store,
             registry: Arc::clone(&node.registry),
             runtime: node.runtime.clone(),
-            flow_control: node.config.flow_control_enabled(),
             clusters: Mutex::new(clusters),
             subscriptions: Mutex::new(subscriptions),
             consumers: Mutex::new(HashMap::new()),
@@ -237,7 +234,6 @@ impl Kafka {
             options,
             |name| lock(&self.clusters).contains_key(name),
             &self.registry,
-            self.flow_control,
         )?;
         store::put(
             &self.store,
@@ -277,7 +273,6 @@ impl Kafka {
             sub.clone(),
             cluster.properties,
             self.runtime.clone(),
-            self.flow_control,
             paused,
             lag,
             stopped,

@@ -95,7 +95,6 @@ pub fn check(
     options: BTreeMap<String, String>,
     cluster_exists: impl Fn(&str) -> bool,
     registry: &Registry,
-    flow_control: bool,
 ) -> Result<Subscription, CodedError> {
     let (cluster, topic) = split_uri(source, "kafka", "source")?;
     if !cluster_exists(cluster) {
@@ -127,7 +126,6 @@ pub fn check(
     crate::flow::scope::parse_request(
         options.get("scope").map(String::as_str),
         options.get("limit-key").map(String::as_str),
-        flow_control,
     )
     .map_err(|e| invalid(format!("invalid options: {}", e.message)))?;
     Ok(Subscription {

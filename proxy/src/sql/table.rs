@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
@@ -25,8 +25,7 @@ pub type Reader = Arc<
 pub struct SnapshotTable {
     name: &'static str,
     schema: SchemaRef,
-    /// `None`: the table exists in the schema but cannot be read now (the reason is the error).
-    reader: Result<Reader, String>,
+    reader: Reader,
 }
 
 impl fmt::Debug for SnapshotTable {
@@ -43,16 +42,7 @@ impl SnapshotTable {
         Self {
             name,
             schema,
-            reader: Ok(reader),
-        }
-    }
-
-    /// Table `name` that refuses to be read, saying `why`.
-    pub fn unavailable(name: &'static str, schema: SchemaRef, why: String) -> Self {
-        Self {
-            name,
-            schema,
-            reader: Err(why),
+            reader,
         }
     }
 }
@@ -74,11 +64,7 @@ impl TableProvider for SnapshotTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let reader = self
-            .reader
-            .as_ref()
-            .map_err(|why| DataFusionError::Plan(why.clone()))?;
-        let batch = reader().await?;
+        let batch = (self.reader)().await?;
         let exec = MemorySourceConfig::try_new_exec(
             &[vec![batch]],
             Arc::clone(&self.schema),

@@ -1,7 +1,7 @@
 //! The cluster's rule book as a service: rules persisted in redb, changed in atomic batches,
 //! and handed to every partition the moment a batch commits (no restart, no polling).
 
-pub mod switch;
+pub mod migrate;
 
 use std::sync::{Arc, RwLock};
 

@@ -27,7 +27,6 @@ impl Partition {
             self.scheduler.release(permit, self.driver.now_ms());
             return;
         }
-        let enable_v7 = self.config.experimental_enable_protocol_v7;
         let invoker = &self.config.worker.invoker;
         let Some(live) = self.live.get_mut(&id) else {
             return;
@@ -72,11 +71,7 @@ impl Partition {
         let request = deployment.and_then(|d| {
             let version = match live.record.protocol {
                 Some(pinned) => ProtocolVersion::from_number(pinned)?,
-                None => ProtocolVersion::pick(
-                    d.min_protocol_version,
-                    d.max_protocol_version,
-                    enable_v7,
-                )?,
+                None => ProtocolVersion::pick(d.min_protocol_version, d.max_protocol_version)?,
             };
             let Address::Http {
                 uri, use_http_11, ..

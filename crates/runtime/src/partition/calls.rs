@@ -82,7 +82,6 @@ fn derive_uuid(caller: InvocationId, index: u32) -> u128 {
 /// notification telling the caller its id. `None` for messages that are not calls.
 pub fn child_of(
     registry: &Registry,
-    flow_control: bool,
     caller_record: &InvocationRecord,
     index: u32,
     message: &Message,
@@ -108,9 +107,8 @@ pub fn child_of(
             "a call carries an empty idempotency key: give it a non-empty key, or none",
         )));
     }
-    // Scoped admission of calls comes with flow control; their scope and limit key are
-    // checked like the ingress checks them.
-    let (scope, limit_key) = match parse_request(scope, limit_key, flow_control) {
+    // A call's scope and limit key are checked like the ingress checks them.
+    let (scope, limit_key) = match parse_request(scope, limit_key) {
         Ok(classified) => classified,
         Err(e) => return Some(Err(e)),
     };
@@ -185,7 +183,6 @@ pub fn child_of(
 /// partitions that own them ignore the ones they have).
 pub fn children_in(
     registry: &Registry,
-    flow_control: bool,
     record: &InvocationRecord,
     journal: &[Frame],
     now: u64,
@@ -201,8 +198,7 @@ pub fn children_in(
             continue;
         }
         if let Ok(message) = Message::decode(frame, version)
-            && let Some(Ok((child, _))) =
-                child_of(registry, flow_control, record, index, &message, now)
+            && let Some(Ok((child, _))) = child_of(registry, record, index, &message, now)
         {
             out.push(child);
         }

@@ -124,11 +124,10 @@ pub(super) fn object(record: &InvocationRecord) -> Option<state::Object<'_>> {
 }
 
 /// What a journaled message may read besides its invocation: committed state (lazy reads), the
-/// registry and the flow-control switch (for the calls it makes), and the time it arrived.
+/// registry (for the calls it makes), and the time it arrived.
 pub(super) struct Reads<'a> {
     pub store: &'a Store,
     pub registry: &'a Registry,
-    pub flow_control: bool,
     pub now: u64,
 }
 
@@ -144,7 +143,6 @@ pub(super) fn journal_message(
     let Reads {
         store,
         registry,
-        flow_control,
         now,
     } = *reads;
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
@@ -243,16 +241,15 @@ pub(super) fn journal_message(
             }
             None => None,
         };
-        let child =
-            match calls::child_of(registry, flow_control, &live.record, index, &message, now) {
-                Some(Ok(child)) => Some(child),
-                Some(Err(e)) => {
-                    // Nothing of the attempt from here on is kept; it is retried.
-                    live.violate(e);
-                    return Ok(());
-                }
-                None => None,
-            };
+        let child = match calls::child_of(registry, &live.record, index, &message, now) {
+            Some(Ok(child)) => Some(child),
+            Some(Err(e)) => {
+                // Nothing of the attempt from here on is kept; it is retried.
+                live.violate(e);
+                return Ok(());
+            }
+            None => None,
+        };
         live.commands += 1;
         append(live, writes, message.to_frame(false));
         effects.extend(signal.map(Effect::Signal));

@@ -202,9 +202,8 @@ impl Partition {
             }
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
             // A child may have been lost between this journal's commit and its hand-over.
-            let flow_control = self.config.flow_control_enabled();
             let now = self.driver.now_ms();
-            for child in calls::children_in(&self.registry, flow_control, &record, &journal, now) {
+            for child in calls::children_in(&self.registry, &record, &journal, now) {
                 effects.push(Effect::Child(Box::new(child)));
             }
             match (record.status, record.run_at_ms) {

@@ -184,8 +184,7 @@ mod tests {
 
     #[test]
     fn the_normalised_scope_and_key_are_stored() {
-        let (scope, key) =
-            crate::flow::scope::parse_request(Some("acme"), Some("gold/"), true).unwrap();
+        let (scope, key) = crate::flow::scope::parse_request(Some("acme"), Some("gold/")).unwrap();
         let record = NewInvocation::new(target(None), Identity::Fresh)
             .in_scope(scope, key)
             .into_record(7);

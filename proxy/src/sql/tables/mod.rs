@@ -54,31 +54,16 @@ fn service_type_name(ty: crate::discovery::manifest::ServiceType) -> &'static st
     }
 }
 
-/// Every table, registered by name. The flow-control tables refuse to be read while flow
-/// control is off.
+/// Every table, registered by name.
 pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
-    let flow = sources.config.flow_control_enabled();
-    let flow_table = |name: &'static str, schema: SchemaRef, reader: Reader| {
-        if flow {
-            SnapshotTable::new(name, schema, reader)
-        } else {
-            SnapshotTable::unavailable(
-                name,
-                schema,
-                format!(
-                    "{name} exists only when flow control is enabled: set experimental-enable-protocol-v7 and experimental-enable-vqueues to true"
-                ),
-            )
-        }
-    };
     vec![
         (
             "sys_rules",
-            flow_table("sys_rules", rules_schema(), rules(sources)),
+            SnapshotTable::new("sys_rules", rules_schema(), rules(sources)),
         ),
         (
             "sys_user_limits",
-            flow_table(
+            SnapshotTable::new(
                 "sys_user_limits",
                 user_limits_schema(),
                 user_limits(sources),
@@ -86,15 +71,15 @@ pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
         ),
         (
             "sys_scheduler",
-            flow_table("sys_scheduler", scheduler_schema(), scheduler(sources)),
+            SnapshotTable::new("sys_scheduler", scheduler_schema(), scheduler(sources)),
         ),
         (
             "sys_vqueues",
-            flow_table("sys_vqueues", vqueues_schema(), vqueues(sources)),
+            SnapshotTable::new("sys_vqueues", vqueues_schema(), vqueues(sources)),
         ),
         (
             "sys_vqueue_meta",
-            flow_table(
+            SnapshotTable::new(
                 "sys_vqueue_meta",
                 vqueue_meta_schema(),
                 vqueue_meta(sources),

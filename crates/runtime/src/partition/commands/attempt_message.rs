@@ -60,7 +60,6 @@ impl Partition {
             let reads = Reads {
                 store: &self.store,
                 registry: &self.registry,
-                flow_control: self.config.flow_control_enabled(),
                 now: self.driver.now_ms(),
             };
             journal_message(&reads, live, writes, message, ack, effects)?;

@@ -160,10 +160,8 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
     if live.record.status == Status::Completed {
         return Vec::new();
     }
-    let flow_control = partition.config.flow_control_enabled();
     super::super::calls::children_in(
         &partition.registry,
-        flow_control,
         &live.record,
         &live.journal,
         partition.driver.now_ms(),

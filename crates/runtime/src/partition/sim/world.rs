@@ -6,11 +6,7 @@ use super::*;
 impl World {
     pub(super) fn new(seed: u64) -> Self {
         let mut rng = Rng(seed);
-        let mut config = Config {
-            experimental_enable_protocol_v7: true,
-            experimental_enable_vqueues: true,
-            ..Config::default()
-        };
+        let mut config = Config::default();
         // Completed invocations leave the store soon, so the purger works while faults happen
         // (and restarts stay quick).
         config.worker.completion_retention = FriendlyDuration::from_secs(20);

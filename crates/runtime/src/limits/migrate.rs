@@ -1,6 +1,8 @@
-//! The fresh-store rule: flow control may only be switched on for a store with nothing in
-//! flight (work recorded while it was off would bypass the queues), and only switched off when
-//! no scoped invocation is in flight. Once on, the store records it.
+//! The flow-control migration: flow control is always on, and a store written while it was a
+//! switch (off by default) gains its flow-control record at the first start. Nothing in such a
+//! store needs rewriting: with flow control off every invocation was unscoped, and unscoped
+//! work never touches a queue's limits, so what was in flight runs on as it was. The record
+//! says the store was migrated, so the start that migrates it is logged once.
 
 use redb::ReadableDatabase;
 
@@ -41,32 +43,25 @@ fn record(store: &Store) -> Result<(), CodedError> {
     })?
 }
 
-/// Checks the configured switch against the store; records a first switch-on.
-pub fn check(store: &Store, enabled: bool) -> Result<(), CodedError> {
-    let was = recorded(store)?;
-    if enabled == was {
-        return Ok(());
+/// What the migration found: `None` when the store already had flow control.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Migrated {
+    /// Invocations that were not completed when the store gained flow control; they run on.
+    pub in_flight: usize,
+}
+
+/// Gives a store written without flow control its flow-control record; `None` when it had it.
+pub fn migrate(store: &Store) -> Result<Option<Migrated>, CodedError> {
+    if recorded(store)? {
+        return Ok(None);
     }
     let records = store.with_db(store::load_records)??;
-    let in_flight = records.iter().filter(|r| r.status != Status::Completed);
-    if enabled {
-        let count = in_flight.count();
-        if count > 0 {
-            return Err(CodedError::uncoded(format!(
-                "flow control cannot be enabled on {}: it holds {count} in-flight invocation(s) recorded while flow control was off; start once with experimental-enable-vqueues = false and let them complete (see `sluice invocations list`), or use a fresh --data-dir",
-                store.path().display()
-            )));
-        }
-        return record(store);
-    }
-    let scoped = in_flight.filter(|r| r.scope.is_some()).count();
-    if scoped > 0 {
-        return Err(CodedError::uncoded(format!(
-            "flow control cannot be disabled on {}: {scoped} scoped invocation(s) are queued or running; start with flow control enabled until they complete (see `sluice invocations list`), or cancel them",
-            store.path().display()
-        )));
-    }
-    Ok(())
+    let in_flight = records
+        .iter()
+        .filter(|r| r.status != Status::Completed)
+        .count();
+    record(store)?;
+    Ok(Some(Migrated { in_flight }))
 }
 
 #[cfg(test)]
@@ -95,26 +90,26 @@ mod tests {
     }
 
     #[test]
-    fn switching_on_needs_an_empty_store_and_off_needs_no_scoped_work() {
+    fn a_store_without_flow_control_gains_it_once_and_keeps_its_work() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         put(&store, &record_of(None, Status::Pending));
-        let refused = check(&store, true).unwrap_err();
-        assert!(
-            refused.message.contains("1 in-flight"),
-            "{}",
-            refused.message
-        );
-        assert!(check(&store, false).is_ok());
-
-        let fresh = tempfile::tempdir().unwrap();
-        let store = Store::open(fresh.path()).unwrap();
+        put(&store, &record_of(None, Status::Suspended));
         put(&store, &record_of(None, Status::Completed));
-        check(&store, true).unwrap();
+        assert_eq!(migrate(&store).unwrap(), Some(Migrated { in_flight: 2 }));
+        assert!(recorded(&store).unwrap());
+        // Migrated: later starts find the record, and scoped work is kept like any other.
         put(&store, &record_of(Some("acme"), Status::Suspended));
-        let refused = check(&store, false).unwrap_err();
-        assert!(refused.message.contains("1 scoped"), "{}", refused.message);
-        // Still on: nothing to check.
-        check(&store, true).unwrap();
+        assert_eq!(migrate(&store).unwrap(), None);
+        let records = store.with_db(store::load_records).unwrap().unwrap();
+        assert_eq!(records.len(), 4);
+    }
+
+    #[test]
+    fn a_fresh_store_migrates_with_nothing_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(migrate(&store).unwrap(), Some(Migrated { in_flight: 0 }));
+        assert_eq!(migrate(&store).unwrap(), None);
     }
 }

@@ -1,0 +1,175 @@
+//! A store written before flow control was always on (`tests/fixtures/store-1.0`, made by
+//! `make.sh` there with that version's binaries) starts under today's binary: it gains its
+//! flow-control state, and everything it held runs on — a sleeping object call, an invocation
+//! suspended on an awakeable, a workflow waiting on its promise, a delayed send, object state
+//! and a retained idempotent result.
+
+use std::path::Path;
+
+use serde_json::Value;
+use sluice_tests::{Sluice, TestDeployment};
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+async fn post(sluice: &Sluice, path: &str, body: &str) -> (u16, String) {
+    let mut request = reqwest::Client::new().post(format!("{}{path}", sluice.ingress_url));
+    if !body.is_empty() {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+    }
+    let resp = request.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-1.0");
+    let ids: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("ids.json")).unwrap()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let data = scratch.path().join("data");
+    copy_dir(&fixture.join("data"), &data);
+
+    let dep = TestDeployment::start("v1").await.unwrap();
+    // What was due while the store lay still runs at once; until the deployment is pointed at
+    // its new address those attempts fail, so retries come quickly.
+    let sluice = Sluice::builder()
+        .data_dir(&data)
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
+            "50ms",
+        )
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
+            "100ms",
+        )
+        .start()
+        .await
+        .unwrap();
+    let stderr = sluice.stderr();
+    let migrated: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("the store gained flow-control state"))
+        .collect();
+    assert_eq!(migrated.len(), 1, "{stderr}");
+    assert!(migrated[0].contains("in_flight=4"), "{stderr}");
+
+    // The fixture's deployment listened on a port that is gone: point it at today's.
+    let (_, listed) = sluice_tests::get_json(&format!("{}/deployments", sluice.admin_url)).await;
+    let deployment = listed["deployments"][0]["id"].as_str().unwrap().to_owned();
+    let resp = sluice
+        .admin(
+            reqwest::Method::PATCH,
+            &format!("/deployments/{deployment}"),
+        )
+        .json(&serde_json::json!({ "uri": dep.uri }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+
+    let completed = |v: &Value| v["status"] == "completed";
+    // The delayed send and the sleeping object call were due long ago.
+    let delayed = ids["delayed"].as_str().unwrap();
+    sluice
+        .invocation_until(delayed, "the delayed send completed", completed)
+        .await;
+    let sleeping = ids["sleeping"].as_str().unwrap();
+    sluice
+        .invocation_until(sleeping, "the sleeping call completed", completed)
+        .await;
+    // Object state from before, plus the sleeping call's 10.
+    assert_eq!(
+        post(&sluice, "/Counter/acme/get", "").await,
+        (200, "5".into())
+    );
+    assert_eq!(
+        post(&sluice, "/Counter/beta/get", "").await,
+        (200, "10".into())
+    );
+
+    // The awakeable and the workflow promise are completed from outside, as before.
+    let awakeable = ids["awakeable"].as_str().unwrap();
+    let (status, body) = post(
+        &sluice,
+        &format!("/restate/awakeables/{awakeable}/resolve"),
+        "\"after the migration\"",
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let awaiting = ids["awaiting"].as_str().unwrap();
+    sluice
+        .invocation_until(awaiting, "the awakeable's waiter completed", completed)
+        .await;
+    let (status, output) = reqwest::get(format!(
+        "{}/restate/invocation/{awaiting}/output",
+        sluice.ingress_url
+    ))
+    .await
+    .map(|r| (r.status().as_u16(), r))
+    .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(output.text().await.unwrap(), "\"after the migration\"");
+
+    let (status, body) = post(&sluice, "/Signup/fixture-user/approve", "\"approved\"").await;
+    assert_eq!(status, 200, "{body}");
+    let attached = reqwest::get(format!(
+        "{}/restate/workflow/Signup/fixture-user/attach",
+        sluice.ingress_url
+    ))
+    .await
+    .unwrap();
+    assert_eq!(attached.status(), 200);
+    assert_eq!(
+        attached.text().await.unwrap(),
+        "\"signed up ada@example.com: approved\""
+    );
+
+    // The retained idempotent result answers again without running.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .header("idempotency-key", "fixture-1")
+        .body("\"someone else\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "\"Hello, Ada!\"");
+
+    // Flow control is on: a scoped call is admitted under the rule book.
+    let (status, body) = post(
+        &sluice,
+        "/service/scope/tenant-a/call/Greeter/greet",
+        "\"Bo\"",
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "\"Hello, Bo!\""));
+
+    // A second start finds the store migrated and says nothing more.
+    let mut sluice = sluice;
+    sluice.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    sluice
+        .wait_exit(std::time::Duration::from_secs(10))
+        .unwrap();
+    let again = sluice.restart(Sluice::builder()).await;
+    assert!(
+        !again
+            .stderr()
+            .contains("the store gained flow-control state"),
+        "{}",
+        again.stderr()
+    );
+}
