@@ -306,6 +306,8 @@ pub struct IngressConfig {
     /// Longest an attach (`/attach`, a workflow's `/attach`) waits for an invocation to
     /// complete; then it is answered 470 as `/output` is, and the client may attach again.
     pub attach_max_wait: FriendlyDuration,
+    /// Most targets one `POST /service/status` list may ask about (400 beyond).
+    pub max_status_targets: usize,
     /// API keys that bind a caller to a scope and a highest priority (`[[ingress.api-keys]]`):
     /// a call that presents one in `x-sluice-api-key` runs in its scope, whatever it asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -341,6 +343,7 @@ impl Default for IngressConfig {
             max_awakeable_completions: 1_000,
             max_awakeable_completion_bytes: ByteSize::mib(16),
             attach_max_wait: FriendlyDuration::from_secs(5 * 60),
+            max_status_targets: 100,
             max_body_size: None,
             api_keys: Vec::new(),
             require_api_key: false,

@@ -18,7 +18,7 @@ use crate::registry::Registry;
 /// Status of `/output` for an invocation that has not completed.
 const NOT_READY: u16 = 470;
 
-fn unavailable(e: crate::errors::CodedError) -> IngressError {
+pub(super) fn unavailable(e: crate::errors::CodedError) -> IngressError {
     IngressError {
         status: StatusCode::SERVICE_UNAVAILABLE,
         code: e.code,
@@ -87,7 +87,10 @@ async fn result(
     id: InvocationId,
     wait: bool,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    let Some((target, outcome)) = state.runtime.peek(id).await.map_err(unavailable)? else {
+    let Some(crate::partition::Peek {
+        target, outcome, ..
+    }) = state.runtime.peek(id).await.map_err(unavailable)?
+    else {
         return Err(IngressError {
             status: StatusCode::NOT_FOUND,
             code: None,
@@ -116,14 +119,14 @@ async fn result(
     Ok(with_ids(answer(rules.as_ref(), outcome), id))
 }
 
-/// The JSON body of `POST /service/attach|output|lookup`.
+/// The JSON body of `POST /service/attach|output|lookup|status`.
 #[derive(Debug, serde::Deserialize)]
 #[serde(
     tag = "target",
     rename_all = "camelCase",
     rename_all_fields = "camelCase"
 )]
-enum TargetBody {
+pub(super) enum TargetBody {
     Invocation {
         invocation_id: String,
     },
@@ -148,12 +151,38 @@ pub async fn by_target(
     body: &[u8],
     action: TargetAction,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    let target: TargetBody = serde_json::from_slice(body).map_err(|e| {
-        IngressError::bad_request(format!(
-            "bad target body: {e}; send {{\"target\":\"invocation\",\"invocationId\":…}}, {{\"target\":\"workflow\",\"workflowName\":…,\"workflowKey\":…}} or {{\"target\":\"idempotentInvocation\",\"service\":…,\"key\"?:…,\"handler\":…,\"idempotencyKey\":…}}"
-        ))
-    })?;
-    let id = match &target {
+    let target: TargetBody = serde_json::from_slice(body)
+        .map_err(|e| IngressError::bad_request(format!("bad target body: {e}; {TARGET_FORMS}")))?;
+    let id = target_id(&target)?;
+    match action {
+        TargetAction::Attach => result(state, session, id, true).await,
+        TargetAction::Output => result(state, session, id, false).await,
+        TargetAction::Lookup => {
+            if state.runtime.peek(id).await.map_err(unavailable)?.is_none() {
+                return Err(IngressError {
+                    status: StatusCode::NOT_FOUND,
+                    code: None,
+                    message: format!("no invocation matches this target (it would be {id})"),
+                    retry_after_s: None,
+                });
+            }
+            Ok(with_ids(
+                reply::json(
+                    StatusCode::OK,
+                    &serde_json::json!({"invocationId": id.to_string()}),
+                ),
+                id,
+            ))
+        }
+    }
+}
+
+/// The forms a target body takes, as a bad one is told.
+pub(super) const TARGET_FORMS: &str = "send {\"target\":\"invocation\",\"invocationId\":…}, {\"target\":\"workflow\",\"workflowName\":…,\"workflowKey\":…,\"scope\"?:…} or {\"target\":\"idempotentInvocation\",\"service\":…,\"key\"?:…,\"handler\":…,\"idempotencyKey\":…,\"scope\"?:…}";
+
+/// The invocation a target body names.
+pub(super) fn target_id(target: &TargetBody) -> Result<InvocationId, IngressError> {
+    Ok(match target {
         TargetBody::Invocation { invocation_id } => invocation_id.parse().map_err(|e| {
             IngressError::bad_request(format!("bad invocation id '{invocation_id}': {e}"))
         })?,
@@ -186,26 +215,5 @@ pub async fn by_target(
             ),
             scope.as_deref(),
         ),
-    };
-    match action {
-        TargetAction::Attach => result(state, session, id, true).await,
-        TargetAction::Output => result(state, session, id, false).await,
-        TargetAction::Lookup => {
-            if state.runtime.peek(id).await.map_err(unavailable)?.is_none() {
-                return Err(IngressError {
-                    status: StatusCode::NOT_FOUND,
-                    code: None,
-                    message: format!("no invocation matches this target (it would be {id})"),
-                    retry_after_s: None,
-                });
-            }
-            Ok(with_ids(
-                reply::json(
-                    StatusCode::OK,
-                    &serde_json::json!({"invocationId": id.to_string()}),
-                ),
-                id,
-            ))
-        }
-    }
+    })
 }

@@ -12,6 +12,7 @@ pub mod input;
 mod invoke;
 pub mod path;
 pub mod reply;
+mod status;
 pub mod target;
 mod wait;
 
@@ -78,6 +79,22 @@ impl ServeHttp for IngressApp {
 }
 
 impl IngressApp {
+    /// `POST /service/status`: one target body (answered, or forwarded, as `GET …/status`
+    /// is) or a list.
+    async fn status_of(
+        &self,
+        session: &mut ServerSession,
+    ) -> Result<Response<Vec<u8>>, error::IngressError> {
+        let body = invoke::read_body(&self.state, session).await?;
+        match status::single_target(&body)? {
+            None => status::of_list(&self.state, &body).await,
+            Some(id) => match self.state.runtime.route(id) {
+                crate::partition::placement::Route::Here => status::of_id(&self.state, id).await,
+                route => forward::forward(&self.state.forwarder, session, body, route).await,
+            },
+        }
+    }
+
     /// The answer to one request, with its kind for the metrics.
     async fn answer(&self, session: &mut ServerSession) -> (&'static str, Response<Vec<u8>>) {
         if let Some(refused) = ambiguous_framing(session) {
@@ -101,6 +118,7 @@ impl IngressApp {
             Ok(path::Operation::ByTarget { .. }) => "lookup",
             Ok(path::Operation::Workflow { .. }) => "workflow",
             Ok(path::Operation::Awakeable { .. }) => "awakeable",
+            Ok(path::Operation::Status(_) | path::Operation::StatusOf) => "status",
             Err(_) => "invalid",
         };
         let result = match operation {
@@ -137,6 +155,14 @@ impl IngressApp {
                     None => attach::by_workflow(&self.state, session, &name, &key, attach).await,
                 }
             }
+            Ok(path::Operation::Status(query)) => match status::query_id(&query) {
+                Ok(id) => match forward::if_elsewhere(&self.state, session, id).await {
+                    Some(answer) => answer,
+                    None => status::of_id(&self.state, id).await,
+                },
+                Err(e) => Err(e),
+            },
+            Ok(path::Operation::StatusOf) => self.status_of(session).await,
             Ok(path::Operation::Awakeable { id, resolve }) => {
                 let target = id.parse::<crate::ids::AwakeableId>().ok();
                 let elsewhere = match target {

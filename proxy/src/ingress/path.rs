@@ -60,12 +60,45 @@ pub enum Operation {
         /// Wait for the output.
         attach: bool,
     },
+    /// `GET …/status` of one invocation, without waiting.
+    Status(StatusQuery),
+    /// `POST /service/status` with a target body, or a list of targets and ids.
+    StatusOf,
     /// `POST /service/awakeables/{id}/resolve|reject`.
     Awakeable {
         /// The awakeable id text, not yet parsed.
         id: String,
         /// Resolve (true) or reject.
         resolve: bool,
+    },
+}
+
+/// Which invocation a `…/status` path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusQuery {
+    /// `/service/invocation/{id}/status`, `/service/status/{id}`.
+    Id(String),
+    /// `[/service/scope/{scope}]/service/workflow/{name}/{key}/status`: the workflow's run.
+    Workflow {
+        /// The scope the run was started in.
+        scope: Option<String>,
+        /// Workflow name.
+        name: String,
+        /// Workflow key.
+        key: String,
+    },
+    /// `[/service/scope/{scope}]/service/invocation/{service}/[{key}/]{handler}/{idempotency-key}/status`.
+    Idempotent {
+        /// The scope it was called in.
+        scope: Option<String>,
+        /// Service name.
+        service: String,
+        /// Object key, for keyed services.
+        key: Option<String>,
+        /// Handler name.
+        handler: String,
+        /// The idempotency key it was called with.
+        idempotency_key: String,
     },
 }
 
@@ -80,7 +113,7 @@ pub enum TargetAction {
     Lookup,
 }
 
-const EXPECTED: &str = "expected /service/call/:service/[:key/]:handler, /service/send/:service/[:key/]:handler, /service/scope/:scope/call|send/…, /service/attach/:invocation_id, /service/output/:invocation_id, /service/awakeables/:id/resolve|reject or /service/health";
+const EXPECTED: &str = "expected /service/call/:service/[:key/]:handler, /service/send/:service/[:key/]:handler, /service/scope/:scope/call|send/…, /service/attach/:invocation_id, /service/output/:invocation_id, /service/awakeables/:id/resolve|reject, /service/invocation/:invocation_id/status (and the other status forms) or /service/health";
 
 fn bad_path(path: &str) -> IngressError {
     IngressError::bad_request(format!("bad path '{path}': {EXPECTED}"))
@@ -166,11 +199,14 @@ pub fn parse(method: &Method, path: &str) -> Result<Operation, IngressError> {
         }
     };
     let allowed = match &op {
-        Operation::Health | Operation::ById { .. } | Operation::Workflow { .. } => {
-            *method == Method::GET
-        }
+        Operation::Health
+        | Operation::ById { .. }
+        | Operation::Workflow { .. }
+        | Operation::Status(_) => *method == Method::GET,
         Operation::Invoke(_) => get_or_post,
-        Operation::ByTarget { .. } | Operation::Awakeable { .. } => *method == Method::POST,
+        Operation::ByTarget { .. } | Operation::Awakeable { .. } | Operation::StatusOf => {
+            *method == Method::POST
+        }
     };
     if !allowed {
         return Err(IngressError::method_not_allowed(format!(
@@ -191,6 +227,14 @@ fn namespaced(rest: &[&str], owned: &[String], _method: &Method) -> Option<Opera
         ["scope", scope, "send", ..] => {
             return invoke(Mode::Send, Some((*scope).to_owned()), &owned[3..], false);
         }
+        ["scope", scope, rest @ .., "status"] => {
+            return scoped_status(Some(scope), rest).map(Operation::Status);
+        }
+        ["invocation", id, "status"] | ["status", id] => {
+            Operation::Status(StatusQuery::Id((*id).to_owned()))
+        }
+        ["status"] => Operation::StatusOf,
+        [rest @ .., "status"] => return scoped_status(None, rest).map(Operation::Status),
         ["attach", id] => Operation::ById {
             id: (*id).to_owned(),
             attach: true,
@@ -224,6 +268,36 @@ fn namespaced(rest: &[&str], owned: &[String], _method: &Method) -> Option<Opera
         _ => return None,
     };
     Some(op)
+}
+
+/// The status query of `workflow/{name}/{key}` or `invocation/{service}/[{key}/]{handler}/{idempotency-key}`
+/// (what comes before `/status`), in `scope`.
+fn scoped_status(scope: Option<&&str>, rest: &[&str]) -> Option<StatusQuery> {
+    let scope = scope.map(|s| (*s).to_owned());
+    let owned = |s: &&str| (*s).to_owned();
+    match rest {
+        ["workflow", name, key] => Some(StatusQuery::Workflow {
+            scope,
+            name: owned(name),
+            key: owned(key),
+        }),
+        ["invocation", service, handler, idempotency_key] => Some(StatusQuery::Idempotent {
+            scope,
+            service: owned(service),
+            key: None,
+            handler: owned(handler),
+            idempotency_key: owned(idempotency_key),
+        }),
+        ["invocation", service, key, handler, idempotency_key] => Some(StatusQuery::Idempotent {
+            scope,
+            service: owned(service),
+            key: Some(owned(key)),
+            handler: owned(handler),
+            idempotency_key: owned(idempotency_key),
+        }),
+        _ => None,
+    }
+    .filter(|_| rest.iter().all(|s| !s.is_empty()))
 }
 
 #[cfg(test)]
@@ -306,6 +380,63 @@ mod tests {
                 resolve: false
             }
         );
+    }
+
+    #[test]
+    fn status_forms() {
+        let id = |p| parse(&Method::GET, p).unwrap();
+        for path in [
+            "/restate/invocation/inv_1x/status",
+            "/service/status/inv_1x",
+        ] {
+            assert_eq!(
+                id(path),
+                Operation::Status(StatusQuery::Id("inv_1x".into())),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            id("/restate/workflow/Signup/u1/status"),
+            Operation::Status(StatusQuery::Workflow {
+                scope: None,
+                name: "Signup".into(),
+                key: "u1".into()
+            })
+        );
+        assert_eq!(
+            id("/service/scope/acme/invocation/Counter/k/add/my%20key/status"),
+            Operation::Status(StatusQuery::Idempotent {
+                scope: Some("acme".into()),
+                service: "Counter".into(),
+                key: Some("k".into()),
+                handler: "add".into(),
+                idempotency_key: "my key".into()
+            })
+        );
+        assert_eq!(
+            id("/restate/invocation/Greeter/greet/k1/status"),
+            Operation::Status(StatusQuery::Idempotent {
+                scope: None,
+                service: "Greeter".into(),
+                key: None,
+                handler: "greet".into(),
+                idempotency_key: "k1".into()
+            })
+        );
+        assert_eq!(
+            parse(&Method::POST, "/restate/status").unwrap(),
+            Operation::StatusOf
+        );
+        for (method, path, status) in [
+            (Method::POST, "/restate/status/inv_1x", 405),
+            (Method::GET, "/restate/status", 405),
+            (Method::GET, "/restate/invocation/a/b/status", 400),
+            (Method::GET, "/restate/workflow/Signup//status", 400),
+            (Method::GET, "/restate/scope/acme/status", 400),
+        ] {
+            let err = parse(&method, path).unwrap_err();
+            assert_eq!(err.status.as_u16(), status, "{method} {path}");
+        }
     }
 
     #[test]

@@ -6,10 +6,21 @@ use tokio::sync::oneshot;
 
 use super::{control, signals};
 use crate::errors::CodedError;
-use crate::invocation::{Outcome, Target};
+use crate::invocation::{Outcome, Status, Target};
 
-/// What an invocation is and how it ended, as a batch saw it.
-pub(super) type Peeked = Option<(Target, Option<Outcome>)>;
+/// What an invocation is, where it is and how it ended, as a batch saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peek {
+    /// Where it goes.
+    pub target: Target,
+    /// Where it is (an invocation at rest is `pending` or `scheduled`).
+    pub status: Status,
+    /// How it ended; `None` while it has not.
+    pub outcome: Option<Outcome>,
+}
+
+/// A peek's answer: `None` when the invocation is unknown.
+pub(super) type Peeked = Option<Peek>;
 
 /// One answer, sent after the commit of the batch that decided it.
 #[derive(Debug)]

@@ -306,6 +306,15 @@ impl Dormant {
         self.queue
     }
 
+    /// Where it is: waiting for its time, or for its turn.
+    pub(super) fn status(&self) -> Status {
+        if self.resting().scheduled {
+            Status::Scheduled
+        } else {
+            Status::Pending
+        }
+    }
+
     /// Where it goes.
     pub(super) fn target(&self) -> Target {
         let resting = self.resting();

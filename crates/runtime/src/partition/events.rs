@@ -9,7 +9,7 @@ use crate::errors::CodedError;
 use crate::flow::scheduler::QueueId;
 use crate::ids::InvocationId;
 use crate::invocation::store::Timer;
-use crate::invocation::{InvocationRecord, Outcome, Target};
+use crate::invocation::{InvocationRecord, Outcome};
 use crate::invoker::{AttemptError, Ending};
 use crate::protocol::{Frame, Message};
 
@@ -102,8 +102,8 @@ pub enum Event {
     Peek {
         /// The invocation.
         id: InvocationId,
-        /// Its target and outcome (`None` while it runs); `None` when unknown.
-        reply: oneshot::Sender<Option<(Target, Option<Outcome>)>>,
+        /// Its target, status and outcome; `None` when unknown.
+        reply: oneshot::Sender<Option<super::answer::Peek>>,
     },
     /// An attempt finished.
     AttemptDone {

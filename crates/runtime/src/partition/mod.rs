@@ -31,6 +31,7 @@ mod sim;
 mod suspended;
 mod task;
 
+pub use answer::Peek;
 pub use events::{Event, HeldLock, PartitionMetrics, QueuedEntry, StateMemory};
 pub use queries::Query;
 pub use runtime::{Receivers, Runtime};

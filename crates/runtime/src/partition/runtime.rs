@@ -403,10 +403,7 @@ impl Runtime {
 
     /// An invocation's target and outcome (`None` while it runs), without waiting; `None`
     /// when it does not exist.
-    pub async fn peek(
-        &self,
-        id: InvocationId,
-    ) -> Result<Option<(crate::invocation::Target, Option<Outcome>)>, CodedError> {
+    pub async fn peek(&self, id: InvocationId) -> Result<Option<super::answer::Peek>, CodedError> {
         let (reply, answer) = oneshot::channel();
         self.partition(id)
             .send(Event::Peek { id, reply })

@@ -5,24 +5,36 @@
 use tokio::sync::oneshot;
 
 use super::super::answer::Answer;
+use super::super::answer::Peek;
 use super::super::effect::Effect;
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
-use crate::invocation::{Outcome, Target};
 
 impl Partition {
     pub(in super::super) fn peek(
         &mut self,
         id: InvocationId,
-        reply: oneshot::Sender<Option<(Target, Option<Outcome>)>>,
+        reply: oneshot::Sender<Option<Peek>>,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         let seen = match (self.live.get(&id), self.dormant.get(&id)) {
-            (Some(live), _) => Some((live.record.target.clone(), live.record.outcome.clone())),
+            (Some(live), _) => Some(Peek {
+                target: live.record.target.clone(),
+                status: live.record.status,
+                outcome: live.record.outcome.clone(),
+            }),
             // At rest: never ran, no outcome; it stays at rest.
-            (None, Some(resting)) => Some((resting.target(), None)),
-            (None, None) => self.stored(id)?.map(|r| (r.target, r.outcome)),
+            (None, Some(resting)) => Some(Peek {
+                target: resting.target(),
+                status: resting.status(),
+                outcome: None,
+            }),
+            (None, None) => self.stored(id)?.map(|r| Peek {
+                target: r.target,
+                status: r.status,
+                outcome: r.outcome,
+            }),
         };
         effects.push(Effect::Answer(Answer::Peeked(reply, seen)));
         Ok(())
