@@ -974,9 +974,9 @@ async fn values_too_large_for_a_record_fail_their_call_never_the_partition() {
     // A handler's large output, a large call it makes, and a large result it is sent each fail
     // the invocation that made them, terminally and with the code, at once.
     for (path, expected) in [
-        ("/Meter/inflate", "RT0031"),
-        ("/Meter/callInflated", "RT0031"),
-        ("/Meter/inflateVia", "RT0031"),
+        ("/Meter/inflate", "CLU0005"),
+        ("/Meter/callInflated", "CLU0005"),
+        ("/Meter/inflateVia", "CLU0005"),
     ] {
         let started = Instant::now();
         let (status, body) = loop {

@@ -144,7 +144,7 @@ async fn full_disk(full: sluice_tests::Builder, data: &Path, make_room: impl FnO
     }
     let (key, status, answer) = refused.expect("the 12 MiB limit was never reached");
     assert_eq!(status, 503, "{answer}");
-    assert_eq!(answer["error_code"], "RT0027", "{answer}");
+    assert_eq!(answer["error_code"], "STO0001", "{answer}");
     assert!(
         !acknowledged.is_empty(),
         "nothing fit before the disk filled"
@@ -153,7 +153,7 @@ async fn full_disk(full: sluice_tests::Builder, data: &Path, make_room: impl FnO
     // Health and readiness fail at once; repeats of the refused key are never acknowledged.
     let (health, text) = admin_get(&sluice, "/health").await;
     assert_eq!(health, 503, "{text}");
-    assert!(text.contains("RT0027"), "{text}");
+    assert!(text.contains("STO0001"), "{text}");
     assert_eq!(admin_get(&sluice, "/ready").await.0, 503);
     for _ in 0..3 {
         let (status, answer) = send(&sluice, &key, &body).await;
@@ -161,11 +161,11 @@ async fn full_disk(full: sluice_tests::Builder, data: &Path, make_room: impl FnO
             status, 503,
             "a repeat of {key} was answered {status}: {answer}"
         );
-        assert_eq!(answer["error_code"], "RT0027", "{answer}");
+        assert_eq!(answer["error_code"], "STO0001", "{answer}");
     }
     let finished = sluice.wait_exit(Duration::from_secs(30)).unwrap();
     assert_eq!(finished.status.code(), Some(74), "{}", finished.stderr);
-    assert!(finished.stderr.contains("RT0027"), "{}", finished.stderr);
+    assert!(finished.stderr.contains("STO0001"), "{}", finished.stderr);
 
     // With space again, every acknowledged send is there.
     make_room();
@@ -426,7 +426,7 @@ async fn completed_invocations_and_journals_are_purged_after_their_retention() {
 }
 
 /// Finding 5: held invocations are bounded. Past `worker.max-held-per-scope` a scope's new
-/// sends get 429 RT0029 with `Retry-After`; other scopes go on.
+/// sends get 429 FLO0001 with `Retry-After`; other scopes go on.
 #[tokio::test]
 async fn held_invocations_past_their_bound_get_429_with_retry_after() {
     let dep = TestDeployment::start("v1").await.unwrap();
@@ -454,7 +454,7 @@ async fn held_invocations_past_their_bound_get_429_with_retry_after() {
     assert_eq!(refused.status(), 429);
     assert_eq!(refused.headers()["retry-after"], "1");
     let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["error_code"], "RT0029", "{body}");
+    assert_eq!(body["error_code"], "FLO0001", "{body}");
     assert!(
         body["message"]
             .as_str()

@@ -405,7 +405,7 @@ async fn awakeables_complete_once_within_their_caps() {
             (status, body["error_code"].as_str().map(str::to_owned))
         }
     };
-    let conflict = (409, Some("RT0026".to_owned()));
+    let conflict = (409, Some("AWK0001".to_owned()));
     let waiting = tokio::spawn(wait());
     let id = next_awakeable(&ingress, "Meter", "").await;
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD

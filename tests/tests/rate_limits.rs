@@ -225,7 +225,7 @@ async fn a_full_queue_and_a_rejecting_rate_answer_429_with_retry_after() {
     );
     let (status, retry, body) = send(&sluice, hold, "3000").await;
     assert_eq!(status, 429, "{body}");
-    assert_eq!(body["error_code"], "RT0030", "{body}");
+    assert_eq!(body["error_code"], "FLO0002", "{body}");
     assert!(
         body["message"].as_str().unwrap().contains("max_queued"),
         "{body}"
@@ -248,7 +248,7 @@ async fn a_full_queue_and_a_rejecting_rate_answer_429_with_retry_after() {
     assert_eq!(status, 202, "{body}");
     let (status, retry, body) = send(&sluice, tick, "").await;
     assert_eq!(status, 429, "{body}");
-    assert_eq!(body["error_code"], "RT0030", "{body}");
+    assert_eq!(body["error_code"], "FLO0002", "{body}");
     assert!(
         body["message"].as_str().unwrap().contains("1/min"),
         "{body}"

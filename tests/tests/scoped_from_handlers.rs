@@ -183,7 +183,7 @@ async fn bad_scopes_on_calls_from_handlers_are_rt0024() {
 }
 
 /// A handler's call that a rule refuses (here a rate with `on_exceed = reject` and no token
-/// left) fails with 429 RT0030, which the SDK surfaces as a terminal error of the caller.
+/// left) fails with 429 FLO0002, which the SDK surfaces as a terminal error of the caller.
 #[tokio::test]
 async fn a_refused_call_from_a_handler_fails_with_rt0030() {
     let (sluice, _dep) = started(json!([
@@ -198,7 +198,7 @@ async fn a_refused_call_from_a_handler_fails_with_rt0030() {
     );
     let (status, body) = call(&sluice, "/service/call/TsMeter/askWho", who).await;
     assert_eq!(status, 429, "{body}");
-    assert!(body.contains("RT0030") && body.contains("1/min"), "{body}");
+    assert!(body.contains("FLO0002") && body.contains("1/min"), "{body}");
     assert_eq!(
         completed_in(&sluice, "r5").await,
         1,

@@ -319,3 +319,42 @@ async fn json_logs_are_one_object_per_line() {
         assert!(parsed["level"].is_string(), "{line}");
     }
 }
+
+/// Sluice's own codes left the reference's RT numbers; the old numbers still explain.
+#[test]
+fn explain_answers_old_numbers_with_their_new_codes() {
+    let run = |code: &str| {
+        let out = std::process::Command::new(sluice_tests::binary())
+            .args(["explain", code])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    for (old, new) in [
+        ("RT0026", "AWK0001"),
+        ("rt0027", "STO0001"),
+        ("RT0028", "STO0002"),
+        ("RT0029", "FLO0001"),
+        ("RT0030", "FLO0002"),
+        ("RT0031", "CLU0005"),
+    ] {
+        let (ok, out) = run(old);
+        assert!(ok, "{out}");
+        assert!(
+            out.contains(&format!("Sluice's old number for {new}")),
+            "{out}"
+        );
+        assert!(out.contains(&format!("\n{new}: ")), "{out}");
+        let (ok, direct) = run(new);
+        assert!(ok && direct.starts_with(&format!("{new}: ")), "{direct}");
+    }
+    // The reference's own codes are unchanged.
+    let (ok, out) = run("RT0024");
+    assert!(ok && out.starts_with("RT0024: "), "{out}");
+    let (ok, out) = run("RT0099");
+    assert!(!ok && out.contains("unknown error code"), "{out}");
+}

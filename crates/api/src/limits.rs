@@ -19,10 +19,10 @@ pub struct Limits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
     /// What a new invocation that finds no token gets: `throttle` (default: it waits in its
-    /// queue) or `reject` (429 `RT0030` with `Retry-After`; only with `rate`).
+    /// queue) or `reject` (429 `FLO0002` with `Retry-After`; only with `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_exceed: Option<String>,
-    /// Most invocations that may wait at the counter; a new one beyond answers 429 `RT0030`
+    /// Most invocations that may wait at the counter; a new one beyond answers 429 `FLO0002`
     /// with `Retry-After` (Kafka subscriptions pause instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queued: Option<u32>,

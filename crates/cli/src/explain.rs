@@ -27,10 +27,18 @@ pub fn run(args: &ExplainArgs) -> Result<(), CodedError> {
             println!("{:<9} {}", code.as_str(), code.info().summary);
         }
     } else if let Some(text) = &args.code {
-        let code: Code = text
-            .parse()
-            .map_err(|e| CodedError::uncoded(format!("{e}")))?;
-        print!("{}", code.explain());
+        match text.parse::<Code>() {
+            Ok(code) => print!("{}", code.explain()),
+            Err(e) => {
+                let code =
+                    Code::renumbered(text).ok_or_else(|| CodedError::uncoded(format!("{e}")))?;
+                println!(
+                    "{} is Sluice's old number for {code}: the reference server uses RT numbers in order, so Sluice's own codes moved to prefixes of their own.\n",
+                    text.trim().to_ascii_uppercase()
+                );
+                print!("{}", code.explain());
+            }
+        }
     }
     Ok(())
 }

@@ -38,7 +38,7 @@ pub struct Config {
     pub log_format: LogFormat,
     /// How long a graceful shutdown waits for in-flight requests before it stops anyway.
     pub shutdown_grace_period: FriendlyDuration,
-    /// After a store write fails (RT0027), how long sluice keeps answering 503 on `/health`,
+    /// After a store write fails (STO0001), how long sluice keeps answering 503 on `/health`,
     /// `/ready` and the ingress before it shuts down and exits 74, so probes and load balancers
     /// see the failure.
     pub failure_exit_delay: FriendlyDuration,
@@ -292,11 +292,11 @@ pub struct IngressConfig {
     pub idempotency_key_max_length: usize,
     /// Largest body of an awakeable's resolve or reject (SEC0004 beyond).
     pub awakeable_payload_limit: ByteSize,
-    /// Awakeable completions one invocation accepts from outside in its life (RT0026 beyond),
+    /// Awakeable completions one invocation accepts from outside in its life (AWK0001 beyond),
     /// which bounds how much a client can grow one journal.
     pub max_awakeable_completions: u32,
     /// Bytes of awakeable completions one invocation accepts from outside in its life, in all
-    /// (RT0026 beyond): with the count above, what a client forging completions can add to one
+    /// (AWK0001 beyond): with the count above, what a client forging completions can add to one
     /// journal.
     pub max_awakeable_completion_bytes: ByteSize,
     /// Largest request body of a call or send (413 `SEC0004` beyond). Unset: 10 MiB, lowered
@@ -434,9 +434,9 @@ pub struct WorkerConfig {
     /// never keep theirs in memory.
     pub held_memory_budget: ByteSize,
     /// Invocations held (queued or delayed, at rest) in all; new ones are refused with 429
-    /// RT0029 beyond.
+    /// FLO0001 beyond.
     pub max_held_invocations: usize,
-    /// Invocations held in one flow-control scope; new ones in it are refused with 429 RT0029
+    /// Invocations held in one flow-control scope; new ones in it are refused with 429 FLO0001
     /// beyond.
     pub max_held_per_scope: usize,
     /// Requests (calls, attaches) waiting at once for one invocation's outcome; one more is

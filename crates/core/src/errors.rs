@@ -189,24 +189,21 @@ catalogue! {
     RT0025 => Invocation, None,
         "maximum awaited future depth reached",
         "A handler awaited a combinator tree deeper than the limit (1000); the invocation is paused. Flatten the awaited futures.";
-    RT0026 => Ingress, Some(409),
+    AWK0001 => Ingress, Some(409),
         "the awakeable cannot be completed",
         "The awakeable was already completed (an awakeable completes once), its index is not one a handler can create (indexes below 17 are the runtime's own signals), or its invocation has completed or has taken `ingress.max-awakeable-completions` completions. Check the id the handler handed out.";
-    RT0027 => Ingress, Some(503),
+    STO0001 => Ingress, Some(503),
         "the store cannot be written: sluice stopped accepting work",
         "A write to the store failed (a full disk, an I/O error, a read-only filesystem), or a partition stopped. Nothing of the failed write was acknowledged. From that moment `/health` and `/ready` answer 503, new work is refused with this code, and the process shuts down and exits with status 74 so its supervisor restarts it; recovery rebuilds everything from what was committed. Free disk space or fix the data dir's filesystem.";
-    RT0028 => Startup, None,
+    STO0002 => Startup, None,
         "a row in the store is corrupt",
         "A row read back from the store cannot be decoded; the message names its table and key. Recovery stops rather than guess. Restore the data dir from a backup, or remove the named row with the store offline.";
-    RT0029 => Ingress, Some(429),
+    FLO0001 => Ingress, Some(429),
         "too many invocations are held",
         "The invocations waiting in flow-control queues or for their delay reached `worker.max-held-invocations` (in total) or `worker.max-held-per-scope` (in one scope). Retry after the `Retry-After` the answer carries, raise the limits, or raise the scope's concurrency so its queue drains.";
-    RT0030 => Ingress, Some(429),
+    FLO0002 => Ingress, Some(429),
         "a flow-control rule refused the invocation",
         "The rule's queue already holds `max-queued` waiting invocations, or the rule has `on-exceed = \"reject\"` and its rate has no token left. The answer's `Retry-After` says when a place or a token is expected (from how fast the queue has been draining, or when the next token is due). Retry then, slow down, or raise the rule's `max-queued` or rate. A handler's call refused this way fails with this code; its one-way sends are never refused.";
-    RT0031 => Invocation, None,
-        "a value is larger than one partition log record can hold (cluster mode)",
-        "In cluster mode every write of a partition goes into one log record of at most `cluster.max-record-bytes`, so one value (an output, a state value, a run result, a call's parameter) may be at most a quarter of it, less 64 KiB. The handler sent a larger one: the invocation fails with this code instead of the partition being unable to write. Send smaller values (keep large data outside and pass a reference), or raise `cluster.max-record-bytes` on every node and the brokers' `message.max.bytes`.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";
@@ -219,6 +216,9 @@ catalogue! {
     CLU0004 => Startup, None,
         "this node's replica of a partition missed log records (cluster mode)",
         "The partition's log does not continue where this node's store left off: the brokers deleted records this node had not read (topic retention or a manual delete), or the log was replaced. The node stops following that partition, never leads it, and answers 503 with this code on `/health` and `/ready` (other partitions go on). Nothing is skipped silently. Set `retention.ms=-1` and `retention.bytes=-1` on the cluster's topics (Sluice refuses to join when it can read another setting), and rebuild this node's data dir from a copy of a healthy node's store taken while it was stopped.";
+    CLU0005 => Invocation, None,
+        "a value is larger than one partition log record can hold (cluster mode)",
+        "In cluster mode every write of a partition goes into one log record of at most `cluster.max-record-bytes`, so one value (an output, a state value, a run result, a call's parameter) may be at most a quarter of it, less 64 KiB. The handler sent a larger one: the invocation fails with this code instead of the partition being unable to write. Send smaller values (keep large data outside and pass a reference), or raise `cluster.max-record-bytes` on every node and the brokers' `message.max.bytes`.";
     ADM0001 => Admin, Some(422),
         "the request body is not what the route takes",
         "The body is not JSON, lacks `content-type: application/json` (415), or does not have the route's shape: a field is missing, has the wrong type, or is not one the route knows (a typo such as `concurency`). The message names the field and its path; `docs/admin-api.md` and `GET /openapi` give each route's shape.";
@@ -354,6 +354,15 @@ impl Code {
         )
     }
 
+    /// The code an old number of Sluice's own now has, when `text` is one.
+    pub fn renumbered(text: &str) -> Option<Code> {
+        let wanted = text.trim().to_ascii_uppercase();
+        RENUMBERED
+            .iter()
+            .find(|(old, _)| *old == wanted)
+            .map(|(_, code)| *code)
+    }
+
     /// The catalogue as a Markdown table; `docs/errors.md` is this text.
     pub fn markdown_table() -> String {
         let mut out = String::from(
@@ -370,9 +379,27 @@ impl Code {
                 status
             ));
         }
+        out.push_str(RENUMBERED_HEADING);
+        for (old, code) in RENUMBERED {
+            out.push_str(&format!("| {old} | {code} | {} |\n", code.info().summary));
+        }
         out
     }
 }
+
+/// Sluice's own codes once numbered after the reference's `RT` codes, which the reference keeps
+/// allocating in order (it took RT0025 in 1.8): each moved to a prefix of its own, as SEC and
+/// CLU were. `sluice explain` still answers the old number, pointing at the new one.
+pub const RENUMBERED: &[(&str, Code)] = &[
+    ("RT0026", Code::AWK0001),
+    ("RT0027", Code::STO0001),
+    ("RT0028", Code::STO0002),
+    ("RT0029", Code::FLO0001),
+    ("RT0030", Code::FLO0002),
+    ("RT0031", Code::CLU0005),
+];
+
+const RENUMBERED_HEADING: &str = "\n## Renumbered codes\n\nSluice's own codes were numbered after the reference server's `RT` codes until the reference\nstarted using those numbers; each now has a prefix of its own. `sluice explain` answers the old\nnumber with the new one.\n\n| old | now | condition |\n|---|---|---|\n";
 
 impl fmt::Display for Code {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -571,6 +598,25 @@ mod tests {
             serde_json::to_value(&body).unwrap(),
             serde_json::json!({"code": 400, "message": "bad scope", "error_code": "RT0024", "source": "ingress"})
         );
+    }
+
+    #[test]
+    fn old_numbers_point_at_their_new_codes_and_none_is_the_references() {
+        for (old, code) in RENUMBERED {
+            assert_eq!(Code::renumbered(&old.to_lowercase()), Some(*code));
+            assert!(old.parse::<Code>().is_err(), "{old} is no code any more");
+            assert!(!code.as_str().starts_with("RT"), "{code}");
+        }
+        // The reference's RT codes stop at RT0025; every RT code here is one of them.
+        for code in Code::ALL {
+            if let Some(n) = code.as_str().strip_prefix("RT") {
+                assert!(
+                    n.parse::<u32>().unwrap() <= 25,
+                    "{code} is not the reference's"
+                );
+            }
+        }
+        assert_eq!(Code::renumbered("RT0024"), None);
     }
 
     #[test]

@@ -68,10 +68,10 @@ impl Health {
     }
 }
 
-/// The failure recorded when a store write fails: the store's message, under RT0027.
+/// The failure recorded when a store write fails: the store's message, under STO0001.
 pub fn store_write_failed(detail: impl std::fmt::Display) -> CodedError {
     CodedError::new(
-        Code::RT0027,
+        Code::STO0001,
         format!(
             "the store could not be written ({detail}); nothing of that write was acknowledged, and sluice stops accepting work until it is restarted: free disk space or fix the data dir's filesystem, then let the supervisor restart it"
         ),
@@ -102,9 +102,9 @@ mod tests {
             .await
             .expect("woken")
             .unwrap();
-        assert_eq!(seen.code, Some(Code::RT0027));
+        assert_eq!(seen.code, Some(Code::STO0001));
         assert!(seen.message.contains("No space left"), "{seen}");
         assert!(!health.is_ready());
-        assert_eq!(health.failure().unwrap().code, Some(Code::RT0027));
+        assert_eq!(health.failure().unwrap().code, Some(Code::STO0001));
     }
 }

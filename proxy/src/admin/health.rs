@@ -18,7 +18,7 @@ use crate::errors::Code;
 #[utoipa::path(get, path = "/health", tag = "health", operation_id = "health",
     responses(
         (status = 200, description = "The admin API is up and the store is writable."),
-        (status = 503, description = "A store write failed or a partition stopped (RT0027); the process is shutting down. In cluster mode also: this node stopped following a partition (CLU0003, CLU0004).")))]
+        (status = 503, description = "A store write failed or a partition stopped (STO0001); the process is shutting down. In cluster mode also: this node stopped following a partition (CLU0003, CLU0004).")))]
 pub async fn health(State(state): State<Arc<AdminState>>) -> Response {
     if let Some(failure) = state.store.health().failure() {
         return unhealthy(failure);
@@ -46,7 +46,7 @@ fn broken_partitions(state: &AdminState) -> Option<crate::errors::CodedError> {
 #[utoipa::path(get, path = "/ready", tag = "health", operation_id = "ready",
     responses(
         (status = 200, description = "Every partition recovered; new work is accepted."),
-        (status = 503, description = "Still recovering, or failed (RT0027).")))]
+        (status = 503, description = "Still recovering, or failed (STO0001).")))]
 pub async fn ready(State(state): State<Arc<AdminState>>) -> Response {
     let health = state.store.health();
     if let Some(broken) = broken_partitions(&state) {
@@ -67,7 +67,7 @@ pub async fn ready(State(state): State<Arc<AdminState>>) -> Response {
 #[utoipa::path(get, path = "/cluster-health", tag = "cluster_health", operation_id = "cluster_health",
     responses(
         (status = 200, description = "Cluster health information.", body = sluice_api::version::ClusterHealthResponse),
-        (status = 503, description = "A store write failed or a partition stopped (RT0027).")))]
+        (status = 503, description = "A store write failed or a partition stopped (STO0001).")))]
 pub async fn cluster_health(State(state): State<Arc<AdminState>>) -> Response {
     use sluice_api::version::{ClusterHealthResponse, MetadataClusterHealth};
     if let Some(failure) = state.store.health().failure() {

@@ -23,7 +23,7 @@ pub async fn complete(
     let id: AwakeableId = id.parse().map_err(IngressError::bad_request)?;
     if id.index < FIRST_AWAKEABLE_INDEX {
         return Err(IngressError::coded(
-            Code::RT0026,
+            Code::AWK0001,
             format!(
                 "awakeable index {} is not one a handler creates (they start at {FIRST_AWAKEABLE_INDEX}): check the id",
                 id.index
@@ -65,7 +65,7 @@ pub async fn complete(
                 retry_after_s: None,
             });
         }
-        Delivery::Refused(why) => return Err(IngressError::coded(Code::RT0026, why)),
+        Delivery::Refused(why) => return Err(IngressError::coded(Code::AWK0001, why)),
     }
     Ok(Response::builder()
         .status(StatusCode::ACCEPTED)

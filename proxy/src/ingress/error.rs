@@ -62,7 +62,7 @@ impl IngressError {
 }
 
 impl From<crate::errors::CodedError> for IngressError {
-    /// Answers with the code's own status (RT0027: 503).
+    /// Answers with the code's own status (STO0001: 503).
     fn from(e: crate::errors::CodedError) -> Self {
         Self {
             status: e

@@ -495,7 +495,7 @@ async fn submit<T>(
 ) -> Result<T, IngressError> {
     handed_over.await.map_err(|e| match e.code {
         // Too many held, or a rule's full queue or rejecting rate: 429 with Retry-After.
-        Some(Code::RT0029 | Code::RT0030 | Code::SEC0008) => IngressError::from(e),
+        Some(Code::FLO0001 | Code::FLO0002 | Code::SEC0008) => IngressError::from(e),
         _ => IngressError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: e.code,

@@ -38,7 +38,7 @@ use crate::shutdown::InFlight;
 pub struct IngressState {
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<InFlight>,
-    /// Failed once a store write failed: new work is refused (RT0027).
+    /// Failed once a store write failed: new work is refused (STO0001).
     pub health: Arc<crate::health::Health>,
     /// Services and deployments.
     pub registry: Arc<Registry>,

@@ -91,7 +91,7 @@ impl Partition {
             .then(|| queue_key(&self.registry, record))
     }
 
-    /// Why a flow-control rule refuses a new invocation in queue `key` (RT0030): its counter's
+    /// Why a flow-control rule refuses a new invocation in queue `key` (FLO0002): its counter's
     /// queue is full, or its rate rejects and has no token.
     pub(super) fn flow_refusal(&mut self, key: &QueueKey) -> Option<CodedError> {
         let now = self.driver.now_ms();
@@ -119,7 +119,7 @@ impl Partition {
         // Whole seconds, at least 1: what `Retry-After` can say.
         let retry = refused.retry_after_ms.div_ceil(1000).max(1);
         Some(
-            CodedError::new(Code::RT0030, format!("{why}; retry after {retry} s"))
+            CodedError::new(Code::FLO0002, format!("{why}; retry after {retry} s"))
                 .retry_after(retry),
         )
     }

@@ -211,7 +211,7 @@ impl Dormant {
         let resting = self.resting();
         let input_ty = u16::try_from(resting.input_ty).map_err(|_| {
             CodedError::new(
-                Code::RT0028,
+                Code::STO0002,
                 format!("invocation {id} rested with a bad input type"),
             )
         })?;
@@ -221,7 +221,7 @@ impl Dormant {
                 Some(input) => input.payload,
                 None => {
                     return Err(CodedError::new(
-                        Code::RT0028,
+                        Code::STO0002,
                         format!("the input of invocation {id} is missing from the store's journal"),
                     ));
                 }
@@ -252,7 +252,7 @@ impl Dormant {
         });
         // They were valid when the invocation came to rest; a bad one is a bug, not a guess.
         let rested = |e: CodedError| {
-            CodedError::new(Code::RT0028, format!("invocation {id} rested with {e}"))
+            CodedError::new(Code::STO0002, format!("invocation {id} rested with {e}"))
         };
         record.scope = parse_rested(resting.scope.as_deref(), Scope::parse).map_err(rested)?;
         record.limit_key =
@@ -265,7 +265,7 @@ impl Dormant {
                 u8::try_from(p)
                     .ok()
                     .and_then(|p| Priority::try_from(p).ok())
-                    .ok_or_else(|| rested(CodedError::new(Code::RT0028, format!("priority {p}"))))
+                    .ok_or_else(|| rested(CodedError::new(Code::STO0002, format!("priority {p}"))))
             })
             .transpose()?;
         record.trace = resting.trace;
@@ -443,14 +443,14 @@ impl Partition {
         }
     }
 
-    /// Why a new invocation must not be taken now (RT0029): too many invocations held in all,
+    /// Why a new invocation must not be taken now (FLO0001): too many invocations held in all,
     /// or in its scope (a scope's invocations all live on its partition).
     pub(super) fn over_held_limits(&self, record: &InvocationRecord) -> Option<CodedError> {
         let worker = &self.config.worker;
         let total = self.held.count();
         if total >= worker.max_held_invocations {
             return Some(CodedError::new(
-                Code::RT0029,
+                Code::FLO0001,
                 format!(
                     "{total} invocations are held, the most worker.max-held-invocations allows; retry later"
                 ),
@@ -460,7 +460,7 @@ impl Partition {
         let in_scope = self.held_in_scope.get(scope).copied().unwrap_or(0);
         (in_scope >= worker.max_held_per_scope).then(|| {
             CodedError::new(
-                Code::RT0029,
+                Code::FLO0001,
                 format!(
                     "{in_scope} invocations are held in scope '{scope}', the most worker.max-held-per-scope allows; retry later"
                 ),

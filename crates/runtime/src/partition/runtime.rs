@@ -720,7 +720,7 @@ pub(crate) fn stopped_task(task: &str, ended: Result<(), tokio::task::JoinError>
         Err(e) => format!("it was cancelled: {e}"),
     };
     CodedError::new(
-        Code::RT0027,
+        Code::STO0001,
         format!("{task} stopped ({why}); sluice restarts from the store"),
     )
 }

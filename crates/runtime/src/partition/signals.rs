@@ -92,7 +92,7 @@ pub enum Delivery {
     Delivered,
     /// No such invocation.
     NoInvocation,
-    /// Not journaled, for the reason given (RT0026).
+    /// Not journaled, for the reason given (AWK0001).
     Refused(String),
 }
 

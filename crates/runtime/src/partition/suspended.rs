@@ -52,7 +52,7 @@ impl Partition {
             .with_db(|db| store::load_journal_prefix(db, id, rested))??;
         if journal.len() != rested as usize {
             return Err(CodedError::new(
-                Code::RT0028,
+                Code::STO0002,
                 format!(
                     "invocation {id} rested with {rested} journal entries but the store has {}",
                     journal.len()

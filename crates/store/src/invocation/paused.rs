@@ -84,7 +84,7 @@ pub fn load(db: &redb::Database, partition: u32) -> Result<Vec<QueueKey>, CodedE
         }
         let queue = decode(&raw[4..]).map_err(|e| {
             CodedError::new(
-                Code::RT0028,
+                Code::STO0002,
                 format!("a stored paused queue of partition {partition} does not decode: {e}"),
             )
         })?;

@@ -38,10 +38,10 @@ pub(crate) fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("invocation store: {e}"))
 }
 
-/// A row that cannot be decoded (RT0028), named by table and key so it can be found.
+/// A row that cannot be decoded (STO0002), named by table and key so it can be found.
 fn corrupt(table: &str, key: &[u8], what: impl std::fmt::Display) -> CodedError {
     CodedError::new(
-        Code::RT0028,
+        Code::STO0002,
         format!(
             "corrupt row in store table '{table}', key {}: {what}; restore the data dir from a backup or remove this row with sluice stopped",
             hex(key)
@@ -596,13 +596,13 @@ mod tests {
         store
             .with_db(|db| {
                 let timers = load_timers(db).unwrap_err();
-                assert_eq!(timers.code, Some(Code::RT0028));
+                assert_eq!(timers.code, Some(Code::STO0002));
                 assert!(
                     timers.message.contains("'timers', key 73686f7274"),
                     "{timers}"
                 );
                 let records = load_records(db).unwrap_err();
-                assert_eq!(records.code, Some(Code::RT0028));
+                assert_eq!(records.code, Some(Code::STO0002));
                 assert!(
                     records.message.contains("'invocations', key 0102"),
                     "{records}"

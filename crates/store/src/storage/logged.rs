@@ -736,6 +736,6 @@ mod tests {
         log.append(b"not a record").unwrap();
         drop(log);
         let error = Store::open(dir.path()).unwrap_err();
-        assert_eq!(error.code, Some(crate::errors::Code::RT0028), "{error}");
+        assert_eq!(error.code, Some(crate::errors::Code::STO0002), "{error}");
     }
 }

@@ -90,7 +90,7 @@ impl Store {
     ) -> Result<(), CodedError> {
         let failed = |e: &dyn std::fmt::Display| {
             CodedError::new(
-                Code::RT0028,
+                Code::STO0002,
                 format!(
                     "the local log in {shown} cannot be replayed into the store: {e}; restore the data dir from a backup"
                 ),

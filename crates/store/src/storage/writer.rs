@@ -619,10 +619,10 @@ mod tests {
         let mut set = WriteSet::default();
         set.put(T, b"a", b"1".to_vec());
         let error = writer.commit(set).await.unwrap().unwrap_err();
-        assert_eq!(error.code, Some(Code::RT0027));
-        assert_eq!(store.health().failure().unwrap().code, Some(Code::RT0027));
+        assert_eq!(error.code, Some(Code::STO0001));
+        assert_eq!(store.health().failure().unwrap().code, Some(Code::STO0001));
         // Nothing is acknowledged afterwards, not even an empty set (an idempotent repeat).
         let empty = writer.commit(WriteSet::default()).await.unwrap();
-        assert_eq!(empty.unwrap_err().code, Some(Code::RT0027));
+        assert_eq!(empty.unwrap_err().code, Some(Code::STO0001));
     }
 }

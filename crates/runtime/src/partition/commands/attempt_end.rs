@@ -53,10 +53,10 @@ impl Partition {
         let fresh = ended.fresh;
         let result = match ended.violation {
             // A value no record can hold would be sent again on every retry: terminal.
-            Some(violation) if violation.code == Some(crate::errors::Code::RT0031) => {
+            Some(violation) if violation.code == Some(crate::errors::Code::CLU0005) => {
                 Ok(Ending::Failed(proto::ErrorMessage {
                     code: 500,
-                    message: format!("[RT0031] {}", violation.message),
+                    message: format!("[CLU0005] {}", violation.message),
                     behavior: proto::ErrorBehavior::Fail as i32,
                     ..Default::default()
                 }))

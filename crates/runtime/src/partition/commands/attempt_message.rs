@@ -12,10 +12,10 @@ use crate::ids::InvocationId;
 use crate::protocol::Message;
 use crate::storage::writer::WriteSet;
 
-/// RT0031: a message of `len` bytes from a deployment, over the `limit` a log record allows.
+/// CLU0005: a message of `len` bytes from a deployment, over the `limit` a log record allows.
 pub(in super::super) fn too_large_for_a_record(len: usize, limit: usize) -> CodedError {
     CodedError::new(
-        Code::RT0031,
+        Code::CLU0005,
         format!(
             "the handler sent a value of {len} bytes; in cluster mode one value may be at most {limit} bytes ({})",
             crate::config::RECORD_VALUE_RULE
@@ -42,7 +42,7 @@ impl Partition {
             && live.current(attempt).is_some()
         {
             // Cluster mode: a value no log record can hold fails the invocation
-            // (RT0031), never the partition's next write.
+            // (CLU0005), never the partition's next write.
             let checked = checked.and_then(|()| match self.config.record_value_limit() {
                 Some(limit) => match message.encoded_len() {
                     len if len > limit => Err(too_large_for_a_record(len, limit)),
