@@ -210,6 +210,39 @@ async fn bad_subscriptions_are_meta0009_and_clusters_are_managed() {
     }
     let (status, sub) = subscribe("kafka://fixed/t", "service://Greeter/greet", json!({})).await;
     assert_eq!(status, 201, "{sub}");
+    // Idempotent on source, sink and effective group.id: the same again is the same one (its
+    // other options ignored); another group.id is another subscription.
+    let (status, again) = subscribe(
+        "kafka://fixed/t",
+        "service://Greeter/greet",
+        json!({"auto.offset.reset": "latest"}),
+    )
+    .await;
+    assert_eq!((status, &again["id"]), (200, &sub["id"]), "{again}");
+    let (status, grouped) = subscribe(
+        "kafka://fixed/t",
+        "service://Greeter/greet",
+        json!({"group.id": "billing"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{grouped}");
+    assert_ne!(grouped["id"], sub["id"]);
+    let (status, again) = subscribe(
+        "kafka://fixed/t",
+        "service://Greeter/greet",
+        json!({"group.id": "billing"}),
+    )
+    .await;
+    assert_eq!((status, &again["id"]), (200, &grouped["id"]), "{again}");
+    let resp = reqwest::Client::new()
+        .delete(format!(
+            "{admin}/subscriptions/{}",
+            grouped["id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
 
     let client = reqwest::Client::new();
     // Config-file clusters are read-only; admin ones are managed.

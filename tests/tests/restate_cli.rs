@@ -103,4 +103,63 @@ async fn the_restate_cli_works_against_sluice() {
         "no row `* | 2`:\n{out}"
     );
     assert!(!rows.iter().any(|cells| cells.contains(&"acme/*")), "{out}");
+
+    // Virtual queues: three scoped holds under `*` = 2 leave one waiting in its queue.
+    for _ in 0..3 {
+        let resp = reqwest::Client::new()
+            .post(format!(
+                "{}/service/scope/globex/send/Meter/hold",
+                sluice.ingress_url
+            ))
+            .header("content-type", "application/json")
+            .body("30000")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let listed = loop {
+        let out = run(&["vqueues", "list"]);
+        // ID SERVICE SCOPE LIMIT-KEY LOCK QUEUE-PAUSED INBOX RUNNING …
+        let row: Option<Vec<String>> = out
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+            .find(|cells| cells.get(2).map(String::as_str) == Some("globex"));
+        if let Some(cells) = row
+            && cells[6] == "1"
+            && cells[7] == "2"
+        {
+            break cells;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(
+        listed[0].starts_with("vq_1") && listed[0].len() == 37,
+        "{listed:?}"
+    );
+    let out = run(&["vqueues", "describe", &listed[0]]);
+    assert!(
+        out.contains("Meter") && out.contains("globex") && out.contains("inv_1"),
+        "{out}"
+    );
+    // The CLI's JSON output of SQL.
+    let out = run(&[
+        "sql",
+        "--json",
+        "SELECT service_name, num_inbox, num_running FROM sys_vqueue_meta WHERE scope = 'globex'",
+    ]);
+    let json_start = out.find('[').expect("a JSON array");
+    // The document, then the CLI's own summary line.
+    let rows: serde_json::Value = serde_json::Deserializer::from_str(&out[json_start..])
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        rows,
+        serde_json::json!([{"service_name": "Meter", "num_inbox": 1, "num_running": 2}]),
+        "{out}"
+    );
 }

@@ -101,6 +101,13 @@ pub struct ServiceNameRevision {
 pub struct DeploymentResponse<S> {
     /// `dp_…`
     pub id: String,
+    /// `http` or `lambda` (the reference's 1.8 field).
+    #[serde(rename = "type", default)]
+    pub ty: String,
+    /// `active` (a service's current deployment, or unfinished invocations are pinned to it)
+    /// or `drained`; only with `?include=status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
     /// HTTP deployments: the URI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,

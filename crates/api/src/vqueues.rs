@@ -7,7 +7,8 @@ use utoipa::ToSchema;
 /// One queue.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct VQueueResponse {
-    /// `vq_{partition}_{queue}`: what `/vqueues/{vqueue_id}/pause` takes.
+    /// `vq_1…` (the reference's form; the older `vq_{partition}_{queue}` is read too): what
+    /// `/vqueues/{vqueue_id}/pause` takes.
     pub id: String,
     /// Its scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]

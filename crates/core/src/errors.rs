@@ -308,7 +308,7 @@ catalogue! {
         "Discovery refuses link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254, …) always, and private or loopback addresses when `admin.deployment-address-policy = \"public-only\"`. Register a deployment on an allowed address or change the policy.";
     SEC0006 => Admin, Some(400),
         "the SQL statement is not a read-only query",
-        "`POST /query` runs one `SELECT` (or `EXPLAIN`) statement at most `admin.query-max-length` bytes long. DDL, DML, `COPY`, `SET` and several statements are refused.";
+        "`POST /query` runs one `SELECT`, `EXPLAIN` or `SHOW` statement at most `admin.query-max-length` bytes long; anything else (DDL, DML, `COPY`, `SET`/`RESET`, transactions, `PREPARE`/`EXECUTE`, several statements) is refused with \"Statement not supported\", as the reference server words it.";
     SEC0007 => Admin, Some(400),
         "the Kafka client property is not allowed",
         "Only client settings on the allow-list (bootstrap, security, SASL, SSL, timeouts, fetch and session sizes, client id; see docs/security.md) may be set on a Kafka cluster. Settings that load code or files chosen by the request (e.g. `plugin.library.paths`) are refused.";

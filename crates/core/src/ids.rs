@@ -570,6 +570,106 @@ impl fmt::Display for AwakeableId {
     }
 }
 
+/// A scheduler queue: `vq_1…` in the reference's format (a u64 and a u128, 37 characters), which
+/// carries the partition's index and the queue's index within it; stable while the queue lives.
+/// The older `vq_{partition}_{queue}` is still read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VQueueId {
+    /// The partition's index.
+    pub partition: u64,
+    /// The queue's index in its partition's scheduler.
+    pub queue: u32,
+}
+
+impl VQueueId {
+    const PREFIX: &'static str = "vq";
+}
+
+impl fmt::Display for VQueueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::with_capacity(4 + U64_WIDTH + U128_WIDTH);
+        out.push_str(Self::PREFIX);
+        out.push('_');
+        out.push(VERSION);
+        encode_u64(&mut out, self.partition);
+        encode_u128(&mut out, u128::from(self.queue));
+        f.write_str(&out)
+    }
+}
+
+impl FromStr for VQueueId {
+    type Err = IdError;
+
+    fn from_str(input: &str) -> Result<Self, IdError> {
+        const KIND: &str = "virtual queue";
+        let bad = || IdError::BadPayload {
+            kind: KIND,
+            input: input.to_owned(),
+        };
+        // The older form: `vq_{partition}_{queue}` in decimal.
+        if let Some((partition, queue)) = input
+            .strip_prefix("vq_")
+            .and_then(|rest| rest.split_once('_'))
+        {
+            return match (partition.parse(), queue.parse()) {
+                (Ok(partition), Ok(queue)) => Ok(Self { partition, queue }),
+                _ => Err(bad()),
+            };
+        }
+        let payload = split_payload(input, KIND, Self::PREFIX, U64_WIDTH + U128_WIDTH)?;
+        let (partition, queue) = payload.split_at_checked(U64_WIDTH).ok_or_else(bad)?;
+        let partition = u64::try_from(decode_digits(partition).ok_or_else(bad)?)
+            .map_err(|_| bad())?
+            .swap_bytes();
+        let queue =
+            u32::try_from(decode_digits(queue).ok_or_else(bad)?.swap_bytes()).map_err(|_| bad())?;
+        Ok(Self { partition, queue })
+    }
+}
+
+#[cfg(test)]
+mod vqueue_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_old_form_still_parses_and_bad_ones_do_not() {
+        let id: VQueueId = "vq_3_17".parse().unwrap();
+        assert_eq!((id.partition, id.queue), (3, 17));
+        assert_eq!(id.to_string().len(), 37);
+        for bad in [
+            "",
+            "vq_",
+            "vq_1",
+            "q_1_2",
+            "vq_-1_2",
+            "vq_1_99999999999",
+            "vq_2abc",
+            "vq_1é0000000000000000000000000000000000",
+        ] {
+            assert!(bad.parse::<VQueueId>().is_err(), "{bad}");
+        }
+        // A u128 payload past a u32 is no queue of ours.
+        let wide = format!("vq_1{}{}", "0".repeat(11), "z".repeat(22));
+        assert!(wide.parse::<VQueueId>().is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn ids_round_trip(partition in any::<u64>(), queue in any::<u32>()) {
+            let id = VQueueId { partition, queue };
+            let text = id.to_string();
+            prop_assert!(text.starts_with("vq_1"));
+            prop_assert_eq!(text.parse::<VQueueId>().unwrap(), id);
+        }
+
+        #[test]
+        fn no_input_panics(input in "\\PC{0,50}") {
+            let _ = input.parse::<VQueueId>();
+        }
+    }
+}
+
 #[cfg(test)]
 mod awakeable_tests {
     use super::*;

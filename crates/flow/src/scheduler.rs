@@ -22,7 +22,7 @@ mod snapshot;
 pub use super::limiter::{Refusal, RefusalReason};
 use locks::Locks;
 pub use locks::{LockId, LockKey};
-pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus};
+pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus, StageCounts};
 
 use super::limiter::{
     self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, Ticket, WaiterId,
@@ -134,6 +134,22 @@ struct Queue {
     woken_from: Option<(Resource, Option<Ticket>)>,
     /// When the current state began.
     since: u64,
+    /// When the queue was created, its last entry arrived, an entry first started, and an
+    /// entry was last dispatched (ms; 0: never), for introspection.
+    times: QueueTimes,
+}
+
+/// A queue's introspection timestamps (ms since the epoch; 0: not yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueTimes {
+    /// The queue was created.
+    pub created_at: u64,
+    /// A new entry last arrived.
+    pub last_enqueued_at: u64,
+    /// A new entry last started (its first attempt).
+    pub last_start_at: u64,
+    /// An entry last started an attempt (new or resumed).
+    pub last_attempt_at: u64,
 }
 
 impl Queue {
@@ -333,6 +349,10 @@ impl Scheduler {
             },
             woken_from: None,
             since: now,
+            times: QueueTimes {
+                created_at: now,
+                ..QueueTimes::default()
+            },
         };
         let id = match self.free_queues.pop() {
             Some(slot) => {
@@ -354,7 +374,10 @@ impl Scheduler {
         }
         let queue = self.queue_mut(q);
         match kind {
-            EntryKind::New => queue.new.push_back(entry),
+            EntryKind::New => {
+                queue.new.push_back(entry);
+                queue.times.last_enqueued_at = now;
+            }
             EntryKind::Resumed => queue.resumed.push_back(entry),
         }
         if kind == EntryKind::Resumed {
@@ -628,6 +651,10 @@ impl Scheduler {
             EntryKind::Resumed => queue.resumed.pop_front(),
             EntryKind::New => queue.new.pop_front(),
         };
+        queue.times.last_attempt_at = now;
+        if kind == EntryKind::New {
+            queue.times.last_start_at = now;
+        }
         queue.credit -= kind.weight();
         let lock = queue.lock;
         let path = queue.path;

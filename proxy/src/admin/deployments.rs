@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::extract::{Path, Query};
 use axum::extract::State;
+use axum::response::IntoResponse as _;
 use http::{StatusCode, header};
 
 use super::AdminState;
@@ -147,30 +148,114 @@ fn response(state: &AdminState, registered: &Registered) -> RegisterDeploymentRe
     }
 }
 
+/// `?include=status` (and `refresh`, accepted: the status is computed on every request).
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct IncludeParams {
+    /// `status`: add each deployment's `status` (`active` or `drained`).
+    #[serde(default)]
+    include: Option<String>,
+    /// Accepted for the reference's clients; every status is computed fresh.
+    #[serde(default)]
+    refresh: Option<bool>,
+}
+
+impl IncludeParams {
+    fn status(&self) -> Result<bool, AdminError> {
+        let _ = self.refresh;
+        match self.include.as_deref() {
+            None | Some("") => Ok(false),
+            Some(list) if list.split(',').all(|part| part.trim() == "status") => Ok(true),
+            Some(other) => Err(AdminError::coded(
+                Code::ADM0002,
+                format!("include={other} is not known: include takes `status`"),
+            )),
+        }
+    }
+}
+
+/// Deployments that are `active`: the current deployment of a service, or pinned by an
+/// unfinished invocation. The rest are `drained`: removing them strands nothing.
+async fn active_deployments(
+    state: &AdminState,
+) -> Result<std::collections::HashSet<crate::ids::DeploymentId>, AdminError> {
+    let mut active: std::collections::HashSet<_> = state
+        .registry
+        .services()
+        .into_iter()
+        .map(|(s, _)| s.deployment_id)
+        .collect();
+    let pinned = super::invocations::read(state, |db| {
+        crate::invocation::store::pinned_deployments_in_flight(db)
+    })
+    .await?;
+    active.extend(pinned);
+    Ok(active)
+}
+
+fn status_of(
+    active: &std::collections::HashSet<crate::ids::DeploymentId>,
+    d: &Deployment,
+) -> String {
+    if active.contains(&d.id) {
+        "active"
+    } else {
+        "drained"
+    }
+    .to_owned()
+}
+
+/// The headers of an answer that carries statuses: computed now, never to be cached.
+fn fresh() -> [(http::HeaderName, &'static str); 2] {
+    [
+        (http::header::AGE, "0"),
+        (http::header::CACHE_CONTROL, "no-store"),
+    ]
+}
+
 /// Every deployment.
 #[utoipa::path(get, path = "/deployments", tag = "deployment", operation_id = "list_deployments",
+    params(IncludeParams),
     responses((status = 200, body = ListDeploymentsResponse)))]
-pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListDeploymentsResponse> {
-    Json(ListDeploymentsResponse {
-        deployments: state
-            .registry
-            .deployments()
-            .iter()
-            .map(|d| listed(d))
-            .collect(),
-    })
+pub async fn list(
+    State(state): State<Arc<AdminState>>,
+    Query(params): Query<IncludeParams>,
+) -> Result<axum::response::Response, AdminError> {
+    let mut deployments: Vec<_> = state
+        .registry
+        .deployments()
+        .iter()
+        .map(|d| listed(d))
+        .collect();
+    if !params.status()? {
+        return Ok(Json(ListDeploymentsResponse { deployments }).into_response());
+    }
+    let active = active_deployments(&state).await?;
+    for (shown, d) in deployments
+        .iter_mut()
+        .zip(state.registry.deployments().iter())
+    {
+        shown.status = Some(status_of(&active, d));
+    }
+    Ok((fresh(), Json(ListDeploymentsResponse { deployments })).into_response())
 }
 
 /// One deployment with its services in full.
 #[utoipa::path(get, path = "/deployments/{deployment}", tag = "deployment", operation_id = "get_deployment",
-    params(("deployment" = String, Path, description = "dp_…")),
+    params(("deployment" = String, Path, description = "dp_…"), IncludeParams),
     responses((status = 200, body = DeploymentResponse<ServiceMetadata>), (status = 404, description = "No such deployment.")))]
 pub async fn get(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
-) -> Result<Json<DeploymentResponse<ServiceMetadata>>, AdminError> {
+    Query(params): Query<IncludeParams>,
+) -> Result<axum::response::Response, AdminError> {
     let d = state.registry.deployment(parse_id(&id)?)?;
-    Ok(Json(detailed(&state, &d)))
+    let mut shown = detailed(&state, &d);
+    if !params.status()? {
+        return Ok(Json(shown).into_response());
+    }
+    shown.status = Some(status_of(&active_deployments(&state).await?, &d));
+    Ok((fresh(), Json(shown)).into_response())
 }
 
 /// Points a deployment at a new endpoint in place (same services, handlers, types and protocol

@@ -151,21 +151,26 @@ pub async fn delete_cluster(
     Ok(StatusCode::ACCEPTED)
 }
 
-/// Creates a subscription and starts consuming (META0009 on a bad source, sink or option).
+/// Creates a subscription and starts consuming (META0009 on a bad source, sink or option); one
+/// with the same source, sink and effective `group.id` is answered (200) instead of a second.
 #[utoipa::path(post, path = "/subscriptions", tag = "subscription", operation_id = "create_subscription",
     request_body = CreateSubscriptionRequest,
-    responses((status = 201, body = SubscriptionResponse), (status = 400, description = "META0009")))]
+    responses((status = 201, body = SubscriptionResponse), (status = 200, description = "It existed already.", body = SubscriptionResponse), (status = 400, description = "META0009")))]
 pub async fn create_subscription(
     State(state): State<Arc<AdminState>>,
     Json(req): Json<CreateSubscriptionRequest>,
 ) -> Result<impl IntoResponse, AdminError> {
-    let sub = state
+    let (sub, created) = state
         .kafka
         .create_subscription(&req.source, &req.sink, req.options)
         .map_err(refused)?;
     let location = format!("subscriptions/{}", sub.id);
     Ok((
-        StatusCode::CREATED,
+        if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
         [(header::LOCATION, location)],
         Json(subscription_response(sub)),
     ))

@@ -217,6 +217,12 @@ pub fn deployment_response<S>(d: &Deployment, services: Vec<S>) -> DeploymentRes
     let created_at = crate::clock::rfc3339(d.created_at_ms).unwrap_or_default();
     DeploymentResponse {
         id: d.id.to_string(),
+        ty: match d.address {
+            Address::Http { .. } => "http",
+            Address::Lambda { .. } => "lambda",
+        }
+        .to_owned(),
+        status: None,
         uri,
         arn,
         protocol_type,

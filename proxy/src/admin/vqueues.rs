@@ -14,21 +14,18 @@ use super::json::Json;
 use crate::errors::Code;
 pub use sluice_api::vqueues::{ListVQueuesResponse, VQueueResponse};
 
-/// Parses `vq_{partition}_{queue}`.
+/// Parses a virtual queue id (`vq_1…`, or the older `vq_{partition}_{queue}`).
 fn parse_vqueue_id(text: &str) -> Result<(u64, u32), AdminError> {
-    let parsed = text.strip_prefix("vq_").and_then(|rest| {
-        let (partition, queue) = rest.split_once('_')?;
-        Some((partition.parse().ok()?, queue.parse().ok()?))
-    });
-    parsed.ok_or_else(|| {
+    let id: crate::ids::VQueueId = text.parse().map_err(|e| {
+        let text: String = text.chars().take(64).collect();
         AdminError::coded(
             Code::ADM0002,
             format!(
-                "'{}' is not a virtual queue id: ids look like vq_0_12 (see GET /vqueues or `sluice queues list`)",
-                text.chars().take(64).collect::<String>()
+                "'{text}' is not a virtual queue id ({e}); see GET /vqueues or `sluice queues list`"
             ),
         )
-    })
+    })?;
+    Ok((id.partition, id.queue))
 }
 
 async fn pause_or_resume(
@@ -83,7 +80,11 @@ pub async fn list(
         .await?
         .into_iter()
         .map(|(partition, q)| VQueueResponse {
-            id: format!("vq_{partition}_{}", q.id.index()),
+            id: crate::ids::VQueueId {
+                partition,
+                queue: q.id.index(),
+            }
+            .to_string(),
             scope: q.key.scope.as_ref().map(|s| s.as_str().to_owned()),
             limit_key: q.key.limit_key.as_ref().map(|k| k.as_str().to_owned()),
             service: q.key.service.to_string(),

@@ -318,8 +318,13 @@ pub async fn run(
         .options
         .get("auto.offset.reset")
         .map_or("earliest", String::as_str);
+    // Its own consumer group unless it names one (or its cluster does).
+    match sub.options.get("group.id") {
+        Some(group) => config.set("group.id", group),
+        None if properties.contains_key("group.id") => &mut config,
+        None => config.set("group.id", sub.id.to_string()),
+    };
     config
-        .set("group.id", sub.id.to_string())
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", reset);
     config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);

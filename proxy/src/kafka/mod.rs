@@ -221,13 +221,26 @@ impl Kafka {
             .ok_or_else(|| not_found("subscription", &id.to_string()))
     }
 
+    /// The consumer group a subscription reads with: its `group.id` option, else its cluster's
+    /// `group.id` property, else none of its own (each subscription then has its own group).
+    fn group_of(&self, sub: &Subscription) -> Option<String> {
+        sub.options.get("group.id").cloned().or_else(|| {
+            lock(&self.clusters)
+                .get(&sub.cluster)
+                .and_then(|c| c.properties.get("group.id").cloned())
+        })
+    }
+
     /// Checks, stores and starts a subscription (META0009 on a bad source, sink or option).
+    /// Idempotent: a subscription with the same source, sink and effective `group.id` is
+    /// answered instead of a second one (whose consumer would deliver every record again);
+    /// `false` then.
     pub fn create_subscription(
         &self,
         source: &str,
         sink: &str,
         options: BTreeMap<String, String>,
-    ) -> Result<Subscription, KafkaError> {
+    ) -> Result<(Subscription, bool), KafkaError> {
         let sub = model::check(
             source,
             sink,
@@ -235,6 +248,14 @@ impl Kafka {
             |name| lock(&self.clusters).contains_key(name),
             &self.registry,
         )?;
+        let group = self.group_of(&sub);
+        let existing = self
+            .subscriptions()
+            .into_iter()
+            .find(|s| s.source == sub.source && s.sink == sub.sink && self.group_of(s) == group);
+        if let Some(existing) = existing {
+            return Ok((existing, false));
+        }
         store::put(
             &self.store,
             store::SUBSCRIPTIONS,
@@ -243,7 +264,7 @@ impl Kafka {
         )?;
         lock(&self.subscriptions).insert(sub.id, sub.clone());
         self.start_consumer(&sub);
-        Ok(sub)
+        Ok((sub, true))
     }
 
     /// Stops and forgets a subscription.

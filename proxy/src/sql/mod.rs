@@ -210,13 +210,17 @@ async fn read_only_plan(
         DfStatement::Statement(inner) => match &**inner {
             Statement::Query(_) => true,
             Statement::Explain { statement, .. } => matches!(**statement, Statement::Query(_)),
+            // Reads of the catalogue and the settings, planned as queries.
+            Statement::ShowTables { .. }
+            | Statement::ShowColumns { .. }
+            | Statement::ShowVariable { .. } => true,
             _ => false,
         },
         _ => false,
     };
     if !allowed {
         return Err(QueryError::NotAllowed(
-            "only SELECT (or EXPLAIN SELECT) statements run here: DDL, DML, COPY and SET are refused".into(),
+            "Statement not supported: only SELECT, EXPLAIN and SHOW run here (DDL, DML, COPY, SET, transactions and PREPARE/EXECUTE are refused)".into(),
         ));
     }
     let plan = state

@@ -98,6 +98,24 @@ pub struct QueueSnapshot {
     pub blocked_on: Option<BlockedOn>,
     /// When the current status began.
     pub since: u64,
+    /// When it was created, and when entries last arrived and started.
+    pub times: super::QueueTimes,
+    /// Its invocations past the queue, by stage; the scheduler does not see them, so it leaves
+    /// this empty and the partition counts them.
+    pub stages: StageCounts,
+}
+
+/// Invocations of one queue by stage, beside the ones waiting in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageCounts {
+    /// Running an attempt.
+    pub running: u64,
+    /// Suspended (or backing off) between attempts.
+    pub suspended: u64,
+    /// Paused by an operator or out of attempts.
+    pub paused: u64,
+    /// Completed and still kept in memory.
+    pub finished: u64,
 }
 
 impl Scheduler {
@@ -149,6 +167,8 @@ impl Scheduler {
                     status,
                     blocked_on,
                     since: queue.since,
+                    times: queue.times,
+                    stages: StageCounts::default(),
                 }
             })
             .collect();

@@ -293,6 +293,8 @@ impl Dormant {
             attempts: resting.attempts,
             created_at_ms: resting.created_at_ms,
             run_at_ms: resting.run_at_ms,
+            // At rest: it never ran, so nothing pins it yet.
+            deployment: None,
         })
     }
 

@@ -154,6 +154,8 @@ pub struct QueuedEntry {
     pub created_at_ms: u64,
     /// When it may run, ms (delayed sends, back-offs).
     pub run_at_ms: Option<u64>,
+    /// The deployment it is pinned to; `None` until its first attempt.
+    pub deployment: Option<crate::ids::DeploymentId>,
 }
 
 /// An object lock and the invocation holding it.

@@ -103,6 +103,7 @@ impl Partition {
                             attempts: live.record.attempts,
                             created_at_ms: live.record.created_at_ms,
                             run_at_ms: live.record.run_at_ms,
+                            deployment: live.record.deployment,
                         })
                     })
                     .chain(self.dormant.iter().filter_map(|(id, d)| d.listed(*id)))
@@ -125,7 +126,7 @@ impl Partition {
                     .collect();
                 drop(reply.send(held));
             }
-            Query::Queues { reply } => drop(reply.send(self.scheduler.queues())),
+            Query::Queues { reply } => drop(reply.send(self.queues_with_stages())),
             Query::Counters { reply } => {
                 drop(reply.send(self.scheduler.counters(self.driver.now_ms())));
             }
@@ -138,5 +139,35 @@ impl Partition {
             }])),
             Query::Explain { id, reply } => drop(reply.send(self.waiting(id))),
         }
+    }
+}
+
+impl Partition {
+    /// Every queue of the scheduler, with the partition's own count of its invocations past
+    /// the queue (running, suspended, paused, completed and still in memory) by the queue
+    /// each would wait in.
+    fn queues_with_stages(&self) -> Vec<crate::flow::scheduler::QueueSnapshot> {
+        use crate::invocation::Status;
+        let mut queues = self.scheduler.queues();
+        let by_key: std::collections::HashMap<_, usize> = queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.key.clone(), i))
+            .collect();
+        for live in self.live.values() {
+            let key = admission::queue_key(&self.registry, &live.record);
+            let Some(&i) = by_key.get(&key) else {
+                continue;
+            };
+            let stages = &mut queues[i].stages;
+            match live.record.status {
+                Status::Running => stages.running += 1,
+                Status::Suspended | Status::BackingOff => stages.suspended += 1,
+                Status::Paused => stages.paused += 1,
+                Status::Completed => stages.finished += 1,
+                Status::Pending | Status::Scheduled => {}
+            }
+        }
+        queues
     }
 }

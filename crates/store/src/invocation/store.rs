@@ -288,6 +288,18 @@ pub fn pinned_in_flight(
         .collect())
 }
 
+/// Every deployment an unfinished invocation is pinned to.
+pub fn pinned_deployments_in_flight(
+    db: &redb::Database,
+) -> Result<std::collections::HashSet<crate::ids::DeploymentId>, CodedError> {
+    let pinned =
+        |r: &super::ListedRecord| r.deployment.is_some() && r.status != super::Status::Completed;
+    Ok(load_listed(db, pinned, usize::MAX)?
+        .into_iter()
+        .filter_map(|r| r.deployment)
+        .collect())
+}
+
 /// One record, without its output.
 pub fn load_listed_one(
     db: &redb::Database,

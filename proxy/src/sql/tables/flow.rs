@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Builder,
-    UInt64Builder,
+    UInt64Array, UInt64Builder,
 };
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
 use super::{QuerySources, Reader, batch, internal, reader, schema, timestamp};
 use crate::flow::scheduler::{BlockedOn, QueueStatus};
@@ -256,7 +256,13 @@ pub(super) fn scheduler(sources: &Arc<QuerySources>) -> Reader {
             let scope = q.key.scope.as_ref().map(|s| s.as_str());
             let limit_key = q.key.limit_key.as_ref().map(|k| k.to_string());
             partition.append_value(*index);
-            text[0].append_value(format!("vq_{index}_{}", q.id.index()));
+            text[0].append_value(
+                crate::ids::VQueueId {
+                    partition: *index,
+                    queue: q.id.index(),
+                }
+                .to_string(),
+            );
             text[1].append_option(scope);
             text[2].append_option(limit_key.as_deref());
             text[3].append_value(&*q.key.service);
@@ -306,6 +312,7 @@ pub(super) fn vqueues_schema() -> SchemaRef {
         ("entry_id", DataType::Utf8, false),
         ("created_at", timestamp(), false),
         ("num_attempts", DataType::UInt32, false),
+        ("deployment", DataType::Utf8, true),
     ])
 }
 
@@ -332,6 +339,7 @@ pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
         let mut run_at = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let mut attempts = UInt32Builder::new();
+        let mut deployment = StringBuilder::new();
         for (index, entry) in &queued {
             let queue = entry.queue.index();
             let (state, locked) = status
@@ -339,7 +347,13 @@ pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
                 .copied()
                 .unwrap_or(("ready", false));
             partition.append_value(*index);
-            text[0].append_value(format!("vq_{index}_{queue}"));
+            text[0].append_value(
+                crate::ids::VQueueId {
+                    partition: *index,
+                    queue,
+                }
+                .to_string(),
+            );
             text[1].append_value("inbox");
             text[2].append_value(state);
             has_lock.append_value(locked);
@@ -348,6 +362,7 @@ pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
             text[4].append_value(entry.invocation.to_string());
             created.append_value(i64::try_from(entry.created_at_ms).unwrap_or(i64::MAX));
             attempts.append_value(entry.attempts);
+            deployment.append_option(entry.deployment.map(|d| d.to_string()));
         }
         let [id, stage, state, kind, entry] = text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
         batch(
@@ -363,24 +378,63 @@ pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
                 entry,
                 Arc::new(created.finish()),
                 Arc::new(attempts.finish()),
+                Arc::new(deployment.finish()),
             ],
         )
     })
 }
 
 pub(super) fn vqueue_meta_schema() -> SchemaRef {
-    schema(vec![
-        ("partition_key", DataType::UInt64, false),
-        ("id", DataType::Utf8, false),
-        ("service_name", DataType::Utf8, false),
-        ("scope", DataType::Utf8, true),
-        ("limit_key", DataType::Utf8, true),
-        ("lock_name", DataType::Utf8, true),
-        ("is_active", DataType::Boolean, false),
-        ("queue_is_paused", DataType::Boolean, false),
-        ("num_inbox", DataType::UInt64, false),
-        ("num_scheduled", DataType::UInt64, false),
-    ])
+    schema(
+        vec![
+            ("partition_key", DataType::UInt64, false),
+            ("id", DataType::Utf8, false),
+            ("service_name", DataType::Utf8, false),
+            ("scope", DataType::Utf8, true),
+            ("limit_key", DataType::Utf8, true),
+            ("lock_name", DataType::Utf8, true),
+            ("is_active", DataType::Boolean, false),
+            ("queue_is_paused", DataType::Boolean, false),
+            ("num_inbox", DataType::UInt64, false),
+            ("num_scheduled", DataType::UInt64, false),
+            ("created_at", timestamp(), false),
+            ("last_enqueued_at", timestamp(), true),
+            ("last_start_at", timestamp(), true),
+            ("last_attempt_at", timestamp(), true),
+            ("num_running", DataType::UInt64, false),
+            ("num_suspended", DataType::UInt64, false),
+            ("num_paused", DataType::UInt64, false),
+            ("num_finished", DataType::UInt64, false),
+        ]
+        .into_iter()
+        .chain(
+            untracked_vqueue_meta_columns()
+                .into_iter()
+                .map(|(n, t)| (n, t, true)),
+        )
+        .collect(),
+    )
+}
+
+/// Columns of the reference's `sys_vqueue_meta` that Sluice's queues do not keep (a queue holds
+/// only what waits in it, not what ran from it): present, so the `restate` CLI's
+/// `vqueues list|describe` and queries written for the reference run; always null.
+fn untracked_vqueue_meta_columns() -> Vec<(&'static str, DataType)> {
+    let mut columns = vec![("last_finish_at", timestamp())];
+    for name in [
+        "avg_queue_duration",
+        "avg_inbox_duration",
+        "avg_run_duration",
+        "avg_suspension_duration",
+        "avg_end_to_end_duration",
+        "avg_blocked_on_concurrency_rules",
+        "avg_blocked_on_invoker_concurrency",
+        "avg_blocked_on_invoker_throttling",
+        "avg_blocked_on_lock",
+    ] {
+        columns.push((name, DataType::Duration(TimeUnit::Millisecond)));
+    }
+    columns
 }
 
 pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
@@ -390,9 +444,17 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
         let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
         let (mut active, mut paused) = (BooleanBuilder::new(), BooleanBuilder::new());
         let (mut inbox, mut scheduled) = (UInt64Builder::new(), UInt64Builder::new());
+        let mut times: [TimestampMillisecondBuilder; 4] =
+            std::array::from_fn(|_| TimestampMillisecondBuilder::new().with_timezone("UTC"));
         for (index, q) in &queues {
             partition.append_value(*index);
-            text[0].append_value(format!("vq_{index}_{}", q.id.index()));
+            text[0].append_value(
+                crate::ids::VQueueId {
+                    partition: *index,
+                    queue: q.id.index(),
+                }
+                .to_string(),
+            );
             text[1].append_value(&*q.key.service);
             text[2].append_option(q.key.scope.as_ref().map(|s| s.as_str()));
             text[3].append_option(q.key.limit_key.as_ref().map(|k| k.as_str()));
@@ -401,13 +463,25 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
             paused.append_value(q.status == QueueStatus::Paused);
             inbox.append_value(q.queued as u64);
             scheduled.append_value(u64::from(q.delayed));
+            let at = |ms: u64| (ms > 0).then(|| i64::try_from(ms).unwrap_or(i64::MAX));
+            times[0].append_value(i64::try_from(q.times.created_at).unwrap_or(i64::MAX));
+            times[1].append_option(at(q.times.last_enqueued_at));
+            times[2].append_option(at(q.times.last_start_at));
+            times[3].append_option(at(q.times.last_attempt_at));
         }
+        let [created, enqueued, started, attempted] =
+            times.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        let stage = |count: fn(&crate::flow::scheduler::StageCounts) -> u64| {
+            Arc::new(UInt64Array::from_iter_values(
+                queues.iter().map(|(_, q)| count(&q.stages)),
+            )) as ArrayRef
+        };
         let [id, service, scope, limit_key, lock] =
             text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
         batch(
             &vqueue_meta_schema(),
-            vec![
-                Arc::new(partition.finish()),
+            [
+                Arc::new(partition.finish()) as ArrayRef,
                 id,
                 service,
                 scope,
@@ -417,7 +491,22 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(paused.finish()),
                 Arc::new(inbox.finish()),
                 Arc::new(scheduled.finish()),
-            ],
+                created,
+                enqueued,
+                started,
+                attempted,
+                stage(|s| s.running),
+                stage(|s| s.suspended),
+                stage(|s| s.paused),
+                stage(|s| s.finished),
+            ]
+            .into_iter()
+            .chain(
+                untracked_vqueue_meta_columns()
+                    .into_iter()
+                    .map(|(_, ty)| datafusion::arrow::array::new_null_array(&ty, queues.len())),
+            )
+            .collect(),
         )
     })
 }

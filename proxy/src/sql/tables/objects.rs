@@ -21,6 +21,8 @@ pub(super) fn locks_schema() -> SchemaRef {
         ("service_key", DataType::Utf8, false),
         ("lock_name", DataType::Utf8, false),
         ("acquired_by", DataType::Utf8, false),
+        // The reference's 1.8 column; the scheduler does not keep when a lock was taken.
+        ("acquired_at", timestamp(), true),
     ])
 }
 
@@ -48,6 +50,7 @@ pub(super) fn locks(sources: &Arc<QuerySources>) -> Reader {
                 key,
                 name,
                 holder,
+                new_null_array(&timestamp(), held.len()),
             ],
         )
     })
