@@ -427,8 +427,13 @@ pub struct WorkerConfig {
     pub max_journal_retention: FriendlyDuration,
     /// How often the purger looks for completed invocations and journals whose time is up.
     pub purge_interval: FriendlyDuration,
-    /// Most purges in one write; a backlog is worked off a batch at a time.
+    /// Most due purges one look at the store reads; a backlog is worked off a batch at a time.
     pub purge_batch_size: NonZeroU32,
+    /// Most purges of one partition in flight at once (written together, not yet stored): a
+    /// retention sweep of a million goes in small writes that interleave with calls instead of
+    /// queueing them behind it. The reference's `cleanup-max-in-flight-purges` is read too.
+    #[serde(alias = "cleanup-max-in-flight-purges")]
+    pub cleanup_max_in_flight: NonZeroU32,
     /// Bytes of held (queued) invocations' inputs kept in memory, across partitions; past it
     /// inputs wait in the store only and are read back when their turn comes. Delayed sends
     /// never keep theirs in memory.
@@ -465,6 +470,7 @@ impl Default for WorkerConfig {
             max_journal_retention: FriendlyDuration::from_secs(30 * 24 * 60 * 60),
             purge_interval: FriendlyDuration::from_secs(1),
             purge_batch_size: NonZeroU32::new(1000).expect("non-zero"),
+            cleanup_max_in_flight: NonZeroU32::new(32).expect("non-zero"),
             held_memory_budget: ByteSize::mib(64),
             max_held_invocations: 1_000_000,
             max_held_per_scope: 100_000,

@@ -84,6 +84,10 @@ pub const CLUSTER_POSTS_RETRYING: &str = "sluice_cluster_posts_retrying";
 /// Cluster mode: records this node's replica is behind the log's end, by `partition`.
 pub const CLUSTER_LAG: &str = "sluice_cluster_lag_records";
 
+/// From a completed invocation's (or journal's) retention expiry to its purge, in seconds; a
+/// growing value means cleanup falls behind (`worker.cleanup-max-in-flight`).
+pub const CLEANER_PURGE_DELAY: &str = "sluice_cleaner_purge_delay_seconds";
+
 /// Buckets of every latency histogram, in seconds: 100 µs to a minute.
 pub const SECONDS_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -116,6 +120,11 @@ pub fn describe() {
         "Creation to completion, by service."
     );
     describe_counter!(ATTEMPTS, "Attempts started, by service.");
+    describe_histogram!(
+        CLEANER_PURGE_DELAY,
+        Unit::Seconds,
+        "Retention expiry to purge of completed invocations and journals."
+    );
     describe_counter!(
         ATTEMPT_RETRIES,
         "Failed attempts retried or paused, by error code."

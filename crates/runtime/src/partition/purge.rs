@@ -14,40 +14,60 @@ use crate::invocation::store;
 use crate::storage::Store;
 use crate::storage::writer::{WriteSet, Writer};
 
+/// How fast the purger goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// How long it waits when nothing more is due.
+    pub interval: Duration,
+    /// Most due purges one read of the store takes.
+    pub batch: usize,
+    /// Most purges written at once and not yet stored (`worker.cleanup-max-in-flight`): each
+    /// write waits for the one before, so a backlog never fills the writer's queue ahead of
+    /// the calls sharing it.
+    pub in_flight: usize,
+}
+
 /// Purges the invocations `owns` selects until the store closes or a write fails (the process
 /// is then stopping anyway). In cluster mode each led partition runs its own, through its log.
 pub async fn run(
     store: Arc<Store>,
     writer: Writer,
-    interval: Duration,
-    batch: usize,
+    pace: Pace,
     owns: impl Fn(InvocationId) -> bool,
 ) {
+    let chunk = pace.in_flight.max(1);
     loop {
-        let due = match store.with_db(|db| store::due_purges(db, now_ms(), batch, &owns)) {
+        let due = match store.with_db(|db| store::due_purges(db, now_ms(), pace.batch, &owns)) {
             Ok(Ok(due)) => due,
             Ok(Err(e)) => {
                 tracing::warn!(error.code = ?e.code, error = %e, "cannot read due purges; trying again");
-                tokio::time::sleep(interval).await;
+                tokio::time::sleep(pace.interval).await;
                 continue;
             }
             // Closed: shutting down.
             Err(_) => return,
         };
-        let mut writes = WriteSet::default();
-        for purge in &due {
-            store::apply_purge(&mut writes, purge);
-        }
-        if !due.is_empty() {
+        for purges in due.chunks(chunk) {
+            let mut writes = WriteSet::default();
+            for purge in purges {
+                store::apply_purge(&mut writes, purge);
+            }
             match writer.commit(writes).await {
-                Ok(Ok(())) => tracing::debug!(purged = due.len(), "purged completed invocations"),
+                Ok(Ok(())) => {
+                    let now = now_ms();
+                    let delay = metrics::histogram!(sluice_core::metrics::CLEANER_PURGE_DELAY);
+                    for purge in purges {
+                        delay.record(now.saturating_sub(purge.due_at_ms()) as f64 / 1000.0);
+                    }
+                    tracing::debug!(purged = purges.len(), "purged completed invocations");
+                }
                 // A failed write already failed the process's health.
                 _ => return,
             }
         }
         // A full batch means a backlog: the next one goes at once.
-        if due.len() < batch {
-            tokio::time::sleep(interval).await;
+        if due.len() < pace.batch {
+            tokio::time::sleep(pace.interval).await;
         }
     }
 }

@@ -480,6 +480,7 @@ impl Runtime {
             store: Arc::clone(store),
             interval: worker.purge_interval.0,
             batch: usize::try_from(worker.purge_batch_size.get()).unwrap_or(usize::MAX),
+            in_flight: usize::try_from(worker.cleanup_max_in_flight.get()).unwrap_or(usize::MAX),
         };
         let mut handles = Vec::new();
         let mut recovering = Vec::new();
@@ -604,6 +605,7 @@ struct Purging {
     store: Arc<Store>,
     interval: std::time::Duration,
     batch: usize,
+    in_flight: usize,
 }
 
 impl Purging {
@@ -612,7 +614,12 @@ impl Purging {
         writer: Writer,
         owns: impl Fn(InvocationId) -> bool + Send + 'static,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        super::purge::run(self.store, writer, self.interval, self.batch, owns)
+        let pace = super::purge::Pace {
+            interval: self.interval,
+            batch: self.batch,
+            in_flight: self.in_flight,
+        };
+        super::purge::run(self.store, writer, pace, owns)
     }
 }
 

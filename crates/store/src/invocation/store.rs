@@ -146,6 +146,17 @@ pub fn delete_journal(writes: &mut WriteSet, id: InvocationId) {
     writes.delete_range(JOURNAL, start, end);
 }
 
+impl DuePurge {
+    /// When its retention was up, ms.
+    pub fn due_at_ms(&self) -> u64 {
+        let (at, _) = self
+            .key
+            .split_first_chunk::<8>()
+            .expect("a purge key starts with its time");
+        u64::from_be_bytes(*at)
+    }
+}
+
 /// Up to `limit` purges due at `now_ms`, earliest first.
 pub fn due_purges(
     db: &redb::Database,
