@@ -65,6 +65,8 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
             "ignoring retired settings: flow control, protocol V7 and scoped objects are always on; remove them from the configuration"
         );
     }
+    // Checked before anything binds: a certificate that does not load stops the start.
+    let ingress_tls = crate::ingress::tls::IngressTls::from_config(&config.ingress)?;
     let ingress_listener = bind(
         config.ingress.bind,
         "ingress",
@@ -79,6 +81,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let admin_addr = local_addr(&admin_listener)?;
     let ingress_endpoint = match &config.ingress.advertised_endpoint {
         Some(endpoint) => endpoint.to_string(),
+        None if ingress_tls.is_some() => format!("https://{ingress_addr}/"),
         None => format!("http://{ingress_addr}/"),
     };
 
@@ -170,6 +173,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         ingress_listener,
         config.ingress.threads.get(),
         config.ingress.connections.clone(),
+        ingress_tls,
     )
     .map_err(|e| bind_error("ingress", ingress_addr, "ingress.bind / --ingress-bind", &e))?;
     server.add_service(ingress);

@@ -562,6 +562,7 @@ pub struct Builder {
     wrapper: Vec<OsString>,
     admin_token: Option<String>,
     admin_tls: bool,
+    ingress_tls: bool,
 }
 
 /// The `admin` token [`Builder::with_tokens`] configures.
@@ -586,6 +587,17 @@ impl Builder {
         self.admin_tls = true;
         self.env("SERVICE_ADMIN__TLS_CERT_FILE", &cert.display().to_string())
             .env("SERVICE_ADMIN__TLS_KEY_FILE", &key.display().to_string())
+    }
+
+    /// Serves the ingress over TLS with this PEM certificate and key; the harness then waits
+    /// for the admin listener only (its plain client cannot speak to the ingress).
+    pub fn ingress_tls(mut self, cert: &Path, key: &Path) -> Self {
+        self.ingress_tls = true;
+        self.env(
+            "SERVICE_INGRESS__TLS_CERT_FILE",
+            &cert.display().to_string(),
+        )
+        .env("SERVICE_INGRESS__TLS_KEY_FILE", &key.display().to_string())
     }
 
     /// Binds the admin listener on `host` (an IP address) instead of 127.0.0.1.
@@ -687,6 +699,7 @@ impl Builder {
         Ok(Sluice {
             admin_token: self.admin_token.clone(),
             admin_tls: self.admin_tls,
+            ingress_tls: self.ingress_tls,
             child: Some(child),
             admin_url: format!("http://127.0.0.1:{admin_port}"),
             ingress_url: format!("http://127.0.0.1:{ingress_port}"),
@@ -736,6 +749,7 @@ pub struct Sluice {
     /// The token the harness sends with its admin requests, if tokens are configured.
     pub admin_token: Option<String>,
     admin_tls: bool,
+    ingress_tls: bool,
     _scratch: TempDir,
 }
 
@@ -762,6 +776,7 @@ impl Sluice {
             wrapper: Vec::new(),
             admin_token: None,
             admin_tls: false,
+            ingress_tls: false,
         }
     }
 
@@ -905,7 +920,10 @@ impl Sluice {
     async fn wait_ready(&mut self) -> Result<()> {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + READY_TIMEOUT;
-        let mut probes = vec![format!("{}/service/health", self.ingress_url)];
+        let mut probes = Vec::new();
+        if !self.ingress_tls {
+            probes.push(format!("{}/service/health", self.ingress_url));
+        }
         if !self.admin_tls {
             probes.insert(0, format!("{}/health", self.admin_url));
         }

@@ -174,6 +174,9 @@ impl Config {
     pub fn ingress_endpoint(&self) -> String {
         match &self.ingress.advertised_endpoint {
             Some(endpoint) => endpoint.to_string(),
+            None if self.ingress.tls_cert_file.is_some() => {
+                format!("https://{}/", self.ingress.bind)
+            }
             None => format!("http://{}/", self.ingress.bind),
         }
     }
@@ -308,6 +311,13 @@ pub struct IngressConfig {
     pub attach_max_wait: FriendlyDuration,
     /// Most targets one `POST /service/status` list may ask about (400 beyond).
     pub max_status_targets: usize,
+    /// A PEM certificate chain: with `tls-key-file`, the ingress speaks TLS only (HTTP/2 or
+    /// HTTP/1.1 by ALPN). Read again on SIGHUP and when the file changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The certificate's PEM private key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
     /// API keys that bind a caller to a scope and a highest priority (`[[ingress.api-keys]]`):
     /// a call that presents one in `x-sluice-api-key` runs in its scope, whatever it asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -344,6 +354,8 @@ impl Default for IngressConfig {
             max_awakeable_completion_bytes: ByteSize::mib(16),
             attach_max_wait: FriendlyDuration::from_secs(5 * 60),
             max_status_targets: 100,
+            tls_cert_file: None,
+            tls_key_file: None,
             max_body_size: None,
             api_keys: Vec::new(),
             require_api_key: false,

@@ -59,16 +59,22 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// The ingress HTTP server with its connections bounded.
 pub struct GuardedHttp {
     inner: Arc<HttpServer<IngressApp>>,
+    tls: Option<Arc<super::tls::IngressTls>>,
     permits: Arc<Semaphore>,
     per_ip: Arc<PerIp>,
     limits: ConnectionLimits,
 }
 
 impl GuardedHttp {
-    /// Guards `inner` with `limits`.
-    pub fn new(inner: HttpServer<IngressApp>, limits: ConnectionLimits) -> Self {
+    /// Guards `inner` with `limits`, behind TLS when `tls` is set.
+    pub fn new(
+        inner: HttpServer<IngressApp>,
+        limits: ConnectionLimits,
+        tls: Option<Arc<super::tls::IngressTls>>,
+    ) -> Self {
         Self {
             inner: Arc::new(inner),
+            tls,
             permits: Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS))),
             per_ip: PerIp::new(limits.max_per_ip.min(limits.max)),
             limits,
@@ -116,12 +122,30 @@ impl ServerApp for GuardedHttp {
         // The bytes peeked here are read again by whoever handles the connection.
         let header_timeout = self.limits.header_read_timeout.0;
         let accepted = tokio::time::Instant::now();
-        let mut preface = [0u8; H2_PREFACE.len()];
-        match tokio::time::timeout(header_timeout, stream.try_peek(&mut preface)).await {
-            Ok(Ok(true)) => {}
-            _ => return None,
-        }
-        if &preface == H2_PREFACE {
+        let (stream, h2) = match &self.tls {
+            // The TLS handshake must be done within the header-read timeout too, and ALPN
+            // says which protocol follows.
+            Some(tls) => match tokio::time::timeout(header_timeout, tls.accept(stream)).await {
+                Ok(Some(accepted)) => accepted,
+                Ok(None) => return None,
+                Err(_) => {
+                    tracing::debug!(
+                        "ingress TLS handshake not done by the deadline: closing the connection (ingress.connections.header-read-timeout)"
+                    );
+                    return None;
+                }
+            },
+            None => {
+                let mut preface = [0u8; H2_PREFACE.len()];
+                match tokio::time::timeout(header_timeout, stream.try_peek(&mut preface)).await {
+                    Ok(Ok(true)) => {}
+                    _ => return None,
+                }
+                let h2 = &preface == H2_PREFACE;
+                (stream, h2)
+            }
+        };
+        if h2 {
             return ServerApp::process_new(&self.inner, stream, shutdown).await;
         }
         // HTTP/1.1: the first request's headers must all be in within the header-read timeout

@@ -14,6 +14,7 @@ pub mod path;
 pub mod reply;
 mod status;
 pub mod target;
+pub mod tls;
 mod wait;
 
 use std::os::fd::{IntoRawFd, OwnedFd};
@@ -236,16 +237,18 @@ pub struct IngressService {
     address: String,
     socket: Option<OwnedFd>,
     threads: usize,
+    tls: Option<Arc<tls::IngressTls>>,
 }
 
 impl IngressService {
     /// Serves `app` on `listener` with `threads` worker threads, its connections bounded by
-    /// `limits`; accepts HTTP/1.1 and h2c.
+    /// `limits`; accepts HTTP/1.1 and h2c, or with `tls` HTTPS (HTTP/2 or HTTP/1.1 by ALPN).
     pub fn new(
         app: IngressApp,
         listener: std::net::TcpListener,
         threads: usize,
         limits: crate::config::ConnectionLimits,
+        tls: Option<Arc<tls::IngressTls>>,
     ) -> std::io::Result<Self> {
         let address = listener.local_addr()?.to_string();
         listener.set_nonblocking(true)?;
@@ -256,7 +259,7 @@ impl IngressService {
         server.server_options = Some(options);
         let mut inner = ListeningService::new(
             "ingress".to_owned(),
-            connections::GuardedHttp::new(server, limits),
+            connections::GuardedHttp::new(server, limits, tls.clone()),
         );
         inner.add_tcp(&address);
         Ok(Self {
@@ -264,6 +267,7 @@ impl IngressService {
             address,
             socket: Some(OwnedFd::from(listener)),
             threads,
+            tls,
         })
     }
 }
@@ -279,6 +283,9 @@ impl Service for IngressService {
         // Pingora always hands an fd table to services on unix; without one it binds anew.
         if let (Some(fds), Some(socket)) = (&fds, self.socket.take()) {
             fds.lock().add(self.address.clone(), socket.into_raw_fd());
+        }
+        if let Some(tls) = &self.tls {
+            tokio::spawn(Arc::clone(tls).watch(shutdown.clone()));
         }
         self.inner
             .start_service(fds, shutdown, listeners_per_fd)
