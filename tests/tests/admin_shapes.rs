@@ -173,6 +173,8 @@ async fn sql_runs_select_explain_and_show_and_refuses_the_rest_as_the_reference_
                     .starts_with("inv_"),
                 "{body}"
             );
+            let acquired = body["rows"][0]["acquired_at"].as_str().unwrap_or_default();
+            assert!(acquired.starts_with("20"), "{body}");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{body}");

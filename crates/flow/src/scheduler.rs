@@ -383,7 +383,7 @@ impl Scheduler {
         if kind == EntryKind::Resumed {
             // A resumed entry of an exclusive handler still holds its object's lock.
             if let Some(lock) = queue.lock {
-                self.locks.claim(lock, entry);
+                self.locks.claim(lock, entry, now);
             }
         }
         let queue = self.queue_mut(q);
@@ -660,7 +660,7 @@ impl Scheduler {
         let path = queue.path;
         let more = queue.len() > 0;
         if let Some(lock) = lock {
-            self.locks.take(lock, entry);
+            self.locks.take(lock, entry, now);
         }
         let counters = path.map(|p| {
             self.limiter.count_queued(&p, false);
@@ -748,14 +748,14 @@ impl Scheduler {
 
     /// Records that `entry` holds the object lock of `key` although it is not queued (it was
     /// suspended when the process restarted). `None` when the key has no lock.
-    pub fn hold(&mut self, key: &QueueKey, entry: EntryId) -> Option<LockId> {
+    pub fn hold(&mut self, key: &QueueKey, entry: EntryId, now: u64) -> Option<LockId> {
         let object_key = key.object_key.clone()?;
         let lock = self.locks.add_ref(LockKey {
             scope: key.scope.clone(),
             service: key.service.clone(),
             object_key,
         });
-        self.locks.claim(lock, entry);
+        self.locks.claim(lock, entry, now);
         // The lock outlives this reference while it has a holder.
         self.locks.drop_ref(lock);
         Some(lock)
@@ -784,8 +784,9 @@ impl Scheduler {
         self.limiter.admissions()
     }
 
-    /// Every held object lock: scope, service, object key and the entry holding it.
-    pub fn held_locks(&self) -> Vec<(LockKey, EntryId)> {
+    /// Every held object lock: scope, service, object key, the entry holding it, and when it
+    /// took it (ms).
+    pub fn held_locks(&self) -> Vec<(LockKey, EntryId, u64)> {
         self.locks.held()
     }
 

@@ -4,7 +4,8 @@
 # `sluice serve` on free loopback ports (FLOW_CONTROL=1 also switches it on in binaries older than
 # flow control by default; CLUSTER=1: one node
 # in cluster mode over a kcat-hosted mock Kafka cluster of three brokers, see docs/cluster.md),
-# registers the deployment, and stops both on exit. Sets: bin, work, ingress, admin, server, dep.
+# registers the deployment, and stops both on exit (TLS=1: the ingress over HTTPS). Sets: bin,
+# work, ingress, admin, server, dep, scheme.
 # Source it from the workspace root after `set -euo pipefail`.
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
 profile="${PROFILE:-release}"
@@ -35,6 +36,14 @@ bootstrap_in() {
 }
 flags=(env)
 [ "${FLOW_CONTROL:-0}" = 1 ] && flags+=(SERVICE_EXPERIMENTAL_ENABLE_PROTOCOL_V7=true SERVICE_EXPERIMENTAL_ENABLE_VQUEUES=true)
+# TLS=1: the ingress serves HTTPS with a fresh self-signed certificate; $scheme is then https.
+scheme=http
+if [ "${TLS:-0}" = 1 ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+    -subj /CN=localhost -keyout "$work/ingress.key" -out "$work/ingress.crt" 2>/dev/null
+  flags+=("SERVICE_INGRESS__TLS_CERT_FILE=$work/ingress.crt" "SERVICE_INGRESS__TLS_KEY_FILE=$work/ingress.key")
+  scheme=https
+fi
 broker=""
 if [ "${CLUSTER:-0}" = 1 ]; then
   partitions="${SERVICE_WORKER__PARTITIONS:-8}"

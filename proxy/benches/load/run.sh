@@ -5,6 +5,8 @@
 # Flow control: SCOPE=acme calls /service/scope/acme/call/Greeter/greet with flow control on;
 # RULE='{"pattern":"*","limits":{"concurrency":2}}' sets a rule first (default: none).
 # NAGLE=1 serves the deployment with the SDK's own HttpServer (Nagle's algorithm on).
+# TLS=1 serves the ingress over HTTPS (a self-signed certificate; wrk keeps its connections, so
+# this measures TLS per request, not per handshake).
 # PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
 # x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
@@ -31,7 +33,7 @@ wrk.body = "\"load\""
 wrk.headers["content-type"] = "application/json"
 LUA
 # Warm up, then measure.
-wrk -t2 -c"$connections" -d2s -s "$work/post.lua" "http://127.0.0.1:$ingress$path" >/dev/null
+wrk -t2 -c"$connections" -d2s -s "$work/post.lua" "$scheme://127.0.0.1:$ingress$path" >/dev/null
 # PERF_OUT=file records Sluice's stacks while wrk measures (perf record, DWARF unwinding):
 # `perf script -i file | inferno-collapse-perf | inferno-flamegraph > flame.svg`.
 if [ -n "${PERF_OUT:-}" ]; then
@@ -40,7 +42,7 @@ if [ -n "${PERF_OUT:-}" ]; then
 fi
 cpu_before=$(cpu_seconds "$server")
 dep_before=$(cpu_seconds "$dep")
-wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/post.lua" "http://127.0.0.1:$ingress$path" | tee "$work/wrk.out"
+wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/post.lua" "$scheme://127.0.0.1:$ingress$path" | tee "$work/wrk.out"
 cpu_after=$(cpu_seconds "$server")
 dep_after=$(cpu_seconds "$dep")
 requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")

@@ -28,6 +28,9 @@ pub struct LockKey {
 struct Lock {
     key: LockKey,
     holder: Option<EntryId>,
+    /// When its holder took it (ms; for a holder claiming it back after a restart, the
+    /// restart's time).
+    acquired_at: u64,
     waiters: VecDeque<QueueId>,
     /// 1 while a woken waiter has not re-checked.
     pending: u32,
@@ -52,12 +55,12 @@ impl Locks {
         self.slots[id.0 as usize].as_mut().expect("live lock")
     }
 
-    /// Every held lock: scope, service, object key and holder.
-    pub fn held(&self) -> Vec<(LockKey, EntryId)> {
+    /// Every held lock: scope, service, object key, holder and when it took it.
+    pub fn held(&self) -> Vec<(LockKey, EntryId, u64)> {
         self.slots
             .iter()
             .flatten()
-            .filter_map(|lock| Some((lock.key.clone(), lock.holder?)))
+            .filter_map(|lock| Some((lock.key.clone(), lock.holder?, lock.acquired_at)))
             .collect()
     }
 
@@ -70,6 +73,7 @@ impl Locks {
         let lock = Lock {
             key: key.clone(),
             holder: None,
+            acquired_at: 0,
             waiters: VecDeque::new(),
             pending: 0,
             refs: 1,
@@ -104,14 +108,22 @@ impl Locks {
         lock.holder.is_some() || (lock.pending > 0 && !woken_here)
     }
 
-    /// `entry` holds the lock now.
-    pub fn take(&mut self, id: LockId, entry: EntryId) {
-        self.get_mut(id).holder = Some(entry);
+    /// `entry` holds the lock now (a resumed holder keeps its time).
+    pub fn take(&mut self, id: LockId, entry: EntryId, now: u64) {
+        let lock = self.get_mut(id);
+        if lock.holder != Some(entry) {
+            lock.holder = Some(entry);
+            lock.acquired_at = now;
+        }
     }
 
     /// A resumed entry holds its lock already; after a restart it claims it back if free.
-    pub fn claim(&mut self, id: LockId, entry: EntryId) {
-        self.get_mut(id).holder.get_or_insert(entry);
+    pub fn claim(&mut self, id: LockId, entry: EntryId, now: u64) {
+        let lock = self.get_mut(id);
+        if lock.holder.is_none() {
+            lock.holder = Some(entry);
+            lock.acquired_at = now;
+        }
     }
 
     /// Parks `q` (at the front when it was first in line and lost the offer).

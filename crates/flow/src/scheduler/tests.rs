@@ -157,8 +157,9 @@ fn a_lock_held_across_a_restart_blocks_new_work_until_its_holder_completes() {
     let mut s = Scheduler::new(book(&[]), 100);
     let k = key(None, None, Some("obj"));
     // Entry 1 was suspended when the process restarted: it holds the lock, queued nowhere.
-    let lock = s.hold(&k, 1).expect("exclusive queues have a lock");
-    assert_eq!(s.hold(&key(None, None, None), 9), None);
+    let lock = s.hold(&k, 1, 0).expect("exclusive queues have a lock");
+    assert_eq!(s.hold(&key(None, None, None), 9, 0), None);
+    assert_eq!(s.held_locks()[0].1, 1);
     s.enqueue(&k, 2, EntryKind::New, None, 0);
     assert!(s.poll_runnable(0).is_empty());
     s.unlock(lock, 1, 1);

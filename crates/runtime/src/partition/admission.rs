@@ -190,7 +190,7 @@ impl Partition {
             return;
         }
         let key = queue_key(&self.registry, &live.record);
-        live.lock = self.scheduler.hold(&key, live.entry);
+        live.lock = self.scheduler.hold(&key, live.entry, self.driver.now_ms());
     }
 
     /// The attempt of `id` ended: its permit goes back; a completed invocation gives up its lock.

@@ -169,6 +169,8 @@ pub struct HeldLock {
     pub key: String,
     /// The holder.
     pub holder: InvocationId,
+    /// When the holder took it, ms (after a restart: when it claimed it back).
+    pub acquired_at_ms: u64,
 }
 
 /// What `GET /metrics` reads of one partition.

@@ -115,8 +115,9 @@ impl Partition {
                     .scheduler
                     .held_locks()
                     .into_iter()
-                    .filter_map(|(lock, entry)| {
+                    .filter_map(|(lock, entry, acquired_at_ms)| {
                         Some(HeldLock {
+                            acquired_at_ms,
                             scope: lock.scope.map(|s| s.as_str().to_owned()),
                             service: lock.service.into(),
                             key: lock.object_key.into(),

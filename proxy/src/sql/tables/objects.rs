@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, StringBuilder, TimestampMillisecondBuilder, UInt32Builder, UInt64Builder,
-    new_null_array,
+    ArrayRef, StringBuilder, TimestampMillisecondArray, TimestampMillisecondBuilder, UInt32Builder,
+    UInt64Builder, new_null_array,
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
@@ -21,7 +21,7 @@ pub(super) fn locks_schema() -> SchemaRef {
         ("service_key", DataType::Utf8, false),
         ("lock_name", DataType::Utf8, false),
         ("acquired_by", DataType::Utf8, false),
-        // The reference's 1.8 column; the scheduler does not keep when a lock was taken.
+        // When the holder took it; for a lock held across a restart, when it was claimed back.
         ("acquired_at", timestamp(), true),
     ])
 }
@@ -50,7 +50,13 @@ pub(super) fn locks(sources: &Arc<QuerySources>) -> Reader {
                 key,
                 name,
                 holder,
-                new_null_array(&timestamp(), held.len()),
+                Arc::new(
+                    TimestampMillisecondArray::from_iter(held.iter().map(|(_, lock)| {
+                        (lock.acquired_at_ms > 0)
+                            .then(|| i64::try_from(lock.acquired_at_ms).unwrap_or(i64::MAX))
+                    }))
+                    .with_timezone("UTC"),
+                ),
             ],
         )
     })

@@ -116,7 +116,7 @@ impl World {
                 partition.waiting(*id)
             );
         }
-        for (lock, entry) in partition.scheduler.held_locks() {
+        for (lock, entry, _) in partition.scheduler.held_locks() {
             let holder = partition.entries.get(&entry);
             let live = holder.and_then(|id| partition.live.get(id));
             out += &format!(
