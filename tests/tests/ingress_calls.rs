@@ -180,13 +180,6 @@ async fn bad_requests_are_rejected_with_their_codes() {
             "with a key",
         ),
         post(
-            "/service/scope/acme/call/Greeter/greet",
-            Some("\"x\""),
-            400,
-            Some("RT0024"),
-            "require flow control",
-        ),
-        post(
             "/service/scope/a:b/call/Greeter/greet",
             Some("\"x\""),
             400,

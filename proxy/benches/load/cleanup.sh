@@ -20,9 +20,14 @@ wrk.method = "POST"
 wrk.body = "\"load\""
 wrk.headers["content-type"] = "application/json"
 LUA
+# How many invocations `WHERE …` $1 selects; `?` when the query is refused (a timeout while the
+# store is busy).
 count() {
-  curl -sf "http://127.0.0.1:$admin/query" -H 'accept: application/json' -H 'content-type: application/json' \
-    -d "{\"query\":\"SELECT count(*) AS n FROM sys_invocation $1\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["n"])'
+  curl -s "http://127.0.0.1:$admin/query" -H 'accept: application/json' -H 'content-type: application/json' \
+    -d "{\"query\":\"SELECT count(*) AS n FROM sys_invocation $1\"}" |
+    python3 -c 'import json,sys
+try: print(json.load(sys.stdin)["rows"][0]["n"])
+except Exception: print("?")'
 }
 started=$(date +%s)
 wrk -t2 -c"$connections" -d"${fill}s" -s "$work/post.lua" "http://127.0.0.1:$ingress/Greeter/greet/send" | grep -E "requests in|Requests/sec"
@@ -40,5 +45,5 @@ cpu_before=$(cpu_seconds "$server")
 echo "== during the sweep (cleanup-max-in-flight ${SERVICE_WORKER__CLEANUP_MAX_IN_FLIGHT:-32})"
 wrk -t2 -c"$connections" -d"${measure}s" --latency -s "$work/post.lua" "$other" | grep -E "requests in|Requests/sec|  50%|  99%"
 after=$(count "WHERE scope IS NULL")
-echo "purged while measured: $(( before - after )) of $filled ($after left); sluice CPU $(python3 -c "print(round($(cpu_seconds "$server") - $cpu_before, 1))") s"
+echo "store before/after the measured sweep: $before/$after of $filled; sluice CPU $(python3 -c "print(round($(cpu_seconds "$server") - $cpu_before, 1))") s"
 curl -sf "http://127.0.0.1:$admin/metrics" | grep -E '^sluice_cleaner_purge_delay_seconds_(count|sum)' || true
