@@ -621,6 +621,19 @@ impl Builder {
         self
     }
 
+    /// Retries failed attempts after 50 ms, at most 100 ms apart (instead of the defaults'
+    /// seconds), so a test that needs a retry does not wait for one.
+    pub fn quick_retries(self) -> Self {
+        self.env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
+            "50ms",
+        )
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
+            "100ms",
+        )
+    }
+
     /// Sets an environment variable for the process.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));

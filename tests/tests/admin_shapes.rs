@@ -40,7 +40,7 @@ async fn deployments_carry_their_type_and_on_request_their_status() {
     assert_eq!(resp.headers()["cache-control"], "no-store");
     assert_eq!(resp.headers()["age"], "0");
     let listed: Value = resp.json().await.unwrap();
-    let status_of = |uri: &str| {
+    let deployment_at = |uri: &str| {
         listed["deployments"]
             .as_array()
             .unwrap()
@@ -51,26 +51,14 @@ async fn deployments_carry_their_type_and_on_request_their_status() {
                     .unwrap()
                     .starts_with(uri.trim_end_matches('/'))
             })
-            .map(|d| d["status"].clone())
             .unwrap()
+            .clone()
     };
+    let status_of = |uri: &str| deployment_at(uri)["status"].clone();
     // v1 serves nothing now, but the sleeping call is pinned to it; v2 serves.
     assert_eq!(status_of(&v1.uri), "active", "{listed}");
     assert_eq!(status_of(&v2.uri), "active", "{listed}");
-    let v1_id = listed["deployments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| {
-            d["uri"]
-                .as_str()
-                .unwrap()
-                .starts_with(v1.uri.trim_end_matches('/'))
-        })
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let v1_id = deployment_at(&v1.uri)["id"].as_str().unwrap().to_owned();
     // Killed, nothing pins v1 any more: drained.
     let resp = sluice
         .admin(

@@ -395,18 +395,7 @@ async fn exclusive_handlers_of_one_object_run_one_at_a_time_and_shared_ones_alon
 #[tokio::test]
 async fn handlers_call_and_send_to_each_other() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
-            "50ms",
-        )
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
-            "100ms",
-        )
-        .start()
-        .await
-        .unwrap();
+    let sluice = Sluice::builder().quick_retries().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     let post = reqwest::Method::POST;
     // A call: the callee's result comes back to the caller.

@@ -142,18 +142,7 @@ async fn cancel_kill_and_purge() {
 #[tokio::test]
 async fn pause_stops_retries_and_resume_restarts_them() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
-            "50ms",
-        )
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
-            "100ms",
-        )
-        .start()
-        .await
-        .unwrap();
+    let sluice = Sluice::builder().quick_retries().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
     // Fails on its first 1000 calls in the deployment: retried until paused.
     let id = send(&sluice, "/service/send/Meter/flaky", "1000").await;

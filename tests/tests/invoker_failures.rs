@@ -46,21 +46,9 @@ async fn recorded(sluice: &Sluice, addr: SocketAddr, code: &str) -> Value {
     }
 }
 
-fn quick_retries(builder: sluice_tests::Builder) -> sluice_tests::Builder {
-    builder
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
-            "50ms",
-        )
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
-            "100ms",
-        )
-}
-
 #[tokio::test]
 async fn a_wrong_content_type_is_rt0012_and_retried() {
-    let sluice = quick_retries(Sluice::builder()).start().await.unwrap();
+    let sluice = Sluice::builder().quick_retries().start().await.unwrap();
     let addr = deployment(|| {
         Response::builder()
             .header("content-type", "application/json")
@@ -81,7 +69,8 @@ async fn a_wrong_content_type_is_rt0012_and_retried() {
 
 #[tokio::test]
 async fn an_oversize_message_is_rt0003() {
-    let sluice = quick_retries(Sluice::builder())
+    let sluice = Sluice::builder()
+        .quick_retries()
         .env("SERVICE_WORKER__INVOKER__MESSAGE_SIZE_LIMIT", "64")
         .start()
         .await
@@ -109,7 +98,8 @@ async fn an_oversize_message_is_rt0003() {
 #[tokio::test]
 async fn a_silent_deployment_is_rt0001() {
     // Bidi: silence first closes the request body (inactivity), then aborts (RT0001).
-    let sluice = quick_retries(Sluice::builder())
+    let sluice = Sluice::builder()
+        .quick_retries()
         .env("SERVICE_WORKER__INVOKER__INACTIVITY_TIMEOUT", "200ms")
         .env("SERVICE_WORKER__INVOKER__ABORT_TIMEOUT", "300ms")
         .start()
@@ -152,7 +142,7 @@ fn v7_error(behavior: proto::ErrorBehavior) -> Response {
 
 #[tokio::test]
 async fn a_v7_error_with_fail_behaviour_completes_the_invocation_with_that_failure() {
-    let sluice = quick_retries(Sluice::builder()).start().await.unwrap();
+    let sluice = Sluice::builder().quick_retries().start().await.unwrap();
     let addr = fake_deployment(7, || v7_error(proto::ErrorBehavior::Fail)).await;
     sluice.register(&format!("http://{addr}/"), false).await;
     let resp = reqwest::Client::new()
@@ -176,7 +166,7 @@ async fn a_v7_error_with_fail_behaviour_completes_the_invocation_with_that_failu
 
 #[tokio::test]
 async fn a_v7_error_with_pause_behaviour_pauses_the_invocation() {
-    let sluice = quick_retries(Sluice::builder()).start().await.unwrap();
+    let sluice = Sluice::builder().quick_retries().start().await.unwrap();
     let addr = fake_deployment(7, || v7_error(proto::ErrorBehavior::Pause)).await;
     sluice.register(&format!("http://{addr}/"), false).await;
     let sent: Value = reqwest::Client::new()

@@ -47,14 +47,7 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
     // its new address those attempts fail, so retries come quickly.
     let sluice = Sluice::builder()
         .data_dir(&data)
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
-            "50ms",
-        )
-        .env(
-            "SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL",
-            "100ms",
-        )
+        .quick_retries()
         .start()
         .await
         .unwrap();

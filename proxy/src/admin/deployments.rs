@@ -221,20 +221,14 @@ pub async fn list(
     State(state): State<Arc<AdminState>>,
     Query(params): Query<IncludeParams>,
 ) -> Result<axum::response::Response, AdminError> {
-    let mut deployments: Vec<_> = state
-        .registry
-        .deployments()
-        .iter()
-        .map(|d| listed(d))
-        .collect();
+    // One read of the registry: each status goes with the deployment it was computed for.
+    let registered = state.registry.deployments();
+    let mut deployments: Vec<_> = registered.iter().map(|d| listed(d)).collect();
     if !params.status()? {
         return Ok(Json(ListDeploymentsResponse { deployments }).into_response());
     }
     let active = active_deployments(&state).await?;
-    for (shown, d) in deployments
-        .iter_mut()
-        .zip(state.registry.deployments().iter())
-    {
+    for (shown, d) in deployments.iter_mut().zip(registered.iter()) {
         shown.status = Some(status_of(&active, d));
     }
     Ok((fresh(), Json(ListDeploymentsResponse { deployments })).into_response())

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response, StatusCode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::IngressState;
 use super::attach::{TARGET_FORMS, TargetBody, target_id, unavailable};
@@ -21,7 +21,7 @@ use crate::partition::Peek;
 use crate::partition::placement::Route;
 
 /// The lifecycle stage a status answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// Accepted, not started yet.
@@ -46,7 +46,7 @@ impl Stage {
 }
 
 /// A failed invocation's terminal error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusError {
     /// Its code (the handler's, or 409 when it was killed or canceled).
     pub code: u16,
@@ -54,13 +54,13 @@ pub struct StatusError {
     pub message: String,
 }
 
-/// What `GET …/status` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What `GET …/status` answers (and, in cluster mode, what another node's answer is read as).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusBody {
     /// Where the invocation is.
     pub stage: Stage,
     /// The terminal error, only when it completed with a failure.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<StatusError>,
 }
 
@@ -261,42 +261,12 @@ async fn elsewhere(
     .map_err(not_here)?;
     match answer.status {
         StatusCode::OK => {
-            let body: StatusAnswer = serde_json::from_slice(&answer.body)
+            let body: StatusBody = serde_json::from_slice(&answer.body)
                 .map_err(|e| not_here(format!("it answered an unreadable status ({e})")))?;
-            Ok(Some(body.into()))
+            Ok(Some(body))
         }
         StatusCode::NOT_FOUND => Ok(None),
         other => Err(not_here(format!("it answered {other}"))),
-    }
-}
-
-/// A status as another node answered it.
-#[derive(serde::Deserialize)]
-struct StatusAnswer {
-    stage: String,
-    error: Option<ErrorAnswer>,
-}
-
-#[derive(serde::Deserialize)]
-struct ErrorAnswer {
-    code: u16,
-    message: String,
-}
-
-impl From<StatusAnswer> for StatusBody {
-    fn from(answer: StatusAnswer) -> Self {
-        let stage = match answer.stage.as_str() {
-            "created" => Stage::Created,
-            "completed" => Stage::Completed,
-            _ => Stage::Started,
-        };
-        Self {
-            stage,
-            error: answer.error.map(|e| StatusError {
-                code: e.code,
-                message: e.message,
-            }),
-        }
     }
 }
 
@@ -351,6 +321,11 @@ mod tests {
             json(&failed),
             serde_json::json!({"stage": "completed", "error": {"code": 409, "message": "killed"}})
         );
+        // Another node's answer reads back as it was written.
+        for p in [&failed, &peek(Status::Pending, None)] {
+            let read: StatusBody = serde_json::from_value(json(p)).unwrap();
+            assert_eq!(read, StatusBody::of(p));
+        }
     }
 
     #[test]

@@ -55,11 +55,10 @@ pub fn migrate(store: &Store) -> Result<Option<Migrated>, CodedError> {
     if recorded(store)? {
         return Ok(None);
     }
-    let records = store.with_db(store::load_records)??;
-    let in_flight = records
-        .iter()
-        .filter(|r| r.status != Status::Completed)
-        .count();
+    // Listed records (no inputs or outputs): only their status is counted.
+    let in_flight = store
+        .with_db(|db| store::load_listed(db, |r| r.status != Status::Completed, usize::MAX))??
+        .len();
     record(store)?;
     Ok(Some(Migrated { in_flight }))
 }
