@@ -86,6 +86,19 @@ pub struct WaitingResponse {
     /// tokens, the earliest it could be), RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_token_at: Option<String>,
+    /// Its place in its queue: 1 is next (resumed entries go before new ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+    /// Entries its queue started per second lately (absent before the queue started two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_per_second: Option<f64>,
+    /// When it should start at that rate: its position times the gap between the queue's
+    /// starts (or the time since the last one, when longer), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta: Option<String>,
+    /// The same, in milliseconds from now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_ms: Option<u64>,
 }
 
 /// `GET /invocations` filters.

@@ -7,7 +7,9 @@ use crate::client::AdminClient;
 use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
-use sluice_api::invocations::{InvocationResponse, ListInvocationsResponse, RestartAsNewResponse};
+use sluice_api::invocations::{
+    InvocationResponse, ListInvocationsResponse, RestartAsNewResponse, WaitingResponse,
+};
 
 /// `sluice invocations …`
 #[derive(Debug, Subcommand)]
@@ -86,6 +88,28 @@ impl InvocationsCommand {
             Self::List { .. } | Self::Describe { .. } | Self::RestartAsNew { .. } => return None,
         })
     }
+}
+
+/// Why a queued invocation waits, on one line: its queue's state and what holds it, its
+/// place in line, and when it should start.
+fn waiting_line(w: &WaitingResponse) -> String {
+    let mut line = w.status.clone();
+    if let Some(on) = &w.blocked_on {
+        line.push_str(&format!(" on {on}"));
+        if let Some(rule) = &w.rule {
+            line.push_str(&format!(" (rule '{rule}')"));
+        }
+    }
+    if let Some(position) = w.position {
+        line.push_str(&format!(", position {position} of {}", w.queued));
+    }
+    match (w.eta_ms, w.drain_per_second) {
+        (Some(ms), Some(rate)) => {
+            line.push_str(&format!(", ETA {:.1} s at {rate:.1}/s", ms as f64 / 1000.0))
+        }
+        _ => line.push_str(", no ETA yet (its queue has not started two)"),
+    }
+    line
 }
 
 /// Runs an invocations command.
@@ -198,6 +222,9 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
                 println!("completion:  {c}");
             }
             println!("created:     {}", i.created_at);
+            if let Some(w) = &i.waiting {
+                println!("waiting:     {}", waiting_line(w));
+            }
         }
         InvocationsCommand::RestartAsNew { id, .. } => {
             let restarted: RestartAsNewResponse = answer.parse()?;

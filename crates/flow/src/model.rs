@@ -20,7 +20,9 @@
 //!   lost (drain completes every accepted arrival);
 //! - shadow rules never change an admission: the limits above ignore them, so a shadow rule that
 //!   held anything would fail the admission or the lost-wake-up check;
-//! - a paused queue dispatches nothing, keeps its entries, and runs them once resumed.
+//! - a paused queue dispatches nothing, keeps its entries, and runs them once resumed;
+//! - positions: each waiting entry's place in its queue (why-waiting) is its place in the
+//!   model's order, resumed first.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
@@ -29,7 +31,9 @@ use std::sync::Arc;
 use super::pattern::{Level, RulePattern};
 use super::priority::Priority;
 use super::rules::{Delete, Limit, RuleBook, Upsert};
-use super::scheduler::{Dispatch, EntryId, EntryKind, LockId, Permit, QueueKey, Scheduler};
+use super::scheduler::{
+    Dispatch, EntryId, EntryKind, LockId, Permit, QueueId, QueueKey, Scheduler,
+};
 use super::scope::{LimitKey, Scope};
 
 /// Most dispatches of other queues a ready, admissible queue waits for.
@@ -129,6 +133,8 @@ pub struct Model {
     limits: Vec<Limit>,
     /// Per key: paused by an operator.
     paused: Vec<bool>,
+    /// Per key: the queue its last entry went into (alive while it holds entries).
+    queue_of: Vec<Option<QueueId>>,
     /// Arrivals refused for a full queue.
     pub refused: u64,
     /// Largest fairness wait seen, for reporting.
@@ -197,6 +203,7 @@ impl Model {
             usage: vec![0; n],
             limits: vec![Limit::Unlimited; n],
             paused: vec![false; KEYS.len()],
+            queue_of: vec![None; KEYS.len()],
             refused: 0,
             worst_wait: 0,
             dispatched: 0,
@@ -229,8 +236,10 @@ impl Model {
                 let id = self.next_id;
                 self.entry_key.insert(id, key);
                 self.waiting_new[key].push_back(id);
-                self.sched
+                let q = self
+                    .sched
                     .enqueue(&self.keys[key], id, EntryKind::New, None, self.now);
+                self.queue_of[key] = Some(q);
             }
             Event::Complete(i) | Event::Suspend(i) => {
                 if self.running_order.is_empty() {
@@ -260,8 +269,10 @@ impl Model {
                 let id = self.suspended.remove(i % self.suspended.len());
                 let key = self.entry_key[&id];
                 self.waiting_resumed[key].push_back(id);
-                self.sched
+                let q = self
+                    .sched
                     .enqueue(&self.keys[key], id, EntryKind::Resumed, None, self.now);
+                self.queue_of[key] = Some(q);
             }
             Event::Rule {
                 pattern,
@@ -326,6 +337,7 @@ impl Model {
         for dispatch in self.sched.poll_runnable(self.now) {
             self.on_dispatch(dispatch);
         }
+        self.check_positions();
         if (self.running.len() as u32) < self.invoker_limit {
             for (key, spec) in KEYS.iter().enumerate() {
                 if self.paused[key] {
@@ -338,6 +350,36 @@ impl Model {
                     );
                 }
             }
+        }
+    }
+
+    /// Each waiting entry's position is its place in the model's order: one queue per step,
+    /// in turn, its first few entries and its last (a lookup scans the queue, and simulated
+    /// queues grow long).
+    fn check_positions(&self) {
+        let key = (self.now % KEYS.len() as u64) as usize;
+        let order: Vec<EntryId> = self.waiting_resumed[key]
+            .iter()
+            .chain(&self.waiting_new[key])
+            .copied()
+            .collect();
+        let Some(q) = self.queue_of[key] else {
+            assert!(order.is_empty(), "entries waiting without a queue");
+            return;
+        };
+        let n = order.len();
+        for (at, entry) in order.iter().enumerate() {
+            if at >= 3 && at + 1 < n {
+                continue;
+            }
+            let place = self.sched.position(q, *entry, self.now);
+            assert_eq!(
+                place.map(|p| p.position),
+                Some(at + 1),
+                "entry {entry} of queue {:?} is {} in line",
+                KEYS[key],
+                at + 1
+            );
         }
     }
 

@@ -16,11 +16,13 @@ use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
 
+mod drain;
 mod locks;
 mod snapshot;
 
 pub use super::limiter::{Refusal, RefusalReason};
 use locks::Locks;
+pub use drain::Position;
 pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus, StageCounts};
 
@@ -137,6 +139,8 @@ struct Queue {
     /// When the queue was created, its last entry arrived, an entry first started, and an
     /// entry was last dispatched (ms; 0: never), for introspection.
     times: QueueTimes,
+    /// Its recent drain rate, for the ETA of its waiting entries.
+    drain: drain::Drain,
 }
 
 /// A queue's introspection timestamps (ms since the epoch; 0: not yet).
@@ -353,6 +357,7 @@ impl Scheduler {
                 created_at: now,
                 ..QueueTimes::default()
             },
+            drain: drain::Drain::default(),
         };
         let id = match self.free_queues.pop() {
             Some(slot) => {
@@ -652,6 +657,7 @@ impl Scheduler {
             EntryKind::New => queue.new.pop_front(),
         };
         queue.times.last_attempt_at = now;
+        queue.drain.dispatched(now);
         if kind == EntryKind::New {
             queue.times.last_start_at = now;
         }

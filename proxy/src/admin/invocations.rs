@@ -47,7 +47,13 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
         }) => (Some(rate.rate.to_string()), Some(time(*next_token_ms))),
         _ => (None, None),
     };
+    let position = w.position;
+    let eta_ms = position.and_then(|p| p.eta_ms);
     WaitingResponse {
+        position: position.map(|p| p.position),
+        drain_per_second: position.and_then(|p| p.drain_per_second),
+        eta: eta_ms.map(|ms| time(crate::clock::now_ms().saturating_add(ms))),
+        eta_ms,
         status: w.status.name().to_owned(),
         queued: w.queued,
         scope: w.scope.map(|s| s.to_string()),

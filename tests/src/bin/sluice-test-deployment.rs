@@ -71,10 +71,19 @@ static DONE: AtomicU64 = AtomicU64::new(0);
 static TICKS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 /// The labels `Meter/mark` was called with, in the order the calls started.
 static MARKS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+/// What `Meter/timed` saw: label, start and end, ms since the epoch, in the order calls ended.
+static TIMINGS: std::sync::Mutex<Vec<(String, u64, u64)>> = std::sync::Mutex::new(Vec::new());
 /// Calls of `Meter/flaky`.
 static FLAKY: AtomicU64 = AtomicU64::new(0);
 
 struct Meter;
+
+/// Now, ms since the epoch.
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// One `Meter/hold` running: counted while it lives, also when the SDK drops the handler
 /// because its connection was cut (a Sluice node killed mid-call).
@@ -175,11 +184,36 @@ impl Meter {
     /// Records when it started (for rate limits measured in the handler).
     #[handler]
     async fn tick(&self, _ctx: Context<'_>) -> Result<(), HandlerError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now = epoch_ms();
         TICKS.lock().unwrap_or_else(|e| e.into_inner()).push(now);
         Ok(())
+    }
+
+    /// Runs `"<label> <millis>"`: holds for `millis` like `hold` (counted in the peak) and
+    /// records its label with when it started and ended, for effects measured in the handler
+    /// (admission order, waits, ETAs).
+    #[handler]
+    async fn timed(&self, _ctx: Context<'_>, spec: String) -> Result<(), HandlerError> {
+        let (label, millis) = spec.rsplit_once(' ').unwrap_or((&spec, "0"));
+        let started = epoch_ms();
+        {
+            let _holding = Holding::enter();
+            tokio::time::sleep(Duration::from_millis(millis.parse().unwrap_or(0))).await;
+        }
+        TIMINGS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((label.to_owned(), started, epoch_ms()));
+        Ok(())
+    }
+
+    /// What `timed` recorded since the last call, `[label, start, end]` in the order the calls
+    /// ended; resets it.
+    #[handler]
+    async fn timings(&self, _ctx: Context<'_>) -> Result<Json<Vec<(String, u64, u64)>>, HandlerError> {
+        Ok(Json(std::mem::take(
+            &mut *TIMINGS.lock().unwrap_or_else(|e| e.into_inner()),
+        )))
     }
 
     /// Records its label (for admission order measured in the handler).

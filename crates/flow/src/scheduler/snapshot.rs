@@ -103,6 +103,8 @@ pub struct QueueSnapshot {
     /// Its invocations past the queue, by stage; the scheduler does not see them, so it leaves
     /// this empty and the partition counts them.
     pub stages: StageCounts,
+    /// The mean gap between its recent dispatches, ms (`None` before it dispatched twice).
+    pub drain_gap_ms: Option<u64>,
 }
 
 /// Invocations of one queue by stage, beside the ones waiting in it.
@@ -169,6 +171,7 @@ impl Scheduler {
                     since: queue.since,
                     times: queue.times,
                     stages: StageCounts::default(),
+                    drain_gap_ms: queue.drain.mean_gap_ms(),
                 }
             })
             .collect();

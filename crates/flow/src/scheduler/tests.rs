@@ -328,3 +328,31 @@ fn simulator_one_million_events() {
         started.elapsed()
     );
 }
+
+#[test]
+fn a_waiting_entry_knows_its_place_and_when_its_turn_should_come() {
+    let mut s = Scheduler::new(book(&[("a", 1)]), 100);
+    let a = key(Some("a"), None, None);
+    let q = s.enqueue(&a, 1, EntryKind::New, None, 1_000);
+    for id in 2..=5 {
+        s.enqueue(&a, id, EntryKind::New, None, 1_000);
+    }
+    let first = s.poll_runnable(1_000).pop().unwrap();
+    let place = s.position(q, 4, 1_000).unwrap();
+    assert_eq!(place.position, 3, "entries 2 and 3 are ahead of 4");
+    assert_eq!(place.eta_ms, None, "one dispatch gives no rate yet");
+    assert_eq!(s.position(q, 1, 1_000), None, "a running entry does not wait");
+    // The queue drains one every 100 ms.
+    s.release(first.permit, 1_100);
+    let second = s.poll_runnable(1_100).pop().unwrap();
+    let place = s.position(q, 4, 1_100).unwrap();
+    assert_eq!(place.position, 2);
+    assert_eq!(place.eta_ms, Some(200));
+    assert_eq!(s.position(q, 4, 1_150).unwrap().eta_ms, Some(150));
+    assert_eq!(place.drain_per_second, Some(10.0));
+    // A resumed entry goes ahead of new ones.
+    s.enqueue(&a, 9, EntryKind::Resumed, None, 1_100);
+    assert_eq!(s.position(q, 4, 1_100).unwrap().position, 3);
+    assert_eq!(s.position(q, 9, 1_100).unwrap().position, 1);
+    s.release(second.permit, 1_200);
+}

@@ -8,7 +8,9 @@ use super::phase::Run;
 use super::task::Partition;
 use crate::discovery::{HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::{BlockedOn, EntryKind, QueueKey, QueueStatus, RefusalReason};
+use crate::flow::scheduler::{
+    BlockedOn, EntryKind, Position, QueueKey, QueueStatus, RefusalReason,
+};
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Status};
@@ -230,15 +232,21 @@ pub struct Waiting {
     pub limit_key: Option<LimitKey>,
     /// What holds the queue, when it is blocked.
     pub blocked_on: Option<BlockedOn>,
+    /// Its place in its queue (1: next), the queue's recent drain rate and the ETA that gives.
+    pub position: Option<Position>,
 }
 
 impl Partition {
     /// What the queued invocation `id` waits for; `None` when it is not queued.
     pub(super) fn waiting(&self, id: InvocationId) -> Option<Waiting> {
-        let queue = match self.live.get(&id) {
-            Some(live) => live.run.queue()?,
-            None => self.dormant.get(&id)?.queue()?,
+        let (queue, entry) = match self.live.get(&id) {
+            Some(live) => (live.run.queue()?, live.entry),
+            None => {
+                let dormant = self.dormant.get(&id)?;
+                (dormant.queue()?, dormant.entry())
+            }
         };
+        let now = self.driver.now_ms();
         let snapshot = self
             .scheduler
             .queues()
@@ -250,6 +258,7 @@ impl Partition {
             scope: snapshot.key.scope,
             limit_key: snapshot.key.limit_key,
             blocked_on: snapshot.blocked_on,
+            position: self.scheduler.position(queue, entry, now),
         })
     }
 }

@@ -308,6 +308,11 @@ impl Dormant {
         self.queue
     }
 
+    /// Its scheduler entry.
+    pub(super) fn entry(&self) -> EntryId {
+        self.entry
+    }
+
     /// Where it is: waiting for its time, or for its turn.
     pub(super) fn status(&self) -> Status {
         if self.resting().scheduled {

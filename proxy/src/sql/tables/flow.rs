@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Builder,
-    UInt64Array, UInt64Builder,
+    Float64Array, UInt64Array, UInt64Builder,
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
@@ -412,6 +412,7 @@ pub(super) fn vqueue_meta_schema() -> SchemaRef {
                 .into_iter()
                 .map(|(n, t)| (n, t, true)),
         )
+        .chain([("drain_per_second", DataType::Float64, true)])
         .collect(),
     )
 }
@@ -506,6 +507,9 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
                     .into_iter()
                     .map(|(_, ty)| datafusion::arrow::array::new_null_array(&ty, queues.len())),
             )
+            .chain([Arc::new(Float64Array::from_iter(queues.iter().map(|(_, q)| {
+                q.drain_gap_ms.map(|gap| 1000.0 / gap as f64)
+            }))) as ArrayRef])
             .collect(),
         )
     })
