@@ -205,3 +205,68 @@ async fn a_refused_call_from_a_handler_fails_with_rt0030() {
         "the refused call was not stored"
     );
 }
+
+/// A handler's call or send that names no scope runs under its caller's scope and limit key
+/// (`flow.inherit-scope`, on by default), so one rule governs a whole call chain; a scope or
+/// limit key the handler names wins. Measured in the deployment: the callee's StartMessage and
+/// the peak of `hold`s running at once.
+#[tokio::test]
+async fn calls_from_a_scoped_handler_inherit_its_scope_and_limit_key() {
+    let (sluice, _dep) = started(json!([{"pattern": "t9", "limits": {"concurrency": 3}}])).await;
+    let inherited = [
+        (json!({}), json!({"scope": "t7", "limitKey": "gold"})),
+        (
+            json!({"limitKey": "silver"}),
+            json!({"scope": "t7", "limitKey": "silver"}),
+        ),
+        (json!({"scope": "t8"}), json!({"scope": "t8", "limitKey": null})),
+    ];
+    for (asked, seen) in inherited {
+        assert_eq!(
+            who(
+                &sluice,
+                "/service/scope/t7/call/TsMeter/askWho?limit-key=gold",
+                asked.clone()
+            )
+            .await,
+            seen,
+            "{asked}"
+        );
+    }
+    // Six parallel calls from a handler in t9 = 3 that name no scope: the caller holds one
+    // slot while it runs, its children share the other two.
+    let (status, body) = call(
+        &sluice,
+        "/service/scope/t9/call/TsMeter/fanOut",
+        json!({"calls": 6, "millis": 300}),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "6"));
+    let (_, peak) = call(&sluice, "/service/call/TsMeter/peak", Value::Null).await;
+    assert_eq!(peak, "2", "the chain shares t9's three slots");
+    assert_eq!(completed_in(&sluice, "t9").await, 7, "caller and children in t9");
+
+    // Turned off, a handler's calls that name no scope are unscoped, as before.
+    let dep = TestDeployment::typescript("h2").await.unwrap();
+    let off = Sluice::builder()
+        .config("[flow]\ninherit-scope = false\n")
+        .start()
+        .await
+        .unwrap();
+    off.register(&dep.uri, false).await;
+    off.set_rules(json!([{"pattern": "t9", "limits": {"concurrency": 3}}]))
+        .await;
+    assert_eq!(
+        who(&off, "/service/scope/t7/call/TsMeter/askWho", json!({})).await,
+        json!({"scope": null, "limitKey": null})
+    );
+    let (status, _) = call(
+        &off,
+        "/service/scope/t9/call/TsMeter/fanOut",
+        json!({"calls": 6, "millis": 300}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, peak) = call(&off, "/service/call/TsMeter/peak", Value::Null).await;
+    assert_eq!(peak, "6", "unscoped children are not limited");
+}

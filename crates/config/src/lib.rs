@@ -4,6 +4,7 @@
 //! Anything unknown or invalid fails with RT0002 naming the key path and where it came from.
 
 pub mod cluster;
+pub mod flow;
 pub mod kafka;
 mod load;
 pub mod plugins;
@@ -62,6 +63,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Partitions and the invoker.
     pub worker: WorkerConfig,
+    /// Node-wide flow-control settings.
+    pub flow: flow::FlowConfig,
     /// `GET /metrics` on the admin listener.
     pub metrics: MetricsConfig,
     /// Exporting spans over OTLP.
@@ -91,6 +94,7 @@ impl Default for Config {
             ingress: IngressConfig::default(),
             admin: AdminConfig::default(),
             worker: WorkerConfig::default(),
+            flow: flow::FlowConfig::default(),
             metrics: MetricsConfig::default(),
             tracing: TracingConfig::default(),
             plugin_limits: PluginLimits::default(),

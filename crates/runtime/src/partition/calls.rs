@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
-use crate::flow::Priority;
+use crate::flow::{LimitKey, Priority};
 use crate::flow::scope::parse_request;
 use crate::ids::InvocationId;
 use crate::invocation::new::{Identity, NewInvocation};
@@ -82,6 +82,7 @@ fn derive_uuid(caller: InvocationId, index: u32) -> u128 {
 /// notification telling the caller its id. `None` for messages that are not calls.
 pub fn child_of(
     registry: &Registry,
+    inherit_scope: bool,
     caller_record: &InvocationRecord,
     index: u32,
     message: &Message,
@@ -107,7 +108,9 @@ pub fn child_of(
             "a call carries an empty idempotency key: give it a non-empty key, or none",
         )));
     }
-    // A call's scope and limit key are checked like the ingress checks them.
+    // A call's scope and limit key are checked like the ingress checks them, after what it
+    // inherits from its caller.
+    let (scope, limit_key) = inherited(inherit_scope, caller_record, scope, limit_key);
     let (scope, limit_key) = match parse_request(scope, limit_key) {
         Ok(classified) => classified,
         Err(e) => return Some(Err(e)),
@@ -179,10 +182,31 @@ pub fn child_of(
     }))
 }
 
+/// The scope and limit key a call runs under: what the handler named, or, when it named no
+/// scope and `inherit` is on (`flow.inherit-scope`), its caller's scope with the handler's own
+/// limit key if it named one, else the caller's. A scope the handler names comes with only the
+/// limit key it names: the caller's key belongs to the caller's scope.
+fn inherited<'a>(
+    inherit: bool,
+    caller: &'a InvocationRecord,
+    scope: Option<&'a str>,
+    limit_key: Option<&'a str>,
+) -> (Option<&'a str>, Option<&'a str>) {
+    let named_key = limit_key.filter(|k| !k.is_empty());
+    match (scope, &caller.scope) {
+        (None, Some(caller_scope)) if inherit => (
+            Some(caller_scope.as_str()),
+            named_key.or(caller.limit_key.as_ref().map(LimitKey::as_str)),
+        ),
+        _ => (scope, limit_key),
+    }
+}
+
 /// The children the calls in `journal` create, to hand over again after a restart (the
 /// partitions that own them ignore the ones they have).
 pub fn children_in(
     registry: &Registry,
+    inherit_scope: bool,
     record: &InvocationRecord,
     journal: &[Frame],
     now: u64,
@@ -198,7 +222,7 @@ pub fn children_in(
             continue;
         }
         if let Ok(message) = Message::decode(frame, version)
-            && let Some(Ok((child, _))) = child_of(registry, record, index, &message, now)
+            && let Some(Ok((child, _))) = child_of(registry, inherit_scope, record, index, &message, now)
         {
             out.push(child);
         }
@@ -230,5 +254,38 @@ mod tests {
             derive_uuid(caller, 3),
             derive_uuid(InvocationId::generate(7), 3)
         );
+    }
+
+    #[test]
+    fn a_call_naming_no_scope_inherits_its_callers_unless_turned_off() {
+        use crate::flow::Scope;
+        let target = Target {
+            service: "S".into(),
+            handler: "h".into(),
+            key: None,
+        };
+        let caller = NewInvocation::new(target, Identity::Fresh)
+            .in_scope(
+                Some(Scope::parse("acme").unwrap()),
+                Some(LimitKey::parse("gold").unwrap()),
+            )
+            .into_record(0);
+        let unscoped = NewInvocation::new(caller.target.clone(), Identity::Fresh).into_record(0);
+        assert_eq!(
+            inherited(true, &caller, None, None),
+            (Some("acme"), Some("gold"))
+        );
+        assert_eq!(
+            inherited(true, &caller, None, Some("silver")),
+            (Some("acme"), Some("silver")),
+            "its own limit key wins"
+        );
+        assert_eq!(
+            inherited(true, &caller, Some("other"), None),
+            (Some("other"), None),
+            "its own scope comes without the caller's key"
+        );
+        assert_eq!(inherited(false, &caller, None, None), (None, None));
+        assert_eq!(inherited(true, &unscoped, None, None), (None, None));
     }
 }

@@ -128,6 +128,8 @@ pub(super) fn object(record: &InvocationRecord) -> Option<state::Object<'_>> {
 pub(super) struct Reads<'a> {
     pub store: &'a Store,
     pub registry: &'a Registry,
+    /// `flow.inherit-scope`: calls that name no scope run under their caller's.
+    pub inherit_scope: bool,
     pub now: u64,
 }
 
@@ -143,6 +145,7 @@ pub(super) fn journal_message(
     let Reads {
         store,
         registry,
+        inherit_scope,
         now,
     } = *reads;
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
@@ -241,7 +244,7 @@ pub(super) fn journal_message(
             }
             None => None,
         };
-        let child = match calls::child_of(registry, &live.record, index, &message, now) {
+        let child = match calls::child_of(registry, inherit_scope, &live.record, index, &message, now) {
             Some(Ok(child)) => Some(child),
             Some(Err(e)) => {
                 // Nothing of the attempt from here on is kept; it is retried.

@@ -203,7 +203,13 @@ impl Partition {
             let journal = self.store.with_db(|db| store::load_journal(db, id))??;
             // A child may have been lost between this journal's commit and its hand-over.
             let now = self.driver.now_ms();
-            for child in calls::children_in(&self.registry, &record, &journal, now) {
+            for child in calls::children_in(
+                &self.registry,
+                self.config.flow.inherit_scope,
+                &record,
+                &journal,
+                now,
+            ) {
                 effects.push(Effect::Child(Box::new(child)));
             }
             match (record.status, record.run_at_ms) {

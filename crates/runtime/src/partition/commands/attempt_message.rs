@@ -60,6 +60,7 @@ impl Partition {
             let reads = Reads {
                 store: &self.store,
                 registry: &self.registry,
+                inherit_scope: self.config.flow.inherit_scope,
                 now: self.driver.now_ms(),
             };
             journal_message(&reads, live, writes, message, ack, effects)?;

@@ -162,6 +162,7 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
     }
     super::super::calls::children_in(
         &partition.registry,
+        partition.config.flow.inherit_scope,
         &live.record,
         &live.journal,
         partition.driver.now_ms(),

@@ -4,6 +4,34 @@
 use super::*;
 
 impl World {
+    /// `flow.inherit-scope` (on in the simulator's configuration): the simulated handlers'
+    /// calls name no scope, so each child carries its caller's.
+    fn check_inherited_scopes(&mut self, store: &Store) {
+        let listed = store
+            .with_db(|db| records::load_listed(db, |_| true, usize::MAX))
+            .expect("the store is open")
+            .expect("records read back");
+        let scopes: std::collections::HashMap<InvocationId, _> = listed
+            .iter()
+            .map(|r| (r.id, (r.scope.clone(), r.limit_key.clone())))
+            .collect();
+        for child in &listed {
+            let Some(caller) = child.caller else {
+                continue;
+            };
+            if let Some(theirs) = scopes.get(&caller.id) {
+                assert_eq!(
+                    &(child.scope.clone(), child.limit_key.clone()),
+                    theirs,
+                    "child {} of {} does not run under its caller's scope",
+                    child.id,
+                    caller.id
+                );
+                self.stats.inherited += u64::from(theirs.0.is_some());
+            }
+        }
+    }
+
     pub(super) fn check_acked_are_stored(&mut self) {
         let store = &self.node.as_ref().expect("the node runs").store;
         let purged = &self.purged;
@@ -133,9 +161,11 @@ impl World {
         out
     }
 
-    /// Every acknowledged invocation completed, with its state writes.
+    /// Every acknowledged invocation completed, with its state writes; every call a scoped
+    /// handler made (naming no scope) ran under its caller's scope and limit key.
     pub(super) fn check_completed(&mut self) {
         let store = Arc::clone(&self.node().store);
+        self.check_inherited_scopes(&store);
         let purged = &self.purged;
         for (id, acked) in self
             .acked

@@ -197,6 +197,8 @@ struct Stats {
     /// Cluster mode: records the broker refused, and the most a leader had in flight.
     refused: u64,
     most_in_flight: usize,
+    /// Children of scoped callers found under their caller's scope.
+    inherited: u64,
 }
 
 /// The simulated world: one partition, its disk and its clients.
@@ -347,6 +349,7 @@ fn work(runs: &Mutex<Runs>, wanted: u64, seed: u64) {
         total.fenced += stats.fenced;
         total.refused += stats.refused;
         total.most_in_flight = total.most_in_flight.max(stats.most_in_flight);
+        total.inherited += stats.inherited;
     }
 }
 
@@ -386,7 +389,7 @@ fn simulator_partition_events() {
     let runs = runs.into_inner().unwrap();
     let total = runs.total;
     println!(
-        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures, {} leadership changes, {} zombie records refused, {} records the broker refused, up to {} records in flight",
+        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures, {} leadership changes, {} zombie records refused, {} records the broker refused, up to {} records in flight, {} calls under their caller's scope",
         total.events,
         runs.started,
         started.elapsed(),
@@ -401,6 +404,7 @@ fn simulator_partition_events() {
         total.fenced,
         total.refused,
         total.most_in_flight,
+        total.inherited,
     );
     // A million events walk every move of the transition table (the rarest, a kill in the
     // batch of its submission, about 20 times): each is a move the partition really makes.
@@ -443,6 +447,7 @@ fn simulator_partition_events() {
         total.most_in_flight > 1,
         "no leader had several records in flight"
     );
+    assert!(total.inherited > 0, "no scoped handler made a call");
 }
 
 #[test]
