@@ -30,6 +30,11 @@ pub struct Limits {
     /// (default 1): `acme/gold` at 3 beside `acme/free` at 1 gets 3 admissions for each of its.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Longest a new invocation may wait at the counter (`500ms`, `30s`, `5m`); past it, it
+    /// is dropped without ever starting: its caller gets 504 `FLO0003`, a send's status says
+    /// it. Counted from its arrival (or the end of its delay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<String>,
 }
 
 /// `enforce` (the default) or `shadow`: evaluated and counted at its counters, never holding

@@ -108,6 +108,13 @@ pub struct LimitArgs {
     /// The share its keys get under contention relative to their siblings (1-1000, default 1).
     #[arg(long)]
     pub weight: Option<u32>,
+    /// Longest a new invocation may wait at a counter (`500ms`, `30s`, `5m`); past it, it is
+    /// dropped without starting (504 FLO0003).
+    #[arg(long, conflicts_with = "no_max_wait")]
+    pub max_wait: Option<String>,
+    /// Remove the rule's max-wait.
+    #[arg(long)]
+    pub no_max_wait: bool,
     /// Count what the rule would do without enforcing it (`mode = "shadow"`).
     #[arg(long, conflicts_with = "enforce")]
     pub shadow: bool,
@@ -213,6 +220,12 @@ fn limits_set(
     }
     if flags.weight.is_some() {
         limits.weight = flags.weight;
+    }
+    if flags.no_max_wait {
+        limits.max_wait = None;
+    }
+    if flags.max_wait.is_some() {
+        limits.max_wait.clone_from(&flags.max_wait);
     }
     serde_json::to_value(&limits).map_err(|e| CodedError::uncoded(e.to_string()))
 }
@@ -329,7 +342,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                 "DISABLED",
             ];
             if *extra {
-                header.extend(["DESCRIPTION", "VERSION", "LAST MODIFIED"]);
+                header.extend(["MAX WAIT", "DESCRIPTION", "VERSION", "LAST MODIFIED"]);
             }
             let rows: Vec<Vec<String>> = list
                 .iter()
@@ -352,6 +365,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                     ];
                     if *extra {
                         row.extend([
+                            r.limits.max_wait.clone().unwrap_or_else(|| "-".to_owned()),
                             r.description.clone().unwrap_or_default(),
                             r.version.to_string(),
                             rfc3339(r.last_modified_millis_since_epoch).unwrap_or_default(),

@@ -39,6 +39,9 @@ pub struct RuleSpec {
     /// Share under contention among siblings (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Longest a new invocation may wait, e.g. `30s` (absent: no bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<String>,
     /// `enforce` (default) or `shadow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -77,6 +80,15 @@ impl RuleSpec {
             return Err(rule("concurrency and burst must be at least 1".into()));
         }
         let on_exceed = self.on_exceed.clone().filter(|o| o != "throttle");
+        // As the server reads it back: `30000ms` is `30s`.
+        let max_wait = match &self.max_wait {
+            None => None,
+            Some(text) => Some(
+                text.parse::<sluice_core::units::FriendlyDuration>()
+                    .map_err(|e| rule(format!("max_wait {e}")))?
+                    .to_string(),
+            ),
+        };
         if let Some(mode) = self
             .mode
             .as_deref()
@@ -88,6 +100,7 @@ impl RuleSpec {
             burst: rate.as_ref().map(|_| self.burst.unwrap_or(1)),
             rate,
             on_exceed,
+            max_wait,
             weight: self.weight.filter(|w| *w != 1),
             mode: self.mode.clone().filter(|m| m != "enforce"),
             ..self.clone()
@@ -112,6 +125,7 @@ impl RuleSpec {
             on_exceed: rule.limits.on_exceed.clone(),
             max_queued: rule.limits.max_queued,
             weight: rule.limits.weight,
+            max_wait: rule.limits.max_wait.clone(),
             mode: Some(rule.mode.clone()).filter(|m| m != "enforce"),
             description: rule.description.clone(),
             disabled: rule.disabled,
@@ -128,6 +142,7 @@ impl RuleSpec {
                 on_exceed: self.on_exceed.clone(),
                 max_queued: self.max_queued,
                 weight: self.weight,
+                max_wait: self.max_wait.clone(),
             },
             description: self.description.clone(),
             disabled: self.disabled,
@@ -155,6 +170,9 @@ impl RuleSpec {
         }
         if let Some(weight) = self.weight {
             out.push(format!("weight={weight}"));
+        }
+        if let Some(max_wait) = &self.max_wait {
+            out.push(format!("max_wait={max_wait}"));
         }
         if let Some(mode) = &self.mode {
             out.push(format!("mode={mode}"));
@@ -435,6 +453,7 @@ burst = 3
                     proptest::option::of(1u32..4),
                     proptest::sample::select(vec!["enforce", "shadow"]),
                     proptest::bool::ANY,
+                    proptest::option::of(proptest::sample::select(vec!["500ms", "30s", "5m"])),
                 ),
                 0..6,
             ),
@@ -443,7 +462,7 @@ burst = 3
             let book: Vec<RuleResponse> = rules
                 .into_iter()
                 .enumerate()
-                .map(|(i, (concurrency, rate, burst, on_exceed, max_queued, weight, mode, disabled))| {
+                .map(|(i, (concurrency, rate, burst, on_exceed, max_queued, weight, mode, disabled, max_wait))| {
                     let rated = rate.is_some();
                     RuleResponse {
                         mode: mode.into(),
@@ -458,6 +477,7 @@ burst = 3
                                 on_exceed: on_exceed.filter(|_| rated).map(str::to_owned),
                                 max_queued,
                                 weight,
+                                max_wait: max_wait.map(str::to_owned),
                             },
                         )
                     }

@@ -243,6 +243,8 @@ pub struct CounterSnapshot {
     pub queued: u32,
     /// Its rule's `max-queued`.
     pub max_queued: Option<u32>,
+    /// Its rule's `max_wait`, ms.
+    pub max_wait_ms: Option<u64>,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -253,6 +255,17 @@ pub struct CounterSnapshot {
     pub weight: u32,
     /// The shadow rule evaluated here and what it would have done.
     pub shadow: Option<(Arc<ShadowRule>, ShadowCounts)>,
+}
+
+/// The bound a rule's `max_wait` puts on a new invocation's wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaxWait {
+    /// How long it may wait, ms.
+    pub ms: u64,
+    /// The level of the counter whose rule sets it.
+    pub level: Level,
+    /// That rule.
+    pub rule: Option<Arc<RulePattern>>,
 }
 
 /// Admissions through the counters of one rule and level.
@@ -454,9 +467,14 @@ impl Limiter {
         node.limit = resolved.limit;
         node.weight = resolved.weight.get().min(MAX_WEIGHT);
         node.rate = resolved.rate;
-        if resolved.max_queued.is_some() || resolved.shadow.is_some() || node.bounds.is_some() {
+        if resolved.max_queued.is_some()
+            || resolved.max_wait_ms.is_some()
+            || resolved.shadow.is_some()
+            || node.bounds.is_some()
+        {
             let bounds = node.bounds.get_or_insert_with(Box::default);
             bounds.max_queued = resolved.max_queued;
+            bounds.max_wait_ms = resolved.max_wait_ms;
             bounds.set_shadow(resolved.shadow);
         }
         node.sync();
@@ -680,6 +698,27 @@ impl Limiter {
         refused
     }
 
+    /// The tightest `max_wait` of the counters of `path`: its ms, and the level and rule of the
+    /// counter that sets it (the deepest among equals).
+    pub fn max_wait(&mut self, path: &CounterPath, book: &RuleBook) -> Option<MaxWait> {
+        let mut tightest: Option<MaxWait> = None;
+        for &id in path.counters() {
+            self.resolve(id, book);
+            let node = self.node(id);
+            let Some(ms) = node.bounds.as_ref().and_then(|b| b.max_wait_ms) else {
+                continue;
+            };
+            if tightest.as_ref().is_none_or(|t| ms.get() <= t.ms) {
+                tightest = Some(MaxWait {
+                    ms: ms.get(),
+                    level: node.level,
+                    rule: node.rule.clone(),
+                });
+            }
+        }
+        tightest
+    }
+
     /// Takes the waiter with `ticket` out of `counter`'s list (its queue changed or vanished);
     /// true if it was there.
     pub fn unpark(
@@ -785,6 +824,9 @@ impl Limiter {
                 max_queued: bounds
                     .and_then(|b| b.max_queued)
                     .map(std::num::NonZeroU32::get),
+                max_wait_ms: bounds
+                    .and_then(|b| b.max_wait_ms)
+                    .map(std::num::NonZeroU64::get),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

@@ -21,6 +21,11 @@
 //! - shadow rules never change an admission: the limits above ignore them, so a shadow rule that
 //!   held anything would fail the admission or the lost-wake-up check;
 //! - a paused queue dispatches nothing, keeps its entries, and runs them once resumed;
+//! - deadlines: an entry whose deadline (its request's, or now + the tightest `max_wait` of
+//!   the rules on its path when it arrived) has passed is never dispatched; every such entry
+//!   leaves its queue at the next poll, reported once; among the new entries of a queue
+//!   without an object lock the earliest deadline goes first (none = last), arrival order
+//!   otherwise;
 //! - positions: each waiting entry's place in its queue (why-waiting) is its place in the
 //!   model's order, resumed first.
 
@@ -70,6 +75,8 @@ pub const PATTERNS: &[&str] = &[
 pub enum Event {
     /// A new entry arrives on `KEYS[key]`.
     Arrive(usize),
+    /// A new entry arrives on `KEYS[key]` with a request deadline this many steps ahead.
+    ArriveBy(usize, u64),
     /// The `i`-th running entry completes (mod the number running).
     Complete(usize),
     /// The `i`-th running entry suspends.
@@ -90,6 +97,8 @@ pub enum Event {
         weight: u32,
         /// `max-queued`, 0 = none.
         max_queued: u32,
+        /// `max_wait` in steps, 0 = none.
+        max_wait: u64,
     },
     /// An operator pauses the queue of `KEYS[key]`.
     PauseQueue(usize),
@@ -133,6 +142,10 @@ pub struct Model {
     limits: Vec<Limit>,
     /// Per key: paused by an operator.
     paused: Vec<bool>,
+    /// Deadlines of waiting entries that have one.
+    deadline: HashMap<EntryId, u64>,
+    /// Entries dropped past their deadline.
+    pub expired: u64,
     /// Per key: the queue its last entry went into (alive while it holds entries).
     queue_of: Vec<Option<QueueId>>,
     /// Arrivals refused for a full queue.
@@ -204,6 +217,8 @@ impl Model {
             limits: vec![Limit::Unlimited; n],
             paused: vec![false; KEYS.len()],
             queue_of: vec![None; KEYS.len()],
+            deadline: HashMap::new(),
+            expired: 0,
             refused: 0,
             worst_wait: 0,
             dispatched: 0,
@@ -214,32 +229,9 @@ impl Model {
     pub fn step(&mut self, event: &Event) {
         self.now += 1;
         match *event {
-            Event::Arrive(key) => {
-                let key = key % KEYS.len();
-                let full = self.touched[key].iter().any(|&c| {
-                    self.max_queued_of(&self.counters[c])
-                        .is_some_and(|max| self.queued_at(c) >= max)
-                });
-                let refusal = self.sched.refusal(&self.keys[key], self.now);
-                assert_eq!(
-                    refusal.is_some(),
-                    full,
-                    "refusal {refusal:?} of {:?} disagrees with the queue bounds",
-                    KEYS[key]
-                );
-                if full {
-                    self.refused += 1;
-                    self.poll();
-                    return;
-                }
-                self.next_id += 1;
-                let id = self.next_id;
-                self.entry_key.insert(id, key);
-                self.waiting_new[key].push_back(id);
-                let q = self
-                    .sched
-                    .enqueue(&self.keys[key], id, EntryKind::New, None, self.now);
-                self.queue_of[key] = Some(q);
+            Event::Arrive(key) => self.arrive(key % KEYS.len(), None),
+            Event::ArriveBy(key, within) => {
+                self.arrive(key % KEYS.len(), Some(self.now + within));
             }
             Event::Complete(i) | Event::Suspend(i) => {
                 if self.running_order.is_empty() {
@@ -281,6 +273,7 @@ impl Model {
                 shadow,
                 weight,
                 max_queued,
+                max_wait,
             } => {
                 let limit = NonZeroU32::new(limit).map_or(Limit::Unlimited, Limit::Concurrency);
                 let pattern = RulePattern::parse(PATTERNS[pattern % PATTERNS.len()]).unwrap();
@@ -289,6 +282,7 @@ impl Model {
                     shadow,
                     weight: NonZeroU32::new(weight),
                     max_queued: NonZeroU32::new(max_queued),
+                    max_wait_ms: std::num::NonZeroU64::new(max_wait),
                     ..Upsert::new(pattern, limit)
                 };
                 self.book.apply_batch(&[upsert], self.now).unwrap();
@@ -317,6 +311,75 @@ impl Model {
         self.poll();
     }
 
+    /// A new entry on `key` with request deadline `by`: refused for a full queue, or queued
+    /// with the earlier of `by` and the tightest `max_wait` on its path, in deadline order.
+    fn arrive(&mut self, key: usize, by: Option<u64>) {
+        let full = self.touched[key].iter().any(|&c| {
+            self.max_queued_of(&self.counters[c])
+                .is_some_and(|max| self.queued_at(c) >= max)
+        });
+        let refusal = self.sched.refusal(&self.keys[key], self.now);
+        assert_eq!(
+            refusal.is_some(),
+            full,
+            "refusal {refusal:?} of {:?} disagrees with the queue bounds",
+            KEYS[key]
+        );
+        if full {
+            self.refused += 1;
+            return;
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        self.entry_key.insert(id, key);
+        let max_wait = self.touched[key]
+            .iter()
+            .filter_map(|&c| self.rule_of(&self.counters[c]).and_then(|r| r.max_wait_ms))
+            .map(|ms| self.now + ms.get())
+            .min();
+        let deadline = by.into_iter().chain(max_wait).min();
+        let due = |e: &EntryId, deadlines: &HashMap<EntryId, u64>| {
+            deadlines.get(e).copied().unwrap_or(u64::MAX)
+        };
+        match deadline {
+            Some(at) if KEYS[key].2.is_none() => {
+                let place = self.waiting_new[key].partition_point(|e| due(e, &self.deadline) <= at);
+                self.waiting_new[key].insert(place, id);
+            }
+            _ => self.waiting_new[key].push_back(id),
+        }
+        if let Some(at) = deadline {
+            self.deadline.insert(id, at);
+        }
+        let q = self
+            .sched
+            .enqueue_with_deadline(&self.keys[key], id, None, by, self.now, self.now);
+        self.queue_of[key] = Some(q);
+    }
+
+    /// What the scheduler dropped past its deadline: exactly the waiting entries now due.
+    fn check_expired(&mut self) {
+        for expired in self.sched.take_expired() {
+            let e = expired.entry;
+            let at = self.deadline.remove(&e);
+            assert_eq!(at, Some(expired.deadline.at), "entry {e} expired at the wrong deadline");
+            assert!(expired.deadline.at <= self.now, "entry {e} expired early");
+            let key = self.entry_key[&e];
+            let before = self.waiting_new[key].len();
+            self.waiting_new[key].retain(|w| *w != e);
+            assert_eq!(self.waiting_new[key].len() + 1, before, "entry {e} was not waiting");
+            assert!(self.completed.insert(e), "entry {e} ended twice");
+            self.expired += 1;
+        }
+    }
+
+    /// No entry still waits past its deadline (the map holds only waiting entries).
+    fn check_none_overdue(&self) {
+        for (e, at) in &self.deadline {
+            assert!(*at > self.now, "entry {e} waits past its deadline {at}");
+        }
+    }
+
     /// Entries waiting (not running, not suspended) in queues whose path holds counter `c`.
     fn queued_at(&self, c: usize) -> u32 {
         (0..KEYS.len())
@@ -334,9 +397,13 @@ impl Model {
     }
 
     fn poll(&mut self) {
-        for dispatch in self.sched.poll_runnable(self.now) {
+        let dispatched = self.sched.poll_runnable(self.now);
+        // The poll drops what is past its deadline before it admits anything.
+        self.check_expired();
+        for dispatch in dispatched {
             self.on_dispatch(dispatch);
         }
+        self.check_none_overdue();
         self.check_positions();
         if (self.running.len() as u32) < self.invoker_limit {
             for (key, spec) in KEYS.iter().enumerate() {
@@ -445,6 +512,11 @@ impl Model {
             }
         }
         self.starved[key] = 0;
+        if d.kind == EntryKind::New
+            && let Some(at) = self.deadline.remove(&d.entry)
+        {
+            assert!(at > self.now, "entry {} started past its deadline {at}", d.entry);
+        }
         match d.kind {
             EntryKind::Resumed => self.waiting_resumed[key].pop_front(),
             EntryKind::New => self.waiting_new[key].pop_front(),

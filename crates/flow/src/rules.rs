@@ -3,7 +3,7 @@
 //! index of the enabled rules of that level.
 
 use std::collections::BTreeMap;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 
 use hashbrown::{Equivalent, HashMap};
@@ -66,6 +66,10 @@ pub struct Rule {
     /// Share of its counter under contention, relative to its siblings (none: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<NonZeroU32>,
+    /// Longest a new invocation may wait at the counter, ms; past it, it is dropped with
+    /// FLO0003 without ever starting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait_ms: Option<NonZeroU64>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -103,6 +107,8 @@ pub struct Upsert {
     pub max_queued: Option<NonZeroU32>,
     /// Its share under contention.
     pub weight: Option<NonZeroU32>,
+    /// Its bound on how long a new invocation waits, ms.
+    pub max_wait_ms: Option<NonZeroU64>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -122,6 +128,7 @@ impl Upsert {
             rate: None,
             max_queued: None,
             weight: None,
+            max_wait_ms: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -175,6 +182,8 @@ pub struct Resolved {
     pub max_queued: Option<NonZeroU32>,
     /// The counter's share under contention among its siblings (1 without a rule).
     pub weight: NonZeroU32,
+    /// The longest a new invocation may wait here, ms.
+    pub max_wait_ms: Option<NonZeroU64>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -201,6 +210,7 @@ impl Resolved {
         rate: None,
         max_queued: None,
         weight: NonZeroU32::MIN,
+        max_wait_ms: None,
         pattern: None,
         shadow: None,
     };
@@ -235,6 +245,7 @@ struct Indexed {
     rate: Option<RateLimit>,
     max_queued: Option<NonZeroU32>,
     weight: Option<NonZeroU32>,
+    max_wait_ms: Option<NonZeroU64>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -291,6 +302,9 @@ pub struct RuleBook {
     /// Some enabled rule has a `max-queued` or a rejecting rate: only then may a new
     /// invocation be refused.
     refuses: bool,
+    /// Some enabled rule has a `max_wait`: only then is a new invocation's wait bounded by
+    /// the rules it passes.
+    max_waits: bool,
     policy: Option<Arc<dyn RulePolicy>>,
 }
 
@@ -358,6 +372,7 @@ impl RuleBook {
                         rate: upsert.rate,
                         max_queued: upsert.max_queued,
                         weight: upsert.weight,
+                        max_wait_ms: upsert.max_wait_ms,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -370,6 +385,7 @@ impl RuleBook {
                         || old.rate != upsert.rate
                         || old.max_queued != upsert.max_queued
                         || old.weight != upsert.weight
+                        || old.max_wait_ms != upsert.max_wait_ms
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description;
@@ -379,6 +395,7 @@ impl RuleBook {
                         rate: upsert.rate,
                         max_queued: upsert.max_queued,
                         weight: upsert.weight,
+                        max_wait_ms: upsert.max_wait_ms,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -428,6 +445,7 @@ impl RuleBook {
         let mut index: [LevelIndex; 3] = Default::default();
         let mut shadow_index: [LevelIndex; 3] = Default::default();
         let mut refuses = false;
+        let mut max_waits = false;
         for rule in rules.values().filter(|r| !r.disabled) {
             let pattern = Arc::new(rule.pattern.clone());
             let shadow = rule.shadow.then(|| {
@@ -440,6 +458,7 @@ impl RuleBook {
             });
             refuses |=
                 !rule.shadow && (rule.max_queued.is_some() || rule.rate.is_some_and(|r| r.reject));
+            max_waits |= !rule.shadow && rule.max_wait_ms.is_some();
             let index = if rule.shadow {
                 &mut shadow_index
             } else {
@@ -458,6 +477,7 @@ impl RuleBook {
                     rate: rule.rate,
                     max_queued: rule.max_queued,
                     weight: rule.weight,
+                    max_wait_ms: rule.max_wait_ms,
                     pattern,
                     shadow,
                 },
@@ -467,6 +487,7 @@ impl RuleBook {
         self.index = index;
         self.shadow_index = shadow_index;
         self.refuses = refuses;
+        self.max_waits = max_waits;
         self.version = version;
     }
 
@@ -474,6 +495,11 @@ impl RuleBook {
     /// `on_exceed = reject`).
     pub fn may_refuse(&self) -> bool {
         self.refuses
+    }
+
+    /// Whether some enabled rule bounds how long a new invocation may wait (`max_wait`).
+    pub fn bounds_waits(&self) -> bool {
+        self.max_waits
     }
 
     /// This book with `policy` deciding how rules match (`None`: the most specific wins).
@@ -568,6 +594,7 @@ impl RuleBook {
                 rate: rule.rate,
                 max_queued: rule.max_queued,
                 weight: rule.weight.unwrap_or(NonZeroU32::MIN),
+                max_wait_ms: rule.max_wait_ms,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

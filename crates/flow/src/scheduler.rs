@@ -16,12 +16,14 @@ use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
 
+mod deadlines;
 mod drain;
 mod locks;
 mod snapshot;
 
 pub use super::limiter::{Refusal, RefusalReason};
 use locks::Locks;
+pub use deadlines::{Deadline, DeadlineCause, Expired, ExpiredCount};
 pub use drain::Position;
 pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus, StageCounts};
@@ -212,6 +214,8 @@ pub struct Scheduler {
     woken: Vec<WaiterId>,
     /// Queues an operator paused, kept while their queue comes and goes.
     paused: HashSet<QueueKey>,
+    /// Deadlines of waiting entries, and the entries that passed theirs.
+    deadlines: deadlines::Deadlines,
 }
 
 impl Scheduler {
@@ -238,6 +242,7 @@ impl Scheduler {
             timer_seq: 0,
             woken: Vec::new(),
             paused: HashSet::new(),
+            deadlines: deadlines::Deadlines::default(),
         }
     }
 
@@ -320,7 +325,11 @@ impl Scheduler {
     /// again.
     pub fn next_timer(&self) -> Option<u64> {
         let run_at = self.timers.peek().map(|Reverse(timer)| timer.at);
-        run_at.into_iter().chain(self.limiter.next_wake()).min()
+        run_at
+            .into_iter()
+            .chain(self.limiter.next_wake())
+            .chain(self.deadlines.next())
+            .min()
     }
 
     fn queue_for(&mut self, key: &QueueKey, now: u64) -> QueueId {
@@ -377,10 +386,17 @@ impl Scheduler {
         if let Some(path) = self.queue(q).path {
             self.limiter.count_queued(&path, true);
         }
+        let place = match kind {
+            EntryKind::New => self.edf_place(q, entry),
+            EntryKind::Resumed => None,
+        };
         let queue = self.queue_mut(q);
         match kind {
             EntryKind::New => {
-                queue.new.push_back(entry);
+                match place {
+                    Some(at) => queue.new.insert(at, entry),
+                    None => queue.new.push_back(entry),
+                }
                 queue.times.last_enqueued_at = now;
             }
             EntryKind::Resumed => queue.resumed.push_back(entry),
@@ -510,6 +526,7 @@ impl Scheduler {
                     .is_some()
             });
         if found {
+            self.deadlines.forget(entry);
             if let Some(path) = self.queue(q).path {
                 self.limiter.count_queued(&path, false);
             }
@@ -523,6 +540,8 @@ impl Scheduler {
     /// whose token is due first.
     pub fn poll_runnable(&mut self, now: u64) -> Vec<Dispatch> {
         self.promote_due(now);
+        // Before anything is admitted: an entry past its deadline never starts.
+        self.expire_due(now);
         self.limiter.wake_due(now, &self.book, &mut self.woken);
         self.wake_pending(now);
         let mut out = Vec::new();
@@ -535,7 +554,10 @@ impl Scheduler {
             let q = self.ring.pop_front().expect("checked non-empty");
             let Some((_, kind)) = self.queue(q).head() else {
                 self.give_back_slot();
+                // A woken queue whose entries left (expired, removed) hands its reservation on:
+                // whoever that wakes joins the ring in this poll.
                 self.go_idle(q, now);
+                self.wake_pending(now);
                 continue;
             };
             let queue = self.queue_mut(q);
@@ -557,6 +579,13 @@ impl Scheduler {
         while self.timers.peek().is_some_and(|Reverse(t)| t.at <= now) {
             let Reverse(timer) = self.timers.pop().expect("peeked");
             self.queue_mut(timer.queue).delayed -= 1;
+            if self.expire_if_due(timer.entry, now) {
+                // Dropped without ever being queued; an emptied queue goes.
+                if self.queue(timer.queue).len() == 0 && self.queue(timer.queue).state == State::Idle {
+                    self.go_idle(timer.queue, now);
+                }
+                continue;
+            }
             self.push_entry(timer.queue, timer.entry, timer.kind, now);
         }
     }
@@ -651,6 +680,9 @@ impl Scheduler {
     }
 
     fn dispatch(&mut self, q: QueueId, entry: EntryId, kind: EntryKind, now: u64) -> Dispatch {
+        if kind == EntryKind::New {
+            self.deadlines.forget(entry);
+        }
         let queue = self.queue_mut(q);
         match kind {
             EntryKind::Resumed => queue.resumed.pop_front(),
@@ -804,6 +836,8 @@ impl Scheduler {
     }
 }
 
+#[cfg(test)]
+mod deadline_tests;
 #[cfg(test)]
 mod rate_tests;
 #[cfg(test)]

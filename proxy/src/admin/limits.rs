@@ -1,7 +1,7 @@
 //! `/limits/rules`: the flow-control rule book. Changes are atomic batches; each one reaches
 //! every partition as soon as it is stored.
 
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -35,6 +35,10 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             on_exceed: rule.rate.filter(|r| r.reject).map(|_| "reject".to_owned()),
             max_queued: rule.max_queued.map(NonZeroU32::get),
             weight: rule.weight.map(NonZeroU32::get),
+            max_wait: rule.max_wait_ms.map(|ms| {
+                crate::config::FriendlyDuration::from_millis(ms.get())
+                    .to_string()
+            }),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -85,6 +89,20 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
         burst,
         reject,
     }))
+}
+
+/// A rule's `max_wait` as milliseconds: a duration of at least 1 ms.
+fn max_wait(pattern: &str, limits: &Limits) -> Result<Option<NonZeroU64>, AdminError> {
+    let Some(text) = &limits.max_wait else {
+        return Ok(None);
+    };
+    let invalid =
+        |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': max_wait {why}"));
+    let duration: crate::config::FriendlyDuration = text.parse().map_err(invalid)?;
+    let ms = u64::try_from(duration.0.as_millis()).unwrap_or(u64::MAX);
+    NonZeroU64::new(ms)
+        .map(Some)
+        .ok_or_else(|| invalid(format!("'{text}' is under 1 ms (leave it out for no bound)")))
 }
 
 fn refused(error: RulesError) -> AdminError {
@@ -154,6 +172,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                         )
                     })?),
                 },
+                max_wait_ms: max_wait(&r.pattern, &r.limits)?,
                 weight: match r.limits.weight {
                     None => None,
                     Some(n) => Some(

@@ -2,7 +2,7 @@
 //! hot path walks three of them): a rate's bucket and token waiters, a queue bound, the drain
 //! estimate behind `Retry-After`, and the tallies of a shadow rule.
 
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 
 use super::waits::WaitList;
@@ -18,6 +18,8 @@ pub(super) struct Bounds {
     /// A token waiter was woken and has not re-checked yet.
     pub(super) rate_pending: bool,
     pub(super) max_queued: Option<NonZeroU32>,
+    /// The longest a new invocation may wait here (its rule's `max_wait`), ms.
+    pub(super) max_wait_ms: Option<NonZeroU64>,
     /// The shadow rule evaluated here, if one matches.
     pub(super) shadow: Option<Shadow>,
     /// Admissions here (counted only under a `max-queued`): the last one's time and the mean

@@ -241,12 +241,13 @@ fn raising_a_rule_wakes_held_queues() {
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         4 => (0..KEYS.len()).prop_map(Event::Arrive),
+        1 => (0..KEYS.len(), 0u64..30).prop_map(|(key, within)| Event::ArriveBy(key, within)),
         3 => any::<usize>().prop_map(Event::Complete),
         2 => any::<usize>().prop_map(Event::Suspend),
         2 => any::<usize>().prop_map(Event::Resume),
-        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4)
-            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued)| Event::Rule {
-                pattern, limit, disabled, shadow, weight, max_queued,
+        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40])
+            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait)| Event::Rule {
+                pattern, limit, disabled, shadow, weight, max_queued, max_wait,
             }),
         1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
         1 => (0..KEYS.len()).prop_map(Event::PauseQueue),
@@ -281,6 +282,7 @@ fn simulator_one_million_events() {
     let mut runs = 0;
     let mut worst = 0;
     let mut refused = 0;
+    let mut expired = 0;
     let wanted = sluice_core::simulation::events(1_000_000);
     let started = std::time::Instant::now();
     while total < wanted {
@@ -289,7 +291,8 @@ fn simulator_one_million_events() {
         let events = 20_000;
         for _ in 0..events {
             let e = match rng.index(100) {
-                0..=39 => Event::Arrive(rng.index(KEYS.len())),
+                0..=34 => Event::Arrive(rng.index(KEYS.len())),
+                35..=39 => Event::ArriveBy(rng.index(KEYS.len()), rng.index(200) as u64),
                 40..=64 => Event::Complete(rng.index(64)),
                 65..=79 => Event::Suspend(rng.index(64)),
                 80..=94 => Event::Resume(rng.index(64)),
@@ -302,6 +305,11 @@ fn simulator_one_million_events() {
                     // Mostly unbounded: a bound refuses most arrivals while it is low.
                     max_queued: if rng.index(4) == 0 {
                         1 + rng.index(8) as u32
+                    } else {
+                        0
+                    },
+                    max_wait: if rng.index(4) == 0 {
+                        1 + rng.index(300) as u64
                     } else {
                         0
                     },
@@ -319,14 +327,16 @@ fn simulator_one_million_events() {
         model.drain();
         worst = worst.max(model.worst_wait);
         refused += model.refused;
+        expired += model.expired;
         total += events;
         runs += 1;
     }
     println!(
         "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches, \
-         {refused} arrivals refused by a full queue",
+         {refused} arrivals refused by a full queue, {expired} dropped past their deadline",
         started.elapsed()
     );
+    assert!(expired > 0, "no entry ever passed its deadline");
 }
 
 #[test]
@@ -356,3 +366,5 @@ fn a_waiting_entry_knows_its_place_and_when_its_turn_should_come() {
     assert_eq!(s.position(q, 9, 1_100).unwrap().position, 1);
     s.release(second.permit, 1_200);
 }
+
+

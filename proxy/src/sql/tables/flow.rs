@@ -21,6 +21,7 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("max_queued", DataType::UInt32, true),
         ("weight", DataType::UInt32, false),
         ("mode", DataType::Utf8, false),
+        ("max_wait_ms", DataType::UInt64, true),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -43,7 +44,9 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
         let (mut on_exceed, mut max_queued) = (StringBuilder::new(), UInt32Builder::new());
         let mut modified = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let (mut weight, mut mode) = (UInt32Builder::new(), StringBuilder::new());
+        let mut max_wait = UInt64Builder::new();
         for rule in rules {
+            max_wait.append_option(rule.max_wait_ms.map(std::num::NonZeroU64::get));
             weight.append_value(rule.weight.map_or(1, std::num::NonZeroU32::get));
             mode.append_value(if rule.shadow { "shadow" } else { "enforce" });
             pattern.append_value(rule.pattern.to_string());
@@ -71,6 +74,7 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(max_queued.finish()),
                 Arc::new(weight.finish()),
                 Arc::new(mode.finish()),
+                Arc::new(max_wait.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
