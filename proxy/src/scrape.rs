@@ -13,6 +13,7 @@ use sluice_core::metrics as names;
 
 use crate::errors::{Code, CodedError};
 use crate::flow::Level;
+use crate::flow::scheduler::DeadlineCause;
 use crate::partition::Runtime;
 
 /// How often histograms are drained into their buckets between scrapes.
@@ -73,6 +74,7 @@ impl Metrics {
         let partitions = runtime.metrics().await?;
         flow_gauges(&counters, self.top_scopes);
         let mut admitted: HashMap<(String, &'static str), u64> = HashMap::new();
+        let mut expired: HashMap<(String, &'static str), u64> = HashMap::new();
         let (mut paused, mut held, mut held_bytes) = (0, 0, 0);
         let mut states: std::collections::BTreeMap<&'static str, (usize, u64)> =
             std::collections::BTreeMap::new();
@@ -81,6 +83,15 @@ impl Metrics {
                 let (n, bytes) = states.entry(state.state).or_default();
                 *n += state.invocations;
                 *bytes += state.bytes;
+            }
+            for e in &partition.expired {
+                let (rule, level) = match &e.cause {
+                    DeadlineCause::Request => ("request".to_owned(), "request"),
+                    DeadlineCause::Rule { level, rule } => {
+                        (rule_label(rule.as_deref()), level.lower_name())
+                    }
+                };
+                *expired.entry((rule, level)).or_default() += e.expired;
             }
             for a in &partition.admissions {
                 *admitted
@@ -94,6 +105,9 @@ impl Metrics {
         }
         for ((rule, level), n) in admitted {
             metrics::counter!(names::FLOW_ADMISSIONS, "rule" => rule, "level" => level).absolute(n);
+        }
+        for ((rule, level), n) in expired {
+            metrics::counter!(names::FLOW_EXPIRED, "rule" => rule, "level" => level).absolute(n);
         }
         metrics::gauge!(names::QUEUES_PAUSED).set(paused as f64);
         metrics::gauge!(names::HELD_INVOCATIONS).set(held as f64);

@@ -129,3 +129,146 @@ async fn why_waiting_says_the_place_in_line_and_an_eta_the_handler_bears_out() {
     drop(id);
     timings(&sluice, 2).await;
 }
+
+/// Calls `Meter/timed("<label> <millis>")` under `prefix` with extra headers; answers status
+/// and body.
+async fn call_timed(
+    sluice: &Sluice,
+    prefix: &str,
+    label: &str,
+    millis: u64,
+    headers: &[(&str, String)],
+) -> (u16, String) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}{prefix}/call/Meter/timed", sluice.ingress_url))
+        .json(&format!("{label} {millis}"));
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let resp = request.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadline_goes_first() {
+    let (sluice, _dep) = started().await;
+    sluice
+        .set_rules(json!([{"pattern": "dl", "limits": {"concurrency": 1, "max_wait": "600ms"}}]))
+        .await;
+    let listed: Value = reqwest::get(format!("{}/limits/rules", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["rules"][0]["limits"]["max_wait"], "600ms", "{listed}");
+
+    // One call holds the scope's slot for 2.5 s.
+    let holder = send_timed(&sluice, "/service/scope/dl", "holder", 2_500).await;
+    sluice
+        .invocation_until(&holder, "running", |seen| seen["status"] == "running")
+        .await;
+    // The rule's max_wait: a call that cannot start within 600 ms answers 504 FLO0003.
+    let asked = std::time::Instant::now();
+    let (status, body) = call_timed(&sluice, "/service/scope/dl", "late-call", 10, &[]).await;
+    let waited = asked.elapsed();
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("FLO0003") && body.contains("max_wait of rule 'dl'"), "{body}");
+    assert!(
+        waited >= std::time::Duration::from_millis(600),
+        "answered after {waited:?}, before its max_wait"
+    );
+    // A send's invocation completes with it; its status says so.
+    let sent = send_timed(&sluice, "/service/scope/dl", "late-send", 10).await;
+    let seen = sluice
+        .invocation_until(&sent, "dropped", |seen| seen["status"] == "completed")
+        .await;
+    assert!(
+        seen["completion"].as_str().unwrap_or_default().contains("FLO0003"),
+        "{seen}"
+    );
+    let (_, status) = sluice_tests::get_json(&format!(
+        "{}/restate/invocation/{sent}/status",
+        sluice.ingress_url
+    ))
+    .await;
+    assert!(
+        status["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("FLO0003"),
+        "{status}"
+    );
+    // The request's own deadline, as gRPC's relative timeout or an absolute time, when it
+    // is earlier than the rule's.
+    let (status, body) = call_timed(
+        &sluice,
+        "/service/scope/dl",
+        "grpc",
+        10,
+        &[("grpc-timeout", "200m".to_owned())],
+    )
+    .await;
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("its request's deadline"), "{body}");
+    let (status, body) = call_timed(
+        &sluice,
+        "/service/scope/dl",
+        "absolute",
+        10,
+        &[("x-request-deadline", (epoch_ms() + 200).to_string())],
+    )
+    .await;
+    assert_eq!(status, 504, "{body}");
+    let (status, body) = call_timed(
+        &sluice,
+        "/service/scope/dl",
+        "bad",
+        10,
+        &[("grpc-timeout", "soon".to_owned())],
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("RT0024") && body.contains("grpc-timeout"), "{body}");
+
+    // In the handler: only the holder ran; nothing past its deadline ever started.
+    let ran = timings(&sluice, 1).await;
+    assert_eq!(
+        ran.iter().map(|(l, _, _)| l.as_str()).collect::<Vec<_>>(),
+        vec!["holder"]
+    );
+    let metrics = sluice.metrics().await;
+    let expired = |rule: &str, level: &str| {
+        metrics
+            .get(&format!(
+                "sluice_flow_expired_total{{rule=\"{rule}\",level=\"{level}\"}}"
+            ))
+            .copied()
+            .unwrap_or_default()
+    };
+    assert_eq!(expired("dl", "scope"), 2.0, "{metrics:?}");
+    assert_eq!(expired("request", "request"), 2.0, "{metrics:?}");
+
+    // Earliest deadline first among one queue's waiting calls: with the slot held, three
+    // sends with deadlines 20 s, none and 10 s start 10 s, 20 s, none.
+    sluice
+        .set_rules(json!([{"pattern": "edf", "limits": {"concurrency": 1}}]))
+        .await;
+    let holder = send_timed(&sluice, "/service/scope/edf", "edf-holder", 2_000).await;
+    sluice
+        .invocation_until(&holder, "running", |seen| seen["status"] == "running")
+        .await;
+    for (label, timeout) in [("in-20s", Some("20S")), ("none", None), ("in-10s", Some("10S"))] {
+        let mut request = reqwest::Client::new()
+            .post(format!("{}/service/scope/edf/send/Meter/timed", sluice.ingress_url))
+            .json(&format!("{label} 10"));
+        if let Some(t) = timeout {
+            request = request.header("grpc-timeout", t);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 202);
+    }
+    let mut ran = timings(&sluice, 4).await;
+    ran.sort_by_key(|(_, start, _)| *start);
+    let order: Vec<&str> = ran.iter().map(|(l, _, _)| l.as_str()).collect();
+    assert_eq!(order, vec!["edf-holder", "in-10s", "in-20s", "none"]);
+}

@@ -204,6 +204,9 @@ catalogue! {
     FLO0002 => Ingress, Some(429),
         "a flow-control rule refused the invocation",
         "The rule's queue already holds `max-queued` waiting invocations, or the rule has `on-exceed = \"reject\"` and its rate has no token left. The answer's `Retry-After` says when a place or a token is expected (from how fast the queue has been draining, or when the next token is due). Retry then, slow down, or raise the rule's `max-queued` or rate. A handler's call refused this way fails with this code; its one-way sends are never refused.";
+    FLO0003 => Ingress, Some(504),
+        "the invocation waited past its deadline and was dropped without starting",
+        "A new invocation may wait in its flow-control queue only until its deadline: the request's `x-request-deadline` (RFC 3339, or ms since the epoch) or `grpc-timeout`, or the `max_wait` of a rule on its path, counted from its arrival (or the end of its delay), whichever comes first. It was still waiting then, so it was dropped, never started: a call answers 504 with this code, a send's invocation completes with it (its status says so), a handler's call fails with it. Retry with a later deadline, raise the rule's `max_wait` or concurrency so the queue drains sooner, or send with a higher priority.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";

@@ -55,6 +55,9 @@ pub const FLOW_RATE_LIMITED: &str = "sluice_flow_rate_limited";
 pub const FLOW_COUNTERS: &str = "sluice_flow_counters";
 /// Admissions through flow-control counters, by `rule` and `level`.
 pub const FLOW_ADMISSIONS: &str = "sluice_flow_admissions_total";
+/// New invocations dropped past their deadline, never started, by the `rule` whose
+/// `max_wait` set it and its `level` (`request` for both when it was the request's own).
+pub const FLOW_EXPIRED: &str = "sluice_flow_expired_total";
 /// Admissions shadow rules would have held back, at the live counters they are evaluated
 /// at, by the shadow rule's `rule` pattern and `level`.
 pub const FLOW_SHADOW_WOULD_WAIT: &str = "sluice_flow_shadow_would_wait";

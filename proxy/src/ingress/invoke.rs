@@ -221,6 +221,8 @@ struct Request {
     delay: Option<std::time::Duration>,
     idempotency_key: Option<String>,
     priority: Option<Priority>,
+    /// Its deadline, ms since the epoch (`x-request-deadline`, `grpc-timeout`).
+    deadline_ms: Option<u64>,
     frame: crate::protocol::Frame,
     /// The body as it came (what a forwarded request carries).
     body: Bytes,
@@ -418,6 +420,7 @@ async fn parse(
     let target = target::resolve(path, &state.registry)?;
     let delay = input::delay(query, path.mode)?;
     let priority = priority(session, query)?;
+    let deadline_ms = super::deadline::of(&session.req_header().headers, crate::clock::now_ms())?;
     let idempotency_key =
         idempotency_key(session, state.config.ingress.idempotency_key_max_length)?;
     let body = read_body(state, session).await?;
@@ -439,6 +442,7 @@ async fn parse(
         delay,
         idempotency_key,
         priority,
+        deadline_ms,
         frame,
         body,
     })
@@ -480,7 +484,8 @@ fn plan(
         identity,
     )
     .in_scope(scope, limit_key)
-    .with_priority(request.priority);
+    .with_priority(request.priority)
+    .with_deadline(request.deadline_ms);
     new.retention = retention;
     new.run_at_ms = request
         .delay

@@ -6,6 +6,7 @@ mod attach;
 mod awakeable;
 mod classify;
 mod connections;
+mod deadline;
 mod error;
 mod forward;
 pub mod input;

@@ -13,6 +13,7 @@ use crate::flow::scheduler::{
 };
 use crate::flow::{LimitKey, Scope};
 use crate::ids::InvocationId;
+use crate::invocation::store::Timer;
 use crate::invocation::{InvocationRecord, Status};
 use crate::registry::Registry;
 
@@ -81,7 +82,24 @@ impl Partition {
         if let Some(permit) = live.run.settle() {
             self.scheduler.release(permit, now);
         }
-        let queue = self.scheduler.enqueue(&key, live.entry, kind, None, now);
+        let queue = match kind {
+            // A new invocation's wait is bounded by its request's deadline and the rules'
+            // `max_wait`, counted from its arrival or the end of its delay: a restart that
+            // queues it again keeps the same deadline.
+            EntryKind::New => {
+                let record = &live.record;
+                let since = record.created_at_ms.max(record.run_at_ms.unwrap_or(0));
+                self.scheduler.enqueue_with_deadline(
+                    &key,
+                    live.entry,
+                    None,
+                    record.deadline_ms,
+                    since,
+                    now,
+                )
+            }
+            EntryKind::Resumed => self.scheduler.enqueue(&key, live.entry, kind, None, now),
+        };
         live.run = Run::Queued { queue };
         self.just_queued.push(id);
     }
@@ -142,7 +160,9 @@ impl Partition {
     pub(super) fn dispatch(&mut self) {
         self.refresh_rules();
         let now = self.driver.now_ms();
-        for admitted in self.scheduler.poll_runnable(now) {
+        let admitted = self.scheduler.poll_runnable(now);
+        self.expire_queued(now);
+        for admitted in admitted {
             let Some(id) = self.entries.get(&admitted.entry).copied() else {
                 self.scheduler.release(admitted.permit, now);
                 continue;
@@ -172,6 +192,35 @@ impl Partition {
         self.nudge_waiting_partitions();
         self.rest_waiting();
         self.observe();
+    }
+
+    /// Invocations the scheduler dropped past their deadline, never started: each is failed
+    /// with FLO0003 by a wake-up in the next batch (the failure is a write, and this runs
+    /// after a commit). Until then it is in no queue; a restart queues it again and it
+    /// expires again.
+    fn expire_queued(&mut self, now: u64) {
+        for expired in self.scheduler.take_expired() {
+            let Some(id) = self.entries.get(&expired.entry).copied() else {
+                continue;
+            };
+            self.rouse(id);
+            let Some(live) = self.live.get_mut(&id) else {
+                continue;
+            };
+            if live.run.queue() == Some(expired.queue) {
+                live.run = Run::IDLE;
+            }
+            self.missed_deadlines.insert(id, expired.deadline);
+            self.wakes.push(std::cmp::Reverse((
+                now,
+                id,
+                Some(Timer {
+                    at_ms: now,
+                    invocation: id,
+                    completion: super::commands::QUEUE_DEADLINE,
+                }),
+            )));
+        }
     }
 
     /// Partitions waiting for invoker slots this one gave back poll again.

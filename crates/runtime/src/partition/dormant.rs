@@ -124,6 +124,8 @@ struct Resting {
     priority: Option<u32>,
     #[prost(string, optional, tag = "20")]
     trace: Option<String>,
+    #[prost(uint64, optional, tag = "21")]
+    deadline_ms: Option<u64>,
 }
 
 /// A held invocation at rest.
@@ -187,6 +189,7 @@ impl Dormant {
             retention_ms: record.retention_ms,
             priority: record.priority.map(|p| u32::from(p.get())),
             trace: record.trace,
+            deadline_ms: record.deadline_ms,
             input_ty: u32::from(input.ty),
             input: if keep { input.payload } else { Bytes::new() },
             input_on_disk: !keep,
@@ -269,6 +272,7 @@ impl Dormant {
             })
             .transpose()?;
         record.trace = resting.trace;
+        record.deadline_ms = resting.deadline_ms;
         let input = Frame {
             ty: input_ty,
             ack: false,

@@ -178,6 +178,8 @@ pub struct HeldLock {
 pub struct PartitionMetrics {
     /// Flow-control admissions since start, by rule and level.
     pub admissions: Vec<crate::flow::limiter::RuleAdmissions>,
+    /// Invocations dropped past their deadline since start, by what set it.
+    pub expired: Vec<crate::flow::scheduler::ExpiredCount>,
     /// Its queues paused by an operator.
     pub paused_queues: usize,
     /// Held invocations at rest, across every partition.

@@ -133,6 +133,7 @@ impl Partition {
             }
             Query::Metrics { reply } => drop(reply.send(vec![PartitionMetrics {
                 admissions: self.scheduler.admissions(),
+                expired: self.scheduler.expired_counts(),
                 paused_queues: self.scheduler.paused().count(),
                 held_invocations: self.held.count(),
                 held_bytes: self.held.bytes(),

@@ -50,6 +50,9 @@ pub struct Partition {
     /// Invocations that suspended (or whose journal was read back while suspended) since
     /// their journals last went to rest.
     pub(super) journals_to_rest: Vec<InvocationId>,
+    /// Invocations the scheduler dropped past their deadline, until their failure is
+    /// written (a wake-up of the next batch).
+    pub(super) missed_deadlines: HashMap<InvocationId, crate::flow::scheduler::Deadline>,
     pub(super) scheduler: Scheduler,
     /// The rule book as published (the rules API publishes before it answers): looked at
     /// before anything is admitted, so a book published before an event was sent is the book
@@ -139,6 +142,7 @@ impl Partition {
             held_in_scope: HashMap::new(),
             waiting_at_rest: HashMap::new(),
             journals_to_rest: Vec::new(),
+            missed_deadlines: HashMap::new(),
             scheduler: Scheduler::sharing(
                 Arc::new(RuleBook::new()),
                 Arc::clone(&shared.slots),

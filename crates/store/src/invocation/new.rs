@@ -52,6 +52,8 @@ pub struct NewInvocation {
     pub priority: Option<Priority>,
     /// The trace its spans join.
     pub trace: Option<sluice_core::trace::TraceParent>,
+    /// Its request's deadline, ms since the epoch.
+    pub deadline_ms: Option<u64>,
 }
 
 /// The id of `uuid` for `target`: on `partition` when given; else an object's invocations stay
@@ -80,7 +82,14 @@ impl NewInvocation {
             retention: None,
             priority: None,
             trace: None,
+            deadline_ms: None,
         }
+    }
+
+    /// Dropped with FLO0003 if it has not started by `deadline_ms` (ms since the epoch).
+    pub fn with_deadline(mut self, deadline_ms: Option<u64>) -> Self {
+        self.deadline_ms = deadline_ms;
+        self
     }
 
     /// Its spans join `trace`.
@@ -157,6 +166,7 @@ impl NewInvocation {
         }
         record.priority = self.scope.as_ref().and(self.priority);
         record.trace = self.trace.map(|t| t.to_string());
+        record.deadline_ms = self.deadline_ms;
         record.scope = self.scope;
         record.limit_key = self.limit_key;
         if let Identity::Idempotent(key) = self.identity {

@@ -194,6 +194,10 @@ pub struct RecordOf<O> {
     /// The W3C `traceparent` its spans continue (the ingress request's span), canonical text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// Its request's deadline (`x-request-deadline`, `grpc-timeout`), ms since the epoch: not
+    /// started by then, it is dropped with FLO0003.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
 }
 
 /// Where a called invocation's result goes.
@@ -273,6 +277,7 @@ impl InvocationRecord {
             retention_ms: None,
             priority: None,
             trace: None,
+            deadline_ms: None,
         }
     }
 }

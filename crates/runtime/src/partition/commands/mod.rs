@@ -37,7 +37,7 @@ mod signal;
 mod submit;
 mod wake;
 
-pub(super) use wake::EXPIRY;
+pub(super) use wake::{EXPIRY, QUEUE_DEADLINE};
 
 use super::answer::Answer;
 use super::effect::Effect;

@@ -6,10 +6,12 @@ use super::super::effect::Effect;
 use super::super::journal::notify;
 use super::super::live::Live;
 use super::super::task::Partition;
-use crate::errors::CodedError;
+use crate::clock::rfc3339;
+use crate::errors::{Code, CodedError};
+use crate::flow::scheduler::DeadlineCause;
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
-use crate::invocation::{InvocationRecord, Status};
+use crate::invocation::{Failure, InvocationRecord, Outcome, Status};
 use crate::protocol::Message;
 use crate::protocol::proto::{self, notification_template};
 use crate::storage::writer::WriteSet;
@@ -17,6 +19,10 @@ use crate::storage::writer::WriteSet;
 /// The completion id of a timer that ends a completed invocation's retention (Sleep
 /// completions never use it: SDKs count completion ids up from 1).
 pub(in super::super) const EXPIRY: u32 = u32::MAX;
+
+/// The completion id of a wake-up that fails an invocation the scheduler dropped past its
+/// deadline (never stored as a timer).
+pub(in super::super) const QUEUE_DEADLINE: u32 = u32::MAX - 1;
 
 impl Partition {
     pub(in super::super) fn wake(
@@ -30,6 +36,11 @@ impl Partition {
             && timer.completion == EXPIRY
         {
             return self.expire(timer, writes);
+        }
+        if let Some(timer) = completion
+            && timer.completion == QUEUE_DEADLINE
+        {
+            return self.miss_deadline(id, timer.at_ms, writes, effects);
         }
         if let Some(live) = self.live.get_mut(&id) {
             timer_fired(live, completion, writes, effects);
@@ -62,6 +73,60 @@ impl Partition {
         if workflow_run {
             self.forget_promises(&target, writes);
         }
+        Ok(())
+    }
+
+    /// The scheduler dropped `id` past its deadline: unless it started or queued again
+    /// meanwhile, it completes with 504 FLO0003, never started; its caller gets that.
+    fn miss_deadline(
+        &mut self,
+        id: InvocationId,
+        now: u64,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), CodedError> {
+        let Some(deadline) = self.missed_deadlines.remove(&id) else {
+            return Ok(());
+        };
+        let retention = match self.live.get(&id) {
+            Some(live) => self.retention(&live.record.target),
+            None => return Ok(()),
+        };
+        let live = self.live.get_mut(&id).expect("checked live");
+        let waiting = matches!(live.record.status, Status::Pending | Status::Scheduled);
+        if !waiting || live.started() || live.run.queue().is_some() {
+            return Ok(());
+        }
+        let why = match &deadline.cause {
+            DeadlineCause::Request => "its request's deadline".to_owned(),
+            DeadlineCause::Rule { level, rule } => format!(
+                "the max_wait of rule '{}' at its {} counter",
+                rule.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string),
+                level.as_str()
+            ),
+        };
+        let late = now.saturating_sub(deadline.at);
+        let error = CodedError::new(
+            Code::FLO0003,
+            format!(
+                "the invocation waited in its queue past {why} ({}, {late} ms ago) and was dropped without starting",
+                rfc3339(deadline.at).unwrap_or_default()
+            ),
+        );
+        live.record.last_failure = None;
+        super::super::ending::complete(
+            live,
+            Outcome::Failure(Failure {
+                code: 504,
+                message: error.to_string(),
+            }),
+            retention,
+            now,
+            writes,
+            effects,
+        );
+        store::put_record(writes, &live.record)?;
+        effects.push(Effect::Settle(id));
         Ok(())
     }
 
