@@ -165,6 +165,8 @@ fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: u
         running: u64,
         held: u64,
         rate_limited: u64,
+        adaptive: u64,
+        adaptive_limits: u64,
     }
     let mut sums: HashMap<(String, &'static str), Sums> = HashMap::new();
     let mut scopes: HashMap<&str, u64> = HashMap::new();
@@ -182,6 +184,10 @@ fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: u
             .entry((rule_label(c.rule.as_deref()), c.level.lower_name()))
             .or_default();
         sum.counters += 1;
+        if c.adaptive.is_some() {
+            sum.adaptive += 1;
+            sum.adaptive_limits += u64::from(c.limit.concurrency().unwrap_or(0));
+        }
         sum.running += u64::from(c.usage);
         sum.held += u64::from(c.queued);
         if c.rate.is_some() && c.tokens == Some(0) {
@@ -197,6 +203,10 @@ fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: u
         metrics::gauge!(names::FLOW_RUNNING, &labels).set(sum.running as f64);
         metrics::gauge!(names::FLOW_HELD, &labels).set(sum.held as f64);
         metrics::gauge!(names::FLOW_RATE_LIMITED, &labels).set(sum.rate_limited as f64);
+        if sum.adaptive > 0 {
+            metrics::gauge!(names::FLOW_ADAPTIVE_LIMIT, &labels)
+                .set(sum.adaptive_limits as f64 / sum.adaptive as f64);
+        }
     }
     for ((rule, level), (would_wait, would_reject)) in shadows {
         let labels = [("rule", rule), ("level", level.to_owned())];

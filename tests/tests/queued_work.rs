@@ -77,14 +77,20 @@ async fn why_waiting_says_the_place_in_line_and_an_eta_the_handler_bears_out() {
         .await;
     let asked_at = epoch_ms();
     let waiting = &seen["waiting"];
-    let position = waiting["position"].as_u64().unwrap_or_else(|| panic!("{seen}"));
+    let position = waiting["position"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{seen}"));
     let eta_ms = waiting["eta_ms"].as_u64().unwrap();
     assert!(waiting["eta"].is_string(), "{seen}");
     let rate = waiting["drain_per_second"].as_f64().unwrap();
     // One call per 300 ms at most: a little over 3 per second at best.
     assert!(rate > 1.0 && rate <= 1000.0 / HOLD as f64 + 0.5, "{seen}");
     assert!((1..=4).contains(&position), "{seen}");
-    assert_eq!(waiting["queued"].as_u64(), Some(position), "the last is last: {seen}");
+    assert_eq!(
+        waiting["queued"].as_u64(),
+        Some(position),
+        "the last is last: {seen}"
+    );
     // The queue's drain rate is in SQL too.
     let (status, rows) = sluice
         .query("SELECT drain_per_second FROM sys_vqueue_meta WHERE scope = 'eta'")
@@ -161,7 +167,10 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
         .json()
         .await
         .unwrap();
-    assert_eq!(listed["rules"][0]["limits"]["max_wait"], "600ms", "{listed}");
+    assert_eq!(
+        listed["rules"][0]["limits"]["max_wait"], "600ms",
+        "{listed}"
+    );
 
     // One call holds the scope's slot for 2.5 s.
     let holder = send_timed(&sluice, "/service/scope/dl", "holder", 2_500).await;
@@ -173,7 +182,10 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
     let (status, body) = call_timed(&sluice, "/service/scope/dl", "late-call", 10, &[]).await;
     let waited = asked.elapsed();
     assert_eq!(status, 504, "{body}");
-    assert!(body.contains("FLO0003") && body.contains("max_wait of rule 'dl'"), "{body}");
+    assert!(
+        body.contains("FLO0003") && body.contains("max_wait of rule 'dl'"),
+        "{body}"
+    );
     assert!(
         waited >= std::time::Duration::from_millis(600),
         "answered after {waited:?}, before its max_wait"
@@ -184,7 +196,10 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
         .invocation_until(&sent, "dropped", |seen| seen["status"] == "completed")
         .await;
     assert!(
-        seen["completion"].as_str().unwrap_or_default().contains("FLO0003"),
+        seen["completion"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("FLO0003"),
         "{seen}"
     );
     let (_, status) = sluice_tests::get_json(&format!(
@@ -229,7 +244,10 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
     )
     .await;
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("RT0024") && body.contains("grpc-timeout"), "{body}");
+    assert!(
+        body.contains("RT0024") && body.contains("grpc-timeout"),
+        "{body}"
+    );
 
     // In the handler: only the holder ran; nothing past its deadline ever started.
     let ran = timings(&sluice, 1).await;
@@ -258,9 +276,16 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
     sluice
         .invocation_until(&holder, "running", |seen| seen["status"] == "running")
         .await;
-    for (label, timeout) in [("in-20s", Some("20S")), ("none", None), ("in-10s", Some("10S"))] {
+    for (label, timeout) in [
+        ("in-20s", Some("20S")),
+        ("none", None),
+        ("in-10s", Some("10S")),
+    ] {
         let mut request = reqwest::Client::new()
-            .post(format!("{}/service/scope/edf/send/Meter/timed", sluice.ingress_url))
+            .post(format!(
+                "{}/service/scope/edf/send/Meter/timed",
+                sluice.ingress_url
+            ))
             .json(&format!("{label} 10"));
         if let Some(t) = timeout {
             request = request.header("grpc-timeout", t);

@@ -219,7 +219,10 @@ async fn calls_from_a_scoped_handler_inherit_its_scope_and_limit_key() {
             json!({"limitKey": "silver"}),
             json!({"scope": "t7", "limitKey": "silver"}),
         ),
-        (json!({"scope": "t8"}), json!({"scope": "t8", "limitKey": null})),
+        (
+            json!({"scope": "t8"}),
+            json!({"scope": "t8", "limitKey": null}),
+        ),
     ];
     for (asked, seen) in inherited {
         assert_eq!(
@@ -244,7 +247,11 @@ async fn calls_from_a_scoped_handler_inherit_its_scope_and_limit_key() {
     assert_eq!((status, body.as_str()), (200, "6"));
     let (_, peak) = call(&sluice, "/service/call/TsMeter/peak", Value::Null).await;
     assert_eq!(peak, "2", "the chain shares t9's three slots");
-    assert_eq!(completed_in(&sluice, "t9").await, 7, "caller and children in t9");
+    assert_eq!(
+        completed_in(&sluice, "t9").await,
+        7,
+        "caller and children in t9"
+    );
 
     // Turned off, a handler's calls that name no scope are unscoped, as before.
     let dep = TestDeployment::typescript("h2").await.unwrap();

@@ -35,6 +35,20 @@ pub struct Limits {
     /// it. Counted from its arrival (or the end of its delay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wait: Option<String>,
+    /// A concurrency limit that moves with the deployment's latency between `min` (where it
+    /// starts) and `max`; a static `concurrency` on the same rule wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveBounds>,
+}
+
+/// `adaptive`'s bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveBounds {
+    /// The lowest the limit goes, and where it starts (at least 1).
+    pub min: u32,
+    /// The highest it goes (at least `min`).
+    pub max: u32,
 }
 
 /// `enforce` (the default) or `shadow`: evaluated and counted at its counters, never holding
@@ -157,9 +171,12 @@ pub struct CounterResponse {
     pub l2: Option<String>,
     /// Invocations running under it.
     pub usage: u32,
-    /// Its limit; absent when unlimited.
+    /// Its limit; absent when unlimited. For an adaptive counter, where it is now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// Set when its limit adapts: the bounds it moves within.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveBounds>,
     /// Free slots; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<u32>,

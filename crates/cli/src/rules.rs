@@ -115,12 +115,35 @@ pub struct LimitArgs {
     /// Remove the rule's max-wait.
     #[arg(long)]
     pub no_max_wait: bool,
+    /// A limit that moves with the deployment's latency between MIN (where it starts) and
+    /// MAX, e.g. `1:64`; a static --concurrency on the rule wins.
+    #[arg(long, value_name = "MIN:MAX", value_parser = adaptive_bounds, conflicts_with = "no_adaptive")]
+    pub adaptive: Option<sluice_api::limits::AdaptiveBounds>,
+    /// Remove the rule's adaptive limit.
+    #[arg(long)]
+    pub no_adaptive: bool,
     /// Count what the rule would do without enforcing it (`mode = "shadow"`).
     #[arg(long, conflicts_with = "enforce")]
     pub shadow: bool,
     /// Enforce a shadow rule.
     #[arg(long)]
     pub enforce: bool,
+}
+
+/// `MIN:MAX` for `--adaptive`.
+fn adaptive_bounds(text: &str) -> Result<sluice_api::limits::AdaptiveBounds, String> {
+    let (min, max) = text
+        .split_once(':')
+        .ok_or_else(|| format!("'{text}' is not MIN:MAX (e.g. 1:64)"))?;
+    let number = |n: &str| {
+        n.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("'{n}' in '{text}': {e}"))
+    };
+    Ok(sluice_api::limits::AdaptiveBounds {
+        min: number(min)?,
+        max: number(max)?,
+    })
 }
 
 impl LimitArgs {
@@ -223,6 +246,12 @@ fn limits_set(
     }
     if flags.no_max_wait {
         limits.max_wait = None;
+    }
+    if flags.no_adaptive {
+        limits.adaptive = None;
+    }
+    if flags.adaptive.is_some() {
+        limits.adaptive = flags.adaptive;
     }
     if flags.max_wait.is_some() {
         limits.max_wait.clone_from(&flags.max_wait);
@@ -342,7 +371,13 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                 "DISABLED",
             ];
             if *extra {
-                header.extend(["MAX WAIT", "DESCRIPTION", "VERSION", "LAST MODIFIED"]);
+                header.extend([
+                    "MAX WAIT",
+                    "ADAPTIVE",
+                    "DESCRIPTION",
+                    "VERSION",
+                    "LAST MODIFIED",
+                ]);
             }
             let rows: Vec<Vec<String>> = list
                 .iter()
@@ -366,6 +401,10 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                     if *extra {
                         row.extend([
                             r.limits.max_wait.clone().unwrap_or_else(|| "-".to_owned()),
+                            r.limits.adaptive.map_or_else(
+                                || "-".to_owned(),
+                                |a| format!("{}..{}", a.min, a.max),
+                            ),
                             r.description.clone().unwrap_or_default(),
                             r.version.to_string(),
                             rfc3339(r.last_modified_millis_since_epoch).unwrap_or_default(),

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sluice_api::limits::{
-    ApplyRulesRequest, DeleteRuleRequest, Limits, PreconditionRequest, RuleResponse,
-    UpsertRuleRequest,
+    AdaptiveBounds, ApplyRulesRequest, DeleteRuleRequest, Limits, PreconditionRequest,
+    RuleResponse, UpsertRuleRequest,
 };
 use sluice_flow::Rate;
 
@@ -42,6 +42,9 @@ pub struct RuleSpec {
     /// Longest a new invocation may wait, e.g. `30s` (absent: no bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wait: Option<String>,
+    /// A limit that moves with latency: `adaptive = { min = 1, max = 64 }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveBounds>,
     /// `enforce` (default) or `shadow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -126,6 +129,7 @@ impl RuleSpec {
             max_queued: rule.limits.max_queued,
             weight: rule.limits.weight,
             max_wait: rule.limits.max_wait.clone(),
+            adaptive: rule.limits.adaptive,
             mode: Some(rule.mode.clone()).filter(|m| m != "enforce"),
             description: rule.description.clone(),
             disabled: rule.disabled,
@@ -143,6 +147,7 @@ impl RuleSpec {
                 max_queued: self.max_queued,
                 weight: self.weight,
                 max_wait: self.max_wait.clone(),
+                adaptive: self.adaptive,
             },
             description: self.description.clone(),
             disabled: self.disabled,
@@ -173,6 +178,9 @@ impl RuleSpec {
         }
         if let Some(max_wait) = &self.max_wait {
             out.push(format!("max_wait={max_wait}"));
+        }
+        if let Some(a) = self.adaptive {
+            out.push(format!("adaptive={}..{}", a.min, a.max));
         }
         if let Some(mode) = &self.mode {
             out.push(format!("mode={mode}"));
@@ -478,6 +486,7 @@ burst = 3
                                 max_queued,
                                 weight,
                                 max_wait: max_wait.map(str::to_owned),
+                                adaptive: None,
                             },
                         )
                     }

@@ -58,6 +58,9 @@ pub const FLOW_ADMISSIONS: &str = "sluice_flow_admissions_total";
 /// New invocations dropped past their deadline, never started, by the `rule` whose
 /// `max_wait` set it and its `level` (`request` for both when it was the request's own).
 pub const FLOW_EXPIRED: &str = "sluice_flow_expired_total";
+/// Where adaptive limits are now: the mean over the live counters of a `rule` and `level`
+/// whose limit adapts.
+pub const FLOW_ADAPTIVE_LIMIT: &str = "sluice_flow_adaptive_limit";
 /// Admissions shadow rules would have held back, at the live counters they are evaluated
 /// at, by the shadow rule's `rule` pattern and `level`.
 pub const FLOW_SHADOW_WOULD_WAIT: &str = "sluice_flow_shadow_would_wait";

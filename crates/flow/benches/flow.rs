@@ -30,7 +30,7 @@ fn admit_release(c: &mut Criterion) {
             let path = &paths[i % HELD_PATHS];
             i += 1;
             let permit = limiter.try_acquire(black_box(path), &book, 0).unwrap();
-            limiter.release(permit, &book, &mut woken);
+            limiter.release(permit, &book, 0, &mut woken);
         })
     });
 
@@ -58,7 +58,7 @@ fn admit_release(c: &mut Criterion) {
                 let permit = rate_limiter
                     .try_acquire(black_box(path), &rated, k)
                     .unwrap();
-                rate_limiter.release(permit, &rated, &mut woken);
+                rate_limiter.release(permit, &rated, 0, &mut woken);
             })
         },
     );
@@ -74,7 +74,7 @@ fn admit_release(c: &mut Criterion) {
             j += 1;
             let path = fresh.path(scope, Some(key));
             let permit = fresh.try_acquire(&path, &book, 0).unwrap();
-            fresh.release(permit, &book, &mut woken);
+            fresh.release(permit, &book, 0, &mut woken);
             fresh.drop_path(path);
         })
     });

@@ -17,7 +17,7 @@ pub use pattern::{Level, PatternError, RulePattern};
 pub use priority::{PRIORITY_HEADER, Priority, PriorityError};
 pub use rate::{Bucket, Rate, RateError, RateLimit};
 pub use rules::{
-    CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook, RuleError,
-    RulePolicy, ShadowRule, Upsert,
+    AdaptiveLimit, CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook,
+    RuleError, RulePolicy, ShadowRule, Upsert,
 };
 pub use scope::{LimitKey, Scope};

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use hashbrown::{Equivalent, HashMap};
 
+mod adaptive;
 mod bounds;
 mod tokens;
 mod waits;
@@ -56,6 +57,8 @@ impl CounterPath {
 #[must_use = "a permit holds slots until it is released"]
 pub struct Permit {
     path: CounterPath,
+    /// When it was taken, ms: an adaptive counter learns from how long it was held.
+    taken_ms: u64,
 }
 
 impl Permit {
@@ -198,6 +201,11 @@ impl Node {
     }
 }
 
+/// The limit an adaptive controller puts in force.
+fn adaptive_limit(state: &adaptive::Adaptive) -> Limit {
+    Limit::Concurrency(std::num::NonZeroU32::new(state.limit).unwrap_or(std::num::NonZeroU32::MIN))
+}
+
 /// Index key: a child's name under its parent (`None` for scopes).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct NodeKey {
@@ -245,6 +253,8 @@ pub struct CounterSnapshot {
     pub max_queued: Option<u32>,
     /// Its rule's `max_wait`, ms.
     pub max_wait_ms: Option<u64>,
+    /// Set when its limit adapts: the bounds it moves within (`limit` is where it is now).
+    pub adaptive: Option<(u32, u32)>,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -467,19 +477,49 @@ impl Limiter {
         node.limit = resolved.limit;
         node.weight = resolved.weight.get().min(MAX_WEIGHT);
         node.rate = resolved.rate;
+        // A static limit (or a policy's) wins over an adaptive one.
+        let adaptive = resolved
+            .adaptive
+            .filter(|_| resolved.limit == Limit::Unlimited);
         if resolved.max_queued.is_some()
             || resolved.max_wait_ms.is_some()
             || resolved.shadow.is_some()
+            || adaptive.is_some()
             || node.bounds.is_some()
         {
             let bounds = node.bounds.get_or_insert_with(Box::default);
             bounds.max_queued = resolved.max_queued;
             bounds.max_wait_ms = resolved.max_wait_ms;
+            match adaptive {
+                Some(a) => {
+                    let (min, max) = (a.min.get(), a.max.get());
+                    let state = bounds
+                        .adaptive
+                        .get_or_insert_with(|| adaptive::Adaptive::new(min, max));
+                    state.rebound(min, max);
+                    node.limit = adaptive_limit(state);
+                }
+                None => bounds.adaptive = None,
+            }
             bounds.set_shadow(resolved.shadow);
         }
         node.sync();
         node.rule = resolved.pattern;
         node.resolved_at = Some(generation);
+    }
+
+    /// Runs the adaptive backstop of counter `id` at `now_ms` (slots held far longer than the
+    /// deployment's baseline lower the limit at once).
+    fn adapt_backstop(&mut self, id: CounterId, now_ms: u64) {
+        let node = self.node_mut(id);
+        if !node.watched {
+            return;
+        }
+        if let Some(state) = node.bounds.as_deref_mut().and_then(|b| b.adaptive.as_mut())
+            && state.backstop(now_ms)
+        {
+            node.limit = adaptive_limit(state);
+        }
     }
 
     /// Scope, L1 and L2 names of a counter, borrowed from it and its ancestors.
@@ -514,6 +554,7 @@ impl Limiter {
         let mut blocked = None;
         for &id in path.counters() {
             self.resolve(id, book);
+            self.adapt_backstop(id, now_ms);
             let node = self.node(id);
             let reserved = if woken { 0 } else { node.pending };
             if !node.limit.admits(node.usage + reserved) {
@@ -561,6 +602,9 @@ impl Limiter {
                 if let Some(shadow) = &mut bounds.shadow {
                     shadow.admit(usage, tokens, now_ms);
                 }
+                if let Some(adaptive) = &mut bounds.adaptive {
+                    adaptive.taken(now_ms);
+                }
                 if bounds.max_queued.is_none() {
                     continue;
                 }
@@ -573,7 +617,10 @@ impl Limiter {
                 bounds.last_admit_ms = now_ms.max(1);
             }
         }
-        Permit { path: *path }
+        Permit {
+            path: *path,
+            taken_ms: now_ms,
+        }
     }
 
     /// [`Limiter::check`] then [`Limiter::acquire`], taking tokens.
@@ -587,11 +634,26 @@ impl Limiter {
         Ok(self.acquire(path, true, now_ms))
     }
 
-    /// Gives back a permit's slots; pushes the waiters to wake onto `woken`, deepest level first.
-    pub fn release(&mut self, permit: Permit, book: &RuleBook, woken: &mut Vec<WaiterId>) {
+    /// Gives back a permit's slots at `now_ms`; pushes the waiters to wake onto `woken`,
+    /// deepest level first. An adaptive counter learns from how long the slot was held.
+    pub fn release(
+        &mut self,
+        permit: Permit,
+        book: &RuleBook,
+        now_ms: u64,
+        woken: &mut Vec<WaiterId>,
+    ) {
+        self.now_ms = self.now_ms.max(now_ms);
         let counters = permit.path.counters();
         for &id in counters {
-            self.node_mut(id).usage -= 1;
+            let node = self.node_mut(id);
+            node.usage -= 1;
+            if node.watched
+                && let Some(state) = node.bounds.as_deref_mut().and_then(|b| b.adaptive.as_mut())
+                && state.released(permit.taken_ms, now_ms)
+            {
+                node.limit = adaptive_limit(state);
+            }
         }
         for &id in counters.iter().rev() {
             self.pump(id, book, woken);
@@ -827,6 +889,9 @@ impl Limiter {
                 max_wait_ms: bounds
                     .and_then(|b| b.max_wait_ms)
                     .map(std::num::NonZeroU64::get),
+                adaptive: bounds
+                    .and_then(|b| b.adaptive.as_ref())
+                    .map(|a| (a.min, a.max)),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

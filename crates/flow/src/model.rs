@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use super::pattern::{Level, RulePattern};
 use super::priority::Priority;
-use super::rules::{Delete, Limit, RuleBook, Upsert};
+use super::rules::{AdaptiveLimit, Delete, Limit, RuleBook, Upsert};
 use super::scheduler::{
     Dispatch, EntryId, EntryKind, LockId, Permit, QueueId, QueueKey, Scheduler,
 };
@@ -99,6 +99,8 @@ pub enum Event {
         max_queued: u32,
         /// `max_wait` in steps, 0 = none.
         max_wait: u64,
+        /// `adaptive = { min, max }` (applies when `limit` is 0).
+        adaptive: Option<(u32, u32)>,
     },
     /// An operator pauses the queue of `KEYS[key]`.
     PauseQueue(usize),
@@ -142,6 +144,8 @@ pub struct Model {
     limits: Vec<Limit>,
     /// Per key: paused by an operator.
     paused: Vec<bool>,
+    /// Some rule adapts: adaptive counters' limits come from the scheduler.
+    adaptive: bool,
     /// Deadlines of waiting entries that have one.
     deadline: HashMap<EntryId, u64>,
     /// Entries dropped past their deadline.
@@ -218,6 +222,7 @@ impl Model {
             paused: vec![false; KEYS.len()],
             queue_of: vec![None; KEYS.len()],
             deadline: HashMap::new(),
+            adaptive: false,
             expired: 0,
             refused: 0,
             worst_wait: 0,
@@ -274,6 +279,7 @@ impl Model {
                 weight,
                 max_queued,
                 max_wait,
+                adaptive,
             } => {
                 let limit = NonZeroU32::new(limit).map_or(Limit::Unlimited, Limit::Concurrency);
                 let pattern = RulePattern::parse(PATTERNS[pattern % PATTERNS.len()]).unwrap();
@@ -283,6 +289,10 @@ impl Model {
                     weight: NonZeroU32::new(weight),
                     max_queued: NonZeroU32::new(max_queued),
                     max_wait_ms: std::num::NonZeroU64::new(max_wait),
+                    adaptive: adaptive.map(|(min, max)| AdaptiveLimit {
+                        min: NonZeroU32::new(min.max(1)).unwrap(),
+                        max: NonZeroU32::new(max.max(min).max(1)).unwrap(),
+                    }),
                     ..Upsert::new(pattern, limit)
                 };
                 self.book.apply_batch(&[upsert], self.now).unwrap();
@@ -362,12 +372,20 @@ impl Model {
         for expired in self.sched.take_expired() {
             let e = expired.entry;
             let at = self.deadline.remove(&e);
-            assert_eq!(at, Some(expired.deadline.at), "entry {e} expired at the wrong deadline");
+            assert_eq!(
+                at,
+                Some(expired.deadline.at),
+                "entry {e} expired at the wrong deadline"
+            );
             assert!(expired.deadline.at <= self.now, "entry {e} expired early");
             let key = self.entry_key[&e];
             let before = self.waiting_new[key].len();
             self.waiting_new[key].retain(|w| *w != e);
-            assert_eq!(self.waiting_new[key].len() + 1, before, "entry {e} was not waiting");
+            assert_eq!(
+                self.waiting_new[key].len() + 1,
+                before,
+                "entry {e} was not waiting"
+            );
             assert!(self.completed.insert(e), "entry {e} ended twice");
             self.expired += 1;
         }
@@ -394,9 +412,49 @@ impl Model {
         self.limits = (0..self.counters.len())
             .map(|c| self.limit_of(&self.counters[c]))
             .collect();
+        self.adaptive = self.book.rules().any(|r| r.adaptive.is_some());
+        self.refresh_adaptive();
+    }
+
+    /// The limits of adaptive counters, as the scheduler has them now: each within its rule's
+    /// bounds (they move with hold times and the backstop, which the model does not redo).
+    fn refresh_adaptive(&mut self) {
+        if !self.adaptive {
+            return;
+        }
+        let live = self.sched.counters(self.now);
+        for c in 0..self.counters.len() {
+            let Some(bounds) = self
+                .rule_of(&self.counters[c])
+                .filter(|r| r.limit == Limit::Unlimited)
+                .and_then(|r| r.adaptive)
+            else {
+                continue;
+            };
+            let names = &self.counters[c];
+            let found = live.iter().find(|s| {
+                s.scope == names[0]
+                    && s.l1.as_deref() == names.get(1).copied()
+                    && s.l2.as_deref() == names.get(2).copied()
+            });
+            // A counter not live yet starts at `min`.
+            let limit = found.map_or(bounds.min.get(), |s| {
+                s.limit
+                    .concurrency()
+                    .expect("an adaptive counter is bounded")
+            });
+            assert!(
+                (bounds.min.get()..=bounds.max.get()).contains(&limit),
+                "adaptive limit {limit} of {names:?} outside {bounds:?}"
+            );
+            self.limits[c] = Limit::Concurrency(NonZeroU32::new(limit).unwrap());
+        }
     }
 
     fn poll(&mut self) {
+        // A poll may only lower an adaptive limit (its backstop): admissions are checked
+        // against the limits from before it, waits against the ones after it.
+        self.refresh_adaptive();
         let dispatched = self.sched.poll_runnable(self.now);
         // The poll drops what is past its deadline before it admits anything.
         self.check_expired();
@@ -405,6 +463,7 @@ impl Model {
         }
         self.check_none_overdue();
         self.check_positions();
+        self.refresh_adaptive();
         if (self.running.len() as u32) < self.invoker_limit {
             for (key, spec) in KEYS.iter().enumerate() {
                 if self.paused[key] {
@@ -515,7 +574,11 @@ impl Model {
         if d.kind == EntryKind::New
             && let Some(at) = self.deadline.remove(&d.entry)
         {
-            assert!(at > self.now, "entry {} started past its deadline {at}", d.entry);
+            assert!(
+                at > self.now,
+                "entry {} started past its deadline {at}",
+                d.entry
+            );
         }
         match d.kind {
             EntryKind::Resumed => self.waiting_resumed[key].pop_front(),

@@ -50,6 +50,16 @@ impl Limit {
     }
 }
 
+/// An adaptive limit's bounds (`adaptive = { min, max }`): the counter's limit moves between
+/// them with the latency the deployment shows (`limiter/adaptive.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AdaptiveLimit {
+    /// The lowest it goes, and where it starts.
+    pub min: NonZeroU32,
+    /// The highest it goes.
+    pub max: NonZeroU32,
+}
+
 /// A rule as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
@@ -70,6 +80,10 @@ pub struct Rule {
     /// FLO0003 without ever starting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wait_ms: Option<NonZeroU64>,
+    /// A limit that moves with the deployment's latency; a static `concurrency` on the rule
+    /// wins (the rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveLimit>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -109,6 +123,8 @@ pub struct Upsert {
     pub weight: Option<NonZeroU32>,
     /// Its bound on how long a new invocation waits, ms.
     pub max_wait_ms: Option<NonZeroU64>,
+    /// Its adaptive limit's bounds.
+    pub adaptive: Option<AdaptiveLimit>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -129,6 +145,7 @@ impl Upsert {
             max_queued: None,
             weight: None,
             max_wait_ms: None,
+            adaptive: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -184,6 +201,8 @@ pub struct Resolved {
     pub weight: NonZeroU32,
     /// The longest a new invocation may wait here, ms.
     pub max_wait_ms: Option<NonZeroU64>,
+    /// Set when the limit adapts (the rule has `adaptive` and no static `concurrency`).
+    pub adaptive: Option<AdaptiveLimit>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -211,6 +230,7 @@ impl Resolved {
         max_queued: None,
         weight: NonZeroU32::MIN,
         max_wait_ms: None,
+        adaptive: None,
         pattern: None,
         shadow: None,
     };
@@ -246,6 +266,7 @@ struct Indexed {
     max_queued: Option<NonZeroU32>,
     weight: Option<NonZeroU32>,
     max_wait_ms: Option<NonZeroU64>,
+    adaptive: Option<AdaptiveLimit>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -373,6 +394,7 @@ impl RuleBook {
                         max_queued: upsert.max_queued,
                         weight: upsert.weight,
                         max_wait_ms: upsert.max_wait_ms,
+                        adaptive: upsert.adaptive,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -386,6 +408,7 @@ impl RuleBook {
                         || old.max_queued != upsert.max_queued
                         || old.weight != upsert.weight
                         || old.max_wait_ms != upsert.max_wait_ms
+                        || old.adaptive != upsert.adaptive
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description;
@@ -396,6 +419,7 @@ impl RuleBook {
                         max_queued: upsert.max_queued,
                         weight: upsert.weight,
                         max_wait_ms: upsert.max_wait_ms,
+                        adaptive: upsert.adaptive,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -478,6 +502,10 @@ impl RuleBook {
                     max_queued: rule.max_queued,
                     weight: rule.weight,
                     max_wait_ms: rule.max_wait_ms,
+                    // A static concurrency wins: adaptive only where the rule has none.
+                    adaptive: rule
+                        .adaptive
+                        .filter(|_| matches!(rule.limit, Limit::Unlimited)),
                     pattern,
                     shadow,
                 },
@@ -549,6 +577,7 @@ impl RuleBook {
                 limit: Limit::Unlimited,
                 rate: None,
                 max_queued: None,
+                adaptive: None,
                 pattern,
                 ..self.most_specific(level, scope, l1, l2)
             },
@@ -595,6 +624,7 @@ impl RuleBook {
                 max_queued: rule.max_queued,
                 weight: rule.weight.unwrap_or(NonZeroU32::MIN),
                 max_wait_ms: rule.max_wait_ms,
+                adaptive: rule.adaptive,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

@@ -22,9 +22,9 @@ mod locks;
 mod snapshot;
 
 pub use super::limiter::{Refusal, RefusalReason};
-use locks::Locks;
 pub use deadlines::{Deadline, DeadlineCause, Expired, ExpiredCount};
 pub use drain::Position;
+use locks::Locks;
 pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus, StageCounts};
 
@@ -581,7 +581,9 @@ impl Scheduler {
             self.queue_mut(timer.queue).delayed -= 1;
             if self.expire_if_due(timer.entry, now) {
                 // Dropped without ever being queued; an emptied queue goes.
-                if self.queue(timer.queue).len() == 0 && self.queue(timer.queue).state == State::Idle {
+                if self.queue(timer.queue).len() == 0
+                    && self.queue(timer.queue).state == State::Idle
+                {
                     self.go_idle(timer.queue, now);
                 }
                 continue;
@@ -779,7 +781,8 @@ impl Scheduler {
         self.give_back_slot();
         if let Some(counters) = permit.counters {
             // The limiter lists waiters deepest level first; they re-enter the ring in that order.
-            self.limiter.release(counters, &self.book, &mut self.woken);
+            self.limiter
+                .release(counters, &self.book, now, &mut self.woken);
         }
         self.wake_pending(now);
     }

@@ -12,12 +12,13 @@ use super::json::Json;
 use crate::errors::Code;
 use crate::flow::limiter::MAX_WEIGHT;
 use crate::flow::{
-    Delete, Limit, Precondition, Rate, RateError, RateLimit, Rule, RuleError, RulePattern, Upsert,
+    AdaptiveLimit, Delete, Limit, Precondition, Rate, RateError, RateLimit, Rule, RuleError,
+    RulePattern, Upsert,
 };
 use crate::limits::RulesError;
 pub use sluice_api::limits::{
-    ApplyRulesRequest, ApplyRulesResponse, CounterResponse, DeleteRuleRequest, Limits,
-    ListCountersResponse, ListRulesResponse, MODES, PreconditionRequest, RuleResponse,
+    AdaptiveBounds, ApplyRulesRequest, ApplyRulesResponse, CounterResponse, DeleteRuleRequest,
+    Limits, ListCountersResponse, ListRulesResponse, MODES, PreconditionRequest, RuleResponse,
     ShadowResponse, UpsertRuleRequest,
 };
 
@@ -35,10 +36,13 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             on_exceed: rule.rate.filter(|r| r.reject).map(|_| "reject".to_owned()),
             max_queued: rule.max_queued.map(NonZeroU32::get),
             weight: rule.weight.map(NonZeroU32::get),
-            max_wait: rule.max_wait_ms.map(|ms| {
-                crate::config::FriendlyDuration::from_millis(ms.get())
-                    .to_string()
+            adaptive: rule.adaptive.map(|a| AdaptiveBounds {
+                min: a.min.get(),
+                max: a.max.get(),
             }),
+            max_wait: rule
+                .max_wait_ms
+                .map(|ms| crate::config::FriendlyDuration::from_millis(ms.get()).to_string()),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -91,6 +95,25 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
     }))
 }
 
+/// A rule's adaptive bounds: 1 ≤ min ≤ max.
+fn adaptive(pattern: &str, limits: &Limits) -> Result<Option<AdaptiveLimit>, AdminError> {
+    let Some(bounds) = limits.adaptive else {
+        return Ok(None);
+    };
+    let min = NonZeroU32::new(bounds.min);
+    let max = NonZeroU32::new(bounds.max).filter(|max| min.is_some_and(|min| *max >= min));
+    match (min, max) {
+        (Some(min), Some(max)) => Ok(Some(AdaptiveLimit { min, max })),
+        _ => Err(AdminError::coded(
+            Code::RUL0001,
+            format!(
+                "rule '{pattern}': adaptive needs 1 <= min <= max, not min {} and max {}",
+                bounds.min, bounds.max
+            ),
+        )),
+    }
+}
+
 /// A rule's `max_wait` as milliseconds: a duration of at least 1 ms.
 fn max_wait(pattern: &str, limits: &Limits) -> Result<Option<NonZeroU64>, AdminError> {
     let Some(text) = &limits.max_wait else {
@@ -100,9 +123,11 @@ fn max_wait(pattern: &str, limits: &Limits) -> Result<Option<NonZeroU64>, AdminE
         |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': max_wait {why}"));
     let duration: crate::config::FriendlyDuration = text.parse().map_err(invalid)?;
     let ms = u64::try_from(duration.0.as_millis()).unwrap_or(u64::MAX);
-    NonZeroU64::new(ms)
-        .map(Some)
-        .ok_or_else(|| invalid(format!("'{text}' is under 1 ms (leave it out for no bound)")))
+    NonZeroU64::new(ms).map(Some).ok_or_else(|| {
+        invalid(format!(
+            "'{text}' is under 1 ms (leave it out for no bound)"
+        ))
+    })
 }
 
 fn refused(error: RulesError) -> AdminError {
@@ -173,6 +198,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                     })?),
                 },
                 max_wait_ms: max_wait(&r.pattern, &r.limits)?,
+                adaptive: adaptive(&r.pattern, &r.limits)?,
                 weight: match r.limits.weight {
                     None => None,
                     Some(n) => Some(
@@ -276,6 +302,7 @@ pub async fn counters(
                 tokens: c.tokens,
                 queued: c.queued,
                 max_queued: c.max_queued,
+                adaptive: c.adaptive.map(|(min, max)| AdaptiveBounds { min, max }),
                 next_token_at: c.next_token_ms.and_then(crate::clock::rfc3339),
                 weight: c.weight,
                 shadow: c.shadow.map(|(rule, counts)| ShadowResponse {

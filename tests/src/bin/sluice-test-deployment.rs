@@ -73,6 +73,9 @@ static TICKS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 static MARKS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 /// What `Meter/timed` saw: label, start and end, ms since the epoch, in the order calls ended.
 static TIMINGS: std::sync::Mutex<Vec<(String, u64, u64)>> = std::sync::Mutex::new(Vec::new());
+/// `Meter/loaded`'s knee: past this many running at once its latency grows in proportion
+/// (0: it never grows).
+static KNEE: AtomicU64 = AtomicU64::new(0);
 /// Calls of `Meter/flaky`.
 static FLAKY: AtomicU64 = AtomicU64::new(0);
 
@@ -200,17 +203,45 @@ impl Meter {
             let _holding = Holding::enter();
             tokio::time::sleep(Duration::from_millis(millis.parse().unwrap_or(0))).await;
         }
-        TIMINGS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((label.to_owned(), started, epoch_ms()));
+        TIMINGS.lock().unwrap_or_else(|e| e.into_inner()).push((
+            label.to_owned(),
+            started,
+            epoch_ms(),
+        ));
+        Ok(())
+    }
+
+    /// Runs for `base` ms, or longer in proportion to how many `loaded`/`hold`/`timed` run
+    /// at once past the knee (`Meter/knee`): a deployment that slows down under load.
+    #[handler]
+    async fn loaded(&self, _ctx: Context<'_>, base: u64) -> Result<(), HandlerError> {
+        let holding = Holding::enter();
+        let running = HOLDING.load(Ordering::SeqCst);
+        let knee = KNEE.load(Ordering::SeqCst);
+        let millis = if knee > 0 && running > knee {
+            base.saturating_mul(running) / knee
+        } else {
+            base
+        };
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        drop(holding);
+        Ok(())
+    }
+
+    /// Sets `loaded`'s knee (0: its latency no longer grows with load).
+    #[handler]
+    async fn knee(&self, _ctx: Context<'_>, knee: u64) -> Result<(), HandlerError> {
+        KNEE.store(knee, Ordering::SeqCst);
         Ok(())
     }
 
     /// What `timed` recorded since the last call, `[label, start, end]` in the order the calls
     /// ended; resets it.
     #[handler]
-    async fn timings(&self, _ctx: Context<'_>) -> Result<Json<Vec<(String, u64, u64)>>, HandlerError> {
+    async fn timings(
+        &self,
+        _ctx: Context<'_>,
+    ) -> Result<Json<Vec<(String, u64, u64)>>, HandlerError> {
         Ok(Json(std::mem::take(
             &mut *TIMINGS.lock().unwrap_or_else(|e| e.into_inner()),
         )))

@@ -18,6 +18,8 @@ pub(super) struct Bounds {
     /// A token waiter was woken and has not re-checked yet.
     pub(super) rate_pending: bool,
     pub(super) max_queued: Option<NonZeroU32>,
+    /// The adaptive limit's controller, when its rule adapts.
+    pub(super) adaptive: Option<super::adaptive::Adaptive>,
     /// The longest a new invocation may wait here (its rule's `max_wait`), ms.
     pub(super) max_wait_ms: Option<NonZeroU64>,
     /// The shadow rule evaluated here, if one matches.
@@ -49,7 +51,7 @@ impl Bounds {
     /// Whether an admission must tell it something (a queue bound's drain estimate, a shadow
     /// rule's tallies).
     pub(super) fn watches_admissions(&self) -> bool {
-        self.max_queued.is_some() || self.shadow.is_some()
+        self.max_queued.is_some() || self.shadow.is_some() || self.adaptive.is_some()
     }
 
     /// Takes the shadow rule now in force; its tallies carry over while it is the same rule.

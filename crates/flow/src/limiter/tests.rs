@@ -41,7 +41,7 @@ fn acquire_counts_every_touched_level_and_release_prunes() {
     l.drop_path(p);
     assert_eq!(l.len(), 3, "usage keeps counters alive");
     let mut woken = Vec::new();
-    l.release(permit, &b, &mut woken);
+    l.release(permit, &b, 0, &mut woken);
     assert!(woken.is_empty());
     assert!(l.is_empty(), "idle counters are pruned");
 }
@@ -100,7 +100,7 @@ fn release_wakes_one_waiter_per_freed_slot_deepest_first() {
     l.park(scope, 20, &pb, Priority::NORMAL, None);
     l.park(scope, 21, &pb, Priority::NORMAL, None);
     let mut woken = Vec::new();
-    l.release(held_a, &b, &mut woken);
+    l.release(held_a, &b, 0, &mut woken);
     assert_eq!(
         woken,
         vec![10, 20],
@@ -118,7 +118,7 @@ fn woken_slots_are_reserved_and_handed_on() {
     l.park(counter, 1, &p, Priority::NORMAL, None);
     l.park(counter, 2, &p, Priority::NORMAL, None);
     let mut woken = Vec::new();
-    l.release(held, &b, &mut woken);
+    l.release(held, &b, 0, &mut woken);
     assert_eq!(woken, vec![1]);
     // A newcomer cannot take the slot offered to waiter 1.
     assert!(l.check(&p, &b, false, true, 0).is_err());
@@ -128,7 +128,7 @@ fn woken_slots_are_reserved_and_handed_on() {
     woken.clear();
     l.settle(counter, &b, &mut woken);
     assert!(woken.is_empty(), "no slot left for waiter 2");
-    l.release(permit, &b, &mut woken);
+    l.release(permit, &b, 0, &mut woken);
     assert_eq!(woken, vec![2]);
     // Waiter 2 does not use it (blocked elsewhere): settling hands it to the next one.
     l.park(counter, 3, &p, Priority::NORMAL, None);
@@ -155,7 +155,7 @@ fn raising_a_limit_wakes_waiters_and_lowering_revokes_nothing() {
     set(&mut b, &[("s", 1)]);
     assert!(l.check(&p, &b, false, true, 0).is_err());
     assert_eq!(l.usage(counter), 1);
-    l.release(first, &b, &mut woken);
+    l.release(first, &b, 0, &mut woken);
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn unpark_removes_a_waiter() {
     let mut woken = Vec::new();
     assert!(l.unpark(counter, ticket, &b, &mut woken));
     assert!(!l.unpark(counter, ticket, &b, &mut woken));
-    l.release(held, &b, &mut woken);
+    l.release(held, &b, 0, &mut woken);
     assert!(woken.is_empty());
     l.drop_path(p);
     assert!(l.is_empty());
@@ -219,8 +219,8 @@ fn a_due_token_is_kept_for_the_waiter_woken_for_it() {
     l.settle_token(blocked.counter, &b);
     // Retried work takes no token: the check without one passes although none is left.
     l.check(&p, &b, false, false, 1_000).unwrap();
-    l.release(first, &b, &mut woken);
-    l.release(second, &b, &mut woken);
+    l.release(first, &b, 0, &mut woken);
+    l.release(second, &b, 0, &mut woken);
 }
 
 /// Parks `waiters` at the scope counter of `s` (limit 1, held), each on its own path, then
@@ -243,7 +243,7 @@ fn admissions(
     let mut counts = StdMap::new();
     for _ in 0..turns {
         let mut woken = Vec::new();
-        l.release(held, b, &mut woken);
+        l.release(held, b, 0, &mut woken);
         let [w] = woken[..] else {
             panic!("one wake per freed slot: {woken:?}");
         };
@@ -320,7 +320,7 @@ fn a_shadow_rule_counts_and_holds_nothing() {
     assert_eq!((counts.would_wait, counts.would_reject), (2, 1));
     let mut woken = Vec::new();
     for permit in permits {
-        l.release(permit, &b, &mut woken);
+        l.release(permit, &b, 0, &mut woken);
     }
 }
 
@@ -334,7 +334,7 @@ fn admissions_are_totalled_per_rule_and_outlive_their_counters() {
             let p = path(&mut l, scope, Some("k"));
             let permit = l.try_acquire(&p, &b, 0).unwrap();
             l.drop_path(p);
-            l.release(permit, &b, &mut woken);
+            l.release(permit, &b, 0, &mut woken);
         }
     }
     assert!(l.is_empty(), "every counter went away");

@@ -46,7 +46,11 @@ fn an_entry_past_its_request_deadline_leaves_its_queue_never_started() {
     s.enqueue_with_deadline(&a, 2, None, Some(500), 0, 0);
     s.enqueue(&a, 3, EntryKind::New, None, 0);
     assert!(s.poll_runnable(0).is_empty());
-    assert_eq!(s.next_timer(), Some(500), "the partition polls at the deadline");
+    assert_eq!(
+        s.next_timer(),
+        Some(500),
+        "the partition polls at the deadline"
+    );
     assert!(s.poll_runnable(499).is_empty());
     assert!(s.take_expired().is_empty(), "not yet");
     assert!(s.poll_runnable(500).is_empty());
@@ -143,7 +147,10 @@ fn a_delayed_entry_whose_deadline_passes_during_its_delay_never_queues() {
     let a = key("a", None, None);
     s.enqueue_with_deadline(&a, 1, Some(1_000), Some(500), 0, 0);
     assert!(s.poll_runnable(600).is_empty());
-    assert!(s.take_expired().is_empty(), "it waits for its delay, not in a queue");
+    assert!(
+        s.take_expired().is_empty(),
+        "it waits for its delay, not in a queue"
+    );
     assert!(s.poll_runnable(1_000).is_empty());
     let expired = s.take_expired();
     assert_eq!(expired.len(), 1);

@@ -65,7 +65,11 @@ impl Scheduler {
     /// running or gone).
     pub fn position(&self, q: QueueId, entry: EntryId, now: u64) -> Option<Position> {
         let queue = self.queues.get(q.0 as usize)?.as_ref()?;
-        let at = queue.resumed.iter().chain(&queue.new).position(|e| *e == entry)?;
+        let at = queue
+            .resumed
+            .iter()
+            .chain(&queue.new)
+            .position(|e| *e == entry)?;
         let position = at + 1;
         Some(Position {
             position,

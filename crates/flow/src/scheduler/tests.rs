@@ -245,9 +245,9 @@ fn event() -> impl Strategy<Value = Event> {
         3 => any::<usize>().prop_map(Event::Complete),
         2 => any::<usize>().prop_map(Event::Suspend),
         2 => any::<usize>().prop_map(Event::Resume),
-        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40])
-            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait)| Event::Rule {
-                pattern, limit, disabled, shadow, weight, max_queued, max_wait,
+        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40], prop::option::weighted(0.3, (1u32..4, 1u32..8)))
+            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive)| Event::Rule {
+                pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive,
             }),
         1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
         1 => (0..KEYS.len()).prop_map(Event::PauseQueue),
@@ -313,6 +313,8 @@ fn simulator_one_million_events() {
                     } else {
                         0
                     },
+                    adaptive: (rng.index(3) == 0)
+                        .then(|| (1 + rng.index(3) as u32, 1 + rng.index(10) as u32)),
                 },
                 98 => Event::DeleteRule(rng.index(PATTERNS.len())),
                 _ if rng.index(2) == 0 => Event::PauseQueue(rng.index(KEYS.len())),
@@ -351,7 +353,11 @@ fn a_waiting_entry_knows_its_place_and_when_its_turn_should_come() {
     let place = s.position(q, 4, 1_000).unwrap();
     assert_eq!(place.position, 3, "entries 2 and 3 are ahead of 4");
     assert_eq!(place.eta_ms, None, "one dispatch gives no rate yet");
-    assert_eq!(s.position(q, 1, 1_000), None, "a running entry does not wait");
+    assert_eq!(
+        s.position(q, 1, 1_000),
+        None,
+        "a running entry does not wait"
+    );
     // The queue drains one every 100 ms.
     s.release(first.permit, 1_100);
     let second = s.poll_runnable(1_100).pop().unwrap();
@@ -366,5 +372,3 @@ fn a_waiting_entry_knows_its_place_and_when_its_turn_should_come() {
     assert_eq!(s.position(q, 9, 1_100).unwrap().position, 1);
     s.release(second.permit, 1_200);
 }
-
-

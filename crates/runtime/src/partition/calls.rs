@@ -7,8 +7,8 @@ use bytes::Bytes;
 
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
-use crate::flow::{LimitKey, Priority};
 use crate::flow::scope::parse_request;
+use crate::flow::{LimitKey, Priority};
 use crate::ids::InvocationId;
 use crate::invocation::new::{Identity, NewInvocation};
 use crate::invocation::{Caller, InvocationRecord, Target};
@@ -222,7 +222,8 @@ pub fn children_in(
             continue;
         }
         if let Ok(message) = Message::decode(frame, version)
-            && let Some(Ok((child, _))) = child_of(registry, inherit_scope, record, index, &message, now)
+            && let Some(Ok((child, _))) =
+                child_of(registry, inherit_scope, record, index, &message, now)
         {
             out.push(child);
         }

@@ -244,15 +244,16 @@ pub(super) fn journal_message(
             }
             None => None,
         };
-        let child = match calls::child_of(registry, inherit_scope, &live.record, index, &message, now) {
-            Some(Ok(child)) => Some(child),
-            Some(Err(e)) => {
-                // Nothing of the attempt from here on is kept; it is retried.
-                live.violate(e);
-                return Ok(());
-            }
-            None => None,
-        };
+        let child =
+            match calls::child_of(registry, inherit_scope, &live.record, index, &message, now) {
+                Some(Ok(child)) => Some(child),
+                Some(Err(e)) => {
+                    // Nothing of the attempt from here on is kept; it is retried.
+                    live.violate(e);
+                    return Ok(());
+                }
+                None => None,
+            };
         live.commands += 1;
         append(live, writes, message.to_frame(false));
         effects.extend(signal.map(Effect::Signal));

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Builder,
-    Float64Array, UInt64Array, UInt64Builder,
+    ArrayRef, BooleanBuilder, Float64Array, StringBuilder, TimestampMillisecondBuilder,
+    UInt32Builder, UInt64Array, UInt64Builder,
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
@@ -22,6 +22,8 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("weight", DataType::UInt32, false),
         ("mode", DataType::Utf8, false),
         ("max_wait_ms", DataType::UInt64, true),
+        ("adaptive_min", DataType::UInt32, true),
+        ("adaptive_max", DataType::UInt32, true),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -45,7 +47,10 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
         let mut modified = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let (mut weight, mut mode) = (UInt32Builder::new(), StringBuilder::new());
         let mut max_wait = UInt64Builder::new();
+        let (mut adaptive_min, mut adaptive_max) = (UInt32Builder::new(), UInt32Builder::new());
         for rule in rules {
+            adaptive_min.append_option(rule.adaptive.map(|a| a.min.get()));
+            adaptive_max.append_option(rule.adaptive.map(|a| a.max.get()));
             max_wait.append_option(rule.max_wait_ms.map(std::num::NonZeroU64::get));
             weight.append_value(rule.weight.map_or(1, std::num::NonZeroU32::get));
             mode.append_value(if rule.shadow { "shadow" } else { "enforce" });
@@ -75,6 +80,8 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(weight.finish()),
                 Arc::new(mode.finish()),
                 Arc::new(max_wait.finish()),
+                Arc::new(adaptive_min.finish()),
+                Arc::new(adaptive_max.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
@@ -107,6 +114,7 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("shadow_would_wait", DataType::UInt64, true),
         ("shadow_would_reject", DataType::UInt64, true),
         ("shadow_would_wait_ms", DataType::UInt64, true),
+        ("adaptive", DataType::Boolean, false),
     ])
 }
 
@@ -114,6 +122,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
     reader(sources, |sources| async move {
         let counters = sources.runtime.counters().await.map_err(internal)?;
         let mut partition = UInt64Builder::new();
+        let mut adaptive = BooleanBuilder::new();
         let (mut scope, mut l1, mut l2, mut level) = (
             StringBuilder::new(),
             StringBuilder::new(),
@@ -161,6 +170,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             tokens.append_option(c.tokens);
             queued.append_value(c.queued);
             max_queued.append_option(c.max_queued);
+            adaptive.append_value(c.adaptive.is_some());
             next_token.append_option(
                 c.next_token_ms
                     .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
@@ -190,6 +200,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(would_wait.finish()),
                 Arc::new(would_reject.finish()),
                 Arc::new(would_wait_ms.finish()),
+                Arc::new(adaptive.finish()),
             ],
         )
     })
@@ -511,9 +522,11 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
                     .into_iter()
                     .map(|(_, ty)| datafusion::arrow::array::new_null_array(&ty, queues.len())),
             )
-            .chain([Arc::new(Float64Array::from_iter(queues.iter().map(|(_, q)| {
-                q.drain_gap_ms.map(|gap| 1000.0 / gap as f64)
-            }))) as ArrayRef])
+            .chain([Arc::new(Float64Array::from_iter(
+                queues
+                    .iter()
+                    .map(|(_, q)| q.drain_gap_ms.map(|gap| 1000.0 / gap as f64)),
+            )) as ArrayRef])
             .collect(),
         )
     })

@@ -101,7 +101,8 @@ impl Partition {
             DeadlineCause::Request => "its request's deadline".to_owned(),
             DeadlineCause::Rule { level, rule } => format!(
                 "the max_wait of rule '{}' at its {} counter",
-                rule.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string),
+                rule.as_ref()
+                    .map_or_else(|| "-".to_owned(), ToString::to_string),
                 level.as_str()
             ),
         };

@@ -1,0 +1,145 @@
+//! Adaptive concurrency end to end: a rule with `adaptive = { min, max }` against a handler
+//! whose latency grows with its concurrency past 8 (`Meter/loaded`). The limit settles near 8
+//! and the handler never sees many more at once; when the handler stops slowing down under
+//! load, the limit rises again. A static `concurrency` on the rule wins.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sluice_tests::{Sluice, TestDeployment, call_json, counter};
+
+/// The `ad` scope counter's limit now, and whether it adapts.
+async fn limit(sluice: &Sluice) -> Option<(u64, bool)> {
+    let c = counter(sluice, "ad", "scope").await?;
+    Some((c["limit"].as_u64()?, c["adaptive"].is_object()))
+}
+
+/// Keeps `clients` calls of `Meter/loaded(100)` in flight in scope `ad` until `stop`.
+fn load(
+    sluice: &Sluice,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<u64>> {
+    (0..clients)
+        .map(|_| {
+            let url = format!("{}/service/scope/ad/call/Meter/loaded", sluice.ingress_url);
+            let stop = Arc::clone(stop);
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut done = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let resp = client.post(&url).json(&100).send().await.unwrap();
+                    assert_eq!(resp.status(), 200);
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect()
+}
+
+/// Samples the limit every 200 ms for `how_long`.
+async fn sample(sluice: &Sluice, how_long: Duration) -> Vec<u64> {
+    let mut seen = Vec::new();
+    let until = Instant::now() + how_long;
+    while Instant::now() < until {
+        if let Some((l, adaptive)) = limit(sluice).await {
+            assert!(adaptive, "the counter adapts");
+            seen.push(l);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    seen
+}
+
+#[tokio::test]
+async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([{"pattern": "ad", "limits": {"adaptive": {"min": 1, "max": 64}}}]))
+        .await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/knee", sluice.ingress_url))
+        .json(&8)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(&sluice, 40, &stop);
+    // It climbs from 1, overshoots the knee, and comes back.
+    sample(&sluice, Duration::from_secs(5)).await;
+    let _: u64 = call_json(&sluice, "Meter/peak").await;
+    let settled = sample(&sluice, Duration::from_secs(4)).await;
+    let peak: u64 = call_json(&sluice, "Meter/peak").await;
+    let mean = settled.iter().sum::<u64>() as f64 / settled.len() as f64;
+    println!("settled: {settled:?} (mean {mean:.1}), handler peak {peak}");
+    assert!(
+        (5.0..=13.0).contains(&mean),
+        "the limit settles near 8, not at 64: {settled:?}"
+    );
+    assert!(
+        peak <= 16,
+        "the handler saw {peak} at once while the limit settled ({settled:?})"
+    );
+    // Its metric and SQL say the same.
+    let metrics = sluice.metrics().await;
+    let gauge = metrics
+        .get("sluice_flow_adaptive_limit{rule=\"ad\",level=\"scope\"}")
+        .copied()
+        .unwrap_or_else(|| panic!("no adaptive gauge: {metrics:?}"));
+    assert!((1.0..=64.0).contains(&gauge), "{gauge}");
+    let (status, rows) = sluice
+        .query("SELECT concurrency_limit, adaptive FROM sys_user_limits WHERE scope = 'ad' AND level = 'Scope'")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(rows["rows"][0]["adaptive"], true, "{rows}");
+
+    // The handler no longer slows down under load: the limit rises again.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/knee", sluice.ingress_url))
+        .json(&0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let risen = sample(&sluice, Duration::from_secs(5)).await;
+    assert!(
+        risen.iter().any(|l| *l >= 24),
+        "the limit rises when latency stops growing: {risen:?}"
+    );
+    let peak: u64 = call_json(&sluice, "Meter/peak").await;
+    println!("risen: {risen:?}, handler peak {peak}");
+    assert!(peak >= 20, "more run at once in the handler: {peak}");
+
+    // A static concurrency on the same rule wins (the rollback), at once.
+    sluice
+        .set_rules(json!([{"pattern": "ad", "limits": {"concurrency": 3, "adaptive": {"min": 1, "max": 64}}}]))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some((3, false)) = limit(&sluice).await {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the static limit never took over"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        assert!(client.await.unwrap() > 0);
+    }
+    // Bad bounds are refused with what to fix.
+    let (status, body) = sluice
+        .put_rules(json!([{"pattern": "ad", "limits": {"adaptive": {"min": 8, "max": 2}}}]))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("1 <= min <= max"), "{body}");
+}
