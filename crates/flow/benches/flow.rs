@@ -63,6 +63,30 @@ fn admit_release(c: &mut Criterion) {
         },
     );
 
+    // Every control on every rule (issue 39's target: at least 4 M pairs a second).
+    let every = common::book_with_every_control();
+    let mut every_limiter = Limiter::new();
+    let every_paths: Vec<CounterPath> = (0..HELD_PATHS)
+        .map(|i| {
+            let (scope, key) = common::parsed(common::scattered(i));
+            every_limiter.path(&scope, Some(&key))
+        })
+        .collect();
+    let mut t = 0u64;
+    c.bench_function(
+        "limiter/admit+release with every control (held path, 3 levels)",
+        |b| {
+            b.iter(|| {
+                let path = &every_paths[t as usize % HELD_PATHS];
+                t += 1;
+                let permit = every_limiter
+                    .try_acquire(black_box(path), &every, t)
+                    .unwrap();
+                every_limiter.release(permit, &every, t, &mut woken);
+            })
+        },
+    );
+
     let keys: Vec<(Scope, LimitKey)> = (0..HELD_PATHS)
         .map(|i| common::parsed(common::scattered(i + HELD_PATHS)))
         .collect();

@@ -48,7 +48,39 @@ pub fn book() -> RuleBook {
 
 /// [`book`] with `rate` on every rule.
 pub fn book_with_rate(rate: Option<sluice_flow::RateLimit>) -> RuleBook {
-    let limit = Limit::Concurrency(NonZeroU32::new(1_000_000).unwrap());
+    book_with(|pattern| Upsert {
+        rate,
+        ..Upsert::new(
+            pattern,
+            Limit::Concurrency(NonZeroU32::new(1_000_000).unwrap()),
+        )
+    })
+}
+
+/// [`book`] with every control on every rule, bounds high enough that admissions succeed: an
+/// adaptive limit (pinned at a million, so its controller runs on every release), a rate, a
+/// queue bound, a weight and a `max_wait`.
+pub fn book_with_every_control() -> RuleBook {
+    let million = NonZeroU32::new(1_000_000).unwrap();
+    book_with(|pattern| Upsert {
+        rate: Some(sluice_flow::RateLimit {
+            rate: "1000000/s".parse().unwrap(),
+            burst: million,
+            reject: false,
+        }),
+        max_queued: Some(million),
+        weight: NonZeroU32::new(3),
+        max_wait_ms: std::num::NonZeroU64::new(60_000),
+        adaptive: Some(sluice_flow::AdaptiveLimit {
+            min: million,
+            max: million,
+        }),
+        ..Upsert::new(pattern, Limit::Unlimited)
+    })
+}
+
+/// The 1,000 patterns, each made a rule by `rule`.
+fn book_with(rule: impl Fn(RulePattern) -> Upsert) -> RuleBook {
     let mut patterns = vec!["*".to_owned(), "*/*".to_owned(), "*/*/*".to_owned()];
     patterns.extend((0..400).map(|i| format!("tenant-{}", i * 7)));
     patterns.extend((0..300).map(|i| format!("tenant-{}/tier-{}", i * 11, i % L1S)));
@@ -58,10 +90,7 @@ pub fn book_with_rate(rate: Option<sluice_flow::RateLimit>) -> RuleBook {
     patterns.dedup();
     let upserts: Vec<Upsert> = patterns
         .iter()
-        .map(|p| Upsert {
-            rate,
-            ..Upsert::new(RulePattern::parse(p).unwrap(), limit)
-        })
+        .map(|p| rule(RulePattern::parse(p).unwrap()))
         .collect();
     let mut book = RuleBook::new();
     book.apply_batch(&upserts, 0).unwrap();
