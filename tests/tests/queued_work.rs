@@ -297,3 +297,85 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
     let order: Vec<&str> = ran.iter().map(|(l, _, _)| l.as_str()).collect();
     assert_eq!(order, vec!["edf-holder", "in-10s", "in-20s", "none"]);
 }
+
+/// Shedding by priority: near `worker.max-held-invocations`, new work is refused lowest
+/// priority first (429 FLO0001 with Retry-After) while higher priorities still get in, and
+/// everything accepted runs (measured in the handler's marks).
+#[tokio::test]
+async fn near_the_held_bound_low_priority_is_shed_first_and_nothing_accepted_is_lost() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .config("[worker]\nmax-held-invocations = 20\n[flow]\nshed-from = 0.5\n")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let client = reqwest::Client::new();
+    // Delayed 2 s, so each is held until then.
+    let send = |label: String, priority: &'static str| {
+        client
+            .post(format!(
+                "{}/service/scope/shed/send/Meter/mark?delay=2s&priority={priority}",
+                sluice.ingress_url
+            ))
+            .json(&label)
+            .send()
+    };
+    let mut low = 0;
+    loop {
+        let resp = send(format!("low-{low}"), "low").await.unwrap();
+        if resp.status() == 429 {
+            assert_eq!(resp.headers()["retry-after"], "1");
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["error_code"], "FLO0001", "{body}");
+            assert!(body["message"].as_str().unwrap().contains("flow.shed-from"), "{body}");
+            break;
+        }
+        assert_eq!(resp.status(), 202);
+        low += 1;
+        assert!(low <= 20, "low priority was never shed");
+    }
+    // 20 × (0.5 + 0.5 × 1/10) = 11 for priority 0.
+    assert_eq!(low, 11);
+    let mut high = 0;
+    loop {
+        let resp = send(format!("high-{high}"), "high").await.unwrap();
+        if resp.status() == 429 {
+            let body: Value = resp.json().await.unwrap();
+            assert!(
+                body["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("max-held-invocations allows"),
+                "high priority is refused only at the bound: {body}"
+            );
+            break;
+        }
+        assert_eq!(resp.status(), 202);
+        high += 1;
+        assert!(high <= 20, "the bound never held");
+    }
+    assert_eq!(high, 9, "high priority got in up to the bound");
+    // Everything accepted ran once. (Until the delays end, the node is at its bound, so even
+    // asking for the marks is refused.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut marks: Vec<String> = Vec::new();
+    while marks.len() < 20 {
+        assert!(std::time::Instant::now() < deadline, "only {marks:?} ran");
+        let resp = client
+            .post(format!("{}/service/call/Meter/marks", sluice.ingress_url))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 200 {
+            marks.extend(resp.json::<Vec<String>>().await.unwrap());
+        } else {
+            assert_eq!(resp.status(), 429);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    marks.sort();
+    marks.dedup();
+    assert_eq!(marks.len(), 20, "{marks:?}");
+    assert_eq!(marks.iter().filter(|m| m.starts_with("low-")).count(), 11);
+}

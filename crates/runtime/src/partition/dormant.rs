@@ -467,6 +467,21 @@ impl Partition {
                 ),
             ));
         }
+        // Near the bound, the lowest priorities are shed first, so higher ones still get in.
+        let priority = record.priority.unwrap_or_default().get();
+        let bound = self
+            .config
+            .flow
+            .shed_bound(worker.max_held_invocations, priority);
+        if total >= bound {
+            return Some(CodedError::new(
+                Code::FLO0001,
+                format!(
+                    "{total} invocations are held: new work of priority {priority} is shed from {bound} held (flow.shed-from of worker.max-held-invocations {}); retry later or send with a higher priority",
+                    worker.max_held_invocations
+                ),
+            ));
+        }
         let scope = record.scope.as_ref()?;
         let in_scope = self.held_in_scope.get(scope).copied().unwrap_or(0);
         (in_scope >= worker.max_held_per_scope).then(|| {
