@@ -328,7 +328,10 @@ async fn near_the_held_bound_low_priority_is_shed_first_and_nothing_accepted_is_
             assert_eq!(resp.headers()["retry-after"], "1");
             let body: Value = resp.json().await.unwrap();
             assert_eq!(body["error_code"], "FLO0001", "{body}");
-            assert!(body["message"].as_str().unwrap().contains("flow.shed-from"), "{body}");
+            assert!(
+                body["message"].as_str().unwrap().contains("flow.shed-from"),
+                "{body}"
+            );
             break;
         }
         assert_eq!(resp.status(), 202);
