@@ -290,6 +290,19 @@ impl Scheduler {
         now: u64,
     ) -> QueueId {
         let q = self.queue_for(key, now);
+        self.enqueue_into(q, entry, kind, run_at, now);
+        q
+    }
+
+    /// [`Scheduler::enqueue`] into the live queue `q`.
+    fn enqueue_into(
+        &mut self,
+        q: QueueId,
+        entry: EntryId,
+        kind: EntryKind,
+        run_at: Option<u64>,
+        now: u64,
+    ) {
         match run_at {
             Some(at) if at > now => {
                 self.queue_mut(q).delayed += 1;
@@ -304,7 +317,6 @@ impl Scheduler {
             }
             _ => self.push_entry(q, entry, kind, now),
         }
-        q
     }
 
     /// Whether a new entry for `key` must be refused rather than queued (`max-queued`, or a

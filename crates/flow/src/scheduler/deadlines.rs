@@ -136,7 +136,8 @@ impl Scheduler {
             self.deadlines.due.push(Reverse((deadline.at, entry)));
             self.deadlines.by_entry.insert(entry, (deadline, q));
         }
-        self.enqueue(key, entry, EntryKind::New, run_at, now)
+        self.enqueue_into(q, entry, EntryKind::New, run_at, now);
+        q
     }
 
     /// Entries that expired since the last call, never started; the caller fails them.
