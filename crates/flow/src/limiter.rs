@@ -12,6 +12,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use hashbrown::{Equivalent, HashMap};
@@ -37,6 +38,17 @@ pub struct CounterId(u32);
 
 /// Who waits at a counter (the scheduler's queue ids); opaque to the limiter.
 pub type WaiterId = u32;
+
+/// Whether the path being checked is a waiter's that was woken, and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    /// A newcomer (or a waiter never woken).
+    No,
+    /// Woken for a slot of this counter.
+    At(CounterId),
+    /// Woken by something else (a token, a lock, the invoker).
+    Elsewhere,
+}
 
 /// The counters an invocation touches: scope, then L1 and L2 when its limit key has them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +117,9 @@ pub struct Blocked {
     pub counter: CounterId,
     /// Its limit.
     pub limit: Limit,
+    /// Set when the counter has a slot but lends none beyond the guarantee of the path's key
+    /// below it: a waiter within its guarantee waits there, and goes first.
+    pub borrows: bool,
     /// Set when it is the counter's rate that holds the path: the rate, and when its next token
     /// is there (ms; for a path behind others waiting for tokens, the earliest it could be).
     pub rate: Option<(RateLimit, u64)>,
@@ -128,6 +143,13 @@ struct Node {
     queued: u32,
     /// Its share among its siblings, from its rule.
     weight: u32,
+    /// Slots guaranteed under a burstable limit (0: not burstable); beyond them it borrows
+    /// from its parent, which lends only while no waiter within its guarantee waits there.
+    guaranteed: u32,
+    /// Waiters parked here whose flow is within its guarantee (see [`Node::within`]).
+    owed: u32,
+    /// Waiters parked at its parent whose flow it is.
+    parked_above: u32,
     /// Limiter generation `limit`/`rule` were resolved at; `None` forces a resolve.
     resolved_at: Option<u64>,
     limit: Limit,
@@ -193,6 +215,12 @@ impl Node {
         self.watched = self.bounds.as_ref().is_some_and(|b| b.watches_admissions());
     }
 
+    /// Whether one more slot here stays within its guarantee (always, when not burstable);
+    /// slots reserved for waiters woken here count as taken.
+    fn within(&self) -> bool {
+        self.guaranteed == 0 || self.usage + self.pending < self.guaranteed
+    }
+
     /// Slots that may still be offered to waiters.
     fn wakeable(&self) -> u32 {
         self.limit
@@ -203,7 +231,7 @@ impl Node {
 
 /// The limit an adaptive controller puts in force.
 fn adaptive_limit(state: &adaptive::Adaptive) -> Limit {
-    Limit::Concurrency(std::num::NonZeroU32::new(state.limit).unwrap_or(std::num::NonZeroU32::MIN))
+    Limit::Concurrency(NonZeroU32::new(state.limit).unwrap_or(NonZeroU32::MIN))
 }
 
 /// Index key: a child's name under its parent (`None` for scopes).
@@ -255,6 +283,9 @@ pub struct CounterSnapshot {
     pub max_wait_ms: Option<u64>,
     /// Set when its limit adapts: the bounds it moves within (`limit` is where it is now).
     pub adaptive: Option<(u32, u32)>,
+    /// Set when its limit is burstable: the slots guaranteed (`limit` is the most it may
+    /// borrow up to; usage beyond this is borrowed).
+    pub guaranteed: Option<u32>,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -374,6 +405,9 @@ impl Limiter {
             finish: 0,
             own_finish: 0,
             weight: 1,
+            guaranteed: 0,
+            owed: 0,
+            parked_above: 0,
             rate: None,
             bucket: Bucket::default(),
             token_queue: false,
@@ -476,6 +510,8 @@ impl Limiter {
         let node = self.node_mut(id);
         node.limit = resolved.limit;
         node.weight = resolved.weight.get().min(MAX_WEIGHT);
+        let within = node.within();
+        node.guaranteed = resolved.guaranteed.map_or(0, NonZeroU32::get);
         node.rate = resolved.rate;
         // A static limit (or a policy's) wins over an adaptive one.
         let adaptive = resolved
@@ -506,6 +542,21 @@ impl Limiter {
         node.sync();
         node.rule = resolved.pattern;
         node.resolved_at = Some(generation);
+        self.rewithin(id, within);
+    }
+
+    /// After a change to counter `id`'s usage, reservations or guarantee: if whether it is
+    /// within its guarantee changed (it was `was`), its waiters at the parent count as owed
+    /// there, or no longer.
+    fn rewithin(&mut self, id: CounterId, was: bool) {
+        let node = self.node(id);
+        let now = node.within();
+        if now == was || node.parked_above == 0 {
+            return;
+        }
+        let (parked, parent) = (node.parked_above, node.parent.expect("parked above it"));
+        let owed = &mut self.node_mut(parent).owed;
+        *owed = if now { *owed + parked } else { *owed - parked };
     }
 
     /// Runs the adaptive backstop of counter `id` at `now_ms` (slots held far longer than the
@@ -520,6 +571,12 @@ impl Limiter {
         {
             node.limit = adaptive_limit(state);
         }
+    }
+
+    /// Whether taking a slot at `child` (the next counter of a path) borrows beyond its
+    /// guarantee, counting the slots reserved there for waiters already woken.
+    fn borrows(&self, child: Option<&CounterId>) -> bool {
+        child.is_some_and(|&c| !self.node(c).within())
     }
 
     /// Scope, L1 and L2 names of a counter, borrowed from it and its ancestors.
@@ -541,7 +598,8 @@ impl Limiter {
     /// tokens likewise go to those already waiting for them, in order. A woken waiter
     /// (`woken`) checks actual usage and tokens only: had it to respect the reservations of
     /// waiters woken at other levels, two of them could each hold what the other needs and
-    /// hand their slots back and forth forever.
+    /// hand their slots back and forth forever. Borrowing is the exception: see
+    /// [`Limiter::check_woken`].
     pub fn check(
         &mut self,
         path: &CounterPath,
@@ -550,33 +608,71 @@ impl Limiter {
         tokens: bool,
         now_ms: u64,
     ) -> Result<(), Blocked> {
+        let woken = if woken { Woken::Elsewhere } else { Woken::No };
+        self.check_woken(path, book, woken, tokens, now_ms)
+    }
+
+    /// [`Limiter::check`] for a waiter woken as `woken` says.
+    ///
+    /// A slot beyond a key's guarantee is lent by its parent only while no waiter whose key
+    /// is within its guarantee waits there (borrowed slots go back first), and, for a waiter
+    /// woken elsewhere, only from slots not reserved for others. A waiter woken at the parent
+    /// takes its slot: it was picked there, those within a guarantee first. That cannot hand
+    /// slots back and forth, for whoever holds the parent's reservation ignores reservations
+    /// as any woken waiter does.
+    pub fn check_woken(
+        &mut self,
+        path: &CounterPath,
+        book: &RuleBook,
+        woken: Woken,
+        tokens: bool,
+        now_ms: u64,
+    ) -> Result<(), Blocked> {
         self.now_ms = self.now_ms.max(now_ms);
         let mut blocked = None;
-        for &id in path.counters() {
+        let counters = path.counters();
+        for &id in counters {
             self.resolve(id, book);
             self.adapt_backstop(id, now_ms);
+        }
+        for (at, &id) in counters.iter().enumerate() {
             let node = self.node(id);
-            let reserved = if woken { 0 } else { node.pending };
+            let new = woken == Woken::No;
+            let reserved = if new { node.pending } else { 0 };
+            // Lends a slot beyond the next counter's guarantee (see above).
             if !node.limit.admits(node.usage + reserved) {
-                blocked = Some((id, None));
+                blocked = Some((id, None, false));
+                continue;
+            }
+            let lends = match woken {
+                Woken::At(counter) => {
+                    counter == id
+                        || (node.owed == 0 && node.limit.admits(node.usage + node.pending))
+                }
+                Woken::No => node.owed == 0,
+                Woken::Elsewhere => node.owed == 0 && node.limit.admits(node.usage + node.pending),
+            };
+            if !lends && self.borrows(counters.get(at + 1)) {
+                blocked = Some((id, None, true));
                 continue;
             }
             if tokens && let Some(rate) = node.rate {
-                let queued = !woken && node.token_queue;
+                let queued = new && node.token_queue;
                 let next = node.bucket.next_token_ms(rate, now_ms);
                 if queued || next > now_ms {
-                    blocked = Some((id, Some((rate, next))));
+                    blocked = Some((id, Some((rate, next)), false));
                 }
             }
         }
         match blocked {
             None => Ok(()),
-            Some((id, rate)) => {
+            Some((id, rate, borrows)) => {
                 let node = self.node(id);
                 Err(Blocked {
                     level: node.level,
                     counter: id,
                     limit: node.limit,
+                    borrows,
                     rate,
                     rule: node.rule.clone(),
                 })
@@ -590,7 +686,14 @@ impl Limiter {
         for &id in path.counters() {
             let node = self.node_mut(id);
             let usage = node.usage;
-            node.usage += 1;
+            if node.guaranteed != 0 {
+                let was = node.within();
+                node.usage += 1;
+                self.rewithin(id, was);
+            } else {
+                node.usage += 1;
+            }
+            let node = self.node_mut(id);
             node.admitted += 1;
             if tokens && let Some(rate) = node.rate {
                 node.bucket.take(rate, now_ms);
@@ -647,7 +750,14 @@ impl Limiter {
         let counters = permit.path.counters();
         for &id in counters {
             let node = self.node_mut(id);
-            node.usage -= 1;
+            if node.guaranteed != 0 {
+                let was = node.within();
+                node.usage -= 1;
+                self.rewithin(id, was);
+            } else {
+                node.usage -= 1;
+            }
+            let node = self.node_mut(id);
             if node.watched
                 && let Some(state) = node.bounds.as_deref_mut().and_then(|b| b.adaptive.as_mut())
                 && state.released(permit.taken_ms, now_ms)
@@ -664,12 +774,7 @@ impl Limiter {
     /// A place in line at `counter` for a waiter on `path` with `priority`: behind its flow's
     /// earlier waiters by its weight, ahead of lower priorities (see [`waits`]).
     fn ticket(&mut self, counter: CounterId, path: &CounterPath, priority: Priority) -> Ticket {
-        let counters = path.counters();
-        let flow = counters
-            .iter()
-            .position(|c| *c == counter)
-            .and_then(|at| counters.get(at + 1))
-            .copied();
+        let flow = Self::flow(counter, path);
         let vtime = self.node(counter).vtime;
         let (finish, weight) = match flow {
             Some(child) => (self.node(child).finish, self.node(child).weight),
@@ -685,6 +790,16 @@ impl Limiter {
         Ticket::new(start, priority, self.tickets)
     }
 
+    /// The flow of a waiter on `path` at `counter`: the next counter of the path.
+    fn flow(counter: CounterId, path: &CounterPath) -> Option<CounterId> {
+        let counters = path.counters();
+        counters
+            .iter()
+            .position(|c| *c == counter)
+            .and_then(|at| counters.get(at + 1))
+            .copied()
+    }
+
     /// Parks `waiter` (on `path`, with `priority`) for a slot of `counter`; `again` is the
     /// ticket it had when it was woken here and lost the slot (to a lowered limit): it keeps
     /// its place. Answers its ticket.
@@ -697,7 +812,15 @@ impl Limiter {
         again: Option<Ticket>,
     ) -> Ticket {
         let ticket = again.unwrap_or_else(|| self.ticket(counter, path, priority));
-        self.node_mut(counter).waiters.push(ticket, waiter);
+        let flow = Self::flow(counter, path);
+        let within = flow.is_none_or(|c| {
+            let child = self.node_mut(c);
+            child.parked_above += 1;
+            child.within()
+        });
+        let node = self.node_mut(counter);
+        node.waiters.push(ticket, waiter, flow);
+        node.owed += u32::from(within);
         ticket
     }
 
@@ -790,9 +913,10 @@ impl Limiter {
         book: &RuleBook,
         woken: &mut Vec<WaiterId>,
     ) -> bool {
-        if !self.node_mut(counter).waiters.remove(ticket) {
+        let Some(flow) = self.node_mut(counter).waiters.remove(ticket) else {
             return false;
-        }
+        };
+        self.unowe(counter, flow);
         self.pump(counter, book, woken);
         self.prune(counter);
         true
@@ -802,28 +926,54 @@ impl Limiter {
     /// ends, and if it did not take the slot the next waiter is offered it.
     pub fn settle(&mut self, counter: CounterId, book: &RuleBook, woken: &mut Vec<WaiterId>) {
         let node = self.node_mut(counter);
+        let was = node.within();
         node.pending -= 1;
+        self.rewithin(counter, was);
         self.pump(counter, book, woken);
         self.prune(counter);
     }
 
-    /// Wakes waiters of `counter` while it has slots not yet offered.
+    /// Wakes waiters of `counter` while it has slots not yet offered: those whose key is
+    /// within its guarantee first (borrowed slots go back first), in line otherwise.
     fn pump(&mut self, counter: CounterId, book: &RuleBook, woken: &mut Vec<WaiterId>) {
         if self.node(counter).waiters.is_empty() {
             return;
         }
         self.resolve(counter, book);
-        let node = self.node_mut(counter);
-        let mut offer = node.wakeable();
+        let mut offer = self.node(counter).wakeable();
+        let was = self.node(counter).within();
         while offer > 0 {
-            let Some((ticket, waiter)) = node.waiters.pop() else {
+            let node = self.node_mut(counter);
+            let next = if node.owed > 0 {
+                // Out of the node while the others are read.
+                let mut line = std::mem::take(&mut node.waiters);
+                let next = line.pop_preferring(|flow| flow.is_none_or(|c| self.node(c).within()));
+                self.node_mut(counter).waiters = line;
+                next
+            } else {
+                node.waiters.pop()
+            };
+            let Some((ticket, waiter, flow)) = next else {
                 break;
             };
+            self.unowe(counter, flow);
+            let node = self.node_mut(counter);
             node.vtime = node.vtime.max(ticket.start());
             node.pending += 1;
             offer -= 1;
             woken.push(waiter);
         }
+        self.rewithin(counter, was);
+    }
+
+    /// A waiter of flow `flow` left `counter`'s line.
+    fn unowe(&mut self, counter: CounterId, flow: Option<CounterId>) {
+        let within = flow.is_none_or(|c| {
+            let child = self.node_mut(c);
+            child.parked_above -= 1;
+            child.within()
+        });
+        self.node_mut(counter).owed -= u32::from(within);
     }
 
     /// The rule book changed (call this whenever the book passed to other methods changes):
@@ -883,15 +1033,14 @@ impl Limiter {
                 available: node.limit.available(node.usage),
                 waiters: node.waiters.len() + bounds.map_or(0, |b| b.rate_waiters.len()),
                 queued: node.queued,
-                max_queued: bounds
-                    .and_then(|b| b.max_queued)
-                    .map(std::num::NonZeroU32::get),
+                max_queued: bounds.and_then(|b| b.max_queued).map(NonZeroU32::get),
                 max_wait_ms: bounds
                     .and_then(|b| b.max_wait_ms)
                     .map(std::num::NonZeroU64::get),
                 adaptive: bounds
                     .and_then(|b| b.adaptive.as_ref())
                     .map(|a| (a.min, a.max)),
+                guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

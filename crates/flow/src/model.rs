@@ -27,7 +27,11 @@
 //!   without an object lock the earliest deadline goes first (none = last), arrival order
 //!   otherwise;
 //! - positions: each waiting entry's place in its queue (why-waiting) is its place in the
-//!   model's order, resumed first.
+//!   model's order, resumed first;
+//! - burstable limits (`concurrency = { min, max }`): a key never runs more than its max, and
+//!   borrowed slots go back first: an entry whose key is at or past its guarantee never takes
+//!   its parent's last slot while another key's head, within its guarantee, has waited since
+//!   the last poll for that parent alone.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
@@ -101,6 +105,8 @@ pub enum Event {
         max_wait: u64,
         /// `adaptive = { min, max }` (applies when `limit` is 0).
         adaptive: Option<(u32, u32)>,
+        /// Burstable: slots guaranteed below `limit` (0 = none).
+        guaranteed: u32,
     },
     /// An operator pauses the queue of `KEYS[key]`.
     PauseQueue(usize),
@@ -158,6 +164,11 @@ pub struct Model {
     pub worst_wait: usize,
     /// Entries dispatched so far.
     pub dispatched: u64,
+    /// Per key: the head that waited at the end of the last poll for a slot of one counter
+    /// (its lock free, the only full counter on its path), and that counter.
+    waited: Vec<Option<(EntryId, usize)>>,
+    /// Entries dispatched on borrowed slots (beyond their key's guarantee).
+    pub borrowed: u64,
 }
 
 /// Keys get different priorities, so waiters of one counter are reordered.
@@ -227,6 +238,8 @@ impl Model {
             refused: 0,
             worst_wait: 0,
             dispatched: 0,
+            waited: vec![None; KEYS.len()],
+            borrowed: 0,
         }
     }
 
@@ -280,6 +293,7 @@ impl Model {
                 max_queued,
                 max_wait,
                 adaptive,
+                guaranteed,
             } => {
                 let limit = NonZeroU32::new(limit).map_or(Limit::Unlimited, Limit::Concurrency);
                 let pattern = RulePattern::parse(PATTERNS[pattern % PATTERNS.len()]).unwrap();
@@ -293,6 +307,7 @@ impl Model {
                         min: NonZeroU32::new(min.max(1)).unwrap(),
                         max: NonZeroU32::new(max.max(min).max(1)).unwrap(),
                     }),
+                    guaranteed: NonZeroU32::new(guaranteed),
                     ..Upsert::new(pattern, limit)
                 };
                 self.book.apply_batch(&[upsert], self.now).unwrap();
@@ -463,6 +478,7 @@ impl Model {
         }
         self.check_none_overdue();
         self.check_positions();
+        self.waited = (0..KEYS.len()).map(|key| self.waits_for_one(key)).collect();
         self.refresh_adaptive();
         if (self.running.len() as u32) < self.invoker_limit {
             for (key, spec) in KEYS.iter().enumerate() {
@@ -584,6 +600,7 @@ impl Model {
             EntryKind::Resumed => self.waiting_resumed[key].pop_front(),
             EntryKind::New => self.waiting_new[key].pop_front(),
         };
+        self.check_given_back(key);
         for &c in &self.touched[key] {
             self.usage[c] += 1;
         }
@@ -597,6 +614,76 @@ impl Model {
             },
         );
         self.dispatched += 1;
+    }
+
+    /// The head of `key` and the counter it waits for, when that counter is the only thing
+    /// holding it (its lock free, every other counter on its path with room).
+    fn waits_for_one(&self, key: usize) -> Option<(EntryId, usize)> {
+        let head = self.head(key)?;
+        let lock_free = KEYS[key].2.is_none()
+            || self
+                .lock_holder
+                .get(&self.lock_of(key))
+                .is_none_or(|h| *h == head);
+        let mut full = self.touched[key]
+            .iter()
+            .filter(|&&c| !self.limits[c].admits(self.usage[c]));
+        let only = *full.next()?;
+        (lock_free && full.next().is_none()).then_some((head, only))
+    }
+
+    /// The guarantee of counter `c` under a burstable rule (0: none).
+    fn guaranteed_of(&self, c: usize) -> u32 {
+        self.rule_of(&self.counters[c])
+            .filter(|r| matches!(r.limit, Limit::Concurrency(max) if r.guaranteed.is_some_and(|g| g < max)))
+            .and_then(|r| r.guaranteed)
+            .map_or(0, NonZeroU32::get)
+    }
+
+    /// Borrowed slots go back first: an entry of `key` that borrows at one of its counters
+    /// (usage at or past its guarantee) may not take its parent's last slot while another
+    /// queue whose head waited since the last poll, within its guarantee there, could have
+    /// run.
+    fn check_given_back(&mut self, key: usize) {
+        let path = &self.touched[key];
+        for at in 1..path.len() {
+            let (parent, child) = (path[at - 1], path[at]);
+            let g = self.guaranteed_of(child);
+            if g == 0 || self.usage[child] < g {
+                continue;
+            }
+            self.borrowed += 1;
+            if self.limits[parent].admits(self.usage[parent] + 1)
+                || self.running.len() as u32 + 1 >= self.invoker_limit
+            {
+                continue;
+            }
+            for (other, spec) in KEYS.iter().enumerate() {
+                let Some(at_parent) = self.touched[other].iter().position(|c| *c == parent) else {
+                    continue;
+                };
+                let Some(&own) = self.touched[other].get(at_parent + 1) else {
+                    continue;
+                };
+                let Some(head) = self.head(other) else {
+                    continue;
+                };
+                if other == key
+                    || own == child
+                    || self.paused[other]
+                    || self.waited[other] != Some((head, parent))
+                {
+                    continue;
+                }
+                let within = self.guaranteed_of(own);
+                if (within == 0 || self.usage[own] < within) && self.admissible(other, head) {
+                    panic!(
+                        "a borrower of {:?} took the last slot of {:?} while {spec:?}, within its guarantee, waited",
+                        KEYS[key], self.counters[parent]
+                    );
+                }
+            }
+        }
     }
 
     /// Queues sharing one object lock map to the lowest key index with that lock.

@@ -84,6 +84,10 @@ pub struct Rule {
     /// wins (the rollback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveLimit>,
+    /// A burstable limit (`concurrency = { min, max }`): the slots always guaranteed to the
+    /// counter, which may borrow up to `limit` while its parent has idle capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guaranteed: Option<NonZeroU32>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -125,6 +129,8 @@ pub struct Upsert {
     pub max_wait_ms: Option<NonZeroU64>,
     /// Its adaptive limit's bounds.
     pub adaptive: Option<AdaptiveLimit>,
+    /// Its guaranteed slots under a burstable limit.
+    pub guaranteed: Option<NonZeroU32>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -146,6 +152,7 @@ impl Upsert {
             weight: None,
             max_wait_ms: None,
             adaptive: None,
+            guaranteed: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -203,6 +210,9 @@ pub struct Resolved {
     pub max_wait_ms: Option<NonZeroU64>,
     /// Set when the limit adapts (the rule has `adaptive` and no static `concurrency`).
     pub adaptive: Option<AdaptiveLimit>,
+    /// Set when the limit is burstable: the slots guaranteed (below `limit`); the rest are
+    /// borrowed from the parent level while it has idle capacity.
+    pub guaranteed: Option<NonZeroU32>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -231,6 +241,7 @@ impl Resolved {
         weight: NonZeroU32::MIN,
         max_wait_ms: None,
         adaptive: None,
+        guaranteed: None,
         pattern: None,
         shadow: None,
     };
@@ -267,6 +278,7 @@ struct Indexed {
     weight: Option<NonZeroU32>,
     max_wait_ms: Option<NonZeroU64>,
     adaptive: Option<AdaptiveLimit>,
+    guaranteed: Option<NonZeroU32>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -395,6 +407,7 @@ impl RuleBook {
                         weight: upsert.weight,
                         max_wait_ms: upsert.max_wait_ms,
                         adaptive: upsert.adaptive,
+                        guaranteed: upsert.guaranteed,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -409,6 +422,7 @@ impl RuleBook {
                         || old.weight != upsert.weight
                         || old.max_wait_ms != upsert.max_wait_ms
                         || old.adaptive != upsert.adaptive
+                        || old.guaranteed != upsert.guaranteed
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description;
@@ -420,6 +434,7 @@ impl RuleBook {
                         weight: upsert.weight,
                         max_wait_ms: upsert.max_wait_ms,
                         adaptive: upsert.adaptive,
+                        guaranteed: upsert.guaranteed,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -506,6 +521,10 @@ impl RuleBook {
                     adaptive: rule
                         .adaptive
                         .filter(|_| matches!(rule.limit, Limit::Unlimited)),
+                    // Guaranteed slots mean something only below a bound.
+                    guaranteed: rule
+                        .guaranteed
+                        .filter(|g| matches!(rule.limit, Limit::Concurrency(max) if *g < max)),
                     pattern,
                     shadow,
                 },
@@ -578,11 +597,13 @@ impl RuleBook {
                 rate: None,
                 max_queued: None,
                 adaptive: None,
+                guaranteed: None,
                 pattern,
                 ..self.most_specific(level, scope, l1, l2)
             },
             Decision::Concurrency(n) => Resolved {
                 limit: Limit::Concurrency(n),
+                guaranteed: None,
                 pattern,
                 ..self.most_specific(level, scope, l1, l2)
             },
@@ -625,6 +646,7 @@ impl RuleBook {
                 weight: rule.weight.unwrap_or(NonZeroU32::MIN),
                 max_wait_ms: rule.max_wait_ms,
                 adaptive: rule.adaptive,
+                guaranteed: rule.guaranteed,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

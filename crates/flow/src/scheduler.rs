@@ -21,6 +21,7 @@ mod drain;
 mod locks;
 mod snapshot;
 
+use super::limiter::Woken;
 pub use super::limiter::{Refusal, RefusalReason};
 pub use deadlines::{Deadline, DeadlineCause, Expired, ExpiredCount};
 pub use drain::Position;
@@ -614,13 +615,17 @@ impl Scheduler {
             .map(|lock| (Resource::Lock(lock), None))
             .or_else(|| {
                 let path = self.queue(q).path?;
-                let woken = woken_from.is_some();
+                let woken = match woken_resource {
+                    None => Woken::No,
+                    Some(Resource::Counter(counter)) => Woken::At(counter),
+                    Some(_) => Woken::Elsewhere,
+                };
                 // Only a new entry takes a token: a retry or a resumption is the same
                 // admission continuing.
                 let tokens = kind == EntryKind::New;
                 let blocked = self
                     .limiter
-                    .check(&path, &self.book, woken, tokens, now)
+                    .check_woken(&path, &self.book, woken, tokens, now)
                     .err()?;
                 let resource = match blocked.rate {
                     Some(_) => Resource::Token(blocked.counter),

@@ -360,3 +360,121 @@ fn admissions_are_totalled_per_rule_and_outlive_their_counters() {
         ]
     );
 }
+
+/// `s` allows `parent`; every key under it is burstable `{min, max}`.
+fn burstable(parent: u32, min: u32, max: u32) -> RuleBook {
+    let mut b = book(&[("s", parent)]);
+    let mut key = Upsert::new(
+        RulePattern::parse("s/*").unwrap(),
+        Limit::Concurrency(NonZeroU32::new(max).unwrap()),
+    );
+    key.guaranteed = NonZeroU32::new(min);
+    b.apply_batch(&[key], 1).unwrap();
+    b
+}
+
+#[test]
+fn a_burstable_key_borrows_idle_capacity_up_to_its_max() {
+    let b = burstable(4, 1, 3);
+    let mut l = Limiter::new();
+    let a = path(&mut l, "s", Some("a"));
+    // Alone under an idle parent: up to its max, not beyond.
+    let held: Vec<Permit> = (0..3).map(|_| l.try_acquire(&a, &b, 0).unwrap()).collect();
+    let blocked = l.try_acquire(&a, &b, 0).unwrap_err();
+    assert_eq!(blocked.level, Level::L1, "its own max holds it");
+    // The parent still bounds the sum: a sibling gets the last slot, then waits.
+    let c = path(&mut l, "s", Some("c"));
+    let _last = l.try_acquire(&c, &b, 0).unwrap();
+    assert_eq!(l.try_acquire(&c, &b, 0).unwrap_err().level, Level::Scope);
+    let snap = l.snapshot(&b, 0);
+    let at_a = snap.iter().find(|s| s.l1.as_deref() == Some("a")).unwrap();
+    assert_eq!((at_a.usage, at_a.guaranteed), (3, Some(1)));
+    assert_eq!(at_a.limit, Limit::Concurrency(NonZeroU32::new(3).unwrap()));
+    drop(held);
+}
+
+#[test]
+fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
+    let b = burstable(4, 2, 4);
+    let mut l = Limiter::new();
+    let a = path(&mut l, "s", Some("a"));
+    let c = path(&mut l, "s", Some("c"));
+    // `a` holds the whole parent: 2 guaranteed, 2 borrowed.
+    let mut held: Vec<Permit> = (0..4).map(|_| l.try_acquire(&a, &b, 0).unwrap()).collect();
+    // `a` is at its max; `c` (within its guarantee) waits twice at the parent.
+    assert_eq!(
+        l.check(&a, &b, false, true, 0).unwrap_err().level,
+        Level::L1
+    );
+    let scope = l.check(&c, &b, false, true, 0).unwrap_err().counter;
+    l.park(scope, 1, &c, Priority::NORMAL, None);
+    l.park(scope, 2, &c, Priority::NORMAL, None);
+    // `a` gives a borrowed slot back: it goes to `c`, not to `a`'s next entry.
+    let mut woken = Vec::new();
+    l.release(held.pop().unwrap(), &b, 0, &mut woken);
+    assert_eq!(
+        woken,
+        vec![1],
+        "the freed slot goes to the key within its guarantee"
+    );
+    l.check(&c, &b, true, true, 0).unwrap();
+    held.push(l.acquire(&c, true, 0));
+    woken.clear();
+    l.settle(scope, &b, &mut woken);
+    // While 2 waits within its guarantee, a new borrower from `a` may not take a slot the
+    // parent frees, even one `a` itself gave back.
+    let back = held.remove(0);
+    woken.clear();
+    l.release(back, &b, 0, &mut woken);
+    assert_eq!(woken, vec![2]);
+    assert!(
+        l.check(&a, &b, false, true, 0).is_err(),
+        "the slot is reserved for the woken waiter"
+    );
+    l.check(&c, &b, true, true, 0).unwrap();
+    held.push(l.acquire(&c, true, 0));
+    woken.clear();
+    l.settle(scope, &b, &mut woken);
+    // Now `a` holds 2 (its guarantee) and `c` 2: nobody borrows.
+    let at = |l: &mut Limiter, key: &str| {
+        l.snapshot(&b, 0)
+            .into_iter()
+            .find(|s| s.l1.as_deref() == Some(key))
+            .unwrap()
+            .usage
+    };
+    assert_eq!((at(&mut l, "a"), at(&mut l, "c")), (2, 2));
+}
+
+#[test]
+fn a_borrower_parked_at_the_parent_comes_after_waiters_within_their_guarantee() {
+    // Parent 3; `a` holds all 3 (1 guaranteed, 2 borrowed; it may borrow one more).
+    let b = burstable(3, 1, 4);
+    let mut l = Limiter::new();
+    let a = path(&mut l, "s", Some("a"));
+    let c = path(&mut l, "s", Some("c"));
+    let mut held: Vec<Permit> = (0..3).map(|_| l.try_acquire(&a, &b, 0).unwrap()).collect();
+    // `a` would borrow more (high priority); `c` is within its guarantee (low priority).
+    let scope = l.check(&a, &b, false, true, 0).unwrap_err().counter;
+    l.park(scope, 8, &a, Priority::HIGH, None);
+    assert_eq!(l.check(&c, &b, false, true, 0).unwrap_err().counter, scope);
+    l.park(scope, 7, &c, Priority::LOW, None);
+    let mut woken = Vec::new();
+    l.release(held.pop().unwrap(), &b, 0, &mut woken);
+    assert_eq!(
+        woken,
+        vec![7],
+        "the borrowed slot goes back to the guarantee first"
+    );
+    l.check(&c, &b, true, true, 0).unwrap();
+    held.push(l.acquire(&c, true, 0));
+    woken.clear();
+    l.settle(scope, &b, &mut woken);
+    assert!(woken.is_empty(), "the parent is full again");
+    l.release(held.remove(0), &b, 0, &mut woken);
+    assert_eq!(
+        woken,
+        vec![8],
+        "with nobody within a guarantee waiting, a borrower is next"
+    );
+}

@@ -22,7 +22,7 @@ impl Limiter {
         let node = self.node_mut(counter);
         let due = node.next_token_ms(now);
         let bounds = node.bounds.get_or_insert_with(Box::default);
-        bounds.rate_waiters.push(ticket, waiter);
+        bounds.rate_waiters.push(ticket, waiter, None);
         let pending = bounds.rate_pending;
         node.sync();
         if !pending {
@@ -36,7 +36,7 @@ impl Limiter {
         let Some(bounds) = self.node_mut(counter).bounds.as_deref_mut() else {
             return false;
         };
-        if !bounds.rate_waiters.remove(ticket) {
+        if bounds.rate_waiters.remove(ticket).is_none() {
             return false;
         }
         self.node_mut(counter).sync();
@@ -91,7 +91,7 @@ impl Limiter {
                 self.token_wakes.push(Reverse((next, counter)));
                 continue;
             }
-            let (ticket, waiter) = bounds.rate_waiters.pop().expect("checked non-empty");
+            let (ticket, waiter, _) = bounds.rate_waiters.pop().expect("checked non-empty");
             bounds.rate_pending = true;
             node.vtime = node.vtime.max(ticket.start());
             node.sync();

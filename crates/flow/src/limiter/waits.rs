@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::WaiterId;
+use super::{CounterId, WaiterId};
 use crate::priority::Priority;
 
 /// Virtual time one admission of a weight-1 flow takes.
@@ -46,25 +46,46 @@ impl Ticket {
     }
 }
 
-/// Waiters by ticket.
+/// Waiters by ticket, each with its flow (the child of the counter on its path, if any).
 #[derive(Debug, Default)]
 pub(crate) struct WaitList {
-    waiters: BTreeMap<Ticket, WaiterId>,
+    waiters: BTreeMap<Ticket, (WaiterId, Option<CounterId>)>,
 }
 
 impl WaitList {
-    pub(crate) fn push(&mut self, ticket: Ticket, waiter: WaiterId) {
-        self.waiters.insert(ticket, waiter);
+    pub(crate) fn push(&mut self, ticket: Ticket, waiter: WaiterId, flow: Option<CounterId>) {
+        self.waiters.insert(ticket, (waiter, flow));
     }
 
     /// The first in line.
-    pub(crate) fn pop(&mut self) -> Option<(Ticket, WaiterId)> {
-        self.waiters.pop_first()
+    pub(crate) fn pop(&mut self) -> Option<(Ticket, WaiterId, Option<CounterId>)> {
+        self.waiters
+            .pop_first()
+            .map(|(ticket, (waiter, flow))| (ticket, waiter, flow))
     }
 
-    /// Takes out the waiter with `ticket`; true if it was there.
-    pub(crate) fn remove(&mut self, ticket: Ticket) -> bool {
-        self.waiters.remove(&ticket).is_some()
+    /// The first in line whose flow `first` picks, else the first in line.
+    pub(crate) fn pop_preferring(
+        &mut self,
+        first: impl Fn(Option<CounterId>) -> bool,
+    ) -> Option<(Ticket, WaiterId, Option<CounterId>)> {
+        let picked = self
+            .waiters
+            .iter()
+            .find(|(_, (_, flow))| first(*flow))
+            .map(|(ticket, _)| *ticket);
+        match picked {
+            Some(ticket) => {
+                let (waiter, flow) = self.waiters.remove(&ticket).expect("just found");
+                Some((ticket, waiter, flow))
+            }
+            None => self.pop(),
+        }
+    }
+
+    /// Takes out the waiter with `ticket`; its flow if it was there.
+    pub(crate) fn remove(&mut self, ticket: Ticket) -> Option<Option<CounterId>> {
+        self.waiters.remove(&ticket).map(|(_, flow)| flow)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -92,14 +113,15 @@ mod tests {
     fn higher_priority_goes_first_and_ages_out() {
         let mut list = WaitList::default();
         // A low waiter at start 0; high waiters of the same flow arrive one admission apart.
-        list.push(Ticket::new(0, Priority::LOW, 0), 0);
+        list.push(Ticket::new(0, Priority::LOW, 0), 0, None);
         for i in 1..=100u32 {
             list.push(
                 Ticket::new(u64::from(i) * SCALE, Priority::HIGH, u64::from(i)),
                 i,
+                None,
             );
         }
-        let order: Vec<WaiterId> = std::iter::from_fn(|| list.pop().map(|(_, w)| w)).collect();
+        let order: Vec<WaiterId> = std::iter::from_fn(|| list.pop().map(|(_, w, _)| w)).collect();
         let low_at = order.iter().position(|w| *w == 0).unwrap();
         // Those that started less than 9 × PRIORITY_STEP admissions after it go first.
         assert_eq!(low_at as u64, 9 * PRIORITY_STEP - 1);
@@ -109,9 +131,13 @@ mod tests {
     fn same_priority_is_fifo() {
         let mut list = WaitList::default();
         for i in 0..10u32 {
-            list.push(Ticket::new(5 * SCALE, Priority::NORMAL, u64::from(i)), i);
+            list.push(
+                Ticket::new(5 * SCALE, Priority::NORMAL, u64::from(i)),
+                i,
+                None,
+            );
         }
-        let order: Vec<WaiterId> = std::iter::from_fn(|| list.pop().map(|(_, w)| w)).collect();
+        let order: Vec<WaiterId> = std::iter::from_fn(|| list.pop().map(|(_, w, _)| w)).collect();
         assert_eq!(order, (0..10).collect::<Vec<_>>());
     }
 }

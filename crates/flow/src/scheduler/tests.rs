@@ -245,9 +245,9 @@ fn event() -> impl Strategy<Value = Event> {
         3 => any::<usize>().prop_map(Event::Complete),
         2 => any::<usize>().prop_map(Event::Suspend),
         2 => any::<usize>().prop_map(Event::Resume),
-        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40], prop::option::weighted(0.3, (1u32..4, 1u32..8)))
-            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive)| Event::Rule {
-                pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive,
+        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40], prop::option::weighted(0.3, (1u32..4, 1u32..8)), prop_oneof![2 => Just(0u32), 1 => 1u32..3])
+            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, guaranteed)| Event::Rule {
+                pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, guaranteed,
             }),
         1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
         1 => (0..KEYS.len()).prop_map(Event::PauseQueue),
@@ -283,6 +283,7 @@ fn simulator_one_million_events() {
     let mut worst = 0;
     let mut refused = 0;
     let mut expired = 0;
+    let mut borrowed = 0;
     let wanted = sluice_core::simulation::events(1_000_000);
     let started = std::time::Instant::now();
     while total < wanted {
@@ -315,6 +316,12 @@ fn simulator_one_million_events() {
                     },
                     adaptive: (rng.index(3) == 0)
                         .then(|| (1 + rng.index(3) as u32, 1 + rng.index(10) as u32)),
+                    // Burstable now and then (applies below a limit of 2 or more).
+                    guaranteed: if rng.index(3) == 0 {
+                        1 + rng.index(2) as u32
+                    } else {
+                        0
+                    },
                 },
                 98 => Event::DeleteRule(rng.index(PATTERNS.len())),
                 _ if rng.index(2) == 0 => Event::PauseQueue(rng.index(KEYS.len())),
@@ -330,15 +337,18 @@ fn simulator_one_million_events() {
         worst = worst.max(model.worst_wait);
         refused += model.refused;
         expired += model.expired;
+        borrowed += model.borrowed;
         total += events;
         runs += 1;
     }
     println!(
         "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches, \
-         {refused} arrivals refused by a full queue, {expired} dropped past their deadline",
+         {refused} arrivals refused by a full queue, {expired} dropped past their deadline, \
+         {borrowed} started on borrowed slots",
         started.elapsed()
     );
     assert!(expired > 0, "no entry ever passed its deadline");
+    assert!(borrowed > 0, "no key ever borrowed beyond its guarantee");
 }
 
 #[test]
