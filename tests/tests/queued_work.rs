@@ -382,3 +382,83 @@ async fn near_the_held_bound_low_priority_is_shed_first_and_nothing_accepted_is_
     assert_eq!(marks.len(), 20, "{marks:?}");
     assert_eq!(marks.iter().filter(|m| m.starts_with("low-")).count(), 11);
 }
+
+/// Sends `Meter/timed("<label> <millis>")` in scope `bu` under limit key `key`.
+async fn send_keyed(sluice: &Sluice, key: &str, label: &str, millis: u64) {
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/scope/bu/send/Meter/timed?limit-key={key}",
+            sluice.ingress_url
+        ))
+        .json(&format!("{label} {millis}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+}
+
+/// Most calls whose label starts with `prefix` that ran at once.
+fn peak(runs: &[(String, u64, u64)], prefix: &str) -> usize {
+    let mine: Vec<_> = runs
+        .iter()
+        .filter(|(l, ..)| l.starts_with(prefix))
+        .collect();
+    mine.iter()
+        .map(|(_, start, _)| {
+            mine.iter()
+                .filter(|(_, s, e)| s <= start && start < e)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
+    let (sluice, _dep) = started().await;
+    sluice
+        .set_rules(json!([
+            {"pattern": "bu", "limits": {"concurrency": 4}},
+            {"pattern": "bu/*", "limits": {"concurrency": {"min": 2, "max": 4}}},
+        ]))
+        .await;
+    let _ = call_json::<Value>(&sluice, "Meter/timings").await;
+    // Alone, key `a` borrows the idle half of the scope: 4 at once, never more.
+    for i in 0..6 {
+        send_keyed(&sluice, "a", &format!("solo{i}"), 400).await;
+    }
+    let solo = timings(&sluice, 6).await;
+    assert_eq!(peak(&solo, "solo"), 4, "borrowed up to its max: {solo:?}");
+
+    // `a` holds all 4 slots with more waiting; then `b` (within its guarantee) arrives.
+    for i in 0..10 {
+        send_keyed(&sluice, "a", &format!("a{i}"), 500).await;
+    }
+    // Until `a` runs 4: 2 guaranteed, 2 borrowed (the counter says so).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sluice
+        .count("SELECT count(*) AS n FROM sys_user_limits WHERE scope = 'bu' AND l1 = 'a' AND usage = 4 AND guaranteed = 2 AND borrowed = 2")
+        .await
+        == 0
+    {
+        assert!(std::time::Instant::now() < until, "a never ran 4 at once");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let b_sent = epoch_ms();
+    send_keyed(&sluice, "b", "b0", 500).await;
+    send_keyed(&sluice, "b", "b1", 500).await;
+    let all = timings(&sluice, 12).await;
+    let start_of = |label: &str| all.iter().find(|(l, ..)| l == label).unwrap().1;
+    let b_started = start_of("b0").max(start_of("b1"));
+    // Measured in the handler: no `a` call started between b's arrival and both of b's
+    // starts; the slots `a` had borrowed went to `b` as they came back.
+    let overtaking: Vec<_> = all
+        .iter()
+        .filter(|(l, s, _)| l.starts_with('a') && *s >= b_sent && *s < b_started)
+        .collect();
+    assert!(
+        overtaking.is_empty(),
+        "a borrower overtook b: {overtaking:?} (b at {b_started})"
+    );
+    assert!(peak(&all, "") <= 4, "the scope's bound holds: {all:?}");
+}

@@ -7,9 +7,12 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
-    /// Invocations running at once, at least 1.
+    /// Invocations running at once, at least 1: a number, or `{ "min": 2, "max": 8 }` for a
+    /// burstable limit (each key is guaranteed `min` and borrows up to `max` while the level
+    /// above has idle capacity; borrowed slots go back first). A burstable limit needs a key
+    /// level (`scope/l1`, `scope/l1/l2`), whose parent lends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<u32>,
+    pub concurrency: Option<Concurrency>,
     /// Admissions per unit of time: `100/s`, `6000/min`, `10/h`, `5/10s`. New invocations
     /// beyond it wait in their queue for a token; retries take none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -39,6 +42,59 @@ pub struct Limits {
     /// starts) and `max`; a static `concurrency` on the same rule wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveBounds>,
+}
+
+/// A rule's `concurrency`: a bound, or a burstable one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum Concurrency {
+    /// At most this many at once.
+    Fixed(u32),
+    /// `min` guaranteed, up to `max` while the parent level has idle capacity.
+    Burstable(BurstableBounds),
+}
+
+impl Concurrency {
+    /// The most that may run at once.
+    pub fn max(self) -> u32 {
+        match self {
+            Concurrency::Fixed(n) => n,
+            Concurrency::Burstable(b) => b.max,
+        }
+    }
+
+    /// The guaranteed slots of a burstable limit.
+    pub fn min(self) -> Option<u32> {
+        match self {
+            Concurrency::Fixed(_) => None,
+            Concurrency::Burstable(b) => Some(b.min),
+        }
+    }
+}
+
+impl From<u32> for Concurrency {
+    fn from(n: u32) -> Self {
+        Concurrency::Fixed(n)
+    }
+}
+
+impl std::fmt::Display for Concurrency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Concurrency::Fixed(n) => write!(f, "{n}"),
+            Concurrency::Burstable(b) => write!(f, "{}..{}", b.min, b.max),
+        }
+    }
+}
+
+/// A burstable `concurrency`'s bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BurstableBounds {
+    /// Always guaranteed to each key (at least 1).
+    pub min: u32,
+    /// The most a key may run, borrowing beyond `min` from its parent's idle capacity.
+    pub max: u32,
 }
 
 /// `adaptive`'s bounds.
@@ -177,6 +233,10 @@ pub struct CounterResponse {
     /// Set when its limit adapts: the bounds it moves within.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveBounds>,
+    /// Set when its limit is burstable: the slots guaranteed (`limit` is the most it may
+    /// borrow up to; `usage` beyond this is borrowed from the level above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guaranteed: Option<u32>,
     /// Free slots; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<u32>,

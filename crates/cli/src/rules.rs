@@ -79,9 +79,10 @@ pub enum RulesCommand {
 /// The limit flags of `rules set`: what to change of the rule's limits.
 #[derive(Debug, Args)]
 pub struct LimitArgs {
-    /// Invocations running at once.
-    #[arg(long, conflicts_with = "unlimited")]
-    pub concurrency: Option<u32>,
+    /// Invocations running at once: `N`, or `MIN:MAX` for a burstable limit on a key level
+    /// (each key is guaranteed MIN and borrows up to MAX while its parent has idle capacity).
+    #[arg(long, value_name = "N|MIN:MAX", value_parser = concurrency, conflicts_with = "unlimited")]
+    pub concurrency: Option<sluice_api::limits::Concurrency>,
     /// No bound at all: no concurrency limit and no rate (the rule still shadows broader
     /// ones).
     #[arg(long, conflicts_with_all = ["rate", "burst"])]
@@ -128,6 +129,26 @@ pub struct LimitArgs {
     /// Enforce a shadow rule.
     #[arg(long)]
     pub enforce: bool,
+}
+
+/// `N` or `MIN:MAX` for `--concurrency`.
+fn concurrency(text: &str) -> Result<sluice_api::limits::Concurrency, String> {
+    use sluice_api::limits::{BurstableBounds, Concurrency};
+    if let Ok(n) = text.parse::<u32>() {
+        return Ok(Concurrency::Fixed(n));
+    }
+    let (min, max) = text
+        .split_once(':')
+        .ok_or_else(|| format!("'{text}' is not N or MIN:MAX"))?;
+    let parse = |n: &str| {
+        n.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("'{text}' is not N or MIN:MAX"))
+    };
+    Ok(Concurrency::Burstable(BurstableBounds {
+        min: parse(min)?,
+        max: parse(max)?,
+    }))
 }
 
 /// `MIN:MAX` for `--adaptive`.

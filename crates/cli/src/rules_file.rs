@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sluice_api::limits::{
-    AdaptiveBounds, ApplyRulesRequest, DeleteRuleRequest, Limits, PreconditionRequest,
+    AdaptiveBounds, ApplyRulesRequest, Concurrency, DeleteRuleRequest, Limits, PreconditionRequest,
     RuleResponse, UpsertRuleRequest,
 };
 use sluice_flow::Rate;
@@ -21,9 +21,10 @@ use crate::errors::CodedError;
 pub struct RuleSpec {
     /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
     pub pattern: String,
-    /// Invocations running at once (absent: unlimited).
+    /// Invocations running at once (absent: unlimited): a number, or
+    /// `{ min = 2, max = 8 }` for a burstable limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<u32>,
+    pub concurrency: Option<Concurrency>,
     /// Admissions per unit of time, e.g. `100/s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
@@ -79,7 +80,7 @@ impl RuleSpec {
                     .to_string(),
             ),
         };
-        if self.concurrency == Some(0) || self.burst == Some(0) {
+        if self.concurrency.map(Concurrency::max) == Some(0) || self.burst == Some(0) {
             return Err(rule("concurrency and burst must be at least 1".into()));
         }
         let on_exceed = self.on_exceed.clone().filter(|o| o != "throttle");
@@ -160,7 +161,7 @@ impl RuleSpec {
     fn summary(&self) -> String {
         let mut out = Vec::new();
         match self.concurrency {
-            Some(n) => out.push(format!("concurrency={n}")),
+            Some(c) => out.push(format!("concurrency={c}")),
             None => out.push("concurrency=unlimited".to_owned()),
         }
         if let Some(rate) = &self.rate {
@@ -359,6 +360,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_api::limits::BurstableBounds;
 
     fn live(pattern: &str, version: u32, limits: Limits) -> RuleResponse {
         RuleResponse {
@@ -396,7 +398,7 @@ burst = 3
                 "*",
                 4,
                 Limits {
-                    concurrency: Some(2),
+                    concurrency: Some(Concurrency::Fixed(2)),
                     ..Limits::default()
                 },
             ),
@@ -453,7 +455,8 @@ burst = 3
         fn export_then_apply_plans_nothing(
             rules in proptest::collection::vec(
                 (
-                    proptest::option::of(1u32..50),
+                    // A bound, burstable with a guarantee now and then.
+                    proptest::option::of((1u32..50, proptest::option::of(1u32..50))),
                     proptest::option::of(proptest::sample::select(vec!["10/s", "100/min", "5/10s"])),
                     proptest::option::of(1u32..5),
                     proptest::option::of(proptest::sample::select(vec!["throttle", "reject"])),
@@ -479,7 +482,13 @@ burst = 3
                             &format!("s{i}"),
                             1,
                             Limits {
-                                concurrency,
+                                concurrency: concurrency.map(|(max, min)| match min {
+                                    Some(min) => Concurrency::Burstable(BurstableBounds {
+                                        min: min.min(max),
+                                        max,
+                                    }),
+                                    None => Concurrency::Fixed(max),
+                                }),
                                 rate: rate.map(str::to_owned),
                                 burst: burst.filter(|_| rated),
                                 on_exceed: on_exceed.filter(|_| rated).map(str::to_owned),

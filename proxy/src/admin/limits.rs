@@ -17,9 +17,9 @@ use crate::flow::{
 };
 use crate::limits::RulesError;
 pub use sluice_api::limits::{
-    AdaptiveBounds, ApplyRulesRequest, ApplyRulesResponse, CounterResponse, DeleteRuleRequest,
-    Limits, ListCountersResponse, ListRulesResponse, MODES, PreconditionRequest, RuleResponse,
-    ShadowResponse, UpsertRuleRequest,
+    AdaptiveBounds, ApplyRulesRequest, ApplyRulesResponse, BurstableBounds, Concurrency,
+    CounterResponse, DeleteRuleRequest, Limits, ListCountersResponse, ListRulesResponse, MODES,
+    PreconditionRequest, RuleResponse, ShadowResponse, UpsertRuleRequest,
 };
 
 /// How the admin API shows `Rule`.
@@ -27,9 +27,15 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
     RuleResponse {
         pattern: rule.pattern.to_string(),
         limits: Limits {
-            concurrency: match rule.limit {
-                Limit::Concurrency(n) => Some(n.get()),
-                Limit::Unlimited => None,
+            concurrency: match (rule.limit, rule.guaranteed) {
+                (Limit::Concurrency(max), Some(min)) => {
+                    Some(Concurrency::Burstable(BurstableBounds {
+                        min: min.get(),
+                        max: max.get(),
+                    }))
+                }
+                (Limit::Concurrency(n), None) => Some(Concurrency::Fixed(n.get())),
+                (Limit::Unlimited, _) => None,
             },
             rate: rule.rate.map(|r| r.rate.to_string()),
             burst: rule.rate.map(|r| r.burst.get()),
@@ -93,6 +99,33 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
         burst,
         reject,
     }))
+}
+
+/// A burstable rule's guaranteed slots: 1 ≤ min ≤ max, at a key level (a scope has no
+/// level above it to borrow from).
+fn guaranteed(pattern: &RulePattern, limits: &Limits) -> Result<Option<NonZeroU32>, AdminError> {
+    let Some(Concurrency::Burstable(b)) = limits.concurrency else {
+        return Ok(None);
+    };
+    if b.min == 0 || b.min > b.max {
+        return Err(AdminError::coded(
+            Code::RUL0001,
+            format!(
+                "rule '{pattern}': a burstable concurrency needs 1 <= min <= max, not min {} and max {}",
+                b.min, b.max
+            ),
+        ));
+    }
+    if pattern.level() == crate::flow::Level::Scope {
+        return Err(AdminError::coded(
+            Code::RUL0001,
+            format!(
+                "rule '{pattern}': a burstable concurrency needs a key level to borrow from its \
+                 scope (`{pattern}/*`); give the scope a plain number"
+            ),
+        ));
+    }
+    Ok(NonZeroU32::new(b.min))
 }
 
 /// A rule's adaptive bounds: 1 ≤ min ≤ max.
@@ -176,7 +209,8 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
     requests
         .iter()
         .map(|r| {
-            let limit = match r.limits.concurrency {
+            let pattern = pattern(&r.pattern)?;
+            let limit = match r.limits.concurrency.map(Concurrency::max) {
                 None => Limit::Unlimited,
                 Some(n) => Limit::Concurrency(NonZeroU32::new(n).ok_or_else(|| {
                     AdminError::coded(Code::RUL0001, format!(
@@ -187,7 +221,8 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                 })?),
             };
             Ok(Upsert {
-                pattern: pattern(&r.pattern)?,
+                guaranteed: guaranteed(&pattern, &r.limits)?,
+                pattern,
                 limit,
                 rate: rate_limit(&r.pattern, &r.limits)?,
                 max_queued: match r.limits.max_queued {
@@ -303,6 +338,7 @@ pub async fn counters(
                 queued: c.queued,
                 max_queued: c.max_queued,
                 adaptive: c.adaptive.map(|(min, max)| AdaptiveBounds { min, max }),
+                guaranteed: c.guaranteed,
                 next_token_at: c.next_token_ms.and_then(crate::clock::rfc3339),
                 weight: c.weight,
                 shadow: c.shadow.map(|(rule, counts)| ShadowResponse {

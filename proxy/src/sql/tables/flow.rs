@@ -24,6 +24,7 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("max_wait_ms", DataType::UInt64, true),
         ("adaptive_min", DataType::UInt32, true),
         ("adaptive_max", DataType::UInt32, true),
+        ("concurrency_min", DataType::UInt32, true),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -48,7 +49,9 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
         let (mut weight, mut mode) = (UInt32Builder::new(), StringBuilder::new());
         let mut max_wait = UInt64Builder::new();
         let (mut adaptive_min, mut adaptive_max) = (UInt32Builder::new(), UInt32Builder::new());
+        let mut concurrency_min = UInt32Builder::new();
         for rule in rules {
+            concurrency_min.append_option(rule.guaranteed.map(std::num::NonZeroU32::get));
             adaptive_min.append_option(rule.adaptive.map(|a| a.min.get()));
             adaptive_max.append_option(rule.adaptive.map(|a| a.max.get()));
             max_wait.append_option(rule.max_wait_ms.map(std::num::NonZeroU64::get));
@@ -82,6 +85,7 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(max_wait.finish()),
                 Arc::new(adaptive_min.finish()),
                 Arc::new(adaptive_max.finish()),
+                Arc::new(concurrency_min.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
@@ -115,6 +119,8 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("shadow_would_reject", DataType::UInt64, true),
         ("shadow_would_wait_ms", DataType::UInt64, true),
         ("adaptive", DataType::Boolean, false),
+        ("guaranteed", DataType::UInt32, true),
+        ("borrowed", DataType::UInt32, true),
     ])
 }
 
@@ -123,6 +129,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
         let counters = sources.runtime.counters().await.map_err(internal)?;
         let mut partition = UInt64Builder::new();
         let mut adaptive = BooleanBuilder::new();
+        let (mut guaranteed, mut borrowed) = (UInt32Builder::new(), UInt32Builder::new());
         let (mut scope, mut l1, mut l2, mut level) = (
             StringBuilder::new(),
             StringBuilder::new(),
@@ -171,6 +178,8 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             queued.append_value(c.queued);
             max_queued.append_option(c.max_queued);
             adaptive.append_value(c.adaptive.is_some());
+            guaranteed.append_option(c.guaranteed);
+            borrowed.append_option(c.guaranteed.map(|g| c.usage.saturating_sub(g)));
             next_token.append_option(
                 c.next_token_ms
                     .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
@@ -201,6 +210,8 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(would_reject.finish()),
                 Arc::new(would_wait_ms.finish()),
                 Arc::new(adaptive.finish()),
+                Arc::new(guaranteed.finish()),
+                Arc::new(borrowed.finish()),
             ],
         )
     })
