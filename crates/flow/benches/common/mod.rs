@@ -6,7 +6,7 @@
 use std::num::NonZeroU32;
 
 use sluice_flow::scheduler::QueueKey;
-use sluice_flow::{Limit, LimitKey, RuleBook, RulePattern, Scope, Upsert};
+use sluice_flow::{Level, Limit, LimitKey, RuleBook, RulePattern, Scope, Upsert};
 
 /// Scopes in the key space.
 pub const SCOPES: usize = 10_000;
@@ -58,10 +58,12 @@ pub fn book_with_rate(rate: Option<sluice_flow::RateLimit>) -> RuleBook {
 }
 
 /// [`book`] with every control on every rule, bounds high enough that admissions succeed: an
-/// adaptive limit (pinned at a million, so its controller runs on every release), a rate, a
-/// queue bound, a weight and a `max_wait`.
+/// adaptive limit at scope level (pinned at a million, so its controller runs on every
+/// release) and a burstable one at key level, a rate, a queue bound, a weight and a
+/// `max_wait`.
 pub fn book_with_every_control() -> RuleBook {
     let million = NonZeroU32::new(1_000_000).unwrap();
+    let half = NonZeroU32::new(500_000).unwrap();
     book_with(|pattern| Upsert {
         rate: Some(sluice_flow::RateLimit {
             rate: "1000000/s".parse().unwrap(),
@@ -71,11 +73,21 @@ pub fn book_with_every_control() -> RuleBook {
         max_queued: Some(million),
         weight: NonZeroU32::new(3),
         max_wait_ms: std::num::NonZeroU64::new(60_000),
-        adaptive: Some(sluice_flow::AdaptiveLimit {
+        // A scope adapts; a key is burstable under it (the two exclude each other on one
+        // rule: a burstable limit is a static one), so every admission path meets both.
+        adaptive: (pattern.level() == Level::Scope).then_some(sluice_flow::AdaptiveLimit {
             min: million,
             max: million,
         }),
-        ..Upsert::new(pattern, Limit::Unlimited)
+        guaranteed: (pattern.level() != Level::Scope).then_some(half),
+        ..Upsert::new(
+            pattern.clone(),
+            if pattern.level() == Level::Scope {
+                Limit::Unlimited
+            } else {
+                Limit::Concurrency(million)
+            },
+        )
     })
 }
 
