@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod cli;
 pub mod cluster;
+pub mod flow_history;
 pub mod ingress;
 pub mod kafka;
 pub mod logging;

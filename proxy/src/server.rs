@@ -144,6 +144,14 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         "kafka",
         KafkaService(Arc::clone(&kafka)),
     ));
+    let history = config.flow.history_points().map(|(interval, points)| {
+        let history = Arc::new(crate::flow_history::FlowHistory::new(interval, points));
+        server.add_service(background_service(
+            "flow-history",
+            crate::services::FlowHistoryService(Arc::clone(&history), runtime.clone()),
+        ));
+        history
+    });
     let ingress_state = Arc::new(IngressState {
         in_flight: Arc::default(),
         health: Arc::clone(store.health()),
@@ -182,6 +190,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let admin_state = AdminState::new(&node, ingress_endpoint.clone(), plugins, kafka)
         .with_auth(admin_auth)
         .with_metrics(metrics)
+        .with_history(history)
         .with_cluster(cluster.clone());
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(

@@ -71,6 +71,22 @@ impl BackgroundService for MetricsUpkeepService {
     }
 }
 
+/// Samples the flow charts' history (`flow.history`).
+pub struct FlowHistoryService(
+    pub Arc<crate::flow_history::FlowHistory>,
+    pub crate::partition::Runtime,
+);
+
+#[async_trait]
+impl BackgroundService for FlowHistoryService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        tokio::select! {
+            () = Arc::clone(&self.0).run(self.1.clone()) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
 /// Runs this node's part of the cluster (cluster mode).
 pub struct ClusterService(pub Arc<Cluster>);
 

@@ -253,3 +253,174 @@ async fn the_dashboard_shows_held_work_and_pauses_a_queue() {
 
     client.close().await.unwrap();
 }
+
+/// The `points` of the first line of the chart `css` draws (empty when it has none yet).
+async fn points(client: &Client, css: &str) -> String {
+    match client.find(Locator::Css(&format!("{css} polyline"))).await {
+        Ok(line) => line.attr("points").await.ok().flatten().unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+#[tokio::test]
+async fn the_dashboard_draws_per_rule_charts_that_move() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .with_tokens()
+        .config("[flow]\nhistory = \"1m\"\nhistory-interval = \"1s\"\n")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([
+            {"pattern": "ch", "limits": {"concurrency": 2, "max_queued": 4}},
+            {"pattern": "ad", "limits": {"adaptive": {"min": 1, "max": 8}}},
+            {"pattern": "ch/*", "mode": "shadow", "limits": {"concurrency": 1}},
+        ]))
+        .await;
+    // Steady load: sends of 200 ms under `ch` (some refused once 4 wait) and calls under `ad`.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for (scope, path, key) in [("ch", "send", "k"), ("ch", "send", "k"), ("ad", "call", "")] {
+        let url = format!(
+            "{}/service/scope/{scope}/{path}/Meter/loaded?limit-key={key}",
+            sluice.ingress_url
+        )
+        .replace(
+            "?limit-key=",
+            if key.is_empty() { "" } else { "?limit-key=" },
+        );
+        let stop = std::sync::Arc::clone(&stop);
+        load.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut refused = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let resp = client.post(&url).json(&200).send().await.unwrap();
+                match resp.status().as_u16() {
+                    200 | 202 => {}
+                    429 => refused += 1,
+                    other => panic!("{url}: {other}"),
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            refused
+        }));
+    }
+
+    let driver = start_driver();
+    let tmp = tempfile::tempdir().unwrap();
+    let client = browser(&driver, &tmp.path().join("profile")).await;
+    client
+        .goto(&format!("{}/ui", sluice.admin_url))
+        .await
+        .unwrap();
+    let token = client
+        .wait()
+        .for_element(Locator::Css("#token"))
+        .await
+        .unwrap();
+    token.send_keys(ADMIN_TOKEN).await.unwrap();
+    click(&client, "#login-form button").await;
+
+    // Each rule has its card; the enforced one draws admitted/s, running, waiting, refused/s
+    // and p99 wait; the adaptive one its limit; the shadow one its tallies.
+    let card = "#charts .chart-card[data-rule=\"ch\"][data-level=\"scope\"]";
+    for series in ["admitted", "running", "waiting", "refused", "p99-wait"] {
+        text_until(
+            &client,
+            &format!("{card} svg[data-series=\"{series}\"]"),
+            |_| true,
+        )
+        .await;
+    }
+    text_until(
+        &client,
+        "#charts .chart-card[data-rule=\"ad\"] svg[data-series=\"adaptive\"]",
+        |_| true,
+    )
+    .await;
+    text_until(
+        &client,
+        "#charts .chart-card[data-rule=\"ch/*\"] .last[data-series=\"would-wait\"]",
+        |t| t.parse::<f64>().is_ok_and(|n| n > 0.0),
+    )
+    .await;
+    // The numbers beside the lines are the load's: admissions going on, the bound full, some
+    // refused.
+    text_until(
+        &client,
+        &format!("{card} .last[data-series=\"admitted\"]"),
+        |t| t.parse::<f64>().is_ok_and(|n| n > 0.0),
+    )
+    .await;
+    text_until(
+        &client,
+        &format!("{card} .last[data-series=\"running\"]"),
+        |t| t == "2",
+    )
+    .await;
+
+    // The charts move: the admitted/s line is redrawn with new points as samples arrive.
+    let chart = format!("{card} svg[data-series=\"admitted\"]");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut first = String::new();
+    while first.split(' ').count() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the chart never drew 3 points: {first:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        first = points(&client, &chart).await;
+    }
+    let mut moved = first.clone();
+    while moved == first {
+        assert!(Instant::now() < deadline, "the chart did not move: {first}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        moved = points(&client, &chart).await;
+    }
+    assert!(
+        moved.split(' ').count() > first.split(' ').count() || moved != first,
+        "{first} -> {moved}"
+    );
+    screenshot(&client, tmp.path(), "dashboard-charts.png").await;
+
+    // A sparkline per queue on the queues tab.
+    click(&client, "button[data-tab=\"queues\"]").await;
+    text_until(
+        &client,
+        "#queues tr[data-scope=\"ch\"] td.trend svg polyline",
+        |_| true,
+    )
+    .await;
+
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut refused = 0;
+    for l in load {
+        refused += l.await.unwrap();
+    }
+    assert!(refused > 0, "the load never filled `ch`'s queue bound");
+    // The refusals the chart counts are the load's 429s.
+    let history: serde_json::Value = sluice
+        .admin(reqwest::Method::GET, "/limits/history")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ch = history["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "ch" && r["level"] == "scope")
+        .unwrap_or_else(|| panic!("{history}"));
+    let seen: f64 = ch["refused_per_second"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .sum();
+    assert!(seen > 0.0, "refusals charted: {ch}");
+    client.close().await.unwrap();
+}

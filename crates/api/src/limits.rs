@@ -324,3 +324,61 @@ mod tests {
         assert!(json.get("description").is_none());
     }
 }
+
+/// `GET /limits/history`: the flow charts' data, one point per sample (`flow.history-interval`)
+/// over the last `flow.history`, oldest first. Every series has one value per entry of `at`;
+/// `null` where the rule or queue had no live counter or queue at that sample.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct FlowHistoryResponse {
+    /// Time between samples, ms (0: sampling is off).
+    pub interval_ms: u64,
+    /// When each sample was taken, ms since the epoch.
+    pub at: Vec<u64>,
+    /// Per rule and level (`rule` `none`: counters no rule matched).
+    pub rules: Vec<RuleSeries>,
+    /// Per queue that held something in the window (the busiest 100 at each sample).
+    pub queues: Vec<QueueSeries>,
+}
+
+/// One rule's series at one level.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RuleSeries {
+    /// The rule's pattern.
+    pub rule: String,
+    /// `scope`, `level1` or `level2`.
+    pub level: String,
+    /// Admissions per second over the interval before each sample.
+    pub admitted_per_second: Vec<Option<f64>>,
+    /// New invocations refused per second (`max_queued` full, or a rejecting rate).
+    pub refused_per_second: Vec<Option<f64>>,
+    /// Running at the sample.
+    pub running: Vec<Option<u64>>,
+    /// Waiting at the sample.
+    pub waiting: Vec<Option<u64>>,
+    /// The 99th percentile of how long new invocations admitted in the interval waited, ms
+    /// (the upper bound of its power-of-two bucket).
+    pub p99_wait_ms: Vec<Option<u64>>,
+    /// The mean adaptive limit of its counters (rules with `adaptive`).
+    pub adaptive_limit: Vec<Option<f64>>,
+    /// A shadow rule's tally of admissions it would have held back.
+    pub shadow_would_wait: Vec<Option<u64>>,
+    /// A shadow rule's tally of arrivals it would have refused.
+    pub shadow_would_reject: Vec<Option<u64>>,
+}
+
+/// One queue's series.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QueueSeries {
+    /// The queue's id (`vq_<partition>_<index>`).
+    pub id: String,
+    /// Its scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Its limit key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
+    /// Its service.
+    pub service: String,
+    /// What it held (ready entries) at each sample.
+    pub held: Vec<Option<u64>>,
+}

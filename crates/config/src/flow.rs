@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::FriendlyDuration;
+
+/// Most points a flow history series keeps, whatever the window and interval say.
+pub const MAX_HISTORY_POINTS: usize = 3_600;
+
 /// Node-wide flow-control settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -15,9 +20,34 @@ pub struct FlowConfig {
     /// refused from `max × (shed-from + (1 − shed-from) × (p + 1) / 10)` held, so `high` (9)
     /// only at the bound itself. `1.0` turns it off (every priority up to the bound).
     pub shed_from: f64,
+    /// How far back the dashboard's flow charts (`GET /limits/history`) reach: per rule and
+    /// level, admitted/s, running, waiting, refused/s, p99 wait and the adaptive limit; per
+    /// queue, what it holds. `0s` turns the sampling off.
+    pub history: FriendlyDuration,
+    /// How often the history is sampled (at least 1 s). A sample reads every live counter,
+    /// as a `/metrics` scrape does.
+    pub history_interval: FriendlyDuration,
 }
 
 impl FlowConfig {
+    /// The history's sampling interval (at least 1 s) and how many points a series keeps (at
+    /// most [`MAX_HISTORY_POINTS`]); `None` when it is off.
+    pub fn history_points(&self) -> Option<(std::time::Duration, usize)> {
+        let interval = self
+            .history_interval
+            .0
+            .max(std::time::Duration::from_secs(1));
+        let window = self.history.0;
+        if window.is_zero() {
+            return None;
+        }
+        let points = (window.as_millis() / interval.as_millis()).max(1);
+        Some((
+            interval,
+            usize::try_from(points).map_or(MAX_HISTORY_POINTS, |p| p.min(MAX_HISTORY_POINTS)),
+        ))
+    }
+
     /// How many held invocations a new one of priority `priority` (0-9) may find and still
     /// be taken, under a bound of `max`.
     pub fn shed_bound(&self, max: usize, priority: u8) -> usize {
@@ -37,6 +67,8 @@ impl Default for FlowConfig {
         Self {
             inherit_scope: true,
             shed_from: 0.8,
+            history: FriendlyDuration::from_secs(300),
+            history_interval: FriendlyDuration::from_secs(2),
         }
     }
 }
@@ -64,5 +96,26 @@ mod tests {
             ..FlowConfig::default()
         };
         assert_eq!(nonsense.shed_bound(1_000_000, 0), 1_000_000);
+    }
+
+    #[test]
+    fn the_history_keeps_a_bounded_number_of_points() {
+        use crate::FriendlyDuration;
+        let d = FlowConfig::default().history_points().unwrap();
+        assert_eq!(d, (std::time::Duration::from_secs(2), 150));
+        let off = FlowConfig {
+            history: FriendlyDuration::from_secs(0),
+            ..FlowConfig::default()
+        };
+        assert_eq!(off.history_points(), None);
+        let huge = FlowConfig {
+            history: FriendlyDuration::from_secs(365 * 86_400),
+            history_interval: FriendlyDuration::from_millis(1),
+            ..FlowConfig::default()
+        };
+        assert_eq!(
+            huge.history_points(),
+            Some((std::time::Duration::from_secs(1), super::MAX_HISTORY_POINTS))
+        );
     }
 }

@@ -19,6 +19,7 @@ use hashbrown::{Equivalent, HashMap};
 
 mod adaptive;
 mod bounds;
+mod tally;
 mod tokens;
 mod waits;
 
@@ -29,6 +30,7 @@ use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
 pub use bounds::ShadowCounts;
 use bounds::{Bounds, Shadow};
+pub use tally::{Tally, WAIT_BUCKETS, WaitHistogram};
 use waits::WaitList;
 pub use waits::{MAX_WEIGHT, PRIORITY_STEP, Ticket};
 
@@ -177,6 +179,21 @@ struct Node {
     own_finish: u64,
     /// Admissions through it since it was created (metrics).
     admitted: u64,
+    /// New invocations it refused since it was created.
+    refused: u64,
+    /// How long the new invocations it admitted waited, once any was recorded.
+    waits: Option<Box<WaitHistogram>>,
+}
+
+impl Node {
+    /// Its totals, under its rule and level.
+    fn tally(&self) -> Option<Tally> {
+        (self.admitted > 0 || self.refused > 0).then(|| Tally {
+            admitted: self.admitted,
+            refused: self.refused,
+            waits: self.waits.as_deref().copied().unwrap_or_default(),
+        })
+    }
 }
 
 impl Node {
@@ -309,7 +326,7 @@ pub struct MaxWait {
     pub rule: Option<Arc<RulePattern>>,
 }
 
-/// Admissions through the counters of one rule and level.
+/// What the counters of one rule and level did since start.
 #[derive(Debug, Clone)]
 pub struct RuleAdmissions {
     /// The rule (`None`: counters no rule matched).
@@ -318,6 +335,10 @@ pub struct RuleAdmissions {
     pub level: Level,
     /// Admissions since start.
     pub admitted: u64,
+    /// New invocations refused since start.
+    pub refused: u64,
+    /// How long admitted new invocations waited, since start.
+    pub waits: WaitHistogram,
 }
 
 /// The counters of one partition.
@@ -337,8 +358,8 @@ pub struct Limiter {
     cooling: BinaryHeap<Reverse<(u64, CounterId)>>,
     /// Tickets handed out, for FIFO among equal tags.
     tickets: u64,
-    /// Admissions of counters that are gone, by the rule they had and their level.
-    retired: HashMap<(Option<Arc<RulePattern>>, Level), u64>,
+    /// Totals of counters that are gone, by the rule they had and their level.
+    retired: HashMap<(Option<Arc<RulePattern>>, Level), Tally>,
 }
 
 impl Limiter {
@@ -360,16 +381,21 @@ impl Limiter {
     pub fn admissions(&self) -> Vec<RuleAdmissions> {
         let mut totals = self.retired.clone();
         for node in self.nodes.iter().flatten() {
-            if node.admitted > 0 {
-                *totals.entry((node.rule.clone(), node.level)).or_default() += node.admitted;
+            if let Some(tally) = node.tally() {
+                totals
+                    .entry((node.rule.clone(), node.level))
+                    .or_default()
+                    .merge(&tally);
             }
         }
         totals
             .into_iter()
-            .map(|((rule, level), admitted)| RuleAdmissions {
+            .map(|((rule, level), tally)| RuleAdmissions {
                 rule,
                 level,
-                admitted,
+                admitted: tally.admitted,
+                refused: tally.refused,
+                waits: tally.waits,
             })
             .collect()
     }
@@ -414,6 +440,8 @@ impl Limiter {
             watched: false,
             bounds: None,
             admitted: 0,
+            refused: 0,
+            waits: None,
         };
         let id = match self.free.pop() {
             Some(slot) => {
@@ -481,11 +509,11 @@ impl Limiter {
             }
             let node = self.nodes[id.0 as usize].take().expect("live counter");
             self.free.push(id.0);
-            if node.admitted > 0 {
-                *self
-                    .retired
+            if let Some(tally) = node.tally() {
+                self.retired
                     .entry((node.rule.clone(), node.level))
-                    .or_default() += node.admitted;
+                    .or_default()
+                    .merge(&tally);
             }
             self.index.remove(&NodeRef {
                 parent: node.parent,
@@ -880,7 +908,29 @@ impl Limiter {
                 }
             }
         }
+        if let Some(refusal) = &refused {
+            let deepest = path
+                .counters()
+                .iter()
+                .rev()
+                .find(|id| self.node(**id).level == refusal.level)
+                .copied();
+            if let Some(id) = deepest {
+                self.node_mut(id).refused += 1;
+            }
+        }
         refused
+    }
+
+    /// Counts how long a new invocation on `path` waited before it started (`ms`), at each of
+    /// its counters (they are live: it holds a permit of them).
+    pub fn record_wait(&mut self, path: &CounterPath, ms: u64) {
+        for &id in path.counters() {
+            self.node_mut(id)
+                .waits
+                .get_or_insert_with(Box::default)
+                .record(ms);
+        }
     }
 
     /// The tightest `max_wait` of the counters of `path`: its ms, and the level and rule of the

@@ -837,6 +837,14 @@ impl Scheduler {
         self.limiter.snapshot(&self.book, now)
     }
 
+    /// Counts how long the new entry a permit was given for waited before it started, at the
+    /// counters it holds (see [`Limiter::record_wait`]).
+    pub fn record_wait(&mut self, permit: &Permit, ms: u64) {
+        if let Some(counters) = &permit.counters {
+            self.limiter.record_wait(counters.path(), ms);
+        }
+    }
+
     /// Admissions since start by rule and level (see [`Limiter::admissions`]).
     pub fn admissions(&self) -> Vec<crate::limiter::RuleAdmissions> {
         self.limiter.admissions()

@@ -18,8 +18,8 @@ use crate::flow::{
 use crate::limits::RulesError;
 pub use sluice_api::limits::{
     AdaptiveBounds, ApplyRulesRequest, ApplyRulesResponse, BurstableBounds, Concurrency,
-    CounterResponse, DeleteRuleRequest, Limits, ListCountersResponse, ListRulesResponse, MODES,
-    PreconditionRequest, RuleResponse, ShadowResponse, UpsertRuleRequest,
+    CounterResponse, DeleteRuleRequest, FlowHistoryResponse, Limits, ListCountersResponse,
+    ListRulesResponse, MODES, PreconditionRequest, RuleResponse, ShadowResponse, UpsertRuleRequest,
 };
 
 /// How the admin API shows `Rule`.
@@ -304,6 +304,21 @@ pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListRulesRespons
     let mut rules: Vec<RuleResponse> = book.rules().map(rule_response).collect();
     rules.sort_by(|a, b| a.pattern.cmp(&b.pattern));
     Json(ListRulesResponse { rules })
+}
+
+/// The flow charts' data over the last `flow.history`: per rule and level admitted/s,
+/// refused/s, running, waiting, p99 wait, the adaptive limit and shadow tallies; per busy
+/// queue, what it held. Empty (`interval_ms` 0) when `flow.history` is `0s`.
+#[utoipa::path(get, path = "/limits/history", tag = "limits", operation_id = "flow_history",
+    responses((status = 200, body = FlowHistoryResponse)))]
+pub async fn history(State(state): State<Arc<AdminState>>) -> Json<FlowHistoryResponse> {
+    Json(
+        state
+            .history
+            .as_ref()
+            .map(|h| h.response())
+            .unwrap_or_default(),
+    )
 }
 
 /// Live flow-control counters: usage, limit, free slots, waiters and the rule, per level.

@@ -80,6 +80,8 @@ pub struct AdminState {
     pub auth: Arc<auth::AdminAuth>,
     /// The metrics recorder, when `metrics.enabled`.
     pub metrics: Option<Arc<crate::scrape::Metrics>>,
+    /// The flow charts' history, when `flow.history` is on.
+    pub history: Option<Arc<crate::flow_history::FlowHistory>>,
     /// This node's part of the cluster (cluster mode), shared with the SQL tables.
     pub cluster: crate::cluster::Slot,
     /// The generated OpenAPI document, set once the router is built.
@@ -118,6 +120,7 @@ impl AdminState {
             discovery: DiscoveryClient::with_tls(&node.tls, ATTEMPTS, BACKOFF, TIMEOUT),
             auth: Arc::default(),
             metrics: None,
+            history: None,
             cluster,
             openapi: OnceLock::new(),
         }
@@ -126,6 +129,12 @@ impl AdminState {
     /// The same state serving `GET /metrics` from `metrics`.
     pub fn with_metrics(mut self, metrics: Option<Arc<crate::scrape::Metrics>>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// The same state answering `GET /limits/history` from `history`.
+    pub fn with_history(mut self, history: Option<Arc<crate::flow_history::FlowHistory>>) -> Self {
+        self.history = history;
         self
     }
 
@@ -202,6 +211,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::apply))
         .routes(routes!(limits::counters))
+        .routes(routes!(limits::history))
         .routes(routes!(vqueues::list))
         .routes(routes!(vqueues::pause))
         .routes(routes!(vqueues::resume))

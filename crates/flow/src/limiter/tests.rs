@@ -478,3 +478,42 @@ fn a_borrower_parked_at_the_parent_comes_after_waiters_within_their_guarantee() 
         "with nobody within a guarantee waiting, a borrower is next"
     );
 }
+
+#[test]
+fn refusals_and_waits_are_totalled_per_rule_and_outlive_their_counters() {
+    let mut b = book(&[]);
+    let mut bounded = Upsert::new(
+        RulePattern::parse("q").unwrap(),
+        Limit::Concurrency(NonZeroU32::MIN),
+    );
+    bounded.max_queued = NonZeroU32::new(1);
+    b.apply_batch(&[bounded], 1).unwrap();
+    let mut l = Limiter::new();
+    let p = path(&mut l, "q", Some("k"));
+    let permit = l.try_acquire(&p, &b, 0).unwrap();
+    l.record_wait(&p, 0);
+    l.count_queued(&p, true);
+    let refused = l.refusal(&p, &b, 0).expect("one waits already");
+    assert_eq!(refused.level, Level::Scope);
+    l.count_queued(&p, false);
+    let mut woken = Vec::new();
+    l.release(permit, &b, 0, &mut woken);
+    let second = l.try_acquire(&p, &b, 0).unwrap();
+    l.record_wait(&p, 700);
+    l.release(second, &b, 0, &mut woken);
+    l.drop_path(p);
+    assert!(l.is_empty());
+    let scope = l
+        .admissions()
+        .into_iter()
+        .find(|a| a.level == Level::Scope)
+        .unwrap();
+    assert_eq!((scope.admitted, scope.refused), (2, 1));
+    assert_eq!(scope.waits.count(), 2);
+    assert_eq!(
+        scope.waits.quantile(0.99),
+        Some(1023),
+        "700 ms is in [512, 1024)"
+    );
+    assert_eq!(scope.waits.quantile(0.5), Some(0));
+}

@@ -180,6 +180,15 @@ impl Partition {
                 continue;
             }
             live.run = Run::IDLE;
+            if admitted.kind == EntryKind::New {
+                // From its arrival, or the end of its delay, to its start.
+                let since = live
+                    .record
+                    .created_at_ms
+                    .max(live.record.run_at_ms.unwrap_or(0));
+                self.scheduler
+                    .record_wait(&admitted.permit, now.saturating_sub(since));
+            }
             self.start_attempt(id, admitted.permit);
             self.observe();
         }

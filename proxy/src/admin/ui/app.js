@@ -68,10 +68,79 @@ function summary(cards) {
   );
 }
 
+// --- Charts -------------------------------------------------------------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  return node;
+}
+
+// A line over `values` (nulls are gaps), scaled to its own maximum; the newest is on the right.
+function sparkline(values, attrs) {
+  const w = 120, h = 28;
+  const max = Math.max(1e-9, ...values.filter((v) => v !== null && v !== undefined));
+  const step = values.length > 1 ? w / (values.length - 1) : 0;
+  const chart = svg("svg", Object.assign({ viewBox: `0 0 ${w} ${h}`, width: w, height: h, class: "chart" }, attrs || {}));
+  let run = [];
+  const flush = () => {
+    if (run.length) chart.append(svg("polyline", { points: run.join(" "), fill: "none", class: "line" }));
+    run = [];
+  };
+  values.forEach((v, i) => {
+    if (v === null || v === undefined) return flush();
+    run.push(`${(i * step).toFixed(1)},${(h - 2 - (v / max) * (h - 4)).toFixed(1)}`);
+  });
+  flush();
+  return chart;
+}
+
+const lastOf = (values) => {
+  for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null && values[i] !== undefined) return values[i];
+  return null;
+};
+const round = (v) => (v === null ? "–" : Number.isInteger(v) ? v : v.toFixed(1));
+
+// The series a rule's card draws: name, title, values; the optional ones only when present.
+function ruleCharts(r) {
+  const all = [
+    ["admitted", "admitted/s", r.admitted_per_second],
+    ["running", "running", r.running],
+    ["waiting", "waiting", r.waiting],
+    ["refused", "refused/s", r.refused_per_second],
+    ["p99-wait", "p99 wait ms", r.p99_wait_ms],
+    ["adaptive", "adaptive limit", r.adaptive_limit],
+    ["would-wait", "shadow: would wait", r.shadow_would_wait],
+    ["would-reject", "shadow: would reject", r.shadow_would_reject],
+  ];
+  const optional = new Set(["adaptive", "would-wait", "would-reject"]);
+  return all.filter(([name, , values]) => !optional.has(name) || values.some((v) => v !== null));
+}
+
+function renderCharts(history) {
+  const minutes = Math.round(((history.at || []).length * history.interval_ms) / 60000);
+  $("#charts-window").textContent = history.interval_ms
+    ? `last ${minutes || "<1"} min, a point every ${history.interval_ms / 1000} s` : "sampling is off (flow.history)";
+  const cards = (history.rules || []).map((r) =>
+    el("div", { class: "chart-card", "data-rule": r.rule, "data-level": r.level },
+      el("h3", {}, el("span", { class: "mono" }, r.rule), " ", el("span", { class: "hint" }, r.level)),
+      ruleCharts(r).map(([name, title, values]) =>
+        el("div", { class: "series" },
+          el("span", { class: "title" }, title),
+          sparkline(values, { "data-series": name }),
+          el("span", { class: "last", "data-series": name }, round(lastOf(values)))))));
+  $("#charts").replaceChildren(...(cards.length ? cards : [el("p", { class: "empty" }, "no rule has counters yet")]));
+}
+
 // --- Flow control -------------------------------------------------------------------------
 
 async function renderFlow() {
-  const [rules, counters] = await Promise.all([api("/limits/rules"), api("/limits/counters")]);
+  const [rules, counters, history] = await Promise.all([
+    api("/limits/rules"), api("/limits/counters"), api("/limits/history").catch(() => ({ rules: [] })),
+  ]);
+  renderCharts(history);
   const all = counters.counters || [];
   const byRule = {};
   for (const c of all) {
@@ -126,7 +195,10 @@ async function queueAction(id, action) {
 }
 
 async function renderQueues() {
-  const list = (await api("/vqueues")).vqueues || [];
+  const [queues, history] = await Promise.all([api("/vqueues"), api("/limits/history").catch(() => ({ queues: [] }))]);
+  const list = queues.vqueues || [];
+  const trend = {};
+  for (const q of history.queues || []) trend[q.id] = q.held;
   const filter = $("#queue-filter").value.trim();
   const shown = list
     .filter((q) => !filter || (q.scope || "").includes(filter) || q.service.includes(filter))
@@ -143,7 +215,9 @@ async function renderQueues() {
       el("td", { class: "mono" }, q.id), el("td", { class: "mono" }, fmt(q.scope)),
       el("td", { class: "mono" }, fmt(q.limit_key)), el("td", {}, q.service + (q.object_key ? "/" + q.object_key : "")),
       el("td", {}, q.priority), el("td", { class: "status" }, badge(q.status)), el("td", {}, fmt(q.blocked_on)),
-      el("td", { class: "held" }, q.queued), el("td", {}, q.scheduled),
+      el("td", { class: "held" }, q.queued),
+      el("td", { class: "trend" }, trend[q.id] ? sparkline(trend[q.id], { "data-queue": q.id }) : "–"),
+      el("td", {}, q.scheduled),
       el("td", {}, el("button", {
         class: paused ? "resume" : "pause", "data-action": paused ? "resume" : "pause",
         onclick: () => queueAction(q.id, paused ? "resume" : "pause"),
