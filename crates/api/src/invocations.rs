@@ -86,6 +86,12 @@ pub struct WaitingResponse {
     /// tokens, the earliest it could be), RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_token_at: Option<String>,
+    /// For `quota`: the quota used up (`10000/day`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
+    /// For `quota`: when its next window starts, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_resets_at: Option<String>,
     /// Its place in its queue: 1 is next (resumed entries go before new ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<usize>,

@@ -21,8 +21,9 @@ pub struct Limits {
     /// (default 1; only with `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
-    /// What a new invocation that finds no token gets: `throttle` (default: it waits in its
-    /// queue) or `reject` (429 `FLO0002` with `Retry-After`; only with `rate`).
+    /// What a new invocation that finds no token (or its `quota` used up) gets: `throttle`
+    /// (default: it waits in its queue) or `reject` (429 `FLO0002` with `Retry-After`; only
+    /// with `rate` or `quota`, and for both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_exceed: Option<String>,
     /// Most invocations that may wait at the counter; a new one beyond answers 429 `FLO0002`
@@ -42,6 +43,12 @@ pub struct Limits {
     /// starts) and `max`; a static `concurrency` on the same rule wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveBounds>,
+    /// New admissions per calendar window of UTC at each counter: `10000/day`, `500/h`,
+    /// `1000000/month`. Kept durably (restarts and leader changes keep what was used); past
+    /// it, new invocations wait for the next window (or get 429 with `on_exceed: reject`).
+    /// `sluice rules reset-quota` starts a window's count again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
 }
 
 /// A rule's `concurrency`: a bound, or a burstable one.
@@ -237,6 +244,15 @@ pub struct CounterResponse {
     /// borrow up to; `usage` beyond this is borrowed from the level above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guaranteed: Option<u32>,
+    /// Its rule's quota (`10000/day`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
+    /// New admissions counted in the quota's current window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_used: Option<u64>,
+    /// When the quota's next window starts (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_resets_at: Option<String>,
     /// Free slots; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<u32>,
@@ -323,6 +339,22 @@ mod tests {
         assert_eq!(json["limits"], serde_json::json!({}));
         assert!(json.get("description").is_none());
     }
+}
+
+/// `POST /limits/rules/reset-quota`: start the quota count of every counter a pattern matches
+/// again from 0, in the current window.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResetQuotaRequest {
+    /// The pattern (`acme`, `acme/*`, …): counters it matches at its level.
+    pub pattern: String,
+}
+
+/// What a quota reset did.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ResetQuotaResponse {
+    /// Counters whose count started again.
+    pub reset: u64,
 }
 
 /// `GET /limits/history`: the flow charts' data, one point per sample (`flow.history-interval`)

@@ -65,6 +65,12 @@ pub enum RulesCommand {
         #[arg(long)]
         prune: bool,
     },
+    /// Start the quota count of every counter the pattern matches again from 0, in the
+    /// current window (on every node's partitions).
+    ResetQuota {
+        /// The pattern (`acme`, `acme/*`, …).
+        pattern: String,
+    },
     /// Write the live rule book in the format `rules apply` reads.
     Export {
         /// Write here instead of stdout (a `.json` name writes JSON).
@@ -123,6 +129,14 @@ pub struct LimitArgs {
     /// Remove the rule's adaptive limit.
     #[arg(long)]
     pub no_adaptive: bool,
+    /// New admissions per calendar window of UTC at each counter, kept durably:
+    /// `10000/day`, `500/h`, `1000000/month` (past it: wait for the next window, or 429 with
+    /// `--on-exceed reject`).
+    #[arg(long, conflicts_with = "no_quota")]
+    pub quota: Option<String>,
+    /// Remove the rule's quota.
+    #[arg(long)]
+    pub no_quota: bool,
     /// Count what the rule would do without enforcing it (`mode = "shadow"`).
     #[arg(long, conflicts_with = "enforce")]
     pub shadow: bool,
@@ -229,10 +243,14 @@ fn limits_set(
     existing: Option<&RuleResponse>,
     flags: &LimitArgs,
 ) -> Result<Value, CodedError> {
-    if existing.is_none() && flags.concurrency.is_none() && flags.rate.is_none() && !flags.unlimited
+    if existing.is_none()
+        && flags.concurrency.is_none()
+        && flags.rate.is_none()
+        && flags.quota.is_none()
+        && !flags.unlimited
     {
         return Err(CodedError::uncoded(format!(
-            "rule '{pattern}' does not exist yet: give --concurrency N, --rate R or --unlimited"
+            "rule '{pattern}' does not exist yet: give --concurrency N, --rate R, --quota Q or --unlimited"
         )));
     }
     let mut limits = match existing {
@@ -245,7 +263,6 @@ fn limits_set(
     if flags.no_rate {
         limits.rate = None;
         limits.burst = None;
-        limits.on_exceed = None;
     }
     if flags.on_exceed.is_some() {
         limits.on_exceed.clone_from(&flags.on_exceed);
@@ -267,6 +284,15 @@ fn limits_set(
     }
     if flags.no_max_wait {
         limits.max_wait = None;
+    }
+    if flags.no_quota {
+        limits.quota = None;
+    }
+    if flags.quota.is_some() {
+        limits.quota.clone_from(&flags.quota);
+    }
+    if limits.rate.is_none() && limits.quota.is_none() {
+        limits.on_exceed = None;
     }
     if flags.no_adaptive {
         limits.adaptive = None;
@@ -323,6 +349,20 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
             .await?;
             let what = if disable { "disabled" } else { "enabled" };
             (format!("rule '{pattern}' {what}"), answer)
+        }
+        RulesCommand::ResetQuota { pattern } => {
+            let answer = admin
+                .call(
+                    Method::POST,
+                    "/limits/rules/reset-quota",
+                    Some(&json!({"pattern": pattern})),
+                )
+                .await?;
+            let reset = answer.json["reset"].as_u64().unwrap_or(0);
+            (
+                format!("quota of '{pattern}' reset at {reset} counter(s)"),
+                answer.json,
+            )
         }
         RulesCommand::Delete { pattern } => {
             let answer = admin

@@ -46,6 +46,9 @@ pub struct RuleSpec {
     /// A limit that moves with latency: `adaptive = { min = 1, max = 64 }`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveBounds>,
+    /// New admissions per calendar window, kept durably: `10000/day`, `500/h`, `1000/month`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
     /// `enforce` (default) or `shadow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -93,6 +96,15 @@ impl RuleSpec {
                     .to_string(),
             ),
         };
+        // As the server shows it: `10000/d` is `10000/day`.
+        let quota = match &self.quota {
+            None => None,
+            Some(text) => Some(
+                text.parse::<sluice_flow::Quota>()
+                    .map_err(|e| rule(e.to_string()))?
+                    .to_string(),
+            ),
+        };
         if let Some(mode) = self
             .mode
             .as_deref()
@@ -105,6 +117,7 @@ impl RuleSpec {
             rate,
             on_exceed,
             max_wait,
+            quota,
             weight: self.weight.filter(|w| *w != 1),
             mode: self.mode.clone().filter(|m| m != "enforce"),
             ..self.clone()
@@ -131,6 +144,7 @@ impl RuleSpec {
             weight: rule.limits.weight,
             max_wait: rule.limits.max_wait.clone(),
             adaptive: rule.limits.adaptive,
+            quota: rule.limits.quota.clone(),
             mode: Some(rule.mode.clone()).filter(|m| m != "enforce"),
             description: rule.description.clone(),
             disabled: rule.disabled,
@@ -149,6 +163,7 @@ impl RuleSpec {
                 weight: self.weight,
                 max_wait: self.max_wait.clone(),
                 adaptive: self.adaptive,
+                quota: self.quota.clone(),
             },
             description: self.description.clone(),
             disabled: self.disabled,
@@ -182,6 +197,9 @@ impl RuleSpec {
         }
         if let Some(a) = self.adaptive {
             out.push(format!("adaptive={}..{}", a.min, a.max));
+        }
+        if let Some(quota) = &self.quota {
+            out.push(format!("quota={quota}"));
         }
         if let Some(mode) = &self.mode {
             out.push(format!("mode={mode}"));
@@ -464,7 +482,10 @@ burst = 3
                     proptest::option::of(1u32..4),
                     proptest::sample::select(vec!["enforce", "shadow"]),
                     proptest::bool::ANY,
-                    proptest::option::of(proptest::sample::select(vec!["500ms", "30s", "5m"])),
+                    (
+                        proptest::option::of(proptest::sample::select(vec!["500ms", "30s", "5m"])),
+                        proptest::option::of(proptest::sample::select(vec!["10/h", "500/day", "7/month"])),
+                    ),
                 ),
                 0..6,
             ),
@@ -473,8 +494,9 @@ burst = 3
             let book: Vec<RuleResponse> = rules
                 .into_iter()
                 .enumerate()
-                .map(|(i, (concurrency, rate, burst, on_exceed, max_queued, weight, mode, disabled, max_wait))| {
+                .map(|(i, (concurrency, rate, burst, on_exceed, max_queued, weight, mode, disabled, (max_wait, quota)))| {
                     let rated = rate.is_some();
+                    let exceeds = rated || quota.is_some();
                     RuleResponse {
                         mode: mode.into(),
                         disabled,
@@ -491,11 +513,12 @@ burst = 3
                                 }),
                                 rate: rate.map(str::to_owned),
                                 burst: burst.filter(|_| rated),
-                                on_exceed: on_exceed.filter(|_| rated).map(str::to_owned),
+                                on_exceed: on_exceed.filter(|_| exceeds).map(str::to_owned),
                                 max_queued,
                                 weight,
                                 max_wait: max_wait.map(str::to_owned),
                                 adaptive: None,
+                                quota: quota.map(str::to_owned),
                             },
                         )
                     }

@@ -7,6 +7,7 @@ pub mod limiter;
 mod model;
 pub mod pattern;
 pub mod priority;
+pub mod quota;
 pub mod rate;
 pub mod rules;
 pub mod scheduler;
@@ -15,6 +16,7 @@ pub mod slots;
 
 pub use pattern::{Level, PatternError, RulePattern};
 pub use priority::{PRIORITY_HEADER, Priority, PriorityError};
+pub use quota::{Quota, QuotaError, QuotaUse, QuotaWindow};
 pub use rate::{Bucket, Rate, RateError, RateLimit};
 pub use rules::{
     AdaptiveLimit, CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook,

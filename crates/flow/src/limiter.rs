@@ -19,12 +19,14 @@ use hashbrown::{Equivalent, HashMap};
 
 mod adaptive;
 mod bounds;
+mod quotas;
 mod tally;
 mod tokens;
 mod waits;
 
 use super::pattern::{Level, RulePattern};
 use super::priority::Priority;
+use super::quota::{Quota, QuotaUse};
 use super::rate::{Bucket, RateLimit};
 use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
@@ -108,6 +110,19 @@ pub enum RefusalReason {
         /// The rate.
         rate: RateLimit,
     },
+    /// The counter's quota rejects and is used up until its next window.
+    QuotaExhausted {
+        /// The quota.
+        quota: Quota,
+    },
+}
+
+/// What a new entry waits for at a counter with a slot: a token of its rate, or its quota's
+/// next window.
+#[derive(Debug, Clone, Copy)]
+enum Waits {
+    Rate(RateLimit, u64),
+    Quota(Quota, u64),
 }
 
 /// Why a path cannot be admitted now: its deepest counter at its limit or out of tokens.
@@ -125,6 +140,8 @@ pub struct Blocked {
     /// Set when it is the counter's rate that holds the path: the rate, and when its next token
     /// is there (ms; for a path behind others waiting for tokens, the earliest it could be).
     pub rate: Option<(RateLimit, u64)>,
+    /// Set when it is the counter's quota, used up: the quota, and when its next window starts.
+    pub quota: Option<(Quota, u64)>,
     /// The rule that set the limit.
     pub rule: Option<Arc<RulePattern>>,
 }
@@ -181,6 +198,12 @@ struct Node {
     admitted: u64,
     /// New invocations it refused since it was created.
     refused: u64,
+    /// Its rule's quota, and what it used of it (kept by [`Limiter::quota_kept`] while the
+    /// counter is gone, and durably by the partition).
+    quota: Option<Quota>,
+    quota_use: QuotaUse,
+    /// Its use changed since the partition last took the writes.
+    quota_dirty: bool,
     /// How long the new invocations it admitted waited, once any was recorded.
     waits: Option<Box<WaitHistogram>>,
 }
@@ -220,10 +243,23 @@ impl Node {
         self.bucket.full_at_ms().max(shadow)
     }
 
-    /// When the next token is there (now when there is no rate).
+    /// When the next token is there (now when there is no rate), or its quota's next window
+    /// when the quota is used up.
     fn next_token_ms(&self, now_ms: u64) -> u64 {
-        self.rate
-            .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms))
+        let token = self
+            .rate
+            .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms));
+        match self.quota_resets_at(now_ms) {
+            Some(at) => token.max(at),
+            None => token,
+        }
+    }
+
+    /// When its quota is used up at `now_ms`: when the next window starts.
+    fn quota_resets_at(&self, now_ms: u64) -> Option<u64> {
+        let quota = self.quota.as_ref()?;
+        let used = self.quota_use.at(quota, now_ms);
+        (used.used >= quota.amount.get()).then_some(used.window_end)
     }
 
     /// Brings the mirrors of its box's state up to date.
@@ -303,6 +339,8 @@ pub struct CounterSnapshot {
     /// Set when its limit is burstable: the slots guaranteed (`limit` is the most it may
     /// borrow up to; usage beyond this is borrowed).
     pub guaranteed: Option<u32>,
+    /// Its rule's quota and what it used in the current window.
+    pub quota: Option<(Quota, QuotaUse)>,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -360,6 +398,14 @@ pub struct Limiter {
     tickets: u64,
     /// Totals of counters that are gone, by the rule they had and their level.
     retired: HashMap<(Option<Arc<RulePattern>>, Level), Tally>,
+    /// Quota use of counters that are gone (or not created yet after a restart), by their
+    /// names (`scope[/l1[/l2]]`), until their window ends.
+    quota_kept: HashMap<String, QuotaUse>,
+    /// Its size after the last sweep of ended windows.
+    quota_swept: usize,
+    /// Counters whose quota use changed, and uses of gone counters reset, to store.
+    quota_dirty: Vec<CounterId>,
+    quota_reset: Vec<(String, QuotaUse)>,
 }
 
 impl Limiter {
@@ -442,6 +488,9 @@ impl Limiter {
             admitted: 0,
             refused: 0,
             waits: None,
+            quota: None,
+            quota_use: QuotaUse::default(),
+            quota_dirty: false,
         };
         let id = match self.free.pop() {
             Some(slot) => {
@@ -454,6 +503,9 @@ impl Limiter {
                 CounterId(slot)
             }
         };
+        if !self.quota_kept.is_empty() {
+            self.restore_kept_quota(id);
+        }
         if let Some(parent) = parent {
             self.node_mut(parent).children += 1;
         }
@@ -507,6 +559,9 @@ impl Limiter {
                 }
                 return;
             }
+            if self.node(id).quota_use.used > 0 {
+                self.keep_quota(id);
+            }
             let node = self.nodes[id.0 as usize].take().expect("live counter");
             self.free.push(id.0);
             if let Some(tally) = node.tally() {
@@ -541,6 +596,7 @@ impl Limiter {
         let within = node.within();
         node.guaranteed = resolved.guaranteed.map_or(0, NonZeroU32::get);
         node.rate = resolved.rate;
+        node.quota = resolved.quota;
         // A static limit (or a policy's) wins over an adaptive one.
         let adaptive = resolved
             .adaptive
@@ -684,24 +740,38 @@ impl Limiter {
                 blocked = Some((id, None, true));
                 continue;
             }
+            if tokens && let Some(at) = node.quota_resets_at(now_ms) {
+                blocked = Some((
+                    id,
+                    Some(Waits::Quota(node.quota.expect("a quota"), at)),
+                    false,
+                ));
+                continue;
+            }
             if tokens && let Some(rate) = node.rate {
                 let queued = new && node.token_queue;
                 let next = node.bucket.next_token_ms(rate, now_ms);
                 if queued || next > now_ms {
-                    blocked = Some((id, Some((rate, next)), false));
+                    blocked = Some((id, Some(Waits::Rate(rate, next)), false));
                 }
             }
         }
         match blocked {
             None => Ok(()),
-            Some((id, rate, borrows)) => {
+            Some((id, waits, borrows)) => {
                 let node = self.node(id);
+                let (rate, quota) = match waits {
+                    Some(Waits::Rate(rate, next)) => (Some((rate, next)), None),
+                    Some(Waits::Quota(quota, at)) => (None, Some((quota, at))),
+                    None => (None, None),
+                };
                 Err(Blocked {
                     level: node.level,
                     counter: id,
                     limit: node.limit,
                     borrows,
                     rate,
+                    quota,
                     rule: node.rule.clone(),
                 })
             }
@@ -726,6 +796,15 @@ impl Limiter {
             if tokens && let Some(rate) = node.rate {
                 node.bucket.take(rate, now_ms);
             }
+            if tokens && let Some(quota) = node.quota {
+                node.quota_use = node.quota_use.at(&quota, now_ms);
+                node.quota_use.used += 1;
+                if !node.quota_dirty {
+                    node.quota_dirty = true;
+                    self.quota_dirty.push(id);
+                }
+            }
+            let node = self.node_mut(id);
             if !node.watched {
                 continue;
             }
@@ -893,6 +972,19 @@ impl Limiter {
                         max_queued: max.get(),
                     },
                     retry_after_ms: wait,
+                });
+                continue;
+            }
+            if node.quota.is_some_and(|q| q.reject)
+                && let Some(at) = node.quota_resets_at(now_ms)
+            {
+                refused = Some(Refusal {
+                    level: node.level,
+                    rule: node.rule.clone(),
+                    why: RefusalReason::QuotaExhausted {
+                        quota: node.quota.expect("a quota"),
+                    },
+                    retry_after_ms: at.saturating_sub(now_ms).max(1),
                 });
                 continue;
             }
@@ -1091,6 +1183,7 @@ impl Limiter {
                     .and_then(|b| b.adaptive.as_ref())
                     .map(|a| (a.min, a.max)),
                 guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
+                quota: node.quota.map(|q| (q, node.quota_use.at(&q, now))),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

@@ -31,7 +31,9 @@
 //! - burstable limits (`concurrency = { min, max }`): a key never runs more than its max, and
 //!   borrowed slots go back first: an entry whose key is at or past its guarantee never takes
 //!   its parent's last slot while another key's head, within its guarantee, has waited since
-//!   the last poll for that parent alone.
+//!   the last poll for that parent alone;
+//! - quotas: a counter never admits more new entries than its rule's quota (counted while the
+//!   rule has one), and a head whose quota is used up is not admissible (resumed entries pass).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
@@ -107,6 +109,9 @@ pub enum Event {
         adaptive: Option<(u32, u32)>,
         /// Burstable: slots guaranteed below `limit` (0 = none).
         guaranteed: u32,
+        /// A quota of this many new admissions per hour (0 = none); the simulation never
+        /// reaches the next hour, so a used-up quota holds until a rule change.
+        quota: u64,
     },
     /// An operator pauses the queue of `KEYS[key]`.
     PauseQueue(usize),
@@ -169,6 +174,10 @@ pub struct Model {
     waited: Vec<Option<(EntryId, usize)>>,
     /// Entries dispatched on borrowed slots (beyond their key's guarantee).
     pub borrowed: u64,
+    /// Per counter: new admissions while its rule had a quota.
+    quota_used: Vec<u64>,
+    /// New entries held back by a used-up quota at some poll.
+    pub quota_held: u64,
 }
 
 /// Keys get different priorities, so waiters of one counter are reordered.
@@ -240,6 +249,8 @@ impl Model {
             dispatched: 0,
             waited: vec![None; KEYS.len()],
             borrowed: 0,
+            quota_used: vec![0; n],
+            quota_held: 0,
         }
     }
 
@@ -294,6 +305,7 @@ impl Model {
                 max_wait,
                 adaptive,
                 guaranteed,
+                quota,
             } => {
                 let limit = NonZeroU32::new(limit).map_or(Limit::Unlimited, Limit::Concurrency);
                 let pattern = RulePattern::parse(PATTERNS[pattern % PATTERNS.len()]).unwrap();
@@ -308,6 +320,11 @@ impl Model {
                         max: NonZeroU32::new(max.max(min).max(1)).unwrap(),
                     }),
                     guaranteed: NonZeroU32::new(guaranteed),
+                    quota: std::num::NonZeroU64::new(quota).map(|amount| crate::quota::Quota {
+                        amount,
+                        window: crate::quota::QuotaWindow::Hour,
+                        reject: false,
+                    }),
                     ..Upsert::new(pattern, limit)
                 };
                 self.book.apply_batch(&[upsert], self.now).unwrap();
@@ -479,6 +496,15 @@ impl Model {
         self.check_none_overdue();
         self.check_positions();
         self.waited = (0..KEYS.len()).map(|key| self.waits_for_one(key)).collect();
+        self.quota_held += (0..KEYS.len())
+            .filter(|&key| {
+                self.head(key).is_some()
+                    && self.waiting_resumed[key].is_empty()
+                    && self.touched[key]
+                        .iter()
+                        .any(|&c| self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a))
+            })
+            .count() as u64;
         self.refresh_adaptive();
         if (self.running.len() as u32) < self.invoker_limit {
             for (key, spec) in KEYS.iter().enumerate() {
@@ -488,7 +514,12 @@ impl Model {
                 if let Some(head) = self.head(key) {
                     assert!(
                         !self.admissible(key, head),
-                        "lost wake-up: entry {head} of queue {spec:?} could run but waits"
+                        "lost wake-up: entry {head} of queue {spec:?} could run but waits ({:?})",
+                        self.sched
+                            .queues()
+                            .into_iter()
+                            .find(|q| q.key == self.keys[key])
+                            .map(|q| (q.status, q.blocked_on))
                     );
                 }
             }
@@ -603,6 +634,16 @@ impl Model {
         self.check_given_back(key);
         for &c in &self.touched[key] {
             self.usage[c] += 1;
+            if d.kind == EntryKind::New
+                && let Some(amount) = self.quota_of(c)
+            {
+                assert!(
+                    self.quota_used[c] < amount,
+                    "{:?} admitted past its quota of {amount}",
+                    self.counters[c]
+                );
+                self.quota_used[c] += 1;
+            }
         }
         self.running_order.push(d.entry);
         self.running.insert(
@@ -703,11 +744,21 @@ impl Model {
         lock_free && self.limits_admit(key)
     }
 
-    /// Every counter the key touches has usage < limit.
+    /// Every counter the key touches has usage < limit, and, for a new entry at the head, its
+    /// quota left.
     fn limits_admit(&self, key: usize) -> bool {
-        self.touched[key]
-            .iter()
-            .all(|&c| self.limits[c].admits(self.usage[c]))
+        let new = self.waiting_resumed[key].is_empty();
+        self.touched[key].iter().all(|&c| {
+            self.limits[c].admits(self.usage[c])
+                && !(new && self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a))
+        })
+    }
+
+    /// The quota of counter `c`'s rule, new admissions per window.
+    fn quota_of(&self, c: usize) -> Option<u64> {
+        self.rule_of(&self.counters[c])
+            .and_then(|r| r.quota)
+            .map(|q| q.amount.get())
     }
 
     /// Brute force over every rule: the most specific enabled, enforced rule of the counter's
@@ -736,7 +787,29 @@ impl Model {
 
     /// Completes and resumes everything until nothing is left; every arrival must complete once.
     pub fn drain(&mut self) {
-        // Rules stay as they are: with nothing running every counter admits at least one.
+        // Quotas go (a used-up one would hold its entries until the next hour); the other
+        // rules stay as they are: with nothing running every counter admits at least one.
+        let quotas: Vec<Upsert> = self
+            .book
+            .rules()
+            .filter(|r| r.quota.is_some())
+            .map(|r| Upsert {
+                rate: r.rate,
+                max_queued: r.max_queued,
+                weight: r.weight,
+                max_wait_ms: r.max_wait_ms,
+                adaptive: r.adaptive,
+                guaranteed: r.guaranteed,
+                shadow: r.shadow,
+                disabled: r.disabled,
+                ..Upsert::new(r.pattern.clone(), r.limit)
+            })
+            .collect();
+        if !quotas.is_empty() {
+            self.book.apply_batch(&quotas, self.now).unwrap();
+            self.rules_changed();
+            self.poll();
+        }
         for key in 0..KEYS.len() {
             if self.paused[key] {
                 self.step(&Event::ResumeQueue(key));

@@ -10,6 +10,7 @@ use hashbrown::{Equivalent, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::pattern::{Level, RulePattern};
+use super::quota::Quota;
 use super::rate::RateLimit;
 
 /// Most rules a book may hold.
@@ -88,6 +89,9 @@ pub struct Rule {
     /// counter, which may borrow up to `limit` while its parent has idle capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guaranteed: Option<NonZeroU32>,
+    /// Admissions per calendar window at each counter, kept durably.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Quota>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -131,6 +135,8 @@ pub struct Upsert {
     pub adaptive: Option<AdaptiveLimit>,
     /// Its guaranteed slots under a burstable limit.
     pub guaranteed: Option<NonZeroU32>,
+    /// Its long-window quota.
+    pub quota: Option<Quota>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -153,6 +159,7 @@ impl Upsert {
             max_wait_ms: None,
             adaptive: None,
             guaranteed: None,
+            quota: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -213,6 +220,8 @@ pub struct Resolved {
     /// Set when the limit is burstable: the slots guaranteed (below `limit`); the rest are
     /// borrowed from the parent level while it has idle capacity.
     pub guaranteed: Option<NonZeroU32>,
+    /// The quota in force.
+    pub quota: Option<Quota>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -242,6 +251,7 @@ impl Resolved {
         max_wait_ms: None,
         adaptive: None,
         guaranteed: None,
+        quota: None,
         pattern: None,
         shadow: None,
     };
@@ -279,6 +289,7 @@ struct Indexed {
     max_wait_ms: Option<NonZeroU64>,
     adaptive: Option<AdaptiveLimit>,
     guaranteed: Option<NonZeroU32>,
+    quota: Option<Quota>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -408,6 +419,7 @@ impl RuleBook {
                         max_wait_ms: upsert.max_wait_ms,
                         adaptive: upsert.adaptive,
                         guaranteed: upsert.guaranteed,
+                        quota: upsert.quota,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -423,6 +435,7 @@ impl RuleBook {
                         || old.max_wait_ms != upsert.max_wait_ms
                         || old.adaptive != upsert.adaptive
                         || old.guaranteed != upsert.guaranteed
+                        || old.quota != upsert.quota
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description;
@@ -435,6 +448,7 @@ impl RuleBook {
                         max_wait_ms: upsert.max_wait_ms,
                         adaptive: upsert.adaptive,
                         guaranteed: upsert.guaranteed,
+                        quota: upsert.quota,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -495,8 +509,10 @@ impl RuleBook {
                     pattern: Arc::clone(&pattern),
                 })
             });
-            refuses |=
-                !rule.shadow && (rule.max_queued.is_some() || rule.rate.is_some_and(|r| r.reject));
+            refuses |= !rule.shadow
+                && (rule.max_queued.is_some()
+                    || rule.rate.is_some_and(|r| r.reject)
+                    || rule.quota.is_some_and(|q| q.reject));
             max_waits |= !rule.shadow && rule.max_wait_ms.is_some();
             let index = if rule.shadow {
                 &mut shadow_index
@@ -525,6 +541,7 @@ impl RuleBook {
                     guaranteed: rule
                         .guaranteed
                         .filter(|g| matches!(rule.limit, Limit::Concurrency(max) if *g < max)),
+                    quota: rule.quota,
                     pattern,
                     shadow,
                 },
@@ -647,6 +664,7 @@ impl RuleBook {
                 max_wait_ms: rule.max_wait_ms,
                 adaptive: rule.adaptive,
                 guaranteed: rule.guaranteed,
+                quota: rule.quota,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

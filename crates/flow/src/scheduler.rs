@@ -558,6 +558,27 @@ impl Scheduler {
         self.limiter.wake_due(now, &self.book, &mut self.woken);
         self.wake_pending(now);
         let mut out = Vec::new();
+        // Rounds are bounded too: each wakes token waiters that were due, and one that does
+        // not run parks elsewhere or for a later token, so this ends well before.
+        for _ in 0..MAX_DISPATCH_PER_POLL {
+            self.run_ring(now, &mut out);
+            // A token waiter that settled hands the next one a token due now (a rate or quota
+            // just lifted): it is woken in this poll, not the next.
+            if out.len() >= MAX_DISPATCH_PER_POLL || !self.limiter.token_wake_due(now) {
+                break;
+            }
+            self.limiter.wake_due(now, &self.book, &mut self.woken);
+            self.wake_pending(now);
+            if self.ring.is_empty() {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Takes turns over the ready queues until the ring is empty or the poll dispatched its
+    /// most.
+    fn run_ring(&mut self, now: u64, out: &mut Vec<Dispatch>) {
         while out.len() < MAX_DISPATCH_PER_POLL && !self.ring.is_empty() {
             // The slot is taken before the head is checked: another partition cannot take it
             // in between, and it goes back at once when the head stays parked.
@@ -585,7 +606,6 @@ impl Scheduler {
                 None => self.give_back_slot(),
             }
         }
-        out
     }
 
     fn promote_due(&mut self, now: u64) {
@@ -627,9 +647,10 @@ impl Scheduler {
                     .limiter
                     .check_woken(&path, &self.book, woken, tokens, now)
                     .err()?;
-                let resource = match blocked.rate {
-                    Some(_) => Resource::Token(blocked.counter),
-                    None => Resource::Counter(blocked.counter),
+                let resource = if blocked.rate.is_some() || blocked.quota.is_some() {
+                    Resource::Token(blocked.counter)
+                } else {
+                    Resource::Counter(blocked.counter)
                 };
                 Some((resource, Some(blocked)))
             });
@@ -843,6 +864,36 @@ impl Scheduler {
         if let Some(counters) = &permit.counters {
             self.limiter.record_wait(counters.path(), ms);
         }
+    }
+
+    /// Quota uses changed since the last call, to store (see [`Limiter::take_quota_writes`]).
+    pub fn take_quota_writes(&mut self) -> Vec<(String, crate::quota::QuotaUse)> {
+        self.limiter.take_quota_writes()
+    }
+
+    /// At recovery: a counter's stored quota use (see [`Limiter::restore_quota`]).
+    pub fn restore_quota(&mut self, key: String, used: crate::quota::QuotaUse, now: u64) -> bool {
+        self.limiter.restore_quota(key, used, now)
+    }
+
+    /// What resetting the quotas `pattern` matches would store (see
+    /// [`Limiter::quota_reset_plan`]).
+    pub fn quota_reset_plan(
+        &self,
+        pattern: &crate::RulePattern,
+    ) -> Vec<(String, crate::quota::QuotaUse)> {
+        self.limiter.quota_reset_plan(pattern)
+    }
+
+    /// Resets the quotas `pattern` matches (see [`Limiter::reset_quota`]); queues waiting for
+    /// the next window look again at once.
+    pub fn reset_quota(&mut self, pattern: &crate::RulePattern, now: u64) -> usize {
+        let reset = self.limiter.reset_quota(pattern);
+        if reset > 0 {
+            let book = Arc::clone(&self.book);
+            self.on_rules_changed(book, now);
+        }
+        reset
     }
 
     /// Admissions since start by rule and level (see [`Limiter::admissions`]).

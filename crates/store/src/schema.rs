@@ -78,6 +78,9 @@ schema! {
     PROMISES: BytesTable = "promises" => Role::Partition { log_id: 5 };
     /// Flow-control queues an operator paused.
     PAUSED_QUEUES: BytesTable = "paused_queues" => Role::Partition { log_id: 6 };
+    /// What flow-control counters used of their quotas. Key: partition index (u32 BE) ‖ the
+    /// counter's name (`scope[/l1[/l2]]`). Value: window start, window end, used (u64 BE).
+    FLOW_QUOTAS: BytesTable = "flow_quotas" => Role::Partition { log_id: 7 };
 
     /// Registered deployments.
     DEPLOYMENTS: NamedTable = "deployments" => Role::Meta(MetaGroup::Registry);

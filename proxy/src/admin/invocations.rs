@@ -32,7 +32,7 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
             limit.concurrency(),
             rule.as_ref().map(ToString::to_string),
         ),
-        Some(BlockedOn::RateLimit { level, rule, .. }) => (
+        Some(BlockedOn::RateLimit { level, rule, .. } | BlockedOn::Quota { level, rule, .. }) => (
             Some(level.lower_name().to_owned()),
             None,
             rule.as_ref().map(ToString::to_string),
@@ -45,6 +45,14 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
             next_token_ms,
             ..
         }) => (Some(rate.rate.to_string()), Some(time(*next_token_ms))),
+        _ => (None, None),
+    };
+    let (quota, quota_resets_at) = match &w.blocked_on {
+        Some(BlockedOn::Quota {
+            quota,
+            resets_at_ms,
+            ..
+        }) => (Some(quota.to_string()), Some(time(*resets_at_ms))),
         _ => (None, None),
     };
     let position = w.position;
@@ -64,6 +72,8 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
         rule,
         rate,
         next_token_at,
+        quota,
+        quota_resets_at,
     }
 }
 

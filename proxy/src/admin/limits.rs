@@ -12,14 +12,15 @@ use super::json::Json;
 use crate::errors::Code;
 use crate::flow::limiter::MAX_WEIGHT;
 use crate::flow::{
-    AdaptiveLimit, Delete, Limit, Precondition, Rate, RateError, RateLimit, Rule, RuleError,
+    AdaptiveLimit, Delete, Limit, Precondition, Quota, Rate, RateError, RateLimit, Rule, RuleError,
     RulePattern, Upsert,
 };
 use crate::limits::RulesError;
 pub use sluice_api::limits::{
     AdaptiveBounds, ApplyRulesRequest, ApplyRulesResponse, BurstableBounds, Concurrency,
     CounterResponse, DeleteRuleRequest, FlowHistoryResponse, Limits, ListCountersResponse,
-    ListRulesResponse, MODES, PreconditionRequest, RuleResponse, ShadowResponse, UpsertRuleRequest,
+    ListRulesResponse, MODES, PreconditionRequest, ResetQuotaRequest, ResetQuotaResponse,
+    RuleResponse, ShadowResponse, UpsertRuleRequest,
 };
 
 /// How the admin API shows `Rule`.
@@ -39,7 +40,9 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             },
             rate: rule.rate.map(|r| r.rate.to_string()),
             burst: rule.rate.map(|r| r.burst.get()),
-            on_exceed: rule.rate.filter(|r| r.reject).map(|_| "reject".to_owned()),
+            on_exceed: (rule.rate.is_some_and(|r| r.reject)
+                || rule.quota.is_some_and(|q| q.reject))
+            .then(|| "reject".to_owned()),
             max_queued: rule.max_queued.map(NonZeroU32::get),
             weight: rule.weight.map(NonZeroU32::get),
             adaptive: rule.adaptive.map(|a| AdaptiveBounds {
@@ -49,6 +52,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             max_wait: rule
                 .max_wait_ms
                 .map(|ms| crate::config::FriendlyDuration::from_millis(ms.get()).to_string()),
+            quota: rule.quota.map(|q| q.to_string()),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -71,8 +75,9 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
     let Some(text) = &limits.rate else {
         return match (limits.burst, &limits.on_exceed) {
             (None, None) => Ok(None),
+            (None, Some(_)) if limits.quota.is_some() => Ok(None),
             _ => Err(invalid(
-                "burst and on_exceed need a rate (e.g. \"rate\": \"10/s\", \"burst\": 5)".into(),
+                "burst and on_exceed need a rate (e.g. \"rate\": \"10/s\", \"burst\": 5); on_exceed also goes with a quota".into(),
             )),
         };
     };
@@ -85,19 +90,39 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
             invalid("burst must be at least 1 (1 spaces admissions evenly)".into())
         })?,
     };
-    let reject = match limits.on_exceed.as_deref() {
-        None | Some("throttle") => false,
-        Some("reject") => true,
-        Some(other) => {
-            return Err(invalid(format!(
-                "on_exceed is 'throttle' (wait for a token) or 'reject' (answer 429), not '{other}'"
-            )));
-        }
-    };
+    let reject = on_exceed(pattern, limits)?;
     Ok(Some(RateLimit {
         rate,
         burst,
         reject,
+    }))
+}
+
+/// Whether `on_exceed` says `reject`.
+fn on_exceed(pattern: &str, limits: &Limits) -> Result<bool, AdminError> {
+    match limits.on_exceed.as_deref() {
+        None | Some("throttle") => Ok(false),
+        Some("reject") => Ok(true),
+        Some(other) => Err(AdminError::coded(
+            Code::RUL0001,
+            format!(
+                "rule '{pattern}': on_exceed is 'throttle' (wait for a token or the next window) or 'reject' (answer 429), not '{other}'"
+            ),
+        )),
+    }
+}
+
+/// A rule's quota (`10000/day`), rejecting with `on_exceed: reject`.
+fn quota(pattern: &str, limits: &Limits) -> Result<Option<Quota>, AdminError> {
+    let Some(text) = &limits.quota else {
+        return Ok(None);
+    };
+    let quota: Quota = text.parse().map_err(|e: crate::flow::QuotaError| {
+        AdminError::coded(Code::RUL0001, format!("rule '{pattern}': {e}"))
+    })?;
+    Ok(Some(Quota {
+        reject: on_exceed(pattern, limits)?,
+        ..quota
     }))
 }
 
@@ -222,6 +247,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
             };
             Ok(Upsert {
                 guaranteed: guaranteed(&pattern, &r.limits)?,
+                quota: quota(&r.pattern, &r.limits)?,
                 pattern,
                 limit,
                 rate: rate_limit(&r.pattern, &r.limits)?,
@@ -306,6 +332,20 @@ pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListRulesRespons
     Json(ListRulesResponse { rules })
 }
 
+/// Starts the quota count of every counter a pattern matches again from 0, in the current
+/// window, on every partition this node runs; answered once stored.
+#[utoipa::path(post, path = "/limits/rules/reset-quota", tag = "limits", operation_id = "reset_quota",
+    request_body = ResetQuotaRequest,
+    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern")))]
+pub async fn reset_quota(
+    State(state): State<Arc<AdminState>>,
+    Json(request): Json<ResetQuotaRequest>,
+) -> Result<Json<ResetQuotaResponse>, AdminError> {
+    let pattern = pattern(&request.pattern)?;
+    let reset = state.runtime.reset_quota(&pattern).await?;
+    Ok(Json(ResetQuotaResponse { reset }))
+}
+
 /// The flow charts' data over the last `flow.history`: per rule and level admitted/s,
 /// refused/s, running, waiting, p99 wait, the adaptive limit and shadow tallies; per busy
 /// queue, what it held. Empty (`interval_ms` 0) when `flow.history` is `0s`.
@@ -354,6 +394,11 @@ pub async fn counters(
                 max_queued: c.max_queued,
                 adaptive: c.adaptive.map(|(min, max)| AdaptiveBounds { min, max }),
                 guaranteed: c.guaranteed,
+                quota: c.quota.map(|(q, _)| q.to_string()),
+                quota_used: c.quota.map(|(_, u)| u.used),
+                quota_resets_at: c
+                    .quota
+                    .and_then(|(_, u)| crate::clock::rfc3339(u.window_end)),
                 next_token_at: c.next_token_ms.and_then(crate::clock::rfc3339),
                 weight: c.weight,
                 shadow: c.shadow.map(|(rule, counts)| ShadowResponse {

@@ -212,6 +212,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::apply))
         .routes(routes!(limits::counters))
         .routes(routes!(limits::history))
+        .routes(routes!(limits::reset_quota))
         .routes(routes!(vqueues::list))
         .routes(routes!(vqueues::pause))
         .routes(routes!(vqueues::resume))

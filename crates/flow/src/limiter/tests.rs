@@ -517,3 +517,83 @@ fn refusals_and_waits_are_totalled_per_rule_and_outlive_their_counters() {
     );
     assert_eq!(scope.waits.quantile(0.5), Some(0));
 }
+
+#[test]
+fn a_quota_counts_new_admissions_per_window_and_outlives_its_counter() {
+    use crate::quota::Quota;
+    let hour = 3_600_000;
+    let now = 10 * hour + 5;
+    let mut b = book(&[]);
+    let mut rule = Upsert::new(RulePattern::parse("q/*").unwrap(), Limit::Unlimited);
+    rule.quota = Some("2/h".parse().unwrap());
+    b.apply_batch(&[rule], 1).unwrap();
+    let mut l = Limiter::new();
+    let mut woken = Vec::new();
+    let p = path(&mut l, "q", Some("k"));
+    for _ in 0..2 {
+        let permit = l.try_acquire(&p, &b, now).unwrap();
+        l.release(permit, &b, now, &mut woken);
+    }
+    // A retry or a resumption (no token) is not a new admission: it passes.
+    l.check(&p, &b, false, false, now).unwrap();
+    let blocked = l.check(&p, &b, false, true, now).unwrap_err();
+    assert_eq!(blocked.level, Level::L1);
+    assert_eq!(
+        blocked.quota.map(|(_, at)| at),
+        Some(11 * hour),
+        "the next hour"
+    );
+    let writes = l.take_quota_writes();
+    assert_eq!(writes.len(), 1);
+    assert_eq!((writes[0].0.as_str(), writes[0].1.used), ("q/k", 2));
+    assert!(l.take_quota_writes().is_empty(), "taken once");
+    // Gone and back: the counter keeps its use.
+    l.drop_path(p);
+    assert!(l.is_empty());
+    let p = path(&mut l, "q", Some("k"));
+    assert!(l.check(&p, &b, false, true, now).is_err());
+    // Another key has its own; the next window starts again.
+    let other = path(&mut l, "q", Some("j"));
+    l.check(&other, &b, false, true, now).unwrap();
+    l.check(&p, &b, false, true, 11 * hour).unwrap();
+    // Reset by an operator: at once.
+    assert_eq!(l.reset_quota(&RulePattern::parse("q/*").unwrap()), 1);
+    l.check(&p, &b, false, true, now).unwrap();
+    assert_eq!(l.take_quota_writes()[0].1.used, 0);
+    // A rejecting quota refuses instead, until the next window.
+    let mut reject = Upsert::new(RulePattern::parse("q/*").unwrap(), Limit::Unlimited);
+    reject.quota = Some(Quota {
+        reject: true,
+        ..("1/h".parse().unwrap())
+    });
+    b.apply_batch(&[reject], 2).unwrap();
+    l.on_rules_changed(&b, &mut woken);
+    let permit = l.try_acquire(&p, &b, now).unwrap();
+    let refusal = l.refusal(&p, &b, now).expect("used up");
+    assert_eq!(refusal.retry_after_ms, hour - 5);
+    assert!(matches!(refusal.why, RefusalReason::QuotaExhausted { .. }));
+    l.release(permit, &b, now, &mut woken);
+}
+
+#[test]
+fn a_stored_quota_use_comes_back_unless_its_window_ended() {
+    let hour = 3_600_000;
+    let mut b = book(&[]);
+    let mut rule = Upsert::new(RulePattern::parse("q").unwrap(), Limit::Unlimited);
+    rule.quota = Some("5/h".parse().unwrap());
+    b.apply_batch(&[rule], 1).unwrap();
+    let mut l = Limiter::new();
+    let used = crate::quota::QuotaUse {
+        window_start: 2 * hour,
+        window_end: 3 * hour,
+        used: 5,
+    };
+    assert!(!l.restore_quota("q".into(), used, 3 * hour), "ended");
+    assert!(l.restore_quota("q".into(), used, 2 * hour + 1));
+    let p = path(&mut l, "q", None);
+    assert!(
+        l.check(&p, &b, false, true, 2 * hour + 2).is_err(),
+        "used up before the restart"
+    );
+    l.check(&p, &b, false, true, 3 * hour).unwrap();
+}

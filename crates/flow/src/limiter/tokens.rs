@@ -111,6 +111,13 @@ impl Limiter {
         }
     }
 
+    /// Whether a token waiter's wake-up is due at `now_ms`.
+    pub fn token_wake_due(&self, now_ms: u64) -> bool {
+        self.token_wakes
+            .peek()
+            .is_some_and(|Reverse((at, _))| *at <= now_ms)
+    }
+
     /// When [`Limiter::wake_due`] has something to do next, ms.
     pub fn next_wake(&self) -> Option<u64> {
         let token = self.token_wakes.peek().map(|Reverse((at, _))| *at);

@@ -54,6 +54,17 @@ pub enum BlockedOn {
         /// The rule that set it.
         rule: Option<Arc<RulePattern>>,
     },
+    /// A user quota, used up: the queue waits for its next window.
+    Quota {
+        /// The level of the counter whose quota is used up.
+        level: Level,
+        /// The quota.
+        quota: crate::quota::Quota,
+        /// When its next window starts, ms.
+        resets_at_ms: u64,
+        /// The rule that set it.
+        rule: Option<Arc<RulePattern>>,
+    },
     /// A user rate limit: the queue waits for a token.
     RateLimit {
         /// The level of the counter out of tokens.
@@ -69,7 +80,7 @@ pub enum BlockedOn {
 
 impl BlockedOn {
     /// Its name in the admin API and SQL: `lock`, `invoker-concurrency`,
-    /// `queue-paused`, `limit-key-concurrency` or `rate-limit`.
+    /// `queue-paused`, `limit-key-concurrency`, `rate-limit` or `quota`.
     pub const fn name(&self) -> &'static str {
         match self {
             BlockedOn::Lock => "lock",
@@ -77,6 +88,7 @@ impl BlockedOn {
             BlockedOn::QueuePaused => "queue-paused",
             BlockedOn::LimitKeyConcurrency { .. } => "limit-key-concurrency",
             BlockedOn::RateLimit { .. } => "rate-limit",
+            BlockedOn::Quota { .. } => "quota",
         }
     }
 }
@@ -151,12 +163,20 @@ impl Scheduler {
                     }
                     State::Parked(Resource::Token(_), _, why) => {
                         let why = why.as_ref().expect("token parks carry their reason");
-                        let (rate, next_token_ms) = why.rate.expect("token parks carry the rate");
-                        let on = BlockedOn::RateLimit {
-                            level: why.level,
-                            rate,
-                            next_token_ms,
-                            rule: why.rule.clone(),
+                        let on = match (why.rate, why.quota) {
+                            (Some((rate, next_token_ms)), _) => BlockedOn::RateLimit {
+                                level: why.level,
+                                rate,
+                                next_token_ms,
+                                rule: why.rule.clone(),
+                            },
+                            (None, Some((quota, resets_at_ms))) => BlockedOn::Quota {
+                                level: why.level,
+                                quota,
+                                resets_at_ms,
+                                rule: why.rule.clone(),
+                            },
+                            (None, None) => unreachable!("token parks carry a rate or a quota"),
                         };
                         (QueueStatus::Blocked, Some(on))
                     }

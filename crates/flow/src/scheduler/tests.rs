@@ -245,9 +245,9 @@ fn event() -> impl Strategy<Value = Event> {
         3 => any::<usize>().prop_map(Event::Complete),
         2 => any::<usize>().prop_map(Event::Suspend),
         2 => any::<usize>().prop_map(Event::Resume),
-        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40], prop::option::weighted(0.3, (1u32..4, 1u32..8)), prop_oneof![2 => Just(0u32), 1 => 1u32..3])
-            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, guaranteed)| Event::Rule {
-                pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, guaranteed,
+        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40], prop::option::weighted(0.3, (1u32..4, 1u32..8)), (prop_oneof![2 => Just(0u32), 1 => 1u32..3], prop_oneof![3 => Just(0u64), 1 => 1u64..20]))
+            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, (guaranteed, quota))| Event::Rule {
+                pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, guaranteed, quota,
             }),
         1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
         1 => (0..KEYS.len()).prop_map(Event::PauseQueue),
@@ -284,6 +284,7 @@ fn simulator_one_million_events() {
     let mut refused = 0;
     let mut expired = 0;
     let mut borrowed = 0;
+    let mut quota_held = 0;
     let wanted = sluice_core::simulation::events(1_000_000);
     let started = std::time::Instant::now();
     while total < wanted {
@@ -322,6 +323,13 @@ fn simulator_one_million_events() {
                     } else {
                         0
                     },
+                    // Now and then a quota, mostly generous: a small one holds its counter's
+                    // new entries until the rule changes.
+                    quota: if rng.index(5) == 0 {
+                        1 + rng.index(200) as u64
+                    } else {
+                        0
+                    },
                 },
                 98 => Event::DeleteRule(rng.index(PATTERNS.len())),
                 _ if rng.index(2) == 0 => Event::PauseQueue(rng.index(KEYS.len())),
@@ -338,17 +346,19 @@ fn simulator_one_million_events() {
         refused += model.refused;
         expired += model.expired;
         borrowed += model.borrowed;
+        quota_held += model.quota_held;
         total += events;
         runs += 1;
     }
     println!(
         "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches, \
          {refused} arrivals refused by a full queue, {expired} dropped past their deadline, \
-         {borrowed} started on borrowed slots",
+         {borrowed} started on borrowed slots, {quota_held} head-polls held by a used-up quota",
         started.elapsed()
     );
     assert!(expired > 0, "no entry ever passed its deadline");
     assert!(borrowed > 0, "no key ever borrowed beyond its guarantee");
+    assert!(quota_held > 0, "no quota was ever used up");
 }
 
 #[test]

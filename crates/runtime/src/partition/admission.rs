@@ -135,6 +135,10 @@ impl Partition {
                 refused.level.as_str(),
                 rate.rate
             ),
+            RefusalReason::QuotaExhausted { quota } => format!(
+                "the {} quota of {at} ({quota} with on_exceed = reject{rule}) is used up until its next window",
+                refused.level.as_str(),
+            ),
         };
         // Whole seconds, at least 1: what `Retry-After` can say.
         let retry = refused.retry_after_ms.div_ceil(1000).max(1);
@@ -191,6 +195,10 @@ impl Partition {
             }
             self.start_attempt(id, admitted.permit);
             self.observe();
+        }
+        // What counters used of their quotas goes with the admissions that used it.
+        for (counter, used) in self.scheduler.take_quota_writes() {
+            crate::invocation::quotas::put(&mut self.pins, self.index, &counter, used);
         }
         // What the attempts started write, in one set: awaited with the batches, so a failure
         // stops the partition like any other (`run_loop::adopt_detached`).

@@ -355,7 +355,8 @@ impl Event {
             | Event::SetObjectState { .. }
             | Event::SlotsFree
             | Event::Barrier { .. }
-            | Event::PauseQueue { .. } => None,
+            | Event::PauseQueue { .. }
+            | Event::ResetQuota { .. } => None,
         }
     }
 }

@@ -40,6 +40,11 @@ pub(super) enum Effect {
     Answer(Answer),
     /// A queue's pause (or resume) is stored: the scheduler follows.
     PauseQueue(Box<QueueKey>, bool),
+    /// A quota reset is stored: the scheduler follows, and the operator is answered.
+    ResetQuota(
+        Box<crate::flow::RulePattern>,
+        tokio::sync::oneshot::Sender<u64>,
+    ),
     /// A completed promise is stored: it leaves memory.
     UncachePromise(Box<PromiseKey>),
 }
@@ -70,6 +75,7 @@ impl Effect {
             Effect::Answer(answer) => format!("answer {}", answer.kind()),
             Effect::PauseQueue(_, true) => "pause queue".into(),
             Effect::PauseQueue(_, false) => "resume queue".into(),
+            Effect::ResetQuota(pattern, _) => format!("reset quota {pattern}"),
             Effect::UncachePromise(_) => "uncache promise".into(),
         }
     }

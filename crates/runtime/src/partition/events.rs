@@ -132,6 +132,14 @@ pub enum Event {
         /// Answered after the commit.
         reply: oneshot::Sender<bool>,
     },
+    /// An operator resets the quotas `pattern` matches: their count in the current window
+    /// starts again from 0; answered with how many counters were reset, after the commit.
+    ResetQuota {
+        /// The pattern.
+        pattern: Box<crate::flow::RulePattern>,
+        /// Answered after the commit.
+        reply: oneshot::Sender<u64>,
+    },
     /// A timer fired (`completion` set) or a delay/back-off is over (`None`).
     Wake {
         /// The invocation.

@@ -240,6 +240,11 @@ impl Partition {
                     }
                     self.dispatch();
                 }
+                Effect::ResetQuota(pattern, reply) => {
+                    let reset = self.scheduler.reset_quota(&pattern, self.driver.now_ms());
+                    let _ = reply.send(reset as u64);
+                    self.dispatch();
+                }
                 Effect::Settle(id) => self.settle(id),
                 Effect::UncachePromise(key) => self.uncache_promise(&key),
                 Effect::Evict(id) => {

@@ -358,6 +358,29 @@ impl Runtime {
         answer.await.map_err(|_| self.gone())
     }
 
+    /// Resets the quotas `pattern` matches on every partition (see
+    /// [`crate::flow::scheduler::Scheduler::reset_quota`]); answers how many counters were
+    /// reset, once each partition stored it.
+    pub async fn reset_quota(&self, pattern: &crate::flow::RulePattern) -> Result<u64, CodedError> {
+        let mut answers = Vec::with_capacity(self.senders.len());
+        for sender in self.senders.iter() {
+            let (reply, answer) = oneshot::channel();
+            sender
+                .send(Event::ResetQuota {
+                    pattern: Box::new(pattern.clone()),
+                    reply,
+                })
+                .await
+                .map_err(|_| self.gone())?;
+            answers.push(answer);
+        }
+        let mut reset = 0;
+        for answer in answers {
+            reset += answer.await.map_err(|_| self.gone())?;
+        }
+        Ok(reset)
+    }
+
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
         let all = self

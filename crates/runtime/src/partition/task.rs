@@ -182,16 +182,27 @@ impl Partition {
     /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
     /// re-arms timers. Nothing acknowledged is lost.
     pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
-        let (records, timers, paused) = self.store.with_db(|db| {
+        let (records, timers, paused, quotas) = self.store.with_db(|db| {
             Ok::<_, CodedError>((
                 store::load_records_of(db, &owns)?,
                 store::load_timers(db)?,
                 crate::invocation::paused::load(db, self.index)?,
+                crate::invocation::quotas::load(db, self.index)?,
             ))
         })??;
-        // Before anything queues: a paused queue keeps its entries from the start.
+        // Before anything queues: a paused queue keeps its entries from the start, and a
+        // counter what it used of its quota.
         for key in &paused {
             self.scheduler.pause(key, self.driver.now_ms());
+        }
+        for (counter, used) in quotas {
+            if !self
+                .scheduler
+                .restore_quota(counter.clone(), used, self.driver.now_ms())
+            {
+                // Its window ended: the row goes with the next admissions' writes.
+                crate::invocation::quotas::forget(&mut self.pins, self.index, &counter);
+            }
         }
         let mut effects = Vec::new();
         for record in records {

@@ -3,6 +3,7 @@
 pub mod identity;
 pub mod new;
 pub mod paused;
+pub mod quotas;
 pub mod record;
 pub mod state;
 pub mod store;

@@ -25,6 +25,7 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("adaptive_min", DataType::UInt32, true),
         ("adaptive_max", DataType::UInt32, true),
         ("concurrency_min", DataType::UInt32, true),
+        ("quota", DataType::Utf8, true),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -50,7 +51,9 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
         let mut max_wait = UInt64Builder::new();
         let (mut adaptive_min, mut adaptive_max) = (UInt32Builder::new(), UInt32Builder::new());
         let mut concurrency_min = UInt32Builder::new();
+        let mut quota = StringBuilder::new();
         for rule in rules {
+            quota.append_option(rule.quota.map(|q| q.to_string()));
             concurrency_min.append_option(rule.guaranteed.map(std::num::NonZeroU32::get));
             adaptive_min.append_option(rule.adaptive.map(|a| a.min.get()));
             adaptive_max.append_option(rule.adaptive.map(|a| a.max.get()));
@@ -86,6 +89,7 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(adaptive_min.finish()),
                 Arc::new(adaptive_max.finish()),
                 Arc::new(concurrency_min.finish()),
+                Arc::new(quota.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
@@ -121,6 +125,9 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("adaptive", DataType::Boolean, false),
         ("guaranteed", DataType::UInt32, true),
         ("borrowed", DataType::UInt32, true),
+        ("quota", DataType::Utf8, true),
+        ("quota_used", DataType::UInt64, true),
+        ("quota_resets_at", timestamp(), true),
     ])
 }
 
@@ -130,6 +137,8 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
         let mut partition = UInt64Builder::new();
         let mut adaptive = BooleanBuilder::new();
         let (mut guaranteed, mut borrowed) = (UInt32Builder::new(), UInt32Builder::new());
+        let (mut quota, mut quota_used) = (StringBuilder::new(), UInt64Builder::new());
+        let mut quota_resets = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let (mut scope, mut l1, mut l2, mut level) = (
             StringBuilder::new(),
             StringBuilder::new(),
@@ -180,6 +189,12 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             adaptive.append_value(c.adaptive.is_some());
             guaranteed.append_option(c.guaranteed);
             borrowed.append_option(c.guaranteed.map(|g| c.usage.saturating_sub(g)));
+            quota.append_option(c.quota.map(|(q, _)| q.to_string()));
+            quota_used.append_option(c.quota.map(|(_, u)| u.used));
+            quota_resets.append_option(
+                c.quota
+                    .map(|(_, u)| i64::try_from(u.window_end).unwrap_or(i64::MAX)),
+            );
             next_token.append_option(
                 c.next_token_ms
                     .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
@@ -212,6 +227,9 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(adaptive.finish()),
                 Arc::new(guaranteed.finish()),
                 Arc::new(borrowed.finish()),
+                Arc::new(quota.finish()),
+                Arc::new(quota_used.finish()),
+                Arc::new(quota_resets.finish()),
             ],
         )
     })
@@ -250,6 +268,20 @@ pub(super) fn blocked(
             "limit_key": limit_key,
             "level": level.as_str(),
             "limit": limit.concurrency(),
+            "rule": rule.as_ref().map(|p| p.to_string()),
+        }),
+        BlockedOn::Quota {
+            level,
+            quota,
+            resets_at_ms,
+            rule,
+        } => serde_json::json!({
+            "type": on.name(),
+            "scope": scope,
+            "limit_key": limit_key,
+            "level": level.as_str(),
+            "quota": quota.to_string(),
+            "resets_at": crate::clock::rfc3339(*resets_at_ms),
             "rule": rule.as_ref().map(|p| p.to_string()),
         }),
         BlockedOn::RateLimit {

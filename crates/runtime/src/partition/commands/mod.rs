@@ -11,6 +11,7 @@
 //! | `Peek` | `peek.rs` | nothing (reads) |
 //! | `SetObjectState` | `object_state.rs` | the write set only |
 //! | `PauseQueue` | `queue_pause.rs` | one scheduler queue |
+//! | `ResetQuota` | `queue_pause.rs` | the quota counts a pattern matches |
 //! | `AttemptMessage` | `attempt_message.rs` | one invocation (and its workflow's promises) |
 //! | `AttemptDone` | `attempt_end.rs` | one invocation |
 //! | `Wake` | `wake.rs` | one invocation (an expiry: its record and promises) |
@@ -99,6 +100,9 @@ impl Partition {
                 pause,
                 reply,
             } => self.pause_queue(queue, pause, reply, writes, effects),
+            Event::ResetQuota { pattern, reply } => {
+                self.reset_quota(pattern, reply, writes, effects);
+            }
             Event::AttemptMessage {
                 id,
                 attempt,

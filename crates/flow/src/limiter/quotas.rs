@@ -1,0 +1,135 @@
+//! Quotas at the counters: what each used in its window outlives the counter (kept by name
+//! until the window ends), is handed to the partition to store after each admission, comes
+//! back from the store at recovery, and is reset by an operator.
+
+use super::{CounterId, Limiter, RulePattern};
+use crate::quota::QuotaUse;
+
+impl Limiter {
+    /// A counter's name for its quota: `scope[/l1[/l2]]` (no name holds a `/`).
+    pub(super) fn quota_key(&self, id: CounterId) -> String {
+        self.names(id)
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    /// Keeps the quota use of counter `id`, about to go, until its window ends; a change not
+    /// taken yet is stored by name.
+    pub(super) fn keep_quota(&mut self, id: CounterId) {
+        let key = self.quota_key(id);
+        let node = self.node_mut(id);
+        let used = node.quota_use;
+        if node.quota_dirty {
+            node.quota_dirty = false;
+            self.quota_reset.push((key.clone(), used));
+        }
+        self.quota_kept.insert(key, used);
+        // Now and then, forget the uses whose window ended.
+        if self.quota_kept.len() >= (self.quota_swept * 2).max(1024) {
+            let now = self.now_ms;
+            self.quota_kept.retain(|_, u| u.window_end > now);
+            self.quota_swept = self.quota_kept.len();
+        }
+    }
+
+    /// A counter just made takes back the quota use kept under its name.
+    pub(super) fn restore_kept_quota(&mut self, id: CounterId) {
+        let key = self.quota_key(id);
+        if let Some(used) = self.quota_kept.remove(&key) {
+            self.node_mut(id).quota_use = used;
+        }
+    }
+
+    /// At recovery: what counter `key` (`scope[/l1[/l2]]`) used of its quota, from the store.
+    /// A window that ended by `now_ms` is ignored (false).
+    pub fn restore_quota(&mut self, key: String, used: QuotaUse, now_ms: u64) -> bool {
+        if used.window_end <= now_ms {
+            return false;
+        }
+        self.quota_kept.insert(key, used);
+        true
+    }
+
+    /// The quota uses changed since the last call, by counter name, to store.
+    pub fn take_quota_writes(&mut self) -> Vec<(String, QuotaUse)> {
+        let mut out = std::mem::take(&mut self.quota_reset);
+        for id in std::mem::take(&mut self.quota_dirty) {
+            let live = self
+                .nodes
+                .get(id.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|n| n.quota_dirty);
+            if live {
+                self.node_mut(id).quota_dirty = false;
+                out.push((self.quota_key(id), self.node(id).quota_use));
+            }
+        }
+        out
+    }
+
+    /// What [`Limiter::reset_quota`] would store: each counter `pattern` matches that used
+    /// something, with its use at 0.
+    pub fn quota_reset_plan(&self, pattern: &RulePattern) -> Vec<(String, QuotaUse)> {
+        let live = self.index.values().filter_map(|&id| {
+            let node = self.node(id);
+            let key = self.quota_key(id);
+            (node.quota_use.used > 0 && matches(pattern, &key)).then_some((
+                key,
+                QuotaUse {
+                    used: 0,
+                    ..node.quota_use
+                },
+            ))
+        });
+        let kept = self
+            .quota_kept
+            .iter()
+            .filter(|(key, used)| used.used > 0 && matches(pattern, key))
+            .map(|(key, used)| (key.clone(), QuotaUse { used: 0, ..*used }));
+        live.chain(kept).collect()
+    }
+
+    /// An operator resets the quota of every counter `pattern` matches at its level (live or
+    /// kept): their use in the current window starts again from 0. Answers how many were
+    /// reset.
+    pub fn reset_quota(&mut self, pattern: &RulePattern) -> usize {
+        let mut reset = 0;
+        let ids: Vec<CounterId> = self.index.values().copied().collect();
+        for id in ids {
+            if self.node(id).quota_use.used == 0 || !matches(pattern, &self.quota_key(id)) {
+                continue;
+            }
+            let node = self.node_mut(id);
+            node.quota_use.used = 0;
+            if !node.quota_dirty {
+                node.quota_dirty = true;
+                self.quota_dirty.push(id);
+            }
+            reset += 1;
+        }
+        let kept: Vec<String> = self
+            .quota_kept
+            .iter()
+            .filter(|(key, used)| used.used > 0 && matches(pattern, key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in kept {
+            let used = self.quota_kept.get_mut(&key).expect("just listed");
+            used.used = 0;
+            self.quota_reset.push((key, *used));
+            reset += 1;
+        }
+        reset
+    }
+}
+
+/// Whether `pattern` names the counter `key` (`scope[/l1[/l2]]`) at its level.
+fn matches(pattern: &RulePattern, key: &str) -> bool {
+    let mut names = key.split('/');
+    let scope = names.next().unwrap_or_default();
+    let (l1, l2) = (names.next(), names.next());
+    let depth = 1 + usize::from(l1.is_some()) + usize::from(l2.is_some());
+    pattern.level().index() + 1 == depth && pattern.matches(scope, l1, l2)
+}

@@ -1,0 +1,90 @@
+//! What flow-control counters used of their quotas (`quota = "10000/day"`), per partition, so
+//! a restart or a leader change does not hand out a fresh quota. Written with the admissions
+//! that use it (`partition/admission.rs`), read back at recovery.
+
+use redb::ReadableDatabase;
+
+use super::store::storage;
+use crate::errors::{Code, CodedError};
+use crate::flow::QuotaUse;
+use crate::storage::writer::WriteSet;
+
+pub(crate) use crate::schema::FLOW_QUOTAS as QUOTAS;
+
+/// Longest counter name stored: three names, each bounded where it is parsed.
+const MAX_KEY: usize = 1024;
+
+fn row(partition: u32, counter: &str) -> Vec<u8> {
+    let mut out = partition.to_be_bytes().to_vec();
+    out.extend_from_slice(counter.as_bytes());
+    out
+}
+
+/// Stores what `counter` (`scope[/l1[/l2]]`) of `partition` used; a use of 0 is forgotten.
+pub fn put(writes: &mut WriteSet, partition: u32, counter: &str, used: QuotaUse) {
+    if used.used == 0 {
+        writes.delete(QUOTAS, &row(partition, counter));
+    } else {
+        writes.put(QUOTAS, &row(partition, counter), used.encode().to_vec());
+    }
+}
+
+/// Forgets what `counter` of `partition` used (its window ended).
+pub fn forget(writes: &mut WriteSet, partition: u32, counter: &str) {
+    writes.delete(QUOTAS, &row(partition, counter));
+}
+
+/// What the counters of `partition` used, by name.
+pub fn load(db: &redb::Database, partition: u32) -> Result<Vec<(String, QuotaUse)>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(QUOTAS) else {
+        return Ok(Vec::new());
+    };
+    let start = partition.to_be_bytes();
+    let mut out = Vec::new();
+    for row in table.range(start.as_slice()..).map_err(storage)? {
+        let (key, value) = row.map_err(storage)?;
+        let raw = key.value();
+        if raw[..4.min(raw.len())] != start {
+            break;
+        }
+        let bad = |why: &str| {
+            CodedError::new(
+                Code::STO0002,
+                format!("a stored quota use of partition {partition} does not decode: {why}"),
+            )
+        };
+        let name = std::str::from_utf8(&raw[4..])
+            .ok()
+            .filter(|n| !n.is_empty() && n.len() <= MAX_KEY)
+            .ok_or_else(|| bad("its counter name is not a name"))?;
+        let used = QuotaUse::decode(value.value()).ok_or_else(|| bad("not 24 bytes"))?;
+        out.push((name.to_owned(), used));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_use_is_stored_per_partition_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("q.redb")).unwrap();
+        let used = QuotaUse {
+            window_start: 10,
+            window_end: 20,
+            used: 7,
+        };
+        let mut writes = WriteSet::default();
+        put(&mut writes, 1, "acme/gold", used);
+        put(&mut writes, 2, "other", used);
+        put(&mut writes, 1, "zero", QuotaUse { used: 0, ..used });
+        let txn = db.begin_write().unwrap();
+        writes.apply(&txn).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(load(&db, 1).unwrap(), vec![("acme/gold".to_owned(), used)]);
+        assert_eq!(load(&db, 3).unwrap(), Vec::new());
+    }
+}

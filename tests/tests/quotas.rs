@@ -1,0 +1,157 @@
+//! Long-window quotas end to end, measured in the handler (`Meter/timed` records what ran): a
+//! key runs its quota's worth of new work in its window and holds the rest; another key has
+//! its own; a rejecting quota answers 429 until its next window; what was used survives a
+//! kill -9; `sluice rules reset-quota` lets the held work run.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sluice_tests::{Sluice, TestDeployment, call_json, cli};
+
+/// Sends `Meter/timed("<label> 10")` in scope `qt` under `key`; answers its invocation id.
+async fn send(sluice: &Sluice, key: &str, label: &str) -> String {
+    let sent: Value = reqwest::Client::new()
+        .post(format!(
+            "{}/service/scope/qt/send/Meter/timed?limit-key={key}",
+            sluice.ingress_url
+        ))
+        .json(&format!("{label} 10"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sent["invocationId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id: {sent}"))
+        .to_owned()
+}
+
+/// The labels `Meter/timed` ran since the last look, sorted.
+async fn ran(sluice: &Sluice) -> Vec<String> {
+    let runs: Vec<(String, u64, u64)> = call_json(sluice, "Meter/timings").await;
+    let mut labels: Vec<String> = runs.into_iter().map(|(l, ..)| l).collect();
+    labels.sort();
+    labels
+}
+
+/// Waits until the handler ran `n` more calls; answers their labels, sorted.
+async fn ran_until(sluice: &Sluice, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        assert!(Instant::now() < deadline, "only {seen:?} of {n} ran");
+        seen.extend(ran(sluice).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    seen.sort();
+    seen
+}
+
+/// Waits until invocation `id` says it waits for its quota.
+async fn waits_for_quota(sluice: &Sluice, id: &str) -> Value {
+    sluice
+        .invocation_until(id, "a quota wait", |seen| {
+            seen["waiting"]["blocked_on"] == "quota"
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_quota_holds_new_work_until_its_window_or_a_reset_and_survives_kill_9() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([
+            {"pattern": "qt/*", "limits": {"quota": "3/day"}},
+            {"pattern": "qr", "limits": {"quota": "2/day", "on_exceed": "reject"}},
+        ]))
+        .await;
+    let _ = ran(&sluice).await;
+
+    // Key `a` runs 3 of 5 today; the other 2 wait for the next window.
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let id = send(&sluice, "a", &format!("a{i}")).await;
+        if i >= 3 {
+            held.push(id);
+        }
+    }
+    assert_eq!(ran_until(&sluice, 3).await, ["a0", "a1", "a2"]);
+    let why = waits_for_quota(&sluice, &held[1]).await;
+    assert_eq!(why["waiting"]["quota"], "3/day", "{why}");
+    assert!(why["waiting"]["quota_resets_at"].is_string(), "{why}");
+    // Key `b` has its own quota.
+    send(&sluice, "b", "b0").await;
+    assert_eq!(ran_until(&sluice, 1).await, ["b0"]);
+    let used = sluice
+        .count("SELECT count(*) AS n FROM sys_user_limits WHERE scope = 'qt' AND l1 = 'a' AND quota = '3/day' AND quota_used = 3")
+        .await;
+    assert_eq!(used, 1, "sys_user_limits shows a's use");
+
+    // A rejecting quota: 429 with Retry-After until its next window.
+    let client = reqwest::Client::new();
+    let url = format!("{}/service/scope/qr/call/Meter/timed", sluice.ingress_url);
+    for i in 0..2 {
+        let resp = client
+            .post(&url)
+            .json(&format!("r{i} 10"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let refused = client.post(&url).json(&"r2 10").send().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=86_400).contains(&retry), "retry after {retry} s");
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("FLO0002") && body.contains("quota"), "{body}");
+    assert_eq!(ran_until(&sluice, 2).await, ["r0", "r1"]);
+
+    // kill -9: what `a` used is stored with the admissions that used it.
+    sluice.kill_9();
+    let sluice = sluice.restart(Sluice::builder()).await;
+    let after = send(&sluice, "a", "a5").await;
+    waits_for_quota(&sluice, &after).await;
+    waits_for_quota(&sluice, &held[0]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        ran(&sluice).await.is_empty(),
+        "nothing of `a` ran after the restart"
+    );
+    let refused = client
+        .post(format!(
+            "{}/service/scope/qr/call/Meter/timed",
+            sluice.ingress_url
+        ))
+        .json(&"r3 10")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status(),
+        429,
+        "the rejecting quota is still used up"
+    );
+
+    // An operator resets `qt/*`: a's held work runs, 3 of today's quota again.
+    let (ok, out) = cli(&sluice, "rules", &["reset-quota", "qt/*"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("reset at 2 counter(s)"), "{out}");
+    assert_eq!(ran_until(&sluice, 3).await, ["a3", "a4", "a5"]);
+    // They count: the next one waits again.
+    let next = send(&sluice, "a", "a6").await;
+    waits_for_quota(&sluice, &next).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        ran(&sluice).await.is_empty(),
+        "a6 waits for the next window"
+    );
+}
