@@ -179,6 +179,7 @@ mod tests {
                 ("state", 4),
                 ("promises", 5),
                 ("paused_queues", 6),
+                ("flow_quotas", 7),
             ]
         );
         let meta: Vec<(&str, MetaGroup)> = TABLES
@@ -224,6 +225,6 @@ mod tests {
                 }
             }
         }
-        assert!(partition_table(7).is_none());
+        assert!(partition_table(8).is_none());
     }
 }
