@@ -152,6 +152,7 @@ pub struct Blocked {
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct Node {
+    // The first line: what every admission and release reads of every counter on its path.
     usage: u32,
     /// Waiters woken for a free slot that have not re-checked yet.
     pending: u32,
@@ -160,61 +161,69 @@ struct Node {
     children: u32,
     /// Entries waiting in queues whose path holds this counter (not delayed, not running).
     queued: u32,
-    /// Its share among its siblings, from its rule.
-    weight: u32,
     /// Slots guaranteed under a burstable limit (0: not burstable); beyond them it borrows
     /// from its parent, which lends only while no waiter within its guarantee waits there.
     guaranteed: u32,
     /// Waiters parked here whose flow is within its guarantee (see [`Node::within`]).
     owed: u32,
-    /// Waiters parked at its parent whose flow it is.
-    parked_above: u32,
-    /// Limiter generation `limit`/`rule` were resolved at; `None` forces a resolve.
-    resolved_at: Option<u64>,
+    /// Limiter generation `limit`/`rule` were resolved at; [`UNRESOLVED`] forces a resolve.
+    resolved_at: u32,
+    /// Its share among its siblings, from its rule.
+    weight: u32,
     limit: Limit,
     /// What only a counter with token waiters, a `max-queued` or a shadow rule needs.
     bounds: Option<Box<Bounds>>,
+    /// Waiters parked at its parent whose flow it is.
+    parked_above: u32,
     /// Mirrors `bounds.token_queued()`, so an admission that finds a token reads no box.
     token_queue: bool,
     /// Mirrors `bounds.watches_admissions()`.
     watched: bool,
     level: Level,
+    /// Its rule has a quota (`rare` holds it), so an admission without one reads no further.
+    has_quota: bool,
+    /// Its parent's index ([`NO_PARENT`] for a scope).
+    parent: u32,
+    // The second line: a rate with its bucket, and the waiters every release looks at.
     /// Its rate, inline with its bucket: every admission here reads them.
     rate: Option<RateLimit>,
     /// Tokens taken recently; the node outlives its users until the bucket is full again, or
     /// a counter that comes and goes would get a fresh burst each time.
     bucket: Bucket,
     waiters: WaitList,
+    // The rest: written on admission (`admitted`) or read when waiters park and at
+    // introspection.
+    /// Admissions through it since it was created (metrics).
+    admitted: u64,
+    /// Its quota, refusals and waits, once it had any (`quotas::Rare`).
+    rare: Option<Box<quotas::Rare>>,
     rule: Option<Arc<RulePattern>>,
     name: Box<str>,
-    parent: Option<CounterId>,
     /// Its virtual time: the start of the last waiter woken here (see [`waits`]).
     vtime: u64,
     /// Its finish tag as a flow of its parent.
     finish: u64,
     /// The finish tag of the waiters whose path ends here, as a flow of this counter.
     own_finish: u64,
-    /// Admissions through it since it was created (metrics).
-    admitted: u64,
-    /// New invocations it refused since it was created.
-    refused: u64,
-    /// Its rule's quota, and what it used of it (kept by [`Limiter::quota_kept`] while the
-    /// counter is gone, and durably by the partition).
-    quota: Option<Quota>,
-    quota_use: QuotaUse,
-    /// Its use changed since the partition last took the writes.
-    quota_dirty: bool,
-    /// How long the new invocations it admitted waited, once any was recorded.
-    waits: Option<Box<WaitHistogram>>,
 }
+
+/// `Node::resolved_at` of a counter never resolved.
+const UNRESOLVED: u32 = u32::MAX;
+
+/// `Node::parent` of a scope.
+const NO_PARENT: u32 = u32::MAX;
 
 impl Node {
     /// Its totals, under its rule and level.
     fn tally(&self) -> Option<Tally> {
-        (self.admitted > 0 || self.refused > 0).then(|| Tally {
+        let (refused, waits) = self
+            .rare
+            .as_deref()
+            .map_or((0, WaitHistogram::default()), |r| (r.refused, r.waits));
+        (self.admitted > 0 || refused > 0).then_some(Tally {
             admitted: self.admitted,
-            refused: self.refused,
-            waits: self.waits.as_deref().copied().unwrap_or_default(),
+            refused,
+            waits,
         })
     }
 }
@@ -257,15 +266,48 @@ impl Node {
 
     /// When its quota is used up at `now_ms`: when the next window starts.
     fn quota_resets_at(&self, now_ms: u64) -> Option<u64> {
-        let quota = self.quota.as_ref()?;
-        let used = self.quota_use.at(quota, now_ms);
+        if !self.has_quota {
+            return None;
+        }
+        let state = self.rare.as_deref()?;
+        let quota = state.quota.as_ref()?;
+        let used = state.used.at(quota, now_ms);
         (used.used >= quota.amount.get()).then_some(used.window_end)
+    }
+
+    /// Counts a new admission against its quota, if its rule has one; true when its use was
+    /// clean until now (it is to be stored).
+    fn take_quota(&mut self, now_ms: u64) -> bool {
+        let Some(state) = self.rare.as_deref_mut() else {
+            return false;
+        };
+        let Some(quota) = state.quota else {
+            return false;
+        };
+        state.used = state.used.at(&quota, now_ms);
+        state.used.used += 1;
+        !std::mem::replace(&mut state.dirty, true)
+    }
+
+    /// Its rule's quota now.
+    fn quota_rule(&self) -> Option<Quota> {
+        self.rare.as_deref().and_then(|q| q.quota)
+    }
+
+    /// What it used of its quota (nothing when it never had one).
+    fn quota_used(&self) -> QuotaUse {
+        self.rare.as_deref().map(|q| q.used).unwrap_or_default()
     }
 
     /// Brings the mirrors of its box's state up to date.
     fn sync(&mut self) {
         self.token_queue = self.bounds.as_ref().is_some_and(|b| b.token_queued());
         self.watched = self.bounds.as_ref().is_some_and(|b| b.watches_admissions());
+    }
+
+    /// Its parent, `None` for a scope.
+    fn parent(&self) -> Option<CounterId> {
+        (self.parent != NO_PARENT).then_some(CounterId(self.parent))
     }
 
     /// Whether one more slot here stays within its guarantee (always, when not burstable);
@@ -383,7 +425,7 @@ pub struct RuleAdmissions {
 #[derive(Debug, Default)]
 pub struct Limiter {
     /// Bumped by [`Limiter::on_rules_changed`]; cached limits of older generations are stale.
-    generation: u64,
+    generation: u32,
     nodes: Vec<Option<Node>>,
     free: Vec<u32>,
     index: HashMap<NodeKey, CounterId>,
@@ -463,11 +505,11 @@ impl Limiter {
         let node = Node {
             level,
             name: name.into(),
-            parent,
+            parent: parent.map_or(NO_PARENT, |p| p.0),
             usage: 0,
             children: 0,
             refs: 0,
-            resolved_at: None,
+            resolved_at: UNRESOLVED,
             limit: Limit::Unlimited,
             rule: None,
             queued: 0,
@@ -486,11 +528,8 @@ impl Limiter {
             watched: false,
             bounds: None,
             admitted: 0,
-            refused: 0,
-            waits: None,
-            quota: None,
-            quota_use: QuotaUse::default(),
-            quota_dirty: false,
+            rare: None,
+            has_quota: false,
         };
         let id = match self.free.pop() {
             Some(slot) => {
@@ -559,7 +598,7 @@ impl Limiter {
                 }
                 return;
             }
-            if self.node(id).quota_use.used > 0 {
+            if self.node(id).quota_used().used > 0 {
                 self.keep_quota(id);
             }
             let node = self.nodes[id.0 as usize].take().expect("live counter");
@@ -571,10 +610,10 @@ impl Limiter {
                     .merge(&tally);
             }
             self.index.remove(&NodeRef {
-                parent: node.parent,
+                parent: node.parent(),
                 name: &node.name,
             });
-            at = node.parent;
+            at = node.parent();
             if let Some(parent) = at {
                 self.node_mut(parent).children -= 1;
             }
@@ -583,7 +622,7 @@ impl Limiter {
 
     /// Brings a node's cached limit up to the current generation.
     fn resolve(&mut self, id: CounterId, book: &RuleBook) {
-        if self.node(id).resolved_at == Some(self.generation) {
+        if self.node(id).resolved_at == self.generation {
             return;
         }
         let [scope, l1, l2] = self.names(id);
@@ -596,7 +635,12 @@ impl Limiter {
         let within = node.within();
         node.guaranteed = resolved.guaranteed.map_or(0, NonZeroU32::get);
         node.rate = resolved.rate;
-        node.quota = resolved.quota;
+        match (resolved.quota, node.rare.as_deref_mut()) {
+            (None, None) => {}
+            (quota, Some(state)) => state.quota = quota,
+            (quota, None) => node.rare = Some(Box::new(quotas::Rare::new(quota))),
+        }
+        node.has_quota = resolved.quota.is_some();
         // A static limit (or a policy's) wins over an adaptive one.
         let adaptive = resolved
             .adaptive
@@ -625,7 +669,7 @@ impl Limiter {
         }
         node.sync();
         node.rule = resolved.pattern;
-        node.resolved_at = Some(generation);
+        node.resolved_at = generation;
         self.rewithin(id, within);
     }
 
@@ -638,7 +682,7 @@ impl Limiter {
         if now == was || node.parked_above == 0 {
             return;
         }
-        let (parked, parent) = (node.parked_above, node.parent.expect("parked above it"));
+        let (parked, parent) = (node.parked_above, node.parent().expect("parked above it"));
         let owed = &mut self.node_mut(parent).owed;
         *owed = if now { *owed + parked } else { *owed - parked };
     }
@@ -670,7 +714,7 @@ impl Limiter {
         while let Some(id) = at {
             let node = self.node(id);
             names[node.level.index()] = Some(&*node.name);
-            at = node.parent;
+            at = node.parent();
         }
         names
     }
@@ -715,11 +759,9 @@ impl Limiter {
         self.now_ms = self.now_ms.max(now_ms);
         let mut blocked = None;
         let counters = path.counters();
-        for &id in counters {
+        for (at, &id) in counters.iter().enumerate() {
             self.resolve(id, book);
             self.adapt_backstop(id, now_ms);
-        }
-        for (at, &id) in counters.iter().enumerate() {
             let node = self.node(id);
             let new = woken == Woken::No;
             let reserved = if new { node.pending } else { 0 };
@@ -728,22 +770,35 @@ impl Limiter {
                 blocked = Some((id, None, false));
                 continue;
             }
-            let lends = match woken {
-                Woken::At(counter) => {
-                    counter == id
-                        || (node.owed == 0 && node.limit.admits(node.usage + node.pending))
+            // Nobody within a guarantee waits and no slot is reserved: it lends (most counters,
+            // so the common case reads two fields).
+            let lends = (node.owed == 0 && node.pending == 0)
+                || match woken {
+                    Woken::At(counter) => {
+                        counter == id
+                            || (node.owed == 0 && node.limit.admits(node.usage + node.pending))
+                    }
+                    Woken::No => node.owed == 0,
+                    Woken::Elsewhere => {
+                        node.owed == 0 && node.limit.admits(node.usage + node.pending)
+                    }
+                };
+            if !lends {
+                // Whether the next counter borrows needs its guarantee as the book says now.
+                let child = counters.get(at + 1).copied();
+                if let Some(child) = child {
+                    self.resolve(child, book);
                 }
-                Woken::No => node.owed == 0,
-                Woken::Elsewhere => node.owed == 0 && node.limit.admits(node.usage + node.pending),
-            };
-            if !lends && self.borrows(counters.get(at + 1)) {
-                blocked = Some((id, None, true));
-                continue;
+                if self.borrows(child.as_ref()) {
+                    blocked = Some((id, None, true));
+                    continue;
+                }
             }
+            let node = self.node(id);
             if tokens && let Some(at) = node.quota_resets_at(now_ms) {
                 blocked = Some((
                     id,
-                    Some(Waits::Quota(node.quota.expect("a quota"), at)),
+                    Some(Waits::Quota(node.quota_rule().expect("a quota"), at)),
                     false,
                 ));
                 continue;
@@ -784,47 +839,24 @@ impl Limiter {
         for &id in path.counters() {
             let node = self.node_mut(id);
             let usage = node.usage;
-            if node.guaranteed != 0 {
-                let was = node.within();
-                node.usage += 1;
-                self.rewithin(id, was);
-            } else {
-                node.usage += 1;
-            }
-            let node = self.node_mut(id);
+            let was = node.within();
+            node.usage += 1;
             node.admitted += 1;
+            let burstable = node.guaranteed != 0;
             if tokens && let Some(rate) = node.rate {
                 node.bucket.take(rate, now_ms);
             }
-            if tokens && let Some(quota) = node.quota {
-                node.quota_use = node.quota_use.at(&quota, now_ms);
-                node.quota_use.used += 1;
-                if !node.quota_dirty {
-                    node.quota_dirty = true;
-                    self.quota_dirty.push(id);
-                }
+            let quota_dirty = tokens && node.has_quota && node.take_quota(now_ms);
+            if node.watched
+                && let Some(bounds) = node.bounds.as_deref_mut()
+            {
+                bounds.admitted(usage, tokens, now_ms);
             }
-            let node = self.node_mut(id);
-            if !node.watched {
-                continue;
+            if quota_dirty {
+                self.quota_dirty.push(id);
             }
-            if let Some(bounds) = node.bounds.as_deref_mut() {
-                if let Some(shadow) = &mut bounds.shadow {
-                    shadow.admit(usage, tokens, now_ms);
-                }
-                if let Some(adaptive) = &mut bounds.adaptive {
-                    adaptive.taken(now_ms);
-                }
-                if bounds.max_queued.is_none() {
-                    continue;
-                }
-                if bounds.last_admit_ms != 0 {
-                    let gap = now_ms.saturating_sub(bounds.last_admit_ms);
-                    // A moving mean: recent admissions count most.
-                    bounds.mean_gap_ms =
-                        (bounds.mean_gap_ms.saturating_mul(7).saturating_add(gap)) / 8;
-                }
-                bounds.last_admit_ms = now_ms.max(1);
+            if burstable {
+                self.rewithin(id, was);
             }
         }
         Permit {
@@ -857,19 +889,17 @@ impl Limiter {
         let counters = permit.path.counters();
         for &id in counters {
             let node = self.node_mut(id);
-            if node.guaranteed != 0 {
-                let was = node.within();
-                node.usage -= 1;
-                self.rewithin(id, was);
-            } else {
-                node.usage -= 1;
-            }
-            let node = self.node_mut(id);
+            let was = node.within();
+            node.usage -= 1;
+            let burstable = node.guaranteed != 0;
             if node.watched
                 && let Some(state) = node.bounds.as_deref_mut().and_then(|b| b.adaptive.as_mut())
                 && state.released(permit.taken_ms, now_ms)
             {
                 node.limit = adaptive_limit(state);
+            }
+            if burstable {
+                self.rewithin(id, was);
             }
         }
         for &id in counters.iter().rev() {
@@ -975,14 +1005,14 @@ impl Limiter {
                 });
                 continue;
             }
-            if node.quota.is_some_and(|q| q.reject)
+            if node.quota_rule().is_some_and(|q| q.reject)
                 && let Some(at) = node.quota_resets_at(now_ms)
             {
                 refused = Some(Refusal {
                     level: node.level,
                     rule: node.rule.clone(),
                     why: RefusalReason::QuotaExhausted {
-                        quota: node.quota.expect("a quota"),
+                        quota: node.quota_rule().expect("a quota"),
                     },
                     retry_after_ms: at.saturating_sub(now_ms).max(1),
                 });
@@ -1008,7 +1038,7 @@ impl Limiter {
                 .find(|id| self.node(**id).level == refusal.level)
                 .copied();
             if let Some(id) = deepest {
-                self.node_mut(id).refused += 1;
+                self.rare(id).refused += 1;
             }
         }
         refused
@@ -1018,10 +1048,7 @@ impl Limiter {
     /// its counters (they are live: it holds a permit of them).
     pub fn record_wait(&mut self, path: &CounterPath, ms: u64) {
         for &id in path.counters() {
-            self.node_mut(id)
-                .waits
-                .get_or_insert_with(Box::default)
-                .record(ms);
+            self.rare(id).waits.record(ms);
         }
     }
 
@@ -1122,7 +1149,8 @@ impl Limiter {
     /// cached limits go stale, and waiters of counters that now have room are woken.
     /// Running permits are never revoked; a lowered limit only stops new admissions.
     pub fn on_rules_changed(&mut self, book: &RuleBook, woken: &mut Vec<WaiterId>) {
-        self.generation += 1;
+        // Never the sentinel of a counter not resolved yet.
+        self.generation = (self.generation + 1) % UNRESOLVED;
         let waiting: Vec<(CounterId, bool, bool)> = self
             .index
             .values()
@@ -1183,7 +1211,9 @@ impl Limiter {
                     .and_then(|b| b.adaptive.as_ref())
                     .map(|a| (a.min, a.max)),
                 guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
-                quota: node.quota.map(|q| (q, node.quota_use.at(&q, now))),
+                quota: node
+                    .quota_rule()
+                    .map(|q| (q, node.quota_used().at(&q, now))),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

@@ -54,6 +54,26 @@ impl Bounds {
         self.max_queued.is_some() || self.shadow.is_some() || self.adaptive.is_some()
     }
 
+    /// An admission here, with `usage` running before it: a shadow rule tallies it, an
+    /// adaptive limit notes when its slot was taken, and a queue bound's drain estimate moves.
+    pub(super) fn admitted(&mut self, usage: u32, tokens: bool, now_ms: u64) {
+        if let Some(shadow) = &mut self.shadow {
+            shadow.admit(usage, tokens, now_ms);
+        }
+        if let Some(adaptive) = &mut self.adaptive {
+            adaptive.taken(now_ms);
+        }
+        if self.max_queued.is_none() {
+            return;
+        }
+        if self.last_admit_ms != 0 {
+            let gap = now_ms.saturating_sub(self.last_admit_ms);
+            // A moving mean: recent admissions count most.
+            self.mean_gap_ms = (self.mean_gap_ms.saturating_mul(7).saturating_add(gap)) / 8;
+        }
+        self.last_admit_ms = now_ms.max(1);
+    }
+
     /// Takes the shadow rule now in force; its tallies carry over while it is the same rule.
     pub(super) fn set_shadow(&mut self, rule: Option<Arc<ShadowRule>>) {
         self.shadow = match (self.shadow.take(), rule) {

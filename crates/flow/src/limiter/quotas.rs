@@ -3,7 +3,40 @@
 //! back from the store at recovery, and is reset by an operator.
 
 use super::{CounterId, Limiter, RulePattern};
-use crate::quota::QuotaUse;
+use crate::quota::{Quota, QuotaUse};
+
+/// What few counters need, boxed so a node stays three cache lines: its quota and what it used
+/// (kept after its rule drops the quota: a quota put back in the same window goes on from
+/// there), and its refusals and waits (`tally.rs`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Rare {
+    /// Its rule's quota now.
+    pub(super) quota: Option<Quota>,
+    /// What it used in its window.
+    pub(super) used: QuotaUse,
+    /// `used` changed since the partition last took the writes.
+    pub(super) dirty: bool,
+    /// New invocations it refused.
+    pub(super) refused: u64,
+    /// How long the new invocations it admitted waited.
+    pub(super) waits: super::WaitHistogram,
+}
+
+impl Rare {
+    pub(super) fn new(quota: Option<Quota>) -> Self {
+        Self {
+            quota,
+            ..Self::default()
+        }
+    }
+}
+
+impl Limiter {
+    /// The rare state of counter `id`, made when it has none.
+    pub(super) fn rare(&mut self, id: CounterId) -> &mut Rare {
+        self.node_mut(id).rare.get_or_insert_with(Box::default)
+    }
+}
 
 impl Limiter {
     /// A counter's name for its quota: `scope[/l1[/l2]]` (no name holds a `/`).
@@ -19,10 +52,10 @@ impl Limiter {
     /// taken yet is stored by name.
     pub(super) fn keep_quota(&mut self, id: CounterId) {
         let key = self.quota_key(id);
-        let node = self.node_mut(id);
-        let used = node.quota_use;
-        if node.quota_dirty {
-            node.quota_dirty = false;
+        let state = self.rare(id);
+        let used = state.used;
+        if state.dirty {
+            state.dirty = false;
             self.quota_reset.push((key.clone(), used));
         }
         self.quota_kept.insert(key, used);
@@ -38,7 +71,7 @@ impl Limiter {
     pub(super) fn restore_kept_quota(&mut self, id: CounterId) {
         let key = self.quota_key(id);
         if let Some(used) = self.quota_kept.remove(&key) {
-            self.node_mut(id).quota_use = used;
+            self.rare(id).used = used;
         }
     }
 
@@ -60,10 +93,13 @@ impl Limiter {
                 .nodes
                 .get(id.0 as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|n| n.quota_dirty);
+                .and_then(|n| n.rare.as_deref())
+                .is_some_and(|q| q.dirty);
             if live {
-                self.node_mut(id).quota_dirty = false;
-                out.push((self.quota_key(id), self.node(id).quota_use));
+                let state = self.rare(id);
+                state.dirty = false;
+                let used = state.used;
+                out.push((self.quota_key(id), used));
             }
         }
         out
@@ -73,15 +109,9 @@ impl Limiter {
     /// something, with its use at 0.
     pub fn quota_reset_plan(&self, pattern: &RulePattern) -> Vec<(String, QuotaUse)> {
         let live = self.index.values().filter_map(|&id| {
-            let node = self.node(id);
+            let used = self.node(id).quota_used();
             let key = self.quota_key(id);
-            (node.quota_use.used > 0 && matches(pattern, &key)).then_some((
-                key,
-                QuotaUse {
-                    used: 0,
-                    ..node.quota_use
-                },
-            ))
+            (used.used > 0 && matches(pattern, &key)).then_some((key, QuotaUse { used: 0, ..used }))
         });
         let kept = self
             .quota_kept
@@ -98,13 +128,13 @@ impl Limiter {
         let mut reset = 0;
         let ids: Vec<CounterId> = self.index.values().copied().collect();
         for id in ids {
-            if self.node(id).quota_use.used == 0 || !matches(pattern, &self.quota_key(id)) {
+            if self.node(id).quota_used().used == 0 || !matches(pattern, &self.quota_key(id)) {
                 continue;
             }
-            let node = self.node_mut(id);
-            node.quota_use.used = 0;
-            if !node.quota_dirty {
-                node.quota_dirty = true;
+            let state = self.rare(id);
+            state.used.used = 0;
+            if !state.dirty {
+                state.dirty = true;
                 self.quota_dirty.push(id);
             }
             reset += 1;
