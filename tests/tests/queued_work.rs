@@ -385,11 +385,17 @@ async fn near_the_held_bound_low_priority_is_shed_first_and_nothing_accepted_is_
 
 /// Sends `Meter/timed("<label> <millis>")` in scope `bu` under limit key `key`.
 async fn send_keyed(sluice: &Sluice, key: &str, label: &str, millis: u64) {
+    send_keyed_at(sluice, key, label, millis, "normal").await;
+}
+
+/// [`send_keyed`] at `priority` (each priority of a key is a queue of its own).
+async fn send_keyed_at(sluice: &Sluice, key: &str, label: &str, millis: u64, priority: &str) {
     let resp = reqwest::Client::new()
         .post(format!(
             "{}/service/scope/bu/send/Meter/timed?limit-key={key}",
             sluice.ingress_url
         ))
+        .header("x-service-priority", priority)
         .json(&format!("{label} {millis}"))
         .send()
         .await
@@ -430,9 +436,14 @@ async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
     let solo = timings(&sluice, 6).await;
     assert_eq!(peak(&solo, "solo"), 4, "borrowed up to its max: {solo:?}");
 
-    // `a` holds all 4 slots with more waiting; then `b` (within its guarantee) arrives.
+    // `a` holds all 4 slots with more waiting; then `b` (within its guarantee) arrives with two
+    // calls, each in a queue of its own (two priorities). The first four of `a` hold their
+    // slots for 3 s, so both are there before any slot comes back however slow the box is.
+    // (The promise is per waiting queue: two calls in one queue wait as one waiter, so when
+    // two slots come back in the same moment the second may go to `a`; docs/flow-control.md.)
     for i in 0..10 {
-        send_keyed(&sluice, "a", &format!("a{i}"), 500).await;
+        let hold = if i < 4 { 3_000 } else { 300 };
+        send_keyed(&sluice, "a", &format!("a{i}"), hold).await;
     }
     // Until `a` runs 4: 2 guaranteed, 2 borrowed (the counter says so).
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -445,11 +456,24 @@ async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let b_sent = epoch_ms();
-    send_keyed(&sluice, "b", "b0", 500).await;
-    send_keyed(&sluice, "b", "b1", 500).await;
+    tokio::join!(
+        send_keyed_at(&sluice, "b", "b0", 500, "normal"),
+        send_keyed_at(&sluice, "b", "b1", 500, "high")
+    );
+    let b_arrived = epoch_ms();
     let all = timings(&sluice, 12).await;
     let start_of = |label: &str| all.iter().find(|(l, ..)| l == label).unwrap().1;
     let b_started = start_of("b0").max(start_of("b1"));
+    let first_back = all
+        .iter()
+        .filter(|(l, ..)| ["a0", "a1", "a2", "a3"].contains(&l.as_str()))
+        .map(|(.., end)| *end)
+        .min()
+        .unwrap();
+    assert!(
+        b_arrived < first_back,
+        "the test needs b there before a slot comes back ({b_arrived} vs {first_back})"
+    );
     // Measured in the handler: no `a` call started between b's arrival and both of b's
     // starts; the slots `a` had borrowed went to `b` as they came back.
     let overtaking: Vec<_> = all
