@@ -260,21 +260,21 @@ impl Node {
         let token = self
             .rate
             .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms));
-        match self.quota_resets_at(now_ms) {
-            Some(at) => token.max(at),
+        match self.quota_used_up(now_ms) {
+            Some((_, at)) => token.max(at),
             None => token,
         }
     }
 
-    /// When its quota is used up at `now_ms`: when the next window starts.
-    fn quota_resets_at(&self, now_ms: u64) -> Option<u64> {
+    /// When its quota is used up at `now_ms`: the quota, and when its next window starts.
+    fn quota_used_up(&self, now_ms: u64) -> Option<(Quota, u64)> {
         if !self.has_quota {
             return None;
         }
         let state = self.rare.as_deref()?;
-        let quota = state.quota.as_ref()?;
-        let used = state.used.at(quota, now_ms);
-        (used.used >= quota.amount.get()).then_some(used.window_end)
+        let quota = state.quota?;
+        let used = state.used.at(&quota, now_ms);
+        (used.used >= quota.amount.get()).then_some((quota, used.window_end))
     }
 
     /// Counts a new admission against its quota, if its rule has one; true when its use was

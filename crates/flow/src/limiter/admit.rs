@@ -81,12 +81,8 @@ impl Limiter {
                 }
             }
             let node = self.node(id);
-            if tokens && let Some(at) = node.quota_resets_at(now_ms) {
-                blocked = Some((
-                    id,
-                    Some(Waits::Quota(node.quota_rule().expect("a quota"), at)),
-                    false,
-                ));
+            if tokens && let Some((quota, at)) = node.quota_used_up(now_ms) {
+                blocked = Some((id, Some(Waits::Quota(quota, at)), false));
                 continue;
             }
             if tokens && let Some(rate) = node.rate {
@@ -238,15 +234,11 @@ impl Limiter {
                 });
                 continue;
             }
-            if node.quota_rule().is_some_and(|q| q.reject)
-                && let Some(at) = node.quota_resets_at(now_ms)
-            {
+            if let Some((quota, at)) = node.quota_used_up(now_ms).filter(|(q, _)| q.reject) {
                 refused = Some(Refusal {
                     level: node.level,
                     rule: node.rule.clone(),
-                    why: RefusalReason::QuotaExhausted {
-                        quota: node.quota_rule().expect("a quota"),
-                    },
+                    why: RefusalReason::QuotaExhausted { quota },
                     retry_after_ms: at.saturating_sub(now_ms).max(1),
                 });
                 continue;

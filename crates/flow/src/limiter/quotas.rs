@@ -139,16 +139,13 @@ impl Limiter {
             }
             reset += 1;
         }
-        let kept: Vec<String> = self
+        for (key, used) in self
             .quota_kept
-            .iter()
+            .iter_mut()
             .filter(|(key, used)| used.used > 0 && matches(pattern, key))
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in kept {
-            let used = self.quota_kept.get_mut(&key).expect("just listed");
+        {
             used.used = 0;
-            self.quota_reset.push((key, *used));
+            self.quota_reset.push((key.clone(), *used));
             reset += 1;
         }
         reset
