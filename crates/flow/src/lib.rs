@@ -2,9 +2,11 @@
 //! fair scheduler. Pure and synchronous: no I/O, time is an argument, everything is driven by
 //! explicit events, so it can be tested exhaustively and simulated.
 
+pub mod gates;
 pub mod limiter;
 #[cfg(test)]
 mod model;
+pub mod pacing;
 pub mod pattern;
 pub mod priority;
 pub mod quota;

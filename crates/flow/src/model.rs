@@ -33,12 +33,19 @@
 //!   its parent's last slot while another key's head, within its guarantee, has waited since
 //!   the last poll for that parent alone;
 //! - quotas: a counter never admits more new entries than its rule's quota (counted while the
-//!   rule has one), and a head whose quota is used up is not admissible (resumed entries pass).
+//!   rule has one), and a head whose quota is used up is not admissible (resumed entries pass);
+//! - deployment gates: every key's service is on one deployment whose declared limit changes
+//!   and whose attempts report outages and overloads; nothing starts while as many run as its
+//!   gate allows (the declared limit, capped by the paced-drain window) or while a
+//!   `Retry-After` keeps it closed, the gate counts exactly what runs, and a head held only by
+//!   the gate is woken as soon as it has room.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
+use super::gates::{DeploymentLimits, Gate, Gates};
+use super::pacing::{PacingConfig, Signal};
 use super::pattern::{Level, RulePattern};
 use super::priority::Priority;
 use super::rules::{AdaptiveLimit, Delete, Limit, RuleBook, Upsert};
@@ -119,6 +126,11 @@ pub enum Event {
     ResumeQueue(usize),
     /// Delete `PATTERNS[p]`.
     DeleteRule(usize),
+    /// The deployment is registered again declaring this concurrency (0 = none).
+    Deployment(u32),
+    /// The `i`-th running attempt fails: 0 unreachable, 1 overloaded, 2 overloaded with a
+    /// `Retry-After` of this many steps; it comes back like a suspension.
+    Fail(usize, u8, u64),
 }
 
 struct Running {
@@ -178,6 +190,10 @@ pub struct Model {
     quota_used: Vec<u64>,
     /// New entries held back by a used-up quota at some poll.
     pub quota_held: u64,
+    /// The deployment every key's service is on.
+    gates: Arc<Gates>,
+    /// Head-polls held by the deployment gate alone.
+    pub gate_held: u64,
 }
 
 /// Keys get different priorities, so waiters of one counter are reordered.
@@ -219,8 +235,16 @@ impl Model {
             })
             .collect();
         let n = counters.len();
+        let gates = Arc::new(Gates::new(PacingConfig {
+            enabled: true,
+            initial_window: 1 + (invoker_limit % 3),
+            open_window: 6,
+            max_closed_ms: 20,
+        }));
+        gates.sync(&[Self::deployment(0)]);
         Self {
-            sched: Scheduler::new(Arc::new(book.clone()), invoker_limit),
+            sched: Scheduler::new(Arc::new(book.clone()), invoker_limit)
+                .with_gates(Arc::clone(&gates)),
             book,
             keys: KEYS.iter().copied().enumerate().map(queue_key).collect(),
             invoker_limit,
@@ -251,7 +275,28 @@ impl Model {
             borrowed: 0,
             quota_used: vec![0; n],
             quota_held: 0,
+            gates,
+            gate_held: 0,
         }
+    }
+
+    fn deployment(limit: u32) -> DeploymentLimits {
+        DeploymentLimits {
+            id: "dp".into(),
+            concurrency: NonZeroU32::new(limit).map(NonZeroU32::get),
+            services: vec![("S".into(), None)],
+        }
+    }
+
+    fn gate(&self) -> Arc<Gate> {
+        self.gates.for_service("S").deployment.expect("paced")
+    }
+
+    /// The deployment gate has room now (by the model's own count of what runs).
+    fn gate_admits(&self) -> bool {
+        let gate = self.gate();
+        gate.closed_until(self.now).is_none()
+            && gate.limit().is_none_or(|l| (self.running.len() as u32) < l)
     }
 
     /// Applies an event, polls, and checks every invariant.
@@ -262,12 +307,23 @@ impl Model {
             Event::ArriveBy(key, within) => {
                 self.arrive(key % KEYS.len(), Some(self.now + within));
             }
-            Event::Complete(i) | Event::Suspend(i) => {
+            Event::Complete(i) | Event::Suspend(i) | Event::Fail(i, ..) => {
                 if self.running_order.is_empty() {
                     return;
                 }
                 let id = self.running_order.remove(i % self.running_order.len());
                 let run = self.running.remove(&id).expect("running");
+                let signal = match *event {
+                    Event::Fail(_, 0, _) => Signal::Down,
+                    Event::Fail(_, 1, _) => Signal::Overloaded {
+                        retry_after_ms: None,
+                    },
+                    Event::Fail(_, _, after) => Signal::Overloaded {
+                        retry_after_ms: Some(after),
+                    },
+                    _ => Signal::Answered,
+                };
+                self.sched.report(&run.permit, signal, self.now);
                 self.sched.release(run.permit, self.now);
                 for &c in &self.touched[run.key] {
                     self.usage[c] -= 1;
@@ -349,6 +405,7 @@ impl Model {
                 self.paused[key] = false;
                 self.sched.resume(&self.keys[key], self.now);
             }
+            Event::Deployment(limit) => self.gates.sync(&[Self::deployment(limit)]),
         }
         self.poll();
     }
@@ -506,6 +563,19 @@ impl Model {
             })
             .count() as u64;
         self.refresh_adaptive();
+        assert_eq!(
+            self.gate().used(),
+            self.running.len() as u32,
+            "the deployment gate counts what runs"
+        );
+        if !self.gate_admits() {
+            self.gate_held += (0..KEYS.len())
+                .filter(|&key| {
+                    self.head(key)
+                        .is_some_and(|head| self.admissible_past_gate(key, head))
+                })
+                .count() as u64;
+        }
         if (self.running.len() as u32) < self.invoker_limit {
             for (key, spec) in KEYS.iter().enumerate() {
                 if self.paused[key] {
@@ -587,6 +657,14 @@ impl Model {
             "entry {} admitted over a limit",
             d.entry
         );
+        assert!(
+            self.gate_admits(),
+            "entry {} admitted past its deployment gate ({} running, limit {:?}, closed until {:?})",
+            d.entry,
+            self.running.len(),
+            self.gate().limit(),
+            self.gate().closed_until(self.now)
+        );
         let expected_kind = if self.waiting_resumed[key].is_empty() {
             EntryKind::New
         } else {
@@ -661,6 +739,10 @@ impl Model {
     /// holding it (its lock free, every other counter on its path with room).
     fn waits_for_one(&self, key: usize) -> Option<(EntryId, usize)> {
         let head = self.head(key)?;
+        // Held by the deployment gate too: it waits there, not in the counter's line.
+        if !self.gate_admits() {
+            return None;
+        }
         let lock_free = KEYS[key].2.is_none()
             || self
                 .lock_holder
@@ -736,6 +818,11 @@ impl Model {
     }
 
     fn admissible(&self, key: usize, head: EntryId) -> bool {
+        self.admissible_past_gate(key, head) && self.gate_admits()
+    }
+
+    /// Its lock and limits let `head` run (the deployment gate aside).
+    fn admissible_past_gate(&self, key: usize, head: EntryId) -> bool {
         let lock_free = KEYS[key].2.is_none()
             || self
                 .lock_holder
@@ -820,6 +907,10 @@ impl Model {
             if self.running.is_empty() && self.suspended.is_empty() {
                 if (0..KEYS.len()).all(|k| self.head(k).is_none()) {
                     break;
+                }
+                // A deployment closed by a `Retry-After` opens when it said.
+                if let Some(until) = self.gate().closed_until(self.now) {
+                    self.now = until;
                 }
                 self.poll();
                 assert!(!self.running.is_empty(), "entries wait but nothing can run");

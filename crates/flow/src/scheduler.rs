@@ -18,6 +18,7 @@ use hashbrown::{HashMap, HashSet};
 
 mod deadlines;
 mod drain;
+mod gated;
 mod locks;
 mod snapshot;
 
@@ -29,13 +30,16 @@ use locks::Locks;
 pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus, StageCounts};
 
+use super::gates::Gates;
 use super::limiter::{
     self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, Ticket, WaiterId,
 };
+use super::pacing::Signal;
 use super::priority::Priority;
 use super::rules::RuleBook;
 use super::scope::{LimitKey, Scope};
 use super::slots::InvokerSlots;
+use gated::{GateTable, QueueGates};
 
 /// The caller's id of an entry (an invocation).
 pub type EntryId = u64;
@@ -109,6 +113,8 @@ enum Resource {
     Counter(CounterId),
     /// A token of a rate limited counter.
     Token(CounterId),
+    /// A slot of a deployment gate (an index into the gate table).
+    Gate(u32),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +134,8 @@ struct Queue {
     key: QueueKey,
     path: Option<CounterPath>,
     lock: Option<LockId>,
+    /// The deployment gates its attempts pass.
+    gates: QueueGates,
     resumed: VecDeque<EntryId>,
     new: VecDeque<EntryId>,
     /// Entries of this queue waiting in the timer heap.
@@ -177,6 +185,7 @@ impl Queue {
 #[must_use = "a permit holds slots until it is released"]
 pub struct Permit {
     counters: Option<limiter::Permit>,
+    gates: QueueGates,
 }
 
 /// An entry the scheduler decided to run now.
@@ -217,6 +226,10 @@ pub struct Scheduler {
     paused: HashSet<QueueKey>,
     /// Deadlines of waiting entries, and the entries that passed theirs.
     deadlines: deadlines::Deadlines,
+    /// The deployment gates its queues pass, and the queues parked at them.
+    gates: GateTable,
+    /// The last poll's time: gates closed until later wake the partition then.
+    polled_at: u64,
 }
 
 impl Scheduler {
@@ -244,7 +257,16 @@ impl Scheduler {
             woken: Vec::new(),
             paused: HashSet::new(),
             deadlines: deadlines::Deadlines::default(),
+            gates: GateTable::default(),
+            polled_at: 0,
         }
+    }
+
+    /// Counts attempts against the deployment gates of `gates` too (every queue created from
+    /// now on looks its service's gates up there).
+    pub fn with_gates(mut self, gates: Arc<Gates>) -> Self {
+        self.gates = GateTable::new(Some(gates));
+        self
     }
 
     fn queue(&self, id: QueueId) -> &Queue {
@@ -268,7 +290,7 @@ impl Scheduler {
     /// Other schedulers that wait for the invoker slots this one gave back since the last
     /// call: they should poll again.
     pub fn take_nudges(&mut self) -> u64 {
-        std::mem::take(&mut self.nudge)
+        std::mem::take(&mut self.nudge) | self.gates.take_source_nudges()
     }
 
     fn give_back_slot(&mut self) {
@@ -342,6 +364,7 @@ impl Scheduler {
             .into_iter()
             .chain(self.limiter.next_wake())
             .chain(self.deadlines.next())
+            .chain(self.gates.next_open(self.polled_at))
             .min()
     }
 
@@ -360,10 +383,12 @@ impl Scheduler {
                 object_key: object_key.clone(),
             })
         });
+        let gates = self.gates.resolve(&key.service);
         let queue = Queue {
             key: key.clone(),
             path,
             lock,
+            gates,
             resumed: VecDeque::new(),
             new: VecDeque::new(),
             delayed: 0,
@@ -460,6 +485,7 @@ impl Scheduler {
                 self.limiter.unpark_from_tokens(counter, ticket);
             }
             (Resource::Lock(lock), _) => self.locks.unpark(lock, q),
+            (Resource::Gate(gate), _) => self.gates.unpark(gate, q),
             (_, None) => unreachable!("counter parks hold a ticket"),
         }
         true
@@ -552,6 +578,8 @@ impl Scheduler {
     /// Runs what can run now, fairly; moves due timers into their queues and wakes queues
     /// whose token is due first.
     pub fn poll_runnable(&mut self, now: u64) -> Vec<Dispatch> {
+        self.polled_at = now;
+        self.refresh_gates(now);
         self.promote_due(now);
         // Before anything is admitted: an entry past its deadline never starts.
         self.expire_due(now);
@@ -562,12 +590,17 @@ impl Scheduler {
         // not run parks elsewhere or for a later token, so this ends well before.
         for _ in 0..MAX_DISPATCH_PER_POLL {
             self.run_ring(now, &mut out);
-            // A token waiter that settled hands the next one a token due now (a rate or quota
-            // just lifted): it is woken in this poll, not the next.
-            if out.len() >= MAX_DISPATCH_PER_POLL || !self.limiter.token_wake_due(now) {
+            if out.len() >= MAX_DISPATCH_PER_POLL || self.slots.full() {
                 break;
             }
-            self.limiter.wake_due(now, &self.book, &mut self.woken);
+            // A token waiter that settled hands the next one a token due now (a rate or quota
+            // just lifted): it is woken in this poll, not the next.
+            if self.limiter.token_wake_due(now) {
+                self.limiter.wake_due(now, &self.book, &mut self.woken);
+            }
+            // A queue woken at a gate that then waited for something else left the gate's
+            // slot free: the next one there looks.
+            self.gates.wake(now, false, &mut self.woken);
             self.wake_pending(now);
             if self.ring.is_empty() {
                 break;
@@ -654,6 +687,14 @@ impl Scheduler {
                 };
                 Some((resource, Some(blocked)))
             });
+        // Past its lock and limits: the deployment's gates, last, so a slot is not held there
+        // by work that could not run anyway.
+        let blocked = blocked.or_else(|| {
+            let gates = self.queue(q).gates;
+            let (gate, nudge) = self.gates.take(gates, self.member, now).err()?;
+            self.nudge |= nudge;
+            Some((Resource::Gate(gate), None))
+        });
         let dispatch = match blocked {
             Some((resource, why)) => {
                 // Woken here and held again: it keeps its place in line.
@@ -702,6 +743,10 @@ impl Scheduler {
                 self.locks.park(lock, q, first_in_line);
                 None
             }
+            Resource::Gate(gate) => {
+                self.gates.park(gate, q, first_in_line);
+                None
+            }
             Resource::Counter(counter) => {
                 let path = path.expect("counter parks have a path");
                 Some(self.limiter.park(counter, q.0, &path, priority, again))
@@ -736,7 +781,9 @@ impl Scheduler {
         queue.credit -= kind.weight();
         let lock = queue.lock;
         let path = queue.path;
+        let gates = queue.gates;
         let more = queue.len() > 0;
+        self.gates.hold(gates);
         if let Some(lock) = lock {
             self.locks.take(lock, entry, now);
         }
@@ -754,7 +801,7 @@ impl Scheduler {
             entry,
             queue: q,
             kind,
-            permit: Permit { counters },
+            permit: Permit { counters, gates },
             lock,
         }
     }
@@ -783,6 +830,7 @@ impl Scheduler {
             if let Some(lock) = queue.lock {
                 self.locks.drop_ref(lock);
             }
+            self.gates.unref(queue.gates);
         }
     }
 
@@ -792,6 +840,8 @@ impl Scheduler {
             Resource::Counter(counter) => self.limiter.settle(counter, &self.book, &mut self.woken),
             Resource::Token(counter) => self.limiter.settle_token(counter, &self.book),
             Resource::Lock(lock) => self.locks.settle(lock, &mut self.woken),
+            // A gate reserves nothing for whom it wakes.
+            Resource::Gate(_) => {}
         }
     }
 
@@ -817,10 +867,43 @@ impl Scheduler {
     pub fn release(&mut self, permit: Permit, now: u64) {
         self.running -= 1;
         self.give_back_slot();
+        self.nudge |= self.gates.give_back(permit.gates);
+        self.gates.unref(permit.gates);
         if let Some(counters) = permit.counters {
             // The limiter lists waiters deepest level first; they re-enter the ring in that order.
             self.limiter
                 .release(counters, &self.book, now, &mut self.woken);
+        }
+        self.wake_pending(now);
+    }
+
+    /// What the end of the attempt behind `permit` says about its deployment (before the
+    /// permit is released): it paces the deployment's next attempts.
+    pub fn report(&mut self, permit: &Permit, signal: Signal, now: u64) {
+        if let Some(gate) = permit.gates.deployment {
+            self.nudge |= self.gates.gate(gate).observe(signal, now);
+        }
+    }
+
+    /// The registry's gates changed: every queue looks its gates up again, and the queues
+    /// parked at gates look again. Otherwise queues parked at gates with room wake.
+    fn refresh_gates(&mut self, now: u64) {
+        let changed = self.gates.changed();
+        if changed {
+            for slot in 0..self.queues.len() {
+                let Some(queue) = self.queues[slot].as_ref() else {
+                    continue;
+                };
+                let service = queue.key.service.clone();
+                let old = queue.gates;
+                let new = self.gates.resolve(&service);
+                self.queues[slot].as_mut().expect("live queue").gates = new;
+                self.gates.unref(old);
+            }
+        }
+        self.gates.wake(now, changed, &mut self.woken);
+        if changed {
+            self.gates.drop_unreferenced();
         }
         self.wake_pending(now);
     }
@@ -917,6 +1000,8 @@ impl Scheduler {
 
 #[cfg(test)]
 mod deadline_tests;
+#[cfg(test)]
+mod gate_tests;
 #[cfg(test)]
 mod rate_tests;
 #[cfg(test)]

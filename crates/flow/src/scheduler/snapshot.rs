@@ -76,11 +76,24 @@ pub enum BlockedOn {
         /// The rule that set it.
         rule: Option<Arc<RulePattern>>,
     },
+    /// A deployment gate: the concurrency its manifest declares (for the deployment or the
+    /// service), or its paced drain after an outage.
+    DeploymentConcurrency {
+        /// The deployment id, or `deployment/service` for a service's own limit.
+        gate: String,
+        /// What may run through it now (the declared limit, or the smaller drain window).
+        limit: Option<u32>,
+        /// Attempts running through it on this node.
+        running: u32,
+        /// Closed until then (ms) after the deployment answered `Retry-After`.
+        closed_until_ms: Option<u64>,
+    },
 }
 
 impl BlockedOn {
     /// Its name in the admin API and SQL: `lock`, `invoker-concurrency`,
-    /// `queue-paused`, `limit-key-concurrency`, `rate-limit` or `quota`.
+    /// `queue-paused`, `limit-key-concurrency`, `rate-limit`, `quota` or
+    /// `deployment-concurrency`.
     pub const fn name(&self) -> &'static str {
         match self {
             BlockedOn::Lock => "lock",
@@ -89,6 +102,7 @@ impl BlockedOn {
             BlockedOn::LimitKeyConcurrency { .. } => "limit-key-concurrency",
             BlockedOn::RateLimit { .. } => "rate-limit",
             BlockedOn::Quota { .. } => "quota",
+            BlockedOn::DeploymentConcurrency { .. } => "deployment-concurrency",
         }
     }
 }
@@ -135,6 +149,7 @@ pub struct StageCounts {
 impl Scheduler {
     /// Every live queue with its status.
     pub fn queues(&self) -> Vec<QueueSnapshot> {
+        let now = self.polled_at;
         let invoker_full = self.slots.full();
         let mut out: Vec<QueueSnapshot> = self
             .queue_index
@@ -177,6 +192,16 @@ impl Scheduler {
                                 rule: why.rule.clone(),
                             },
                             (None, None) => unreachable!("token parks carry a rate or a quota"),
+                        };
+                        (QueueStatus::Blocked, Some(on))
+                    }
+                    State::Parked(Resource::Gate(gate), ..) => {
+                        let gate = self.gates.gate(*gate);
+                        let on = BlockedOn::DeploymentConcurrency {
+                            gate: gate.name().to_owned(),
+                            limit: gate.limit(),
+                            running: gate.used(),
+                            closed_until_ms: gate.closed_until(now),
                         };
                         (QueueStatus::Blocked, Some(on))
                     }

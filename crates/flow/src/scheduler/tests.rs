@@ -252,6 +252,8 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
         1 => (0..KEYS.len()).prop_map(Event::PauseQueue),
         1 => (0..KEYS.len()).prop_map(Event::ResumeQueue),
+        1 => prop_oneof![2 => Just(0u32), 1 => 1u32..6].prop_map(Event::Deployment),
+        1 => (any::<usize>(), 0u8..3, 1u64..30).prop_map(|(i, kind, after)| Event::Fail(i, kind, after)),
     ]
 }
 
@@ -285,6 +287,7 @@ fn simulator_one_million_events() {
     let mut expired = 0;
     let mut borrowed = 0;
     let mut quota_held = 0;
+    let mut gate_held = 0;
     let wanted = sluice_core::simulation::events(1_000_000);
     let started = std::time::Instant::now();
     while total < wanted {
@@ -295,7 +298,14 @@ fn simulator_one_million_events() {
             let e = match rng.index(100) {
                 0..=34 => Event::Arrive(rng.index(KEYS.len())),
                 35..=39 => Event::ArriveBy(rng.index(KEYS.len()), rng.index(200) as u64),
-                40..=64 => Event::Complete(rng.index(64)),
+                40..=62 => Event::Complete(rng.index(64)),
+                63 => Event::Fail(rng.index(64), rng.index(3) as u8, 1 + rng.index(30) as u64),
+                64 if rng.index(4) == 0 => Event::Deployment(if rng.index(2) == 0 {
+                    0
+                } else {
+                    1 + rng.index(6) as u32
+                }),
+                64 => Event::Complete(rng.index(64)),
                 65..=79 => Event::Suspend(rng.index(64)),
                 80..=94 => Event::Resume(rng.index(64)),
                 95..=97 => Event::Rule {
@@ -347,18 +357,21 @@ fn simulator_one_million_events() {
         expired += model.expired;
         borrowed += model.borrowed;
         quota_held += model.quota_held;
+        gate_held += model.gate_held;
         total += events;
         runs += 1;
     }
     println!(
         "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches, \
          {refused} arrivals refused by a full queue, {expired} dropped past their deadline, \
-         {borrowed} started on borrowed slots, {quota_held} head-polls held by a used-up quota",
+         {borrowed} started on borrowed slots, {quota_held} head-polls held by a used-up quota, \
+         {gate_held} by the deployment gate alone",
         started.elapsed()
     );
     assert!(expired > 0, "no entry ever passed its deadline");
     assert!(borrowed > 0, "no key ever borrowed beyond its guarantee");
     assert!(quota_held > 0, "no quota was ever used up");
+    assert!(gate_held > 0, "the deployment gate never held anything");
 }
 
 #[test]
