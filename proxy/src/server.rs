@@ -52,6 +52,11 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         None
     };
     let registry = Arc::new(Registry::load(Arc::clone(&store))?);
+    {
+        // A deployment's limits changed: queues waiting at its gate look again.
+        let runtime = runtime.clone();
+        registry.on_change(Box::new(move || runtime.nudge_all()));
+    }
     if let Some(migrated) = crate::limits::migrate::migrate(&store)? {
         tracing::info!(
             in_flight = migrated.in_flight,

@@ -443,6 +443,17 @@ impl TestDeployment {
         Self::spawn(cmd, port).await
     }
 
+    /// Starts it on `port` with environment variables (`SLUICE_TEST_LIMITS`,
+    /// `SLUICE_TEST_CAPACITY`: see the binary's docs).
+    pub async fn start_with(port: u16, flavor: &str, env: &[(&str, &str)]) -> Result<Self> {
+        let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
+        cmd.arg(format!("127.0.0.1:{port}")).arg(flavor);
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        Self::spawn(cmd, port).await
+    }
+
     /// Starts it on `port`.
     pub async fn start_on(port: u16, flavor: &str) -> Result<Self> {
         let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));

@@ -67,13 +67,16 @@ pub struct WaitingResponse {
     /// Limit key of the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_key: Option<String>,
-    /// `limit-key-concurrency`, `rate-limit`, `lock` or `invoker-concurrency`.
+    /// `limit-key-concurrency`, `rate-limit`, `quota`, `deployment-concurrency`, `lock`,
+    /// `queue-paused` or `invoker-concurrency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_on: Option<String>,
     /// For `limit-key-concurrency` and `rate-limit`: the full level (`scope`, `level1`, `level2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level: Option<String>,
-    /// For `limit-key-concurrency`: the limit (absent when unlimited).
+    /// For `limit-key-concurrency`: the limit (absent when unlimited). For
+    /// `deployment-concurrency`: what may run on the deployment now (its declared limit, or
+    /// the smaller window of its paced drain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     /// For `limit-key-concurrency` and `rate-limit`: the rule that set it.
@@ -92,6 +95,17 @@ pub struct WaitingResponse {
     /// For `quota`: when its next window starts, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_resets_at: Option<String>,
+    /// For `deployment-concurrency`: the deployment id (`deployment/service` when a service's
+    /// own limit holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// For `deployment-concurrency`: attempts running on it (on this node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<u32>,
+    /// For `deployment-concurrency`: the deployment answered `Retry-After`; nothing starts on
+    /// it before then, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_until: Option<String>,
     /// Its place in its queue: 1 is next (resumed entries go before new ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<usize>,

@@ -517,6 +517,39 @@ pub struct InvokerConfig {
     pub concurrent_invocations_limit: NonZeroU32,
     /// Retries of failed attempts.
     pub retry_policy: RetryPolicy,
+    /// How a deployment's backlog is released after it failed (connection errors, 5xx,
+    /// 429/503).
+    pub drain: DrainConfig,
+}
+
+/// Paced drains after an outage (`worker.invoker.drain`): an AIMD window on the attempts a
+/// deployment runs at once, per node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct DrainConfig {
+    /// Pace at all; off, every retry of a backlog goes out as soon as its back-off ends.
+    pub enabled: bool,
+    /// The window after an outage, and the smallest a halving leaves.
+    pub initial_window: NonZeroU32,
+    /// The window at which the deployment is trusted again and pacing ends.
+    pub open_window: NonZeroU32,
+    /// Longest `Retry-After` of a 429/503 that holds the whole deployment's new attempts.
+    pub max_closed: FriendlyDuration,
+    /// While a deployment stays unreachable, its next round of probes waits 100 ms, then
+    /// twice as long each round, at most this long.
+    pub max_probe_interval: FriendlyDuration,
+}
+
+impl Default for DrainConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            initial_window: NonZeroU32::new(2).expect("non-zero"),
+            open_window: NonZeroU32::new(64).expect("non-zero"),
+            max_closed: FriendlyDuration::from_secs(60),
+            max_probe_interval: FriendlyDuration::from_secs(2),
+        }
+    }
 }
 
 impl Default for InvokerConfig {
@@ -528,6 +561,7 @@ impl Default for InvokerConfig {
             eager_state_size_limit: None,
             concurrent_invocations_limit: NonZeroU32::new(1000).expect("non-zero"),
             retry_policy: RetryPolicy::default(),
+            drain: DrainConfig::default(),
         }
     }
 }

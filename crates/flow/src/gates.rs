@@ -120,6 +120,13 @@ impl Gate {
         self.try_take(now)
     }
 
+    /// Records that `member` still has work waiting here (a give-back collected its bit, but
+    /// another member took the slot first).
+    pub fn wait(&self, member: u32) {
+        self.waiting
+            .fetch_or(1 << (member % MEMBERS), Ordering::AcqRel);
+    }
+
     /// Whether a take at `now` could succeed (racy: a hint for waking waiters).
     pub fn has_room(&self, now: u64) -> bool {
         self.closed_until(now).is_none()
@@ -271,9 +278,16 @@ impl Gates {
         }
     }
 
-    /// Sets how deployments are paced; gates made from now on use it.
+    /// Sets how deployments are paced, at start: the gates are made again by the next
+    /// [`Gates::sync`].
+    /// The same configuration again changes nothing.
     pub fn configure(&self, pacing: PacingConfig) {
-        *self.pacing.write().unwrap_or_else(|e| e.into_inner()) = pacing;
+        let mut current = self.pacing.write().unwrap_or_else(|e| e.into_inner());
+        if *current == pacing {
+            return;
+        }
+        *current = pacing;
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Table::default();
     }
 
     /// Bumps on every change.
@@ -430,8 +444,9 @@ mod tests {
         for _ in 0..10 {
             gate.give_back();
         }
-        assert!(gate.take_or_wait(0, 0) && gate.take_or_wait(0, 0));
-        assert!(!gate.take_or_wait(1, 0));
+        assert!(!gate.take_or_wait(0, 50), "the next probes wait 100 ms");
+        assert!(gate.take_or_wait(0, 100) && gate.take_or_wait(0, 100));
+        assert!(!gate.take_or_wait(1, 100));
         assert!(
             Gate::names(gate.observe(Signal::Answered, 10), 1),
             "the window grew"

@@ -240,6 +240,7 @@ impl Model {
             initial_window: 1 + (invoker_limit % 3),
             open_window: 6,
             max_closed_ms: 20,
+            max_probe_ms: 8,
         }));
         gates.sync(&[Self::deployment(0)]);
         Self {

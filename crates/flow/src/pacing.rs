@@ -38,6 +38,9 @@ pub struct PacingConfig {
     pub open_window: u32,
     /// Longest `Retry-After` the gate honours for the whole deployment, in ms.
     pub max_closed_ms: u64,
+    /// While it stays unreachable, a round of probes waits 100 ms, then twice as long each
+    /// round, at most this long (ms): an outage costs a few attempts, not a retry storm.
+    pub max_probe_ms: u64,
 }
 
 impl Default for PacingConfig {
@@ -47,9 +50,13 @@ impl Default for PacingConfig {
             initial_window: 2,
             open_window: 64,
             max_closed_ms: 60_000,
+            max_probe_ms: 2_000,
         }
     }
 }
+
+/// The wait before the first round of probes of an unreachable deployment, in ms.
+const FIRST_PROBE_MS: u64 = 100;
 
 /// The AIMD state of one deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,8 +71,10 @@ pub struct Pacer {
     /// Outcomes still to come from attempts that ran beside the one that last shrank the
     /// window: they do not shrink it again.
     shrunk_for: u32,
-    /// New attempts wait until then (a `Retry-After`), in ms.
+    /// New attempts wait until then (a `Retry-After`, or the next probe), in ms.
     closed_until_ms: u64,
+    /// The wait before the next round of probes while unreachable, in ms.
+    probe_ms: u64,
 }
 
 impl Pacer {
@@ -83,6 +92,7 @@ impl Pacer {
             credit: 0,
             shrunk_for: 0,
             closed_until_ms: 0,
+            probe_ms: FIRST_PROBE_MS,
         }
     }
 
@@ -106,9 +116,21 @@ impl Pacer {
         self.shrunk_for = self.shrunk_for.saturating_sub(1);
         match signal {
             Signal::Neutral => false,
-            Signal::Answered => self.grow(),
+            Signal::Answered => {
+                self.probe_ms = FIRST_PROBE_MS;
+                self.grow()
+            }
             Signal::Down => {
-                // Unreachable: start again from the smallest window, whatever ran.
+                // Unreachable: the next round of probes waits, longer each round.
+                if first_of_round || self.window.is_none() {
+                    let until = now_ms.saturating_add(self.probe_ms.min(self.config.max_probe_ms));
+                    self.closed_until_ms = self.closed_until_ms.max(until);
+                    self.probe_ms = self
+                        .probe_ms
+                        .saturating_mul(2)
+                        .min(self.config.max_probe_ms);
+                }
+                // And it starts again from the smallest window, whatever ran.
                 if self.window != Some(self.config.initial_window) {
                     let before = self.window.unwrap_or(self.config.open_window);
                     self.threshold = (before / 2).max(self.config.initial_window);
@@ -175,6 +197,7 @@ mod tests {
             initial_window: 2,
             open_window: 32,
             max_closed_ms: 10_000,
+            max_probe_ms: 1_000,
         })
     }
 
@@ -305,6 +328,7 @@ mod tests {
                 initial_window: initial,
                 open_window: open,
                 max_closed_ms: 60_000,
+                max_probe_ms: 2_000,
             });
             let open = open.max(initial);
             for (now, (signal, running)) in signals.into_iter().enumerate() {

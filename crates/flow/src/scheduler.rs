@@ -600,7 +600,7 @@ impl Scheduler {
             }
             // A queue woken at a gate that then waited for something else left the gate's
             // slot free: the next one there looks.
-            self.gates.wake(now, false, &mut self.woken);
+            self.gates.wake(now, false, self.member, &mut self.woken);
             self.wake_pending(now);
             if self.ring.is_empty() {
                 break;
@@ -901,7 +901,7 @@ impl Scheduler {
                 self.gates.unref(old);
             }
         }
-        self.gates.wake(now, changed, &mut self.woken);
+        self.gates.wake(now, changed, self.member, &mut self.woken);
         if changed {
             self.gates.drop_unreferenced();
         }

@@ -37,6 +37,20 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
             None,
             rule.as_ref().map(ToString::to_string),
         ),
+        Some(BlockedOn::DeploymentConcurrency { limit, .. }) => (None, *limit, None),
+        _ => (None, None, None),
+    };
+    let (deployment, running, closed_until) = match &w.blocked_on {
+        Some(BlockedOn::DeploymentConcurrency {
+            gate,
+            running,
+            closed_until_ms,
+            ..
+        }) => (
+            Some(gate.clone()),
+            Some(*running),
+            closed_until_ms.map(time),
+        ),
         _ => (None, None, None),
     };
     let (rate, next_token_at) = match &w.blocked_on {
@@ -74,6 +88,9 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
         next_token_at,
         quota,
         quota_resets_at,
+        deployment,
+        running,
+        closed_until,
     }
 }
 

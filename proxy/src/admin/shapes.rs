@@ -93,6 +93,7 @@ pub fn service_metadata(
         name: service.name.clone(),
         ty: service.ty,
         handlers: Vec::new(),
+        limits: None,
         options: Options::default(),
     };
     let manifest = deployment.service(&service.name).unwrap_or(&empty);

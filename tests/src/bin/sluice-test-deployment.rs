@@ -7,6 +7,13 @@
 //! - `v2`: Greeter gains a `farewell` handler;
 //! - `fewer`: Greeter loses its `fail` handler;
 //! - `object`: Greeter becomes a virtual object.
+//!
+//! Two settings (served by the default server only) make it look like a real fleet:
+//! - `SLUICE_TEST_LIMITS`: limits its discovery manifest declares, `deployment=N` and
+//!   `<Service>=N`, comma separated;
+//! - `SLUICE_TEST_CAPACITY=N`: past N attempts at once it answers 503, like an overloaded
+//!   deployment behind a load balancer. `GET /stats` answers what it saw:
+//!   `{"refused": …, "peak": …}` (peak: attempts in flight at once, refused ones included).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -588,17 +595,156 @@ async fn serve(endpoint: restate_sdk::endpoint::Endpoint, addr: std::net::Socket
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .expect("the deployment's address is free");
+    let fleet = std::sync::Arc::new(Fleet::from_env());
     let service = restate_sdk::hyper::HyperEndpoint::new(endpoint);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = service.clone();
+        let (service, fleet) = (service.clone(), std::sync::Arc::clone(&fleet));
+        let served = hyper::service::service_fn(move |req| {
+            let (service, fleet) = (service.clone(), std::sync::Arc::clone(&fleet));
+            async move { Ok::<_, std::convert::Infallible>(fleet.answer(&service, req).await) }
+        });
         tokio::spawn(async move {
             let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), served)
                 .await;
         });
     }
+}
+
+type Body = http_body_util::combinators::UnsyncBoxBody<
+    bytes::Bytes,
+    Box<dyn std::error::Error + Send + Sync>,
+>;
+
+/// What `SLUICE_TEST_LIMITS` and `SLUICE_TEST_CAPACITY` ask for, and what it saw.
+struct Fleet {
+    /// `(None, N)`: the deployment's limit; `(Some(service), N)`: a service's.
+    limits: Vec<(Option<String>, u32)>,
+    capacity: Option<u64>,
+    in_flight: std::sync::Arc<AtomicU64>,
+    peak: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// One attempt in flight until its response body is dropped (sent or cut).
+struct InFlight(std::sync::Arc<AtomicU64>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Fleet {
+    fn from_env() -> Self {
+        let limits = std::env::var("SLUICE_TEST_LIMITS")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|part| {
+                let (what, n) = part.split_once('=')?;
+                let n = n.trim().parse().ok()?;
+                Some((
+                    (what.trim() != "deployment").then(|| what.trim().to_owned()),
+                    n,
+                ))
+            })
+            .collect();
+        let capacity = std::env::var("SLUICE_TEST_CAPACITY")
+            .ok()
+            .and_then(|c| c.parse().ok());
+        Self {
+            limits,
+            capacity,
+            in_flight: std::sync::Arc::new(AtomicU64::new(0)),
+            peak: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    async fn answer(
+        &self,
+        service: &restate_sdk::hyper::HyperEndpoint,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> http::Response<Body> {
+        use http_body_util::BodyExt;
+        use hyper::service::Service;
+        let path = req.uri().path().to_owned();
+        if path == "/stats" {
+            let stats = serde_json::json!({
+                "refused": self.refused.load(Ordering::SeqCst),
+                "peak": self.peak.load(Ordering::SeqCst),
+            });
+            return full(http::StatusCode::OK, stats.to_string());
+        }
+        let invoke = path.starts_with("/invoke/");
+        let guard = if invoke && self.capacity.is_some() {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            let guard = InFlight(std::sync::Arc::clone(&self.in_flight));
+            if self.capacity.is_some_and(|c| now > c) {
+                self.refused.fetch_add(1, Ordering::SeqCst);
+                return full(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "over capacity".into(),
+                );
+            }
+            Some(guard)
+        } else {
+            None
+        };
+        let Ok(response) = service.call(req).await;
+        let (parts, body) = response.into_parts();
+        if path == "/discover" && !self.limits.is_empty() {
+            let bytes = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let mut manifest: serde_json::Value =
+                serde_json::from_slice(&bytes).expect("the SDK's manifest is JSON");
+            for (service, n) in &self.limits {
+                let limits = serde_json::json!({ "concurrency": n });
+                match service {
+                    None => manifest["limits"] = limits,
+                    Some(name) => {
+                        for s in manifest["services"].as_array_mut().into_iter().flatten() {
+                            if s["name"] == name.as_str() {
+                                s["limits"] = limits.clone();
+                            }
+                        }
+                    }
+                }
+            }
+            let mut parts = parts;
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            let body = http_body_util::Full::new(bytes::Bytes::from(manifest.to_string()))
+                .map_err(|e| match e {})
+                .boxed_unsync();
+            return http::Response::from_parts(parts, body);
+        }
+        let body = body
+            .map_frame(move |frame| {
+                // Holds the attempt in flight until the body is done.
+                let _ = &guard;
+                frame
+            })
+            .map_err(Into::into)
+            .boxed_unsync();
+        http::Response::from_parts(parts, body)
+    }
+}
+
+fn full(status: http::StatusCode, text: String) -> http::Response<Body> {
+    use http_body_util::BodyExt;
+    let mut response = http::Response::new(
+        http_body_util::Full::new(bytes::Bytes::from(text))
+            .map_err(|e| match e {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    response
 }

@@ -122,6 +122,7 @@ fn an_outage_paces_the_backlog_and_successes_open_it_again() {
         initial_window: 2,
         open_window: 8,
         max_closed_ms: 60_000,
+        max_probe_ms: 2_000,
     }));
     gates.sync(&[deployment("dp_1", None, &[("S", None)])]);
     let (mut s, _) = pair(&gates);
@@ -139,7 +140,12 @@ fn an_outage_paces_the_backlog_and_successes_open_it_again() {
         s.release(d.permit, 1);
         s.enqueue(&k, d.entry, EntryKind::Resumed, None, 1);
     }
-    let mut running = s.poll_runnable(2);
+    assert!(
+        s.poll_runnable(2).is_empty(),
+        "the first probes wait 100 ms"
+    );
+    assert_eq!(s.next_timer(), Some(101));
+    let mut running = s.poll_runnable(101);
     assert_eq!(running.len(), 2, "the drain starts from the initial window");
     assert!(matches!(
         blocked_on(&s, &k),
@@ -148,7 +154,7 @@ fn an_outage_paces_the_backlog_and_successes_open_it_again() {
     // Up again: each success lets one more through, and more at once as the window grows.
     let gate = gates.for_service("S").deployment.unwrap();
     let (mut peak, mut windows) = (0, Vec::new());
-    let mut now = 3;
+    let mut now = 102;
     while !running.is_empty() {
         if let Some(limit) = gate.limit() {
             peak = peak.max(running.len());

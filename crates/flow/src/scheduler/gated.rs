@@ -228,18 +228,29 @@ impl GateTable {
 
     /// Queues parked at gates with room now, as many as each has room for, in the order they
     /// parked; `all` takes every parked queue (the gates changed).
-    pub(super) fn wake(&mut self, now: u64, all: bool, woken: &mut Vec<u32>) {
+    ///
+    /// Queues left parked keep `member`'s bit raised at their gate: the give-back that nudged
+    /// this partition collected it, and without it the next give-back would not name it.
+    pub(super) fn wake(&mut self, now: u64, all: bool, member: u32, woken: &mut Vec<u32>) {
         let mut i = 0;
         while i < self.parked_at.len() {
             let index = self.parked_at[i];
             let entry = self.entries[index as usize].as_mut().expect("live gate");
-            let room = if all {
-                usize::MAX
-            } else {
-                entry.gate.room(now) as usize
+            let room = |gate: &Gate| {
+                if all {
+                    usize::MAX
+                } else {
+                    gate.room(now) as usize
+                }
             };
-            let n = room.min(entry.parked.len());
+            let n = room(&entry.gate).min(entry.parked.len());
             woken.extend(entry.parked.drain(..n).map(|q| q.0));
+            if !entry.parked.is_empty() {
+                entry.gate.wait(member);
+                // A slot given back between the look and the bit: the bit missed it.
+                let n = room(&entry.gate).min(entry.parked.len());
+                woken.extend(entry.parked.drain(..n).map(|q| q.0));
+            }
             if entry.parked.is_empty() {
                 self.parked_at.swap_remove(i);
             } else {

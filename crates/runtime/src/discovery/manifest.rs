@@ -159,6 +159,16 @@ impl HandlerManifest {
     }
 }
 
+/// What a deployment (or one of its services) declares it can take; Sluice enforces it at the
+/// edge. `{"concurrency": N}`: at most N attempts run on it at once (on each node), N ≥ 1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestLimits {
+    /// Attempts running at once; absent: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<std::num::NonZeroU32>,
+}
+
 /// One service of a deployment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -169,6 +179,9 @@ pub struct ServiceManifest {
     pub ty: ServiceType,
     /// Its handlers.
     pub handlers: Vec<HandlerManifest>,
+    /// Its own limits on this deployment, beside the deployment's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ManifestLimits>,
     /// Options.
     #[serde(flatten)]
     pub options: Options,
@@ -190,6 +203,9 @@ pub struct Manifest {
     pub lambda_compression: Option<String>,
     /// The services.
     pub services: Vec<ServiceManifest>,
+    /// What the whole deployment can take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ManifestLimits>,
 }
 
 fn bad(message: String) -> CodedError {

@@ -106,6 +106,8 @@ pub struct AttemptError {
     pub error: CodedError,
     /// `Retry-After` of a 429/503.
     pub retry_after: Option<Duration>,
+    /// The HTTP status the deployment answered instead of a stream, if it did.
+    pub status: Option<u16>,
 }
 
 impl From<CodedError> for AttemptError {
@@ -113,6 +115,26 @@ impl From<CodedError> for AttemptError {
         Self {
             error,
             retry_after: None,
+            status: None,
+        }
+    }
+}
+
+impl AttemptError {
+    /// What this failure says about the deployment, for its paced drain: unreachable (a
+    /// connection error, a 5xx), overloaded (429/503), or nothing (a failure of the attempt
+    /// itself: a timeout, a protocol violation).
+    pub fn signal(&self) -> crate::flow::pacing::Signal {
+        use crate::flow::pacing::Signal;
+        match self.error.code {
+            Some(Code::RT0023) => Signal::Overloaded {
+                retry_after_ms: self
+                    .retry_after
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            },
+            Some(Code::RT0010) => Signal::Down,
+            _ if self.status.is_some_and(|s| s >= 500) => Signal::Down,
+            _ => Signal::Neutral,
         }
     }
 }
@@ -331,6 +353,7 @@ fn status_error(status: StatusCode, retry_after: Option<Duration>) -> AttemptErr
     AttemptError {
         error: CodedError::new(code, format!("{what} ({status})")),
         retry_after: retry_after.filter(|_| code == Code::RT0023),
+        status: Some(status.as_u16()),
     }
 }
 

@@ -101,6 +101,14 @@ impl Run {
         }
     }
 
+    /// The permit of the attempt that ended and waits to give its slots back.
+    pub(super) fn permit(&self) -> Option<&Permit> {
+        match self {
+            Self::Ending { permit, .. } => Some(permit),
+            _ => None,
+        }
+    }
+
     /// What its suspension waits on (`None`: anything, or not suspended).
     pub(super) fn awaiting(&self) -> Option<&Awaited> {
         match self {

@@ -259,6 +259,12 @@ impl Runtime {
         });
     }
 
+    /// Tells every partition to look at its queues again (the deployments changed, so a
+    /// gate they wait at may have room). Never waits.
+    pub fn nudge_all(&self) {
+        self.nudge(u64::MAX, u32::MAX);
+    }
+
     /// Tells the partitions `waiting` names (bits from [`InvokerSlots::give_back`]), except
     /// `from`, that invoker slots are free. Never waits: a partition with a full channel polls
     /// after its next batch anyway.

@@ -103,6 +103,14 @@ impl Shared {
             config.worker.invoker.concurrent_invocations_limit.get(),
         ));
         let held = Arc::new(dormant::HeldMemory::new(config.worker.held_memory_budget.0));
+        let drain = &config.worker.invoker.drain;
+        registry.configure_pacing(crate::flow::pacing::PacingConfig {
+            enabled: drain.enabled,
+            initial_window: drain.initial_window.get(),
+            open_window: drain.open_window.get(),
+            max_closed_ms: u64::try_from(drain.max_closed.0.as_millis()).unwrap_or(u64::MAX),
+            max_probe_ms: u64::try_from(drain.max_probe_interval.0.as_millis()).unwrap_or(u64::MAX),
+        });
         Self {
             store,
             writer,
@@ -147,7 +155,8 @@ impl Partition {
                 Arc::new(RuleBook::new()),
                 Arc::clone(&shared.slots),
                 index,
-            ),
+            )
+            .with_gates(Arc::clone(shared.registry.gates())),
             rules: None,
             promises: promises::Promises::default(),
             entries: HashMap::new(),

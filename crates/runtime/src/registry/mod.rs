@@ -4,7 +4,7 @@
 mod records;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use redb::{ReadableDatabase, ReadableTable};
@@ -13,6 +13,8 @@ pub use records::{Address, Deployment, Service, ServiceOverrides, StoredHttpVers
 
 use crate::discovery::{Discovered, HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};
+use crate::flow::gates::{DeploymentLimits, Gates};
+use crate::flow::pacing::PacingConfig;
 use crate::ids::DeploymentId;
 use crate::storage::Store;
 
@@ -116,6 +118,49 @@ struct State {
 pub struct Registry {
     store: Arc<Store>,
     state: RwLock<State>,
+    /// Each deployment's gate (its declared limits, its paced drain), kept in step with the
+    /// deployments.
+    gates: Arc<Gates>,
+    /// Called after every change, so partitions waiting at a gate look again.
+    on_change: OnceLock<OnChange>,
+}
+
+/// What runs after every change of the deployments.
+struct OnChange(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for OnChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnChange")
+    }
+}
+
+/// The limits the deployments of `state` declare, with the services each serves now.
+fn declared_limits(state: &State) -> Vec<DeploymentLimits> {
+    state
+        .deployments
+        .values()
+        .map(|d| DeploymentLimits {
+            id: d.id.to_string(),
+            concurrency: d
+                .manifest
+                .limits
+                .and_then(|l| l.concurrency)
+                .map(std::num::NonZeroU32::get),
+            services: state
+                .services
+                .values()
+                .filter(|s| s.deployment_id == d.id)
+                .map(|s| {
+                    let own = d
+                        .service(&s.name)
+                        .and_then(|m| m.limits)
+                        .and_then(|l| l.concurrency)
+                        .map(std::num::NonZeroU32::get);
+                    (s.name.clone(), own)
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// Default retention of results and workflows.
@@ -152,10 +197,37 @@ impl Registry {
     /// Loads the registry from the store.
     pub fn load(store: Arc<Store>) -> Result<Self, CodedError> {
         let state = stored_state(&store)?;
+        let gates = Arc::new(Gates::default());
+        gates.sync(&declared_limits(&state));
         Ok(Self {
             store,
             state: RwLock::new(state),
+            gates,
+            on_change: OnceLock::new(),
         })
+    }
+
+    /// The deployments' gates, for the partitions' schedulers.
+    pub fn gates(&self) -> &Arc<Gates> {
+        &self.gates
+    }
+
+    /// Sets how deployments are paced after an outage (`worker.invoker.drain`).
+    pub fn configure_pacing(&self, pacing: PacingConfig) {
+        self.gates.configure(pacing);
+        self.gates.sync(&declared_limits(&self.read()));
+    }
+
+    /// Calls `notify` after every change of the deployments (once set, it stays).
+    pub fn on_change(&self, notify: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_change.set(OnChange(notify));
+    }
+
+    fn changed(&self) {
+        self.gates.sync(&declared_limits(&self.read()));
+        if let Some(OnChange(notify)) = self.on_change.get() {
+            notify();
+        }
     }
 
     /// Takes the deployments and services the store holds now (cluster mode: another node
@@ -163,6 +235,7 @@ impl Registry {
     pub fn reload(&self) -> Result<(), CodedError> {
         let state = stored_state(&self.store)?;
         *self.state.write().unwrap_or_else(|e| e.into_inner()) = state;
+        self.changed();
         Ok(())
     }
 
@@ -538,6 +611,7 @@ impl Registry {
         })??;
         *guard = next;
         drop(guard);
+        self.changed();
         // Cluster mode: every node takes the change (nothing embedded).
         self.store.publish_meta(MetaGroup::Registry)
     }

@@ -283,6 +283,11 @@ function whyWaiting(w) {
     case "limit-key-concurrency":
       return `Waiting: the ${w.level} limit of ${w.limit} running is full` + (w.rule ? ` (rule ${w.rule}).` : ".");
     case "rate-limit": return `Waiting for a token of rate ${w.rate}` + (w.rule ? ` (rule ${w.rule})` : "") + `, next at ${time(w.next_token_at)}.`;
+    case "quota": return `Waiting: the ${w.level} quota ${w.quota} is used up until ${time(w.quota_resets_at)}` + (w.rule ? ` (rule ${w.rule}).` : ".");
+    case "deployment-concurrency":
+      return w.closed_until
+        ? `Waiting: deployment ${w.deployment} asked for no new work until ${time(w.closed_until)}.`
+        : `Waiting: deployment ${w.deployment} runs ${w.running} of the ${w.limit} it takes now.`;
     case "lock": return "Waiting for the object's lock (another invocation of the same key runs).";
     case "invoker-concurrency": return "Waiting for a free invoker slot.";
     default: return `Waiting (${w.status}), ${w.queued} queued.`;

@@ -299,6 +299,18 @@ pub(super) fn blocked(
             "next_token_at": crate::clock::rfc3339(*next_token_ms),
             "rule": rule.as_ref().map(|p| p.to_string()),
         }),
+        BlockedOn::DeploymentConcurrency {
+            gate,
+            limit,
+            running,
+            closed_until_ms,
+        } => serde_json::json!({
+            "type": on.name(),
+            "deployment": gate,
+            "limit": limit,
+            "running": running,
+            "closed_until": closed_until_ms.and_then(crate::clock::rfc3339),
+        }),
     };
     (on.name().to_owned(), json.to_string())
 }

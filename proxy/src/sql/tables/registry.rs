@@ -19,6 +19,12 @@ pub(super) fn deployment_schema() -> SchemaRef {
         ("min_service_protocol_version", DataType::UInt32, false),
         ("max_service_protocol_version", DataType::UInt32, false),
         ("services", DataType::Utf8, false),
+        // Its gate on this node: the limit its manifest declares, the window of its paced
+        // drain while it recovers, what runs on it, and until when a `Retry-After` holds it.
+        ("concurrency_limit", DataType::UInt32, true),
+        ("drain_window", DataType::UInt32, true),
+        ("running", DataType::UInt32, false),
+        ("closed_until", timestamp(), true),
     ])
 }
 
@@ -27,7 +33,23 @@ pub(super) fn deployment(sources: &Arc<QuerySources>) -> Reader {
         let mut text: [StringBuilder; 4] = std::array::from_fn(|_| StringBuilder::new());
         let (mut min, mut max) = (UInt32Builder::new(), UInt32Builder::new());
         let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let (mut declared, mut window, mut running) = (
+            UInt32Builder::new(),
+            UInt32Builder::new(),
+            UInt32Builder::new(),
+        );
+        let mut closed = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let gates = sources.registry.gates().snapshot(crate::clock::now_ms());
         for d in sources.registry.deployments() {
+            let id = d.id.to_string();
+            let gate = gates.iter().find(|g| g.name == id);
+            declared.append_option(gate.and_then(|g| g.declared));
+            window.append_option(gate.and_then(|g| g.window));
+            running.append_value(gate.map_or(0, |g| g.used));
+            closed.append_option(
+                gate.and_then(|g| g.closed_until_ms)
+                    .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+            );
             let (ty, endpoint) = match &d.address {
                 Address::Http { uri, .. } => ("http", uri.as_str()),
                 Address::Lambda { arn, .. } => ("lambda", arn.as_str()),
@@ -57,6 +79,10 @@ pub(super) fn deployment(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(min.finish()),
                 Arc::new(max.finish()),
                 services,
+                Arc::new(declared.finish()),
+                Arc::new(window.finish()),
+                Arc::new(running.finish()),
+                Arc::new(closed.finish()),
             ],
         )
     })

@@ -89,6 +89,15 @@ impl Partition {
                 error,
             );
         }
+        // What the deployment showed paces its next attempts (only a hint, not state: it is
+        // not stored, and a restart starts unpaced).
+        let signal = match &result {
+            Ok(_) => crate::flow::pacing::Signal::Answered,
+            Err(e) => e.signal(),
+        };
+        if let Some(permit) = live.run.permit() {
+            self.scheduler.report(permit, signal, now);
+        }
         match result {
             Ok(Ending::End) => {
                 let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));

@@ -577,6 +577,7 @@ impl World {
                     .rng
                     .chance(30)
                     .then(|| std::time::Duration::from_millis(self.rng.below(3_000))),
+                status: None,
             }),
             10..20 => Ok(Ending::Failed(proto::ErrorMessage {
                 code: 500,

@@ -1,0 +1,236 @@
+//! Deployment gates end to end, measured in the deployment: a concurrency limit its discovery
+//! manifest declares (for the deployment, or for one service) bounds every attempt on it and
+//! says so in why-waiting and SQL; and after an outage its backlog drains paced (AIMD) instead
+//! of all at once, against the same outage with pacing off.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_tests::{Sluice, TestDeployment, call_json, free_port};
+
+/// Sends `Meter/timed("<label> <millis>")`; answers its invocation id.
+async fn send(sluice: &Sluice, label: &str, millis: u64) -> String {
+    let sent: Value = reqwest::Client::new()
+        .post(format!("{}/Meter/timed/send", sluice.ingress_url))
+        .json(&format!("{label} {millis}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sent["invocationId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id: {sent}"))
+        .to_owned()
+}
+
+/// Waits until `n` `Meter` invocations completed.
+async fn completed(sluice: &Sluice, n: u64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let done = sluice
+            .count("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Meter' AND status = 'completed'")
+            .await;
+        if done >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "only {done} of {n} completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Most `Meter/timed` calls that ran at once, from the start and end times the handler
+/// recorded.
+async fn peak_in_handler(sluice: &Sluice, expected: usize) -> usize {
+    let runs: Vec<(String, u64, u64)> = call_json(sluice, "Meter/timings").await;
+    assert_eq!(runs.len(), expected, "every call ran once: {runs:?}");
+    let mut edges: Vec<(u64, i32)> = runs
+        .iter()
+        .flat_map(|(_, start, end)| [(*start, 1), (*end, -1)])
+        .collect();
+    // An end at the same ms as a start comes first: they did not overlap.
+    edges.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+#[tokio::test]
+async fn a_limit_the_manifest_declares_bounds_its_deployment_and_says_so() {
+    let port = free_port();
+    let dep = TestDeployment::start_with(port, "v1", &[("SLUICE_TEST_LIMITS", "deployment=3")])
+        .await
+        .unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let (_, rows) = sluice
+        .query("SELECT concurrency_limit, running FROM sys_deployment")
+        .await;
+    assert_eq!(rows["rows"][0]["concurrency_limit"], 3, "{rows}");
+
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        ids.push(send(&sluice, &format!("d{i}"), 600).await);
+    }
+    let why = sluice
+        .invocation_until(&ids[7], "a deployment-concurrency wait", |seen| {
+            seen["waiting"]["blocked_on"] == "deployment-concurrency"
+        })
+        .await;
+    let waiting = &why["waiting"];
+    assert_eq!(waiting["limit"], 3, "{why}");
+    assert!(
+        waiting["deployment"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("dp_")),
+        "{why}"
+    );
+    let (_, rows) = sluice.query("SELECT running FROM sys_deployment").await;
+    assert_eq!(rows["rows"][0]["running"], 3, "{rows}");
+    let blocked = sluice
+        .count("SELECT count(*) AS n FROM sys_scheduler WHERE service_name = 'Meter' AND blocked_on = 'deployment-concurrency'")
+        .await;
+    assert!(
+        blocked >= 1,
+        "sys_scheduler shows the queue held by the deployment"
+    );
+    completed(&sluice, 8, Duration::from_secs(30)).await;
+    assert_eq!(
+        peak_in_handler(&sluice, 8).await,
+        3,
+        "the deployment ran 3 at once"
+    );
+}
+
+#[tokio::test]
+async fn a_service_limit_holds_that_service_only() {
+    let port = free_port();
+    let dep = TestDeployment::start_with(port, "v1", &[("SLUICE_TEST_LIMITS", "Meter=2")])
+        .await
+        .unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(send(&sluice, &format!("s{i}"), 500).await);
+    }
+    let why = sluice
+        .invocation_until(&ids[5], "a deployment-concurrency wait", |seen| {
+            seen["waiting"]["blocked_on"] == "deployment-concurrency"
+        })
+        .await;
+    assert!(
+        why["waiting"]["deployment"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("/Meter")),
+        "the service's own gate: {why}"
+    );
+    assert_eq!(why["waiting"]["limit"], 2, "{why}");
+    // Another service of the deployment is not held by Meter's limit.
+    let started = Instant::now();
+    let greeting: String = reqwest::Client::new()
+        .post(format!("{}/Greeter/greet", sluice.ingress_url))
+        .json(&"you")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(greeting, "Hello, you!");
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "Greeter waited for Meter"
+    );
+    completed(&sluice, 6, Duration::from_secs(30)).await;
+    assert_eq!(peak_in_handler(&sluice, 6).await, 2);
+}
+
+/// What the deployment saw while a backlog drained after an outage.
+#[derive(Debug)]
+struct Drain {
+    /// Attempts it answered 503 (over its capacity).
+    refused: u64,
+    /// Attempts in flight at once, refused ones included.
+    #[expect(dead_code, reason = "reported in the test's output")]
+    peak: u64,
+    /// From its return to the last completion.
+    #[expect(dead_code, reason = "reported in the test's output")]
+    took: Duration,
+}
+
+const HELD: usize = 2_000;
+const CAPACITY: &str = "16";
+
+/// Registers a deployment with a capacity of 16, takes it down, sends 2,000 calls, brings it
+/// back after 10 s on the same port, and waits for all of them.
+async fn outage(paced: bool) -> Drain {
+    let port = free_port();
+    let env = [("SLUICE_TEST_CAPACITY", CAPACITY)];
+    let dep = TestDeployment::start_with(port, "v1", &env).await.unwrap();
+    let sluice = Sluice::builder()
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
+            "100ms",
+        )
+        .env("SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL", "1s")
+        .env(
+            "SERVICE_WORKER__INVOKER__DRAIN__ENABLED",
+            &paced.to_string(),
+        )
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    drop(dep);
+    let down = Instant::now();
+    for i in 0..HELD {
+        send(&sluice, &format!("o{i}"), 20).await;
+    }
+    // The outage lasts 10 s whatever the sends took.
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(down.elapsed())).await;
+    let dep = TestDeployment::start_with(port, "v1", &env).await.unwrap();
+    let back = Instant::now();
+    completed(&sluice, HELD as u64, Duration::from_secs(120)).await;
+    let took = back.elapsed();
+    // The deployment speaks HTTP/2 only.
+    let stats: Value = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap()
+        .get(format!("{}stats", dep.uri))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    Drain {
+        refused: stats["refused"].as_u64().unwrap(),
+        peak: stats["peak"].as_u64().unwrap(),
+        took,
+    }
+}
+
+#[tokio::test]
+async fn after_an_outage_the_backlog_drains_paced_not_all_at_once() {
+    let today = outage(false).await;
+    let paced = outage(true).await;
+    println!(
+        "2,000 held through a 10 s outage, capacity {CAPACITY}: unpaced {today:?}, paced {paced:?}"
+    );
+    assert!(
+        today.refused > 200,
+        "without pacing the backlog hits the returning deployment at once: {today:?}"
+    );
+    assert!(
+        paced.refused * 5 <= today.refused,
+        "pacing cuts the 503s to a fifth or less: {paced:?} against {today:?}"
+    );
+    // The peak in flight is reported, not compared: a refused attempt leaves at once, so the
+    // deployment's own capacity bounds it either way; the 503s are what a flood costs.
+}
