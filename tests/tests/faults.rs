@@ -196,10 +196,15 @@ async fn send_bad(sluice: &Sluice) -> String {
 
 /// Finding 2: `Retry-After: 18446744073709551615` used to overflow `now + delay` and kill the
 /// partition (every later call on it answered 503). Now the wait is capped at a day, and the
-/// partitions go on.
+/// partitions go on. Pacing is off here: it would hold the deployment's other attempts for
+/// the `Retry-After` (see the next test), and this one checks each invocation's own back-off.
 #[tokio::test]
 async fn a_huge_retry_after_is_capped_and_every_partition_goes_on() {
-    let sluice = Sluice::builder().start().await.unwrap();
+    let sluice = Sluice::builder()
+        .config("[worker.invoker.drain]\nenabled = false\n")
+        .start()
+        .await
+        .unwrap();
     let addr = deployment(|| {
         Response::builder()
             .status(503)
@@ -229,13 +234,61 @@ async fn a_huge_retry_after_is_capped_and_every_partition_goes_on() {
     }
 }
 
+/// The same answer with pacing on: it holds the whole deployment's new attempts, for at most
+/// `worker.invoker.drain.max-closed` (60 s), and says so; nothing overflows, and the node stays
+/// healthy.
+#[tokio::test]
+async fn a_huge_retry_after_holds_its_deployment_at_most_max_closed() {
+    let sluice = Sluice::builder().start().await.unwrap();
+    let addr = deployment(|| {
+        Response::builder()
+            .status(503)
+            .header("retry-after", "18446744073709551615")
+            .body(Body::empty())
+            .unwrap()
+    })
+    .await;
+    sluice.register(&format!("http://{addr}/"), false).await;
+    let first = send_bad(&sluice).await;
+    sluice
+        .invocation_until(&first, "backing off after RT0023", |seen| {
+            seen["last_failure_error_code"] == "RT0023"
+        })
+        .await;
+    let held = send_bad(&sluice).await;
+    let seen = sluice
+        .invocation_until(&held, "held by its deployment", |seen| {
+            seen["waiting"]["blocked_on"] == "deployment-concurrency"
+        })
+        .await;
+    let until = seen["waiting"]["closed_until"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{seen}"));
+    let (_, rows) = sluice
+        .query("SELECT CAST(closed_until AS BIGINT) AS until FROM sys_deployment")
+        .await;
+    let until_ms = rows["rows"][0]["until"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{until}: {rows}"));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        until_ms > now_ms && until_ms <= now_ms + 60_000,
+        "closed until {until}, at most 60 s away"
+    );
+    assert_eq!(admin_get(&sluice, "/health").await.0, 200);
+}
+
 /// Finding 2: with a 1 ms / ×2 policy, `initial × 2^74` used to panic converting to a
 /// `Duration` on the 75th attempt, before the clamp to `max-interval`.
 #[tokio::test]
 async fn back_off_survives_a_hundred_attempts() {
     let sluice = Sluice::builder()
         .config(
-            "[worker.invoker.retry-policy]\ninitial-interval = \"1ms\"\nmax-interval = \"2ms\"\nmax-attempts = 1000\n",
+            // Pacing off: an unreachable deployment's probes would space these attempts.
+            "[worker.invoker.retry-policy]\ninitial-interval = \"1ms\"\nmax-interval = \"2ms\"\nmax-attempts = 1000\n[worker.invoker.drain]\nenabled = false\n",
         )
         .start()
         .await

@@ -440,6 +440,8 @@ mod tests {
             assert!(gate.take_or_wait(0, 0));
         }
         gate.observe(Signal::Down, 0);
+        assert_eq!(gate.limit(), None, "one failure is noise");
+        gate.observe(Signal::Down, 0);
         assert_eq!(gate.limit(), Some(2));
         for _ in 0..10 {
             gate.give_back();

@@ -1,7 +1,9 @@
 //! Paced drains after an outage: an AIMD window on the attempts a deployment runs at once.
 //!
-//! A deployment that answers normally is not paced. The first sign of trouble (a connection
-//! error, a 5xx, a 429/503) starts pacing: after an outage the window starts small, so the
+//! A deployment that answers normally is not paced. Trouble starts pacing: a 429/503, or
+//! failures to reach it (connection errors, other 5xx) two in a row with no answer between
+//! them (one alone is noise: a bad path, a dropped connection). After an outage the window
+//! starts small, so the
 //! backlog that waited through it is released with a slow start rather than all at once. The
 //! window doubles per round of successes up to the last window that was too large (its
 //! threshold), then grows by one per round; each new overload halves it, once per round (the
@@ -58,6 +60,9 @@ impl Default for PacingConfig {
 /// The wait before the first round of probes of an unreachable deployment, in ms.
 const FIRST_PROBE_MS: u64 = 100;
 
+/// Failures to reach a deployment, with no answer between them, that make it down.
+const DOWN_AFTER: u32 = 2;
+
 /// The AIMD state of one deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pacer {
@@ -75,6 +80,8 @@ pub struct Pacer {
     closed_until_ms: u64,
     /// The wait before the next round of probes while unreachable, in ms.
     probe_ms: u64,
+    /// Failures to reach it since it last answered.
+    downs: u32,
 }
 
 impl Pacer {
@@ -93,6 +100,7 @@ impl Pacer {
             shrunk_for: 0,
             closed_until_ms: 0,
             probe_ms: FIRST_PROBE_MS,
+            downs: 0,
         }
     }
 
@@ -118,9 +126,16 @@ impl Pacer {
             Signal::Neutral => false,
             Signal::Answered => {
                 self.probe_ms = FIRST_PROBE_MS;
+                self.downs = 0;
                 self.grow()
             }
             Signal::Down => {
+                // One failure between answers is noise (a bad path, a dropped connection):
+                // the deployment is down when failures come with no answer between them.
+                self.downs = self.downs.saturating_add(1);
+                if self.downs < DOWN_AFTER {
+                    return false;
+                }
                 // Unreachable: the next round of probes waits, longer each round.
                 if first_of_round || self.window.is_none() {
                     let until = now_ms.saturating_add(self.probe_ms.min(self.config.max_probe_ms));
@@ -206,9 +221,14 @@ mod tests {
         let mut p = pacer();
         assert_eq!(p.window(), None, "healthy deployments are not paced");
         p.observe(Signal::Down, 40, 0);
-        assert_eq!(p.window(), Some(2));
-        // The 39 other attempts that ran fail too: still the smallest window.
-        for _ in 0..39 {
+        assert_eq!(p.window(), None, "one failure is noise");
+        p.observe(Signal::Answered, 40, 0);
+        p.observe(Signal::Down, 40, 0);
+        assert_eq!(p.window(), None, "an answer came between");
+        p.observe(Signal::Down, 40, 0);
+        assert_eq!(p.window(), Some(2), "two in a row: down");
+        // The 38 other attempts that ran fail too: still the smallest window.
+        for _ in 0..38 {
             p.observe(Signal::Down, 39, 0);
         }
         assert_eq!(p.window(), Some(2));
@@ -293,6 +313,7 @@ mod tests {
             enabled: false,
             ..PacingConfig::default()
         });
+        p.observe(Signal::Down, 10, 0);
         p.observe(Signal::Down, 10, 0);
         p.observe(
             Signal::Overloaded {
