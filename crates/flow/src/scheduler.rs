@@ -19,7 +19,9 @@ use hashbrown::{HashMap, HashSet};
 mod deadlines;
 mod drain;
 mod gated;
+mod limits;
 mod locks;
+mod operator;
 mod snapshot;
 
 use super::limiter::Woken;
@@ -31,10 +33,7 @@ pub use locks::{LockId, LockKey};
 pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus, StageCounts};
 
 use super::gates::Gates;
-use super::limiter::{
-    self, Blocked, CounterId, CounterPath, CounterSnapshot, Limiter, Ticket, WaiterId,
-};
-use super::pacing::Signal;
+use super::limiter::{self, Blocked, CounterId, CounterPath, Limiter, Ticket, WaiterId};
 use super::priority::Priority;
 use super::rules::RuleBook;
 use super::scope::{LimitKey, Scope};
@@ -491,90 +490,6 @@ impl Scheduler {
         true
     }
 
-    /// Pauses the queue of `key` (created, empty, if it does not exist): its entries stay but
-    /// none is dispatched until [`Scheduler::resume`]. Running attempts are not stopped.
-    pub fn pause(&mut self, key: &QueueKey, now: u64) {
-        if !self.paused.insert(key.clone()) {
-            return;
-        }
-        let Some(&q) = self.queue_index.get(key) else {
-            // Listed from now on, empty and paused, so an operator can see and resume it.
-            self.queue_for(key, now);
-            return;
-        };
-        self.leave_waiters(q);
-        if let Some(from) = self.queue_mut(q).woken_from.take() {
-            self.settle(from.0);
-        }
-        if self.queue(q).state == State::Ready {
-            self.ring.retain(|r| *r != q);
-        }
-        let queue = self.queue_mut(q);
-        queue.state = State::Paused;
-        queue.credit = 0;
-        queue.since = now;
-        self.wake_pending(now);
-    }
-
-    /// Resumes the queue of `key`: it takes its turn again.
-    pub fn resume(&mut self, key: &QueueKey, now: u64) {
-        if !self.paused.remove(key) {
-            return;
-        }
-        let Some(&q) = self.queue_index.get(key) else {
-            return;
-        };
-        let queue = self.queue_mut(q);
-        queue.since = now;
-        if queue.len() > 0 {
-            queue.state = State::Ready;
-            self.ring.push_back(q);
-        } else {
-            queue.state = State::Idle;
-            self.go_idle(q, now);
-        }
-    }
-
-    /// The key of the live queue with index `index`.
-    pub fn queue_key(&self, index: u32) -> Option<QueueKey> {
-        let queue = self.queues.get(index as usize)?.as_ref()?;
-        Some(queue.key.clone())
-    }
-
-    /// Whether the queue of `key` is paused.
-    pub fn is_paused(&self, key: &QueueKey) -> bool {
-        self.paused.contains(key)
-    }
-
-    /// Every paused queue's key.
-    pub fn paused(&self) -> impl Iterator<Item = &QueueKey> {
-        self.paused.iter()
-    }
-
-    /// Removes a queued (not delayed, not running) entry; true if it was there.
-    pub fn remove(&mut self, q: QueueId, entry: EntryId, now: u64) -> bool {
-        let Some(Some(queue)) = self.queues.get_mut(q.0 as usize) else {
-            return false;
-        };
-        let found = [&mut queue.resumed, &mut queue.new]
-            .into_iter()
-            .any(|list| {
-                list.iter()
-                    .position(|e| *e == entry)
-                    .and_then(|at| list.remove(at))
-                    .is_some()
-            });
-        if found {
-            self.deadlines.forget(entry);
-            if let Some(path) = self.queue(q).path {
-                self.limiter.count_queued(&path, false);
-            }
-            // The head may have changed: a parked queue looks again.
-            self.unpark(q, now);
-        }
-        found
-    }
-
     /// Runs what can run now, fairly; moves due timers into their queues and wakes queues
     /// whose token is due first.
     pub fn poll_runnable(&mut self, now: u64) -> Vec<Dispatch> {
@@ -877,37 +792,6 @@ impl Scheduler {
         self.wake_pending(now);
     }
 
-    /// What the end of the attempt behind `permit` says about its deployment (before the
-    /// permit is released): it paces the deployment's next attempts.
-    pub fn report(&mut self, permit: &Permit, signal: Signal, now: u64) {
-        if let Some(gate) = permit.gates.deployment {
-            self.nudge |= self.gates.gate(gate).observe(signal, now);
-        }
-    }
-
-    /// The registry's gates changed: every queue looks its gates up again, and the queues
-    /// parked at gates look again. Otherwise queues parked at gates with room wake.
-    fn refresh_gates(&mut self, now: u64) {
-        let changed = self.gates.changed();
-        if changed {
-            for slot in 0..self.queues.len() {
-                let Some(queue) = self.queues[slot].as_ref() else {
-                    continue;
-                };
-                let service = queue.key.service.clone();
-                let old = queue.gates;
-                let new = self.gates.resolve(&service);
-                self.queues[slot].as_mut().expect("live queue").gates = new;
-                self.gates.unref(old);
-            }
-        }
-        self.gates.wake(now, changed, self.member, &mut self.woken);
-        if changed {
-            self.gates.drop_unreferenced();
-        }
-        self.wake_pending(now);
-    }
-
     /// Records that `entry` holds the object lock of `key` although it is not queued (it was
     /// suspended when the process restarted). `None` when the key has no lock.
     pub fn hold(&mut self, key: &QueueKey, entry: EntryId, now: u64) -> Option<LockId> {
@@ -927,74 +811,6 @@ impl Scheduler {
     pub fn unlock(&mut self, lock: LockId, entry: EntryId, now: u64) {
         self.locks.release(lock, entry, &mut self.woken);
         self.wake_pending(now);
-    }
-
-    /// A new rule book: counters re-resolve lazily; waiters that now fit are woken.
-    pub fn on_rules_changed(&mut self, book: Arc<RuleBook>, now: u64) {
-        self.book = book;
-        self.limiter.on_rules_changed(&self.book, &mut self.woken);
-        self.wake_pending(now);
-    }
-
-    /// Every live counter with usage, limit, availability and waiters.
-    pub fn counters(&mut self, now: u64) -> Vec<CounterSnapshot> {
-        self.limiter.snapshot(&self.book, now)
-    }
-
-    /// Counts how long the new entry a permit was given for waited before it started, at the
-    /// counters it holds (see [`Limiter::record_wait`]).
-    pub fn record_wait(&mut self, permit: &Permit, ms: u64) {
-        if let Some(counters) = &permit.counters {
-            self.limiter.record_wait(counters.path(), ms);
-        }
-    }
-
-    /// Quota uses changed since the last call, to store (see [`Limiter::take_quota_writes`]).
-    pub fn take_quota_writes(&mut self) -> Vec<(String, crate::quota::QuotaUse)> {
-        self.limiter.take_quota_writes()
-    }
-
-    /// At recovery: a counter's stored quota use (see [`Limiter::restore_quota`]).
-    pub fn restore_quota(&mut self, key: String, used: crate::quota::QuotaUse, now: u64) -> bool {
-        self.limiter.restore_quota(key, used, now)
-    }
-
-    /// What resetting the quotas `pattern` matches would store (see
-    /// [`Limiter::quota_reset_plan`]).
-    pub fn quota_reset_plan(
-        &self,
-        pattern: &crate::RulePattern,
-    ) -> Vec<(String, crate::quota::QuotaUse)> {
-        self.limiter.quota_reset_plan(pattern)
-    }
-
-    /// Resets the quotas `pattern` matches (see [`Limiter::reset_quota`]); queues waiting for
-    /// the next window look again at once.
-    pub fn reset_quota(&mut self, pattern: &crate::RulePattern, now: u64) -> usize {
-        let reset = self.limiter.reset_quota(pattern);
-        if reset > 0 {
-            let book = Arc::clone(&self.book);
-            self.on_rules_changed(book, now);
-        }
-        reset
-    }
-
-    /// Admissions since start by rule and level (see [`Limiter::admissions`]).
-    pub fn admissions(&self) -> Vec<crate::limiter::RuleAdmissions> {
-        self.limiter.admissions()
-    }
-
-    /// Every held object lock: scope, service, object key, the entry holding it, and when it
-    /// took it (ms).
-    pub fn held_locks(&self) -> Vec<(LockKey, EntryId, u64)> {
-        self.locks.held()
-    }
-
-    /// Whether the queue of `key` is in the ring, waiting for its turn (not parked, not empty).
-    pub fn is_ready(&self, key: &QueueKey) -> bool {
-        self.queue_index
-            .get(key)
-            .is_some_and(|id| self.queue(*id).state == State::Ready)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::gates::{DeploymentLimits, Gate};
-use crate::pacing::PacingConfig;
+use crate::pacing::{PacingConfig, Signal};
 
 fn key(service: &str, object: Option<&str>) -> QueueKey {
     QueueKey {

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use super::QueueId;
+use super::{Permit, QueueId, Scheduler};
 use crate::gates::{Gate, Gates};
+use crate::pacing::Signal;
 
 /// The gates a queue's attempts pass, as indexes into the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -271,5 +272,38 @@ impl GateTable {
             .iter()
             .filter_map(|index| self.gate(*index).closed_until(now))
             .min()
+    }
+}
+
+impl Scheduler {
+    /// What the end of the attempt behind `permit` says about its deployment (before the
+    /// permit is released): it paces the deployment's next attempts.
+    pub fn report(&mut self, permit: &Permit, signal: Signal, now: u64) {
+        if let Some(gate) = permit.gates.deployment {
+            self.nudge |= self.gates.gate(gate).observe(signal, now);
+        }
+    }
+
+    /// The registry's gates changed: every queue looks its gates up again, and the queues
+    /// parked at gates look again. Otherwise queues parked at gates with room wake.
+    pub(super) fn refresh_gates(&mut self, now: u64) {
+        let changed = self.gates.changed();
+        if changed {
+            for slot in 0..self.queues.len() {
+                let Some(queue) = self.queues[slot].as_ref() else {
+                    continue;
+                };
+                let service = queue.key.service.clone();
+                let old = queue.gates;
+                let new = self.gates.resolve(&service);
+                self.queues[slot].as_mut().expect("live queue").gates = new;
+                self.gates.unref(old);
+            }
+        }
+        self.gates.wake(now, changed, self.member, &mut self.woken);
+        if changed {
+            self.gates.drop_unreferenced();
+        }
+        self.wake_pending(now);
     }
 }
