@@ -242,3 +242,96 @@ fn a_registry_change_moves_queues_to_the_new_gates_and_wakes_them() {
 fn ids(dispatches: &[Dispatch]) -> Vec<EntryId> {
     dispatches.iter().map(|d| d.entry).collect()
 }
+
+mod shared {
+    //! Two partitions over one deployment gate, driven the way the runtime drives them: the
+    //! one an event reaches polls, and every partition a give-back names is nudged to poll,
+    //! until nobody is named. Then, whatever happened, the gate counts exactly what runs and
+    //! nothing waits while it has room (no wake-up lost between partitions).
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// An entry arrives at partition `.0` with priority class `.1`.
+        Arrive(usize, u8),
+        /// Partition `.0`'s `.1`-th running attempt ends.
+        End(usize, usize),
+        /// The deployment declares a new limit.
+        Declare(u32),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0..2usize, 0..3u8).prop_map(|(p, c)| Step::Arrive(p, c)),
+            4 => (0..2usize, any::<usize>()).prop_map(|(p, i)| Step::End(p, i)),
+            1 => (1..5u32).prop_map(Step::Declare),
+        ]
+    }
+
+    fn key(class: u8) -> QueueKey {
+        QueueKey {
+            priority: crate::priority::Priority::try_from(class * 4).unwrap(),
+            ..super::key("S", None)
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn no_wake_up_is_lost_between_partitions(steps in prop::collection::vec(step(), 1..300)) {
+            let gates = Arc::new(Gates::new(PacingConfig { enabled: false, ..PacingConfig::default() }));
+            gates.sync(&[deployment("dp", Some(2), &[("S", None)])]);
+            let (a, b) = pair(&gates);
+            let mut parts = [a, b];
+            let mut running: [Vec<Dispatch>; 2] = [Vec::new(), Vec::new()];
+            let mut next = 0;
+            for (now, step) in steps.into_iter().enumerate() {
+                let now = now as u64;
+                let first = match step {
+                    Step::Arrive(p, class) => {
+                        next += 1;
+                        parts[p].enqueue(&key(class), next, EntryKind::New, None, now);
+                        p
+                    }
+                    Step::End(p, i) => {
+                        if running[p].is_empty() {
+                            continue;
+                        }
+                        let done = running[p].remove(i % running[p].len());
+                        parts[p].release(done.permit, now);
+                        p
+                    }
+                    Step::Declare(limit) => {
+                        gates.sync(&[deployment("dp", Some(limit), &[("S", None)])]);
+                        // The registry nudges every partition after a change.
+                        0
+                    }
+                };
+                let mut to_poll: Vec<usize> = match step {
+                    Step::Declare(_) => vec![0, 1],
+                    _ => vec![first],
+                };
+                let mut rounds = 0;
+                while let Some(p) = to_poll.pop() {
+                    rounds += 1;
+                    prop_assert!(rounds < 100, "nudges never settle");
+                    running[p].extend(parts[p].poll_runnable(now));
+                    let nudged = parts[p].take_nudges();
+                    for other in 0..2 {
+                        if other != p && Gate::names(nudged, other as u32) && !to_poll.contains(&other) {
+                            to_poll.push(other);
+                        }
+                    }
+                }
+                let gate = gates.for_service("S").deployment.unwrap();
+                let runs = (running[0].len() + running[1].len()) as u32;
+                prop_assert_eq!(gate.used(), runs, "the gate counts what runs");
+                let waiting: usize = parts.iter().flat_map(|p| p.queues()).map(|q| q.queued).sum();
+                if gate.limit().is_some_and(|l| runs < l) {
+                    prop_assert_eq!(waiting, 0, "{} wait while the gate has room ({} of {:?})", waiting, runs, gate.limit());
+                }
+            }
+        }
+    }
+}
