@@ -69,6 +69,7 @@ impl Metrics {
         &self,
         runtime: &Runtime,
         kafka: &crate::kafka::Kafka,
+        registry: &crate::registry::Registry,
     ) -> Result<String, CodedError> {
         let counters = runtime.counters().await?;
         let partitions = runtime.metrics().await?;
@@ -110,6 +111,18 @@ impl Metrics {
             metrics::counter!(names::FLOW_EXPIRED, "rule" => rule, "level" => level).absolute(n);
         }
         metrics::gauge!(names::QUEUES_PAUSED).set(paused as f64);
+        for gate in registry.gates().snapshot(crate::clock::now_ms()) {
+            let limit = match (gate.declared, gate.window) {
+                (Some(d), Some(w)) => Some(d.min(w)),
+                (d, w) => d.or(w),
+            };
+            metrics::gauge!(names::DEPLOYMENT_RUNNING, "deployment" => gate.name.clone())
+                .set(f64::from(gate.used));
+            if let Some(limit) = limit {
+                metrics::gauge!(names::DEPLOYMENT_LIMIT, "deployment" => gate.name)
+                    .set(f64::from(limit));
+            }
+        }
         metrics::gauge!(names::HELD_INVOCATIONS).set(held as f64);
         metrics::gauge!(names::HELD_MEMORY).set(held_bytes as f64);
         for (state, (n, bytes)) in states {

@@ -98,6 +98,18 @@ async fn a_limit_the_manifest_declares_bounds_its_deployment_and_says_so() {
         blocked >= 1,
         "sys_scheduler shows the queue held by the deployment"
     );
+    let gate = waiting["deployment"].as_str().unwrap();
+    let metrics = sluice.metrics().await;
+    let series = |name: &str| format!("{name}{{deployment=\"{gate}\"}}");
+    assert_eq!(
+        metrics.get(&series("sluice_deployment_limit")),
+        Some(&3.0),
+        "{metrics:?}"
+    );
+    assert_eq!(
+        metrics.get(&series("sluice_deployment_running")),
+        Some(&3.0)
+    );
     completed(&sluice, 8, Duration::from_secs(30)).await;
     assert_eq!(
         peak_in_handler(&sluice, 8).await,

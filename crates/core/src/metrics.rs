@@ -66,6 +66,11 @@ pub const FLOW_ADAPTIVE_LIMIT: &str = "sluice_flow_adaptive_limit";
 pub const FLOW_SHADOW_WOULD_WAIT: &str = "sluice_flow_shadow_would_wait";
 /// Arrivals shadow rules would have refused, by `rule` and `level`.
 pub const FLOW_SHADOW_WOULD_REJECT: &str = "sluice_flow_shadow_would_reject";
+/// Attempts running through a deployment's gate on this node, by `deployment`.
+pub const DEPLOYMENT_RUNNING: &str = "sluice_deployment_running";
+/// What a deployment's gate lets run now (its declared limit, or its paced-drain window), by
+/// `deployment`; absent while unlimited.
+pub const DEPLOYMENT_LIMIT: &str = "sluice_deployment_limit";
 /// Waiting invocations of the `metrics.top-scopes` busiest scopes, by `scope` (opt-in).
 pub const FLOW_TOP_SCOPE_HELD: &str = "sluice_flow_scope_held";
 /// Scheduler queues paused by an operator.
@@ -199,6 +204,14 @@ pub fn describe() {
         "Arrivals shadow rules would have refused, at live counters, by rule and level."
     );
     describe_gauge!(QUEUES_PAUSED, "Scheduler queues paused by an operator.");
+    describe_gauge!(
+        DEPLOYMENT_RUNNING,
+        "Attempts running through a deployment's gate on this node, by deployment."
+    );
+    describe_gauge!(
+        DEPLOYMENT_LIMIT,
+        "What a deployment's gate lets run now (declared limit or paced-drain window), by deployment."
+    );
     describe_gauge!(
         HELD_INVOCATIONS,
         "Held invocations resting in compact form."

@@ -37,7 +37,9 @@ pub async fn metrics(State(state): State<Arc<AdminState>>) -> Result<Response, A
                 .set(p.lag as f64);
         }
     }
-    let text = metrics.render(&state.runtime, &state.kafka).await?;
+    let text = metrics
+        .render(&state.runtime, &state.kafka, &state.registry)
+        .await?;
     Ok((
         [(
             header::CONTENT_TYPE,
