@@ -110,6 +110,17 @@ async fn a_limit_the_manifest_declares_bounds_its_deployment_and_says_so() {
         metrics.get(&series("sluice_deployment_running")),
         Some(&3.0)
     );
+    let gates: Value = sluice
+        .admin(reqwest::Method::GET, "/limits/deployments")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(gates["gates"][0]["deployment"], gate, "{gates}");
+    assert_eq!(gates["gates"][0]["declared"], 3, "{gates}");
+    assert_eq!(gates["gates"][0]["running"], 3, "{gates}");
     completed(&sluice, 8, Duration::from_secs(30)).await;
     assert_eq!(
         peak_in_handler(&sluice, 8).await,

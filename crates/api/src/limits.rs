@@ -311,6 +311,32 @@ pub struct ListCountersResponse {
     pub counters: Vec<CounterResponse>,
 }
 
+/// One deployment gate on this node (`GET /limits/deployments`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeploymentGateResponse {
+    /// The deployment id, or `id/Service` for a service's own limit.
+    pub deployment: String,
+    /// The concurrency its manifest declares (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<u32>,
+    /// The window of its paced drain while it recovers from an outage (absent: not paced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_window: Option<u32>,
+    /// Attempts running through it now.
+    pub running: u32,
+    /// Nothing new starts on it before then (a `Retry-After` it answered, or the next round of
+    /// probes while it is unreachable), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_until: Option<String>,
+}
+
+/// `GET /limits/deployments`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct ListDeploymentGatesResponse {
+    /// Every deployment gate, by name.
+    pub gates: Vec<DeploymentGateResponse>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

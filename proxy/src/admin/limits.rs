@@ -361,6 +361,29 @@ pub async fn history(State(state): State<Arc<AdminState>>) -> Json<FlowHistoryRe
     )
 }
 
+/// Deployment gates on this node: the concurrency each deployment's manifest declares, its
+/// paced-drain window after an outage, what runs through it, and until when it is closed.
+#[utoipa::path(get, path = "/limits/deployments", tag = "limits", operation_id = "list_deployment_gates",
+    responses((status = 200, body = sluice_api::limits::ListDeploymentGatesResponse)))]
+pub async fn deployment_gates(
+    State(state): State<Arc<AdminState>>,
+) -> Json<sluice_api::limits::ListDeploymentGatesResponse> {
+    let gates = state
+        .registry
+        .gates()
+        .snapshot(crate::clock::now_ms())
+        .into_iter()
+        .map(|g| sluice_api::limits::DeploymentGateResponse {
+            deployment: g.name,
+            declared: g.declared,
+            drain_window: g.window,
+            running: g.used,
+            closed_until: g.closed_until_ms.and_then(crate::clock::rfc3339),
+        })
+        .collect();
+    Json(sluice_api::limits::ListDeploymentGatesResponse { gates })
+}
+
 /// Live flow-control counters: usage, limit, free slots, waiters and the rule, per level.
 #[utoipa::path(get, path = "/limits/counters", tag = "limits", operation_id = "list_counters",
     responses((status = 200, body = ListCountersResponse)))]

@@ -211,6 +211,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::apply))
         .routes(routes!(limits::counters))
+        .routes(routes!(limits::deployment_gates))
         .routes(routes!(limits::history))
         .routes(routes!(limits::reset_quota))
         .routes(routes!(vqueues::list))
