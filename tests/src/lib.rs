@@ -859,6 +859,24 @@ impl Sluice {
             .collect()
     }
 
+    /// Sends a one-way call through the ingress at `path` (e.g. `/Meter/timed/send`) with a
+    /// JSON `body`; answers its invocation id.
+    pub async fn send(&self, path: &str, body: &impl serde::Serialize) -> String {
+        let sent: serde_json::Value = reqwest::Client::new()
+            .post(format!("{}{path}", self.ingress_url))
+            .json(body)
+            .send()
+            .await
+            .expect("ingress reachable")
+            .json()
+            .await
+            .expect("a JSON answer");
+        sent["invocationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id: {sent}"))
+            .to_owned()
+    }
+
     /// Runs `sql` through `POST /query` with a JSON answer: status and answer.
     pub async fn query(&self, sql: &str) -> (u16, serde_json::Value) {
         let resp = self

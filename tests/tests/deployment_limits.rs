@@ -10,19 +10,18 @@ use sluice_tests::{Sluice, TestDeployment, call_json, free_port};
 
 /// Sends `Meter/timed("<label> <millis>")`; answers its invocation id.
 async fn send(sluice: &Sluice, label: &str, millis: u64) -> String {
-    let sent: Value = reqwest::Client::new()
-        .post(format!("{}/Meter/timed/send", sluice.ingress_url))
-        .json(&format!("{label} {millis}"))
-        .send()
+    sluice
+        .send("/Meter/timed/send", &format!("{label} {millis}"))
         .await
-        .unwrap()
-        .json()
+}
+
+/// Waits until invocation `id` says a deployment gate holds it; answers what it said.
+async fn waits_at_gate(sluice: &Sluice, id: &str) -> Value {
+    sluice
+        .invocation_until(id, "a deployment-concurrency wait", |seen| {
+            seen["waiting"]["blocked_on"] == "deployment-concurrency"
+        })
         .await
-        .unwrap();
-    sent["invocationId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no id: {sent}"))
-        .to_owned()
 }
 
 /// Waits until `n` `Meter` invocations completed.
@@ -76,11 +75,7 @@ async fn a_limit_the_manifest_declares_bounds_its_deployment_and_says_so() {
     for i in 0..8 {
         ids.push(send(&sluice, &format!("d{i}"), 600).await);
     }
-    let why = sluice
-        .invocation_until(&ids[7], "a deployment-concurrency wait", |seen| {
-            seen["waiting"]["blocked_on"] == "deployment-concurrency"
-        })
-        .await;
+    let why = waits_at_gate(&sluice, &ids[7]).await;
     let waiting = &why["waiting"];
     assert_eq!(waiting["limit"], 3, "{why}");
     assert!(
@@ -141,11 +136,7 @@ async fn a_service_limit_holds_that_service_only() {
     for i in 0..4 {
         ids.push(send(&sluice, &format!("s{i}"), 2_000).await);
     }
-    let why = sluice
-        .invocation_until(&ids[3], "a deployment-concurrency wait", |seen| {
-            seen["waiting"]["blocked_on"] == "deployment-concurrency"
-        })
-        .await;
+    let why = waits_at_gate(&sluice, &ids[3]).await;
     assert!(
         why["waiting"]["deployment"]
             .as_str()

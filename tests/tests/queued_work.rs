@@ -23,19 +23,12 @@ fn epoch_ms() -> u64 {
 /// Sends `Meter/timed("<label> <millis>")` under `path_prefix` (e.g. `/service/scope/s`) and
 /// answers its invocation id.
 async fn send_timed(sluice: &Sluice, prefix: &str, label: &str, millis: u64) -> String {
-    let sent: Value = reqwest::Client::new()
-        .post(format!("{}{prefix}/send/Meter/timed", sluice.ingress_url))
-        .json(&format!("{label} {millis}"))
-        .send()
+    sluice
+        .send(
+            &format!("{prefix}/send/Meter/timed"),
+            &format!("{label} {millis}"),
+        )
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    sent["invocationId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no id: {sent}"))
-        .to_owned()
 }
 
 /// Waits until `Meter/timed` has recorded `n` calls; answers them (label, start, end).

@@ -10,22 +10,12 @@ use sluice_tests::{Sluice, TestDeployment, call_json, cli};
 
 /// Sends `Meter/timed("<label> 10")` in scope `qt` under `key`; answers its invocation id.
 async fn send(sluice: &Sluice, key: &str, label: &str) -> String {
-    let sent: Value = reqwest::Client::new()
-        .post(format!(
-            "{}/service/scope/qt/send/Meter/timed?limit-key={key}",
-            sluice.ingress_url
-        ))
-        .json(&format!("{label} 10"))
-        .send()
+    sluice
+        .send(
+            &format!("/service/scope/qt/send/Meter/timed?limit-key={key}"),
+            &format!("{label} 10"),
+        )
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    sent["invocationId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no id: {sent}"))
-        .to_owned()
 }
 
 /// The labels `Meter/timed` ran since the last look, sorted.

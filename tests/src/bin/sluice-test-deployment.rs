@@ -680,21 +680,22 @@ impl Fleet {
             });
             return full(http::StatusCode::OK, stats.to_string());
         }
-        let invoke = path.starts_with("/invoke/");
-        let guard = if invoke && self.capacity.is_some() {
-            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            self.peak.fetch_max(now, Ordering::SeqCst);
-            let guard = InFlight(std::sync::Arc::clone(&self.in_flight));
-            if self.capacity.is_some_and(|c| now > c) {
-                self.refused.fetch_add(1, Ordering::SeqCst);
-                return full(
-                    http::StatusCode::SERVICE_UNAVAILABLE,
-                    "over capacity".into(),
-                );
+        let capacity = self.capacity.filter(|_| path.starts_with("/invoke/"));
+        let guard = match capacity {
+            Some(capacity) => {
+                let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                self.peak.fetch_max(now, Ordering::SeqCst);
+                let guard = InFlight(std::sync::Arc::clone(&self.in_flight));
+                if now > capacity {
+                    self.refused.fetch_add(1, Ordering::SeqCst);
+                    return full(
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "over capacity".into(),
+                    );
+                }
+                Some(guard)
             }
-            Some(guard)
-        } else {
-            None
+            None => None,
         };
         let Ok(response) = service.call(req).await;
         let (parts, body) = response.into_parts();
