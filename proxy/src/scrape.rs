@@ -112,13 +112,9 @@ impl Metrics {
         }
         metrics::gauge!(names::QUEUES_PAUSED).set(paused as f64);
         for gate in registry.gates().snapshot(crate::clock::now_ms()) {
-            let limit = match (gate.declared, gate.window) {
-                (Some(d), Some(w)) => Some(d.min(w)),
-                (d, w) => d.or(w),
-            };
             metrics::gauge!(names::DEPLOYMENT_RUNNING, "deployment" => gate.name.clone())
                 .set(f64::from(gate.used));
-            if let Some(limit) = limit {
+            if let Some(limit) = gate.limit {
                 metrics::gauge!(names::DEPLOYMENT_LIMIT, "deployment" => gate.name)
                     .set(f64::from(limit));
             }

@@ -48,6 +48,8 @@ pub struct GateSnapshot {
     pub declared: Option<u32>,
     /// The paced-drain window, while it recovers.
     pub window: Option<u32>,
+    /// What may run through it now: the declared limit, capped by the window.
+    pub limit: Option<u32>,
     /// Attempts running through it (on this node).
     pub used: u32,
     /// New attempts wait until then (ms since the epoch), after a `Retry-After`.
@@ -127,12 +129,6 @@ impl Gate {
             .fetch_or(1 << (member % MEMBERS), Ordering::AcqRel);
     }
 
-    /// Whether a take at `now` could succeed (racy: a hint for waking waiters).
-    pub fn has_room(&self, now: u64) -> bool {
-        self.closed_until(now).is_none()
-            && self.used.load(Ordering::Acquire) < self.limit.load(Ordering::Relaxed)
-    }
-
     /// Slots a take at `now` could find (racy, a hint).
     pub fn room(&self, now: u64) -> u32 {
         if self.closed_until(now).is_some() {
@@ -168,9 +164,7 @@ impl Gate {
         }
         let mut pacer = pacer.lock().unwrap_or_else(|e| e.into_inner());
         let grew = pacer.observe(signal, self.used(), now);
-        let declared = self.declared();
-        let limit = pacer.window().map_or(declared, |w| w.min(declared));
-        self.limit.store(limit, Ordering::Relaxed);
+        self.set_limit(self.declared(), pacer.window());
         self.paced
             .store(pacer.window().is_some(), Ordering::Release);
         self.closed_until
@@ -183,33 +177,38 @@ impl Gate {
         self.declared.load(Ordering::Relaxed)
     }
 
-    fn declare(&self, declared: Option<u32>) -> u64 {
-        let declared = declared.unwrap_or(UNLIMITED);
-        if self.declared.swap(declared, Ordering::Relaxed) == declared {
-            return 0;
-        }
-        let window = self
-            .pacer
-            .as_ref()
-            .and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).window());
+    /// What may run: the declared limit, capped by the pacing window.
+    fn set_limit(&self, declared: u32, window: Option<u32>) {
         self.limit.store(
             window.map_or(declared, |w| w.min(declared)),
             Ordering::Relaxed,
         );
-        self.collect_waiters()
+    }
+
+    /// The pacing window, while paced.
+    fn window(&self) -> Option<u32> {
+        self.pacer
+            .as_ref()
+            .and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).window())
+    }
+
+    /// A new declared limit. Waiters are not nudged here: a change of the gates bumps their
+    /// generation, and every scheduler wakes its queues parked at gates when it sees that.
+    fn declare(&self, declared: Option<u32>) {
+        let declared = declared.unwrap_or(UNLIMITED);
+        if self.declared.swap(declared, Ordering::Relaxed) != declared {
+            self.set_limit(declared, self.window());
+        }
     }
 
     /// What operators see.
     pub fn snapshot(&self, now: u64) -> GateSnapshot {
         let declared = self.declared();
-        let window = self
-            .pacer
-            .as_ref()
-            .and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).window());
         GateSnapshot {
             name: self.name.to_string(),
             declared: (declared != UNLIMITED).then_some(declared),
-            window,
+            window: self.window(),
+            limit: self.limit(),
             used: self.used(),
             closed_until_ms: self.closed_until(now),
         }
@@ -241,6 +240,21 @@ pub struct DeploymentLimits {
     pub services: Vec<(String, Option<u32>)>,
 }
 
+#[cfg(test)]
+impl DeploymentLimits {
+    /// For tests: deployment `id` declaring `concurrency`, serving `services` with theirs.
+    pub(crate) fn of(id: &str, concurrency: Option<u32>, services: &[(&str, Option<u32>)]) -> Self {
+        Self {
+            id: id.into(),
+            concurrency,
+            services: services
+                .iter()
+                .map(|(s, l)| ((*s).to_owned(), *l))
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Table {
     by_name: HashMap<Box<str>, Arc<Gate>>,
@@ -256,8 +270,6 @@ pub struct Gates {
     /// Bumps on every change, so schedulers know when to look their queues' gates up again.
     generation: AtomicU64,
     next_id: AtomicU64,
-    /// Members to nudge after a change let waiters through.
-    nudge: AtomicU64,
 }
 
 impl Default for Gates {
@@ -274,7 +286,6 @@ impl Gates {
             table: RwLock::new(Table::default()),
             generation: AtomicU64::new(1),
             next_id: AtomicU64::new(1),
-            nudge: AtomicU64::new(0),
         }
     }
 
@@ -316,11 +327,10 @@ impl Gates {
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
         let mut by_name = HashMap::new();
         let mut by_service = HashMap::new();
-        let mut nudge = 0;
         let mut gate = |name: &str, declared: Option<u32>, paced: bool| {
             let gate = match table.by_name.get(name) {
                 Some(gate) => {
-                    nudge |= gate.declare(declared);
+                    gate.declare(declared);
                     Arc::clone(gate)
                 }
                 None => Arc::new(Gate::new(
@@ -352,16 +362,7 @@ impl Gates {
             by_service,
         };
         drop(table);
-        self.nudge.fetch_or(nudge, Ordering::AcqRel);
         self.generation.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Members waiting at a gate a change made room at, since the last call.
-    pub fn take_nudges(&self) -> u64 {
-        if self.nudge.load(Ordering::Acquire) == 0 {
-            return 0;
-        }
-        self.nudge.swap(0, Ordering::AcqRel)
     }
 
     /// Every live gate, by name.
@@ -377,28 +378,17 @@ impl Gates {
 mod tests {
     use super::*;
 
-    fn limits(
-        id: &str,
-        concurrency: Option<u32>,
-        services: &[(&str, Option<u32>)],
-    ) -> DeploymentLimits {
-        DeploymentLimits {
-            id: id.into(),
-            concurrency,
-            services: services
-                .iter()
-                .map(|(s, l)| ((*s).to_owned(), *l))
-                .collect(),
-        }
-    }
-
     #[test]
     fn a_declared_limit_bounds_and_names_its_waiters() {
         let gates = Gates::new(PacingConfig {
             enabled: false,
             ..PacingConfig::default()
         });
-        gates.sync(&[limits("dp_1", Some(2), &[("a", None), ("b", Some(1))])]);
+        gates.sync(&[DeploymentLimits::of(
+            "dp_1",
+            Some(2),
+            &[("a", None), ("b", Some(1))],
+        )]);
         let a = gates.for_service("a");
         let gate = a.deployment.expect("declared");
         assert!(a.service.is_none());
@@ -411,21 +401,24 @@ mod tests {
     }
 
     #[test]
-    fn a_deployment_keeps_its_gate_across_changes_and_a_raised_limit_wakes_waiters() {
+    fn a_deployment_keeps_its_gate_across_changes_and_a_raised_limit_is_seen() {
         let gates = Gates::default();
         let before = gates.generation();
-        gates.sync(&[limits("dp_1", Some(1), &[("a", None)])]);
+        gates.sync(&[DeploymentLimits::of("dp_1", Some(1), &[("a", None)])]);
         assert!(gates.generation() > before);
         let gate = gates.for_service("a").deployment.expect("gate");
         assert!(gate.take_or_wait(0, 0) && !gate.take_or_wait(3, 0));
-        gates.sync(&[limits("dp_1", Some(4), &[("a", None)])]);
+        gates.sync(&[DeploymentLimits::of("dp_1", Some(4), &[("a", None)])]);
         let again = gates.for_service("a").deployment.expect("gate");
         assert_eq!(again.id(), gate.id());
         assert_eq!(again.used(), 1, "what runs stays counted");
-        assert!(Gate::names(gates.take_nudges(), 3));
+        assert!(
+            gates.generation() > before + 1,
+            "schedulers see the change and look again"
+        );
         assert!(again.take_or_wait(3, 0));
         // Pacing on: an undeclared deployment still has a gate, unlimited until it fails.
-        gates.sync(&[limits("dp_2", None, &[("a", None)])]);
+        gates.sync(&[DeploymentLimits::of("dp_2", None, &[("a", None)])]);
         let paced = gates.for_service("a").deployment.expect("paced gate");
         assert_ne!(paced.id(), gate.id());
         assert_eq!(paced.limit(), None);
@@ -434,7 +427,7 @@ mod tests {
     #[test]
     fn failures_pace_a_deployment_and_retry_after_closes_it() {
         let gates = Gates::default();
-        gates.sync(&[limits("dp_1", None, &[("a", None)])]);
+        gates.sync(&[DeploymentLimits::of("dp_1", None, &[("a", None)])]);
         let gate = gates.for_service("a").deployment.expect("gate");
         for _ in 0..10 {
             assert!(gate.take_or_wait(0, 0));
@@ -462,9 +455,9 @@ mod tests {
         );
         gate.give_back();
         gate.give_back();
-        assert!(!gate.has_room(500), "closed for its Retry-After");
+        assert_eq!(gate.room(500), 0, "closed for its Retry-After");
         assert!(!gate.take_or_wait(1, 500));
-        assert!(gate.has_room(1_100));
+        assert!(gate.room(1_100) > 0);
         assert_eq!(gate.snapshot(500).closed_until_ms, Some(1_100));
     }
 }

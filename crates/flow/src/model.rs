@@ -282,11 +282,11 @@ impl Model {
     }
 
     fn deployment(limit: u32) -> DeploymentLimits {
-        DeploymentLimits {
-            id: "dp".into(),
-            concurrency: NonZeroU32::new(limit).map(NonZeroU32::get),
-            services: vec![("S".into(), None)],
-        }
+        DeploymentLimits::of(
+            "dp",
+            NonZeroU32::new(limit).map(NonZeroU32::get),
+            &[("S", None)],
+        )
     }
 
     fn gate(&self) -> Arc<Gate> {

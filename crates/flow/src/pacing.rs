@@ -138,8 +138,7 @@ impl Pacer {
                 }
                 // Unreachable: the next round of probes waits, longer each round.
                 if first_of_round || self.window.is_none() {
-                    let until = now_ms.saturating_add(self.probe_ms.min(self.config.max_probe_ms));
-                    self.closed_until_ms = self.closed_until_ms.max(until);
+                    self.close_for(now_ms, self.probe_ms.min(self.config.max_probe_ms));
                     self.probe_ms = self
                         .probe_ms
                         .saturating_mul(2)
@@ -148,17 +147,14 @@ impl Pacer {
                 // And it starts again from the smallest window, whatever ran.
                 if self.window != Some(self.config.initial_window) {
                     let before = self.window.unwrap_or(self.config.open_window);
-                    self.threshold = (before / 2).max(self.config.initial_window);
-                    self.window = Some(self.config.initial_window);
-                    self.credit = 0;
-                    self.shrunk_for = running.saturating_sub(1);
+                    let threshold = (before / 2).max(self.config.initial_window);
+                    self.shrink(self.config.initial_window, threshold, running);
                 }
                 false
             }
             Signal::Overloaded { retry_after_ms } => {
                 if let Some(after) = retry_after_ms {
-                    let until = now_ms.saturating_add(after.min(self.config.max_closed_ms));
-                    self.closed_until_ms = self.closed_until_ms.max(until);
+                    self.close_for(now_ms, after.min(self.config.max_closed_ms));
                 }
                 if first_of_round || self.window.is_none() {
                     // Halved from what ran (not paced yet) or from the window, once per round.
@@ -166,14 +162,25 @@ impl Pacer {
                     let half = (from / 2)
                         .max(self.config.initial_window)
                         .min(self.config.open_window);
-                    self.threshold = half;
-                    self.window = Some(half);
-                    self.credit = 0;
-                    self.shrunk_for = running.saturating_sub(1);
+                    self.shrink(half, half, running);
                 }
                 false
             }
         }
+    }
+
+    /// Paces at `window`, slow start up to `threshold`; the outcomes of the other attempts
+    /// that ran beside this one do not shrink it again.
+    fn shrink(&mut self, window: u32, threshold: u32, running: u32) {
+        self.threshold = threshold;
+        self.window = Some(window);
+        self.credit = 0;
+        self.shrunk_for = running.saturating_sub(1);
+    }
+
+    /// New attempts wait `ms` from `now_ms` (or longer, if already closed longer).
+    fn close_for(&mut self, now_ms: u64, ms: u64) {
+        self.closed_until_ms = self.closed_until_ms.max(now_ms.saturating_add(ms));
     }
 
     /// One success: +1 below the threshold (doubling per round), +1 per round above it.

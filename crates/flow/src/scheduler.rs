@@ -289,7 +289,7 @@ impl Scheduler {
     /// Other schedulers that wait for the invoker slots this one gave back since the last
     /// call: they should poll again.
     pub fn take_nudges(&mut self) -> u64 {
-        std::mem::take(&mut self.nudge) | self.gates.take_source_nudges()
+        std::mem::take(&mut self.nudge)
     }
 
     fn give_back_slot(&mut self) {

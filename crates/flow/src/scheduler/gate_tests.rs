@@ -15,21 +15,6 @@ fn key(service: &str, object: Option<&str>) -> QueueKey {
     }
 }
 
-fn deployment(
-    id: &str,
-    concurrency: Option<u32>,
-    services: &[(&str, Option<u32>)],
-) -> DeploymentLimits {
-    DeploymentLimits {
-        id: id.into(),
-        concurrency,
-        services: services
-            .iter()
-            .map(|(s, l)| ((*s).to_owned(), *l))
-            .collect(),
-    }
-}
-
 /// Two partitions' schedulers over one set of gates and one invoker.
 fn pair(gates: &Arc<Gates>) -> (Scheduler, Scheduler) {
     let slots = Arc::new(InvokerSlots::new(100));
@@ -50,7 +35,11 @@ fn blocked_on(s: &Scheduler, key: &QueueKey) -> Option<BlockedOn> {
 #[test]
 fn a_declared_limit_holds_across_partitions_and_wakes_the_other_one() {
     let gates = Arc::new(Gates::new(PacingConfig::default()));
-    gates.sync(&[deployment("dp_1", Some(2), &[("S", None), ("T", Some(1))])]);
+    gates.sync(&[DeploymentLimits::of(
+        "dp_1",
+        Some(2),
+        &[("S", None), ("T", Some(1))],
+    )]);
     let (mut a, mut b) = pair(&gates);
     let k = key("S", None);
     for id in 1..=3 {
@@ -124,7 +113,7 @@ fn an_outage_paces_the_backlog_and_successes_open_it_again() {
         max_closed_ms: 60_000,
         max_probe_ms: 2_000,
     }));
-    gates.sync(&[deployment("dp_1", None, &[("S", None)])]);
+    gates.sync(&[DeploymentLimits::of("dp_1", None, &[("S", None)])]);
     let (mut s, _) = pair(&gates);
     let k = key("S", None);
     for id in 1..=50 {
@@ -185,7 +174,7 @@ fn an_outage_paces_the_backlog_and_successes_open_it_again() {
 #[test]
 fn retry_after_closes_the_gate_until_then() {
     let gates = Arc::new(Gates::new(PacingConfig::default()));
-    gates.sync(&[deployment("dp_1", None, &[("S", None)])]);
+    gates.sync(&[DeploymentLimits::of("dp_1", None, &[("S", None)])]);
     let (mut s, _) = pair(&gates);
     let k = key("S", None);
     s.enqueue(&k, 1, EntryKind::New, None, 0);
@@ -221,7 +210,7 @@ fn a_registry_change_moves_queues_to_the_new_gates_and_wakes_them() {
         enabled: false,
         ..PacingConfig::default()
     }));
-    gates.sync(&[deployment("dp_1", Some(1), &[("S", None)])]);
+    gates.sync(&[DeploymentLimits::of("dp_1", Some(1), &[("S", None)])]);
     let (mut s, _) = pair(&gates);
     let k = key("S", None);
     for id in 1..=3 {
@@ -230,7 +219,7 @@ fn a_registry_change_moves_queues_to_the_new_gates_and_wakes_them() {
     let first = s.poll_runnable(0);
     assert_eq!(first.len(), 1);
     // A new deployment of S with no limit: the waiting ones run there.
-    gates.sync(&[deployment("dp_2", None, &[("S", None)])]);
+    gates.sync(&[DeploymentLimits::of("dp_2", None, &[("S", None)])]);
     assert_eq!(ids(&s.poll_runnable(1)), vec![2, 3]);
     // The old gate's slot still goes back to it; nothing is left behind.
     for d in first {
@@ -281,7 +270,7 @@ mod shared {
         #[test]
         fn no_wake_up_is_lost_between_partitions(steps in prop::collection::vec(step(), 1..300)) {
             let gates = Arc::new(Gates::new(PacingConfig { enabled: false, ..PacingConfig::default() }));
-            gates.sync(&[deployment("dp", Some(2), &[("S", None)])]);
+            gates.sync(&[DeploymentLimits::of("dp", Some(2), &[("S", None)])]);
             let (a, b) = pair(&gates);
             let mut parts = [a, b];
             let mut running: [Vec<Dispatch>; 2] = [Vec::new(), Vec::new()];
@@ -303,7 +292,7 @@ mod shared {
                         p
                     }
                     Step::Declare(limit) => {
-                        gates.sync(&[deployment("dp", Some(limit), &[("S", None)])]);
+                        gates.sync(&[DeploymentLimits::of("dp", Some(limit), &[("S", None)])]);
                         // The registry nudges every partition after a change.
                         0
                     }

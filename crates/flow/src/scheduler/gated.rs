@@ -155,11 +155,6 @@ impl GateTable {
         }
     }
 
-    /// Members waiting at gates a registry change made room at.
-    pub(super) fn take_source_nudges(&self) -> u64 {
-        self.source.as_ref().map_or(0, |s| s.take_nudges())
-    }
-
     /// Whether the registry changed since the last call: cached lookups are dropped, and the
     /// caller looks its queues' gates up again.
     pub(super) fn changed(&mut self) -> bool {
