@@ -1,6 +1,7 @@
 //! The deployment registry: deployments, services and handlers, in redb and cached in memory.
 //! Every change is one write transaction; the cache is replaced only after it commits.
 
+mod gates;
 mod records;
 
 use std::collections::{BTreeMap, HashSet};
@@ -13,10 +14,10 @@ pub use records::{Address, Deployment, Service, ServiceOverrides, StoredHttpVers
 
 use crate::discovery::{Discovered, HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};
-use crate::flow::gates::{DeploymentLimits, Gates};
-use crate::flow::pacing::PacingConfig;
+use crate::flow::gates::Gates;
 use crate::ids::DeploymentId;
 use crate::storage::Store;
+use gates::{OnChange, declared_limits};
 
 use crate::schema::{DEPLOYMENTS, MetaGroup, SERVICES};
 
@@ -125,44 +126,6 @@ pub struct Registry {
     on_change: OnceLock<OnChange>,
 }
 
-/// What runs after every change of the deployments.
-struct OnChange(Box<dyn Fn() + Send + Sync>);
-
-impl std::fmt::Debug for OnChange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OnChange")
-    }
-}
-
-/// The limits the deployments of `state` declare, with the services each serves now.
-fn declared_limits(state: &State) -> Vec<DeploymentLimits> {
-    state
-        .deployments
-        .values()
-        .map(|d| DeploymentLimits {
-            id: d.id.to_string(),
-            concurrency: d
-                .manifest
-                .limits
-                .and_then(|l| l.concurrency)
-                .map(std::num::NonZeroU32::get),
-            services: state
-                .services
-                .values()
-                .filter(|s| s.deployment_id == d.id)
-                .map(|s| {
-                    let own = d
-                        .service(&s.name)
-                        .and_then(|m| m.limits)
-                        .and_then(|l| l.concurrency)
-                        .map(std::num::NonZeroU32::get);
-                    (s.name.clone(), own)
-                })
-                .collect(),
-        })
-        .collect()
-}
-
 /// Default retention of results and workflows.
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -205,29 +168,6 @@ impl Registry {
             gates,
             on_change: OnceLock::new(),
         })
-    }
-
-    /// The deployments' gates, for the partitions' schedulers.
-    pub fn gates(&self) -> &Arc<Gates> {
-        &self.gates
-    }
-
-    /// Sets how deployments are paced after an outage (`worker.invoker.drain`).
-    pub fn configure_pacing(&self, pacing: PacingConfig) {
-        self.gates.configure(pacing);
-        self.gates.sync(&declared_limits(&self.read()));
-    }
-
-    /// Calls `notify` after every change of the deployments (once set, it stays).
-    pub fn on_change(&self, notify: Box<dyn Fn() + Send + Sync>) {
-        let _ = self.on_change.set(OnChange(notify));
-    }
-
-    fn changed(&self) {
-        self.gates.sync(&declared_limits(&self.read()));
-        if let Some(OnChange(notify)) = self.on_change.get() {
-            notify();
-        }
     }
 
     /// Takes the deployments and services the store holds now (cluster mode: another node
