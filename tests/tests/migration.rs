@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use sluice_tests::{Sluice, TestDeployment};
+use sluice_tests::{Sluice, TestDeployment, clock_offset_to};
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -42,11 +42,17 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
     let data = scratch.path().join("data");
     copy_dir(&fixture.join("data"), &data);
 
+    // The server's clock reads an hour after the fixture was written, whatever the day: its
+    // timers (60 s) are due, its idempotent result (kept 24 h) is still retained.
+    let written_at = ids["written_at_ms"].as_i64().expect("ids.json has written_at_ms");
+    let offset = clock_offset_to(written_at + 3_600_000);
+
     let dep = TestDeployment::start("v1").await.unwrap();
     // What was due while the store lay still runs at once; until the deployment is pointed at
     // its new address those attempts fail, so retries come quickly.
     let sluice = Sluice::builder()
         .data_dir(&data)
+        .clock_offset_ms(offset)
         .quick_retries()
         .start()
         .await
@@ -157,7 +163,9 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
     sluice
         .wait_exit(std::time::Duration::from_secs(10))
         .unwrap();
-    let again = sluice.restart(Sluice::builder()).await;
+    let again = sluice
+        .restart(Sluice::builder().clock_offset_ms(offset))
+        .await;
     assert!(
         !again
             .stderr()

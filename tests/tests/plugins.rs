@@ -145,7 +145,12 @@ async fn jwt_claims_accepts_good_tokens_and_refuses_bad_ones() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    let future = 4_102_444_800u64; // 2100-01-01
+    // A day from now, by the clock the test and the server share.
+    let future = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 86_400;
     let good = jwt(
         b"s3cret",
         json!({"tenant": "acme", "tier": "gold", "exp": future}),

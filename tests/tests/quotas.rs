@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment, call_json, cli};
+use sluice_tests::{MIDDAY_MS, Sluice, TestDeployment, call_json, clock_offset_to, cli};
 
 /// Sends `Meter/timed("<label> 10")` in scope `qt` under `key`; answers its invocation id.
 async fn send(sluice: &Sluice, key: &str, label: &str) -> String {
@@ -51,7 +51,14 @@ async fn waits_for_quota(sluice: &Sluice, id: &str) -> Value {
 #[tokio::test]
 async fn a_quota_holds_new_work_until_its_window_or_a_reset_and_survives_kill_9() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut sluice = Sluice::builder().start().await.unwrap();
+    // The server's day starts twelve hours before its clock: no window ends during the test,
+    // whatever the hour it runs.
+    let offset = clock_offset_to(MIDDAY_MS);
+    let mut sluice = Sluice::builder()
+        .clock_offset_ms(offset)
+        .start()
+        .await
+        .unwrap();
     sluice.register(&dep.uri, false).await;
     sluice
         .set_rules(json!([
@@ -107,7 +114,9 @@ async fn a_quota_holds_new_work_until_its_window_or_a_reset_and_survives_kill_9(
 
     // kill -9: what `a` used is stored with the admissions that used it.
     sluice.kill_9();
-    let sluice = sluice.restart(Sluice::builder()).await;
+    let sluice = sluice
+        .restart(Sluice::builder().clock_offset_ms(offset))
+        .await;
     let after = send(&sluice, "a", "a5").await;
     waits_for_quota(&sluice, &after).await;
     waits_for_quota(&sluice, &held[0]).await;
@@ -143,5 +152,53 @@ async fn a_quota_holds_new_work_until_its_window_or_a_reset_and_survives_kill_9(
     assert!(
         ran(&sluice).await.is_empty(),
         "a6 waits for the next window"
+    );
+}
+
+#[tokio::test]
+async fn work_held_by_a_daily_quota_runs_when_the_utc_day_turns() {
+    // The server's clock starts 30 s before midnight UTC (a fixed day): long enough for the
+    // set-up below on a busy box, short enough to wait for.
+    let midnight = MIDDAY_MS + 12 * 3_600_000;
+    let offset = clock_offset_to(midnight - 30_000);
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .clock_offset_ms(offset)
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([{"pattern": "qt/*", "limits": {"quota": "1/day"}}]))
+        .await;
+    let _ = ran(&sluice).await;
+
+    send(&sluice, "d", "d0").await;
+    assert_eq!(ran_until(&sluice, 1).await, ["d0"]);
+    let held = send(&sluice, "d", "d1").await;
+    let why = waits_for_quota(&sluice, &held).await;
+    assert_eq!(
+        why["waiting"]["quota_resets_at"], "2030-01-16T00:00:00Z",
+        "{why}"
+    );
+
+    // No reset: the new day's window lets it run, and not before midnight by the server's clock.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let runs = loop {
+        let runs: Vec<(String, u64, u64)> = call_json(&sluice, "Meter/timings").await;
+        if !runs.is_empty() {
+            break runs;
+        }
+        assert!(Instant::now() < deadline, "d1 did not run after midnight");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let (label, started, _) = &runs[0];
+    assert_eq!(label, "d1");
+    let started_on_server = i64::try_from(*started).unwrap() + offset;
+    assert!(
+        started_on_server >= midnight,
+        "d1 started {} ms before midnight",
+        midnight - started_on_server
     );
 }
