@@ -143,6 +143,18 @@ async fn bad_requests_are_rejected_with_their_codes() {
         code,
         says,
     };
+    let get = |path, status, code, says| BadCase {
+        method: reqwest::Method::GET,
+        path,
+        content_type: "application/json",
+        body: None,
+        status,
+        code: Some(code),
+        says,
+    };
+    let id = "\"inv_1aA6MMRWDzRL5BYD303UK7dAgFVoIHpF1T\"";
+    let too_many: &'static str =
+        Box::leak(format!("[{}]", vec![id; 101].join(",")).into_boxed_str());
     let cases = [
         post(
             "/service/call/Nope/x",
@@ -162,21 +174,21 @@ async fn bad_requests_are_rejected_with_their_codes() {
             "/service/call/Greeter/greet?delay=1s",
             Some("\"x\""),
             400,
-            None,
+            Some("ING0001"),
             "delay query parameter with calls",
         ),
         post(
             "/service/call/Greeter/greet",
             None,
             400,
-            None,
+            Some("ING0001"),
             "empty body not allowed",
         ),
         post(
             "/service/call/Counter/add",
             Some("1"),
             400,
-            None,
+            Some("ING0001"),
             "with a key",
         ),
         post(
@@ -193,14 +205,20 @@ async fn bad_requests_are_rejected_with_their_codes() {
             Some("RT0024"),
             "requires a scope",
         ),
-        post("/service/call/Greeter", Some("1"), 400, None, "bad path"),
+        post(
+            "/service/call/Greeter",
+            Some("1"),
+            400,
+            Some("ING0001"),
+            "bad path",
+        ),
         BadCase {
             method: reqwest::Method::PUT,
             ..post(
                 "/service/call/Greeter/greet",
                 Some("1"),
                 405,
-                None,
+                Some("ING0004"),
                 "not allowed",
             )
         },
@@ -210,10 +228,74 @@ async fn bad_requests_are_rejected_with_their_codes() {
                 "/service/call/Greeter/greet",
                 Some("hi"),
                 400,
-                None,
+                Some("ING0001"),
                 "content-type 'text/plain' does not match",
             )
         },
+        // The routes that name an invocation: an unknown one, a malformed one, a list too long
+        // or with a bad entry, a target nothing matches.
+        get(
+            "/restate/invocation/inv_1aA6MMRWDzRL5BYD303UK7dAgFVoIHpF1T/status",
+            404,
+            "ING0002",
+            "not found",
+        ),
+        get(
+            "/restate/invocation/inv_1aA6MMRWDzRL5BYD303UK7dAgFVoIHpF1T/output",
+            404,
+            "ING0002",
+            "not found",
+        ),
+        get(
+            "/restate/invocation/nope/status",
+            400,
+            "ING0001",
+            "bad invocation id",
+        ),
+        get("/service/attach/nope", 400, "ING0001", "bad invocation id"),
+        get(
+            "/restate/workflow/Signup/nobody/output",
+            404,
+            "ING0002",
+            "not found",
+        ),
+        post(
+            "/restate/status",
+            Some(too_many),
+            400,
+            Some("ING0001"),
+            "more than 100 targets",
+        ),
+        post(
+            "/restate/status",
+            Some("[0]"),
+            400,
+            Some("ING0001"),
+            "entry 0",
+        ),
+        post(
+            "/restate/status",
+            Some("{\"target\":\"nope\"}"),
+            400,
+            Some("ING0001"),
+            "bad status body",
+        ),
+        post(
+            "/restate/lookup",
+            Some(
+                r#"{"target":"idempotentInvocation","service":"Greeter","handler":"greet","idempotencyKey":"none"}"#,
+            ),
+            404,
+            Some("ING0002"),
+            "no invocation matches",
+        ),
+        post(
+            "/restate/awakeables/nope/resolve",
+            Some("1"),
+            400,
+            Some("ING0001"),
+            "awakeable",
+        ),
     ];
     for case in cases {
         let mut request = reqwest::Client::new().request(

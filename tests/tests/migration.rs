@@ -44,7 +44,9 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
 
     // The server's clock reads an hour after the fixture was written, whatever the day: its
     // timers (60 s) are due, its idempotent result (kept 24 h) is still retained.
-    let written_at = ids["written_at_ms"].as_i64().expect("ids.json has written_at_ms");
+    let written_at = ids["written_at_ms"]
+        .as_i64()
+        .expect("ids.json has written_at_ms");
     let offset = clock_offset_to(written_at + 3_600_000);
 
     let dep = TestDeployment::start("v1").await.unwrap();

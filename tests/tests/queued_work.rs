@@ -145,7 +145,22 @@ async fn call_timed(
         request = request.header(*name, value);
     }
     let resp = request.send().await.unwrap();
-    (resp.status().as_u16(), resp.text().await.unwrap())
+    let status = resp.status().as_u16();
+    let header = resp
+        .headers()
+        .get("x-service-error-code")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = resp.text().await.unwrap();
+    if status == 504 {
+        // A call dropped at its deadline carries its code where every refusal does.
+        let code = serde_json::from_str::<Value>(&body).unwrap()["error_code"].clone();
+        assert_eq!(
+            (header.as_deref(), code.as_str()),
+            (Some("FLO0003"), Some("FLO0003")),
+            "{body}"
+        );
+    }
+    (status, body)
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::{MIDDAY_MS, Sluice, TestDeployment, call_json, clock_offset_to, cli};
+use sluice_tests::{MIDDAY_MS, Sluice, TestDeployment, call_json, cli, clock_offset_to};
 
 /// Sends `Meter/timed("<label> 10")` in scope `qt` under `key`; answers its invocation id.
 async fn send(sluice: &Sluice, key: &str, label: &str) -> String {
@@ -201,4 +201,46 @@ async fn work_held_by_a_daily_quota_runs_when_the_utc_day_turns() {
         "d1 started {} ms before midnight",
         midnight - started_on_server
     );
+}
+
+#[tokio::test]
+async fn a_quota_use_shows_while_its_scope_is_idle() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .clock_offset_ms(clock_offset_to(MIDDAY_MS))
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([{"pattern": "t", "limits": {"quota": "3/day", "on_exceed": "reject"}}]))
+        .await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/service/scope/t/call/Greeter/greet", sluice.ingress_url);
+    for _ in 0..2 {
+        let resp = client.post(&url).json(&"idle").send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    // Nothing runs or waits in `t` now; its counter may be gone, its count is not.
+    let counter = sluice_tests::counter(&sluice, "t", "scope")
+        .await
+        .expect("/limits/counters shows scope t");
+    assert_eq!(counter["usage"], 0, "{counter}");
+    assert_eq!(counter["quota"], "3/day", "{counter}");
+    assert_eq!(counter["quota_used"], 2, "{counter}");
+    assert_eq!(
+        counter["quota_resets_at"], "2030-01-16T00:00:00Z",
+        "{counter}"
+    );
+    assert_eq!(
+        sluice
+            .count("SELECT count(*) AS n FROM sys_user_limits WHERE scope = 't' AND quota_used = 2")
+            .await,
+        1
+    );
+    // The count is the one admission reads: one more call, then a refusal.
+    let third = client.post(&url).json(&"idle").send().await.unwrap();
+    assert_eq!(third.status(), 200);
+    let fourth = client.post(&url).json(&"idle").send().await.unwrap();
+    assert_eq!(fourth.status(), 429);
 }

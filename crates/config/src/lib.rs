@@ -315,6 +315,9 @@ pub struct IngressConfig {
     pub attach_max_wait: FriendlyDuration,
     /// Most targets one `POST /service/status` list may ask about (400 beyond).
     pub max_status_targets: usize,
+    /// Largest body of a `POST …/status`, `…/attach`, `…/output` or `…/lookup` (a target, or a
+    /// list of them): read no further before it is parsed (SEC0004 beyond).
+    pub target_body_limit: ByteSize,
     /// A PEM certificate chain: with `tls-key-file`, the ingress speaks TLS only (HTTP/2 or
     /// HTTP/1.1 by ALPN). Read again on SIGHUP and when the file changes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -358,6 +361,7 @@ impl Default for IngressConfig {
             max_awakeable_completion_bytes: ByteSize::mib(16),
             attach_max_wait: FriendlyDuration::from_secs(5 * 60),
             max_status_targets: 100,
+            target_body_limit: ByteSize::kib(256),
             tls_cert_file: None,
             tls_key_file: None,
             max_body_size: None,

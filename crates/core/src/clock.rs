@@ -71,9 +71,11 @@ mod tests {
         assert_eq!(parse_offset("-86400000"), Ok(-86_400_000));
         assert_eq!(parse_offset(" 5 "), Ok(5));
         assert!(parse_offset("1d").unwrap_err().contains("whole number"));
-        assert!(parse_offset(&(MAX_OFFSET_MS + 1).to_string())
-            .unwrap_err()
-            .contains("more than"));
+        assert!(
+            parse_offset(&(MAX_OFFSET_MS + 1).to_string())
+                .unwrap_err()
+                .contains("more than")
+        );
         assert!(parse_offset(&i64::MIN.to_string()).is_err());
     }
 }

@@ -273,6 +273,27 @@ catalogue! {
     RUL0002 => Admin, Some(409),
         "a rule's precondition failed",
         "The change carried a precondition (`does_not_exist`, or `matches` a version, or a delete's `expected_version`) that the rule book no longer meets: someone changed the rule meanwhile. Nothing was applied; read the rules again and retry.";
+    ING0001 => Ingress, Some(400),
+        "the request cannot be read",
+        "A path, invocation or awakeable id, query parameter, header or body is not what the route takes (the message names which and how it is read): a malformed id, a target body of an unknown form, a body that is not the handler's declared input, a delay or idempotency key that does not parse, an unreadable body. Fix the request as the message says; `docs/ingress.md` lists every route's forms.";
+    ING0002 => Ingress, Some(404),
+        "no invocation matches",
+        "The invocation id, workflow run, idempotency target or awakeable names nothing this server holds: it never existed, or its result was purged after its retention (`idempotency_retention`, `workflow_completion_retention`, `worker.completion-retention`). A target's scope and key are part of what it names: check them.";
+    ING0003 => Ingress, Some(470),
+        "the invocation has not completed yet",
+        "`/output` of an invocation that is still running, or an attach that waited `ingress.attach-max-wait` without an outcome. Attach (again) to wait for it, or ask its status.";
+    ING0004 => Ingress, Some(405),
+        "the route does not take this method",
+        "Calls, sends, awakeable completions and target lookups are `POST`; output, attach by id, status and health are `GET`. Use the method the message names.";
+    ING0005 => Ingress, Some(409),
+        "the workflow was already invoked",
+        "A workflow's `run` handler runs once per workflow key. Attach to the run (`/restate/workflow/{name}/{key}/attach`), or ask its output, instead of calling it again.";
+    ING0006 => Ingress, Some(503),
+        "the call's answer cannot be awaited",
+        "The call was accepted, but its partition stopped (a shutdown, a store failure or, in cluster mode, a move) before it answered. The invocation is stored and goes on: attach to it by the `x-restate-id` the answer carries, or retry with the same idempotency key.";
+    ING0007 => Ingress, Some(499),
+        "the client left before the answer",
+        "The client closed its connection (or stream) while the call or attach waited; the invocation goes on. Seen only in metrics and logs: nobody is left to read it.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";
@@ -294,6 +315,9 @@ catalogue! {
     PLG0007 => Admin, Some(409),
         "the plugin cannot be changed this way",
         "Plugins from the config file's `[[plugins]]` are changed by editing the file and restarting; only one `match-rule` plugin may be loaded at a time (replace it by name, or unload it first).";
+    PLG0008 => Ingress, None,
+        "a policy plugin refused the request",
+        "An `extract` plugin rejected the request with a status of its choosing (400-599) and a message: the answer carries both. What it checks (a token, a tenant, a header) is the plugin's own policy: see its documentation.";
     SEC0001 => Admin, Some(401),
         "no valid admin token",
         "The admin listener has tokens configured (`admin.auth-tokens` or `admin.auth-tokens-file`) and the request carried none, or one that matches none of them. Send `Authorization: Bearer <token>`; the CLI reads `SLUICE_ADMIN_TOKEN` (or `RESTATE_AUTH_TOKEN`). Only `GET /health` is open without one.";
@@ -319,11 +343,11 @@ catalogue! {
         "too many requests wait for one invocation",
         "`worker.max-waiters-per-invocation` requests (calls and attaches) already wait for this invocation's outcome. Requests whose client left are not counted. Retry after the `Retry-After`, or raise the limit.";
     SEC0009 => Ingress, Some(401),
-        "the call needs a known API key",
-        "`ingress.require-api-key` is on and the call or send carries no `x-sluice-api-key` header, or one whose SHA-256 matches none of `[[ingress.api-keys]]`. Send the key you were given.";
+        "the request needs a known API key",
+        "`ingress.require-api-key` is on and the request (a call, a send, or a read of an invocation's status, output or attachment, a lookup, an awakeable's completion) carries no `x-sluice-api-key` header, or one whose SHA-256 matches none of `[[ingress.api-keys]]`. Send the key you were given.";
     SEC0010 => Ingress, Some(403),
-        "the API key does not allow this scope or priority",
-        "The call's API key binds it to one scope and a highest priority (`[[ingress.api-keys]]`): the path named another scope, or the call asked for a priority above the key's `max-priority`. Leave the scope out (the key's is used) or ask for a lower priority.";
+        "the API key does not allow this scope, invocation or priority",
+        "The request's API key binds it to one scope and a highest priority (`[[ingress.api-keys]]`): the path or target named another scope, the invocation or awakeable it names runs in another scope (or in none), or the call asked for a priority above the key's `max-priority`. Leave the scope out (the key's is used), name only your scope's invocations, or ask for a lower priority.";
 }
 
 impl Code {

@@ -169,7 +169,7 @@ fn serve(args: ServeArgs) -> Result<(), CodedError> {
             return Err(CodedError::new(
                 Code::RT0002,
                 format!("{} is not UTF-8 text", crate::clock::OFFSET_ENV),
-            ))
+            ));
         }
     };
     crate::logging::init(config.log_format, &config.log_level);

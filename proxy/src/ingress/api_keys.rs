@@ -40,6 +40,26 @@ impl Binding {
         }
     }
 
+    /// Refuses invocation `id`, which runs in `scope`, unless that is the key's scope (SEC0010):
+    /// a key's holder reads, attaches to and completes its own scope's invocations only. The
+    /// refusal does not name the invocation's scope.
+    pub fn may_reach(
+        &self,
+        id: impl std::fmt::Display,
+        scope: Option<&str>,
+    ) -> Result<(), IngressError> {
+        if scope == Some(self.scope.as_str()) {
+            return Ok(());
+        }
+        Err(IngressError::coded(
+            Code::SEC0010,
+            format!(
+                "invocation {id} is not in scope '{}', the only one this API key reaches",
+                self.scope
+            ),
+        ))
+    }
+
     /// Refuses a priority above the key's (SEC0010).
     pub fn check_priority(&self, asked: Option<Priority>) -> Result<(), IngressError> {
         match asked {
@@ -188,6 +208,19 @@ mod tests {
         assert_eq!(high.code, Some(Code::SEC0010));
         let ops = keys.bind(&with_key("ops-key")).unwrap().unwrap();
         assert!(ops.check_priority(Some(Priority::HIGH)).is_ok());
+    }
+
+    #[test]
+    fn a_key_reaches_only_invocations_of_its_scope() {
+        let keys = keys(false);
+        let alpha = keys.bind(&with_key("alpha-key")).unwrap().unwrap();
+        assert!(alpha.may_reach("inv_1", Some("alpha")).is_ok());
+        for other in [Some("beta"), Some("alph"), None] {
+            let refused = alpha.may_reach("inv_1", other).unwrap_err();
+            assert_eq!(refused.code, Some(Code::SEC0010));
+            assert_eq!(refused.status, http::StatusCode::FORBIDDEN);
+            assert!(!refused.message.contains("beta"), "{}", refused.message);
+        }
     }
 
     #[test]

@@ -5,18 +5,17 @@ use http::{Response, StatusCode};
 use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
+use super::api_keys::Binding;
 use super::error::IngressError;
 use super::invoke::{answer, with_ids};
 use super::path::TargetAction;
 use super::reply;
 use crate::discovery::manifest::OutputRules;
+use crate::errors::Code;
 use crate::ids::InvocationId;
 use crate::invocation::Target;
 use crate::invocation::identity::{idempotent_id, in_scope, partition_key};
 use crate::registry::Registry;
-
-/// Status of `/output` for an invocation that has not completed.
-const NOT_READY: u16 = 470;
 
 pub(super) fn unavailable(e: crate::errors::CodedError) -> IngressError {
     IngressError {
@@ -36,22 +35,29 @@ fn output_rules(registry: &Registry, target: &Target) -> Option<OutputRules> {
         .clone()
 }
 
-/// Answers with the result of invocation `id`, waiting for it when `wait`.
+/// Answers with the result of invocation `id`, waiting for it when `wait`; a caller bound to a
+/// scope by its API key reaches only that scope's invocations.
 pub async fn by_id(
     state: &IngressState,
     session: &mut ServerSession,
     id: &str,
     wait: bool,
+    caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let id: InvocationId = id
         .parse()
         .map_err(|e| IngressError::bad_request(format!("bad invocation id '{id}': {e}")))?;
-    result(state, session, id, wait).await
+    result(state, session, id, wait, caller).await
 }
 
-/// The id of the run of workflow `name` for `key`.
-pub fn workflow_run(name: &str, key: &str) -> InvocationId {
-    InvocationId::workflow_run(partition_key(&[name, key]), None, name, key)
+/// The id of the run of workflow `name` for `key`: unscoped, or in the scope of the caller's
+/// API key (a key's holder names its workflows without their scope, as it calls them).
+pub fn workflow_run(name: &str, key: &str, caller: Option<&Binding>) -> InvocationId {
+    let scope = caller.map(|b| b.scope.as_str());
+    in_scope(
+        InvocationId::workflow_run(partition_key(&[name, key]), scope, name, key),
+        scope,
+    )
 }
 
 /// Answers with the result of the run of workflow `name` for `key`.
@@ -61,8 +67,29 @@ pub async fn by_workflow(
     name: &str,
     key: &str,
     wait: bool,
+    caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    result(state, session, workflow_run(name, key), wait).await
+    result(
+        state,
+        session,
+        workflow_run(name, key, caller),
+        wait,
+        caller,
+    )
+    .await
+}
+
+/// What the runtime knows of `id`, refused to a caller whose API key binds another scope.
+pub(super) async fn peek_for(
+    state: &IngressState,
+    id: InvocationId,
+    caller: Option<&Binding>,
+) -> Result<Option<crate::partition::Peek>, IngressError> {
+    let peek = state.runtime.peek(id).await.map_err(unavailable)?;
+    if let (Some(caller), Some(peek)) = (caller, &peek) {
+        caller.may_reach(id, peek.scope.as_deref())?;
+    }
+    Ok(peek)
 }
 
 fn not_ready(id: InvocationId, waited: bool) -> IngressError {
@@ -73,12 +100,7 @@ fn not_ready(id: InvocationId, waited: bool) -> IngressError {
     } else {
         format!("invocation {id} is not completed yet; attach to wait for it")
     };
-    IngressError {
-        status: StatusCode::from_u16(NOT_READY).expect("a valid status"),
-        code: None,
-        message,
-        retry_after_s: None,
-    }
+    IngressError::coded(Code::ING0003, message)
 }
 
 async fn result(
@@ -86,17 +108,15 @@ async fn result(
     session: &mut ServerSession,
     id: InvocationId,
     wait: bool,
+    caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let Some(crate::partition::Peek {
         target, outcome, ..
-    }) = state.runtime.peek(id).await.map_err(unavailable)?
+    }) = peek_for(state, id, caller).await?
     else {
-        return Err(IngressError {
-            status: StatusCode::NOT_FOUND,
-            code: None,
-            message: format!("invocation {id} not found (never existed, or purged)"),
-            retry_after_s: None,
-        });
+        return Err(IngressError::not_found(format!(
+            "invocation {id} not found (never existed, or purged)"
+        )));
     };
     let outcome = match outcome {
         Some(outcome) => outcome,
@@ -150,21 +170,20 @@ pub async fn by_target(
     session: &mut ServerSession,
     body: &[u8],
     action: TargetAction,
+    caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let target: TargetBody = serde_json::from_slice(body)
         .map_err(|e| IngressError::bad_request(format!("bad target body: {e}; {TARGET_FORMS}")))?;
+    let target = target.bound(caller)?;
     let id = target_id(&target)?;
     match action {
-        TargetAction::Attach => result(state, session, id, true).await,
-        TargetAction::Output => result(state, session, id, false).await,
+        TargetAction::Attach => result(state, session, id, true, caller).await,
+        TargetAction::Output => result(state, session, id, false, caller).await,
         TargetAction::Lookup => {
-            if state.runtime.peek(id).await.map_err(unavailable)?.is_none() {
-                return Err(IngressError {
-                    status: StatusCode::NOT_FOUND,
-                    code: None,
-                    message: format!("no invocation matches this target (it would be {id})"),
-                    retry_after_s: None,
-                });
+            if peek_for(state, id, caller).await?.is_none() {
+                return Err(IngressError::not_found(format!(
+                    "no invocation matches this target (it would be {id})"
+                )));
             }
             Ok(with_ids(
                 reply::json(
@@ -174,6 +193,42 @@ pub async fn by_target(
                 id,
             ))
         }
+    }
+}
+
+impl TargetBody {
+    /// The target as a caller bound by its API key may name it: in the key's scope (named, or
+    /// left out and taken from the key); another scope is refused (SEC0010) before anything is
+    /// looked up. An invocation named by id is checked once its record is read.
+    pub(super) fn bound(self, caller: Option<&Binding>) -> Result<Self, IngressError> {
+        let Some(caller) = caller else {
+            return Ok(self);
+        };
+        Ok(match self {
+            Self::Invocation { .. } => self,
+            Self::Workflow {
+                workflow_name,
+                workflow_key,
+                scope,
+            } => Self::Workflow {
+                workflow_name,
+                workflow_key,
+                scope: Some(caller.scope_for(scope.as_deref())?),
+            },
+            Self::IdempotentInvocation {
+                service,
+                key,
+                handler,
+                idempotency_key,
+                scope,
+            } => Self::IdempotentInvocation {
+                service,
+                key,
+                handler,
+                idempotency_key,
+                scope: Some(caller.scope_for(scope.as_deref())?),
+            },
+        })
     }
 }
 

@@ -6,6 +6,8 @@ use http::{Response, StatusCode};
 use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
+use super::api_keys::Binding;
+use super::attach::peek_for;
 use super::error::IngressError;
 use super::invoke::read_body_up_to;
 use crate::errors::Code;
@@ -19,6 +21,7 @@ pub async fn complete(
     session: &mut ServerSession,
     id: &str,
     resolve: bool,
+    caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let id: AwakeableId = id.parse().map_err(IngressError::bad_request)?;
     if id.index < FIRST_AWAKEABLE_INDEX {
@@ -29,6 +32,11 @@ pub async fn complete(
                 id.index
             ),
         ));
+    }
+    // A caller bound by its API key completes only its own scope's awakeables: the invocation
+    // that waits is looked up first (its scope never changes).
+    if caller.is_some() && peek_for(state, id.invocation, caller).await?.is_none() {
+        return Err(no_invocation(&id));
     }
     let limit = state.config.ingress.awakeable_payload_limit;
     let body =
@@ -54,17 +62,7 @@ pub async fn complete(
         })?;
     match delivery {
         Delivery::Delivered => {}
-        Delivery::NoInvocation => {
-            return Err(IngressError {
-                status: StatusCode::NOT_FOUND,
-                code: None,
-                message: format!(
-                    "awakeable {id} belongs to invocation {}, which does not exist",
-                    id.invocation
-                ),
-                retry_after_s: None,
-            });
-        }
+        Delivery::NoInvocation => return Err(no_invocation(&id)),
         Delivery::Refused(why) => return Err(IngressError::coded(Code::AWK0001, why)),
     }
     Ok(Response::builder()
@@ -73,4 +71,11 @@ pub async fn complete(
         .header(http::header::CONTENT_LENGTH, 0)
         .body(Vec::new())
         .expect("a valid response"))
+}
+
+fn no_invocation(id: &AwakeableId) -> IngressError {
+    IngressError::not_found(format!(
+        "awakeable {id} belongs to invocation {}, which does not exist",
+        id.invocation
+    ))
 }

@@ -19,24 +19,19 @@ pub struct IngressError {
 }
 
 impl IngressError {
-    /// 400 without a code.
+    /// 400 ING0001: the request cannot be read as the route takes it.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            code: None,
-            message: message.into(),
-            retry_after_s: None,
-        }
+        Self::coded(Code::ING0001, message)
     }
 
-    /// 405.
+    /// 405 ING0004.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::METHOD_NOT_ALLOWED,
-            code: None,
-            message: message.into(),
-            retry_after_s: None,
-        }
+        Self::coded(Code::ING0004, message)
+    }
+
+    /// 404 ING0002: no invocation matches what the request names.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::coded(Code::ING0002, message)
     }
 
     /// With a catalogue code and its status.

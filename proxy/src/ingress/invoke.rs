@@ -129,23 +129,24 @@ pub(super) async fn read_body_up_to(
             }
             Ok(None) => return Ok(body.freeze()),
             Err(e) => {
-                return Err(IngressError {
-                    status: StatusCode::BAD_REQUEST,
-                    code: None,
-                    message: format!("cannot read the request body: {e}"),
-                    retry_after_s: None,
-                });
+                return Err(IngressError::bad_request(format!(
+                    "cannot read the request body: {e}"
+                )));
             }
         }
     }
 }
 
 /// Whether a request header is one of the names the edge keeps for itself (`x-restate-…`,
-/// `x-service-…`): the edge reads the ones it uses (limit key, priority), and none reaches a
-/// handler as the client sent it — a client's `x-restate-ingress-path` would otherwise sit
-/// beside the real one. Names are lower case here (HTTP/2, and `http`'s parsing of HTTP/1.1).
+/// `x-service-…`, `x-sluice-…`): the edge reads the ones it uses (limit key, priority, the API
+/// key), and none reaches a handler as the client sent it — a client's
+/// `x-restate-ingress-path` would otherwise sit beside the real one, and an API key would be
+/// written into the journal on disk (and, in cluster mode, into the Kafka log). Names are lower
+/// case here (HTTP/2, and `http`'s parsing of HTTP/1.1).
 fn internal(name: &str) -> bool {
-    name.starts_with("x-restate-") || name.starts_with("x-service-")
+    name.starts_with("x-restate-")
+        || name.starts_with("x-service-")
+        || name.starts_with("x-sluice-")
 }
 
 fn input_frame(session: &ServerSession, body: Bytes) -> crate::protocol::Frame {
@@ -359,18 +360,16 @@ async fn invoke_traced(
     };
     let target = &request.target;
     if is_workflow_run(target) && !created {
-        return Err(IngressError {
-            status: StatusCode::CONFLICT,
-            code: None,
-            message: format!(
+        return Err(IngressError::coded(
+            Code::ING0005,
+            format!(
                 "the workflow '{}' with key '{}' was already invoked; attach to it with /service/workflow/{}/{}/attach",
                 target.service,
                 target.key.as_deref().unwrap_or_default(),
                 target.service,
                 target.key.as_deref().unwrap_or_default()
             ),
-            retry_after_s: None,
-        });
+        ));
     }
     let Some(outcome) = outcome else {
         let status = if created {
@@ -388,11 +387,11 @@ async fn invoke_traced(
     let outcome = super::wait::while_connected(session, None, outcome)
         .await
         .map_err(|_| super::wait::gone())?
-        .map_err(|_| IngressError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: None,
-            message: format!("invocation {id} is unknown or its partition stopped"),
-            retry_after_s: None,
+        .map_err(|_| {
+            IngressError::coded(
+                Code::ING0006,
+                format!("invocation {id} is unknown or its partition stopped"),
+            )
         })?;
     let mut resp = with_ids(answer(target.output.as_ref(), outcome), id);
     // When the retained result (and with it the idempotency key) expires, counted from now:
@@ -513,6 +512,17 @@ async fn submit<T>(
     })
 }
 
+/// The catalogue code of a failure the runtime decided itself (a call dropped at its deadline is
+/// `[FLO0003] …` with that code's status): a coded refusal is answered with its code in the body
+/// and the header, whoever decided it. A handler's own failure names none (one whose message
+/// happens to start so names a code whose status it also answers, nothing more).
+fn runtime_code(failure: &crate::invocation::Failure) -> Option<Code> {
+    let rest = failure.message.strip_prefix('[')?;
+    let (name, _) = rest.split_once("] ")?;
+    let code: Code = name.parse().ok()?;
+    (code.info().status == Some(failure.code)).then_some(code)
+}
+
 /// A call's answer: the output with the handler's content type, or the failure with its code.
 pub(super) fn answer(output: Option<&OutputRules>, outcome: Outcome) -> Response<Vec<u8>> {
     match outcome {
@@ -538,10 +548,11 @@ pub(super) fn answer(output: Option<&OutputRules>, outcome: Outcome) -> Response
                 .ok()
                 .filter(|s| s.is_client_error() || s.is_server_error())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let error_code = runtime_code(&failure);
             let body = IngressErrorBody {
                 code: failure.code,
                 message: &failure.message,
-                error_code: None,
+                error_code,
                 source: ErrorSource::Invocation,
             };
             let mut resp = reply::json(status, &body);
@@ -549,6 +560,12 @@ pub(super) fn answer(output: Option<&OutputRules>, outcome: Outcome) -> Response
                 reply::ERROR_SOURCE_HEADER,
                 HeaderValue::from_static("invocation"),
             );
+            if let Some(code) = error_code {
+                resp.headers_mut().insert(
+                    reply::ERROR_CODE_HEADER,
+                    HeaderValue::from_static(code.as_str()),
+                );
+            }
             resp
         }
     }

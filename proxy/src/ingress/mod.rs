@@ -86,12 +86,19 @@ impl IngressApp {
     async fn status_of(
         &self,
         session: &mut ServerSession,
+        caller: Option<&api_keys::Binding>,
     ) -> Result<Response<Vec<u8>>, error::IngressError> {
-        let body = invoke::read_body(&self.state, session).await?;
-        match status::single_target(&body)? {
-            None => status::of_list(&self.state, &body).await,
-            Some(id) => match self.state.runtime.route(id) {
-                crate::partition::placement::Route::Here => status::of_id(&self.state, id).await,
+        let body = read_target_body(&self.state, session).await?;
+        let max = self.state.config.ingress.max_status_targets;
+        match status::read_request(&body, max, caller)? {
+            status::StatusRequest::List(ids) => {
+                let headers = session.req_header().headers.clone();
+                status::of_list(&self.state, ids, &headers, caller).await
+            }
+            status::StatusRequest::One(id) => match self.state.runtime.route(id) {
+                crate::partition::placement::Route::Here => {
+                    status::of_id(&self.state, id, caller).await
+                }
                 route => forward::forward(&self.state.forwarder, session, body, route).await,
             },
         }
@@ -123,6 +130,16 @@ impl IngressApp {
             Ok(path::Operation::Status(_) | path::Operation::StatusOf) => "status",
             Err(_) => "invalid",
         };
+        // Every route that reaches an invocation is held to the caller's API key, as a call
+        // is (a call binds its own, after the policy plugins); health names none.
+        let caller = match &operation {
+            Ok(path::Operation::Health | path::Operation::Invoke(_)) | Err(_) => None,
+            Ok(_) => match self.state.api_keys.bind(&req.headers) {
+                Ok(binding) => binding.cloned(),
+                Err(refused) => return (kind, refused.into_response()),
+            },
+        };
+        let caller = caller.as_ref();
         let result = match operation {
             Ok(path::Operation::Health) => {
                 let services = target::public_services(&self.state.registry);
@@ -139,32 +156,36 @@ impl IngressApp {
                 match parsed {
                     Ok(parsed) => match forward::if_elsewhere(&self.state, session, parsed).await {
                         Some(answer) => answer,
-                        None => attach::by_id(&self.state, session, &id, attach).await,
+                        None => attach::by_id(&self.state, session, &id, attach, caller).await,
                     },
-                    Err(_) => attach::by_id(&self.state, session, &id, attach).await,
+                    Err(_) => attach::by_id(&self.state, session, &id, attach, caller).await,
                 }
             }
             Ok(path::Operation::ByTarget { action }) => {
-                match invoke::read_body(&self.state, session).await {
-                    Ok(body) => attach::by_target(&self.state, session, &body, action).await,
+                match read_target_body(&self.state, session).await {
+                    Ok(body) => {
+                        attach::by_target(&self.state, session, &body, action, caller).await
+                    }
                     Err(e) => Err(e),
                 }
             }
             Ok(path::Operation::Workflow { name, key, attach }) => {
-                let run = attach::workflow_run(&name, &key);
+                let run = attach::workflow_run(&name, &key, caller);
                 match forward::if_elsewhere(&self.state, session, run).await {
                     Some(answer) => answer,
-                    None => attach::by_workflow(&self.state, session, &name, &key, attach).await,
+                    None => {
+                        attach::by_workflow(&self.state, session, &name, &key, attach, caller).await
+                    }
                 }
             }
-            Ok(path::Operation::Status(query)) => match status::query_id(&query) {
+            Ok(path::Operation::Status(query)) => match status::query_id(&query, caller) {
                 Ok(id) => match forward::if_elsewhere(&self.state, session, id).await {
                     Some(answer) => answer,
-                    None => status::of_id(&self.state, id).await,
+                    None => status::of_id(&self.state, id, caller).await,
                 },
                 Err(e) => Err(e),
             },
-            Ok(path::Operation::StatusOf) => self.status_of(session).await,
+            Ok(path::Operation::StatusOf) => self.status_of(session, caller).await,
             Ok(path::Operation::Awakeable { id, resolve }) => {
                 let target = id.parse::<crate::ids::AwakeableId>().ok();
                 let elsewhere = match target {
@@ -175,7 +196,7 @@ impl IngressApp {
                 };
                 match elsewhere {
                     Some(answer) => answer,
-                    None => awakeable::complete(&self.state, session, &id, resolve).await,
+                    None => awakeable::complete(&self.state, session, &id, resolve, caller).await,
                 }
             }
             Err(e) => Err(e),
@@ -185,6 +206,16 @@ impl IngressApp {
             result.unwrap_or_else(error::IngressError::into_response),
         )
     }
+}
+
+/// The body of a request that names invocations by target (`…/status`, `…/attach`,
+/// `…/output`, `…/lookup`), read no further than `ingress.target-body-limit` before parsing.
+async fn read_target_body(
+    state: &IngressState,
+    session: &mut ServerSession,
+) -> Result<bytes::Bytes, error::IngressError> {
+    let limit = state.config.ingress.target_body_limit;
+    invoke::read_body_up_to(session, limit.as_usize(), "ingress.target-body-limit").await
 }
 
 /// Counts one answered request by kind, status and error code, and times it.

@@ -5,12 +5,15 @@
 //! `POST /service/status` takes one target body (the reference's form) or a list of targets
 //! and ids, up to `ingress.max-status-targets`.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::IngressState;
-use super::attach::{TARGET_FORMS, TargetBody, target_id, unavailable};
+use super::api_keys::Binding;
+use super::attach::{TARGET_FORMS, TargetBody, peek_for, target_id};
 use super::error::IngressError;
 use super::invoke::with_ids;
 use super::path::StatusQuery;
@@ -84,12 +87,9 @@ impl StatusBody {
 }
 
 fn not_found(id: InvocationId) -> IngressError {
-    IngressError {
-        status: StatusCode::NOT_FOUND,
-        code: None,
-        message: format!("invocation {id} not found (never existed, or purged)"),
-        retry_after_s: None,
-    }
+    IngressError::not_found(format!(
+        "invocation {id} not found (never existed, or purged)"
+    ))
 }
 
 fn parse_id(text: &str) -> Result<InvocationId, IngressError> {
@@ -97,8 +97,11 @@ fn parse_id(text: &str) -> Result<InvocationId, IngressError> {
         .map_err(|e| IngressError::bad_request(format!("bad invocation id '{text}': {e}")))
 }
 
-/// The invocation a status path names.
-pub fn query_id(query: &StatusQuery) -> Result<InvocationId, IngressError> {
+/// The invocation a status path names; a caller bound by its API key names its own scope's.
+pub fn query_id(
+    query: &StatusQuery,
+    caller: Option<&Binding>,
+) -> Result<InvocationId, IngressError> {
     let target = match query {
         StatusQuery::Id(id) => return parse_id(id),
         StatusQuery::Workflow { scope, name, key } => TargetBody::Workflow {
@@ -120,13 +123,16 @@ pub fn query_id(query: &StatusQuery) -> Result<InvocationId, IngressError> {
             scope: scope.clone(),
         },
     };
-    check_scope(&target)?;
-    target_id(&target)
+    checked_id(target, caller)
 }
 
-/// A scope in a status query is checked like a call's: an invalid one names no invocation.
-fn check_scope(target: &TargetBody) -> Result<(), IngressError> {
-    let scope = match target {
+/// The invocation a target names, its scope checked like a call's (an invalid one names no
+/// invocation) and held to the caller's API key.
+pub(super) fn checked_id(
+    target: TargetBody,
+    caller: Option<&Binding>,
+) -> Result<InvocationId, IngressError> {
+    let scope = match &target {
         TargetBody::Workflow { scope, .. } | TargetBody::IdempotentInvocation { scope, .. } => {
             scope.as_deref()
         }
@@ -135,19 +141,17 @@ fn check_scope(target: &TargetBody) -> Result<(), IngressError> {
     if let Some(scope) = scope {
         crate::flow::Scope::parse(scope).map_err(IngressError::from)?;
     }
-    Ok(())
+    target_id(&target.bound(caller)?)
 }
 
 /// `GET …/status` of the invocation `id` (run here).
 pub async fn of_id(
     state: &IngressState,
     id: InvocationId,
+    caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    let peek = state
-        .runtime
-        .peek(id)
-        .await
-        .map_err(unavailable)?
+    let peek = peek_for(state, id, caller)
+        .await?
         .ok_or_else(|| not_found(id))?;
     Ok(with_ids(
         reply::json(StatusCode::OK, &StatusBody::of(&peek)),
@@ -173,57 +177,128 @@ struct ListedStatus {
     status: Option<StatusBody>,
 }
 
-/// The single invocation a `POST /service/status` body names, when it names one (the
-/// reference's form); `None` for a list.
-pub fn single_target(body: &[u8]) -> Result<Option<InvocationId>, IngressError> {
-    let value: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| IngressError::bad_request(format!("bad status body: {e}; {LIST_FORMS}")))?;
-    if value.is_array() {
-        return Ok(None);
+/// What a `POST /service/status` body asks: one target (the reference's form), or a list.
+pub enum StatusRequest {
+    /// One invocation, answered as `GET …/status` answers it.
+    One(InvocationId),
+    /// A list, in the order asked.
+    List(Vec<InvocationId>),
+}
+
+/// Reads a `POST /service/status` body in one pass: a target body, or a list of at most `max`
+/// targets and ids (refused at entry `max + 1`, before the rest is read). Each is checked like a
+/// call's scope and held to the caller's API key.
+pub fn read_request(
+    body: &[u8],
+    max: usize,
+    caller: Option<&Binding>,
+) -> Result<StatusRequest, IngressError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = serde::Deserializer::deserialize_any(&mut de, BodyVisitor { max })
+        .and_then(|parsed| de.end().map(|()| parsed))
+        .map_err(|e| match e.classify() {
+            serde_json::error::Category::Data if e.to_string().contains(TOO_MANY) => {
+                IngressError::bad_request(format!(
+                    "more than {max} targets asked at once; ingress.max-status-targets allows {max}: split the list"
+                ))
+            }
+            _ => IngressError::bad_request(format!("bad status body: {e}; {LIST_FORMS}")),
+        })?;
+    match parsed {
+        Parsed::One(target) => checked_id(target, caller).map(StatusRequest::One),
+        Parsed::List(entries) => entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                match entry {
+                    Entry::Id(text) => parse_id(&text),
+                    Entry::Target(target) => checked_id(target, caller),
+                }
+                .map_err(|e| IngressError {
+                    message: format!("bad status entry {i}: {}", e.message),
+                    ..e
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(StatusRequest::List),
     }
-    let target: TargetBody = serde_json::from_value(value)
-        .map_err(|e| IngressError::bad_request(format!("bad target body: {e}; {TARGET_FORMS}")))?;
-    check_scope(&target)?;
-    target_id(&target).map(Some)
+}
+
+/// What a status body parses to, before its entries are checked.
+enum Parsed {
+    One(TargetBody),
+    List(Vec<Entry>),
+}
+
+/// Marks the refusal of a list over its bound inside serde's error.
+const TOO_MANY: &str = "over ingress.max-status-targets";
+
+/// Reads a target body, or a list that is refused as soon as it grows past `max`.
+struct BodyVisitor {
+    max: usize,
+}
+
+impl<'de> serde::de::Visitor<'de> for BodyVisitor {
+    type Value = Parsed;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a target body or a list of targets and invocation ids")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Parsed, A::Error> {
+        let target = <TargetBody as Deserialize>::deserialize(
+            serde::de::value::MapAccessDeserializer::new(map),
+        )?;
+        Ok(Parsed::One(target))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Parsed, A::Error> {
+        let mut entries = Vec::new();
+        while entries.len() < self.max {
+            let i = entries.len();
+            let entry = seq.next_element::<Entry>().map_err(|e| {
+                serde::de::Error::custom(format_args!("entry {i}: {e}; {TARGET_FORMS}"))
+            })?;
+            match entry {
+                Some(entry) => entries.push(entry),
+                None => return Ok(Parsed::List(entries)),
+            }
+        }
+        // At the bound: one more entry of any kind is one too many, and is not kept.
+        match seq.next_element::<serde::de::IgnoredAny>()? {
+            None => Ok(Parsed::List(entries)),
+            Some(_) => Err(serde::de::Error::custom(TOO_MANY)),
+        }
+    }
 }
 
 const LIST_FORMS: &str =
     "send one target body, or a list of target bodies and invocation ids (\"inv_…\")";
 
 /// `POST /service/status` with a list: each entry's status, in order; an unknown one is
-/// `"found": false`. A node in cluster mode asks the node leading an entry's partition.
-pub async fn of_list(state: &IngressState, body: &[u8]) -> Result<Response<Vec<u8>>, IngressError> {
-    let entries: Vec<serde_json::Value> = serde_json::from_slice(body)
-        .map_err(|e| IngressError::bad_request(format!("bad status body: {e}; {LIST_FORMS}")))?;
-    let max = state.config.ingress.max_status_targets;
-    if entries.len() > max {
-        return Err(IngressError::bad_request(format!(
-            "{} targets asked at once; ingress.max-status-targets allows {max}: split the list",
-            entries.len()
-        )));
-    }
-    let mut ids = Vec::with_capacity(entries.len());
-    for (i, entry) in entries.into_iter().enumerate() {
-        let entry: Entry = serde_json::from_value(entry).map_err(|e| {
-            IngressError::bad_request(format!("bad status entry {i}: {e}; {TARGET_FORMS}"))
-        })?;
-        let id = match entry {
-            Entry::Id(text) => parse_id(&text),
-            Entry::Target(target) => check_scope(&target).and_then(|()| target_id(&target)),
-        }
-        .map_err(|e| IngressError::bad_request(format!("bad status entry {i}: {}", e.message)))?;
-        ids.push(id);
-    }
+/// `"found": false`. An id asked several times is looked up once. A node in cluster mode asks
+/// the node leading an entry's partition, with the caller's API key.
+pub async fn of_list(
+    state: &IngressState,
+    ids: Vec<InvocationId>,
+    headers: &HeaderMap,
+    caller: Option<&Binding>,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let mut seen: HashMap<InvocationId, Option<StatusBody>> = HashMap::with_capacity(ids.len());
     let mut answers = Vec::with_capacity(ids.len());
     for id in ids {
-        let status = match state.runtime.route(id) {
-            Route::Here => state
-                .runtime
-                .peek(id)
-                .await
-                .map_err(unavailable)?
-                .map(|peek| StatusBody::of(&peek)),
-            route => elsewhere(state, id, route).await?,
+        let status = match seen.get(&id) {
+            Some(status) => status.clone(),
+            None => {
+                let status = match state.runtime.route(id) {
+                    Route::Here => peek_for(state, id, caller)
+                        .await?
+                        .map(|peek| StatusBody::of(&peek)),
+                    route => elsewhere(state, id, route, headers).await?,
+                };
+                seen.insert(id, status.clone());
+                status
+            }
         };
         answers.push(ListedStatus {
             invocation_id: id.to_string(),
@@ -234,11 +309,13 @@ pub async fn of_list(state: &IngressState, body: &[u8]) -> Result<Response<Vec<u
     Ok(reply::json(StatusCode::OK, &answers))
 }
 
-/// The status of `id` from the node leading its partition.
+/// The status of `id` from the node leading its partition (which holds it to the API key the
+/// caller presented, as this node would).
 async fn elsewhere(
     state: &IngressState,
     id: InvocationId,
     route: Route,
+    headers: &HeaderMap,
 ) -> Result<Option<StatusBody>, IngressError> {
     let not_here = |why: String| {
         IngressError::coded(
@@ -249,12 +326,16 @@ async fn elsewhere(
     let Route::Elsewhere { ingress, .. } = route else {
         return Err(not_here("no node leads its partition right now".into()));
     };
+    let mut asked = HeaderMap::new();
+    if let Some(key) = headers.get(super::api_keys::HEADER) {
+        asked.insert(super::api_keys::HEADER, key.clone());
+    }
     let answer = crate::cluster::relay::relay(
         &state.forwarder,
         &ingress,
         Method::GET,
         &format!("/restate/status/{id}"),
-        &HeaderMap::new(),
+        &asked,
         Bytes::new(),
     )
     .await
@@ -266,6 +347,19 @@ async fn elsewhere(
             Ok(Some(body))
         }
         StatusCode::NOT_FOUND => Ok(None),
+        // The other node refused the caller's key: so would this one.
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            let body: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
+            let message = body["message"].as_str().unwrap_or("refused").to_owned();
+            Err(IngressError::coded(
+                if answer.status == StatusCode::UNAUTHORIZED {
+                    crate::errors::Code::SEC0009
+                } else {
+                    crate::errors::Code::SEC0010
+                },
+                message,
+            ))
+        }
         other => Err(not_here(format!("it answered {other}"))),
     }
 }
@@ -284,6 +378,7 @@ mod tests {
             },
             status,
             outcome,
+            scope: None,
         }
     }
 
@@ -328,31 +423,89 @@ mod tests {
         }
     }
 
+    fn one(body: &[u8], caller: Option<&Binding>) -> Result<InvocationId, IngressError> {
+        match read_request(body, 3, caller)? {
+            StatusRequest::One(id) => Ok(id),
+            StatusRequest::List(_) => panic!("a list"),
+        }
+    }
+
+    fn list(body: &[u8]) -> Result<Vec<InvocationId>, IngressError> {
+        match read_request(body, 3, None)? {
+            StatusRequest::List(ids) => Ok(ids),
+            StatusRequest::One(_) => panic!("one target"),
+        }
+    }
+
+    const ID: &str = "inv_1aA6MMRWDzRL5BYD303UK7dAgFVoIHpF1T";
+
     #[test]
     fn bodies_name_one_target_or_a_list() {
-        let id = "inv_1aA6MMRWDzRL5BYD303UK7dAgFVoIHpF1T";
-        let one = format!(r#"{{"target":"invocation","invocationId":"{id}"}}"#);
-        assert_eq!(
-            single_target(one.as_bytes()).unwrap().unwrap().to_string(),
-            id
-        );
-        assert_eq!(single_target(b"[]").unwrap(), None);
+        let body = format!(r#"{{"target":"invocation","invocationId":"{ID}"}}"#);
+        assert_eq!(one(body.as_bytes(), None).unwrap().to_string(), ID);
+        assert!(list(b"[]").unwrap().is_empty());
+        let ids = list(format!(r#"["{ID}", {body}, "{ID}"]"#).as_bytes()).unwrap();
+        assert_eq!(ids.len(), 3);
         for bad in [
             &b"{"[..],
+            b"7",
             br#"{"target":"nope"}"#,
             br#"{"target":"workflow","workflowName":"W","workflowKey":"k","scope":"bad scope!"}"#,
+            br#"[{"target":"invocation","invocationId":"inv_x"}]"#,
+            b"[] []",
         ] {
-            let err = single_target(bad).unwrap_err();
-            assert_eq!(err.status, StatusCode::BAD_REQUEST);
+            let err = read_request(bad, 3, None).err().expect("refused");
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{}", err.message);
         }
         let same = |scope: Option<&str>| {
-            query_id(&StatusQuery::Workflow {
-                scope: scope.map(str::to_owned),
-                name: "W".into(),
-                key: "k".into(),
-            })
+            query_id(
+                &StatusQuery::Workflow {
+                    scope: scope.map(str::to_owned),
+                    name: "W".into(),
+                    key: "k".into(),
+                },
+                None,
+            )
             .unwrap()
         };
         assert_ne!(same(None), same(Some("acme")), "a scope is part of the id");
+    }
+
+    #[test]
+    fn a_list_past_its_bound_is_refused_at_the_first_entry_too_many() {
+        let err = list(format!(r#"["{ID}","{ID}","{ID}","{ID}"]"#).as_bytes()).unwrap_err();
+        assert!(
+            err.message.contains("more than 3 targets"),
+            "{}",
+            err.message
+        );
+        // The entry past the bound is never read: what follows it may be anything.
+        let err = list(format!(r#"["{ID}","{ID}","{ID}",0,"#).as_bytes()).unwrap_err();
+        assert!(
+            err.message.contains("more than 3 targets"),
+            "{}",
+            err.message
+        );
+        let err = list(br#"[0]"#).unwrap_err();
+        assert!(err.message.contains("entry 0"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_bound_caller_names_targets_in_its_scope_only() {
+        let alpha = Binding {
+            scope: crate::flow::Scope::parse("alpha").unwrap(),
+            max_priority: crate::flow::Priority::NORMAL,
+        };
+        let target = |scope: &str| {
+            format!(
+                r#"{{"target":"idempotentInvocation","service":"S","handler":"h","idempotencyKey":"k"{scope}}}"#
+            )
+        };
+        let named = one(target(r#","scope":"alpha""#).as_bytes(), Some(&alpha)).unwrap();
+        let implied = one(target("").as_bytes(), Some(&alpha)).unwrap();
+        assert_eq!(named, implied, "a key's holder may leave its scope out");
+        assert_ne!(implied, one(target("").as_bytes(), None).unwrap());
+        let other = one(target(r#","scope":"beta""#).as_bytes(), Some(&alpha)).unwrap_err();
+        assert_eq!(other.code, Some(crate::errors::Code::SEC0010));
     }
 }

@@ -547,9 +547,16 @@ fn a_quota_counts_new_admissions_per_window_and_outlives_its_counter() {
     assert_eq!(writes.len(), 1);
     assert_eq!((writes[0].0.as_str(), writes[0].1.used), ("q/k", 2));
     assert!(l.take_quota_writes().is_empty(), "taken once");
-    // Gone and back: the counter keeps its use.
+    // Gone and back: the counter keeps its use, and shows it while it is gone.
     l.drop_path(p);
     assert!(l.is_empty());
+    let idle = l.snapshot(&b, now);
+    assert_eq!(idle.len(), 1, "{idle:?}");
+    assert_eq!(
+        (idle[0].level, idle[0].l1.as_deref(), idle[0].usage),
+        (Level::L1, Some("k"), 0)
+    );
+    assert_eq!(idle[0].quota.map(|(_, used)| used.used), Some(2));
     let p = path(&mut l, "q", Some("k"));
     assert!(l.check(&p, &b, false, true, now).is_err());
     // Another key has its own; the next window starts again.

@@ -17,6 +17,8 @@ pub struct Peek {
     pub status: Status,
     /// How it ended; `None` while it has not.
     pub outcome: Option<Outcome>,
+    /// The scope it runs in (what an API key's holder may read).
+    pub scope: Option<String>,
 }
 
 /// A peek's answer: `None` when the invocation is unknown.

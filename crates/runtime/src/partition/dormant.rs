@@ -317,22 +317,23 @@ impl Dormant {
         self.entry
     }
 
-    /// Where it is: waiting for its time, or for its turn.
-    pub(super) fn status(&self) -> Status {
-        if self.resting().scheduled {
-            Status::Scheduled
-        } else {
-            Status::Pending
-        }
-    }
-
-    /// Where it goes.
-    pub(super) fn target(&self) -> Target {
+    /// What a peek sees of it: where it goes, in which scope, and where it is (waiting for its
+    /// time, or for its turn); it never ran, so it has no outcome.
+    pub(super) fn peek(&self) -> super::answer::Peek {
         let resting = self.resting();
-        Target {
-            service: resting.service,
-            handler: resting.handler,
-            key: resting.key,
+        super::answer::Peek {
+            status: if resting.scheduled {
+                Status::Scheduled
+            } else {
+                Status::Pending
+            },
+            scope: resting.scope,
+            target: Target {
+                service: resting.service,
+                handler: resting.handler,
+                key: resting.key,
+            },
+            outcome: None,
         }
     }
 }

@@ -23,17 +23,15 @@ impl Partition {
                 target: live.record.target.clone(),
                 status: live.record.status,
                 outcome: live.record.outcome.clone(),
+                scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
             }),
             // At rest: never ran, no outcome; it stays at rest.
-            (None, Some(resting)) => Some(Peek {
-                target: resting.target(),
-                status: resting.status(),
-                outcome: None,
-            }),
+            (None, Some(resting)) => Some(resting.peek()),
             (None, None) => self.stored(id)?.map(|r| Peek {
                 target: r.target,
                 status: r.status,
                 outcome: r.outcome,
+                scope: r.scope.map(|s| s.as_str().to_owned()),
             }),
         };
         effects.push(Effect::Answer(Answer::Peeked(reply, seen)));
