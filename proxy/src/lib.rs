@@ -3,6 +3,7 @@
 //! The binary (`main.rs`) only parses arguments; everything it runs lives here.
 
 pub mod admin;
+pub mod certificates;
 pub mod cli;
 pub mod cluster;
 pub mod flow_history;

@@ -290,6 +290,24 @@ async fn bad_requests_are_rejected_with_their_codes() {
             "no invocation matches",
         ),
         post(
+            "/restate/attach",
+            Some(
+                r#"{"target":"workflow","workflowName":"Signup","workflowKey":"k","scope":"a:b"}"#,
+            ),
+            400,
+            Some("RT0024"),
+            "invalid scope 'a:b'",
+        ),
+        post(
+            "/restate/lookup",
+            Some(
+                r#"{"target":"idempotentInvocation","service":"Greeter","handler":"greet","idempotencyKey":"k","scope":"a:b"}"#,
+            ),
+            400,
+            Some("RT0024"),
+            "invalid scope 'a:b'",
+        ),
+        post(
             "/restate/awakeables/nope/resolve",
             Some("1"),
             400,

@@ -168,14 +168,19 @@ async fn ingress_health_and_json_errors() {
 
     let client = reqwest::Client::new();
     for (method, path, status, code) in [
-        (reqwest::Method::GET, "/", 400, Value::Null),
+        (reqwest::Method::GET, "/", 400, Value::from("ING0001")),
         (
             reqwest::Method::POST,
             "/service/call/Greeter/greet",
             404,
             Value::from("RT0018"),
         ),
-        (reqwest::Method::PUT, "/anything/at/all", 405, Value::Null),
+        (
+            reqwest::Method::PUT,
+            "/anything/at/all",
+            405,
+            Value::from("ING0004"),
+        ),
     ] {
         let resp = client
             .request(method.clone(), format!("{}{path}", sluice.ingress_url))
@@ -186,6 +191,11 @@ async fn ingress_health_and_json_errors() {
         assert_eq!(resp.status(), status, "{method} {path}");
         assert_eq!(resp.headers()["content-type"], "application/json");
         assert_eq!(resp.headers()["x-service-error-source"], "ingress");
+        // Every refusal carries its code in the header as in the body.
+        assert_eq!(
+            resp.headers()["x-service-error-code"],
+            code.as_str().unwrap()
+        );
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["code"], status);
         assert_eq!(body["source"], "ingress");

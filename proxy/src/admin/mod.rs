@@ -292,7 +292,7 @@ pub struct AdminService {
     listener: Mutex<Option<std::net::TcpListener>>,
     router: Router,
     limits: crate::config::ConnectionLimits,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<tls::AdminTls>,
     done: watch::Sender<bool>,
 }
 
@@ -315,7 +315,7 @@ impl AdminService {
     }
 
     /// The same service answering over TLS only.
-    pub fn with_tls(mut self, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+    pub fn with_tls(mut self, tls: Option<tls::AdminTls>) -> Self {
         self.tls = tls;
         self
     }
@@ -334,6 +334,11 @@ impl BackgroundService for AdminService {
         let Some(std_listener) = std_listener else {
             return;
         };
+        // From here on SIGHUP reloads certificates and never ends the process, TLS or not.
+        let _hangups = crate::certificates::hangups();
+        if let Some(tls) = &self.tls {
+            tokio::spawn(Arc::clone(&tls.certificate).watch(shutdown.clone()));
+        }
         let listener = std_listener
             .set_nonblocking(true)
             .and_then(|()| tokio::net::TcpListener::from_std(std_listener));
@@ -343,7 +348,7 @@ impl BackgroundService for AdminService {
                     listener,
                     self.router.clone(),
                     self.limits.clone(),
-                    self.tls.clone(),
+                    self.tls.as_ref().map(|t| t.acceptor.clone()),
                     shutdown,
                 )
                 .await;

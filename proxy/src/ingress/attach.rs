@@ -174,8 +174,8 @@ pub async fn by_target(
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let target: TargetBody = serde_json::from_slice(body)
         .map_err(|e| IngressError::bad_request(format!("bad target body: {e}; {TARGET_FORMS}")))?;
-    let target = target.bound(caller)?;
-    let id = target_id(&target)?;
+    // A bad scope names no invocation: 400 RT0024, as a status by target answers.
+    let id = super::status::checked_id(target, caller)?;
     match action {
         TargetAction::Attach => result(state, session, id, true, caller).await,
         TargetAction::Output => result(state, session, id, false, caller).await,

@@ -160,13 +160,60 @@ impl HandlerManifest {
 }
 
 /// What a deployment (or one of its services) declares it can take; Sluice enforces it at the
-/// edge. `{"concurrency": N}`: at most N attempts run on it at once (on each node), N ≥ 1.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// edge. `{"concurrency": N}`: at most N attempts run on it at once (on each node),
+/// 1 ≤ N ≤ [`MAX_DECLARED_CONCURRENCY`]. Read strictly: an object only (not `[]`), no field
+/// but `concurrency`, so a typo is refused at registration rather than silently unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestLimits {
     /// Attempts running at once; absent: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<std::num::NonZeroU32>,
+}
+
+/// The largest concurrency a manifest may declare (far above what one deployment takes, far
+/// below the gates' "unlimited").
+pub const MAX_DECLARED_CONCURRENCY: u32 = 1_000_000;
+
+impl<'de> Deserialize<'de> for ManifestLimits {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Fields {
+            #[serde(default)]
+            concurrency: Option<std::num::NonZeroU32>,
+        }
+
+        struct ObjectOnly;
+
+        impl<'de> serde::de::Visitor<'de> for ObjectOnly {
+            type Value = ManifestLimits;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object like {\"concurrency\": 10}")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let fields =
+                    Fields::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                if let Some(n) = fields.concurrency
+                    && n.get() > MAX_DECLARED_CONCURRENCY
+                {
+                    return Err(serde::de::Error::custom(format_args!(
+                        "limits.concurrency {n} is over {MAX_DECLARED_CONCURRENCY}; leave it out for no limit"
+                    )));
+                }
+                Ok(ManifestLimits {
+                    concurrency: fields.concurrency,
+                })
+            }
+        }
+
+        deserializer.deserialize_map(ObjectOnly)
+    }
 }
 
 /// One service of a deployment.
@@ -383,6 +430,46 @@ mod tests {
             counter.handlers[0].effective_type(counter.ty),
             Some(HandlerType::Exclusive)
         );
+    }
+
+    #[test]
+    fn declared_limits_are_read_strictly() {
+        let with = |limits: serde_json::Value| {
+            let mut json = greeter();
+            json["limits"] = limits.clone();
+            json["services"][0]["limits"] = limits;
+            manifest(json)
+        };
+        let ok = with(serde_json::json!({"concurrency": 10})).unwrap();
+        assert_eq!(
+            ok.services[0]
+                .limits
+                .and_then(|l| l.concurrency)
+                .map(|n| n.get()),
+            Some(10)
+        );
+        assert!(
+            with(serde_json::json!({})).unwrap().services[0]
+                .limits
+                .unwrap()
+                .concurrency
+                .is_none()
+        );
+        for (bad, says) in [
+            (serde_json::json!([]), "an object"),
+            (serde_json::json!([10]), "an object"),
+            (serde_json::json!({"concurency": 10}), "unknown field"),
+            (serde_json::json!({"concurrency": 0}), "nonzero"),
+            (serde_json::json!({"concurrency": "10"}), "invalid type"),
+            (
+                serde_json::json!({"concurrency": 4_294_967_295u64}),
+                "over 1000000",
+            ),
+        ] {
+            let err = with(bad.clone()).unwrap_err();
+            assert_eq!(err.code, Some(Code::META0013), "{bad}: {err}");
+            assert!(err.message.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]
