@@ -277,6 +277,45 @@ async fn trickled_headers_and_silent_connections_are_closed() {
     assert!(started.elapsed() < Duration::from_millis(2500));
 }
 
+/// A body that never comes is cut at the header-read timeout on a reused HTTP/1.1 connection
+/// too (before, each read of a later request's body waited pingora's 60 s).
+#[tokio::test]
+async fn a_missing_body_on_a_reused_connection_is_cut_at_the_header_read_timeout() {
+    let sluice = Sluice::builder()
+        .config("[ingress.connections]\nheader-read-timeout = \"1s\"\n")
+        .start()
+        .await
+        .unwrap();
+    let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    let mut conn = TcpStream::connect(&ingress).await.unwrap();
+    conn.write_all(format!("GET /service/health HTTP/1.1\r\nhost: {ingress}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        status_within(&mut conn, Duration::from_secs(10)).await,
+        Some(200)
+    );
+    // The second request on the same connection announces 10 bytes and sends none.
+    conn.write_all(
+        format!(
+            "POST /restate/status HTTP/1.1\r\nhost: {ingress}\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    assert!(
+        closed_within(&mut conn, Duration::from_secs(10)).await,
+        "the connection stayed open"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "closed only after {:?}",
+        started.elapsed()
+    );
+}
+
 /// Sends `count` `Meter/inflate(bytes)` with idempotency keys (their results are kept for the
 /// retention), and waits until every one completed.
 async fn kept_results(sluice: &Sluice, count: usize, bytes: usize) {

@@ -150,7 +150,8 @@ impl ServerApp for GuardedHttp {
         }
         // HTTP/1.1: the first request's headers must all be in within the header-read timeout
         // of the accept (a read timeout alone lets a byte every few seconds hold the connection
-        // for ever); a later request's within the idle timeout plus the header-read timeout.
+        // for ever); a later request's within the idle timeout plus the header-read timeout;
+        // every read of a body within the header-read timeout.
         let mut session = ServerSession::new_http1(stream);
         session.set_keepalive(None);
         session.set_read_timeout(Some(header_timeout));
@@ -169,6 +170,10 @@ impl ServerApp for GuardedHttp {
             } else {
                 session.set_keepalive(Some(self.idle_secs()));
             }
+            // The idle timeout bounds the wait for the next request's first bytes; each read of
+            // its body gets the header-read timeout, as the first request's does (pingora's
+            // default would let a body that never comes hold the connection a minute a read).
+            session.set_read_timeout(Some(header_timeout));
             let deadline = tokio::time::Instant::now()
                 + std::time::Duration::from_secs(self.idle_secs())
                 + header_timeout;
