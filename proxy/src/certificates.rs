@@ -16,12 +16,42 @@ use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::{file_error, pem_certificates};
 use crate::errors::{Code, CodedError};
 
 /// How often the certificate files are looked at for a change.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// A listener's TLS: the acceptor its handshakes go through, and the certificate they get (to
+/// watch).
+#[derive(Clone)]
+pub struct ListenerTls {
+    /// Accepts handshakes with the current certificate.
+    pub acceptor: TlsAcceptor,
+    /// The certificate, read again on SIGHUP and when its files change.
+    pub certificate: Arc<Certificate>,
+}
+
+impl ListenerTls {
+    /// The TLS `listener` configures with its two files: `None` when it names neither; RT0002
+    /// when only one of the two is named or they do not load.
+    pub fn from_files(
+        listener: &'static str,
+        cert: Option<&Path>,
+        key: Option<&Path>,
+    ) -> Result<Option<Self>, CodedError> {
+        let Some(certificate) = Certificate::from_files(listener, cert, key)? else {
+            return Ok(None);
+        };
+        let server = certificate.server_config()?;
+        Ok(Some(Self {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            certificate,
+        }))
+    }
+}
 
 /// The certificate every new handshake of one listener gets, replaced when its files change.
 #[derive(Debug)]
@@ -69,7 +99,7 @@ impl Certificate {
 
     /// A TLS server configuration that serves this certificate, offering HTTP/2 and HTTP/1.1
     /// by ALPN.
-    pub fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, CodedError> {
+    fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, CodedError> {
         let mut server = rustls::ServerConfig::builder_with_provider(Arc::clone(&self.provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| CodedError::new(Code::RT0002, format!("{} TLS: {e}", self.listener)))?
@@ -140,10 +170,15 @@ impl ResolvesServerCert for Certificate {
     }
 }
 
+/// Listens for SIGHUP from now on (it no longer ends the process), whether or not a certificate
+/// is configured; called by every listener's start.
+pub fn listen_for_hangups() {
+    drop(hangups());
+}
+
 /// SIGHUPs received, as a count every listener's certificate watches. The process listens from
-/// the first call on (from then on SIGHUP no longer ends it), whether or not a certificate is
-/// configured; a process that cannot listen logs why and reloads on file changes only.
-pub fn hangups() -> tokio::sync::watch::Receiver<u64> {
+/// the first call on; a process that cannot listen logs why and reloads on file changes only.
+fn hangups() -> tokio::sync::watch::Receiver<u64> {
     static HANGUPS: std::sync::OnceLock<tokio::sync::watch::Sender<u64>> =
         std::sync::OnceLock::new();
     HANGUPS

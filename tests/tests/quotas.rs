@@ -39,6 +39,18 @@ async fn ran_until(sluice: &Sluice, n: usize) -> Vec<String> {
     seen
 }
 
+/// The server with its clock moved by `offset` ms, the test deployment registered.
+async fn started_at(offset: i64) -> (Sluice, TestDeployment) {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .clock_offset_ms(offset)
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    (sluice, dep)
+}
+
 /// Waits until invocation `id` says it waits for its quota.
 async fn waits_for_quota(sluice: &Sluice, id: &str) -> Value {
     sluice
@@ -50,16 +62,10 @@ async fn waits_for_quota(sluice: &Sluice, id: &str) -> Value {
 
 #[tokio::test]
 async fn a_quota_holds_new_work_until_its_window_or_a_reset_and_survives_kill_9() {
-    let dep = TestDeployment::start("v1").await.unwrap();
     // The server's day starts twelve hours before its clock: no window ends during the test,
     // whatever the hour it runs.
     let offset = clock_offset_to(MIDDAY_MS);
-    let mut sluice = Sluice::builder()
-        .clock_offset_ms(offset)
-        .start()
-        .await
-        .unwrap();
-    sluice.register(&dep.uri, false).await;
+    let (mut sluice, _dep) = started_at(offset).await;
     sluice
         .set_rules(json!([
             {"pattern": "qt/*", "limits": {"quota": "3/day"}},
@@ -161,13 +167,7 @@ async fn work_held_by_a_daily_quota_runs_when_the_utc_day_turns() {
     // set-up below on a busy box, short enough to wait for.
     let midnight = MIDDAY_MS + 12 * 3_600_000;
     let offset = clock_offset_to(midnight - 30_000);
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .clock_offset_ms(offset)
-        .start()
-        .await
-        .unwrap();
-    sluice.register(&dep.uri, false).await;
+    let (sluice, _dep) = started_at(offset).await;
     sluice
         .set_rules(json!([{"pattern": "qt/*", "limits": {"quota": "1/day"}}]))
         .await;
@@ -205,13 +205,7 @@ async fn work_held_by_a_daily_quota_runs_when_the_utc_day_turns() {
 
 #[tokio::test]
 async fn a_quota_use_shows_while_its_scope_is_idle() {
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .clock_offset_ms(clock_offset_to(MIDDAY_MS))
-        .start()
-        .await
-        .unwrap();
-    sluice.register(&dep.uri, false).await;
+    let (sluice, _dep) = started_at(clock_offset_to(MIDDAY_MS)).await;
     sluice
         .set_rules(json!([{"pattern": "t", "limits": {"quota": "3/day", "on_exceed": "reject"}}]))
         .await;

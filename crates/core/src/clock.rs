@@ -24,11 +24,6 @@ pub fn now_ms() -> u64 {
     u64::try_from(host.saturating_add(OFFSET_MS.load(Ordering::Relaxed))).unwrap_or(0)
 }
 
-/// The offset in force, in milliseconds.
-pub fn offset_ms() -> i64 {
-    OFFSET_MS.load(Ordering::Relaxed)
-}
-
 /// Moves this process's wall clock by `ms` (see [`OFFSET_ENV`]); set once, at start-up.
 pub fn set_offset_ms(ms: i64) {
     OFFSET_MS.store(ms, Ordering::Relaxed);

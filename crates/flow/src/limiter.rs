@@ -643,10 +643,7 @@ impl Limiter {
             (quota, None) => node.rare = Some(Box::new(quotas::Rare::new(quota))),
         }
         node.has_quota = resolved.quota.is_some();
-        // A static limit (or a policy's) wins over an adaptive one.
-        let adaptive = resolved
-            .adaptive
-            .filter(|_| resolved.limit == Limit::Unlimited);
+        let adaptive = resolved.adaptive_in_force();
         if resolved.max_queued.is_some()
             || resolved.max_wait_ms.is_some()
             || resolved.shadow.is_some()
@@ -802,60 +799,6 @@ impl Limiter {
         self.idle_quota_counters(book, &mut out);
         out.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));
         out
-    }
-
-    /// Counters that are gone while nothing runs or waits under them, but whose quota use is
-    /// kept for their window: shown idle with what they used, so an operator sees a tenant's
-    /// quota between its calls as the next call will find it.
-    fn idle_quota_counters(&self, book: &RuleBook, out: &mut Vec<CounterSnapshot>) {
-        let now = self.now_ms;
-        for (key, kept) in &self.quota_kept {
-            let mut names = key.splitn(3, '/');
-            let (Some(scope), l1, l2) = (names.next(), names.next(), names.next()) else {
-                continue;
-            };
-            let level = match (l1, l2) {
-                (None, _) => Level::Scope,
-                (Some(_), None) => Level::L1,
-                (Some(_), Some(_)) => Level::L2,
-            };
-            let resolved = book.resolve(level, scope, l1, l2);
-            let Some(quota) = resolved.quota else {
-                continue;
-            };
-            let used = kept.at(&quota, now);
-            if used.used == 0 {
-                continue;
-            }
-            // As a counter made now would be: an adaptive limit starts at its least.
-            let adaptive = resolved
-                .adaptive
-                .filter(|_| resolved.limit == Limit::Unlimited);
-            let limit = adaptive.map_or(resolved.limit, |a| Limit::Concurrency(a.min));
-            out.push(CounterSnapshot {
-                level,
-                scope: scope.to_owned(),
-                l1: l1.map(str::to_owned),
-                l2: l2.map(str::to_owned),
-                usage: 0,
-                limit,
-                rule: resolved.pattern,
-                available: limit.available(0),
-                waiters: 0,
-                queued: 0,
-                max_queued: resolved.max_queued.map(NonZeroU32::get),
-                max_wait_ms: resolved.max_wait_ms.map(std::num::NonZeroU64::get),
-                adaptive: adaptive.map(|a| (a.min.get(), a.max.get())),
-                guaranteed: resolved.guaranteed.map(NonZeroU32::get),
-                quota: Some((quota, used)),
-                // A counter goes only once its bucket is full again.
-                tokens: resolved.rate.map(|rate| rate.burst.get()),
-                rate: resolved.rate,
-                next_token_ms: None,
-                weight: resolved.weight.get().min(MAX_WEIGHT),
-                shadow: None,
-            });
-        }
     }
 }
 

@@ -255,6 +255,11 @@ impl Resolved {
         pattern: None,
         shadow: None,
     };
+
+    /// The adaptive bounds in force: a static limit (or a policy's) wins over an adaptive one.
+    pub fn adaptive_in_force(&self) -> Option<AdaptiveLimit> {
+        self.adaptive.filter(|_| self.limit == Limit::Unlimited)
+    }
 }
 
 /// Index key of an enabled rule at its level: each component exact (`Some`) or `*` (`None`).

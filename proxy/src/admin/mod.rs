@@ -292,7 +292,7 @@ pub struct AdminService {
     listener: Mutex<Option<std::net::TcpListener>>,
     router: Router,
     limits: crate::config::ConnectionLimits,
-    tls: Option<tls::AdminTls>,
+    tls: Option<crate::certificates::ListenerTls>,
     done: watch::Sender<bool>,
 }
 
@@ -315,7 +315,7 @@ impl AdminService {
     }
 
     /// The same service answering over TLS only.
-    pub fn with_tls(mut self, tls: Option<tls::AdminTls>) -> Self {
+    pub fn with_tls(mut self, tls: Option<crate::certificates::ListenerTls>) -> Self {
         self.tls = tls;
         self
     }
@@ -335,7 +335,7 @@ impl BackgroundService for AdminService {
             return;
         };
         // From here on SIGHUP reloads certificates and never ends the process, TLS or not.
-        let _hangups = crate::certificates::hangups();
+        crate::certificates::listen_for_hangups();
         if let Some(tls) = &self.tls {
             tokio::spawn(Arc::clone(&tls.certificate).watch(shutdown.clone()));
         }

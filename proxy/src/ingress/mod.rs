@@ -92,8 +92,8 @@ impl IngressApp {
         let max = self.state.config.ingress.max_status_targets;
         match status::read_request(&body, max, caller)? {
             status::StatusRequest::List(ids) => {
-                let headers = session.req_header().headers.clone();
-                status::of_list(&self.state, ids, &headers, caller).await
+                let api_key = session.req_header().headers.get(api_keys::HEADER).cloned();
+                status::of_list(&self.state, ids, api_key.as_ref(), caller).await
             }
             status::StatusRequest::One(id) => match self.state.runtime.route(id) {
                 crate::partition::placement::Route::Here => {

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::IngressState;
@@ -194,15 +194,21 @@ pub fn read_request(
     caller: Option<&Binding>,
 ) -> Result<StatusRequest, IngressError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let parsed = serde::Deserializer::deserialize_any(&mut de, BodyVisitor { max })
+    let too_many = std::cell::Cell::new(false);
+    let visitor = BodyVisitor {
+        max,
+        too_many: &too_many,
+    };
+    let parsed = serde::Deserializer::deserialize_any(&mut de, visitor)
         .and_then(|parsed| de.end().map(|()| parsed))
-        .map_err(|e| match e.classify() {
-            serde_json::error::Category::Data if e.to_string().contains(TOO_MANY) => {
+        .map_err(|e| {
+            if too_many.get() {
                 IngressError::bad_request(format!(
                     "more than {max} targets asked at once; ingress.max-status-targets allows {max}: split the list"
                 ))
+            } else {
+                IngressError::bad_request(format!("bad status body: {e}; {LIST_FORMS}"))
             }
-            _ => IngressError::bad_request(format!("bad status body: {e}; {LIST_FORMS}")),
         })?;
     match parsed {
         Parsed::One(target) => checked_id(target, caller).map(StatusRequest::One),
@@ -230,15 +236,14 @@ enum Parsed {
     List(Vec<Entry>),
 }
 
-/// Marks the refusal of a list over its bound inside serde's error.
-const TOO_MANY: &str = "over ingress.max-status-targets";
-
-/// Reads a target body, or a list that is refused as soon as it grows past `max`.
-struct BodyVisitor {
+/// Reads a target body, or a list that is refused as soon as it grows past `max` (and says so
+/// in `too_many`: serde's error carries only text).
+struct BodyVisitor<'a> {
     max: usize,
+    too_many: &'a std::cell::Cell<bool>,
 }
 
-impl<'de> serde::de::Visitor<'de> for BodyVisitor {
+impl<'de> serde::de::Visitor<'de> for BodyVisitor<'_> {
     type Value = Parsed;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -267,7 +272,10 @@ impl<'de> serde::de::Visitor<'de> for BodyVisitor {
         // At the bound: one more entry of any kind is one too many, and is not kept.
         match seq.next_element::<serde::de::IgnoredAny>()? {
             None => Ok(Parsed::List(entries)),
-            Some(_) => Err(serde::de::Error::custom(TOO_MANY)),
+            Some(_) => {
+                self.too_many.set(true);
+                Err(serde::de::Error::custom("over ingress.max-status-targets"))
+            }
         }
     }
 }
@@ -281,7 +289,7 @@ const LIST_FORMS: &str =
 pub async fn of_list(
     state: &IngressState,
     ids: Vec<InvocationId>,
-    headers: &HeaderMap,
+    api_key: Option<&HeaderValue>,
     caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let mut seen: HashMap<InvocationId, Option<StatusBody>> = HashMap::with_capacity(ids.len());
@@ -294,7 +302,7 @@ pub async fn of_list(
                     Route::Here => peek_for(state, id, caller)
                         .await?
                         .map(|peek| StatusBody::of(&peek)),
-                    route => elsewhere(state, id, route, headers).await?,
+                    route => elsewhere(state, id, route, api_key).await?,
                 };
                 seen.insert(id, status.clone());
                 status
@@ -315,7 +323,7 @@ async fn elsewhere(
     state: &IngressState,
     id: InvocationId,
     route: Route,
-    headers: &HeaderMap,
+    api_key: Option<&HeaderValue>,
 ) -> Result<Option<StatusBody>, IngressError> {
     let not_here = |why: String| {
         IngressError::coded(
@@ -327,7 +335,7 @@ async fn elsewhere(
         return Err(not_here("no node leads its partition right now".into()));
     };
     let mut asked = HeaderMap::new();
-    if let Some(key) = headers.get(super::api_keys::HEADER) {
+    if let Some(key) = api_key {
         asked.insert(super::api_keys::HEADER, key.clone());
     }
     let answer = crate::cluster::relay::relay(

@@ -13,22 +13,20 @@ use pingora::protocols::{ALPN, Peek, Shutdown, Ssl, Stream, UniqueID, UniqueIDTy
 use pingora::protocols::{GetProxyDigest, GetSocketDigest, GetTimingDigest};
 use pingora::protocols::{SocketDigest, TimingDigest};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_rustls::TlsAcceptor;
 
-use crate::certificates::Certificate;
+use crate::certificates::ListenerTls;
 use crate::config::IngressConfig;
 use crate::errors::CodedError;
 
 /// The ingress's TLS acceptor and the certificate it serves.
 pub struct IngressTls {
-    acceptor: TlsAcceptor,
-    certificate: Arc<Certificate>,
+    tls: ListenerTls,
 }
 
 impl std::fmt::Debug for IngressTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IngressTls")
-            .field("cert", &self.certificate)
+            .field("cert", &self.tls.certificate)
             .finish_non_exhaustive()
     }
 }
@@ -37,26 +35,19 @@ impl IngressTls {
     /// The acceptor `config` asks for: `None` when it names no certificate; RT0002 when only
     /// one of the two files is named or they do not load.
     pub fn from_config(config: &IngressConfig) -> Result<Option<Arc<Self>>, CodedError> {
-        let Some(certificate) = Certificate::from_files(
+        let tls = ListenerTls::from_files(
             "ingress",
             config.tls_cert_file.as_deref(),
             config.tls_key_file.as_deref(),
-        )?
-        else {
-            return Ok(None);
-        };
-        let server = certificate.server_config()?;
-        Ok(Some(Arc::new(Self {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
-            certificate,
-        })))
+        )?;
+        Ok(tls.map(|tls| Arc::new(Self { tls })))
     }
 
     /// Runs the handshake on `stream`: the TLS stream and whether the client chose HTTP/2;
     /// `None` when the handshake fails (the connection is then dropped).
     pub async fn accept(&self, stream: Stream) -> Option<(Stream, bool)> {
         let id = stream.id();
-        match self.acceptor.accept(stream).await {
+        match self.tls.acceptor.accept(stream).await {
             Ok(tls) => {
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
                 let stream: Stream = Box::new(TlsIo { inner: tls, id, h2 });
@@ -71,7 +62,7 @@ impl IngressTls {
 
     /// Reads the certificate again on SIGHUP and when a file changes, until `stop` fires.
     pub async fn watch(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
-        Arc::clone(&self.certificate).watch(stop).await;
+        Arc::clone(&self.tls.certificate).watch(stop).await;
     }
 }
 

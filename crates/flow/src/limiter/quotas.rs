@@ -2,7 +2,9 @@
 //! until the window ends), is handed to the partition to store after each admission, comes
 //! back from the store at recovery, and is reset by an operator.
 
-use super::{CounterId, Limiter, RulePattern};
+use std::num::{NonZeroU32, NonZeroU64};
+
+use super::{CounterId, CounterSnapshot, Level, Limit, Limiter, MAX_WEIGHT, RuleBook, RulePattern};
 use crate::quota::{Quota, QuotaUse};
 
 /// What few counters need, boxed so a node stays three cache lines: its quota and what it used
@@ -152,11 +154,63 @@ impl Limiter {
     }
 }
 
-/// Whether `pattern` names the counter `key` (`scope[/l1[/l2]]`) at its level.
-fn matches(pattern: &RulePattern, key: &str) -> bool {
+impl Limiter {
+    /// Counters that are gone while nothing runs or waits under them, but whose quota use is
+    /// kept for their window: shown idle with what they used, so an operator sees a tenant's
+    /// quota between its calls as the next call will find it.
+    pub(super) fn idle_quota_counters(&self, book: &RuleBook, out: &mut Vec<CounterSnapshot>) {
+        let now = self.now_ms;
+        for (key, kept) in &self.quota_kept {
+            let (level, scope, l1, l2) = key_names(key);
+            let resolved = book.resolve(level, scope, l1, l2);
+            let Some(quota) = resolved.quota else {
+                continue;
+            };
+            let used = kept.at(&quota, now);
+            if used.used == 0 {
+                continue;
+            }
+            // As a counter made now would be: an adaptive limit starts at its least.
+            let adaptive = resolved.adaptive_in_force();
+            let limit = adaptive.map_or(resolved.limit, |a| Limit::Concurrency(a.min));
+            out.push(CounterSnapshot {
+                level,
+                scope: scope.to_owned(),
+                l1: l1.map(str::to_owned),
+                l2: l2.map(str::to_owned),
+                usage: 0,
+                limit,
+                rule: resolved.pattern,
+                available: limit.available(0),
+                waiters: 0,
+                queued: 0,
+                max_queued: resolved.max_queued.map(NonZeroU32::get),
+                max_wait_ms: resolved.max_wait_ms.map(NonZeroU64::get),
+                adaptive: adaptive.map(|a| (a.min.get(), a.max.get())),
+                guaranteed: resolved.guaranteed.map(NonZeroU32::get),
+                quota: Some((quota, used)),
+                // A counter goes only once its bucket is full again.
+                tokens: resolved.rate.map(|rate| rate.burst.get()),
+                rate: resolved.rate,
+                next_token_ms: None,
+                weight: resolved.weight.get().min(MAX_WEIGHT),
+                shadow: None,
+            });
+        }
+    }
+}
+
+/// The level and names of the counter a quota key names (`scope[/l1[/l2]]`).
+fn key_names(key: &str) -> (Level, &str, Option<&str>, Option<&str>) {
     let mut names = key.split('/');
     let scope = names.next().unwrap_or_default();
     let (l1, l2) = (names.next(), names.next());
-    let depth = 1 + usize::from(l1.is_some()) + usize::from(l2.is_some());
-    pattern.level().index() + 1 == depth && pattern.matches(scope, l1, l2)
+    let level = Level::ALL[usize::from(l1.is_some()) + usize::from(l2.is_some())];
+    (level, scope, l1, l2)
+}
+
+/// Whether `pattern` names the counter `key` (`scope[/l1[/l2]]`) at its level.
+fn matches(pattern: &RulePattern, key: &str) -> bool {
+    let (level, scope, l1, l2) = key_names(key);
+    pattern.level() == level && pattern.matches(scope, l1, l2)
 }
