@@ -835,3 +835,115 @@ async fn huge_status_lists_are_refused_before_they_are_parsed() {
     eprintln!("18 status lists of 10 MB: resident memory grew {grown:.1} MB");
     assert!(grown < 40.0, "grew {grown:.1} MB");
 }
+
+/// A request body that announces itself and never sends a byte.
+struct Stalled;
+
+impl hyper::body::Body for Stalled {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+/// An HTTP/2 connection (prior knowledge) to `ingress`: the handle streams are sent on, and
+/// the task driving the connection, which ends when the server closes it.
+async fn h2_connect(
+    ingress: &str,
+) -> (
+    hyper::client::conn::http2::SendRequest<Stalled>,
+    tokio::task::JoinHandle<()>,
+) {
+    let tcp = TcpStream::connect(ingress).await.unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (send, driver)
+}
+
+/// HTTP/2 gets the deadlines HTTP/1.1 has: a connection that opens no stream is closed after
+/// the header-read timeout, not the idle timeout; a stream whose body never comes is answered
+/// 408 `ING0008` after it, and its connection closes once it has no stream for that long
+/// again. Connections holding such streams took every place for as long as the client liked
+/// before (the idle timeout here, 60 s, is what "as long as it liked" would show as).
+#[tokio::test]
+async fn http2_streams_and_connections_are_held_to_the_header_read_timeout() {
+    let sluice = Sluice::builder()
+        .config(
+            "[ingress.connections]\nmax = 4\nmax-per-ip = 4\nheader-read-timeout = \"1s\"\nidle-timeout = \"60s\"\n",
+        )
+        .start()
+        .await
+        .unwrap();
+    let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    let before_idle = Duration::from_secs(30);
+
+    let (_silent, driver) = h2_connect(&ingress).await;
+    let started = Instant::now();
+    tokio::time::timeout(before_idle, driver)
+        .await
+        .expect("an HTTP/2 connection without streams stayed open")
+        .unwrap();
+    println!("no stream: closed after {:?}", started.elapsed());
+
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let (mut send, driver) = h2_connect(&ingress).await;
+        send.ready().await.unwrap();
+        let request = http::Request::post(format!("http://{ingress}/restate/status"))
+            .header("content-type", "application/json")
+            .header("content-length", "10")
+            .body(Stalled)
+            .unwrap();
+        let answer = tokio::spawn(send.send_request(request));
+        held.push((send, answer, driver));
+    }
+    let started = Instant::now();
+    for (send, answer, driver) in held {
+        let resp = tokio::time::timeout(before_idle, answer)
+            .await
+            .expect("a stream whose body never came was not answered")
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp.status(), 408);
+        assert_eq!(
+            resp.headers()
+                .get("x-service-error-code")
+                .and_then(|v| v.to_str().ok()),
+            Some("ING0008")
+        );
+        // The client keeps its side open (hyper closes a connection whose handles are gone).
+        let _send = send;
+        tokio::time::timeout(before_idle, driver)
+            .await
+            .expect("the connection of a stalled stream stayed open for its idle timeout")
+            .unwrap();
+    }
+    println!(
+        "stalled streams: connections closed after {:?}",
+        started.elapsed()
+    );
+    // Their places come back: a fresh client is served (the server may drop its side a moment
+    // after the client saw the close, so the first try may still be turned away).
+    let health = format!("{}/service/health", sluice.ingress_url);
+    let deadline = Instant::now() + before_idle;
+    loop {
+        let fresh = reqwest::Client::new();
+        if let Ok(resp) = fresh.get(&health).send().await {
+            assert_eq!(resp.status(), 200);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no place came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

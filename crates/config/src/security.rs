@@ -154,6 +154,9 @@ pub struct ConnectionLimits {
     /// A connection with no request in flight for this long is closed (HTTP/1.1 keep-alive
     /// and HTTP/2 alike).
     pub idle_timeout: FriendlyDuration,
+    /// Requests one HTTP/2 connection carries at once (its `SETTINGS_MAX_CONCURRENT_STREAMS`);
+    /// each is held to the header-read timeout between its body's reads.
+    pub max_streams: u32,
 }
 
 impl ConnectionLimits {
@@ -165,6 +168,7 @@ impl ConnectionLimits {
             max_per_ip: (max / 4).max(1),
             header_read_timeout: FriendlyDuration::from_secs(10),
             idle_timeout: FriendlyDuration::from_secs(60),
+            max_streams: 100,
         }
     }
 }

@@ -294,6 +294,9 @@ catalogue! {
     ING0007 => Ingress, Some(499),
         "the client left before the answer",
         "The client closed its connection (or stream) while the call or attach waited; the invocation goes on. Seen only in metrics and logs: nobody is left to read it.";
+    ING0008 => Ingress, Some(408),
+        "the request body stopped arriving",
+        "No bytes of the request's body came within `ingress.connections.header-read-timeout` of the last ones (or of the headers). Over HTTP/1.1 the connection is closed; over HTTP/2 the stream is answered and, once no other stream is open on it, the connection closes after the same timeout instead of the idle timeout. Send the body as fast as the headers.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";

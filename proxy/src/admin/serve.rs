@@ -144,7 +144,10 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout.0)
         .keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_streams.max(1));
     let builder = Arc::new(builder);
     loop {
         let accepted = tokio::select! {

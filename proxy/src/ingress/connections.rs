@@ -2,18 +2,25 @@
 //! connections open at once and one per client address (over either, a new connection is
 //! closed as soon as it is accepted), a deadline for each request's headers however slowly
 //! their bytes trickle in (pingora's own timeout is per read), and an idle timeout between
-//! requests on HTTP/1.1 (HTTP/2 uses pingora's own idle timeout, set to the same value).
+//! requests. HTTP/2 connections are served here too (not by pingora's own accept loop, which
+//! has neither): a connection's first stream must open within the header-read timeout, each
+//! stream's body reads are held to it, a connection carries at most
+//! `ingress.connections.max-streams` streams at once, and one whose stream stalled closes
+//! after the header-read timeout without streams instead of the idle timeout.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use pingora::apps::http_app::HttpServer;
 use pingora::apps::{HttpServerApp, ServerApp};
-use pingora::protocols::Stream;
 use pingora::protocols::http::ServerSession;
+use pingora::protocols::http::v2::server::{H2Accept, HttpSession, default_h2_options, handshake};
+use pingora::protocols::{Digest, Stream};
 use pingora::server::ShutdownWatch;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
 
 use super::IngressApp;
 use crate::config::ConnectionLimits;
@@ -25,9 +32,70 @@ tokio::task_local! {
     pub(super) static HEADERS_READ: Arc<AtomicBool>;
 }
 
+tokio::task_local! {
+    /// Set for each HTTP/2 stream's task: how long a read of its body may wait (pingora's h2
+    /// session has no read timeout), and where to say that it stalled.
+    static STREAM: StreamDeadline;
+}
+
+/// The body-read deadline of one HTTP/2 stream.
+struct StreamDeadline {
+    per_read: Duration,
+    streams: Arc<OpenStreams>,
+}
+
 /// Tells the connection serving the current request that its headers are in.
 pub(super) fn headers_read() {
     let _ = HEADERS_READ.try_with(|read| read.store(true, Ordering::Release));
+}
+
+/// How long one read of the current HTTP/2 stream's body may wait; `None` outside an h2
+/// stream (HTTP/1.1 sessions carry their own read timeout).
+pub(super) fn stream_read_timeout() -> Option<Duration> {
+    STREAM.try_with(|stream| stream.per_read).ok()
+}
+
+/// Tells the connection serving the current HTTP/2 stream that the stream's body stalled: the
+/// connection no longer gets the idle timeout between streams.
+pub(super) fn stream_stalled() {
+    let _ = STREAM.try_with(|stream| stream.streams.stalled.store(true, Ordering::Release));
+}
+
+/// The streams open on one HTTP/2 connection, so its accept loop can tell a busy connection
+/// from an idle one.
+#[derive(Default)]
+struct OpenStreams {
+    open: AtomicUsize,
+    none_open: Notify,
+    /// A stream's body stopped arriving: the client is not one to keep a connection idle for.
+    stalled: AtomicBool,
+}
+
+impl OpenStreams {
+    fn enter(self: &Arc<Self>) -> OpenStream {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        OpenStream(Arc::clone(self))
+    }
+
+    /// Returns once no stream has been open for `quiet()` (read when the last one closed).
+    async fn quiet_for(&self, quiet: impl Fn() -> Duration) {
+        while self.open.load(Ordering::Acquire) != 0 {
+            // A wake-up stored before this wait (notify_one keeps one) only costs a re-check.
+            self.none_open.notified().await;
+        }
+        tokio::time::sleep(quiet()).await;
+    }
+}
+
+/// One open stream; closing it (dropping this) may leave the connection idle.
+struct OpenStream(Arc<OpenStreams>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none_open.notify_one();
+        }
+    }
 }
 
 /// Runs `request` (reading one request's headers, then answering it) and drops it, which
@@ -83,6 +151,104 @@ impl GuardedHttp {
 
     fn idle_secs(&self) -> u64 {
         self.limits.idle_timeout.0.as_secs().max(1)
+    }
+
+    /// Serves one HTTP/2 connection: its preface and settings within the header-read timeout
+    /// of the accept, its first stream too; then each stream on its own task, with the
+    /// connection closed once no stream has been open for the idle timeout (the header-read
+    /// timeout after a stream's body stalled).
+    async fn serve_h2(&self, stream: Stream, accepted: Instant, shutdown: &ShutdownWatch) {
+        let header_timeout = self.limits.header_read_timeout.0;
+        let idle_timeout = self.limits.idle_timeout.0;
+        let digest = Arc::new(Digest {
+            ssl_digest: stream.get_ssl_digest(),
+            timing_digest: stream.get_timing_digest(),
+            proxy_digest: stream.get_proxy_digest(),
+            socket_digest: stream.get_socket_digest(),
+        });
+        let mut options = default_h2_options();
+        options.max_concurrent_streams(self.limits.max_streams.max(1));
+        let mut conn = match tokio::time::timeout_at(
+            accepted + header_timeout,
+            handshake(stream, Some(options)),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "ingress HTTP/2 handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(
+                    "ingress HTTP/2 preface not in by the deadline: closing the connection (ingress.connections.header-read-timeout)"
+                );
+                return;
+            }
+        };
+        let streams = Arc::new(OpenStreams::default());
+        let mut shutdown = shutdown.clone();
+        let mut closing = *shutdown.borrow();
+        if closing {
+            conn.graceful_shutdown();
+        }
+        let mut first = true;
+        loop {
+            let next = if closing {
+                // Streams already sent are served; the connection ends when they are done.
+                HttpSession::from_h2_conn(&mut conn, Arc::clone(&digest)).await
+            } else {
+                let quiet = || {
+                    if first {
+                        // The first stream is due within the header-read timeout of the accept.
+                        (accepted + header_timeout).saturating_duration_since(Instant::now())
+                    } else if streams.stalled.load(Ordering::Acquire) {
+                        header_timeout
+                    } else {
+                        idle_timeout
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    _ = shutdown.changed() => {
+                        conn.graceful_shutdown();
+                        closing = true;
+                        continue;
+                    }
+                    next = HttpSession::from_h2_conn(&mut conn, Arc::clone(&digest)) => next,
+                    _ = streams.quiet_for(quiet) => {
+                        tracing::debug!(
+                            first,
+                            "ingress HTTP/2 connection without streams past its timeout: closing it (ingress.connections.idle-timeout, header-read-timeout)"
+                        );
+                        return;
+                    }
+                }
+            };
+            let session = match next {
+                Ok(Some(H2Accept::Session(session))) => session,
+                // Answered or reset already; its siblings go on.
+                Ok(Some(H2Accept::Rejected)) => continue,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "ingress HTTP/2 connection ended");
+                    return;
+                }
+            };
+            first = false;
+            let open = streams.enter();
+            let deadline = StreamDeadline {
+                per_read: header_timeout,
+                streams: Arc::clone(&streams),
+            };
+            let app = Arc::clone(&self.inner);
+            let shutdown = shutdown.clone();
+            tokio::spawn(STREAM.scope(deadline, async move {
+                let _open = open;
+                app.process_new_http(ServerSession::new_http2(session), &shutdown)
+                    .await;
+            }));
+        }
     }
 }
 
@@ -146,7 +312,8 @@ impl ServerApp for GuardedHttp {
             }
         };
         if h2 {
-            return ServerApp::process_new(&self.inner, stream, shutdown).await;
+            self.serve_h2(stream, accepted, shutdown).await;
+            return None;
         }
         // HTTP/1.1: the first request's headers must all be in within the header-read timeout
         // of the accept (a read timeout alone lets a byte every few seconds hold the connection

@@ -110,7 +110,27 @@ pub(super) async fn read_body_up_to(
 ) -> Result<Bytes, IngressError> {
     let mut body = BytesMut::new();
     loop {
-        match session.read_request_body().await {
+        // HTTP/1.1 sessions time their own reads; an HTTP/2 stream's are timed here.
+        let read = match super::connections::stream_read_timeout() {
+            Some(per_read) => {
+                match tokio::time::timeout(per_read, session.read_request_body()).await {
+                    Ok(read) => read,
+                    Err(_) => {
+                        super::connections::stream_stalled();
+                        return Err(IngressError::coded(
+                            Code::ING0008,
+                            format!(
+                                "no bytes of the request body for {} ms after {} bytes (ingress.connections.header-read-timeout)",
+                                per_read.as_millis(),
+                                body.len()
+                            ),
+                        ));
+                    }
+                }
+            }
+            None => session.read_request_body().await,
+        };
+        match read {
             Ok(Some(chunk)) => {
                 if body.len().saturating_add(chunk.len()) > max {
                     let setting = if key.is_empty() {

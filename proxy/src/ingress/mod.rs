@@ -287,7 +287,6 @@ impl IngressService {
         let mut server = HttpServer::new_app(app);
         let mut options = HttpServerOptions::default();
         options.h2c = true;
-        options.h2_idle_timeout = Some(limits.idle_timeout.0);
         server.server_options = Some(options);
         let mut inner = ListeningService::new(
             "ingress".to_owned(),

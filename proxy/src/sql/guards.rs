@@ -1,22 +1,37 @@
-//! String functions whose output can be far larger than their input (`repeat`, `lpad`, `rpad`,
-//! `replace`, `regexp_replace`) are replaced by versions that refuse, before allocating, an
-//! answer over the query's memory cap: `repeat('x', 200000000)` would otherwise build 200 MB,
-//! and `replace(repeat('x', 40000), 'x', repeat('y', 40000))` 1.6 GB, that no memory pool sees.
-//! Every other function's output is at most a small multiple of its inputs, which are bounded
-//! already.
+//! What one query's functions may build, in all. Functions whose output can be far larger
+//! than their input (`repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `array_repeat`,
+//! `range`, `generate_series`) and those that join their inputs (`concat`, `concat_ws`, the
+//! `||` operator) are replaced by versions that estimate, before allocating, how many bytes
+//! their answer takes, and take those bytes from the query's budget
+//! (`admin.query-memory-limit`): a call that would overdraw it is refused. The budget is
+//! the query's, not the call's, so `concat(repeat(…), repeat(…), …)` or a chain of `||` cannot
+//! add up to more than the cap however each piece is sized; nor does a value joined to
+//! itself, since every join counts its inputs' bytes again. No memory pool sees these values
+//! (DataFusion's pool covers operators that buffer, not expressions), so without this one
+//! query could build gigabytes and abort the process. Every other function's output is at
+//! most a small multiple of its inputs, which are bounded by these and the tables.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::array::{Array, ArrayRef};
-use datafusion::arrow::compute::{cast, kernels::aggregate::max};
+use datafusion::arrow::compute::kernels::concat_elements::concat_elements_dyn;
+use datafusion::arrow::compute::{cast, kernels::aggregate::max, kernels::aggregate::min};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type};
-use datafusion::common::{Result, exec_err};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::execution::FunctionRegistry as _;
+use datafusion::logical_expr::expr::BinaryExpr;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature,
+    ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
+use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionContext;
 
-/// Which argument says how long each output value is.
+/// How a function's answer is sized from its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Growth {
     /// `repeat(text, n)`: text length × n bytes.
@@ -27,32 +42,100 @@ enum Growth {
     /// character of the text may become `to` (an empty `from` or pattern matches between
     /// every two), so text length × (1 + `to` length) + `to` length bytes.
     Replace,
+    /// `concat(a, b, …)` and `||`: the bytes of every argument.
+    Join,
+    /// `concat_ws(sep, a, b, …)`: the arguments' bytes, and the separator's once per gap.
+    JoinWith,
+    /// `array_repeat(value, n)`: the value's bytes × n.
+    ArrayRepeat,
+    /// `range(start, stop [, step])`, `generate_series`: 8 bytes per element.
+    Range,
 }
 
-#[derive(Debug, PartialEq, Eq, Hash)]
+/// The bytes one query's bounded functions may still build.
+#[derive(Debug)]
+struct Budget {
+    left: AtomicU64,
+    cap: u64,
+}
+
+impl Budget {
+    /// Takes `bytes` for a call of `name`, or refuses it with what is left.
+    fn take(&self, name: &str, bytes: u64) -> Result<()> {
+        let taken = self
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(bytes)
+            });
+        match taken {
+            Ok(_) => Ok(()),
+            Err(left) => exec_err!(
+                "{name}() would build about {bytes} bytes; the query's functions have {left} of its memory cap of {} bytes left (admin.query-memory-limit)",
+                self.cap
+            ),
+        }
+    }
+}
+
+#[derive(Debug)]
 struct Bounded {
     inner: ScalarUDF,
     growth: Growth,
-    limit: usize,
+    budget: Arc<Budget>,
 }
 
-/// Replaces the amplifying string functions of `ctx` with bounded ones.
+impl PartialEq for Bounded {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner == other.inner && self.growth == other.growth
+    }
+}
+
+impl Eq for Bounded {}
+
+impl std::hash::Hash for Bounded {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.inner.hash(state);
+        self.growth.hash(state);
+    }
+}
+
+/// The name `||` is planned under once it is bounded (it shows in `EXPLAIN`).
+const CONCAT_OPERATOR: &str = "string_concat";
+
+/// Replaces the growing functions of `ctx` (and the `||` operator) with bounded ones that
+/// share one budget of `limit` bytes: `ctx` must serve one query.
 pub fn register(ctx: &SessionContext, limit: usize) {
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX);
+    let budget = Arc::new(Budget {
+        left: AtomicU64::new(cap),
+        cap,
+    });
     for (name, growth) in [
         ("repeat", Growth::Repeat),
         ("lpad", Growth::Pad),
         ("rpad", Growth::Pad),
         ("replace", Growth::Replace),
         ("regexp_replace", Growth::Replace),
+        ("concat", Growth::Join),
+        ("concat_ws", Growth::JoinWith),
+        ("array_repeat", Growth::ArrayRepeat),
+        ("range", Growth::Range),
+        ("generate_series", Growth::Range),
     ] {
         if let Ok(inner) = ctx.udf(name) {
             ctx.register_udf(ScalarUDF::new_from_impl(Bounded {
                 inner: (*inner).clone(),
                 growth,
-                limit,
+                budget: Arc::clone(&budget),
             }));
         }
     }
+    let operator = Arc::new(ScalarUDF::new_from_impl(Bounded {
+        inner: ScalarUDF::new_from_impl(ConcatOperator::default()),
+        growth: Growth::Join,
+        budget,
+    }));
+    ctx.add_analyzer_rule(Arc::new(BoundConcatOperator { udf: operator }));
 }
 
 /// The largest value of `value` as an i64 (null and negative count as 0).
@@ -67,6 +150,38 @@ fn largest_count(value: &ColumnarValue) -> Result<u64> {
         .map_or(0, |m| u64::try_from(m).unwrap_or(0)))
 }
 
+/// The largest magnitude of an integer argument (null counts as 0).
+fn largest_magnitude(value: &ColumnarValue) -> Result<u64> {
+    let array = value.to_array(1)?;
+    let ints = cast(&array, &DataType::Int64)?;
+    let ints = ints
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::PrimitiveArray<Int64Type>>();
+    let (low, high) = ints.map_or((0, 0), |ints| {
+        (min(ints).unwrap_or(0), max(ints).unwrap_or(0))
+    });
+    Ok(low.unsigned_abs().max(high.unsigned_abs()))
+}
+
+/// The smallest magnitude of a step argument other than 0 (a 0 step is the function's own
+/// error), 1 if there is none.
+fn smallest_step(value: &ColumnarValue) -> Result<u64> {
+    let array = value.to_array(1)?;
+    let ints = cast(&array, &DataType::Int64)?;
+    let ints = ints
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::PrimitiveArray<Int64Type>>();
+    Ok(ints
+        .and_then(|ints| {
+            ints.iter()
+                .flatten()
+                .map(i64::unsigned_abs)
+                .filter(|s| *s > 0)
+                .min()
+        })
+        .unwrap_or(1))
+}
+
 /// The longest text of `value`, in bytes.
 fn longest_text(value: &ColumnarValue) -> Result<u64> {
     let array: ArrayRef = value.to_array(1)?;
@@ -74,11 +189,22 @@ fn longest_text(value: &ColumnarValue) -> Result<u64> {
     largest_count(&ColumnarValue::Array(lengths))
 }
 
+/// The bytes `value` takes over `rows` rows (a scalar is repeated on each).
+fn bytes_over(value: &ColumnarValue, rows: u64) -> u64 {
+    match value {
+        ColumnarValue::Array(array) => {
+            u64::try_from(array.get_array_memory_size()).unwrap_or(u64::MAX)
+        }
+        ColumnarValue::Scalar(scalar) => {
+            u64::try_from(scalar.size()).unwrap_or(u64::MAX).saturating_mul(rows)
+        }
+    }
+}
+
 impl Bounded {
-    fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
-        let Some(count) = args.args.get(1) else {
-            return Ok(());
-        };
+    /// An upper bound of the bytes this call's answer takes.
+    fn estimate(&self, args: &ScalarFunctionArgs) -> Result<u64> {
+        let rows = u64::try_from(args.number_rows.max(1)).unwrap_or(u64::MAX);
         let text = |at: usize| {
             args.args
                 .get(at)
@@ -86,34 +212,75 @@ impl Bounded {
                 .transpose()
                 .map(Option::unwrap_or_default)
         };
+        let count = |at: usize| {
+            args.args
+                .get(at)
+                .map(largest_count)
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
         let per_row = match self.growth {
+            Growth::Join => {
+                return Ok(args
+                    .args
+                    .iter()
+                    .fold(0u64, |sum, arg| sum.saturating_add(bytes_over(arg, rows))));
+            }
+            Growth::JoinWith => {
+                let gaps = u64::try_from(args.args.len().saturating_sub(2)).unwrap_or(u64::MAX);
+                let separators = args
+                    .args
+                    .first()
+                    .map_or(0, |sep| bytes_over(sep, rows).saturating_mul(gaps));
+                return Ok(args
+                    .args
+                    .iter()
+                    .skip(1)
+                    .fold(separators, |sum, arg| sum.saturating_add(bytes_over(arg, rows))));
+            }
+            Growth::ArrayRepeat => {
+                let value = args
+                    .args
+                    .first()
+                    .map_or(0, |value| bytes_over(value, rows) / rows)
+                    .max(16);
+                value.saturating_mul(count(1)?)
+            }
+            Growth::Range => {
+                if args
+                    .args
+                    .iter()
+                    .any(|arg| !arg.data_type().is_integer() && !arg.data_type().is_null())
+                {
+                    return exec_err!(
+                        "{}() takes whole numbers in a query (dates and timestamps are not bounded here)",
+                        self.inner.name()
+                    );
+                }
+                let (start, stop, step) = match args.args.as_slice() {
+                    [stop] => (0, largest_magnitude(stop)?, 1),
+                    [start, stop] => (largest_magnitude(start)?, largest_magnitude(stop)?, 1),
+                    [start, stop, step, ..] => (
+                        largest_magnitude(start)?,
+                        largest_magnitude(stop)?,
+                        smallest_step(step)?,
+                    ),
+                    [] => (0, 0, 1),
+                };
+                (start.saturating_add(stop) / step)
+                    .saturating_add(1)
+                    .saturating_mul(8)
+            }
             Growth::Replace => {
                 let to = text(2)?;
                 text(0)?
                     .saturating_mul(to.saturating_add(1))
                     .saturating_add(to)
             }
-            Growth::Repeat => {
-                let text = args
-                    .args
-                    .first()
-                    .map(longest_text)
-                    .transpose()?
-                    .unwrap_or(0);
-                text.saturating_mul(largest_count(count)?)
-            }
-            Growth::Pad => largest_count(count)?.saturating_mul(4),
+            Growth::Repeat => text(0)?.saturating_mul(count(1)?),
+            Growth::Pad => count(1)?.saturating_mul(4),
         };
-        let rows = u64::try_from(args.number_rows.max(1)).unwrap_or(u64::MAX);
-        let total = per_row.saturating_mul(rows);
-        if total > u64::try_from(self.limit).unwrap_or(u64::MAX) {
-            return exec_err!(
-                "{}() would build about {total} bytes, over the query's memory cap of {} bytes (admin.query-memory-limit)",
-                self.inner.name(),
-                self.limit
-            );
-        }
-        Ok(())
+        Ok(per_row.saturating_mul(rows))
     }
 }
 
@@ -143,12 +310,91 @@ impl ScalarUDFImpl for Bounded {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        self.check(&args)?;
+        let bytes = self.estimate(&args)?;
+        self.budget.take(self.inner.name(), bytes)?;
         self.inner.invoke_with_args(args)
     }
 
     fn documentation(&self) -> Option<&Documentation> {
         self.inner.documentation()
+    }
+}
+
+/// `left || right` on two values of one string or binary type (type coercion has made them
+/// so), as a function the budget can see: null if either side is.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ConcatOperator {
+    signature: Signature,
+}
+
+impl Default for ConcatOperator {
+    fn default() -> Self {
+        Self {
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for ConcatOperator {
+    fn name(&self) -> &str {
+        CONCAT_OPERATOR
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(arg_types.first().cloned().unwrap_or(DataType::Utf8))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [left, right] = args.args.as_slice() else {
+            return exec_err!("{CONCAT_OPERATOR} takes two values");
+        };
+        let scalar = matches!(
+            (left, right),
+            (ColumnarValue::Scalar(_), ColumnarValue::Scalar(_))
+        );
+        let rows = if scalar { 1 } else { args.number_rows };
+        let joined = concat_elements_dyn(&left.to_array(rows)?, &right.to_array(rows)?)?;
+        if scalar {
+            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&joined, 0)?))
+        } else {
+            Ok(ColumnarValue::Array(joined))
+        }
+    }
+}
+
+/// Plans every `||` of strings as the bounded [`ConcatOperator`]; runs after type coercion,
+/// so both sides have one type. (`||` of lists is planned as `array_concat` before this.)
+#[derive(Debug)]
+struct BoundConcatOperator {
+    udf: Arc<ScalarUDF>,
+}
+
+impl AnalyzerRule for BoundConcatOperator {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|plan| {
+            let names = NamePreserver::new(&plan);
+            plan.map_expressions(|expr| {
+                let name = names.save(&expr);
+                expr.transform_up(|expr| match expr {
+                    Expr::BinaryExpr(BinaryExpr {
+                        left,
+                        op: Operator::StringConcat,
+                        right,
+                    }) => Ok(Transformed::yes(self.udf.call(vec![*left, *right]))),
+                    other => Ok(Transformed::no(other)),
+                })
+                .map(|done| done.update_data(|expr| name.restore(expr)))
+            })
+        })
+        .map(|done| done.data)
+    }
+
+    fn name(&self) -> &str {
+        "bound_concat_operator"
     }
 }
 
@@ -193,5 +439,62 @@ mod tests {
             let err = run(&ctx, sql).await.unwrap_err().to_string();
             assert!(err.contains("admin.query-memory-limit"), "{sql}: {err}");
         }
+    }
+
+    async fn one_text(ctx: &SessionContext, sql: &str) -> Option<String> {
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let column = cast(batches[0].column(0), &DataType::Utf8).unwrap();
+        let texts = column
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::StringArray>()
+            .unwrap();
+        (!texts.is_null(0)).then(|| texts.value(0).to_owned())
+    }
+
+    /// Pieces each under the cap cannot add up past it: the budget is the query's.
+    #[tokio::test]
+    async fn joined_pieces_share_one_budget_per_query() {
+        let refused = [
+            // Each repeat is 300 KiB, under the 1 MiB cap; four of them are not.
+            "SELECT concat(repeat('x', 300000), repeat('x', 300000), repeat('x', 300000), repeat('x', 300000))",
+            "SELECT repeat('x', 300000) || repeat('x', 300000) || repeat('x', 300000) || repeat('x', 300000)",
+            // One value, built once, joined to itself: each join builds its bytes again.
+            "WITH t AS (SELECT repeat('x', 300000) AS s) SELECT s || s || s || s FROM t",
+            "WITH t AS (SELECT repeat('x', 300000) AS s) SELECT concat_ws(s, s, s) FROM t",
+            "SELECT concat_ws(repeat('x', 300000), 'a', 'b', 'c', 'd')",
+        ];
+        for sql in refused {
+            let ctx = SessionContext::new();
+            register(&ctx, 1 << 20);
+            let err = run(&ctx, sql).await.unwrap_err().to_string();
+            assert!(err.contains("admin.query-memory-limit"), "{sql}: {err}");
+        }
+        // Small joins keep their meaning: `||` is null when a side is, concat skips nulls.
+        let ctx = SessionContext::new();
+        register(&ctx, 1 << 20);
+        assert_eq!(
+            one_text(&ctx, "SELECT 'a' || 'b' || 'c'").await.as_deref(),
+            Some("abc")
+        );
+        let ctx = SessionContext::new();
+        register(&ctx, 1 << 20);
+        assert_eq!(one_text(&ctx, "SELECT 'a' || NULL").await, None);
+        let ctx = SessionContext::new();
+        register(&ctx, 1 << 20);
+        assert_eq!(
+            one_text(&ctx, "SELECT concat('a', NULL, 'c')").await.as_deref(),
+            Some("ac")
+        );
+        let ctx = SessionContext::new();
+        register(&ctx, 1 << 20);
+        assert_eq!(
+            one_text(
+                &ctx,
+                "SELECT v || '!' AS shout FROM (VALUES ('hi'), ('yo')) AS t(v) ORDER BY shout"
+            )
+            .await
+            .as_deref(),
+            Some("hi!")
+        );
     }
 }
