@@ -648,3 +648,36 @@ async fn the_admin_listener_serves_tls_when_given_a_certificate() {
         .await;
     assert!(plain.is_err(), "{plain:?}");
 }
+
+/// What one query's functions build is bounded per query, not per call: pieces each under
+/// `admin.query-memory-limit` (128 MiB) that add up to gigabytes are refused, under an address
+/// space of 4 GiB where building them aborted the process.
+#[tokio::test]
+async fn a_query_cannot_add_up_pieces_past_its_memory_cap() {
+    let sluice = Sluice::builder()
+        .wrapper("prlimit", &["--as=4294967296", "--"])
+        .start()
+        .await
+        .unwrap();
+    let twelve = vec!["repeat('x', 120000000)"; 12];
+    for sql in [
+        format!("SELECT concat({}) AS r", twelve.join(", ")),
+        format!("SELECT {} AS r", twelve[..3].join(" || ")),
+        "WITH t AS (SELECT repeat('x', 100000000) AS s) SELECT concat(s, s, s, s, s, s, s, s, s, s, s, s) AS r FROM t".to_owned(),
+    ] {
+        let (status, body) = sluice.query(&sql).await;
+        assert_eq!(status, 400, "{sql}: {body}");
+        assert!(
+            body.to_string().contains("admin.query-memory-limit"),
+            "{sql}: {body}"
+        );
+    }
+    let (status, _) = answer(client().get(format!("{}/version", sluice.admin_url))).await;
+    assert_eq!(status, 200, "the process survived the queries");
+    // A join within the cap is answered.
+    let (status, body) = sluice
+        .query("SELECT length(repeat('x', 1000000) || repeat('y', 1000000)) AS n")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"][0]["n"], 2_000_000, "{body}");
+}

@@ -80,8 +80,25 @@ impl Budget {
 #[derive(Debug)]
 struct Bounded {
     inner: ScalarUDF,
+    /// The inner function's, but volatile: a call on constants is not folded into a literal
+    /// while the query is planned, where its bytes would be copied into every expression's
+    /// name (minutes for a 100 MB value) before the budget could refuse anything.
+    signature: Signature,
     growth: Growth,
     budget: Arc<Budget>,
+}
+
+impl Bounded {
+    fn new(inner: ScalarUDF, growth: Growth, budget: Arc<Budget>) -> Self {
+        let mut signature = inner.signature().clone();
+        signature.volatility = Volatility::Volatile;
+        Self {
+            inner,
+            signature,
+            growth,
+            budget,
+        }
+    }
 }
 
 impl PartialEq for Bounded {
@@ -123,18 +140,18 @@ pub fn register(ctx: &SessionContext, limit: usize) {
         ("generate_series", Growth::Range),
     ] {
         if let Ok(inner) = ctx.udf(name) {
-            ctx.register_udf(ScalarUDF::new_from_impl(Bounded {
-                inner: (*inner).clone(),
+            ctx.register_udf(ScalarUDF::new_from_impl(Bounded::new(
+                (*inner).clone(),
                 growth,
-                budget: Arc::clone(&budget),
-            }));
+                Arc::clone(&budget),
+            )));
         }
     }
-    let operator = Arc::new(ScalarUDF::new_from_impl(Bounded {
-        inner: ScalarUDF::new_from_impl(ConcatOperator::default()),
-        growth: Growth::Join,
+    let operator = Arc::new(ScalarUDF::new_from_impl(Bounded::new(
+        ScalarUDF::new_from_impl(ConcatOperator::default()),
+        Growth::Join,
         budget,
-    }));
+    )));
     ctx.add_analyzer_rule(Arc::new(BoundConcatOperator { udf: operator }));
 }
 
@@ -184,6 +201,12 @@ fn smallest_step(value: &ColumnarValue) -> Result<u64> {
 
 /// The longest text of `value`, in bytes.
 fn longest_text(value: &ColumnarValue) -> Result<u64> {
+    if let ColumnarValue::Scalar(
+        ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
+    ) = value
+    {
+        return Ok(text.as_ref().map_or(0, |t| u64::try_from(t.len()).unwrap_or(u64::MAX)));
+    }
     let array: ArrayRef = value.to_array(1)?;
     let lengths = datafusion::arrow::compute::kernels::length::length(&array)?;
     largest_count(&ColumnarValue::Array(lengths))
@@ -294,7 +317,7 @@ impl ScalarUDFImpl for Bounded {
     }
 
     fn signature(&self) -> &Signature {
-        self.inner.signature()
+        &self.signature
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
