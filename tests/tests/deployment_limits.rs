@@ -249,3 +249,99 @@ async fn after_an_outage_the_backlog_drains_paced_not_all_at_once() {
     // The peak in flight is reported, not compared: a refused attempt leaves at once, so the
     // deployment's own capacity bounds it either way; the 503s are what a flood costs.
 }
+
+/// `calls` calls of `Greeter/greet` from 16 callers at once: calls per second.
+async fn greet_rate(sluice: &Sluice, calls: usize) -> f64 {
+    let client = reqwest::Client::new();
+    let url = format!("{}/Greeter/greet", sluice.ingress_url);
+    let started = Instant::now();
+    let callers = (0..16).map(|_| {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move {
+            for _ in 0..calls / 16 {
+                let resp = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body("\"healthy\"")
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 200);
+            }
+        })
+    });
+    for caller in callers.collect::<Vec<_>>() {
+        caller.await.unwrap();
+    }
+    (calls / 16 * 16) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A deployment that answers is up: one handler answered HTTP 500 by a gateway in front of
+/// it, its 100 invocations retrying every second at most, neither paces the deployment nor
+/// takes its healthy handler's places under the declared limit (8). Before, the 500s made
+/// the deployment "down": its window fell to 2 and its gate closed between probes, and a
+/// healthy handler's 676 calls/s fell to 5.
+#[tokio::test]
+async fn a_failing_handler_does_not_hold_back_its_deployments_healthy_one() {
+    let env = [
+        ("SLUICE_TEST_HTTP_500", "/invoke/Greeter/fail"),
+        ("SLUICE_TEST_LIMITS", "deployment=8"),
+    ];
+    let dep = TestDeployment::start_with(free_port(), "v1", &env)
+        .await
+        .unwrap();
+    let sluice = Sluice::builder()
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__INITIAL_INTERVAL",
+            "100ms",
+        )
+        .env("SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_INTERVAL", "1s")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let before = greet_rate(&sluice, 320).await;
+
+    for i in 0..100 {
+        sluice.send("/Greeter/fail/send", &format!("f{i}")).await;
+    }
+    let stats = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let failed = || async {
+        let stats: Value = stats
+            .get(format!("{}stats", dep.uri))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        stats["failed"].as_u64().unwrap()
+    };
+    // Every failing invocation has failed twice or more: its retries are coming.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while failed().await < 200 {
+        assert!(Instant::now() < deadline, "the failing handler's retries never came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let during = greet_rate(&sluice, 320).await;
+    let (status, gate) = sluice
+        .query("SELECT drain_window, closed_until FROM sys_deployment")
+        .await;
+    assert_eq!(status, 200, "{gate}");
+    // A null column is left out of its row.
+    assert!(
+        gate["rows"][0]["drain_window"].is_null() && gate["rows"][0]["closed_until"].is_null(),
+        "the deployment is paced for one handler's 500s: {gate}"
+    );
+    let retried = failed().await;
+    println!(
+        "healthy calls/s: {before:.0} alone, {during:.0} beside a handler failing 100 invocations ({retried} 500s)"
+    );
+    assert!(
+        during * 4.0 >= before,
+        "the healthy handler fell from {before:.0} to {during:.0} calls/s"
+    );
+}

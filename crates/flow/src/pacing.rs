@@ -1,8 +1,10 @@
 //! Paced drains after an outage: an AIMD window on the attempts a deployment runs at once.
 //!
-//! A deployment that answers normally is not paced. Trouble starts pacing: a 429/503, or
-//! failures to reach it (connection errors, other 5xx) two in a row with no answer between
-//! them (one alone is noise: a bad path, a dropped connection). After an outage the window
+//! A deployment that answers is not paced, whatever its handlers answer: a 500, 502 or 504,
+//! or a connection that broke mid-attempt, is judged per invocation (its own retry back-off),
+//! so one failing handler never holds back the deployment's healthy ones. Trouble starts
+//! pacing: a 429/503 (the deployment says it is overloaded), or failures to connect to it two
+//! in a row with no answer between them (one alone is noise: a dropped connection). After an outage the window
 //! starts small, so the
 //! backlog that waited through it is released with a slow start rather than all at once. The
 //! window doubles per round of successes up to the last window that was too large (its
@@ -22,10 +24,11 @@ pub enum Signal {
         /// Its `Retry-After`, in ms.
         retry_after_ms: Option<u64>,
     },
-    /// It could not be reached, or answered another 5xx.
+    /// No connection to it could be made.
     Down,
-    /// The attempt ended for a reason that says nothing about the deployment (a timeout of
-    /// the handler's own, a protocol violation, an abort).
+    /// The attempt ended for a reason that says nothing about the deployment as a whole (a
+    /// 500/502/504 or a broken stream from one handler, a timeout of the handler's own, a
+    /// protocol violation, an abort).
     Neutral,
 }
 

@@ -13,7 +13,10 @@
 //!   `<Service>=N`, comma separated;
 //! - `SLUICE_TEST_CAPACITY=N`: past N attempts at once it answers 503, like an overloaded
 //!   deployment behind a load balancer. `GET /stats` answers what it saw:
-//!   `{"refused": …, "peak": …}` (peak: attempts in flight at once, refused ones included).
+//!   `{"refused": …, "peak": …}` (peak: attempts in flight at once, refused ones included);
+//! - `SLUICE_TEST_HTTP_500=<path>`: attempts of that handler (`/invoke/<Service>/<handler>`)
+//!   are answered HTTP 500 before the SDK sees them, like a gateway in front of a handler that
+//!   crashes; `GET /stats` counts them as `failed`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -625,9 +628,11 @@ struct Fleet {
     /// `(None, N)`: the deployment's limit; `(Some(service), N)`: a service's.
     limits: Vec<(Option<String>, u32)>,
     capacity: Option<u64>,
+    failing: Option<String>,
     in_flight: std::sync::Arc<AtomicU64>,
     peak: AtomicU64,
     refused: AtomicU64,
+    failed: AtomicU64,
 }
 
 /// One attempt in flight until its response body is dropped (sent or cut).
@@ -659,9 +664,11 @@ impl Fleet {
         Self {
             limits,
             capacity,
+            failing: std::env::var("SLUICE_TEST_HTTP_500").ok(),
             in_flight: std::sync::Arc::new(AtomicU64::new(0)),
             peak: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
         }
     }
 
@@ -677,8 +684,16 @@ impl Fleet {
             let stats = serde_json::json!({
                 "refused": self.refused.load(Ordering::SeqCst),
                 "peak": self.peak.load(Ordering::SeqCst),
+                "failed": self.failed.load(Ordering::SeqCst),
             });
             return full(http::StatusCode::OK, stats.to_string());
+        }
+        if self.failing.as_deref() == Some(path.as_str()) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return full(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "the handler crashed".into(),
+            );
         }
         let capacity = self.capacity.filter(|_| path.starts_with("/invoke/"));
         let guard = match capacity {

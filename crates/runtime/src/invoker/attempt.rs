@@ -108,6 +108,9 @@ pub struct AttemptError {
     pub retry_after: Option<Duration>,
     /// The HTTP status the deployment answered instead of a stream, if it did.
     pub status: Option<u16>,
+    /// No connection to the deployment could be made (refused, unresolvable, no TLS
+    /// handshake): the one failure that says the deployment itself is down.
+    pub unreachable: bool,
 }
 
 impl From<CodedError> for AttemptError {
@@ -116,14 +119,18 @@ impl From<CodedError> for AttemptError {
             error,
             retry_after: None,
             status: None,
+            unreachable: false,
         }
     }
 }
 
 impl AttemptError {
-    /// What this failure says about the deployment, for its paced drain: unreachable (a
-    /// connection error, a 5xx), overloaded (429/503), or nothing (a failure of the attempt
-    /// itself: a timeout, a protocol violation).
+    /// What this failure says about the deployment, for its paced drain: overloaded (429/503,
+    /// with its `Retry-After`), down (no connection could be made), or nothing. A 500, 502 or
+    /// 504, or a connection that broke mid-attempt, is this attempt's (a handler that
+    /// crashes, a gateway's timeout on one slow handler): the deployment answered, so it is
+    /// judged per invocation, by that invocation's own retry back-off, and never holds back
+    /// the deployment's other handlers.
     pub fn signal(&self) -> crate::flow::pacing::Signal {
         use crate::flow::pacing::Signal;
         match self.error.code {
@@ -132,8 +139,7 @@ impl AttemptError {
                     .retry_after
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             },
-            Some(Code::RT0010) => Signal::Down,
-            _ if self.status.is_some_and(|s| s >= 500) => Signal::Down,
+            _ if self.unreachable => Signal::Down,
             _ => Signal::Neutral,
         }
     }
@@ -354,6 +360,7 @@ fn status_error(status: StatusCode, retry_after: Option<Duration>) -> AttemptErr
         error: CodedError::new(code, format!("{what} ({status})")),
         retry_after: retry_after.filter(|_| code == Code::RT0023),
         status: Some(status.as_u16()),
+        unreachable: false,
     }
 }
 
@@ -392,8 +399,9 @@ impl AttemptClient {
                     ),
                 )
             })?
-            .map_err(|e| {
-                err(
+            .map_err(|e| AttemptError {
+                unreachable: e.is_connect(),
+                ..err(
                     Code::RT0010,
                     format!("cannot reach the deployment at {}: {e}", req.uri),
                 )

@@ -116,11 +116,23 @@ async fn statuses_map_to_their_codes() {
     ] {
         let e = code_of(answering(status, V6, Vec::new()), |_| {}).await;
         assert_eq!(e.error.code, Some(code), "{status}: {}", e.error);
+        // The deployment answered: this attempt's failure, not the deployment's.
+        assert_eq!(
+            e.signal(),
+            crate::flow::pacing::Signal::Neutral,
+            "{status} paces the deployment"
+        );
     }
     let e = code_of(answering(429, V6, Vec::new()), |_| {}).await;
     assert_eq!(
         (e.error.code, e.retry_after),
         (Some(Code::RT0023), Some(Duration::from_secs(7)))
+    );
+    assert_eq!(
+        e.signal(),
+        crate::flow::pacing::Signal::Overloaded {
+            retry_after_ms: Some(7_000)
+        }
     );
 }
 
@@ -194,6 +206,7 @@ async fn unreachable_is_rt0010() {
         .await
         .unwrap_err();
     assert_eq!(e.error.code, Some(Code::RT0010), "{}", e.error);
+    assert_eq!(e.signal(), crate::flow::pacing::Signal::Down);
 }
 
 #[test]

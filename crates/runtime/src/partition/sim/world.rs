@@ -578,6 +578,7 @@ impl World {
                     .chance(30)
                     .then(|| std::time::Duration::from_millis(self.rng.below(3_000))),
                 status: None,
+                unreachable: self.rng.chance(50),
             }),
             10..20 => Ok(Ending::Failed(proto::ErrorMessage {
                 code: 500,
