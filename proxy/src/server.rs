@@ -33,6 +33,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let config = Arc::new(config);
     let log = crate::storage::segments::Options {
         segment_bytes: config.worker.log_segment_size.0,
+        truncate_damage: config.worker.truncate_damaged_log,
         ..Default::default()
     };
     let store = Arc::new(Store::open_with(&config.data_dir, log)?);

@@ -271,3 +271,94 @@ async fn object_state_survives_kill_9_and_operators_can_replace_it() {
     .unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+/// The segment files of `data_dir`'s local log, oldest first.
+fn segments(data_dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(data_dir.join("log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Sends far-off `Greeter/greet` calls until the local log's segments are `done`, then kills
+/// the server: every send was acknowledged, so stored in the log.
+async fn log_until(
+    builder: sluice_tests::Builder,
+    done: impl Fn(&[std::path::PathBuf]) -> bool,
+) -> Sluice {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = builder
+        .env("SERVICE_WORKER__LOG_SEGMENT_SIZE", "64KiB")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let body = "x".repeat(2000);
+    let mut sent = 0;
+    while !done(&segments(&sluice.data_dir)) {
+        sluice.send("/Greeter/greet/send?delay=8760h", &body).await;
+        sent += 1;
+        assert!(sent < 10_000, "the log never got there");
+    }
+    sluice.kill_9();
+    sluice
+}
+
+/// A crash tears at most the last record of the log. Damage before a good record (a flipped
+/// bit, a deleted segment) or a log that no longer reaches back to what the store needs (a
+/// deleted `sluice.redb` after segments were recycled) refuses to start with STO0003, naming
+/// the file and offset, instead of starting healthy without acknowledged sends; the operator
+/// can choose to start without them.
+#[tokio::test]
+async fn a_damaged_local_log_refuses_to_start_unless_told_to_truncate() {
+    // No checkpoint while the test writes: every record is needed from the log.
+    let quiet = || Sluice::builder().env("SERVICE_WORKER__LOG_CHECKPOINT_INTERVAL", "1h");
+    let sluice = log_until(quiet(), |s| s.len() >= 3).await;
+    let first = segments(&sluice.data_dir)[0].clone();
+    let bytes = std::fs::read(&first).unwrap();
+    let mut flipped = bytes.clone();
+    flipped[40] ^= 0x04;
+    std::fs::write(&first, &flipped).unwrap();
+    let done = quiet().data_dir(&sluice.data_dir).run_to_exit().unwrap();
+    sluice_tests::assert_startup_error(&done, "STO0003");
+    let name = first.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        done.stderr.contains(&name) && done.stderr.contains("at byte 0"),
+        "{}",
+        done.stderr
+    );
+    // Told to, it starts without the records from the damage on.
+    let mut truncated = quiet()
+        .data_dir(&sluice.data_dir)
+        .env("SERVICE_WORKER__TRUNCATE_DAMAGED_LOG", "true")
+        .start()
+        .await
+        .unwrap();
+    truncated.kill_9();
+
+    // A segment in the middle lost.
+    let sluice = log_until(quiet(), |s| s.len() >= 4).await;
+    std::fs::remove_file(&segments(&sluice.data_dir)[1]).unwrap();
+    let done = quiet().data_dir(&sluice.data_dir).run_to_exit().unwrap();
+    sluice_tests::assert_startup_error(&done, "STO0003");
+
+    // The store deleted after checkpoints recycled the log's first segments.
+    let recycled = |s: &[std::path::PathBuf]| {
+        s.first().is_some_and(|oldest| {
+            oldest
+                .file_name()
+                .is_some_and(|n| n != "00000000000000000001.log")
+        })
+    };
+    let sluice = log_until(Sluice::builder(), recycled).await;
+    std::fs::remove_file(sluice.data_dir.join("sluice.redb")).unwrap();
+    let done = Sluice::builder()
+        .data_dir(&sluice.data_dir)
+        .run_to_exit()
+        .unwrap();
+    sluice_tests::assert_startup_error(&done, "STO0003");
+    assert!(done.stderr.contains("sluice.redb"), "{}", done.stderr);
+}

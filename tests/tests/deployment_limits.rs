@@ -323,7 +323,10 @@ async fn a_failing_handler_does_not_hold_back_its_deployments_healthy_one() {
     // Every failing invocation has failed twice or more: its retries are coming.
     let deadline = Instant::now() + Duration::from_secs(60);
     while failed().await < 200 {
-        assert!(Instant::now() < deadline, "the failing handler's retries never came");
+        assert!(
+            Instant::now() < deadline,
+            "the failing handler's retries never came"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let during = greet_rate(&sluice, 320).await;

@@ -659,7 +659,7 @@ async fn a_query_cannot_add_up_pieces_past_its_memory_cap() {
         .start()
         .await
         .unwrap();
-    let twelve = vec!["repeat('x', 120000000)"; 12];
+    let twelve = ["repeat('x', 120000000)"; 12];
     for sql in [
         format!("SELECT concat({}) AS r", twelve.join(", ")),
         format!("SELECT {} AS r", twelve[..3].join(" || ")),

@@ -476,6 +476,9 @@ pub struct WorkerConfig {
     /// Embedded mode: how long the store's applier gathers answered writes before applying
     /// them to the store in one transaction (0: at once). No answer and no read waits for it.
     pub log_apply_delay: FriendlyDuration,
+    /// Embedded mode: start even when the local log is damaged before its end (STO0003),
+    /// dropping every record from the damage on. Off: such a log refuses to start.
+    pub truncate_damaged_log: bool,
 }
 
 /// Smallest and largest `worker.log-segment-size`.
@@ -498,6 +501,7 @@ impl Default for WorkerConfig {
             log_segment_size: ByteSize::mib(8),
             log_checkpoint_interval: FriendlyDuration::from_millis(100),
             log_apply_delay: FriendlyDuration::from_millis(2),
+            truncate_damaged_log: false,
         }
     }
 }

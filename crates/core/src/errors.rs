@@ -198,6 +198,9 @@ catalogue! {
     STO0002 => Startup, None,
         "a row in the store is corrupt",
         "A row read back from the store cannot be decoded; the message names its table and key. Recovery stops rather than guess. Restore the data dir from a backup, or remove the named row with the store offline.";
+    STO0003 => Startup, None,
+        "the local log is damaged before its end",
+        "A record of the local log (`<data-dir>/log/`) is bad while a good one follows it, or a segment is missing, or the log starts after the record the store (`sluice.redb`) needs next. A crash only ever tears the last record, so acknowledged records were damaged or lost on disk; the message names the segment file, the byte offset and the records. Restore the data dir from a backup; or, accepting the loss of every record from the damage on, start once with `worker.truncate-damaged-log = true`.";
     FLO0001 => Ingress, Some(429),
         "too many invocations are held",
         "The invocations waiting in flow-control queues or for their delay reached `worker.max-held-invocations` (in total) or `worker.max-held-per-scope` (in one scope). Retry after the `Retry-After` the answer carries, raise the limits, or raise the scope's concurrency so its queue drains.";

@@ -25,8 +25,8 @@ use datafusion::execution::FunctionRegistry as _;
 use datafusion::logical_expr::expr::BinaryExpr;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs,
-    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionContext;
@@ -205,7 +205,9 @@ fn longest_text(value: &ColumnarValue) -> Result<u64> {
         ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
     ) = value
     {
-        return Ok(text.as_ref().map_or(0, |t| u64::try_from(t.len()).unwrap_or(u64::MAX)));
+        return Ok(text
+            .as_ref()
+            .map_or(0, |t| u64::try_from(t.len()).unwrap_or(u64::MAX)));
     }
     let array: ArrayRef = value.to_array(1)?;
     let lengths = datafusion::arrow::compute::kernels::length::length(&array)?;
@@ -218,9 +220,9 @@ fn bytes_over(value: &ColumnarValue, rows: u64) -> u64 {
         ColumnarValue::Array(array) => {
             u64::try_from(array.get_array_memory_size()).unwrap_or(u64::MAX)
         }
-        ColumnarValue::Scalar(scalar) => {
-            u64::try_from(scalar.size()).unwrap_or(u64::MAX).saturating_mul(rows)
-        }
+        ColumnarValue::Scalar(scalar) => u64::try_from(scalar.size())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(rows),
     }
 }
 
@@ -255,11 +257,9 @@ impl Bounded {
                     .args
                     .first()
                     .map_or(0, |sep| bytes_over(sep, rows).saturating_mul(gaps));
-                return Ok(args
-                    .args
-                    .iter()
-                    .skip(1)
-                    .fold(separators, |sum, arg| sum.saturating_add(bytes_over(arg, rows))));
+                return Ok(args.args.iter().skip(1).fold(separators, |sum, arg| {
+                    sum.saturating_add(bytes_over(arg, rows))
+                }));
             }
             Growth::ArrayRepeat => {
                 let value = args
@@ -382,7 +382,9 @@ impl ScalarUDFImpl for ConcatOperator {
         let rows = if scalar { 1 } else { args.number_rows };
         let joined = concat_elements_dyn(&left.to_array(rows)?, &right.to_array(rows)?)?;
         if scalar {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&joined, 0)?))
+            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &joined, 0,
+            )?))
         } else {
             Ok(ColumnarValue::Array(joined))
         }
@@ -505,7 +507,9 @@ mod tests {
         let ctx = SessionContext::new();
         register(&ctx, 1 << 20);
         assert_eq!(
-            one_text(&ctx, "SELECT concat('a', NULL, 'c')").await.as_deref(),
+            one_text(&ctx, "SELECT concat('a', NULL, 'c')")
+                .await
+                .as_deref(),
             Some("ac")
         );
         let ctx = SessionContext::new();

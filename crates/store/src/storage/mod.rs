@@ -143,7 +143,20 @@ impl Store {
             });
             let log = match (opened, replay_error) {
                 (_, Some(error)) => return Err(error),
-                (Err(e), None) => return Err(failed(&e)),
+                (Err(e), None) => {
+                    if let Some(damage) = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<segments::Damage>())
+                    {
+                        return Err(CodedError::new(
+                            Code::STO0003,
+                            format!(
+                                "the local log in {shown} is damaged: {damage}; restore the data dir from a backup, or set worker.truncate-damaged-log = true to start without those records"
+                            ),
+                        ));
+                    }
+                    return Err(failed(&e));
+                }
                 (Ok(log), None) => log,
             };
             // Nothing replayed: the view is as durable as it was, and a start pays no sync.

@@ -6,8 +6,16 @@
 //! (u32), CRC-32 of the number and payload (u32), its number (u64), little endian — then the
 //! payload (a write-set record of `log.rs`). Numbers follow each other without gaps across
 //! segments. A length of zero ends the log; so does a record whose checksum, length or number
-//! is wrong: that is a torn tail (a write the crash cut short, never acknowledged), which
+//! is wrong, if it is a torn tail (a write the crash cut short, never acknowledged), which
 //! [`SegmentLog::open`] zeroes before anything is appended after it.
+//!
+//! A torn tail is only ever the last record: the writer syncs each record before it appends
+//! the next (`logged.rs`), so a bad record followed by a good one (later in its segment, or
+//! a later segment that starts with one) was acknowledged and then damaged (a flipped bit, a
+//! zeroed sector, a deleted segment). Then opening refuses ([`Damage`]) rather than drop the
+//! acknowledged records after it, unless [`Options::truncate_damage`] says to. So does a log
+//! that starts after the record the view needs next (the view was deleted or replaced by an
+//! older copy).
 //!
 //! Segments are preallocated, and segments the view's durable checkpoint covers are recycled
 //! (renamed, their old records left in place: their numbers are lower than any new one, so they
@@ -110,6 +118,9 @@ pub struct Options {
     pub segment_bytes: u64,
     /// Largest payload a record may have; a header claiming more is a torn tail.
     pub max_record_bytes: u32,
+    /// Open a damaged log anyway, dropping every record from the damage on (the operator's
+    /// choice, `worker.truncate-damaged-log`); without it, [`SegmentLog::open`] refuses.
+    pub truncate_damage: bool,
 }
 
 impl Default for Options {
@@ -117,9 +128,61 @@ impl Default for Options {
         Self {
             segment_bytes: 8 * 1024 * 1024,
             max_record_bytes: 256 * 1024 * 1024,
+            truncate_damage: false,
         }
     }
 }
+
+/// Why a log was not opened: acknowledged records are missing or damaged. Carried inside the
+/// `io::Error` [`SegmentLog::open`] answers (kind `InvalidData`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Damage {
+    /// Record `expected` at `offset` of segment file `file` is bad, yet record `found` follows
+    /// it (in `found_in`): it was acknowledged, and so were the ones after it.
+    Record {
+        file: String,
+        offset: u64,
+        expected: u64,
+        found: u64,
+        found_in: String,
+    },
+    /// The log starts at record `first` (`file`), but the view needs every record after
+    /// `applied`.
+    Behind {
+        file: String,
+        first: u64,
+        applied: u64,
+    },
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Damage::Record {
+                file,
+                offset,
+                expected,
+                found,
+                found_in,
+            } => write!(
+                f,
+                "record {expected} at byte {offset} of {file} is damaged or missing, yet record {found} follows it in {found_in}: records acknowledged before the damage would be lost"
+            ),
+            Damage::Behind {
+                file,
+                first,
+                applied,
+            } => write!(
+                f,
+                "the log starts at record {first} ({file}) but the store holds records up to {applied} only: records {} to {} are in neither (was sluice.redb deleted or replaced by an older copy?)",
+                applied + 1,
+                first - 1
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Damage {}
 
 /// A record read back.
 #[derive(Debug, PartialEq, Eq)]
@@ -225,6 +288,60 @@ fn read_at(
     (checksum(lsn, &payload) == crc).then_some(Read { lsn, payload })
 }
 
+/// The first good record numbered `at_least` or more (and no further on than the bytes after
+/// `from` could number) in `file` from `from` on: its number. Zero runs (a preallocated or
+/// zeroed tail) are skipped a chunk at a time, so a clean tail costs a read of it.
+fn later_record(
+    file: &dyn LogFile,
+    size: u64,
+    from: u64,
+    at_least: u64,
+    options: &Options,
+) -> io::Result<Option<u64>> {
+    const CHUNK: u64 = 1 << 20;
+    let most = at_least.saturating_add(size.saturating_sub(from) / HEADER as u64);
+    let mut chunk = vec![0u8; (CHUNK as usize) + HEADER];
+    let mut start = from;
+    while start < size {
+        let len = (size - start).min(CHUNK + HEADER as u64) as usize;
+        let buf = &mut chunk[..len];
+        file.read_exact_at(buf, start)?;
+        let mut at = 0usize;
+        // Positions whose header begins in this chunk (the next chunk re-reads the overlap).
+        let stop = len.min(CHUNK as usize);
+        while at < stop {
+            // A header starts with a non-zero length: skip to where one could.
+            match buf[at..stop].iter().position(|b| *b != 0) {
+                Some(skip) => at += skip,
+                None => break,
+            }
+            // The non-zero byte may be any of the length's four.
+            for candidate in at.saturating_sub(3)..=at {
+                if candidate + HEADER > len {
+                    break;
+                }
+                let mut raw = [0u8; HEADER];
+                raw.copy_from_slice(&buf[candidate..candidate + HEADER]);
+                let (_, _, lsn) = header(&raw);
+                if lsn >= at_least
+                    && lsn <= most
+                    && read_at(file, size, start + candidate as u64, lsn, options).is_some()
+                {
+                    return Ok(Some(lsn));
+                }
+            }
+            at += 1;
+        }
+        start += CHUNK;
+    }
+    Ok(None)
+}
+
+/// The error [`SegmentLog::open`] answers for `damage`.
+fn damaged(damage: Damage) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, damage)
+}
+
 /// Gives `file` `bytes` of real blocks, written with zeros from its current end (so a later
 /// sync of a write into them changes neither the file's size nor its extents: `fdatasync` then
 /// flushes data only). Once per new segment; reused segments have their blocks already.
@@ -263,10 +380,21 @@ impl SegmentLog {
         let mut expected = segments
             .get(start)
             .map_or(applied.saturating_add(1), |segment| segment.first);
+        if let Some(first) = segments.first()
+            && first.first > applied.saturating_add(1)
+            && !options.truncate_damage
+        {
+            return Err(damaged(Damage::Behind {
+                file: first.name.clone(),
+                first: first.first,
+                applied,
+            }));
+        }
         let mut end: Option<(usize, u64)> = None;
         for (index, segment) in segments.iter().enumerate().skip(start) {
             if segment.first != expected {
-                // A gap between segments: what follows was never acknowledged in order.
+                // A gap between segments: what follows was never acknowledged in order (or
+                // a segment was lost: the check below tells).
                 break;
             }
             let file = dir.open(&segment.name, false)?;
@@ -283,6 +411,21 @@ impl SegmentLog {
             // Did this segment end because it was full (the next record went to the next
             // segment) or because its tail was torn? The next segment says: it must start with
             // the record this one lacks, which the loop checks.
+        }
+        if applied < expected {
+            // The log ended at record `expected`: a torn tail only if no good record follows.
+            let (index, offset) = end.unwrap_or((start, 0));
+            if let Some(damage) =
+                Self::damage_after(&*dir, &segments, index, offset, expected, &options)?
+            {
+                if !options.truncate_damage {
+                    return Err(damaged(damage));
+                }
+                tracing::error!(
+                    %damage,
+                    "the local log is damaged: dropping every record from the damage on (worker.truncate-damaged-log)"
+                );
+            }
         }
         if applied >= expected {
             // The view is ahead of what the log still holds (its segments were recycled after
@@ -327,6 +470,37 @@ impl SegmentLog {
         }
         log.dir.sync()?;
         Ok(log)
+    }
+
+    /// Whether a good record numbered `expected` or more lies after `offset` of segment
+    /// `index` (where the log ended), or in any later segment: what damage it shows.
+    fn damage_after(
+        dir: &dyn LogDir,
+        segments: &[Segment],
+        index: usize,
+        offset: u64,
+        expected: u64,
+        options: &Options,
+    ) -> io::Result<Option<Damage>> {
+        let Some(ended) = segments.get(index) else {
+            return Ok(None);
+        };
+        let shown = |segment: &Segment| segment.name.clone();
+        for (at, segment) in segments.iter().enumerate().skip(index) {
+            let file = dir.open(&segment.name, false)?;
+            let size = file.size()?;
+            let from = if at == index { offset } else { 0 };
+            if let Some(found) = later_record(&*file, size, from, expected, options)? {
+                return Ok(Some(Damage::Record {
+                    file: shown(ended),
+                    offset,
+                    expected,
+                    found,
+                    found_in: shown(segment),
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// The number the next record gets.
@@ -451,18 +625,62 @@ mod tests {
         Options {
             segment_bytes: 4096,
             max_record_bytes: 1 << 20,
+            truncate_damage: false,
         }
     }
 
-    fn reopen(dir: &std::path::Path, applied: u64) -> (SegmentLog, Vec<Read>) {
+    fn open_with(
+        dir: &std::path::Path,
+        applied: u64,
+        options: Options,
+    ) -> io::Result<(SegmentLog, Vec<Read>)> {
         let mut seen = Vec::new();
         let fs: Arc<dyn LogDir> = Arc::new(FsDir(dir.to_path_buf()));
-        let log = SegmentLog::open(fs, small(), applied, |read| {
+        let log = SegmentLog::open(fs, options, applied, |read| {
             seen.push(read);
             Ok(())
-        })
-        .unwrap();
-        (log, seen)
+        })?;
+        Ok((log, seen))
+    }
+
+    fn reopen(dir: &std::path::Path, applied: u64) -> (SegmentLog, Vec<Read>) {
+        open_with(dir, applied, small()).unwrap()
+    }
+
+    /// Opens the log, which must refuse for its damage; answers the damage.
+    fn refused(dir: &std::path::Path, applied: u64) -> Damage {
+        let err = open_with(dir, applied, small()).expect_err("a damaged log opened");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        err.get_ref()
+            .and_then(|e| e.downcast_ref::<Damage>())
+            .cloned()
+            .unwrap_or_else(|| panic!("not a damage: {err}"))
+    }
+
+    fn truncating() -> Options {
+        Options {
+            truncate_damage: true,
+            ..small()
+        }
+    }
+
+    /// Appends records 1..=n; answers where each starts: (segment file, offset).
+    fn written(dir: &std::path::Path, n: u64) -> Vec<(PathBuf, u64)> {
+        let (mut log, _) = reopen(dir, 0);
+        let mut at = Vec::new();
+        for i in 1..=n {
+            let before = (log.segments.last().map(|s| s.name.clone()), log.offset);
+            log.append(&payload(i)).unwrap();
+            let name = log.segments.last().unwrap().name.clone();
+            // A record that rolled to a new segment starts at its beginning.
+            let offset = if before.0.as_deref() == Some(name.as_str()) {
+                before.1
+            } else {
+                0
+            };
+            at.push((dir.join(name), offset));
+        }
+        at
     }
 
     fn payload(i: u64) -> Vec<u8> {
@@ -505,12 +723,20 @@ mod tests {
         log.append(&payload(4)).unwrap();
         log.append(&payload(5)).unwrap();
         drop(log);
-        // Record 4's payload is damaged: 4 and 5 are gone (never acknowledged: the sync that
-        // would have covered them did not finish).
+        // Record 4's payload is damaged while 5 is whole: damage, refused; the operator's
+        // truncation drops 4 and 5.
         let f = OpenOptions::new().write(true).open(&file).unwrap();
         FileExt::write_all_at(&f, b"!", torn_at + HEADER as u64 + 3).unwrap();
         drop(f);
-        let (mut log, seen) = reopen(dir.path(), 0);
+        assert!(matches!(
+            refused(dir.path(), 0),
+            Damage::Record {
+                expected: 4,
+                found: 5,
+                ..
+            }
+        ));
+        let (mut log, seen) = open_with(dir.path(), 0, truncating()).unwrap();
         assert_eq!(seen.len(), 3);
         assert_eq!(log.next_lsn(), 4);
         // A shorter record 4 now; the old record 5 was zeroed and does not follow it.
@@ -569,10 +795,107 @@ mod tests {
         assert_eq!(seen[1].payload, big);
     }
 
+    #[test]
+    fn only_the_last_record_may_be_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = written(dir.path(), 5);
+        let (file, offset) = &at[4];
+        // The last record's payload torn: a crash's tail, cut quietly.
+        let f = OpenOptions::new().write(true).open(file).unwrap();
+        FileExt::write_all_at(&f, b"!", offset + HEADER as u64 + 1).unwrap();
+        drop(f);
+        let (log, seen) = reopen(dir.path(), 0);
+        assert_eq!((seen.len(), log.next_lsn()), (4, 5));
+    }
+
+    #[test]
+    fn a_bad_record_before_good_ones_refuses_to_open_naming_file_and_offset() {
+        // One flipped bit in record 15 of 30.
+        let dir = tempfile::tempdir().unwrap();
+        let at = written(dir.path(), 30);
+        let (file, offset) = &at[14];
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(file)
+            .unwrap();
+        let mut byte = [0u8];
+        FileExt::read_exact_at(&f, &mut byte, offset + HEADER as u64 + 2).unwrap();
+        FileExt::write_all_at(&f, &[byte[0] ^ 0x10], offset + HEADER as u64 + 2).unwrap();
+        drop(f);
+        let damage = refused(dir.path(), 0);
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        match &damage {
+            Damage::Record {
+                file,
+                offset: at_offset,
+                expected,
+                found,
+                ..
+            } => {
+                assert_eq!((file, at_offset, *expected), (&name, offset, 15));
+                assert!(*found > 15, "{damage}");
+            }
+            other => panic!("{other}"),
+        }
+        assert!(damage.to_string().contains(&name), "{damage}");
+        // Still refused on the next try: nothing was cut.
+        refused(dir.path(), 0);
+        // The operator's choice: records from 15 on are dropped, the rest kept.
+        let (log, seen) = open_with(dir.path(), 0, truncating()).unwrap();
+        assert_eq!((seen.len(), log.next_lsn()), (14, 15));
+    }
+
+    #[test]
+    fn a_zeroed_sector_or_a_lost_segment_refuses_to_open() {
+        // 512 zeroed bytes from the start of record 12 of 30.
+        let dir = tempfile::tempdir().unwrap();
+        let at = written(dir.path(), 30);
+        let (file, offset) = &at[11];
+        let f = OpenOptions::new().write(true).open(file).unwrap();
+        FileExt::write_all_at(&f, &[0u8; 512], *offset).unwrap();
+        drop(f);
+        assert!(matches!(
+            refused(dir.path(), 0),
+            Damage::Record { expected: 12, .. }
+        ));
+
+        // A segment in the middle deleted.
+        let dir = tempfile::tempdir().unwrap();
+        let at = written(dir.path(), 40);
+        let mut files: Vec<&PathBuf> = at.iter().map(|(f, _)| f).collect();
+        files.dedup();
+        assert!(files.len() >= 3, "{} segments", files.len());
+        std::fs::remove_file(files[1]).unwrap();
+        assert!(matches!(refused(dir.path(), 0), Damage::Record { .. }));
+    }
+
+    #[test]
+    fn a_log_that_starts_after_what_the_view_needs_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = reopen(dir.path(), 0);
+        for i in 1..=60 {
+            log.append(&payload(i)).unwrap();
+        }
+        // The view held 50 durably: the segments behind it were recycled.
+        log.release(50).unwrap();
+        drop(log);
+        reopen(dir.path(), 50);
+        // The view is gone (applied 0): records 1.. are in neither.
+        match refused(dir.path(), 0) {
+            Damage::Behind { first, applied, .. } => {
+                assert!(first > 1 && first <= 51, "{first}");
+                assert_eq!(applied, 0);
+            }
+            other => panic!("{other}"),
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
-        /// Any damage to a log's bytes loses at most the records from the damage on: what is
-        /// read back is always a prefix of what was written, never garbage and never a panic.
+        /// Any damage to a log's bytes is refused or loses at most the records from the damage
+        /// on: what is read back is always a prefix of what was written, never garbage and
+        /// never a panic.
         #[test]
         fn damage_only_shortens_the_log(
             sizes in proptest::collection::vec(1usize..600, 1..30),
@@ -599,7 +922,18 @@ mod tests {
                 let size = f.metadata().unwrap().len();
                 f.set_len(cut % size).unwrap();
             }
-            let (mut log, seen) = reopen(dir.path(), 0);
+            // Damage before a good record refuses to open; opened anyway (the operator's
+            // choice) or torn at the tail, what is read back is a prefix.
+            let (mut log, seen) = match open_with(dir.path(), 0, small()) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    prop_assert!(
+                        e.get_ref().is_some_and(|e| e.downcast_ref::<Damage>().is_some()),
+                        "{}", e
+                    );
+                    open_with(dir.path(), 0, truncating()).unwrap()
+                }
+            };
             prop_assert!(seen.len() <= written.len());
             for (read, record) in seen.iter().zip(&written) {
                 prop_assert_eq!(&read.payload, record);
