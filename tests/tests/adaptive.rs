@@ -143,3 +143,82 @@ async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops()
     assert_eq!(status, 422, "{body}");
     assert!(body.to_string().contains("1 <= min <= max"), "{body}");
 }
+
+/// Keeps `clients` calls of the fast `Greeter/greet` looping in scope `ad` until `stop`.
+fn fast_load(
+    sluice: &Sluice,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<u64>> {
+    (0..clients)
+        .map(|_| {
+            let url = format!("{}/service/scope/ad/call/Greeter/greet", sluice.ingress_url);
+            let stop = Arc::clone(stop);
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut done = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let resp = client.post(&url).json("fast").send().await.unwrap();
+                    assert_eq!(resp.status(), 200);
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect()
+}
+
+/// A scope's handlers are each judged against their own latency: clients looping a fast
+/// handler beside a slow one that does not slow down under load leave the limit where the
+/// slow one's callers need it. Before, the baseline was the fastest latency seen on the
+/// counter, and the same mix drove the limit from 51 to 1, where it stayed.
+#[tokio::test]
+async fn a_fast_handler_beside_a_slow_one_keeps_an_adaptive_limit_up() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([{"pattern": "ad", "limits": {"adaptive": {"min": 1, "max": 64}}}]))
+        .await;
+    // `Meter/loaded(100)` takes 100 ms however many run.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/knee", sluice.ingress_url))
+        .json(&0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow = load(&sluice, 24, &stop);
+    // Alone, the slow handler's callers lift the limit to what they use.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while limit(&sluice).await.is_none_or(|(l, _)| l < 24) {
+        assert!(Instant::now() < deadline, "the limit never rose to 24");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fast = fast_load(&sluice, 8, &stop);
+    let mixed = sample(&sluice, Duration::from_secs(6)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (mut slow_calls, mut fast_calls) = (0, 0);
+    for client in slow {
+        slow_calls += client.await.unwrap();
+    }
+    for client in fast {
+        fast_calls += client.await.unwrap();
+    }
+    let mut sorted = mixed.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
+    println!(
+        "limit beside the fast loops: {mixed:?} (median {median}); {slow_calls} slow and {fast_calls} fast calls"
+    );
+    assert!(
+        fast_calls > 100,
+        "the fast handler was looped: {fast_calls}"
+    );
+    assert!(
+        median >= 16,
+        "the fast handler drove the limit down: {mixed:?}"
+    );
+}

@@ -383,3 +383,63 @@ fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         }
     }
 }
+
+/// A key with `limit-key` holds every call under that first level: a quota on it counts the
+/// calls whatever fresh limit keys the client makes up (before, each new
+/// `x-service-limit-key` started a fresh quota: 20 of 20 admitted past a 2/day quota), and a
+/// key under another first level is refused.
+#[tokio::test]
+async fn a_key_that_binds_a_limit_key_holds_fresh_keys_to_its_quota() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        // Noon of a fixed day: no daily window ends while the test runs.
+        .clock_offset_ms(sluice_tests::clock_offset_to(sluice_tests::MIDDAY_MS))
+        .config(&format!(
+            "[ingress]\nrequire-api-key = true\n\n[[ingress.api-keys]]\nsha256 = \"{}\"\nscope = \"alpha\"\nlimit-key = \"acme\"\n",
+            digest(ALPHA)
+        ))
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(serde_json::json!([
+            {"pattern": "alpha/acme", "limits": {"quota": "2/day", "on_exceed": "reject"}}
+        ]))
+        .await;
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let fresh = format!("fresh-{i}");
+        let answer = request(
+            &sluice,
+            Method::POST,
+            "/Greeter/greet",
+            Some(ALPHA),
+            Some("\"a\""),
+            &[("x-service-limit-key", fresh.as_str())],
+        )
+        .await;
+        statuses.push(answer.status);
+    }
+    assert_eq!(statuses, vec![200, 200, 429, 429, 429, 429]);
+    // The quota is the first level's.
+    let counter = sluice_tests::counter(&sluice, "alpha", "level1")
+        .await
+        .expect("/limits/counters shows alpha/acme");
+    assert_eq!(counter["quota_used"], 2, "{counter}");
+    // A two-level key under another first level is refused.
+    let answer = request(
+        &sluice,
+        Method::POST,
+        "/Greeter/greet",
+        Some(ALPHA),
+        Some("\"a\""),
+        &[("x-service-limit-key", "other/x")],
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.code.as_deref()),
+        (403, Some("SEC0010")),
+        "{answer:?}"
+    );
+}

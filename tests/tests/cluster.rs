@@ -35,6 +35,8 @@ fn node(bootstrap: &str, id: &str) -> Builder {
         .env("SERVICE_CLUSTER__BOOTSTRAP_SERVERS", bootstrap)
         .env("SERVICE_CLUSTER__NODE_ID", id)
         .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "3s")
+        // The mock brokers cannot describe topic settings.
+        .env("SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION", "true")
 }
 
 /// Waits until `sluice` knows `count` deployments (registered on any node).
@@ -165,6 +167,32 @@ async fn a_node_with_another_partition_count_does_not_join() {
         finished
             .stderr
             .contains("has 4 partitions but worker.partitions is 2"),
+        "{}",
+        finished.stderr
+    );
+}
+
+/// Brokers that cannot say whether the cluster's topics keep every record (the mock brokers
+/// cannot describe topic settings) are not trusted: the node stops with CLU0002 naming the
+/// setting an operator who checked turns on. Before, it only warned, and a topic's retention
+/// could delete records before a replica read them (CLU0004, the partition out for good).
+#[tokio::test]
+async fn a_node_that_cannot_confirm_the_topics_retention_stops() {
+    let broker = broker();
+    let finished = node(&broker.bootstrap_servers(), "n1")
+        .env("SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION", "false")
+        .run_to_exit()
+        .unwrap();
+    // It may have become ready first (the brokers take their request timeout to not answer);
+    // then it stops as after any store failure, exiting 74 for its supervisor.
+    assert_eq!(finished.status.code(), Some(74), "{}", finished.stderr);
+    assert!(
+        finished
+            .stderr
+            .contains("[CLU0002] cannot confirm that topic")
+            && finished
+                .stderr
+                .contains("cluster.allow-unconfirmed-retention = true"),
         "{}",
         finished.stderr
     );

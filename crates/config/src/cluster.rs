@@ -46,6 +46,10 @@ pub struct ClusterConfig {
     /// More librdkafka properties for the cluster's clients (security, timeouts).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
+    /// Start even when the brokers cannot say whether the cluster's topics keep every record
+    /// (DescribeConfigs unsupported or denied). Off: such a node stops with CLU0002; the
+    /// operator who has checked the topics' settings by other means turns it on.
+    pub allow_unconfirmed_retention: bool,
 }
 
 impl Default for ClusterConfig {
@@ -62,6 +66,7 @@ impl Default for ClusterConfig {
             max_record_bytes: ByteSize::mib(8),
             records_in_flight: 4,
             properties: BTreeMap::new(),
+            allow_unconfirmed_retention: false,
         }
     }
 }

@@ -27,6 +27,10 @@ pub struct FlowConfig {
     /// How often the history is sampled (at least 1 s). A sample reads every live counter,
     /// as a `/metrics` scrape does.
     pub history_interval: FriendlyDuration,
+    /// A request's deadline orders it before earlier arrivals of its queue only when it is at
+    /// most this far from when its wait began; one further out waits in arrival order (and
+    /// still expires at its time), so a far-future deadline cannot jump a queue.
+    pub deadline_horizon: FriendlyDuration,
 }
 
 impl FlowConfig {
@@ -69,6 +73,7 @@ impl Default for FlowConfig {
             shed_from: 0.8,
             history: FriendlyDuration::from_secs(300),
             history_interval: FriendlyDuration::from_secs(2),
+            deadline_horizon: FriendlyDuration::from_secs(5 * 60),
         }
     }
 }

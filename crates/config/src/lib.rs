@@ -345,6 +345,11 @@ pub struct ApiKey {
     /// `high`); `normal` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_priority: Option<String>,
+    /// The first level of the limit key every call made with the key runs under: a key the
+    /// call names becomes its second level (`acme` + `x` is `acme/x`), and a two-level key
+    /// must start with it. Unset, the call names its limit key freely.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
 }
 
 impl Default for IngressConfig {

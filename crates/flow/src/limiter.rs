@@ -77,12 +77,19 @@ pub struct Permit {
     path: CounterPath,
     /// When it was taken, ms: an adaptive counter learns from how long it was held.
     taken_ms: u64,
+    /// What ran on it (a handler), for an adaptive counter's per-handler baselines.
+    class: u64,
 }
 
 impl Permit {
     /// The counters it holds a slot of.
     pub fn path(&self) -> &CounterPath {
         &self.path
+    }
+
+    /// Says what runs on it: a number standing for its handler (equal for equal handlers).
+    pub fn classify(&mut self, class: u64) {
+        self.class = class;
     }
 }
 

@@ -67,6 +67,9 @@ impl EntryKind {
     }
 }
 
+/// `flow.deadline-horizon`'s default: 5 minutes.
+pub const DEFAULT_DEADLINE_HORIZON_MS: u64 = 5 * 60 * 1000;
+
 /// What a queue is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct QueueKey {
@@ -187,6 +190,16 @@ pub struct Permit {
     gates: QueueGates,
 }
 
+impl Permit {
+    /// Says which handler runs on it (a number equal for equal handlers): adaptive limits keep
+    /// a latency baseline per handler.
+    pub fn classify(&mut self, class: u64) {
+        if let Some(counters) = self.counters.as_mut() {
+            counters.classify(class);
+        }
+    }
+}
+
 /// An entry the scheduler decided to run now.
 #[derive(Debug)]
 pub struct Dispatch {
@@ -225,6 +238,8 @@ pub struct Scheduler {
     paused: HashSet<QueueKey>,
     /// Deadlines of waiting entries, and the entries that passed theirs.
     deadlines: deadlines::Deadlines,
+    /// Deadlines further than this from when a wait began do not order it.
+    deadline_horizon_ms: u64,
     /// The deployment gates its queues pass, and the queues parked at them.
     gates: GateTable,
     /// The last poll's time: gates closed until later wake the partition then.
@@ -256,9 +271,17 @@ impl Scheduler {
             woken: Vec::new(),
             paused: HashSet::new(),
             deadlines: deadlines::Deadlines::default(),
+            deadline_horizon_ms: DEFAULT_DEADLINE_HORIZON_MS,
             gates: GateTable::default(),
             polled_at: 0,
         }
+    }
+
+    /// Orders only by deadlines within `ms` of when an entry's wait began
+    /// (`flow.deadline-horizon`); further ones wait in arrival order.
+    pub fn with_deadline_horizon(mut self, ms: u64) -> Self {
+        self.deadline_horizon_ms = ms;
+        self
     }
 
     /// Counts attempts against the deployment gates of `gates` too (every queue created from

@@ -81,6 +81,8 @@ struct Settings {
     records_in_flight: usize,
     client: ClientConfig,
     session_timeout: Duration,
+    /// `cluster.allow-unconfirmed-retention`.
+    allow_unconfirmed_retention: bool,
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +162,7 @@ impl Cluster {
             records_in_flight: cluster.records_in_flight as usize,
             client,
             session_timeout: cluster.session_timeout.0,
+            allow_unconfirmed_retention: cluster.allow_unconfirmed_retention,
         };
         settings.check_topics(cluster.replication_factor)?;
         // Asked beside the start-up rather than before it: brokers that cannot answer
@@ -412,9 +415,21 @@ impl Settings {
 
     /// Refuses topics the brokers say delete or compact records: the log, the inbox and the
     /// meta topic are the cluster's truth and must keep every record. Brokers that cannot
-    /// describe configs (DescribeConfigs unsupported or denied) are let through with a warning:
-    /// the readers still stop at the first gap (CLU0004).
+    /// describe configs (DescribeConfigs unsupported or denied) are refused too, unless
+    /// `cluster.allow-unconfirmed-retention` says the operator checked: until the log is
+    /// bounded by snapshots, a record deleted before a replica read it stops that partition
+    /// for good (CLU0004).
     fn check_retention(&self) -> Result<(), CodedError> {
+        let unconfirmed = |topic: &str, e: &dyn std::fmt::Display| {
+            if self.allow_unconfirmed_retention {
+                tracing::warn!(topic, error = %e, "cannot read the topic's retention (cluster.allow-unconfirmed-retention is on): make sure it keeps every record (a gap stops following a partition, CLU0004)");
+                Ok(())
+            } else {
+                Err(join_failed(format!(
+                    "cannot confirm that topic {topic} keeps every record (the brokers did not describe its settings: {e}); allow DescribeConfigs on the cluster's topics, or check retention.ms=-1, retention.bytes=-1 and cleanup.policy=delete yourself and set cluster.allow-unconfirmed-retention = true"
+                )))
+            }
+        };
         use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
         let admin: AdminClient<_> = self
             .client
@@ -432,16 +447,13 @@ impl Settings {
         let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
         let described = match runtime.block_on(admin.describe_configs(&specifiers, &options)) {
             Ok(described) => described,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the cluster topics' retention; make sure they keep every record (a gap stops following a partition, CLU0004)");
-                return Ok(());
-            }
+            Err(e) => return unconfirmed(&self.log_topic, &e),
         };
         for (topic, result) in topics.iter().zip(described) {
             let config = match result {
                 Ok(config) => config,
                 Err(e) => {
-                    tracing::warn!(topic = %topic, error = %e, "cannot read the topic's retention; make sure it keeps every record (a gap stops following a partition, CLU0004)");
+                    unconfirmed(topic, &format!("{e:?}"))?;
                     continue;
                 }
             };

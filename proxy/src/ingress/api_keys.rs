@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use super::error::IngressError;
 use crate::config::IngressConfig;
 use crate::errors::{Code, CodedError};
-use crate::flow::{Priority, Scope};
+use crate::flow::{LimitKey, Priority, Scope};
 
 /// The header a call presents its key in.
 pub const HEADER: &str = "x-sluice-api-key";
@@ -23,6 +23,8 @@ pub struct Binding {
     pub scope: Scope,
     /// The highest priority they may ask for.
     pub max_priority: Priority,
+    /// The first level of their limit key, when the key binds one.
+    pub limit_key: Option<LimitKey>,
 }
 
 impl Binding {
@@ -58,6 +60,30 @@ impl Binding {
                 self.scope
             ),
         ))
+    }
+
+    /// The limit key a call runs under: with a bound first level, the one it names under it
+    /// (`x` becomes `l1/x`; `l1/x` stays), or the bound level alone; a two-level key under
+    /// another first level is refused (SEC0010). Without one, what the call named.
+    pub fn limit_key_for(&self, asked: Option<LimitKey>) -> Result<Option<LimitKey>, IngressError> {
+        let Some(bound) = &self.limit_key else {
+            return Ok(asked);
+        };
+        let Some(asked) = asked else {
+            return Ok(Some(bound.clone()));
+        };
+        match asked.l2() {
+            Some(_) if asked.l1() == bound.l1() => Ok(Some(asked)),
+            Some(_) => Err(IngressError::coded(
+                Code::SEC0010,
+                format!(
+                    "this API key runs calls under limit key '{bound}': name a second level only ('x' runs as '{bound}/x')"
+                ),
+            )),
+            None => LimitKey::parse(&format!("{}/{}", bound.l1(), asked.l1()))
+                .map(Some)
+                .map_err(|e| IngressError::coded(Code::RT0024, e.message)),
+        }
     }
 
     /// Refuses a priority above the key's (SEC0010).
@@ -104,9 +130,22 @@ impl ApiKeys {
                     .parse::<Priority>()
                     .map_err(|e| invalid(format!("max-priority: {e}")))?,
             };
+            let limit_key = match &key.limit_key {
+                None => None,
+                Some(text) => {
+                    let parsed = LimitKey::parse(text).map_err(|e| invalid(e.message))?;
+                    if parsed.l2().is_some() {
+                        return Err(invalid(format!(
+                            "limit-key '{text}' must be one level: calls name the second"
+                        )));
+                    }
+                    Some(parsed)
+                }
+            };
             let binding = Binding {
                 scope,
                 max_priority,
+                limit_key,
             };
             if by_digest.insert(digest, binding).is_some() {
                 return Err(invalid("the same key is configured twice".into()));
@@ -175,11 +214,13 @@ mod tests {
                     sha256: sha256_hex("alpha-key"),
                     scope: "alpha".into(),
                     max_priority: None,
+                    limit_key: None,
                 },
                 ApiKey {
                     sha256: sha256_hex("ops-key").to_uppercase(),
                     scope: "ops".into(),
                     max_priority: Some("high".into()),
+                    limit_key: Some("ops-team".into()),
                 },
             ],
             require_api_key: required,
@@ -208,6 +249,46 @@ mod tests {
         assert_eq!(high.code, Some(Code::SEC0010));
         let ops = keys.bind(&with_key("ops-key")).unwrap().unwrap();
         assert!(ops.check_priority(Some(Priority::HIGH)).is_ok());
+    }
+
+    #[test]
+    fn a_key_binding_a_limit_key_holds_every_call_under_its_first_level() {
+        let keys = keys(false);
+        let key = |k: &str| Some(LimitKey::parse(k).unwrap());
+        let shown = |k: Option<LimitKey>| k.map(|k| k.as_str().to_owned());
+        let ops = keys.bind(&with_key("ops-key")).unwrap().unwrap();
+        assert_eq!(
+            shown(ops.limit_key_for(None).unwrap()).as_deref(),
+            Some("ops-team")
+        );
+        assert_eq!(
+            shown(ops.limit_key_for(key("fresh-1")).unwrap()).as_deref(),
+            Some("ops-team/fresh-1")
+        );
+        assert_eq!(
+            shown(ops.limit_key_for(key("ops-team/x")).unwrap()).as_deref(),
+            Some("ops-team/x")
+        );
+        let other = ops.limit_key_for(key("beta/x")).unwrap_err();
+        assert_eq!(other.code, Some(Code::SEC0010));
+        // A key without one leaves the call's own.
+        let alpha = keys.bind(&with_key("alpha-key")).unwrap().unwrap();
+        assert_eq!(
+            shown(alpha.limit_key_for(key("a/b")).unwrap()).as_deref(),
+            Some("a/b")
+        );
+        // Two levels in the configuration are refused at start.
+        let config = IngressConfig {
+            api_keys: vec![ApiKey {
+                sha256: sha256_hex("k"),
+                scope: "s".into(),
+                max_priority: None,
+                limit_key: Some("a/b".into()),
+            }],
+            ..IngressConfig::default()
+        };
+        let err = ApiKeys::from_config(&config).unwrap_err();
+        assert!(err.message.contains("one level"), "{}", err.message);
     }
 
     #[test]
@@ -248,6 +329,7 @@ mod tests {
             sha256: sha256_hex("k"),
             scope: "s".into(),
             max_priority: None,
+            limit_key: None,
         };
         assert!(
             bad(ApiKey {

@@ -349,6 +349,12 @@ async fn invoke_traced(
         path.scope = Some(bound.scope_for(path.scope.as_deref())?);
     }
     let (scope, limit_key) = classify_request(state, session, &path, query.as_deref())?;
+    // A key that binds a limit key's first level holds every call under it, so a fresh key
+    // per call cannot escape a per-key quota or concurrency.
+    let limit_key = match &bound {
+        Some(bound) => bound.limit_key_for(limit_key)?,
+        None => limit_key,
+    };
     path.scope = scope.as_ref().map(|s| s.as_str().to_owned());
     let request = parse(state, session, &path, query.as_deref()).await?;
     if let Some(bound) = &bound {

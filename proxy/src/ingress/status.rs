@@ -503,6 +503,7 @@ mod tests {
         let alpha = Binding {
             scope: crate::flow::Scope::parse("alpha").unwrap(),
             max_priority: crate::flow::Priority::NORMAL,
+            limit_key: None,
         };
         let target = |scope: &str| {
             format!(

@@ -1,17 +1,27 @@
 //! Adaptive concurrency: a counter whose rule says `adaptive = { min, max }` (and no static
 //! `concurrency`, which wins) moves its own limit with what the deployment shows.
 //!
-//! - **Latency gradient.** Each admission's slot is held for some time (its attempt's run).
-//!   The counter keeps a baseline, the lowest mean hold time seen, drifting up slowly so that a
-//!   deployment that got slower for good is re-measured. Every window (at least 4 releases
-//!   and at least the limit: about one round of its slots) compares the window's mean hold
-//!   time with it: near the baseline (within 10 %) and with the limit in use, the limit rises
-//!   by a quarter (at least 1); above it, the limit falls to what the ratio says the
-//!   deployment sustains (`limit × baseline / mean`, plus 1 to keep probing, and at least 1
-//!   lower).
+//! - **Latency gradient, per handler.** Each admission's slot is held for some time (its
+//!   attempt's run), and says which handler ran (its *class*). Each class keeps its own
+//!   baseline, the lowest mean hold time seen for it, drifting up slowly so that a handler
+//!   that got slower for good is re-measured. Every window (at least 4 releases and at least
+//!   the limit: about one round of its slots) compares each class's mean hold time in the
+//!   window with that class's baseline, and weighs the ratios by the slot time the class
+//!   took: near the baselines (within 10 %) and with the limit in use, the limit rises by a
+//!   quarter (at least 1); above them, it falls to what the ratio says the deployment sustains
+//!   (`limit × baseline / mean`, plus 1 to keep probing, and at least 1 lower). A scope whose
+//!   handlers differ a hundredfold in speed is judged by whether each got slower, not by
+//!   how the slow ones compare with the fast: one client looping a fast handler cannot drive
+//!   the limit to its floor, and the limit rises again as soon as its handlers run as fast
+//!   as they did.
 //! - **Hold-time backstop.** A deployment that stops answering sends no samples. When the
-//!   slots running now have been held, on average, over 4 × the baseline, the limit drops at
-//!   once to half of what runs (not below `min`), without waiting for a release to say so.
+//!   slots running now have been held, on average, over 4 × the slowest class's baseline,
+//!   the limit drops at once to half of what runs (not below `min`), without waiting for a
+//!   release to say so.
+//!
+//! Classes are kept in a fixed table of [`CLASSES`] places (a class's place is its number
+//! modulo that): handlers that share a place share a baseline, which is what the counter did
+//! for all of them before; memory stays bounded whatever the callers name.
 //!
 //! The limit starts at `min` and stays within `[min, max]`.
 
@@ -23,6 +33,18 @@ const NEAR: f64 = 0.9;
 const DRIFT: f64 = 1.0 / 64.0;
 /// Running slots held this many baselines on average trigger the backstop.
 const STUCK: f64 = 4.0;
+/// Places for handler classes, each with its own baseline.
+pub(crate) const CLASSES: usize = 16;
+
+/// One class's hold times.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Class {
+    /// The lowest mean hold time seen (ms, drifting up); 0 before its first window.
+    baseline_ms: f64,
+    /// This window's releases: the sum of their hold times, and how many.
+    sum_ms: u64,
+    n: u32,
+}
 
 /// One counter's adaptive limit.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,9 +53,8 @@ pub(crate) struct Adaptive {
     pub(crate) max: u32,
     /// The limit in force.
     pub(crate) limit: u32,
-    /// The lowest mean hold time seen (ms, drifting up); 0 before the first window.
-    baseline_ms: f64,
-    window_sum_ms: u64,
+    classes: [Class; CLASSES],
+    /// Releases in this window, of every class.
     window_n: u32,
     /// The most running at once during the window.
     window_peak: u32,
@@ -51,8 +72,7 @@ impl Adaptive {
             min,
             max,
             limit: min,
-            baseline_ms: 0.0,
-            window_sum_ms: 0,
+            classes: [Class::default(); CLASSES],
             window_n: 0,
             window_peak: 0,
             running: 0,
@@ -74,29 +94,41 @@ impl Adaptive {
         self.window_peak = self.window_peak.max(self.running);
     }
 
-    /// A slot taken at `taken` was given back at `now`; true when the limit changed.
-    pub(crate) fn released(&mut self, taken: u64, now: u64) -> bool {
+    /// A slot of handler class `class`, taken at `taken`, was given back at `now`; true when
+    /// the limit changed.
+    pub(crate) fn released(&mut self, taken: u64, now: u64, class: u64) -> bool {
         self.running = self.running.saturating_sub(1);
         self.taken_sum_ms = self.taken_sum_ms.saturating_sub(u128::from(taken));
-        self.window_sum_ms = self
-            .window_sum_ms
+        let place = &mut self.classes[(class % CLASSES as u64) as usize];
+        place.sum_ms = place
+            .sum_ms
             .saturating_add(now.saturating_sub(taken).max(1));
+        place.n += 1;
         self.window_n += 1;
         if self.window_n < MIN_WINDOW.max(self.limit) {
             return false;
         }
-        let mean = self.window_sum_ms as f64 / f64::from(self.window_n);
         let in_use = self.window_peak.saturating_mul(2) >= self.limit;
-        self.window_sum_ms = 0;
+        // Each class against its own baseline, weighed by the slot time it took: concurrency
+        // is spent on the handlers that hold slots longest, and a fast handler's jittery
+        // millisecond counts for what it costs.
+        let (mut weighed, mut held) = (0.0, 0.0);
+        for class in self.classes.iter_mut().filter(|c| c.n > 0) {
+            let mean = class.sum_ms as f64 / f64::from(class.n);
+            if class.baseline_ms == 0.0 || mean < class.baseline_ms {
+                class.baseline_ms = mean;
+            } else {
+                class.baseline_ms += (mean - class.baseline_ms) * DRIFT;
+            }
+            weighed += class.sum_ms as f64 * class.baseline_ms / mean;
+            held += class.sum_ms as f64;
+            class.sum_ms = 0;
+            class.n = 0;
+        }
+        let ratio = if held > 0.0 { weighed / held } else { 1.0 };
         self.window_n = 0;
         self.window_peak = self.running;
-        if self.baseline_ms == 0.0 || mean < self.baseline_ms {
-            self.baseline_ms = mean;
-        } else {
-            self.baseline_ms += (mean - self.baseline_ms) * DRIFT;
-        }
         let before = self.limit;
-        let ratio = self.baseline_ms / mean;
         if ratio >= NEAR {
             if in_use {
                 self.limit = self.limit.saturating_add((self.limit / 4).max(1));
@@ -111,12 +143,19 @@ impl Adaptive {
 
     /// The backstop at `now`: true when it lowered the limit.
     pub(crate) fn backstop(&mut self, now: u64) -> bool {
-        if self.running == 0 || self.baseline_ms == 0.0 {
+        // The slowest handler's baseline: slots of a slow handler are not stuck for being
+        // slower than a fast one's.
+        let baseline_ms = self
+            .classes
+            .iter()
+            .map(|c| c.baseline_ms)
+            .fold(0.0, f64::max);
+        if self.running == 0 || baseline_ms == 0.0 {
             return false;
         }
         let mean_taken = self.taken_sum_ms / u128::from(self.running);
         let age = u128::from(now).saturating_sub(mean_taken) as f64;
-        if age <= STUCK * self.baseline_ms {
+        if age <= STUCK * baseline_ms {
             return false;
         }
         let lowered = (self.running.min(self.limit) / 2).max(self.min);
@@ -145,7 +184,7 @@ mod tests {
             let held = latency(c);
             now += held;
             for _ in 0..c {
-                a.released(now - held, now);
+                a.released(now - held, now, 0);
             }
             seen.push(a.limit);
         }
@@ -179,6 +218,53 @@ mod tests {
         assert_eq!(a.limit, 4);
         let seen = drive(&mut a, 20, |c| 10 * u64::from(c));
         assert!(seen.iter().all(|l| (1..=4).contains(l)), "{seen:?}");
+    }
+
+    /// Runs `rounds` windows in which each slot runs a fast handler (class 1, 2 ms) or a slow
+    /// one (class 2, 200 ms) in turn, neither slowing with concurrency; answers the limits.
+    fn drive_mix(a: &mut Adaptive, rounds: usize, fast_share: u32) -> Vec<u32> {
+        let mut now = 1_000;
+        let mut seen = Vec::new();
+        for _ in 0..rounds {
+            let c = a.limit;
+            for _ in 0..c {
+                a.taken(now);
+            }
+            // Fast slots come back first, many times over, as a looping client's would.
+            for _ in 0..c * fast_share {
+                a.taken(now);
+                a.released(now, now + 2, 1);
+            }
+            now += 200;
+            for _ in 0..c {
+                a.released(now - 200, now, 2);
+            }
+            seen.push(a.limit);
+        }
+        seen
+    }
+
+    #[test]
+    fn a_fast_handler_beside_a_slow_one_does_not_drive_the_limit_down() {
+        let mut a = Adaptive::new(1, 64);
+        drive(&mut a, 40, |_| 200);
+        assert_eq!(a.limit, 64, "the slow handler alone rises to max");
+        // A client loops the fast handler in the same scope: neither handler got slower.
+        let seen = drive_mix(&mut a, 30, 10);
+        assert!(seen.iter().all(|l| *l == 64), "fell with the mix: {seen:?}");
+    }
+
+    #[test]
+    fn a_limit_lowered_by_a_slow_spell_recovers_when_it_ends() {
+        let mut a = Adaptive::new(1, 64);
+        drive(&mut a, 40, |_| 100);
+        assert_eq!(a.limit, 64);
+        // The handler is ten times slower for a while: the limit falls.
+        let seen = drive(&mut a, 10, |_| 1_000);
+        assert!(*seen.last().unwrap() < 16, "{seen:?}");
+        // As fast as before again: back to max within a few rounds.
+        let seen = drive(&mut a, 30, |_| 100);
+        assert_eq!(*seen.last().unwrap(), 64, "{seen:?}");
     }
 
     #[test]

@@ -144,6 +144,7 @@ impl Limiter {
         Permit {
             path: *path,
             taken_ms: now_ms,
+            class: 0,
         }
     }
 
@@ -176,7 +177,7 @@ impl Limiter {
             let burstable = node.guaranteed != 0;
             if node.watched
                 && let Some(state) = node.bounds.as_deref_mut().and_then(|b| b.adaptive.as_mut())
-                && state.released(permit.taken_ms, now_ms)
+                && state.released(permit.taken_ms, now_ms, permit.class)
             {
                 node.limit = adaptive_limit(state);
             }

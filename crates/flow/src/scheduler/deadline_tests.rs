@@ -132,6 +132,34 @@ fn among_one_queues_entries_the_earliest_deadline_goes_first() {
 }
 
 #[test]
+fn a_deadline_beyond_the_horizon_waits_in_arrival_order_and_still_expires() {
+    let mut s = Scheduler::new(book(&[("a", 1, None)]), 100).with_deadline_horizon(60_000);
+    let a = key("a", None, None);
+    s.enqueue(&a, 1, EntryKind::New, None, 0);
+    let first = s.poll_runnable(0).pop().unwrap();
+    s.enqueue(&a, 2, EntryKind::New, None, 0);
+    // The year 2286 (ms since the epoch): past the horizon, so no jump.
+    let far = 9_999_999_999_999;
+    s.enqueue_with_deadline(&a, 3, None, Some(far), 0, 0);
+    // Within the horizon: ahead of both.
+    let q = s.enqueue_with_deadline(&a, 4, None, Some(30_000), 0, 0);
+    let order: Vec<usize> = (2..=4)
+        .map(|e| s.position(q, e, 0).unwrap().position)
+        .collect();
+    assert_eq!(order, vec![2, 3, 1]);
+    // A far deadline still expires when it comes.
+    s.release(first.permit, 1);
+    let running = s.poll_runnable(1).pop().unwrap();
+    assert_eq!(running.entry, 4);
+    assert!(s.poll_runnable(far).is_empty());
+    assert_eq!(ids_expired(&s.take_expired()), vec![3]);
+}
+
+fn ids_expired(expired: &[Expired]) -> Vec<EntryId> {
+    expired.iter().map(|e| e.entry).collect()
+}
+
+#[test]
 fn an_objects_queue_keeps_arrival_order_whatever_the_deadlines() {
     let mut s = Scheduler::new(book(&[("a", 1, None)]), 100);
     let obj = key("a", None, Some("k"));

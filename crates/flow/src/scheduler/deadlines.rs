@@ -4,6 +4,11 @@
 //! [`Scheduler::take_expired`]. Among the entries of one queue without an object lock (so of
 //! one priority), the earliest deadline goes first; entries without one go after, in arrival
 //! order. An object's queue keeps arrival order: its calls run in the order they came.
+//!
+//! Only a deadline within the *horizon* of when the entry's wait began
+//! (`flow.deadline-horizon`, 5 min) orders it: one further out (a client asking for the year
+//! 2286 to jump its queue) waits in arrival order like an entry without one, and still
+//! expires at its time.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -59,8 +64,9 @@ pub struct ExpiredCount {
 
 #[derive(Debug, Default)]
 pub(super) struct Deadlines {
-    /// Waiting (or delayed) entries with a deadline, and their queue.
-    by_entry: HashMap<EntryId, (Deadline, QueueId)>,
+    /// Waiting (or delayed) entries with a deadline, their queue, and whether the deadline
+    /// orders them (it is within the horizon).
+    by_entry: HashMap<EntryId, (Deadline, QueueId, bool)>,
     /// The same, earliest first; an entry that left keeps a stale item, skipped when it comes
     /// up.
     due: BinaryHeap<Reverse<(u64, EntryId)>>,
@@ -71,7 +77,14 @@ pub(super) struct Deadlines {
 impl Deadlines {
     /// The deadline of a waiting entry.
     pub(super) fn of(&self, entry: EntryId) -> Option<u64> {
-        self.by_entry.get(&entry).map(|(d, _)| d.at)
+        self.by_entry.get(&entry).map(|(d, _, _)| d.at)
+    }
+
+    /// The deadline that orders a waiting entry in its queue, if one does.
+    fn ordering(&self, entry: EntryId) -> Option<u64> {
+        self.by_entry
+            .get(&entry)
+            .and_then(|(d, _, orders)| orders.then_some(d.at))
     }
 
     /// The entry left its queue (dispatched, removed): its deadline no longer counts.
@@ -133,8 +146,9 @@ impl Scheduler {
             (r, b) => r.or(b),
         };
         if let Some(deadline) = deadline {
+            let orders = deadline.at <= since.saturating_add(self.deadline_horizon_ms);
             self.deadlines.due.push(Reverse((deadline.at, entry)));
-            self.deadlines.by_entry.insert(entry, (deadline, q));
+            self.deadlines.by_entry.insert(entry, (deadline, q, orders));
         }
         self.enqueue_into(q, entry, EntryKind::New, run_at, now);
         q
@@ -165,7 +179,7 @@ impl Scheduler {
                 break;
             }
             self.deadlines.due.pop();
-            let Some((deadline, q)) = self.deadlines.by_entry.get(&entry).cloned() else {
+            let Some((deadline, q, _)) = self.deadlines.by_entry.get(&entry).cloned() else {
                 continue;
             };
             // A stale item (the entry left and came back with another deadline), or an entry
@@ -181,7 +195,7 @@ impl Scheduler {
         if self.deadlines.of(entry).is_none_or(|at| at > now) {
             return false;
         }
-        let (deadline, q) = self
+        let (deadline, q, _) = self
             .deadlines
             .by_entry
             .remove(&entry)
@@ -190,15 +204,16 @@ impl Scheduler {
         true
     }
 
-    /// Where a new entry with a deadline goes among the queue's new entries: after every
-    /// entry due no later, before the rest (entries without a deadline count as due never).
+    /// Where a new entry with a deadline within the horizon goes among the queue's new
+    /// entries: after every entry due no later, before the rest (entries without such a
+    /// deadline count as due never).
     pub(super) fn edf_place(&self, q: QueueId, entry: EntryId) -> Option<usize> {
-        let at = self.deadlines.of(entry)?;
+        let at = self.deadlines.ordering(entry)?;
         let queue = self.queue(q);
         if queue.lock.is_some() {
             return None;
         }
-        let due = |e: &EntryId| self.deadlines.of(*e).unwrap_or(u64::MAX);
+        let due = |e: &EntryId| self.deadlines.ordering(*e).unwrap_or(u64::MAX);
         Some(queue.new.partition_point(|e| due(e) <= at))
     }
 }

@@ -19,7 +19,7 @@ use crate::registry::Address;
 
 impl Partition {
     /// Starts an attempt of `id` on its (pinned) deployment.
-    pub(super) fn start_attempt(&mut self, id: InvocationId, permit: Permit) {
+    pub(super) fn start_attempt(&mut self, id: InvocationId, mut permit: Permit) {
         if let Err(e) = self.wake_journal(id) {
             // The store cannot give back what it acknowledged: nothing more is safe.
             tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot read a suspended journal back");
@@ -38,6 +38,7 @@ impl Partition {
             return;
         }
         let target = live.record.target.clone();
+        permit.classify(handler_class(&target.service, &target.handler));
         let limit = usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX);
         let eager = invoker
             .eager_state_size_limit
@@ -220,4 +221,14 @@ impl Awaited {
             Id::CompletionId(completion) => self.completions.contains(completion),
         }
     }
+}
+
+/// A number standing for one handler, for adaptive limits' per-handler baselines: the same
+/// handler always gets the same one (`DefaultHasher::new` is unseeded).
+fn handler_class(service: &str, handler: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    service.hash(&mut hasher);
+    handler.hash(&mut hasher);
+    hasher.finish()
 }

@@ -156,7 +156,11 @@ impl Partition {
                 Arc::clone(&shared.slots),
                 index,
             )
-            .with_gates(Arc::clone(shared.registry.gates())),
+            .with_gates(Arc::clone(shared.registry.gates()))
+            .with_deadline_horizon(
+                u64::try_from(shared.config.flow.deadline_horizon.0.as_millis())
+                    .unwrap_or(u64::MAX),
+            ),
             rules: None,
             promises: promises::Promises::default(),
             entries: HashMap::new(),
