@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sluice_tests::{Sluice, TestDeployment, call_json, counter};
 
+/// Held by each test of this file for its whole run: each measures how latency moves its
+/// limit, so one's forty clients must not be the other's latency (they share the box's cores).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The `ad` scope counter's limit now, and whether it adapts.
 async fn limit(sluice: &Sluice) -> Option<(u64, bool)> {
     let c = counter(sluice, "ad", "scope").await?;
@@ -56,6 +60,7 @@ async fn sample(sluice: &Sluice, how_long: Duration) -> Vec<u64> {
 
 #[tokio::test]
 async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
@@ -174,6 +179,7 @@ fn fast_load(
 /// counter, and the same mix drove the limit from 51 to 1, where it stayed.
 #[tokio::test]
 async fn a_fast_handler_beside_a_slow_one_keeps_an_adaptive_limit_up() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;

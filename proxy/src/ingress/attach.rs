@@ -86,6 +86,25 @@ pub(super) async fn peek_for(
     caller: Option<&Binding>,
 ) -> Result<Option<crate::partition::Peek>, IngressError> {
     let peek = state.runtime.peek(id).await.map_err(unavailable)?;
+    held_to(caller, id, peek)
+}
+
+/// Like [`peek_for`], without a completed value's bytes: what a status answers.
+pub(super) async fn peek_status_for(
+    state: &IngressState,
+    id: InvocationId,
+    caller: Option<&Binding>,
+) -> Result<Option<crate::partition::Peek>, IngressError> {
+    let peek = state.runtime.peek_status(id).await.map_err(unavailable)?;
+    held_to(caller, id, peek)
+}
+
+/// `peek`, unless `caller`'s API key binds another scope than the invocation's.
+fn held_to(
+    caller: Option<&Binding>,
+    id: InvocationId,
+    peek: Option<crate::partition::Peek>,
+) -> Result<Option<crate::partition::Peek>, IngressError> {
     if let (Some(caller), Some(peek)) = (caller, &peek) {
         caller.may_reach(id, peek.scope.as_deref())?;
     }

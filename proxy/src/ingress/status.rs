@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::IngressState;
 use super::api_keys::Binding;
-use super::attach::{TARGET_FORMS, TargetBody, peek_for, target_id};
+use super::attach::{TARGET_FORMS, TargetBody, peek_status_for, target_id};
 use super::error::IngressError;
 use super::invoke::with_ids;
 use super::path::StatusQuery;
@@ -150,7 +150,7 @@ pub async fn of_id(
     id: InvocationId,
     caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    let peek = peek_for(state, id, caller)
+    let peek = peek_status_for(state, id, caller)
         .await?
         .ok_or_else(|| not_found(id))?;
     Ok(with_ids(
@@ -299,7 +299,7 @@ pub async fn of_list(
             Some(status) => status.clone(),
             None => {
                 let status = match state.runtime.route(id) {
-                    Route::Here => peek_for(state, id, caller)
+                    Route::Here => peek_status_for(state, id, caller)
                         .await?
                         .map(|peek| StatusBody::of(&peek)),
                     route => elsewhere(state, id, route, api_key).await?,

@@ -102,6 +102,9 @@ pub enum Event {
     Peek {
         /// The invocation.
         id: InvocationId,
+        /// Whether the answer carries a completed value's bytes (a status needs none: they
+        /// are then neither read from the store nor copied).
+        output: bool,
         /// Its target, status and outcome; `None` when unknown.
         reply: oneshot::Sender<Option<super::answer::Peek>>,
     },

@@ -433,9 +433,26 @@ impl Runtime {
     /// An invocation's target and outcome (`None` while it runs), without waiting; `None`
     /// when it does not exist.
     pub async fn peek(&self, id: InvocationId) -> Result<Option<super::answer::Peek>, CodedError> {
+        self.peek_with(id, true).await
+    }
+
+    /// Like [`Runtime::peek`], but a completed value comes without its bytes (empty): what a
+    /// status needs, neither read from the store nor copied however large the output.
+    pub async fn peek_status(
+        &self,
+        id: InvocationId,
+    ) -> Result<Option<super::answer::Peek>, CodedError> {
+        self.peek_with(id, false).await
+    }
+
+    async fn peek_with(
+        &self,
+        id: InvocationId,
+        output: bool,
+    ) -> Result<Option<super::answer::Peek>, CodedError> {
         let (reply, answer) = oneshot::channel();
         self.partition(id)
-            .send(Event::Peek { id, reply })
+            .send(Event::Peek { id, output, reply })
             .await
             .map_err(|_| self.gone())?;
         answer.await.map_err(|_| self.gone())

@@ -421,7 +421,11 @@ fn peeking_and_pausing_an_unknown_queue_change_nothing() {
     let (reply, seen) = oneshot::channel();
     let id = new_record(9).id;
     assert_eq!(
-        bench.apply(Event::Peek { id, reply }),
+        bench.apply(Event::Peek {
+            id,
+            output: true,
+            reply
+        }),
         ["answer peeked (known: false)"]
     );
     assert_eq!(seen.blocking_recv().unwrap(), None);
@@ -449,4 +453,29 @@ fn a_call_result_for_a_completed_caller_after_its_eviction_is_dropped() {
     });
     assert!(asked.is_empty());
     assert_eq!(bench.state(caller), State::Gone);
+}
+
+#[test]
+fn a_status_peek_leaves_a_completed_outputs_bytes_in_the_store() {
+    let mut bench = Bench::new();
+    let mut record = new_record(11);
+    record.status = Status::Completed;
+    record.outcome = Some(Outcome::Value(vec![7; 1 << 20]));
+    let id = record.id;
+    let mut writes = WriteSet::default();
+    crate::invocation::store::put_record(&mut writes, &record).unwrap();
+    drop(bench.partition.writer.commit(writes));
+    bench.flusher.flush();
+    let mut peek = |output: bool| {
+        let (reply, seen) = oneshot::channel();
+        bench.apply(Event::Peek { id, output, reply });
+        seen.blocking_recv().unwrap().expect("known")
+    };
+    // For a status: completed with a value, none of its bytes.
+    let status = peek(false);
+    assert_eq!(status.status, Status::Completed);
+    assert_eq!(status.outcome, Some(Outcome::Value(Vec::new())));
+    // For an output: all of them.
+    let output = peek(true);
+    assert_eq!(output.outcome, Some(Outcome::Value(vec![7; 1 << 20])));
 }

@@ -86,7 +86,7 @@ impl Partition {
                 reply,
             } => self.restart_as_new(record, journal, reply, writes, effects)?,
             Event::Await { id, reply } => self.attach(id, reply, effects)?,
-            Event::Peek { id, reply } => self.peek(id, reply, effects)?,
+            Event::Peek { id, output, reply } => self.peek(id, output, reply, effects)?,
             Event::SetObjectState {
                 service,
                 key,

@@ -10,11 +10,14 @@ use super::super::effect::Effect;
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
+use crate::invocation::store;
+use crate::invocation::{Outcome, OutcomeKind};
 
 impl Partition {
     pub(in super::super) fn peek(
         &mut self,
         id: InvocationId,
+        output: bool,
         reply: oneshot::Sender<Option<Peek>>,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
@@ -22,17 +25,33 @@ impl Partition {
             (Some(live), _) => Some(Peek {
                 target: live.record.target.clone(),
                 status: live.record.status,
-                outcome: live.record.outcome.clone(),
+                outcome: live.record.outcome.as_ref().map(|o| match o {
+                    Outcome::Value(_) if !output => Outcome::Value(Vec::new()),
+                    other => other.clone(),
+                }),
                 scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
             }),
             // At rest: never ran, no outcome; it stays at rest.
             (None, Some(resting)) => Some(resting.peek()),
-            (None, None) => self.stored(id)?.map(|r| Peek {
+            (None, None) if output => self.stored(id)?.map(|r| Peek {
                 target: r.target,
                 status: r.status,
                 outcome: r.outcome,
                 scope: r.scope.map(|s| s.as_str().to_owned()),
             }),
+            // The record without its output: the value's bytes are skipped while decoding.
+            (None, None) => self
+                .store
+                .with_db(|db| store::load_listed_one(db, id))??
+                .map(|r| Peek {
+                    target: r.target,
+                    status: r.status,
+                    outcome: r.outcome.map(|o| match o {
+                        OutcomeKind::Value(_) => Outcome::Value(Vec::new()),
+                        OutcomeKind::Failure(f) => Outcome::Failure(f),
+                    }),
+                    scope: r.scope.map(|s| s.as_str().to_owned()),
+                }),
         };
         effects.push(Effect::Answer(Answer::Peeked(reply, seen)));
         Ok(())
