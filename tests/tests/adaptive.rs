@@ -26,15 +26,27 @@ fn load(
     clients: usize,
     stop: &Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<u64>> {
+    looping(sluice, "Meter/loaded", json!(100), clients, stop)
+}
+
+/// Keeps `clients` calls of `handler` (with `body`) looping in scope `ad` until `stop`;
+/// each answers how many calls it made.
+fn looping(
+    sluice: &Sluice,
+    handler: &str,
+    body: serde_json::Value,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<u64>> {
     (0..clients)
         .map(|_| {
-            let url = format!("{}/service/scope/ad/call/Meter/loaded", sluice.ingress_url);
-            let stop = Arc::clone(stop);
+            let url = format!("{}/service/scope/ad/call/{handler}", sluice.ingress_url);
+            let (stop, body) = (Arc::clone(stop), body.clone());
             tokio::spawn(async move {
                 let client = reqwest::Client::new();
                 let mut done = 0;
                 while !stop.load(Ordering::SeqCst) {
-                    let resp = client.post(&url).json(&100).send().await.unwrap();
+                    let resp = client.post(&url).json(&body).send().await.unwrap();
                     assert_eq!(resp.status(), 200);
                     done += 1;
                 }
@@ -149,30 +161,6 @@ async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops()
     assert!(body.to_string().contains("1 <= min <= max"), "{body}");
 }
 
-/// Keeps `clients` calls of the fast `Greeter/greet` looping in scope `ad` until `stop`.
-fn fast_load(
-    sluice: &Sluice,
-    clients: usize,
-    stop: &Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<u64>> {
-    (0..clients)
-        .map(|_| {
-            let url = format!("{}/service/scope/ad/call/Greeter/greet", sluice.ingress_url);
-            let stop = Arc::clone(stop);
-            tokio::spawn(async move {
-                let client = reqwest::Client::new();
-                let mut done = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    let resp = client.post(&url).json("fast").send().await.unwrap();
-                    assert_eq!(resp.status(), 200);
-                    done += 1;
-                }
-                done
-            })
-        })
-        .collect()
-}
-
 /// A scope's handlers are each judged against their own latency: clients looping a fast
 /// handler beside a slow one that does not slow down under load leave the limit where the
 /// slow one's callers need it. Before, the baseline was the fastest latency seen on the
@@ -203,7 +191,7 @@ async fn a_fast_handler_beside_a_slow_one_keeps_an_adaptive_limit_up() {
         assert!(Instant::now() < deadline, "the limit never rose to 24");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let fast = fast_load(&sluice, 8, &stop);
+    let fast = looping(&sluice, "Greeter/greet", json!("fast"), 8, &stop);
     let mixed = sample(&sluice, Duration::from_secs(6)).await;
     stop.store(true, Ordering::SeqCst);
     let (mut slow_calls, mut fast_calls) = (0, 0);

@@ -178,6 +178,21 @@ struct Drain {
     took: Duration,
 }
 
+/// What the test deployment saw (`GET /stats`: refused, peak, failed); it speaks HTTP/2 only.
+async fn deployment_stats(dep: &TestDeployment) -> Value {
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap()
+        .get(format!("{}stats", dep.uri))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 const HELD: usize = 2_000;
 const CAPACITY: &str = "16";
 
@@ -212,18 +227,7 @@ async fn outage(paced: bool) -> Drain {
     let back = Instant::now();
     completed(&sluice, HELD as u64, Duration::from_secs(120)).await;
     let took = back.elapsed();
-    // The deployment speaks HTTP/2 only.
-    let stats: Value = reqwest::Client::builder()
-        .http2_prior_knowledge()
-        .build()
-        .unwrap()
-        .get(format!("{}stats", dep.uri))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = deployment_stats(&dep).await;
     Drain {
         refused: stats["refused"].as_u64().unwrap(),
         peak: stats["peak"].as_u64().unwrap(),
@@ -305,21 +309,7 @@ async fn a_failing_handler_does_not_hold_back_its_deployments_healthy_one() {
     for i in 0..100 {
         sluice.send("/Greeter/fail/send", &format!("f{i}")).await;
     }
-    let stats = reqwest::Client::builder()
-        .http2_prior_knowledge()
-        .build()
-        .unwrap();
-    let failed = || async {
-        let stats: Value = stats
-            .get(format!("{}stats", dep.uri))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        stats["failed"].as_u64().unwrap()
-    };
+    let failed = || async { deployment_stats(&dep).await["failed"].as_u64().unwrap() };
     // Every failing invocation has failed twice or more: its retries are coming.
     let deadline = Instant::now() + Duration::from_secs(60);
     while failed().await < 200 {

@@ -155,27 +155,29 @@ pub fn register(ctx: &SessionContext, limit: usize) {
     ctx.add_analyzer_rule(Arc::new(BoundConcatOperator { udf: operator }));
 }
 
-/// The largest value of `value` as an i64 (null and negative count as 0).
-fn largest_count(value: &ColumnarValue) -> Result<u64> {
+/// `value` as 64-bit integers (`None` when it does not cast to them).
+fn integers(
+    value: &ColumnarValue,
+) -> Result<Option<datafusion::arrow::array::PrimitiveArray<Int64Type>>> {
     let array = value.to_array(1)?;
     let ints = cast(&array, &DataType::Int64)?;
-    let ints = ints
-        .as_any()
-        .downcast_ref::<datafusion::arrow::array::PrimitiveArray<Int64Type>>();
     Ok(ints
-        .and_then(max)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::PrimitiveArray<Int64Type>>()
+        .cloned())
+}
+
+/// The largest value of `value` as an i64 (null and negative count as 0).
+fn largest_count(value: &ColumnarValue) -> Result<u64> {
+    Ok(integers(value)?
+        .and_then(|ints| max(&ints))
         .map_or(0, |m| u64::try_from(m).unwrap_or(0)))
 }
 
 /// The largest magnitude of an integer argument (null counts as 0).
 fn largest_magnitude(value: &ColumnarValue) -> Result<u64> {
-    let array = value.to_array(1)?;
-    let ints = cast(&array, &DataType::Int64)?;
-    let ints = ints
-        .as_any()
-        .downcast_ref::<datafusion::arrow::array::PrimitiveArray<Int64Type>>();
-    let (low, high) = ints.map_or((0, 0), |ints| {
-        (min(ints).unwrap_or(0), max(ints).unwrap_or(0))
+    let (low, high) = integers(value)?.map_or((0, 0), |ints| {
+        (min(&ints).unwrap_or(0), max(&ints).unwrap_or(0))
     });
     Ok(low.unsigned_abs().max(high.unsigned_abs()))
 }
@@ -183,12 +185,7 @@ fn largest_magnitude(value: &ColumnarValue) -> Result<u64> {
 /// The smallest magnitude of a step argument other than 0 (a 0 step is the function's own
 /// error), 1 if there is none.
 fn smallest_step(value: &ColumnarValue) -> Result<u64> {
-    let array = value.to_array(1)?;
-    let ints = cast(&array, &DataType::Int64)?;
-    let ints = ints
-        .as_any()
-        .downcast_ref::<datafusion::arrow::array::PrimitiveArray<Int64Type>>();
-    Ok(ints
+    Ok(integers(value)?
         .and_then(|ints| {
             ints.iter()
                 .flatten()
