@@ -300,13 +300,16 @@ fn later_record(
 ) -> io::Result<Option<u64>> {
     const CHUNK: u64 = 1 << 20;
     let most = at_least.saturating_add(size.saturating_sub(from) / HEADER as u64);
-    let mut chunk = vec![0u8; (CHUNK as usize) + HEADER];
+    let longest = size.saturating_sub(from).min(CHUNK + HEADER as u64) as usize;
+    let mut chunk = vec![0u8; longest];
     let mut start = from;
     while start < size {
         let len = (size - start).min(CHUNK + HEADER as u64) as usize;
         let buf = &mut chunk[..len];
         file.read_exact_at(buf, start)?;
         let mut at = 0usize;
+        // The first position not yet tried as a header in this chunk.
+        let mut untried = 0usize;
         // Positions whose header begins in this chunk (the next chunk re-reads the overlap).
         let stop = len.min(CHUNK as usize);
         while at < stop {
@@ -315,8 +318,8 @@ fn later_record(
                 Some(skip) => at += skip,
                 None => break,
             }
-            // The non-zero byte may be any of the length's four.
-            for candidate in at.saturating_sub(3)..=at {
+            // The non-zero byte may be any of the length's four; each position is tried once.
+            for candidate in at.saturating_sub(3).max(untried)..=at {
                 if candidate + HEADER > len {
                     break;
                 }
@@ -330,6 +333,7 @@ fn later_record(
                     return Ok(Some(lsn));
                 }
             }
+            untried = at + 1;
             at += 1;
         }
         start += CHUNK;
