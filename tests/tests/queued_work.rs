@@ -482,15 +482,25 @@ async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
         b_arrived < first_back,
         "the test needs b there before a slot comes back ({b_arrived} vs {first_back})"
     );
-    // Measured in the handler: no `a` call started between b's arrival and both of b's
-    // starts; the slots `a` had borrowed went to `b` as they came back.
+    // Measured in the handler: no `a` call started on a borrowed slot between b's arrival and
+    // both of b's starts; the slots `a` had borrowed went to `b` as they came back. An `a` call
+    // borrowed when two other `a` calls were still running at its start (its guarantee is 2):
+    // those calls ended in the handler after it started, so Sluice still counted them when it
+    // admitted it. When three of a0..a3 end in one moment, `a` is back within its guarantee and
+    // its next call starts beside b's two, in any order the box happens to run them.
+    let others_running = |label: &str, at: u64| {
+        all.iter()
+            .filter(|(l, s, e)| l.starts_with('a') && l != label && *s <= at && at < *e)
+            .count()
+    };
     let overtaking: Vec<_> = all
         .iter()
         .filter(|(l, s, _)| l.starts_with('a') && *s >= b_sent && *s < b_started)
+        .filter(|(l, s, _)| others_running(l, *s) >= 2)
         .collect();
     assert!(
         overtaking.is_empty(),
-        "a borrower overtook b: {overtaking:?} (b at {b_started})"
+        "a borrower overtook b: {overtaking:?} (b at {b_started}; all {all:?})"
     );
     assert!(peak(&all, "") <= 4, "the scope's bound holds: {all:?}");
 }

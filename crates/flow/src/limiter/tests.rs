@@ -447,6 +447,54 @@ fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
 }
 
 #[test]
+fn two_borrowed_slots_back_in_one_turn_both_go_to_the_waiting_guarantee() {
+    let b = burstable(4, 2, 4);
+    let mut l = Limiter::new();
+    let a = path(&mut l, "s", Some("a"));
+    let c = path(&mut l, "s", Some("c"));
+    // `a` holds the whole parent (2 guaranteed, 2 borrowed) and has its next call waiting at
+    // its own max; `c`, within its guarantee, waits twice at the parent.
+    let mut held: Vec<Permit> = (0..4).map(|_| l.try_acquire(&a, &b, 0).unwrap()).collect();
+    let own = l.check(&a, &b, false, true, 0).unwrap_err().counter;
+    l.park(own, 9, &a, Priority::HIGH, None);
+    let scope = l.check(&c, &b, false, true, 0).unwrap_err().counter;
+    l.park(scope, 1, &c, Priority::NORMAL, None);
+    l.park(scope, 2, &c, Priority::NORMAL, None);
+    // Two of `a`'s calls end before anyone woken has started.
+    let mut woken = Vec::new();
+    l.release(held.pop().unwrap(), &b, 0, &mut woken);
+    l.release(held.pop().unwrap(), &b, 0, &mut woken);
+    woken.sort_unstable();
+    // `a`'s own counter has room again, so its waiter is woken there too; but it would
+    // borrow, and the parent's two free slots are reserved for `c`: it re-checks in vain, in
+    // whatever order the three re-check.
+    assert_eq!(
+        woken,
+        vec![1, 2, 9],
+        "both slots `a` borrowed are offered to `c`"
+    );
+    let at_own = l.check_woken(&a, &b, Woken::At(own), true, 0).unwrap_err();
+    assert_eq!(at_own.counter, scope, "the borrower is held at the parent");
+    assert!(at_own.borrows);
+    for _ in 0..2 {
+        l.check_woken(&c, &b, Woken::At(scope), true, 0).unwrap();
+        held.push(l.acquire(&c, true, 0));
+    }
+    assert!(l.check_woken(&a, &b, Woken::At(own), true, 0).is_err());
+    woken.clear();
+    l.settle(scope, &b, &mut woken);
+    l.settle(scope, &b, &mut woken);
+    l.settle(own, &b, &mut woken);
+    l.park(scope, 9, &a, Priority::HIGH, None);
+    assert!(woken.is_empty(), "the parent is full again: {woken:?}");
+    // One of `c`'s ends: `a` is at its guarantee, `c` below it with nobody waiting, so `a`'s
+    // waiter may borrow the idle slot.
+    let back = held.pop().unwrap();
+    l.release(back, &b, 0, &mut woken);
+    assert_eq!(woken, vec![9]);
+}
+
+#[test]
 fn a_borrower_parked_at_the_parent_comes_after_waiters_within_their_guarantee() {
     // Parent 3; `a` holds all 3 (1 guaranteed, 2 borrowed; it may borrow one more).
     let b = burstable(3, 1, 4);
