@@ -238,3 +238,75 @@ async fn a_quota_use_shows_while_its_scope_is_idle() {
     let fourth = client.post(&url).json(&"idle").send().await.unwrap();
     assert_eq!(fourth.status(), 429);
 }
+
+#[tokio::test]
+async fn fresh_quota_keys_are_refused_with_flo0004_while_idle_counts_are_at_their_bound() {
+    // Three idle counts kept at most; the server's day has twelve hours left.
+    let offset = clock_offset_to(MIDDAY_MS);
+    let config = "[flow]\nmax-idle-quota-counters = 3\n";
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = Sluice::builder()
+        .clock_offset_ms(offset)
+        .config(config)
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([{"pattern": "qk/*", "limits": {"quota": "5/day"}}]))
+        .await;
+    let client = reqwest::Client::new();
+    let call = |sluice: &Sluice, key: &str| {
+        client
+            .post(format!(
+                "{}/service/scope/qk/call/Greeter/greet?limit-key={key}",
+                sluice.ingress_url
+            ))
+            .json(&key)
+            .send()
+    };
+    for key in ["k0", "k1", "k2"] {
+        assert_eq!(call(&sluice, key).await.unwrap().status(), 200, "{key}");
+    }
+    // An answer may come before its counter lets go of the call: wait for three idle counts.
+    let idle = "SELECT count(*) AS n FROM sys_user_limits WHERE scope = 'qk' AND l1 IS NOT NULL AND usage = 0 AND quota_used = 1";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sluice.count(idle).await != 3 {
+        assert!(Instant::now() < deadline, "the three keys never went idle");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let assert_refused = |resp: reqwest::Response| async move {
+        assert_eq!(resp.status(), 429);
+        let retry: u64 = resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (1..=12 * 3_600).contains(&retry),
+            "until the first kept window ends, at the server's midnight: {retry} s"
+        );
+        let body = resp.text().await.unwrap();
+        assert!(
+            body.contains("FLO0004") && body.contains("flow.max-idle-quota-counters"),
+            "{body}"
+        );
+    };
+    // A fourth key would be a fourth count to keep.
+    assert_refused(call(&sluice, "k3").await.unwrap()).await;
+    // A key already counting goes on; its count was not reset to make room.
+    assert_eq!(call(&sluice, "k1").await.unwrap().status(), 200);
+    assert_eq!(
+        sluice
+            .count("SELECT count(*) AS n FROM sys_user_limits WHERE scope = 'qk' AND l1 = 'k1' AND quota_used = 2")
+            .await,
+        1
+    );
+    // The counts are stored: after a kill -9 the bound still holds.
+    sluice.kill_9();
+    let sluice = sluice
+        .restart(Sluice::builder().clock_offset_ms(offset).config(config))
+        .await;
+    assert_refused(call(&sluice, "k3").await.unwrap()).await;
+    assert_eq!(call(&sluice, "k0").await.unwrap().status(), 200);
+}

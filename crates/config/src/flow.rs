@@ -31,6 +31,11 @@ pub struct FlowConfig {
     /// most this far from when its wait began; one further out waits in arrival order (and
     /// still expires at its time), so a far-future deadline cannot jump a queue.
     pub deadline_horizon: FriendlyDuration,
+    /// Idle counters (no call running or waiting under them) whose quota use one partition
+    /// keeps until their window ends, so a key that comes back finds its count. At this
+    /// bound, a new call on a quota counter that has used nothing in its window is refused
+    /// (429 FLO0004) until a kept window ends. Each costs its name plus about 80 bytes.
+    pub max_idle_quota_counters: usize,
 }
 
 impl FlowConfig {
@@ -74,6 +79,7 @@ impl Default for FlowConfig {
             history: FriendlyDuration::from_secs(300),
             history_interval: FriendlyDuration::from_secs(2),
             deadline_horizon: FriendlyDuration::from_secs(5 * 60),
+            max_idle_quota_counters: 100_000,
         }
     }
 }

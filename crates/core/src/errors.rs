@@ -210,6 +210,9 @@ catalogue! {
     FLO0003 => Ingress, Some(504),
         "the invocation waited past its deadline and was dropped without starting",
         "A new invocation may wait in its flow-control queue only until its deadline: the request's `x-request-deadline` (RFC 3339, or ms since the epoch) or `grpc-timeout`, or the `max_wait` of a rule on its path, counted from its arrival (or the end of its delay), whichever comes first. It was still waiting then, so it was dropped, never started: a call answers 504 with this code, a send's invocation completes with it (its status says so), a handler's call fails with it. Retry with a later deadline, raise the rule's `max_wait` or concurrency so the queue drains sooner, or send with a higher priority.";
+    FLO0004 => Ingress, Some(429),
+        "too many idle limit keys hold quota use on this partition",
+        "A counter (a scope, or an L1 or L2 limit key) whose rule has a `quota` keeps what it used until its window ends, even after its calls are done, so a fresh key cannot reset a quota. The partition keeps at most `flow.max-idle-quota-counters` such idle counters (100,000 by default); while it is at that bound, a new call on a counter that has used nothing of its quota in the current window is refused (calls on keys already counting go on). `Retry-After` says when the earliest kept window ends. Bind API keys to limit keys (`limit-key`) so a client cannot mint fresh keys, or raise the bound.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";

@@ -124,6 +124,12 @@ pub enum RefusalReason {
         /// The quota.
         quota: Quota,
     },
+    /// The counter has a quota and nothing used of it in this window, and the partition keeps
+    /// the quota use of as many idle counters as it may: a new one would be one more.
+    IdleQuotasFull {
+        /// `flow.max-idle-quota-counters`.
+        max: usize,
+    },
 }
 
 /// What a new entry waits for at a counter with a slot: a token of its rate, or its quota's
@@ -454,6 +460,12 @@ pub struct Limiter {
     quota_kept: HashMap<String, QuotaUse>,
     /// Its size after the last sweep of ended windows.
     quota_swept: usize,
+    /// The earliest window end among the kept uses at the last sweep (when a refusal for a
+    /// full `quota_kept` expects room).
+    quota_next_end: u64,
+    /// Most idle counters whose quota use is kept (`flow.max-idle-quota-counters`); `None`:
+    /// unbounded.
+    quota_kept_cap: Option<usize>,
     /// Counters whose quota use changed, and uses of gone counters reset, to store.
     quota_dirty: Vec<CounterId>,
     quota_reset: Vec<(String, QuotaUse)>,

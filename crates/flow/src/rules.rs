@@ -348,8 +348,8 @@ pub struct RuleBook {
     index: [LevelIndex; 3],
     /// The enabled shadow rules, indexed the same way.
     shadow_index: [LevelIndex; 3],
-    /// Some enabled rule has a `max-queued` or a rejecting rate: only then may a new
-    /// invocation be refused.
+    /// Some enabled rule has a `max-queued`, a rejecting rate or a quota: only then may a
+    /// new invocation be refused.
     refuses: bool,
     /// Some enabled rule has a `max_wait`: only then is a new invocation's wait bounded by
     /// the rules it passes.
@@ -517,7 +517,8 @@ impl RuleBook {
             refuses |= !rule.shadow
                 && (rule.max_queued.is_some()
                     || rule.rate.is_some_and(|r| r.reject)
-                    || rule.quota.is_some_and(|q| q.reject));
+                    // Any quota: a fresh key may find no room to keep its count.
+                    || rule.quota.is_some());
             max_waits |= !rule.shadow && rule.max_wait_ms.is_some();
             let index = if rule.shadow {
                 &mut shadow_index
@@ -560,8 +561,8 @@ impl RuleBook {
         self.version = version;
     }
 
-    /// Whether some enabled rule may refuse a new invocation (`max-queued`, or a rate with
-    /// `on_exceed = reject`).
+    /// Whether some enabled rule may refuse a new invocation (`max-queued`, a rate with
+    /// `on_exceed = reject`, or a quota).
     pub fn may_refuse(&self) -> bool {
         self.refuses
     }

@@ -284,6 +284,14 @@ impl Scheduler {
         self
     }
 
+    /// Keeps the quota use of at most `max` idle counters (`flow.max-idle-quota-counters`);
+    /// new work that would need one more is refused (see
+    /// [`crate::limiter::RefusalReason::IdleQuotasFull`]).
+    pub fn with_idle_quota_cap(mut self, max: usize) -> Self {
+        self.limiter.set_idle_quota_cap(max);
+        self
+    }
+
     /// Counts attempts against the deployment gates of `gates` too (every queue created from
     /// now on looks its service's gates up there).
     pub fn with_gates(mut self, gates: Arc<Gates>) -> Self {

@@ -524,8 +524,11 @@ async fn submit<T>(
     handed_over: impl std::future::Future<Output = Result<T, crate::errors::CodedError>>,
 ) -> Result<T, IngressError> {
     handed_over.await.map_err(|e| match e.code {
-        // Too many held, or a rule's full queue or rejecting rate: 429 with Retry-After.
-        Some(Code::FLO0001 | Code::FLO0002 | Code::SEC0008) => IngressError::from(e),
+        // Too many held, a rule's full queue or rejecting rate, or too many idle quota keys: 429
+        // with Retry-After.
+        Some(Code::FLO0001 | Code::FLO0002 | Code::FLO0004 | Code::SEC0008) => {
+            IngressError::from(e)
+        }
         _ => IngressError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: e.code,

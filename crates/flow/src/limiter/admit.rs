@@ -244,6 +244,17 @@ impl Limiter {
                 });
                 continue;
             }
+            if let Some((max, next_end)) = self.idle_quotas_full(id, now_ms) {
+                let node = self.node(id);
+                refused = Some(Refusal {
+                    level: node.level,
+                    rule: node.rule.clone(),
+                    why: RefusalReason::IdleQuotasFull { max },
+                    retry_after_ms: next_end.saturating_sub(now_ms).max(1),
+                });
+                continue;
+            }
+            let node = self.node(id);
             if let Some(rate) = node.rate.filter(|r| r.reject) {
                 let next = node.bucket.next_token_ms(rate, now_ms);
                 if node.token_queue || next > now_ms {

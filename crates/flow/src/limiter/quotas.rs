@@ -60,13 +60,61 @@ impl Limiter {
             state.dirty = false;
             self.quota_reset.push((key.clone(), used));
         }
+        self.quota_next_end = self.quota_next_end.min(used.window_end);
         self.quota_kept.insert(key, used);
         // Now and then, forget the uses whose window ended.
         if self.quota_kept.len() >= (self.quota_swept * 2).max(1024) {
-            let now = self.now_ms;
-            self.quota_kept.retain(|_, u| u.window_end > now);
-            self.quota_swept = self.quota_kept.len();
+            self.sweep_kept_quotas();
         }
+    }
+
+    /// Forgets the kept uses whose window ended, in the store too (a use of 0 is deleted
+    /// there), and notes when the next one ends.
+    fn sweep_kept_quotas(&mut self) {
+        let now = self.now_ms;
+        let mut next_end = u64::MAX;
+        let gone = &mut self.quota_reset;
+        self.quota_kept.retain(|key, used| {
+            if used.window_end > now {
+                next_end = next_end.min(used.window_end);
+                true
+            } else {
+                gone.push((key.clone(), QuotaUse { used: 0, ..*used }));
+                false
+            }
+        });
+        self.quota_swept = self.quota_kept.len();
+        self.quota_next_end = next_end;
+    }
+
+    /// Bounds the idle counters whose quota use is kept to `max` (see
+    /// [`RefusalReason::IdleQuotasFull`]).
+    pub fn set_idle_quota_cap(&mut self, max: usize) {
+        self.quota_kept_cap = Some(max);
+    }
+
+    /// Whether a new entry at counter `id` must be refused because it would start a quota use
+    /// the partition could not keep once the counter goes idle: it has a quota, nothing used
+    /// in this window, and the kept uses are at their bound even after forgetting the ended
+    /// windows. Answers the bound and when a kept window ends next.
+    pub(super) fn idle_quotas_full(&mut self, id: CounterId, now_ms: u64) -> Option<(usize, u64)> {
+        let max = self.quota_kept_cap?;
+        let node = self.node(id);
+        if !node.has_quota || self.quota_kept.len() < max {
+            return None;
+        }
+        let fresh = node
+            .rare
+            .as_deref()
+            .and_then(|r| r.quota.map(|q| r.used.at(&q, now_ms).used == 0))
+            .unwrap_or(true);
+        if !fresh {
+            return None;
+        }
+        if self.quota_next_end <= now_ms {
+            self.sweep_kept_quotas();
+        }
+        (self.quota_kept.len() >= max).then_some((max, self.quota_next_end))
     }
 
     /// A counter just made takes back the quota use kept under its name.
@@ -83,6 +131,7 @@ impl Limiter {
         if used.window_end <= now_ms {
             return false;
         }
+        self.quota_next_end = self.quota_next_end.min(used.window_end);
         self.quota_kept.insert(key, used);
         true
     }

@@ -653,6 +653,66 @@ fn a_stored_quota_use_comes_back_unless_its_window_ended() {
     l.check(&p, &b, false, true, 3 * hour).unwrap();
 }
 
+#[test]
+fn fresh_quota_keys_are_refused_while_the_idle_counts_are_at_their_bound() {
+    let hour = 3_600_000;
+    let mut b = book(&[]);
+    let mut rule = Upsert::new(RulePattern::parse("q/*").unwrap(), Limit::Unlimited);
+    rule.quota = Some("5/h".parse().unwrap());
+    b.apply_batch(&[rule], 1).unwrap();
+    let mut l = Limiter::new();
+    l.set_idle_quota_cap(3);
+    let mut woken = Vec::new();
+    let now = 5;
+    let mut run = |l: &mut Limiter, key: &str, at: u64| -> Option<Refusal> {
+        let p = path(l, "q", Some(key));
+        if let Some(refused) = l.refusal(&p, &b, at) {
+            l.drop_path(p);
+            return Some(refused);
+        }
+        let permit = l.try_acquire(&p, &b, at).unwrap();
+        l.drop_path(p);
+        l.release(permit, &b, at, &mut woken);
+        None
+    };
+    for key in ["k0", "k1", "k2"] {
+        assert!(run(&mut l, key, now).is_none());
+    }
+    assert!(l.is_empty(), "all three are idle, their counts kept");
+    // A fourth key would be a fourth count to keep: refused until the first window ends.
+    let refused = run(&mut l, "k3", now).expect("at the bound");
+    assert!(matches!(
+        refused.why,
+        RefusalReason::IdleQuotasFull { max: 3 }
+    ));
+    assert_eq!(refused.retry_after_ms, hour - now);
+    // A key that is counting already goes on, and stays counted.
+    assert!(run(&mut l, "k1", now).is_none());
+    let k1 = l
+        .snapshot(&b, now)
+        .into_iter()
+        .find(|c| c.l1.as_deref() == Some("k1"))
+        .and_then(|c| c.quota)
+        .map(|(_, used)| used.used);
+    assert_eq!(k1, Some(2), "its count was not reset");
+    // Once the window ended, the kept counts are forgotten, in the store too, and a fresh
+    // key gets in.
+    l.take_quota_writes();
+    assert!(run(&mut l, "k3", hour).is_none());
+    let writes = l.take_quota_writes();
+    let forgotten: Vec<&str> = writes
+        .iter()
+        .filter(|(_, used)| used.used == 0)
+        .map(|(key, _)| key.as_str())
+        .collect();
+    assert_eq!(forgotten.len(), 3, "{writes:?}");
+    assert!(
+        writes
+            .iter()
+            .any(|(key, used)| key == "q/k3" && used.used == 1)
+    );
+}
+
 /// A counter is three cache lines: what every admission reads in the first two, the rest in
 /// the third (a fourth line costs every admission about a fifth more, measured).
 #[test]

@@ -112,7 +112,8 @@ impl Partition {
     }
 
     /// Why a flow-control rule refuses a new invocation in queue `key` (FLO0002): its counter's
-    /// queue is full, or its rate rejects and has no token.
+    /// queue is full, or its rate or quota rejects; or (FLO0004) it would start a quota use
+    /// the partition has no room to keep.
     pub(super) fn flow_refusal(&mut self, key: &QueueKey) -> Option<CodedError> {
         let now = self.driver.now_ms();
         let refused = self.scheduler.refusal(key, now)?;
@@ -125,6 +126,10 @@ impl Partition {
             .rule
             .as_ref()
             .map_or_else(String::new, |r| format!(" (rule '{r}')"));
+        let code = match refused.why {
+            RefusalReason::IdleQuotasFull { .. } => Code::FLO0004,
+            _ => Code::FLO0002,
+        };
         let why = match refused.why {
             RefusalReason::QueueFull { max_queued } => format!(
                 "the {} queue of {at} already holds {max_queued} waiting invocations, its max_queued{rule}",
@@ -139,13 +144,14 @@ impl Partition {
                 "the {} quota of {at} ({quota} with on_exceed = reject{rule}) is used up until its next window",
                 refused.level.as_str(),
             ),
+            RefusalReason::IdleQuotasFull { max } => format!(
+                "the {} counter of {at} has a quota{rule} and has used none of it in this window, and this partition already keeps the quota use of {max} idle counters (flow.max-idle-quota-counters)",
+                refused.level.as_str(),
+            ),
         };
         // Whole seconds, at least 1: what `Retry-After` can say.
         let retry = refused.retry_after_ms.div_ceil(1000).max(1);
-        Some(
-            CodedError::new(Code::FLO0002, format!("{why}; retry after {retry} s"))
-                .retry_after(retry),
-        )
+        Some(CodedError::new(code, format!("{why}; retry after {retry} s")).retry_after(retry))
     }
 
     /// Takes a queued invocation out of the scheduler (it was paused or killed).

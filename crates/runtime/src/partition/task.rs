@@ -160,7 +160,8 @@ impl Partition {
             .with_deadline_horizon(
                 u64::try_from(shared.config.flow.deadline_horizon.0.as_millis())
                     .unwrap_or(u64::MAX),
-            ),
+            )
+            .with_idle_quota_cap(shared.config.flow.max_idle_quota_counters),
             rules: None,
             promises: promises::Promises::default(),
             entries: HashMap::new(),
