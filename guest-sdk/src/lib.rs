@@ -33,7 +33,7 @@
 pub mod bindings {
     wit_bindgen::generate!({
         world: "plugin",
-        path: "../proxy/wit",
+        path: "../crates/plugins/wit",
         pub_export_macro: true,
         export_macro_name: "__export_plugin",
         default_bindings_module: "sluice_guest::bindings",

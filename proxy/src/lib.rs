@@ -12,12 +12,10 @@ pub mod kafka;
 pub mod logging;
 pub mod otlp;
 pub mod per_ip;
-pub mod plugins;
 pub mod scrape;
 pub mod server;
 pub mod services;
 pub mod shutdown;
-pub mod sql;
 
 // The crates below this one, under the paths the rest of the code knows them by.
 pub use sluice_config as config;

@@ -18,11 +18,11 @@ use crate::kafka::Kafka;
 use crate::limits::Rules;
 use crate::node::Node;
 use crate::partition::Runtime;
-use crate::plugins::Plugins;
 use crate::registry::Registry;
 use crate::services::{KafkaService, PartitionsService};
 use crate::shutdown::{DrainService, SignalWatch, Signals};
 use crate::storage::Store;
+use sluice_plugins::Plugins;
 
 /// How long pingora waits for its runtimes after our drain; nothing should be left by then.
 const RUNTIME_STOP_SECS: u64 = 1;

@@ -42,7 +42,7 @@ use utoipa_axum::routes;
 pub use error::AdminError;
 
 use crate::errors::Code;
-use crate::plugins::Plugins;
+use sluice_plugins::Plugins;
 pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformation};
 
 use crate::config::Config;
@@ -71,7 +71,7 @@ pub struct AdminState {
     /// Policy plugins.
     pub plugins: Arc<Plugins>,
     /// SQL over the system tables.
-    pub query: crate::sql::QueryEngine,
+    pub query: sluice_sql::QueryEngine,
     /// Kafka clusters and subscriptions.
     pub kafka: Arc<crate::kafka::Kafka>,
     /// Fetches endpoint manifests.
@@ -98,8 +98,9 @@ impl AdminState {
         kafka: Arc<crate::kafka::Kafka>,
     ) -> Self {
         let cluster = crate::cluster::Slot::default();
-        let query = crate::sql::QueryEngine::new(crate::sql::QuerySources {
-            cluster: Arc::clone(&cluster),
+        let joined = Arc::clone(&cluster);
+        let query = sluice_sql::QueryEngine::new(sluice_sql::QuerySources {
+            cluster: Arc::new(move || joined.get().map(|cluster| cluster.view())),
             config: Arc::clone(&node.config),
             rules: Arc::clone(&node.rules),
             runtime: node.runtime.clone(),

@@ -12,8 +12,8 @@ use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use crate::errors::Code;
-use crate::plugins::{Hook, OnError, Plugin, PluginSpec, Source};
 pub use sluice_api::plugins::{ListPluginsResponse, PluginResponse};
+use sluice_plugins::{Hook, OnError, Plugin, PluginSpec, Source};
 
 /// How the admin API shows `Plugin`.
 pub fn plugin_response(plugin: &Plugin) -> PluginResponse {

@@ -11,8 +11,8 @@ use http::{HeaderMap, header};
 use super::json::Json;
 use super::{AdminError, AdminState};
 use crate::errors::Code;
-use crate::sql::{QueryAnswer, QueryError, rows};
 pub use sluice_api::query::QueryRequest;
+use sluice_sql::{QueryAnswer, QueryError, rows};
 
 /// The code of each way a query fails.
 fn refused(e: &QueryError) -> Response {

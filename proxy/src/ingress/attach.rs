@@ -8,23 +8,15 @@ use super::IngressState;
 use super::api_keys::Binding;
 use super::error::IngressError;
 use super::invoke::{answer, with_ids};
+use super::lookup::{TARGET_FORMS, TargetBody, checked_id, peek_for};
 use super::path::TargetAction;
 use super::reply;
 use crate::discovery::manifest::OutputRules;
 use crate::errors::Code;
 use crate::ids::InvocationId;
 use crate::invocation::Target;
-use crate::invocation::identity::{idempotent_id, in_scope, partition_key};
+use crate::invocation::identity::{in_scope, partition_key};
 use crate::registry::Registry;
-
-pub(super) fn unavailable(e: crate::errors::CodedError) -> IngressError {
-    IngressError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        code: e.code,
-        message: e.message,
-        retry_after_s: None,
-    }
-}
 
 /// The output rules of the handler `target` runs, from its latest registration.
 fn output_rules(registry: &Registry, target: &Target) -> Option<OutputRules> {
@@ -80,37 +72,6 @@ pub async fn by_workflow(
 }
 
 /// What the runtime knows of `id`, refused to a caller whose API key binds another scope.
-pub(super) async fn peek_for(
-    state: &IngressState,
-    id: InvocationId,
-    caller: Option<&Binding>,
-) -> Result<Option<crate::partition::Peek>, IngressError> {
-    let peek = state.runtime.peek(id).await.map_err(unavailable)?;
-    held_to(caller, id, peek)
-}
-
-/// Like [`peek_for`], without a completed value's bytes: what a status answers.
-pub(super) async fn peek_status_for(
-    state: &IngressState,
-    id: InvocationId,
-    caller: Option<&Binding>,
-) -> Result<Option<crate::partition::Peek>, IngressError> {
-    let peek = state.runtime.peek_status(id).await.map_err(unavailable)?;
-    held_to(caller, id, peek)
-}
-
-/// `peek`, unless `caller`'s API key binds another scope than the invocation's.
-fn held_to(
-    caller: Option<&Binding>,
-    id: InvocationId,
-    peek: Option<crate::partition::Peek>,
-) -> Result<Option<crate::partition::Peek>, IngressError> {
-    if let (Some(caller), Some(peek)) = (caller, &peek) {
-        caller.may_reach(id, peek.scope.as_deref())?;
-    }
-    Ok(peek)
-}
-
 fn not_ready(id: InvocationId, waited: bool) -> IngressError {
     let message = if waited {
         format!(
@@ -158,31 +119,6 @@ async fn result(
     Ok(with_ids(answer(rules.as_ref(), outcome), id))
 }
 
-/// The JSON body of `POST /service/attach|output|lookup|status`.
-#[derive(Debug, serde::Deserialize)]
-#[serde(
-    tag = "target",
-    rename_all = "camelCase",
-    rename_all_fields = "camelCase"
-)]
-pub(super) enum TargetBody {
-    Invocation {
-        invocation_id: String,
-    },
-    Workflow {
-        workflow_name: String,
-        workflow_key: String,
-        scope: Option<String>,
-    },
-    IdempotentInvocation {
-        service: String,
-        key: Option<String>,
-        handler: String,
-        idempotency_key: String,
-        scope: Option<String>,
-    },
-}
-
 /// `POST /service/attach|output|lookup` with a target body.
 pub async fn by_target(
     state: &IngressState,
@@ -194,7 +130,7 @@ pub async fn by_target(
     let target: TargetBody = serde_json::from_slice(body)
         .map_err(|e| IngressError::bad_request(format!("bad target body: {e}; {TARGET_FORMS}")))?;
     // A bad scope names no invocation: 400 RT0024, as a status by target answers.
-    let id = super::status::checked_id(target, caller)?;
+    let id = checked_id(target, caller)?;
     match action {
         TargetAction::Attach => result(state, session, id, true, caller).await,
         TargetAction::Output => result(state, session, id, false, caller).await,
@@ -213,81 +149,4 @@ pub async fn by_target(
             ))
         }
     }
-}
-
-impl TargetBody {
-    /// The target as a caller bound by its API key may name it: in the key's scope (named, or
-    /// left out and taken from the key); another scope is refused (SEC0010) before anything is
-    /// looked up. An invocation named by id is checked once its record is read.
-    pub(super) fn bound(self, caller: Option<&Binding>) -> Result<Self, IngressError> {
-        let Some(caller) = caller else {
-            return Ok(self);
-        };
-        Ok(match self {
-            Self::Invocation { .. } => self,
-            Self::Workflow {
-                workflow_name,
-                workflow_key,
-                scope,
-            } => Self::Workflow {
-                workflow_name,
-                workflow_key,
-                scope: Some(caller.scope_for(scope.as_deref())?),
-            },
-            Self::IdempotentInvocation {
-                service,
-                key,
-                handler,
-                idempotency_key,
-                scope,
-            } => Self::IdempotentInvocation {
-                service,
-                key,
-                handler,
-                idempotency_key,
-                scope: Some(caller.scope_for(scope.as_deref())?),
-            },
-        })
-    }
-}
-
-/// The forms a target body takes, as a bad one is told.
-pub(super) const TARGET_FORMS: &str = "send {\"target\":\"invocation\",\"invocationId\":…}, {\"target\":\"workflow\",\"workflowName\":…,\"workflowKey\":…,\"scope\"?:…} or {\"target\":\"idempotentInvocation\",\"service\":…,\"key\"?:…,\"handler\":…,\"idempotencyKey\":…,\"scope\"?:…}";
-
-/// The invocation a target body names.
-pub(super) fn target_id(target: &TargetBody) -> Result<InvocationId, IngressError> {
-    Ok(match target {
-        TargetBody::Invocation { invocation_id } => invocation_id.parse().map_err(|e| {
-            IngressError::bad_request(format!("bad invocation id '{invocation_id}': {e}"))
-        })?,
-        TargetBody::Workflow {
-            workflow_name,
-            workflow_key,
-            scope,
-        } => in_scope(
-            InvocationId::workflow_run(
-                partition_key(&[workflow_name, workflow_key]),
-                scope.as_deref(),
-                workflow_name,
-                workflow_key,
-            ),
-            scope.as_deref(),
-        ),
-        TargetBody::IdempotentInvocation {
-            service,
-            key,
-            handler,
-            idempotency_key,
-            scope,
-        } => in_scope(
-            idempotent_id(
-                scope.as_deref(),
-                service,
-                key.as_deref(),
-                handler,
-                idempotency_key,
-            ),
-            scope.as_deref(),
-        ),
-    })
 }

@@ -7,9 +7,9 @@ use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
 use super::api_keys::Binding;
-use super::attach::peek_for;
+use super::body::read_body_up_to;
 use super::error::IngressError;
-use super::invoke::read_body_up_to;
+use super::lookup::peek_for;
 use crate::errors::Code;
 use crate::ids::AwakeableId;
 use crate::partition::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};

@@ -7,7 +7,7 @@ use pingora::protocols::http::ServerSession;
 use super::IngressState;
 use super::error::IngressError;
 use super::path::InvokePath;
-use crate::plugins::{ExtractRequest, Extracted};
+use sluice_plugins::{ExtractRequest, Extracted};
 
 /// Scope and limit key after the plugins (unchanged when none is loaded).
 pub(super) fn classify(

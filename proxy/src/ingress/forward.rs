@@ -72,7 +72,7 @@ pub async fn if_elsewhere(
     if route == Route::Here {
         return None;
     }
-    let body = match super::invoke::read_body(state, session).await {
+    let body = match super::body::read_body(state, session).await {
         Ok(body) => body,
         Err(e) => return Some(Err(e)),
     };

@@ -1,10 +1,11 @@
 //! Call and send: route → validate → store durably → (call) wait for the outcome → reply.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
+use super::body::read_body;
 use super::classify::classify;
 use super::error::IngressError;
 use super::path::{InvokePath, Mode};
@@ -91,70 +92,6 @@ fn classify_request(
     let (scope, key) = classify(state, session, path, key)?;
     parse_request(scope.as_deref(), key.as_deref())
         .map_err(|e| IngressError::coded(Code::RT0024, e.message))
-}
-
-/// Reads a call's or send's body, up to the ingress body limit (`ingress.max-body-size`).
-pub(super) async fn read_body(
-    state: &IngressState,
-    session: &mut ServerSession,
-) -> Result<Bytes, IngressError> {
-    let limit = state.config.ingress_body_limit();
-    read_body_up_to(session, limit, "ingress.max-body-size").await
-}
-
-/// Reads the body, refusing it (413) once it is over `max` bytes; `key` names the setting.
-pub(super) async fn read_body_up_to(
-    session: &mut ServerSession,
-    max: usize,
-    key: &str,
-) -> Result<Bytes, IngressError> {
-    let mut body = BytesMut::new();
-    loop {
-        // HTTP/1.1 sessions time their own reads; an HTTP/2 stream's are timed here.
-        let read = match super::connections::stream_read_timeout() {
-            Some(per_read) => {
-                match tokio::time::timeout(per_read, session.read_request_body()).await {
-                    Ok(read) => read,
-                    Err(_) => {
-                        super::connections::stream_stalled();
-                        return Err(IngressError::coded(
-                            Code::ING0008,
-                            format!(
-                                "no bytes of the request body for {} ms after {} bytes (ingress.connections.header-read-timeout)",
-                                per_read.as_millis(),
-                                body.len()
-                            ),
-                        ));
-                    }
-                }
-            }
-            None => session.read_request_body().await,
-        };
-        match read {
-            Ok(Some(chunk)) => {
-                if body.len().saturating_add(chunk.len()) > max {
-                    let setting = if key.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({key})")
-                    };
-                    return Err(IngressError {
-                        status: StatusCode::PAYLOAD_TOO_LARGE,
-                        code: Some(Code::SEC0004),
-                        message: format!("request body over {max} bytes{setting}"),
-                        retry_after_s: None,
-                    });
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(body.freeze()),
-            Err(e) => {
-                return Err(IngressError::bad_request(format!(
-                    "cannot read the request body: {e}"
-                )));
-            }
-        }
-    }
 }
 
 /// Whether a request header is one of the names the edge keeps for itself (`x-restate-…`,

@@ -4,6 +4,7 @@
 pub mod api_keys;
 mod attach;
 mod awakeable;
+mod body;
 mod classify;
 mod connections;
 mod deadline;
@@ -11,6 +12,7 @@ mod error;
 mod forward;
 pub mod input;
 mod invoke;
+mod lookup;
 pub mod path;
 pub mod reply;
 mod status;
@@ -49,7 +51,7 @@ pub struct IngressState {
     /// The effective configuration.
     pub config: Arc<Config>,
     /// Policy plugins (`extract` runs before validation).
-    pub plugins: Arc<crate::plugins::Plugins>,
+    pub plugins: Arc<sluice_plugins::Plugins>,
     /// Forwards requests for partitions another node leads (cluster mode).
     pub forwarder: reqwest::Client,
     /// API keys that bind calls to a scope (`[[ingress.api-keys]]`).
@@ -215,7 +217,7 @@ async fn read_target_body(
     session: &mut ServerSession,
 ) -> Result<bytes::Bytes, error::IngressError> {
     let limit = state.config.ingress.target_body_limit;
-    invoke::read_body_up_to(session, limit.as_usize(), "ingress.target-body-limit").await
+    body::read_body_up_to(session, limit.as_usize(), "ingress.target-body-limit").await
 }
 
 /// Counts one answered request by kind, status and error code, and times it.

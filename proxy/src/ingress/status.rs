@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::IngressState;
 use super::api_keys::Binding;
-use super::attach::{TARGET_FORMS, TargetBody, peek_status_for, target_id};
 use super::error::IngressError;
 use super::invoke::with_ids;
+use super::lookup::{TARGET_FORMS, TargetBody, checked_id, peek_status_for};
 use super::path::StatusQuery;
 use super::reply;
 use crate::ids::InvocationId;
@@ -124,24 +124,6 @@ pub fn query_id(
         },
     };
     checked_id(target, caller)
-}
-
-/// The invocation a target names, its scope checked like a call's (an invalid one names no
-/// invocation) and held to the caller's API key.
-pub(super) fn checked_id(
-    target: TargetBody,
-    caller: Option<&Binding>,
-) -> Result<InvocationId, IngressError> {
-    let scope = match &target {
-        TargetBody::Workflow { scope, .. } | TargetBody::IdempotentInvocation { scope, .. } => {
-            scope.as_deref()
-        }
-        TargetBody::Invocation { .. } => None,
-    };
-    if let Some(scope) = scope {
-        crate::flow::Scope::parse(scope).map_err(IngressError::from)?;
-    }
-    target_id(&target.bound(caller)?)
 }
 
 /// `GET …/status` of the invocation `id` (run here).

@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use super::excerpt::excerpt;
 use super::manifest::{MANIFEST_CONTENT_TYPES, Manifest, ProtocolMode};
 use crate::deployment_tls::{Connector, DeploymentTls};
 use crate::errors::{Code, CodedError};
@@ -247,24 +248,6 @@ fn status_failure(url: &str, status: StatusCode, body: &[u8]) -> Failure {
         408 | 429 | 500 | 502 | 503 | 504 => Failure::Retry(err),
         _ => Failure::Final(err),
     }
-}
-
-/// Longest part of a remote body an error message repeats: enough to recognise an error page,
-/// too little to turn discovery into a way of reading internal pages.
-const EXCERPT_CHARS: usize = 64;
-
-/// A short, printable excerpt of a remote `body` and its size.
-pub fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let mut shown: String = text
-        .chars()
-        .take(EXCERPT_CHARS)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if text.chars().nth(EXCERPT_CHARS).is_some() {
-        shown.push_str(&format!("… ({} bytes in all)", body.len()));
-    }
-    shown
 }
 
 /// `{uri}/discover`, keeping the URI's own path as prefix and its query.

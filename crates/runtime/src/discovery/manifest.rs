@@ -294,8 +294,8 @@ impl Manifest {
             // serde's message can quote values of the body: both are cut short.
             bad(format!(
                 "the manifest cannot be decoded: {}. Discovery response: {}",
-                super::client::excerpt(e.to_string().as_bytes()),
-                super::client::excerpt(body)
+                super::excerpt::excerpt(e.to_string().as_bytes()),
+                super::excerpt::excerpt(body)
             ))
         })?;
         manifest.validate()?;

@@ -2,6 +2,7 @@
 
 pub mod address;
 pub mod client;
+mod excerpt;
 pub mod manifest;
 
 pub use client::{Discovered, DiscoveryClient, DiscoveryRequest, HttpVersion};

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::Store;
-use super::writer::WriteSet;
+use super::write_set::WriteSet;
 use crate::errors::CodedError;
 
 /// One synced log record's writes.
@@ -109,7 +109,7 @@ impl Backlog {
         let row = logged.or((applied.lsn > 0).then_some(applied.lsn));
         if !taken.is_empty() || (durable && applied.unsynced) {
             let sets = taken.iter().flat_map(|group| &group.writes);
-            if let Err(error) = super::logged::apply(store, sets, row, durable) {
+            if let Err(error) = super::view::apply(store, sets, row, durable) {
                 let mut incoming = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
                 for group in taken.into_iter().rev() {
                     incoming.push_front(group);

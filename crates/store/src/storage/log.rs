@@ -8,7 +8,7 @@
 
 use redb::ReadableDatabase;
 
-use super::writer::{BytesTable, Op, WriteSet};
+use super::write_set::{BytesTable, Op, WriteSet};
 use crate::errors::{Code, CodedError};
 use crate::schema;
 

@@ -28,13 +28,11 @@ use tokio::sync::mpsc;
 
 use super::Store;
 use super::backlog::Group;
+use super::jobs::{Job, stopped, take_group};
 use super::segments::SegmentLog;
-use super::writer::{Job, apply_all, take_group};
+use super::view::fail_store;
+use super::write_set::WriteSet;
 use crate::errors::CodedError;
-use crate::schema::LOCAL_LOG;
-
-/// The view's checkpoint row in [`LOCAL_LOG`]: the last log record it holds (u64 BE).
-const APPLIED: &[u8] = b"applied";
 
 /// Most bytes of writes one record takes (more sets wait for the next record).
 const RECORD_BYTES: usize = 16 * 1024 * 1024;
@@ -60,26 +58,6 @@ impl Default for Checkpoints {
             apply_delay: Duration::from_millis(2),
         }
     }
-}
-
-/// The last log record the view holds (0: none).
-pub(crate) fn applied(txn: &redb::ReadTransaction) -> Result<u64, redb::Error> {
-    let table = match txn.open_table(LOCAL_LOG) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
-        Err(e) => return Err(e.into()),
-    };
-    Ok(table
-        .get(APPLIED)?
-        .and_then(|raw| <[u8; 8]>::try_from(raw.value()).ok())
-        .map_or(0, u64::from_be_bytes))
-}
-
-/// Records `lsn` as the last record the view holds, inside `txn`.
-pub(crate) fn set_applied(txn: &redb::WriteTransaction, lsn: u64) -> Result<(), redb::Error> {
-    txn.open_table(LOCAL_LOG)?
-        .insert(APPLIED, lsn.to_be_bytes().as_slice())?;
-    Ok(())
 }
 
 /// A group on its way through the pipeline.
@@ -151,13 +129,13 @@ impl ViewWriter {
     }
 
     /// Takes `writes` into the backlog: the answer.
-    pub(super) fn commit(&self, writes: super::writer::WriteSet) -> Result<(), CodedError> {
+    pub(super) fn commit(&self, writes: WriteSet) -> Result<(), CodedError> {
         let store = &self.store;
         if let Some(failure) = store.health().failure() {
             return Err(failure.clone());
         }
         if store.is_closed() {
-            return Err(super::writer::stopped());
+            return Err(stopped());
         }
         if writes.is_empty() {
             // Every set before it was answered in its own call: nothing to wait behind.
@@ -179,13 +157,6 @@ impl ViewWriter {
         }
         result
     }
-}
-
-fn fail_store(store: &Store, what: &str, e: impl std::fmt::Display) -> CodedError {
-    metrics::counter!(sluice_core::metrics::STORE_COMMIT_FAILURES).increment(1);
-    let error = crate::health::store_write_failed(format!("{what}: {e}"));
-    store.health().fail(error.clone());
-    error
 }
 
 fn answer(jobs: Vec<Job>, result: &Result<(), CodedError>) {
@@ -414,38 +385,6 @@ fn apply_loop(
     applier.finish(store);
 }
 
-/// Applies `sets` and the checkpoint `lsn` (if any) to the view in one transaction.
-pub(super) fn apply<'a>(
-    store: &Store,
-    sets: impl Iterator<Item = &'a super::writer::WriteSet>,
-    lsn: Option<u64>,
-    durable: bool,
-) -> Result<(), CodedError> {
-    // Not `with_db`: that catches up with the backlog, which is what calls this.
-    let written = store.with_view(|db| -> Result<(), redb::Error> {
-        let mut txn = db.begin_write()?;
-        if !durable {
-            txn.set_durability(redb::Durability::None)?;
-        }
-        apply_all(sets, &txn)?;
-        if let Some(lsn) = lsn {
-            set_applied(&txn, lsn)?;
-        }
-        txn.commit()?;
-        Ok(())
-    });
-    match written {
-        // Closed: shutting down, not a failure of the store.
-        Err(closed) => Err(closed),
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => {
-            let error = fail_store(store, "applying the log to the view", e);
-            tracing::error!(error.code = ?error.code, error = %error, "applying the log failed; nothing of it was acknowledged");
-            Err(error)
-        }
-    }
-}
-
 /// The logged writer's stages, stepped by hand: the partition simulator decides when a group
 /// is appended, synced, applied, and when the view is made durable — and crashes between.
 #[cfg(any(test, feature = "testing"))]
@@ -460,10 +399,10 @@ pub struct LoggedFlusher {
 }
 
 #[cfg(any(test, feature = "testing"))]
-impl super::writer::Writer {
-    /// A logged writer without its threads: sets wait until the [`LoggedFlusher`] moves them.
-    /// `None` when `store` has no log ([`Store::open_backend_logged`] gives it one).
-    pub fn manual_logged(store: Arc<Store>) -> Option<(Self, LoggedFlusher)> {
+impl LoggedFlusher {
+    /// The stages of a logged writer without its threads, and the sender of its sets
+    /// (`Writer::manual_logged`). `None` when `store` has no log.
+    pub(super) fn new(store: Arc<Store>) -> Option<(mpsc::UnboundedSender<Job>, Self)> {
         let log = store.take_log()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let appender = Appender::new(log);
@@ -472,7 +411,7 @@ impl super::writer::Writer {
             applier: Applier::new(Arc::clone(&appender.durable)),
         };
         Some((
-            Self::from_sender(tx),
+            tx,
             LoggedFlusher {
                 store,
                 rx,
@@ -492,17 +431,17 @@ pub struct ViewFlusher {
 }
 
 #[cfg(any(test, feature = "testing"))]
-impl super::writer::Writer {
-    /// Cluster mode's view writer without its applier thread: sets are answered as they join
-    /// the backlog, which waits until the [`ViewFlusher`] applies it (or a read catches up).
-    pub fn manual_view(store: Arc<Store>) -> (Self, ViewFlusher) {
+impl ViewFlusher {
+    /// Cluster mode's view writer without its applier thread, and its applier stepped by hand
+    /// (`Writer::manual_view`).
+    pub(super) fn new(store: Arc<Store>) -> (ViewWriter, Self) {
         let view = ViewWriter {
             store: Arc::clone(&store),
             to_apply: None,
             cap: Checkpoints::default().bytes,
         };
         (
-            Self::from_view(view),
+            view,
             ViewFlusher {
                 store,
                 applier: Applier::new(Arc::new(AtomicU64::new(0))),
@@ -640,7 +579,7 @@ mod tests {
         assert_eq!(store.backlog().waiting(), 0);
         // No local log record, no checkpoint row: the writes carry their own position.
         let applied = store
-            .with_db(|db| super::applied(&db.begin_read().unwrap()).unwrap())
+            .with_db(|db| crate::storage::view::applied(&db.begin_read().unwrap()).unwrap())
             .unwrap();
         assert_eq!(applied, 0);
         store.close();
@@ -718,7 +657,7 @@ mod tests {
             assert_eq!(get(&store, &[b'k', i]), Some(vec![i]));
         }
         let applied = store
-            .with_db(|db| applied(&db.begin_read().unwrap()).unwrap())
+            .with_db(|db| crate::storage::view::applied(&db.begin_read().unwrap()).unwrap())
             .unwrap();
         assert_eq!(applied, 3);
         // The next record continues the numbering.

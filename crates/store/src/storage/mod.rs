@@ -2,11 +2,14 @@
 //! format version record (RT0009/META0011, META0010); closing it is part of shutdown.
 
 mod backlog;
+mod jobs;
 pub mod log;
 pub mod logged;
 pub mod meta;
 pub mod pipeline;
 pub mod segments;
+mod view;
+pub mod write_set;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -100,7 +103,7 @@ impl Store {
             let applied = db
                 .begin_read()
                 .map_err(redb::Error::from)
-                .and_then(|txn| logged::applied(&txn))
+                .and_then(|txn| view::applied(&txn))
                 .map_err(|e| storage_error(&self.path, e))?;
             let mut last = applied;
             let mut txn: Option<redb::WriteTransaction> = None;
@@ -127,7 +130,7 @@ impl Store {
                 // Large replays commit as they go (not durably: the last one is).
                 if pending > 64 * 1024 * 1024 {
                     let done = txn.take().expect("open");
-                    logged::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
+                    view::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
                     done.commit().map_err(|e| storage_error(&self.path, e))?;
                     pending = 0;
                 }
@@ -165,7 +168,7 @@ impl Store {
                     Some(txn) => txn,
                     None => db.begin_write().map_err(|e| storage_error(&self.path, e))?,
                 };
-                logged::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
+                view::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
                 done.commit().map_err(|e| storage_error(&self.path, e))?;
                 tracing::info!(
                     from = applied + 1,

@@ -8,7 +8,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use super::{QuerySources, Reader, batch, reader, schema, service_type_name, timestamp};
-use crate::registry::Address;
+use sluice_runtime::registry::Address;
 
 pub(super) fn deployment_schema() -> SchemaRef {
     schema(vec![
@@ -39,7 +39,10 @@ pub(super) fn deployment(sources: &Arc<QuerySources>) -> Reader {
             UInt32Builder::new(),
         );
         let mut closed = TimestampMillisecondBuilder::new().with_timezone("UTC");
-        let gates = sources.registry.gates().snapshot(crate::clock::now_ms());
+        let gates = sources
+            .registry
+            .gates()
+            .snapshot(sluice_core::clock::now_ms());
         for d in sources.registry.deployments() {
             let id = d.id.to_string();
             let gate = gates.iter().find(|g| g.name == id);

@@ -1,6 +1,6 @@
 //! Cost of a policy plugin call: the `tenant-header` example plugin (built for wasm32-wasip2
 //! from `plugins/`) classifying a request with 10 headers through [`Plugins::extract`], the
-//! same path the ingress takes. `cargo bench -p sluice --bench plugins`; besides criterion's
+//! same path the ingress takes. `cargo bench -p sluice-plugins --bench plugins`; besides criterion's
 //! estimate it prints p50/p99 of single calls.
 
 use std::hint::black_box;
@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sluice::plugins::{ExtractRequest, Extracted, Hook, PluginSpec, Plugins, Source};
+use sluice_plugins::{ExtractRequest, Extracted, Hook, PluginSpec, Plugins, Source};
 
 /// Builds the example plugins into the target dir's `plugins/` folder; answers `name`'s file.
 fn plugin_wasm(name: &str) -> PathBuf {
@@ -20,7 +20,7 @@ fn plugin_wasm(name: &str) -> PathBuf {
         .nth(3)
         .expect("the bench lives in target/<profile>/deps")
         .join("plugins");
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/Cargo.toml");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/Cargo.toml");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
         .args([

@@ -52,6 +52,6 @@ impl self::sluice::policy::host::Host for HostState {
     }
 
     fn now_ms(&mut self) -> u64 {
-        crate::clock::now_ms()
+        sluice_core::clock::now_ms()
     }
 }

@@ -7,8 +7,8 @@ use std::time::Instant;
 use super::OnError;
 use super::bindings::types;
 use super::{Plugin, failure_error};
-use crate::errors::{Code, CodedError};
-use crate::flow::{LimitKey, Scope};
+use sluice_core::errors::{Code, CodedError};
+use sluice_flow::{LimitKey, Scope};
 
 /// What the ingress knows of a request before validating it.
 #[derive(Debug, Clone, Default)]

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::bindings::types;
 use super::{Plugin, failure_error};
-use crate::flow::{CounterRef, Decision, Level, Limit, RulePattern, RulePolicy};
+use sluice_flow::{CounterRef, Decision, Level, Limit, RulePattern, RulePolicy};
 
 /// A loaded `match-rule` plugin.
 #[derive(Debug)]

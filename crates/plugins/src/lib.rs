@@ -18,11 +18,11 @@ pub use extract::{ExtractRequest, Extracted};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use sluice_config::plugins::{ConfiguredPlugin, Hook, OnError, PluginSpec};
 
-use crate::clock::now_ms;
-use crate::errors::{Code, CodedError};
-use crate::limits::Rules;
-use crate::storage::Store;
 use runtime::{Compiled, Failure, PluginEngine};
+use sluice_core::clock::now_ms;
+use sluice_core::errors::{Code, CodedError};
+use sluice_runtime::limits::Rules;
+use sluice_store::storage::Store;
 
 /// Where a plugin came from.
 #[derive(
@@ -367,7 +367,7 @@ impl Plugins {
 
     fn publish(&self, loaded: Loaded) {
         let policy = loaded.match_rule().map(|p| {
-            Arc::new(policy::MatchRule(Arc::clone(p))) as Arc<dyn crate::flow::RulePolicy>
+            Arc::new(policy::MatchRule(Arc::clone(p))) as Arc<dyn sluice_flow::RulePolicy>
         });
         let changed_policy = {
             let old = self.current();

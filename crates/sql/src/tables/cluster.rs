@@ -32,8 +32,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
         let mut led_here = BooleanBuilder::new();
         let [mut stored, mut end, mut lag] = std::array::from_fn(|_| Int64Builder::new());
         let mut broken = StringBuilder::new();
-        if let Some(cluster) = sources.cluster.get() {
-            let view = cluster.view();
+        if let Some(view) = (sources.cluster)() {
             for p in &view.partitions {
                 partition.append_value(p.partition);
                 leader.append_option(p.leader.as_deref());

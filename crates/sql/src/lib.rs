@@ -19,16 +19,20 @@ use futures_util::StreamExt as _;
 
 pub use json::rows;
 
-use crate::config::Config;
-use crate::limits::Rules;
-use crate::partition::Runtime;
-use crate::registry::Registry;
-use crate::storage::Store;
+use sluice_config::Config;
+use sluice_runtime::limits::Rules;
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::registry::Registry;
+use sluice_store::storage::Store;
+
+/// Reads this node's view of the cluster when `sys_cluster` is scanned.
+pub type ClusterSource = Arc<dyn Fn() -> Option<sluice_api::version::ClusterView> + Send + Sync>;
 
 /// Where the system tables read from.
 pub struct QuerySources {
-    /// This node's part of the cluster (cluster mode; `sys_cluster`).
-    pub cluster: crate::cluster::Slot,
+    /// This node's view of the cluster (`sys_cluster`): `None` on an embedded node, or before
+    /// it joined.
+    pub cluster: ClusterSource,
     /// The effective configuration (flow control on or off).
     pub config: Arc<Config>,
     /// The rule book.
@@ -64,7 +68,7 @@ pub enum QueryError {
     #[error(
         "the query needs more than {0} of memory: narrow it with WHERE or LIMIT (admin.query-memory-limit)"
     )]
-    TooMuchMemory(crate::config::ByteSize),
+    TooMuchMemory(sluice_config::ByteSize),
 }
 
 /// A query's answer.

@@ -11,7 +11,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use super::{
     QuerySources, Reader, batch, internal, read_store, reader, schema, service_type_name, timestamp,
 };
-use crate::invocation::store as invocations;
+use sluice_store::invocation::store as invocations;
 
 pub(super) fn locks_schema() -> SchemaRef {
     schema(vec![
@@ -82,7 +82,7 @@ pub(super) fn journal(sources: &Arc<QuerySources>) -> Reader {
             id.append_value(invocation.to_string());
             index.append_value(i);
             entry_type.append_value(
-                crate::protocol::MessageType::from_id(ty).map_or("Unknown", |t| t.name()),
+                sluice_protocol::MessageType::from_id(ty).map_or("Unknown", |t| t.name()),
             );
             type_id.append_value(u32::from(ty));
             length.append_value(len as u64);
@@ -116,12 +116,12 @@ pub(super) fn state_schema() -> SchemaRef {
 
 pub(super) fn state(sources: &Arc<QuerySources>) -> Reader {
     reader(sources, |sources| async move {
-        let rows = read_store(&sources, crate::invocation::state::scan).await?;
+        let rows = read_store(&sources, sluice_store::invocation::state::scan).await?;
         let mut partition = UInt64Builder::new();
         let mut text: [StringBuilder; 6] = std::array::from_fn(|_| StringBuilder::new());
         let (mut key_length, mut value_length) = (UInt64Builder::new(), UInt64Builder::new());
         for row in &rows {
-            partition.append_value(crate::invocation::identity::partition_key(&[
+            partition.append_value(sluice_store::invocation::identity::partition_key(&[
                 &row.service,
                 &row.key,
             ]));
@@ -260,7 +260,11 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             attempts.append_value(u64::from(r.attempts));
             text[11].append_option(failure.map(|f| f.message.as_str()));
             text[12].append_option(failure.and_then(|f| f.code.as_deref()));
-            text[13].append_option(r.outcome.as_ref().map(crate::invocation::Summary::summary));
+            text[13].append_option(
+                r.outcome
+                    .as_ref()
+                    .map(sluice_store::invocation::Summary::summary),
+            );
             created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
             scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
             service_ty.append_option(

@@ -45,8 +45,8 @@ fn internal(e: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Execution(e.to_string())
 }
 
-fn service_type_name(ty: crate::discovery::manifest::ServiceType) -> &'static str {
-    use crate::discovery::manifest::ServiceType;
+fn service_type_name(ty: sluice_runtime::discovery::manifest::ServiceType) -> &'static str {
+    use sluice_runtime::discovery::manifest::ServiceType;
     match ty {
         ServiceType::Service => "service",
         ServiceType::VirtualObject => "virtual_object",
@@ -133,7 +133,7 @@ where
 /// Runs `read` against the store off the async threads.
 async fn read_store<T: Send + 'static>(
     sources: &QuerySources,
-    read: fn(&redb::Database) -> Result<T, crate::errors::CodedError>,
+    read: fn(&redb::Database) -> Result<T, sluice_core::errors::CodedError>,
 ) -> Result<T> {
     let store = Arc::clone(&sources.store);
     tokio::task::spawn_blocking(move || store.with_db(read))

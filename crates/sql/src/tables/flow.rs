@@ -9,7 +9,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
 use super::{QuerySources, Reader, batch, internal, reader, schema, timestamp};
-use crate::flow::scheduler::{BlockedOn, QueueStatus};
+use sluice_flow::scheduler::{BlockedOn, QueueStatus};
 
 pub(super) fn rules_schema() -> SchemaRef {
     schema(vec![
@@ -171,7 +171,9 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             would_wait.append_option(shadow.map(|(_, n)| n.would_wait));
             would_reject.append_option(shadow.map(|(_, n)| n.would_reject));
             would_wait_ms.append_option(shadow.map(|(_, n)| n.would_wait_ms));
-            partition.append_value(crate::invocation::identity::partition_key(&[&c.scope]));
+            partition.append_value(sluice_store::invocation::identity::partition_key(&[
+                &c.scope
+            ]));
             scope.append_value(&c.scope);
             l1.append_option(c.l1.as_deref());
             l2.append_option(c.l2.as_deref());
@@ -281,7 +283,7 @@ pub(super) fn blocked(
             "limit_key": limit_key,
             "level": level.as_str(),
             "quota": quota.to_string(),
-            "resets_at": crate::clock::rfc3339(*resets_at_ms),
+            "resets_at": sluice_core::clock::rfc3339(*resets_at_ms),
             "rule": rule.as_ref().map(|p| p.to_string()),
         }),
         BlockedOn::RateLimit {
@@ -296,7 +298,7 @@ pub(super) fn blocked(
             "level": level.as_str(),
             "rate": rate.rate.to_string(),
             "burst": rate.burst.get(),
-            "next_token_at": crate::clock::rfc3339(*next_token_ms),
+            "next_token_at": sluice_core::clock::rfc3339(*next_token_ms),
             "rule": rule.as_ref().map(|p| p.to_string()),
         }),
         BlockedOn::DeploymentConcurrency {
@@ -309,7 +311,7 @@ pub(super) fn blocked(
             "deployment": gate,
             "limit": limit,
             "running": running,
-            "closed_until": closed_until_ms.and_then(crate::clock::rfc3339),
+            "closed_until": closed_until_ms.and_then(sluice_core::clock::rfc3339),
         }),
     };
     (on.name().to_owned(), json.to_string())
@@ -327,7 +329,7 @@ pub(super) fn scheduler(sources: &Arc<QuerySources>) -> Reader {
             let limit_key = q.key.limit_key.as_ref().map(|k| k.to_string());
             partition.append_value(*index);
             text[0].append_value(
-                crate::ids::VQueueId {
+                sluice_core::ids::VQueueId {
                     partition: *index,
                     queue: q.id.index(),
                 }
@@ -418,7 +420,7 @@ pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
                 .unwrap_or(("ready", false));
             partition.append_value(*index);
             text[0].append_value(
-                crate::ids::VQueueId {
+                sluice_core::ids::VQueueId {
                     partition: *index,
                     queue,
                 }
@@ -520,7 +522,7 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
         for (index, q) in &queues {
             partition.append_value(*index);
             text[0].append_value(
-                crate::ids::VQueueId {
+                sluice_core::ids::VQueueId {
                     partition: *index,
                     queue: q.id.index(),
                 }
@@ -542,7 +544,7 @@ pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
         }
         let [created, enqueued, started, attempted] =
             times.map(|mut b| Arc::new(b.finish()) as ArrayRef);
-        let stage = |count: fn(&crate::flow::scheduler::StageCounts) -> u64| {
+        let stage = |count: fn(&sluice_flow::scheduler::StageCounts) -> u64| {
             Arc::new(UInt64Array::from_iter_values(
                 queues.iter().map(|(_, q)| count(&q.stages)),
             )) as ArrayRef

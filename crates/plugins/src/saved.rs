@@ -4,11 +4,11 @@ use redb::{ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use super::PluginSpec;
-use crate::errors::{Code, CodedError};
-use crate::storage::Store;
+use sluice_core::errors::{Code, CodedError};
+use sluice_store::storage::Store;
 
 // `SPECS`: name → JSON `SavedSpec`. `BYTES`: name → component bytes.
-use crate::schema::{MetaGroup, PLUGIN_BYTES as BYTES, PLUGIN_SPECS as SPECS};
+use sluice_store::schema::{MetaGroup, PLUGIN_BYTES as BYTES, PLUGIN_SPECS as SPECS};
 
 /// A stored plugin's settings and its place in the load order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
