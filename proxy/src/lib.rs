@@ -8,7 +8,6 @@ pub mod cli;
 pub mod cluster;
 pub mod flow_history;
 pub mod ingress;
-pub mod kafka;
 pub mod logging;
 pub mod otlp;
 pub mod per_ip;

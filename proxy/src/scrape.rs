@@ -68,7 +68,7 @@ impl Metrics {
     pub async fn render(
         &self,
         runtime: &Runtime,
-        kafka: &crate::kafka::Kafka,
+        kafka: &sluice_kafka::Kafka,
         registry: &crate::registry::Registry,
     ) -> Result<String, CodedError> {
         let counters = runtime.counters().await?;

@@ -14,7 +14,6 @@ use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};
 use crate::ingress::{IngressApp, IngressService, IngressState};
-use crate::kafka::Kafka;
 use crate::limits::Rules;
 use crate::node::Node;
 use crate::partition::Runtime;
@@ -22,6 +21,7 @@ use crate::registry::Registry;
 use crate::services::{KafkaService, PartitionsService};
 use crate::shutdown::{DrainService, SignalWatch, Signals};
 use crate::storage::Store;
+use sluice_kafka::Kafka;
 use sluice_plugins::Plugins;
 
 /// How long pingora waits for its runtimes after our drain; nothing should be left by then.

@@ -8,10 +8,10 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 use crate::cluster::Cluster;
-use crate::kafka::Kafka;
 use crate::node::Node;
 use crate::partition::Receivers;
 use crate::partition::runtime::Lead;
+use sluice_kafka::Kafka;
 
 /// Runs the partitions, on pingora's runtime for them.
 pub struct PartitionsService {

@@ -13,12 +13,12 @@ use super::json::Json;
 use crate::clock::rfc3339;
 use crate::errors::Code;
 use crate::ids::SubscriptionId;
-use crate::kafka::{KafkaCluster, KafkaError, Subscription};
 pub use sluice_api::kafka::{
     ClusterQuery, ClusterResponse, CreateClusterRequest, CreateSubscriptionRequest,
     DeleteClusterQuery, ListClustersResponse, ListSubscriptionsResponse, SubscriptionFilter,
     SubscriptionResponse, UpdateClusterRequest,
 };
+use sluice_kafka::{KafkaCluster, KafkaError, Subscription};
 
 fn refused(error: KafkaError) -> AdminError {
     match error {
@@ -33,7 +33,7 @@ fn refused(error: KafkaError) -> AdminError {
 pub fn cluster_response(c: KafkaCluster) -> ClusterResponse {
     ClusterResponse {
         name: c.name,
-        properties: crate::kafka::properties::redacted(&c.properties),
+        properties: sluice_kafka::properties::redacted(&c.properties),
         created_at: rfc3339(c.created_at_ms).unwrap_or_default(),
         from_config: c.from_config,
         subscriptions: None,
@@ -52,7 +52,7 @@ pub fn subscription_response(s: Subscription) -> SubscriptionResponse {
     }
 }
 
-fn shown(kafka: &crate::kafka::Kafka, s: Subscription) -> SubscriptionResponse {
+fn shown(kafka: &sluice_kafka::Kafka, s: Subscription) -> SubscriptionResponse {
     let paused_partitions = kafka.paused_partitions(s.id);
     SubscriptionResponse {
         paused: !paused_partitions.is_empty(),

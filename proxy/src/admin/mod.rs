@@ -73,7 +73,7 @@ pub struct AdminState {
     /// SQL over the system tables.
     pub query: sluice_sql::QueryEngine,
     /// Kafka clusters and subscriptions.
-    pub kafka: Arc<crate::kafka::Kafka>,
+    pub kafka: Arc<sluice_kafka::Kafka>,
     /// Fetches endpoint manifests.
     pub discovery: DiscoveryClient,
     /// Who may call which route.
@@ -95,7 +95,7 @@ impl AdminState {
         node: &Node,
         ingress_endpoint: String,
         plugins: Arc<Plugins>,
-        kafka: Arc<crate::kafka::Kafka>,
+        kafka: Arc<sluice_kafka::Kafka>,
     ) -> Self {
         let cluster = crate::cluster::Slot::default();
         let joined = Arc::clone(&cluster);
@@ -390,7 +390,7 @@ mod tests {
             rules: Arc::clone(&rules),
             tls: crate::deployment_tls::DeploymentTls::default(),
         };
-        let kafka = Arc::new(crate::kafka::Kafka::load(&node).unwrap());
+        let kafka = Arc::new(sluice_kafka::Kafka::load(&node).unwrap());
         let state = AdminState::new(
             &node,
             "http://127.0.0.1:8080/".into(),

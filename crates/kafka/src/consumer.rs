@@ -16,12 +16,12 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::{Subscription, lock};
-use crate::clock::now_ms;
-use crate::flow::Scope;
-use crate::invocation::new::{Identity, NewInvocation};
-use crate::invocation::{InvocationRecord, Target};
-use crate::partition::Runtime;
-use crate::protocol::{Frame, Message, proto};
+use sluice_core::clock::now_ms;
+use sluice_flow::Scope;
+use sluice_protocol::{Frame, Message, proto};
+use sluice_runtime::partition::Runtime;
+use sluice_store::invocation::new::{Identity, NewInvocation};
+use sluice_store::invocation::{InvocationRecord, Target};
 
 /// Why a record cannot become an invocation (it is skipped, and said so in the log).
 type Skip = String;
@@ -48,11 +48,11 @@ fn invocation_of(
     let scope = header("x-service-scope").or_else(|| sub.options.get("scope").cloned());
     let limit_key = header("x-service-limit-key").or_else(|| sub.options.get("limit-key").cloned());
     let (scope, limit_key) =
-        crate::flow::scope::parse_request(scope.as_deref(), limit_key.as_deref())
+        sluice_flow::scope::parse_request(scope.as_deref(), limit_key.as_deref())
             .map_err(|e| format!("[RT0024] {}", e.message))?;
-    let priority = header(crate::flow::PRIORITY_HEADER)
+    let priority = header(sluice_flow::PRIORITY_HEADER)
         .or_else(|| sub.options.get("priority").cloned())
-        .map(|p| p.parse::<crate::flow::Priority>())
+        .map(|p| p.parse::<sluice_flow::Priority>())
         .transpose()
         .map_err(|e| format!("[RT0024] {e}"))?;
     let key = match (sub.keyed, message.key()) {
@@ -111,7 +111,7 @@ const WINDOW: usize = 256;
 enum InFlight {
     /// Handed over; the answer says when it is durable.
     Stored(
-        tokio::sync::oneshot::Receiver<Result<bool, crate::errors::CodedError>>,
+        tokio::sync::oneshot::Receiver<Result<bool, sluice_core::errors::CodedError>>,
         InvocationRecord,
         Frame,
     ),

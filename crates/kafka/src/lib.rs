@@ -15,13 +15,13 @@ use tokio::sync::watch;
 pub use model::{KafkaCluster, Subscription};
 pub use sluice_config::kafka::ConfiguredCluster;
 
-use crate::clock::now_ms;
-use crate::errors::{Code, CodedError};
-use crate::ids::SubscriptionId;
-use crate::node::Node;
-use crate::partition::Runtime;
-use crate::registry::Registry;
-use crate::storage::Store;
+use sluice_core::clock::now_ms;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::SubscriptionId;
+use sluice_runtime::node::Node;
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::registry::Registry;
+use sluice_store::storage::Store;
 
 /// A running consumer: how to stop it, and the partitions backpressure paused.
 type Running = (
@@ -325,7 +325,7 @@ impl Kafka {
 /// published (cluster mode) or an older version wrote is checked like a request to the admin
 /// API, and one that fails is left out loudly, never handed to librdkafka.
 fn stored_clusters(
-    store: &Arc<crate::storage::Store>,
+    store: &Arc<sluice_store::storage::Store>,
 ) -> Result<BTreeMap<String, KafkaCluster>, CodedError> {
     Ok(store::load::<KafkaCluster>(store, store::CLUSTERS)?
         .into_iter()

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::discovery::HandlerType;
-use crate::discovery::manifest::ServiceType;
-use crate::errors::{Code, CodedError};
-use crate::ids::SubscriptionId;
-use crate::registry::Registry;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::SubscriptionId;
+use sluice_runtime::discovery::HandlerType;
+use sluice_runtime::discovery::manifest::ServiceType;
+use sluice_runtime::registry::Registry;
 
 /// A Kafka cluster Sluice may consume from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,7 +123,7 @@ pub fn check(
             "invalid option max-queued = '{bound}': a whole number of queued invocations, at least 1"
         )));
     }
-    crate::flow::scope::parse_request(
+    sluice_flow::scope::parse_request(
         options.get("scope").map(String::as_str),
         options.get("limit-key").map(String::as_str),
     )

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Settings a cluster may set.
 pub const ALLOWED: &[&str] = &[

@@ -4,13 +4,13 @@ use redb::{ReadableDatabase, ReadableTable};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::errors::{Code, CodedError};
-use crate::storage::Store;
+use sluice_core::errors::{Code, CodedError};
+use sluice_store::storage::Store;
 
 // `CLUSTERS`: name → JSON `super::KafkaCluster`. `SUBSCRIPTIONS`: id → JSON
 // `super::Subscription`.
-pub use crate::schema::{KAFKA_CLUSTERS as CLUSTERS, SUBSCRIPTIONS};
-use crate::schema::{MetaGroup, NamedTable};
+pub use sluice_store::schema::{KAFKA_CLUSTERS as CLUSTERS, SUBSCRIPTIONS};
+use sluice_store::schema::{MetaGroup, NamedTable};
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("kafka store: {e}"))
