@@ -104,18 +104,37 @@ async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops()
         peak <= 16,
         "the handler saw {peak} at once while the limit settled ({settled:?})"
     );
-    // Its metric and SQL say the same.
-    let metrics = sluice.metrics().await;
-    let gauge = metrics
-        .get("sluice_flow_adaptive_limit{rule=\"ad\",level=\"scope\"}")
-        .copied()
-        .unwrap_or_else(|| panic!("no adaptive gauge: {metrics:?}"));
-    assert!((1.0..=64.0).contains(&gauge), "{gauge}");
-    let (status, rows) = sluice
-        .query("SELECT concurrency_limit, adaptive FROM sys_user_limits WHERE scope = 'ad' AND level = 'Scope'")
-        .await;
-    assert_eq!(status, 200, "{rows}");
-    assert_eq!(rows["rows"][0]["adaptive"], true, "{rows}");
+    // Its metric and SQL say the same: read the gauge on both sides of the query, so the
+    // limit (which moves each window under load) stood still while SQL read it.
+    let gauge = |metrics: &std::collections::HashMap<String, f64>| {
+        metrics
+            .get("sluice_flow_adaptive_limit{rule=\"ad\",level=\"scope\"}")
+            .copied()
+            .unwrap_or_else(|| panic!("no adaptive gauge: {metrics:?}"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = gauge(&sluice.metrics().await);
+        let (status, rows) = sluice
+            .query("SELECT concurrency_limit, adaptive FROM sys_user_limits WHERE scope = 'ad' AND level = 'Scope'")
+            .await;
+        assert_eq!(status, 200, "{rows}");
+        assert_eq!(rows["rows"][0]["adaptive"], true, "{rows}");
+        let after = gauge(&sluice.metrics().await);
+        if before == after {
+            assert!((1.0..=64.0).contains(&before), "{before}");
+            assert_eq!(
+                rows["rows"][0]["concurrency_limit"].as_f64(),
+                Some(before),
+                "SQL and the gauge disagree: {rows}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the limit never stood still across one query"
+        );
+    }
 
     // The handler no longer slows down under load: the limit rises again.
     let resp = reqwest::Client::new()

@@ -220,7 +220,16 @@ async fn sql_runs_only_bounded_read_only_queries() {
             .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The join is running: the process burns CPU on it.
+    let cpu = || async { sluice.metrics().await["process_cpu_seconds_total"] };
+    let idle = cpu().await;
+    while cpu().await < idle + 0.2 {
+        assert!(
+            !heavy.is_finished(),
+            "the query ended before it was seen running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let probe = Instant::now();
     let (status, _) = answer(client().get(format!("{}/version", sluice.admin_url))).await;
     assert_eq!(status, 200);
@@ -239,7 +248,6 @@ async fn sql_runs_only_bounded_read_only_queries() {
     );
     // And the work stopped with the answer: the process is idle again (before, the join went
     // on burning a core after the 400).
-    let cpu = || async { sluice.metrics().await["process_cpu_seconds_total"] };
     let (from, since) = (cpu().await, Instant::now());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let busy = (cpu().await - from) / since.elapsed().as_secs_f64();

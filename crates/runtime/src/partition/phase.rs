@@ -438,7 +438,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_state_but_gone_is_entered_and_every_one_but_completed_is_left() {
+    fn every_state_is_entered_by_some_move_and_left_by_another() {
         for state in State::ALL {
             let entered = TRANSITIONS.iter().any(|&(_, to, _)| to == state);
             let left = TRANSITIONS.iter().any(|&(from, _, _)| from == state);

@@ -1,0 +1,80 @@
+//! Where the binaries under test are, and free loopback ports to run them on.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Result;
+
+/// How long a start-up may take before the test gives up.
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `sluice` binary: `$SLUICE_BIN`, else the one cargo built beside this test executable.
+pub fn binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("SLUICE_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/sluice
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let bin = dir.join("sluice");
+    assert!(
+        bin.exists(),
+        "{} not found: run the suite with `cargo test --workspace` (which builds the binary) or set SLUICE_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A binary built beside `sluice` in the same target dir.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let bin = binary().with_file_name(name);
+    assert!(
+        bin.exists(),
+        "{} not found: run `cargo test --workspace`",
+        bin.display()
+    );
+    bin
+}
+
+/// The `.wasm` component of plugin crate `name` (under `plugins/`), built for wasm32-wasip2
+/// once per test process into the target dir's `plugins/` folder.
+pub fn plugin_wasm(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let target = binary()
+            .parent()
+            .and_then(Path::parent)
+            .map(|t| t.join("plugins"))
+            .ok_or("no target dir")?;
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "--locked", "--target", "wasm32-wasip2"])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "building the plugins failed ({status}); is the wasm32-wasip2 target installed (rustup target add wasm32-wasip2)?"
+            ));
+        }
+        Ok(target.join("wasm32-wasip2/release"))
+    });
+    let dir = dir.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    dir.join(format!("{}.wasm", name.replace('-', "_")))
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}

@@ -1,0 +1,144 @@
+//! Calls, JSON requests and measurements against a server under test (the handler's own
+//! peak concurrency, a counter's state, the next awakeable, a connection closing).
+
+use std::time::{Duration, Instant};
+
+use crate::server::Sluice;
+
+/// Runs `calls` concurrently (each a `Meter/hold` path of 400 ms, with its extra headers) and
+/// answers the peak concurrency the handler itself saw.
+pub async fn peak_of_calls(sluice: &Sluice, calls: &[(String, Vec<(&str, &str)>)]) -> u64 {
+    let client = reqwest::Client::new();
+    let running: Vec<_> = calls
+        .iter()
+        .map(|(path, headers)| {
+            let mut request = client
+                .post(format!("{}{path}", sluice.ingress_url))
+                .header("content-type", "application/json")
+                .body("400");
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            tokio::spawn(request.send())
+        })
+        .collect();
+    for call in running {
+        let resp = call
+            .await
+            .expect("the call task")
+            .expect("the call answers");
+        let status = resp.status();
+        assert_eq!(status, 200, "{}", resp.text().await.unwrap_or_default());
+    }
+    peak(&sluice.ingress_url).await
+}
+
+/// The most `Meter/hold`s that ran at once in the deployment since the last ask (it resets),
+/// asked through the ingress at `ingress_url`.
+pub async fn peak(ingress_url: &str) -> u64 {
+    reqwest::Client::new()
+        .post(format!("{ingress_url}/service/call/Meter/peak"))
+        .send()
+        .await
+        .expect("Meter/peak answers")
+        .text()
+        .await
+        .expect("a text answer")
+        .parse()
+        .expect("a number")
+}
+
+/// [`peak_of_calls`] without extra headers.
+pub async fn peak_of(sluice: &Sluice, paths: &[String]) -> u64 {
+    let calls: Vec<_> = paths.iter().map(|p| (p.clone(), Vec::new())).collect();
+    peak_of_calls(sluice, &calls).await
+}
+
+/// POSTs `body` as JSON to `url`: the status, and the answer as JSON (as a string when it is
+/// not JSON).
+pub async fn post_json(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .expect("server reachable");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// GETs `url`: the status and the JSON answer (null when it is not JSON).
+pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
+    let resp = reqwest::get(url).await.expect("server reachable");
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or_default(),
+    )
+}
+
+/// Calls the handler at `path` (e.g. `Meter/ticks`) without a body; asserts the 200 and
+/// answers its JSON.
+pub async fn call_json<T: serde::de::DeserializeOwned>(sluice: &Sluice, path: &str) -> T {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/{path}", sluice.ingress_url))
+        .send()
+        .await
+        .expect("ingress reachable");
+    assert_eq!(resp.status(), 200, "{path}");
+    resp.json().await.expect("a JSON answer")
+}
+
+/// The flow-control counter of `scope` at `level` (`scope`, `level1`, `level2`) from
+/// `GET /limits/counters`, if it lives.
+pub async fn counter(sluice: &Sluice, scope: &str, level: &str) -> Option<serde_json::Value> {
+    let (_, counters) = get_json(&format!("{}/limits/counters", sluice.admin_url)).await;
+    counters["counters"]
+        .as_array()?
+        .iter()
+        .find(|c| c["scope"] == scope && c["level"] == level)
+        .cloned()
+}
+
+/// Calls `{service}/lastAwakeable` until it names an awakeable other than `previous`: the id
+/// of the one `{service}/awaitAwakeable` waits on now (at most 15 s).
+pub async fn next_awakeable(ingress_url: &str, service: &str, previous: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let id: String = reqwest::Client::new()
+            .post(format!(
+                "{ingress_url}/service/call/{service}/lastAwakeable"
+            ))
+            .send()
+            .await
+            .expect("ingress reachable")
+            .json()
+            .await
+            .unwrap_or_default();
+        if !id.is_empty() && id != previous {
+            return id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{service} never waited on a new awakeable"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads from `stream` until the server closes it (or `within` passes): whether it was closed.
+pub async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
