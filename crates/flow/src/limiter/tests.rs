@@ -393,14 +393,20 @@ fn a_burstable_key_borrows_idle_capacity_up_to_its_max() {
     drop(held);
 }
 
-#[test]
-fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
-    let b = burstable(4, 2, 4);
+/// Keys `a` and `c` under scope `s`, with `a` holding `n` slots.
+fn a_holding(b: &RuleBook, n: usize) -> (Limiter, CounterPath, CounterPath, Vec<Permit>) {
     let mut l = Limiter::new();
     let a = path(&mut l, "s", Some("a"));
     let c = path(&mut l, "s", Some("c"));
+    let held = (0..n).map(|_| l.try_acquire(&a, b, 0).unwrap()).collect();
+    (l, a, c, held)
+}
+
+#[test]
+fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
+    let b = burstable(4, 2, 4);
     // `a` holds the whole parent: 2 guaranteed, 2 borrowed.
-    let mut held: Vec<Permit> = (0..4).map(|_| l.try_acquire(&a, &b, 0).unwrap()).collect();
+    let (mut l, a, c, mut held) = a_holding(&b, 4);
     // `a` is at its max; `c` (within its guarantee) waits twice at the parent.
     assert_eq!(
         l.check(&a, &b, false, true, 0).unwrap_err().level,
@@ -449,12 +455,9 @@ fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
 #[test]
 fn two_borrowed_slots_back_in_one_turn_both_go_to_the_waiting_guarantee() {
     let b = burstable(4, 2, 4);
-    let mut l = Limiter::new();
-    let a = path(&mut l, "s", Some("a"));
-    let c = path(&mut l, "s", Some("c"));
     // `a` holds the whole parent (2 guaranteed, 2 borrowed) and has its next call waiting at
     // its own max; `c`, within its guarantee, waits twice at the parent.
-    let mut held: Vec<Permit> = (0..4).map(|_| l.try_acquire(&a, &b, 0).unwrap()).collect();
+    let (mut l, a, c, mut held) = a_holding(&b, 4);
     let own = l.check(&a, &b, false, true, 0).unwrap_err().counter;
     l.park(own, 9, &a, Priority::HIGH, None);
     let scope = l.check(&c, &b, false, true, 0).unwrap_err().counter;
@@ -498,10 +501,7 @@ fn two_borrowed_slots_back_in_one_turn_both_go_to_the_waiting_guarantee() {
 fn a_borrower_parked_at_the_parent_comes_after_waiters_within_their_guarantee() {
     // Parent 3; `a` holds all 3 (1 guaranteed, 2 borrowed; it may borrow one more).
     let b = burstable(3, 1, 4);
-    let mut l = Limiter::new();
-    let a = path(&mut l, "s", Some("a"));
-    let c = path(&mut l, "s", Some("c"));
-    let mut held: Vec<Permit> = (0..3).map(|_| l.try_acquire(&a, &b, 0).unwrap()).collect();
+    let (mut l, a, c, mut held) = a_holding(&b, 3);
     // `a` would borrow more (high priority); `c` is within its guarantee (low priority).
     let scope = l.check(&a, &b, false, true, 0).unwrap_err().counter;
     l.park(scope, 8, &a, Priority::HIGH, None);
