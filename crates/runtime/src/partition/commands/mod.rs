@@ -11,7 +11,7 @@
 //! | `Peek` | `peek.rs` | nothing (reads) |
 //! | `SetObjectState` | `object_state.rs` | the write set only |
 //! | `PauseQueue` | `queue_pause.rs` | one scheduler queue |
-//! | `ResetQuota` | `queue_pause.rs` | the quota counts a pattern matches |
+//! | `ResetQuota` | `reset_quota.rs` | the quota counts a pattern matches |
 //! | `AttemptMessage` | `attempt_message.rs` | one invocation (and its workflow's promises) |
 //! | `AttemptDone` | `attempt_end.rs` | one invocation |
 //! | `Wake` | `wake.rs` | one invocation (an expiry: its record and promises) |
@@ -33,6 +33,7 @@ mod fixtures;
 mod object_state;
 mod peek;
 mod queue_pause;
+mod reset_quota;
 mod restart_as_new;
 mod signal;
 mod submit;
@@ -145,5 +146,81 @@ impl Partition {
             Event::Barrier { reply } => effects.push(Effect::Answer(Answer::Barrier(reply))),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    /// The variants of `Event`, read from its source: the names a command table must list.
+    fn event_variants() -> Vec<String> {
+        let source = include_str!("../events.rs");
+        let body = source
+            .split_once("pub enum Event {")
+            .expect("events.rs declares `pub enum Event`")
+            .1;
+        let body = &body[..body.find("\n}\n").expect("the enum ends")];
+        body.lines()
+            .filter_map(|line| line.strip_prefix("    "))
+            .filter_map(|line| {
+                let name: String = line
+                    .chars()
+                    .take_while(char::is_ascii_alphanumeric)
+                    .collect();
+                name.starts_with(|c: char| c.is_ascii_uppercase())
+                    .then_some(name)
+            })
+            .collect()
+    }
+
+    /// The rows of the command table in `text` (the table under `| command | handler |`, each
+    /// line behind `prefix`): each row's command names (in backticks in its first cell) and its
+    /// handler file (second cell).
+    fn table_rows(text: &str, prefix: &str) -> Vec<(Vec<String>, String)> {
+        text.lines()
+            .map(|line| line.strip_prefix(prefix).unwrap_or(""))
+            .skip_while(|line| !line.starts_with("| command | handler |"))
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let names = cells.get(1)?.split('`').skip(1).step_by(2);
+                let handler = cells.get(2)?.trim_matches('`').to_owned();
+                Some((names.map(str::to_owned).collect(), handler))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_event_is_a_row_of_both_command_tables_and_its_handler_file_exists() {
+        let variants = event_variants();
+        assert!(variants.len() >= 10, "read the enum: {variants:?}");
+        let docs = include_str!("../../../../../docs/partition.md");
+        let here = include_str!("mod.rs");
+        for (name, text, prefix, dir) in [
+            ("docs/partition.md", docs, "", "src/partition/"),
+            ("commands/mod.rs", here, "//! ", "src/partition/commands/"),
+        ] {
+            let rows = table_rows(text, prefix);
+            for variant in &variants {
+                assert!(
+                    rows.iter().any(|(names, _)| names.contains(variant)),
+                    "`{variant}` has no row in {name}'s command table"
+                );
+            }
+            for (names, handler) in &rows {
+                for listed in names {
+                    assert!(
+                        variants.contains(listed),
+                        "{name} lists `{listed}`, which is not an `Event`"
+                    );
+                }
+                if handler != "here" {
+                    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join(dir)
+                        .join(handler);
+                    assert!(path.exists(), "{name}: {} does not exist", path.display());
+                }
+            }
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! Queue pause: an operator pauses (or resumes) one scheduler queue. The pause is stored per
 //! partition; the scheduler follows once it is (`Effect::PauseQueue`); an unknown queue is
-//! answered false at once. Quota reset: an operator starts the quota counts a pattern matches
-//! again; stored first, the scheduler follows (`Effect::ResetQuota`).
+//! answered false at once.
 
 use tokio::sync::oneshot;
 
@@ -30,19 +29,5 @@ impl Partition {
         }
         effects.push(Effect::PauseQueue(Box::new(key), pause));
         effects.push(Effect::Answer(Answer::QueuePaused(reply)));
-    }
-
-    pub(in super::super) fn reset_quota(
-        &mut self,
-        pattern: Box<crate::flow::RulePattern>,
-        reply: oneshot::Sender<u64>,
-        writes: &mut WriteSet,
-        effects: &mut Vec<Effect>,
-    ) {
-        // What the reset writes, stored with this batch; admissions after it write again.
-        for (counter, used) in self.scheduler.quota_reset_plan(&pattern) {
-            crate::invocation::quotas::put(writes, self.index, &counter, used);
-        }
-        effects.push(Effect::ResetQuota(pattern, reply));
     }
 }
