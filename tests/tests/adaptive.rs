@@ -20,6 +20,30 @@ async fn limit(sluice: &Sluice) -> Option<(u64, bool)> {
     Some((c["limit"].as_u64()?, c["adaptive"].is_object()))
 }
 
+/// Makes `Meter/loaded` slow down past `knee` calls at once (0: never).
+async fn set_knee(sluice: &Sluice, knee: u64) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Meter/knee", sluice.ingress_url))
+        .json(&knee)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+/// The server with the test deployment, scope `ad` adaptive between 1 and 64, and
+/// `Meter/loaded`'s knee at `knee`.
+async fn adaptive_at_knee(knee: u64) -> (Sluice, TestDeployment) {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([{"pattern": "ad", "limits": {"adaptive": {"min": 1, "max": 64}}}]))
+        .await;
+    set_knee(&sluice, knee).await;
+    (sluice, dep)
+}
+
 /// Keeps `clients` calls of `Meter/loaded(100)` in flight in scope `ad` until `stop`.
 fn load(
     sluice: &Sluice,
@@ -73,19 +97,7 @@ async fn sample(sluice: &Sluice, how_long: Duration) -> Vec<u64> {
 #[tokio::test]
 async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().start().await.unwrap();
-    sluice.register(&dep.uri, false).await;
-    sluice
-        .set_rules(json!([{"pattern": "ad", "limits": {"adaptive": {"min": 1, "max": 64}}}]))
-        .await;
-    let resp = reqwest::Client::new()
-        .post(format!("{}/service/call/Meter/knee", sluice.ingress_url))
-        .json(&8)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let (sluice, _dep) = adaptive_at_knee(8).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(&sluice, 40, &stop);
@@ -137,13 +149,7 @@ async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops()
     }
 
     // The handler no longer slows down under load: the limit rises again.
-    let resp = reqwest::Client::new()
-        .post(format!("{}/service/call/Meter/knee", sluice.ingress_url))
-        .json(&0)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    set_knee(&sluice, 0).await;
     let risen = sample(&sluice, Duration::from_secs(5)).await;
     assert!(
         risen.iter().any(|l| *l >= 24),
@@ -187,20 +193,8 @@ async fn an_adaptive_limit_settles_where_latency_grows_and_rises_when_it_stops()
 #[tokio::test]
 async fn a_fast_handler_beside_a_slow_one_keeps_an_adaptive_limit_up() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().start().await.unwrap();
-    sluice.register(&dep.uri, false).await;
-    sluice
-        .set_rules(json!([{"pattern": "ad", "limits": {"adaptive": {"min": 1, "max": 64}}}]))
-        .await;
     // `Meter/loaded(100)` takes 100 ms however many run.
-    let resp = reqwest::Client::new()
-        .post(format!("{}/service/call/Meter/knee", sluice.ingress_url))
-        .json(&0)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let (sluice, _dep) = adaptive_at_knee(0).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let slow = load(&sluice, 24, &stop);

@@ -11,7 +11,7 @@ use crate::ids::InvocationId;
 use crate::invocation::identity::{idempotent_id, in_scope, partition_key};
 
 /// A partition that could not be asked: 503 with its code.
-pub(super) fn unavailable(e: crate::errors::CodedError) -> IngressError {
+fn unavailable(e: crate::errors::CodedError) -> IngressError {
     IngressError {
         status: StatusCode::SERVICE_UNAVAILABLE,
         code: e.code,

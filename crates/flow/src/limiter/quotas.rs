@@ -60,12 +60,17 @@ impl Limiter {
             state.dirty = false;
             self.quota_reset.push((key.clone(), used));
         }
-        self.quota_next_end = self.quota_next_end.min(used.window_end);
-        self.quota_kept.insert(key, used);
+        self.keep(key, used);
         // Now and then, forget the uses whose window ended.
         if self.quota_kept.len() >= (self.quota_swept * 2).max(1024) {
             self.sweep_kept_quotas();
         }
+    }
+
+    /// Keeps the use of the idle counter `key` until its window ends.
+    fn keep(&mut self, key: String, used: QuotaUse) {
+        self.quota_next_end = self.quota_next_end.min(used.window_end);
+        self.quota_kept.insert(key, used);
     }
 
     /// Forgets the kept uses whose window ended, in the store too (a use of 0 is deleted
@@ -131,8 +136,7 @@ impl Limiter {
         if used.window_end <= now_ms {
             return false;
         }
-        self.quota_next_end = self.quota_next_end.min(used.window_end);
-        self.quota_kept.insert(key, used);
+        self.keep(key, used);
         true
     }
 

@@ -126,27 +126,33 @@ impl Partition {
             .rule
             .as_ref()
             .map_or_else(String::new, |r| format!(" (rule '{r}')"));
-        let code = match refused.why {
-            RefusalReason::IdleQuotasFull { .. } => Code::FLO0004,
-            _ => Code::FLO0002,
-        };
-        let why = match refused.why {
-            RefusalReason::QueueFull { max_queued } => format!(
-                "the {} queue of {at} already holds {max_queued} waiting invocations, its max_queued{rule}",
-                refused.level.as_str()
+        let level = refused.level.as_str();
+        // Each reason names its code: a new reason cannot slip in under another's.
+        let (code, why) = match refused.why {
+            RefusalReason::QueueFull { max_queued } => (
+                Code::FLO0002,
+                format!(
+                    "the {level} queue of {at} already holds {max_queued} waiting invocations, its max_queued{rule}"
+                ),
             ),
-            RefusalReason::RateExceeded { rate } => format!(
-                "the {} rate of {at} ({} with on_exceed = reject{rule}) has no token left",
-                refused.level.as_str(),
-                rate.rate
+            RefusalReason::RateExceeded { rate } => (
+                Code::FLO0002,
+                format!(
+                    "the {level} rate of {at} ({} with on_exceed = reject{rule}) has no token left",
+                    rate.rate
+                ),
             ),
-            RefusalReason::QuotaExhausted { quota } => format!(
-                "the {} quota of {at} ({quota} with on_exceed = reject{rule}) is used up until its next window",
-                refused.level.as_str(),
+            RefusalReason::QuotaExhausted { quota } => (
+                Code::FLO0002,
+                format!(
+                    "the {level} quota of {at} ({quota} with on_exceed = reject{rule}) is used up until its next window"
+                ),
             ),
-            RefusalReason::IdleQuotasFull { max } => format!(
-                "the {} counter of {at} has a quota{rule} and has used none of it in this window, and this partition already keeps the quota use of {max} idle counters (flow.max-idle-quota-counters)",
-                refused.level.as_str(),
+            RefusalReason::IdleQuotasFull { max } => (
+                Code::FLO0004,
+                format!(
+                    "the {level} counter of {at} has a quota{rule} and has used none of it in this window, and this partition already keeps the quota use of {max} idle counters (flow.max-idle-quota-counters)"
+                ),
             ),
         };
         // Whole seconds, at least 1: what `Retry-After` can say.
