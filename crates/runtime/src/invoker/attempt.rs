@@ -157,6 +157,12 @@ pub struct AttemptClient {
 /// Receives the deployment's messages (after the replayed journal) as they arrive, with their
 /// ack flags. Terminal messages are not handed over: they are the attempt's [`Ending`].
 pub trait MessageSink: Send {
+    /// The deployment answered the request (a 2xx head of the protocol's content type),
+    /// before any message: it is reachable and not overloaded.
+    fn answered(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// One message.
     fn deliver(&mut self, message: Message, ack: bool) -> impl Future<Output = ()> + Send;
 }
@@ -431,6 +437,7 @@ impl AttemptClient {
                 ),
             ));
         }
+        sink.answered().await;
         let sdk = response
             .headers()
             .get("x-restate-server")

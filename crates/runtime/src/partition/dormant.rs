@@ -352,6 +352,7 @@ impl Event {
             // Running invocations are never at rest; the rest read no invocation's state or
             // look at it in either form.
             Event::AttemptMessage { .. }
+            | Event::AttemptAnswered { .. }
             | Event::AttemptDone { .. }
             | Event::SetObjectState { .. }
             | Event::SlotsFree

@@ -133,6 +133,16 @@ struct PartitionSink {
 }
 
 impl MessageSink for PartitionSink {
+    async fn answered(&mut self) {
+        let _ = self
+            .tx
+            .send(Event::AttemptAnswered {
+                id: self.id,
+                attempt: self.attempt,
+            })
+            .await;
+    }
+
     async fn deliver(&mut self, message: Message, ack: bool) {
         let _ = self
             .tx

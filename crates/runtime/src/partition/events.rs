@@ -108,6 +108,17 @@ pub enum Event {
         /// Its target, status and outcome; `None` when unknown.
         reply: oneshot::Sender<Option<super::answer::Peek>>,
     },
+    /// The deployment answered an attempt's request (a 2xx head of the protocol's content
+    /// type): it is reachable and not overloaded, whatever the attempt does next. Its paced
+    /// drain learns that now, not when the attempt ends: an attempt may hold its slot for
+    /// long (a handler awaiting an awakeable), and a window full of those would otherwise
+    /// never grow.
+    AttemptAnswered {
+        /// The invocation.
+        id: InvocationId,
+        /// Which attempt.
+        attempt: u32,
+    },
     /// An attempt finished.
     AttemptDone {
         /// The invocation.

@@ -44,6 +44,8 @@ pub(super) struct Attempt {
     pub fresh: Vec<u32>,
     /// A signal was journaled while it ran.
     pub signalled: bool,
+    /// Its deployment answered its request, and the paced drain was told so.
+    pub answered: bool,
     /// It broke a rule (say, called an unknown handler): it is failed with this error when it
     /// ends, and nothing more of it is journaled.
     pub violation: Option<CodedError>,
@@ -58,6 +60,7 @@ pub(super) struct Attempt {
 pub(super) struct Ended {
     pub fresh: Vec<u32>,
     pub signalled: bool,
+    pub answered: bool,
     pub violation: Option<CodedError>,
     pub started: Instant,
     pub span: Option<([u8; 8], SystemTime)>,
@@ -70,6 +73,7 @@ impl Attempt {
             outbound: None,
             fresh: Vec::new(),
             signalled: false,
+            answered: false,
             violation: None,
             started: Instant::now(),
             span: None,
@@ -145,6 +149,7 @@ impl Run {
                     outbound: _,
                     fresh,
                     signalled,
+                    answered,
                     violation,
                     started,
                     span,
@@ -156,6 +161,7 @@ impl Run {
                 Some(Ended {
                     fresh,
                     signalled,
+                    answered,
                     violation,
                     started,
                     span,

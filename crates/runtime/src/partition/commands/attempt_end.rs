@@ -90,12 +90,16 @@ impl Partition {
             );
         }
         // What the deployment showed paces its next attempts (only a hint, not state: it is
-        // not stored, and a restart starts unpaced).
+        // not stored, and a restart starts unpaced). An attempt whose request the deployment
+        // answered told the drain so then (`AttemptAnswered`); its end says nothing more about
+        // the deployment.
         let signal = match &result {
             Ok(_) => crate::flow::pacing::Signal::Answered,
             Err(e) => e.signal(),
         };
-        if let Some(permit) = live.run.permit() {
+        if !ended.answered
+            && let Some(permit) = live.run.permit()
+        {
             self.scheduler.report(permit, signal, now);
         }
         match result {

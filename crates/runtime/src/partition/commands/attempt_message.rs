@@ -24,6 +24,21 @@ pub(in super::super) fn too_large_for_a_record(len: usize, limit: usize) -> Code
 }
 
 impl Partition {
+    /// The deployment answered attempt `attempt` of `id`: its paced drain counts it as a
+    /// success once, now.
+    pub(in super::super) fn attempt_answered(&mut self, id: InvocationId, attempt: u32) {
+        let now = self.driver.now_ms();
+        let Some(running) = self.live.get_mut(&id).and_then(|l| l.current(attempt)) else {
+            return;
+        };
+        if running.answered {
+            return;
+        }
+        running.answered = true;
+        self.scheduler
+            .report(&running.permit, crate::flow::pacing::Signal::Answered, now);
+    }
+
     pub(in super::super) fn attempt_message(
         &mut self,
         id: InvocationId,

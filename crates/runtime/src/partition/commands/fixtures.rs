@@ -39,11 +39,13 @@ const NOW: u64 = 1_800_000_000_000;
 struct Recording {
     started: Arc<Mutex<Vec<Started>>>,
     posted: Arc<Mutex<Vec<Event>>>,
+    /// How far its clock has moved past `NOW`, in ms.
+    moved_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Driver for Recording {
     fn now_ms(&self) -> u64 {
-        NOW
+        NOW + self.moved_ms.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn start(&self, attempt: Started) {
@@ -366,6 +368,157 @@ fn an_attempts_end_moves_it_on_and_gives_its_slots_back_after_the_commit() {
     );
     assert!(asked.contains(&"evict".to_owned()), "{asked:?}");
     assert_eq!(bench.state(id), State::Gone);
+}
+
+/// The end of an attempt that could not reach its deployment.
+fn unreachable(id: InvocationId, attempt: u32) -> Event {
+    Event::AttemptDone {
+        id,
+        attempt,
+        result: Err(crate::invoker::AttemptError {
+            error: crate::errors::CodedError::new(
+                crate::errors::Code::RT0010,
+                "cannot reach the deployment",
+            ),
+            retry_after: None,
+            status: None,
+            unreachable: true,
+        }),
+    }
+}
+
+#[test]
+fn answered_attempts_grow_a_paced_window_while_they_run_on() {
+    let mut bench = Bench::new();
+    let window = |bench: &Bench| {
+        let now = bench.driver.now_ms();
+        bench.partition.registry.gates().snapshot(now)[0].window
+    };
+    let [a, b, c] = [21, 22, 23].map(new_record);
+    let (a, b, c) = (a.id, b.id, c.id);
+    for seed in [21, 22, 23] {
+        bench.submit(new_record(seed));
+    }
+    assert_eq!(bench.started(), [(a, 1), (b, 1), (c, 1)]);
+    // Two attempts in a row find the deployment down: it is paced, two attempts at once.
+    bench.apply(unreachable(a, 1));
+    bench.apply(unreachable(b, 1));
+    assert_eq!(window(&bench), Some(2));
+    // Their back-offs and the deployment's closed time are over: `c` still runs, so one of
+    // the two fits the window.
+    bench
+        .driver
+        .moved_ms
+        .store(60_000, std::sync::atomic::Ordering::Relaxed);
+    bench.apply(Event::Wake {
+        id: a,
+        completion: None,
+    });
+    bench.apply(Event::Wake {
+        id: b,
+        completion: None,
+    });
+    assert_eq!(bench.started(), [(a, 2)]);
+    assert_eq!(bench.state(b), State::Queued);
+    // The deployment answers the running attempts' requests, and they run on (a handler
+    // awaiting an awakeable holds its slot for long): each answer is a success of the slow
+    // start, so `b` starts without waiting for either to end.
+    bench.apply(Event::AttemptAnswered { id: c, attempt: 1 });
+    assert_eq!(window(&bench), Some(3));
+    assert_eq!(bench.started(), [(b, 2)]);
+    bench.apply(Event::AttemptAnswered { id: a, attempt: 2 });
+    assert_eq!(window(&bench), Some(4));
+    // The same answer again, or an answered attempt's end, is not counted a second time.
+    bench.apply(Event::AttemptAnswered { id: a, attempt: 2 });
+    bench.apply(Event::AttemptDone {
+        id: a,
+        attempt: 2,
+        result: Ok(Ending::End),
+    });
+    assert_eq!(window(&bench), Some(4));
+}
+
+#[test]
+fn attaching_answers_where_the_outcome_comes_and_an_unknown_id_is_dropped() {
+    let mut bench = Bench::new();
+    let record = new_record(31);
+    let id = record.id;
+    bench.submit(record);
+    assert_eq!(bench.started(), [(id, 1)]);
+    // Running: answered at once with where its outcome will come; nothing else happens.
+    let (reply, mut answer) = oneshot::channel();
+    assert!(bench.apply(Event::Await { id, reply }).is_empty());
+    let mut outcome = answer
+        .try_recv()
+        .unwrap()
+        .expect("a waiter within the bound");
+    assert!(outcome.try_recv().is_err(), "no outcome before the end");
+    bench.apply(Event::AttemptDone {
+        id,
+        attempt: 1,
+        result: Ok(Ending::End),
+    });
+    // An attempt that ends without an Output command completes with an empty value.
+    assert_eq!(outcome.try_recv().unwrap(), value(b""));
+    // Completed and evicted: a new waiter is answered from the store.
+    let (reply, mut answer) = oneshot::channel();
+    assert_eq!(
+        bench.apply(Event::Await { id, reply }),
+        ["notify 1 waiters: value"]
+    );
+    let mut outcome = answer.try_recv().unwrap().unwrap();
+    assert_eq!(outcome.try_recv().unwrap(), value(b""));
+    // An id nobody knows: the reply is dropped, so the asker says "not found".
+    let (reply, mut answer) = oneshot::channel();
+    let unknown = new_record(32).id;
+    assert!(bench.apply(Event::Await { id: unknown, reply }).is_empty());
+    assert!(answer.try_recv().is_err());
+}
+
+#[test]
+fn an_awakeable_completes_once_and_a_signal_for_nobody_says_so() {
+    use super::super::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
+    use crate::ids::AwakeableId;
+    use crate::protocol::proto::notification_template;
+    let mut bench = Bench::new();
+    let record = new_record(41);
+    let id = record.id;
+    bench.submit(record);
+    assert_eq!(bench.started(), [(id, 1)]);
+    let deliver = |bench: &mut Bench, target: InvocationId| {
+        let (reply, mut answer) = oneshot::channel();
+        let signal = Signal::awakeable(
+            AwakeableId {
+                invocation: target,
+                index: FIRST_AWAKEABLE_INDEX,
+            },
+            notification_template::Result::Value(proto::Value {
+                content: Bytes::from_static(b"\"done\""),
+            }),
+        );
+        let asked = bench.apply(Event::Signal {
+            signal,
+            reply: Some(reply),
+        });
+        (asked, answer.try_recv().expect("answered after the commit"))
+    };
+    // Journaled for the running attempt; it is not bidi, so nothing is sent or started.
+    let journal = |bench: &Bench| bench.partition.live[&id].journal.len();
+    let before = journal(&bench);
+    let (asked, delivery) = deliver(&mut bench, id);
+    assert_eq!(delivery, Delivery::Delivered, "{asked:?}");
+    assert_eq!(journal(&bench), before + 1);
+    assert!(bench.started().is_empty());
+    // The same awakeable again is refused, and the journal stays as it was.
+    let (_, delivery) = deliver(&mut bench, id);
+    assert!(
+        matches!(&delivery, Delivery::Refused(why) if why.contains("already completed")),
+        "{delivery:?}"
+    );
+    assert_eq!(journal(&bench), before + 1);
+    // An invocation that does not exist.
+    let (_, delivery) = deliver(&mut bench, new_record(42).id);
+    assert_eq!(delivery, Delivery::NoInvocation);
 }
 
 #[test]

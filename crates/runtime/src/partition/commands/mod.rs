@@ -13,6 +13,7 @@
 //! | `PauseQueue` | `queue_pause.rs` | one scheduler queue |
 //! | `ResetQuota` | `reset_quota.rs` | the quota counts a pattern matches |
 //! | `AttemptMessage` | `attempt_message.rs` | one invocation (and its workflow's promises) |
+//! | `AttemptAnswered` | `attempt_message.rs` | its deployment's paced drain |
 //! | `AttemptDone` | `attempt_end.rs` | one invocation |
 //! | `Wake` | `wake.rs` | one invocation (an expiry: its record and promises) |
 //! | `CallResult` | `call_result.rs` | one invocation |
@@ -110,6 +111,7 @@ impl Partition {
                 message,
                 ack,
             } => self.attempt_message(id, attempt, message, ack, writes, effects)?,
+            Event::AttemptAnswered { id, attempt } => self.attempt_answered(id, attempt),
             Event::AttemptDone {
                 id,
                 attempt,

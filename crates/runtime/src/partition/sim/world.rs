@@ -591,6 +591,10 @@ impl World {
             20..22 => return self.deliver(inbox, false),
             _ => Ok(turn.ending),
         };
+        // A deployment that could be reached answered the request's head first.
+        if !matches!(&result, Err(e) if e.unreachable) {
+            inbox.insert(0, Event::AttemptAnswered { id, attempt });
+        }
         inbox.push(Event::AttemptDone {
             id,
             attempt,
