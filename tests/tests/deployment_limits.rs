@@ -1,7 +1,8 @@
 //! Deployment gates end to end, measured in the deployment: a concurrency limit its discovery
 //! manifest declares (for the deployment, or for one service) bounds every attempt on it and
 //! says so in why-waiting and SQL; and after an outage its backlog drains paced (AIMD) instead
-//! of all at once, against the same outage with pacing off.
+//! of all at once, against the same outage with pacing off, with attempts that hold their slot
+//! for long (awaiting an awakeable) counted as answered when the deployment answers them.
 
 use std::time::{Duration, Instant};
 
@@ -337,4 +338,78 @@ async fn a_failing_handler_does_not_hold_back_its_deployments_healthy_one() {
         during * 4.0 >= before,
         "the healthy handler fell from {before:.0} to {during:.0} calls/s"
     );
+}
+
+/// The deployment's gate as `/limits/deployments` shows it (the only deployment).
+async fn gate(sluice: &Sluice) -> Value {
+    let (_, listed) =
+        sluice_tests::get_json(&format!("{}/limits/deployments", sluice.admin_url)).await;
+    listed["gates"][0].clone()
+}
+
+/// Awaits `want` of the deployment's gate; answers what it showed.
+async fn gate_until(sluice: &Sluice, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let seen = gate(sluice).await;
+        if want(&seen) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {seen}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_paced_window_held_by_attempts_that_run_on_still_lets_new_work_start() {
+    let port = free_port();
+    let dep = TestDeployment::start_with(port, "v1", &[]).await.unwrap();
+    // Attempts that wait on an awakeable hold their slot until it is completed: the
+    // inactivity timeout that would suspend them is far beyond the test.
+    let sluice = Sluice::builder()
+        .quick_retries()
+        .env("SERVICE_WORKER__INVOKER__INACTIVITY_TIMEOUT", "10min")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    drop(dep);
+    // Two calls that will wait on an awakeable find the deployment down: it is paced, two
+    // attempts at once.
+    let client = reqwest::Client::new();
+    let mut waiters = Vec::new();
+    for _ in 0..2 {
+        let sent: Value = client
+            .post(format!("{}/Meter/awaitAwakeable/send", sluice.ingress_url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        waiters.push(sent["invocationId"].as_str().unwrap().to_owned());
+    }
+    gate_until(&sluice, "paced at 2", |g| g["drain_window"] == 2).await;
+    // Back on the same port: both waiters start and run on, filling the window they found.
+    let _dep = TestDeployment::start_with(port, "v1", &[]).await.unwrap();
+    for id in &waiters {
+        sluice
+            .invocation_until(id, "the waiter runs", |seen| seen["status"] == "running")
+            .await;
+    }
+    // The deployment answered both: that counts now, not when they end, so the window grew
+    // past what they hold and a new call starts at once.
+    let paced = gate_until(&sluice, "both waiters answered", |g| {
+        g["running"] == 2 && g["drain_window"].as_u64().is_some_and(|w| w > 2)
+    })
+    .await;
+    assert_eq!(paced["drain_window"], 4, "{paced}");
+    let answered = client
+        .post(format!("{}/Greeter/greet", sluice.ingress_url))
+        .json(&"Ada")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.text().await.unwrap(), "\"Hello, Ada!\"");
 }
