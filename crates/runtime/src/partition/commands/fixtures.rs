@@ -522,6 +522,66 @@ fn an_awakeable_completes_once_and_a_signal_for_nobody_says_so() {
 }
 
 #[test]
+fn a_running_attempts_message_is_journaled_and_a_stale_attempts_is_dropped() {
+    let mut bench = Bench::new();
+    let record = new_record(51);
+    let id = record.id;
+    bench.submit(record);
+    assert_eq!(bench.started(), [(id, 1)]);
+    let output = |attempt| Event::AttemptMessage {
+        id,
+        attempt,
+        message: Message::Output(proto::OutputCommandMessage {
+            result: Some(proto::output_command_message::Result::Value(proto::Value {
+                content: Bytes::from_static(b"42"),
+            })),
+            name: String::new(),
+        }),
+        ack: false,
+    };
+    let journal = |bench: &Bench| bench.partition.live[&id].journal.len();
+    let before = journal(&bench);
+    // An attempt that is not the current one says nothing.
+    assert!(bench.apply(output(2)).is_empty());
+    assert_eq!(journal(&bench), before);
+    // The current attempt's Output is journaled; its end completes with that value.
+    bench.apply(output(1));
+    assert_eq!(journal(&bench), before + 1);
+    let (reply, mut answer) = oneshot::channel();
+    bench.apply(Event::Await { id, reply });
+    let mut outcome = answer.try_recv().unwrap().unwrap();
+    bench.apply(Event::AttemptDone {
+        id,
+        attempt: 1,
+        result: Ok(Ending::End),
+    });
+    assert_eq!(outcome.try_recv().unwrap(), value(b"42"));
+}
+
+#[test]
+fn a_restart_as_new_creates_its_invocation_once() {
+    let mut bench = Bench::new();
+    let record = new_record(61);
+    let id = record.id;
+    let restart = |bench: &mut Bench| {
+        let (reply, mut answer) = oneshot::channel();
+        let asked = bench.apply(Event::Restart {
+            record: Box::new(record.clone()),
+            journal: vec![input()],
+            reply,
+        });
+        (asked, answer.try_recv().unwrap().unwrap())
+    };
+    let (asked, created) = restart(&mut bench);
+    assert!(created, "{asked:?}");
+    assert_eq!(bench.started(), [(id, 1)]);
+    // The same id again: "not created", and nothing starts.
+    let (asked, created) = restart(&mut bench);
+    assert!(!created, "{asked:?}");
+    assert!(bench.started().is_empty());
+}
+
+#[test]
 fn an_operator_pauses_kills_and_resumes() {
     let mut bench = Bench::new();
     let record = new_record(3);
