@@ -3,14 +3,12 @@
 //! The binary (`main.rs`) only parses arguments; everything it runs lives here.
 
 pub mod admin;
-pub mod certificates;
 pub mod cli;
 pub mod cluster;
 pub mod flow_history;
 pub mod ingress;
 pub mod logging;
 pub mod otlp;
-pub mod per_ip;
 pub mod scrape;
 pub mod server;
 pub mod services;

@@ -293,7 +293,7 @@ pub struct AdminService {
     listener: Mutex<Option<std::net::TcpListener>>,
     router: Router,
     limits: crate::config::ConnectionLimits,
-    tls: Option<crate::certificates::ListenerTls>,
+    tls: Option<sluice_listeners::certificates::ListenerTls>,
     done: watch::Sender<bool>,
 }
 
@@ -316,7 +316,7 @@ impl AdminService {
     }
 
     /// The same service answering over TLS only.
-    pub fn with_tls(mut self, tls: Option<crate::certificates::ListenerTls>) -> Self {
+    pub fn with_tls(mut self, tls: Option<sluice_listeners::certificates::ListenerTls>) -> Self {
         self.tls = tls;
         self
     }
@@ -336,7 +336,7 @@ impl BackgroundService for AdminService {
             return;
         };
         // From here on SIGHUP reloads certificates and never ends the process, TLS or not.
-        crate::certificates::listen_for_hangups();
+        sluice_listeners::certificates::listen_for_hangups();
         if let Some(tls) = &self.tls {
             tokio::spawn(Arc::clone(&tls.certificate).watch(shutdown.clone()));
         }

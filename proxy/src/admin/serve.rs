@@ -77,7 +77,7 @@ struct Connection {
     /// Its place under the connection cap, given back when it closes.
     _permit: tokio::sync::OwnedSemaphorePermit,
     /// Its place under its client address's cap.
-    _place: crate::per_ip::Place,
+    _place: sluice_listeners::per_ip::Place,
 }
 
 impl Connection {
@@ -137,7 +137,7 @@ pub async fn serve(
     // Every open connection holds a permit: the drain below waits until all are back.
     let cap = u32::try_from(limits.max).unwrap_or(u32::MAX);
     let permits = Arc::new(Semaphore::new(usize::try_from(cap).unwrap_or(usize::MAX)));
-    let per_ip = crate::per_ip::PerIp::new(limits.max_per_ip.min(limits.max));
+    let per_ip = sluice_listeners::per_ip::PerIp::new(limits.max_per_ip.min(limits.max));
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()

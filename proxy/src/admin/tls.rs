@@ -1,11 +1,11 @@
 //! TLS for the admin listener: a certificate chain and its key from PEM files, offering HTTP/2
 //! and HTTP/1.1 by ALPN, read again on SIGHUP and when either file changes
-//! (`crate::certificates`). An admin port reached from other machines carries tokens, which
+//! (`sluice_listeners::certificates`). An admin port reached from other machines carries tokens, which
 //! must not cross the network in clear.
 
-use crate::certificates::ListenerTls;
 use crate::config::AdminConfig;
 use crate::errors::CodedError;
+use sluice_listeners::certificates::ListenerTls;
 
 /// The TLS `config` asks for: `None` when it names no certificate.
 pub fn acceptor(config: &AdminConfig) -> Result<Option<ListenerTls>, CodedError> {

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::IngressApp;
 use crate::config::ConnectionLimits;
-use crate::per_ip::PerIp;
+use sluice_listeners::per_ip::PerIp;
 
 tokio::task_local! {
     /// Set by the app once a request's headers are read: the connection's header deadline no

@@ -3,7 +3,7 @@
 //! connection guard, so it counts against the connection caps and is bounded by the
 //! header-read timeout like a request's headers (pingora's own listener would give it a
 //! minute). The certificate is read again on SIGHUP and when either file changes
-//! (`crate::certificates`).
+//! (`sluice_listeners::certificates`).
 
 use std::sync::Arc;
 
@@ -14,9 +14,9 @@ use pingora::protocols::{GetProxyDigest, GetSocketDigest, GetTimingDigest};
 use pingora::protocols::{SocketDigest, TimingDigest};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::certificates::ListenerTls;
 use crate::config::IngressConfig;
 use crate::errors::CodedError;
+use sluice_listeners::certificates::ListenerTls;
 
 /// The ingress's TLS acceptor and the certificate it serves.
 pub struct IngressTls {

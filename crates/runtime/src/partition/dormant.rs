@@ -618,8 +618,9 @@ mod tests {
         let input = live.journal[0].payload.len();
         let held = unbounded();
         let dormant = Dormant::of(live, &held);
+        // docs/perf.md says "about 40 bytes plus the input": this record packs into 36.
         assert!(
-            dormant.packed.len() <= input + 48,
+            dormant.packed.len() <= input + 40,
             "{} bytes for {input} bytes of input",
             dormant.packed.len()
         );
@@ -661,7 +662,8 @@ mod tests {
         let held_memory = HeldMemory::new(4);
         let dormant = Dormant::of(live, &held_memory);
         assert_eq!(held_memory.bytes(), 0, "over the budget: nothing kept");
-        assert!(dormant.packed.len() < 48, "{} bytes", dormant.packed.len());
+        // Without its input: the record alone, about 40 bytes (this one packs into 26).
+        assert!(dormant.packed.len() <= 40, "{} bytes", dormant.packed.len());
         let woken = dormant.wake(id, &store, &held_memory).unwrap();
         assert_eq!(woken.journal, journal);
         assert_eq!(woken.record, record);

@@ -18,8 +18,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::{file_error, pem_certificates};
-use crate::errors::{Code, CodedError};
+use sluice_config::{file_error, pem_certificates};
+use sluice_core::errors::{Code, CodedError};
 
 /// How often the certificate files are looked at for a change.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
