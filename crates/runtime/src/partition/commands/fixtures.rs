@@ -582,6 +582,42 @@ fn a_restart_as_new_creates_its_invocation_once() {
 }
 
 #[test]
+fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
+    use crate::flow::{Limit, RulePattern, Scope, Upsert};
+    let mut bench = Bench::new();
+    // One call an hour under scope `acme`.
+    let mut book = RuleBook::new();
+    let mut rule = Upsert::new(RulePattern::parse("acme").unwrap(), Limit::Unlimited);
+    rule.quota = Some("1/h".parse().unwrap());
+    book.apply_batch(&[rule], NOW).unwrap();
+    bench
+        .partition
+        .scheduler
+        .on_rules_changed(Arc::new(book), NOW);
+    let [first, second] = [71, 72].map(|seed| {
+        let mut record = new_record(seed);
+        record.scope = Some(Scope::parse("acme").unwrap());
+        record
+    });
+    assert_eq!(bench.submit(first), ["attempt", "ack: created"]);
+    let held = second.id;
+    bench.submit(second);
+    assert_eq!(bench.started().len(), 1, "the quota lets one start");
+    // Held by the used-up quota, it waits at rest.
+    assert_eq!(bench.state(held), State::Resting);
+    // The reset's counts are stored with its batch; only then does the scheduler follow, and
+    // the held call starts.
+    let (reply, mut answer) = oneshot::channel();
+    let asked = bench.apply(Event::ResetQuota {
+        pattern: Box::new(RulePattern::parse("acme").unwrap()),
+        reply,
+    });
+    assert_eq!(asked, ["reset quota acme"]);
+    assert_eq!(answer.try_recv().unwrap(), 1, "one counter reset");
+    assert_eq!(bench.started(), [(held, 1)]);
+}
+
+#[test]
 fn an_operator_pauses_kills_and_resumes() {
     let mut bench = Bench::new();
     let record = new_record(3);
