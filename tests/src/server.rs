@@ -394,9 +394,28 @@ impl Sluice {
         what: &str,
         want: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
+        self.admin_until(&format!("/invocations/{id}"), what, want)
+            .await
+    }
+
+    /// Polls the admin API's `GET path` until `want` holds of its JSON (at most 15 s; `what`
+    /// names the wait in the failure), and answers what it saw.
+    pub async fn admin_until(
+        &self,
+        path: &str,
+        what: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            let (_, seen) = self.describe(id).await;
+            let seen: serde_json::Value = self
+                .admin(reqwest::Method::GET, path)
+                .send()
+                .await
+                .expect("admin API reachable")
+                .json()
+                .await
+                .unwrap_or_default();
             if want(&seen) {
                 return seen;
             }

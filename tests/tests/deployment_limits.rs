@@ -340,24 +340,15 @@ async fn a_failing_handler_does_not_hold_back_its_deployments_healthy_one() {
     );
 }
 
-/// The deployment's gate as `/limits/deployments` shows it (the only deployment).
-async fn gate(sluice: &Sluice) -> Value {
-    let (_, listed) =
-        sluice_tests::get_json(&format!("{}/limits/deployments", sluice.admin_url)).await;
-    listed["gates"][0].clone()
-}
-
-/// Awaits `want` of the deployment's gate; answers what it showed.
+/// Awaits `want` of the (only) deployment's gate in `/limits/deployments`; answers what it
+/// showed.
 async fn gate_until(sluice: &Sluice, what: &str, want: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let seen = gate(sluice).await;
-        if want(&seen) {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "never {what}: {seen}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let listed = sluice
+        .admin_until("/limits/deployments", what, |listed| {
+            want(&listed["gates"][0])
+        })
+        .await;
+    listed["gates"][0].clone()
 }
 
 #[tokio::test]

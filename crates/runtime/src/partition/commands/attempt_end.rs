@@ -93,13 +93,13 @@ impl Partition {
         // not stored, and a restart starts unpaced). An attempt whose request the deployment
         // answered told the drain so then (`AttemptAnswered`); its end says nothing more about
         // the deployment.
-        let signal = match &result {
-            Ok(_) => crate::flow::pacing::Signal::Answered,
-            Err(e) => e.signal(),
-        };
         if !ended.answered
             && let Some(permit) = live.run.permit()
         {
+            let signal = match &result {
+                Ok(_) => crate::flow::pacing::Signal::Answered,
+                Err(e) => e.signal(),
+            };
             self.scheduler.report(permit, signal, now);
         }
         match result {

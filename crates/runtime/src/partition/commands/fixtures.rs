@@ -394,11 +394,12 @@ fn answered_attempts_grow_a_paced_window_while_they_run_on() {
         let now = bench.driver.now_ms();
         bench.partition.registry.gates().snapshot(now)[0].window
     };
-    let [a, b, c] = [21, 22, 23].map(new_record);
-    let (a, b, c) = (a.id, b.id, c.id);
-    for seed in [21, 22, 23] {
-        bench.submit(new_record(seed));
-    }
+    let [a, b, c] = [21, 22, 23].map(|seed| {
+        let record = new_record(seed);
+        let id = record.id;
+        bench.submit(record);
+        id
+    });
     assert_eq!(bench.started(), [(a, 1), (b, 1), (c, 1)]);
     // Two attempts in a row find the deployment down: it is paced, two attempts at once.
     bench.apply(unreachable(a, 1));
