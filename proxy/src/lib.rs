@@ -2,14 +2,11 @@
 //!
 //! The binary (`main.rs`) only parses arguments; everything it runs lives here.
 
-pub mod admin;
 pub mod cli;
 pub mod cluster;
-pub mod flow_history;
 pub mod ingress;
 pub mod logging;
 pub mod otlp;
-pub mod scrape;
 pub mod server;
 pub mod services;
 pub mod shutdown;

@@ -9,7 +9,6 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use tokio::sync::watch;
 
-use crate::admin::{self, AdminService, AdminState};
 use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};
@@ -21,6 +20,7 @@ use crate::registry::Registry;
 use crate::services::{KafkaService, PartitionsService};
 use crate::shutdown::{DrainService, SignalWatch, Signals};
 use crate::storage::Store;
+use sluice_admin::{self as admin, AdminService, AdminState};
 use sluice_kafka::Kafka;
 use sluice_plugins::Plugins;
 
@@ -137,7 +137,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     }
     let spans = crate::otlp::install(&config.tracing)?;
     let metrics = if config.metrics.enabled {
-        let metrics = crate::scrape::Metrics::install(&config.metrics)?;
+        let metrics = sluice_admin::scrape::Metrics::install(&config.metrics)?;
         server.add_service(background_service(
             "metrics",
             crate::services::MetricsUpkeepService(Arc::clone(&metrics)),
@@ -151,7 +151,9 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         KafkaService(Arc::clone(&kafka)),
     ));
     let history = config.flow.history_points().map(|(interval, points)| {
-        let history = Arc::new(crate::flow_history::FlowHistory::new(interval, points));
+        let history = Arc::new(sluice_admin::flow_history::FlowHistory::new(
+            interval, points,
+        ));
         server.add_service(background_service(
             "flow-history",
             crate::services::FlowHistoryService(Arc::clone(&history), runtime.clone()),
@@ -165,7 +167,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         runtime: runtime.clone(),
         config: Arc::clone(&config),
         plugins: Arc::clone(&plugins),
-        forwarder: crate::cluster::relay::client(None),
+        forwarder: sluice_runtime::replication::relay::client(None),
         api_keys: crate::ingress::api_keys::ApiKeys::from_config(&config.ingress)?,
     });
     server.add_service(background_service(
@@ -197,7 +199,11 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         .with_auth(admin_auth)
         .with_metrics(metrics)
         .with_history(history)
-        .with_cluster(cluster.clone());
+        .with_cluster(
+            cluster
+                .clone()
+                .map(|cluster| cluster as Arc<dyn admin::ClusterReport>),
+        );
     let router = admin::router(Arc::new(admin_state));
     server.add_service(background_service(
         "admin",
@@ -322,8 +328,8 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, CodedError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::auth::AdminAuth;
     use crate::config::AuthTokens;
+    use sluice_admin::auth::AdminAuth;
 
     fn exposure(bind: &str, tokens: &str, allow: bool) -> Result<(), CodedError> {
         let mut config = Config::default();

@@ -59,7 +59,7 @@ impl BackgroundService for KafkaService {
 }
 
 /// Drains the metrics recorder's histograms between scrapes.
-pub struct MetricsUpkeepService(pub Arc<crate::scrape::Metrics>);
+pub struct MetricsUpkeepService(pub Arc<sluice_admin::scrape::Metrics>);
 
 #[async_trait]
 impl BackgroundService for MetricsUpkeepService {
@@ -73,7 +73,7 @@ impl BackgroundService for MetricsUpkeepService {
 
 /// Samples the flow charts' history (`flow.history`).
 pub struct FlowHistoryService(
-    pub Arc<crate::flow_history::FlowHistory>,
+    pub Arc<sluice_admin::flow_history::FlowHistory>,
     pub crate::partition::Runtime,
 );
 

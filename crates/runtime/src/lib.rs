@@ -1,7 +1,8 @@
 //! Sluice's durable runtime: the partitions that admit, run and retry invocations
 //! ([`partition`]), the client that runs an attempt on a deployment over the service protocol
 //! ([`invoker`]), deployments and their services ([`registry`], [`discovery`]), the rule book
-//! service ([`limits`]), and the [`node`] that holds them together. No listener, no HTTP server
+//! service ([`limits`]), the [`node`] that holds them together, and what reaches a partition
+//! another node leads ([`replication`]). No listener, no HTTP server
 //! framework: the `sluice` crate puts doors in front of this.
 
 pub mod deployment_tls;
@@ -12,6 +13,7 @@ pub mod node;
 pub mod partition;
 pub mod quickack;
 pub mod registry;
+pub mod replication;
 pub mod spans;
 
 // The crates below this one, under the paths this crate's code knows them by.

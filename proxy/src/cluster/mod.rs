@@ -8,7 +8,6 @@ mod leader;
 mod membership;
 mod meta;
 mod reader;
-pub mod relay;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -59,9 +58,6 @@ struct Shared {
     /// Events posted to an inbox that Kafka has not taken yet, tried again until it does.
     posts_retrying: Arc<std::sync::atomic::AtomicU64>,
 }
-
-/// Where the doors find the cluster once it joined (empty on an embedded node).
-pub type Slot = Arc<std::sync::OnceLock<Arc<Cluster>>>;
 
 /// Reloads what memory keeps of the metadata tables named.
 pub type MetaReload = Box<dyn Fn(&[&str]) + Send + Sync>;
@@ -247,8 +243,50 @@ impl Cluster {
         let _ = self.shared.on_meta.set(reload);
     }
 
+    /// Runs the reader, the membership and the takeovers until `stopping` turns true.
+    pub async fn run(&self, mut stopping: watch::Receiver<bool>) {
+        let shared = Arc::clone(&self.shared);
+        let (stop_reader, reader_stopping) = watch::channel(false);
+        let reader = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("sluice-log-reader".into())
+                .spawn(move || reader::run(&shared, &reader_stopping))
+        };
+        let (desired_tx, desired) = watch::channel(BTreeSet::new());
+        let membership = {
+            let settings = shared.settings.clone();
+            let stopping = stopping.clone();
+            std::thread::Builder::new()
+                .name("sluice-membership".into())
+                .spawn(move || membership::run(&settings, &desired_tx, &stopping))
+        };
+        let (stop_meta, meta_stopping) = watch::channel(false);
+        let meta = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("sluice-meta-reader".into())
+                .spawn(move || meta::read(&shared, &meta_stopping))
+        };
+        if reader.is_err() || membership.is_err() || meta.is_err() {
+            shared
+                .store
+                .health()
+                .fail(join_failed("cannot start the cluster's threads"));
+            return;
+        }
+        tokio::select! {
+            () = leader::reconcile(Arc::clone(&shared), desired) => {}
+            _ = stopping.wait_for(|down| *down) => {}
+        }
+        let _ = stop_reader.send(true);
+        let _ = stop_meta.send(true);
+    }
+}
+
+impl sluice_admin::ClusterReport for Cluster {
     /// This node's view of the cluster (`GET /cluster-health`).
-    pub fn view(&self) -> sluice_api::version::ClusterView {
+    fn view(&self) -> sluice_api::version::ClusterView {
         use sluice_api::version::{ClusterView, PartitionView};
         let shared = &self.shared;
         let mut nodes = std::collections::BTreeSet::from([shared.settings.node.clone()]);
@@ -288,7 +326,7 @@ impl Cluster {
 
     /// Why this node stopped following a partition, for the first such partition (what
     /// `/health` answers), with how many there are.
-    pub fn broken(&self) -> Option<(CodedError, usize)> {
+    fn broken(&self) -> Option<(CodedError, usize)> {
         let mut found = None;
         let mut count = 0;
         for slot in &self.shared.partitions {
@@ -298,46 +336,6 @@ impl Cluster {
             }
         }
         found.map(|why| (why, count))
-    }
-
-    /// Runs the reader, the membership and the takeovers until `stopping` turns true.
-    pub async fn run(&self, mut stopping: watch::Receiver<bool>) {
-        let shared = Arc::clone(&self.shared);
-        let (stop_reader, reader_stopping) = watch::channel(false);
-        let reader = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("sluice-log-reader".into())
-                .spawn(move || reader::run(&shared, &reader_stopping))
-        };
-        let (desired_tx, desired) = watch::channel(BTreeSet::new());
-        let membership = {
-            let settings = shared.settings.clone();
-            let stopping = stopping.clone();
-            std::thread::Builder::new()
-                .name("sluice-membership".into())
-                .spawn(move || membership::run(&settings, &desired_tx, &stopping))
-        };
-        let (stop_meta, meta_stopping) = watch::channel(false);
-        let meta = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("sluice-meta-reader".into())
-                .spawn(move || meta::read(&shared, &meta_stopping))
-        };
-        if reader.is_err() || membership.is_err() || meta.is_err() {
-            shared
-                .store
-                .health()
-                .fail(join_failed("cannot start the cluster's threads"));
-            return;
-        }
-        tokio::select! {
-            () = leader::reconcile(Arc::clone(&shared), desired) => {}
-            _ = stopping.wait_for(|down| *down) => {}
-        }
-        let _ = stop_reader.send(true);
-        let _ = stop_meta.send(true);
     }
 }
 

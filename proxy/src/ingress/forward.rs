@@ -7,9 +7,9 @@ use http::Response;
 use pingora::protocols::http::ServerSession;
 
 use super::error::IngressError;
-use crate::cluster::relay::{FORWARDED, relay};
 use crate::errors::Code;
 use crate::partition::placement::Route;
+use sluice_runtime::replication::relay::{FORWARDED, relay};
 
 fn not_here(partition_of: &str, why: &str) -> IngressError {
     IngressError::coded(

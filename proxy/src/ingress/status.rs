@@ -320,7 +320,7 @@ async fn elsewhere(
     if let Some(key) = api_key {
         asked.insert(super::api_keys::HEADER, key.clone());
     }
-    let answer = crate::cluster::relay::relay(
+    let answer = sluice_runtime::replication::relay::relay(
         &state.forwarder,
         &ingress,
         Method::GET,

@@ -11,8 +11,8 @@ use http::StatusCode;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use crate::errors::Code;
 pub use sluice_api::plugins::{ListPluginsResponse, PluginResponse};
+use sluice_core::errors::Code;
 use sluice_plugins::{Hook, OnError, Plugin, PluginSpec, Source};
 
 /// How the admin API shows `Plugin`.
@@ -37,7 +37,7 @@ pub fn plugin_response(plugin: &Plugin) -> PluginResponse {
 /// `memory-limit`, `fuel`, and `config.<key>=<value>` for each config entry.
 fn spec_of(
     query: &HashMap<String, String>,
-    limits: &crate::config::PluginLimits,
+    limits: &sluice_config::PluginLimits,
 ) -> Result<PluginSpec, AdminError> {
     let bad = |m: String| AdminError::coded(Code::PLG0001, m);
     let hook: Hook = query
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn the_query_describes_the_spec() {
-        let limits = crate::config::PluginLimits::default();
+        let limits = sluice_config::PluginLimits::default();
         let spec = spec_of(
             &query(&[
                 ("hook", "match-rule"),
@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn bad_queries_say_what_to_fix() {
-        let limits = crate::config::PluginLimits::default();
+        let limits = sluice_config::PluginLimits::default();
         let refused =
             |pairs: &[(&str, &str)]| spec_of(&query(pairs), &limits).unwrap_err().error.message;
         assert!(refused(&[]).contains("?hook=extract"));

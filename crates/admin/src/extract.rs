@@ -7,7 +7,7 @@ use http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::AdminError;
-use crate::errors::Code;
+use sluice_core::errors::Code;
 
 /// Use instead of `axum::extract::Path` in admin handlers.
 #[derive(Debug, Clone, Copy, Default)]

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use sluice_api::limits::{FlowHistoryResponse, QueueSeries, RuleSeries};
 
-use crate::flow::limiter::{CounterSnapshot, RuleAdmissions, WaitHistogram};
-use crate::partition::Runtime;
+use sluice_flow::limiter::{CounterSnapshot, RuleAdmissions, WaitHistogram};
+use sluice_runtime::partition::Runtime;
 
 /// Most rule series kept: the busiest at each sample.
 pub const MAX_RULE_SERIES: usize = 200;
@@ -111,7 +111,7 @@ impl FlowHistory {
             let queues = queues
                 .into_iter()
                 .map(|(partition, q)| {
-                    let id = crate::ids::VQueueId {
+                    let id = sluice_core::ids::VQueueId {
                         partition,
                         queue: q.id.index(),
                     }
@@ -124,7 +124,7 @@ impl FlowHistory {
                     (id, info, q.queued as u64)
                 })
                 .collect();
-            self.sample(crate::clock::now_ms(), &counters, &admissions, queues);
+            self.sample(sluice_core::clock::now_ms(), &counters, &admissions, queues);
         }
     }
 
@@ -328,14 +328,14 @@ impl SeriesLen for (QueueInfo, VecDeque<Option<u64>>) {
     }
 }
 
-fn rule_label(rule: Option<&crate::flow::RulePattern>) -> String {
+fn rule_label(rule: Option<&sluice_flow::RulePattern>) -> String {
     rule.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::Level;
+    use sluice_flow::Level;
 
     fn admissions(rule: &str, admitted: u64, refused: u64, waits: &[u64]) -> RuleAdmissions {
         let mut histogram = WaitHistogram::default();

@@ -4,8 +4,8 @@ use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-use crate::errors::{AdminErrorBody, Code, CodedError};
-use crate::registry::RegistryError;
+use sluice_core::errors::{AdminErrorBody, Code, CodedError};
+use sluice_runtime::registry::RegistryError;
 
 /// An admin failure with its HTTP status.
 #[derive(Debug, Clone)]

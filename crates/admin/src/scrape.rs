@@ -11,10 +11,10 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 use sluice_core::metrics as names;
 
-use crate::errors::{Code, CodedError};
-use crate::flow::Level;
-use crate::flow::scheduler::DeadlineCause;
-use crate::partition::Runtime;
+use sluice_core::errors::{Code, CodedError};
+use sluice_flow::Level;
+use sluice_flow::scheduler::DeadlineCause;
+use sluice_runtime::partition::Runtime;
 
 /// How often histograms are drained into their buckets between scrapes.
 const UPKEEP: Duration = Duration::from_secs(5);
@@ -36,7 +36,7 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     /// Installs the process-wide recorder; a second server in the same process shares it.
-    pub fn install(config: &crate::config::MetricsConfig) -> Result<Arc<Self>, CodedError> {
+    pub fn install(config: &sluice_config::MetricsConfig) -> Result<Arc<Self>, CodedError> {
         static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
         let handle = match HANDLE.get() {
             Some(handle) => handle.clone(),
@@ -69,7 +69,7 @@ impl Metrics {
         &self,
         runtime: &Runtime,
         kafka: &sluice_kafka::Kafka,
-        registry: &crate::registry::Registry,
+        registry: &sluice_runtime::registry::Registry,
     ) -> Result<String, CodedError> {
         let counters = runtime.counters().await?;
         let partitions = runtime.metrics().await?;
@@ -111,7 +111,7 @@ impl Metrics {
             metrics::counter!(names::FLOW_EXPIRED, "rule" => rule, "level" => level).absolute(n);
         }
         metrics::gauge!(names::QUEUES_PAUSED).set(paused as f64);
-        for gate in registry.gates().snapshot(crate::clock::now_ms()) {
+        for gate in registry.gates().snapshot(sluice_core::clock::now_ms()) {
             metrics::gauge!(names::DEPLOYMENT_RUNNING, "deployment" => gate.name.clone())
                 .set(f64::from(gate.used));
             if let Some(limit) = gate.limit {
@@ -161,13 +161,13 @@ fn recorder() -> Result<PrometheusHandle, CodedError> {
         .map_err(|e| failed(&e))
 }
 
-fn rule_label(rule: Option<&crate::flow::RulePattern>) -> String {
+fn rule_label(rule: Option<&sluice_flow::RulePattern>) -> String {
     rule.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 
 /// Sums the live counters per rule and level (never per scope), and the top scopes by waiters
 /// when asked for.
-fn flow_gauges(counters: &[crate::flow::limiter::CounterSnapshot], top_scopes: usize) {
+fn flow_gauges(counters: &[sluice_flow::limiter::CounterSnapshot], top_scopes: usize) {
     #[derive(Default)]
     struct Sums {
         counters: u64,

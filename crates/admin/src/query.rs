@@ -10,8 +10,8 @@ use http::{HeaderMap, header};
 
 use super::json::Json;
 use super::{AdminError, AdminState};
-use crate::errors::Code;
 pub use sluice_api::query::QueryRequest;
+use sluice_core::errors::Code;
 use sluice_sql::{QueryAnswer, QueryError, rows};
 
 /// The code of each way a query fails.

@@ -9,19 +9,19 @@ use axum::extract::State;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use crate::errors::Code;
-use crate::flow::limiter::MAX_WEIGHT;
-use crate::flow::{
-    AdaptiveLimit, Delete, Limit, Precondition, Quota, Rate, RateError, RateLimit, Rule, RuleError,
-    RulePattern, Upsert,
-};
-use crate::limits::RulesError;
 pub use sluice_api::limits::{
     AdaptiveBounds, ApplyRulesRequest, ApplyRulesResponse, BurstableBounds, Concurrency,
     CounterResponse, DeleteRuleRequest, FlowHistoryResponse, Limits, ListCountersResponse,
     ListRulesResponse, MODES, PreconditionRequest, ResetQuotaRequest, ResetQuotaResponse,
     RuleResponse, ShadowResponse, UpsertRuleRequest,
 };
+use sluice_core::errors::Code;
+use sluice_flow::limiter::MAX_WEIGHT;
+use sluice_flow::{
+    AdaptiveLimit, Delete, Limit, Precondition, Quota, Rate, RateError, RateLimit, Rule, RuleError,
+    RulePattern, Upsert,
+};
+use sluice_runtime::limits::RulesError;
 
 /// How the admin API shows `Rule`.
 pub fn rule_response(rule: &Rule) -> RuleResponse {
@@ -51,7 +51,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             }),
             max_wait: rule
                 .max_wait_ms
-                .map(|ms| crate::config::FriendlyDuration::from_millis(ms.get()).to_string()),
+                .map(|ms| sluice_config::FriendlyDuration::from_millis(ms.get()).to_string()),
             quota: rule.quota.map(|q| q.to_string()),
         },
         description: rule.description.clone(),
@@ -63,7 +63,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
 }
 
 fn pattern(text: &str) -> Result<RulePattern, AdminError> {
-    text.parse().map_err(|e: crate::flow::PatternError| {
+    text.parse().map_err(|e: sluice_flow::PatternError| {
         AdminError::coded(Code::RUL0001, format!("invalid rule pattern '{text}': {e}"))
     })
 }
@@ -117,7 +117,7 @@ fn quota(pattern: &str, limits: &Limits) -> Result<Option<Quota>, AdminError> {
     let Some(text) = &limits.quota else {
         return Ok(None);
     };
-    let quota: Quota = text.parse().map_err(|e: crate::flow::QuotaError| {
+    let quota: Quota = text.parse().map_err(|e: sluice_flow::QuotaError| {
         AdminError::coded(Code::RUL0001, format!("rule '{pattern}': {e}"))
     })?;
     Ok(Some(Quota {
@@ -141,7 +141,7 @@ fn guaranteed(pattern: &RulePattern, limits: &Limits) -> Result<Option<NonZeroU3
             ),
         ));
     }
-    if pattern.level() == crate::flow::Level::Scope {
+    if pattern.level() == sluice_flow::Level::Scope {
         return Err(AdminError::coded(
             Code::RUL0001,
             format!(
@@ -179,7 +179,7 @@ fn max_wait(pattern: &str, limits: &Limits) -> Result<Option<NonZeroU64>, AdminE
     };
     let invalid =
         |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': max_wait {why}"));
-    let duration: crate::config::FriendlyDuration = text.parse().map_err(invalid)?;
+    let duration: sluice_config::FriendlyDuration = text.parse().map_err(invalid)?;
     let ms = u64::try_from(duration.0.as_millis()).unwrap_or(u64::MAX);
     NonZeroU64::new(ms).map(Some).ok_or_else(|| {
         invalid(format!(
@@ -371,14 +371,14 @@ pub async fn deployment_gates(
     let gates = state
         .registry
         .gates()
-        .snapshot(crate::clock::now_ms())
+        .snapshot(sluice_core::clock::now_ms())
         .into_iter()
         .map(|g| sluice_api::limits::DeploymentGateResponse {
             deployment: g.name,
             declared: g.declared,
             drain_window: g.window,
             running: g.used,
-            closed_until: g.closed_until_ms.and_then(crate::clock::rfc3339),
+            closed_until: g.closed_until_ms.and_then(sluice_core::clock::rfc3339),
         })
         .collect();
     Json(sluice_api::limits::ListDeploymentGatesResponse { gates })
@@ -421,8 +421,8 @@ pub async fn counters(
                 quota_used: c.quota.map(|(_, u)| u.used),
                 quota_resets_at: c
                     .quota
-                    .and_then(|(_, u)| crate::clock::rfc3339(u.window_end)),
-                next_token_at: c.next_token_ms.and_then(crate::clock::rfc3339),
+                    .and_then(|(_, u)| sluice_core::clock::rfc3339(u.window_end)),
+                next_token_at: c.next_token_ms.and_then(sluice_core::clock::rfc3339),
                 weight: c.weight,
                 shadow: c.shadow.map(|(rule, counts)| ShadowResponse {
                     rule: rule.pattern.to_string(),

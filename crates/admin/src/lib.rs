@@ -1,12 +1,15 @@
-//! The admin listener: an axum router, one module per operation group, served unversioned and
-//! under `/v2`–`/v4`. `/openapi` is generated from the handlers' annotations, so every route
-//! added with [`OpenApiRouter::routes`] shows up there.
+//! The admin door: an axum router on the second listener, one module per operation group,
+//! served unversioned and under `/v2`–`/v4`. `/openapi` is generated from the handlers'
+//! annotations, so every route added with [`OpenApiRouter::routes`] shows up there. Beside the
+//! routes: the Prometheus recorder `GET /metrics` renders ([`scrape`]) and the flow charts'
+//! history ([`flow_history`]).
 
 pub mod auth;
 mod dashboard;
 pub mod deployments;
 pub mod error;
 mod extract;
+pub mod flow_history;
 mod health;
 pub mod invocations;
 pub mod json;
@@ -16,6 +19,7 @@ pub mod plugins;
 mod prometheus;
 pub mod query;
 mod restart;
+pub mod scrape;
 mod serve;
 pub mod services;
 pub mod shapes;
@@ -41,17 +45,27 @@ use utoipa_axum::routes;
 
 pub use error::AdminError;
 
-use crate::errors::Code;
+use sluice_core::errors::Code;
 use sluice_plugins::Plugins;
 pub use version::{MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, VersionInformation};
 
-use crate::config::Config;
-use crate::discovery::DiscoveryClient;
-use crate::limits::Rules;
-use crate::node::Node;
-use crate::partition::Runtime;
-use crate::registry::Registry;
-use crate::storage::Store;
+use sluice_config::Config;
+use sluice_runtime::discovery::DiscoveryClient;
+use sluice_runtime::limits::Rules;
+use sluice_runtime::node::Node;
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::registry::Registry;
+use sluice_store::storage::Store;
+
+/// What the admin API reports of this node's part of a cluster (cluster mode). The cluster
+/// lives above this crate (it is the process's composition of Kafka and the partitions), so it
+/// reaches the admin API through this.
+pub trait ClusterReport: Send + Sync + std::fmt::Debug {
+    /// This node's view: members, partitions it follows or leads, lag.
+    fn view(&self) -> sluice_api::version::ClusterView;
+    /// Why this node stopped following a partition, and how many it stopped following.
+    fn broken(&self) -> Option<(sluice_core::errors::CodedError, usize)>;
+}
 
 /// What admin handlers share.
 #[derive(Debug)]
@@ -82,8 +96,9 @@ pub struct AdminState {
     pub metrics: Option<Arc<crate::scrape::Metrics>>,
     /// The flow charts' history, when `flow.history` is on.
     pub history: Option<Arc<crate::flow_history::FlowHistory>>,
-    /// This node's part of the cluster (cluster mode), shared with the SQL tables.
-    pub cluster: crate::cluster::Slot,
+    /// This node's part of the cluster (cluster mode), shared with the SQL tables; set once
+    /// the node has joined.
+    pub cluster: Arc<OnceLock<Arc<dyn ClusterReport>>>,
     /// The generated OpenAPI document, set once the router is built.
     openapi: OnceLock<serde_json::Value>,
 }
@@ -97,7 +112,7 @@ impl AdminState {
         plugins: Arc<Plugins>,
         kafka: Arc<sluice_kafka::Kafka>,
     ) -> Self {
-        let cluster = crate::cluster::Slot::default();
+        let cluster: Arc<OnceLock<Arc<dyn ClusterReport>>> = Arc::default();
         let joined = Arc::clone(&cluster);
         let query = sluice_sql::QueryEngine::new(sluice_sql::QuerySources {
             cluster: Arc::new(move || joined.get().map(|cluster| cluster.view())),
@@ -107,7 +122,7 @@ impl AdminState {
             registry: Arc::clone(&node.registry),
             store: Arc::clone(&node.store),
         });
-        use crate::discovery::client::{ATTEMPTS, BACKOFF, TIMEOUT};
+        use sluice_runtime::discovery::client::{ATTEMPTS, BACKOFF, TIMEOUT};
         Self {
             kafka,
             query,
@@ -140,7 +155,7 @@ impl AdminState {
     }
 
     /// The same state reporting `cluster` (cluster mode).
-    pub fn with_cluster(self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+    pub fn with_cluster(self, cluster: Option<Arc<dyn ClusterReport>>) -> Self {
         if let Some(cluster) = cluster {
             let _ = self.cluster.set(cluster);
         }
@@ -292,7 +307,7 @@ async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> im
 pub struct AdminService {
     listener: Mutex<Option<std::net::TcpListener>>,
     router: Router,
-    limits: crate::config::ConnectionLimits,
+    limits: sluice_config::ConnectionLimits,
     tls: Option<sluice_listeners::certificates::ListenerTls>,
     done: watch::Sender<bool>,
 }
@@ -303,7 +318,7 @@ impl AdminService {
     pub fn new(
         listener: std::net::TcpListener,
         router: Router,
-        limits: crate::config::ConnectionLimits,
+        limits: sluice_config::ConnectionLimits,
         done: watch::Sender<bool>,
     ) -> Self {
         Self {
@@ -380,7 +395,7 @@ mod tests {
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let config = Arc::new(Config::default());
         let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
-        let (runtime, _receivers) = crate::partition::Runtime::new(1);
+        let (runtime, _receivers) = sluice_runtime::partition::Runtime::new(1);
         let rules = Arc::new(Rules::load(Arc::clone(&store)).unwrap());
         let node = Node {
             config,
@@ -388,7 +403,7 @@ mod tests {
             registry,
             runtime,
             rules: Arc::clone(&rules),
-            tls: crate::deployment_tls::DeploymentTls::default(),
+            tls: sluice_runtime::deployment_tls::DeploymentTls::default(),
         };
         let kafka = Arc::new(sluice_kafka::Kafka::load(&node).unwrap());
         let state = AdminState::new(

@@ -11,15 +11,17 @@ use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use super::shapes::{deployment_response, service_metadata};
-use crate::discovery::DiscoveryRequest;
-use crate::errors::{Code, CodedError};
-use crate::ids::DeploymentId;
-use crate::registry::{Address, Deployment, InPlaceUpdate, Outcome, Registered, Registration};
 pub use sluice_api::deployments::{
     DeleteParams, DeploymentResponse, ListDeploymentsResponse, RegisterDeploymentRequest,
     RegisterDeploymentResponse, ServiceNameRevision, UpdateDeploymentRequest,
 };
 use sluice_api::services::ServiceMetadata;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::DeploymentId;
+use sluice_runtime::discovery::DiscoveryRequest;
+use sluice_runtime::registry::{
+    Address, Deployment, InPlaceUpdate, Outcome, Registered, Registration,
+};
 
 fn parse_id(text: &str) -> Result<DeploymentId, AdminError> {
     text.parse().map_err(|e| {
@@ -98,7 +100,8 @@ pub async fn create(
             ));
         }
     };
-    crate::discovery::address::check(&uri, state.config.admin.deployment_address_policy).await?;
+    sluice_runtime::discovery::address::check(&uri, state.config.admin.deployment_address_policy)
+        .await?;
     let headers = req.additional_headers.clone().unwrap_or_default();
     let found = state
         .discovery
@@ -120,7 +123,7 @@ pub async fn create(
     };
     let registered = state
         .registry
-        .register(found, registration, crate::clock::now_ms())?;
+        .register(found, registration, sluice_core::clock::now_ms())?;
     let status = match registered.outcome {
         Outcome::Created if !req.dry_run => StatusCode::CREATED,
         _ => StatusCode::OK,
@@ -178,7 +181,7 @@ impl IncludeParams {
 /// unfinished invocation. The rest are `drained`: removing them strands nothing.
 async fn active_deployments(
     state: &AdminState,
-) -> Result<std::collections::HashSet<crate::ids::DeploymentId>, AdminError> {
+) -> Result<std::collections::HashSet<sluice_core::ids::DeploymentId>, AdminError> {
     let mut active: std::collections::HashSet<_> = state
         .registry
         .services()
@@ -186,7 +189,7 @@ async fn active_deployments(
         .map(|(s, _)| s.deployment_id)
         .collect();
     let pinned = super::invocations::read(state, |db| {
-        crate::invocation::store::pinned_deployments_in_flight(db)
+        sluice_store::invocation::store::pinned_deployments_in_flight(db)
     })
     .await?;
     active.extend(pinned);
@@ -194,7 +197,7 @@ async fn active_deployments(
 }
 
 fn status_of(
-    active: &std::collections::HashSet<crate::ids::DeploymentId>,
+    active: &std::collections::HashSet<sluice_core::ids::DeploymentId>,
     d: &Deployment,
 ) -> String {
     if active.contains(&d.id) {
@@ -275,7 +278,8 @@ pub async fn update(
         ));
     };
     let uri = parse_uri(req.uri.as_deref().unwrap_or(uri))?;
-    crate::discovery::address::check(&uri, state.config.admin.deployment_address_policy).await?;
+    sluice_runtime::discovery::address::check(&uri, state.config.admin.deployment_address_policy)
+        .await?;
     let use_http_11 = req.use_http_11.unwrap_or(*use_http_11);
     let headers = req
         .additional_headers
@@ -335,7 +339,7 @@ pub async fn delete(
     state.registry.deployment(id)?;
     if !params.force {
         let pinned = super::invocations::read(&state, move |db| {
-            crate::invocation::store::pinned_in_flight(db, id)
+            sluice_store::invocation::store::pinned_in_flight(db, id)
         })
         .await?;
         if !pinned.is_empty() {

@@ -10,19 +10,19 @@ use http::StatusCode;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use crate::clock::rfc3339;
-use crate::errors::Code;
-use crate::flow::scheduler::BlockedOn;
-use crate::ids::InvocationId;
-use crate::invocation::record::RecordOf;
-use crate::invocation::store;
-use crate::invocation::{ListedRecord, Status, Summary};
-use crate::partition::admission::Waiting;
-use crate::partition::control::{Control, Controlled};
 pub use sluice_api::invocations::{
     DeleteParams, InvocationResponse, ListInvocationsResponse, ListParams, RestartAsNewParams,
     RestartAsNewResponse, WaitingResponse,
 };
+use sluice_core::clock::rfc3339;
+use sluice_core::errors::Code;
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::BlockedOn;
+use sluice_runtime::partition::admission::Waiting;
+use sluice_runtime::partition::control::{Control, Controlled};
+use sluice_store::invocation::record::RecordOf;
+use sluice_store::invocation::store;
+use sluice_store::invocation::{ListedRecord, Status, Summary};
 
 /// How the admin API shows `Waiting`.
 pub fn waiting_response(w: Waiting) -> WaitingResponse {
@@ -74,7 +74,7 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
     WaitingResponse {
         position: position.map(|p| p.position),
         drain_per_second: position.and_then(|p| p.drain_per_second),
-        eta: eta_ms.map(|ms| time(crate::clock::now_ms().saturating_add(ms))),
+        eta: eta_ms.map(|ms| time(sluice_core::clock::now_ms().saturating_add(ms))),
         eta_ms,
         status: w.status.name().to_owned(),
         queued: w.queued,
@@ -158,7 +158,7 @@ const MAX_LISTED: usize = 10_000;
 /// read of every record there would stall every other request, `/health` included.
 pub(super) async fn read<T: Send + 'static>(
     state: &AdminState,
-    read: impl FnOnce(&redb::Database) -> Result<T, crate::errors::CodedError> + Send + 'static,
+    read: impl FnOnce(&redb::Database) -> Result<T, sluice_core::errors::CodedError> + Send + 'static,
 ) -> Result<T, AdminError> {
     let store = Arc::clone(&state.store);
     let read = tokio::task::spawn_blocking(move || store.with_db(read))

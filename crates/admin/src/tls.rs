@@ -3,8 +3,8 @@
 //! (`sluice_listeners::certificates`). An admin port reached from other machines carries tokens, which
 //! must not cross the network in clear.
 
-use crate::config::AdminConfig;
-use crate::errors::CodedError;
+use sluice_config::AdminConfig;
+use sluice_core::errors::CodedError;
 use sluice_listeners::certificates::ListenerTls;
 
 /// The TLS `config` asks for: `None` when it names no certificate.

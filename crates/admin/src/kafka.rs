@@ -10,14 +10,14 @@ use http::{StatusCode, header};
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use crate::clock::rfc3339;
-use crate::errors::Code;
-use crate::ids::SubscriptionId;
 pub use sluice_api::kafka::{
     ClusterQuery, ClusterResponse, CreateClusterRequest, CreateSubscriptionRequest,
     DeleteClusterQuery, ListClustersResponse, ListSubscriptionsResponse, SubscriptionFilter,
     SubscriptionResponse, UpdateClusterRequest,
 };
+use sluice_core::clock::rfc3339;
+use sluice_core::errors::Code;
+use sluice_core::ids::SubscriptionId;
 use sluice_kafka::{KafkaCluster, KafkaError, Subscription};
 
 fn refused(error: KafkaError) -> AdminError {

@@ -11,7 +11,7 @@ use http::StatusCode;
 
 use super::AdminState;
 use super::error::AdminError;
-use crate::errors::Code;
+use sluice_core::errors::Code;
 
 /// 200 with an empty body while the process serves; 503 with the failure once a store write
 /// failed or a partition stopped (the process is then shutting down, to be restarted).
@@ -31,7 +31,7 @@ pub async fn health(State(state): State<Arc<AdminState>>) -> Response {
 
 /// In cluster mode, why this node stopped following a partition (a gap in its log, a damaged
 /// record): it keeps serving the others, but cannot be trusted with that one, and says so.
-fn broken_partitions(state: &AdminState) -> Option<crate::errors::CodedError> {
+fn broken_partitions(state: &AdminState) -> Option<sluice_core::errors::CodedError> {
     let (why, count) = state.cluster.get()?.broken()?;
     let mut failure = why;
     failure.message = format!(
@@ -81,7 +81,7 @@ pub async fn cluster_health(State(state): State<Arc<AdminState>>) -> Response {
     .into_response()
 }
 
-fn unhealthy(failure: &crate::errors::CodedError) -> Response {
+fn unhealthy(failure: &sluice_core::errors::CodedError) -> Response {
     AdminError {
         status: StatusCode::SERVICE_UNAVAILABLE,
         error: failure.clone(),

@@ -45,7 +45,7 @@ fn reject(rejection: JsonRejection) -> AdminError {
     };
     AdminError {
         status: rejection.status(),
-        error: crate::errors::CodedError::new(crate::errors::Code::ADM0001, message),
+        error: sluice_core::errors::CodedError::new(sluice_core::errors::Code::ADM0001, message),
     }
 }
 

@@ -1,13 +1,13 @@
 //! How the registry's deployments and services are shown: the bodies of the deployment and
 //! service routes (`sluice_api`), in the Restate admin API's shapes.
 
-use crate::config::{Config, FriendlyDuration, OnMaxAttempts};
-use crate::discovery::manifest::{HandlerManifest, Options, ServiceManifest};
-use crate::discovery::{HandlerType, ProtocolMode, ServiceType};
-use crate::errors::Code;
-use crate::registry::{Address, Deployment, Service};
 use sluice_api::deployments::DeploymentResponse;
 use sluice_api::services::{HandlerMetadata, RetryPolicy, ServiceInfo, ServiceMetadata};
+use sluice_config::{Config, FriendlyDuration, OnMaxAttempts};
+use sluice_core::errors::Code;
+use sluice_runtime::discovery::manifest::{HandlerManifest, Options, ServiceManifest};
+use sluice_runtime::discovery::{HandlerType, ProtocolMode, ServiceType};
+use sluice_runtime::registry::{Address, Deployment, Service};
 
 fn ms(v: Option<u64>) -> Option<String> {
     v.map(|ms| FriendlyDuration::from_millis(ms).to_string())
@@ -215,7 +215,7 @@ pub fn deployment_response<S>(d: &Deployment, services: Vec<S>) -> DeploymentRes
         ),
         Address::Lambda { arn, .. } => (None, Some(arn.clone()), None, None),
     };
-    let created_at = crate::clock::rfc3339(d.created_at_ms).unwrap_or_default();
+    let created_at = sluice_core::clock::rfc3339(d.created_at_ms).unwrap_or_default();
     DeploymentResponse {
         id: d.id.to_string(),
         ty: match d.address {

@@ -12,10 +12,10 @@ use super::error::AdminError;
 use super::invocations::parse_id;
 use super::invocations::read;
 use super::json::Json;
-use crate::errors::Code;
-use crate::invocation::store;
-use crate::invocation::{InvocationRecord, Status};
 pub use sluice_api::invocations::{RestartAsNewParams, RestartAsNewResponse};
+use sluice_core::errors::Code;
+use sluice_store::invocation::store;
+use sluice_store::invocation::{InvocationRecord, Status};
 
 /// A new invocation of a completed one's target, with the same input, scope, limit key and
 /// priority, and a new id: from the start (only the input kept), or from journal entry `from`
@@ -34,7 +34,7 @@ pub async fn restart_as_new(
     Path(id): Path<String>,
     Query(params): Query<RestartAsNewParams>,
 ) -> Result<Json<RestartAsNewResponse>, AdminError> {
-    use crate::discovery::ServiceType;
+    use sluice_runtime::discovery::ServiceType;
     let id = parse_id(&id)?;
     if params.deployment.is_some() && params.from.unwrap_or(0) == 0 {
         return Err(AdminError::coded(
@@ -94,7 +94,7 @@ async fn restart_from(
     from: u32,
     deployment: Option<&str>,
 ) -> Result<Json<RestartAsNewResponse>, AdminError> {
-    use crate::protocol::ProtocolVersion;
+    use sluice_protocol::ProtocolVersion;
     let id = old.id;
     let version = old
         .protocol
@@ -109,7 +109,7 @@ async fn restart_from(
         None | Some("latest") => None,
         Some("keep") => old.deployment,
         Some(other) => {
-            let wanted: crate::ids::DeploymentId = other.parse().map_err(|e| {
+            let wanted: sluice_core::ids::DeploymentId = other.parse().map_err(|e| {
                 AdminError::coded(
                     Code::ADM0002,
                     format!("'deployment' is 'latest', 'keep' or a deployment id: {e}"),
@@ -135,7 +135,7 @@ async fn restart_from(
     if journal.is_empty() {
         return Err(purged(id));
     }
-    let prefix = crate::partition::restart::journal_prefix(&journal, from, version)
+    let prefix = sluice_runtime::partition::restart::journal_prefix(&journal, from, version)
         .map_err(|why| AdminError::coded(Code::ADM0004, why))?;
     let mut new = renewed(&old);
     // The journal is in `version`'s encoding: the new invocation keeps it.
@@ -150,15 +150,15 @@ async fn restart_from(
 
 /// A new invocation of `old`'s target with a fresh id, and its scope, limit key and priority.
 fn renewed(old: &InvocationRecord) -> InvocationRecord {
-    use crate::invocation::new::{Identity, NewInvocation};
+    use sluice_store::invocation::new::{Identity, NewInvocation};
     NewInvocation::new(old.target.clone(), Identity::Fresh)
         .in_scope(old.scope.clone(), old.limit_key.clone())
         .with_priority(old.priority)
-        .into_record(crate::clock::now_ms())
+        .into_record(sluice_core::clock::now_ms())
 }
 
 /// 410: the journal, and the input in it, is gone.
-fn purged(id: crate::ids::InvocationId) -> AdminError {
+fn purged(id: sluice_core::ids::InvocationId) -> AdminError {
     AdminError::coded(
         Code::ADM0008,
         format!(

@@ -11,12 +11,12 @@ use http::StatusCode;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use crate::errors::Code;
 pub use sluice_api::vqueues::{ListVQueuesResponse, VQueueResponse};
+use sluice_core::errors::Code;
 
 /// Parses a virtual queue id (`vq_1…`, or the older `vq_{partition}_{queue}`).
 fn parse_vqueue_id(text: &str) -> Result<(u64, u32), AdminError> {
-    let id: crate::ids::VQueueId = text.parse().map_err(|e| {
+    let id: sluice_core::ids::VQueueId = text.parse().map_err(|e| {
         let text: String = text.chars().take(64).collect();
         AdminError::coded(
             Code::ADM0002,
@@ -80,7 +80,7 @@ pub async fn list(
         .await?
         .into_iter()
         .map(|(partition, q)| VQueueResponse {
-            id: crate::ids::VQueueId {
+            id: sluice_core::ids::VQueueId {
                 partition,
                 queue: q.id.index(),
             }

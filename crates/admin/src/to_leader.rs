@@ -8,11 +8,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::AdminError;
-use crate::cluster::relay::{FORWARDED, relay};
-use crate::errors::Code;
-use crate::ids::InvocationId;
-use crate::partition::Runtime;
-use crate::partition::placement::Route;
+use sluice_core::errors::Code;
+use sluice_core::ids::InvocationId;
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::partition::placement::Route;
+use sluice_runtime::replication::relay::{FORWARDED, relay};
 
 /// Largest request body forwarded (the admin API's bodies are small).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -30,7 +30,9 @@ impl ToLeader {
         Self {
             runtime,
             // Admin requests are short; one the leader does not answer in time is a 503.
-            client: crate::cluster::relay::client(Some(std::time::Duration::from_secs(30))),
+            client: sluice_runtime::replication::relay::client(Some(
+                std::time::Duration::from_secs(30),
+            )),
         }
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
-use crate::config::ConnectionLimits;
+use sluice_config::ConnectionLimits;
 
 /// When a connection last had a request in flight, and how many it has now.
 struct Activity {

@@ -8,7 +8,7 @@ use http::header;
 
 use super::AdminState;
 use super::error::AdminError;
-use crate::errors::Code;
+use sluice_core::errors::Code;
 use sluice_core::metrics as names;
 
 /// Every metric in the Prometheus text format; 404 when `metrics.enabled` is false.

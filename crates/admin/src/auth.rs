@@ -12,8 +12,8 @@ use http::{HeaderValue, Method, header};
 use sha2::{Digest, Sha256};
 
 use super::AdminError;
-use crate::config::{AdminConfig, AdminRole, AuthTokens, file_error};
-use crate::errors::{Code, CodedError};
+use sluice_config::{AdminConfig, AdminRole, AuthTokens, file_error};
+use sluice_core::errors::{Code, CodedError};
 
 /// The admin listener's access rules, built once at start-up.
 #[derive(Debug, Default)]

@@ -11,12 +11,12 @@ use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
 use super::shapes::service_metadata;
-use crate::discovery::ServiceType;
-use crate::errors::Code;
 pub use sluice_api::services::{
     HandlerMetadata, ListHandlersResponse, ListServicesResponse, ModifyServiceRequest,
     ModifyServiceStateRequest, RetryPolicy, ServiceInfo, ServiceMetadata,
 };
+use sluice_core::errors::Code;
+use sluice_runtime::discovery::ServiceType;
 
 fn metadata(state: &AdminState, name: &str) -> Result<ServiceMetadata, AdminError> {
     let (service, deployment) = state.registry.service(name)?;
