@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogFormat, LogLevel};
+use sluice_config::{LogFormat, LogLevel};
 
 /// Pingora is chatty at `info` about its own start-up; keep it to warnings unless asked. It
 /// also logs an error for every client that closes or stalls while sending its headers: a

@@ -8,8 +8,8 @@ use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 
-use crate::config::{TracingConfig, TracingProtocol};
-use crate::errors::{Code, CodedError};
+use sluice_config::{TracingConfig, TracingProtocol};
+use sluice_core::errors::{Code, CodedError};
 
 /// How long one export may take before it is given up.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,7 +66,7 @@ pub fn install(config: &TracingConfig) -> Result<Option<SdkTracerProvider>, Code
         )
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
-    crate::spans::enable();
+    sluice_runtime::spans::enable();
     tracing::info!(endpoint = %endpoint, "exporting spans over OTLP/HTTP");
     Ok(Some(provider))
 }

@@ -9,20 +9,20 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use tokio::sync::watch;
 
-use crate::config::Config;
-use crate::deployment_tls::DeploymentTls;
-use crate::errors::{Code, CodedError};
-use crate::ingress::{IngressApp, IngressService, IngressState};
-use crate::limits::Rules;
-use crate::node::Node;
-use crate::partition::Runtime;
-use crate::registry::Registry;
 use crate::services::{KafkaService, PartitionsService};
 use crate::shutdown::{DrainService, SignalWatch, Signals};
-use crate::storage::Store;
 use sluice_admin::{self as admin, AdminService, AdminState};
+use sluice_config::Config;
+use sluice_core::errors::{Code, CodedError};
+use sluice_ingress::{IngressApp, IngressService, IngressState};
 use sluice_kafka::Kafka;
 use sluice_plugins::Plugins;
+use sluice_runtime::deployment_tls::DeploymentTls;
+use sluice_runtime::limits::Rules;
+use sluice_runtime::node::Node;
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::registry::Registry;
+use sluice_store::storage::Store;
 
 /// How long pingora waits for its runtimes after our drain; nothing should be left by then.
 const RUNTIME_STOP_SECS: u64 = 1;
@@ -31,7 +31,7 @@ const RUNTIME_STOP_SECS: u64 = 1;
 pub fn serve(config: Config) -> Result<(), CodedError> {
     raise_open_files_limit();
     let config = Arc::new(config);
-    let log = crate::storage::segments::Options {
+    let log = sluice_store::storage::segments::Options {
         segment_bytes: config.worker.log_segment_size.0,
         truncate_damage: config.worker.truncate_damaged_log,
         ..Default::default()
@@ -39,7 +39,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let store = Arc::new(Store::open_with(&config.data_dir, log)?);
     let partitions = usize::from(config.worker.partitions.get());
     let (runtime, receivers) = if config.cluster.is_kafka() {
-        Runtime::placed(crate::partition::placement::Placement::clustered(
+        Runtime::placed(sluice_runtime::partition::placement::Placement::clustered(
             partitions,
         ))
     } else {
@@ -58,7 +58,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         let runtime = runtime.clone();
         registry.on_change(Box::new(move || runtime.nudge_all()));
     }
-    if let Some(migrated) = crate::limits::migrate::migrate(&store)? {
+    if let Some(migrated) = sluice_runtime::limits::migrate::migrate(&store)? {
         tracing::info!(
             in_flight = migrated.in_flight,
             "the store gained flow-control state; what was in flight runs on unchanged"
@@ -72,7 +72,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         );
     }
     // Checked before anything binds: a certificate that does not load stops the start.
-    let ingress_tls = crate::ingress::tls::IngressTls::from_config(&config.ingress)?;
+    let ingress_tls = sluice_ingress::tls::IngressTls::from_config(&config.ingress)?;
     let ingress_listener = bind(
         config.ingress.bind,
         "ingress",
@@ -113,10 +113,10 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         let (registry, rules) = (Arc::clone(&registry), Arc::clone(&rules));
         let (plugins, kafka) = (Arc::clone(&plugins), Arc::clone(&kafka));
         cluster.on_meta(Box::new(move |tables| {
-            use crate::schema::MetaGroup;
+            use sluice_store::schema::MetaGroup;
             // Each group changed reloads once, whichever of its tables came.
             let mut groups: Vec<MetaGroup> = Vec::new();
-            for (_, group) in tables.iter().filter_map(|t| crate::schema::meta_table(t)) {
+            for (_, group) in tables.iter().filter_map(|t| sluice_store::schema::meta_table(t)) {
                 if !groups.contains(&group) {
                     groups.push(group);
                 }
@@ -168,7 +168,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         config: Arc::clone(&config),
         plugins: Arc::clone(&plugins),
         forwarder: sluice_runtime::replication::relay::client(None),
-        api_keys: crate::ingress::api_keys::ApiKeys::from_config(&config.ingress)?,
+        api_keys: sluice_ingress::api_keys::ApiKeys::from_config(&config.ingress)?,
     });
     server.add_service(background_service(
         "partitions",
@@ -328,8 +328,8 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, CodedError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::AuthTokens;
     use sluice_admin::auth::AdminAuth;
+    use sluice_config::AuthTokens;
 
     fn exposure(bind: &str, tokens: &str, allow: bool) -> Result<(), CodedError> {
         let mut config = Config::default();

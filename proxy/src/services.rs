@@ -8,10 +8,10 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 use crate::cluster::Cluster;
-use crate::node::Node;
-use crate::partition::Receivers;
-use crate::partition::runtime::Lead;
 use sluice_kafka::Kafka;
+use sluice_runtime::node::Node;
+use sluice_runtime::partition::Receivers;
+use sluice_runtime::partition::runtime::Lead;
 
 /// Runs the partitions, on pingora's runtime for them.
 pub struct PartitionsService {
@@ -74,7 +74,7 @@ impl BackgroundService for MetricsUpkeepService {
 /// Samples the flow charts' history (`flow.history`).
 pub struct FlowHistoryService(
     pub Arc<sluice_admin::flow_history::FlowHistory>,
-    pub crate::partition::Runtime,
+    pub sluice_runtime::partition::Runtime,
 );
 
 #[async_trait]

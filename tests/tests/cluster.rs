@@ -449,7 +449,8 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
 
 /// The partition of `Counter/{key}`.
 fn counter_partition(key: &str) -> usize {
-    (sluice::invocation::identity::partition_key(&["Counter", key]) % PARTITIONS as u64) as usize
+    (sluice_store::invocation::identity::partition_key(&["Counter", key]) % PARTITIONS as u64)
+        as usize
 }
 
 #[tokio::test]
@@ -608,7 +609,7 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
         .send()
         .await
         .unwrap();
-    let id: sluice::ids::InvocationId = resp.headers()["x-service-id"]
+    let id: sluice_core::ids::InvocationId = resp.headers()["x-service-id"]
         .to_str()
         .unwrap()
         .parse()

@@ -505,7 +505,7 @@ async fn forged_completions_neither_wake_a_suspension_nor_pass_their_bytes() {
         .unwrap();
     let real = u32::from_be_bytes(raw[24..28].try_into().unwrap());
     let invocation =
-        sluice::ids::InvocationId::from_bytes(raw[..24].try_into().unwrap()).to_string();
+        sluice_core::ids::InvocationId::from_bytes(raw[..24].try_into().unwrap()).to_string();
     let forged = |index: u32| {
         let mut bytes = raw[..24].to_vec();
         bytes.extend_from_slice(&index.to_be_bytes());

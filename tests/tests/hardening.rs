@@ -461,7 +461,7 @@ async fn awakeables_complete_once_within_their_caps() {
 /// The text form of the invocation id in the first 24 bytes of `raw`.
 fn sluice_ids(raw: &[u8]) -> String {
     let bytes: [u8; 24] = raw[..24].try_into().unwrap();
-    sluice::ids::InvocationId::from_bytes(bytes).to_string()
+    sluice_core::ids::InvocationId::from_bytes(bytes).to_string()
 }
 
 #[tokio::test]

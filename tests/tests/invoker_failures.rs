@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::response::Response;
 use serde_json::Value;
-use sluice::protocol::{Message, proto};
+use sluice_protocol::{Message, proto};
 use sluice_tests::{Sluice, fake_deployment};
 
 const V6: &str = "application/vnd.restate.invocation.v6";

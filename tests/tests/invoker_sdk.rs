@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice::errors::Code;
-use sluice::ids::InvocationId;
-use sluice::invoker::{AttemptClient, AttemptRequest, Ending};
-use sluice::protocol::proto::{self, notification_template, output_command_message};
-use sluice::protocol::{Frame, Message, ProtocolVersion};
+use sluice_core::errors::Code;
+use sluice_core::ids::InvocationId;
+use sluice_protocol::proto::{self, notification_template, output_command_message};
+use sluice_protocol::{Frame, Message, ProtocolVersion};
+use sluice_runtime::invoker::{AttemptClient, AttemptRequest, Ending};
 use sluice_tests::TestDeployment;
 
 fn input(json: &str) -> Frame {
@@ -204,7 +204,10 @@ async fn an_unknown_handler_fails_the_attempt_retryably() {
         panic!("{:?}", attempt.ending);
     };
     assert!(error.message.contains("Greeter/nope"), "{}", error.message);
-    assert_eq!(sluice::invoker::attempt::failure_code(error), Code::RT0007);
+    assert_eq!(
+        sluice_runtime::invoker::attempt::failure_code(error),
+        Code::RT0007
+    );
 }
 
 #[tokio::test]

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice::config::Config;
-use sluice::discovery::{DiscoveryClient, DiscoveryRequest};
-use sluice::ids::InvocationId;
-use sluice::invocation::identity::partition_key;
-use sluice::invocation::{Failure, InvocationRecord, Outcome, Target};
-use sluice::partition::Runtime;
-use sluice::protocol::{Message, proto};
-use sluice::registry::{Registration, Registry};
-use sluice::storage::Store;
+use sluice_config::Config;
+use sluice_core::ids::InvocationId;
+use sluice_protocol::{Message, proto};
+use sluice_runtime::discovery::{DiscoveryClient, DiscoveryRequest};
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::registry::{Registration, Registry};
+use sluice_store::invocation::identity::partition_key;
+use sluice_store::invocation::{Failure, InvocationRecord, Outcome, Target};
+use sluice_store::storage::Store;
 use sluice_tests::TestDeployment;
 
 struct Fixture {
@@ -50,7 +50,7 @@ async fn fixture() -> Fixture {
     }
 }
 
-fn invocation(handler: &str, json: &str) -> (InvocationRecord, sluice::protocol::Frame) {
+fn invocation(handler: &str, json: &str) -> (InvocationRecord, sluice_protocol::Frame) {
     let id = InvocationId::generate(partition_key(&["Greeter", handler]));
     let target = Target {
         service: "Greeter".into(),
@@ -123,7 +123,7 @@ async fn a_sleeping_invocation_survives_its_partitions() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !f
         .store
-        .with_db(sluice::invocation::store::load_timers)
+        .with_db(sluice_store::invocation::store::load_timers)
         .unwrap()
         .unwrap()
         .iter()
@@ -154,7 +154,7 @@ async fn a_sleeping_invocation_survives_its_partitions() {
 /// Attempts an invocation needed, read back from the store once it completed.
 fn attempts_of(f: &Fixture, id: InvocationId) -> u32 {
     f.store
-        .with_db(|db| sluice::invocation::store::load_record(db, id))
+        .with_db(|db| sluice_store::invocation::store::load_record(db, id))
         .unwrap()
         .unwrap()
         .expect("stored")

@@ -21,7 +21,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// A `tracing` filter directive such as `info` or `info,sluice::ingress=debug`.
+/// A `tracing` filter directive such as `info` or `info,sluice_ingress=debug`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogLevel(String);
 

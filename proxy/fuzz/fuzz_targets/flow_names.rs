@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::flow::{LimitKey, RulePattern, Scope};
+use sluice_flow::{LimitKey, RulePattern, Scope};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

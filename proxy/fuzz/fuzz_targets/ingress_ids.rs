@@ -3,14 +3,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::ids::{AwakeableId, DeploymentId, InvocationId, SubscriptionId};
+use sluice_core::ids::{AwakeableId, DeploymentId, InvocationId, SubscriptionId};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
     for method in [http::Method::GET, http::Method::POST] {
-        let _ = sluice::ingress::path::parse(&method, text);
+        let _ = sluice_ingress::path::parse(&method, text);
     }
     if let Ok(id) = text.parse::<InvocationId>() {
         assert_eq!(id.to_string(), text);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::protocol::{FrameDecoder, HEADER_LEN, Message, ProtocolVersion};
+use sluice_protocol::{FrameDecoder, HEADER_LEN, Message, ProtocolVersion};
 
 const LIMIT: usize = 1024;
 

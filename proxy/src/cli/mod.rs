@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Overrides};
-use crate::errors::{Code, CodedError};
 use sluice_cli::{explain, invocations, plugins, queues, registry, rules, sql, subscriptions};
+use sluice_config::{self as config, Overrides};
+use sluice_core::errors::{Code, CodedError};
 
 /// Ingress proxy with flow control and a durable runtime for Restate-SDK deployments.
 #[derive(Debug, Parser)]
@@ -160,26 +160,26 @@ fn serve(args: ServeArgs) -> Result<(), CodedError> {
         print!("{}", config.to_toml());
         return Ok(());
     }
-    let clock_offset = match std::env::var(crate::clock::OFFSET_ENV) {
+    let clock_offset = match std::env::var(sluice_core::clock::OFFSET_ENV) {
         Ok(text) => {
-            crate::clock::parse_offset(&text).map_err(|e| CodedError::new(Code::RT0002, e))?
+            sluice_core::clock::parse_offset(&text).map_err(|e| CodedError::new(Code::RT0002, e))?
         }
         Err(std::env::VarError::NotPresent) => 0,
         Err(std::env::VarError::NotUnicode(_)) => {
             return Err(CodedError::new(
                 Code::RT0002,
-                format!("{} is not UTF-8 text", crate::clock::OFFSET_ENV),
+                format!("{} is not UTF-8 text", sluice_core::clock::OFFSET_ENV),
             ));
         }
     };
     crate::logging::init(config.log_format, &config.log_level);
     if clock_offset != 0 {
         // Before anything reads the clock: stored times, windows and timers all follow it.
-        crate::clock::set_offset_ms(clock_offset);
+        sluice_core::clock::set_offset_ms(clock_offset);
         tracing::warn!(
             offset_ms = clock_offset,
             "the wall clock is moved by {} ({clock_offset} ms): every stored and compared time follows it",
-            crate::clock::OFFSET_ENV
+            sluice_core::clock::OFFSET_ENV
         );
     }
     crate::server::serve(config)

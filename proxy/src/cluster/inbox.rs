@@ -15,10 +15,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{oneshot, watch};
 
 use super::Shared;
-use crate::errors::{Code, CodedError};
-use crate::partition::posted::{self, Outbox};
-use crate::partition::{Event, Runtime};
-use crate::storage::writer::Writer;
+use sluice_core::errors::{Code, CodedError};
+use sluice_runtime::partition::posted::{self, Outbox};
+use sluice_runtime::partition::{Event, Runtime};
+use sluice_store::storage::writer::Writer;
 
 /// The longest pause between two tries of a post the inbox did not take.
 const POST_BACKOFF_MAX: Duration = Duration::from_secs(5);

@@ -11,11 +11,11 @@ use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use tokio::sync::watch;
 
 use super::{Shared, lock};
-use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
-use crate::storage::log::{Leader, Record};
-use crate::storage::pipeline::{Pipeline, lost};
-use crate::storage::writer::{Staged, Writer};
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_store::storage::log::{Leader, Record};
+use sluice_store::storage::pipeline::{Pipeline, lost};
+use sluice_store::storage::writer::{Staged, Writer};
 
 /// How often the wanted partitions are checked again (a takeover that lost a race retries).
 const RECHECK: Duration = Duration::from_secs(1);

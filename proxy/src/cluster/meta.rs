@@ -13,10 +13,10 @@ use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 use tokio::sync::watch;
 
 use super::{Settings, Shared};
-use crate::errors::{Code, CodedError};
-use crate::storage::log::Position;
-use crate::storage::meta::{MetaLog, MetaSnapshot};
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::{Code, CodedError};
+use sluice_store::storage::log::Position;
+use sluice_store::storage::meta::{MetaLog, MetaSnapshot};
+use sluice_store::storage::writer::WriteSet;
 
 /// The position row of the meta topic (beside the partitions' rows).
 const META_POSITION: u32 = u32::MAX;

@@ -18,14 +18,14 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::watch;
 
-use crate::config::Config;
-use crate::errors::{Code, CodedError};
-use crate::partition::Runtime;
-use crate::partition::placement::Placement;
-use crate::partition::runtime::Lead;
-use crate::storage::Store;
-use crate::storage::log::Position;
-use crate::storage::writer::Writer;
+use sluice_config::Config;
+use sluice_core::errors::{Code, CodedError};
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::partition::placement::Placement;
+use sluice_runtime::partition::runtime::Lead;
+use sluice_store::storage::Store;
+use sluice_store::storage::log::Position;
+use sluice_store::storage::writer::Writer;
 
 /// How long joining waits for the brokers' metadata.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -214,7 +214,7 @@ impl Cluster {
             store: Arc::clone(store),
             writer: Writer::start_view(
                 Arc::clone(store),
-                crate::partition::runtime::checkpoints(config),
+                sluice_runtime::partition::runtime::checkpoints(config),
             ),
             producer,
             partitions: states,

@@ -11,9 +11,9 @@ use rdkafka::message::Message;
 use tokio::sync::watch;
 
 use super::{Shared, lock};
-use crate::errors::{Code, CodedError};
-use crate::storage::log::{Position, Record, Verdict};
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::{Code, CodedError};
+use sluice_store::storage::log::{Position, Record, Verdict};
+use sluice_store::storage::writer::WriteSet;
 
 /// Most records applied in one store commit.
 const BATCH: usize = 1024;

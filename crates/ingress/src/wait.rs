@@ -61,7 +61,7 @@ pub(super) async fn while_connected<T>(
 pub(super) fn gone() -> IngressError {
     IngressError {
         status: StatusCode::from_u16(CLIENT_GONE).expect("a valid status"),
-        code: Some(crate::errors::Code::ING0007),
+        code: Some(sluice_core::errors::Code::ING0007),
         message: "the client closed the connection before the answer".to_owned(),
         retry_after_s: None,
     }

@@ -5,7 +5,7 @@
 
 use http::HeaderMap;
 
-use crate::errors::Code;
+use sluice_core::errors::Code;
 
 use super::error::IngressError;
 

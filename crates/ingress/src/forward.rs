@@ -7,8 +7,8 @@ use http::Response;
 use pingora::protocols::http::ServerSession;
 
 use super::error::IngressError;
-use crate::errors::Code;
-use crate::partition::placement::Route;
+use sluice_core::errors::Code;
+use sluice_runtime::partition::placement::Route;
 use sluice_runtime::replication::relay::{FORWARDED, relay};
 
 fn not_here(partition_of: &str, why: &str) -> IngressError {
@@ -66,7 +66,7 @@ pub async fn forward(
 pub async fn if_elsewhere(
     state: &super::IngressState,
     session: &mut ServerSession,
-    id: crate::ids::InvocationId,
+    id: sluice_core::ids::InvocationId,
 ) -> Option<Result<Response<Vec<u8>>, IngressError>> {
     let route = state.runtime.route(id);
     if route == Route::Here {

@@ -10,18 +10,18 @@ use super::classify::classify;
 use super::error::IngressError;
 use super::path::{InvokePath, Mode};
 use super::{input, reply, target};
-use crate::clock::{now_ms, rfc3339};
-use crate::discovery::HandlerType;
-use crate::discovery::manifest::OutputRules;
-use crate::errors::{Code, ErrorSource, IngressErrorBody};
-use crate::flow::scope::{Classified, parse_request};
-use crate::flow::{LimitKey, PRIORITY_HEADER, Priority, Scope};
-use crate::ids::InvocationId;
-use crate::invocation::new::{Identity, NewInvocation};
-use crate::invocation::{Outcome, Target};
-use crate::partition::placement::Route;
-use crate::protocol::{Message, proto};
+use sluice_core::clock::{now_ms, rfc3339};
+use sluice_core::errors::{Code, ErrorSource, IngressErrorBody};
+use sluice_core::ids::InvocationId;
 use sluice_core::trace::{TraceParent, new_span_id, new_trace_id};
+use sluice_flow::scope::{Classified, parse_request};
+use sluice_flow::{LimitKey, PRIORITY_HEADER, Priority, Scope};
+use sluice_protocol::{Message, proto};
+use sluice_runtime::discovery::HandlerType;
+use sluice_runtime::discovery::manifest::OutputRules;
+use sluice_runtime::partition::placement::Route;
+use sluice_store::invocation::new::{Identity, NewInvocation};
+use sluice_store::invocation::{Outcome, Target};
 
 /// Headers never forwarded into the input entry.
 const NOT_FORWARDED: [&str; 12] = [
@@ -106,7 +106,7 @@ fn internal(name: &str) -> bool {
         || name.starts_with("x-sluice-")
 }
 
-fn input_frame(session: &ServerSession, body: Bytes) -> crate::protocol::Frame {
+fn input_frame(session: &ServerSession, body: Bytes) -> sluice_protocol::Frame {
     let req = session.req_header();
     let path_and_query = req
         .uri
@@ -181,7 +181,7 @@ struct Request {
     priority: Option<Priority>,
     /// Its deadline, ms since the epoch (`x-request-deadline`, `grpc-timeout`).
     deadline_ms: Option<u64>,
-    frame: crate::protocol::Frame,
+    frame: sluice_protocol::Frame,
     /// The body as it came (what a forwarded request carries).
     body: Bytes,
 }
@@ -215,13 +215,11 @@ impl Trace {
             .get("traceparent")
             .and_then(|v| v.to_str().ok())
             .and_then(TraceParent::parse);
-        let ingress =
-            (crate::spans::enabled() && caller.is_none_or(TraceParent::sampled)).then(|| {
-                TraceParent {
-                    trace_id: caller.map_or_else(new_trace_id, |c| c.trace_id),
-                    span_id: new_span_id(),
-                    flags: 1,
-                }
+        let ingress = (sluice_runtime::spans::enabled() && caller.is_none_or(TraceParent::sampled))
+            .then(|| TraceParent {
+                trace_id: caller.map_or_else(new_trace_id, |c| c.trace_id),
+                span_id: new_span_id(),
+                flags: 1,
             });
         Self { caller, ingress }
     }
@@ -259,7 +257,7 @@ impl Trace {
                 id.to_owned(),
             ));
         }
-        crate::spans::emit(crate::spans::Finished {
+        sluice_runtime::spans::emit(sluice_runtime::spans::Finished {
             name: "ingress".into(),
             kind: opentelemetry::trace::SpanKind::Server,
             trace_id: ingress.trace_id,
@@ -382,7 +380,8 @@ async fn parse(
     let target = target::resolve(path, &state.registry)?;
     let delay = input::delay(query, path.mode)?;
     let priority = priority(session, query)?;
-    let deadline_ms = super::deadline::of(&session.req_header().headers, crate::clock::now_ms())?;
+    let deadline_ms =
+        super::deadline::of(&session.req_header().headers, sluice_core::clock::now_ms())?;
     let idempotency_key =
         idempotency_key(session, state.config.ingress.idempotency_key_max_length)?;
     let body = read_body(state, session).await?;
@@ -458,7 +457,7 @@ fn plan(
 /// The submit phase: the record and its input handed to the partition (`handed_over`),
 /// answered once taken: true when created now, false when it existed already.
 async fn submit<T>(
-    handed_over: impl std::future::Future<Output = Result<T, crate::errors::CodedError>>,
+    handed_over: impl std::future::Future<Output = Result<T, sluice_core::errors::CodedError>>,
 ) -> Result<T, IngressError> {
     handed_over.await.map_err(|e| match e.code {
         // Too many held, a rule's full queue or rejecting rate, or too many idle quota keys: 429
@@ -482,7 +481,7 @@ async fn submit<T>(
 /// `[FLO0003] …` with that code's status): a coded refusal is answered with its code in the body
 /// and the header, whoever decided it. A handler's own failure names none (one whose message
 /// happens to start so names a code whose status it also answers, nothing more).
-fn runtime_code(failure: &crate::invocation::Failure) -> Option<Code> {
+fn runtime_code(failure: &sluice_store::invocation::Failure) -> Option<Code> {
     let rest = failure.message.strip_prefix('[')?;
     let (name, _) = rest.split_once("] ")?;
     let code: Code = name.parse().ok()?;

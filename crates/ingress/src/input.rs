@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::error::IngressError;
 use super::path::Mode;
-use crate::config::FriendlyDuration;
-use crate::discovery::manifest::InputRules;
+use sluice_config::FriendlyDuration;
+use sluice_runtime::discovery::manifest::InputRules;
 
 /// Checks body and content type against the handler's input rules (default: anything).
 pub fn check(

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use sha2::{Digest as _, Sha256};
 
 use super::error::IngressError;
-use crate::config::IngressConfig;
-use crate::errors::{Code, CodedError};
-use crate::flow::{LimitKey, Priority, Scope};
+use sluice_config::IngressConfig;
+use sluice_core::errors::{Code, CodedError};
+use sluice_flow::{LimitKey, Priority, Scope};
 
 /// The header a call presents its key in.
 pub const HEADER: &str = "x-sluice-api-key";
@@ -198,7 +198,7 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ApiKey;
+    use sluice_config::ApiKey;
 
     fn sha256_hex(key: &str) -> String {
         Sha256::digest(key.as_bytes())

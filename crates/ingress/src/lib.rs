@@ -10,6 +10,7 @@ mod connections;
 mod deadline;
 mod error;
 mod forward;
+pub mod in_flight;
 pub mod input;
 mod invoke;
 mod lookup;
@@ -32,10 +33,10 @@ use pingora::server::{ListenFds, ShutdownWatch};
 use pingora::services::Service;
 use pingora::services::listening::Service as ListeningService;
 
-use crate::config::Config;
-use crate::partition::Runtime;
-use crate::registry::Registry;
-use crate::shutdown::InFlight;
+use crate::in_flight::InFlight;
+use sluice_config::Config;
+use sluice_runtime::partition::Runtime;
+use sluice_runtime::registry::Registry;
 
 /// What ingress phases share.
 #[derive(Debug)]
@@ -43,7 +44,7 @@ pub struct IngressState {
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<InFlight>,
     /// Failed once a store write failed: new work is refused (STO0001).
-    pub health: Arc<crate::health::Health>,
+    pub health: Arc<sluice_store::health::Health>,
     /// Services and deployments.
     pub registry: Arc<Registry>,
     /// The partitions.
@@ -98,7 +99,7 @@ impl IngressApp {
                 status::of_list(&self.state, ids, api_key.as_ref(), caller).await
             }
             status::StatusRequest::One(id) => match self.state.runtime.route(id) {
-                crate::partition::placement::Route::Here => {
+                sluice_runtime::partition::placement::Route::Here => {
                     status::of_id(&self.state, id, caller).await
                 }
                 route => forward::forward(&self.state.forwarder, session, body, route).await,
@@ -154,7 +155,7 @@ impl IngressApp {
                 invoke::invoke(&self.state, session, target).await
             }
             Ok(path::Operation::ById { id, attach }) => {
-                let parsed = id.parse::<crate::ids::InvocationId>();
+                let parsed = id.parse::<sluice_core::ids::InvocationId>();
                 match parsed {
                     Ok(parsed) => match forward::if_elsewhere(&self.state, session, parsed).await {
                         Some(answer) => answer,
@@ -189,7 +190,7 @@ impl IngressApp {
             },
             Ok(path::Operation::StatusOf) => self.status_of(session, caller).await,
             Ok(path::Operation::Awakeable { id, resolve }) => {
-                let target = id.parse::<crate::ids::AwakeableId>().ok();
+                let target = id.parse::<sluice_core::ids::AwakeableId>().ok();
                 let elsewhere = match target {
                     Some(target) => {
                         forward::if_elsewhere(&self.state, session, target.invocation).await
@@ -281,7 +282,7 @@ impl IngressService {
         app: IngressApp,
         listener: std::net::TcpListener,
         threads: usize,
-        limits: crate::config::ConnectionLimits,
+        limits: sluice_config::ConnectionLimits,
         tls: Option<Arc<tls::IngressTls>>,
     ) -> std::io::Result<Self> {
         let address = listener.local_addr()?.to_string();

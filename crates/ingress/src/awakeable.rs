@@ -10,10 +10,10 @@ use super::api_keys::Binding;
 use super::body::read_body_up_to;
 use super::error::IngressError;
 use super::lookup::peek_for;
-use crate::errors::Code;
-use crate::ids::AwakeableId;
-use crate::partition::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
-use crate::protocol::proto::{self, notification_template};
+use sluice_core::errors::Code;
+use sluice_core::ids::AwakeableId;
+use sluice_protocol::proto::{self, notification_template};
+use sluice_runtime::partition::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
 
 /// Completes the awakeable `id`.
 pub async fn complete(

@@ -11,12 +11,12 @@ use super::invoke::{answer, with_ids};
 use super::lookup::{TARGET_FORMS, TargetBody, checked_id, peek_for};
 use super::path::TargetAction;
 use super::reply;
-use crate::discovery::manifest::OutputRules;
-use crate::errors::Code;
-use crate::ids::InvocationId;
-use crate::invocation::Target;
-use crate::invocation::identity::{in_scope, partition_key};
-use crate::registry::Registry;
+use sluice_core::errors::Code;
+use sluice_core::ids::InvocationId;
+use sluice_runtime::discovery::manifest::OutputRules;
+use sluice_runtime::registry::Registry;
+use sluice_store::invocation::Target;
+use sluice_store::invocation::identity::{in_scope, partition_key};
 
 /// The output rules of the handler `target` runs, from its latest registration.
 fn output_rules(registry: &Registry, target: &Target) -> Option<OutputRules> {
@@ -90,7 +90,7 @@ async fn result(
     wait: bool,
     caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    let Some(crate::partition::Peek {
+    let Some(sluice_runtime::partition::Peek {
         target, outcome, ..
     }) = peek_for(state, id, caller).await?
     else {

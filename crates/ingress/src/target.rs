@@ -3,11 +3,11 @@
 
 use super::error::IngressError;
 use super::path::InvokePath;
-use crate::discovery::manifest::{InputRules, OutputRules};
-use crate::discovery::{HandlerType, ServiceType};
-use crate::errors::Code;
-use crate::ids::DeploymentId;
-use crate::registry::Registry;
+use sluice_core::errors::Code;
+use sluice_core::ids::DeploymentId;
+use sluice_runtime::discovery::manifest::{InputRules, OutputRules};
+use sluice_runtime::discovery::{HandlerType, ServiceType};
+use sluice_runtime::registry::Registry;
 
 /// A resolved handler to invoke.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,8 +32,8 @@ pub struct Target {
 
 /// Whether a service is closed to the ingress: the admin API's override, else its manifest.
 fn is_private(
-    service: &crate::registry::Service,
-    options: &crate::discovery::manifest::Options,
+    service: &sluice_runtime::registry::Service,
+    options: &sluice_runtime::discovery::manifest::Options,
 ) -> bool {
     service
         .overrides
@@ -128,11 +128,11 @@ mod tests {
     use http::StatusCode;
 
     use super::*;
-    use crate::discovery::manifest::Manifest;
-    use crate::discovery::{Discovered, HttpVersion};
-    use crate::ingress::path::Mode;
-    use crate::registry::Registration;
-    use crate::storage::Store;
+    use crate::path::Mode;
+    use sluice_runtime::discovery::manifest::Manifest;
+    use sluice_runtime::discovery::{Discovered, HttpVersion};
+    use sluice_runtime::registry::Registration;
+    use sluice_store::storage::Store;
 
     fn registry() -> (Registry, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();

@@ -48,7 +48,7 @@ pub(super) fn classify(
             plugin,
         })) => Err(IngressError {
             status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
-            code: Some(crate::errors::Code::PLG0008),
+            code: Some(sluice_core::errors::Code::PLG0008),
             message: format!("refused by plugin '{plugin}': {message}"),
             retry_after_s: None,
         }),

@@ -3,7 +3,7 @@
 use http::{Response, StatusCode};
 
 use super::reply;
-use crate::errors::{Code, ErrorSource};
+use sluice_core::errors::{Code, ErrorSource};
 
 /// Why the ingress refuses a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,9 +56,9 @@ impl IngressError {
     }
 }
 
-impl From<crate::errors::CodedError> for IngressError {
+impl From<sluice_core::errors::CodedError> for IngressError {
     /// Answers with the code's own status (STO0001: 503).
-    fn from(e: crate::errors::CodedError) -> Self {
+    fn from(e: sluice_core::errors::CodedError) -> Self {
         Self {
             status: e
                 .code

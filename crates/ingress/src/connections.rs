@@ -23,7 +23,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::IngressApp;
-use crate::config::ConnectionLimits;
+use sluice_config::ConnectionLimits;
 use sluice_listeners::per_ip::PerIp;
 
 tokio::task_local! {

@@ -7,7 +7,7 @@ use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
 use super::error::IngressError;
-use crate::errors::Code;
+use sluice_core::errors::Code;
 
 /// Reads a call's or send's body, up to the ingress body limit (`ingress.max-body-size`).
 pub(super) async fn read_body(

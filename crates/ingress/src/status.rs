@@ -18,10 +18,10 @@ use super::invoke::with_ids;
 use super::lookup::{TARGET_FORMS, TargetBody, checked_id, peek_status_for};
 use super::path::StatusQuery;
 use super::reply;
-use crate::ids::InvocationId;
-use crate::invocation::{Outcome, Status};
-use crate::partition::Peek;
-use crate::partition::placement::Route;
+use sluice_core::ids::InvocationId;
+use sluice_runtime::partition::Peek;
+use sluice_runtime::partition::placement::Route;
+use sluice_store::invocation::{Outcome, Status};
 
 /// The lifecycle stage a status answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,7 +309,7 @@ async fn elsewhere(
 ) -> Result<Option<StatusBody>, IngressError> {
     let not_here = |why: String| {
         IngressError::coded(
-            crate::errors::Code::CLU0001,
+            sluice_core::errors::Code::CLU0001,
             format!("the status of {id} is kept by another node: {why}; retry"),
         )
     };
@@ -343,9 +343,9 @@ async fn elsewhere(
             let message = body["message"].as_str().unwrap_or("refused").to_owned();
             Err(IngressError::coded(
                 if answer.status == StatusCode::UNAUTHORIZED {
-                    crate::errors::Code::SEC0009
+                    sluice_core::errors::Code::SEC0009
                 } else {
-                    crate::errors::Code::SEC0010
+                    sluice_core::errors::Code::SEC0010
                 },
                 message,
             ))
@@ -357,7 +357,7 @@ async fn elsewhere(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::invocation::{Failure, Target};
+    use sluice_store::invocation::{Failure, Target};
 
     fn peek(status: Status, outcome: Option<Outcome>) -> Peek {
         Peek {
@@ -483,8 +483,8 @@ mod tests {
     #[test]
     fn a_bound_caller_names_targets_in_its_scope_only() {
         let alpha = Binding {
-            scope: crate::flow::Scope::parse("alpha").unwrap(),
-            max_priority: crate::flow::Priority::NORMAL,
+            scope: sluice_flow::Scope::parse("alpha").unwrap(),
+            max_priority: sluice_flow::Priority::NORMAL,
             limit_key: None,
         };
         let target = |scope: &str| {
@@ -497,6 +497,6 @@ mod tests {
         assert_eq!(named, implied, "a key's holder may leave its scope out");
         assert_ne!(implied, one(target("").as_bytes(), None).unwrap());
         let other = one(target(r#","scope":"beta""#).as_bytes(), Some(&alpha)).unwrap_err();
-        assert_eq!(other.code, Some(crate::errors::Code::SEC0010));
+        assert_eq!(other.code, Some(sluice_core::errors::Code::SEC0010));
     }
 }

@@ -3,7 +3,7 @@
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 
-use crate::errors::{Code, ErrorSource, IngressErrorBody};
+use sluice_core::errors::{Code, ErrorSource, IngressErrorBody};
 
 /// Header naming who produced an error (`ingress` or `invocation`).
 pub const ERROR_SOURCE_HEADER: &str = "x-service-error-source";

@@ -7,11 +7,11 @@ use http::StatusCode;
 use super::IngressState;
 use super::api_keys::Binding;
 use super::error::IngressError;
-use crate::ids::InvocationId;
-use crate::invocation::identity::{idempotent_id, in_scope, partition_key};
+use sluice_core::ids::InvocationId;
+use sluice_store::invocation::identity::{idempotent_id, in_scope, partition_key};
 
 /// A partition that could not be asked: 503 with its code.
-fn unavailable(e: crate::errors::CodedError) -> IngressError {
+fn unavailable(e: sluice_core::errors::CodedError) -> IngressError {
     IngressError {
         status: StatusCode::SERVICE_UNAVAILABLE,
         code: e.code,
@@ -25,7 +25,7 @@ pub(super) async fn peek_for(
     state: &IngressState,
     id: InvocationId,
     caller: Option<&Binding>,
-) -> Result<Option<crate::partition::Peek>, IngressError> {
+) -> Result<Option<sluice_runtime::partition::Peek>, IngressError> {
     let peek = state.runtime.peek(id).await.map_err(unavailable)?;
     held_to(caller, id, peek)
 }
@@ -35,7 +35,7 @@ pub(super) async fn peek_status_for(
     state: &IngressState,
     id: InvocationId,
     caller: Option<&Binding>,
-) -> Result<Option<crate::partition::Peek>, IngressError> {
+) -> Result<Option<sluice_runtime::partition::Peek>, IngressError> {
     let peek = state.runtime.peek_status(id).await.map_err(unavailable)?;
     held_to(caller, id, peek)
 }
@@ -44,8 +44,8 @@ pub(super) async fn peek_status_for(
 fn held_to(
     caller: Option<&Binding>,
     id: InvocationId,
-    peek: Option<crate::partition::Peek>,
-) -> Result<Option<crate::partition::Peek>, IngressError> {
+    peek: Option<sluice_runtime::partition::Peek>,
+) -> Result<Option<sluice_runtime::partition::Peek>, IngressError> {
     if let (Some(caller), Some(peek)) = (caller, &peek) {
         caller.may_reach(id, peek.scope.as_deref())?;
     }
@@ -167,7 +167,7 @@ pub(super) fn checked_id(
         TargetBody::Invocation { .. } => None,
     };
     if let Some(scope) = scope {
-        crate::flow::Scope::parse(scope).map_err(IngressError::from)?;
+        sluice_flow::Scope::parse(scope).map_err(IngressError::from)?;
     }
     target_id(&target.bound(caller)?)
 }

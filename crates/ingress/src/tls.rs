@@ -14,8 +14,8 @@ use pingora::protocols::{GetProxyDigest, GetSocketDigest, GetTimingDigest};
 use pingora::protocols::{SocketDigest, TimingDigest};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::config::IngressConfig;
-use crate::errors::CodedError;
+use sluice_config::IngressConfig;
+use sluice_core::errors::CodedError;
 use sluice_listeners::certificates::ListenerTls;
 
 /// The ingress's TLS acceptor and the certificate it serves.
