@@ -31,7 +31,7 @@ const RUNTIME_STOP_SECS: u64 = 1;
 pub fn serve(config: Config) -> Result<(), CodedError> {
     raise_open_files_limit();
     let config = Arc::new(config);
-    let log = sluice_store::storage::segments::Options {
+    let log = sluice_store::storage::local::segments::Options {
         segment_bytes: config.worker.log_segment_size.0,
         truncate_damage: config.worker.truncate_damaged_log,
         ..Default::default()

@@ -105,7 +105,7 @@ schema! {
     FLOW_CONTROL: NamedTable = "flow_control" => Role::Local;
     /// Cluster mode: where this node's store is in each partition's log.
     CLUSTER_LOG: BytesTable = "cluster_log" => Role::Local;
-    /// Embedded mode: the last record of the local log the store holds (`storage/logged.rs`).
+    /// Embedded mode: the last record of the local log the store holds (`storage/local/`).
     LOCAL_LOG: BytesTable = "local_log" => Role::Local;
 }
 

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_store::storage::log::Record;
+use sluice_store::storage::record::Record;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(record) = Record::decode(data, 1 << 20) {

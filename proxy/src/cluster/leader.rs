@@ -2,8 +2,11 @@
 //! partition is led here, its log writer: every group of the partition's write sets becomes
 //! one record, stored only once Kafka put it right after the leader's previous record.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -13,8 +16,9 @@ use tokio::sync::watch;
 use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
 use sluice_core::ids::InvocationId;
-use sluice_store::storage::log::{Leader, Record};
+use sluice_store::storage::log::{PartitionLog, confirm};
 use sluice_store::storage::pipeline::{Pipeline, lost};
+use sluice_store::storage::record::{Leader, Record};
 use sluice_store::storage::writer::{Staged, Writer};
 
 /// How often the wanted partitions are checked again (a takeover that lost a race retries).
@@ -145,8 +149,11 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, mut staged
         shared.settings.records_in_flight,
         shared.writer.clone(),
     );
-    // The producer's answers for the records in flight, oldest first.
-    let mut deliveries = std::collections::VecDeque::<DeliveryFuture>::new();
+    let mut log = KafkaLog {
+        shared: Arc::clone(&shared),
+        partition: p,
+        deliveries: VecDeque::new(),
+    };
     let mut stores = tokio::task::JoinSet::new();
     let why = loop {
         tokio::select! {
@@ -154,9 +161,11 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, mut staged
             () = async { drop(lead.wait_for(Option::is_none).await) } => {
                 break "it stepped down".to_owned();
             }
-            delivered = async { deliveries.front_mut().expect("guarded").await }, if !deliveries.is_empty() => {
-                deliveries.pop_front();
-                if let Err(e) = pipeline.landed(offset_of(p, delivered)) {
+            landed = confirm(&mut log), if log.unconfirmed() > 0 => {
+                let landed = landed.and_then(|at| {
+                    i64::try_from(at).map_err(|_| lost(p, "the log answered an offset past i64"))
+                });
+                if let Err(e) = pipeline.landed(landed) {
                     break e.message;
                 }
             }
@@ -164,14 +173,11 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, mut staged
                 let Some(group) = group else {
                     break "it stepped down".to_owned();
                 };
-                if let Some(record) = pipeline.push(group) {
-                    match enqueue(&shared, p, &record).await {
-                        Ok(delivery) => deliveries.push_back(delivery),
-                        Err(e) => {
-                            pipeline.fail_all(&e);
-                            break e.message;
-                        }
-                    }
+                if let Some(record) = pipeline.push(group)
+                    && let Err(e) = log.append(&record).await
+                {
+                    pipeline.fail_all(&e);
+                    break e.message;
                 }
             }
         }
@@ -195,23 +201,62 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, mut staged
     lock(&shared.rewinds).push(p);
 }
 
-/// Hands `record` to the producer, behind every record handed to it before for partition `p`;
-/// its delivery. A full local queue is waited out (a bounded while), never skipped.
-async fn enqueue(shared: &Shared, p: u32, record: &[u8]) -> Result<DeliveryFuture, CodedError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let to = FutureRecord::<(), [u8]>::to(&shared.settings.log_topic)
-            .partition(p as i32)
-            .payload(record);
-        match shared.producer.send_result(to) {
-            Ok(delivery) => return Ok(delivery),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+/// Partition `p` of the log topic as a [`PartitionLog`]: a record is confirmed once Kafka's
+/// idempotent producer (`acks=all`) stored it, at the offset Kafka answers. The producer keeps
+/// the records of one partition in the order they were handed to it.
+struct KafkaLog {
+    shared: Arc<Shared>,
+    partition: u32,
+    /// The producer's answers for the records in flight, oldest first.
+    deliveries: VecDeque<DeliveryFuture>,
+}
+
+impl PartitionLog for KafkaLog {
+    /// A full local queue is waited out (a bounded while), never skipped.
+    async fn append(&mut self, record: &[u8]) -> Result<(), CodedError> {
+        let (shared, p) = (&self.shared, self.partition);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let to = FutureRecord::<(), [u8]>::to(&shared.settings.log_topic)
+                .partition(p as i32)
+                .payload(record);
+            match shared.producer.send_result(to) {
+                Ok(delivery) => {
+                    self.deliveries.push_back(delivery);
+                    return Ok(());
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(not_taken(p, e)),
             }
-            Err((e, _)) => return Err(not_taken(p, e)),
         }
+    }
+
+    fn poll_confirm(&mut self, cx: &mut Context<'_>) -> Poll<Result<u64, CodedError>> {
+        let p = self.partition;
+        let Some(front) = self.deliveries.front_mut() else {
+            return Poll::Ready(Err(lost(
+                p,
+                "a confirmation was asked for with no record in flight",
+            )));
+        };
+        let delivered = std::task::ready!(Pin::new(front).poll(cx));
+        self.deliveries.pop_front();
+        Poll::Ready(offset_of(p, delivered).and_then(|at| {
+            u64::try_from(at).map_err(|_| lost(p, "the log answered a negative offset"))
+        }))
+    }
+
+    fn unconfirmed(&self) -> usize {
+        self.deliveries.len()
+    }
+
+    /// Kafka keeps the topic by its own retention.
+    fn release(&mut self, _: u64) -> Result<(), CodedError> {
+        Ok(())
     }
 }
 

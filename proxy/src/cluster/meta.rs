@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::{Settings, Shared};
 use sluice_core::errors::{Code, CodedError};
-use sluice_store::storage::log::Position;
+use sluice_store::storage::fencing::Position;
 use sluice_store::storage::meta::{MetaLog, MetaSnapshot};
 use sluice_store::storage::writer::WriteSet;
 

@@ -24,7 +24,7 @@ use sluice_runtime::partition::Runtime;
 use sluice_runtime::partition::placement::Placement;
 use sluice_runtime::partition::runtime::Lead;
 use sluice_store::storage::Store;
-use sluice_store::storage::log::Position;
+use sluice_store::storage::fencing::Position;
 use sluice_store::storage::writer::Writer;
 
 /// How long joining waits for the brokers' metadata.

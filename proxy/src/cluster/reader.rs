@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
-use sluice_store::storage::log::{Position, Record, Verdict};
+use sluice_store::storage::fencing::{Position, Verdict};
+use sluice_store::storage::record::Record;
 use sluice_store::storage::writer::WriteSet;
 
 /// Most records applied in one store commit.

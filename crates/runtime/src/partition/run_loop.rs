@@ -175,7 +175,7 @@ impl Partition {
             if let Some(cut_at) = cut_at
                 && applied.is_ok()
             {
-                size += crate::storage::log::encoded_len_after(&writes, measured);
+                size += self.writer.record_bytes(&writes, measured);
                 measured = writes.len();
                 if size > cut_at {
                     let full = std::mem::take(&mut writes);

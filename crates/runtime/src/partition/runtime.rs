@@ -19,7 +19,7 @@ use crate::limits::Rules;
 use crate::protocol::Frame;
 use crate::registry::Registry;
 use crate::storage::Store;
-use crate::storage::logged::Checkpoints;
+use crate::storage::view::Checkpoints;
 use crate::storage::writer::Writer;
 
 /// Events a partition's channel holds before senders wait (back-pressure on the ingress).

@@ -30,11 +30,11 @@ pub(super) fn take_group(
     held: &mut Option<Job>,
     mut next: impl FnMut() -> Option<Job>,
 ) -> (Vec<Job>, usize) {
-    let mut bytes = super::log::encoded_len(&first.writes);
+    let mut bytes = super::record::encoded_len(&first.writes);
     let mut jobs = vec![first];
     while jobs.len() < GROUP {
         let Some(job) = next() else { break };
-        let len = super::log::encoded_len(&job.writes);
+        let len = super::record::encoded_len(&job.writes);
         if bytes.saturating_add(len) > max_bytes {
             *held = Some(job);
             break;

@@ -1,14 +1,21 @@
 //! The one redb database under `data-dir`. Opening it checks who else holds it (RT0005) and its
 //! format version record (RT0009/META0011, META0010); closing it is part of shutdown.
+//!
+//! The write path, by stage (each module uses only those above it):
+//! [`write_set`] (what a partition writes) <- [`record`] (a log record's bytes) <- [`fencing`]
+//! (which records of a partition's log count) <- [`log`] (the [`log::PartitionLog`] trait)
+//! <- [`view`] (the redb view behind a log: backlog, applier, checkpoints) <- [`local`]
+//! (embedded mode's segment log, its appender and replay) <- [`writer`] (the handle partitions
+//! write through) <- [`pipeline`] (a cluster leader's records in flight).
 
-mod backlog;
+pub mod fencing;
 mod jobs;
+pub mod local;
 pub mod log;
-pub mod logged;
 pub mod meta;
 pub mod pipeline;
-pub mod segments;
-mod view;
+pub mod record;
+pub mod view;
 pub mod write_set;
 pub mod writer;
 
@@ -23,7 +30,7 @@ use crate::health::Health;
 /// File name of the database inside `data-dir`.
 pub const DB_FILE: &str = "sluice.redb";
 
-/// Directory of the local log inside `data-dir` (`segments.rs`).
+/// Directory of the local log inside `data-dir` (`local/segments.rs`).
 pub const LOG_DIR: &str = "log";
 
 /// redb's page cache. Its default (1 GiB) let a large held backlog look like 2.5 KiB per
@@ -51,21 +58,21 @@ pub struct Store {
     /// Cluster mode: where changed metadata tables go (see [`meta`]).
     meta_log: std::sync::OnceLock<Arc<dyn meta::MetaLog>>,
     /// The local log, replayed into the view at open, until the writer takes it
-    /// ([`writer::Writer::start_logged`]).
-    log: std::sync::Mutex<Option<segments::SegmentLog>>,
+    /// ([`writer::Writer::start_logged`]); the store only holds it between the two.
+    log: std::sync::Mutex<Option<local::segments::SegmentLog>>,
     /// Embedded mode: answered writes not yet in the view, which every read applies first.
-    backlog: backlog::Backlog,
+    backlog: view::backlog::Backlog,
 }
 
 impl Store {
     /// Opens (or creates) the store under `data_dir`, its local log with default options.
     pub fn open(data_dir: &Path) -> Result<Self, CodedError> {
-        Self::open_with(data_dir, segments::Options::default())
+        Self::open_with(data_dir, local::segments::Options::default())
     }
 
     /// Opens (or creates) the store under `data_dir`; its local log (`<data-dir>/log/`) is
     /// replayed into it, and new segments get `log`'s size.
-    pub fn open_with(data_dir: &Path, log: segments::Options) -> Result<Self, CodedError> {
+    pub fn open_with(data_dir: &Path, log: local::segments::Options) -> Result<Self, CodedError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
             CodedError::uncoded(format!(
                 "cannot create data dir {}: {e}; choose another --data-dir",
@@ -79,110 +86,16 @@ impl Store {
             .map_err(|e| open_error(&path, e));
         let store = Self::checked(path, db?)?;
         let dir = data_dir.join(LOG_DIR);
-        store.replay_log(Arc::new(segments::FsDir(dir.clone())), log, &dir.display())?;
+        store.replay_log(
+            Arc::new(local::segments::FsDir(dir.clone())),
+            log,
+            &dir.display(),
+        )?;
         Ok(store)
     }
 
-    /// Applies every record of the local log in `dir` after the view's durable checkpoint to
-    /// the view, makes that durable, and keeps the log, ready for appending, for the writer.
-    fn replay_log(
-        &self,
-        dir: Arc<dyn segments::LogDir>,
-        options: segments::Options,
-        shown: &dyn std::fmt::Display,
-    ) -> Result<(), CodedError> {
-        let failed = |e: &dyn std::fmt::Display| {
-            CodedError::new(
-                Code::STO0002,
-                format!(
-                    "the local log in {shown} cannot be replayed into the store: {e}; restore the data dir from a backup"
-                ),
-            )
-        };
-        self.with_db(|db| -> Result<(), CodedError> {
-            let applied = db
-                .begin_read()
-                .map_err(redb::Error::from)
-                .and_then(|txn| view::applied(&txn))
-                .map_err(|e| storage_error(&self.path, e))?;
-            let mut last = applied;
-            let mut txn: Option<redb::WriteTransaction> = None;
-            let mut pending = 0usize;
-            let mut apply = |read: segments::Read| -> Result<(), CodedError> {
-                let record =
-                    log::Record::decode(&read.payload, usize::MAX).map_err(|e| failed(&e))?;
-                let log::Record::Writes { writes, .. } = record else {
-                    return Err(failed(&format!("record {} is not a write set", read.lsn)));
-                };
-                if txn.is_none() {
-                    let mut fresh = db.begin_write().map_err(|e| storage_error(&self.path, e))?;
-                    fresh
-                        .set_durability(redb::Durability::None)
-                        .map_err(|e| storage_error(&self.path, e))?;
-                    txn = Some(fresh);
-                }
-                let open = txn.as_ref().expect("just made");
-                writes
-                    .apply(open)
-                    .map_err(|e| storage_error(&self.path, e))?;
-                last = read.lsn;
-                pending += read.payload.len();
-                // Large replays commit as they go (not durably: the last one is).
-                if pending > 64 * 1024 * 1024 {
-                    let done = txn.take().expect("open");
-                    view::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
-                    done.commit().map_err(|e| storage_error(&self.path, e))?;
-                    pending = 0;
-                }
-                Ok(())
-            };
-            let mut replay_error = None;
-            let opened = segments::SegmentLog::open(dir, options, applied, |read| {
-                apply(read).map_err(|e| {
-                    let message = e.to_string();
-                    replay_error = Some(e);
-                    std::io::Error::other(message)
-                })
-            });
-            let log = match (opened, replay_error) {
-                (_, Some(error)) => return Err(error),
-                (Err(e), None) => {
-                    if let Some(damage) = e
-                        .get_ref()
-                        .and_then(|inner| inner.downcast_ref::<segments::Damage>())
-                    {
-                        return Err(CodedError::new(
-                            Code::STO0003,
-                            format!(
-                                "the local log in {shown} is damaged: {damage}; restore the data dir from a backup, or set worker.truncate-damaged-log = true to start without those records"
-                            ),
-                        ));
-                    }
-                    return Err(failed(&e));
-                }
-                (Ok(log), None) => log,
-            };
-            // Nothing replayed: the view is as durable as it was, and a start pays no sync.
-            if last > applied {
-                let done = match txn {
-                    Some(txn) => txn,
-                    None => db.begin_write().map_err(|e| storage_error(&self.path, e))?,
-                };
-                view::set_applied(&done, last).map_err(|e| storage_error(&self.path, e))?;
-                done.commit().map_err(|e| storage_error(&self.path, e))?;
-                tracing::info!(
-                    from = applied + 1,
-                    to = last,
-                    "replayed the local log into the store"
-                );
-            }
-            *self.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(log);
-            Ok(())
-        })?
-    }
-
     /// Takes the local log for the writer (once).
-    pub(crate) fn take_log(&self) -> Option<segments::SegmentLog> {
+    pub(crate) fn take_log(&self) -> Option<local::segments::SegmentLog> {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
@@ -195,7 +108,7 @@ impl Store {
             health: Arc::default(),
             meta_log: std::sync::OnceLock::new(),
             log: std::sync::Mutex::new(None),
-            backlog: backlog::Backlog::default(),
+            backlog: view::backlog::Backlog::default(),
         })
     }
 
@@ -216,10 +129,14 @@ impl Store {
     #[cfg(any(test, feature = "testing"))]
     pub fn open_backend_logged(
         backend: impl redb::StorageBackend,
-        log: Arc<dyn segments::LogDir>,
+        log: Arc<dyn local::segments::LogDir>,
     ) -> Result<Self, CodedError> {
         let store = Self::open_backend(backend)?;
-        store.replay_log(log, segments::Options::default(), &"the simulated log")?;
+        store.replay_log(
+            log,
+            local::segments::Options::default(),
+            &"the simulated log",
+        )?;
         Ok(store)
     }
 
@@ -246,7 +163,7 @@ impl Store {
     }
 
     /// Embedded mode: what waits between the log and the view.
-    pub(crate) fn backlog(&self) -> &backlog::Backlog {
+    pub(crate) fn backlog(&self) -> &view::backlog::Backlog {
         &self.backlog
     }
 

@@ -11,7 +11,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::log::{Leader, Position};
+use super::fencing::Position;
+use super::record::Leader;
 use super::writer::{Group, WriteSet, Writer};
 use crate::errors::{Code, CodedError};
 
@@ -182,7 +183,8 @@ mod tests {
     use super::*;
     use crate::schema;
     use crate::storage::Store;
-    use crate::storage::log::{Record, Verdict};
+    use crate::storage::fencing::Verdict;
+    use crate::storage::record::Record;
     use crate::storage::writer::Commit;
 
     fn set(key: &[u8]) -> WriteSet {

@@ -144,6 +144,13 @@ fn last_writes(ops: &[&Op]) -> Vec<bool> {
     live
 }
 
+impl WriteSet {
+    /// Moves the writes of `other` to the end of this set.
+    pub fn append(&mut self, other: &mut WriteSet) {
+        self.ops.append(&mut other.ops);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use redb::ReadableDatabase;

@@ -10,7 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::Store;
 use super::jobs::{GROUP, Job, stopped, take_group};
 #[cfg(any(test, feature = "testing"))]
-use super::logged::{LoggedFlusher, ViewFlusher};
+use super::local::appender::LoggedFlusher;
+#[cfg(any(test, feature = "testing"))]
+use super::view::ViewFlusher;
 use super::write_set::apply_all;
 pub use super::write_set::{BytesTable, WriteSet};
 use crate::errors::CodedError;
@@ -27,8 +29,8 @@ pub struct Writer {
 enum To {
     /// A thread, or whoever holds the receiver (a stage, a flusher).
     Channel(mpsc::UnboundedSender<Job>),
-    /// Straight into the view's backlog (cluster mode, `logged::ViewWriter`).
-    View(Arc<super::logged::ViewWriter>),
+    /// Straight into the view's backlog (cluster mode, `view/applier.rs`).
+    View(Arc<super::view::applier::ViewWriter>),
 }
 
 impl std::fmt::Debug for Writer {
@@ -63,23 +65,27 @@ impl Writer {
 
     /// The writer of cluster mode for `store`: each set already landed in its partition's
     /// Kafka log, so it joins the view's backlog and is answered at once; an applier thread
-    /// applies the backlog behind (`logged::ViewWriter`).
-    pub fn start_view(store: Arc<Store>, checkpoints: super::logged::Checkpoints) -> Self {
-        Self::from_view(super::logged::ViewWriter::start(store, checkpoints))
+    /// applies the backlog behind (`view/applier.rs`).
+    pub fn start_view(store: Arc<Store>, checkpoints: super::view::Checkpoints) -> Self {
+        Self::from_view(super::view::applier::ViewWriter::start(store, checkpoints))
     }
 
-    fn from_view(view: super::logged::ViewWriter) -> Self {
+    fn from_view(view: super::view::applier::ViewWriter) -> Self {
         Self {
             to: To::View(Arc::new(view)),
         }
     }
 
     /// Starts the writer of embedded mode for `store`: the local log its open replayed is the
-    /// truth, the store a view applied behind it (`logged.rs`). A store without a log (one on
+    /// truth, the store a view applied behind it (`local/appender.rs`). A store without a log (one on
     /// a simulated backend) gets the plain writer.
-    pub fn start_logged(store: Arc<Store>, checkpoints: super::logged::Checkpoints) -> Self {
+    pub fn start_logged(store: Arc<Store>, checkpoints: super::view::Checkpoints) -> Self {
         match store.take_log() {
-            Some(log) => Self::from_channel(super::logged::start(store, log, checkpoints)),
+            Some(log) => Self::from_channel(super::local::appender::start(
+                store,
+                super::local::LocalLog::new(log),
+                checkpoints,
+            )),
             None => Self::start(store),
         }
     }
@@ -116,6 +122,15 @@ impl Writer {
             }
         }
         answer
+    }
+}
+
+impl Writer {
+    /// How many bytes the writes of `writes` after its first `skip` take in a log record (the
+    /// count in front of them aside): what a partition measures a growing set by, once per
+    /// write, to cut it before it outgrows a record.
+    pub fn record_bytes(&self, writes: &WriteSet, skip: usize) -> usize {
+        super::record::encoded_len_after(writes, skip)
     }
 }
 
@@ -189,7 +204,7 @@ impl Group {
     /// The group's log record for the leader of `(epoch, incarnation)`, meant to land at
     /// offset `at`: every set's writes, in order.
     pub fn record(&self, epoch: u64, incarnation: u64, at: i64) -> Vec<u8> {
-        super::log::encode_writes_at(
+        super::record::encode_writes_at(
             epoch,
             incarnation,
             at,

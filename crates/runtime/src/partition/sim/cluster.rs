@@ -14,8 +14,9 @@
 use futures_util::FutureExt as _;
 
 use super::*;
-use crate::storage::log::{Leader, Position, Record, Verdict};
+use crate::storage::fencing::{Position, Verdict};
 use crate::storage::pipeline::{MAX_RECORDS_IN_FLIGHT, Pipeline};
+use crate::storage::record::{Leader, Record};
 use crate::storage::writer::{Staged, WriteSet};
 
 /// The one partition's log, and the broker in front of it.

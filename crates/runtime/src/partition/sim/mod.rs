@@ -63,7 +63,8 @@ use crate::protocol::proto;
 use crate::protocol::{Frame, Message, MessageType};
 use crate::registry::{Registration, Registry};
 use crate::storage::Store;
-use crate::storage::logged::{LoggedFlusher, ViewFlusher};
+use crate::storage::local::appender::LoggedFlusher;
+use crate::storage::view::ViewFlusher;
 use crate::storage::writer::{Commit, Writer};
 
 use crate::simulation::{Rng, seed};

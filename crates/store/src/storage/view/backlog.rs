@@ -1,4 +1,5 @@
-//! Groups synced to the local log and answered, not yet applied to the view (`logged.rs`).
+//! Groups that landed in their log and were answered, not yet applied to the view
+//! (`applier.rs`).
 //!
 //! The read rule (`docs/durability.md`): anything read after an acknowledgement sees it. A set
 //! is answered once its record is synced; its group then waits here until the applier thread
@@ -14,12 +15,13 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::Store;
-use super::write_set::WriteSet;
 use crate::errors::CodedError;
+use crate::storage::Store;
+use crate::storage::write_set::WriteSet;
 
-/// One synced log record's writes.
-pub(crate) struct Group {
+/// One landed log record's writes: a group of sets after its record landed (the writer's
+/// [`crate::storage::writer::Group`] before), its answers sent.
+pub(crate) struct Landed {
     pub(crate) writes: Vec<WriteSet>,
     /// Its record in the local log; `None` for writes whose log is another (cluster mode: the
     /// partition's Kafka log, whose position the writes carry themselves).
@@ -46,7 +48,7 @@ pub(crate) struct Backlog {
     waiting: AtomicUsize,
     /// Bytes of those groups.
     bytes: AtomicU64,
-    incoming: Mutex<VecDeque<Group>>,
+    incoming: Mutex<VecDeque<Landed>>,
     /// Held while applying.
     applied: Mutex<View>,
 }
@@ -74,7 +76,7 @@ impl Backlog {
     }
 
     /// Adds synced groups, in log order, before their sets are answered; the bytes waiting now.
-    pub(crate) fn push(&self, groups: impl IntoIterator<Item = Group>) -> u64 {
+    pub(crate) fn push(&self, groups: impl IntoIterator<Item = Landed>) -> u64 {
         let mut incoming = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
         let before = incoming.len();
         let mut bytes = 0;
@@ -98,7 +100,7 @@ impl Backlog {
         durable: bool,
     ) -> Result<Applied, CodedError> {
         let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
-        let taken: Vec<Group> = {
+        let taken: Vec<Landed> = {
             let mut incoming = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
             let n = groups.min(incoming.len());
             incoming.drain(..n).collect()
@@ -109,7 +111,7 @@ impl Backlog {
         let row = logged.or((applied.lsn > 0).then_some(applied.lsn));
         if !taken.is_empty() || (durable && applied.unsynced) {
             let sets = taken.iter().flat_map(|group| &group.writes);
-            if let Err(error) = super::view::apply(store, sets, row, durable) {
+            if let Err(error) = super::apply(store, sets, row, durable) {
                 let mut incoming = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
                 for group in taken.into_iter().rev() {
                     incoming.push_front(group);

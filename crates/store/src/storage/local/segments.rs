@@ -1,16 +1,16 @@
 //! The local log of embedded mode: the truth a group of write sets is acknowledged on, with the
-//! redb file a view applied behind it (`logged.rs`, `docs/durability.md`).
+//! redb file a view applied behind it (`appender.rs`, `docs/durability.md`).
 //!
 //! Records are appended to segment files under `<data-dir>/log/`, each named by the number of
 //! its first record (`00000000000000000042.log`). A record is a 16-byte header — payload length
 //! (u32), CRC-32 of the number and payload (u32), its number (u64), little endian — then the
-//! payload (a write-set record of `log.rs`). Numbers follow each other without gaps across
+//! payload (a write-set record of `record.rs`). Numbers follow each other without gaps across
 //! segments. A length of zero ends the log; so does a record whose checksum, length or number
 //! is wrong, if it is a torn tail (a write the crash cut short, never acknowledged), which
 //! [`SegmentLog::open`] zeroes before anything is appended after it.
 //!
 //! A torn tail is only ever the last record: the writer syncs each record before it appends
-//! the next (`logged.rs`), so a bad record followed by a good one (later in its segment, or
+//! the next (`appender.rs`), so a bad record followed by a good one (later in its segment, or
 //! a later segment that starts with one) was acknowledged and then damaged (a flipped bit, a
 //! zeroed sector, a deleted segment). Then opening refuses ([`Damage`]) rather than drop the
 //! acknowledged records after it, unless [`Options::truncate_damage`] says to. So does a log

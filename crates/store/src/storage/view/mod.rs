@@ -1,5 +1,13 @@
 //! The redb view behind a log: applying write sets to it in one transaction with its
-//! checkpoint row (the last log record it holds), and what a failure to do so turns off.
+//! checkpoint row (the last log record it holds), and what a failure to do so turns off; what
+//! waits for it ([`backlog`]) and what applies that ([`applier`]).
+
+pub mod applier;
+pub(crate) mod backlog;
+
+pub use applier::Checkpoints;
+#[cfg(any(test, feature = "testing"))]
+pub use applier::ViewFlusher;
 
 use super::Store;
 use super::write_set::{WriteSet, apply_all};
@@ -30,7 +38,11 @@ pub(crate) fn set_applied(txn: &redb::WriteTransaction, lsn: u64) -> Result<(), 
 }
 
 /// Fails the store's health: `what` could not be written.
-pub(super) fn fail_store(store: &Store, what: &str, e: impl std::fmt::Display) -> CodedError {
+pub(in crate::storage) fn fail_store(
+    store: &Store,
+    what: &str,
+    e: impl std::fmt::Display,
+) -> CodedError {
     metrics::counter!(sluice_core::metrics::STORE_COMMIT_FAILURES).increment(1);
     let error = crate::health::store_write_failed(format!("{what}: {e}"));
     store.health().fail(error.clone());
@@ -38,7 +50,7 @@ pub(super) fn fail_store(store: &Store, what: &str, e: impl std::fmt::Display) -
 }
 
 /// Applies `sets` and the checkpoint `lsn` (if any) to the view in one transaction.
-pub(super) fn apply<'a>(
+pub(in crate::storage) fn apply<'a>(
     store: &Store,
     sets: impl Iterator<Item = &'a WriteSet>,
     lsn: Option<u64>,
