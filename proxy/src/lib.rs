@@ -3,7 +3,6 @@
 //! The binary (`main.rs`) only parses arguments; everything it runs lives here.
 
 pub mod cli;
-pub mod cluster;
 pub mod logging;
 pub mod otlp;
 pub mod server;

@@ -46,7 +46,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         Runtime::new(partitions)
     };
     let cluster = if config.cluster.is_kafka() {
-        Some(Arc::new(crate::cluster::Cluster::join(
+        Some(Arc::new(sluice_kafka_log::Cluster::join(
             &config, &store, &runtime,
         )?))
     } else {

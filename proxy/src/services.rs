@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use crate::cluster::Cluster;
 use sluice_kafka::Kafka;
+use sluice_kafka_log::Cluster;
 use sluice_runtime::node::Node;
 use sluice_runtime::partition::Receivers;
 use sluice_runtime::partition::runtime::Lead;

@@ -57,15 +57,7 @@ use sluice_runtime::partition::Runtime;
 use sluice_runtime::registry::Registry;
 use sluice_store::storage::Store;
 
-/// What the admin API reports of this node's part of a cluster (cluster mode). The cluster
-/// lives above this crate (it is the process's composition of Kafka and the partitions), so it
-/// reaches the admin API through this.
-pub trait ClusterReport: Send + Sync + std::fmt::Debug {
-    /// This node's view: members, partitions it follows or leads, lag.
-    fn view(&self) -> sluice_api::version::ClusterView;
-    /// Why this node stopped following a partition, and how many it stopped following.
-    fn broken(&self) -> Option<(sluice_core::errors::CodedError, usize)>;
-}
+pub use sluice_api::version::ClusterReport;
 
 /// What admin handlers share.
 #[derive(Debug)]

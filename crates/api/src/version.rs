@@ -77,3 +77,13 @@ pub struct MetadataClusterHealth {
     /// Plain node ids.
     pub members: Vec<u32>,
 }
+
+/// What the admin API reports of this node's part of a cluster (cluster mode). The cluster is
+/// the Kafka provider's (`sluice-kafka-log`), which the admin API does not name: it reaches it
+/// through this.
+pub trait ClusterReport: Send + Sync + std::fmt::Debug {
+    /// This node's view: members, partitions it follows or leads, lag.
+    fn view(&self) -> ClusterView;
+    /// Why this node stopped following a partition, and how many it stopped following.
+    fn broken(&self) -> Option<(sluice_core::errors::CodedError, usize)>;
+}

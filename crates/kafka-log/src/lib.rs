@@ -1,5 +1,6 @@
-//! Cluster mode (`docs/cluster.md`): each partition's Kafka log is the truth and this node's
-//! store a view of it. [`Cluster::join`] checks the topics; [`Cluster::run`] runs the replica
+//! Cluster mode on Kafka (`docs/cluster.md`): each partition's Kafka log is the truth and this
+//! node's store a view of it; a partition of the log topic is the store's `PartitionLog`
+//! (`leader.rs`'s `KafkaLog`). [`Cluster::join`] checks the topics; [`Cluster::run`] runs the replica
 //! reader (`reader.rs`), the membership consumer (`membership.rs`) and, for each partition the
 //! group gives this node, a takeover and then the partition's log writer (`leader.rs`).
 
@@ -284,7 +285,7 @@ impl Cluster {
     }
 }
 
-impl sluice_admin::ClusterReport for Cluster {
+impl sluice_api::version::ClusterReport for Cluster {
     /// This node's view of the cluster (`GET /cluster-health`).
     fn view(&self) -> sluice_api::version::ClusterView {
         use sluice_api::version::{ClusterView, PartitionView};
