@@ -16,7 +16,8 @@ use tokio::sync::watch;
 use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
 use sluice_core::ids::InvocationId;
-use sluice_store::storage::log::{PartitionLog, confirm};
+use sluice_runtime::replication::leader::Leading;
+use sluice_store::storage::log::PartitionLog;
 use sluice_store::storage::pipeline::{Pipeline, lost};
 use sluice_store::storage::record::{Leader, Record};
 use sluice_store::storage::writer::{Staged, Writer};
@@ -134,7 +135,7 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
 /// Writes partition `p`'s groups to its log, from offset `next`, until it steps down: up to
 /// `cluster.records-in-flight` records at once, each group stored once its record landed where
 /// it was meant to (`storage::pipeline`).
-async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, mut staged: Staged) {
+async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: Staged) {
     let mut lead = shared.leads[p as usize].subscribe();
     let inbox = {
         let (shared, lead) = (Arc::clone(&shared), lead.clone());
@@ -142,57 +143,26 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, mut staged
             super::inbox::deliver(&shared, p, &shared.runtime, &lead);
         })
     };
-    let mut pipeline = Pipeline::new(
+    let pipeline = Pipeline::new(
         p,
         leader,
         next,
         shared.settings.records_in_flight,
         shared.writer.clone(),
     );
-    let mut log = KafkaLog {
+    let log = KafkaLog {
         shared: Arc::clone(&shared),
         partition: p,
         deliveries: VecDeque::new(),
     };
+    let mut leading = Leading::new(p, pipeline, staged, log, shared.settings.max_record / 2);
     let mut stores = tokio::task::JoinSet::new();
-    let why = loop {
-        tokio::select! {
-            biased;
-            () = async { drop(lead.wait_for(Option::is_none).await) } => {
-                break "it stepped down".to_owned();
-            }
-            landed = confirm(&mut log), if log.unconfirmed() > 0 => {
-                let landed = landed.and_then(|at| {
-                    i64::try_from(at).map_err(|_| lost(p, "the log answered an offset past i64"))
-                });
-                if let Err(e) = pipeline.landed(landed) {
-                    break e.message;
-                }
-            }
-            group = staged.next_group(shared.settings.max_record / 2), if pipeline.has_room() => {
-                let Some(group) = group else {
-                    break "it stepped down".to_owned();
-                };
-                if let Some(record) = pipeline.push(group)
-                    && let Err(e) = log.append(&record).await
-                {
-                    pipeline.fail_all(&e);
-                    break e.message;
-                }
-            }
-        }
-        for stored in pipeline.take_stored() {
-            stores.spawn(stored);
-        }
-        while stores.try_join_next().is_some() {}
-    };
+    let stepped_down = async { drop(lead.wait_for(Option::is_none).await) };
+    let why = leading.run(stepped_down, &mut stores).await;
     tracing::warn!(partition = p, why, "stopped leading the partition");
     shared.placement.set_here(p as usize, false);
     let _ = shared.leads[p as usize].send(None);
-    let error = lost(p, &why);
-    pipeline.fail_all(&error);
-    staged.close(&error);
-    for stored in pipeline.take_stored() {
+    for stored in leading.step_down(&lost(p, &why)) {
         stores.spawn(stored);
     }
     while stores.join_next().await.is_some() {}

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
+use sluice_runtime::replication::follow::{Followed, follow};
 use sluice_store::storage::fencing::{Position, Verdict};
 use sluice_store::storage::record::Record;
 use sluice_store::storage::writer::WriteSet;
@@ -104,8 +105,9 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
     Ok(())
 }
 
-/// Reads the record at `offset` of partition `p`: its writes go into `writes` when they count
-/// and this node does not lead `p`. A gap before it or a damaged record stops following `p`.
+/// Reads the record at `offset` of partition `p` ([`follow`]): its writes go into `writes` when
+/// they count and this node does not lead `p`. A gap before it or a damaged record stops
+/// following `p`.
 fn admit(
     shared: &Shared,
     p: u32,
@@ -118,35 +120,24 @@ fn admit(
         return;
     };
     let mut state = lock(slot);
-    if state.broken.is_some() || offset < state.seen.next {
-        // Given up on, or read before (a rewind delivers it again).
+    if state.broken.is_some() {
+        // Given up on.
         return;
     }
-    if offset > state.seen.next {
-        // Kafka numbers a partition's records without holes (the topics are neither compacted
-        // nor transactional), so a jump means records this replica needed are gone.
-        let gap = CodedError::new(
-            Code::CLU0004,
-            format!(
-                "partition {p}: the log goes on at offset {offset} but this node's store needs offset {}: records it never read were deleted (topic retention?)",
-                state.seen.next
-            ),
-        );
-        break_partition(shared, p, &mut state, gap);
-        return;
-    }
-    let record = match Record::decode(payload, shared.settings.max_record) {
-        Ok(record) => record,
-        Err(e) => {
-            let damaged = CodedError::new(
-                Code::CLU0003,
-                format!("partition {p}, offset {offset}: {}", e.message),
-            );
-            break_partition(shared, p, &mut state, damaged);
+    let (verdict, record) = match follow(
+        &mut state.seen,
+        p,
+        offset,
+        payload,
+        shared.settings.max_record,
+    ) {
+        Followed::Before => return,
+        Followed::Broken(why) => {
+            break_partition(shared, p, &mut state, why);
             return;
         }
+        Followed::Read(verdict, record) => (verdict, record),
     };
-    let verdict = state.seen.admit(offset, &record);
     if verdict == Verdict::Accepted {
         let leader = &state.seen.leader;
         shared

@@ -1,8 +1,9 @@
 //! Cluster mode in the simulator (`docs/cluster.md`): half the runs write through a partition
 //! log first. The log is kept whole (Kafka's `acks=all` keeps what it acknowledged); a node's
 //! store is a replica of it. The leader's write path is the server's own
-//! (`storage::pipeline::Pipeline`): up to `records-in-flight` records (drawn per run) handed to
-//! a simulated broker, each stored, and its sets acknowledged, only once it landed where it was
+//! (`replication::leader::Leading` over `storage::pipeline::Pipeline`, its log a simulated
+//! broker's client), and a replica reads the log by the server's rule (`replication::follow`):
+//! up to `records-in-flight` records (drawn per run) handed to a simulated broker, each stored, and its sets acknowledged, only once it landed where it was
 //! meant to. The broker keeps their order but answers when it likes (records stay in flight
 //! across commits), refuses some (a refused record may have landed all the same, like a
 //! timeout, and the records behind it land or not), and fences: another node appends its
@@ -14,10 +15,13 @@
 use futures_util::FutureExt as _;
 
 use super::*;
+use crate::replication::follow::{Followed, follow};
+use crate::replication::leader::Leading;
 use crate::storage::fencing::{Position, Verdict};
+use crate::storage::log::{PartitionLog, confirm};
 use crate::storage::pipeline::{MAX_RECORDS_IN_FLIGHT, Pipeline};
 use crate::storage::record::{Leader, Record};
-use crate::storage::writer::{Staged, WriteSet};
+use crate::storage::writer::WriteSet;
 
 /// The one partition's log, and the broker in front of it.
 pub(super) struct SimLog {
@@ -38,11 +42,46 @@ pub(super) struct SimLog {
     sent: std::collections::HashMap<u64, Vec<u64>>,
 }
 
-/// A node's part in the log: its records on their way, and the sets waiting to go.
-pub(super) struct Leading {
-    pipeline: Pipeline,
-    staged: Staged,
+/// A leader's client of the simulated broker: the records the leader handed it, which the
+/// world carries to the broker, and the broker's answers, which the world carries back.
+#[derive(Default)]
+pub(super) struct BrokerClient {
+    handed: VecDeque<Vec<u8>>,
+    answers: VecDeque<Result<u64, CodedError>>,
+    unconfirmed: usize,
 }
+
+impl PartitionLog for BrokerClient {
+    fn append(&mut self, record: &[u8]) -> impl Future<Output = Result<(), CodedError>> + Send {
+        self.handed.push_back(record.to_vec());
+        self.unconfirmed += 1;
+        std::future::ready(Ok(()))
+    }
+
+    fn poll_confirm(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<u64, CodedError>> {
+        match self.answers.pop_front() {
+            Some(answer) => {
+                self.unconfirmed -= 1;
+                std::task::Poll::Ready(answer)
+            }
+            None => std::task::Poll::Pending,
+        }
+    }
+
+    fn unconfirmed(&self) -> usize {
+        self.unconfirmed
+    }
+
+    fn release(&mut self, _: u64) -> Result<(), CodedError> {
+        Ok(())
+    }
+}
+
+/// A node's part in the log: its records on their way, and the sets waiting to go.
+pub(super) type SimLeading = Leading<BrokerClient>;
 
 impl SimLog {
     pub(super) fn new(rng: &mut Rng) -> Self {
@@ -135,13 +174,15 @@ impl SimLog {
         let mut writes = WriteSet::default();
         let from = usize::try_from(position.next).unwrap_or(0);
         for (offset, bytes) in self.records.iter().enumerate().skip(from) {
-            let record = Record::decode(bytes, usize::MAX).expect("the log holds records");
-            if position.admit(offset as i64, &record) == Verdict::Apply
-                && let Record::Writes {
-                    writes: mut set, ..
-                } = record
-            {
-                writes.append(&mut set);
+            match follow(&mut position, 0, offset as i64, bytes, usize::MAX) {
+                Followed::Read(
+                    Verdict::Apply,
+                    Record::Writes {
+                        writes: mut set, ..
+                    },
+                ) => writes.append(&mut set),
+                Followed::Read(..) => {}
+                other => panic!("a replica reading the whole log from its position: {other:?}"),
             }
         }
         position.save(0, &mut writes);
@@ -163,7 +204,7 @@ impl World {
         &mut self,
         store: &Arc<Store>,
         redb: Writer,
-    ) -> Option<(Writer, Leading)> {
+    ) -> Option<(Writer, SimLeading)> {
         let incarnation = self.rng.next_u64();
         let log = self.log.as_mut()?;
         let leader = log.append_epoch(incarnation);
@@ -171,7 +212,8 @@ impl World {
         let next = log.records.len() as i64;
         let (writer, staged) = Writer::staged();
         let pipeline = Pipeline::new(0, leader, next, log.records_in_flight, redb);
-        Some((writer, Leading { pipeline, staged }))
+        let leading = Leading::new(0, pipeline, staged, BrokerClient::default(), usize::MAX);
+        Some((writer, leading))
     }
 
     /// Moves the partition's waiting sets into the leader's pipeline and their records to the
@@ -186,15 +228,15 @@ impl World {
             node.flusher.flush();
             return true;
         };
-        while leading.pipeline.has_room() {
-            let Some(group) = leading.staged.try_group(usize::MAX) else {
-                break;
-            };
-            if let Some(record) = leading.pipeline.push(group) {
-                log.send(record);
-            }
+        leading
+            .send_waiting()
+            .now_or_never()
+            .expect("the simulated broker's client takes a record at once")
+            .expect("the simulated broker's client refuses nothing");
+        for record in leading.log().handed.drain(..) {
+            log.send(record);
         }
-        log.most_in_flight = log.most_in_flight.max(leading.pipeline.in_flight());
+        log.most_in_flight = log.most_in_flight.max(leading.in_flight());
         // The broker answers in order; a delay leaves the rest in flight for later commits.
         let answering = match rng.below(10) {
             0..4 => log.queued.len(),
@@ -202,6 +244,7 @@ impl World {
             _ => rng.below(log.queued.len() as u64 + 1) as usize,
         };
         let mut leads = true;
+        let mut stored = Vec::new();
         for _ in 0..answering {
             let record = log.queued.pop_front().expect("counted");
             let result = if rng.below(400) == 0 {
@@ -216,14 +259,18 @@ impl World {
                 ))
             } else {
                 log.records.push(record);
-                Ok(log.records.len() as i64 - 1)
+                Ok(log.records.len() as u64 - 1)
             };
             let fenced = result.is_ok();
-            if let Err(e) = leading.pipeline.landed(result) {
+            leading.log().answers.push_back(result);
+            let confirmed = confirm(leading.log())
+                .now_or_never()
+                .expect("an answer waits");
+            if let Err(e) = leading.landed(confirmed) {
                 if fenced {
                     log.fenced += 1;
                 }
-                leading.staged.close(&e);
+                stored.extend(leading.step_down(&e));
                 // What the broker still holds of this leader lands, in order, up to a point:
                 // none of it may count.
                 log.crash(rng);
@@ -231,7 +278,7 @@ impl World {
                 break;
             }
         }
-        let stored = leading.pipeline.take_stored();
+        stored.extend(leading.take_stored());
         node.flusher.flush();
         for store in stored {
             store

@@ -147,7 +147,7 @@ struct Node {
     partition: Partition,
     flusher: Flush,
     /// Cluster mode: the leader this node is, and its writes' way through the log.
-    leading: Option<cluster::Leading>,
+    leading: Option<cluster::SimLeading>,
     store: Arc<Store>,
     pending: VecDeque<(Commit, Vec<Effect>)>,
     /// Submissions waiting for their answer.
