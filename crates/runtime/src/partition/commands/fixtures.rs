@@ -96,6 +96,8 @@ fn new_record(seed: u128) -> InvocationRecord {
 /// A real partition over a scratch store with one deployment (`Svc/run`, `Obj/add`).
 struct Bench {
     _dir: tempfile::TempDir,
+    /// The invoker's slots, which every partition of the node shares.
+    slots: Arc<crate::flow::slots::InvokerSlots>,
     partition: Partition,
     flusher: Flusher,
     driver: Recording,
@@ -128,6 +130,7 @@ impl Bench {
         let partition = Partition::new(0, &shared, Box::new(driver.clone()));
         Self {
             _dir: dir,
+            slots: Arc::clone(&shared.slots),
             partition,
             flusher,
             driver,
@@ -728,4 +731,68 @@ fn a_status_peek_leaves_a_completed_outputs_bytes_in_the_store() {
     // For an output: all of them.
     let output = peek(true);
     assert_eq!(output.outcome, Some(Outcome::Value(vec![7; 1 << 20])));
+}
+
+#[test]
+fn freed_slots_start_the_work_that_waited_for_one_and_ask_for_nothing_else() {
+    let mut bench = Bench::new();
+    // Another partition holds the node's only invoker slot.
+    bench.slots.set_limit(1);
+    assert!(bench.slots.try_take());
+    let record = new_record(1);
+    let id = record.id;
+    bench.submit(record);
+    assert!(bench.started().is_empty(), "no slot: nothing starts");
+    assert_ne!(bench.state(id), State::Running);
+    // The other partition gives its slot back and tells this one.
+    bench.slots.give_back();
+    assert_eq!(bench.apply(Event::SlotsFree), Vec::<String>::new());
+    assert_eq!(bench.started(), [(id, 1)]);
+    assert_eq!(bench.state(id), State::Running);
+    assert_eq!(bench.slots.used(), 1, "the started attempt holds the slot");
+}
+
+#[test]
+fn a_barrier_is_answered_only_after_the_commit_of_what_came_before_it() {
+    let mut bench = Bench::new();
+    let record = new_record(1);
+    let id = record.id;
+    let (reply, mut answered) = oneshot::channel();
+    let mut writes = WriteSet::default();
+    let mut effects = Vec::new();
+    let (submit_reply, _) = oneshot::channel();
+    for event in [
+        Event::Submit {
+            record: Box::new(record),
+            input: input(),
+            reply: Some(submit_reply),
+            call: None,
+        },
+        Event::Barrier { reply },
+    ] {
+        bench
+            .partition
+            .apply(event, &mut writes, &mut effects)
+            .expect("the command applies");
+    }
+    assert_eq!(
+        briefs(&effects),
+        ["attempt", "ack: created", "answer barrier"]
+    );
+    assert!(answered.try_recv().is_err(), "not before the commit");
+    drop(bench.partition.writer.commit(writes));
+    bench.flusher.flush();
+    bench.partition.run_effects(effects);
+    assert_eq!(answered.try_recv(), Ok(()));
+    // What came before it is stored: the invocation reads back from the store.
+    let stored = bench
+        .partition
+        .store
+        .with_db(|db| crate::invocation::store::load_record(db, id))
+        .unwrap()
+        .unwrap();
+    assert!(
+        stored.is_some(),
+        "the submission is stored when the barrier answers"
+    );
 }
