@@ -13,8 +13,8 @@ use crate::ids::InvocationId;
 use crate::invocation::store::{self};
 use crate::invocation::{Status, state};
 use crate::invoker::AttemptRequest;
-use crate::protocol::proto::{self};
-use crate::protocol::{Message, ProtocolVersion};
+
+use crate::protocol::ProtocolVersion;
 use crate::registry::Address;
 
 impl Partition {
@@ -161,65 +161,6 @@ impl Partition {
             request,
             inbound,
         });
-    }
-}
-
-/// What a suspended invocation waits on: a completion, a signal or a named signal that is not
-/// among them does not start an attempt (it is journaled and seen by the next one).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct Awaited {
-    /// Completion ids (empty: the suspension named none, so any completion may be it).
-    pub completions: Vec<u32>,
-    /// Signal indexes (awakeables, built-in signals).
-    pub signals: Vec<u32>,
-    /// Named signals.
-    pub named: Vec<String>,
-}
-
-impl Awaited {
-    pub(super) fn of(message: &Message) -> Self {
-        fn walk(future: &proto::Future, out: &mut Awaited) {
-            out.completions
-                .extend_from_slice(&future.waiting_completions);
-            out.signals.extend_from_slice(&future.waiting_signals);
-            out.named
-                .extend(future.waiting_named_signals.iter().cloned());
-            for nested in &future.nested_futures {
-                walk(nested, out);
-            }
-        }
-        let mut out = Self::default();
-        match message {
-            Message::SuspensionV6(s) => {
-                out.completions.extend_from_slice(&s.waiting_completions);
-                out.signals.extend_from_slice(&s.waiting_signals);
-                out.named.extend(s.waiting_named_signals.iter().cloned());
-            }
-            Message::Suspension(s) => {
-                if let Some(future) = &s.awaiting_on {
-                    walk(future, &mut out);
-                }
-            }
-            _ => {}
-        }
-        out
-    }
-
-    /// Whether the signal `id` is one it waits on. A suspension that names nothing at all
-    /// (an SDK that does not say) waits on anything; the runtime's own signals (cancellation)
-    /// always count.
-    pub(super) fn wants(&self, id: &proto::notification_template::Id) -> bool {
-        use proto::notification_template::Id;
-        if self.completions.is_empty() && self.signals.is_empty() && self.named.is_empty() {
-            return true;
-        }
-        match id {
-            Id::SignalId(index) => {
-                *index < super::signals::FIRST_AWAKEABLE_INDEX || self.signals.contains(index)
-            }
-            Id::SignalName(name) => self.named.contains(name),
-            Id::CompletionId(completion) => self.completions.contains(completion),
-        }
     }
 }
 

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::events::Event;
-use super::runtime::Runtime;
 use crate::clock;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
@@ -41,10 +40,20 @@ pub trait Driver: Send + Sync + 'static {
     fn nudge(&self, waiting: u64, from: u32);
 }
 
+/// Where a partition's events for others go: the runtime's channels in the server
+/// (`Runtime`, which implements it). A trait of its own so that the driver needs only this of
+/// the runtime, not the runtime itself.
+pub trait Mailboxes: Send + Sync + 'static {
+    /// Hands `event` to the partition of `id` without waiting.
+    fn post(&self, id: InvocationId, event: Event);
+    /// Tells the partitions `waiting` names, except `from`, that invoker slots are free.
+    fn nudge(&self, waiting: u64, from: u32);
+}
+
 /// The server's driver: the wall clock, attempts as tokio tasks over HTTP, other partitions
 /// through the runtime's channels.
-pub struct TokioDriver {
-    runtime: Runtime,
+pub struct TokioDriver<M> {
+    runtime: M,
     client: AttemptClient,
     /// The partition's own channel, where its attempts report.
     tx: mpsc::Sender<Event>,
@@ -53,7 +62,7 @@ pub struct TokioDriver {
     attempts: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
-impl Drop for TokioDriver {
+impl<M> Drop for TokioDriver<M> {
     fn drop(&mut self) {
         for attempt in self
             .attempts
@@ -66,9 +75,9 @@ impl Drop for TokioDriver {
     }
 }
 
-impl TokioDriver {
+impl<M: Mailboxes> TokioDriver<M> {
     /// A driver for the partition whose channel `tx` is.
-    pub fn new(runtime: Runtime, client: AttemptClient, tx: mpsc::Sender<Event>) -> Self {
+    pub fn new(runtime: M, client: AttemptClient, tx: mpsc::Sender<Event>) -> Self {
         Self {
             runtime,
             client,
@@ -78,7 +87,7 @@ impl TokioDriver {
     }
 }
 
-impl Driver for TokioDriver {
+impl<M: Mailboxes> Driver for TokioDriver<M> {
     fn now_ms(&self) -> u64 {
         clock::now_ms()
     }

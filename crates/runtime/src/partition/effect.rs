@@ -7,13 +7,15 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::answer::Answer;
-use super::promises::PromiseKey;
 use super::{calls, control, signals};
 use crate::errors::CodedError;
 use crate::flow::scheduler::QueueKey;
 use crate::ids::InvocationId;
 use crate::invocation::store::Timer;
 use crate::invocation::{Caller, Outcome};
+
+/// (workflow, key, promise name).
+pub(super) type PromiseKey = (String, String, String);
 
 /// What a batch asks to do once committed.
 #[derive(Debug)]

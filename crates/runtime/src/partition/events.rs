@@ -223,3 +223,28 @@ pub struct StateMemory {
     /// Bytes they hold.
     pub bytes: u64,
 }
+
+impl Event {
+    /// The invocation whose live state the event reads or changes, if it names one.
+    pub(super) fn invocation(&self) -> Option<InvocationId> {
+        match self {
+            Event::Submit { record, .. } | Event::Restart { record, .. } => Some(record.id),
+            Event::Control { id, .. }
+            | Event::CallResult { id, .. }
+            | Event::Await { id, .. }
+            | Event::Peek { id, .. }
+            | Event::Wake { id, .. } => Some(*id),
+            Event::Signal { signal, .. } => Some(signal.target),
+            // Running invocations are never at rest; the rest read no invocation's state or
+            // look at it in either form.
+            Event::AttemptMessage { .. }
+            | Event::AttemptAnswered { .. }
+            | Event::AttemptDone { .. }
+            | Event::SetObjectState { .. }
+            | Event::SlotsFree
+            | Event::Barrier { .. }
+            | Event::PauseQueue { .. }
+            | Event::ResetQuota { .. } => None,
+        }
+    }
+}

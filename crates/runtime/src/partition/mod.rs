@@ -16,6 +16,7 @@ mod ending;
 mod events;
 mod journal;
 mod live;
+pub mod parts;
 pub mod phase;
 pub mod placement;
 pub mod posted;

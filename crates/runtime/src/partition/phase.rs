@@ -8,11 +8,11 @@
 
 use std::time::{Instant, SystemTime};
 
-use super::attempts::Awaited;
 use crate::errors::CodedError;
 use crate::flow::scheduler::{Permit, QueueId};
 use crate::invocation::Status;
 use crate::invoker::Outbound;
+use crate::protocol::{Message, proto};
 
 /// What the partition holds for an invocation in memory, beyond its record and journal.
 #[derive(Debug)]
@@ -384,6 +384,65 @@ pub fn table_markdown() -> String {
 /// Test builds: what every partition was last seen holding, so each step's moves are checked
 /// against [`TRANSITIONS`] (a move not in the table panics, naming both states) and recorded in
 /// [`WALKED`], which a simulator test reads to show every edge is walked.
+/// What a suspended invocation waits on: a completion, a signal or a named signal that is not
+/// among them does not start an attempt (it is journaled and seen by the next one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Awaited {
+    /// Completion ids (empty: the suspension named none, so any completion may be it).
+    pub completions: Vec<u32>,
+    /// Signal indexes (awakeables, built-in signals).
+    pub signals: Vec<u32>,
+    /// Named signals.
+    pub named: Vec<String>,
+}
+
+impl Awaited {
+    pub(super) fn of(message: &Message) -> Self {
+        fn walk(future: &proto::Future, out: &mut Awaited) {
+            out.completions
+                .extend_from_slice(&future.waiting_completions);
+            out.signals.extend_from_slice(&future.waiting_signals);
+            out.named
+                .extend(future.waiting_named_signals.iter().cloned());
+            for nested in &future.nested_futures {
+                walk(nested, out);
+            }
+        }
+        let mut out = Self::default();
+        match message {
+            Message::SuspensionV6(s) => {
+                out.completions.extend_from_slice(&s.waiting_completions);
+                out.signals.extend_from_slice(&s.waiting_signals);
+                out.named.extend(s.waiting_named_signals.iter().cloned());
+            }
+            Message::Suspension(s) => {
+                if let Some(future) = &s.awaiting_on {
+                    walk(future, &mut out);
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Whether the signal `id` is one it waits on. A suspension that names nothing at all
+    /// (an SDK that does not say) waits on anything; the runtime's own signals (cancellation)
+    /// always count.
+    pub(super) fn wants(&self, id: &proto::notification_template::Id) -> bool {
+        use proto::notification_template::Id;
+        if self.completions.is_empty() && self.signals.is_empty() && self.named.is_empty() {
+            return true;
+        }
+        match id {
+            Id::SignalId(index) => {
+                *index < super::signals::FIRST_AWAKEABLE_INDEX || self.signals.contains(index)
+            }
+            Id::SignalName(name) => self.named.contains(name),
+            Id::CompletionId(completion) => self.completions.contains(completion),
+        }
+    }
+}
+
 #[cfg(test)]
 #[derive(Debug, Default)]
 pub(super) struct Watch {

@@ -4,11 +4,10 @@
 //! partition-local; a completed promise is written in the same batch as the waiters'
 //! notifications, so after a restart a waiter without its notification still waits.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 
 use super::effect::Effect;
+use super::effect::PromiseKey;
 use super::task::Partition;
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};
@@ -19,17 +18,6 @@ use crate::protocol::message::Kind;
 use crate::protocol::proto::{self, complete_promise_command_message, notification_template};
 use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::storage::writer::WriteSet;
-
-/// (workflow, key, promise name).
-pub(super) type PromiseKey = (String, String, String);
-
-/// Completed promises seen by this partition (reads must see completions still committing)
-/// and the invocations waiting on open ones.
-#[derive(Debug, Default)]
-pub struct Promises {
-    completed: HashMap<PromiseKey, Promise>,
-    waiters: HashMap<PromiseKey, Vec<(InvocationId, u32)>>,
-}
 
 fn key_of(target: &Target, name: &str) -> Option<PromiseKey> {
     Some((target.service.clone(), target.key.clone()?, name.to_owned()))
@@ -98,12 +86,12 @@ impl Partition {
 
     /// A completed promise is committed: later reads find it in the store.
     pub(super) fn uncache_promise(&mut self, key: &PromiseKey) {
-        self.promises.completed.remove(key);
+        self.promises.uncache(key);
     }
 
     fn lookup(&mut self, key: &PromiseKey) -> Result<Option<Promise>, CodedError> {
-        if let Some(found) = self.promises.completed.get(key) {
-            return Ok(Some(found.clone()));
+        if let Some(found) = self.promises.completed(key) {
+            return Ok(Some(found));
         }
         // Committed: read from the store each time rather than kept in memory.
         self.store
@@ -138,11 +126,7 @@ impl Partition {
                 result_of(&promise),
             ),
             (Message::GetPromise(_), None) => {
-                self.promises
-                    .waiters
-                    .entry(key)
-                    .or_default()
-                    .push((id, completion));
+                self.promises.wait(key, id, completion);
                 return Ok(());
             }
             (Message::PeekPromise(_), found) => notification(
@@ -176,7 +160,7 @@ impl Partition {
                 self.resolve_waiters(&key, &promise, writes, effects);
                 // Kept in memory only until it is committed (reads meanwhile must see it).
                 effects.push(Effect::UncachePromise(Box::new(key.clone())));
-                self.promises.completed.insert(key, promise);
+                self.promises.complete(key, promise);
                 notification(
                     Message::CompletePromiseCompletion,
                     completion,
@@ -198,7 +182,7 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) {
-        for (waiter, completion) in self.promises.waiters.remove(key).unwrap_or_default() {
+        for (waiter, completion) in self.promises.take_waiters(key) {
             let Some(live) = self.live.get_mut(&waiter) else {
                 continue;
             };
@@ -239,11 +223,7 @@ impl Partition {
                 && !super::journal::has_completion(journal, get.result_completion_id)
                 && let Some(key) = key_of(&target, &get.key)
             {
-                self.promises
-                    .waiters
-                    .entry(key)
-                    .or_default()
-                    .push((id, get.result_completion_id));
+                self.promises.wait(key, id, get.result_completion_id);
             }
         }
     }
@@ -260,8 +240,6 @@ impl Partition {
         };
         state::clear_promises(writes, object);
         state::clear_all(writes, object);
-        self.promises
-            .completed
-            .retain(|(s, k, _), _| !(s == &target.service && k == key));
+        self.promises.forget(&target.service, key);
     }
 }

@@ -777,3 +777,13 @@ pub(crate) fn stopped_task(task: &str, ended: Result<(), tokio::task::JoinError>
         format!("{task} stopped ({why}); sluice restarts from the store"),
     )
 }
+
+impl super::driver::Mailboxes for Runtime {
+    fn post(&self, id: InvocationId, event: Event) {
+        Runtime::post(self, id, event);
+    }
+
+    fn nudge(&self, waiting: u64, from: u32) {
+        Runtime::nudge(self, waiting, from);
+    }
+}

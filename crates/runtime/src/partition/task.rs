@@ -11,7 +11,7 @@ use super::effect::Effect;
 use super::live::Live;
 #[cfg(test)]
 use super::phase;
-use super::{calls, dormant, driver, promises};
+use super::{calls, driver, parts};
 use crate::config::Config;
 use crate::errors::CodedError;
 use crate::flow::scheduler::{EntryId, Scheduler};
@@ -37,12 +37,12 @@ pub struct Partition {
     /// Boxed: a held backlog keeps the map's spare capacity at pointer size, not `Live` size.
     pub(super) live: HashMap<InvocationId, Box<Live>>,
     /// Held invocations that never ran, at rest in a compact form.
-    pub(super) dormant: HashMap<InvocationId, dormant::Dormant>,
+    pub(super) dormant: HashMap<InvocationId, parts::dormant::Dormant>,
     /// Invocations queued (or delayed) since the last dispatch: those still waiting after it
     /// go to rest.
     pub(super) just_queued: Vec<InvocationId>,
     /// Invocations at rest in all partitions, and the memory their inputs take.
-    pub(super) held: Arc<dormant::HeldMemory>,
+    pub(super) held: Arc<parts::dormant::HeldMemory>,
     /// Invocations at rest per scope (every invocation of a scope lives on its partition).
     pub(super) held_in_scope: HashMap<Scope, usize>,
     /// Waits for the outcome of invocations at rest, handed to them when they wake.
@@ -58,7 +58,7 @@ pub struct Partition {
     /// before anything is admitted, so a book published before an event was sent is the book
     /// that event is admitted under, whatever the run loop's select picked first.
     pub(super) rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
-    pub(super) promises: promises::Promises,
+    pub(super) promises: parts::promises::Promises,
     pub(super) entries: HashMap<EntryId, InvocationId>,
     pub(super) next_entry: EntryId,
     /// Wake-ups (delays, back-offs, timers) in time order: one heap entry each, not a task
@@ -87,7 +87,7 @@ pub struct Shared {
     pub(super) registry: Arc<Registry>,
     pub(super) config: Arc<Config>,
     pub(super) slots: Arc<InvokerSlots>,
-    pub(super) held: Arc<dormant::HeldMemory>,
+    pub(super) held: Arc<parts::dormant::HeldMemory>,
 }
 
 impl Shared {
@@ -102,7 +102,9 @@ impl Shared {
         let slots = Arc::new(InvokerSlots::new(
             config.worker.invoker.concurrent_invocations_limit.get(),
         ));
-        let held = Arc::new(dormant::HeldMemory::new(config.worker.held_memory_budget.0));
+        let held = Arc::new(parts::dormant::HeldMemory::new(
+            config.worker.held_memory_budget.0,
+        ));
         let drain = &config.worker.invoker.drain;
         registry.configure_pacing(crate::flow::pacing::PacingConfig {
             enabled: drain.enabled,
@@ -163,7 +165,7 @@ impl Partition {
             )
             .with_idle_quota_cap(shared.config.flow.max_idle_quota_counters),
             rules: None,
-            promises: promises::Promises::default(),
+            promises: parts::promises::Promises::default(),
             entries: HashMap::new(),
             next_entry: 0,
             wakes: BinaryHeap::new(),
