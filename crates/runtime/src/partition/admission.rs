@@ -100,7 +100,7 @@ impl Partition {
             }
             EntryKind::Resumed => self.scheduler.enqueue(&key, live.entry, kind, None, now),
         };
-        live.run = Run::Queued { queue };
+        live.set_run(Run::Queued { queue });
         self.just_queued.push(id);
     }
 
@@ -166,7 +166,7 @@ impl Partition {
             return;
         };
         if let Some(queue) = live.run.queue() {
-            live.run = Run::IDLE;
+            live.set_run(Run::IDLE);
             self.scheduler
                 .remove(queue, live.entry, self.driver.now_ms());
         }
@@ -195,7 +195,7 @@ impl Partition {
                 self.scheduler.release(admitted.permit, now);
                 continue;
             }
-            live.run = Run::IDLE;
+            live.set_run(Run::IDLE);
             if admitted.kind == EntryKind::New {
                 // From its arrival, or the end of its delay, to its start.
                 let since = live
@@ -237,7 +237,7 @@ impl Partition {
                 continue;
             };
             if live.run.queue() == Some(expired.queue) {
-                live.run = Run::IDLE;
+                live.set_run(Run::IDLE);
             }
             self.missed_deadlines.insert(id, expired.deadline);
             self.wakes.push(std::cmp::Reverse((

@@ -126,7 +126,7 @@ impl Partition {
             }
         }
         metrics::counter!(names::ATTEMPTS, "service" => target.service.clone()).increment(1);
-        live.record.status = Status::Running;
+        live.set_status(Status::Running);
         // The pinned deployment must be durable before the journal grows on it, and the
         // status is what the admin API shows. The writer keeps this partition's sets in
         // order, so later batches commit after this one.
@@ -145,7 +145,7 @@ impl Partition {
             (None, None)
         };
         running.outbound = outbound;
-        live.run = Run::Running(running);
+        live.set_run(Run::Running(running));
         let request = request.ok_or_else(|| {
             CodedError::new(
                 Code::RT0011,

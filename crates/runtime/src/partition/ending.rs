@@ -51,7 +51,7 @@ pub(super) fn complete(
     writes: &mut WriteSet,
     effects: &mut Vec<Effect>,
 ) {
-    live.record.status = Status::Completed;
+    live.set_status(Status::Completed);
     let service = live.record.target.service.clone();
     let took = now.saturating_sub(live.record.created_at_ms);
     metrics::histogram!(names::INVOCATION_DURATION, "service" => service.clone())
@@ -132,7 +132,7 @@ pub(super) fn pause(live: &mut Live, failure: LastFailure) {
         "invocation paused; resume it once the cause is fixed"
     );
     live.record.last_failure = Some(failure);
-    live.record.status = Status::Paused;
+    live.set_status(Status::Paused);
     live.record.run_at_ms = None;
 }
 
@@ -154,13 +154,13 @@ pub(super) fn back_off(
     live.record.retry_count = live.record.retry_count.saturating_add(1);
     live.record.last_failure = Some(failure);
     if live.record.retry_count >= policy.max_attempts.get() {
-        live.record.status = Status::Paused;
+        live.set_status(Status::Paused);
         live.record.run_at_ms = None;
         return;
     }
     let delay = retry_delay(policy, live.record.retry_count, requested);
     let at = now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
-    live.record.status = Status::BackingOff;
+    live.set_status(Status::BackingOff);
     live.record.run_at_ms = Some(at);
     effects.push(Effect::WakeAt(live.record.id, at, None));
 }

@@ -17,6 +17,7 @@ pub(super) struct Live {
     pub(super) journal: Vec<Frame>,
     pub(super) waiters: Vec<oneshot::Sender<Outcome>>,
     /// Where it stands: idle, queued, running (with its attempt) or ending (`phase.rs`).
+    /// Changed only through [`Live::set_run`] (and its status through [`Live::set_status`]).
     pub(super) run: phase::Run,
     /// Number of the current (or last) attempt of this process.
     pub(super) attempt: u32,
@@ -35,6 +36,88 @@ pub(super) struct Live {
     /// Not in the store yet, nor any of its journal: a call stored at the first point anything
     /// depends on it ([`journal::save`]).
     pub(super) unsaved: bool,
+    /// Debug builds: where it stood before its first move since the partition last checked
+    /// (`None`: it has not moved, or stood in no state of the table).
+    #[cfg(debug_assertions)]
+    moved_from: Option<phase::State>,
+}
+
+#[cfg(debug_assertions)]
+thread_local! {
+    /// Debug builds: invocations moved on this thread since their partition last checked
+    /// ([`Live::check_moves`]). A partition applies a batch on one thread without awaiting, so
+    /// its moves and its check meet here.
+    static MOVED: std::cell::RefCell<Vec<crate::ids::InvocationId>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The one door for where an invocation stands: every change of its status or run phase goes
+/// through [`Live::set_status`] or [`Live::set_run`], and in every debug build the partition
+/// checks each invocation that moved against `phase::TRANSITIONS` once it is done with an
+/// event ([`check_moves`]).
+impl Live {
+    /// Changes its durable status (stored with the batch that changes it).
+    pub(super) fn set_status(&mut self, status: crate::invocation::Status) {
+        self.moving();
+        self.record.status = status;
+    }
+
+    /// Changes its run phase.
+    pub(super) fn set_run(&mut self, run: phase::Run) {
+        self.moving();
+        self.run = run;
+    }
+
+    /// Woken from rest: its next check compares with `Resting`, not with `Gone`.
+    pub(super) fn woken(&mut self) {
+        #[cfg(debug_assertions)]
+        {
+            self.moved_from = Some(phase::State::Resting);
+            MOVED.with(|moved| moved.borrow_mut().push(self.record.id));
+        }
+    }
+
+    fn moving(&mut self) {
+        #[cfg(debug_assertions)]
+        if self.moved_from.is_none() {
+            self.moved_from = phase::state_of(self.record.status, &self.run).ok();
+            MOVED.with(|moved| moved.borrow_mut().push(self.record.id));
+        }
+    }
+}
+
+/// Debug builds: checks every invocation of `live` that moved since the last check against
+/// `phase::TRANSITIONS`; panics naming both states on a move the table does not list, or on a
+/// status and run phase that make no state. Invocations moved by another partition on this
+/// thread wait for their own partition's check.
+pub(super) fn check_moves(
+    live: &mut std::collections::HashMap<crate::ids::InvocationId, Box<Live>>,
+) {
+    #[cfg(debug_assertions)]
+    {
+        let moved = MOVED.with(|moved| std::mem::take(&mut *moved.borrow_mut()));
+        let mut others = Vec::new();
+        for id in moved {
+            let Some(invocation) = live.get_mut(&id) else {
+                others.push(id);
+                continue;
+            };
+            let Some(from) = invocation.moved_from.take() else {
+                continue;
+            };
+            let to = phase::state_of(invocation.record.status, &invocation.run)
+                .unwrap_or_else(|e| panic!("invocation {id} holds {e}, no state of the table"));
+            assert!(
+                phase::allowed(from, to),
+                "invocation {id} moved from {from:?} to {to:?}, a move phase::TRANSITIONS does not list"
+            );
+        }
+        if !others.is_empty() {
+            MOVED.with(|moved| moved.borrow_mut().extend(others));
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = live;
 }
 
 impl Live {
@@ -124,6 +207,55 @@ impl Live {
             rested: 0,
             callers: Vec::new(),
             unsaved: false,
+            #[cfg(debug_assertions)]
+            moved_from: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::invocation::new::{Identity, NewInvocation};
+    use crate::invocation::{Status, Target};
+
+    fn accepted() -> (
+        crate::ids::InvocationId,
+        HashMap<crate::ids::InvocationId, Box<Live>>,
+    ) {
+        let record = NewInvocation::new(
+            Target {
+                service: "Svc".into(),
+                handler: "run".into(),
+                key: None,
+            },
+            Identity::Fresh,
+        )
+        .into_record(1);
+        let id = record.id;
+        let live = Live::new(record, Vec::new(), 1);
+        (id, HashMap::from([(id, Box::new(live))]))
+    }
+
+    #[test]
+    fn a_move_the_table_lists_passes_the_door() {
+        let (id, mut live) = accepted();
+        live.get_mut(&id).unwrap().set_status(Status::Paused);
+        check_moves(&mut live);
+        // Checked once: the next move starts from where it stands now.
+        live.get_mut(&id).unwrap().set_status(Status::Completed);
+        check_moves(&mut live);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "moved from Accepted to Suspended, a move phase::TRANSITIONS does not list"
+    )]
+    fn a_move_the_table_does_not_list_panics_in_a_debug_build() {
+        let (id, mut live) = accepted();
+        live.get_mut(&id).unwrap().set_status(Status::Suspended);
+        check_moves(&mut live);
     }
 }

@@ -176,9 +176,17 @@ impl Partition {
         }
     }
 
-    /// Test builds: checks the moves since the last look against the transition table.
-    #[cfg(test)]
+    /// Every debug build: checks the invocations that moved since the last look against the
+    /// transition table (`live::check_moves`). Test builds also watch every invocation,
+    /// resting and gone ones too, and count the moves made.
     pub(super) fn observe(&mut self) {
+        super::live::check_moves(&mut self.live);
+        #[cfg(test)]
+        self.watch_all();
+    }
+
+    #[cfg(test)]
+    fn watch_all(&mut self) {
         let live = self
             .live
             .iter()
@@ -191,9 +199,6 @@ impl Partition {
         watch.look(live.chain(resting));
         self.watch = watch;
     }
-
-    #[cfg(not(test))]
-    pub(super) fn observe(&mut self) {}
 
     /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
     /// re-arms timers. Nothing acknowledged is lost.

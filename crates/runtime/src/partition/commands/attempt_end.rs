@@ -109,7 +109,7 @@ impl Partition {
             }
             Ok(Ending::Suspended(message)) => {
                 live.record.retry_count = 0;
-                live.record.status = Status::Suspended;
+                live.set_status(Status::Suspended);
                 let awaited = Awaited::of(&message);
                 if ended.signalled
                     || fresh

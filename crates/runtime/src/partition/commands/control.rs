@@ -115,7 +115,7 @@ impl Partition {
             }
             Control::Pause => {
                 let was_running = stop_attempt(live);
-                live.record.status = Status::Paused;
+                live.set_status(Status::Paused);
                 live.record.run_at_ms = None;
                 // A pause may last days: its journal rests once this is stored.
                 self.journals_to_rest.push(id);
@@ -128,11 +128,12 @@ impl Partition {
             Control::Resume => {
                 if live.record.status == Status::Paused || live.record.status == Status::BackingOff
                 {
-                    live.record.status = if live.started() {
+                    let status = if live.started() {
                         Status::Suspended
                     } else {
                         Status::Pending
                     };
+                    live.set_status(status);
                     live.record.run_at_ms = None;
                     live.record.retry_count = 0;
                     effects.push(Effect::Attempt(id));

@@ -215,7 +215,7 @@ fn running(bidi: bool) -> Live {
         attempt.outbound = Some(tokio::sync::mpsc::unbounded_channel().0);
     }
     live.attempt = 1;
-    live.run = Run::Running(Box::new(attempt));
+    live.set_run(Run::Running(Box::new(attempt)));
     live
 }
 

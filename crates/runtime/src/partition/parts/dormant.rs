@@ -282,8 +282,9 @@ impl Dormant {
             payload,
         };
         let mut live = Live::new(record, vec![input], self.entry);
+        live.woken();
         if let Some(queue) = self.queue {
-            live.run = Run::Queued { queue };
+            live.set_run(Run::Queued { queue });
         }
         held.give_back(self.input_in_memory);
         held.count.fetch_sub(1, Ordering::Relaxed);
@@ -379,9 +380,9 @@ mod tests {
         })
         .to_frame(false);
         let mut live = Live::new(record, vec![input], 7);
-        live.run = Run::Queued {
+        live.set_run(Run::Queued {
             queue: scheduler.enqueue(&key, 7, EntryKind::New, None, 0),
-        };
+        });
         live
     }
 
@@ -397,8 +398,8 @@ mod tests {
         };
         scheduler.enqueue(&key, 7, EntryKind::New, None, 0);
         let admitted = scheduler.poll_runnable(0).pop().expect("admitted");
-        live.run = Run::Running(Box::new(crate::partition::phase::Attempt::new(
-            admitted.permit,
+        live.set_run(Run::Running(Box::new(
+            crate::partition::phase::Attempt::new(admitted.permit),
         )));
         live
     }
@@ -481,13 +482,13 @@ mod tests {
         let record = InvocationRecord::new(id, target(), 0);
         let running = running(held(record.clone()));
         let mut started = held(record.clone());
-        started.record.status = Status::Suspended;
+        started.set_status(Status::Suspended);
         let mut awaited = held(record.clone());
         awaited.waiters.push(tokio::sync::oneshot::channel().0);
         let mut journaled = held(record.clone());
         journaled.journal.push(journaled.journal[0].clone());
         let mut unqueued = held(record);
-        unqueued.run = Run::IDLE;
+        unqueued.set_run(Run::IDLE);
         for live in [running, started, awaited, journaled, unqueued] {
             assert!(!Dormant::fits(&live), "{:?}", live.record.status);
         }
@@ -514,8 +515,8 @@ mod tests {
         assert_eq!(woken.record, record);
         // A delayed send never keeps its input, whatever the budget.
         let mut delayed = held(record);
-        delayed.run = Run::IDLE;
-        delayed.record.status = Status::Scheduled;
+        delayed.set_run(Run::IDLE);
+        delayed.set_status(Status::Scheduled);
         delayed.record.run_at_ms = Some(5);
         assert!(Dormant::fits(&delayed));
         let unbounded = unbounded();
