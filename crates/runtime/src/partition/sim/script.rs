@@ -64,7 +64,13 @@ impl World {
             }
         };
         let scope = scope.map(|s| Scope::parse(s).expect("the simulator's scopes are valid"));
+        let limited = scope.as_ref().is_some_and(|s| s.as_str() == "s1");
         let mut new = NewInvocation::new(target, identity).in_scope(scope, None);
+        // Some under the limited scope must start before a deadline: past it in their queue,
+        // they are failed (FLO0003) and never start.
+        if limited && self.rng.chance(20) {
+            new = new.with_deadline(Some(now + self.rng.below(2_000)));
+        }
         if idempotency.is_some() {
             new.retention = Some(std::time::Duration::from_secs(24 * 60 * 60));
         }
