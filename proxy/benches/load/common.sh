@@ -69,6 +69,8 @@ if [ -n "$broker" ]; then
 fi
 # CPU seconds (user + system) a process has used so far, from /proc.
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
+# Context switches of every thread of process $1 so far (voluntary and not).
+ctx_switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'; }
 curl -sf -X POST "http://127.0.0.1:$admin/deployments" -H 'content-type: application/json' \
   -d "{\"uri\":\"http://127.0.0.1:$dep_port/\"}" >/dev/null
 # Held backlogs (held.sh, recovery.sh): `*` = 1 for every scope, so one admitted Meter/hold

@@ -41,13 +41,15 @@ if [ -n "${PERF_OUT:-}" ]; then
   perf_pid=$!
 fi
 cpu_before=$(cpu_seconds "$server")
+ctx_before=$(ctx_switches "$server")
 dep_before=$(cpu_seconds "$dep")
 wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/post.lua" "$scheme://127.0.0.1:$ingress$path" | tee "$work/wrk.out"
 cpu_after=$(cpu_seconds "$server")
+ctx_after=$(ctx_switches "$server")
 dep_after=$(cpu_seconds "$dep")
 requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 python3 -c "
 cpu = $cpu_after - $cpu_before
-print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
 [ -n "${perf_pid:-}" ] && wait "$perf_pid"
 echo "sluice RSS: $(awk '/VmRSS/ {print $2, $3}' /proc/$server/status)"
