@@ -19,6 +19,9 @@ pub mod view;
 pub mod write_set;
 pub mod writer;
 
+#[cfg(test)]
+mod test_support;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 

@@ -310,23 +310,10 @@ impl LoggedFlusher {
 mod tests {
     use std::time::Duration;
 
-    use redb::ReadableDatabase;
-
     use super::*;
     use crate::storage::writer::{WriteSet, Writer};
 
-    /// A partition table (only those go through a partition's writer and its log).
-    const T: crate::schema::BytesTable = crate::schema::INVOCATIONS;
-
-    fn get(store: &Store, key: &[u8]) -> Option<Vec<u8>> {
-        store
-            .with_db(|db| {
-                let txn = db.begin_read().unwrap();
-                let table = txn.open_table(T).unwrap();
-                table.get(key).unwrap().map(|v| v.value().to_vec())
-            })
-            .unwrap()
-    }
+    use crate::storage::test_support::{T, get};
 
     #[tokio::test]
     async fn sets_are_answered_once_logged_and_visible_in_order() {

@@ -115,18 +115,7 @@ mod tests {
     use crate::storage::local::segments::{FsDir, SegmentLog};
     use crate::storage::writer::WriteSet;
 
-    /// A partition table (only those go through a partition's writer and its log).
-    const T: crate::schema::BytesTable = crate::schema::INVOCATIONS;
-
-    fn get(store: &Store, key: &[u8]) -> Option<Vec<u8>> {
-        store
-            .with_db(|db| {
-                let txn = db.begin_read().unwrap();
-                let table = txn.open_table(T).unwrap();
-                table.get(key).unwrap().map(|v| v.value().to_vec())
-            })
-            .unwrap()
-    }
+    use crate::storage::test_support::{T, get};
 
     /// A fresh store in `dir`, and its log opened as the appender would find it.
     fn store_and_its_log(dir: &std::path::Path) -> SegmentLog {

@@ -219,18 +219,7 @@ mod tests {
     use super::*;
     use crate::storage::writer::{WriteSet, Writer};
 
-    /// A partition table (only those go through a partition's writer and its log).
-    const T: crate::schema::BytesTable = crate::schema::INVOCATIONS;
-
-    fn get(store: &Store, key: &[u8]) -> Option<Vec<u8>> {
-        store
-            .with_db(|db| {
-                let txn = db.begin_read().unwrap();
-                let table = txn.open_table(T).unwrap();
-                table.get(key).unwrap().map(|v| v.value().to_vec())
-            })
-            .unwrap()
-    }
+    use crate::storage::test_support::{T, get};
 
     #[tokio::test]
     async fn the_view_writer_answers_at_once_and_reads_see_its_sets() {
