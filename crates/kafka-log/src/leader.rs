@@ -17,7 +17,7 @@ use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
 use sluice_core::ids::InvocationId;
 use sluice_runtime::replication::leader::Leading;
-use sluice_store::storage::log::PartitionLog;
+use sluice_store::storage::log::{PartitionLog, confirm};
 use sluice_store::storage::pipeline::{Pipeline, lost};
 use sluice_store::storage::record::{Leader, Record};
 use sluice_store::storage::writer::{Staged, Writer};
@@ -55,19 +55,13 @@ pub(super) async fn reconcile(shared: Arc<Shared>, mut desired: watch::Receiver<
     }
 }
 
-/// Appends `record` to partition `p` of the log; its offset.
-async fn produce(shared: &Shared, p: u32, record: &[u8]) -> Result<i64, CodedError> {
-    let sent = shared
-        .producer
-        .send(
-            FutureRecord::<(), [u8]>::to(&shared.settings.log_topic)
-                .partition(p as i32)
-                .payload(record),
-            Duration::from_secs(10),
-        )
-        .await;
-    sent.map(|delivery| delivery.offset)
-        .map_err(|(e, _)| not_taken(p, e))
+/// Appends `record` to partition `p` of the log and waits for it to land; its offset. The same
+/// way in as the leader's records ([`KafkaLog`]).
+async fn produce(shared: &Arc<Shared>, p: u32, record: &[u8]) -> Result<i64, CodedError> {
+    let mut log = KafkaLog::new(Arc::clone(shared), p);
+    log.append(record).await?;
+    let at = confirm(&mut log).await?;
+    i64::try_from(at).map_err(|_| lost(p, "the log answered an offset past i64"))
 }
 
 /// Takes partition `p` over while the group wants it here.
@@ -150,11 +144,7 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
         shared.settings.records_in_flight,
         shared.writer.clone(),
     );
-    let log = KafkaLog {
-        shared: Arc::clone(&shared),
-        partition: p,
-        deliveries: VecDeque::new(),
-    };
+    let log = KafkaLog::new(Arc::clone(&shared), p);
     let mut leading = Leading::new(p, pipeline, staged, log, shared.settings.max_record / 2);
     let mut stores = tokio::task::JoinSet::new();
     let stepped_down = async { drop(lead.wait_for(Option::is_none).await) };
@@ -179,6 +169,16 @@ struct KafkaLog {
     partition: u32,
     /// The producer's answers for the records in flight, oldest first.
     deliveries: VecDeque<DeliveryFuture>,
+}
+
+impl KafkaLog {
+    fn new(shared: Arc<Shared>, partition: u32) -> Self {
+        Self {
+            shared,
+            partition,
+            deliveries: VecDeque::new(),
+        }
+    }
 }
 
 impl PartitionLog for KafkaLog {

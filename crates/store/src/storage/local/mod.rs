@@ -39,11 +39,6 @@ impl LocalLog {
         }
     }
 
-    /// The segment files, as they are.
-    pub fn segments(&self) -> &SegmentLog {
-        &self.segments
-    }
-
     /// Syncs every file appended to since the last sync, in the order appended (a segment left
     /// for the next is synced before the next one's records count).
     fn sync(&mut self) -> Result<(), CodedError> {
