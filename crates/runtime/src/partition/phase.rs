@@ -353,6 +353,8 @@ pub const TRANSITIONS: &[(State, State, &str)] = &[
     (State::Queued,     State::Paused,     "paused while queued"),
     (State::Queued,     State::Accepted,   "its deadline passed in its queue: failed (FLO0003) by the next batch"),
     (State::Queued,     State::Delayed,    "a delayed send's deadline passed in its queue: failed (FLO0003) by the next batch"),
+    (State::Queued,     State::Suspended,  "admitted, but its resting journal could not be read back: the store failed and the process restarts"),
+    (State::Queued,     State::BackingOff, "admitted, but its resting journal could not be read back: the store failed and the process restarts"),
     (State::Running,    State::Suspended,  "the attempt suspended"),
     (State::Running,    State::BackingOff, "the attempt failed, to be retried"),
     (State::Running,    State::Paused,     "the attempt failed past its retries, or paused by an operator"),

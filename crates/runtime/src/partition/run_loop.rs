@@ -21,7 +21,104 @@ pub(super) const BATCH: usize = 256;
 /// Write sets a partition has waiting for their commit before it stops taking events.
 pub(super) const IN_FLIGHT: usize = 4;
 
+/// Write sets applied and waiting for their commit, oldest first, each with what its commit
+/// releases.
+pub(super) type Pending = VecDeque<(Commit, Vec<Effect>)>;
+
+/// One thing the partition's loop noticed. The tokio loop (`Partition::run`) and the partition
+/// simulator both hand them to [`Partition::step`] one at a time, so the simulator runs the
+/// loop's own code rather than a model of it; only which input comes next is theirs to pick.
+pub(super) enum Input<'a> {
+    /// An admin read: answered between batches.
+    Query(Query),
+    /// The oldest pending write set's commit answered.
+    Committed(Result<(), CodedError>),
+    /// A rule book was published: lowered limits hold new work back, raised ones release
+    /// queued work at once.
+    RulesPublished,
+    /// Time passed: a queue whose rate token is due may start, and the wake-ups due (while
+    /// fewer than `IN_FLIGHT` sets wait) join `batch`, which is applied as one write set.
+    Tick(&'a mut Vec<Event>),
+    /// Events arrived in `batch`: applied as one write set (`batch` is empty afterwards).
+    Events(&'a mut Vec<Event>),
+}
+
+/// A write set failed: nothing more of this partition may be acknowledged, and its loop ends
+/// (the process restarts from the store).
+#[derive(Debug)]
+pub(super) struct Stopped;
+
 impl Partition {
+    /// Takes `input`: the partition's whole reaction to it, up to the write sets it leaves in
+    /// `pending`. Answers how many events it applied.
+    pub(super) fn step(
+        &mut self,
+        pending: &mut Pending,
+        input: Input<'_>,
+    ) -> Result<usize, Stopped> {
+        let applied = match input {
+            Input::Query(query) => {
+                self.answer_query(query);
+                0
+            }
+            Input::Committed(committed) => {
+                let (_, effects) = pending.pop_front().expect("a commit answers a pending set");
+                let error = match committed {
+                    Ok(()) => {
+                        self.run_effects(effects);
+                        // Everything applied is stored: suspended journals may rest.
+                        if pending.is_empty() {
+                            self.rest_journals();
+                        }
+                        self.adopt_detached(pending);
+                        return Ok(0);
+                    }
+                    Err(error) => error,
+                };
+                // Memory now holds what the store may not: nothing more of this partition may
+                // be acknowledged. Later sets fail the same way (the writer refuses everything
+                // after a failure); the process restarts from the store.
+                fail(effects, &error);
+                for (_, effects) in pending.drain(..) {
+                    fail(effects, &error);
+                }
+                if let Some(failure) = self.store.health().failure() {
+                    tracing::error!(partition = self.index, error.code = ?failure.code, "partition stopped after a failed write");
+                }
+                return Err(Stopped);
+            }
+            Input::RulesPublished => {
+                self.dispatch();
+                0
+            }
+            Input::Tick(batch) => {
+                if self
+                    .scheduler
+                    .next_timer()
+                    .is_some_and(|at| at <= self.driver.now_ms())
+                {
+                    self.dispatch();
+                }
+                if pending.len() < IN_FLIGHT {
+                    self.due_wakes(batch);
+                }
+                self.apply_nonempty(batch, pending)
+            }
+            Input::Events(batch) => self.apply_nonempty(batch, pending),
+        };
+        self.adopt_detached(pending);
+        Ok(applied)
+    }
+
+    /// Applies `batch` if it holds anything; answers how many events that was.
+    fn apply_nonempty(&mut self, batch: &mut Vec<Event>, pending: &mut Pending) -> usize {
+        let events = batch.len();
+        if events > 0 {
+            self.apply_batch(batch, pending);
+        }
+        events
+    }
+
     /// Applies events until every sender is gone and every write set has committed; a new
     /// rule book applies the moment it arrives.
     pub async fn run(
@@ -30,73 +127,53 @@ impl Partition {
         queries: &mut mpsc::Receiver<Query>,
     ) {
         let mut batch = Vec::with_capacity(BATCH);
-        let mut pending: VecDeque<(Commit, Vec<Effect>)> = VecDeque::new();
+        let mut pending = Pending::new();
         let mut open = true;
         // A second receiver of the books, only to wake the loop when one is published with no
         // event behind it (raised limits release queued work at once); the partition's own
         // receiver is what admission reads.
         let mut wake_on_rules = self.rules.clone();
         let mut asking = true;
+        self.adopt_detached(&mut pending);
         while open || !pending.is_empty() || !self.detached.is_empty() {
-            self.adopt_detached(&mut pending);
             // Reads first, between batches: an admin read never waits behind queued work.
             while let Ok(query) = queries.try_recv() {
                 self.answer_query(query);
             }
-            tokio::select! {
+            let input = tokio::select! {
                 query = queries.recv(), if asking => match query {
-                    Some(query) => self.answer_query(query),
-                    None => asking = false,
+                    Some(query) => Input::Query(query),
+                    None => {
+                        asking = false;
+                        continue;
+                    }
                 },
                 // Commits answer in order, so only the oldest needs watching.
                 committed = async { (&mut pending.front_mut().expect("guarded").0).await },
                     if !pending.is_empty() =>
                 {
-                    let (_, effects) = pending.pop_front().expect("guarded");
-                    let error = match committed {
-                        Ok(Ok(())) => {
-                            self.run_effects(effects);
-                            // Everything applied is stored: suspended journals may rest.
-                            if pending.is_empty() {
-                                self.rest_journals();
-                            }
-                            continue;
-                        }
-                        Ok(Err(e)) => e,
-                        Err(_) => CodedError::new(Code::RT0006, "the store writer stopped"),
-                    };
-                    // Memory now holds what the store may not: nothing more of this partition
-                    // may be acknowledged. Later sets fail the same way (the writer refuses
-                    // everything after a failure); the process restarts from the store.
-                    fail(effects, &error);
-                    for (_, effects) in pending.drain(..) {
-                        fail(effects, &error);
-                    }
-                    if let Some(failure) = self.store.health().failure() {
-                        tracing::error!(partition = self.index, error.code = ?failure.code, "partition stopped after a failed write");
-                    }
-                    return;
+                    Input::Committed(committed.unwrap_or_else(|_| {
+                        Err(CodedError::new(Code::RT0006, "the store writer stopped"))
+                    }))
                 }
                 changed = async { wake_on_rules.as_mut().expect("guarded").changed().await }, if wake_on_rules.is_some() => {
                     match changed {
                         Ok(()) => {
                             wake_on_rules.as_mut().expect("guarded").borrow_and_update();
-                            // Lowered limits hold new work back; running work finishes.
-                            self.dispatch();
+                            Input::RulesPublished
                         }
-                        Err(_) => wake_on_rules = None,
+                        Err(_) => {
+                            wake_on_rules = None;
+                            continue;
+                        }
                     }
                 }
                 // A queue waiting for a rate's token: its turn comes with the time, not an event.
                 () = tokio::time::sleep(self.until_scheduler_due()), if self.scheduler.next_timer().is_some() => {
-                    self.dispatch();
+                    Input::Tick(&mut batch)
                 }
                 () = tokio::time::sleep(self.until_next_wake()), if !self.wakes.is_empty() && pending.len() < IN_FLIGHT => {
-                    self.due_wakes(&mut batch);
-                    if batch.is_empty() {
-                        continue;
-                    }
-                    self.apply_batch(&mut batch, &mut pending);
+                    Input::Tick(&mut batch)
                 }
                 received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {
                     if received == 0 {
@@ -105,15 +182,18 @@ impl Partition {
                     }
                     // A burst sent after a rules answer is received after the book's
                     // publication: `apply_batch` takes that book before admitting anything.
-                    self.apply_batch(&mut batch, &mut pending);
+                    Input::Events(&mut batch)
                 }
+            };
+            if self.step(&mut pending, input).is_err() {
+                return;
             }
         }
     }
 
     /// Awaits the commits attempts started since the last call made outside a batch, in the
     /// order they were made (after every set already pending: the writer keeps that order).
-    pub(super) fn adopt_detached(&mut self, pending: &mut VecDeque<(Commit, Vec<Effect>)>) {
+    pub(super) fn adopt_detached(&mut self, pending: &mut Pending) {
         pending.extend(self.detached.drain(..).map(|commit| (commit, Vec::new())));
     }
 
@@ -148,11 +228,7 @@ impl Partition {
     }
 
     /// Applies `batch` as one write set and queues it for its commit.
-    pub(super) fn apply_batch(
-        &mut self,
-        batch: &mut Vec<Event>,
-        pending: &mut VecDeque<(Commit, Vec<Effect>)>,
-    ) {
+    fn apply_batch(&mut self, batch: &mut Vec<Event>, pending: &mut Pending) {
         self.refresh_rules();
         let mut writes = WriteSet::default();
         let mut effects = Vec::new();

@@ -46,7 +46,7 @@ use super::control::Control;
 use super::driver::{Driver, Started};
 use super::effect::Effect;
 use super::events::Event;
-use super::run_loop::fail;
+use super::run_loop::Input;
 use super::task::Partition;
 use crate::config::{Config, FriendlyDuration, OnMaxAttempts, RetryPolicy};
 use crate::discovery::manifest::Manifest;

@@ -225,7 +225,14 @@ impl World {
             _ => {}
         }
         // The run loop wakes on the publication too (raised limits release queued work).
-        self.node().partition.dispatch();
+        let node = self.node();
+        if node
+            .partition
+            .step(&mut node.pending, Input::RulesPublished)
+            .is_err()
+        {
+            unreachable!("a dispatch stops nothing: only a failed commit does");
+        }
         self.collect();
         self.pump();
     }

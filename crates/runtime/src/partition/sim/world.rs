@@ -118,12 +118,15 @@ impl World {
         partition
             .recover(|_| true)
             .expect("the partition recovers from what was committed");
+        // As the run loop starts: what recovery's attempts wrote is awaited like a batch.
+        let mut pending = VecDeque::new();
+        partition.adopt_detached(&mut pending);
         self.node = Some(Node {
             partition,
             flusher,
             leading,
             store,
-            pending: VecDeque::new(),
+            pending,
             replies: Vec::new(),
             calls: Vec::new(),
             attaches: Vec::new(),
@@ -183,34 +186,27 @@ impl World {
         loop {
             let mut batch = std::mem::take(&mut self.inbox);
             batch.append(&mut std::mem::take(&mut self.outbox.lock().unwrap().posted));
-            self.node().partition.due_wakes(&mut batch);
-            // A queue waiting for a rate's token runs when the token is due, as the run
-            // loop's timer on `Scheduler::next_timer` does.
-            let now = self.now();
-            if self
-                .node()
-                .partition
-                .scheduler
-                .next_timer()
-                .is_some_and(|at| at <= now)
-            {
-                self.node().partition.dispatch();
-                self.collect();
-                batch.append(&mut std::mem::take(&mut self.inbox));
+            for event in &batch {
+                std::mem::discriminant(event).hash(&mut self.trace);
             }
-            let idle = batch.is_empty();
+            // The run loop's own step: a rate token or wake-ups due with the clock, and the
+            // events waiting in the channel, applied as one write set.
+            let node = self.node();
+            let Ok(applied) = node
+                .partition
+                .step(&mut node.pending, Input::Tick(&mut batch))
+            else {
+                unreachable!("applying a batch stops nothing: only a failed commit does");
+            };
+            // What the step started (a rate token came due, or a batch's dispatch) is taken in
+            // before anything else happens, as a deployment sees an attempt the moment it
+            // starts.
+            self.collect();
+            let idle = applied == 0;
             if idle && self.node().pending.is_empty() {
                 return;
             }
-            if !idle {
-                self.stats.events += batch.len() as u64;
-                for event in &batch {
-                    std::mem::discriminant(event).hash(&mut self.trace);
-                }
-                let node = self.node();
-                node.partition.apply_batch(&mut batch, &mut node.pending);
-                node.partition.adopt_detached(&mut node.pending);
-            }
+            self.stats.events += applied as u64;
             // Sets wait for their commit a while, as they do behind a slow fsync.
             let hold = !idle && self.node().pending.len() < IN_FLIGHT && self.rng.chance(40);
             if !hold && !self.commit() {
@@ -225,8 +221,6 @@ impl World {
     pub(super) fn commit(&mut self) -> bool {
         // What started attempts wrote outside a batch is awaited like a batch, as the run
         // loop does.
-        let node = self.node();
-        node.partition.adopt_detached(&mut node.pending);
         if self.log.is_some() {
             // A refused record fails its sets: the loop below stops the node.
             self.through_log();
@@ -255,26 +249,22 @@ impl World {
         };
         view.apply(groups, rng.chance(15));
         let node = self.node();
-        while let Some((commit, effects)) = node.pending.pop_front() {
-            let mut commit = commit;
-            match commit.try_recv() {
-                Ok(Ok(())) => node.partition.run_effects(effects),
-                Ok(Err(e)) => {
-                    fail(effects, &e);
-                    for (_, effects) in node.pending.drain(..) {
-                        fail(effects, &e);
-                    }
-                    return false;
-                }
+        while let Some((commit, _)) = node.pending.front_mut() {
+            let committed = match commit.try_recv() {
+                Ok(committed) => committed,
                 // Not answered yet (its record waits for its sync or the view): it and every
                 // later set wait for the next commit.
-                Err(oneshot::error::TryRecvError::Empty) => {
-                    node.pending.push_front((commit, effects));
-                    break;
-                }
+                Err(oneshot::error::TryRecvError::Empty) => break,
                 Err(oneshot::error::TryRecvError::Closed) => {
                     panic!("a write set's answer was dropped")
                 }
+            };
+            if node
+                .partition
+                .step(&mut node.pending, Input::Committed(committed))
+                .is_err()
+            {
+                return false;
             }
         }
         // A write that failed after its sets were answered (the view's checkpoint) fails the
@@ -430,7 +420,9 @@ impl World {
             .expect("the store is open")
             .expect("records read back");
         assert!(
-            stored.is_none_or(|r| r.status != Status::Completed),
+            stored
+                .as_ref()
+                .is_none_or(|r| r.status != Status::Completed),
             "completed invocation {id} runs again"
         );
         // Drop attempts the partition gave up on (paused, killed, superseded).
