@@ -172,12 +172,8 @@ fn run(
                     ),
                 );
                 let why = gap.message.clone();
-                super::reader::break_partition(
-                    shared,
-                    p,
-                    &mut super::lock(&shared.partitions[p as usize]),
-                    gap,
-                );
+                let stop_leading = super::lock(&shared.partitions[p as usize]).give_up(gap.clone());
+                super::reader::gave_up(shared, p, &gap, stop_leading);
                 return Err(why);
             }
             expected = message.offset() + 1;

@@ -17,6 +17,7 @@ use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
 use sluice_core::ids::InvocationId;
 use sluice_runtime::replication::leader::Leading;
+use sluice_runtime::replication::replica::Wish;
 use sluice_store::storage::log::{PartitionLog, confirm};
 use sluice_store::storage::pipeline::{Pipeline, lost};
 use sluice_store::storage::record::{Leader, Record};
@@ -32,20 +33,21 @@ pub(super) async fn reconcile(shared: Arc<Shared>, mut desired: watch::Receiver<
     loop {
         let wanted = desired.borrow_and_update().clone();
         for p in 0..shared.settings.partitions {
-            let mut state = lock(&shared.partitions[p as usize]);
-            let want = wanted.contains(&p);
-            if let Some(why) = &state.broken {
-                if want && refused.insert(p) {
-                    tracing::error!(partition = p, error.code = ?why.code, error = %why, "the group gives this node the partition, but it will not lead it: its replica is broken");
+            let wish = lock(&shared.partitions[p as usize]).wish(wanted.contains(&p));
+            match wish {
+                Wish::Nothing => {}
+                Wish::Refuse => {
+                    if refused.insert(p)
+                        && let Some(why) = lock(&shared.partitions[p as usize]).broken()
+                    {
+                        tracing::error!(partition = p, error.code = ?why.code, error = %why, "the group gives this node the partition, but it will not lead it: its replica is broken");
+                    }
                 }
-                continue;
-            }
-            if want && state.leading.is_none() && !state.taking_over {
-                state.taking_over = true;
-                tokio::spawn(take_over(Arc::clone(&shared), p, desired.clone()));
-            } else if !want && state.leading.is_some() {
+                Wish::TakeOver => {
+                    tokio::spawn(take_over(Arc::clone(&shared), p, desired.clone()));
+                }
                 // Given to another node: stop writing before it takes over.
-                let _ = shared.leads[p as usize].send(None);
+                Wish::StepDown => drop(shared.leads[p as usize].send(None)),
             }
         }
         tokio::select! {
@@ -67,8 +69,8 @@ async fn produce(shared: &Arc<Shared>, p: u32, record: &[u8]) -> Result<i64, Cod
 /// Takes partition `p` over while the group wants it here.
 async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSet<u32>>) {
     let slot = &shared.partitions[p as usize];
-    while desired.borrow().contains(&p) && lock(slot).broken.is_none() {
-        let epoch = lock(slot).seen.leader.epoch.saturating_add(1);
+    while desired.borrow().contains(&p) && lock(slot).may_take_over() {
+        let epoch = lock(slot).next_epoch();
         let leader = Leader {
             epoch,
             // The random low bits of a fresh ULID.
@@ -88,25 +90,14 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
         // The reader stores everything before the epoch record, and the record itself.
         loop {
             let progress = shared.progress.notified();
-            let done = {
-                let state = lock(slot);
-                state.stored > at || state.broken.is_some()
-            };
-            if done {
+            if lock(slot).stored_past(at) {
                 break;
             }
             let _ = tokio::time::timeout(Duration::from_millis(50), progress).await;
         }
         let won = {
             let _hand_over = lock(&shared.hand_over);
-            let mut state = lock(slot);
-            let won =
-                state.seen.leader == leader && state.leading.is_none() && state.broken.is_none();
-            if won {
-                state.leading = Some(leader.incarnation);
-                state.taking_over = false;
-            }
-            won
+            lock(slot).win(&leader)
         };
         if won {
             tracing::info!(partition = p, epoch, offset = at, "took the partition over");
@@ -123,7 +114,7 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    lock(slot).taking_over = false;
+    lock(slot).takeover_ended();
 }
 
 /// Writes partition `p`'s groups to its log, from offset `next`, until it steps down: up to

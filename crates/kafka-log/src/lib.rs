@@ -24,6 +24,7 @@ use sluice_core::errors::{Code, CodedError};
 use sluice_runtime::partition::Runtime;
 use sluice_runtime::partition::placement::Placement;
 use sluice_runtime::partition::runtime::Lead;
+use sluice_runtime::replication::replica::Replica;
 use sluice_store::storage::Store;
 use sluice_store::storage::fencing::Position;
 use sluice_store::storage::writer::Writer;
@@ -39,7 +40,7 @@ struct Shared {
     writer: Writer,
     producer: FutureProducer,
     /// Per partition: what this node knows of its log, and whether it leads it.
-    partitions: Vec<Mutex<PartitionState>>,
+    partitions: Vec<Mutex<Replica>>,
     /// Signalled whenever the reader stored progress.
     progress: tokio::sync::Notify,
     /// Held from building a set of positions to handing it to the writer, and while a takeover
@@ -80,24 +81,6 @@ struct Settings {
     session_timeout: Duration,
     /// `cluster.allow-unconfirmed-retention`.
     allow_unconfirmed_retention: bool,
-}
-
-#[derive(Debug, Default)]
-struct PartitionState {
-    /// Read and admitted by the reader (in memory; ahead of the store while a batch commits).
-    seen: Position,
-    /// The offset of the next record the store has not got (stored by the reader or, while
-    /// leading, by the leader).
-    stored: i64,
-    /// `Some(incarnation)` while this node leads the partition.
-    leading: Option<u64>,
-    /// A takeover runs.
-    taking_over: bool,
-    /// The log's end as the reader last saw it (`-1`: not yet).
-    end: i64,
-    /// Why this node stopped following the partition (a gap in its log, a damaged record):
-    /// it is neither applied nor led here again until the node restarts.
-    broken: Option<CodedError>,
 }
 
 /// A node's membership in a cluster, before it runs.
@@ -197,17 +180,7 @@ impl Cluster {
             }
         }
         let states = (0..partitions)
-            .map(|p| {
-                let seen = positions.get(&p).cloned().unwrap_or_default();
-                Mutex::new(PartitionState {
-                    stored: seen.next,
-                    seen,
-                    leading: None,
-                    taking_over: false,
-                    end: -1,
-                    broken: None,
-                })
-            })
+            .map(|p| Mutex::new(Replica::at(positions.get(&p).cloned().unwrap_or_default())))
             .collect();
         let (senders, leads) = (0..partitions).map(|_| watch::channel(None)).unzip();
         let shared = Arc::new(Shared {
@@ -294,24 +267,19 @@ impl sluice_api::version::ClusterReport for Cluster {
         let partitions = (0..shared.settings.partitions)
             .map(|p| {
                 let state = lock(&shared.partitions[p as usize]);
-                let leader = &state.seen.leader;
+                let leader = state.leader();
                 if leader.epoch > 0 {
                     nodes.insert(leader.node.clone());
                 }
-                let led_here = state.leading.is_some();
                 PartitionView {
                     partition: p,
                     leader: (leader.epoch > 0).then(|| leader.node.clone()),
                     epoch: leader.epoch,
-                    led_here,
-                    stored_offset: state.stored,
-                    log_end: state.end,
-                    lag: if led_here || state.end < 0 {
-                        0
-                    } else {
-                        state.end.saturating_sub(state.stored).max(0)
-                    },
-                    broken: state.broken.as_ref().map(ToString::to_string),
+                    led_here: state.leads(),
+                    stored_offset: state.stored(),
+                    log_end: state.end(),
+                    lag: state.lag(),
+                    broken: state.broken().map(ToString::to_string),
                 }
             })
             .collect();
@@ -331,7 +299,7 @@ impl sluice_api::version::ClusterReport for Cluster {
         let mut found = None;
         let mut count = 0;
         for slot in &self.shared.partitions {
-            if let Some(why) = &lock(slot).broken {
+            if let Some(why) = lock(slot).broken() {
                 count += 1;
                 found.get_or_insert_with(|| why.clone());
             }

@@ -1,7 +1,8 @@
 //! The replica reader: one consumer assigned every partition of the log, reading from this
-//! node's positions. It applies the valid writes of partitions this node does not lead, tracks
-//! every partition's leader, and makes a local leader step down when another node's epoch is
-//! accepted after its own.
+//! node's positions, each record by the replica's rule (`sluice_runtime::replication::replica`).
+//! It applies the valid writes of partitions this node does not lead, tracks every partition's
+//! leader, and makes a local leader step down when another node's epoch is accepted after its
+//! own.
 
 use std::collections::BTreeSet;
 
@@ -12,9 +13,8 @@ use tokio::sync::watch;
 
 use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
-use sluice_runtime::replication::follow::{Followed, follow};
-use sluice_store::storage::fencing::{Position, Verdict};
-use sluice_store::storage::record::Record;
+use sluice_runtime::replication::replica::Read;
+use sluice_store::storage::fencing::Position;
 use sluice_store::storage::writer::WriteSet;
 
 /// Most records applied in one store commit.
@@ -36,7 +36,7 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
     )?;
     let mut assignment = TopicPartitionList::new();
     for p in 0..settings.partitions {
-        let next = lock(&shared.partitions[p as usize]).stored;
+        let next = lock(&shared.partitions[p as usize]).stored();
         assignment
             .add_partition_offset(&settings.log_topic, p as i32, super::from_offset(next))
             .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
@@ -80,11 +80,9 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
             let _hand_over = lock(&shared.hand_over);
             let mut stored = Vec::new();
             for &p in &dirty {
-                let state = lock(&shared.partitions[p as usize]);
                 // A partition led here stores its own position.
-                if state.leading.is_none() {
-                    state.seen.save(p, &mut writes);
-                    stored.push((p, state.seen.next));
+                if let Some(next) = lock(&shared.partitions[p as usize]).save(p, &mut writes) {
+                    stored.push((p, next));
                 }
             }
             (shared.writer.commit(std::mem::take(&mut writes)), stored)
@@ -97,17 +95,17 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
             Err(_) => return Ok(()),
         }
         for (p, next) in stored {
-            let mut state = lock(&shared.partitions[p as usize]);
-            state.stored = state.stored.max(next);
+            lock(&shared.partitions[p as usize]).stored_up_to(next);
         }
         shared.progress.notify_waiters();
     }
     Ok(())
 }
 
-/// Reads the record at `offset` of partition `p` ([`follow`]): its writes go into `writes` when
-/// they count and this node does not lead `p`. A gap before it or a damaged record stops
-/// following `p`.
+/// Reads the record at `offset` of partition `p` by the replica's rule (`Replica::read`):
+/// its writes go into `writes` when they count and this node does not lead `p`; a new leader
+/// moves the placement, and a leader here that another node's epoch fenced steps down. A gap
+/// before it or a damaged record gives `p` up.
 fn admit(
     shared: &Shared,
     p: u32,
@@ -119,66 +117,41 @@ fn admit(
     let Some(slot) = shared.partitions.get(p as usize) else {
         return;
     };
-    let mut state = lock(slot);
-    if state.broken.is_some() {
-        // Given up on.
-        return;
-    }
-    let (verdict, record) = match follow(
-        &mut state.seen,
-        p,
-        offset,
-        payload,
-        shared.settings.max_record,
-    ) {
-        Followed::Before => return,
-        Followed::Broken(why) => {
-            break_partition(shared, p, &mut state, why);
-            return;
-        }
-        Followed::Read(verdict, record) => (verdict, record),
-    };
-    if verdict == Verdict::Accepted {
-        let leader = &state.seen.leader;
-        shared
-            .placement
-            .set_leader(p as usize, leader.ingress.clone(), leader.admin.clone());
-    }
-    match state.leading {
-        Some(incarnation) => {
-            if verdict == Verdict::Accepted && state.seen.leader.incarnation != incarnation {
-                tracing::warn!(partition = p, node = %state.seen.leader.node, epoch = state.seen.leader.epoch, "another node took the partition over; stepping down");
+    let mut replica = lock(slot);
+    match replica.read(p, offset, payload, shared.settings.max_record, writes) {
+        Read::Nothing => {}
+        Read::GaveUp { why, stop_leading } => gave_up(shared, p, &why, stop_leading),
+        Read::Read {
+            new_leader,
+            stop_leading,
+            store_position,
+        } => {
+            if let Some(leader) = new_leader {
+                shared.placement.set_leader(
+                    p as usize,
+                    leader.ingress.clone(),
+                    leader.admin.clone(),
+                );
+            }
+            if stop_leading {
+                let leader = replica.leader();
+                tracing::warn!(partition = p, node = %leader.node, epoch = leader.epoch, "another node took the partition over; stepping down");
                 let _ = shared.leads[p as usize].send(None);
             }
-        }
-        None => {
-            if let (
-                Verdict::Apply,
-                Record::Writes {
-                    writes: mut set, ..
-                },
-            ) = (verdict, record)
-            {
-                writes.append(&mut set);
+            if store_position {
+                dirty.insert(p);
             }
-            dirty.insert(p);
         }
     }
 }
 
-/// Stops following partition `p` for good (until the node restarts): it is never applied nor
-/// led here again, and `/health` answers `why`. A leader here steps down.
-pub(super) fn break_partition(
-    shared: &Shared,
-    p: u32,
-    state: &mut super::PartitionState,
-    why: CodedError,
-) {
+/// Partition `p` was given up on (`why`): it is never applied nor led here again until the
+/// node restarts, and `/health` answers `why`. A leader here steps down.
+pub(super) fn gave_up(shared: &Shared, p: u32, why: &CodedError, stop_leading: bool) {
     tracing::error!(partition = p, error.code = ?why.code, error = %why, "stopped following the partition; this node will not lead it");
-    if state.leading.is_some() {
+    if stop_leading {
         let _ = shared.leads[p as usize].send(None);
     }
-    state.broken = Some(why);
 }
 
 /// How often the log's ends are asked for (what `/cluster-health` shows as lag).
@@ -197,7 +170,7 @@ fn note_ends(shared: &Shared, consumer: &BaseConsumer, last: &mut std::time::Ins
             std::time::Duration::from_secs(1),
         );
         if let Ok((_, high)) = asked {
-            lock(&shared.partitions[p as usize]).end = high;
+            lock(&shared.partitions[p as usize]).note_end(high);
         }
     }
 }
@@ -212,12 +185,7 @@ fn rewind(shared: &Shared, consumer: &BaseConsumer) -> Result<(), CodedError> {
     for p in partitions {
         let position = positions.get(&p).cloned().unwrap_or_default();
         let next = position.next;
-        {
-            let mut state = lock(&shared.partitions[p as usize]);
-            state.seen = position;
-            state.stored = next;
-            state.leading = None;
-        }
+        lock(&shared.partitions[p as usize]).rewind(position);
         consumer
             .seek(
                 &shared.settings.log_topic,

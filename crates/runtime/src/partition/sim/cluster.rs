@@ -2,7 +2,7 @@
 //! log first. The log is kept whole (Kafka's `acks=all` keeps what it acknowledged); a node's
 //! store is a replica of it. The leader's write path is the server's own
 //! (`replication::leader::Leading` over `storage::pipeline::Pipeline`, its log a simulated
-//! broker's client), and a replica reads the log by the server's rule (`replication::follow`):
+//! broker's client), and a replica reads the log by the server's rule (`replication::replica`):
 //! up to `records-in-flight` records (drawn per run) handed to a simulated broker, each stored, and its sets acknowledged, only once it landed where it was
 //! meant to. The broker keeps their order but answers when it likes (records stay in flight
 //! across commits), refuses some (a refused record may have landed all the same, like a
@@ -15,8 +15,8 @@
 use futures_util::FutureExt as _;
 
 use super::*;
-use crate::replication::follow::{Followed, follow};
 use crate::replication::leader::Leading;
+use crate::replication::replica::{Read, Replica};
 use crate::storage::fencing::{Position, Verdict};
 use crate::storage::log::{PartitionLog, confirm};
 use crate::storage::pipeline::{MAX_RECORDS_IN_FLIGHT, Pipeline};
@@ -163,29 +163,34 @@ impl SimLog {
         leader
     }
 
-    /// Applies what `store` has not read yet, by the fencing rule.
+    /// Applies what `store` has not read yet, by the replica's rule (`Replica::read`, as the
+    /// server's replica reader does).
     fn catch_up(&self, store: &Store) {
-        let mut position = store
+        let position = store
             .with_db(Position::load_all)
             .expect("the store is open")
             .expect("positions read back")
             .remove(&0)
             .unwrap_or_default();
-        let mut writes = WriteSet::default();
         let from = usize::try_from(position.next).unwrap_or(0);
+        let mut replica = Replica::at(position);
+        let mut writes = WriteSet::default();
         for (offset, bytes) in self.records.iter().enumerate().skip(from) {
-            match follow(&mut position, 0, offset as i64, bytes, usize::MAX) {
-                Followed::Read(
-                    Verdict::Apply,
-                    Record::Writes {
-                        writes: mut set, ..
-                    },
-                ) => writes.append(&mut set),
-                Followed::Read(..) => {}
+            match replica.read(0, offset as i64, bytes, usize::MAX, &mut writes) {
+                Read::Read {
+                    stop_leading: false,
+                    store_position: true,
+                    ..
+                } => {}
                 other => panic!("a replica reading the whole log from its position: {other:?}"),
             }
         }
-        position.save(0, &mut writes);
+        let stored = replica.save(0, &mut writes);
+        assert_eq!(
+            stored,
+            Some(self.records.len() as i64),
+            "read to the log's end"
+        );
         writes.commit_now(store);
         self.check_prefixes();
     }

@@ -1,0 +1,433 @@
+//! What a node knows of one partition's log and its part in it: read up to where, stored up to
+//! where, led here or not, given up on or not; and the rules that move that, whatever carries
+//! the log: a record read ([`Replica::read`]), a takeover begun and won, a leader stepping
+//! down, a partition given up on, a rewind to what the store holds. The Kafka provider
+//! (`sluice-kafka-log`) keeps one per partition behind a lock and runs its loops over them; the
+//! partition simulator's replica reads its log through the same rules.
+
+use crate::errors::CodedError;
+use crate::replication::follow::{Followed, follow};
+use crate::storage::fencing::{Position, Verdict};
+use crate::storage::record::{Leader, Record};
+use crate::storage::writer::WriteSet;
+
+/// One partition as this node follows (and perhaps leads) it.
+#[derive(Debug, Clone)]
+pub struct Replica {
+    /// Read and admitted (in memory; ahead of the store while a batch commits).
+    seen: Position,
+    /// The offset of the next record the store has not got (stored by the replica reader or,
+    /// while leading, by the leader).
+    stored: i64,
+    /// `Some(incarnation)` while this node leads the partition.
+    leading: Option<u64>,
+    /// A takeover runs.
+    taking_over: bool,
+    /// The log's end as the reader last saw it (`-1`: not yet).
+    end: i64,
+    /// Why this node stopped following the partition (a gap in its log, a damaged record): it
+    /// is neither applied nor led here again until the node restarts.
+    broken: Option<CodedError>,
+}
+
+/// What reading one record asks of the node.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Read {
+    /// Read before (a rewind delivers it again), or the partition was given up on: nothing.
+    Nothing,
+    /// The partition cannot be followed past this record: it is given up on now (`why` says
+    /// so); `stop_leading` when this node led it.
+    GaveUp {
+        /// Why.
+        why: CodedError,
+        /// This node led the partition: its writer must stop.
+        stop_leading: bool,
+    },
+    /// Read.
+    Read {
+        /// The record made a new leader (this node or another): where its doors are now.
+        new_leader: Option<Leader>,
+        /// This node led the partition and another node's epoch was accepted after its own:
+        /// its writer must stop before it writes anything more.
+        stop_leading: bool,
+        /// Not led here: the position moved (and the record's writes, when they count,
+        /// joined the set), so the position is stored with the set.
+        store_position: bool,
+    },
+}
+
+/// What the group's wish for a partition asks of this node.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Wish {
+    /// Nothing to do.
+    Nothing,
+    /// Take it over (the takeover is now running).
+    TakeOver,
+    /// Given to another node: stop writing before that one takes over.
+    StepDown,
+    /// Given here, but this node will not lead a partition it gave up on.
+    Refuse,
+}
+
+impl Replica {
+    /// A partition whose store holds the log up to `position`.
+    pub fn at(position: Position) -> Self {
+        Self {
+            stored: position.next,
+            seen: position,
+            leading: None,
+            taking_over: false,
+            end: -1,
+            broken: None,
+        }
+    }
+
+    /// Reads `payload`, the record at `offset` of partition `p`'s log (at most `max_record`
+    /// bytes) by the replica's rule ([`follow`]). Not led here, a record that counts adds its
+    /// writes to `writes`.
+    pub fn read(
+        &mut self,
+        p: u32,
+        offset: i64,
+        payload: &[u8],
+        max_record: usize,
+        writes: &mut WriteSet,
+    ) -> Read {
+        if self.broken.is_some() {
+            return Read::Nothing;
+        }
+        let (verdict, record) = match follow(&mut self.seen, p, offset, payload, max_record) {
+            Followed::Before => return Read::Nothing,
+            Followed::Broken(why) => {
+                let stop_leading = self.give_up(why.clone());
+                return Read::GaveUp { why, stop_leading };
+            }
+            Followed::Read(verdict, record) => (verdict, record),
+        };
+        let accepted = verdict == Verdict::Accepted;
+        let new_leader = accepted.then(|| self.seen.leader.clone());
+        match self.leading {
+            Some(incarnation) => Read::Read {
+                new_leader,
+                stop_leading: accepted && self.seen.leader.incarnation != incarnation,
+                store_position: false,
+            },
+            None => {
+                if let (
+                    Verdict::Apply,
+                    Record::Writes {
+                        writes: mut set, ..
+                    },
+                ) = (verdict, record)
+                {
+                    writes.append(&mut set);
+                }
+                Read::Read {
+                    new_leader,
+                    stop_leading: false,
+                    store_position: true,
+                }
+            }
+        }
+    }
+
+    /// Stops following the partition for good (until the node restarts): never applied nor
+    /// led here again. True when this node led it (its writer must stop).
+    pub fn give_up(&mut self, why: CodedError) -> bool {
+        self.broken = Some(why);
+        self.leading.is_some()
+    }
+
+    /// Why the partition was given up on, if it was.
+    pub fn broken(&self) -> Option<&CodedError> {
+        self.broken.as_ref()
+    }
+
+    /// Whether this node leads the partition.
+    pub fn leads(&self) -> bool {
+        self.leading.is_some()
+    }
+
+    /// The group wants the partition here (`wanted`) or elsewhere: what that asks now.
+    pub fn wish(&mut self, wanted: bool) -> Wish {
+        if self.broken.is_some() {
+            return if wanted { Wish::Refuse } else { Wish::Nothing };
+        }
+        match (wanted, self.leading.is_some()) {
+            (true, false) if !self.taking_over => {
+                self.taking_over = true;
+                Wish::TakeOver
+            }
+            (false, true) => Wish::StepDown,
+            _ => Wish::Nothing,
+        }
+    }
+
+    /// Whether a takeover may go on (the partition was not given up on meanwhile).
+    pub fn may_take_over(&self) -> bool {
+        self.broken.is_none()
+    }
+
+    /// The epoch a takeover appends: one past the last one read.
+    pub fn next_epoch(&self) -> u64 {
+        self.seen.leader.epoch.saturating_add(1)
+    }
+
+    /// Whether the store holds the log past `offset` (a takeover's epoch record), or the
+    /// partition was given up on (waiting longer is no use).
+    pub fn stored_past(&self, offset: i64) -> bool {
+        self.stored > offset || self.broken.is_some()
+    }
+
+    /// The takeover's epoch record `leader` was read back as the partition's leader and
+    /// nothing came between: this node leads from now on. False when another node's epoch came
+    /// first (or the partition was given up on): the takeover tries again.
+    pub fn win(&mut self, leader: &Leader) -> bool {
+        let won = self.seen.leader == *leader && self.leading.is_none() && self.broken.is_none();
+        if won {
+            self.leading = Some(leader.incarnation);
+            self.taking_over = false;
+        }
+        won
+    }
+
+    /// The takeover ended without leading (the group moved the partition, or it was given up
+    /// on).
+    pub fn takeover_ended(&mut self) {
+        self.taking_over = false;
+    }
+
+    /// Adds the position read so far to `writes` when not led here (a leader stores its own);
+    /// the offset the store holds up to once they commit ([`Replica::stored_up_to`]).
+    pub fn save(&self, p: u32, writes: &mut WriteSet) -> Option<i64> {
+        if self.leading.is_some() {
+            return None;
+        }
+        self.seen.save(p, writes);
+        Some(self.seen.next)
+    }
+
+    /// The store holds the log up to `next`.
+    pub fn stored_up_to(&mut self, next: i64) {
+        self.stored = self.stored.max(next);
+    }
+
+    /// The leader here stopped: the partition is read again from `position`, what the store
+    /// holds.
+    pub fn rewind(&mut self, position: Position) {
+        self.stored = position.next;
+        self.seen = position;
+        self.leading = None;
+    }
+
+    /// The log ends at `end` (its next offset), as last asked.
+    pub fn note_end(&mut self, end: i64) {
+        self.end = end;
+    }
+
+    /// The leader as last read.
+    pub fn leader(&self) -> &Leader {
+        &self.seen.leader
+    }
+
+    /// The offset of the next record the store has not got.
+    pub fn stored(&self) -> i64 {
+        self.stored
+    }
+
+    /// The log's end as last asked (`-1`: not yet).
+    pub fn end(&self) -> i64 {
+        self.end
+    }
+
+    /// Records the store is behind the log's end (0 while led here or before the end is
+    /// known: a leader stores what it writes).
+    pub fn lag(&self) -> i64 {
+        if self.leading.is_some() || self.end < 0 {
+            0
+        } else {
+            self.end.saturating_sub(self.stored).max(0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::Code;
+    use crate::schema::INVOCATIONS;
+
+    fn leader(epoch: u64, incarnation: u64) -> Leader {
+        Leader {
+            epoch,
+            incarnation,
+            ..Leader::default()
+        }
+    }
+
+    fn epoch(epoch: u64, incarnation: u64) -> Vec<u8> {
+        Record::Epoch(leader(epoch, incarnation)).encode()
+    }
+
+    fn writes(epoch: u64, incarnation: u64, at: i64) -> Vec<u8> {
+        let mut set = WriteSet::default();
+        set.put(INVOCATIONS, b"k", b"v".to_vec());
+        Record::Writes {
+            epoch,
+            incarnation,
+            at: Some(at),
+            writes: set,
+        }
+        .encode()
+    }
+
+    #[test]
+    fn a_replica_applies_its_leaders_writes_and_stores_its_position_with_them() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        let read = replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set);
+        assert_eq!(
+            read,
+            Read::Read {
+                new_leader: Some(leader(1, 7)),
+                stop_leading: false,
+                store_position: true
+            }
+        );
+        replica.read(0, 1, &writes(1, 7, 1), usize::MAX, &mut set);
+        assert_eq!(set.len(), 1, "the leader's write joined the set");
+        // Read again after a rewind: nothing changes.
+        assert_eq!(
+            replica.read(0, 1, &writes(1, 7, 1), usize::MAX, &mut set),
+            Read::Nothing
+        );
+        assert_eq!(replica.save(0, &mut set), Some(2));
+        assert_eq!(set.len(), 2, "the position goes with the writes");
+        replica.stored_up_to(2);
+        replica.note_end(5);
+        assert_eq!(replica.lag(), 3);
+    }
+
+    #[test]
+    fn a_zombies_writes_after_a_newer_epoch_count_nowhere() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set);
+        replica.read(0, 1, &epoch(2, 8), usize::MAX, &mut set);
+        let read = replica.read(0, 2, &writes(1, 7, 2), usize::MAX, &mut set);
+        assert!(matches!(read, Read::Read { .. }), "{read:?}");
+        assert!(set.is_empty(), "the fenced leader's write was applied");
+    }
+
+    #[test]
+    fn a_takeover_is_won_only_by_the_epoch_read_back_last() {
+        let mut replica = Replica::at(Position::default());
+        assert_eq!(replica.wish(true), Wish::TakeOver);
+        assert_eq!(replica.wish(true), Wish::Nothing, "one takeover at a time");
+        assert_eq!(replica.next_epoch(), 1);
+        let mine = leader(1, 7);
+        let mut set = WriteSet::default();
+        replica.read(
+            0,
+            0,
+            &Record::Epoch(mine.clone()).encode(),
+            usize::MAX,
+            &mut set,
+        );
+        // Another node's epoch came after it: this takeover lost.
+        replica.read(0, 1, &epoch(2, 8), usize::MAX, &mut set);
+        assert!(!replica.stored_past(1), "the store does not hold it yet");
+        replica.stored_up_to(2);
+        assert!(replica.stored_past(1));
+        assert!(!replica.win(&mine));
+        assert_eq!(replica.next_epoch(), 3);
+        let mine = leader(3, 9);
+        replica.read(
+            0,
+            2,
+            &Record::Epoch(mine.clone()).encode(),
+            usize::MAX,
+            &mut set,
+        );
+        assert!(replica.win(&mine));
+        assert!(replica.leads());
+        assert_eq!(replica.lag(), 0, "a leader stores what it writes");
+        assert_eq!(
+            replica.save(0, &mut set),
+            None,
+            "a leader stores its own position"
+        );
+        assert_eq!(replica.wish(false), Wish::StepDown);
+    }
+
+    #[test]
+    fn a_leader_steps_down_when_another_nodes_epoch_is_read_after_its_own() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        let mine = leader(1, 7);
+        replica.wish(true);
+        replica.read(
+            0,
+            0,
+            &Record::Epoch(mine.clone()).encode(),
+            usize::MAX,
+            &mut set,
+        );
+        assert!(replica.win(&mine));
+        // Its own writes read back change nothing.
+        let own = replica.read(0, 1, &writes(1, 7, 1), usize::MAX, &mut set);
+        assert_eq!(
+            own,
+            Read::Read {
+                new_leader: None,
+                stop_leading: false,
+                store_position: false
+            }
+        );
+        let other = replica.read(0, 2, &epoch(2, 8), usize::MAX, &mut set);
+        assert_eq!(
+            other,
+            Read::Read {
+                new_leader: Some(leader(2, 8)),
+                stop_leading: true,
+                store_position: false
+            }
+        );
+        assert!(set.is_empty(), "a leader applies nothing it reads back");
+        // It stopped: read again from what the store holds.
+        replica.rewind(Position::default());
+        assert!(!replica.leads());
+        assert_eq!(replica.stored(), 0);
+    }
+
+    #[test]
+    fn a_gap_gives_the_partition_up_and_stops_its_leader_here() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        let mine = leader(1, 7);
+        replica.wish(true);
+        replica.read(
+            0,
+            0,
+            &Record::Epoch(mine.clone()).encode(),
+            usize::MAX,
+            &mut set,
+        );
+        assert!(replica.win(&mine));
+        let Read::GaveUp { why, stop_leading } =
+            replica.read(0, 5, &epoch(2, 8), usize::MAX, &mut set)
+        else {
+            panic!("a gap must give the partition up")
+        };
+        assert_eq!(why.code, Some(Code::CLU0004));
+        assert!(stop_leading);
+        assert_eq!(replica.broken().and_then(|e| e.code), Some(Code::CLU0004));
+        assert_eq!(
+            replica.read(0, 1, &epoch(2, 8), usize::MAX, &mut set),
+            Read::Nothing
+        );
+        assert_eq!(replica.wish(true), Wish::Refuse);
+        assert!(!replica.may_take_over());
+        assert!(replica.stored_past(i64::MAX - 1), "no takeover waits on it");
+    }
+}
