@@ -9,11 +9,13 @@ use super::error::IngressError;
 use super::path::InvokePath;
 use sluice_plugins::{ExtractRequest, Extracted};
 
-/// Scope and limit key after the plugins (unchanged when none is loaded).
+/// Scope and limit key after the plugins (unchanged when none is loaded): `scope` is what the
+/// request asks for once its API key had its say, `limit_key` what it names.
 pub(super) fn classify(
     state: &IngressState,
     session: &ServerSession,
     path: &InvokePath,
+    scope: Option<String>,
     limit_key: Option<String>,
 ) -> Result<(Option<String>, Option<String>), IngressError> {
     let request = || {
@@ -35,12 +37,12 @@ pub(super) fn classify(
                 })
                 .collect(),
             target,
-            scope: path.scope.clone(),
+            scope: scope.clone(),
             limit_key: limit_key.clone(),
         }
     };
     match state.plugins.extract(request) {
-        None => Ok((path.scope.clone(), limit_key)),
+        None => Ok((scope, limit_key)),
         Some(Ok(Extracted::Classified { scope, limit_key })) => Ok((scope, limit_key)),
         Some(Ok(Extracted::Rejected {
             status,

@@ -1,10 +1,13 @@
-//! Call and send: route → validate → store durably → (call) wait for the outcome → reply.
+//! Call and send, in phases: route → bind key → classify → parse → plan → admit here (store
+//! durably; a call waits for its outcome) or hand over to the node leading its partition →
+//! reply.
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use pingora::protocols::http::ServerSession;
 
 use super::IngressState;
+use super::api_keys::Binding;
 use super::body::read_body;
 use super::classify::classify;
 use super::error::IngressError;
@@ -14,14 +17,14 @@ use sluice_core::clock::{now_ms, rfc3339};
 use sluice_core::errors::{Code, ErrorSource, IngressErrorBody};
 use sluice_core::ids::InvocationId;
 use sluice_core::trace::{TraceParent, new_span_id, new_trace_id};
-use sluice_flow::scope::{Classified, parse_request};
+use sluice_flow::scope::parse_request;
 use sluice_flow::{LimitKey, PRIORITY_HEADER, Priority, Scope};
 use sluice_protocol::{Message, proto};
 use sluice_runtime::discovery::HandlerType;
 use sluice_runtime::discovery::manifest::OutputRules;
 use sluice_runtime::partition::placement::Route;
 use sluice_store::invocation::new::{Identity, NewInvocation};
-use sluice_store::invocation::{Outcome, Target};
+use sluice_store::invocation::{InvocationRecord, Outcome, Target};
 
 /// Headers never forwarded into the input entry.
 const NOT_FORWARDED: [&str; 12] = [
@@ -78,20 +81,6 @@ fn priority(
     text.map(|t| t.parse::<Priority>())
         .transpose()
         .map_err(|e| IngressError::coded(Code::RT0024, e.to_string()))
-}
-
-/// The classify phase: the plugins' turn, then the scope and limit key validated (RT0024) in
-/// order: scope, limit key, a limit key without a scope, the flags. What comes out is normalised.
-fn classify_request(
-    state: &IngressState,
-    session: &ServerSession,
-    path: &InvokePath,
-    query: Option<&str>,
-) -> Result<Classified, IngressError> {
-    let key = limit_key(session, query);
-    let (scope, key) = classify(state, session, path, key)?;
-    parse_request(scope.as_deref(), key.as_deref())
-        .map_err(|e| IngressError::coded(Code::RT0024, e.message))
 }
 
 /// Whether a request header is one of the names the edge keeps for itself (`x-restate-…`,
@@ -271,45 +260,103 @@ impl Trace {
     }
 }
 
+/// A call or send as its phases fill it in, in order: route (the path, `path.rs`) → bind key
+/// ([`bind_key`]) → classify ([`classify_call`]) → parse ([`parse`]) → plan ([`plan`]) → admit
+/// here or hand over to the node leading its partition ([`admit_or_hand_over`]). Each phase
+/// takes what the phases before it decided and adds its own; none rewrites an earlier decision.
 async fn invoke_traced(
     state: &IngressState,
     session: &mut ServerSession,
-    mut path: InvokePath,
+    path: InvokePath,
     trace: Option<TraceParent>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let query = session.req_header().uri.query().map(str::to_owned);
-    // An API key decides the scope before anything else looks at it (plugins may still).
-    let bound = state.api_keys.bind(&session.req_header().headers)?.cloned();
-    if let Some(bound) = &bound {
-        path.scope = Some(bound.scope_for(path.scope.as_deref())?);
+    let query = query.as_deref();
+    let bound = bind_key(state, session, &path)?;
+    let scoped = classify_call(state, session, &path, query, &bound)?;
+    let request = parse(state, session, &path, query).await?;
+    if let Some(key) = &bound.key {
+        key.check_priority(request.priority)?;
     }
-    let (scope, limit_key) = classify_request(state, session, &path, query.as_deref())?;
-    // A key that binds a limit key's first level holds every call under it, so a fresh key
-    // per call cannot escape a per-key quota or concurrency.
-    let limit_key = match &bound {
+    let planned = plan(state, &request, scoped, trace);
+    admit_or_hand_over(state, session, path.mode, request, planned).await
+}
+
+/// The bind-key phase's decision: the caller's API key (its binding, if any) and the scope the
+/// request asks for once the key had its say.
+struct Bound {
+    key: Option<Binding>,
+    scope: Option<String>,
+}
+
+/// The bind-key phase: an API key decides the scope before anything else looks at it (the
+/// plugins may still change it).
+fn bind_key(
+    state: &IngressState,
+    session: &ServerSession,
+    path: &InvokePath,
+) -> Result<Bound, IngressError> {
+    let key = state.api_keys.bind(&session.req_header().headers)?.cloned();
+    let scope = match &key {
+        Some(key) => Some(key.scope_for(path.scope.as_deref())?),
+        None => path.scope.clone(),
+    };
+    Ok(Bound { key, scope })
+}
+
+/// The classify phase's decision: the scope and limit key the call runs under, validated.
+struct Scoped {
+    scope: Option<Scope>,
+    limit_key: Option<LimitKey>,
+}
+
+/// The classify phase: the plugins' turn, then the scope and limit key validated (RT0024) in
+/// order: scope, limit key, a limit key without a scope, the flags; what comes out is
+/// normalised. A key that binds a limit key's first level holds every call under it, so a
+/// fresh key per call cannot escape a per-key quota or concurrency.
+fn classify_call(
+    state: &IngressState,
+    session: &ServerSession,
+    path: &InvokePath,
+    query: Option<&str>,
+    bound: &Bound,
+) -> Result<Scoped, IngressError> {
+    let key = limit_key(session, query);
+    let (scope, key) = classify(state, session, path, bound.scope.clone(), key)?;
+    let (scope, limit_key) = parse_request(scope.as_deref(), key.as_deref())
+        .map_err(|e| IngressError::coded(Code::RT0024, e.message))?;
+    let limit_key = match &bound.key {
         Some(bound) => bound.limit_key_for(limit_key)?,
         None => limit_key,
     };
-    path.scope = scope.as_ref().map(|s| s.as_str().to_owned());
-    let request = parse(state, session, &path, query.as_deref()).await?;
-    if let Some(bound) = &bound {
-        bound.check_priority(request.priority)?;
-    }
-    // One clock reading: the record's creation and a delayed send's run time agree.
-    let now = now_ms();
-    let new = plan(state, &request, scope, limit_key, now).with_trace(trace);
-    let retention = new.retention;
-    // Cluster mode: a fresh unkeyed invocation may live anywhere, so it lives here.
-    let runtime = &state.runtime;
-    let record = new.into_record_on(now, runtime.place_new());
+    Ok(Scoped { scope, limit_key })
+}
+
+/// The plan phase's decision: the invocation to store, and how long its result is kept.
+struct Planned {
+    record: InvocationRecord,
+    retention: Option<std::time::Duration>,
+}
+
+/// The admit-or-hand-over phase: the planned invocation is submitted here when its partition
+/// runs here, else the request goes on to the node leading it (`forward.rs`); a call waits
+/// for its outcome, a send is answered once stored.
+async fn admit_or_hand_over(
+    state: &IngressState,
+    session: &mut ServerSession,
+    mode: Mode,
+    request: Request,
+    planned: Planned,
+) -> Result<Response<Vec<u8>>, IngressError> {
+    let Planned { record, retention } = planned;
     let id = record.id;
-    let route = runtime.route(id);
+    let route = state.runtime.route(id);
     if route != Route::Here {
         return super::forward::forward(&state.forwarder, session, request.body, route).await;
     }
     let execution_time = record.run_at_ms;
     // A call registers for its outcome as it is handed over; a send is answered once stored.
-    let (created, outcome) = match path.mode {
+    let (created, outcome) = match mode {
         Mode::Call => {
             let (created, outcome) = submit(state.runtime.call(record, request.frame)).await?;
             (created, Some(outcome))
@@ -410,14 +457,16 @@ async fn parse(
 }
 
 /// The plan phase: which invocation the request stands for (its identity, scope, delay and how
-/// long its result is kept).
+/// long its result is kept), and the partition it lives on: a fresh unkeyed invocation may
+/// live anywhere, so in cluster mode it lives on a partition led here.
 fn plan(
     state: &IngressState,
     request: &Request,
-    scope: Option<Scope>,
-    limit_key: Option<LimitKey>,
-    now: u64,
-) -> NewInvocation {
+    scoped: Scoped,
+    trace: Option<TraceParent>,
+) -> Planned {
+    // One clock reading: the record's creation and a delayed send's run time agree.
+    let now = now_ms();
     let target = &request.target;
     let (identity, retention) = if is_workflow_run(target) {
         (
@@ -444,14 +493,18 @@ fn plan(
         },
         identity,
     )
-    .in_scope(scope, limit_key)
+    .in_scope(scoped.scope, scoped.limit_key)
     .with_priority(request.priority)
     .with_deadline(request.deadline_ms);
     new.retention = retention;
     new.run_at_ms = request
         .delay
         .map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
-    new
+    let new = new.with_trace(trace);
+    Planned {
+        retention: new.retention,
+        record: new.into_record_on(now, state.runtime.place_new()),
+    }
 }
 
 /// The submit phase: the record and its input handed to the partition (`handed_over`),
