@@ -135,7 +135,7 @@ async fn restart_from(
     if journal.is_empty() {
         return Err(purged(id));
     }
-    let prefix = sluice_runtime::partition::restart::journal_prefix(&journal, from, version)
+    let prefix = sluice_runtime::partition::model::restart::journal_prefix(&journal, from, version)
         .map_err(|why| AdminError::coded(Code::ADM0004, why))?;
     let mut new = renewed(&old);
     // The journal is in `version`'s encoding: the new invocation keeps it.

@@ -13,7 +13,7 @@ use super::lookup::peek_for;
 use sluice_core::errors::Code;
 use sluice_core::ids::AwakeableId;
 use sluice_protocol::proto::{self, notification_template};
-use sluice_runtime::partition::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
+use sluice_runtime::partition::model::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
 
 /// Completes the awakeable `id`.
 pub async fn complete(

@@ -4,7 +4,7 @@
 //! bounds the attempts running at once. Permits are given back whenever an attempt ends.
 
 use super::live::Live;
-use super::phase::Run;
+use super::model::phase::Run;
 use super::task::Partition;
 use crate::discovery::{HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};

@@ -4,7 +4,7 @@
 use sluice_core::metrics as names;
 
 use super::journal::object;
-use super::phase::{Attempt, Run};
+use super::model::phase::{Attempt, Run};
 use super::task::Partition;
 use crate::discovery::ProtocolMode;
 use crate::errors::{Code, CodedError};

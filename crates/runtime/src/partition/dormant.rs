@@ -1,7 +1,7 @@
 //! How the partition puts held invocations to rest and wakes them (the part itself, what a
 //! resting invocation keeps, is `parts/dormant.rs`).
 
-use super::events::Event;
+use super::model::events::Event;
 use super::parts::dormant::Dormant;
 use super::task::Partition;
 use crate::errors::{Code, CodedError};

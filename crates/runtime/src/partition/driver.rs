@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::events::Event;
+use super::model::events::Event;
 use crate::clock;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;

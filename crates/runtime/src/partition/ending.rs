@@ -8,8 +8,8 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::commands::EXPIRY;
-use super::effect::Effect;
 use super::live::Live;
+use super::model::effect::Effect;
 use super::task::Partition;
 use crate::invocation::store::{self, Purge, Timer};
 use crate::invocation::{Failure, LastFailure, Outcome, Status, Target};

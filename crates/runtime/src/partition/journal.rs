@@ -5,9 +5,9 @@
 use bytes::{Bytes, BytesMut};
 use prost::Message as _;
 
-use super::effect::Effect;
 use super::live::Live;
-use super::{calls, signals};
+use super::model::effect::Effect;
+use super::model::{calls, signals};
 use crate::errors::CodedError;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{InvocationRecord, state};

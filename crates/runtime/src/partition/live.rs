@@ -3,7 +3,7 @@
 
 use tokio::sync::oneshot;
 
-use super::phase;
+use super::model::phase;
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{EntryId, LockId};
 use crate::invocation::{Caller, InvocationRecord, Outcome};

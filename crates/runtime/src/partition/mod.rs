@@ -4,36 +4,29 @@
 //! only after that commit. The partition keeps applying new events while earlier sets commit.
 
 pub mod admission;
-mod answer;
 mod attempts;
-mod calls;
 mod commands;
-pub mod control;
 pub mod dormant;
 pub mod driver;
-mod effect;
 mod ending;
-mod events;
 mod journal;
 mod live;
+pub mod model;
 pub mod parts;
-pub mod phase;
 pub mod placement;
 pub mod posted;
 mod promises;
 mod purge;
 mod queries;
-pub mod restart;
 mod run_loop;
 pub mod runtime;
-pub mod signals;
 #[cfg(test)]
 mod sim;
 mod suspended;
 mod task;
 
-pub use answer::Peek;
-pub use events::{Event, HeldLock, PartitionMetrics, QueuedEntry, StateMemory};
+pub use model::answer::Peek;
+pub use model::events::{Event, HeldLock, PartitionMetrics, QueuedEntry, StateMemory};
 pub use queries::Query;
 pub use runtime::{Receivers, Runtime};
 pub use task::{Partition, Shared};

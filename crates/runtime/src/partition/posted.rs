@@ -9,9 +9,9 @@ use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::control::Control;
-use super::events::Event;
-use super::signals::Signal;
+use super::model::control::Control;
+use super::model::events::Event;
+use super::model::signals::Signal;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::invocation::{InvocationRecord, Outcome};

@@ -6,8 +6,8 @@
 
 use bytes::Bytes;
 
-use super::effect::Effect;
-use super::effect::PromiseKey;
+use super::model::effect::Effect;
+use super::model::effect::PromiseKey;
 use super::task::Partition;
 use crate::discovery::ServiceType;
 use crate::errors::{Code, CodedError};

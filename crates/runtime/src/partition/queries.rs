@@ -5,11 +5,11 @@
 use tokio::sync::oneshot;
 
 use super::admission;
-use super::events::HeldLock;
-use super::events::PartitionMetrics;
-use super::events::QueuedEntry;
-use super::events::StateMemory;
-use super::phase::{self, State};
+use super::model::events::HeldLock;
+use super::model::events::PartitionMetrics;
+use super::model::events::QueuedEntry;
+use super::model::events::StateMemory;
+use super::model::phase::{self, State};
 use super::task::Partition;
 use crate::ids::InvocationId;
 

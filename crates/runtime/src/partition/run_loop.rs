@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::effect::Effect;
-use super::events::Event;
+use super::model::effect::Effect;
+use super::model::events::Event;
 use super::queries::Query;
 use super::task::Partition;
 use crate::errors::{Code, CodedError};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::events::Event;
+use super::model::events::Event;
 use super::task::Partition;
 use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
@@ -280,8 +280,8 @@ impl Runtime {
     /// Delivers a signal once durable; false when its invocation does not exist.
     pub async fn signal(
         &self,
-        signal: super::signals::Signal,
-    ) -> Result<super::signals::Delivery, CodedError> {
+        signal: super::model::signals::Signal,
+    ) -> Result<super::model::signals::Delivery, CodedError> {
         let (reply, answer) = oneshot::channel();
         self.partition(signal.target)
             .send(Event::Signal {
@@ -319,13 +319,15 @@ impl Runtime {
     }
 
     /// Every partition's queued invocations, with the partition's index.
-    pub async fn queued(&self) -> Result<Vec<(u64, super::events::QueuedEntry)>, CodedError> {
+    pub async fn queued(
+        &self,
+    ) -> Result<Vec<(u64, super::model::events::QueuedEntry)>, CodedError> {
         self.gather(|reply| super::queries::Query::Queued { reply })
             .await
     }
 
     /// Every partition's held object locks, with the partition's index.
-    pub async fn locks(&self) -> Result<Vec<(u64, super::events::HeldLock)>, CodedError> {
+    pub async fn locks(&self) -> Result<Vec<(u64, super::model::events::HeldLock)>, CodedError> {
         self.gather(|reply| super::queries::Query::Locks { reply })
             .await
     }
@@ -396,7 +398,7 @@ impl Runtime {
     }
 
     /// What `GET /metrics` reads of every partition.
-    pub async fn metrics(&self) -> Result<Vec<super::events::PartitionMetrics>, CodedError> {
+    pub async fn metrics(&self) -> Result<Vec<super::model::events::PartitionMetrics>, CodedError> {
         let all = self
             .gather(|reply| super::queries::Query::Metrics { reply })
             .await?;
@@ -420,8 +422,8 @@ impl Runtime {
     pub async fn control(
         &self,
         id: InvocationId,
-        op: super::control::Control,
-    ) -> Result<super::control::Controlled, CodedError> {
+        op: super::model::control::Control,
+    ) -> Result<super::model::control::Controlled, CodedError> {
         let (reply, answer) = oneshot::channel();
         self.partition(id)
             .send(Event::Control { id, op, reply })
@@ -432,7 +434,10 @@ impl Runtime {
 
     /// An invocation's target and outcome (`None` while it runs), without waiting; `None`
     /// when it does not exist.
-    pub async fn peek(&self, id: InvocationId) -> Result<Option<super::answer::Peek>, CodedError> {
+    pub async fn peek(
+        &self,
+        id: InvocationId,
+    ) -> Result<Option<super::model::answer::Peek>, CodedError> {
         self.peek_with(id, true).await
     }
 
@@ -441,7 +446,7 @@ impl Runtime {
     pub async fn peek_status(
         &self,
         id: InvocationId,
-    ) -> Result<Option<super::answer::Peek>, CodedError> {
+    ) -> Result<Option<super::model::answer::Peek>, CodedError> {
         self.peek_with(id, false).await
     }
 
@@ -449,7 +454,7 @@ impl Runtime {
         &self,
         id: InvocationId,
         output: bool,
-    ) -> Result<Option<super::answer::Peek>, CodedError> {
+    ) -> Result<Option<super::model::answer::Peek>, CodedError> {
         let (reply, answer) = oneshot::channel();
         self.partition(id)
             .send(Event::Peek { id, output, reply })

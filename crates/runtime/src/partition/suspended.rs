@@ -7,7 +7,7 @@
 //! anything needs it (an attempt, a completion or signal to check for repeats, a cancel that
 //! looks for children).
 
-use super::events::Event;
+use super::model::events::Event;
 use super::task::Partition;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;

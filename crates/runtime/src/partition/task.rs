@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::effect::Effect;
 use super::live::Live;
+use super::model::calls;
+use super::model::effect::Effect;
 #[cfg(test)]
-use super::phase;
-use super::{calls, driver, parts};
+use super::model::phase;
+use super::{driver, parts};
 use crate::config::Config;
 use crate::errors::CodedError;
 use crate::flow::scheduler::{EntryId, Scheduler};

@@ -5,7 +5,7 @@
 
 use tokio::sync::oneshot;
 
-use super::super::effect::Effect;
+use super::super::model::effect::Effect;
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;

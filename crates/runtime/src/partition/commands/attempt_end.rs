@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use super::super::effect::Effect;
 use super::super::ending::{back_off, complete, last_output, pause};
-use super::super::phase::Awaited;
+use super::super::model::effect::Effect;
+use super::super::model::phase::Awaited;
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;

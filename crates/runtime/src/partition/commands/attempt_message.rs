@@ -3,8 +3,8 @@
 //! mode its size against a log record's), journaled with what it asks for answered
 //! (`journal.rs`), and a promise command then settles or waits on its promise.
 
-use super::super::effect::Effect;
 use super::super::journal::{Reads, journal_message, needs_saved, save};
+use super::super::model::effect::Effect;
 use super::super::promises;
 use super::super::task::Partition;
 use crate::errors::{Code, CodedError};

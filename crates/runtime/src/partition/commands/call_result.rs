@@ -2,9 +2,9 @@
 //! a failover finds it there) and a caller that waits is attempted again. Touches only the
 //! caller.
 
-use super::super::effect::Effect;
 use super::super::journal::{has_completion, notify};
 use super::super::live::Live;
+use super::super::model::effect::Effect;
 use crate::invocation::{Outcome, Status};
 use crate::protocol::Message;
 use crate::protocol::proto::{self, notification_template};

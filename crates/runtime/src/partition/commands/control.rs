@@ -1,11 +1,11 @@
 //! Control: an operator's cancel, kill, pause, resume, purge or purge-journal of one
-//! invocation (the operations: `partition/control.rs`). Killing or canceling reaches the
+//! invocation (the operations: `partition/model/control.rs`). Killing or canceling reaches the
 //! invocations it called too; stopping a running attempt leaves its slots held until that is
 //! stored.
 
-use super::super::control::{Control, Controlled};
-use super::super::effect::Effect;
 use super::super::live::Live;
+use super::super::model::control::{Control, Controlled};
+use super::super::model::effect::Effect;
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
@@ -161,7 +161,7 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
     if live.record.status == Status::Completed {
         return Vec::new();
     }
-    super::super::calls::children_in(
+    super::super::model::calls::children_in(
         &partition.registry,
         partition.config.flow.inherit_scope,
         &live.record,

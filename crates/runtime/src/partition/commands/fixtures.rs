@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::super::control::{Control, Controlled};
 use super::super::driver::{Driver, Started};
-use super::super::effect::Effect;
-use super::super::events::Event;
 use super::super::live::Live;
-use super::super::phase::{Attempt, Run, State, state_of};
+use super::super::model::control::{Control, Controlled};
+use super::super::model::effect::Effect;
+use super::super::model::events::Event;
+use super::super::model::phase::{Attempt, Run, State, state_of};
 use super::super::task::Partition;
 use super::super::task::Shared;
 use super::{call_result, object_state, wake};
@@ -481,7 +481,7 @@ fn attaching_answers_where_the_outcome_comes_and_an_unknown_id_is_dropped() {
 
 #[test]
 fn an_awakeable_completes_once_and_a_signal_for_nobody_says_so() {
-    use super::super::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
+    use super::super::model::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
     use crate::ids::AwakeableId;
     use crate::protocol::proto::notification_template;
     let mut bench = Bench::new();

@@ -42,10 +42,10 @@ mod wake;
 
 pub(super) use wake::{EXPIRY, QUEUE_DEADLINE};
 
-use super::answer::Answer;
-use super::effect::Effect;
-use super::events::Event;
 use super::journal::save;
+use super::model::answer::Answer;
+use super::model::effect::Effect;
+use super::model::events::Event;
 use super::task::Partition;
 use crate::errors::CodedError;
 use crate::storage::writer::WriteSet;
@@ -155,7 +155,7 @@ impl Partition {
 mod table_tests {
     /// The variants of `Event`, read from its source: the names a command table must list.
     fn event_variants() -> Vec<String> {
-        let source = include_str!("../events.rs");
+        let source = include_str!("../model/events.rs");
         let body = source
             .split_once("pub enum Event {")
             .expect("events.rs declares `pub enum Event`")

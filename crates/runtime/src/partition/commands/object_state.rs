@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::super::effect::Effect;
+use super::super::model::effect::Effect;
 use crate::errors::CodedError;
 use crate::invocation::state;
 use crate::storage::writer::WriteSet;

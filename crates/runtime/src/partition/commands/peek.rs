@@ -4,9 +4,9 @@
 
 use tokio::sync::oneshot;
 
-use super::super::answer::Answer;
-use super::super::answer::Peek;
-use super::super::effect::Effect;
+use super::super::model::answer::Answer;
+use super::super::model::answer::Peek;
+use super::super::model::effect::Effect;
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;

@@ -4,8 +4,8 @@
 
 use tokio::sync::oneshot;
 
-use super::super::answer::Answer;
-use super::super::effect::Effect;
+use super::super::model::answer::Answer;
+use super::super::model::effect::Effect;
 use super::super::task::Partition;
 use crate::storage::writer::WriteSet;
 

@@ -4,7 +4,7 @@
 
 use tokio::sync::oneshot;
 
-use super::super::effect::Effect;
+use super::super::model::effect::Effect;
 use super::super::task::Partition;
 use crate::storage::writer::WriteSet;
 

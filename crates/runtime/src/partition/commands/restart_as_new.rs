@@ -1,10 +1,10 @@
 //! Restart as new: a completed invocation's journal prefix becomes a new invocation
-//! ([`crate::partition::restart::journal_prefix`]), stored with its batch; an id that exists
+//! ([`crate::partition::model::restart::journal_prefix`]), stored with its batch; an id that exists
 //! already is answered "not created".
 
 use tokio::sync::oneshot;
 
-use super::super::effect::Effect;
+use super::super::model::effect::Effect;
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::invocation::InvocationRecord;

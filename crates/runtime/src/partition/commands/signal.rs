@@ -3,8 +3,8 @@
 //! `ingress.max-awakeable-completions` per invocation, and a suspended invocation is attempted
 //! again only if it waits on it.
 
-use super::super::effect::Effect;
-use super::super::signals::{
+use super::super::model::effect::Effect;
+use super::super::model::signals::{
     Delivery, FIRST_AWAKEABLE_INDEX, Signal, completed_awakeables, signal_len,
 };
 use super::super::task::Partition;

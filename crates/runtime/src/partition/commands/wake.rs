@@ -2,9 +2,9 @@
 //! back-off is attempted; a completed invocation's retention expiry purges it (and a workflow
 //! run's state and promises).
 
-use super::super::effect::Effect;
 use super::super::journal::notify;
 use super::super::live::Live;
+use super::super::model::effect::Effect;
 use super::super::task::Partition;
 use crate::clock::rfc3339;
 use crate::errors::{Code, CodedError};

@@ -21,9 +21,9 @@ use crate::flow::{LimitKey, Priority, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{Caller, InvocationRecord, Status, Target};
-use crate::partition::events::QueuedEntry;
+use crate::partition::model::events::QueuedEntry;
 use crate::partition::live::Live;
-use crate::partition::phase::Run;
+use crate::partition::model::phase::Run;
 use crate::protocol::Frame;
 use crate::storage::Store;
 
@@ -323,9 +323,9 @@ impl Dormant {
 
     /// What a peek sees of it: where it goes, in which scope, and where it is (waiting for its
     /// time, or for its turn); it never ran, so it has no outcome.
-    pub(in crate::partition) fn peek(&self) -> crate::partition::answer::Peek {
+    pub(in crate::partition) fn peek(&self) -> crate::partition::model::answer::Peek {
         let resting = self.resting();
-        crate::partition::answer::Peek {
+        crate::partition::model::answer::Peek {
             status: if resting.scheduled {
                 Status::Scheduled
             } else {
@@ -399,7 +399,7 @@ mod tests {
         scheduler.enqueue(&key, 7, EntryKind::New, None, 0);
         let admitted = scheduler.poll_runnable(0).pop().expect("admitted");
         live.set_run(Run::Running(Box::new(
-            crate::partition::phase::Attempt::new(admitted.permit),
+            crate::partition::model::phase::Attempt::new(admitted.permit),
         )));
         live
     }

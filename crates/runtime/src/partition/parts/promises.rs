@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::ids::InvocationId;
 use crate::invocation::state::Promise;
-use crate::partition::effect::PromiseKey;
+use crate::partition::model::effect::PromiseKey;
 
 /// Completed promises seen by this partition (reads must see completions still committing)
 /// and the invocations waiting on open ones.

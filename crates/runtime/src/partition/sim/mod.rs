@@ -42,10 +42,10 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::control::Control;
 use super::driver::{Driver, Started};
-use super::effect::Effect;
-use super::events::Event;
+use super::model::control::Control;
+use super::model::effect::Effect;
+use super::model::events::Event;
 use super::run_loop::Input;
 use super::task::Partition;
 use crate::config::{Config, FriendlyDuration, OnMaxAttempts, RetryPolicy};
@@ -410,8 +410,8 @@ fn simulator_partition_events() {
     // A million events walk every move of the transition table (the rarest, a kill in the
     // batch of its submission, about 20 times): each is a move the partition really makes.
     if total.events >= DEFAULT_EVENTS {
-        let walked = super::phase::WALKED.lock().unwrap();
-        for &(from, to, _) in super::phase::TRANSITIONS {
+        let walked = super::model::phase::WALKED.lock().unwrap();
+        for &(from, to, _) in super::model::phase::TRANSITIONS {
             assert!(
                 walked.contains_key(&(from, to)),
                 "the simulator never moved an invocation from {} to {}",
@@ -421,9 +421,9 @@ fn simulator_partition_events() {
         }
     }
     if std::env::var_os("SLUICE_PHASE_LEARN").is_some() {
-        let walked = super::phase::WALKED.lock().unwrap();
+        let walked = super::model::phase::WALKED.lock().unwrap();
         for (&(from, to), times) in walked.iter() {
-            let listed = if super::phase::allowed(from, to) {
+            let listed = if super::model::phase::allowed(from, to) {
                 ""
             } else {
                 " (not in the table)"
@@ -434,7 +434,7 @@ fn simulator_partition_events() {
                 to.name()
             );
         }
-        for &(from, to, _) in super::phase::TRANSITIONS {
+        for &(from, to, _) in super::model::phase::TRANSITIONS {
             if !walked.contains_key(&(from, to)) {
                 println!("not walked: {} -> {}", from.name(), to.name());
             }

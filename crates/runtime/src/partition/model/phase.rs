@@ -16,7 +16,7 @@ use crate::protocol::{Message, proto};
 
 /// What the partition holds for an invocation in memory, beyond its record and journal.
 #[derive(Debug)]
-pub(super) enum Run {
+pub(in crate::partition) enum Run {
     /// No attempt and not queued: it waits for its time (delayed, backing off), a completion
     /// or signal (suspended: what it waits on, if its suspension said), an operator (paused),
     /// its first attempt's commit (accepted), or its eviction (completed).
@@ -34,7 +34,7 @@ pub(super) enum Run {
 
 /// A running attempt: what exists only while it runs.
 #[derive(Debug)]
-pub(super) struct Attempt {
+pub(in crate::partition) struct Attempt {
     /// The slots it holds.
     pub permit: Permit,
     /// The open request body of a bidi attempt.
@@ -57,7 +57,7 @@ pub(super) struct Attempt {
 
 /// What an ended attempt leaves for its ending to look at.
 #[derive(Debug)]
-pub(super) struct Ended {
+pub(in crate::partition) struct Ended {
     pub fresh: Vec<u32>,
     pub signalled: bool,
     pub answered: bool,
@@ -67,7 +67,7 @@ pub(super) struct Ended {
 }
 
 impl Attempt {
-    pub(super) fn new(permit: Permit) -> Self {
+    pub(in crate::partition) fn new(permit: Permit) -> Self {
         Self {
             permit,
             outbound: None,
@@ -83,22 +83,22 @@ impl Attempt {
 
 impl Run {
     /// Idle, waiting on nothing in particular.
-    pub(super) const IDLE: Self = Self::Idle { awaiting: None };
+    pub(in crate::partition) const IDLE: Self = Self::Idle { awaiting: None };
 
     /// The running attempt, if one runs.
-    pub(super) fn attempt(&mut self) -> Option<&mut Attempt> {
+    pub(in crate::partition) fn attempt(&mut self) -> Option<&mut Attempt> {
         match self {
             Self::Running(attempt) => Some(attempt),
             _ => None,
         }
     }
 
-    pub(super) fn is_running(&self) -> bool {
+    pub(in crate::partition) fn is_running(&self) -> bool {
         matches!(self, Self::Running(_))
     }
 
     /// Its queue while queued.
-    pub(super) fn queue(&self) -> Option<QueueId> {
+    pub(in crate::partition) fn queue(&self) -> Option<QueueId> {
         match self {
             Self::Queued { queue } => Some(*queue),
             _ => None,
@@ -106,7 +106,7 @@ impl Run {
     }
 
     /// The permit of the attempt that ended and waits to give its slots back.
-    pub(super) fn permit(&self) -> Option<&Permit> {
+    pub(in crate::partition) fn permit(&self) -> Option<&Permit> {
         match self {
             Self::Ending { permit, .. } => Some(permit),
             _ => None,
@@ -114,7 +114,7 @@ impl Run {
     }
 
     /// What its suspension waits on (`None`: anything, or not suspended).
-    pub(super) fn awaiting(&self) -> Option<&Awaited> {
+    pub(in crate::partition) fn awaiting(&self) -> Option<&Awaited> {
         match self {
             Self::Idle { awaiting } | Self::Ending { awaiting, .. } => awaiting.as_deref(),
             _ => None,
@@ -123,7 +123,7 @@ impl Run {
 
     /// Stops the running attempt, if any: its later messages and ending are ignored, its slots
     /// go back once that is stored. True if one ran.
-    pub(super) fn stop(&mut self) -> bool {
+    pub(in crate::partition) fn stop(&mut self) -> bool {
         match std::mem::replace(self, Self::IDLE) {
             Self::Running(attempt) => {
                 *self = Self::Ending {
@@ -141,7 +141,7 @@ impl Run {
 
     /// The attempt ended: its slots wait for the ending's commit. What it left behind, or
     /// `None` when no attempt ran.
-    pub(super) fn end(&mut self) -> Option<Ended> {
+    pub(in crate::partition) fn end(&mut self) -> Option<Ended> {
         match std::mem::replace(self, Self::IDLE) {
             Self::Running(attempt) => {
                 let Attempt {
@@ -175,14 +175,14 @@ impl Run {
     }
 
     /// A suspension says what it waits on.
-    pub(super) fn await_on(&mut self, awaited: Awaited) {
+    pub(in crate::partition) fn await_on(&mut self, awaited: Awaited) {
         if let Self::Idle { awaiting } | Self::Ending { awaiting, .. } = self {
             *awaiting = Some(Box::new(awaited));
         }
     }
 
     /// Its slots, if it still holds them after its attempt ended; it is idle after.
-    pub(super) fn settle(&mut self) -> Option<Permit> {
+    pub(in crate::partition) fn settle(&mut self) -> Option<Permit> {
         match std::mem::replace(self, Self::IDLE) {
             Self::Ending { permit, awaiting } => {
                 *self = Self::Idle { awaiting };
@@ -196,7 +196,7 @@ impl Run {
     }
 
     /// Bytes it holds beside the invocation's `Live` (an attempt, what a suspension awaits).
-    pub(super) fn heap_bytes(&self) -> usize {
+    pub(in crate::partition) fn heap_bytes(&self) -> usize {
         let awaiting = |a: &Option<Box<Awaited>>| {
             a.as_ref().map_or(0, |a| {
                 std::mem::size_of::<Awaited>()
@@ -296,7 +296,7 @@ impl State {
 /// The state of a live invocation with `status` in phase `run`; an error names a combination
 /// the partition must never hold. An attempt that ended keeps its slots a while (`Ending`) in
 /// the state its ending moved it to.
-pub(super) fn state_of(status: Status, run: &Run) -> Result<State, String> {
+pub(in crate::partition) fn state_of(status: Status, run: &Run) -> Result<State, String> {
     use RunKind as R;
     let state = match (status, run.kind()) {
         (Status::Pending, R::Idle) => State::Accepted,
@@ -392,7 +392,7 @@ pub fn table_markdown() -> String {
 /// What a suspended invocation waits on: a completion, a signal or a named signal that is not
 /// among them does not start an attempt (it is journaled and seen by the next one).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct Awaited {
+pub(in crate::partition) struct Awaited {
     /// Completion ids (empty: the suspension named none, so any completion may be it).
     pub completions: Vec<u32>,
     /// Signal indexes (awakeables, built-in signals).
@@ -402,7 +402,7 @@ pub(super) struct Awaited {
 }
 
 impl Awaited {
-    pub(super) fn of(message: &Message) -> Self {
+    pub(in crate::partition) fn of(message: &Message) -> Self {
         fn walk(future: &proto::Future, out: &mut Awaited) {
             out.completions
                 .extend_from_slice(&future.waiting_completions);
@@ -433,7 +433,7 @@ impl Awaited {
     /// Whether the signal `id` is one it waits on. A suspension that names nothing at all
     /// (an SDK that does not say) waits on anything; the runtime's own signals (cancellation)
     /// always count.
-    pub(super) fn wants(&self, id: &proto::notification_template::Id) -> bool {
+    pub(in crate::partition) fn wants(&self, id: &proto::notification_template::Id) -> bool {
         use proto::notification_template::Id;
         if self.completions.is_empty() && self.signals.is_empty() && self.named.is_empty() {
             return true;
@@ -450,19 +450,20 @@ impl Awaited {
 
 #[cfg(test)]
 #[derive(Debug, Default)]
-pub(super) struct Watch {
+pub(in crate::partition) struct Watch {
     last: std::collections::HashMap<crate::ids::InvocationId, State>,
 }
 
 /// Test builds: every move any partition of this test process made, and how often.
 #[cfg(test)]
-pub(super) static WALKED: std::sync::Mutex<std::collections::BTreeMap<(State, State), u64>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
+pub(in crate::partition) static WALKED: std::sync::Mutex<
+    std::collections::BTreeMap<(State, State), u64>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 #[cfg(test)]
 impl Watch {
     /// Looks at what the partition holds `now`; panics on a state or a move the table forbids.
-    pub(super) fn look(
+    pub(in crate::partition) fn look(
         &mut self,
         now: impl Iterator<Item = (crate::ids::InvocationId, Result<State, String>)>,
     ) {
@@ -533,7 +534,7 @@ mod tests {
 
     #[test]
     fn docs_print_the_table_as_built() {
-        let docs = include_str!("../../../../docs/partition.md");
+        let docs = include_str!("../../../../../docs/partition.md");
         assert!(
             docs.contains(&table_markdown()),
             "docs/partition.md does not hold the transition table as built; paste:\n{}",

@@ -15,11 +15,11 @@ use crate::invocation::store::Timer;
 use crate::invocation::{Caller, Outcome};
 
 /// (workflow, key, promise name).
-pub(super) type PromiseKey = (String, String, String);
+pub(in crate::partition) type PromiseKey = (String, String, String);
 
 /// What a batch asks to do once committed.
 #[derive(Debug)]
-pub(super) enum Effect {
+pub(in crate::partition) enum Effect {
     Ack(oneshot::Sender<Result<bool, CodedError>>, bool),
     Notify(Vec<oneshot::Sender<Outcome>>, Outcome),
     Attempt(InvocationId),
@@ -55,7 +55,7 @@ pub(super) enum Effect {
 impl Effect {
     /// One line saying what it asks, for fixture tests ("given this state and this command,
     /// exactly these effects").
-    pub(super) fn brief(&self) -> String {
+    pub(in crate::partition) fn brief(&self) -> String {
         match self {
             Effect::Ack(_, true) => "ack: created".into(),
             Effect::Ack(_, false) => "ack: exists".into(),

@@ -22,11 +22,11 @@ pub struct Peek {
 }
 
 /// A peek's answer: `None` when the invocation is unknown.
-pub(super) type Peeked = Option<Peek>;
+pub(in crate::partition) type Peeked = Option<Peek>;
 
 /// One answer, sent after the commit of the batch that decided it.
 #[derive(Debug)]
-pub(super) enum Answer {
+pub(in crate::partition) enum Answer {
     /// A submission was refused (a full queue, an empty rate, too many waiters).
     Refused(oneshot::Sender<Result<bool, CodedError>>, CodedError),
     /// Everything applied before the barrier is stored.
@@ -48,7 +48,7 @@ pub(super) enum Answer {
 impl Answer {
     /// Its kind, for fixture tests.
     #[cfg(test)]
-    pub(super) fn kind(&self) -> String {
+    pub(in crate::partition) fn kind(&self) -> String {
         match self {
             Self::Refused(_, e) => format!("refused {:?}", e.code),
             Self::Barrier(_) => "barrier".into(),
@@ -60,7 +60,7 @@ impl Answer {
     }
 
     /// Sends it: what it answers is stored.
-    pub(super) fn send(self) {
+    pub(in crate::partition) fn send(self) {
         // A caller that stopped waiting is no error.
         match self {
             Self::Refused(reply, refused) => drop(reply.send(Err(refused))),
@@ -74,7 +74,7 @@ impl Answer {
 
     /// The batch it belongs to was not stored: callers that take an error get `error`; the
     /// others see their answer dropped (never a false "done", nor a "no such queue").
-    pub(super) fn fail(self, error: &CodedError) {
+    pub(in crate::partition) fn fail(self, error: &CodedError) {
         match self {
             Self::Refused(reply, _) => drop(reply.send(Err(error.clone()))),
             Self::Controlled(reply, _) => drop(reply.send(Err(error.clone()))),

@@ -208,7 +208,7 @@ pub struct PartitionMetrics {
     pub held_invocations: usize,
     /// Bytes of held inputs in memory, across every partition.
     pub held_bytes: u64,
-    /// This partition's invocations in memory by state (`partition/phase.rs`), with the
+    /// This partition's invocations in memory by state (`partition/model/phase.rs`), with the
     /// bytes each state holds.
     pub states: Vec<StateMemory>,
 }
@@ -226,7 +226,7 @@ pub struct StateMemory {
 
 impl Event {
     /// The invocation whose live state the event reads or changes, if it names one.
-    pub(super) fn invocation(&self) -> Option<InvocationId> {
+    pub(in crate::partition) fn invocation(&self) -> Option<InvocationId> {
         match self {
             Event::Submit { record, .. } | Event::Restart { record, .. } => Some(record.id),
             Event::Control { id, .. }

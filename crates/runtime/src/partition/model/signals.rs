@@ -97,7 +97,7 @@ pub enum Delivery {
 }
 
 /// The awakeable indexes already completed in `journal`, each with its notification's size.
-pub(super) fn completed_awakeables(
+pub(in crate::partition) fn completed_awakeables(
     journal: &[crate::protocol::Frame],
 ) -> impl Iterator<Item = (u32, usize)> + '_ {
     use prost::Message as _;
@@ -117,7 +117,7 @@ pub(super) fn completed_awakeables(
 }
 
 /// About the size of `signal`'s notification as journaled: its payload, and room for the rest.
-pub(super) fn signal_len(signal: &Signal) -> usize {
+pub(in crate::partition) fn signal_len(signal: &Signal) -> usize {
     let payload = match &signal.result {
         notification_template::Result::Value(v) => v.content.len(),
         notification_template::Result::Failure(f) => f.message.len(),
