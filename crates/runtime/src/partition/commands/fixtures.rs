@@ -449,9 +449,13 @@ fn attaching_answers_where_the_outcome_comes_and_an_unknown_id_is_dropped() {
     let id = record.id;
     bench.submit(record);
     assert_eq!(bench.started(), [(id, 1)]);
-    // Running: answered at once with where its outcome will come; nothing else happens.
+    // Running: answered (after the commit of what came before) with where its outcome will
+    // come; nothing else happens.
     let (reply, mut answer) = oneshot::channel();
-    assert!(bench.apply(Event::Await { id, reply }).is_empty());
+    assert_eq!(
+        bench.apply(Event::Await { id, reply }),
+        ["answer attached (waits: true)"]
+    );
     let mut outcome = answer
         .try_recv()
         .unwrap()
@@ -468,7 +472,7 @@ fn attaching_answers_where_the_outcome_comes_and_an_unknown_id_is_dropped() {
     let (reply, mut answer) = oneshot::channel();
     assert_eq!(
         bench.apply(Event::Await { id, reply }),
-        ["notify 1 waiters: value"]
+        ["notify 1 waiters: value", "answer attached (waits: true)"]
     );
     let mut outcome = answer.try_recv().unwrap().unwrap();
     assert_eq!(outcome.try_recv().unwrap(), value(b""));
@@ -688,7 +692,7 @@ fn peeking_and_pausing_an_unknown_queue_change_nothing() {
         pause: true,
         reply,
     });
-    assert!(asked.is_empty());
+    assert_eq!(asked, ["answer queue paused (known: false)"]);
     assert!(!paused.blocking_recv().unwrap(), "no such queue");
 }
 

@@ -1,6 +1,6 @@
 //! Queue pause: an operator pauses (or resumes) one scheduler queue. The pause is stored per
 //! partition; the scheduler follows once it is (`Effect::PauseQueue`); an unknown queue is
-//! answered false at once.
+//! answered false (after the commit of what came before, like every answer).
 
 use tokio::sync::oneshot;
 
@@ -19,7 +19,7 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) {
         let Some(key) = self.scheduler.queue_key(queue) else {
-            let _ = reply.send(false);
+            effects.push(Effect::Answer(Answer::QueuePaused(reply, false)));
             return;
         };
         if pause {
@@ -28,6 +28,6 @@ impl Partition {
             crate::invocation::paused::resume(writes, self.index, &key);
         }
         effects.push(Effect::PauseQueue(Box::new(key), pause));
-        effects.push(Effect::Answer(Answer::QueuePaused(reply)));
+        effects.push(Effect::Answer(Answer::QueuePaused(reply, true)));
     }
 }

@@ -117,11 +117,9 @@ impl Partition {
         if let Some(live) = self.live.get_mut(&id) {
             live.waiters.extend(call);
         }
-        match reply {
-            // Nothing is stored yet, and the caller is told nothing but the outcome.
-            Some(reply) if deferred => drop(reply.send(Ok(true))),
-            reply => effects.extend(reply.map(|r| Effect::Ack(r, true))),
-        }
+        // Deferred, nothing is stored yet, and the caller learns nothing from the ack but that
+        // its outcome will come; it is answered after the batch all the same, as every answer.
+        effects.extend(reply.map(|r| Effect::Ack(r, true)));
         Ok(())
     }
 

@@ -21,6 +21,10 @@ pub struct Peek {
     pub scope: Option<String>,
 }
 
+/// Where an attach is answered: the receiver its outcome will come on, or why not.
+pub(in crate::partition) type Attach =
+    oneshot::Sender<Result<oneshot::Receiver<Outcome>, CodedError>>;
+
 /// A peek's answer: `None` when the invocation is unknown.
 pub(in crate::partition) type Peeked = Option<Peek>;
 
@@ -31,8 +35,11 @@ pub(in crate::partition) enum Answer {
     Refused(oneshot::Sender<Result<bool, CodedError>>, CodedError),
     /// Everything applied before the barrier is stored.
     Barrier(oneshot::Sender<()>),
-    /// A queue's pause or resume is stored.
-    QueuePaused(oneshot::Sender<bool>),
+    /// A queue's pause or resume is stored (true), or no such queue exists (false).
+    QueuePaused(oneshot::Sender<bool>, bool),
+    /// A wait for an invocation's outcome: where the outcome will come, or why it will not
+    /// (too many waiters).
+    Attached(Attach, Result<oneshot::Receiver<Outcome>, CodedError>),
     /// What an invocation is and how it ended (its outcome may belong to an earlier batch
     /// still committing).
     Peeked(oneshot::Sender<Peeked>, Peeked),
@@ -52,7 +59,8 @@ impl Answer {
         match self {
             Self::Refused(_, e) => format!("refused {:?}", e.code),
             Self::Barrier(_) => "barrier".into(),
-            Self::QueuePaused(_) => "queue paused".into(),
+            Self::QueuePaused(_, known) => format!("queue paused (known: {known})"),
+            Self::Attached(_, waits) => format!("attached (waits: {})", waits.is_ok()),
             Self::Peeked(_, seen) => format!("peeked (known: {})", seen.is_some()),
             Self::Signalled(_, delivery) => format!("signalled {delivery:?}"),
             Self::Controlled(_, done) => format!("controlled {done:?}"),
@@ -65,7 +73,8 @@ impl Answer {
         match self {
             Self::Refused(reply, refused) => drop(reply.send(Err(refused))),
             Self::Barrier(reply) => drop(reply.send(())),
-            Self::QueuePaused(reply) => drop(reply.send(true)),
+            Self::QueuePaused(reply, known) => drop(reply.send(known)),
+            Self::Attached(reply, waits) => drop(reply.send(waits)),
             Self::Peeked(reply, seen) => drop(reply.send(seen)),
             Self::Signalled(reply, delivery) => drop(reply.send(delivery)),
             Self::Controlled(reply, done) => drop(reply.send(Ok(done))),
@@ -78,7 +87,8 @@ impl Answer {
         match self {
             Self::Refused(reply, _) => drop(reply.send(Err(error.clone()))),
             Self::Controlled(reply, _) => drop(reply.send(Err(error.clone()))),
-            Self::QueuePaused(_) | Self::Barrier(_) | Self::Peeked(..) | Self::Signalled(..) => {}
+            Self::Attached(reply, _) => drop(reply.send(Err(error.clone()))),
+            Self::QueuePaused(..) | Self::Barrier(_) | Self::Peeked(..) | Self::Signalled(..) => {}
         }
     }
 }
@@ -99,11 +109,19 @@ mod tests {
         );
         // `false` would read as "no such queue" (404): the caller sees the partition gone.
         let (reply, answer) = oneshot::channel();
-        Answer::QueuePaused(reply).fail(&failure);
+        Answer::QueuePaused(reply, true).fail(&failure);
         assert!(answer.blocking_recv().is_err());
         let (reply, mut answer) = oneshot::channel();
         Answer::Barrier(reply).fail(&failure);
         assert!(answer.try_recv().is_err());
+        let (reply, answer) = oneshot::channel();
+        let (_, outcome) = oneshot::channel();
+        Answer::Attached(reply, Ok(outcome)).fail(&failure);
+        assert_eq!(
+            answer.blocking_recv().unwrap().unwrap_err().code,
+            Some(Code::RT0006),
+            "a wait whose batch failed is told so"
+        );
         let (reply, answer) = oneshot::channel();
         Answer::Controlled(reply, control::Controlled::Accepted).send();
         assert!(matches!(

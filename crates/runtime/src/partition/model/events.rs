@@ -72,8 +72,8 @@ pub enum Event {
     Await {
         /// The invocation.
         id: InvocationId,
-        /// Answered at once: where the outcome will come (dropped when the invocation is
-        /// unknown), or why the wait is refused (SEC0008).
+        /// Answered after the commit of what came before: where the outcome will come
+        /// (dropped when the invocation is unknown), or why the wait is refused (SEC0008).
         reply: oneshot::Sender<Result<oneshot::Receiver<Outcome>, CodedError>>,
     },
     /// A message of a running attempt.
