@@ -21,6 +21,13 @@
 //! | `Control` | `control.rs` | one invocation and the ones it called |
 //! | `SlotsFree`, `Barrier` | here | nothing: a dispatch, an answer after the commit |
 //!
+//! A command that reads or changes one or two parts is a function over exactly those parts,
+//! lent where it is dispatched (`Peek`: the invocation maps and the store; `PauseQueue` and
+//! `ResetQuota`: the scheduler; `CallResult`: one invocation; `SetObjectState`: the write set
+//! alone), so its signature says all it can touch. The others start, end, wake or move
+//! invocations across the partition's parts (the invocation maps, the scheduler, the resting
+//! form, the wake-ups, the promises) and are `Partition` methods.
+//!
 //! Reads (queued entries, locks, queues, counters, why one waits) are not commands: they come
 //! on their own channel (`queries.rs`).
 
@@ -88,7 +95,15 @@ impl Partition {
                 reply,
             } => self.restart_as_new(record, journal, reply, writes, effects)?,
             Event::Await { id, reply } => self.attach(id, reply, effects)?,
-            Event::Peek { id, output, reply } => self.peek(id, output, reply, effects)?,
+            Event::Peek { id, output, reply } => peek::peek(
+                &self.live,
+                &self.dormant,
+                &self.store,
+                id,
+                output,
+                reply,
+                effects,
+            )?,
             Event::SetObjectState {
                 service,
                 key,
@@ -101,10 +116,23 @@ impl Partition {
                 queue,
                 pause,
                 reply,
-            } => self.pause_queue(queue, pause, reply, writes, effects),
-            Event::ResetQuota { pattern, reply } => {
-                self.reset_quota(pattern, reply, writes, effects);
-            }
+            } => queue_pause::pause_queue(
+                &self.scheduler,
+                self.index,
+                queue,
+                pause,
+                reply,
+                writes,
+                effects,
+            ),
+            Event::ResetQuota { pattern, reply } => reset_quota::reset_quota(
+                &self.scheduler,
+                self.index,
+                pattern,
+                reply,
+                writes,
+                effects,
+            ),
             Event::AttemptMessage {
                 id,
                 attempt,

@@ -4,56 +4,62 @@
 
 use tokio::sync::oneshot;
 
+use std::collections::HashMap;
+
+use super::super::live::Live;
 use super::super::model::answer::Answer;
 use super::super::model::answer::Peek;
 use super::super::model::effect::Effect;
-use super::super::task::Partition;
+use super::super::parts::dormant::Dormant;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
 use crate::invocation::store;
 use crate::invocation::{Outcome, OutcomeKind};
+use crate::storage::Store;
 
-impl Partition {
-    pub(in super::super) fn peek(
-        &mut self,
-        id: InvocationId,
-        output: bool,
-        reply: oneshot::Sender<Option<Peek>>,
-        effects: &mut Vec<Effect>,
-    ) -> Result<(), CodedError> {
-        let seen = match (self.live.get(&id), self.dormant.get(&id)) {
-            (Some(live), _) => Some(Peek {
-                target: live.record.target.clone(),
-                status: live.record.status,
-                outcome: live.record.outcome.as_ref().map(|o| match o {
-                    Outcome::Value(_) if !output => Outcome::Value(Vec::new()),
-                    other => other.clone(),
-                }),
-                scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
+/// Where `id` is: in memory (`live`), at rest (`dormant`), or only in `store`.
+pub(super) fn peek(
+    live: &HashMap<InvocationId, Box<Live>>,
+    dormant: &HashMap<InvocationId, Dormant>,
+    store: &Store,
+    id: InvocationId,
+    output: bool,
+    reply: oneshot::Sender<Option<Peek>>,
+    effects: &mut Vec<Effect>,
+) -> Result<(), CodedError> {
+    let seen = match (live.get(&id), dormant.get(&id)) {
+        (Some(live), _) => Some(Peek {
+            target: live.record.target.clone(),
+            status: live.record.status,
+            outcome: live.record.outcome.as_ref().map(|o| match o {
+                Outcome::Value(_) if !output => Outcome::Value(Vec::new()),
+                other => other.clone(),
             }),
-            // At rest: never ran, no outcome; it stays at rest.
-            (None, Some(resting)) => Some(resting.peek()),
-            (None, None) if output => self.stored(id)?.map(|r| Peek {
+            scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
+        }),
+        // At rest: never ran, no outcome; it stays at rest.
+        (None, Some(resting)) => Some(resting.peek()),
+        (None, None) if output => store
+            .with_db(|db| store::load_record(db, id))??
+            .map(|r| Peek {
                 target: r.target,
                 status: r.status,
                 outcome: r.outcome,
                 scope: r.scope.map(|s| s.as_str().to_owned()),
             }),
-            // The record without its output: the value's bytes are skipped while decoding.
-            (None, None) => self
-                .store
-                .with_db(|db| store::load_listed_one(db, id))??
-                .map(|r| Peek {
-                    target: r.target,
-                    status: r.status,
-                    outcome: r.outcome.map(|o| match o {
-                        OutcomeKind::Value(_) => Outcome::Value(Vec::new()),
-                        OutcomeKind::Failure(f) => Outcome::Failure(f),
-                    }),
-                    scope: r.scope.map(|s| s.as_str().to_owned()),
+        // The record without its output: the value's bytes are skipped while decoding.
+        (None, None) => store
+            .with_db(|db| store::load_listed_one(db, id))??
+            .map(|r| Peek {
+                target: r.target,
+                status: r.status,
+                outcome: r.outcome.map(|o| match o {
+                    OutcomeKind::Value(_) => Outcome::Value(Vec::new()),
+                    OutcomeKind::Failure(f) => Outcome::Failure(f),
                 }),
-        };
-        effects.push(Effect::Answer(Answer::Peeked(reply, seen)));
-        Ok(())
-    }
+                scope: r.scope.map(|s| s.as_str().to_owned()),
+            }),
+    };
+    effects.push(Effect::Answer(Answer::Peeked(reply, seen)));
+    Ok(())
 }

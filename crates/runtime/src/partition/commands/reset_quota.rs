@@ -5,21 +5,21 @@
 use tokio::sync::oneshot;
 
 use super::super::model::effect::Effect;
-use super::super::task::Partition;
+use crate::flow::scheduler::Scheduler;
 use crate::storage::writer::WriteSet;
 
-impl Partition {
-    pub(in super::super) fn reset_quota(
-        &mut self,
-        pattern: Box<crate::flow::RulePattern>,
-        reply: oneshot::Sender<u64>,
-        writes: &mut WriteSet,
-        effects: &mut Vec<Effect>,
-    ) {
-        // What the reset writes, stored with this batch; admissions after it write again.
-        for (counter, used) in self.scheduler.quota_reset_plan(&pattern) {
-            crate::invocation::quotas::put(writes, self.index, &counter, used);
-        }
-        effects.push(Effect::ResetQuota(pattern, reply));
+/// Resets the quota counts of partition `index` that `pattern` matches among `scheduler`'s.
+pub(super) fn reset_quota(
+    scheduler: &Scheduler,
+    index: u32,
+    pattern: Box<crate::flow::RulePattern>,
+    reply: oneshot::Sender<u64>,
+    writes: &mut WriteSet,
+    effects: &mut Vec<Effect>,
+) {
+    // What the reset writes, stored with this batch; admissions after it write again.
+    for (counter, used) in scheduler.quota_reset_plan(&pattern) {
+        crate::invocation::quotas::put(writes, index, &counter, used);
     }
+    effects.push(Effect::ResetQuota(pattern, reply));
 }
