@@ -569,3 +569,75 @@ async fn a_full_scope_pauses_only_the_partition_that_feeds_it() {
     let (_, shown) = get_json(&url).await;
     assert_eq!(shown["paused"], false, "{shown}");
 }
+
+#[tokio::test]
+async fn records_that_cannot_become_invocations_are_skipped_as_ing0009_and_the_rest_run() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("mixed", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let data = tempfile::tempdir().unwrap();
+    let effects = data.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let sluice = Sluice::builder()
+        .data_dir(data.path().join("data"))
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let (status, body) = post_json(
+        &format!("{}/kafka-clusters", sluice.admin_url),
+        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, sub) = post_json(
+        &format!("{}/subscriptions", sluice.admin_url),
+        json!({"source": "kafka://local/mixed", "sink": "service://Meter/work"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sub}");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    // Two records that break the flow-control rules, then three good ones, in one partition.
+    for (header, value) in [
+        ("x-service-scope", "bad scope"),
+        ("x-service-priority", "urgent"),
+        ("x-good", "1"),
+        ("x-good", "2"),
+        ("x-good", "3"),
+    ] {
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: header,
+            value: Some(value),
+        });
+        producer
+            .send(
+                FutureRecord::<(), str>::to("mixed")
+                    .payload("0")
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    wait_for_done(&effects, 3, Duration::from_secs(60)).await;
+    // The skipped records were read before the good ones: both are logged by now, coded.
+    let log = sluice.stderr();
+    let skipped: Vec<&str> = log.lines().filter(|l| l.contains("ING0009")).collect();
+    assert_eq!(skipped.len(), 2, "each skip is logged once, coded:\n{log}");
+    assert!(
+        skipped[0].contains("RT0024") && skipped[0].contains("scope"),
+        "{}",
+        skipped[0]
+    );
+    assert!(
+        skipped[1].contains("RT0024") && skipped[1].contains("priority"),
+        "{}",
+        skipped[1]
+    );
+    let settled = effects_once_quiet(&effects, Duration::from_millis(500)).await;
+    assert_eq!(settled.len(), 3, "only the good records were invoked");
+}

@@ -303,6 +303,9 @@ catalogue! {
     ING0008 => Ingress, Some(408),
         "the request body stopped arriving",
         "No bytes of the request's body came within `ingress.connections.header-read-timeout` of the last ones (or of the headers). Over HTTP/1.1 the connection is closed; over HTTP/2 the stream is answered and, once no other stream is open on it, the connection closes after the same timeout instead of the idle timeout. Send the body as fast as the headers.";
+    ING0009 => Ingress, None,
+        "a Kafka record cannot become an invocation",
+        "A Kafka subscription skipped a record: nothing is invoked for it and its offset moves on. Its scope, limit key or priority (header or subscription option) breaks the RT0024 rules, its key is not UTF-8, or it has no key while its service is a virtual object (the key is the object key). The log line names the subscription, partition and offset; fix the producer or the subscription's options.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";

@@ -17,14 +17,20 @@ use tokio::sync::watch;
 
 use super::{Subscription, lock};
 use sluice_core::clock::now_ms;
+use sluice_core::errors::{Code, CodedError};
 use sluice_flow::Scope;
 use sluice_protocol::{Frame, Message, proto};
 use sluice_runtime::partition::Runtime;
 use sluice_store::invocation::new::{Identity, NewInvocation};
 use sluice_store::invocation::{InvocationRecord, Target};
 
-/// Why a record cannot become an invocation (it is skipped, and said so in the log).
-type Skip = String;
+/// Why a record cannot become an invocation (it is skipped, and said so in the log): ING0009,
+/// with the rule it broke.
+type Skip = CodedError;
+
+fn skip(why: impl std::fmt::Display) -> Skip {
+    CodedError::new(Code::ING0009, format!("the record is skipped: {why}"))
+}
 
 /// The invocation a record becomes.
 fn invocation_of(
@@ -49,24 +55,24 @@ fn invocation_of(
     let limit_key = header("x-service-limit-key").or_else(|| sub.options.get("limit-key").cloned());
     let (scope, limit_key) =
         sluice_flow::scope::parse_request(scope.as_deref(), limit_key.as_deref())
-            .map_err(|e| format!("[RT0024] {}", e.message))?;
+            .map_err(|e| skip(format_args!("[RT0024] {}", e.message)))?;
     let priority = header(sluice_flow::PRIORITY_HEADER)
         .or_else(|| sub.options.get("priority").cloned())
         .map(|p| p.parse::<sluice_flow::Priority>())
         .transpose()
-        .map_err(|e| format!("[RT0024] {e}"))?;
+        .map_err(|e| skip(format_args!("[RT0024] {e}")))?;
     let key = match (sub.keyed, message.key()) {
         (false, _) => None,
         (true, Some(key)) => Some(
             std::str::from_utf8(key)
-                .map_err(|_| "the record key is not UTF-8".to_owned())?
+                .map_err(|_| skip("the record key is not UTF-8"))?
                 .to_owned(),
         ),
         (true, None) => {
-            return Err(format!(
+            return Err(skip(format_args!(
                 "'{}' is a virtual object: its records need keys (the key is the object key)",
                 sub.service
-            ));
+            )));
         }
     };
     let digest = Sha256::new()
@@ -371,7 +377,7 @@ pub async fn run(
                         }
                     }
                     Err(why) => {
-                        tracing::warn!(subscription = %sub.id, partition = position.0, offset = position.1, "record skipped: {why}");
+                        tracing::warn!(subscription = %sub.id, partition = position.0, offset = position.1, error.code = ?why.code, "{why}");
                         InFlight::Skipped
                     }
                 };
