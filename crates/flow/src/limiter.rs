@@ -190,6 +190,12 @@ struct Node {
     bounds: Option<Box<Bounds>>,
     /// Waiters parked at its parent whose flow it is.
     parked_above: u32,
+    /// Waiters of its flow woken at its parent that have not re-checked yet: each will take a
+    /// slot here, so it counts against the guarantee ([`Node::within`]) from its wake on. Else
+    /// one turn that frees two parent slots could wake two waiters of a key with one
+    /// guaranteed slot left, and the second would borrow while another key within its
+    /// guarantee waited.
+    woken_above: u32,
     /// Mirrors `bounds.token_queued()`, so an admission that finds a token reads no box.
     token_queue: bool,
     /// Mirrors `bounds.watches_admissions()`.
@@ -326,9 +332,10 @@ impl Node {
     }
 
     /// Whether one more slot here stays within its guarantee (always, when not burstable);
-    /// slots reserved for waiters woken here count as taken.
+    /// slots reserved for waiters woken here, or woken at its parent for its flow, count as
+    /// taken.
     fn within(&self) -> bool {
-        self.guaranteed == 0 || self.usage + self.pending < self.guaranteed
+        self.guaranteed == 0 || self.usage + self.pending + self.woken_above < self.guaranteed
     }
 
     /// Slots that may still be offered to waiters.
@@ -543,6 +550,7 @@ impl Limiter {
             guaranteed: 0,
             owed: 0,
             parked_above: 0,
+            woken_above: 0,
             rate: None,
             bucket: Bucket::default(),
             token_queue: false,
@@ -743,6 +751,19 @@ impl Limiter {
     pub fn on_rules_changed(&mut self, book: &RuleBook, woken: &mut Vec<WaiterId>) {
         // Never the sentinel of a counter not resolved yet.
         self.generation = (self.generation + 1) % UNRESOLVED;
+        // Counters are resolved lazily, when a path through them is checked; but a parent's
+        // pump prefers waiters whose flow is within its guarantee, read from the flow's
+        // counter, and a waiter parked before the change checks nothing until woken. So the
+        // flows of parked waiters take the new book first (their owed counts with them).
+        let flows: Vec<CounterId> = self
+            .index
+            .values()
+            .copied()
+            .filter(|id| self.node(*id).parked_above > 0)
+            .collect();
+        for id in flows {
+            self.resolve(id, book);
+        }
         let waiting: Vec<(CounterId, bool, bool)> = self
             .index
             .values()

@@ -609,6 +609,8 @@ impl Scheduler {
         let (entry, kind) = self.queue(q).head().expect("checked non-empty");
         let woken_from = self.queue_mut(q).woken_from.take();
         let woken_resource = woken_from.map(|(resource, _)| resource);
+        // Its path outlives a dispatch that empties and drops the queue.
+        let path = self.queue(q).path;
         let blocked = self
             .check_lock(q, entry, woken_resource)
             .map(|lock| (Resource::Lock(lock), None))
@@ -654,7 +656,7 @@ impl Scheduler {
             None => Some(self.dispatch(q, entry, kind, now)),
         };
         if let Some((from, _)) = woken_from {
-            self.settle(from);
+            self.settle(path.as_ref(), from);
         }
         self.wake_pending(now);
         dispatch
@@ -764,7 +766,8 @@ impl Scheduler {
         // A paused queue stays, empty or not, so an operator can still see and resume it.
         let drop_it = queue.len() == 0 && queue.delayed == 0 && queue.state != State::Paused;
         if let Some((from, _)) = woken_from {
-            self.settle(from);
+            let path = self.queue(q).path;
+            self.settle(path.as_ref(), from);
         }
         if drop_it {
             let queue = self.queues[q.0 as usize].take().expect("live queue");
@@ -780,10 +783,14 @@ impl Scheduler {
         }
     }
 
-    /// Ends the reservation of a woken queue; the next waiter may be offered the slot.
-    fn settle(&mut self, from: Resource) {
+    /// Ends the reservation of a woken queue (on `path`); the next waiter may be offered the
+    /// slot.
+    fn settle(&mut self, path: Option<&CounterPath>, from: Resource) {
         match from {
-            Resource::Counter(counter) => self.limiter.settle(counter, &self.book, &mut self.woken),
+            Resource::Counter(counter) => {
+                self.limiter
+                    .settle(counter, path, &self.book, &mut self.woken);
+            }
             Resource::Token(counter) => self.limiter.settle_token(counter, &self.book),
             Resource::Lock(lock) => self.locks.settle(lock, &mut self.woken),
             // A gate reserves nothing for whom it wakes.

@@ -126,14 +126,14 @@ fn woken_slots_are_reserved_and_handed_on() {
     l.check(&p, &b, true, true, 0).unwrap();
     let permit = l.acquire(&p, true, 0);
     woken.clear();
-    l.settle(counter, &b, &mut woken);
+    l.settle(counter, Some(&p), &b, &mut woken);
     assert!(woken.is_empty(), "no slot left for waiter 2");
     l.release(permit, &b, 0, &mut woken);
     assert_eq!(woken, vec![2]);
     // Waiter 2 does not use it (blocked elsewhere): settling hands it to the next one.
     l.park(counter, 3, &p, Priority::NORMAL, None);
     woken.clear();
-    l.settle(counter, &b, &mut woken);
+    l.settle(counter, Some(&p), &b, &mut woken);
     assert_eq!(woken, vec![3]);
 }
 
@@ -252,7 +252,7 @@ fn admissions(
         l.check(&p, b, true, true, 0).unwrap();
         held = l.acquire(&p, true, 0);
         woken.clear();
-        l.settle(counter, b, &mut woken);
+        l.settle(counter, Some(&p), b, &mut woken);
         // Still backlogged: it waits again behind its own flow.
         l.park(counter, w, &p, waiters[w as usize].1, None);
     }
@@ -423,10 +423,11 @@ fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
         vec![1],
         "the freed slot goes to the key within its guarantee"
     );
-    l.check(&c, &b, true, true, 0).unwrap();
+    // Woken at the parent, it re-checks as the scheduler has it do.
+    l.check_woken(&c, &b, Woken::At(scope), true, 0).unwrap();
     held.push(l.acquire(&c, true, 0));
     woken.clear();
-    l.settle(scope, &b, &mut woken);
+    l.settle(scope, Some(&c), &b, &mut woken);
     // While 2 waits within its guarantee, a new borrower from `a` may not take a slot the
     // parent frees, even one `a` itself gave back.
     let back = held.remove(0);
@@ -437,10 +438,11 @@ fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
         l.check(&a, &b, false, true, 0).is_err(),
         "the slot is reserved for the woken waiter"
     );
-    l.check(&c, &b, true, true, 0).unwrap();
+    // Woken at the parent, it re-checks as the scheduler has it do.
+    l.check_woken(&c, &b, Woken::At(scope), true, 0).unwrap();
     held.push(l.acquire(&c, true, 0));
     woken.clear();
-    l.settle(scope, &b, &mut woken);
+    l.settle(scope, Some(&c), &b, &mut woken);
     // Now `a` holds 2 (its guarantee) and `c` 2: nobody borrows.
     let at = |l: &mut Limiter, key: &str| {
         l.snapshot(&b, 0)
@@ -450,6 +452,40 @@ fn borrowed_slots_go_back_first_to_keys_within_their_guarantee() {
             .usage
     };
     assert_eq!((at(&mut l, "a"), at(&mut l, "c")), (2, 2));
+}
+
+#[test]
+fn a_key_woken_at_the_parent_for_its_last_guaranteed_slot_does_not_take_a_second_before_others_within_theirs()
+ {
+    // Parent 2, each key 1 guaranteed (at most 2). `z` holds the whole parent (one slot
+    // borrowed); `a` (nothing held) waits twice at the parent, ahead in line; `c` (nothing
+    // held, low priority) once.
+    let b = burstable(2, 1, 2);
+    let mut l = Limiter::new();
+    let z = path(&mut l, "s", Some("z"));
+    let a = path(&mut l, "s", Some("a"));
+    let c = path(&mut l, "s", Some("c"));
+    let mut held: Vec<Permit> = (0..2).map(|_| l.try_acquire(&z, &b, 0).unwrap()).collect();
+    let scope = l.check(&a, &b, false, true, 0).unwrap_err().counter;
+    l.park(scope, 1, &a, Priority::NORMAL, None);
+    l.park(scope, 2, &a, Priority::NORMAL, None);
+    l.park(scope, 3, &c, Priority::LOW, None);
+    // `z` gives both slots back before anyone woken has re-checked.
+    let mut woken = Vec::new();
+    l.release(held.pop().unwrap(), &b, 0, &mut woken);
+    l.release(held.pop().unwrap(), &b, 0, &mut woken);
+    // The first goes to `a`'s first waiter: it will take `a`'s one guaranteed slot. The second
+    // would make `a` borrow, so it goes to `c`, within its guarantee, although `a`'s second
+    // waiter is ahead of it in line.
+    assert_eq!(woken, vec![1, 3]);
+    for (waiter, p) in [(1, &a), (3, &c)] {
+        l.check_woken(p, &b, Woken::At(scope), true, 0)
+            .unwrap_or_else(|e| panic!("waiter {waiter}: {e:?}"));
+        held.push(l.acquire(p, true, 0));
+        let mut more = Vec::new();
+        l.settle(scope, Some(p), &b, &mut more);
+        assert!(more.is_empty(), "the parent is full again: {more:?}");
+    }
 }
 
 #[test]
@@ -485,9 +521,9 @@ fn two_borrowed_slots_back_in_one_turn_both_go_to_the_waiting_guarantee() {
     }
     assert!(l.check_woken(&a, &b, Woken::At(own), true, 0).is_err());
     woken.clear();
-    l.settle(scope, &b, &mut woken);
-    l.settle(scope, &b, &mut woken);
-    l.settle(own, &b, &mut woken);
+    l.settle(scope, Some(&c), &b, &mut woken);
+    l.settle(scope, Some(&c), &b, &mut woken);
+    l.settle(own, Some(&a), &b, &mut woken);
     l.park(scope, 9, &a, Priority::HIGH, None);
     assert!(woken.is_empty(), "the parent is full again: {woken:?}");
     // One of `c`'s ends: `a` is at its guarantee, `c` below it with nobody waiting, so `a`'s
@@ -514,10 +550,11 @@ fn a_borrower_parked_at_the_parent_comes_after_waiters_within_their_guarantee() 
         vec![7],
         "the borrowed slot goes back to the guarantee first"
     );
-    l.check(&c, &b, true, true, 0).unwrap();
+    // Woken at the parent, it re-checks as the scheduler has it do.
+    l.check_woken(&c, &b, Woken::At(scope), true, 0).unwrap();
     held.push(l.acquire(&c, true, 0));
     woken.clear();
-    l.settle(scope, &b, &mut woken);
+    l.settle(scope, Some(&c), &b, &mut woken);
     assert!(woken.is_empty(), "the parent is full again");
     l.release(held.remove(0), &b, 0, &mut woken);
     assert_eq!(

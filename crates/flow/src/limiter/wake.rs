@@ -81,9 +81,16 @@ impl Limiter {
         true
     }
 
-    /// A waiter woken from `counter` has re-checked (and acquired, or parked); its reservation
-    /// ends, and if it did not take the slot the next waiter is offered it.
-    pub fn settle(&mut self, counter: CounterId, book: &RuleBook, woken: &mut Vec<WaiterId>) {
+    /// A waiter woken from `counter` (on `path`) has re-checked (and acquired, or parked); its
+    /// reservation ends, and if it did not take the slot the next waiter is offered it.
+    pub fn settle(
+        &mut self,
+        counter: CounterId,
+        path: Option<&CounterPath>,
+        book: &RuleBook,
+        woken: &mut Vec<WaiterId>,
+    ) {
+        self.woken_above(path.and_then(|path| Self::flow(counter, path)), false);
         let node = self.node_mut(counter);
         let was = node.within();
         node.pending -= 1;
@@ -116,6 +123,7 @@ impl Limiter {
                 break;
             };
             self.unowe(counter, flow);
+            self.woken_above(flow, true);
             let node = self.node_mut(counter);
             node.vtime = node.vtime.max(ticket.start());
             node.pending += 1;
@@ -123,6 +131,22 @@ impl Limiter {
             woken.push(waiter);
         }
         self.rewithin(counter, was);
+    }
+
+    /// A waiter of flow `flow` was woken at the flow's parent (`up`), or re-checked there: the
+    /// flow's counter counts it against its guarantee meanwhile.
+    fn woken_above(&mut self, flow: Option<CounterId>, up: bool) {
+        let Some(child) = flow else {
+            return;
+        };
+        let node = self.node_mut(child);
+        let was = node.within();
+        if up {
+            node.woken_above += 1;
+        } else {
+            node.woken_above -= 1;
+        }
+        self.rewithin(child, was);
     }
 
     /// A waiter of flow `flow` left `counter`'s line.

@@ -16,7 +16,8 @@ impl Scheduler {
         };
         self.leave_waiters(q);
         if let Some(from) = self.queue_mut(q).woken_from.take() {
-            self.settle(from.0);
+            let path = self.queue(q).path;
+            self.settle(path.as_ref(), from.0);
         }
         if self.queue(q).state == State::Ready {
             self.ring.retain(|r| *r != q);
