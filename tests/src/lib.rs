@@ -8,6 +8,7 @@ mod clock;
 mod deployments;
 mod effects;
 mod kafka;
+mod kafka_brokers;
 mod otlp;
 mod server;
 
@@ -18,5 +19,6 @@ pub use clock::*;
 pub use deployments::*;
 pub use effects::*;
 pub use kafka::*;
+pub use kafka_brokers::*;
 pub use otlp::*;
 pub use server::*;

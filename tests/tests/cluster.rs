@@ -1,12 +1,14 @@
-//! Cluster mode (`docs/cluster.md`) against a Kafka-protocol cluster in a process of its own
-//! (librdkafka's mock brokers, three of them, hosted by `sluice-test-kafka`).
+//! Cluster mode (`docs/cluster.md`) against Kafka: most cases against librdkafka's mock
+//! brokers (three of them, hosted by `sluice-test-kafka`), which can be told to refuse or cut
+//! what a test needs; the broker faults against a real Apache Kafka cluster (three KRaft
+//! brokers as processes on loopback, `KafkaCluster`).
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice_tests::{
-    Builder, KafkaBroker, Sluice, TestDeployment, assert_once_but_in_flight, assert_startup_error,
-    effects_once_quiet, effects_per_invocation, get_json,
+    Builder, KafkaBroker, KafkaCluster, Sluice, TestDeployment, assert_once_but_in_flight,
+    assert_startup_error, effects_once_quiet, effects_per_invocation, get_json,
 };
 
 const PARTITIONS: i32 = 4;
@@ -37,6 +39,17 @@ fn node(bootstrap: &str, id: &str) -> Builder {
         .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "3s")
         // The mock brokers cannot describe topic settings.
         .env("SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION", "true")
+}
+
+/// A node of a cluster on real brokers: they describe the topics' settings, so the node checks
+/// their retention itself.
+fn real_node(bootstrap: &str, id: &str) -> Builder {
+    Sluice::builder()
+        .env("SERVICE_WORKER__PARTITIONS", &PARTITIONS.to_string())
+        .env("SERVICE_CLUSTER__MODE", "kafka")
+        .env("SERVICE_CLUSTER__BOOTSTRAP_SERVERS", bootstrap)
+        .env("SERVICE_CLUSTER__NODE_ID", id)
+        .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "3s")
 }
 
 /// Waits until `sluice` knows `count` deployments (registered on any node).
@@ -1058,5 +1071,101 @@ async fn values_too_large_for_a_record_fail_their_call_never_the_partition() {
     assert_eq!(
         stderr.matches("took the partition over").count(),
         PARTITIONS as usize
+    );
+}
+
+#[tokio::test]
+async fn a_real_broker_killed_under_load_loses_nothing_acknowledged() {
+    const SENDS: usize = 120;
+    let mut kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let log = tempfile::tempdir().unwrap();
+    let effects = log.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    // The nodes create the topics (replicated 3 times; the brokers hold min.insync.replicas = 2).
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
+    }
+    nodes[0].register(&dep.uri, false).await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    spread_over(&nodes[0], &["n1", "n2"]).await;
+    // Sends through both nodes; a third of the way in, the broker leading the log's first
+    // partition dies. A send answered 202 is acknowledged; one answered 5xx is tried again
+    // with its idempotency key until it is answered (`post`).
+    let mut acknowledged = Vec::new();
+    let mut killed = None;
+    for i in 0..SENDS {
+        if i == SENDS / 3 {
+            let leader = kafka.leader_of("sluice.log", 0);
+            kafka.kill_9(leader);
+            killed = Some((leader, Instant::now()));
+        }
+        let sluice = &nodes[i % 2];
+        let millis = 100 + (i % 5) * 50;
+        let (status, body) = post(sluice, "/Meter/work/send", &millis.to_string()).await;
+        assert_eq!(status, 202, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        acknowledged.push(body["invocationId"].as_str().unwrap().to_owned());
+    }
+    let (leader, at) = killed.expect("a broker was killed");
+    eprintln!(
+        "{} sends acknowledged after broker {} died {:?} ago",
+        SENDS - SENDS / 3,
+        leader + 1,
+        at.elapsed()
+    );
+    // Every acknowledged send completes, on both nodes' stores.
+    if let Err(finished) =
+        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
+    {
+        panic!(
+            "{finished} of {SENDS} acknowledged sends finished; n1 said:\n{}",
+            nodes[0].stderr()
+        );
+    }
+    for id in &acknowledged {
+        for sluice in &nodes {
+            sluice
+                .invocation_until(id, "completed on both nodes", |seen| {
+                    seen["status"] == "completed"
+                })
+                .await;
+        }
+    }
+    // No node died, but a leader whose record Kafka refused while it elected steps down and
+    // the partition is recovered from the log: an attempt it cut off may run its side effect
+    // once more; none ran three times.
+    let after = effects_once_quiet(&effects, Duration::from_millis(500)).await;
+    let mut reruns = 0;
+    for id in &acknowledged {
+        let (runs, dones) = after.get(id).copied().unwrap_or_default();
+        assert!(
+            (1..=2).contains(&runs) && (1..=2).contains(&dones),
+            "{id}: `run` ran {runs} times, `done` {dones}"
+        );
+        reruns += runs - 1;
+    }
+    eprintln!("{reruns} side effects ran again");
+    // The broker comes back; the cluster goes on with all three.
+    kafka.restart(leader);
+    let (status, body) = post(&nodes[1], "/Counter/after/add", "1").await;
+    assert_eq!((status, body.as_str()), (200, "1"));
+    // A node whose session timeout the brokers would refuse (past their 30 min maximum) could
+    // never join the group that assigns partitions: it stops, saying which settings disagree.
+    let refused = real_node(&bootstrap, "n3")
+        .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "1860s")
+        .run_to_exit()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(74), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("[CLU0002] cluster.session-timeout is 1860000 ms")
+            && refused.stderr.contains("group.max.session.timeout.ms"),
+        "{}",
+        refused.stderr
     );
 }

@@ -153,7 +153,10 @@ impl Cluster {
             std::thread::Builder::new()
                 .name("sluice-retention-check".into())
                 .spawn(move || {
-                    if let Err(e) = settings.check_retention() {
+                    if let Err(e) = settings
+                        .check_retention()
+                        .and_then(|()| settings.check_session_timeout())
+                    {
                         health.fail(e);
                     }
                 })
@@ -432,6 +435,55 @@ impl Settings {
         Ok(())
     }
 
+    /// Refuses a `cluster.session-timeout` the brokers would refuse: they take a group member's
+    /// session only within `group.min.session.timeout.ms` and `group.max.session.timeout.ms`,
+    /// and a node whose join they refuse never leads anything, saying so only in its log.
+    /// Brokers that do not describe their settings (librdkafka's mock) are not asked again.
+    fn check_session_timeout(&self) -> Result<(), CodedError> {
+        use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+        let consumer: BaseConsumer = self
+            .client
+            .create()
+            .map_err(|e| join_failed(format!("cannot create a client: {e}")))?;
+        let Some(broker) = consumer
+            .fetch_metadata(None, METADATA_TIMEOUT)
+            .ok()
+            .and_then(|m| m.brokers().first().map(|b| b.id()))
+        else {
+            return Ok(());
+        };
+        let admin: AdminClient<_> = self
+            .client
+            .create()
+            .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| join_failed(format!("cannot read the brokers' settings: {e}")))?;
+        let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+        let described = runtime
+            .block_on(admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &options));
+        let Some(Ok(config)) = described.ok().and_then(|mut all| all.pop()) else {
+            tracing::warn!(
+                "the brokers did not describe their group session bounds; cluster.session-timeout is not checked against them"
+            );
+            return Ok(());
+        };
+        let ms = |name: &str| {
+            config
+                .get(name)
+                .and_then(|entry| entry.value.as_deref())
+                .and_then(|value| value.parse::<u64>().ok())
+        };
+        let session = u64::try_from(self.session_timeout.as_millis()).unwrap_or(u64::MAX);
+        session_problem(
+            session,
+            ms("group.min.session.timeout.ms"),
+            ms("group.max.session.timeout.ms"),
+        )
+        .map_or(Ok(()), |problem| Err(join_failed(problem)))
+    }
+
     fn create_topic(
         &self,
         topic: &str,
@@ -464,12 +516,7 @@ impl Settings {
                 return Err(join_failed(format!("cannot create topic {name}: {error}")));
             }
         }
-        tracing::info!(
-            topic,
-            partitions = self.partitions,
-            replication,
-            "created a cluster topic"
-        );
+        tracing::info!(topic, partitions, replication, "created a cluster topic");
         Ok(())
     }
 }
@@ -525,6 +572,16 @@ fn retention_problem(topic: &str, setting: impl Fn(&str) -> Option<String>) -> O
     None
 }
 
+/// Why a session of `session` ms is one the brokers (taking `min..=max` ms) refuse, if it is.
+fn session_problem(session: u64, min: Option<u64>, max: Option<u64>) -> Option<String> {
+    let (min, max) = (min.unwrap_or(0), max.unwrap_or(u64::MAX));
+    (session < min || session > max).then(|| {
+        format!(
+            "cluster.session-timeout is {session} ms, but the brokers take group sessions of {min} to {max} ms (their group.min.session.timeout.ms and group.max.session.timeout.ms): this node could never join the group that assigns partitions. Set cluster.session-timeout within, or change the brokers' settings"
+        )
+    })
+}
+
 fn join_failed(message: impl Into<String>) -> CodedError {
     CodedError::new(Code::CLU0002, message)
 }
@@ -555,7 +612,7 @@ impl std::fmt::Debug for Cluster {
 
 #[cfg(test)]
 mod tests {
-    use super::retention_problem;
+    use super::{retention_problem, session_problem};
 
     fn settings<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |key| {
@@ -586,6 +643,24 @@ mod tests {
             advertised("http", bind("[fd00::1]:8080"), "n1"),
             "http://[fd00::1]:8080/"
         );
+    }
+
+    #[test]
+    fn a_session_timeout_outside_the_brokers_bounds_is_refused_naming_both_settings() {
+        assert_eq!(session_problem(6_000, Some(6_000), Some(1_800_000)), None);
+        assert_eq!(
+            session_problem(3_000, None, None),
+            None,
+            "nothing known, nothing refused"
+        );
+        let short = session_problem(3_000, Some(6_000), Some(1_800_000)).unwrap();
+        assert!(
+            short.contains("3000 ms")
+                && short.contains("group.min.session.timeout.ms")
+                && short.contains("cluster.session-timeout"),
+            "{short}"
+        );
+        assert!(session_problem(2_000_000, Some(6_000), Some(1_800_000)).is_some());
     }
 
     #[test]
