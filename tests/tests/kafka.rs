@@ -60,6 +60,31 @@ async fn wait_for_done(effects: &Path, want: usize, within: Duration) {
     }
 }
 
+/// Tells `sluice` about the Kafka cluster at `bootstrap` (as `local`) and subscribes `sink` to
+/// `topic` with `options`; the subscription.
+async fn subscribe_to(
+    sluice: &Sluice,
+    bootstrap: &str,
+    topic: &str,
+    sink: &str,
+    options: Value,
+) -> Value {
+    let admin = &sluice.admin_url;
+    let (status, body) = post_json(
+        &format!("{admin}/kafka-clusters"),
+        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    )
+    .await;
+    assert!(status < 300, "creating the cluster: {status} {body}");
+    let (status, sub) = post_json(
+        &format!("{admin}/subscriptions"),
+        json!({"source": format!("kafka://local/{topic}"), "sink": sink, "options": options}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sub}");
+    sub
+}
+
 #[tokio::test]
 async fn records_become_invocations_exactly_once_across_kill_9() {
     const RECORDS: usize = 10_000;
@@ -72,18 +97,14 @@ async fn records_become_invocations_exactly_once_across_kill_9() {
     let start = || Sluice::builder().data_dir(data.path().join("data")).start();
     let sluice = start().await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let (status, body) = post_json(
-        &format!("{}/kafka-clusters", sluice.admin_url),
-        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    let sub = subscribe_to(
+        &sluice,
+        &bootstrap,
+        "orders",
+        "service://Meter/work",
+        json!({}),
     )
     .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, sub) = post_json(
-        &format!("{}/subscriptions", sluice.admin_url),
-        json!({"source": "kafka://local/orders", "sink": "service://Meter/work"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{sub}");
     assert!(sub["id"].as_str().unwrap().starts_with("sub_1"));
 
     produce(&bootstrap, "orders", RECORDS as u32 / 2).await;
@@ -381,22 +402,9 @@ async fn subscribed(
     let dep = TestDeployment::start("v1").await.unwrap();
     let sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let admin = &sluice.admin_url;
     let (status, body) = sluice.put_rules(rules).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = post_json(
-        &format!("{admin}/kafka-clusters"),
-        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
-    )
-    .await;
-    assert!(status < 300, "creating the cluster: {status} {body}");
-    let (status, sub) = post_json(
-        &format!("{admin}/subscriptions"),
-        json!({"source": format!("kafka://local/{topic}"), "sink": "service://Meter/hold",
-               "options": options}),
-    )
-    .await;
-    assert_eq!(status, 201, "{sub}");
+    let sub = subscribe_to(&sluice, &bootstrap, topic, "service://Meter/hold", options).await;
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .create()
@@ -584,18 +592,14 @@ async fn records_that_cannot_become_invocations_are_skipped_as_ing0009_and_the_r
         .await
         .unwrap();
     sluice.register(&dep.uri, false).await;
-    let (status, body) = post_json(
-        &format!("{}/kafka-clusters", sluice.admin_url),
-        json!({"name": "local", "properties": {"bootstrap.servers": bootstrap}}),
+    subscribe_to(
+        &sluice,
+        &bootstrap,
+        "mixed",
+        "service://Meter/work",
+        json!({}),
     )
     .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, sub) = post_json(
-        &format!("{}/subscriptions", sluice.admin_url),
-        json!({"source": "kafka://local/mixed", "sink": "service://Meter/work"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{sub}");
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .create()

@@ -281,6 +281,16 @@ mod tests {
         .encode()
     }
 
+    /// A replica of a fresh log that took it over as epoch 1 (incarnation 7).
+    fn leading_epoch_1() -> (Replica, WriteSet) {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        assert_eq!(replica.wish(true), Wish::TakeOver);
+        replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set);
+        assert!(replica.win(&leader(1, 7)));
+        (replica, set)
+    }
+
     #[test]
     fn a_replica_applies_its_leaders_writes_and_stores_its_position_with_them() {
         let mut replica = Replica::at(Position::default());
@@ -362,18 +372,7 @@ mod tests {
 
     #[test]
     fn a_leader_steps_down_when_another_nodes_epoch_is_read_after_its_own() {
-        let mut replica = Replica::at(Position::default());
-        let mut set = WriteSet::default();
-        let mine = leader(1, 7);
-        replica.wish(true);
-        replica.read(
-            0,
-            0,
-            &Record::Epoch(mine.clone()).encode(),
-            usize::MAX,
-            &mut set,
-        );
-        assert!(replica.win(&mine));
+        let (mut replica, mut set) = leading_epoch_1();
         // Its own writes read back change nothing.
         let own = replica.read(0, 1, &writes(1, 7, 1), usize::MAX, &mut set);
         assert_eq!(
@@ -402,18 +401,7 @@ mod tests {
 
     #[test]
     fn a_gap_gives_the_partition_up_and_stops_its_leader_here() {
-        let mut replica = Replica::at(Position::default());
-        let mut set = WriteSet::default();
-        let mine = leader(1, 7);
-        replica.wish(true);
-        replica.read(
-            0,
-            0,
-            &Record::Epoch(mine.clone()).encode(),
-            usize::MAX,
-            &mut set,
-        );
-        assert!(replica.win(&mine));
+        let (mut replica, mut set) = leading_epoch_1();
         let Read::GaveUp { why, stop_leading } =
             replica.read(0, 5, &epoch(2, 8), usize::MAX, &mut set)
         else {
