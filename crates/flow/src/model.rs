@@ -744,6 +744,15 @@ impl Model {
         if !self.gate_admits() {
             return None;
         }
+        // A new entry held by a quota used up on its path waits for the quota's window, not in
+        // a counter's line either: it has no claim on a slot given back until it re-checks.
+        if !self.waiting_resumed[key].contains(&head)
+            && self.touched[key]
+                .iter()
+                .any(|&c| self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a))
+        {
+            return None;
+        }
         let lock_free = KEYS[key].2.is_none()
             || self
                 .lock_holder
