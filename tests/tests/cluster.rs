@@ -95,12 +95,17 @@ async fn post(sluice: &Sluice, path: &str, body: &str) -> (u16, String) {
         std::process::id(),
         CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
+    post_keyed(sluice, path, body, &key).await
+}
+
+/// [`post`] with the idempotency key `key`.
+async fn post_keyed(sluice: &Sluice, path: &str, body: &str, key: &str) -> (u16, String) {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut request = client
             .post(format!("{}{path}", sluice.ingress_url))
-            .header("idempotency-key", &key);
+            .header("idempotency-key", key);
         if !body.is_empty() {
             request = request
                 .header("content-type", "application/json")
@@ -209,19 +214,27 @@ async fn a_node_that_cannot_confirm_the_topics_retention_stops() {
         .env("SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION", "false")
         .run_to_exit()
         .unwrap();
-    // It may have become ready first (the brokers take their request timeout to not answer);
-    // then it stops as after any store failure, exiting 74 for its supervisor.
-    assert_eq!(finished.status.code(), Some(74), "{}", finished.stderr);
-    assert!(
-        finished
-            .stderr
-            .contains("[CLU0002] cannot confirm that topic")
-            && finished
-                .stderr
-                .contains("cluster.allow-unconfirmed-retention = true"),
-        "{}",
-        finished.stderr
+    // It may have become ready first (the brokers take their request timeout to not answer).
+    assert_stopped_saying(
+        &finished,
+        &[
+            "[CLU0002] cannot confirm that topic",
+            "cluster.allow-unconfirmed-retention = true",
+        ],
     );
+}
+
+/// The node stopped as after any store failure (exit 74, for its supervisor) and said each of
+/// `phrases`.
+fn assert_stopped_saying(finished: &sluice_tests::Finished, phrases: &[&str]) {
+    assert_eq!(finished.status.code(), Some(74), "{}", finished.stderr);
+    for phrase in phrases {
+        assert!(
+            finished.stderr.contains(phrase),
+            "no {phrase:?} in:\n{}",
+            finished.stderr
+        );
+    }
 }
 
 /// Reads `Counter/{key}/get` until it answers (its partition may be moving).
@@ -1167,13 +1180,104 @@ async fn a_real_broker_killed_under_load_loses_nothing_acknowledged() {
         .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "1860s")
         .run_to_exit()
         .unwrap();
-    assert_eq!(refused.status.code(), Some(74), "{}", refused.stderr);
-    assert!(
-        refused
-            .stderr
-            .contains("[CLU0002] cluster.session-timeout is 1860000 ms")
-            && refused.stderr.contains("group.max.session.timeout.ms"),
-        "{}",
-        refused.stderr
+    assert_stopped_saying(
+        &refused,
+        &[
+            "[CLU0002] cluster.session-timeout is 1860000 ms",
+            "group.max.session.timeout.ms",
+        ],
     );
+}
+
+/// Sends `path` once through `sluice` with idempotency key `key`: its status, body and how
+/// long the answer took (a transport error is status 0).
+async fn send_once(sluice: &Sluice, path: &str, body: &str, key: &str) -> (u16, String, Duration) {
+    let started = Instant::now();
+    let sent = reqwest::Client::new()
+        .post(format!("{}{path}", sluice.ingress_url))
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await;
+    match sent {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            (
+                status,
+                resp.text().await.unwrap_or_default(),
+                started.elapsed(),
+            )
+        }
+        Err(e) => (0, e.to_string(), started.elapsed()),
+    }
+}
+
+/// Two of three brokers down leaves the log's partitions below `min.insync.replicas` (and, the
+/// brokers being KRaft controllers too, without a controller quorum): no record can be stored,
+/// so no call is acknowledged; each is refused with `CLU0001` once `cluster.write-timeout`
+/// passed. When one broker returns, service resumes, and the refused calls, sent again with
+/// their idempotency keys, run once (a refused call's record may have landed after all).
+#[tokio::test]
+async fn below_min_insync_replicas_calls_are_refused_with_a_code_and_resume_when_a_broker_returns()
+{
+    const DOWN_SENDS: usize = 6;
+    let mut kafka = KafkaCluster::start(3);
+    let log = tempfile::tempdir().unwrap();
+    let effects = log.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let sluice = real_node(&kafka.bootstrap_servers(), "n1")
+        .env("SERVICE_CLUSTER__WRITE_TIMEOUT", "5s")
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let (status, body) = post(&sluice, "/Counter/before/add", "1").await;
+    assert_eq!((status, body.as_str()), (200, "1"));
+    kafka.kill_9(1);
+    kafka.kill_9(2);
+    let down = Instant::now();
+    // The first calls wait for their records; the later ones find the partitions stepped
+    // down (their takeovers cannot append an epoch record either).
+    let keys: Vec<String> = (0..DOWN_SENDS).map(|i| format!("down-{i}")).collect();
+    for wave in keys.chunks(DOWN_SENDS / 2) {
+        let answers = futures_util::future::join_all(
+            wave.iter()
+                .map(|key| send_once(&sluice, "/Meter/work/send", "100", key)),
+        )
+        .await;
+        for (key, (status, body, took)) in wave.iter().zip(&answers) {
+            eprintln!("{key}: {status} after {took:?}: {body}");
+            assert!(
+                *status == 503 && body.contains("\"error_code\":\"CLU0001\""),
+                "{key} was answered {status} with two brokers down: {body}"
+            );
+        }
+    }
+    eprintln!("refused within {:?} of the brokers' death", down.elapsed());
+    kafka.restart(1);
+    let back = Instant::now();
+    let mut ids = Vec::new();
+    for key in &keys {
+        let (status, body) = post_keyed(&sluice, "/Meter/work/send", "100", key).await;
+        assert_eq!(status, 202, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        ids.push(body["invocationId"].as_str().unwrap().to_owned());
+    }
+    eprintln!("served again {:?} after a broker returned", back.elapsed());
+    if let Err(finished) = sluice_tests::all_done(&effects, &ids, Duration::from_secs(60)).await {
+        panic!(
+            "{finished} of {DOWN_SENDS} sends finished; the node said:\n{}",
+            sluice.stderr()
+        );
+    }
+    let seen = effects_once_quiet(&effects, Duration::from_millis(500)).await;
+    for id in &ids {
+        assert_eq!(
+            seen.get(id).map(|(_, done)| *done),
+            Some(1),
+            "{id} ran {seen:?}"
+        );
+    }
 }

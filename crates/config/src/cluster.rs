@@ -43,6 +43,10 @@ pub struct ClusterConfig {
     /// Records a partition's leader may have sent to the log and not yet seen confirmed
     /// (1 to 5: Kafka's idempotent producer keeps a partition's order for up to five).
     pub records_in_flight: u32,
+    /// How long a record may take to be stored by the brokers (`acks=all`) before the write
+    /// fails: the calls it carries are answered `CLU0001` and the leader steps down. Long
+    /// enough to ride out a broker's leader election.
+    pub write_timeout: FriendlyDuration,
     /// More librdkafka properties for the cluster's clients (security, timeouts).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
@@ -65,11 +69,15 @@ impl Default for ClusterConfig {
             replication_factor: 3,
             max_record_bytes: ByteSize::mib(8),
             records_in_flight: 4,
+            write_timeout: FriendlyDuration::from_secs(30),
             properties: BTreeMap::new(),
             allow_unconfirmed_retention: false,
         }
     }
 }
+
+/// The longest `cluster.write-timeout`: a call waits for its record at most this long.
+pub const MAX_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Most bytes of a node id or topic prefix (they name Kafka groups and topics).
 pub const MAX_NAME: usize = 100;
@@ -154,6 +162,17 @@ impl ClusterConfig {
                 "must be at least 1s".into(),
             ));
         }
+        let write = self.write_timeout.0;
+        if write < std::time::Duration::from_secs(1) || write > MAX_WRITE_TIMEOUT {
+            return Err((
+                "cluster.write-timeout".into(),
+                format!(
+                    "must be between 1s and {}s, got {}ms",
+                    MAX_WRITE_TIMEOUT.as_secs(),
+                    write.as_millis()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -191,5 +210,20 @@ mod tests {
             assert_eq!(kafka.validate().is_ok(), ok, "{records} records in flight");
         }
         assert_eq!(kafka.validate().unwrap_err().0, "cluster.records-in-flight");
+        kafka.records_in_flight = 4;
+        for (millis, ok) in [
+            (999, false),
+            (1000, true),
+            (600_000, true),
+            (600_001, false),
+        ] {
+            kafka.write_timeout = FriendlyDuration(std::time::Duration::from_millis(millis));
+            assert_eq!(
+                kafka.validate().is_ok(),
+                ok,
+                "a write timeout of {millis} ms"
+            );
+        }
+        assert_eq!(kafka.validate().unwrap_err().0, "cluster.write-timeout");
     }
 }

@@ -26,7 +26,7 @@ pub async fn forward(
     body: Bytes,
     route: Route,
 ) -> Result<Response<Vec<u8>>, IngressError> {
-    let what = "the invocation's partition is led by another node";
+    let what = "the invocation's partition is not led by this node";
     let ingress = match route {
         Route::Here => {
             return Err(not_here(what, "it runs here after all (a race)"));

@@ -518,6 +518,17 @@ async fn submit<T>(
         Some(Code::FLO0001 | Code::FLO0002 | Code::FLO0004 | Code::SEC0008) => {
             IngressError::from(e)
         }
+        // The log did not confirm the record in time, or the leader stepped down: the record
+        // may still land, so only a try with the same idempotency key is safe.
+        Some(Code::CLU0001) => IngressError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: e.code,
+            message: format!(
+                "{}; the call may or may not have been stored: send it again with the same idempotency-key, and it runs at most once",
+                e.message
+            ),
+            retry_after_s: Some(1),
+        },
         _ => IngressError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: e.code,

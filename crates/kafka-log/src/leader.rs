@@ -69,7 +69,7 @@ async fn produce(shared: &Arc<Shared>, p: u32, record: &[u8]) -> Result<i64, Cod
 /// Takes partition `p` over while the group wants it here.
 async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSet<u32>>) {
     let slot = &shared.partitions[p as usize];
-    while desired.borrow().contains(&p) && lock(slot).may_take_over() {
+    while desired.borrow().contains(&p) && lock(slot).broken().is_none() {
         let epoch = lock(slot).next_epoch();
         let leader = Leader {
             epoch,
@@ -141,7 +141,9 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
     let stepped_down = async { drop(lead.wait_for(Option::is_none).await) };
     let why = leading.run(stepped_down, &mut stores).await;
     tracing::warn!(partition = p, why, "stopped leading the partition");
-    shared.placement.set_here(p as usize, false);
+    shared
+        .placement
+        .step_down(p as usize, &shared.settings.ingress);
     let _ = shared.leads[p as usize].send(None);
     for stored in leading.step_down(&lost(p, &why)) {
         stores.spawn(stored);

@@ -79,6 +79,8 @@ struct Settings {
     records_in_flight: usize,
     client: ClientConfig,
     session_timeout: Duration,
+    /// `cluster.write-timeout`: how long the producer tries to store a record.
+    write_timeout: Duration,
     /// `cluster.allow-unconfirmed-retention`.
     allow_unconfirmed_retention: bool,
 }
@@ -142,6 +144,7 @@ impl Cluster {
             records_in_flight: cluster.records_in_flight as usize,
             client,
             session_timeout: cluster.session_timeout.0,
+            write_timeout: cluster.write_timeout.0,
             allow_unconfirmed_retention: cluster.allow_unconfirmed_retention,
         };
         settings.check_topics(cluster.replication_factor)?;
@@ -153,10 +156,10 @@ impl Cluster {
             std::thread::Builder::new()
                 .name("sluice-retention-check".into())
                 .spawn(move || {
-                    if let Err(e) = settings
-                        .check_retention()
-                        .and_then(|()| settings.check_session_timeout())
-                    {
+                    if let Err(e) = Describer::new(&settings.client).and_then(|describer| {
+                        settings.check_retention(&describer)?;
+                        settings.check_session_timeout(&describer)
+                    }) {
                         health.fail(e);
                     }
                 })
@@ -168,7 +171,10 @@ impl Cluster {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "0")
-            .set("message.timeout.ms", "30000")
+            .set(
+                "message.timeout.ms",
+                settings.write_timeout.as_millis().to_string(),
+            )
             .set("message.max.bytes", settings.max_record.to_string())
             .create()
             .map_err(|e| join_failed(format!("cannot create the log producer: {e}")))?;
@@ -389,7 +395,7 @@ impl Settings {
     /// `cluster.allow-unconfirmed-retention` says the operator checked: until the log is
     /// bounded by snapshots, a record deleted before a replica read it stops that partition
     /// for good (CLU0004).
-    fn check_retention(&self) -> Result<(), CodedError> {
+    fn check_retention(&self, describer: &Describer) -> Result<(), CodedError> {
         let unconfirmed = |topic: &str, e: &dyn std::fmt::Display| {
             if self.allow_unconfirmed_retention {
                 tracing::warn!(topic, error = %e, "cannot read the topic's retention (cluster.allow-unconfirmed-retention is on): make sure it keeps every record (a gap stops following a partition, CLU0004)");
@@ -400,22 +406,13 @@ impl Settings {
                 )))
             }
         };
-        use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-        let admin: AdminClient<_> = self
-            .client
-            .create()
-            .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?;
+        use rdkafka::admin::ResourceSpecifier;
         let topics = [&self.log_topic, &self.inbox_topic, &self.meta_topic];
         let specifiers: Vec<_> = topics
             .iter()
             .map(|topic| ResourceSpecifier::Topic(topic))
             .collect();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| join_failed(format!("cannot read the topics' settings: {e}")))?;
-        let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
-        let described = match runtime.block_on(admin.describe_configs(&specifiers, &options)) {
+        let described = match describer.describe(&specifiers) {
             Ok(described) => described,
             Err(e) => return unconfirmed(&self.log_topic, &e),
         };
@@ -439,8 +436,8 @@ impl Settings {
     /// session only within `group.min.session.timeout.ms` and `group.max.session.timeout.ms`,
     /// and a node whose join they refuse never leads anything, saying so only in its log.
     /// Brokers that do not describe their settings (librdkafka's mock) are not asked again.
-    fn check_session_timeout(&self) -> Result<(), CodedError> {
-        use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    fn check_session_timeout(&self, describer: &Describer) -> Result<(), CodedError> {
+        use rdkafka::admin::ResourceSpecifier;
         let consumer: BaseConsumer = self
             .client
             .create()
@@ -452,17 +449,7 @@ impl Settings {
         else {
             return Ok(());
         };
-        let admin: AdminClient<_> = self
-            .client
-            .create()
-            .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| join_failed(format!("cannot read the brokers' settings: {e}")))?;
-        let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
-        let described = runtime
-            .block_on(admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &options));
+        let described = describer.describe(&[ResourceSpecifier::Broker(broker)]);
         let Some(Ok(config)) = described.ok().and_then(|mut all| all.pop()) else {
             tracing::warn!(
                 "the brokers did not describe their group session bounds; cluster.session-timeout is not checked against them"
@@ -523,6 +510,36 @@ impl Settings {
 
 /// The URL other nodes reach a listener bound to `bind` at: a wildcard address (0.0.0.0, ::)
 /// names no host, so this machine's host name stands in for it.
+/// One admin client and the runtime its answers come on, for the start-up's questions about
+/// the brokers' and topics' settings.
+struct Describer {
+    admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Describer {
+    fn new(client: &ClientConfig) -> Result<Self, CodedError> {
+        Ok(Self {
+            admin: client
+                .create()
+                .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?,
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| join_failed(format!("cannot read the brokers' settings: {e}")))?,
+        })
+    }
+
+    fn describe(
+        &self,
+        resources: &[rdkafka::admin::ResourceSpecifier<'_>],
+    ) -> rdkafka::error::KafkaResult<Vec<rdkafka::admin::ConfigResourceResult>> {
+        let options = rdkafka::admin::AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+        self.runtime
+            .block_on(self.admin.describe_configs(resources, &options))
+    }
+}
+
 fn advertised(scheme: &str, bind: std::net::SocketAddr, host: &str) -> String {
     let port = bind.port();
     match bind.ip() {

@@ -112,6 +112,19 @@ impl Placement {
         }
     }
 
+    /// This node, reached at `ingress`, stopped leading partition `index`. While no other
+    /// node's epoch was read, nobody leads it (not this node: a call sent here would come
+    /// back forwarded to itself).
+    pub fn step_down(&self, index: usize, ingress: &str) {
+        self.set_here(index, false);
+        let mut leaders = self.leaders.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = leaders.get_mut(index)
+            && slot.as_ref().is_some_and(|(led_by, _)| led_by == ingress)
+        {
+            *slot = None;
+        }
+    }
+
     /// The node at `ingress`/`admin` leads partition `index` (as its accepted epoch says).
     pub fn set_leader(&self, index: usize, ingress: String, admin: String) {
         let mut leaders = self.leaders.write().unwrap_or_else(|e| e.into_inner());
@@ -147,6 +160,23 @@ mod tests {
         );
         clustered.set_here(0, true);
         assert_eq!(clustered.route(0), Route::Here);
+    }
+
+    #[test]
+    fn a_step_down_leaves_nobody_leading_unless_another_node_took_over() {
+        let clustered = Placement::clustered(2);
+        for p in 0..2 {
+            clustered.set_leader(p, "http://me/".into(), "http://me:9/".into());
+            clustered.set_here(p, true);
+        }
+        clustered.step_down(0, "http://me/");
+        assert_eq!(clustered.route(0), Route::Nobody);
+        // Another node's epoch was read before this node's leader ended.
+        clustered.set_leader(1, "http://b/".into(), "http://b:9/".into());
+        clustered.step_down(1, "http://me/");
+        assert!(
+            matches!(clustered.route(1), Route::Elsewhere { ref ingress, .. } if ingress == "http://b/")
+        );
     }
 
     #[test]

@@ -139,10 +139,16 @@ impl Runtime {
     }
 
     /// A partition that no longer takes events: stopped by a failed store (its failure, 503
-    /// with the store's code), or shutting down.
+    /// with the store's code), stepped down in cluster mode, or shutting down.
     fn gone(&self) -> CodedError {
         if let Some(failure) = self.health.get().and_then(|health| health.failure()) {
             return failure.clone();
+        }
+        if self.outbox.get().is_some() {
+            return CodedError::new(
+                Code::CLU0001,
+                "the partition's leader on this node stepped down while the call was in flight (the log did not take its records, or another node took it over); it is being taken over again",
+            );
         }
         CodedError::new(
             Code::RT0006,

@@ -163,11 +163,6 @@ impl Replica {
         }
     }
 
-    /// Whether a takeover may go on (the partition was not given up on meanwhile).
-    pub fn may_take_over(&self) -> bool {
-        self.broken.is_none()
-    }
-
     /// The epoch a takeover appends: one past the last one read.
     pub fn next_epoch(&self) -> u64 {
         self.seen.leader.epoch.saturating_add(1)
@@ -415,7 +410,7 @@ mod tests {
             Read::Nothing
         );
         assert_eq!(replica.wish(true), Wish::Refuse);
-        assert!(!replica.may_take_over());
+        assert!(replica.broken().is_some(), "no takeover goes on");
         assert!(replica.stored_past(i64::MAX - 1), "no takeover waits on it");
     }
 }
