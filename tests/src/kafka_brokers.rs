@@ -12,6 +12,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::binaries::free_port;
+use crate::cut::Links;
 
 /// The broker version `tests/kafka-broker/pom.xml` pins.
 pub const KAFKA_VERSION: &str = "4.1.1";
@@ -42,6 +43,8 @@ struct Broker {
 /// Brokers of one cluster, stopped (SIGKILL) when dropped.
 pub struct KafkaCluster {
     brokers: Vec<Broker>,
+    /// Per client that can be cut off: links to every broker, on a listener of their own.
+    cuts: Vec<Links>,
     _dir: tempfile::TempDir,
 }
 
@@ -49,6 +52,13 @@ impl KafkaCluster {
     /// Starts `count` brokers (at least 3 for `min.insync.replicas = 2` with a spare) and waits
     /// until every one is in the cluster's metadata.
     pub fn start(count: u32) -> Self {
+        Self::start_with_cuts(count, 0)
+    }
+
+    /// [`KafkaCluster::start`], and `cuts` sets of links a test can cut: each broker gets a
+    /// listener per set that advertises the set's link to it, so a client bootstrapped
+    /// through [`KafkaCluster::bootstrap_through`] reaches every broker only through them.
+    pub fn start_with_cuts(count: u32, cuts: usize) -> Self {
         let libs = libs();
         assert!(
             libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"))
@@ -58,6 +68,17 @@ impl KafkaCluster {
         );
         let dir = tempfile::tempdir().expect("a temp dir");
         let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
+        // Per set of links: per broker, the listener's own port and the link in front of it.
+        let mut cut_targets = Vec::new();
+        let mut cut_links = Vec::new();
+        for _ in 0..cuts {
+            let own: Vec<u16> = (0..count).map(|_| free_port()).collect();
+            let links: Vec<std::net::TcpListener> = (0..count)
+                .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a link's port"))
+                .collect();
+            cut_targets.push(own);
+            cut_links.push(links);
+        }
         let voters = ports
             .iter()
             .enumerate()
@@ -69,6 +90,14 @@ impl KafkaCluster {
         let mut brokers = Vec::new();
         for (i, (port, controller)) in ports.iter().enumerate() {
             let id = i as u32 + 1;
+            let (mut listeners, mut advertised, mut protocols) =
+                (String::new(), String::new(), String::new());
+            for (c, (own, links)) in cut_targets.iter().zip(&cut_links).enumerate() {
+                let link = links[i].local_addr().expect("a link's address").port();
+                listeners.push_str(&format!(",CUT{c}://127.0.0.1:{}", own[i]));
+                advertised.push_str(&format!(",CUT{c}://127.0.0.1:{link}"));
+                protocols.push_str(&format!(",CUT{c}:PLAINTEXT"));
+            }
             let data = dir.path().join(format!("broker-{id}"));
             std::fs::create_dir_all(&data).expect("the broker's data dir");
             let properties = dir.path().join(format!("broker-{id}.properties"));
@@ -78,10 +107,10 @@ impl KafkaCluster {
                     "process.roles=broker,controller\n\
                      node.id={id}\n\
                      controller.quorum.voters={voters}\n\
-                     listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
-                     advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+                     listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}{listeners}\n\
+                     advertised.listeners=PLAINTEXT://127.0.0.1:{port}{advertised}\n\
                      controller.listener.names=CONTROLLER\n\
-                     listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
+                     listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}\n\
                      inter.broker.listener.name=PLAINTEXT\n\
                      log.dirs={data}\n\
                      default.replication.factor={replication}\n\
@@ -128,7 +157,22 @@ impl KafkaCluster {
                 child: None,
             });
         }
-        let mut cluster = Self { brokers, _dir: dir };
+        let cuts = cut_links
+            .into_iter()
+            .zip(cut_targets)
+            .map(|(links, own)| {
+                let targets = own
+                    .iter()
+                    .map(|port| std::net::SocketAddr::from(([127, 0, 0, 1], *port)))
+                    .collect();
+                Links::start(links, targets)
+            })
+            .collect();
+        let mut cluster = Self {
+            brokers,
+            cuts,
+            _dir: dir,
+        };
         for i in 0..cluster.brokers.len() {
             cluster.spawn(i);
         }
@@ -145,6 +189,27 @@ impl KafkaCluster {
             .join(",")
     }
 
+    /// The `bootstrap.servers` of the links of set `cut`: a client given these reaches the
+    /// brokers only through them.
+    pub fn bootstrap_through(&self, cut: usize) -> String {
+        self.cuts[cut]
+            .addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Cuts the client of set `cut` off from every broker (its links go silent).
+    pub fn cut(&self, cut: usize) {
+        self.cuts[cut].cut();
+    }
+
+    /// Mends the links of set `cut`.
+    pub fn mend(&self, cut: usize) {
+        self.cuts[cut].mend();
+    }
+
     /// Kills broker `index` (0-based) with SIGKILL.
     pub fn kill_9(&mut self, index: usize) {
         if let Some(mut child) = self.brokers[index].child.take() {
@@ -158,6 +223,45 @@ impl KafkaCluster {
         self.spawn(index);
         let running = self.brokers.iter().filter(|b| b.child.is_some()).count();
         self.wait_for_brokers(running);
+    }
+
+    /// Creates `topic` with `partitions`, replicated 3 times, with the settings `configs` (the
+    /// brokers' defaults for the rest).
+    pub async fn create_topic(&self, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<_> = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap_servers())
+            .create()
+            .expect("an admin client");
+        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(3));
+        for (key, value) in configs {
+            new = new.set(key, value);
+        }
+        let created = admin
+            .create_topics([&new], &AdminOptions::new())
+            .await
+            .expect("the brokers answer");
+        for result in created {
+            result.unwrap_or_else(|(name, e)| panic!("cannot create {name}: {e}"));
+        }
+    }
+
+    /// Kills every broker with SIGKILL.
+    pub fn kill_all(&mut self) {
+        for i in 0..self.brokers.len() {
+            self.kill_9(i);
+        }
+    }
+
+    /// Starts every broker that is not running, on its data dir, and waits until the cluster
+    /// lists them all (a KRaft quorum needs most of its voters at once).
+    pub fn start_all(&mut self) {
+        for i in 0..self.brokers.len() {
+            if self.brokers[i].child.is_none() {
+                self.spawn(i);
+            }
+        }
+        self.wait_for_brokers(self.brokers.len());
     }
 
     /// The index of the broker leading partition `partition` of `topic`.
@@ -238,9 +342,7 @@ impl KafkaCluster {
 
 impl Drop for KafkaCluster {
     fn drop(&mut self) {
-        for i in 0..self.brokers.len() {
-            self.kill_9(i);
-        }
+        self.kill_all();
     }
 }
 

@@ -364,17 +364,20 @@ async fn led_by(sluice: &Sluice, nodes: &[&str]) -> Duration {
     }
 }
 
+/// Three nodes on real brokers; one killed -9 while its partitions are busy: the survivors
+/// lead every partition within the session timeout and a takeover (the failover time printed
+/// and bounded), lose nothing acknowledged, and keep every object's state.
 #[tokio::test]
 async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
     const SENDS: usize = 90;
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let log = tempfile::tempdir().unwrap();
     let effects = log.path().join("effects.log");
     let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
     let mut nodes = Vec::new();
     for id in ["n1", "n2", "n3"] {
-        nodes.push(node(&bootstrap, id).start().await.unwrap());
+        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
     }
     // Registered on one node, known to all.
     nodes[0].register(&dep.uri, false).await;
@@ -422,8 +425,10 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
     sluice_tests::until_done(&effects, SENDS / 10, "the sends never got going").await;
     let mut first = nodes.remove(0);
     first.kill_9();
+    let killed = Instant::now();
     let before = effects_once_quiet(&effects, Duration::from_millis(500)).await;
-    let failover = led_by(&nodes[0], &["n2", "n3"]).await;
+    led_by(&nodes[0], &["n2", "n3"]).await;
+    let failover = killed.elapsed();
     eprintln!("the survivors lead every partition {failover:?} after the kill");
     assert!(failover < Duration::from_secs(10), "{failover:?}");
     // The same view in SQL: every partition led by a survivor, this node led some.
@@ -1147,28 +1152,8 @@ async fn a_real_broker_killed_under_load_loses_nothing_acknowledged() {
     completed_on_every_node(&nodes, &acknowledged).await;
     // No node died, but a leader whose record Kafka refused while it elected steps down and
     // the partition is recovered from the log: an attempt it cut off runs again from its
-    // journal, as often as leadership moved under it (under load, more than once). What the
-    // journal holds never runs again: once an invocation's `done` ran, its `run` (journaled
-    // before `done` began) does not. Read once the log went quiet (no attempt still running).
-    effects_once_quiet(&effects, Duration::from_millis(500)).await;
-    let log = std::fs::read_to_string(&effects).unwrap();
-    let mut done = std::collections::HashSet::new();
-    let mut reruns = 0;
-    let mut seen_run = std::collections::HashSet::new();
-    for line in log.lines() {
-        let first = match line.split_once(' ') {
-            Some(("done", id)) => done.insert(id),
-            Some(("run", id)) => {
-                assert!(
-                    !done.contains(id),
-                    "{id}: its journaled `run` ran again after its `done` had run"
-                );
-                seen_run.insert(id)
-            }
-            _ => true,
-        };
-        reruns += u32::from(!first);
-    }
+    // journal, as often as leadership moved under it (under load, more than once).
+    let reruns = journal_held(&effects).await;
     eprintln!("{reruns} side effects ran again (attempts cut off by a step-down)");
     // The broker comes back; the cluster goes on with all three.
     kafka.restart(leader);
@@ -1187,6 +1172,32 @@ async fn a_real_broker_killed_under_load_loses_nothing_acknowledged() {
             "group.max.session.timeout.ms",
         ],
     );
+}
+
+/// What the journal holds never runs again: once an invocation's `done` ran, its `run`
+/// (journaled before `done` began) does not. Read once the side effects went quiet (no attempt
+/// still running); how many side effects ran more than once (attempts cut off mid-way).
+async fn journal_held(effects: &std::path::Path) -> u32 {
+    effects_once_quiet(effects, Duration::from_millis(500)).await;
+    let log = std::fs::read_to_string(effects).unwrap();
+    let mut done = std::collections::HashSet::new();
+    let mut reruns = 0;
+    let mut seen_run = std::collections::HashSet::new();
+    for line in log.lines() {
+        let first = match line.split_once(' ') {
+            Some(("done", id)) => done.insert(id),
+            Some(("run", id)) => {
+                assert!(
+                    !done.contains(id),
+                    "{id}: its journaled `run` ran again after its `done` had run"
+                );
+                seen_run.insert(id)
+            }
+            _ => true,
+        };
+        reruns += u32::from(!first);
+    }
+    reruns
 }
 
 /// Sends `path` once through `sluice` with idempotency key `key`: its status, body and how
@@ -1280,4 +1291,228 @@ async fn below_min_insync_replicas_calls_are_refused_with_a_code_and_resume_when
             "{id} ran {seen:?}"
         );
     }
+}
+
+/// Every broker killed -9 and started again: while none runs, nothing is acknowledged (calls
+/// are refused with `CLU0001`); once they are back, both nodes serve again, every send
+/// acknowledged before the outage completes, an object's state is what it was, and what the
+/// journals hold never runs again.
+#[tokio::test]
+async fn all_brokers_restarted_lose_nothing_acknowledged_and_service_resumes() {
+    const SENDS: usize = 20;
+    let mut kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let log = tempfile::tempdir().unwrap();
+    let effects = log.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        nodes.push(
+            real_node(&bootstrap, id)
+                .env("SERVICE_CLUSTER__WRITE_TIMEOUT", "5s")
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    nodes[0].register(&dep.uri, false).await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    spread_over(&nodes[0], &["n1", "n2"]).await;
+    let (status, body) = post(&nodes[0], "/Counter/kept/add", "5").await;
+    assert_eq!((status, body.as_str()), (200, "5"));
+    // Sends of up to a second each: some still run when the brokers die.
+    let mut acknowledged = Vec::new();
+    for i in 0..SENDS {
+        let millis = 200 + (i % 5) * 200;
+        let (status, body) = post(&nodes[i % 2], "/Meter/work/send", &millis.to_string()).await;
+        assert_eq!(status, 202, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        acknowledged.push(body["invocationId"].as_str().unwrap().to_owned());
+    }
+    kafka.kill_all();
+    for (i, sluice) in nodes.iter().enumerate() {
+        let key = format!("outage-{i}");
+        let (status, body, took) = send_once(sluice, "/Meter/work/send", "100", &key).await;
+        eprintln!("{key}: {status} after {took:?}: {body}");
+        assert!(
+            status == 503 && body.contains("\"error_code\":\"CLU0001\""),
+            "{key} was answered {status} with every broker down: {body}"
+        );
+    }
+    let restarted = Instant::now();
+    kafka.start_all();
+    let (status, body) = post(&nodes[1], "/Counter/kept/add", "1").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "6"),
+        "the object's state survived"
+    );
+    eprintln!(
+        "served again {:?} after the brokers' start",
+        restarted.elapsed()
+    );
+    for i in 0..SENDS {
+        let (status, body) = post(&nodes[i % 2], "/Meter/work/send", "100").await;
+        assert_eq!(status, 202, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        acknowledged.push(body["invocationId"].as_str().unwrap().to_owned());
+    }
+    if let Err(finished) =
+        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
+    {
+        panic!(
+            "{finished} of {} acknowledged sends finished; n1 said:\n{}",
+            acknowledged.len(),
+            nodes[0].stderr()
+        );
+    }
+    completed_on_every_node(&nodes, &acknowledged).await;
+    let reruns = journal_held(&effects).await;
+    eprintln!("{reruns} side effects ran again (attempts cut off by the outage)");
+}
+
+/// A node cut off from every broker (its links to them go silent) while its clients still
+/// reach it: it acknowledges nothing it cannot store (a call through it is refused with
+/// `CLU0001`, or served by the other node it forwards to), the other node takes its partitions
+/// over, and once the links are mended it rejoins, catches up from the log and serves again.
+/// Every acknowledged send completes on both nodes, and what the journals hold never runs
+/// again.
+#[tokio::test]
+async fn a_node_cut_off_from_the_brokers_stops_acknowledging_and_rejoins() {
+    const SENDS: usize = 12;
+    let kafka = KafkaCluster::start_with_cuts(3, 1);
+    let log = tempfile::tempdir().unwrap();
+    let effects = log.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let mut nodes = Vec::new();
+    for (id, bootstrap) in [
+        ("n1", kafka.bootstrap_through(0)),
+        ("n2", kafka.bootstrap_servers()),
+    ] {
+        nodes.push(
+            real_node(&bootstrap, id)
+                .env("SERVICE_CLUSTER__WRITE_TIMEOUT", "5s")
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    nodes[0].register(&dep.uri, false).await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    spread_over(&nodes[1], &["n1", "n2"]).await;
+    let mut acknowledged = Vec::new();
+    for i in 0..SENDS {
+        let (status, body) = post(&nodes[i % 2], "/Meter/work/send", "300").await;
+        assert_eq!(status, 202, "{body}");
+        acknowledged.push(invocation_id(&body));
+    }
+    kafka.cut(0);
+    let cut = Instant::now();
+    // Through the cut-off node: refused, or served by the node it forwards to.
+    let keys: Vec<String> = (0..SENDS / 2).map(|i| format!("cut-{i}")).collect();
+    let (answers, failover) = tokio::join!(
+        futures_util::future::join_all(keys.iter().map(|key| send_once(
+            &nodes[0],
+            "/Meter/work/send",
+            "100",
+            key
+        )),),
+        async {
+            led_by(&nodes[1], &["n2"]).await;
+            cut.elapsed()
+        }
+    );
+    eprintln!("n2 led every partition {failover:?} after the cut");
+    let mut refused = 0;
+    for (key, (status, body, took)) in keys.iter().zip(&answers) {
+        eprintln!("{key}: {status} after {took:?}: {body}");
+        match status {
+            202 => acknowledged.push(invocation_id(body)),
+            503 if body.contains("\"error_code\":\"CLU0001\"") => refused += 1,
+            _ => panic!("{key} was answered {status} by the cut-off node: {body}"),
+        }
+    }
+    assert!(refused > 0, "the cut-off node refused nothing");
+    for _ in 0..SENDS {
+        let (status, body) = post(&nodes[1], "/Meter/work/send", "100").await;
+        assert_eq!(status, 202, "{body}");
+        acknowledged.push(invocation_id(&body));
+    }
+    kafka.mend(0);
+    let mended = Instant::now();
+    spread_over(&nodes[1], &["n1", "n2"]).await;
+    let (status, body) = post(&nodes[0], "/Counter/after/add", "1").await;
+    assert_eq!((status, body.as_str()), (200, "1"));
+    eprintln!("n1 served again {:?} after the mend", mended.elapsed());
+    if let Err(finished) =
+        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
+    {
+        panic!(
+            "{finished} of {} acknowledged sends finished; n1 said:\n{}",
+            acknowledged.len(),
+            nodes[0].stderr()
+        );
+    }
+    completed_on_every_node(&nodes, &acknowledged).await;
+    let reruns = journal_held(&effects).await;
+    eprintln!("{reruns} side effects ran again (attempts cut off by the step-down)");
+}
+
+/// The invocation id of a send's answer.
+fn invocation_id(body: &str) -> String {
+    let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    body["invocationId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no invocation id in {body}"))
+        .to_owned()
+}
+
+/// Real brokers take record batches of about 1 MiB unless a topic says more, and a node's
+/// records may be `cluster.max-record-bytes` (8 MiB): the topics a node creates take its
+/// largest record, so a call whose body is near the door's limit is stored and answered, and
+/// topics made with the brokers' default stop a node at start-up with `CLU0002` naming the
+/// fix. Before, each such record was refused and its partition's leader stepped down, again
+/// with every try.
+#[tokio::test]
+async fn records_past_the_brokers_default_batch_size_are_stored_and_smaller_topics_refused() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    for (topic, partitions) in [
+        ("small.log", PARTITIONS),
+        ("small.leaders", PARTITIONS),
+        ("small.inbox", PARTITIONS),
+        ("small.meta", 1),
+    ] {
+        kafka
+            .create_topic(topic, partitions, &[("retention.ms", "-1")])
+            .await;
+    }
+    let refused = real_node(&bootstrap, "n0")
+        .env("SERVICE_CLUSTER__TOPIC_PREFIX", "small.")
+        .run_to_exit()
+        .unwrap();
+    assert_stopped_saying(
+        &refused,
+        &[
+            "[CLU0002] topic small.log takes record batches of at most 1048588 bytes",
+            "max.message.bytes=8404992",
+        ],
+    );
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = real_node(&bootstrap, "n1").start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    // The door takes bodies up to a quarter of a record less 64 KiB (1.94 MiB).
+    let name = "x".repeat(1_900_000);
+    let (status, body) = post(&sluice, "/Greeter/greet", &format!("\"{name}\"")).await;
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    assert!(body.contains(&name), "the answer echoes the name");
+    let stderr = sluice.stderr();
+    assert!(
+        !stderr.contains("stopped leading the partition"),
+        "{stderr}"
+    );
 }

@@ -176,6 +176,7 @@ impl Cluster {
                 settings.write_timeout.as_millis().to_string(),
             )
             .set("message.max.bytes", settings.max_record.to_string())
+            .set("batch.size", batch_size(settings.max_record))
             .create()
             .map_err(|e| join_failed(format!("cannot create the log producer: {e}")))?;
         let positions = store.with_db(Position::load_all)??;
@@ -425,7 +426,9 @@ impl Settings {
                 }
             };
             let setting = |name: &str| config.get(name).and_then(|entry| entry.value.clone());
-            if let Some(problem) = retention_problem(topic, setting) {
+            if let Some(problem) = retention_problem(topic, &setting)
+                .or_else(|| size_problem(topic, &setting, self.max_record))
+            {
                 return Err(join_failed(problem));
             }
         }
@@ -478,6 +481,7 @@ impl Settings {
         replication: u16,
     ) -> Result<(), CodedError> {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let batch_bytes = largest_batch(self.max_record).to_string();
         let admin: AdminClient<_> = self
             .client
             .create()
@@ -488,7 +492,8 @@ impl Settings {
             TopicReplication::Fixed(i32::from(replication)),
         )
         .set("retention.ms", "-1")
-        .set("cleanup.policy", "delete");
+        .set("cleanup.policy", "delete")
+        .set("max.message.bytes", &batch_bytes);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -571,6 +576,38 @@ fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>,
 
 /// What is wrong with a cluster topic's settings (read through `setting`), if anything: it must
 /// keep every record, neither deleted by time or size nor compacted.
+/// What a record batch of one record of `max_record` bytes may take beside it (the batch's and
+/// the record's headers), with room to spare.
+const BATCH_OVERHEAD: usize = 16 * 1024;
+
+/// The `max.message.bytes` a cluster topic needs: a batch holding the largest record Sluice
+/// writes (the producers' `batch.size` is at most `max_record`, so a batch of several records
+/// is no larger).
+fn largest_batch(max_record: usize) -> usize {
+    max_record.saturating_add(BATCH_OVERHEAD)
+}
+
+/// The producers' `batch.size`: librdkafka's default, but never more than a topic takes.
+fn batch_size(max_record: usize) -> String {
+    max_record.min(1_000_000).to_string()
+}
+
+/// Why `topic`'s `max.message.bytes` refuses records this node writes, if it does: the broker
+/// would refuse such a record, and its partition's leader could not go on.
+fn size_problem(
+    topic: &str,
+    setting: impl Fn(&str) -> Option<String>,
+    max_record: usize,
+) -> Option<String> {
+    let takes = setting("max.message.bytes")?.trim().parse::<usize>().ok()?;
+    let needs = largest_batch(max_record);
+    (takes < needs).then(|| {
+        format!(
+            "topic {topic} takes record batches of at most {takes} bytes (max.message.bytes) but cluster.max-record-bytes is {max_record}, which needs {needs}: raise it with `kafka-configs --alter --entity-type topics --entity-name {topic} --add-config max.message.bytes={needs}`, or lower cluster.max-record-bytes on every node"
+        )
+    })
+}
+
 fn retention_problem(topic: &str, setting: impl Fn(&str) -> Option<String>) -> Option<String> {
     let fix = format!(
         "the cluster's log is its only truth and must keep every record: set it with `kafka-configs --alter --entity-type topics --entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1,cleanup.policy=delete`"
@@ -629,7 +666,7 @@ impl std::fmt::Debug for Cluster {
 
 #[cfg(test)]
 mod tests {
-    use super::{retention_problem, session_problem};
+    use super::{retention_problem, session_problem, size_problem};
 
     fn settings<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |key| {
@@ -705,5 +742,32 @@ mod tests {
             assert!(problem.contains(&format!("{key}={value}")), "{problem}");
             assert!(problem.contains("retention.ms=-1"), "{problem}");
         }
+    }
+
+    #[test]
+    fn a_topic_that_takes_smaller_batches_than_the_largest_record_is_refused_naming_the_fix() {
+        let mib = 1024 * 1024;
+        // The brokers' default (1 MiB and 12 bytes) against the default 8 MiB records.
+        let problem = size_problem(
+            "s.log",
+            settings(&[("max.message.bytes", "1048588")]),
+            8 * mib,
+        )
+        .expect("refused");
+        assert!(
+            problem.contains("max.message.bytes=8404992")
+                && problem.contains("cluster.max-record-bytes"),
+            "{problem}"
+        );
+        let enough = (8 * mib + 16 * 1024).to_string();
+        assert_eq!(
+            size_problem(
+                "s.log",
+                settings(&[("max.message.bytes", &enough)]),
+                8 * mib
+            ),
+            None
+        );
+        assert_eq!(size_problem("s.log", settings(&[]), 8 * mib), None);
     }
 }

@@ -62,6 +62,7 @@ impl KafkaMetaLog {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.max.bytes", settings.max_record.to_string())
+            .set("batch.size", super::batch_size(settings.max_record))
             .create_with_context(Deliveries)
             .map_err(|e| super::join_failed(format!("cannot create the meta producer: {e}")))?;
         Ok(Self {
