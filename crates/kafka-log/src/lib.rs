@@ -426,8 +426,8 @@ impl Settings {
                 }
             };
             let setting = |name: &str| config.get(name).and_then(|entry| entry.value.clone());
-            if let Some(problem) = retention_problem(topic, &setting)
-                .or_else(|| size_problem(topic, &setting, self.max_record))
+            if let Some(problem) = retention_problem(topic, setting)
+                .or_else(|| size_problem(topic, setting, self.max_record))
             {
                 return Err(join_failed(problem));
             }
