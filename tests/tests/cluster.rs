@@ -1,7 +1,8 @@
-//! Cluster mode (`docs/cluster.md`) against Kafka: most cases against librdkafka's mock
-//! brokers (three of them, hosted by `sluice-test-kafka`), which can be told to refuse or cut
-//! what a test needs; the broker faults against a real Apache Kafka cluster (three KRaft
-//! brokers as processes on loopback, `KafkaCluster`).
+//! Cluster mode (`docs/cluster.md`) against a real Apache Kafka cluster (three KRaft brokers
+//! as processes on loopback, `KafkaCluster`), each case on a cluster of its own. Two cases run
+//! on librdkafka's mock brokers (hosted by `sluice-test-kafka`) because only they can stage
+//! them: brokers that cannot describe topic settings, and records deleted whatever a topic's
+//! settings say.
 
 use std::time::{Duration, Instant};
 
@@ -13,23 +14,22 @@ use sluice_tests::{
 
 const PARTITIONS: i32 = 4;
 
-/// Three brokers in a process of their own, with the cluster's topics and `more`.
-fn broker_with(more: &[(&str, u32)]) -> KafkaBroker {
-    let partitions = PARTITIONS as u32;
-    let mut topics = vec![
-        ("sluice.log", partitions),
-        ("sluice.leaders", partitions),
-        ("sluice.inbox", partitions),
-        ("sluice.meta", 1),
-    ];
-    topics.extend_from_slice(more);
-    KafkaBroker::start(3, &topics)
-}
-
+/// librdkafka's mock brokers (three, in a process of their own) with the cluster's topics,
+/// for the cases only they can stage.
 fn broker() -> KafkaBroker {
-    broker_with(&[])
+    let partitions = PARTITIONS as u32;
+    KafkaBroker::start(
+        3,
+        &[
+            ("sluice.log", partitions),
+            ("sluice.leaders", partitions),
+            ("sluice.inbox", partitions),
+            ("sluice.meta", 1),
+        ],
+    )
 }
 
+/// A node of a cluster on the mock brokers.
 fn node(bootstrap: &str, id: &str) -> Builder {
     Sluice::builder()
         .env("SERVICE_WORKER__PARTITIONS", &PARTITIONS.to_string())
@@ -132,10 +132,10 @@ async fn post_keyed(sluice: &Sluice, path: &str, body: &str, key: &str) -> (u16,
 
 #[tokio::test]
 async fn a_node_rebuilds_its_store_from_the_log() {
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut sluice = node(&bootstrap, "n1").start().await.unwrap();
+    let mut sluice = real_node(&bootstrap, "n1").start().await.unwrap();
     sluice.register(&dep.uri, false).await;
 
     // State of three objects, written by calls through the log.
@@ -164,7 +164,7 @@ async fn a_node_rebuilds_its_store_from_the_log() {
     sluice.kill_9();
     let data = sluice.data_dir.clone();
     std::fs::remove_dir_all(&data).unwrap();
-    let sluice = node(&bootstrap, "n1")
+    let sluice = real_node(&bootstrap, "n1")
         .data_dir(&data)
         .start()
         .await
@@ -188,8 +188,16 @@ async fn a_node_rebuilds_its_store_from_the_log() {
 
 #[tokio::test]
 async fn a_node_with_another_partition_count_does_not_join() {
-    let broker = broker();
-    let finished = node(&broker.bootstrap_servers(), "n1")
+    let kafka = KafkaCluster::start(3);
+    for (topic, partitions) in [
+        ("sluice.log", PARTITIONS),
+        ("sluice.leaders", PARTITIONS),
+        ("sluice.inbox", PARTITIONS),
+        ("sluice.meta", 1),
+    ] {
+        kafka.create_topic(topic, partitions, &[]).await;
+    }
+    let finished = real_node(&kafka.bootstrap_servers(), "n1")
         .env("SERVICE_WORKER__PARTITIONS", "2")
         .run_to_exit()
         .unwrap();
@@ -246,10 +254,10 @@ async fn counter(sluice: &Sluice, key: &str) -> String {
 
 #[tokio::test]
 async fn a_second_node_takes_every_partition_over_when_the_first_dies() {
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut first = node(&bootstrap, "n1").start().await.unwrap();
+    let mut first = real_node(&bootstrap, "n1").start().await.unwrap();
     first.register(&dep.uri, false).await;
     // Objects spread over the partitions, all led by the only node.
     let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
@@ -258,7 +266,7 @@ async fn a_second_node_takes_every_partition_over_when_the_first_dies() {
         assert_eq!((status, body.as_str()), (200, "5"), "{key}");
     }
     // A second node joins: it replicates every partition and the group gives it some.
-    let second = node(&bootstrap, "n2").start().await.unwrap();
+    let second = real_node(&bootstrap, "n2").start().await.unwrap();
     deployments(&second, 1).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !second.stderr().contains("took the partition over") {
@@ -491,12 +499,12 @@ fn counter_partition(key: &str) -> usize {
 
 #[tokio::test]
 async fn a_zombie_leader_cannot_commit_anything() {
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut zombie = node(&bootstrap, "n1").start().await.unwrap();
+    let mut zombie = real_node(&bootstrap, "n1").start().await.unwrap();
     zombie.register(&dep.uri, false).await;
-    let survivor = node(&bootstrap, "n2").start().await.unwrap();
+    let survivor = real_node(&bootstrap, "n2").start().await.unwrap();
     deployments(&survivor, 1).await;
     // An object on a partition the first node leads.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -593,12 +601,12 @@ async fn scoped_peak(nodes: &[&Sluice], calls: usize) -> u64 {
 
 #[tokio::test]
 async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
     let mut nodes = Vec::new();
     for id in ["n1", "n2", "n3"] {
-        nodes.push(node(&bootstrap, id).start().await.unwrap());
+        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
     }
     nodes[0].register(&dep.uri, false).await;
     nodes[0]
@@ -709,12 +717,12 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
 
 #[tokio::test]
 async fn handlers_call_objects_led_by_other_nodes() {
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
     let mut nodes = Vec::new();
     for id in ["n1", "n2"] {
-        nodes.push(node(&bootstrap, id).start().await.unwrap());
+        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
     }
     nodes[0].register(&dep.uri, false).await;
     deployments(&nodes[1], 1).await;
@@ -790,11 +798,11 @@ async fn admin_shows(sluice: &Sluice, path: &str, needle: &str, give_up: Duratio
 
 #[tokio::test]
 async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let a = node(&bootstrap, "n1").start().await.unwrap();
-    let b = node(&bootstrap, "n2").start().await.unwrap();
+    let a = real_node(&bootstrap, "n1").start().await.unwrap();
+    let b = real_node(&bootstrap, "n2").start().await.unwrap();
     // A deployment registered on the second node, a rule and a plugin on the first.
     b.register(&dep.uri, false).await;
     let seen = admin_shows(&a, "/deployments", &dep.uri, Duration::from_secs(10)).await;
@@ -868,11 +876,12 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
 async fn a_subscription_made_on_one_node_runs_on_every_node() {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     const RECORDS: u64 = 40;
-    let broker = broker_with(&[("orders", 4)]);
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    kafka.create_topic("orders", 4, &[]).await;
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let a = node(&bootstrap, "n1").start().await.unwrap();
-    let b = node(&bootstrap, "n2").start().await.unwrap();
+    let a = real_node(&bootstrap, "n1").start().await.unwrap();
+    let b = real_node(&bootstrap, "n2").start().await.unwrap();
     a.register(&dep.uri, false).await;
     deployments(&b, 1).await;
     led_by(&a, &["n1", "n2"]).await;
@@ -1030,11 +1039,11 @@ async fn a_node_that_missed_deleted_records_never_leads_and_says_so() {
 
 #[tokio::test]
 async fn values_too_large_for_a_record_fail_their_call_never_the_partition() {
-    let broker = broker();
-    let bootstrap = broker.bootstrap_servers();
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
     // 1 MiB records: one value may be a quarter, less 64 KiB (192 KiB).
-    let sluice = node(&bootstrap, "n1")
+    let sluice = real_node(&bootstrap, "n1")
         .env("SERVICE_CLUSTER__MAX_RECORD_BYTES", "1MiB")
         .env("SERVICE_INGRESS__AWAKEABLE_PAYLOAD_LIMIT", "64KiB")
         .start()

@@ -368,9 +368,7 @@ impl Settings {
                 Some(count) => count,
                 None => {
                     self.create_topic(topic, want, replication)?;
-                    topic_partitions(&consumer, topic)?.ok_or_else(|| {
-                        join_failed(format!("topic {topic} does not exist and was not created"))
-                    })?
+                    created_partitions(&consumer, topic)?
                 }
             };
             if count != want {
@@ -555,6 +553,24 @@ fn advertised(scheme: &str, bind: std::net::SocketAddr, host: &str) -> String {
 }
 
 /// The partition count of `topic`; `None` when it does not exist.
+/// The partition count of `topic` just created: the brokers answer a creation once their
+/// controller took it, and list the topic in their metadata a moment later.
+fn created_partitions(consumer: &BaseConsumer, topic: &str) -> Result<u32, CodedError> {
+    let deadline = std::time::Instant::now() + METADATA_TIMEOUT;
+    loop {
+        if let Some(count) = topic_partitions(consumer, topic)? {
+            return Ok(count);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(join_failed(format!(
+                "topic {topic} was created but the brokers did not list it within {} s",
+                METADATA_TIMEOUT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>, CodedError> {
     let metadata = consumer
         .fetch_metadata(Some(topic), METADATA_TIMEOUT)
@@ -574,8 +590,6 @@ fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>,
     ))
 }
 
-/// What is wrong with a cluster topic's settings (read through `setting`), if anything: it must
-/// keep every record, neither deleted by time or size nor compacted.
 /// What a record batch of one record of `max_record` bytes may take beside it (the batch's and
 /// the record's headers), with room to spare.
 const BATCH_OVERHEAD: usize = 16 * 1024;
@@ -608,6 +622,8 @@ fn size_problem(
     })
 }
 
+/// What is wrong with a cluster topic's settings (read through `setting`), if anything: it must
+/// keep every record, neither deleted by time or size nor compacted.
 fn retention_problem(topic: &str, setting: impl Fn(&str) -> Option<String>) -> Option<String> {
     let fix = format!(
         "the cluster's log is its only truth and must keep every record: set it with `kafka-configs --alter --entity-type topics --entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1,cleanup.policy=delete`"
