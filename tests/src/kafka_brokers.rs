@@ -127,6 +127,8 @@ impl KafkaCluster {
                      broker.heartbeat.interval.ms=500\n\
                      broker.session.timeout.ms=3000\n\
                      replica.lag.time.max.ms=5000\n\
+                     # The cleaner looks for topics to compact every half second, not fifteen.\n\
+                     log.cleaner.backoff.ms=500\n\
                      # Small segments and memory: several brokers share a 2-core test box.\n\
                      log.segment.bytes=16777216\n\
                      num.network.threads=2\n\
@@ -281,6 +283,53 @@ impl KafkaCluster {
             .iter()
             .position(|b| i64::from(b.id) == i64::from(leader))
             .unwrap_or_else(|| panic!("{topic}/{partition} has no leader now ({leader})"))
+    }
+
+    /// Where each partition of `topic` starts and ends now (its low and high watermarks):
+    /// records before the start were deleted.
+    pub fn watermarks(&self, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
+        let consumer = self.client();
+        (0..partitions)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .unwrap_or_else(|e| panic!("the watermarks of {topic}/{p}: {e}"))
+            })
+            .collect()
+    }
+
+    /// How many records partition `partition` of `topic` holds now, read from its start to
+    /// its end (fewer than the offsets between them once compaction dropped some).
+    pub fn count_records(&self, topic: &str, partition: i32) -> usize {
+        use rdkafka::{Offset, TopicPartitionList};
+        let (_, end) = self.watermarks(topic, partition + 1)[partition as usize];
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap_servers())
+            .set("group.id", "sluice-tests-count")
+            .set("enable.auto.commit", "false")
+            .set("log_level", "0")
+            .create()
+            .expect("a counting consumer");
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(topic, partition, Offset::Beginning)
+            .expect("an assignment");
+        consumer.assign(&assignment).expect("assigned");
+        let started = Instant::now();
+        let mut count = 0;
+        let mut next = 0;
+        while next < end {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{topic}/{partition}: read to {next} of {end} in 30 s"
+            );
+            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+                let message = message.expect("a record");
+                count += 1;
+                next = rdkafka::message::Message::offset(&message) + 1;
+            }
+        }
+        count
     }
 
     /// What broker `index` printed (its JVM's output).

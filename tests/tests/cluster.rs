@@ -1525,3 +1525,184 @@ async fn records_past_the_brokers_default_batch_size_are_stored_and_smaller_topi
         "{stderr}"
     );
 }
+
+/// Two of the cluster's topics stay bounded without snapshots: a leader deletes what its inbox
+/// partition delivered (the partition stored it and the committed offset is past it), and the
+/// meta topic, compacted, keeps the newest record of each table group; a fresh node reads the
+/// metadata from what compaction left, gaps and all.
+#[tokio::test]
+async fn delivered_inbox_records_are_deleted_and_a_fresh_node_reads_the_compacted_meta_topic() {
+    const RULE_CHANGES: u64 = 30;
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    // The meta topic as a node creates it, but with segments that roll at once: the brokers'
+    // cleaner compacts it while the test runs, not after an hour.
+    kafka
+        .create_topic(
+            "sluice.meta",
+            1,
+            &[
+                ("cleanup.policy", "compact"),
+                ("retention.ms", "-1"),
+                ("segment.ms", "100"),
+                ("min.cleanable.dirty.ratio", "0.01"),
+                ("max.message.bytes", "8404992"),
+            ],
+        )
+        .await;
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let first = real_node(&bootstrap, "n1").start().await.unwrap();
+    first.register(&dep.uri, false).await;
+    for concurrency in 1..=RULE_CHANGES {
+        first
+            .set_rules(
+                serde_json::json!([{"pattern": "gold", "limits": {"concurrency": concurrency}}]),
+            )
+            .await;
+    }
+    // Calls between partitions (each child call and its result go through the inboxes) until
+    // the leaders deleted some of what they delivered.
+    let started = Instant::now();
+    let mut calls = 0;
+    loop {
+        let (status, body) = post(&first, "/Greeter/addVia", &format!("\"k{}\"", calls % 8)).await;
+        assert_eq!(status, 200, "{body}");
+        calls += 1;
+        let deleted: i64 = kafka
+            .watermarks("sluice.inbox", PARTITIONS)
+            .iter()
+            .map(|(start, _)| start)
+            .sum();
+        if deleted > 0 {
+            eprintln!("{deleted} delivered inbox records deleted after {calls} calls");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no inbox record deleted after {calls} calls: {:?}",
+            kafka.watermarks("sluice.inbox", PARTITIONS)
+        );
+    }
+    // Compaction left fewer records than were published (one per rule change, one for the
+    // deployment, one for the first rule book's version).
+    let published = kafka.watermarks("sluice.meta", 1)[0].1;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let kept = kafka.count_records("sluice.meta", 0);
+        if (kept as i64) < published {
+            eprintln!("the meta topic keeps {kept} of {published} records");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the meta topic was never compacted: {kept} of {published} records"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A record more rolls the segment the last ones are in.
+        first
+            .set_rules(
+                serde_json::json!([{"pattern": "gold", "limits": {"concurrency": RULE_CHANGES}}]),
+            )
+            .await;
+    }
+    let fresh = real_node(&bootstrap, "n2").start().await.unwrap();
+    deployments(&fresh, 1).await;
+    admin_shows(
+        &fresh,
+        "/limits/rules",
+        &format!("\"concurrency\":{RULE_CHANGES}"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let (status, health) = get_json(&format!("{}/health", fresh.admin_url)).await;
+    assert_eq!(status, 200, "{health}");
+    let (status, body) = post(&fresh, "/Greeter/addVia", "\"k0\"").await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Snapshots bound the log: every partition's leader writes its state to the snapshot topic
+/// each `cluster.snapshot-interval` and deletes the log it covers, so under a steady load the
+/// log keeps a small part of what was written. A fresh node, whose log position was deleted
+/// before it ever read it, catches up from the snapshots and the log's tail; when the first
+/// node, snapshotting every second, is killed -9, it takes every partition over with every
+/// object's state and every acknowledged call.
+#[tokio::test]
+async fn snapshots_bound_the_log_and_a_fresh_node_catches_up_from_them() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let log = tempfile::tempdir().unwrap();
+    let effects = log.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let snapshotting = |id| {
+        real_node(&bootstrap, id)
+            .env("SERVICE_CLUSTER__SNAPSHOT_INTERVAL", "1s")
+            .start()
+    };
+    let mut first = snapshotting("n1").await.unwrap();
+    first.register(&dep.uri, false).await;
+    // A steady load of object calls and sends until the log keeps less than half of what was
+    // written to it.
+    let mut counts = std::collections::BTreeMap::new();
+    let mut acknowledged = Vec::new();
+    let started = Instant::now();
+    let (kept, written) = loop {
+        for i in 0..8 {
+            let key = format!("k{}", (acknowledged.len() + i) % 8);
+            let (status, body) = post(&first, &format!("/Counter/{key}/add"), "1").await;
+            assert_eq!(status, 200, "{body}");
+            *counts.entry(key).or_insert(0) += 1;
+        }
+        let (status, body) = post(&first, "/Meter/work/send", "10").await;
+        assert_eq!(status, 202, "{body}");
+        acknowledged.push(invocation_id(&body));
+        let marks = kafka.watermarks("sluice.log", PARTITIONS);
+        let kept: i64 = marks.iter().map(|(start, end)| end - start).sum();
+        let written: i64 = marks.iter().map(|(_, end)| end).sum();
+        if marks.iter().all(|(start, _)| *start > 0) && kept * 2 < written {
+            break (kept, written);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the log was never truncated: {marks:?}; n1 said:\n{}",
+            first.stderr()
+        );
+    };
+    eprintln!(
+        "the log keeps {kept} of {written} records after {} calls in {:?}",
+        acknowledged.len() * 9,
+        started.elapsed()
+    );
+    // A node with an empty store: the log's head is gone, so it starts from the snapshots.
+    let second = snapshotting("n2").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while second.stderr().matches("caught up from a snapshot").count() < PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "n2 did not load a snapshot of every partition:\n{}",
+            second.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let partitions = partitions_until(&second, "no partition given up", |_| true).await;
+    assert!(
+        partitions.iter().all(|p| p["broken"].is_null()),
+        "{partitions:?}"
+    );
+    first.kill_9();
+    let nodes = [second];
+    led_by(&nodes[0], &["n2"]).await;
+    for (key, count) in &counts {
+        let (status, body) = post(&nodes[0], &format!("/Counter/{key}/get"), "").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (200, count.to_string().as_str()),
+            "object {key}"
+        );
+    }
+    if let Err(finished) =
+        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(60)).await
+    {
+        panic!("{finished} of {} sends finished", acknowledged.len());
+    }
+    completed_on_every_node(&nodes, &acknowledged).await;
+}

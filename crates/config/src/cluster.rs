@@ -47,6 +47,9 @@ pub struct ClusterConfig {
     /// fails: the calls it carries are answered `CLU0001` and the leader steps down. Long
     /// enough to ride out a broker's leader election.
     pub write_timeout: FriendlyDuration,
+    /// How often a partition's leader writes a snapshot of its state to the snapshot topic
+    /// (when its log moved) and deletes the log it covers.
+    pub snapshot_interval: FriendlyDuration,
     /// More librdkafka properties for the cluster's clients (security, timeouts).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
@@ -70,6 +73,7 @@ impl Default for ClusterConfig {
             max_record_bytes: ByteSize::mib(8),
             records_in_flight: 4,
             write_timeout: FriendlyDuration::from_secs(30),
+            snapshot_interval: FriendlyDuration::from_secs(600),
             properties: BTreeMap::new(),
             allow_unconfirmed_retention: false,
         }
@@ -78,6 +82,10 @@ impl Default for ClusterConfig {
 
 /// The longest `cluster.write-timeout`: a call waits for its record at most this long.
 pub const MAX_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The longest `cluster.snapshot-interval` (a day): the log a partition keeps is about what it
+/// writes in one interval.
+pub const MAX_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(86_400);
 
 /// Most bytes of a node id or topic prefix (they name Kafka groups and topics).
 pub const MAX_NAME: usize = 100;
@@ -173,6 +181,17 @@ impl ClusterConfig {
                 ),
             ));
         }
+        let every = self.snapshot_interval.0;
+        if every < std::time::Duration::from_secs(1) || every > MAX_SNAPSHOT_INTERVAL {
+            return Err((
+                "cluster.snapshot-interval".into(),
+                format!(
+                    "must be between 1s and {}s, got {}ms",
+                    MAX_SNAPSHOT_INTERVAL.as_secs(),
+                    every.as_millis()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -225,5 +244,15 @@ mod tests {
             );
         }
         assert_eq!(kafka.validate().unwrap_err().0, "cluster.write-timeout");
+        kafka.write_timeout = FriendlyDuration::from_secs(30);
+        for (secs, ok) in [(0, false), (1, true), (86_400, true), (86_401, false)] {
+            kafka.snapshot_interval = FriendlyDuration::from_secs(secs);
+            assert_eq!(
+                kafka.validate().is_ok(),
+                ok,
+                "a snapshot interval of {secs} s"
+            );
+        }
+        assert_eq!(kafka.validate().unwrap_err().0, "cluster.snapshot-interval");
     }
 }

@@ -26,6 +26,9 @@ const POST_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Most events handed over before a barrier.
 const BATCH: usize = 512;
 
+/// How often a leader deletes what its inbox partition delivered (at most).
+const TRUNCATE_EVERY: Duration = Duration::from_secs(5);
+
 /// Posts events to the inbox topic.
 pub struct KafkaOutbox {
     producer: FutureProducer,
@@ -116,6 +119,42 @@ pub(super) fn deliver(
     }
 }
 
+/// Deletes inbox partition `p`'s records before `next`: the partition stored every event in
+/// them (the barrier answered) and the committed offset, where a next leader starts, is past
+/// them. What fails is left for the next time: the topic only keeps more for a while.
+fn truncate(shared: &Shared, p: u32, next: i64, handle: &tokio::runtime::Handle) {
+    let mut before = TopicPartitionList::new();
+    if before
+        .add_partition_offset(&shared.settings.inbox_topic, p as i32, Offset::Offset(next))
+        .is_err()
+    {
+        return;
+    }
+    let options =
+        rdkafka::admin::AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    match handle.block_on(shared.admin.delete_records(&before, &options)) {
+        Ok(result) => {
+            let failed = result
+                .elements()
+                .iter()
+                .find_map(|e| e.error().err().map(|e| e.to_string()));
+            match failed {
+                Some(e) => {
+                    tracing::warn!(partition = p, error = %e, "cannot delete delivered inbox records")
+                }
+                None => tracing::debug!(
+                    partition = p,
+                    before = next,
+                    "deleted delivered inbox records"
+                ),
+            }
+        }
+        Err(e) => {
+            tracing::warn!(partition = p, error = %e, "cannot delete delivered inbox records")
+        }
+    }
+}
+
 fn run(
     shared: &Arc<Shared>,
     p: u32,
@@ -154,6 +193,7 @@ fn run(
         .map_err(|e| e.to_string())?;
     consumer.assign(&assignment).map_err(|e| e.to_string())?;
     let handle = tokio::runtime::Handle::current();
+    let mut truncated = std::time::Instant::now();
     while lead.borrow().is_some() {
         let mut next = None;
         let mut wait = Duration::from_millis(100);
@@ -218,6 +258,9 @@ fn run(
         // it delivers the events again, which is harmless.
         if let Err(e) = consumer.commit(&offsets, CommitMode::Sync) {
             tracing::warn!(partition = p, error = %e, "cannot commit the inbox offset; the next commit covers it");
+        } else if truncated.elapsed() >= TRUNCATE_EVERY {
+            truncated = std::time::Instant::now();
+            truncate(shared, p, next, &handle);
         }
     }
     Ok(())

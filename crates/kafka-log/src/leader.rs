@@ -135,6 +135,7 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
         shared.settings.records_in_flight,
         shared.writer.clone(),
     );
+    let snapshots = tokio::spawn(super::snapshots::keep(Arc::clone(&shared), p, lead.clone()));
     let log = KafkaLog::new(Arc::clone(&shared), p);
     let mut leading = Leading::new(p, pipeline, staged, log, shared.settings.max_record / 2);
     let mut stores = tokio::task::JoinSet::new();
@@ -150,6 +151,8 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
     }
     while stores.join_next().await.is_some() {}
     let _ = inbox.await;
+    // A snapshot cut off before its manifest is passed over by every reader.
+    snapshots.abort();
     // The reader takes the partition back from what the store holds.
     lock(&shared.rewinds).push(p);
 }

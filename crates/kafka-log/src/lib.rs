@@ -9,6 +9,7 @@ mod leader;
 mod membership;
 mod meta;
 mod reader;
+mod snapshots;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,8 @@ struct Shared {
     /// The store's writer: replicas and leaders store through it.
     writer: Writer,
     producer: FutureProducer,
+    /// Deletes what the inbox topic no longer needs (`inbox::truncate`).
+    admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
     /// Per partition: what this node knows of its log, and whether it leads it.
     partitions: Vec<Mutex<Replica>>,
     /// Signalled whenever the reader stored progress.
@@ -74,6 +77,8 @@ struct Settings {
     leaders_topic: String,
     meta_topic: String,
     inbox_topic: String,
+    /// Each partition's snapshots (`snapshots.rs`).
+    snapshot_topic: String,
     partitions: u32,
     max_record: usize,
     records_in_flight: usize,
@@ -81,6 +86,8 @@ struct Settings {
     session_timeout: Duration,
     /// `cluster.write-timeout`: how long the producer tries to store a record.
     write_timeout: Duration,
+    /// `cluster.snapshot-interval`: how often a leader snapshots its partitions.
+    snapshot_interval: Duration,
     /// `cluster.allow-unconfirmed-retention`.
     allow_unconfirmed_retention: bool,
 }
@@ -139,12 +146,14 @@ impl Cluster {
             leaders_topic: format!("{}leaders", cluster.topic_prefix),
             meta_topic: format!("{}meta", cluster.topic_prefix),
             inbox_topic: format!("{}inbox", cluster.topic_prefix),
+            snapshot_topic: format!("{}snapshots", cluster.topic_prefix),
             partitions,
             max_record: cluster.max_record_bytes.as_usize(),
             records_in_flight: cluster.records_in_flight as usize,
             client,
             session_timeout: cluster.session_timeout.0,
             write_timeout: cluster.write_timeout.0,
+            snapshot_interval: cluster.snapshot_interval.0,
             allow_unconfirmed_retention: cluster.allow_unconfirmed_retention,
         };
         settings.check_topics(cluster.replication_factor)?;
@@ -179,6 +188,10 @@ impl Cluster {
             .set("batch.size", batch_size(settings.max_record))
             .create()
             .map_err(|e| join_failed(format!("cannot create the log producer: {e}")))?;
+        let admin = settings
+            .client
+            .create()
+            .map_err(|e| join_failed(format!("cannot create an admin client: {e}")))?;
         let positions = store.with_db(Position::load_all)??;
         for (p, position) in &positions {
             if position.leader.epoch > 0 {
@@ -201,6 +214,7 @@ impl Cluster {
                 sluice_runtime::partition::runtime::checkpoints(config),
             ),
             producer,
+            admin,
             partitions: states,
             progress: tokio::sync::Notify::new(),
             hand_over: Mutex::new(()),
@@ -362,12 +376,13 @@ impl Settings {
             (&self.leaders_topic, self.partitions),
             (&self.inbox_topic, self.partitions),
             (&self.meta_topic, 1),
+            (&self.snapshot_topic, self.partitions),
         ] {
             let count = topic_partitions(&consumer, topic)?;
             let count = match count {
                 Some(count) => count,
                 None => {
-                    self.create_topic(topic, want, replication)?;
+                    self.create_topic(topic, want, replication, *topic == self.meta_topic)?;
                     created_partitions(&consumer, topic)?
                 }
             };
@@ -406,7 +421,12 @@ impl Settings {
             }
         };
         use rdkafka::admin::ResourceSpecifier;
-        let topics = [&self.log_topic, &self.inbox_topic, &self.meta_topic];
+        let topics = [
+            &self.log_topic,
+            &self.inbox_topic,
+            &self.meta_topic,
+            &self.snapshot_topic,
+        ];
         let specifiers: Vec<_> = topics
             .iter()
             .map(|topic| ResourceSpecifier::Topic(topic))
@@ -424,7 +444,8 @@ impl Settings {
                 }
             };
             let setting = |name: &str| config.get(name).and_then(|entry| entry.value.clone());
-            if let Some(problem) = retention_problem(topic, setting)
+            let compactable = **topic == self.meta_topic;
+            if let Some(problem) = retention_problem(topic, setting, compactable)
                 .or_else(|| size_problem(topic, setting, self.max_record))
             {
                 return Err(join_failed(problem));
@@ -477,6 +498,7 @@ impl Settings {
         topic: &str,
         partitions: u32,
         replication: u16,
+        compacted: bool,
     ) -> Result<(), CodedError> {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
         let batch_bytes = largest_batch(self.max_record).to_string();
@@ -490,8 +512,16 @@ impl Settings {
             TopicReplication::Fixed(i32::from(replication)),
         )
         .set("retention.ms", "-1")
-        .set("cleanup.policy", "delete")
         .set("max.message.bytes", &batch_bytes);
+        // The meta topic keeps the newest record of each table group; its segments roll
+        // hourly so that what a newer record replaced can go (a segment is compacted only once
+        // it is no longer the one written to).
+        let new = if compacted {
+            new.set("cleanup.policy", "compact")
+                .set("segment.ms", "3600000")
+        } else {
+            new.set("cleanup.policy", "delete")
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -623,21 +653,30 @@ fn size_problem(
 }
 
 /// What is wrong with a cluster topic's settings (read through `setting`), if anything: it must
-/// keep every record, neither deleted by time or size nor compacted.
-fn retention_problem(topic: &str, setting: impl Fn(&str) -> Option<String>) -> Option<String> {
+/// keep every record, neither deleted by time or size nor compacted; the meta topic
+/// (`compactable`) may be compacted, since each of its records holds whole tables under the key
+/// of their group, so the newest record of each group is the group.
+fn retention_problem(
+    topic: &str,
+    setting: impl Fn(&str) -> Option<String>,
+    compactable: bool,
+) -> Option<String> {
+    let policy = if compactable { "compact" } else { "delete" };
     let fix = format!(
-        "the cluster's log is its only truth and must keep every record: set it with `kafka-configs --alter --entity-type topics --entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1,cleanup.policy=delete`"
+        "the cluster's log is its only truth and must keep every record: set it with `kafka-configs --alter --entity-type topics --entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1,cleanup.policy={policy}`"
     );
-    for (key, keeps_all) in [
-        ("retention.ms", "-1"),
-        ("retention.bytes", "-1"),
-        ("cleanup.policy", "delete"),
-    ] {
+    for (key, keeps_all) in [("retention.ms", "-1"), ("retention.bytes", "-1")] {
         if let Some(value) = setting(key)
             && value.trim() != keeps_all
         {
             return Some(format!("topic {topic} has {key}={value}; {fix}"));
         }
+    }
+    if let Some(value) = setting("cleanup.policy")
+        && value.trim() != "delete"
+        && !(compactable && value.trim() == "compact")
+    {
+        return Some(format!("topic {topic} has cleanup.policy={value}; {fix}"));
     }
     None
 }
@@ -740,9 +779,9 @@ mod tests {
             ("retention.bytes", "-1"),
             ("cleanup.policy", "delete"),
         ];
-        assert_eq!(retention_problem("s.log", settings(&keeps)), None);
+        assert_eq!(retention_problem("s.log", settings(&keeps), false), None);
         // Settings the brokers did not list are not guessed at.
-        assert_eq!(retention_problem("s.log", settings(&[])), None);
+        assert_eq!(retention_problem("s.log", settings(&[]), false), None);
     }
 
     #[test]
@@ -753,11 +792,23 @@ mod tests {
             ("cleanup.policy", "compact"),
             ("cleanup.policy", "compact,delete"),
         ] {
-            let problem = retention_problem("s.log", settings(&[(key, value)]))
+            let problem = retention_problem("s.log", settings(&[(key, value)]), false)
                 .unwrap_or_else(|| panic!("{key}={value} passed"));
             assert!(problem.contains(&format!("{key}={value}")), "{problem}");
             assert!(problem.contains("retention.ms=-1"), "{problem}");
         }
+    }
+
+    #[test]
+    fn the_meta_topic_alone_may_be_compacted_but_never_deleted_by_time() {
+        let compact = [("cleanup.policy", "compact")];
+        assert_eq!(retention_problem("s.meta", settings(&compact), true), None);
+        assert!(retention_problem("s.log", settings(&compact), false).is_some());
+        let both = [("cleanup.policy", "compact,delete")];
+        assert!(retention_problem("s.meta", settings(&both), true).is_some());
+        let timed = [("retention.ms", "86400000")];
+        let problem = retention_problem("s.meta", settings(&timed), true).unwrap();
+        assert!(problem.contains("cleanup.policy=compact"), "{problem}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
 use sluice_runtime::replication::replica::Read;
 use sluice_store::storage::fencing::Position;
+use sluice_store::storage::snapshot;
 use sluice_store::storage::writer::WriteSet;
 
 /// Most records applied in one store commit.
@@ -46,6 +47,9 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
     let mut writes = WriteSet::default();
     let mut dirty = BTreeSet::new();
+    // Partitions whose records this node needed were deleted: (partition, the log's first
+    // offset, what to give up with if no snapshot reaches it).
+    let mut catch_ups = Vec::new();
     let mut ends_asked = std::time::Instant::now() - ENDS_EVERY;
     while !*stopping.borrow() {
         rewind(shared, &consumer)?;
@@ -68,12 +72,16 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
                         payload,
                         &mut writes,
                         &mut dirty,
+                        &mut catch_ups,
                     );
                 }
             }
         }
         note_ends(shared, &consumer, &mut ends_asked);
         if dirty.is_empty() {
+            for (p, from, gone) in catch_ups.drain(..) {
+                catch_up(shared, &consumer, p, from, &gone)?;
+            }
             continue;
         }
         let committed = {
@@ -97,15 +105,83 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         for (p, next) in stored {
             lock(&shared.partitions[p as usize]).stored_up_to(next);
         }
+        // After the batch: a snapshot replaces what the store holds of its partition.
+        for (p, from, gone) in catch_ups.drain(..) {
+            catch_up(shared, &consumer, p, from, &gone)?;
+        }
         shared.progress.notify_waiters();
     }
+    Ok(())
+}
+
+/// Loads the newest snapshot of partition `p` into the store and reads the log on from its end,
+/// when it reaches `from` (the log's first offset); otherwise gives `p` up with `gone`.
+fn catch_up(
+    shared: &Shared,
+    consumer: &BaseConsumer,
+    p: u32,
+    from: i64,
+    gone: &CodedError,
+) -> Result<(), CodedError> {
+    let newest = match super::snapshots::newest(shared, p) {
+        Ok(newest) => newest,
+        Err(e) => {
+            tracing::error!(partition = p, error = %e, "cannot load the partition's snapshot");
+            None
+        }
+    };
+    let Some((manifest, chunks)) = newest.filter(|(m, _)| m.position.next >= from) else {
+        let stop_leading = lock(&shared.partitions[p as usize]).give_up(gone.clone());
+        gave_up(shared, p, gone, stop_leading);
+        return Ok(());
+    };
+    let position = manifest.position;
+    let writes = shared.store.with_db(|db| {
+        snapshot::replacing(db, p, shared.settings.partitions, chunks, &position)
+    })??;
+    let answer = {
+        let _hand_over = lock(&shared.hand_over);
+        shared.writer.commit(writes)
+    };
+    match answer.blocking_recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Ok(()),
+    }
+    lock(&shared.partitions[p as usize]).caught_up(position.clone());
+    if position.leader.epoch > 0 {
+        shared.placement.set_leader(
+            p as usize,
+            position.leader.ingress.clone(),
+            position.leader.admin.clone(),
+        );
+    }
+    consumer
+        .seek(
+            &shared.settings.log_topic,
+            p as i32,
+            super::from_offset(position.next),
+            std::time::Duration::from_secs(10),
+        )
+        .map_err(|e| {
+            failed(format!(
+                "cannot read partition {p} on from {}: {e}",
+                position.next
+            ))
+        })?;
+    tracing::info!(
+        partition = p,
+        from = position.next,
+        rows = manifest.rows,
+        "caught up from a snapshot"
+    );
     Ok(())
 }
 
 /// Reads the record at `offset` of partition `p` by the replica's rule (`Replica::read`):
 /// its writes go into `writes` when they count and this node does not lead `p`; a new leader
 /// moves the placement, and a leader here that another node's epoch fenced steps down. A gap
-/// before it or a damaged record gives `p` up.
+/// before it asks for a snapshot (`catch_ups`); a damaged record gives `p` up.
 fn admit(
     shared: &Shared,
     p: u32,
@@ -113,6 +189,7 @@ fn admit(
     payload: &[u8],
     writes: &mut WriteSet,
     dirty: &mut BTreeSet<u32>,
+    catch_ups: &mut Vec<(u32, i64, CodedError)>,
 ) {
     let Some(slot) = shared.partitions.get(p as usize) else {
         return;
@@ -121,6 +198,7 @@ fn admit(
     match replica.read(p, offset, payload, shared.settings.max_record, writes) {
         Read::Nothing => {}
         Read::GaveUp { why, stop_leading } => gave_up(shared, p, &why, stop_leading),
+        Read::CatchUp { from, gone } => catch_ups.push((p, from, gone)),
         Read::Read {
             new_leader,
             stop_leading,

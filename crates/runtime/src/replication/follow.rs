@@ -1,6 +1,7 @@
 //! How a replica reads a partition's log, record by record, whatever carries it: a gap before a
-//! record or a record that does not decode stops following the partition (its store would
-//! miss writes); otherwise the fencing rule (`storage::fencing`) says whether the record counts.
+//! record means what this replica needed was deleted (a snapshot covers it, or nothing does),
+//! and a record that does not decode stops following the partition (its store would miss
+//! writes); otherwise the fencing rule (`storage::fencing`) says whether the record counts.
 //! The Kafka replica reader (`sluice-kafka-log`'s `reader.rs`) and the partition simulator's
 //! catch-up both read through [`follow`].
 
@@ -13,7 +14,10 @@ use crate::storage::record::Record;
 pub enum Followed {
     /// Read before (a rewind delivers it again): nothing changes.
     Before,
-    /// The partition cannot be followed past here (CLU0004 a gap, CLU0003 a damaged record).
+    /// Records before this one that the replica needs are gone (deleted once a snapshot covered
+    /// them): nothing was read; `gone` says which, as CLU0004 if no snapshot covers them.
+    Gap(CodedError),
+    /// The partition cannot be followed past here (a damaged record, CLU0003).
     Broken(CodedError),
     /// Read: the fencing rule's verdict on it, and the record.
     Read(Verdict, Record),
@@ -34,10 +38,10 @@ pub fn follow(
     if offset > seen.next {
         // Kafka numbers a partition's records without holes (the topics are neither compacted
         // nor transactional), so a jump means records this replica needed are gone.
-        return Followed::Broken(CodedError::new(
+        return Followed::Gap(CodedError::new(
             Code::CLU0004,
             format!(
-                "partition {partition}: the log goes on at offset {offset} but this node's store needs offset {}: records it never read were deleted (topic retention?)",
+                "partition {partition}: the log goes on at offset {offset} but this node's store needs offset {}: records it never read were deleted, and no snapshot covers them (topic retention, or snapshots deleted?)",
                 seen.next
             ),
         ));
@@ -92,10 +96,10 @@ mod tests {
     }
 
     #[test]
-    fn a_gap_is_clu0004_and_a_damaged_record_clu0003() {
+    fn a_gap_is_said_as_clu0004_and_a_damaged_record_is_clu0003() {
         let mut seen = Position::default();
-        let Followed::Broken(gap) = follow(&mut seen, 3, 5, &epoch(1), usize::MAX) else {
-            panic!("a gap must stop following")
+        let Followed::Gap(gap) = follow(&mut seen, 3, 5, &epoch(1), usize::MAX) else {
+            panic!("a gap must be said")
         };
         assert_eq!(gap.code, Some(Code::CLU0004));
         assert!(gap.message.contains("needs offset 0"), "{gap}");

@@ -25,9 +25,12 @@ pub struct Replica {
     taking_over: bool,
     /// The log's end as the reader last saw it (`-1`: not yet).
     end: i64,
-    /// Why this node stopped following the partition (a gap in its log, a damaged record): it
-    /// is neither applied nor led here again until the node restarts.
+    /// Why this node stopped following the partition (a gap no snapshot covers, a damaged
+    /// record): it is neither applied nor led here again until the node restarts.
     broken: Option<CodedError>,
+    /// What it needed was deleted: it waits for a snapshot ([`Replica::caught_up`]), reading
+    /// nothing meanwhile.
+    catching_up: bool,
 }
 
 /// What reading one record asks of the node.
@@ -42,6 +45,15 @@ pub enum Read {
         why: CodedError,
         /// This node led the partition: its writer must stop.
         stop_leading: bool,
+    },
+    /// Records the store needs were deleted (a snapshot covers them): the node loads the
+    /// newest snapshot that reaches `from` and reads on from its end ([`Replica::caught_up`]),
+    /// or, with none, gives the partition up with `gone`.
+    CatchUp {
+        /// The first offset the log still has.
+        from: i64,
+        /// What to give up with when no snapshot reaches `from` (CLU0004).
+        gone: CodedError,
     },
     /// Read.
     Read {
@@ -79,6 +91,7 @@ impl Replica {
             taking_over: false,
             end: -1,
             broken: None,
+            catching_up: false,
         }
     }
 
@@ -93,11 +106,21 @@ impl Replica {
         max_record: usize,
         writes: &mut WriteSet,
     ) -> Read {
-        if self.broken.is_some() {
+        if self.broken.is_some() || self.catching_up {
             return Read::Nothing;
         }
         let (verdict, record) = match follow(&mut self.seen, p, offset, payload, max_record) {
             Followed::Before => return Read::Nothing,
+            // Led here, the records deleted were this leader's own, below what it stored (it
+            // deletes only what its snapshot covers): the reader, behind, reads on.
+            Followed::Gap(_) if self.leading.is_some() => {
+                self.seen.next = offset;
+                return self.read(p, offset, payload, max_record, writes);
+            }
+            Followed::Gap(gone) => {
+                self.catching_up = true;
+                return Read::CatchUp { from: offset, gone };
+            }
             Followed::Broken(why) => {
                 let stop_leading = self.give_up(why.clone());
                 return Read::GaveUp { why, stop_leading };
@@ -213,6 +236,12 @@ impl Replica {
         self.stored = position.next;
         self.seen = position;
         self.leading = None;
+        self.catching_up = false;
+    }
+
+    /// The store holds a snapshot of the partition at `position`: it is read on from there.
+    pub fn caught_up(&mut self, position: Position) {
+        self.rewind(position);
     }
 
     /// The log ends at `end` (its next offset), as last asked.
@@ -395,22 +424,61 @@ mod tests {
     }
 
     #[test]
-    fn a_gap_gives_the_partition_up_and_stops_its_leader_here() {
-        let (mut replica, mut set) = leading_epoch_1();
-        let Read::GaveUp { why, stop_leading } =
-            replica.read(0, 5, &epoch(2, 8), usize::MAX, &mut set)
+    fn a_gap_asks_for_a_snapshot_and_reads_on_from_its_end() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set);
+        let Read::CatchUp { from, gone } =
+            replica.read(0, 5, &writes(1, 7, 5), usize::MAX, &mut set)
         else {
-            panic!("a gap must give the partition up")
+            panic!("a gap must ask for a snapshot")
         };
-        assert_eq!(why.code, Some(Code::CLU0004));
-        assert!(stop_leading);
-        assert_eq!(replica.broken().and_then(|e| e.code), Some(Code::CLU0004));
+        assert_eq!((from, gone.code), (5, Some(Code::CLU0004)));
+        // Nothing more is read until the snapshot is in the store.
         assert_eq!(
-            replica.read(0, 1, &epoch(2, 8), usize::MAX, &mut set),
+            replica.read(0, 6, &writes(1, 7, 6), usize::MAX, &mut set),
             Read::Nothing
         );
+        let snapshot = Position {
+            next: 6,
+            leader: leader(1, 7),
+        };
+        replica.caught_up(snapshot);
+        assert_eq!(replica.stored(), 6);
+        assert!(matches!(
+            replica.read(0, 6, &writes(1, 7, 6), usize::MAX, &mut set),
+            Read::Read {
+                store_position: true,
+                ..
+            }
+        ));
+        assert_eq!(set.len(), 1, "the leader's writes after the snapshot count");
+    }
+
+    #[test]
+    fn a_leader_reads_past_its_own_records_it_deleted() {
+        let (mut replica, mut set) = leading_epoch_1();
+        assert!(matches!(
+            replica.read(0, 9, &writes(1, 7, 9), usize::MAX, &mut set),
+            Read::Read {
+                stop_leading: false,
+                ..
+            }
+        ));
+        assert!(replica.leads());
+    }
+
+    #[test]
+    fn a_gap_no_snapshot_covers_gives_the_partition_up_for_good() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        let Read::CatchUp { gone, .. } = replica.read(0, 5, &epoch(2, 8), usize::MAX, &mut set)
+        else {
+            panic!("a gap must ask for a snapshot")
+        };
+        assert!(!replica.give_up(gone), "it did not lead the partition");
+        assert_eq!(replica.broken().and_then(|e| e.code), Some(Code::CLU0004));
         assert_eq!(replica.wish(true), Wish::Refuse);
-        assert!(replica.broken().is_some(), "no takeover goes on");
         assert!(replica.stored_past(i64::MAX - 1), "no takeover waits on it");
     }
 }

@@ -66,7 +66,7 @@ impl Position {
         out
     }
 
-    fn decode(bytes: &[u8]) -> Result<Self, CodedError> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, CodedError> {
         let (next, rest) = bytes
             .split_first_chunk::<8>()
             .ok_or_else(|| bad("a position row shorter than 8 bytes"))?;
@@ -82,6 +82,18 @@ impl Position {
     /// Writes this position of `partition` with `writes`, in the same transaction.
     pub fn save(&self, partition: u32, writes: &mut WriteSet) {
         writes.put(POSITIONS, &partition.to_be_bytes(), self.encode());
+    }
+
+    /// The stored position of partition `p` in `txn` (`None`: never read).
+    pub fn load_in(txn: &redb::ReadTransaction, p: u32) -> Result<Option<Position>, CodedError> {
+        let table = match txn.open_table(POSITIONS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(read_failed(e)),
+        };
+        let row =
+            redb::ReadableTable::get(&table, p.to_be_bytes().as_slice()).map_err(read_failed)?;
+        row.map(|value| Position::decode(value.value())).transpose()
     }
 
     /// The stored position of every partition (a partition never read is absent).

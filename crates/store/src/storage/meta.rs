@@ -48,6 +48,16 @@ fn storage(e: impl std::fmt::Display) -> CodedError {
 }
 
 impl MetaSnapshot {
+    /// What names its group of tables in the meta topic: their names, in order. A compacted
+    /// topic keeps the newest record of each key, which replaces every older one of the group.
+    pub fn key(&self) -> String {
+        self.tables
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The tables named `names`, read whole from `db`.
     pub fn read(db: &redb::Database, names: &[&str]) -> Result<Self, CodedError> {
         let txn = db.begin_read().map_err(storage)?;

@@ -15,6 +15,7 @@ pub mod log;
 pub mod meta;
 pub mod pipeline;
 pub mod record;
+pub mod snapshot;
 pub mod view;
 pub mod write_set;
 pub mod writer;

@@ -6,6 +6,7 @@
 use super::Store;
 pub use crate::schema::BytesTable;
 
+#[derive(Clone)]
 pub(crate) enum Op {
     Put(BytesTable, Vec<u8>, Vec<u8>),
     Delete(BytesTable, Vec<u8>),
@@ -13,7 +14,7 @@ pub(crate) enum Op {
 }
 
 /// Writes to apply atomically, in order.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct WriteSet {
     pub(crate) ops: Vec<Op>,
 }

@@ -1,0 +1,448 @@
+//! A partition's state as a snapshot (`docs/cluster.md`, "Snapshots"): every row of the
+//! partition tables the partition owns, and its position in its log, read in one transaction so
+//! that they are the state of exactly the log before that position. A leader writes it to the
+//! snapshot topic as chunks and then a manifest; a node whose log position was deleted loads the
+//! newest complete one and reads the log on from where it ends.
+//!
+//! The partition tables hold every partition's rows side by side; which partition owns a row
+//! follows from its key ([`owner`]), as the invocation ids and object names in it say.
+//!
+//! Snapshot records come from the network: decoding checks every length and answers a coded
+//! error (CLU0003), never a panic.
+
+use redb::{ReadableDatabase, ReadableTable};
+
+use super::fencing::Position;
+use super::record::{Record, bad};
+use super::write_set::WriteSet;
+use crate::errors::{Code, CodedError};
+use crate::ids::InvocationId;
+use crate::schema::{self, BytesTable, Role};
+
+const VERSION: u8 = 1;
+const KIND_CHUNK: u8 = 1;
+const KIND_MANIFEST: u8 = 2;
+
+/// What a snapshot's chunks add up to, written after the last of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// Names the snapshot its chunks carry.
+    pub id: u64,
+    /// How many chunks came before it.
+    pub chunks: u32,
+    /// How many rows they hold.
+    pub rows: u64,
+    /// The partition's log position the state is at: a node that loads it reads on from
+    /// `position.next`, with `position.leader` as the current leader.
+    pub position: Position,
+}
+
+/// One record of a partition's snapshot topic.
+#[derive(Debug)]
+pub enum SnapshotRecord {
+    /// Rows of snapshot `id`, the `seq`th chunk (from 0), as puts.
+    Chunk {
+        /// The snapshot.
+        id: u64,
+        /// Its place among the snapshot's chunks.
+        seq: u32,
+        /// The rows.
+        rows: WriteSet,
+    },
+    /// The snapshot is complete.
+    Manifest(Manifest),
+}
+
+impl SnapshotRecord {
+    /// Its bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![VERSION];
+        match self {
+            Self::Chunk { id, seq, rows } => {
+                out.push(KIND_CHUNK);
+                out.extend_from_slice(&id.to_be_bytes());
+                out.extend_from_slice(&seq.to_be_bytes());
+                // The rows as a write set's record, which has the bounded decoder already.
+                out.extend_from_slice(&writes_record(rows));
+            }
+            Self::Manifest(manifest) => {
+                out.push(KIND_MANIFEST);
+                out.extend_from_slice(&manifest.id.to_be_bytes());
+                out.extend_from_slice(&manifest.chunks.to_be_bytes());
+                out.extend_from_slice(&manifest.rows.to_be_bytes());
+                out.extend_from_slice(&manifest.position.encode());
+            }
+        }
+        out
+    }
+
+    /// Reads a record of at most `max` bytes.
+    pub fn decode(bytes: &[u8], max: usize) -> Result<Self, CodedError> {
+        if bytes.len() > max {
+            return Err(bad(format!(
+                "a snapshot record of {} bytes, more than {max}",
+                bytes.len()
+            )));
+        }
+        let [version, kind, rest @ ..] = bytes else {
+            return Err(bad("a snapshot record shorter than 2 bytes"));
+        };
+        if *version != VERSION {
+            return Err(bad(format!("snapshot record version {version}")));
+        }
+        let (id, rest) = rest
+            .split_first_chunk::<8>()
+            .ok_or_else(|| bad("a snapshot record without its id"))?;
+        let id = u64::from_be_bytes(*id);
+        match *kind {
+            KIND_CHUNK => {
+                let (seq, rest) = rest
+                    .split_first_chunk::<4>()
+                    .ok_or_else(|| bad("a snapshot chunk without its number"))?;
+                let Record::Writes { writes, .. } = Record::decode(rest, max)? else {
+                    return Err(bad("a snapshot chunk without rows"));
+                };
+                Ok(Self::Chunk {
+                    id,
+                    seq: u32::from_be_bytes(*seq),
+                    rows: writes,
+                })
+            }
+            KIND_MANIFEST => {
+                let (chunks, rest) = rest
+                    .split_first_chunk::<4>()
+                    .ok_or_else(|| bad("a snapshot manifest without its chunk count"))?;
+                let (rows, rest) = rest
+                    .split_first_chunk::<8>()
+                    .ok_or_else(|| bad("a snapshot manifest without its row count"))?;
+                Ok(Self::Manifest(Manifest {
+                    id,
+                    chunks: u32::from_be_bytes(*chunks),
+                    rows: u64::from_be_bytes(*rows),
+                    position: Position::decode(rest)?,
+                }))
+            }
+            other => Err(bad(format!("unknown snapshot record kind {other}"))),
+        }
+    }
+}
+
+fn writes_record(rows: &WriteSet) -> Vec<u8> {
+    // A write set's record carries an epoch, which a snapshot has no use for: its rows are
+    // state, not a leader's writes.
+    let record = Record::Writes {
+        epoch: 0,
+        incarnation: 0,
+        at: None,
+        writes: rows.clone(),
+    };
+    record.encode()
+}
+
+/// The partition (of `partitions`) that owns `key` of partition table `table`: the one whose
+/// write sets write it. `None` for a key no partition would write (a bug elsewhere, or a row
+/// from a newer version), which a snapshot leaves out.
+pub fn owner(table: &str, key: &[u8], partitions: u32) -> Option<u32> {
+    let of_key = |partition_key: u64| (partition_key % u64::from(partitions.max(1))) as u32;
+    let id_at = |at: usize| {
+        key.get(at..at + 24)
+            .and_then(|bytes| <[u8; 24]>::try_from(bytes).ok())
+            .map(|bytes| of_key(InvocationId::from_bytes(bytes).partition_key()))
+    };
+    match table {
+        // Key: invocation id ‖ …
+        "invocations" | "journal" => id_at(0),
+        // Key: a time (u64 BE) ‖ invocation id ‖ …
+        "timers" | "purges" => id_at(8),
+        // Key: the scope, service and object key, each after its u32 BE length ‖ …: a scoped
+        // object lives on its scope's partition, any other on its own.
+        "state" | "promises" => {
+            let mut rest = key;
+            let mut part = || -> Option<&str> {
+                let (len, tail) = rest.split_first_chunk::<4>()?;
+                let len = u32::from_be_bytes(*len) as usize;
+                let (text, tail) = (tail.get(..len)?, tail.get(len..)?);
+                rest = tail;
+                std::str::from_utf8(text).ok()
+            };
+            let (scope, service, object) = (part()?, part()?, part()?);
+            Some(of_key(if scope.is_empty() {
+                crate::invocation::identity::partition_key(&[service, object])
+            } else {
+                crate::invocation::identity::partition_key(&[scope])
+            }))
+        }
+        // Key: the partition's index (u32 BE) ‖ …
+        "paused_queues" | "flow_quotas" => key
+            .first_chunk::<4>()
+            .map(|index| u32::from_be_bytes(*index))
+            .filter(|index| *index < partitions),
+        _ => None,
+    }
+}
+
+/// Every partition table.
+fn partition_tables() -> impl Iterator<Item = (&'static str, BytesTable)> {
+    schema::TABLES.iter().filter_map(|t| match t.role {
+        Role::Partition { log_id } => schema::partition_table(log_id).map(|table| (t.name, table)),
+        _ => None,
+    })
+}
+
+fn storage(e: impl std::fmt::Display) -> CodedError {
+    CodedError::new(Code::RT0009, format!("partition snapshot: {e}"))
+}
+
+/// Partition `p`'s state in `db` (of `partitions`): its position in its log (`None` when this
+/// store never read it) and its rows, as puts in sets of about `chunk_bytes` each.
+pub fn export(
+    db: &redb::Database,
+    p: u32,
+    partitions: u32,
+    chunk_bytes: usize,
+) -> Result<Option<(Position, Vec<WriteSet>)>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Some(position) = Position::load_in(&txn, p)? else {
+        return Ok(None);
+    };
+    let mut chunks = vec![WriteSet::default()];
+    let mut size = 0;
+    for (name, table) in partition_tables() {
+        let table = match txn.open_table(table) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => continue,
+            Err(e) => return Err(storage(e)),
+        };
+        for row in table.iter().map_err(storage)? {
+            let (key, value) = row.map_err(storage)?;
+            let (key, value) = (key.value(), value.value());
+            if owner(name, key, partitions) != Some(p) {
+                continue;
+            }
+            let row_bytes = key.len() + value.len() + 16;
+            if size > 0 && size + row_bytes > chunk_bytes {
+                chunks.push(WriteSet::default());
+                size = 0;
+            }
+            size += row_bytes;
+            if let Some(chunk) = chunks.last_mut() {
+                chunk.put(table_of(name)?, key, value.to_vec());
+            }
+        }
+    }
+    if chunks.last().is_some_and(WriteSet::is_empty) && chunks.len() > 1 {
+        chunks.pop();
+    }
+    Ok(Some((position, chunks)))
+}
+
+fn table_of(name: &str) -> Result<BytesTable, CodedError> {
+    schema::log_id(name)
+        .and_then(schema::partition_table)
+        .ok_or_else(|| storage(format!("{name} is not a partition table")))
+}
+
+/// The writes that replace partition `p`'s rows in `db` with a snapshot's (`chunks`) and set
+/// its position to `position`: once committed, the store holds the partition exactly as the
+/// snapshot does. Nothing else may write the partition's rows meanwhile (it is not led here,
+/// and the replica reader, its only writer, builds these).
+pub fn replacing(
+    db: &redb::Database,
+    p: u32,
+    partitions: u32,
+    chunks: Vec<WriteSet>,
+    position: &Position,
+) -> Result<WriteSet, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let mut writes = WriteSet::default();
+    for (name, table) in partition_tables() {
+        let read = match txn.open_table(table) {
+            Ok(read) => read,
+            Err(redb::TableError::TableDoesNotExist(_)) => continue,
+            Err(e) => return Err(storage(e)),
+        };
+        for row in read.iter().map_err(storage)? {
+            let (key, _) = row.map_err(storage)?;
+            if owner(name, key.value(), partitions) == Some(p) {
+                writes.delete(table, key.value());
+            }
+        }
+    }
+    for mut chunk in chunks {
+        writes.append(&mut chunk);
+    }
+    position.save(p, &mut writes);
+    Ok(writes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Store;
+
+    fn id(partition_key: u64, n: u128) -> InvocationId {
+        InvocationId::new(partition_key, n)
+    }
+
+    fn object_key(scope: &str, service: &str, object: &str, name: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in [scope, service, object] {
+            out.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            out.extend_from_slice(part.as_bytes());
+        }
+        out.extend_from_slice(name.as_bytes());
+        out
+    }
+
+    #[test]
+    fn every_partition_table_has_an_owner_rule() {
+        // A table without one would be left out of every snapshot: a new partition table must
+        // say here which partition owns its rows.
+        for (name, _) in partition_tables() {
+            let key = vec![0; 64];
+            assert!(
+                owner(name, &key, 4).is_some(),
+                "no owner rule for partition table {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn rows_belong_to_the_partition_of_their_invocation_or_object() {
+        let a = id(5, 1);
+        let mut timer = 7u64.to_be_bytes().to_vec();
+        timer.extend_from_slice(&a.to_bytes());
+        assert_eq!(owner("invocations", &a.to_bytes(), 4), Some(1));
+        assert_eq!(owner("timers", &timer, 4), Some(1));
+        let plain = crate::invocation::identity::partition_key(&["Counter", "k"]);
+        assert_eq!(
+            owner("state", &object_key("", "Counter", "k", "n"), 4),
+            Some((plain % 4) as u32)
+        );
+        let scoped = crate::invocation::identity::partition_key(&["acme"]);
+        assert_eq!(
+            owner("promises", &object_key("acme", "Flow", "k", "p"), 4),
+            Some((scoped % 4) as u32)
+        );
+        assert_eq!(owner("flow_quotas", &3u32.to_be_bytes(), 4), Some(3));
+        assert_eq!(owner("flow_quotas", &9u32.to_be_bytes(), 4), None);
+        // Hostile keys: too short, lengths past the end.
+        assert_eq!(owner("journal", &[1, 2, 3], 4), None);
+        assert_eq!(owner("state", &[0, 0, 0, 200, 1], 4), None);
+    }
+
+    #[test]
+    fn a_snapshot_moves_exactly_one_partitions_state_to_another_store() {
+        let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (
+            Store::open(from_dir.path()).unwrap(),
+            Store::open(to_dir.path()).unwrap(),
+        );
+        let mut rows = WriteSet::default();
+        for n in 0..200u128 {
+            let inv = id(n as u64, n);
+            rows.put(schema::INVOCATIONS, &inv.to_bytes(), vec![n as u8; 100]);
+        }
+        let position = Position {
+            next: 42,
+            ..Position::default()
+        };
+        position.save(1, &mut rows);
+        rows.commit_now(&from);
+        // The other store holds stale rows of partition 1 and rows of partition 2.
+        let mut stale = WriteSet::default();
+        stale.put(
+            schema::INVOCATIONS,
+            &id(1, 999).to_bytes(),
+            b"stale".to_vec(),
+        );
+        stale.put(
+            schema::INVOCATIONS,
+            &id(2, 998).to_bytes(),
+            b"other".to_vec(),
+        );
+        stale.commit_now(&to);
+
+        let (read_position, chunks) = from
+            .with_db(|db| export(db, 1, 4, 2_000))
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(read_position, position);
+        assert!(chunks.len() > 1, "{} chunks", chunks.len());
+        // Through the topic's encoding and back.
+        let decoded: Vec<WriteSet> = chunks
+            .iter()
+            .enumerate()
+            .map(|(seq, rows)| {
+                let record = SnapshotRecord::Chunk {
+                    id: 7,
+                    seq: seq as u32,
+                    rows: rows.clone(),
+                };
+                match SnapshotRecord::decode(&record.encode(), 1 << 20).unwrap() {
+                    SnapshotRecord::Chunk { rows, .. } => rows,
+                    SnapshotRecord::Manifest(_) => unreachable!(),
+                }
+            })
+            .collect();
+        let replace = to
+            .with_db(|db| replacing(db, 1, 4, decoded, &read_position))
+            .unwrap()
+            .unwrap();
+        replace.commit_now(&to);
+        let (_, moved) = to
+            .with_db(|db| export(db, 1, 4, usize::MAX))
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(moved.iter().map(WriteSet::len).sum::<usize>(), 50);
+        let txn = to.with_db(|db| db.begin_read().unwrap()).unwrap();
+        let table = txn.open_table(schema::INVOCATIONS).unwrap();
+        assert!(
+            table
+                .get(id(1, 999).to_bytes().as_slice())
+                .unwrap()
+                .is_none(),
+            "stale row"
+        );
+        assert!(
+            table
+                .get(id(2, 998).to_bytes().as_slice())
+                .unwrap()
+                .is_some(),
+            "another partition's row"
+        );
+        let positions = to.with_db(Position::load_all).unwrap().unwrap();
+        assert_eq!(positions.get(&1), Some(&read_position));
+    }
+
+    #[test]
+    fn hostile_snapshot_records_are_refused_with_a_code() {
+        let manifest = SnapshotRecord::Manifest(Manifest {
+            id: 3,
+            chunks: 2,
+            rows: 10,
+            position: Position::default(),
+        })
+        .encode();
+        assert!(matches!(
+            SnapshotRecord::decode(&manifest, 1 << 20).unwrap(),
+            SnapshotRecord::Manifest(Manifest {
+                id: 3,
+                chunks: 2,
+                rows: 10,
+                ..
+            })
+        ));
+        for cut in 0..manifest.len() {
+            let e = SnapshotRecord::decode(&manifest[..cut], 1 << 20).unwrap_err();
+            assert_eq!(e.code, Some(Code::CLU0003), "{cut}: {e}");
+        }
+        assert!(
+            SnapshotRecord::decode(&manifest, 4).is_err(),
+            "over the bound"
+        );
+        assert!(SnapshotRecord::decode(&[1, 9, 0, 0, 0, 0, 0, 0, 0, 0], 64).is_err());
+    }
+}
