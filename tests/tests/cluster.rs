@@ -25,6 +25,7 @@ fn broker() -> KafkaBroker {
             ("sluice.leaders", partitions),
             ("sluice.inbox", partitions),
             ("sluice.meta", 1),
+            ("sluice.snapshots", partitions),
         ],
     )
 }
