@@ -1707,3 +1707,80 @@ async fn snapshots_bound_the_log_and_a_fresh_node_catches_up_from_them() {
     }
     completed_on_every_node(&nodes, &acknowledged).await;
 }
+
+/// A quota reset asked of one node reaches the partitions every node leads: two scopes whose
+/// counters live on partitions led by different nodes each use up a rejecting quota, and one
+/// reset through the first node lets both run again. Before, it reached only the partitions
+/// of the node asked.
+#[tokio::test]
+async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    // Both clocks at noon of a fixed day: no quota window ends while the test runs.
+    let offset = sluice_tests::clock_offset_to(sluice_tests::MIDDAY_MS);
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        nodes.push(
+            real_node(&bootstrap, id)
+                .clock_offset_ms(offset)
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    nodes[0].register(&dep.uri, false).await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    spread_over(&nodes[0], &["n1", "n2"]).await;
+    agreed_on_leaders(&nodes).await;
+    nodes[0]
+        .set_rules(serde_json::json!([{"pattern": "*", "limits": {"quota": "1/day", "on_exceed": "reject"}}]))
+        .await;
+    admin_shows(&nodes[1], "/limits/rules", "1/day", Duration::from_secs(10)).await;
+    // A scope on a partition each node leads.
+    let led = leaders(&nodes[0]).await;
+    let scope_led_by = |node: &str| {
+        (0..256)
+            .map(|i| format!("t{i}"))
+            .find(|scope| {
+                let p =
+                    sluice_store::invocation::identity::partition_key(&[scope]) % PARTITIONS as u64;
+                led[p as usize].as_deref() == Some(node)
+            })
+            .unwrap_or_else(|| panic!("no scope on a partition {node} leads: {led:?}"))
+    };
+    let scopes = [scope_led_by("n1"), scope_led_by("n2")];
+    let call = |scope: &str| format!("/service/scope/{scope}/call/Greeter/greet");
+    for scope in &scopes {
+        let (status, body) = post(&nodes[0], &call(scope), "\"a\"").await;
+        assert_eq!(status, 200, "{scope}: {body}");
+        let (status, body) = post(&nodes[0], &call(scope), "\"b\"").await;
+        assert_eq!(status, 429, "{scope}'s quota is used up: {body}");
+    }
+    let (status, body) = post_admin(
+        &nodes[0],
+        "/limits/rules/reset-quota",
+        &serde_json::json!({"pattern": "*"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["reset"].as_u64().unwrap() >= 2, "{body}");
+    for scope in &scopes {
+        let (status, body) = post(&nodes[0], &call(scope), "\"c\"").await;
+        assert_eq!(status, 200, "{scope} runs again after the reset: {body}");
+    }
+}
+
+/// Posts `body` to the admin API of `sluice`: the status and the JSON answered.
+async fn post_admin(sluice: &Sluice, path: &str, body: &Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}{path}", sluice.admin_url))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}

@@ -333,17 +333,82 @@ pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListRulesRespons
 }
 
 /// Starts the quota count of every counter a pattern matches again from 0, in the current
-/// window, on every partition this node runs; answered once stored.
+/// window, on every partition; answered once stored. In cluster mode the node asked resets the
+/// partitions it leads and asks every other leading node to reset theirs.
 #[utoipa::path(post, path = "/limits/rules/reset-quota", tag = "limits", operation_id = "reset_quota",
     request_body = ResetQuotaRequest,
-    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern")))]
+    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern"),
+        (status = 503, description = "ADM0010: a partition has no leader now, or a node leading some did not answer")))]
 pub async fn reset_quota(
     State(state): State<Arc<AdminState>>,
+    headers: http::HeaderMap,
     Json(request): Json<ResetQuotaRequest>,
 ) -> Result<Json<ResetQuotaResponse>, AdminError> {
     let pattern = pattern(&request.pattern)?;
-    let reset = state.runtime.reset_quota(&pattern).await?;
+    let mut reset = state.runtime.reset_quota(&pattern).await?;
+    let placement = state.runtime.placement();
+    if placement.is_clustered()
+        && !headers.contains_key(sluice_runtime::replication::relay::FORWARDED)
+    {
+        reset += reset_elsewhere(&placement.leaders_elsewhere(), &request).await?;
+    }
     Ok(Json(ResetQuotaResponse { reset }))
+}
+
+/// Asks every other leading node (`leaders`: their admin URLs, and how many partitions nobody
+/// leads) to reset what `request` names on the partitions it leads; how many counters they
+/// reset. A partition without a leader, or a node that did not answer, makes the reset
+/// incomplete: 503, and a retry resets again (a reset is a reset however often it is made).
+async fn reset_elsewhere(
+    leaders: &(Vec<String>, usize),
+    request: &ResetQuotaRequest,
+) -> Result<u64, AdminError> {
+    let (admins, nobody) = leaders;
+    let incomplete = |why: String| {
+        AdminError::coded(
+            Code::ADM0010,
+            format!(
+                "[CLU0001] the quota reset is incomplete: {why}; retry (resetting again is harmless)"
+            ),
+        )
+    };
+    if *nobody > 0 {
+        return Err(incomplete(format!(
+            "{nobody} partition(s) have no leader right now (a takeover)"
+        )));
+    }
+    let client =
+        sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
+    let body = serde_json::to_vec(request).map_err(|e| incomplete(e.to_string()))?;
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    let mut reset = 0;
+    for admin in admins {
+        let answer = sluice_runtime::replication::relay::relay(
+            &client,
+            admin,
+            http::Method::POST,
+            "/limits/rules/reset-quota",
+            &headers,
+            body.clone().into(),
+        )
+        .await
+        .map_err(incomplete)?;
+        if !answer.status.is_success() {
+            return Err(incomplete(format!(
+                "{admin} answered {}: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            )));
+        }
+        let done: ResetQuotaResponse = serde_json::from_slice(&answer.body)
+            .map_err(|e| incomplete(format!("{admin} answered what is not a reset: {e}")))?;
+        reset += done.reset;
+    }
+    Ok(reset)
 }
 
 /// The flow charts' data over the last `flow.history`: per rule and level admitted/s,

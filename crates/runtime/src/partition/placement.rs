@@ -133,6 +133,25 @@ impl Placement {
         }
     }
 
+    /// Cluster mode: the admin URLs of the other nodes leading partitions (each once), and how
+    /// many partitions no node leads right now.
+    pub fn leaders_elsewhere(&self) -> (Vec<String>, usize) {
+        let leaders = self.leaders.read().unwrap_or_else(|e| e.into_inner());
+        let mut admins = Vec::new();
+        let mut nobody = 0;
+        for (index, leader) in leaders.iter().enumerate() {
+            if self.is_here(index) {
+                continue;
+            }
+            match leader {
+                Some((_, admin)) if !admins.contains(admin) => admins.push(admin.clone()),
+                Some(_) => {}
+                None => nobody += 1,
+            }
+        }
+        (admins, nobody)
+    }
+
     /// How many partitions there are.
     pub fn len(&self) -> usize {
         self.here.len()
@@ -160,6 +179,19 @@ mod tests {
         );
         clustered.set_here(0, true);
         assert_eq!(clustered.route(0), Route::Here);
+    }
+
+    #[test]
+    fn the_other_leaders_are_named_once_and_unled_partitions_counted() {
+        let clustered = Placement::clustered(4);
+        clustered.set_leader(0, "http://a/".into(), "http://a:9/".into());
+        clustered.set_leader(1, "http://a/".into(), "http://a:9/".into());
+        clustered.set_leader(2, "http://me/".into(), "http://me:9/".into());
+        clustered.set_here(2, true);
+        assert_eq!(
+            clustered.leaders_elsewhere(),
+            (vec!["http://a:9/".to_owned()], 1)
+        );
     }
 
     #[test]

@@ -377,7 +377,11 @@ impl Runtime {
     /// reset, once each partition stored it.
     pub async fn reset_quota(&self, pattern: &crate::flow::RulePattern) -> Result<u64, CodedError> {
         let mut answers = Vec::with_capacity(self.senders.len());
-        for sender in self.senders.iter() {
+        for (index, sender) in self.senders.iter().enumerate() {
+            // Cluster mode: the node leading a partition resets its counters.
+            if !self.placement.is_here(index) {
+                continue;
+            }
             let (reply, answer) = oneshot::channel();
             sender
                 .send(Event::ResetQuota {
