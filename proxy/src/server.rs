@@ -58,6 +58,15 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         let runtime = runtime.clone();
         registry.on_change(Box::new(move || runtime.nudge_all()));
     }
+    if config.cluster.is_kafka() {
+        // A deployment's limit holds across the cluster: each node runs its partitions' part,
+        // which moves with them (`sluice_flow::gates::Share`).
+        let (gates, nudge) = (Arc::clone(registry.gates()), runtime.clone());
+        runtime.placement().on_led(Box::new(move |led| {
+            gates.lead(led);
+            nudge.nudge_all();
+        }));
+    }
     if let Some(migrated) = sluice_runtime::limits::migrate::migrate(&store)? {
         tracing::info!(
             in_flight = migrated.in_flight,

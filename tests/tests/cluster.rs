@@ -1784,3 +1784,64 @@ async fn post_admin(sluice: &Sluice, path: &str, body: &Value) -> (u16, Value) {
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
 }
+
+/// A concurrency limit a deployment's manifest declares holds across the cluster, measured in
+/// the deployment: two nodes each run their partitions' part of it (2 + 2 of 4), not the whole
+/// limit each. Before, each node held the limit alone and the deployment saw up to twice it.
+#[tokio::test]
+async fn a_deployments_declared_limit_holds_across_nodes() {
+    const SENDS: usize = 16;
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let dep = TestDeployment::start_with(
+        sluice_tests::free_port(),
+        "v1",
+        &[("SLUICE_TEST_LIMITS", "deployment=4")],
+    )
+    .await
+    .unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
+    }
+    nodes[0].register(&dep.uri, false).await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    spread_over(&nodes[0], &["n1", "n2"]).await;
+    agreed_on_leaders(&nodes).await;
+    let _: Value = sluice_tests::call_json(&nodes[0], "Meter/timings").await;
+    // Sends through both nodes, each placed on a partition its node leads: both nodes have
+    // more than their part waiting.
+    let mut acknowledged = Vec::new();
+    for i in 0..SENDS {
+        let (status, body) =
+            post(&nodes[i % 2], "/Meter/timed/send", &format!("\"t{i} 400\"")).await;
+        assert_eq!(status, 202, "{body}");
+        acknowledged.push(invocation_id(&body));
+    }
+    for id in &acknowledged {
+        nodes[0]
+            .invocation_until(id, "completed", |seen| seen["status"] == "completed")
+            .await;
+    }
+    let runs: Vec<(String, u64, u64)> = sluice_tests::call_json(&nodes[0], "Meter/timings").await;
+    assert_eq!(runs.len(), SENDS, "every send ran once: {runs:?}");
+    let mut edges: Vec<(u64, i32)> = runs
+        .iter()
+        .flat_map(|(_, start, end)| [(*start, 1), (*end, -1)])
+        .collect();
+    // An end at the same ms as a start comes first: they did not overlap.
+    edges.sort();
+    let (mut now, mut peak) = (0, 0);
+    for (_, step) in edges {
+        now += step;
+        peak = peak.max(now);
+    }
+    eprintln!("the deployment ran at most {peak} at once");
+    assert!(
+        peak <= 4,
+        "the deployment ran {peak} at once, over its limit of 4"
+    );
+    assert!(peak >= 2, "the nodes ran their parts at once: {peak}");
+}

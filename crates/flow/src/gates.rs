@@ -20,6 +20,41 @@ const MEMBERS: u32 = u64::BITS;
 /// No limit.
 const UNLIMITED: u32 = u32::MAX;
 
+/// Which of a cluster's partitions this node leads (`None`: all of them, as embedded). A gate
+/// lets this node run its part of the gate's limit: partition *p* of *n* carries
+/// `⌊L·(p+1)/n⌋ − ⌊L·p/n⌋` of limit *L* (the parts add up to *L*), and a node runs what its
+/// partitions carry, at least 1 while it leads any (so no partition's work waits for good). The
+/// nodes together stay within *L* whenever *L* is at least the number of nodes leading
+/// partitions; below that each runs 1.
+#[derive(Debug, Default)]
+pub struct Share {
+    led: RwLock<Option<Vec<bool>>>,
+}
+
+impl Share {
+    /// This node's part of `limit`.
+    pub fn of(&self, limit: u32) -> u32 {
+        if limit == UNLIMITED {
+            return UNLIMITED;
+        }
+        let led = self.led.read().unwrap_or_else(|e| e.into_inner());
+        let Some(led) = led.as_ref().filter(|led| !led.is_empty()) else {
+            return limit;
+        };
+        let (whole, n) = (u64::from(limit), led.len() as u64);
+        let part: u64 = (0..n)
+            .filter(|p| led[*p as usize])
+            .map(|p| whole * (p + 1) / n - whole * p / n)
+            .sum();
+        let part = u32::try_from(part).unwrap_or(limit);
+        if part == 0 && led.contains(&true) {
+            1
+        } else {
+            part
+        }
+    }
+}
+
 /// One gate: a deployment's, or one service's of a deployment.
 #[derive(Debug)]
 pub struct Gate {
@@ -37,6 +72,8 @@ pub struct Gate {
     pacer: Option<Mutex<Pacer>>,
     /// The pacer has a window: successes count.
     paced: AtomicBool,
+    /// This node's part of the limit (cluster mode).
+    share: Arc<Share>,
 }
 
 /// A gate as operators see it.
@@ -57,13 +94,20 @@ pub struct GateSnapshot {
 }
 
 impl Gate {
-    fn new(id: u64, name: &str, declared: Option<u32>, pacing: Option<PacingConfig>) -> Self {
+    fn new(
+        id: u64,
+        name: &str,
+        declared: Option<u32>,
+        pacing: Option<PacingConfig>,
+        share: Arc<Share>,
+    ) -> Self {
         let declared = declared.unwrap_or(UNLIMITED);
         Self {
             id,
             name: name.into(),
             declared: AtomicU32::new(declared),
-            limit: AtomicU32::new(declared),
+            limit: AtomicU32::new(share.of(declared)),
+            share,
             used: AtomicU32::new(0),
             waiting: AtomicU64::new(0),
             closed_until: AtomicU64::new(0),
@@ -177,10 +221,10 @@ impl Gate {
         self.declared.load(Ordering::Relaxed)
     }
 
-    /// What may run: the declared limit, capped by the pacing window.
+    /// What may run here: this node's part of the declared limit, capped by the pacing window.
     fn set_limit(&self, declared: u32, window: Option<u32>) {
         self.limit.store(
-            window.map_or(declared, |w| w.min(declared)),
+            self.share.of(window.map_or(declared, |w| w.min(declared))),
             Ordering::Relaxed,
         );
     }
@@ -266,6 +310,8 @@ struct Table {
 #[derive(Debug)]
 pub struct Gates {
     pacing: RwLock<PacingConfig>,
+    /// This node's part of every gate's limit.
+    share: Arc<Share>,
     table: RwLock<Table>,
     /// Bumps on every change, so schedulers know when to look their queues' gates up again.
     generation: AtomicU64,
@@ -283,6 +329,7 @@ impl Gates {
     pub fn new(pacing: PacingConfig) -> Self {
         Self {
             pacing: RwLock::new(pacing),
+            share: Arc::default(),
             table: RwLock::new(Table::default()),
             generation: AtomicU64::new(1),
             next_id: AtomicU64::new(1),
@@ -338,6 +385,7 @@ impl Gates {
                     name,
                     declared,
                     paced.then_some(pacing),
+                    Arc::clone(&self.share),
                 )),
             };
             by_name.insert(Box::<str>::from(name), Arc::clone(&gate));
@@ -365,6 +413,18 @@ impl Gates {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Cluster mode: this node leads the partitions `led` marks; every gate lets through this
+    /// node's part of its limit from now on ([`Share`]).
+    pub fn lead(&self, led: Vec<bool>) {
+        *self.share.led.write().unwrap_or_else(|e| e.into_inner()) = Some(led);
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        for gate in table.by_name.values() {
+            gate.set_limit(gate.declared(), gate.window());
+        }
+        drop(table);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Every live gate, by name.
     pub fn snapshot(&self, now: u64) -> Vec<GateSnapshot> {
         let table = self.table.read().unwrap_or_else(|e| e.into_inner());
@@ -377,6 +437,41 @@ impl Gates {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_run_their_partitions_parts_of_a_limit_which_add_up_to_it() {
+        let share = |led: &[bool], limit| {
+            let share = Share::default();
+            *share.led.write().unwrap() = Some(led.to_vec());
+            share.of(limit)
+        };
+        // Two nodes, four partitions each way.
+        for limit in [4, 5, 7, 100] {
+            let (a, b) = (
+                share(&[true, true, false, false], limit),
+                share(&[false, false, true, true], limit),
+            );
+            assert_eq!(a + b, limit, "{limit}: {a} + {b}");
+        }
+        // A limit below the nodes' count: each leading node runs 1, none waits for good.
+        assert_eq!(share(&[true, false, false, false], 2), 1);
+        assert_eq!(share(&[false, false, false, false], 2), 0);
+        assert_eq!(Share::default().of(3), 3, "embedded: the whole limit");
+        assert_eq!(share(&[true, false], UNLIMITED), UNLIMITED);
+        // A gate follows the partitions led.
+        let gates = Gates::default();
+        gates.sync(&[DeploymentLimits {
+            id: "dp".into(),
+            concurrency: Some(4),
+            services: vec![("S".into(), None)],
+        }]);
+        let gate = gates.for_service("S").deployment.unwrap();
+        assert_eq!(gate.limit(), Some(4));
+        gates.lead(vec![true, false, false, false]);
+        assert_eq!(gate.limit(), Some(1));
+        gates.lead(vec![true, true, true, false]);
+        assert_eq!(gate.limit(), Some(3));
+    }
 
     #[test]
     fn a_declared_limit_bounds_and_names_its_waiters() {

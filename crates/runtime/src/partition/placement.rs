@@ -23,13 +23,26 @@ pub enum Route {
 }
 
 /// Each partition's route. Embedded placement answers [`Route::Here`] for all.
-#[derive(Debug)]
 pub struct Placement {
     clustered: bool,
     here: Vec<AtomicBool>,
     leaders: RwLock<Vec<Option<(String, String)>>>,
     /// Turns over the partitions led here for new invocations that may live on any.
     next: AtomicUsize,
+    /// Told which partitions are led here whenever that changes (the deployment gates' share).
+    on_led: std::sync::OnceLock<LedListener>,
+}
+
+/// Told which partitions this node leads (`true` at their index).
+pub type LedListener = Box<dyn Fn(Vec<bool>) + Send + Sync>;
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("clustered", &self.clustered)
+            .field("led", &self.led())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Placement {
@@ -40,6 +53,7 @@ impl Placement {
             here: (0..n).map(|_| AtomicBool::new(true)).collect(),
             leaders: RwLock::new(vec![None; n]),
             next: AtomicUsize::new(0),
+            on_led: std::sync::OnceLock::new(),
         }
     }
 
@@ -50,6 +64,7 @@ impl Placement {
             here: (0..n).map(|_| AtomicBool::new(false)).collect(),
             leaders: RwLock::new(vec![None; n]),
             next: AtomicUsize::new(0),
+            on_led: std::sync::OnceLock::new(),
         }
     }
 
@@ -107,9 +122,26 @@ impl Placement {
 
     /// This node leads partition `index` (or stopped leading it).
     pub fn set_here(&self, index: usize, here: bool) {
-        if let Some(flag) = self.here.get(index) {
-            flag.store(here, Ordering::Release);
+        if let Some(flag) = self.here.get(index)
+            && flag.swap(here, Ordering::AcqRel) != here
+            && let Some(listener) = self.on_led.get()
+        {
+            listener(self.led());
         }
+    }
+
+    /// Which partitions this node leads.
+    pub fn led(&self) -> Vec<bool> {
+        self.here
+            .iter()
+            .map(|here| here.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Tells `listener` which partitions this node leads, now and whenever that changes.
+    pub fn on_led(&self, listener: LedListener) {
+        listener(self.led());
+        let _ = self.on_led.set(listener);
     }
 
     /// This node, reached at `ingress`, stopped leading partition `index`. While no other
