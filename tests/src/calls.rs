@@ -142,3 +142,22 @@ pub async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration)
         }
     }
 }
+
+/// Most `Meter/timed` calls that ran at once, from the start and end times the handler
+/// recorded.
+pub async fn peak_in_handler(sluice: &Sluice, expected: usize) -> usize {
+    let runs: Vec<(String, u64, u64)> = call_json(sluice, "Meter/timings").await;
+    assert_eq!(runs.len(), expected, "every call ran once: {runs:?}");
+    let mut edges: Vec<(u64, i32)> = runs
+        .iter()
+        .flat_map(|(_, start, end)| [(*start, 1), (*end, -1)])
+        .collect();
+    // An end at the same ms as a start comes first: they did not overlap.
+    edges.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        peak = peak.max(now);
+    }
+    peak as usize
+}

@@ -86,6 +86,23 @@ async fn deployments(sluice: &Sluice, count: usize) {
     }
 }
 
+/// Starts a node from each builder of `nodes` (named by its id), registers `uri` on the first,
+/// and waits until every node knows the deployment and the partitions are spread over them all.
+async fn cluster_of(nodes: Vec<(&str, Builder)>, uri: &str) -> Vec<Sluice> {
+    let ids: Vec<&str> = nodes.iter().map(|(id, _)| *id).collect();
+    let mut started = Vec::new();
+    for (_, builder) in nodes {
+        started.push(builder.start().await.unwrap());
+    }
+    started[0].register(uri, false).await;
+    for sluice in &started {
+        deployments(sluice, 1).await;
+    }
+    spread_over(&started[0], &ids).await;
+    agreed_on_leaders(&started).await;
+    started
+}
+
 /// Posts until the answer is not a 5xx (partitions are taken over after start-up, and move in
 /// a rebalance). Every try carries the same idempotency key: a 5xx may come after the call
 /// ran (its leader stepped down before answering), and a try again must not run it twice.
@@ -1116,15 +1133,14 @@ async fn a_real_broker_killed_under_load_loses_nothing_acknowledged() {
     let effects = log.path().join("effects.log");
     let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
     // The nodes create the topics (replicated 3 times; the brokers hold min.insync.replicas = 2).
-    let mut nodes = Vec::new();
-    for id in ["n1", "n2"] {
-        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
-    }
-    nodes[0].register(&dep.uri, false).await;
-    for sluice in &nodes {
-        deployments(sluice, 1).await;
-    }
-    spread_over(&nodes[0], &["n1", "n2"]).await;
+    let nodes = cluster_of(
+        vec![
+            ("n1", real_node(&bootstrap, "n1")),
+            ("n2", real_node(&bootstrap, "n2")),
+        ],
+        &dep.uri,
+    )
+    .await;
     // Sends through both nodes; a third of the way in, the broker leading the log's first
     // partition dies. A send answered 202 is acknowledged; one answered 5xx is tried again
     // with its idempotency key until it is answered (`post`).
@@ -1315,21 +1331,8 @@ async fn all_brokers_restarted_lose_nothing_acknowledged_and_service_resumes() {
     let log = tempfile::tempdir().unwrap();
     let effects = log.path().join("effects.log");
     let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
-    let mut nodes = Vec::new();
-    for id in ["n1", "n2"] {
-        nodes.push(
-            real_node(&bootstrap, id)
-                .env("SERVICE_CLUSTER__WRITE_TIMEOUT", "5s")
-                .start()
-                .await
-                .unwrap(),
-        );
-    }
-    nodes[0].register(&dep.uri, false).await;
-    for sluice in &nodes {
-        deployments(sluice, 1).await;
-    }
-    spread_over(&nodes[0], &["n1", "n2"]).await;
+    let quick = |id| real_node(&bootstrap, id).env("SERVICE_CLUSTER__WRITE_TIMEOUT", "5s");
+    let nodes = cluster_of(vec![("n1", quick("n1")), ("n2", quick("n2"))], &dep.uri).await;
     let (status, body) = post(&nodes[0], "/Counter/kept/add", "5").await;
     assert_eq!((status, body.as_str()), (200, "5"));
     // Sends of up to a second each: some still run when the brokers die.
@@ -1396,24 +1399,17 @@ async fn a_node_cut_off_from_the_brokers_stops_acknowledging_and_rejoins() {
     let log = tempfile::tempdir().unwrap();
     let effects = log.path().join("effects.log");
     let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
-    let mut nodes = Vec::new();
-    for (id, bootstrap) in [
-        ("n1", kafka.bootstrap_through(0)),
-        ("n2", kafka.bootstrap_servers()),
-    ] {
-        nodes.push(
-            real_node(&bootstrap, id)
-                .env("SERVICE_CLUSTER__WRITE_TIMEOUT", "5s")
-                .start()
-                .await
-                .unwrap(),
-        );
-    }
-    nodes[0].register(&dep.uri, false).await;
-    for sluice in &nodes {
-        deployments(sluice, 1).await;
-    }
-    spread_over(&nodes[1], &["n1", "n2"]).await;
+    let quick = |bootstrap: String, id| {
+        real_node(&bootstrap, id).env("SERVICE_CLUSTER__WRITE_TIMEOUT", "5s")
+    };
+    let nodes = cluster_of(
+        vec![
+            ("n1", quick(kafka.bootstrap_through(0), "n1")),
+            ("n2", quick(kafka.bootstrap_servers(), "n2")),
+        ],
+        &dep.uri,
+    )
+    .await;
     let mut acknowledged = Vec::new();
     for i in 0..SENDS {
         let (status, body) = post(&nodes[i % 2], "/Meter/work/send", "300").await;
@@ -1623,10 +1619,10 @@ async fn delivered_inbox_records_are_deleted_and_a_fresh_node_reads_the_compacte
 
 /// Snapshots bound the log: every partition's leader writes its state to the snapshot topic
 /// each `cluster.snapshot-interval` and deletes the log it covers, so under a steady load the
-/// log keeps a small part of what was written. A fresh node, whose log position was deleted
-/// before it ever read it, catches up from the snapshots and the log's tail; when the first
-/// node, snapshotting every second, is killed -9, it takes every partition over with every
-/// object's state and every acknowledged call.
+/// log keeps a small part of what was written, and once idle, none. A fresh node, whose log
+/// position was deleted before it ever read it (with no record after it to show the gap),
+/// catches up from the snapshots; when the first node, snapshotting every second, is killed
+/// -9, it takes every partition over with every object's state and every acknowledged call.
 #[tokio::test]
 async fn snapshots_bound_the_log_and_a_fresh_node_catches_up_from_them() {
     let kafka = KafkaCluster::start(3);
@@ -1673,6 +1669,21 @@ async fn snapshots_bound_the_log_and_a_fresh_node_catches_up_from_them() {
         acknowledged.len() * 9,
         started.elapsed()
     );
+    // Idle now: the next snapshots cover each partition's whole log, which is deleted, so a
+    // node that starts now finds no record to read at all: it must see that the log's start
+    // passed its own.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let marks = kafka.watermarks("sluice.log", PARTITIONS);
+        if marks.iter().all(|(start, end)| start == end) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle log was never snapshotted whole: {marks:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // A node with an empty store: the log's head is gone, so it starts from the snapshots.
     let second = snapshotting("n2").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -1719,22 +1730,8 @@ async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
     // Both clocks at noon of a fixed day: no quota window ends while the test runs.
     let offset = sluice_tests::clock_offset_to(sluice_tests::MIDDAY_MS);
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut nodes = Vec::new();
-    for id in ["n1", "n2"] {
-        nodes.push(
-            real_node(&bootstrap, id)
-                .clock_offset_ms(offset)
-                .start()
-                .await
-                .unwrap(),
-        );
-    }
-    nodes[0].register(&dep.uri, false).await;
-    for sluice in &nodes {
-        deployments(sluice, 1).await;
-    }
-    spread_over(&nodes[0], &["n1", "n2"]).await;
-    agreed_on_leaders(&nodes).await;
+    let at_noon = |id| real_node(&bootstrap, id).clock_offset_ms(offset);
+    let nodes = cluster_of(vec![("n1", at_noon("n1")), ("n2", at_noon("n2"))], &dep.uri).await;
     nodes[0]
         .set_rules(serde_json::json!([{"pattern": "*", "limits": {"quota": "1/day", "on_exceed": "reject"}}]))
         .await;
@@ -1800,16 +1797,14 @@ async fn a_deployments_declared_limit_holds_across_nodes() {
     )
     .await
     .unwrap();
-    let mut nodes = Vec::new();
-    for id in ["n1", "n2"] {
-        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
-    }
-    nodes[0].register(&dep.uri, false).await;
-    for sluice in &nodes {
-        deployments(sluice, 1).await;
-    }
-    spread_over(&nodes[0], &["n1", "n2"]).await;
-    agreed_on_leaders(&nodes).await;
+    let nodes = cluster_of(
+        vec![
+            ("n1", real_node(&bootstrap, "n1")),
+            ("n2", real_node(&bootstrap, "n2")),
+        ],
+        &dep.uri,
+    )
+    .await;
     let _: Value = sluice_tests::call_json(&nodes[0], "Meter/timings").await;
     // Sends through both nodes, each placed on a partition its node leads: both nodes have
     // more than their part waiting.
@@ -1825,19 +1820,7 @@ async fn a_deployments_declared_limit_holds_across_nodes() {
             .invocation_until(id, "completed", |seen| seen["status"] == "completed")
             .await;
     }
-    let runs: Vec<(String, u64, u64)> = sluice_tests::call_json(&nodes[0], "Meter/timings").await;
-    assert_eq!(runs.len(), SENDS, "every send ran once: {runs:?}");
-    let mut edges: Vec<(u64, i32)> = runs
-        .iter()
-        .flat_map(|(_, start, end)| [(*start, 1), (*end, -1)])
-        .collect();
-    // An end at the same ms as a start comes first: they did not overlap.
-    edges.sort();
-    let (mut now, mut peak) = (0, 0);
-    for (_, step) in edges {
-        now += step;
-        peak = peak.max(now);
-    }
+    let peak = sluice_tests::peak_in_handler(&nodes[0], SENDS).await;
     eprintln!("the deployment ran at most {peak} at once");
     assert!(
         peak <= 4,

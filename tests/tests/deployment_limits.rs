@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_tests::{Sluice, TestDeployment, call_json, free_port};
+use sluice_tests::{Sluice, TestDeployment, free_port, peak_in_handler};
 
 /// Sends `Meter/timed("<label> <millis>")`; answers its invocation id.
 async fn send(sluice: &Sluice, label: &str, millis: u64) -> String {
@@ -38,25 +38,6 @@ async fn completed(sluice: &Sluice, n: u64, within: Duration) {
         assert!(Instant::now() < deadline, "only {done} of {n} completed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Most `Meter/timed` calls that ran at once, from the start and end times the handler
-/// recorded.
-async fn peak_in_handler(sluice: &Sluice, expected: usize) -> usize {
-    let runs: Vec<(String, u64, u64)> = call_json(sluice, "Meter/timings").await;
-    assert_eq!(runs.len(), expected, "every call ran once: {runs:?}");
-    let mut edges: Vec<(u64, i32)> = runs
-        .iter()
-        .flat_map(|(_, start, end)| [(*start, 1), (*end, -1)])
-        .collect();
-    // An end at the same ms as a start comes first: they did not overlap.
-    edges.sort();
-    let (mut now, mut peak) = (0i32, 0i32);
-    for (_, step) in edges {
-        now += step;
-        peak = peak.max(now);
-    }
-    peak as usize
 }
 
 #[tokio::test]

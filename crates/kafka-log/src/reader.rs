@@ -77,7 +77,7 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
                 }
             }
         }
-        note_ends(shared, &consumer, &mut ends_asked);
+        note_ends(shared, &consumer, &mut ends_asked, &mut catch_ups);
         if dirty.is_empty() {
             for (p, from, gone) in catch_ups.drain(..) {
                 catch_up(shared, &consumer, p, from, &gone)?;
@@ -235,8 +235,14 @@ pub(super) fn gave_up(shared: &Shared, p: u32, why: &CodedError, stop_leading: b
 /// How often the log's ends are asked for (what `/cluster-health` shows as lag).
 const ENDS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Records where each partition's log ends, at most every [`ENDS_EVERY`].
-fn note_ends(shared: &Shared, consumer: &BaseConsumer, last: &mut std::time::Instant) {
+/// Records where each partition's log ends, at most every [`ENDS_EVERY`]; a partition whose
+/// log now starts past what this node read joins `catch_ups`.
+fn note_ends(
+    shared: &Shared,
+    consumer: &BaseConsumer,
+    last: &mut std::time::Instant,
+    catch_ups: &mut Vec<(u32, i64, CodedError)>,
+) {
     if last.elapsed() < ENDS_EVERY {
         return;
     }
@@ -247,8 +253,12 @@ fn note_ends(shared: &Shared, consumer: &BaseConsumer, last: &mut std::time::Ins
             p as i32,
             std::time::Duration::from_secs(1),
         );
-        if let Ok((_, high)) = asked {
-            lock(&shared.partitions[p as usize]).note_end(high);
+        if let Ok((low, high)) = asked {
+            let mut replica = lock(&shared.partitions[p as usize]);
+            replica.note_end(high);
+            if let Some(Read::CatchUp { from, gone }) = replica.note_start(p, low) {
+                catch_ups.push((p, from, gone));
+            }
         }
     }
 }

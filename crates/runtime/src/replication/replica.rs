@@ -249,6 +249,30 @@ impl Replica {
         self.end = end;
     }
 
+    /// The log of partition `p` now starts at `start`, as last asked. Past what this replica
+    /// read, the records it needs were deleted, whether or not a record follows yet (a
+    /// partition idle since its snapshot has none): it catches up as after a gap.
+    pub fn note_start(&mut self, p: u32, start: i64) -> Option<Read> {
+        if start <= self.seen.next
+            || self.leading.is_some()
+            || self.catching_up
+            || self.broken.is_some()
+        {
+            return None;
+        }
+        self.catching_up = true;
+        Some(Read::CatchUp {
+            from: start,
+            gone: crate::errors::CodedError::new(
+                crate::errors::Code::CLU0004,
+                format!(
+                    "partition {p}: the log starts at offset {start} but this node's store needs offset {}: records it never read were deleted, and no snapshot covers them (topic retention, or snapshots deleted?)",
+                    self.seen.next
+                ),
+            ),
+        })
+    }
+
     /// The leader as last read.
     pub fn leader(&self) -> &Leader {
         &self.seen.leader
@@ -453,6 +477,28 @@ mod tests {
             }
         ));
         assert_eq!(set.len(), 1, "the leader's writes after the snapshot count");
+    }
+
+    #[test]
+    fn a_log_whose_start_passed_what_was_read_asks_for_a_snapshot_with_no_record_after_it() {
+        let mut replica = Replica::at(Position::default());
+        assert_eq!(replica.note_start(0, 0), None, "nothing deleted");
+        let Some(Read::CatchUp { from, gone }) = replica.note_start(0, 7) else {
+            panic!("a deleted head must ask for a snapshot")
+        };
+        assert_eq!((from, gone.code), (7, Some(Code::CLU0004)));
+        assert_eq!(replica.note_start(0, 9), None, "asked once");
+        replica.caught_up(Position {
+            next: 9,
+            leader: leader(1, 7),
+        });
+        assert_eq!(replica.note_start(0, 9), None, "caught up");
+        let (mut led, _) = leading_epoch_1();
+        assert_eq!(
+            led.note_start(0, 5),
+            None,
+            "a leader deletes only what it stored"
+        );
     }
 
     #[test]

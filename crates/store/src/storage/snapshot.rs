@@ -207,39 +207,45 @@ pub fn export(
     };
     let mut chunks = vec![WriteSet::default()];
     let mut size = 0;
-    for (name, table) in partition_tables() {
-        let table = match txn.open_table(table) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => continue,
-            Err(e) => return Err(storage(e)),
-        };
-        for row in table.iter().map_err(storage)? {
-            let (key, value) = row.map_err(storage)?;
-            let (key, value) = (key.value(), value.value());
-            if owner(name, key, partitions) != Some(p) {
-                continue;
-            }
-            let row_bytes = key.len() + value.len() + 16;
-            if size > 0 && size + row_bytes > chunk_bytes {
-                chunks.push(WriteSet::default());
-                size = 0;
-            }
-            size += row_bytes;
-            if let Some(chunk) = chunks.last_mut() {
-                chunk.put(table_of(name)?, key, value.to_vec());
-            }
+    owned_rows(&txn, p, partitions, |table, key, value| {
+        let row_bytes = key.len() + value.len() + 16;
+        if size > 0 && size + row_bytes > chunk_bytes {
+            chunks.push(WriteSet::default());
+            size = 0;
         }
-    }
+        size += row_bytes;
+        if let Some(chunk) = chunks.last_mut() {
+            chunk.put(table, key, value.to_vec());
+        }
+    })?;
     if chunks.last().is_some_and(WriteSet::is_empty) && chunks.len() > 1 {
         chunks.pop();
     }
     Ok(Some((position, chunks)))
 }
 
-fn table_of(name: &str) -> Result<BytesTable, CodedError> {
-    schema::log_id(name)
-        .and_then(schema::partition_table)
-        .ok_or_else(|| storage(format!("{name} is not a partition table")))
+/// Calls `row` with every row of the partition tables in `txn` that partition `p` (of
+/// `partitions`) owns: its table, key and value.
+fn owned_rows(
+    txn: &redb::ReadTransaction,
+    p: u32,
+    partitions: u32,
+    mut row: impl FnMut(BytesTable, &[u8], &[u8]),
+) -> Result<(), CodedError> {
+    for (name, table) in partition_tables() {
+        let read = match txn.open_table(table) {
+            Ok(read) => read,
+            Err(redb::TableError::TableDoesNotExist(_)) => continue,
+            Err(e) => return Err(storage(e)),
+        };
+        for entry in read.iter().map_err(storage)? {
+            let (key, value) = entry.map_err(storage)?;
+            if owner(name, key.value(), partitions) == Some(p) {
+                row(table, key.value(), value.value());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The writes that replace partition `p`'s rows in `db` with a snapshot's (`chunks`) and set
@@ -255,19 +261,9 @@ pub fn replacing(
 ) -> Result<WriteSet, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let mut writes = WriteSet::default();
-    for (name, table) in partition_tables() {
-        let read = match txn.open_table(table) {
-            Ok(read) => read,
-            Err(redb::TableError::TableDoesNotExist(_)) => continue,
-            Err(e) => return Err(storage(e)),
-        };
-        for row in read.iter().map_err(storage)? {
-            let (key, _) = row.map_err(storage)?;
-            if owner(name, key.value(), partitions) == Some(p) {
-                writes.delete(table, key.value());
-            }
-        }
-    }
+    owned_rows(&txn, p, partitions, |table, key, _| {
+        writes.delete(table, key)
+    })?;
     for mut chunk in chunks {
         writes.append(&mut chunk);
     }
