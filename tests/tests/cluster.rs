@@ -1166,20 +1166,11 @@ async fn a_real_broker_killed_under_load_loses_nothing_acknowledged() {
         leader + 1,
         at.elapsed()
     );
-    // Every acknowledged send completes, on both nodes' stores.
-    if let Err(finished) =
-        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
-    {
-        panic!(
-            "{finished} of {SENDS} acknowledged sends finished; n1 said:\n{}",
-            nodes[0].stderr()
-        );
-    }
-    completed_on_every_node(&nodes, &acknowledged).await;
-    // No node died, but a leader whose record Kafka refused while it elected steps down and
-    // the partition is recovered from the log: an attempt it cut off runs again from its
-    // journal, as often as leadership moved under it (under load, more than once).
-    let reruns = journal_held(&effects).await;
+    // Every acknowledged send completes, on both nodes' stores. No node died, but a leader
+    // whose record Kafka refused while it elected steps down and the partition is recovered
+    // from the log: an attempt it cut off runs again from its journal, as often as leadership
+    // moved under it (under load, more than once).
+    let reruns = nothing_acknowledged_lost(&nodes, &effects, &acknowledged).await;
     eprintln!("{reruns} side effects ran again (attempts cut off by a step-down)");
     // The broker comes back; the cluster goes on with all three.
     kafka.restart(leader);
@@ -1198,6 +1189,27 @@ async fn a_real_broker_killed_under_load_loses_nothing_acknowledged() {
             "group.max.session.timeout.ms",
         ],
     );
+}
+
+/// Every send of `acknowledged` completes (in the deployment's side effects, and on every
+/// node's store), and what the journals hold never ran again; how many side effects did
+/// ([`journal_held`]).
+async fn nothing_acknowledged_lost(
+    nodes: &[Sluice],
+    effects: &std::path::Path,
+    acknowledged: &[String],
+) -> u32 {
+    if let Err(finished) =
+        sluice_tests::all_done(effects, acknowledged, Duration::from_secs(90)).await
+    {
+        panic!(
+            "{finished} of {} acknowledged sends finished; n1 said:\n{}",
+            acknowledged.len(),
+            nodes[0].stderr()
+        );
+    }
+    completed_on_every_node(nodes, acknowledged).await;
+    journal_held(effects).await
 }
 
 /// What the journal holds never runs again: once an invocation's `done` ran, its `run`
@@ -1372,17 +1384,7 @@ async fn all_brokers_restarted_lose_nothing_acknowledged_and_service_resumes() {
         let body: Value = serde_json::from_str(&body).unwrap();
         acknowledged.push(body["invocationId"].as_str().unwrap().to_owned());
     }
-    if let Err(finished) =
-        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
-    {
-        panic!(
-            "{finished} of {} acknowledged sends finished; n1 said:\n{}",
-            acknowledged.len(),
-            nodes[0].stderr()
-        );
-    }
-    completed_on_every_node(&nodes, &acknowledged).await;
-    let reruns = journal_held(&effects).await;
+    let reruns = nothing_acknowledged_lost(&nodes, &effects, &acknowledged).await;
     eprintln!("{reruns} side effects ran again (attempts cut off by the outage)");
 }
 
@@ -1454,17 +1456,7 @@ async fn a_node_cut_off_from_the_brokers_stops_acknowledging_and_rejoins() {
     let (status, body) = post(&nodes[0], "/Counter/after/add", "1").await;
     assert_eq!((status, body.as_str()), (200, "1"));
     eprintln!("n1 served again {:?} after the mend", mended.elapsed());
-    if let Err(finished) =
-        sluice_tests::all_done(&effects, &acknowledged, Duration::from_secs(90)).await
-    {
-        panic!(
-            "{finished} of {} acknowledged sends finished; n1 said:\n{}",
-            acknowledged.len(),
-            nodes[0].stderr()
-        );
-    }
-    completed_on_every_node(&nodes, &acknowledged).await;
-    let reruns = journal_held(&effects).await;
+    let reruns = nothing_acknowledged_lost(&nodes, &effects, &acknowledged).await;
     eprintln!("{reruns} side effects ran again (attempts cut off by the step-down)");
 }
 
