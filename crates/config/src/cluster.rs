@@ -80,6 +80,25 @@ impl Default for ClusterConfig {
     }
 }
 
+/// `value` of `key` is at least a second and at most `max`; otherwise the key and why not.
+fn within(
+    key: &str,
+    value: std::time::Duration,
+    max: std::time::Duration,
+) -> Result<(), (String, String)> {
+    if value < std::time::Duration::from_secs(1) || value > max {
+        return Err((
+            key.into(),
+            format!(
+                "must be between 1s and {}s, got {}ms",
+                max.as_secs(),
+                value.as_millis()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The longest `cluster.write-timeout`: a call waits for its record at most this long.
 pub const MAX_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -170,28 +189,16 @@ impl ClusterConfig {
                 "must be at least 1s".into(),
             ));
         }
-        let write = self.write_timeout.0;
-        if write < std::time::Duration::from_secs(1) || write > MAX_WRITE_TIMEOUT {
-            return Err((
-                "cluster.write-timeout".into(),
-                format!(
-                    "must be between 1s and {}s, got {}ms",
-                    MAX_WRITE_TIMEOUT.as_secs(),
-                    write.as_millis()
-                ),
-            ));
-        }
-        let every = self.snapshot_interval.0;
-        if every < std::time::Duration::from_secs(1) || every > MAX_SNAPSHOT_INTERVAL {
-            return Err((
-                "cluster.snapshot-interval".into(),
-                format!(
-                    "must be between 1s and {}s, got {}ms",
-                    MAX_SNAPSHOT_INTERVAL.as_secs(),
-                    every.as_millis()
-                ),
-            ));
-        }
+        within(
+            "cluster.write-timeout",
+            self.write_timeout.0,
+            MAX_WRITE_TIMEOUT,
+        )?;
+        within(
+            "cluster.snapshot-interval",
+            self.snapshot_interval.0,
+            MAX_SNAPSHOT_INTERVAL,
+        )?;
         Ok(())
     }
 

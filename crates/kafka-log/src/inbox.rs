@@ -119,42 +119,6 @@ pub(super) fn deliver(
     }
 }
 
-/// Deletes inbox partition `p`'s records before `next`: the partition stored every event in
-/// them (the barrier answered) and the committed offset, where a next leader starts, is past
-/// them. What fails is left for the next time: the topic only keeps more for a while.
-fn truncate(shared: &Shared, p: u32, next: i64, handle: &tokio::runtime::Handle) {
-    let mut before = TopicPartitionList::new();
-    if before
-        .add_partition_offset(&shared.settings.inbox_topic, p as i32, Offset::Offset(next))
-        .is_err()
-    {
-        return;
-    }
-    let options =
-        rdkafka::admin::AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    match handle.block_on(shared.admin.delete_records(&before, &options)) {
-        Ok(result) => {
-            let failed = result
-                .elements()
-                .iter()
-                .find_map(|e| e.error().err().map(|e| e.to_string()));
-            match failed {
-                Some(e) => {
-                    tracing::warn!(partition = p, error = %e, "cannot delete delivered inbox records")
-                }
-                None => tracing::debug!(
-                    partition = p,
-                    before = next,
-                    "deleted delivered inbox records"
-                ),
-            }
-        }
-        Err(e) => {
-            tracing::warn!(partition = p, error = %e, "cannot delete delivered inbox records")
-        }
-    }
-}
-
 fn run(
     shared: &Arc<Shared>,
     p: u32,
@@ -260,7 +224,13 @@ fn run(
             tracing::warn!(partition = p, error = %e, "cannot commit the inbox offset; the next commit covers it");
         } else if truncated.elapsed() >= TRUNCATE_EVERY {
             truncated = std::time::Instant::now();
-            truncate(shared, p, next, &handle);
+            // The partition stored every event before `next` (the barrier answered) and the
+            // committed offset, where a next leader starts, is past them. What is not deleted
+            // now goes the next time.
+            let deleted = super::delete_before(shared, &settings.inbox_topic, p, next);
+            if let Err(e) = handle.block_on(deleted) {
+                tracing::warn!(partition = p, error = %e, "cannot delete delivered inbox records");
+            }
         }
     }
     Ok(())

@@ -40,7 +40,7 @@ struct Shared {
     /// The store's writer: replicas and leaders store through it.
     writer: Writer,
     producer: FutureProducer,
-    /// Deletes what the inbox topic no longer needs (`inbox::truncate`).
+    /// Deletes what the inbox, log and snapshot topics no longer need ([`delete_before`]).
     admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
     /// Per partition: what this node knows of its log, and whether it leads it.
     partitions: Vec<Mutex<Replica>>,
@@ -541,8 +541,6 @@ impl Settings {
     }
 }
 
-/// The URL other nodes reach a listener bound to `bind` at: a wildcard address (0.0.0.0, ::)
-/// names no host, so this machine's host name stands in for it.
 /// One admin client and the runtime its answers come on, for the start-up's questions about
 /// the brokers' and topics' settings.
 struct Describer {
@@ -573,6 +571,8 @@ impl Describer {
     }
 }
 
+/// The URL other nodes reach a listener bound to `bind` at: a wildcard address (0.0.0.0, ::)
+/// names no host, so this machine's host name stands in for it.
 fn advertised(scheme: &str, bind: std::net::SocketAddr, host: &str) -> String {
     let port = bind.port();
     match bind.ip() {
@@ -582,7 +582,6 @@ fn advertised(scheme: &str, bind: std::net::SocketAddr, host: &str) -> String {
     }
 }
 
-/// The partition count of `topic`; `None` when it does not exist.
 /// The partition count of `topic` just created: the brokers answer a creation once their
 /// controller took it, and list the topic in their metadata a moment later.
 fn created_partitions(consumer: &BaseConsumer, topic: &str) -> Result<u32, CodedError> {
@@ -601,6 +600,7 @@ fn created_partitions(consumer: &BaseConsumer, topic: &str) -> Result<u32, Coded
     }
 }
 
+/// The partition count of `topic`; `None` when it does not exist.
 fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>, CodedError> {
     let metadata = consumer
         .fetch_metadata(Some(topic), METADATA_TIMEOUT)
@@ -618,6 +618,26 @@ fn topic_partitions(consumer: &BaseConsumer, topic: &str) -> Result<Option<u32>,
     Ok(Some(
         u32::try_from(found.partitions().len()).unwrap_or(u32::MAX),
     ))
+}
+
+/// Deletes partition `p` of `topic` before `offset` (DeleteRecords): what the node no longer
+/// needs of it. Why not, when the brokers refused.
+async fn delete_before(shared: &Shared, topic: &str, p: u32, offset: i64) -> Result<(), String> {
+    let mut before = rdkafka::TopicPartitionList::new();
+    before
+        .add_partition_offset(topic, p as i32, rdkafka::Offset::Offset(offset))
+        .map_err(|e| e.to_string())?;
+    let options = rdkafka::admin::AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+    let result = shared
+        .admin
+        .delete_records(&before, &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    result
+        .elements()
+        .iter()
+        .find_map(|e| e.error().err().map(|e| e.to_string()))
+        .map_or(Ok(()), Err)
 }
 
 /// What a record batch of one record of `max_record` bytes may take beside it (the batch's and

@@ -78,40 +78,48 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
             }
         }
         note_ends(shared, &consumer, &mut ends_asked, &mut catch_ups);
-        if dirty.is_empty() {
-            for (p, from, gone) in catch_ups.drain(..) {
-                catch_up(shared, &consumer, p, from, &gone)?;
-            }
-            continue;
-        }
-        let committed = {
-            let _hand_over = lock(&shared.hand_over);
-            let mut stored = Vec::new();
-            for &p in &dirty {
-                // A partition led here stores its own position.
-                if let Some(next) = lock(&shared.partitions[p as usize]).save(p, &mut writes) {
-                    stored.push((p, next));
-                }
-            }
-            (shared.writer.commit(std::mem::take(&mut writes)), stored)
-        };
-        dirty.clear();
-        let (answer, stored) = committed;
-        match answer.blocking_recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Ok(()),
-        }
-        for (p, next) in stored {
-            lock(&shared.partitions[p as usize]).stored_up_to(next);
+        let progressed = !dirty.is_empty() || !catch_ups.is_empty();
+        if !dirty.is_empty() && !store_batch(shared, &mut writes, &mut dirty)? {
+            return Ok(());
         }
         // After the batch: a snapshot replaces what the store holds of its partition.
         for (p, from, gone) in catch_ups.drain(..) {
             catch_up(shared, &consumer, p, from, &gone)?;
         }
-        shared.progress.notify_waiters();
+        if progressed {
+            shared.progress.notify_waiters();
+        }
     }
     Ok(())
+}
+
+/// Stores `writes` with the positions of the partitions in `dirty` (a partition led here
+/// stores its own); false when the writer is gone (the node stops).
+fn store_batch(
+    shared: &Shared,
+    writes: &mut WriteSet,
+    dirty: &mut BTreeSet<u32>,
+) -> Result<bool, CodedError> {
+    let (answer, stored) = {
+        let _hand_over = lock(&shared.hand_over);
+        let mut stored = Vec::new();
+        for &p in dirty.iter() {
+            if let Some(next) = lock(&shared.partitions[p as usize]).save(p, writes) {
+                stored.push((p, next));
+            }
+        }
+        (shared.writer.commit(std::mem::take(writes)), stored)
+    };
+    dirty.clear();
+    match answer.blocking_recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Ok(false),
+    }
+    for (p, next) in stored {
+        lock(&shared.partitions[p as usize]).stored_up_to(next);
+    }
+    Ok(true)
 }
 
 /// Loads the newest snapshot of partition `p` into the store and reads the log on from its end,

@@ -54,7 +54,7 @@ async fn write(shared: &Arc<Shared>, p: u32, covered: i64) -> Result<Option<i64>
         let store = Arc::clone(&shared.store);
         let (partitions, chunk) = (shared.settings.partitions, shared.settings.max_record / 2);
         tokio::task::spawn_blocking(move || {
-            store.with_db(|db| snapshot::export(db, p, partitions, chunk))
+            store.with_db(|db| snapshot::export(db, p, partitions, chunk, covered))
         })
         .await
         .map_err(failed)???
@@ -62,9 +62,6 @@ async fn write(shared: &Arc<Shared>, p: u32, covered: i64) -> Result<Option<i64>
     let Some((position, chunks)) = exported else {
         return Ok(None);
     };
-    if position.next <= covered {
-        return Ok(None);
-    }
     let id = InvocationId::new_uuid() as u64;
     let topic = &shared.settings.snapshot_topic;
     let count = u32::try_from(chunks.len()).map_err(failed)?;
@@ -85,9 +82,15 @@ async fn write(shared: &Arc<Shared>, p: u32, covered: i64) -> Result<Option<i64>
     })
     .encode();
     let at = produce(shared, topic, p, &manifest).await?;
-    // Stored: what it covers may go.
-    delete_before(shared, &shared.settings.log_topic, p, position.next).await;
-    delete_before(shared, topic, p, first.unwrap_or(at)).await;
+    // Stored: what it covers may go; what is not deleted now goes with the next snapshot.
+    for (topic, before) in [
+        (&shared.settings.log_topic, position.next),
+        (topic, first.unwrap_or(at)),
+    ] {
+        if let Err(e) = super::delete_before(shared, topic, p, before).await {
+            tracing::warn!(partition = p, topic, error = %e, "cannot delete what a snapshot covers");
+        }
+    }
     tracing::info!(
         partition = p,
         covers = position.next,
@@ -116,29 +119,6 @@ async fn produce(shared: &Shared, topic: &str, p: u32, bytes: &[u8]) -> Result<i
                 "partition {p}: the topic did not take a record: {e}"
             ))
         })
-}
-
-/// Deletes partition `p` of `topic` before `offset`; what fails is left for the next snapshot.
-async fn delete_before(shared: &Shared, topic: &str, p: u32, offset: i64) {
-    let mut before = TopicPartitionList::new();
-    if before
-        .add_partition_offset(topic, p as i32, Offset::Offset(offset))
-        .is_err()
-    {
-        return;
-    }
-    let options =
-        rdkafka::admin::AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    let failed = match shared.admin.delete_records(&before, &options).await {
-        Ok(result) => result
-            .elements()
-            .iter()
-            .find_map(|e| e.error().err().map(|e| e.to_string())),
-        Err(e) => Some(e.to_string()),
-    };
-    if let Some(e) = failed {
-        tracing::warn!(partition = p, topic, error = %e, "cannot delete what a snapshot covers");
-    }
 }
 
 /// The newest complete snapshot of partition `p` in the snapshot topic: its manifest and its

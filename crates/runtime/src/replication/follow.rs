@@ -38,13 +38,7 @@ pub fn follow(
     if offset > seen.next {
         // Kafka numbers a partition's records without holes (the topics are neither compacted
         // nor transactional), so a jump means records this replica needed are gone.
-        return Followed::Gap(CodedError::new(
-            Code::CLU0004,
-            format!(
-                "partition {partition}: the log goes on at offset {offset} but this node's store needs offset {}: records it never read were deleted, and no snapshot covers them (topic retention, or snapshots deleted?)",
-                seen.next
-            ),
-        ));
+        return Followed::Gap(gone(partition, offset, seen.next));
     }
     match Record::decode(payload, max_record) {
         Ok(record) => Followed::Read(seen.admit(offset, &record), record),
@@ -53,6 +47,17 @@ pub fn follow(
             format!("partition {partition}, offset {offset}: {}", e.message),
         )),
     }
+}
+
+/// What a replica of `partition` gives up with when the log goes on at `at` while its store
+/// needs `needs`, and no snapshot covers what lies between (CLU0004).
+pub fn gone(partition: u32, at: i64, needs: i64) -> CodedError {
+    CodedError::new(
+        Code::CLU0004,
+        format!(
+            "partition {partition}: the log goes on at offset {at} but this node's store needs offset {needs}: records it never read were deleted, and no snapshot covers them (topic retention, or snapshots deleted?)"
+        ),
+    )
 }
 
 #[cfg(test)]

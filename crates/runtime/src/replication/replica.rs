@@ -263,13 +263,7 @@ impl Replica {
         self.catching_up = true;
         Some(Read::CatchUp {
             from: start,
-            gone: crate::errors::CodedError::new(
-                crate::errors::Code::CLU0004,
-                format!(
-                    "partition {p}: the log starts at offset {start} but this node's store needs offset {}: records it never read were deleted, and no snapshot covers them (topic retention, or snapshots deleted?)",
-                    self.seen.next
-                ),
-            ),
+            gone: crate::replication::follow::gone(p, start, self.seen.next),
         })
     }
 

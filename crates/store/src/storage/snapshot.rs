@@ -193,16 +193,19 @@ fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0009, format!("partition snapshot: {e}"))
 }
 
-/// Partition `p`'s state in `db` (of `partitions`): its position in its log (`None` when this
-/// store never read it) and its rows, as puts in sets of about `chunk_bytes` each.
+/// Partition `p`'s state in `db` (of `partitions`): its position in its log and its rows, as
+/// puts in sets of about `chunk_bytes` each. `None` when this store never read the partition,
+/// or holds it only up to `newer_than` (the log did not move since the last snapshot there:
+/// nothing is read).
 pub fn export(
     db: &redb::Database,
     p: u32,
     partitions: u32,
     chunk_bytes: usize,
+    newer_than: i64,
 ) -> Result<Option<(Position, Vec<WriteSet>)>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
-    let Some(position) = Position::load_in(&txn, p)? else {
+    let Some(position) = Position::load_in(&txn, p)?.filter(|at| at.next > newer_than) else {
         return Ok(None);
     };
     let mut chunks = vec![WriteSet::default()];
@@ -360,7 +363,7 @@ mod tests {
         stale.commit_now(&to);
 
         let (read_position, chunks) = from
-            .with_db(|db| export(db, 1, 4, 2_000))
+            .with_db(|db| export(db, 1, 4, 2_000, -1))
             .unwrap()
             .unwrap()
             .unwrap();
@@ -388,7 +391,7 @@ mod tests {
             .unwrap();
         replace.commit_now(&to);
         let (_, moved) = to
-            .with_db(|db| export(db, 1, 4, usize::MAX))
+            .with_db(|db| export(db, 1, 4, usize::MAX, -1))
             .unwrap()
             .unwrap()
             .unwrap();
