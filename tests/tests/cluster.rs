@@ -939,7 +939,7 @@ async fn a_subscription_made_on_one_node_runs_on_every_node() {
     }
     // Each record becomes one invocation, whichever node consumed it and wherever its
     // partition is led; both replicas see them all completed.
-    for sluice in [&a, &b] {
+    for (name, sluice) in [("n1", &a), ("n2", &b)] {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let done = sluice
@@ -949,7 +949,23 @@ async fn a_subscription_made_on_one_node_runs_on_every_node() {
                 break;
             }
             assert!(done < RECORDS, "{done} invocations for {RECORDS} records");
-            assert!(Instant::now() < deadline, "{done} of {RECORDS} records ran");
+            if Instant::now() >= deadline {
+                let (_, rest) = sluice
+                    .query("SELECT id, status, created_at FROM sys_invocation WHERE target_service_name = 'Greeter' AND status <> 'completed'")
+                    .await;
+                let (_, ran) = sluice
+                    .query("SELECT id FROM sys_invocation WHERE target_service_name = 'Greeter'")
+                    .await;
+                let (_, other) = if name == "n1" { &b } else { &a }
+                    .query("SELECT id, status FROM sys_invocation WHERE target_service_name = 'Greeter'")
+                    .await;
+                let (_, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+                panic!(
+                    "{done} of {RECORDS} records ran on {name}; not completed: {rest}; all: {ran}; the other node: {other}; health: {health}\n{}\n{}",
+                    a.stderr(),
+                    b.stderr()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -1819,4 +1835,111 @@ async fn a_deployments_declared_limit_holds_across_nodes() {
         "the deployment ran {peak} at once, over its limit of 4"
     );
     assert!(peak >= 2, "the nodes ran their parts at once: {peak}");
+}
+
+/// Which nodes keep each partition in their store, as each of `nodes` says (`held_here`).
+async fn keepers(nodes: &[&Sluice]) -> Vec<usize> {
+    let mut kept = vec![0; PARTITIONS as usize];
+    for sluice in nodes {
+        let (_, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+        for (p, view) in health["sluice_cluster"]["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            if view["held_here"] == true {
+                kept[p] += 1;
+            }
+        }
+    }
+    kept
+}
+
+/// Waits until each node's store holds `want(i)` of the `total` Greeter invocations; the
+/// counts.
+async fn stored_greets(nodes: &[&Sluice], want: impl Fn(&[u64]) -> bool) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut counts = Vec::new();
+        for sluice in nodes {
+            counts.push(
+                sluice
+                    .count("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'")
+                    .await,
+            );
+        }
+        if want(&counts) {
+            return counts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stores never settled: {counts:?} ({:?} keepers per partition)",
+            keepers(nodes).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Each partition is kept by its leader and one standby (`cluster.standbys = 1`), not by every
+/// node: of three nodes' stores each holds part of the completed calls, and together they hold
+/// each twice. A node killed -9 loses nothing: the survivors lead every partition, and the one
+/// that stood by for none of a partition's state loads it (a snapshot and the log's tail)
+/// until both hold every call.
+#[tokio::test]
+async fn three_nodes_each_keep_their_share_and_losing_one_loses_nothing() {
+    const SENDS: usize = 60;
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let builders = ["n1", "n2", "n3"].map(|id| {
+        (
+            id,
+            real_node(&bootstrap, id).env("SERVICE_CLUSTER__SNAPSHOT_INTERVAL", "1s"),
+        )
+    });
+    let mut nodes = cluster_of(builders.into(), &dep.uri).await;
+    let all: Vec<&Sluice> = nodes.iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let kept = keepers(&all).await;
+        if kept.iter().all(|k| *k == 2) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "keepers per partition: {kept:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut acknowledged = Vec::new();
+    for i in 0..SENDS {
+        let (status, body) = post(&nodes[i % 3], "/Greeter/greet/send", &format!("\"s{i}\"")).await;
+        assert_eq!(status, 202, "{body}");
+        acknowledged.push(invocation_id(&body));
+    }
+    let total = SENDS as u64;
+    // Each node sends to the partitions it leads, so every partition holds some calls and
+    // every store misses one partition's.
+    let counts = stored_greets(&all, |counts| counts.iter().sum::<u64>() == 2 * total).await;
+    eprintln!("completed calls per store: {counts:?} of {total}");
+    assert!(counts.iter().all(|n| *n < total), "{counts:?}");
+
+    let mut first = nodes.remove(0);
+    first.kill_9();
+    let survivors: Vec<&Sluice> = nodes.iter().collect();
+    led_by(survivors[0], &["n2", "n3"]).await;
+    // Two nodes, one standby each: both keep every partition, and hold every call.
+    let counts = stored_greets(&survivors, |counts| counts.iter().all(|n| *n == total)).await;
+    eprintln!("after the kill: {counts:?}");
+    // Each survivor had let a partition go, and kept it again once the kill left two nodes.
+    for sluice in &survivors {
+        let said = sluice.stderr();
+        assert!(said.contains("no longer kept here"), "{said}");
+        assert!(said.contains("kept here again"), "{said}");
+    }
+    for id in &acknowledged {
+        let (status, described) = survivors[1].describe(id).await;
+        assert_eq!(status, 200, "{described}");
+        assert_eq!(described["status"], "completed", "{described}");
+    }
+    let (status, body) = post(survivors[0], "/Greeter/greet", "\"after\"").await;
+    assert_eq!(status, 200, "{body}");
 }

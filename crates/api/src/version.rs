@@ -60,6 +60,10 @@ pub struct PartitionView {
     pub epoch: u64,
     /// Whether this node leads it now.
     pub led_here: bool,
+    /// Whether this node keeps it in its store (it leads it or stands by for it;
+    /// `cluster.standbys`). Not kept, this node knows only its leader.
+    #[serde(default = "kept")]
+    pub held_here: bool,
     /// The offset of the next log record this node's store has not got.
     pub stored_offset: i64,
     /// The log's end as last seen (`-1`: not yet known).
@@ -69,6 +73,11 @@ pub struct PartitionView {
     /// Why this node stopped following the partition (`CLU0003`, `CLU0004`); it never leads it.
     #[serde(default)]
     pub broken: Option<String>,
+}
+
+/// A partition view without `held_here` (from a node before standbys) was kept there.
+fn kept() -> bool {
+    true
 }
 
 /// Members of the metadata cluster, by plain node id.

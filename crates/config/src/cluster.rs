@@ -50,6 +50,10 @@ pub struct ClusterConfig {
     /// How often a partition's leader writes a snapshot of its state to the snapshot topic
     /// (when its log moved) and deletes the log it covers.
     pub snapshot_interval: FriendlyDuration,
+    /// Nodes beside its leader that apply each partition's log to their store (warm standbys,
+    /// 0 to [`MAX_STANDBYS`]); a node's store holds only the partitions it leads or stands by
+    /// for. At least the node count less one: every node holds every partition.
+    pub standbys: u16,
     /// More librdkafka properties for the cluster's clients (security, timeouts).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
@@ -74,6 +78,7 @@ impl Default for ClusterConfig {
             records_in_flight: 4,
             write_timeout: FriendlyDuration::from_secs(30),
             snapshot_interval: FriendlyDuration::from_secs(600),
+            standbys: 1,
             properties: BTreeMap::new(),
             allow_unconfirmed_retention: false,
         }
@@ -105,6 +110,10 @@ pub const MAX_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// The longest `cluster.snapshot-interval` (a day): the log a partition keeps is about what it
 /// writes in one interval.
 pub const MAX_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// The most standbys a partition may have (a cluster of more nodes than this plus one holds
+/// each partition on at most this many beside the leader).
+pub const MAX_STANDBYS: u16 = 64;
 
 /// Most bytes of a node id or topic prefix (they name Kafka groups and topics).
 pub const MAX_NAME: usize = 100;
@@ -199,6 +208,15 @@ impl ClusterConfig {
             self.snapshot_interval.0,
             MAX_SNAPSHOT_INTERVAL,
         )?;
+        if self.standbys > MAX_STANDBYS {
+            return Err((
+                "cluster.standbys".into(),
+                format!(
+                    "must be between 0 and {MAX_STANDBYS}, got {}",
+                    self.standbys
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -261,5 +279,11 @@ mod tests {
             );
         }
         assert_eq!(kafka.validate().unwrap_err().0, "cluster.snapshot-interval");
+        kafka.snapshot_interval = FriendlyDuration::from_secs(600);
+        for (standbys, ok) in [(0, true), (64, true), (65, false)] {
+            kafka.standbys = standbys;
+            assert_eq!(kafka.validate().is_ok(), ok, "{standbys} standbys");
+        }
+        assert_eq!(kafka.validate().unwrap_err().0, "cluster.standbys");
     }
 }

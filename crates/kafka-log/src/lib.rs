@@ -7,6 +7,7 @@
 mod inbox;
 mod leader;
 mod membership;
+mod standbys;
 mod meta;
 mod reader;
 mod snapshots;
@@ -62,6 +63,9 @@ struct Shared {
     runtime: Runtime,
     /// Events posted to an inbox that Kafka has not taken yet, tried again until it does.
     posts_retrying: Arc<std::sync::atomic::AtomicU64>,
+    /// The partitions this node keeps in its store (`None`: every one, until the membership
+    /// knows; `standbys.rs`).
+    held: watch::Sender<Option<BTreeSet<u32>>>,
 }
 
 /// Reloads what memory keeps of the metadata tables named.
@@ -90,6 +94,8 @@ struct Settings {
     snapshot_interval: Duration,
     /// `cluster.allow-unconfirmed-retention`.
     allow_unconfirmed_retention: bool,
+    /// `cluster.standbys`: nodes beside the leader that keep each partition.
+    standbys: usize,
 }
 
 /// A node's membership in a cluster, before it runs.
@@ -155,6 +161,7 @@ impl Cluster {
             write_timeout: cluster.write_timeout.0,
             snapshot_interval: cluster.snapshot_interval.0,
             allow_unconfirmed_retention: cluster.allow_unconfirmed_retention,
+            standbys: usize::from(cluster.standbys),
         };
         settings.check_topics(cluster.replication_factor)?;
         // Asked beside the start-up rather than before it: brokers that cannot answer
@@ -224,6 +231,7 @@ impl Cluster {
             on_meta: std::sync::OnceLock::new(),
             runtime: runtime.clone(),
             posts_retrying: Arc::default(),
+            held: watch::channel(None).0,
         });
         runtime.set_outbox(Arc::new(inbox::KafkaOutbox::new(&shared)));
         store.set_meta_log(Arc::new(meta::KafkaMetaLog::new(&shared.settings)?));
@@ -253,11 +261,13 @@ impl Cluster {
         };
         let (desired_tx, desired) = watch::channel(BTreeSet::new());
         let membership = {
-            let settings = shared.settings.clone();
+            let shared = Arc::clone(&shared);
             let stopping = stopping.clone();
             std::thread::Builder::new()
                 .name("sluice-membership".into())
-                .spawn(move || membership::run(&settings, &desired_tx, &stopping))
+                .spawn(move || {
+                    membership::run(&shared.settings, &desired_tx, &shared.held, &stopping);
+                })
         };
         let (stop_meta, meta_stopping) = watch::channel(false);
         let meta = {
@@ -300,6 +310,7 @@ impl sluice_api::version::ClusterReport for Cluster {
                     leader: (leader.epoch > 0).then(|| leader.node.clone()),
                     epoch: leader.epoch,
                     led_here: state.leads(),
+                    held_here: state.held(),
                     stored_offset: state.stored(),
                     log_end: state.end(),
                     lag: state.lag(),

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
@@ -16,6 +17,8 @@ struct Assignments {
     desired: watch::Sender<BTreeSet<u32>>,
     topic: String,
     current: Mutex<BTreeSet<u32>>,
+    /// A new assignment came: the standbys are computed again.
+    assigned: AtomicBool,
 }
 
 impl ClientContext for Assignments {}
@@ -42,24 +45,38 @@ impl ConsumerContext for Assignments {
         }
         tracing::info!(partitions = ?*current, "the cluster's group assigned partitions");
         let _ = self.desired.send(current.clone());
+        self.assigned.store(true, Ordering::Relaxed);
     }
 }
 
-/// Stays in the group until `stopping` turns true; each assignment goes to `desired`.
+/// How often the group is described again while nothing changed (a member that left
+/// without a rebalance this node saw).
+const DESCRIBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How soon a description is asked again while the group rebalances.
+const DESCRIBE_AGAIN: Duration = Duration::from_millis(200);
+
+/// Stays in the group until `stopping` turns true; each assignment goes to `desired`, and the
+/// partitions this node keeps (those it is assigned and those it stands by for, `standbys.rs`)
+/// to `held` (`None` until the group was first described: everything is kept meanwhile).
 pub(super) fn run(
     settings: &Settings,
     desired: &watch::Sender<BTreeSet<u32>>,
+    held: &watch::Sender<Option<BTreeSet<u32>>>,
     stopping: &watch::Receiver<bool>,
 ) {
     let context = Assignments {
         desired: desired.clone(),
         topic: settings.leaders_topic.clone(),
         current: Mutex::default(),
+        assigned: AtomicBool::new(false),
     };
     let created: Result<BaseConsumer<Assignments>, _> = settings
         .client
         .clone()
         .set("group.id", &settings.leaders_topic)
+        // The group's description names each member by it (`standbys.rs`).
+        .set("client.id", &settings.node)
         .set("partition.assignment.strategy", "roundrobin")
         .set(
             "session.timeout.ms",
@@ -84,9 +101,61 @@ pub(super) fn run(
         tracing::error!(error = %e, "cannot join the cluster's group");
         return;
     }
+    // What this node keeps; `None` until the group was first described.
+    let mut keep: Option<BTreeSet<u32>> = None;
+    let mut describe_at = Instant::now();
     while !*stopping.borrow() {
         // Nobody writes the leaders topic: polling only keeps the membership alive.
         let _ = consumer.poll(Duration::from_millis(100));
+        let context = consumer.context();
+        let current = super::lock(&context.current).clone();
+        if context.assigned.swap(false, Ordering::Relaxed) {
+            // What it is assigned is kept at once; what it kept before stays until the group
+            // is described again (keeping more than needed only costs store, and a partition
+            // handed on is stood by for, often, by the node that led it).
+            if let Some(keep) = &mut keep {
+                keep.extend(&current);
+            }
+            describe_at = Instant::now();
+        }
+        if Instant::now() >= describe_at {
+            describe_at = Instant::now() + DESCRIBE_EVERY;
+            let standing_by = if settings.standbys == 0 {
+                Some(BTreeSet::new())
+            } else {
+                match super::standbys::describe(
+                    &consumer,
+                    &settings.leaders_topic,
+                    &settings.leaders_topic,
+                    settings.partitions,
+                ) {
+                    Ok(Some(members)) => Some(super::standbys::standing_by(
+                        &members,
+                        settings.standbys,
+                        &settings.node,
+                    )),
+                    Ok(None) => {
+                        describe_at = Instant::now() + DESCRIBE_AGAIN;
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot tell which partitions this node stands by for");
+                        None
+                    }
+                }
+            };
+            if let Some(standing_by) = standing_by {
+                keep = Some(current.union(&standing_by).copied().collect());
+            }
+        }
+        held.send_if_modified(|held| {
+            if *held == keep {
+                return false;
+            }
+            tracing::info!(partitions = ?keep, "this node keeps the partitions");
+            held.clone_from(&keep);
+            true
+        });
     }
     // Leaving the group gives the partitions to the others at once.
     consumer.unsubscribe();

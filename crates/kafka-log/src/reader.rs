@@ -51,7 +51,11 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
     // offset, what to give up with if no snapshot reaches it).
     let mut catch_ups = Vec::new();
     let mut ends_asked = std::time::Instant::now() - ENDS_EVERY;
+    let held = shared.held.subscribe();
     while !*stopping.borrow() {
+        if !keep_held(shared, &held.borrow())? {
+            return Ok(());
+        }
         rewind(shared, &consumer)?;
         let mut wait = std::time::Duration::from_millis(100);
         for _ in 0..BATCH {
@@ -91,6 +95,41 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         }
     }
     Ok(())
+}
+
+/// Follows `held`, the partitions this node keeps (`None`: all): one it keeps again is read
+/// from what the store holds (a rewind); one it no longer keeps, neither led nor being taken
+/// over here, leaves the store (its rows and position), and its records are read from then on
+/// only to know its leader. False when the writer is gone (the node stops).
+fn keep_held(shared: &Shared, held: &Option<BTreeSet<u32>>) -> Result<bool, CodedError> {
+    let partitions = shared.settings.partitions;
+    for p in 0..partitions {
+        let slot = &shared.partitions[p as usize];
+        if held.as_ref().is_none_or(|held| held.contains(&p)) {
+            if lock(slot).hold() {
+                tracing::info!(partition = p, "kept here again: reading it from the store");
+                lock(&shared.rewinds).push(p);
+            }
+            continue;
+        }
+        if !lock(slot).release() {
+            continue;
+        }
+        let writes = shared.store.with_db(|db| {
+            snapshot::replacing(db, p, partitions, Vec::new(), &Position::default())
+        })??;
+        let answer = {
+            let _hand_over = lock(&shared.hand_over);
+            shared.writer.commit(writes)
+        };
+        match answer.blocking_recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Ok(false),
+        }
+        tracing::info!(partition = p, "no longer kept here: its rows left the store");
+    }
+    Ok(true)
 }
 
 /// Stores `writes` with the positions of the partitions in `dirty` (a partition led here

@@ -370,6 +370,7 @@ pub async fn run(
                 let stored = match invocation_of(&sub, &message) {
                     Ok((record, frame)) => {
                         records.increment(1);
+                        tracing::debug!(subscription = %sub.id, partition = position.0, offset = position.1, invocation = %record.id, "handing a record's invocation over");
                         backpressure.fed(position.0, record.scope.as_ref());
                         match runtime.hand_over(record.clone(), frame.clone()).await {
                             Ok(answer) => InFlight::Stored(answer, record, frame),

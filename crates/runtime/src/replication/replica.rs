@@ -31,6 +31,9 @@ pub struct Replica {
     /// What it needed was deleted: it waits for a snapshot ([`Replica::caught_up`]), reading
     /// nothing meanwhile.
     catching_up: bool,
+    /// This node keeps the partition in its store (it leads it or stands by for it). Not
+    /// held, its records are read only to know its leader: nothing is stored.
+    held: bool,
 }
 
 /// What reading one record asks of the node.
@@ -92,6 +95,7 @@ impl Replica {
             end: -1,
             broken: None,
             catching_up: false,
+            held: true,
         }
     }
 
@@ -111,6 +115,11 @@ impl Replica {
         }
         let (verdict, record) = match follow(&mut self.seen, p, offset, payload, max_record) {
             Followed::Before => return Read::Nothing,
+            // Not kept here, what was deleted is nobody's loss: the reader reads on.
+            Followed::Gap(_) if !self.held && self.leading.is_none() => {
+                self.seen.next = offset;
+                return self.read(p, offset, payload, max_record, writes);
+            }
             // Led here, the records deleted were this leader's own, below what it stored (it
             // deletes only what its snapshot covers): the reader, behind, reads on.
             Followed::Gap(_) if self.leading.is_some() => {
@@ -133,6 +142,11 @@ impl Replica {
             Some(incarnation) => Read::Read {
                 new_leader,
                 stop_leading: accepted && self.seen.leader.incarnation != incarnation,
+                store_position: false,
+            },
+            None if !self.held => Read::Read {
+                new_leader,
+                stop_leading: false,
                 store_position: false,
             },
             None => {
@@ -218,7 +232,7 @@ impl Replica {
     /// Adds the position read so far to `writes` when not led here (a leader stores its own);
     /// the offset the store holds up to once they commit ([`Replica::stored_up_to`]).
     pub fn save(&self, p: u32, writes: &mut WriteSet) -> Option<i64> {
-        if self.leading.is_some() {
+        if self.leading.is_some() || !self.held {
             return None;
         }
         self.seen.save(p, writes);
@@ -254,6 +268,7 @@ impl Replica {
     /// partition idle since its snapshot has none): it catches up as after a gap.
     pub fn note_start(&mut self, p: u32, start: i64) -> Option<Read> {
         if start <= self.seen.next
+            || !self.held
             || self.leading.is_some()
             || self.catching_up
             || self.broken.is_some()
@@ -265,6 +280,34 @@ impl Replica {
             from: start,
             gone: crate::replication::follow::gone(p, start, self.seen.next),
         })
+    }
+
+    /// Whether this node keeps the partition in its store.
+    pub fn held(&self) -> bool {
+        self.held
+    }
+
+    /// This node no longer keeps the partition (it neither leads it nor stands by for it):
+    /// true when that is so now, and the caller deletes its rows and position from the store.
+    /// A partition led here, or being taken over, stays.
+    pub fn release(&mut self) -> bool {
+        if !self.held || self.leading.is_some() || self.taking_over {
+            return false;
+        }
+        self.held = false;
+        self.stored = 0;
+        self.catching_up = false;
+        true
+    }
+
+    /// This node keeps the partition again: true when it did not, and the caller rewinds it
+    /// to what the store holds (nothing after a release: the newest snapshot and the tail).
+    pub fn hold(&mut self) -> bool {
+        if self.held {
+            return false;
+        }
+        self.held = true;
+        true
     }
 
     /// The leader as last read.
@@ -285,7 +328,7 @@ impl Replica {
     /// Records the store is behind the log's end (0 while led here or before the end is
     /// known: a leader stores what it writes).
     pub fn lag(&self) -> i64 {
-        if self.leading.is_some() || self.end < 0 {
+        if self.leading.is_some() || !self.held || self.end < 0 {
             0
         } else {
             self.end.saturating_sub(self.stored).max(0)
@@ -493,6 +536,51 @@ mod tests {
             None,
             "a leader deletes only what it stored"
         );
+    }
+
+    #[test]
+    fn a_partition_not_held_here_tracks_its_leader_and_stores_nothing() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set);
+        replica.read(0, 1, &writes(1, 7, 1), usize::MAX, &mut set);
+        assert!(replica.release(), "neither led nor being taken over");
+        assert!(!replica.release(), "released once");
+        set = WriteSet::default();
+        // Its writes are passed over, a deleted head too; a new leader is still known.
+        assert_eq!(
+            replica.read(0, 2, &writes(1, 7, 2), usize::MAX, &mut set),
+            Read::Read {
+                new_leader: None,
+                stop_leading: false,
+                store_position: false
+            }
+        );
+        assert_eq!(
+            replica.read(0, 9, &epoch(2, 8), usize::MAX, &mut set),
+            Read::Read {
+                new_leader: Some(leader(2, 8)),
+                stop_leading: false,
+                store_position: false
+            }
+        );
+        assert!(set.is_empty(), "nothing of it is stored");
+        assert_eq!(replica.save(0, &mut set), None);
+        assert_eq!(replica.note_start(0, 20), None, "nothing to catch up");
+        assert_eq!(replica.lag(), 0);
+        assert_eq!(replica.stored(), 0, "the store holds none of it");
+        // Held again, it is read from what the store holds: nothing, so the newest snapshot.
+        assert!(replica.hold());
+        assert!(!replica.hold(), "held once");
+        replica.rewind(Position::default());
+        assert!(matches!(
+            replica.read(0, 20, &writes(2, 8, 20), usize::MAX, &mut set),
+            Read::CatchUp { from: 20, .. }
+        ));
+        // A partition led here is kept.
+        let (mut led, _) = leading_epoch_1();
+        assert!(!led.release());
+        assert!(led.held());
     }
 
     #[test]

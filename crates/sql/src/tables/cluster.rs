@@ -1,5 +1,5 @@
 //! `sys_cluster`: each partition as this node sees it in cluster mode (who leads it, its epoch,
-//! how far this node's replica is behind). Empty on an embedded node.
+//! whether this node keeps it, how far its replica is behind). Empty on an embedded node.
 
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ pub(super) fn cluster_schema() -> SchemaRef {
         ("leader", DataType::Utf8, true),
         ("epoch", DataType::UInt64, false),
         ("led_here", DataType::Boolean, false),
+        ("held_here", DataType::Boolean, false),
         ("node", DataType::Utf8, false),
         ("stored_offset", DataType::Int64, false),
         ("log_end", DataType::Int64, false),
@@ -29,7 +30,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
         let mut partition = UInt32Builder::new();
         let (mut leader, mut node) = (StringBuilder::new(), StringBuilder::new());
         let mut epoch = UInt64Builder::new();
-        let mut led_here = BooleanBuilder::new();
+        let [mut led_here, mut held_here] = std::array::from_fn(|_| BooleanBuilder::new());
         let [mut stored, mut end, mut lag] = std::array::from_fn(|_| Int64Builder::new());
         let mut broken = StringBuilder::new();
         if let Some(view) = (sources.cluster)() {
@@ -38,6 +39,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
                 leader.append_option(p.leader.as_deref());
                 epoch.append_value(p.epoch);
                 led_here.append_value(p.led_here);
+                held_here.append_value(p.held_here);
                 node.append_value(&view.node);
                 stored.append_value(p.stored_offset);
                 end.append_value(p.log_end);
@@ -52,6 +54,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(leader.finish()),
                 Arc::new(epoch.finish()),
                 Arc::new(led_here.finish()),
+                Arc::new(held_here.finish()),
                 Arc::new(node.finish()),
                 Arc::new(stored.finish()),
                 Arc::new(end.finish()),
