@@ -121,18 +121,37 @@ enum InFlight {
         InvocationRecord,
         Frame,
     ),
-    /// The hand-over failed; it is retried when its turn comes.
+    /// The hand-over failed, or its partition answered an error or stopped without an answer;
+    /// it is tried again when its turn comes.
     Failed(String, InvocationRecord, Frame),
+    /// Durable; its offset may move on.
+    Durable,
     /// Not an invocation (logged); its offset may move on.
     Skipped,
 }
 
 impl InFlight {
-    fn is_done(&self) -> bool {
-        match self {
-            InFlight::Stored(answer, ..) => !answer.is_empty() || answer.is_terminated(),
-            InFlight::Failed(..) | InFlight::Skipped => false,
+    /// Whether its turn to settle came: it is durable, has nothing to wait for, or its answer
+    /// can no longer come. A partition that steps down drops the answers it owes: such a
+    /// record is tried again at once, not left waiting behind a full window.
+    fn ready(&mut self) -> bool {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let InFlight::Stored(answer, ..) = self else {
+            return true;
+        };
+        let why = match answer.try_recv() {
+            Err(TryRecvError::Empty) => return false,
+            Ok(Ok(_)) => {
+                *self = InFlight::Durable;
+                return true;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(TryRecvError::Closed) => "the partition stopped before it stored it".to_owned(),
+        };
+        if let InFlight::Stored(_, record, frame) = std::mem::replace(self, InFlight::Skipped) {
+            *self = InFlight::Failed(why, record, frame);
         }
+        true
     }
 }
 
@@ -144,7 +163,7 @@ async fn settle(
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let (mut error, record, frame) = match stored {
-        InFlight::Skipped => return true,
+        InFlight::Skipped | InFlight::Durable => return true,
         InFlight::Stored(answer, record, frame) => match answer.await {
             Ok(Ok(_)) => return true,
             Ok(Err(e)) => (e.to_string(), record, frame),
@@ -269,8 +288,8 @@ impl Backpressure {
         // yet committed will join it, so they count too (else a fast topic overshoots the bound
         // by a whole group commit).
         for (_, stored) in window {
-            if let InFlight::Stored(_, record, _) = stored
-                && !stored.is_done()
+            if let InFlight::Stored(answer, record, _) = stored
+                && answer.is_empty()
             {
                 *queued.entry(record.scope.clone()).or_insert(0) += 1;
             }
@@ -391,7 +410,7 @@ pub async fn run(
             None => {}
         }
         // Offsets move only past records whose invocations are durable, in order.
-        while window.len() > WINDOW || window.front().is_some_and(|(_, s)| s.is_done()) {
+        while window.len() > WINDOW || window.front_mut().is_some_and(|(_, s)| s.ready()) {
             let Some((position, stored)) = window.pop_front() else {
                 break;
             };
@@ -410,4 +429,58 @@ pub async fn run(
         }
     }
     tracing::info!(subscription = %sub.id, "stopped consuming");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot;
+
+    fn handed_over() -> (
+        oneshot::Sender<Result<bool, CodedError>>,
+        InFlight,
+    ) {
+        let target = Target {
+            service: "Greeter".into(),
+            handler: "greet".into(),
+            key: None,
+        };
+        let record = NewInvocation::new(
+            target,
+            Identity::Derived {
+                uuid: 7,
+                partition: Some(1),
+            },
+        )
+        .into_record(0);
+        let frame = Message::Input(proto::InputCommandMessage::default()).to_frame(false);
+        let (reply, answer) = oneshot::channel();
+        (reply, InFlight::Stored(answer, record, frame))
+    }
+
+    #[test]
+    fn a_record_whose_partition_dropped_its_answer_is_tried_again_at_once() {
+        // Before, such a record waited until the window overflowed: with fewer records than
+        // the window behind it, never, and its invocation was lost.
+        let (reply, mut stored) = handed_over();
+        assert!(!stored.ready(), "no answer yet");
+        drop(reply);
+        assert!(stored.ready());
+        assert!(matches!(stored, InFlight::Failed(..)));
+    }
+
+    #[test]
+    fn a_stored_record_settles_and_a_refused_one_is_tried_again() {
+        let (reply, mut stored) = handed_over();
+        reply.send(Ok(true)).unwrap();
+        assert!(stored.ready());
+        assert!(matches!(stored, InFlight::Durable));
+        let (reply, mut refused) = handed_over();
+        reply
+            .send(Err(CodedError::new(Code::CLU0001, "stepped down")))
+            .unwrap();
+        assert!(refused.ready());
+        assert!(matches!(refused, InFlight::Failed(why, ..) if why.contains("stepped down")));
+        assert!(InFlight::Skipped.ready());
+    }
 }
