@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::binaries::free_port;
 use crate::cut::Links;
 
 /// The broker version `tests/kafka-broker/pom.xml` pins.
@@ -67,12 +66,14 @@ impl KafkaCluster {
             libs.display()
         );
         let dir = tempfile::tempdir().expect("a temp dir");
-        let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
+        let ports: Vec<(u16, u16)> = (0..count)
+            .map(|_| (listener_port(), listener_port()))
+            .collect();
         // Per set of links: per broker, the listener's own port and the link in front of it.
         let mut cut_targets = Vec::new();
         let mut cut_links = Vec::new();
         for _ in 0..cuts {
-            let own: Vec<u16> = (0..count).map(|_| free_port()).collect();
+            let own: Vec<u16> = (0..count).map(|_| listener_port()).collect();
             let links: Vec<std::net::TcpListener> = (0..count)
                 .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a link's port"))
                 .collect();
@@ -395,6 +396,32 @@ impl Drop for KafkaCluster {
     }
 }
 
+/// A free loopback port below the kernel's ephemeral range, for a broker's listener. A port
+/// from the ephemeral range (what binding port 0 gives) stays free only until the kernel hands
+/// it to an outgoing connection: a broker that takes seconds to start, or one restarted after a
+/// kill, could then find its port taken by another broker's client and exit at start-up (seen
+/// about once in 25 clusters under load). Each port is handed out once per test process.
+fn listener_port() -> u16 {
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let low = 10_000u16.min(ephemeral_from / 2);
+    let span = u128::from(ephemeral_from.saturating_sub(low).max(1));
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..10_000 {
+        let offset = sluice_core::ids::InvocationId::new_uuid() % span;
+        let port = low + u16::try_from(offset).expect("below the span");
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free port below {ephemeral_from}");
+}
+
 /// `java` with the broker's class path and a small heap.
 fn java(libs: &Path) -> Command {
     let mut command = Command::new("java");
@@ -404,6 +431,9 @@ fn java(libs: &Path) -> Command {
             "-Xmx384m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
+            // slf4j-simple (tests/kafka-broker/pom.xml) prints to stderr: why a broker
+            // stopped shows in the test's failure.
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
         ])
         .arg("-cp")
         .arg(format!("{}/*", libs.display()));
