@@ -410,7 +410,9 @@ fn listener_port() -> u16 {
         .unwrap_or(32_768);
     let low = 10_000u16.min(ephemeral_from / 2);
     let span = u128::from(ephemeral_from.saturating_sub(low).max(1));
-    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..10_000 {
         let offset = sluice_core::ids::InvocationId::new_uuid() % span;
         let port = low + u16::try_from(offset).expect("below the span");

@@ -7,10 +7,10 @@
 mod inbox;
 mod leader;
 mod membership;
-mod standbys;
 mod meta;
 mod reader;
 mod snapshots;
+mod standbys;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -127,7 +127,10 @@ fn keep_held(shared: &Shared, held: &Option<BTreeSet<u32>>) -> Result<bool, Code
             Ok(Err(e)) => return Err(e),
             Err(_) => return Ok(false),
         }
-        tracing::info!(partition = p, "no longer kept here: its rows left the store");
+        tracing::info!(
+            partition = p,
+            "no longer kept here: its rows left the store"
+        );
     }
     Ok(true)
 }

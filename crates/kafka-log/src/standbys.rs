@@ -83,8 +83,7 @@ pub(super) fn decode_assignment(bytes: &[u8], topic: &str) -> Result<BTreeSet<u3
         let count = input.count()?;
         for _ in 0..count {
             let p = input.i32()?;
-            if ours && let Ok(p) = u32::try_from(p)
-            {
+            if ours && let Ok(p) = u32::try_from(p) {
                 found.insert(p);
             }
         }
@@ -164,7 +163,11 @@ mod tests {
         }
         let mut huge = 0i16.to_be_bytes().to_vec();
         huge.extend(i32::MAX.to_be_bytes());
-        assert!(decode_assignment(&huge, "t").unwrap_err().contains("entries"));
+        assert!(
+            decode_assignment(&huge, "t")
+                .unwrap_err()
+                .contains("entries")
+        );
         let mut nameless = 0i16.to_be_bytes().to_vec();
         nameless.extend(1i32.to_be_bytes());
         nameless.extend((-1i16).to_be_bytes());

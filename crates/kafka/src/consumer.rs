@@ -436,10 +436,7 @@ mod tests {
     use super::*;
     use tokio::sync::oneshot;
 
-    fn handed_over() -> (
-        oneshot::Sender<Result<bool, CodedError>>,
-        InFlight,
-    ) {
+    fn handed_over() -> (oneshot::Sender<Result<bool, CodedError>>, InFlight) {
         let target = Target {
             service: "Greeter".into(),
             handler: "greet".into(),

@@ -24,13 +24,15 @@ pub enum Followed {
 }
 
 /// Reads `payload`, the record at `offset` of `partition`'s log (at most `max_record` bytes),
-/// with `seen` the position read so far, which moves past it.
+/// with `seen` the position read so far, which moves past it. Without `writes`, a write set
+/// record's writes are left unread (its record holds an empty set): the replica applies none.
 pub fn follow(
     seen: &mut Position,
     partition: u32,
     offset: i64,
     payload: &[u8],
     max_record: usize,
+    writes: bool,
 ) -> Followed {
     if offset < seen.next {
         return Followed::Before;
@@ -40,7 +42,12 @@ pub fn follow(
         // nor transactional), so a jump means records this replica needed are gone.
         return Followed::Gap(gone(partition, offset, seen.next));
     }
-    match Record::decode(payload, max_record) {
+    let decoded = if writes {
+        Record::decode(payload, max_record)
+    } else {
+        Record::decode_header(payload, max_record)
+    };
+    match decoded {
         Ok(record) => Followed::Read(seen.admit(offset, &record), record),
         Err(e) => Followed::Broken(CodedError::new(
             Code::CLU0003,
@@ -79,7 +86,7 @@ mod tests {
     fn a_leaders_writes_count_and_a_reread_record_changes_nothing() {
         let mut seen = Position::default();
         assert!(matches!(
-            follow(&mut seen, 0, 0, &epoch(1), usize::MAX),
+            follow(&mut seen, 0, 0, &epoch(1), usize::MAX, true),
             Followed::Read(Verdict::Accepted, _)
         ));
         let writes = Record::Writes {
@@ -90,11 +97,11 @@ mod tests {
         }
         .encode();
         assert!(matches!(
-            follow(&mut seen, 0, 1, &writes, usize::MAX),
+            follow(&mut seen, 0, 1, &writes, usize::MAX, true),
             Followed::Read(Verdict::Apply, _)
         ));
         assert!(matches!(
-            follow(&mut seen, 0, 1, &writes, usize::MAX),
+            follow(&mut seen, 0, 1, &writes, usize::MAX, true),
             Followed::Before
         ));
         assert_eq!(seen.next, 2);
@@ -103,12 +110,13 @@ mod tests {
     #[test]
     fn a_gap_is_said_as_clu0004_and_a_damaged_record_is_clu0003() {
         let mut seen = Position::default();
-        let Followed::Gap(gap) = follow(&mut seen, 3, 5, &epoch(1), usize::MAX) else {
+        let Followed::Gap(gap) = follow(&mut seen, 3, 5, &epoch(1), usize::MAX, true) else {
             panic!("a gap must be said")
         };
         assert_eq!(gap.code, Some(Code::CLU0004));
         assert!(gap.message.contains("needs offset 0"), "{gap}");
-        let Followed::Broken(damaged) = follow(&mut seen, 3, 0, b"\x01\x09", usize::MAX) else {
+        let Followed::Broken(damaged) = follow(&mut seen, 3, 0, b"\x01\x09", usize::MAX, true)
+        else {
             panic!("a damaged record must stop following")
         };
         assert_eq!(damaged.code, Some(Code::CLU0003));

@@ -113,29 +113,33 @@ impl Replica {
         if self.broken.is_some() || self.catching_up {
             return Read::Nothing;
         }
-        let (verdict, record) = match follow(&mut self.seen, p, offset, payload, max_record) {
-            Followed::Before => return Read::Nothing,
-            // Not kept here, what was deleted is nobody's loss: the reader reads on.
-            Followed::Gap(_) if !self.held && self.leading.is_none() => {
-                self.seen.next = offset;
-                return self.read(p, offset, payload, max_record, writes);
-            }
-            // Led here, the records deleted were this leader's own, below what it stored (it
-            // deletes only what its snapshot covers): the reader, behind, reads on.
-            Followed::Gap(_) if self.leading.is_some() => {
-                self.seen.next = offset;
-                return self.read(p, offset, payload, max_record, writes);
-            }
-            Followed::Gap(gone) => {
-                self.catching_up = true;
-                return Read::CatchUp { from: offset, gone };
-            }
-            Followed::Broken(why) => {
-                let stop_leading = self.give_up(why.clone());
-                return Read::GaveUp { why, stop_leading };
-            }
-            Followed::Read(verdict, record) => (verdict, record),
-        };
+        // Only a partition kept here and led elsewhere has its writes applied: the others'
+        // records are read for their epochs, their writes left undecoded.
+        let applies = self.held && self.leading.is_none();
+        let (verdict, record) =
+            match follow(&mut self.seen, p, offset, payload, max_record, applies) {
+                Followed::Before => return Read::Nothing,
+                // Not kept here, what was deleted is nobody's loss: the reader reads on.
+                Followed::Gap(_) if !self.held && self.leading.is_none() => {
+                    self.seen.next = offset;
+                    return self.read(p, offset, payload, max_record, writes);
+                }
+                // Led here, the records deleted were this leader's own, below what it stored (it
+                // deletes only what its snapshot covers): the reader, behind, reads on.
+                Followed::Gap(_) if self.leading.is_some() => {
+                    self.seen.next = offset;
+                    return self.read(p, offset, payload, max_record, writes);
+                }
+                Followed::Gap(gone) => {
+                    self.catching_up = true;
+                    return Read::CatchUp { from: offset, gone };
+                }
+                Followed::Broken(why) => {
+                    let stop_leading = self.give_up(why.clone());
+                    return Read::GaveUp { why, stop_leading };
+                }
+                Followed::Read(verdict, record) => (verdict, record),
+            };
         let accepted = verdict == Verdict::Accepted;
         let new_leader = accepted.then(|| self.seen.leader.clone());
         match self.leading {
