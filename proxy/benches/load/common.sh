@@ -51,10 +51,12 @@ if [ "${CLUSTER:-0}" = 1 ]; then
   # answers no CreateTopics); the debug build of the tiny host is enough.
   kafka="$bin/sluice-test-kafka"
   [ -x "$kafka" ] || { cargo build -q --locked -p sluice-tests --bin sluice-test-kafka; kafka="$target_dir/debug/sluice-test-kafka"; }
-  "$kafka" 3 "sluice.log:$partitions" "sluice.leaders:$partitions" "sluice.inbox:$partitions" sluice.meta:1 >"$work/broker.log" 2>&1 &
+  "$kafka" 3 "sluice.log:$partitions" "sluice.leaders:$partitions" "sluice.inbox:$partitions" "sluice.snapshots:$partitions" sluice.meta:1 >"$work/broker.log" 2>&1 &
   broker=$!
   bootstrap=$(bootstrap_in "$work/broker.log")
-  flags+=(SERVICE_CLUSTER__MODE=kafka "SERVICE_CLUSTER__BOOTSTRAP_SERVERS=$bootstrap" SERVICE_CLUSTER__NODE_ID=bench SERVICE_CLUSTER__SESSION_TIMEOUT=3s)
+  flags+=(SERVICE_CLUSTER__MODE=kafka "SERVICE_CLUSTER__BOOTSTRAP_SERVERS=$bootstrap" SERVICE_CLUSTER__NODE_ID=bench SERVICE_CLUSTER__SESSION_TIMEOUT=3s
+    # The mock brokers describe no topic settings.
+    SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION=true)
 fi
 RUST_LOG=warn "${flags[@]}" "$bin/sluice" serve --data-dir "$work/data" --ingress-bind "127.0.0.1:$ingress" --admin-bind "127.0.0.1:$admin" &
 server=$!

@@ -37,6 +37,8 @@ pub struct Runtime {
     /// The store's health once the partitions run: a partition stopped by a failed store is
     /// reported as that failure, not as a routing error.
     health: Arc<std::sync::OnceLock<Arc<sluice_store::health::Health>>>,
+    /// The tokio runtime the partitions run on, once they do.
+    home: Arc<std::sync::OnceLock<tokio::runtime::Handle>>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
@@ -61,9 +63,23 @@ impl Runtime {
                 placement: Arc::new(placement),
                 outbox: Arc::default(),
                 health: Arc::default(),
+                home: Arc::default(),
             },
             Receivers(receivers),
         )
+    }
+
+    /// Spawns `task` on the runtime the partitions run on (before they run, on the current
+    /// one). Cluster mode runs a leader's log writer there, beside its partition: each group
+    /// the partition hands it, and each answer back, then wakes no thread of another runtime.
+    pub fn spawn_beside<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match self.home.get() {
+            Some(home) => home.spawn(task),
+            None => tokio::spawn(task),
+        }
     }
 
     /// Where each partition runs.
@@ -522,6 +538,7 @@ impl Runtime {
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
         let How { rules, tls, leads } = how;
         let _ = self.health.set(Arc::clone(store.health()));
+        let _ = self.home.set(tokio::runtime::Handle::current());
         let n = self.senders.len() as u64;
         let client = AttemptClient::new(tls);
         // Embedded, the local log is the truth and the store a view behind it; in cluster
