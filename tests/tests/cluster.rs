@@ -888,6 +888,7 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
         assert!(started.elapsed() < Duration::from_secs(1), "{body}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    eprintln!("plugin unloaded everywhere after {:?}", started.elapsed());
 }
 
 #[tokio::test]

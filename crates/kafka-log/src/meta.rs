@@ -24,7 +24,7 @@ const META_POSITION: u32 = u32::MAX;
 /// How long a publish waits for the log.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(30);
 
-type Delivered = mpsc::SyncSender<Result<(), String>>;
+type Delivered = mpsc::SyncSender<Result<i64, String>>;
 
 /// Hands each delivery's result back to the publish waiting for it.
 struct Deliveries;
@@ -35,7 +35,12 @@ impl ProducerContext for Deliveries {
     type DeliveryOpaque = Box<Delivered>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, waiting: Self::DeliveryOpaque) {
-        let _ = waiting.send(result.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string()));
+        let _ = waiting.send(
+            result
+                .as_ref()
+                .map(|message| message.offset())
+                .map_err(|(e, _)| e.to_string()),
+        );
     }
 }
 
@@ -83,7 +88,7 @@ fn not_published(why: impl std::fmt::Display) -> CodedError {
 }
 
 impl MetaLog for KafkaMetaLog {
-    fn publish(&self, snapshot: &MetaSnapshot) -> Result<(), CodedError> {
+    fn publish(&self, snapshot: &MetaSnapshot) -> Result<i64, CodedError> {
         let bytes = snapshot.encode();
         if bytes.len() > self.max_record {
             return Err(not_published(format!(
@@ -107,7 +112,7 @@ impl MetaLog for KafkaMetaLog {
             )
             .map_err(|(e, _)| not_published(e))?;
         match delivered.recv_timeout(PUBLISH_TIMEOUT) {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(at)) => Ok(at),
             Ok(Err(e)) => Err(not_published(e)),
             Err(_) => Err(not_published("the meta topic did not answer")),
         }
@@ -179,12 +184,23 @@ fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), Coded
                 ),
             ));
         }
-        let snapshot =
+        let mut snapshot =
             MetaSnapshot::decode(message.payload().unwrap_or_default(), settings.max_record)?;
         position.next = message.offset().saturating_add(1);
         let mut saved = WriteSet::default();
         position.save(META_POSITION, &mut saved);
         let started = std::time::Instant::now();
+        let gate = shared.store.meta_gate();
+        // This node published these tables after this record: its store holds the later
+        // ones, which every node applies last. Applied, the record would take this node
+        // back to older tables until its own came round (and a change made meanwhile would
+        // build on them). Only the position moves on.
+        if shared
+            .store
+            .meta_published_after(&snapshot.key(), message.offset())
+        {
+            snapshot.tables.clear();
+        }
         shared.store.with_db(|db| -> Result<(), CodedError> {
             let failed =
                 |e: redb::Error| CodedError::new(Code::RT0009, format!("applying metadata: {e}"));
@@ -200,8 +216,11 @@ fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), Coded
             saved.apply(&txn).map_err(failed)?;
             txn.commit().map_err(|e| failed(e.into()))
         })??;
+        drop(gate);
         let tables: Vec<&str> = snapshot.tables.iter().map(|(name, _)| *name).collect();
-        if let Some(reload) = shared.on_meta.get() {
+        if !tables.is_empty()
+            && let Some(reload) = shared.on_meta.get()
+        {
             reload(&tables);
         }
         tracing::debug!(

@@ -41,6 +41,8 @@ pub fn put<T: Serialize>(
     value: Option<&T>,
 ) -> Result<(), CodedError> {
     let json = value.map(serde_json::to_vec).transpose().map_err(storage)?;
+    // Until published: what the cluster's meta reader applies cannot come between.
+    let _gate = store.meta_gate();
     store.with_db(|db| {
         let txn = db.begin_write().map_err(storage)?;
         {

@@ -62,6 +62,8 @@ pub fn load_all(store: &Store) -> Result<Vec<Saved>, CodedError> {
 /// Stores (or replaces) plugin `name`.
 pub fn put(store: &Store, name: &str, saved: &SavedSpec, bytes: &[u8]) -> Result<(), CodedError> {
     let json = serde_json::to_vec(saved).map_err(storage)?;
+    // Until published: what the cluster's meta reader applies cannot come between.
+    let _gate = store.meta_gate();
     store.with_db(|db| {
         let txn = db.begin_write().map_err(storage)?;
         {
@@ -81,6 +83,7 @@ pub fn put(store: &Store, name: &str, saved: &SavedSpec, bytes: &[u8]) -> Result
 
 /// Forgets plugin `name`.
 pub fn remove(store: &Store, name: &str) -> Result<(), CodedError> {
+    let _gate = store.meta_gate();
     store.with_db(|db| {
         let txn = db.begin_write().map_err(storage)?;
         {

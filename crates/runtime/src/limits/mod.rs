@@ -138,6 +138,8 @@ impl Rules {
         if next.version() == guard.version() {
             return Ok(answer);
         }
+        // Until published: what the cluster's meta reader applies cannot come between.
+        let _gate = self.store.meta_gate();
         self.persist(&guard, &next).map_err(RulesError::Storage)?;
         let next = Arc::new(next);
         *guard = Arc::clone(&next);

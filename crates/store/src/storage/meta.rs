@@ -27,8 +27,8 @@ pub struct MetaSnapshot {
 
 /// Publishes snapshots to every node (the cluster's meta topic).
 pub trait MetaLog: Send + Sync + std::fmt::Debug {
-    /// Appends `snapshot`; returns once the log took it.
-    fn publish(&self, snapshot: &MetaSnapshot) -> Result<(), CodedError>;
+    /// Appends `snapshot`; returns once the log took it, with its offset there.
+    fn publish(&self, snapshot: &MetaSnapshot) -> Result<i64, CodedError>;
 }
 
 fn bad(why: impl std::fmt::Display) -> CodedError {
@@ -175,16 +175,42 @@ impl Store {
         let _ = self.meta_log.set(log);
     }
 
-    /// After a local commit of metadata tables of `group`: in cluster mode, publishes the
-    /// group's tables whole to every node and returns once the log took them; embedded,
-    /// nothing.
+    /// Held by a metadata change from before its local commit until [`Store::publish_meta`]
+    /// returned, and by the cluster's meta reader while it applies a record: a record read
+    /// from the topic cannot land between a change and what it publishes (which would publish
+    /// the record's older tables as the change).
+    pub fn meta_gate(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.meta_gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// After a local commit of metadata tables of `group` (under [`Store::meta_gate`]): in
+    /// cluster mode, publishes the group's tables whole to every node and returns once the
+    /// log took them; embedded, nothing.
     pub fn publish_meta(&self, group: MetaGroup) -> Result<(), CodedError> {
         let Some(log) = self.meta_log.get() else {
             return Ok(());
         };
         let names = schema::meta_tables(group);
         let snapshot = self.with_db(|db| MetaSnapshot::read(db, &names))??;
-        log.publish(&snapshot)
+        let at = log.publish(&snapshot)?;
+        self.meta_published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(snapshot.key(), at);
+        Ok(())
+    }
+
+    /// Whether this node published the tables of record key `key` after offset `at` of the
+    /// meta topic: a record there (its own echo, or another node's change that came first) is
+    /// older than what its store holds, and every node ends with the later record.
+    pub fn meta_published_after(&self, key: &str, at: i64) -> bool {
+        self.meta_published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .is_some_and(|published| *published > at)
     }
 }
 

@@ -61,6 +61,11 @@ pub struct Store {
     health: Arc<Health>,
     /// Cluster mode: where changed metadata tables go (see [`meta`]).
     meta_log: std::sync::OnceLock<Arc<dyn meta::MetaLog>>,
+    /// What a metadata change and the applying of another's hold (`meta.rs`).
+    meta_gate: std::sync::Mutex<()>,
+    /// Per metadata record key, the offset of this node's last record in the cluster's meta
+    /// topic (`meta.rs`).
+    meta_published: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     /// The local log, replayed into the view at open, until the writer takes it
     /// ([`writer::Writer::start_logged`]); the store only holds it between the two.
     log: std::sync::Mutex<Option<local::segments::SegmentLog>>,
@@ -111,6 +116,8 @@ impl Store {
             db: RwLock::new(Some(db)),
             health: Arc::default(),
             meta_log: std::sync::OnceLock::new(),
+            meta_gate: std::sync::Mutex::new(()),
+            meta_published: std::sync::Mutex::default(),
             log: std::sync::Mutex::new(None),
             backlog: view::backlog::Backlog::default(),
         })
