@@ -254,6 +254,42 @@ mod tests {
         assert_eq!(read, snapshot);
     }
 
+    /// A meta topic in memory: each record at the next offset.
+    #[derive(Debug, Default)]
+    struct Topic(std::sync::Mutex<Vec<MetaSnapshot>>);
+
+    impl MetaLog for Topic {
+        fn publish(&self, snapshot: &MetaSnapshot) -> Result<i64, CodedError> {
+            let mut records = self.0.lock().unwrap();
+            records.push(snapshot.clone());
+            Ok(records.len() as i64 - 1)
+        }
+    }
+
+    #[test]
+    fn records_before_this_nodes_own_last_one_of_their_tables_are_older_than_its_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let topic = Arc::new(Topic::default());
+        store.set_meta_log(Arc::clone(&topic) as Arc<dyn MetaLog>);
+        for _ in 0..3 {
+            let _gate = store.meta_gate();
+            store.publish_meta(MetaGroup::Rules).unwrap();
+        }
+        let key = topic.0.lock().unwrap()[2].key();
+        assert!(store.meta_published_after(&key, 0));
+        assert!(store.meta_published_after(&key, 1));
+        assert!(!store.meta_published_after(&key, 2), "its own last record");
+        assert!(
+            !store.meta_published_after(&key, 3),
+            "a later one from another node"
+        );
+        assert!(
+            !store.meta_published_after("deployments", 0),
+            "tables it never published"
+        );
+    }
+
     proptest! {
         #[test]
         fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
