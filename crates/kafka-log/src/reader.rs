@@ -115,17 +115,8 @@ fn keep_held(shared: &Shared, held: &Option<BTreeSet<u32>>) -> Result<bool, Code
         if !lock(slot).release() {
             continue;
         }
-        let writes = shared.store.with_db(|db| {
-            snapshot::replacing(db, p, partitions, Vec::new(), &Position::default())
-        })??;
-        let answer = {
-            let _hand_over = lock(&shared.hand_over);
-            shared.writer.commit(writes)
-        };
-        match answer.blocking_recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Ok(false),
+        if !replace(shared, p, Vec::new(), &Position::default())? {
+            return Ok(false);
         }
         tracing::info!(
             partition = p,
@@ -133,6 +124,28 @@ fn keep_held(shared: &Shared, held: &Option<BTreeSet<u32>>) -> Result<bool, Code
         );
     }
     Ok(true)
+}
+
+/// Replaces what the store holds of partition `p` with `chunks` (a snapshot's rows; none: the
+/// partition leaves the store) at `position`; false when the writer is gone (the node stops).
+fn replace(
+    shared: &Shared,
+    p: u32,
+    chunks: Vec<WriteSet>,
+    position: &Position,
+) -> Result<bool, CodedError> {
+    let writes = shared
+        .store
+        .with_db(|db| snapshot::replacing(db, p, shared.settings.partitions, chunks, position))??;
+    let answer = {
+        let _hand_over = lock(&shared.hand_over);
+        shared.writer.commit(writes)
+    };
+    match answer.blocking_recv() {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(false),
+    }
 }
 
 /// Stores `writes` with the positions of the partitions in `dirty` (a partition led here
@@ -186,17 +199,8 @@ fn catch_up(
         return Ok(());
     };
     let position = manifest.position;
-    let writes = shared.store.with_db(|db| {
-        snapshot::replacing(db, p, shared.settings.partitions, chunks, &position)
-    })??;
-    let answer = {
-        let _hand_over = lock(&shared.hand_over);
-        shared.writer.commit(writes)
-    };
-    match answer.blocking_recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(e),
-        Err(_) => return Ok(()),
+    if !replace(shared, p, chunks, &position)? {
+        return Ok(());
     }
     lock(&shared.partitions[p as usize]).caught_up(position.clone());
     if position.leader.epoch > 0 {
