@@ -53,7 +53,9 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
     let mut ends_asked = std::time::Instant::now() - ENDS_EVERY;
     let held = shared.held.subscribe();
     while !*stopping.borrow() {
-        if !keep_held(shared, &held.borrow())? {
+        // A copy: the membership thread may send a new set while a release commits.
+        let kept = held.borrow().clone();
+        if !keep_held(shared, &kept)? {
             return Ok(());
         }
         rewind(shared, &consumer)?;

@@ -41,8 +41,8 @@ pub fn put<T: Serialize>(
     value: Option<&T>,
 ) -> Result<(), CodedError> {
     let json = value.map(serde_json::to_vec).transpose().map_err(storage)?;
-    // Until published: what the cluster's meta reader applies cannot come between.
-    let _gate = store.meta_gate();
+    // Cluster mode: every node takes the change.
+    let change = store.meta_change(MetaGroup::Kafka);
     store.with_db(|db| {
         let txn = db.begin_write().map_err(storage)?;
         {
@@ -55,6 +55,5 @@ pub fn put<T: Serialize>(
         }
         txn.commit().map_err(storage)
     })??;
-    // Cluster mode: every node takes the change.
-    store.publish_meta(MetaGroup::Kafka)
+    change.publish()
 }

@@ -62,8 +62,7 @@ pub fn load_all(store: &Store) -> Result<Vec<Saved>, CodedError> {
 /// Stores (or replaces) plugin `name`.
 pub fn put(store: &Store, name: &str, saved: &SavedSpec, bytes: &[u8]) -> Result<(), CodedError> {
     let json = serde_json::to_vec(saved).map_err(storage)?;
-    // Until published: what the cluster's meta reader applies cannot come between.
-    let _gate = store.meta_gate();
+    let change = store.meta_change(MetaGroup::Plugins);
     store.with_db(|db| {
         let txn = db.begin_write().map_err(storage)?;
         {
@@ -78,12 +77,12 @@ pub fn put(store: &Store, name: &str, saved: &SavedSpec, bytes: &[u8]) -> Result
         }
         txn.commit().map_err(storage)
     })??;
-    store.publish_meta(MetaGroup::Plugins)
+    change.publish()
 }
 
 /// Forgets plugin `name`.
 pub fn remove(store: &Store, name: &str) -> Result<(), CodedError> {
-    let _gate = store.meta_gate();
+    let change = store.meta_change(MetaGroup::Plugins);
     store.with_db(|db| {
         let txn = db.begin_write().map_err(storage)?;
         {
@@ -98,5 +97,5 @@ pub fn remove(store: &Store, name: &str) -> Result<(), CodedError> {
         }
         txn.commit().map_err(storage)
     })??;
-    store.publish_meta(MetaGroup::Plugins)
+    change.publish()
 }

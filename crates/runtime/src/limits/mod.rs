@@ -138,17 +138,14 @@ impl Rules {
         if next.version() == guard.version() {
             return Ok(answer);
         }
-        // Until published: what the cluster's meta reader applies cannot come between.
-        let _gate = self.store.meta_gate();
+        // Cluster mode: every node takes the new book (nothing embedded).
+        let change = self.store.meta_change(MetaGroup::Rules);
         self.persist(&guard, &next).map_err(RulesError::Storage)?;
         let next = Arc::new(next);
         *guard = Arc::clone(&next);
         self.changes.send_replace(next);
         drop(guard);
-        // Cluster mode: every node takes the new book (nothing embedded).
-        self.store
-            .publish_meta(MetaGroup::Rules)
-            .map_err(RulesError::Storage)?;
+        change.publish().map_err(RulesError::Storage)?;
         Ok(answer)
     }
 

@@ -508,8 +508,8 @@ impl Registry {
 
     /// Writes `next` in one transaction, then makes it the cached state.
     fn commit(&self, next: State) -> Result<(), CodedError> {
-        // Until published: what the cluster's meta reader applies cannot come between.
-        let _gate = self.store.meta_gate();
+        // Cluster mode: every node takes the change (nothing embedded).
+        let change = self.store.meta_change(MetaGroup::Registry);
         let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
         self.store.with_db(|db| -> Result<(), CodedError> {
             let txn = db.begin_write().map_err(storage_error)?;
@@ -554,8 +554,7 @@ impl Registry {
         *guard = next;
         drop(guard);
         self.changed();
-        // Cluster mode: every node takes the change (nothing embedded).
-        self.store.publish_meta(MetaGroup::Registry)
+        change.publish()
     }
 }
 

@@ -175,31 +175,25 @@ impl Store {
         let _ = self.meta_log.set(log);
     }
 
-    /// Held by a metadata change from before its local commit until [`Store::publish_meta`]
-    /// returned, and by the cluster's meta reader while it applies a record: a record read
-    /// from the topic cannot land between a change and what it publishes (which would publish
-    /// the record's older tables as the change).
+    /// Begins a change of the metadata tables of `group`: from before its local commit until
+    /// [`MetaChange::publish`] returns, the cluster's meta reader applies nothing (it holds
+    /// [`Store::meta_gate`] while it applies a record). A record read meanwhile cannot land
+    /// between the change and what it publishes, which would publish the record's older
+    /// tables as the change.
+    pub fn meta_change(&self, group: MetaGroup) -> MetaChange<'_> {
+        MetaChange {
+            store: self,
+            group,
+            _gate: self.meta_gate(),
+        }
+    }
+
+    /// What a metadata change holds ([`Store::meta_change`]), and the cluster's meta reader
+    /// while it applies a record.
     pub fn meta_gate(&self) -> std::sync::MutexGuard<'_, ()> {
         self.meta_gate
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// After a local commit of metadata tables of `group` (under [`Store::meta_gate`]): in
-    /// cluster mode, publishes the group's tables whole to every node and returns once the
-    /// log took them; embedded, nothing.
-    pub fn publish_meta(&self, group: MetaGroup) -> Result<(), CodedError> {
-        let Some(log) = self.meta_log.get() else {
-            return Ok(());
-        };
-        let names = schema::meta_tables(group);
-        let snapshot = self.with_db(|db| MetaSnapshot::read(db, &names))??;
-        let at = log.publish(&snapshot)?;
-        self.meta_published
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(snapshot.key(), at);
-        Ok(())
     }
 
     /// Whether this node published the tables of record key `key` after offset `at` of the
@@ -211,6 +205,33 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(key)
             .is_some_and(|published| *published > at)
+    }
+}
+
+/// A change of one group's metadata tables under way ([`Store::meta_change`]).
+pub struct MetaChange<'a> {
+    store: &'a Store,
+    group: MetaGroup,
+    _gate: std::sync::MutexGuard<'a, ()>,
+}
+
+impl MetaChange<'_> {
+    /// After the change's local commit: in cluster mode, publishes the group's tables whole
+    /// to every node and returns once the log took them; embedded, nothing.
+    pub fn publish(self) -> Result<(), CodedError> {
+        let store = self.store;
+        let Some(log) = store.meta_log.get() else {
+            return Ok(());
+        };
+        let names = schema::meta_tables(self.group);
+        let snapshot = store.with_db(|db| MetaSnapshot::read(db, &names))??;
+        let at = log.publish(&snapshot)?;
+        store
+            .meta_published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(snapshot.key(), at);
+        Ok(())
     }
 }
 
@@ -273,8 +294,7 @@ mod tests {
         let topic = Arc::new(Topic::default());
         store.set_meta_log(Arc::clone(&topic) as Arc<dyn MetaLog>);
         for _ in 0..3 {
-            let _gate = store.meta_gate();
-            store.publish_meta(MetaGroup::Rules).unwrap();
+            store.meta_change(MetaGroup::Rules).publish().unwrap();
         }
         let key = topic.0.lock().unwrap()[2].key();
         assert!(store.meta_published_after(&key, 0));
