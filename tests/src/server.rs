@@ -363,14 +363,44 @@ impl Sluice {
         )
     }
 
+    /// `GET path` of the admin API (with the admin token, if any): status and JSON answered.
+    pub async fn get_admin(&self, path: &str) -> (u16, serde_json::Value) {
+        let resp = self
+            .admin(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("admin API reachable");
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or_default(),
+        )
+    }
+
+    /// `POST /query` of what this node alone holds (`"local": true`; cluster mode), as JSON.
+    pub async fn query_local(&self, sql: &str) -> (u16, serde_json::Value) {
+        let resp = self
+            .admin(reqwest::Method::POST, "/query")
+            .header("accept", "application/json")
+            .json(&serde_json::json!({ "query": sql, "local": true }))
+            .send()
+            .await
+            .expect("admin API reachable");
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or_default(),
+        )
+    }
+
     /// The number column `n` of the one row `sql` answers.
     pub async fn count(&self, sql: &str) -> u64 {
         let (status, answer) = self.query(sql).await;
-        assert_eq!(status, 200, "{sql}: {answer}");
-        // `count(*)` always answers a row: a missing `n` is a wrong query, not a zero.
-        answer["rows"][0]["n"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{sql}: no count `n` in {answer}"))
+        count_of(sql, status, &answer)
+    }
+
+    /// The number column `n` of the one row `sql` answers of what this node alone holds.
+    pub async fn count_local(&self, sql: &str) -> u64 {
+        let (status, answer) = self.query_local(sql).await;
+        count_of(sql, status, &answer)
     }
 
     /// `GET /invocations/{id}`: status and answer.
@@ -538,4 +568,13 @@ pub fn assert_startup_error(finished: &Finished, code: &str) {
     );
     let error_lines = stderr.lines().filter(|l| l.starts_with("error:")).count();
     assert_eq!(error_lines, 1, "exactly one error line expected:\n{stderr}");
+}
+
+/// The number column `n` of the one row `sql` answered.
+fn count_of(sql: &str, status: u16, answer: &serde_json::Value) -> u64 {
+    assert_eq!(status, 200, "{sql}: {answer}");
+    // `count(*)` always answers a row: a missing `n` is a wrong query, not a zero.
+    answer["rows"][0]["n"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{sql}: no count `n` in {answer}"))
 }

@@ -70,7 +70,7 @@ async fn completed_on_every_node(nodes: &[Sluice], ids: &[String]) {
 async fn deployments(sluice: &Sluice, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, listed) = get_json(&format!("{}/deployments", sluice.admin_url)).await;
+        let (_, listed) = sluice.get_admin("/deployments").await;
         if listed["deployments"]
             .as_array()
             .is_some_and(|d| d.len() == count)
@@ -318,7 +318,7 @@ async fn a_second_node_takes_every_partition_over_when_the_first_dies() {
 
 /// Who leads each partition, as `sluice` sees it (`GET /cluster-health`).
 async fn leaders(sluice: &Sluice) -> Vec<Option<String>> {
-    let (status, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+    let (status, health) = sluice.get_admin("/cluster-health").await;
     assert_eq!(status, 200, "{health}");
     health["sluice_cluster"]["partitions"]
         .as_array()
@@ -644,7 +644,7 @@ async fn a_scope_limit_holds_across_nodes_before_during_and_after_a_failover() {
     let deadline = Instant::now() + Duration::from_secs(10);
     for sluice in &nodes {
         loop {
-            let (_, rules) = get_json(&format!("{}/limits/rules", sluice.admin_url)).await;
+            let (_, rules) = sluice.get_admin("/limits/rules").await;
             if rules.to_string().contains("acme") {
                 break;
             }
@@ -802,7 +802,7 @@ async fn handlers_call_objects_led_by_other_nodes() {
 async fn admin_shows(sluice: &Sluice, path: &str, needle: &str, give_up: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        let (_, body) = get_json(&format!("{}{path}", sluice.admin_url)).await;
+        let (_, body) = sluice.get_admin(path).await;
         if body.to_string().contains(needle) {
             return started.elapsed();
         }
@@ -944,7 +944,7 @@ async fn a_subscription_made_on_one_node_runs_on_every_node() {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let done = sluice
-                .count("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'")
+                .count_local("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'")
                 .await;
             if done == RECORDS {
                 break;
@@ -952,15 +952,17 @@ async fn a_subscription_made_on_one_node_runs_on_every_node() {
             assert!(done < RECORDS, "{done} invocations for {RECORDS} records");
             if Instant::now() >= deadline {
                 let (_, rest) = sluice
-                    .query("SELECT id, status, created_at FROM sys_invocation WHERE target_service_name = 'Greeter' AND status <> 'completed'")
+                    .query_local("SELECT id, status, created_at FROM sys_invocation WHERE target_service_name = 'Greeter' AND status <> 'completed'")
                     .await;
                 let (_, ran) = sluice
-                    .query("SELECT id FROM sys_invocation WHERE target_service_name = 'Greeter'")
+                    .query_local(
+                        "SELECT id FROM sys_invocation WHERE target_service_name = 'Greeter'",
+                    )
                     .await;
                 let (_, other) = if name == "n1" { &b } else { &a }
-                    .query("SELECT id, status FROM sys_invocation WHERE target_service_name = 'Greeter'")
+                    .query_local("SELECT id, status FROM sys_invocation WHERE target_service_name = 'Greeter'")
                     .await;
-                let (_, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+                let (_, health) = sluice.get_admin("/cluster-health").await;
                 panic!(
                     "{done} of {RECORDS} records ran on {name}; not completed: {rest}; all: {ran}; the other node: {other}; health: {health}\n{}\n{}",
                     a.stderr(),
@@ -980,7 +982,7 @@ async fn partitions_until(
 ) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+        let (_, health) = sluice.get_admin("/cluster-health").await;
         let partitions = health["sluice_cluster"]["partitions"]
             .as_array()
             .cloned()
@@ -1739,7 +1741,12 @@ async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
     // Both clocks at noon of a fixed day: no quota window ends while the test runs.
     let offset = sluice_tests::clock_offset_to(sluice_tests::MIDDAY_MS);
     let dep = TestDeployment::start("v1").await.unwrap();
-    let at_noon = |id| real_node(&bootstrap, id).clock_offset_ms(offset);
+    // With admin tokens: a node passes its caller's on when it asks the others.
+    let at_noon = |id| {
+        real_node(&bootstrap, id)
+            .clock_offset_ms(offset)
+            .with_tokens()
+    };
     let nodes = cluster_of(vec![("n1", at_noon("n1")), ("n2", at_noon("n2"))], &dep.uri).await;
     nodes[0]
         .set_rules(serde_json::json!([{"pattern": "*", "limits": {"quota": "1/day", "on_exceed": "reject"}}]))
@@ -1765,6 +1772,28 @@ async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
         let (status, body) = post(&nodes[0], &call(scope), "\"b\"").await;
         assert_eq!(status, 429, "{scope}'s quota is used up: {body}");
     }
+    // Each scope's counter lives on its leader; either node's query shows both.
+    for sluice in &nodes {
+        let (status, rows) = sluice
+            .query("SELECT scope, quota_used FROM sys_user_limits WHERE level = 'Scope' ORDER BY scope")
+            .await;
+        assert_eq!(status, 200, "{rows}");
+        let mut seen: Vec<(String, u64)> = rows["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["scope"].as_str().unwrap().to_owned(),
+                    r["quota_used"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        seen.sort();
+        let mut wanted: Vec<(String, u64)> = scopes.iter().map(|s| (s.clone(), 1)).collect();
+        wanted.sort();
+        assert_eq!(seen, wanted, "{}", sluice.admin_url);
+    }
     let (status, body) = post_admin(
         &nodes[0],
         "/limits/rules/reset-quota",
@@ -1781,8 +1810,8 @@ async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
 
 /// Posts `body` to the admin API of `sluice`: the status and the JSON answered.
 async fn post_admin(sluice: &Sluice, path: &str, body: &Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}{path}", sluice.admin_url))
+    let resp = sluice
+        .admin(reqwest::Method::POST, path)
         .json(body)
         .send()
         .await
@@ -1842,7 +1871,7 @@ async fn a_deployments_declared_limit_holds_across_nodes() {
 async fn keepers(nodes: &[&Sluice]) -> Vec<usize> {
     let mut kept = vec![0; PARTITIONS as usize];
     for sluice in nodes {
-        let (_, health) = get_json(&format!("{}/cluster-health", sluice.admin_url)).await;
+        let (_, health) = sluice.get_admin("/cluster-health").await;
         for (p, view) in health["sluice_cluster"]["partitions"]
             .as_array()
             .unwrap()
@@ -1866,7 +1895,7 @@ async fn stored_greets(nodes: &[&Sluice], want: impl Fn(&[u64]) -> bool) -> Vec<
         for sluice in nodes {
             counts.push(
                 sluice
-                    .count("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'")
+                    .count_local("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'")
                     .await,
             );
         }
@@ -1922,6 +1951,28 @@ async fn three_nodes_each_keep_their_share_and_losing_one_loses_nothing() {
     let counts = stored_greets(&all, |counts| counts.iter().sum::<u64>() == 2 * total).await;
     eprintln!("completed calls per store: {counts:?} of {total}");
     assert!(counts.iter().all(|n| *n < total), "{counts:?}");
+    // A query asked of any node reads each partition from its leader: every node answers
+    // about every call, once, although its store holds only its share.
+    for sluice in &all {
+        let seen = sluice
+            .count("SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'")
+            .await;
+        assert_eq!(seen, total, "{}", sluice.admin_url);
+        let (status, rows) = sluice
+            .query("SELECT id FROM sys_invocation WHERE target_service_name = 'Greeter'")
+            .await;
+        assert_eq!(status, 200, "{rows}");
+        let mut ids: Vec<&str> = rows["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["id"].as_str().unwrap())
+            .collect();
+        ids.sort_unstable();
+        let mut sent: Vec<&str> = acknowledged.iter().map(String::as_str).collect();
+        sent.sort_unstable();
+        assert_eq!(ids, sent, "{}", sluice.admin_url);
+    }
 
     let mut first = nodes.remove(0);
     first.kill_9();

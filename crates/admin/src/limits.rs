@@ -350,18 +350,20 @@ pub async fn reset_quota(
     if placement.is_clustered()
         && !headers.contains_key(sluice_runtime::replication::relay::FORWARDED)
     {
-        reset += reset_elsewhere(&placement.leaders_elsewhere(), &request).await?;
+        let authorization = headers.get(http::header::AUTHORIZATION);
+        reset += reset_elsewhere(&placement.leaders_elsewhere(), &request, authorization).await?;
     }
     Ok(Json(ResetQuotaResponse { reset }))
 }
 
 /// Asks every other leading node (`leaders`: their admin URLs, and how many partitions nobody
-/// leads) to reset what `request` names on the partitions it leads; how many counters they
-/// reset. A partition without a leader, or a node that did not answer, makes the reset
+/// leads) to reset what `request` names on the partitions it leads, as the caller
+/// (`authorization`, which every node accepts); how many counters they reset. A partition without a leader, or a node that did not answer, makes the reset
 /// incomplete: 503, and a retry resets again (a reset is a reset however often it is made).
 async fn reset_elsewhere(
     leaders: &(Vec<String>, usize),
     request: &ResetQuotaRequest,
+    authorization: Option<&http::HeaderValue>,
 ) -> Result<u64, AdminError> {
     let (admins, nobody) = leaders;
     let incomplete = |why: String| {
@@ -385,6 +387,9 @@ async fn reset_elsewhere(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
+    if let Some(authorization) = authorization {
+        headers.insert(http::header::AUTHORIZATION, authorization.clone());
+    }
     let mut reset = 0;
     for admin in admins {
         let answer = sluice_runtime::replication::relay::relay(

@@ -24,6 +24,10 @@ fn bad(e: impl std::fmt::Display) -> CodedError {
 pub struct SqlArgs {
     /// The query, e.g. `SELECT * FROM sys_user_limits`.
     pub query: String,
+    /// Cluster mode: read only what the asked node holds (its store's partitions and the live
+    /// state of those it leads), not every partition from its leader.
+    #[arg(long)]
+    pub local: bool,
     /// Admin URL and output format.
     #[command(flatten)]
     pub admin: AdminArgs,
@@ -32,7 +36,7 @@ pub struct SqlArgs {
 /// Runs `sluice sql`.
 pub async fn run(args: &SqlArgs) -> Result<(), CodedError> {
     let admin = AdminClient::from_env(&args.admin.admin_url);
-    let body = serde_json::json!({ "query": args.query });
+    let body = serde_json::json!({ "query": args.query, "local": args.local });
     if args.admin.json {
         // The server writes the rows the way the reference does (timestamps, durations).
         let bytes = admin.post_raw("/query", &body, JSON).await?;

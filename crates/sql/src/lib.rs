@@ -4,6 +4,7 @@
 mod cancel;
 mod guards;
 mod json;
+pub mod reach;
 mod table;
 mod tables;
 
@@ -18,6 +19,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use futures_util::StreamExt as _;
 
 pub use json::rows;
+pub use reach::{Ask, Gather, Reach, Share};
 
 use sluice_config::Config;
 use sluice_runtime::limits::Rules;
@@ -77,6 +79,8 @@ pub struct QueryAnswer {
     pub schema: SchemaRef,
     /// Its rows.
     pub batches: Vec<RecordBatch>,
+    /// [`Reach::Led`]: the partitions whose rows it holds.
+    pub led: Option<Vec<usize>>,
 }
 
 /// Runs SQL over the system tables, on a runtime of its own: a query that burns CPU or recurses
@@ -133,8 +137,9 @@ impl QueryEngine {
         }
     }
 
-    /// Runs `sql` within the configured time, row and memory limits.
-    pub async fn query(&self, sql: &str) -> Result<QueryAnswer, QueryError> {
+    /// Runs `sql` within the configured time, row and memory limits, over the rows `reach`
+    /// names (see [`Reach`]).
+    pub async fn query(&self, sql: &str, reach: Reach) -> Result<QueryAnswer, QueryError> {
         let admin = &self.sources.config.admin;
         let timeout = admin.query_timeout.0;
         if sql.len() > admin.query_max_length.as_usize() {
@@ -147,9 +152,9 @@ impl QueryEngine {
         check_operators(sql, admin.query_max_operators)?;
         let flag = cancel::CancelFlag::default();
         let _cancel = cancel::CancelOnDrop(Arc::clone(&flag));
-        let mut task = self
-            .runtime
-            .spawn(run(Arc::clone(&self.sources), sql.to_owned(), flag));
+        let mut task =
+            self.runtime
+                .spawn(run(Arc::clone(&self.sources), sql.to_owned(), reach, flag));
         match tokio::time::timeout(timeout, &mut task).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => Err(QueryError::Sql(format!("the query failed: {e}"))),
@@ -244,10 +249,16 @@ async fn read_only_plan(
 async fn run(
     sources: Arc<QuerySources>,
     sql: String,
+    reach: Reach,
     flag: cancel::CancelFlag,
 ) -> Result<QueryAnswer, QueryError> {
     let admin = &sources.config.admin;
-    let cap = admin.query_row_limit;
+    // A node's share of a cluster-wide query is not the answer: the asking node caps the
+    // rows of what the query returns, and memory bounds each share.
+    let cap = match reach {
+        Reach::Led(_) => None,
+        _ => Some(admin.query_row_limit),
+    };
     let memory = admin.query_memory_limit;
     let memory_error = |e: datafusion::error::DataFusionError| {
         if matches!(
@@ -269,7 +280,16 @@ async fn run(
             .with_target_partitions(1),
         runtime,
     );
-    for (name, table) in tables::all(&sources) {
+    let led = match &reach {
+        Reach::Led(led) => Some(
+            led.iter()
+                .enumerate()
+                .filter_map(|(i, &here)| here.then_some(i))
+                .collect(),
+        ),
+        _ => None,
+    };
+    for (name, table) in tables::all(&sources, &reach) {
         ctx.register_table(name, Arc::new(table))
             .map_err(|e| QueryError::Sql(e.to_string()))?;
     }
@@ -287,12 +307,11 @@ async fn run(
         .map_err(|e| QueryError::Sql(e.to_string()))?;
     let schema = Arc::clone(frame.schema().inner());
     // One row past the cap tells "too many" from "exactly the cap".
-    let frame = if explain {
-        frame
-    } else {
-        frame
+    let frame = match cap {
+        Some(cap) if !explain => frame
             .limit(0, Some(cap.saturating_add(1)))
-            .map_err(|e| QueryError::Sql(e.to_string()))?
+            .map_err(|e| QueryError::Sql(e.to_string()))?,
+        _ => frame,
     };
     let task = frame.task_ctx();
     let plan = frame.create_physical_plan().await.map_err(memory_error)?;
@@ -304,7 +323,7 @@ async fn run(
         let batch = batch.map_err(memory_error)?;
         rows = rows.saturating_add(batch.num_rows());
         bytes = bytes.saturating_add(batch.get_array_memory_size());
-        if rows > cap {
+        if let Some(cap) = cap.filter(|cap| rows > *cap) {
             return Err(QueryError::TooManyRows(cap));
         }
         if bytes > memory.as_usize() {
@@ -312,5 +331,9 @@ async fn run(
         }
         batches.push(batch);
     }
-    Ok(QueryAnswer { schema, batches })
+    Ok(QueryAnswer {
+        schema,
+        batches,
+        led,
+    })
 }

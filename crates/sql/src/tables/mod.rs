@@ -13,7 +13,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::error::{DataFusionError, Result};
 
 use super::QuerySources;
-use super::table::{Reader, SnapshotTable};
+use super::reach::{Placed, Reach, Rows};
+use super::table::{LedHere, Reader, SnapshotTable};
 use flow::{
     rules, rules_schema, scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta,
     vqueue_meta_schema, vqueues, vqueues_schema,
@@ -54,70 +55,89 @@ fn service_type_name(ty: sluice_runtime::discovery::manifest::ServiceType) -> &'
     }
 }
 
-/// Every table, registered by name.
-pub fn all(sources: &Arc<QuerySources>) -> Vec<(&'static str, SnapshotTable)> {
-    vec![
+/// Every table, registered by name, read as far as `reach`.
+pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, SnapshotTable)> {
+    let placement = Arc::clone(sources.runtime.placement());
+    let led_here: LedHere = Arc::new(move || placement.led());
+    let by_id = Rows::Stored(Placed::ById("id"));
+    let tables: [(&'static str, SchemaRef, Reader, Rows); 12] = [
         (
             "sys_rules",
-            SnapshotTable::new("sys_rules", rules_schema(), rules(sources)),
+            rules_schema(),
+            rules(sources),
+            Rows::Everywhere,
         ),
         (
             "sys_user_limits",
-            SnapshotTable::new(
-                "sys_user_limits",
-                user_limits_schema(),
-                user_limits(sources),
-            ),
+            user_limits_schema(),
+            user_limits(sources),
+            Rows::Live,
         ),
         (
             "sys_scheduler",
-            SnapshotTable::new("sys_scheduler", scheduler_schema(), scheduler(sources)),
+            scheduler_schema(),
+            scheduler(sources),
+            Rows::Live,
         ),
         (
             "sys_vqueues",
-            SnapshotTable::new("sys_vqueues", vqueues_schema(), vqueues(sources)),
+            vqueues_schema(),
+            vqueues(sources),
+            Rows::Live,
         ),
         (
             "sys_vqueue_meta",
-            SnapshotTable::new(
-                "sys_vqueue_meta",
-                vqueue_meta_schema(),
-                vqueue_meta(sources),
-            ),
+            vqueue_meta_schema(),
+            vqueue_meta(sources),
+            Rows::Live,
         ),
         (
             "sys_invocation",
-            SnapshotTable::new("sys_invocation", invocation_schema(), invocation(sources)),
+            invocation_schema(),
+            invocation(sources),
+            by_id,
         ),
         (
             "sys_deployment",
-            SnapshotTable::new("sys_deployment", deployment_schema(), deployment(sources)),
+            deployment_schema(),
+            deployment(sources),
+            Rows::Everywhere,
         ),
         (
             "sys_service",
-            SnapshotTable::new("sys_service", service_schema(), service(sources)),
+            service_schema(),
+            service(sources),
+            Rows::Everywhere,
         ),
-        (
-            "sys_journal",
-            SnapshotTable::new("sys_journal", journal_schema(), journal(sources)),
-        ),
+        ("sys_journal", journal_schema(), journal(sources), by_id),
         (
             "state",
-            SnapshotTable::new("state", state_schema(), state(sources)),
+            state_schema(),
+            state(sources),
+            Rows::Stored(Placed::ByKey("partition_key")),
         ),
-        (
-            "sys_locks",
-            SnapshotTable::new("sys_locks", locks_schema(), locks(sources)),
-        ),
+        ("sys_locks", locks_schema(), locks(sources), Rows::Live),
         (
             "sys_cluster",
-            SnapshotTable::new(
-                "sys_cluster",
-                cluster::cluster_schema(),
-                cluster::cluster(sources),
-            ),
+            cluster::cluster_schema(),
+            cluster::cluster(sources),
+            Rows::Everywhere,
         ),
-    ]
+    ];
+    tables
+        .into_iter()
+        .map(|(name, schema, reader, rows)| {
+            let table = SnapshotTable::new(
+                name,
+                schema,
+                reader,
+                rows,
+                reach.clone(),
+                Arc::clone(&led_here),
+            );
+            (name, table)
+        })
+        .collect()
 }
 
 /// A reader running `read` with the sources on every scan.

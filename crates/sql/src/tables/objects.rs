@@ -121,10 +121,12 @@ pub(super) fn state(sources: &Arc<QuerySources>) -> Reader {
         let mut text: [StringBuilder; 6] = std::array::from_fn(|_| StringBuilder::new());
         let (mut key_length, mut value_length) = (UInt64Builder::new(), UInt64Builder::new());
         for row in &rows {
-            partition.append_value(sluice_store::invocation::identity::partition_key(&[
-                &row.service,
-                &row.key,
-            ]));
+            // Where the object lives: a scoped object on its scope's partition.
+            partition.append_value(if row.scope.is_empty() {
+                sluice_store::invocation::identity::partition_key(&[&row.service, &row.key])
+            } else {
+                sluice_store::invocation::identity::partition_key(&[&row.scope])
+            });
             text[0].append_option((!row.scope.is_empty()).then_some(row.scope.as_str()));
             text[1].append_value(&row.service);
             text[2].append_value(&row.key);
