@@ -127,6 +127,46 @@ impl TestDeployment {
         Self::spawn(cmd, port).await
     }
 
+    /// Starts the Go SDK deployment (`tests/go-deployment`, served over HTTP/2 with prior
+    /// knowledge by the SDK's own server; `scripts/setup` builds it).
+    pub async fn go() -> Result<Self> {
+        let binary = Path::new(env!("CARGO_MANIFEST_DIR")).join("go-deployment/go-deployment");
+        if !binary.exists() {
+            bail!(
+                "{} is missing: run scripts/setup (it builds it with go build)",
+                binary.display()
+            );
+        }
+        let port = free_port();
+        let mut cmd = Command::new(binary);
+        cmd.arg(port.to_string());
+        Self::spawn(cmd, port).await
+    }
+
+    /// Starts the Java SDK deployment (`tests/java-deployment`, `dev.sluice.tests.Main` served
+    /// over HTTP/2 by Vert.x on loopback; `scripts/setup` builds it with Maven).
+    pub async fn java() -> Result<Self> {
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("java-deployment/target");
+        let jar = target.join("java-deployment-1.jar");
+        if !jar.exists() {
+            bail!(
+                "{} is missing: run scripts/setup (it builds it with mvn package)",
+                jar.display()
+            );
+        }
+        let port = free_port();
+        let mut cmd = Command::new("java");
+        cmd.arg("-cp")
+            .arg(format!(
+                "{}:{}/*",
+                jar.display(),
+                target.join("lib").display()
+            ))
+            .arg("dev.sluice.tests.Main")
+            .arg(port.to_string());
+        Self::spawn(cmd, port).await
+    }
+
     async fn spawn(mut cmd: Command, port: u16) -> Result<Self> {
         let mut child = cmd
             .stdin(Stdio::null())

@@ -523,7 +523,8 @@ mod tests {
 }
 
 /// A signal or awakeable of an invocation: `sign_1…` (V5+) or the legacy `prom_1…`, both
-/// base64url (no padding) of the invocation's 24 raw bytes and a u32 BE index.
+/// base64url of the invocation's 24 raw bytes and a u32 BE index: written without padding, read
+/// with or without it (the Java SDK 2.4 pads the ids it makes, and the reference accepts them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AwakeableId {
     /// The invocation waiting on it.
@@ -541,7 +542,13 @@ impl FromStr for AwakeableId {
             .strip_prefix("sign_1")
             .or_else(|| s.strip_prefix("prom_1"))
             .ok_or_else(|| format!("'{s}' is not an awakeable id: expected sign_1… or prom_1…"))?;
-        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        const EITHER: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+            &base64::alphabet::URL_SAFE,
+            base64::engine::GeneralPurposeConfig::new()
+                .with_encode_padding(false)
+                .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+        );
+        let raw = EITHER
             .decode(encoded)
             .map_err(|e| format!("'{s}' is not an awakeable id: {e}"))?;
         let raw: [u8; 28] = raw
@@ -694,7 +701,16 @@ mod awakeable_tests {
         assert_eq!(text.parse::<AwakeableId>().unwrap(), id);
         let legacy = text.replacen("sign_1", "prom_1", 1);
         assert_eq!(legacy.parse::<AwakeableId>().unwrap(), id);
-        for bad in ["", "sign_1", "sign_1!!!!", "inv_1abc", &text[..30]] {
+        // As the Java SDK writes them: padded.
+        assert_eq!(format!("{text}==").parse::<AwakeableId>().unwrap(), id);
+        for bad in [
+            "",
+            "sign_1",
+            "sign_1!!!!",
+            "inv_1abc",
+            &text[..30],
+            &format!("{text}==="),
+        ] {
             assert!(bad.parse::<AwakeableId>().is_err(), "{bad}");
         }
     }

@@ -149,13 +149,15 @@ pub struct HandlerManifest {
 }
 
 impl HandlerManifest {
-    /// The handler type in force: the declared one, else the service type's default.
+    /// The handler type in force: the declared one, else the service type's default. A plain
+    /// service's handlers have none: the Java SDK (2.4) declares them `SHARED`, which the
+    /// reference server accepts and reads as a service handler.
     pub fn effective_type(&self, service: ServiceType) -> Option<HandlerType> {
-        self.ty.or(match service {
+        match service {
             ServiceType::Service => None,
-            ServiceType::VirtualObject => Some(HandlerType::Exclusive),
-            ServiceType::Workflow => Some(HandlerType::Workflow),
-        })
+            ServiceType::VirtualObject => self.ty.or(Some(HandlerType::Exclusive)),
+            ServiceType::Workflow => self.ty.or(Some(HandlerType::Workflow)),
+        }
     }
 }
 
@@ -356,8 +358,11 @@ impl Manifest {
                 return Err(bad(format!("{at} is listed twice")));
             }
             let allowed = matches!(
-                (service.ty, handler.effective_type(service.ty)),
-                (ServiceType::Service, None)
+                (
+                    service.ty,
+                    handler.ty.or(handler.effective_type(service.ty))
+                ),
+                (ServiceType::Service, None | Some(HandlerType::Shared))
                     | (
                         ServiceType::VirtualObject,
                         Some(HandlerType::Exclusive | HandlerType::Shared)
@@ -430,6 +435,16 @@ mod tests {
             counter.handlers[0].effective_type(counter.ty),
             Some(HandlerType::Exclusive)
         );
+    }
+
+    #[test]
+    fn a_service_handler_declared_shared_is_a_service_handler() {
+        // As the Java SDK 2.4 declares every handler of a plain service.
+        let mut json = greeter();
+        json["services"][0]["handlers"][0]["ty"] = "SHARED".into();
+        let m = manifest(json).unwrap();
+        let greeter = &m.services[0];
+        assert_eq!(greeter.handlers[0].effective_type(greeter.ty), None);
     }
 
     #[test]
@@ -509,7 +524,7 @@ mod tests {
             assert_eq!(manifest(json).unwrap_err().code, Some(Code::META0013));
         }
         let mut json = greeter();
-        json["services"][0]["handlers"][0]["ty"] = "SHARED".into();
+        json["services"][0]["handlers"][0]["ty"] = "EXCLUSIVE".into();
         let err = manifest(json).unwrap_err();
         assert!(err.message.contains("which a Service cannot have"), "{err}");
         let mut json = greeter();

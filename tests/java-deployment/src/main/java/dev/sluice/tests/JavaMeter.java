@@ -1,0 +1,92 @@
+package dev.sluice.tests;
+
+import dev.restate.sdk.Awakeable;
+import dev.restate.sdk.Context;
+import dev.restate.sdk.annotation.Handler;
+import dev.restate.sdk.annotation.Service;
+import java.time.Duration;
+import java.util.Map;
+
+/** Counts what the tests measure in this process: handlers holding at once, side effects. */
+@Service
+public class JavaMeter {
+  private static final Object LOCK = new Object();
+  private static int holding;
+  private static int mostHolding;
+  private static int effects;
+  private static String lastAwakeable = "";
+
+  /** Holds for `millis` (not durably: the slot stays taken), counting how many hold at once. */
+  @Handler
+  public int hold(Context ctx, int millis) throws InterruptedException {
+    synchronized (LOCK) {
+      holding++;
+      mostHolding = Math.max(mostHolding, holding);
+    }
+    try {
+      Thread.sleep(millis);
+    } finally {
+      synchronized (LOCK) {
+        holding--;
+      }
+    }
+    return millis;
+  }
+
+  /** The most `hold`s seen at once since the last `peak`; counting starts again. */
+  @Handler
+  public int peak(Context ctx) {
+    synchronized (LOCK) {
+      int seen = mostHolding;
+      mostHolding = 0;
+      return seen;
+    }
+  }
+
+  /**
+   * One side effect in `ctx.run`, then a durable sleep of `millis`: the effect is journaled
+   * before the sleep, so an attempt that resumes after it replays it and never repeats it.
+   */
+  @Handler
+  public Map<String, Integer> runOnce(Context ctx, int millis) {
+    int seen =
+        ctx.run(
+            "effect",
+            Integer.class,
+            () -> {
+              synchronized (LOCK) {
+                return ++effects;
+              }
+            });
+    ctx.sleep(Duration.ofMillis(millis));
+    synchronized (LOCK) {
+      return Map.of("seen", seen, "effects", effects);
+    }
+  }
+
+  /** How many side effects `runOnce` made in this process. */
+  @Handler
+  public int effects(Context ctx) {
+    synchronized (LOCK) {
+      return effects;
+    }
+  }
+
+  /** Waits until an awakeable is resolved, and answers its value. */
+  @Handler
+  public String awaitAwakeable(Context ctx) {
+    Awakeable<String> awakeable = ctx.awakeable(String.class);
+    synchronized (LOCK) {
+      lastAwakeable = awakeable.id();
+    }
+    return awakeable.await();
+  }
+
+  /** The newest awakeable `awaitAwakeable` waits on. */
+  @Handler
+  public String lastAwakeable(Context ctx) {
+    synchronized (LOCK) {
+      return lastAwakeable;
+    }
+  }
+}
