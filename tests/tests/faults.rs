@@ -279,6 +279,21 @@ async fn a_huge_retry_after_holds_its_deployment_at_most_max_closed() {
         "closed until {until}, at most 60 s away"
     );
     assert_eq!(admin_get(&sluice, "/health").await.0, 200);
+    // What the SluiceDeploymentClosedByPacing alert reads.
+    let metrics = reqwest::get(format!("{}/metrics", sluice.admin_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let closed: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_deployment_closed{"))
+        .collect();
+    assert!(
+        !closed.is_empty() && closed.iter().all(|l| l.ends_with(" 1")),
+        "{closed:?}"
+    );
 }
 
 /// Finding 2: with a 1 ms / ×2 policy, `initial × 2^74` used to panic converting to a

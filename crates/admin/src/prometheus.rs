@@ -31,6 +31,12 @@ pub async fn metrics(State(state): State<Arc<AdminState>>) -> Result<Response, A
             .filter(|p| p.broken.is_some())
             .count();
         metrics::gauge!(names::CLUSTER_BROKEN).set(broken as f64);
+        let leaderless = view
+            .partitions
+            .iter()
+            .filter(|p| p.leader.is_none())
+            .count();
+        metrics::gauge!(names::CLUSTER_LEADERLESS).set(leaderless as f64);
         metrics::gauge!(names::CLUSTER_POSTS_RETRYING).set(view.posts_retrying as f64);
         for p in &view.partitions {
             metrics::gauge!(names::CLUSTER_LAG, "partition" => p.partition.to_string())

@@ -114,6 +114,13 @@ impl Metrics {
         for gate in registry.gates().snapshot(sluice_core::clock::now_ms()) {
             metrics::gauge!(names::DEPLOYMENT_RUNNING, "deployment" => gate.name.clone())
                 .set(f64::from(gate.used));
+            metrics::gauge!(names::DEPLOYMENT_CLOSED, "deployment" => gate.name.clone()).set(
+                if gate.closed_until_ms.is_some() {
+                    1.0
+                } else {
+                    0.0
+                },
+            );
             if let Some(limit) = gate.limit {
                 metrics::gauge!(names::DEPLOYMENT_LIMIT, "deployment" => gate.name)
                     .set(f64::from(limit));

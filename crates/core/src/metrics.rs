@@ -71,6 +71,9 @@ pub const DEPLOYMENT_RUNNING: &str = "sluice_deployment_running";
 /// What a deployment's gate lets run now (its declared limit, or its paced-drain window), by
 /// `deployment`; absent while unlimited.
 pub const DEPLOYMENT_LIMIT: &str = "sluice_deployment_limit";
+/// 1 while a deployment's paced drain keeps its gate closed (no attempt starts), else 0, by
+/// `deployment`.
+pub const DEPLOYMENT_CLOSED: &str = "sluice_deployment_closed";
 /// Waiting invocations of the `metrics.top-scopes` busiest scopes, by `scope` (opt-in).
 pub const FLOW_TOP_SCOPE_HELD: &str = "sluice_flow_scope_held";
 /// Scheduler queues paused by an operator.
@@ -92,6 +95,9 @@ pub const KAFKA_LAG: &str = "sluice_kafka_lag_records";
 pub const CLUSTER_BROKEN: &str = "sluice_cluster_partitions_broken";
 /// Cluster mode: posted events Kafka has not taken yet (tried again until it does).
 pub const CLUSTER_POSTS_RETRYING: &str = "sluice_cluster_posts_retrying";
+/// Cluster mode: partitions no node leads, as this node sees them (a takeover under way, or
+/// none possible).
+pub const CLUSTER_LEADERLESS: &str = "sluice_cluster_partitions_leaderless";
 /// Cluster mode: records this node's replica is behind the log's end, by `partition`.
 pub const CLUSTER_LAG: &str = "sluice_cluster_lag_records";
 
@@ -213,6 +219,10 @@ pub fn describe() {
         "What a deployment's gate lets run now (declared limit or paced-drain window), by deployment."
     );
     describe_gauge!(
+        DEPLOYMENT_CLOSED,
+        "1 while a deployment's paced drain keeps its gate closed, by deployment."
+    );
+    describe_gauge!(
         HELD_INVOCATIONS,
         "Held invocations resting in compact form."
     );
@@ -241,6 +251,10 @@ pub fn describe() {
     describe_gauge!(
         CLUSTER_POSTS_RETRYING,
         "Posted events Kafka has not taken yet, tried again until it does."
+    );
+    describe_gauge!(
+        CLUSTER_LEADERLESS,
+        "Partitions no node leads, as this node sees them."
     );
     describe_gauge!(
         CLUSTER_LAG,
