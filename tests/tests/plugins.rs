@@ -357,6 +357,35 @@ async fn bad_plugins_are_refused_at_load_and_the_old_version_stays() {
     assert_eq!(resp.status(), 404);
 }
 
+/// A plugin body is read up to `plugin-limits.max-size`, past the listener's 2 MiB default for
+/// other bodies (a plugin carrying a language runtime is tens of MiB); beyond it, 413 PLG0009.
+#[tokio::test]
+async fn plugin_bodies_are_taken_up_to_their_own_size_cap() {
+    let sluice = Sluice::builder()
+        .env("SERVICE_PLUGIN_LIMITS__MAX_SIZE", "4 MiB")
+        .start()
+        .await
+        .unwrap();
+    // 3 MiB is read whole, and refused for what it is.
+    let (status, body) = load_bytes(&sluice, "big", vec![7u8; 3 << 20], "hook=extract").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("PLG0001") && m.contains("not a valid wasm component")),
+        "{body}"
+    );
+    let (status, body) = load_bytes(&sluice, "big", vec![7u8; 5 << 20], "hook=extract").await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["restate_code"], "PLG0009", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("plugin-limits.max-size (4.0 MiB)")),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn plugins_survive_restarts_and_load_from_the_config_file() {
     let data = tempfile::tempdir().unwrap();

@@ -119,9 +119,22 @@ pub async fn load(
     State(state): State<Arc<AdminState>>,
     Path(name): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Result<Json<PluginResponse>, AdminError> {
     let spec = spec_of(&query, &state.config.plugin_limits)?;
+    // Read here, not through the listener's default body limit (2 MiB): a plugin carrying a
+    // language runtime is tens of MiB.
+    let max = state.config.plugin_limits.max_size;
+    let body: Bytes = axum::body::to_bytes(body, max.as_usize())
+        .await
+        .map_err(|e| {
+            AdminError::coded(
+                Code::PLG0009,
+                format!(
+                    "the plugin could not be read whole ({e}): the largest taken is plugin-limits.max-size ({max})"
+                ),
+            )
+        })?;
     if body.is_empty() {
         return Err(AdminError::coded(
             Code::PLG0001,

@@ -265,6 +265,10 @@ pub struct PluginLimits {
     pub max_deadline: FriendlyDuration,
     /// Largest `memory-limit`.
     pub max_memory: ByteSize,
+    /// Largest `.wasm` body `PUT /plugins/{name}` takes (413 beyond). A Rust plugin is tens
+    /// of KiB; one that carries a language's runtime (Python through componentize-py) about
+    /// 20 MiB.
+    pub max_size: ByteSize,
     /// Most `fuel`.
     pub max_fuel: u64,
 }
@@ -274,6 +278,7 @@ impl Default for PluginLimits {
         Self {
             max_deadline: FriendlyDuration::from_secs(1),
             max_memory: ByteSize::mib(256),
+            max_size: ByteSize::mib(64),
             max_fuel: 10_000_000_000,
         }
     }

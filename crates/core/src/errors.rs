@@ -330,6 +330,9 @@ catalogue! {
     PLG0008 => Ingress, None,
         "a policy plugin refused the request",
         "An `extract` plugin rejected the request with a status of its choosing (400-599) and a message: the answer carries both. What it checks (a token, a tenant, a header) is the plugin's own policy: see its documentation.";
+    PLG0009 => Admin, Some(413),
+        "the plugin is too large to load",
+        "`PUT /plugins/{name}` takes a `.wasm` component of at most `plugin-limits.max-size` (default 64 MiB). A plugin that carries a language's runtime (Python through componentize-py) is about 20 MiB; raise the cap if yours is larger.";
     SEC0001 => Admin, Some(401),
         "no valid admin token",
         "The admin listener has tokens configured (`admin.auth-tokens` or `admin.auth-tokens-file`) and the request carried none, or one that matches none of them. Send `Authorization: Bearer <token>`; the CLI reads `SLUICE_ADMIN_TOKEN` (or `RESTATE_AUTH_TOKEN`). Only `GET /health` is open without one.";
