@@ -11,6 +11,7 @@ mod effects;
 mod kafka;
 mod kafka_brokers;
 mod otlp;
+mod sdks;
 mod server;
 
 pub use binaries::*;
@@ -23,4 +24,5 @@ pub use effects::*;
 pub use kafka::*;
 pub use kafka_brokers::*;
 pub use otlp::*;
+pub use sdks::*;
 pub use server::*;
