@@ -10,6 +10,29 @@ use anyhow::Result;
 /// How long a start-up may take before the test gives up.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The workspace's root directory (the `tests` crate sits in it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is in the workspace")
+        .to_path_buf()
+}
+
+/// Runs `program` with `args` and asserts it succeeded; its standard output.
+pub fn run_ok(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The `sluice` binary: `$SLUICE_BIN`, else the one cargo built beside this test executable.
 pub fn binary() -> PathBuf {
     if let Some(path) = std::env::var_os("SLUICE_BIN") {

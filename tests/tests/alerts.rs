@@ -3,40 +3,26 @@
 //! `scripts/setup` installs) scraping a running Sluice records its refusals by code and raises
 //! the refusal alert.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_tests::{Sluice, free_port};
+use sluice_tests::{Sluice, free_port, run_ok, workspace_root};
 
 fn rules_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate is in the workspace")
-        .join("deploy/prometheus")
-}
-
-fn promtool(args: &[&str]) -> String {
-    let out = Command::new("promtool")
-        .args(args)
-        .current_dir(rules_dir())
-        .output()
-        .expect("promtool runs (scripts/setup installs Debian's prometheus)");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool {args:?}: {said}");
-    said
+    workspace_root().join("deploy/prometheus")
 }
 
 #[test]
 fn promtool_accepts_the_rules_and_their_unit_tests_pass() {
-    let checked = promtool(&["check", "rules", "sluice.rules.yml"]);
+    let file = |name: &str| rules_dir().join(name).display().to_string();
+    let checked = run_ok("promtool", &["check", "rules", &file("sluice.rules.yml")]);
     assert!(checked.contains("SUCCESS: 10 rules found"), "{checked}");
-    let tested = promtool(&["test", "rules", "sluice.rules.test.yml"]);
+    let tested = run_ok(
+        "promtool",
+        &["test", "rules", &file("sluice.rules.test.yml")],
+    );
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
 

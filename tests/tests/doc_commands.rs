@@ -5,14 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The workspace root.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate is in the workspace")
-        .to_path_buf()
-}
-
 /// Markdown and Rust files under `dir` (no build output, no dependencies).
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -63,7 +55,7 @@ fn commands(text: &str) -> Vec<Vec<String>> {
 
 #[test]
 fn every_documented_test_command_runs_a_test() {
-    let root = root();
+    let root = sluice_tests::workspace_root();
     let mut paths = vec![root.join("README.md")];
     for dir in ["docs", "crates", "proxy", "tests"] {
         files(&root.join(dir), &mut paths);

@@ -7,39 +7,21 @@
 //! with `dpkg -i`: an install would change the machine running the suite (a system user, files
 //! under /usr and /etc) and start a service only where systemd runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_tests::{TestDeployment, binary, free_port};
-
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate is in the workspace")
-        .to_path_buf()
-}
+use sluice_tests::{TestDeployment, binary, free_port, run_ok, workspace_root};
 
 #[tokio::test]
 async fn the_debian_package_holds_a_verified_unit_and_a_server_that_starts_on_its_config() {
     let scratch = tempfile::tempdir().unwrap();
     let out = scratch.path().join("out");
-    let built = run(
-        workspace().join("scripts/package-deb").to_str().unwrap(),
+    let built = run_ok(
+        workspace_root()
+            .join("scripts/package-deb")
+            .to_str()
+            .unwrap(),
         &[
             "--binary",
             binary().to_str().unwrap(),
@@ -56,10 +38,10 @@ async fn the_debian_package_holds_a_verified_unit_and_a_server_that_starts_on_it
         .to_owned();
     assert!(deb.ends_with(".deb") && Path::new(&deb).exists(), "{built}");
 
-    let fields = run("dpkg-deb", &["-f", &deb, "Package", "Depends"]);
+    let fields = run_ok("dpkg-deb", &["-f", &deb, "Package", "Depends"]);
     assert!(fields.contains("Package: sluice"), "{fields}");
     assert!(fields.contains("adduser"), "{fields}");
-    let listed = run("dpkg-deb", &["-c", &deb]);
+    let listed = run_ok("dpkg-deb", &["-c", &deb]);
     for file in [
         "./usr/bin/sluice",
         "./lib/systemd/system/sluice.service",
@@ -71,15 +53,15 @@ async fn the_debian_package_holds_a_verified_unit_and_a_server_that_starts_on_it
 
     // The maintainer scripts parse, and the config is kept across upgrades (a conffile).
     let control = scratch.path().join("control");
-    run("dpkg-deb", &["-e", &deb, control.to_str().unwrap()]);
+    run_ok("dpkg-deb", &["-e", &deb, control.to_str().unwrap()]);
     for script in ["postinst", "prerm", "postrm"] {
-        run("sh", &["-n", control.join(script).to_str().unwrap()]);
+        run_ok("sh", &["-n", control.join(script).to_str().unwrap()]);
     }
     let conffiles = std::fs::read_to_string(control.join("conffiles")).unwrap();
     assert_eq!(conffiles.trim(), "/etc/sluice/sluice.toml");
 
     let root = scratch.path().join("root");
-    run("dpkg-deb", &["-x", &deb, root.to_str().unwrap()]);
+    run_ok("dpkg-deb", &["-x", &deb, root.to_str().unwrap()]);
     let server = root.join("usr/bin/sluice");
     let config = root.join("etc/sluice/sluice.toml");
 
@@ -97,7 +79,7 @@ async fn the_debian_package_holds_a_verified_unit_and_a_server_that_starts_on_it
             .replace("/etc/sluice/sluice.toml", config.to_str().unwrap()),
     )
     .unwrap();
-    run("systemd-analyze", &["verify", checked.to_str().unwrap()]);
+    run_ok("systemd-analyze", &["verify", checked.to_str().unwrap()]);
 
     // The packaged binary on the packaged config, as the unit starts it; the data dir and the
     // listeners moved to this test's own.
@@ -148,7 +130,7 @@ async fn the_debian_package_holds_a_verified_unit_and_a_server_that_starts_on_it
         .unwrap();
     assert_eq!(answer.status(), 200);
     // SIGTERM, as systemd stops it: it drains and exits cleanly.
-    run("kill", &["-TERM", &child.id().to_string()]);
+    run_ok("kill", &["-TERM", &child.id().to_string()]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
