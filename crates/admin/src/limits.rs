@@ -382,14 +382,7 @@ async fn reset_elsewhere(
     let client =
         sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
     let body = serde_json::to_vec(request).map_err(|e| incomplete(e.to_string()))?;
-    let mut headers = http::HeaderMap::new();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    if let Some(authorization) = authorization {
-        headers.insert(http::header::AUTHORIZATION, authorization.clone());
-    }
+    let headers = sluice_runtime::replication::relay::json_as_caller(authorization);
     let mut reset = 0;
     for admin in admins {
         let answer = sluice_runtime::replication::relay::relay(

@@ -18,7 +18,7 @@ use super::{AdminError, AdminState};
 pub use sluice_api::query::QueryRequest;
 use sluice_core::errors::Code;
 use sluice_runtime::partition::placement::Placement;
-use sluice_runtime::replication::relay::{FORWARDED, relay};
+use sluice_runtime::replication::relay::{FORWARDED, json_as_caller, relay};
 use sluice_sql::{Ask, Gather, QueryAnswer, QueryError, Reach, Share, rows};
 
 /// The partitions a node's share of a cluster-wide query covers, comma-separated.
@@ -64,7 +64,7 @@ pub async fn query(
     } else {
         Reach::Cluster(gather(
             Arc::clone(placement),
-            headers.get(header::AUTHORIZATION).cloned(),
+            headers.get(header::AUTHORIZATION),
             &state.config.admin,
         ))
     };
@@ -109,15 +109,15 @@ pub async fn query(
 /// `authorization`, which every node accepts).
 fn gather(
     placement: Arc<Placement>,
-    authorization: Option<http::HeaderValue>,
+    authorization: Option<&http::HeaderValue>,
     admin: &sluice_config::AdminConfig,
 ) -> Gather {
     let client = sluice_runtime::replication::relay::client(Some(admin.query_timeout.0));
     let memory = admin.query_memory_limit;
+    let headers = json_as_caller(authorization);
     Arc::new(move |ask: Ask| {
         let (nodes, nobody) = placement.leaders_elsewhere();
-        let client = client.clone();
-        let authorization = authorization.clone();
+        let (client, headers) = (client.clone(), headers.clone());
         Box::pin(async move {
             if nobody > 0 {
                 return Err(format!(
@@ -135,14 +135,6 @@ fn gather(
                 local: false,
             })
             .map_err(|e| e.to_string())?;
-            let mut headers = http::HeaderMap::new();
-            headers.insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            if let Some(authorization) = authorization {
-                headers.insert(header::AUTHORIZATION, authorization);
-            }
             let asks = nodes.iter().map(|node| {
                 let (client, headers, body) = (&client, &headers, body.clone());
                 async move {

@@ -92,13 +92,19 @@ impl SnapshotTable {
             .map(|&i| self.schema.field(i).name().clone())
             .collect();
         let led = (self.led_here)();
-        let here = self.read_here(Some(&led)).await?;
-        let shares = gather(Ask {
-            table: self.name,
-            columns,
-        })
-        .await
-        .map_err(|why| datafusion::error::DataFusionError::Execution(format!("[CLU0001] {why}")))?;
+        // This node's rows and the others' at once: the others' are a network round trip.
+        let (here, shares) = futures_util::future::join(
+            self.read_here(Some(&led)),
+            gather(Ask {
+                table: self.name,
+                columns,
+            }),
+        )
+        .await;
+        let here = here?;
+        let shares = shares.map_err(|why| {
+            datafusion::error::DataFusionError::Execution(format!("[CLU0001] {why}"))
+        })?;
         reach::check_cover(&led, &shares)?;
         let schema = Arc::new(self.schema.project(wanted)?);
         let mut batches = vec![here.project(wanted)?];

@@ -4,7 +4,7 @@
 //! whole, bounded, less its connection headers.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
 /// Marks a request one node forwarded to another.
 pub const FORWARDED: &str = "x-sluice-forwarded";
@@ -48,6 +48,20 @@ pub fn client(total: Option<std::time::Duration>) -> reqwest::Client {
         builder = builder.timeout(total);
     }
     builder.build().unwrap_or_default()
+}
+
+/// The headers of a JSON request this node makes of another on its caller's behalf: the
+/// caller's `authorization` goes along (every node accepts the same tokens).
+pub fn json_as_caller(authorization: Option<&HeaderValue>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(authorization) = authorization {
+        headers.insert(http::header::AUTHORIZATION, authorization.clone());
+    }
+    headers
 }
 
 /// What the leader answered.
