@@ -350,10 +350,15 @@ impl Sluice {
 
     /// Runs `sql` through `POST /query` with a JSON answer: status and answer.
     pub async fn query(&self, sql: &str) -> (u16, serde_json::Value) {
+        self.post_query(serde_json::json!({ "query": sql })).await
+    }
+
+    /// `POST /query` with `body`, answered as JSON.
+    async fn post_query(&self, body: serde_json::Value) -> (u16, serde_json::Value) {
         let resp = self
             .admin(reqwest::Method::POST, "/query")
             .header("accept", "application/json")
-            .json(&serde_json::json!({ "query": sql }))
+            .json(&body)
             .send()
             .await
             .expect("admin API reachable");
@@ -378,17 +383,8 @@ impl Sluice {
 
     /// `POST /query` of what this node alone holds (`"local": true`; cluster mode), as JSON.
     pub async fn query_local(&self, sql: &str) -> (u16, serde_json::Value) {
-        let resp = self
-            .admin(reqwest::Method::POST, "/query")
-            .header("accept", "application/json")
-            .json(&serde_json::json!({ "query": sql, "local": true }))
-            .send()
+        self.post_query(serde_json::json!({ "query": sql, "local": true }))
             .await
-            .expect("admin API reachable");
-        (
-            resp.status().as_u16(),
-            resp.json().await.unwrap_or_default(),
-        )
     }
 
     /// The number column `n` of the one row `sql` answers.

@@ -280,12 +280,8 @@ async fn a_huge_retry_after_holds_its_deployment_at_most_max_closed() {
     );
     assert_eq!(admin_get(&sluice, "/health").await.0, 200);
     // What the SluiceDeploymentClosedByPacing alert reads.
-    let metrics = reqwest::get(format!("{}/metrics", sluice.admin_url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (status, metrics) = admin_get(&sluice, "/metrics").await;
+    assert_eq!(status, 200, "{metrics}");
     let closed: Vec<&str> = metrics
         .lines()
         .filter(|l| l.starts_with("sluice_deployment_closed{"))
