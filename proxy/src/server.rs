@@ -112,10 +112,10 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         rules: Arc::clone(&rules),
         tls: deployment_tls,
     };
-    let plugins = Arc::new(Plugins::new(
-        Some(Arc::clone(&store)),
-        Some(Arc::clone(&rules)),
-    ));
+    let plugins = Arc::new(
+        Plugins::new(Some(Arc::clone(&store)), Some(Arc::clone(&rules)))
+            .bounding_instantiation_by(config.plugin_limits.max_deadline.0),
+    );
     plugins.start(&config.plugins)?;
     let kafka = Arc::new(Kafka::load(&node)?);
     if let Some(cluster) = &cluster {

@@ -95,6 +95,33 @@ pub fn plugin_wasm(name: &str) -> PathBuf {
     dir.join(format!("{}.wasm", name.replace('-', "_")))
 }
 
+/// The `.wasm` component of Python plugin `module` (`plugins/python/<module>.py`), built with
+/// componentize-py by `plugins/python/build` once per test process into the target dir's
+/// `plugins/python/` folder.
+pub fn python_plugin_wasm(module: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let out = binary()
+            .parent()
+            .and_then(Path::parent)
+            .map(|t| t.join("plugins/python"))
+            .ok_or("no target dir")?;
+        let script = workspace_root().join("plugins/python/build");
+        let status = Command::new(&script)
+            .arg(&out)
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !status.success() {
+            return Err(format!(
+                "building the Python plugins failed ({status}); is componentize-py installed (scripts/setup)?"
+            ));
+        }
+        Ok(out)
+    });
+    let dir = dir.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    dir.join(format!("{module}.wasm"))
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -891,6 +891,58 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
     eprintln!("plugin unloaded everywhere after {:?}", started.elapsed());
 }
 
+/// A Python plugin (18 MiB, CPython inside) is larger than one record of the meta topic
+/// (`cluster.max-record-bytes`, 8 MiB by default): it goes out as chunks, and a node that
+/// joins afterwards reads them back from the topic, puts the plugin together and runs it.
+#[tokio::test]
+async fn a_plugin_larger_than_a_record_reaches_a_node_that_joins_later() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let a = real_node(&bootstrap, "n1").start().await.unwrap();
+    a.register(&dep.uri, false).await;
+    let bytes = std::fs::read(sluice_tests::python_plugin_wasm("tenant_header")).unwrap();
+    assert!(bytes.len() > 8 << 20, "{} bytes", bytes.len());
+    let loaded = reqwest::Client::new()
+        .put(format!(
+            "{}/plugins/tenants?hook=extract&deadline=1s&config.require=true",
+            a.admin_url
+        ))
+        .header("content-type", "application/wasm")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    let status = loaded.status();
+    let loaded: Value = loaded.json().await.unwrap();
+    assert!(status.is_success(), "{loaded}");
+    let sha256 = loaded["sha256"].as_str().unwrap().to_owned();
+
+    let c = real_node(&bootstrap, "n3").start().await.unwrap();
+    // It compiles the plugin before it shows it: only a hang ends this wait.
+    admin_shows(&c, "/plugins", &sha256, Duration::from_secs(120)).await;
+    // And runs it: a call without the tenant header is refused by the plugin on its ingress.
+    let refused = reqwest::Client::new()
+        .post(format!("{}/Greeter/greet", c.ingress_url))
+        .header("content-type", "application/json")
+        .body("\"Ada\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("missing tenant header 'x-tenant'"), "{body}");
+    let served = reqwest::Client::new()
+        .post(format!("{}/Greeter/greet", c.ingress_url))
+        .header("content-type", "application/json")
+        .header("x-tenant", "acme")
+        .body("\"Ada\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+}
+
 #[tokio::test]
 async fn a_subscription_made_on_one_node_runs_on_every_node() {
     use rdkafka::producer::{FutureProducer, FutureRecord};

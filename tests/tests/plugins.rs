@@ -1,5 +1,5 @@
-//! Policy plugins end to end: the example plugins (built for wasm32-wasip2 from `plugins/`)
-//! loaded into a running Sluice through the admin API and the config file, hostile plugins
+//! Policy plugins end to end: the example plugins (built for wasm32-wasip2 from `plugins/`,
+//! and the Python ones from `plugins/python` with componentize-py) loaded into a running Sluice through the admin API and the config file, hostile plugins
 //! stopped without taking the proxy down, hot swaps under load.
 
 use std::time::{Duration, Instant};
@@ -9,7 +9,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use sluice_tests::{Sluice, TestDeployment, peak_of, peak_of_calls, plugin_wasm};
+use sluice_tests::{
+    Sluice, TestDeployment, peak_of, peak_of_calls, plugin_wasm, python_plugin_wasm,
+};
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
@@ -18,12 +20,21 @@ async fn flow_controlled() -> (Sluice, TestDeployment) {
     (sluice, dep)
 }
 
-/// `PUT /plugins/{name}?{query}` with the component of crate `plugin`. Unless the query sets
+/// The component of `plugin`: a crate under `plugins/`, or `python/<module>` for a Python
+/// plugin under `plugins/python`.
+fn wasm_of(plugin: &str) -> std::path::PathBuf {
+    match plugin.strip_prefix("python/") {
+        Some(module) => python_plugin_wasm(module),
+        None => plugin_wasm(plugin),
+    }
+}
+
+/// `PUT /plugins/{name}?{query}` with the component of `plugin` (see [`wasm_of`]). Unless the query sets
 /// one, the deadline is 1 s: the default 10 ms is wall-clock time, which a debug build on a
 /// busy two-core test machine can lose to the scheduler (the hostile test checks the default).
 async fn load(sluice: &Sluice, name: &str, plugin: &str, query: &str) -> (u16, Value) {
-    let bytes = std::fs::read(plugin_wasm(plugin)).unwrap();
-    let query = if query.contains("deadline=") || plugin == "hostile" {
+    let bytes = std::fs::read(wasm_of(plugin)).unwrap();
+    let query = if query.contains("deadline=") || plugin.ends_with("hostile") {
         query.to_owned()
     } else {
         format!("{query}&deadline=1s")
@@ -64,6 +75,17 @@ fn hold(n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn tenant_header_puts_unscoped_calls_under_their_tenants_rules() {
+    tenant_header_classifies("tenant-header").await;
+}
+
+#[tokio::test]
+async fn the_python_tenant_header_puts_unscoped_calls_under_their_tenants_rules() {
+    tenant_header_classifies("python/tenant_header").await;
+}
+
+/// The tenant-header plugin (`plugin`, in whichever language) classifies calls by header into
+/// rules whose limits hold in the handler, counts its calls and refuses what `require` says.
+async fn tenant_header_classifies(plugin: &str) {
     let (sluice, _dep) = flow_controlled().await;
     sluice.set_rules(json!([{"pattern": "t1", "limits": {"concurrency": 1}}, {"pattern": "t2/*", "limits": {"concurrency": 2}}]),
     )
@@ -71,7 +93,7 @@ async fn tenant_header_puts_unscoped_calls_under_their_tenants_rules() {
     let (status, loaded) = load(
         &sluice,
         "tenants",
-        "tenant-header",
+        plugin,
         "hook=extract&config.scope-header=x-tenant&config.l1-header=x-tier",
     )
     .await;
@@ -115,7 +137,7 @@ async fn tenant_header_puts_unscoped_calls_under_their_tenants_rules() {
     load(
         &sluice,
         "tenants",
-        "tenant-header",
+        plugin,
         "hook=extract&config.scope-header=x-tenant&config.require=true",
     )
     .await;
@@ -240,13 +262,14 @@ async fn tiered_limits_doubles_a_premium_scopes_budget() {
 /// Loads the hostile plugin with `behaviour` and answers a call's status, code, body, time.
 async fn hostile(
     sluice: &Sluice,
+    plugin: &str,
     behaviour: &str,
     extra: &str,
 ) -> (u16, Option<String>, String, Duration) {
     let (status, body) = load(
         sluice,
         "hostile",
-        "hostile",
+        plugin,
         &format!("hook=extract&config.behaviour={behaviour}{extra}"),
     )
     .await;
@@ -258,9 +281,22 @@ async fn hostile(
 
 #[tokio::test]
 async fn hostile_plugins_are_stopped_and_the_proxy_keeps_serving() {
+    // A Rust plugin's memory is tens of KiB: 4 MiB is room to start and not to hoard.
+    hostile_plugins_are_stopped("hostile", "4MiB").await;
+}
+
+#[tokio::test]
+async fn hostile_python_plugins_are_stopped_and_the_proxy_keeps_serving() {
+    // CPython's image is about 12 MiB of memory before the plugin allocates anything.
+    hostile_plugins_are_stopped("python/hostile", "24MiB").await;
+}
+
+/// Each way the hostile plugin (`plugin`) misbehaves is stopped with its code, within its
+/// bound (`memory` is a cap it starts within), and the proxy keeps serving.
+async fn hostile_plugins_are_stopped(plugin: &str, memory: &str) {
     let (sluice, _dep) = flow_controlled().await;
     // An infinite loop is stopped at its deadline (default 10 ms).
-    let (status, code, body, took) = hostile(&sluice, "loop", "").await;
+    let (status, code, body, took) = hostile(&sluice, plugin, "loop", "").await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0003")), "{body}");
     assert!(
         body.contains("plugin 'hostile' ran past its deadline"),
@@ -273,25 +309,32 @@ async fn hostile_plugins_are_stopped_and_the_proxy_keeps_serving() {
 
     // The other failures get a deadline they cannot reach on a busy box: a wall-clock deadline
     // of 10 ms can pass while the instance is descheduled, and these cases test other limits.
-    let (status, code, body, _) = hostile(&sluice, "grow", "&memory-limit=4MiB&deadline=1s").await;
+    let (status, code, body, _) = hostile(
+        &sluice,
+        plugin,
+        "grow",
+        &format!("&memory-limit={memory}&deadline=1s"),
+    )
+    .await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0005")), "{body}");
     assert!(body.contains("memory"), "{body}");
 
-    let (status, code, body, _) = hostile(&sluice, "trap", "&deadline=1s").await;
+    let (status, code, body, _) = hostile(&sluice, plugin, "trap", "&deadline=1s").await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0002")), "{body}");
 
-    let (status, code, body, _) = hostile(&sluice, "bad-scope", "&deadline=1s").await;
+    let (status, code, body, _) = hostile(&sluice, plugin, "bad-scope", "&deadline=1s").await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0004")), "{body}");
     assert!(body.contains("invalid scope 'not a scope!'"), "{body}");
 
     // Fuel stops it too.
-    let (status, code, body, _) = hostile(&sluice, "loop", "&fuel=100000&deadline=1s").await;
+    let (status, code, body, _) =
+        hostile(&sluice, plugin, "loop", "&fuel=100000&deadline=1s").await;
     assert_eq!((status, code.as_deref()), (503, Some("PLG0003")), "{body}");
     assert!(body.contains("fuel"), "{body}");
 
     // on-error = skip passes requests through unchanged, whatever the plugin does.
     for behaviour in ["loop", "grow", "trap", "bad-scope"] {
-        let (status, _, body, _) = hostile(&sluice, behaviour, "&on-error=skip").await;
+        let (status, _, body, _) = hostile(&sluice, plugin, behaviour, "&on-error=skip").await;
         assert_eq!(status, 200, "{behaviour}: {body}");
         assert_eq!(body, "\"Hello, Ada!\"");
     }

@@ -261,7 +261,8 @@ pub const MAX_TOP_SCOPES: u16 = 1000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct PluginLimits {
-    /// Longest `deadline`.
+    /// Longest `deadline`; also what instantiating a plugin may take (its start functions: a
+    /// language runtime's set-up), when longer than the plugin's own deadline.
     pub max_deadline: FriendlyDuration,
     /// Largest `memory-limit`.
     pub max_memory: ByteSize,

@@ -8,6 +8,7 @@ mod inbox;
 mod leader;
 mod membership;
 mod meta;
+mod meta_chunks;
 mod reader;
 mod snapshots;
 mod standbys;

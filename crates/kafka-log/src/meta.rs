@@ -12,6 +12,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 use tokio::sync::watch;
 
+use super::meta_chunks::{self, Assembler};
 use super::{Settings, Shared};
 use sluice_core::errors::{Code, CodedError};
 use sluice_store::storage::fencing::Position;
@@ -49,6 +50,11 @@ pub struct KafkaMetaLog {
     producer: ThreadedProducer<Deliveries>,
     topic: String,
     max_record: usize,
+    /// This node's name, which its chunked changes carry.
+    node: String,
+    /// Numbers this node's chunked changes; from the clock, so a restarted node's do not
+    /// repeat the ones before.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for KafkaMetaLog {
@@ -70,10 +76,15 @@ impl KafkaMetaLog {
             .set("batch.size", super::batch_size(settings.max_record))
             .create_with_context(Deliveries)
             .map_err(|e| super::join_failed(format!("cannot create the meta producer: {e}")))?;
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         Ok(Self {
             producer,
             topic: settings.meta_topic.clone(),
             max_record: settings.max_record,
+            node: settings.node.clone(),
+            changes: std::sync::atomic::AtomicU64::new(started),
         })
     }
 }
@@ -90,33 +101,64 @@ fn not_published(why: impl std::fmt::Display) -> CodedError {
 impl MetaLog for KafkaMetaLog {
     fn publish(&self, snapshot: &MetaSnapshot) -> Result<i64, CodedError> {
         let bytes = snapshot.encode();
-        if bytes.len() > self.max_record {
-            return Err(not_published(format!(
-                "{} bytes of metadata, more than cluster.max-record-bytes ({})",
-                bytes.len(),
-                self.max_record
-            )));
-        }
-        let (done, delivered) = mpsc::sync_channel(1);
         // Keyed by its tables: a compacted meta topic keeps the newest record of each group.
         let key = snapshot.key();
-        self.producer
-            .send(
-                BaseRecord::<str, [u8], Box<Delivered>>::with_opaque_to(
-                    &self.topic,
-                    Box::new(done),
-                )
-                .partition(0)
-                .key(&key)
-                .payload(&bytes),
+        let records = if bytes.len() <= self.max_record {
+            vec![(key, bytes)]
+        } else {
+            let change = self
+                .changes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            meta_chunks::split(
+                &bytes,
+                &key,
+                &self.node,
+                change,
+                chunk_bytes(self.max_record),
             )
-            .map_err(|(e, _)| not_published(e))?;
-        match delivered.recv_timeout(PUBLISH_TIMEOUT) {
-            Ok(Ok(at)) => Ok(at),
-            Ok(Err(e)) => Err(not_published(e)),
-            Err(_) => Err(not_published("the meta topic did not answer")),
+            .map_err(not_published)?
+        };
+        // One producer keeps the records in order: the chunks of a change are consecutive
+        // among this node's records, and the change counts as stored at its last one.
+        let waiting: Vec<mpsc::Receiver<Result<i64, String>>> = records
+            .iter()
+            .map(|(key, payload)| {
+                let (done, delivered) = mpsc::sync_channel(1);
+                self.producer
+                    .send(
+                        BaseRecord::<str, [u8], Box<Delivered>>::with_opaque_to(
+                            &self.topic,
+                            Box::new(done),
+                        )
+                        .partition(0)
+                        .key(key)
+                        .payload(payload),
+                    )
+                    .map_err(|(e, _)| not_published(e))?;
+                Ok(delivered)
+            })
+            .collect::<Result<_, CodedError>>()?;
+        let mut last = -1;
+        for delivered in waiting {
+            last = match delivered.recv_timeout(PUBLISH_TIMEOUT) {
+                Ok(Ok(at)) => at,
+                Ok(Err(e)) => return Err(not_published(e)),
+                Err(_) => return Err(not_published("the meta topic did not answer")),
+            };
         }
+        Ok(last)
     }
+}
+
+/// The data in one chunk record: room is left for the chunk's header, the key and the
+/// record's own framing within `cluster.max-record-bytes`.
+fn chunk_bytes(max_record: usize) -> usize {
+    max_record - max_record / 8
+}
+
+/// The largest metadata change a reader puts together.
+fn max_change(max_record: usize) -> usize {
+    chunk_bytes(max_record).saturating_mul(meta_chunks::MAX_CHUNKS as usize)
 }
 
 /// Whether the meta topic's records from `next` on were deleted (its first record is past
@@ -152,6 +194,10 @@ fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), Coded
         .with_db(Position::load_all)??
         .remove(&META_POSITION)
         .unwrap_or_default();
+    // `position` is what is stored: where a restart reads from. This is the next record to
+    // read, ahead of it while a chunked change is coming in.
+    let mut next = position.next;
+    let mut chunks = Assembler::new(max_change(settings.max_record));
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(&settings.meta_topic, 0, super::from_offset(position.next))
@@ -170,23 +216,30 @@ fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), Coded
                 continue;
             }
         };
-        if message.offset() < position.next {
+        if message.offset() < next {
             continue;
         }
-        if message.offset() > position.next && deleted_before(shared, &consumer, position.next) {
+        if message.offset() > next && deleted_before(shared, &consumer, next) {
             // A table changed only in the deleted records would stay stale here for good.
             return Err(CodedError::new(
                 Code::CLU0004,
                 format!(
                     "the meta topic goes on at offset {} but this node's store needs offset {}: metadata it never read was deleted (topic retention?)",
                     message.offset(),
-                    position.next
+                    next
                 ),
             ));
         }
-        let mut snapshot =
-            MetaSnapshot::decode(message.payload().unwrap_or_default(), settings.max_record)?;
-        position.next = message.offset().saturating_add(1);
+        next = message.offset().saturating_add(1);
+        let payload = message.payload().unwrap_or_default();
+        let mut snapshot = match meta_chunks::parse(payload)? {
+            None => MetaSnapshot::decode(payload, settings.max_record)?,
+            Some(chunk) => match chunks.take(message.offset(), &chunk) {
+                Some(whole) => MetaSnapshot::decode(&whole, max_change(settings.max_record))?,
+                None => continue,
+            },
+        };
+        position.next = chunks.resume_from().map_or(next, |first| first.min(next));
         let mut saved = WriteSet::default();
         position.save(META_POSITION, &mut saved);
         let started = std::time::Instant::now();

@@ -91,6 +91,7 @@ impl PluginEngine {
         bytes: &[u8],
         sha256: &str,
         spec: &PluginSpec,
+        instantiate_deadline: Duration,
     ) -> Result<Compiled, String> {
         let component = self.component(bytes, sha256)?;
         let export = spec.hook.export();
@@ -128,6 +129,7 @@ impl PluginEngine {
             config: Arc::new(spec.config.clone()),
             memory_limit,
             deadline: spec.deadline.0,
+            instantiate_deadline: instantiate_deadline.max(spec.deadline.0),
             fuel: spec.fuel,
             idle: Mutex::new(Vec::new()),
         };
@@ -192,6 +194,8 @@ pub struct Compiled {
     config: Arc<BTreeMap<String, String>>,
     memory_limit: usize,
     deadline: Duration,
+    /// Instantiation's bound: the larger of the call's deadline and the engine-wide one.
+    instantiate_deadline: Duration,
     fuel: Option<u64>,
     idle: Mutex<Vec<Warm>>,
 }
@@ -217,15 +221,21 @@ impl Compiled {
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|state| &mut state.limits);
-        // Instantiation runs no plugin code, but keep it bounded all the same.
-        store.set_epoch_deadline(ticks(self.deadline));
+        // Instantiation runs the component's start functions (a language runtime's set-up):
+        // bounded, but by its own deadline, not the call's.
+        store.set_epoch_deadline(ticks(self.instantiate_deadline));
         store
             .set_fuel(u64::MAX)
             .map_err(|e| Failure::Instantiate(format!("{e:#}")))?;
-        let instance = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| Failure::Instantiate(format!("cannot instantiate: {e:#}")))?;
+        let instance = self.pre.instantiate(&mut store).map_err(|e| {
+            Failure::Instantiate(match e.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => format!(
+                    "instantiating it ran past {:?} (plugin-limits.max-deadline)",
+                    self.instantiate_deadline
+                ),
+                _ => format!("cannot instantiate: {}", Self::cause(&e)),
+            })
+        })?;
         let lookup = |e: wasmtime::Error| {
             Failure::Instantiate(format!(
                 "the '{}' export has the wrong type for sluice:policy: {e:#}",
@@ -277,7 +287,20 @@ impl Compiled {
             _ if format!("{error:#}").contains("forcing trap when growing memory") => {
                 Failure::Memory(self.memory_limit as u64)
             }
-            _ => Failure::Trap(format!("{error:#}")),
+            _ => {
+                // The client gets the cause; the wasm backtrace (tens of frames of a
+                // language runtime) goes to the log.
+                tracing::debug!(plugin = %self.name, error = format!("{error:#}"), "plugin trapped");
+                Failure::Trap(Self::cause(error))
+            }
+        }
+    }
+
+    /// What went wrong, without the wasm backtrace wasmtime puts in its error's context.
+    fn cause(error: &wasmtime::Error) -> String {
+        match error.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            None => error.root_cause().to_string(),
         }
     }
 
