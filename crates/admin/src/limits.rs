@@ -334,56 +334,100 @@ pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListRulesRespons
 
 /// Starts the quota count of every counter a pattern matches again from 0, in the current
 /// window, on every partition; answered once stored. In cluster mode the node asked resets the
-/// partitions it leads and asks every other leading node to reset theirs.
+/// partitions it leads and asks every other leading node to reset theirs; until every partition
+/// was reset by the node leading it (leadership can move while it asks), it resets again, with
+/// pauses doubling from 100 ms, for up to [`RESET_WITHIN`].
 #[utoipa::path(post, path = "/limits/rules/reset-quota", tag = "limits", operation_id = "reset_quota",
     request_body = ResetQuotaRequest,
     responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern"),
-        (status = 503, description = "ADM0010: a partition has no leader now, or a node leading some did not answer")))]
+        (status = 503, description = "ADM0010: a partition had no leader, or was reset by none, for 30 s")))]
 pub async fn reset_quota(
     State(state): State<Arc<AdminState>>,
     headers: http::HeaderMap,
     Json(request): Json<ResetQuotaRequest>,
 ) -> Result<Json<ResetQuotaResponse>, AdminError> {
     let pattern = pattern(&request.pattern)?;
-    let mut reset = state.runtime.reset_quota(&pattern).await?;
     let placement = state.runtime.placement();
-    if placement.is_clustered()
-        && !headers.contains_key(sluice_runtime::replication::relay::FORWARDED)
+    if !placement.is_clustered()
+        || headers.contains_key(sluice_runtime::replication::relay::FORWARDED)
     {
-        let authorization = headers.get(http::header::AUTHORIZATION);
-        reset += reset_elsewhere(&placement.leaders_elsewhere(), &request, authorization).await?;
+        let partitions = state.runtime.reset_quota(&pattern).await?;
+        return Ok(Json(ResetQuotaResponse {
+            reset: partitions.values().sum(),
+            partitions,
+        }));
     }
-    Ok(Json(ResetQuotaResponse { reset }))
+    let authorization = headers.get(http::header::AUTHORIZATION);
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        let mut partitions = state.runtime.reset_quota(&pattern).await?;
+        let elsewhere =
+            reset_elsewhere(&placement.leaders_elsewhere(), &request, authorization).await;
+        let missing = match elsewhere {
+            Ok(answers) => {
+                for answer in answers {
+                    partitions.extend(answer.partitions);
+                }
+                let missing = missing_partitions(&partitions, placement.len());
+                if missing.is_empty() {
+                    return Ok(Json(ResetQuotaResponse {
+                        reset: partitions.values().sum(),
+                        partitions,
+                    }));
+                }
+                format!(
+                    "partition(s) {missing:?} were reset by no node (their leadership moved while it asked)"
+                )
+            }
+            Err(why) => why,
+        };
+        if started.elapsed() + pause >= RESET_WITHIN {
+            return Err(AdminError::coded(
+                Code::ADM0010,
+                format!(
+                    "[CLU0001] the quota reset is incomplete after {:?}: {missing}; retry (resetting again is harmless)",
+                    started.elapsed()
+                ),
+            ));
+        }
+        tracing::debug!(why = %missing, "a quota reset met a leadership move; resetting again");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+    }
+}
+
+/// How long a cluster-wide quota reset keeps trying to reach every partition's leader: past a
+/// takeover, which settles within the group's session timeout (10 s by default).
+const RESET_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The partitions below `count` that `reset` does not name.
+fn missing_partitions(reset: &std::collections::BTreeMap<u32, u64>, count: usize) -> Vec<u32> {
+    (0..u32::try_from(count).unwrap_or(u32::MAX))
+        .filter(|p| !reset.contains_key(p))
+        .collect()
 }
 
 /// Asks every other leading node (`leaders`: their admin URLs, and how many partitions nobody
 /// leads) to reset what `request` names on the partitions it leads, as the caller
-/// (`authorization`, which every node accepts); how many counters they reset. A partition without a leader, or a node that did not answer, makes the reset
-/// incomplete: 503, and a retry resets again (a reset is a reset however often it is made).
+/// (`authorization`, which every node accepts); their answers. A partition without a leader,
+/// or a node that did not answer, makes the reset incomplete (why, to try again).
 async fn reset_elsewhere(
     leaders: &(Vec<String>, usize),
     request: &ResetQuotaRequest,
     authorization: Option<&http::HeaderValue>,
-) -> Result<u64, AdminError> {
+) -> Result<Vec<ResetQuotaResponse>, String> {
     let (admins, nobody) = leaders;
-    let incomplete = |why: String| {
-        AdminError::coded(
-            Code::ADM0010,
-            format!(
-                "[CLU0001] the quota reset is incomplete: {why}; retry (resetting again is harmless)"
-            ),
-        )
-    };
     if *nobody > 0 {
-        return Err(incomplete(format!(
+        return Err(format!(
             "{nobody} partition(s) have no leader right now (a takeover)"
-        )));
+        ));
     }
     let client =
         sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
-    let body = serde_json::to_vec(request).map_err(|e| incomplete(e.to_string()))?;
+    let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
     let headers = sluice_runtime::replication::relay::json_as_caller(authorization);
-    let mut reset = 0;
+    let mut answers = Vec::with_capacity(admins.len());
     for admin in admins {
         let answer = sluice_runtime::replication::relay::relay(
             &client,
@@ -393,20 +437,20 @@ async fn reset_elsewhere(
             &headers,
             body.clone().into(),
         )
-        .await
-        .map_err(incomplete)?;
+        .await?;
         if !answer.status.is_success() {
-            return Err(incomplete(format!(
+            return Err(format!(
                 "{admin} answered {}: {}",
                 answer.status,
                 String::from_utf8_lossy(&answer.body)
-            )));
+            ));
         }
-        let done: ResetQuotaResponse = serde_json::from_slice(&answer.body)
-            .map_err(|e| incomplete(format!("{admin} answered what is not a reset: {e}")))?;
-        reset += done.reset;
+        answers.push(
+            serde_json::from_slice(&answer.body)
+                .map_err(|e| format!("{admin} answered what is not a reset: {e}"))?,
+        );
     }
-    Ok(reset)
+    Ok(answers)
 }
 
 /// The flow charts' data over the last `flow.history`: per rule and level admitted/s,
@@ -498,4 +542,21 @@ pub async fn counters(
         .collect();
     counters.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));
     Ok(Json(ListCountersResponse { counters }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reset_is_complete_only_when_every_partition_was_reset_by_some_node() {
+        let here: std::collections::BTreeMap<u32, u64> = [(0, 1), (2, 0)].into();
+        assert_eq!(missing_partitions(&here, 4), [1, 3]);
+        let mut all = here.clone();
+        all.extend([(1, 0), (3, 2)]);
+        assert!(missing_partitions(&all, 4).is_empty());
+        // A partition reset twice (it moved between the two asks) is still one partition.
+        all.extend([(3, 2)]);
+        assert_eq!(all.values().sum::<u64>(), 3);
+    }
 }

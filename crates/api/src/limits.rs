@@ -381,6 +381,10 @@ pub struct ResetQuotaRequest {
 pub struct ResetQuotaResponse {
     /// Counters whose count started again.
     pub reset: u64,
+    /// How many of them each partition reset, by partition: every partition, whichever node
+    /// was asked (in cluster mode each by the node leading it).
+    #[serde(default)]
+    pub partitions: std::collections::BTreeMap<u32, u64>,
 }
 
 /// `GET /limits/history`: the flow charts' data, one point per sample (`flow.history-interval`)

@@ -138,10 +138,40 @@ impl QueryEngine {
     }
 
     /// Runs `sql` within the configured time, row and memory limits, over the rows `reach`
-    /// names (see [`Reach`]).
+    /// names (see [`Reach`]). A cluster-wide query that met a leadership move (`CLU0001`: a
+    /// partition led by no node or by two while it read) is run again, with pauses doubling
+    /// from 100 ms, until it reads a stable cover or `admin.query-timeout` is spent: a
+    /// takeover settles within the group's session timeout.
     pub async fn query(&self, sql: &str, reach: Reach) -> Result<QueryAnswer, QueryError> {
+        let timeout = self.sources.config.admin.query_timeout.0;
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let left = timeout.saturating_sub(started.elapsed());
+            match self.query_within(sql, reach.clone(), left).await {
+                Err(QueryError::Sql(why))
+                    if matches!(reach, Reach::Cluster(_))
+                        && why.contains("[CLU0001]")
+                        && started.elapsed() + pause < timeout =>
+                {
+                    tracing::debug!(error = %why, "a cluster-wide query met a leadership move; running it again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(QueryError::Timeout(_)) => return Err(QueryError::Timeout(timeout)),
+                answered => return answered,
+            }
+        }
+    }
+
+    /// [`Self::query`] once, within `timeout`.
+    async fn query_within(
+        &self,
+        sql: &str,
+        reach: Reach,
+        timeout: Duration,
+    ) -> Result<QueryAnswer, QueryError> {
         let admin = &self.sources.config.admin;
-        let timeout = admin.query_timeout.0;
         if sql.len() > admin.query_max_length.as_usize() {
             return Err(QueryError::NotAllowed(format!(
                 "the query is {} bytes long, over admin.query-max-length ({})",

@@ -388,10 +388,13 @@ impl Runtime {
         answer.await.map_err(|_| self.gone())
     }
 
-    /// Resets the quotas `pattern` matches on every partition (see
-    /// [`crate::flow::scheduler::Scheduler::reset_quota`]); answers how many counters were
-    /// reset, once each partition stored it.
-    pub async fn reset_quota(&self, pattern: &crate::flow::RulePattern) -> Result<u64, CodedError> {
+    /// Resets the quotas `pattern` matches on every partition led here (see
+    /// [`crate::flow::scheduler::Scheduler::reset_quota`]); answers how many counters each of
+    /// those partitions reset, once it stored it.
+    pub async fn reset_quota(
+        &self,
+        pattern: &crate::flow::RulePattern,
+    ) -> Result<std::collections::BTreeMap<u32, u64>, CodedError> {
         let mut answers = Vec::with_capacity(self.senders.len());
         for (index, sender) in self.senders.iter().enumerate() {
             // Cluster mode: the node leading a partition resets its counters.
@@ -406,11 +409,12 @@ impl Runtime {
                 })
                 .await
                 .map_err(|_| self.gone())?;
-            answers.push(answer);
+            answers.push((index, answer));
         }
-        let mut reset = 0;
-        for answer in answers {
-            reset += answer.await.map_err(|_| self.gone())?;
+        let mut reset = std::collections::BTreeMap::new();
+        for (index, answer) in answers {
+            let partition = u32::try_from(index).unwrap_or(u32::MAX);
+            reset.insert(partition, answer.await.map_err(|_| self.gone())?);
         }
         Ok(reset)
     }
