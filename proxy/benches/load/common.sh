@@ -61,7 +61,17 @@ fi
 RUST_LOG=warn "${flags[@]}" "$bin/sluice" serve --data-dir "$work/data" --ingress-bind "127.0.0.1:$ingress" --admin-bind "127.0.0.1:$admin" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null; kill "$dep" 2>/dev/null; [ -n "$broker" ] && kill "$broker" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$admin/health" >/dev/null && break; sleep 0.1; done
+# Waits up to $2 tenths of a second for the admin API on port $1 to answer /health.
+await_health() {
+  for _ in $(seq 1 "$2"); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+# Registers the deployment with the admin API on port $1 (Sluice's, or the reference's).
+register_deployment() {
+  curl -sf -X POST "http://127.0.0.1:$1/deployments" -H 'content-type: application/json' \
+    -d "{\"uri\":\"http://127.0.0.1:$dep_port/\"}" >/dev/null
+}
+await_health "$admin" 100 || true
 if [ -n "$broker" ]; then
   # Ready once the node leads every partition.
   for _ in $(seq 1 300); do
@@ -73,8 +83,7 @@ fi
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 # Context switches of every thread of process $1 so far (voluntary and not).
 ctx_switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'; }
-curl -sf -X POST "http://127.0.0.1:$admin/deployments" -H 'content-type: application/json' \
-  -d "{\"uri\":\"http://127.0.0.1:$dep_port/\"}" >/dev/null
+register_deployment "$admin"
 # Held backlogs (held.sh, recovery.sh): `*` = 1 for every scope, so one admitted Meter/hold
 # (its slot held for ten minutes, the body of $work/hold.lua) keeps every later send of its scope
 # waiting; `waiting` prints how many invocations wait in queues.

@@ -33,10 +33,8 @@ RESTATE_BASE_DIR="$work/reference" RESTATE_LISTEN_MODE=tcp RESTATE_DISABLE_TELEM
 reference=$!
 # common.sh's trap stops Sluice and the deployment; this one stops the reference first.
 trap 'kill -TERM "$reference" 2>/dev/null; kill -TERM "$server" 2>/dev/null; kill "$dep" 2>/dev/null; [ -n "$broker" ] && kill "$broker" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$ref_admin/health" >/dev/null && break; sleep 0.1; done
-curl -sf "http://127.0.0.1:$ref_admin/health" >/dev/null || { echo "the reference server did not start:" >&2; cat "$work/reference.log" >&2; exit 1; }
-curl -sf -X POST "http://127.0.0.1:$ref_admin/deployments" -H 'content-type: application/json' \
-  -d "{\"uri\":\"http://127.0.0.1:$dep_port/\"}" >/dev/null
+await_health "$ref_admin" 300 || { echo "the reference server did not start:" >&2; cat "$work/reference.log" >&2; exit 1; }
+register_deployment "$ref_admin"
 cat > "$work/post.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = "\"load\""
