@@ -185,10 +185,12 @@ impl Partition {
             };
             self.rouse(id);
             self.observe();
-            let live = self
-                .live
-                .get_mut(&id)
-                .expect("entries index live invocations");
+            let Some(live) = self.live.get_mut(&id) else {
+                // Still at rest: reading its input back failed (the store closed for shutdown,
+                // or failed and said so). The store keeps it; the next start queues it again.
+                self.scheduler.release(admitted.permit, now);
+                continue;
+            };
             live.lock = admitted.lock.or(live.lock);
             if live.run.queue().is_none() {
                 // Taken out of its queue since (killed, paused): nothing to start.

@@ -105,6 +105,11 @@ struct Bench {
 
 impl Bench {
     fn new() -> Self {
+        Self::with(Config::default())
+    }
+
+    /// A bench whose partition runs with `config`.
+    fn with(config: Config) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let registry = Arc::new(Registry::load(Arc::clone(&store)).unwrap());
@@ -125,7 +130,7 @@ impl Bench {
             .register(found, Registration::new("http://127.0.0.1:9080/"), NOW)
             .unwrap();
         let (writer, flusher) = Writer::manual(Arc::clone(&store));
-        let shared = Shared::new(store, writer, registry, Arc::new(Config::default()));
+        let shared = Shared::new(store, writer, registry, Arc::new(config));
         let driver = Recording::default();
         let partition = Partition::new(0, &shared, Box::new(driver.clone()));
         Self {
@@ -623,6 +628,48 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
     assert_eq!(asked, ["reset quota acme"]);
     assert_eq!(answer.try_recv().unwrap(), 1, "one counter reset");
     assert_eq!(bench.started(), [(held, 1)]);
+}
+
+#[test]
+fn a_held_invocation_whose_input_cannot_be_read_back_stays_at_rest_when_its_turn_comes() {
+    use crate::flow::{Limit, RulePattern, Scope, Upsert};
+    // No input stays in memory: a held invocation's input is read back from the store.
+    let mut config = Config::default();
+    config.worker.held_memory_budget = crate::config::ByteSize(0);
+    let mut bench = Bench::with(config);
+    let mut book = RuleBook::new();
+    book.apply_batch(
+        &[Upsert::new(
+            RulePattern::parse("acme").unwrap(),
+            Limit::Concurrency(std::num::NonZeroU32::MIN),
+        )],
+        NOW,
+    )
+    .unwrap();
+    bench
+        .partition
+        .scheduler
+        .on_rules_changed(Arc::new(book), NOW);
+    let [first, second] = [81, 82].map(|seed| {
+        let mut record = new_record(seed);
+        record.scope = Some(Scope::parse("acme").unwrap());
+        record
+    });
+    bench.submit(first);
+    let held = second.id;
+    bench.submit(second);
+    assert_eq!(bench.started().len(), 1);
+    assert_eq!(bench.state(held), State::Resting);
+    // Shutting down: the store closes while the held call's turn comes (the limit is lifted).
+    bench.partition.store.close();
+    bench
+        .partition
+        .scheduler
+        .on_rules_changed(Arc::new(RuleBook::new()), NOW);
+    bench.partition.dispatch();
+    // It stays at rest for the next start to queue again; nothing started, nothing panicked.
+    assert_eq!(bench.state(held), State::Resting);
+    assert!(bench.started().is_empty());
 }
 
 #[test]
