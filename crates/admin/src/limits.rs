@@ -358,12 +358,19 @@ pub async fn reset_quota(
         }));
     }
     let authorization = headers.get(http::header::AUTHORIZATION);
-    let started = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(100);
+    // One client for every try: it keeps its connections to the other nodes.
+    let client =
+        sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
+    let mut pauses = sluice_core::retry::Pauses::new(RESET_WITHIN, RESET_PAUSE_CAP);
     loop {
         let mut partitions = state.runtime.reset_quota(&pattern).await?;
-        let elsewhere =
-            reset_elsewhere(&placement.leaders_elsewhere(), &request, authorization).await;
+        let elsewhere = reset_elsewhere(
+            &client,
+            &placement.leaders_elsewhere(),
+            &request,
+            authorization,
+        )
+        .await;
         let missing = match elsewhere {
             Ok(answers) => {
                 for answer in answers {
@@ -382,24 +389,25 @@ pub async fn reset_quota(
             }
             Err(why) => why,
         };
-        if started.elapsed() + pause >= RESET_WITHIN {
+        let Some(pause) = pauses.next_pause() else {
             return Err(AdminError::coded(
                 Code::ADM0010,
                 format!(
                     "[CLU0001] the quota reset is incomplete after {:?}: {missing}; retry (resetting again is harmless)",
-                    started.elapsed()
+                    pauses.elapsed()
                 ),
             ));
-        }
+        };
         tracing::debug!(why = %missing, "a quota reset met a leadership move; resetting again");
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_secs(2));
     }
 }
 
 /// How long a cluster-wide quota reset keeps trying to reach every partition's leader: past a
 /// takeover, which settles within the group's session timeout (10 s by default).
 const RESET_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+/// The longest pause between its tries.
+const RESET_PAUSE_CAP: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The partitions below `count` that `reset` does not name.
 fn missing_partitions(reset: &std::collections::BTreeMap<u32, u64>, count: usize) -> Vec<u32> {
@@ -413,6 +421,7 @@ fn missing_partitions(reset: &std::collections::BTreeMap<u32, u64>, count: usize
 /// (`authorization`, which every node accepts); their answers. A partition without a leader,
 /// or a node that did not answer, makes the reset incomplete (why, to try again).
 async fn reset_elsewhere(
+    client: &reqwest::Client,
     leaders: &(Vec<String>, usize),
     request: &ResetQuotaRequest,
     authorization: Option<&http::HeaderValue>,
@@ -423,14 +432,12 @@ async fn reset_elsewhere(
             "{nobody} partition(s) have no leader right now (a takeover)"
         ));
     }
-    let client =
-        sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
     let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
     let headers = sluice_runtime::replication::relay::json_as_caller(authorization);
     let mut answers = Vec::with_capacity(admins.len());
     for admin in admins {
         let answer = sluice_runtime::replication::relay::relay(
-            &client,
+            client,
             admin,
             http::Method::POST,
             "/limits/rules/reset-quota",

@@ -7,6 +7,7 @@ pub mod errors;
 pub mod hash;
 pub mod ids;
 pub mod metrics;
+pub mod retry;
 pub mod simulation;
 pub mod trace;
 pub mod units;

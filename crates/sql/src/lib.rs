@@ -144,19 +144,18 @@ impl QueryEngine {
     /// takeover settles within the group's session timeout.
     pub async fn query(&self, sql: &str, reach: Reach) -> Result<QueryAnswer, QueryError> {
         let timeout = self.sources.config.admin.query_timeout.0;
-        let started = std::time::Instant::now();
-        let mut pause = Duration::from_millis(100);
+        // No cap of its own: the pauses double within the query's timeout.
+        let mut pauses = sluice_core::retry::Pauses::new(timeout, timeout);
         loop {
-            let left = timeout.saturating_sub(started.elapsed());
-            match self.query_within(sql, reach.clone(), left).await {
+            match self.query_within(sql, reach.clone(), pauses.left()).await {
                 Err(QueryError::Sql(why))
-                    if matches!(reach, Reach::Cluster(_))
-                        && why.contains("[CLU0001]")
-                        && started.elapsed() + pause < timeout =>
+                    if matches!(reach, Reach::Cluster(_)) && why.contains("[CLU0001]") =>
                 {
+                    let Some(pause) = pauses.next_pause() else {
+                        return Err(QueryError::Sql(why));
+                    };
                     tracing::debug!(error = %why, "a cluster-wide query met a leadership move; running it again");
                     tokio::time::sleep(pause).await;
-                    pause *= 2;
                 }
                 Err(QueryError::Timeout(_)) => return Err(QueryError::Timeout(timeout)),
                 answered => return answered,
