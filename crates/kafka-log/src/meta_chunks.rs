@@ -79,22 +79,21 @@ pub(crate) fn parse(payload: &[u8]) -> Result<Option<Chunk<'_>>, CodedError> {
     let Some((&MAGIC, rest)) = payload.split_first() else {
         return Ok(None);
     };
-    let (&name, rest) = rest.split_first().ok_or_else(|| bad("it ends early"))?;
-    let name = usize::from(name);
-    if rest.len() < name + 16 {
-        return Err(bad("it ends early"));
-    }
-    let (publisher, rest) = rest.split_at(name);
+    let ends_early = || bad("it ends early");
+    let (&name, rest) = rest.split_first().ok_or_else(ends_early)?;
+    let (publisher, rest) = rest
+        .split_at_checked(usize::from(name))
+        .ok_or_else(ends_early)?;
     let publisher =
         std::str::from_utf8(publisher).map_err(|_| bad("the node name is not UTF-8"))?;
-    let (change, rest) = rest.split_at(8);
-    let (index, rest) = rest.split_at(4);
-    let (count, data) = rest.split_at(4);
+    let (change, rest) = rest.split_first_chunk::<8>().ok_or_else(ends_early)?;
+    let (index, rest) = rest.split_first_chunk::<4>().ok_or_else(ends_early)?;
+    let (count, data) = rest.split_first_chunk::<4>().ok_or_else(ends_early)?;
     let chunk = Chunk {
         publisher,
-        change: u64::from_be_bytes(change.try_into().map_err(bad)?),
-        index: u32::from_be_bytes(index.try_into().map_err(bad)?),
-        count: u32::from_be_bytes(count.try_into().map_err(bad)?),
+        change: u64::from_be_bytes(*change),
+        index: u32::from_be_bytes(*index),
+        count: u32::from_be_bytes(*count),
         data,
     };
     if chunk.count == 0 || chunk.count > MAX_CHUNKS || chunk.index >= chunk.count {
