@@ -64,16 +64,22 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     bin
 }
 
+/// The target dir the binaries under test were built in (`target/<profile>/sluice` → `target`),
+/// where the plugins are built too.
+fn target_dir() -> Result<PathBuf, String> {
+    binary()
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| "no target dir".to_owned())
+}
+
 /// The `.wasm` component of plugin crate `name` (under `plugins/`), built for wasm32-wasip2
 /// once per test process into the target dir's `plugins/` folder.
 pub fn plugin_wasm(name: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let target = binary()
-            .parent()
-            .and_then(Path::parent)
-            .map(|t| t.join("plugins"))
-            .ok_or("no target dir")?;
+        let target = target_dir()?.join("plugins");
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/Cargo.toml");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
@@ -101,11 +107,7 @@ pub fn plugin_wasm(name: &str) -> PathBuf {
 pub fn python_plugin_wasm(module: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let out = binary()
-            .parent()
-            .and_then(Path::parent)
-            .map(|t| t.join("plugins/python"))
-            .ok_or("no target dir")?;
+        let out = target_dir()?.join("plugins/python");
         let script = workspace_root().join("plugins/python/build");
         let status = Command::new(&script)
             .arg(&out)

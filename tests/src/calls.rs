@@ -161,3 +161,38 @@ pub async fn peak_in_handler(sluice: &Sluice, expected: usize) -> usize {
     }
     peak as usize
 }
+
+/// `PUT /plugins/{name}?{query}` with the component `bytes`: status and answer.
+pub async fn put_plugin(
+    sluice: &Sluice,
+    name: &str,
+    bytes: Vec<u8>,
+    query: &str,
+) -> (u16, serde_json::Value) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}/plugins/{name}?{query}", sluice.admin_url))
+        .header("content-type", "application/wasm")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+/// `Greeter/greet("Ada")` through `sluice`'s ingress with `headers`: status,
+/// `x-service-error-code` and body.
+pub async fn greet(sluice: &Sluice, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("\"Ada\"");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let resp = request.send().await.unwrap();
+    let code = resp
+        .headers()
+        .get("x-service-error-code")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (resp.status().as_u16(), code, resp.text().await.unwrap())
+}

@@ -797,21 +797,6 @@ async fn handlers_call_objects_led_by_other_nodes() {
     }
 }
 
-/// `PUT /plugins/{name_and_query}` on `sluice` with the component `bytes`; the loaded plugin.
-async fn put_plugin(sluice: &Sluice, name_and_query: &str, bytes: Vec<u8>) -> Value {
-    let answer = reqwest::Client::new()
-        .put(format!("{}/plugins/{name_and_query}", sluice.admin_url))
-        .header("content-type", "application/wasm")
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
-    let status = answer.status();
-    let loaded: Value = answer.json().await.unwrap();
-    assert!(status.is_success(), "{loaded}");
-    loaded
-}
-
 /// Polls `path` on `sluice`'s admin API until its answer contains `needle`; how long it took.
 /// `give_up` only guards against a hang: what the test promises, it asserts on the answer.
 async fn admin_shows(sluice: &Sluice, path: &str, needle: &str, give_up: Duration) -> Duration {
@@ -848,12 +833,14 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
     assert!(seen < Duration::from_secs(1), "{seen:?}");
     let bytes = std::fs::read(sluice_tests::plugin_wasm("tenant-header")).unwrap();
     let put = Instant::now();
-    put_plugin(
+    let (status, loaded) = sluice_tests::put_plugin(
         &a,
-        "tenants?hook=extract&deadline=1s&config.scope-header=x-tenant",
+        "tenants",
         bytes,
+        "hook=extract&deadline=1s&config.scope-header=x-tenant",
     )
     .await;
+    assert_eq!(status, 200, "{loaded}");
     // Each node compiles the component itself (slow in a debug build, and slower on a busy
     // box): from the first's answer, the second gets a second beyond its own compile, which it
     // logs (before, the first's compile stood in for the second's).
@@ -909,35 +896,24 @@ async fn a_plugin_larger_than_a_record_reaches_a_node_that_joins_later() {
     a.register(&dep.uri, false).await;
     let bytes = std::fs::read(sluice_tests::python_plugin_wasm("tenant_header")).unwrap();
     assert!(bytes.len() > 8 << 20, "{} bytes", bytes.len());
-    let loaded = put_plugin(
+    let (status, loaded) = sluice_tests::put_plugin(
         &a,
-        "tenants?hook=extract&deadline=1s&config.require=true",
+        "tenants",
         bytes,
+        "hook=extract&deadline=1s&config.require=true",
     )
     .await;
+    assert_eq!(status, 200, "{loaded}");
     let sha256 = loaded["sha256"].as_str().unwrap().to_owned();
 
     let c = real_node(&bootstrap, "n3").start().await.unwrap();
     // It compiles the plugin before it shows it: only a hang ends this wait.
     admin_shows(&c, "/plugins", &sha256, Duration::from_secs(120)).await;
     // And runs it: a call without the tenant header is refused by the plugin on its ingress.
-    let greet = |tenant: Option<&'static str>| {
-        let mut request = reqwest::Client::new()
-            .post(format!("{}/Greeter/greet", c.ingress_url))
-            .header("content-type", "application/json")
-            .body("\"Ada\"");
-        if let Some(tenant) = tenant {
-            request = request.header("x-tenant", tenant);
-        }
-        async move {
-            let answer = request.send().await.unwrap();
-            (answer.status().as_u16(), answer.text().await.unwrap())
-        }
-    };
-    let (status, body) = greet(None).await;
+    let (status, _, body) = sluice_tests::greet(&c, &[]).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("missing tenant header 'x-tenant'"), "{body}");
-    let (status, body) = greet(Some("acme")).await;
+    let (status, _, body) = sluice_tests::greet(&c, &[("x-tenant", "acme")]).await;
     assert_eq!(status, 200, "{body}");
 }
 

@@ -10,7 +10,8 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 use sluice_tests::{
-    Sluice, TestDeployment, peak_of, peak_of_calls, plugin_wasm, python_plugin_wasm,
+    Sluice, TestDeployment, greet, peak_of, peak_of_calls, plugin_wasm, put_plugin,
+    python_plugin_wasm,
 };
 
 async fn flow_controlled() -> (Sluice, TestDeployment) {
@@ -39,34 +40,7 @@ async fn load(sluice: &Sluice, name: &str, plugin: &str, query: &str) -> (u16, V
     } else {
         format!("{query}&deadline=1s")
     };
-    load_bytes(sluice, name, bytes, &query).await
-}
-
-async fn load_bytes(sluice: &Sluice, name: &str, bytes: Vec<u8>, query: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .put(format!("{}/plugins/{name}?{query}", sluice.admin_url))
-        .header("content-type", "application/wasm")
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
-}
-
-async fn greet(sluice: &Sluice, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
-    let mut request = reqwest::Client::new()
-        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
-        .header("content-type", "application/json")
-        .body("\"Ada\"");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let resp = request.send().await.unwrap();
-    let code = resp
-        .headers()
-        .get("x-service-error-code")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (resp.status().as_u16(), code, resp.text().await.unwrap())
+    put_plugin(sluice, name, bytes, &query).await
 }
 
 fn hold(n: usize) -> Vec<String> {
@@ -377,7 +351,7 @@ async fn bad_plugins_are_refused_at_load_and_the_old_version_stays() {
         (Vec::new(), "hook=extract", "the body is empty"),
     ];
     for (bytes, query, want) in cases {
-        let (status, body) = load_bytes(&sluice, "t", bytes, query).await;
+        let (status, body) = put_plugin(&sluice, "t", bytes, query).await;
         assert_eq!(status, 400, "{query}: {body}");
         let message = body["message"].as_str().unwrap();
         assert!(
@@ -410,7 +384,7 @@ async fn plugin_bodies_are_taken_up_to_their_own_size_cap() {
         .await
         .unwrap();
     // 3 MiB is read whole, and refused for what it is.
-    let (status, body) = load_bytes(&sluice, "big", vec![7u8; 3 << 20], "hook=extract").await;
+    let (status, body) = put_plugin(&sluice, "big", vec![7u8; 3 << 20], "hook=extract").await;
     assert_eq!(status, 400, "{body}");
     assert!(
         body["message"]
@@ -418,7 +392,7 @@ async fn plugin_bodies_are_taken_up_to_their_own_size_cap() {
             .is_some_and(|m| m.contains("PLG0001") && m.contains("not a valid wasm component")),
         "{body}"
     );
-    let (status, body) = load_bytes(&sluice, "big", vec![7u8; 5 << 20], "hook=extract").await;
+    let (status, body) = put_plugin(&sluice, "big", vec![7u8; 5 << 20], "hook=extract").await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["restate_code"], "PLG0009", "{body}");
     assert!(
