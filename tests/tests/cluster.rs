@@ -848,20 +848,32 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
     // The second node compiles the component before it shows it: in a debug build on a box
     // whose cores are all busy that alone took over 10 s, so only a hang ends this wait.
     let seen = admin_shows(&b, "/plugins", "tenants", Duration::from_secs(120)).await;
-    let stderr = b.stderr();
-    let compile_ms: u64 = stderr
-        .lines()
-        .filter(|l| l.contains("plugin loaded") && l.contains("tenants"))
-        .filter_map(|l| {
-            l.split("compile_ms=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .next_back()
-        .unwrap_or_else(|| panic!("n2 logged no compile of the plugin:\n{stderr}"));
+    // A plugin is in force (listed) a moment before its load is logged: await the line. Only
+    // a hang ends this wait.
+    let logged = Instant::now();
+    let compile_ms: u64 = loop {
+        let stderr = b.stderr();
+        let logged_ms = stderr
+            .lines()
+            .filter(|l| l.contains("plugin loaded") && l.contains("tenants"))
+            .filter_map(|l| {
+                l.split("compile_ms=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .next_back();
+        if let Some(ms) = logged_ms {
+            break ms;
+        }
+        assert!(
+            logged.elapsed() < Duration::from_secs(30),
+            "n2 logged no compile of the plugin:\n{stderr}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let compile = Duration::from_millis(compile_ms);
     eprintln!("plugin: {seen:?} after a load of {load:?}; n2 compiled it in {compile:?}");
     assert!(seen < compile + Duration::from_secs(1), "{seen:?}");
