@@ -84,7 +84,8 @@ impl Partition {
             }
             if let Some(live) = self.live.remove(&id) {
                 let scope = live.record.scope.clone();
-                self.dormant.insert(id, Dormant::of(*live, &self.held));
+                self.dormant
+                    .insert(id, Dormant::of(*live, &self.store, &self.held));
                 if let Some(scope) = scope {
                     *self.held_in_scope.entry(scope).or_default() += 1;
                 }

@@ -38,7 +38,7 @@ pub(super) fn peek(
             scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
         }),
         // At rest: never ran, no outcome; it stays at rest.
-        (None, Some(resting)) => Some(resting.peek()),
+        (None, Some(resting)) => Some(resting.peek(id, store)?),
         (None, None) if output => store
             .with_db(|db| store::load_record(db, id))??
             .map(|r| Peek {

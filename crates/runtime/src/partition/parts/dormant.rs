@@ -132,12 +132,24 @@ pub(in crate::partition) struct Dormant {
     entry: EntryId,
     /// `None` for a delayed send, which waits for its time rather than in a queue.
     queue: Option<QueueId>,
-    /// Bytes of its input kept in memory (given back to the budget when it wakes).
-    input_in_memory: u64,
-    /// Its record and input (`Resting`).
-    packed: Box<[u8]>,
+    kept: Kept,
 }
 
+/// What a held invocation keeps in memory beside its scheduler entry. Every invocation that
+/// comes to rest is in the store already (sends are stored before their 202, and nothing is
+/// queued or waits for its time before its record commits; calls that wait for their outcome
+/// never rest), so the record is only packed here when it cannot simply be read back.
+#[derive(Debug)]
+enum Kept {
+    /// Its record packed (`Resting`), with its input when the budget let it stay in memory:
+    /// its turn then costs no store read.
+    Packed(Box<[u8]>),
+    /// Record and input in the store alone. What a listing of the queues shows without
+    /// reading the store stays here: it never ran (no attempts) and waits for no time of its
+    /// own (no `run_at_ms`), so its creation time is all that differs between two of them.
+    /// With the id and the entry this is 16 bytes, against some 60 for a packed record.
+    Stored { created_at_ms: u64 },
+}
 impl Dormant {
     /// Whether `live` only waits for its first attempt, with nothing but its record and input.
     pub(in crate::partition) fn fits(live: &Live) -> bool {
@@ -161,14 +173,27 @@ impl Dormant {
 
     /// `live` at rest; it must fit. Its input stays in memory if it is queued and the budget
     /// has room.
-    pub(in crate::partition) fn of(live: Live, held: &HeldMemory) -> Self {
+    pub(in crate::partition) fn of(live: Live, store: &Store, held: &HeldMemory) -> Self {
         let record = live.record;
-        let derived_seed = InvocationRecord::seed_of(record.id);
         let input = live.journal.into_iter().next().expect("fits: one entry");
         let len = input.payload.len() as u64;
         // Only queued inputs may stay in memory, and only within the budget.
         let queue = live.run.queue();
         let keep = queue.is_some() && held.take(len);
+        held.count.fetch_add(1, Ordering::Relaxed);
+        // A queued listing shows attempts and run time; only those without either rest with
+        // nothing of their record here (a delayed send is listed by no queue while it waits).
+        if !keep && record.attempts == 0 && (queue.is_none() || record.run_at_ms.is_none()) {
+            check_stored(&record, &input, store);
+            return Self {
+                entry: live.entry,
+                queue,
+                kept: Kept::Stored {
+                    created_at_ms: record.created_at_ms,
+                },
+            };
+        }
+        let derived_seed = InvocationRecord::seed_of(record.id);
         let resting = Resting {
             service: record.target.service,
             handler: record.target.handler,
@@ -192,101 +217,46 @@ impl Dormant {
             input: if keep { input.payload } else { Bytes::new() },
             input_on_disk: !keep,
         };
-        held.count.fetch_add(1, Ordering::Relaxed);
         Self {
             entry: live.entry,
             queue,
-            input_in_memory: if keep { len } else { 0 },
-            packed: resting.encode_to_vec().into_boxed_slice(),
+            kept: Kept::Packed(resting.encode_to_vec().into_boxed_slice()),
         }
     }
 
-    fn resting(&self) -> Resting {
-        Resting::decode(&*self.packed).expect("a resting record decodes: this code encoded it")
+    /// Its packed record, if it kept one.
+    fn resting(&self) -> Option<Resting> {
+        match &self.kept {
+            Kept::Packed(packed) => Some(
+                Resting::decode(&**packed).expect("a resting record decodes: this code encoded it"),
+            ),
+            Kept::Stored { .. } => None,
+        }
     }
 
-    /// Back to a live invocation (queued, or waiting for its time), reading its input back
-    /// from `store` if it rested there. Changes nothing when it fails: the caller keeps it at
-    /// rest (a store that cannot be read fails the health; the restart recovers it).
+    /// Back to a live invocation (queued, or waiting for its time), reading its record or its
+    /// input back from `store` if they rested there. Changes nothing when it fails: the caller
+    /// keeps it at rest (a store that cannot be read fails the health; the restart recovers
+    /// it).
     pub(in crate::partition) fn wake(
         &self,
         id: InvocationId,
         store: &Store,
         held: &HeldMemory,
     ) -> Result<Live, CodedError> {
-        let resting = self.resting();
-        let input_ty = u16::try_from(resting.input_ty).map_err(|_| {
-            CodedError::new(
-                Code::STO0002,
-                format!("invocation {id} rested with a bad input type"),
-            )
-        })?;
-        let payload = if resting.input_on_disk {
-            let journal = store.with_db(|db| store::load_journal(db, id))??;
-            match journal.into_iter().next() {
-                Some(input) => input.payload,
-                None => {
-                    return Err(CodedError::new(
-                        Code::STO0002,
-                        format!("the input of invocation {id} is missing from the store's journal"),
-                    ));
-                }
+        let (record, input, in_memory) = match self.resting() {
+            Some(resting) => unpack(id, resting, store)?,
+            None => {
+                let record = read_record(id, store)?;
+                (record, read_input(id, store)?, 0)
             }
-        } else {
-            resting.input.clone()
-        };
-        let target = Target {
-            service: resting.service,
-            handler: resting.handler,
-            key: resting.key,
-        };
-        let mut record = InvocationRecord::new(id, target, resting.created_at_ms);
-        if resting.scheduled {
-            record.status = Status::Scheduled;
-        }
-        record.attempts = resting.attempts;
-        record.retry_count = resting.retry_count;
-        record.run_at_ms = resting.run_at_ms;
-        if let Some(seed) = resting.random_seed {
-            record.random_seed = seed;
-        }
-        record.caller = resting.caller.and_then(|bytes| {
-            Some(Caller {
-                id: InvocationId::from_bytes(bytes.try_into().ok()?),
-                completion: resting.caller_completion,
-            })
-        });
-        // They were valid when the invocation came to rest; a bad one is a bug, not a guess.
-        let rested = |e: CodedError| {
-            CodedError::new(Code::STO0002, format!("invocation {id} rested with {e}"))
-        };
-        record.scope = parse_rested(resting.scope.as_deref(), Scope::parse).map_err(rested)?;
-        record.limit_key =
-            parse_rested(resting.limit_key.as_deref(), LimitKey::parse).map_err(rested)?;
-        record.idempotency_key = resting.idempotency_key;
-        record.retention_ms = resting.retention_ms;
-        record.priority = resting
-            .priority
-            .map(|p| {
-                u8::try_from(p)
-                    .ok()
-                    .and_then(|p| Priority::try_from(p).ok())
-                    .ok_or_else(|| rested(CodedError::new(Code::STO0002, format!("priority {p}"))))
-            })
-            .transpose()?;
-        record.trace = resting.trace;
-        record.deadline_ms = resting.deadline_ms;
-        let input = Frame {
-            ty: input_ty,
-            ack: false,
-            payload,
         };
         let mut live = Live::new(record, vec![input], self.entry);
         live.woken();
         if let Some(queue) = self.queue {
             live.set_run(Run::Queued { queue });
         }
-        held.give_back(self.input_in_memory);
+        held.give_back(in_memory);
         held.count.fetch_sub(1, Ordering::Relaxed);
         Ok(live)
     }
@@ -294,13 +264,19 @@ impl Dormant {
     /// Its line in the partition's list of queued invocations; `None` for a delayed send.
     pub(in crate::partition) fn listed(&self, id: InvocationId) -> Option<QueuedEntry> {
         let queue = self.queue?;
-        let resting = self.resting();
+        let (attempts, created_at_ms, run_at_ms) = match &self.kept {
+            Kept::Stored { created_at_ms } => (0, *created_at_ms, None),
+            Kept::Packed(_) => {
+                let resting = self.resting()?;
+                (resting.attempts, resting.created_at_ms, resting.run_at_ms)
+            }
+        };
         Some(QueuedEntry {
             queue,
             invocation: id,
-            attempts: resting.attempts,
-            created_at_ms: resting.created_at_ms,
-            run_at_ms: resting.run_at_ms,
+            attempts,
+            created_at_ms,
+            run_at_ms,
             // At rest: it never ran, so nothing pins it yet.
             deployment: None,
         })
@@ -308,7 +284,11 @@ impl Dormant {
 
     /// Bytes it holds in memory: itself and its packed record (with its input, if kept).
     pub(in crate::partition) fn footprint(&self) -> u64 {
-        (std::mem::size_of::<Self>() + self.packed.len()) as u64
+        let packed = match &self.kept {
+            Kept::Packed(packed) => packed.len(),
+            Kept::Stored { .. } => 0,
+        };
+        (std::mem::size_of::<Self>() + packed) as u64
     }
 
     /// Its scheduler queue; `None` for a delayed send.
@@ -322,25 +302,171 @@ impl Dormant {
     }
 
     /// What a peek sees of it: where it goes, in which scope, and where it is (waiting for its
-    /// time, or for its turn); it never ran, so it has no outcome.
-    pub(in crate::partition) fn peek(&self) -> crate::partition::model::answer::Peek {
-        let resting = self.resting();
-        crate::partition::model::answer::Peek {
-            status: if resting.scheduled {
-                Status::Scheduled
-            } else {
-                Status::Pending
-            },
-            scope: resting.scope,
-            target: Target {
-                service: resting.service,
-                handler: resting.handler,
-                key: resting.key,
-            },
+    /// time, or for its turn); it never ran, so it has no outcome. A record that rests in the
+    /// store alone is read from there.
+    pub(in crate::partition) fn peek(
+        &self,
+        id: InvocationId,
+        store: &Store,
+    ) -> Result<crate::partition::model::answer::Peek, CodedError> {
+        let (status, scope, target) = match self.resting() {
+            Some(resting) => (
+                if resting.scheduled {
+                    Status::Scheduled
+                } else {
+                    Status::Pending
+                },
+                resting.scope,
+                Target {
+                    service: resting.service,
+                    handler: resting.handler,
+                    key: resting.key,
+                },
+            ),
+            None => {
+                let record = read_record(id, store)?;
+                (
+                    record.status,
+                    record.scope.map(|s| s.as_str().to_owned()),
+                    record.target,
+                )
+            }
+        };
+        Ok(crate::partition::model::answer::Peek {
+            status,
+            scope,
+            target,
             outcome: None,
-        }
+        })
     }
 }
+
+/// The record, input and bytes of input kept in memory of a packed invocation, its input read
+/// from `store` if it rested there.
+fn unpack(
+    id: InvocationId,
+    resting: Resting,
+    store: &Store,
+) -> Result<(InvocationRecord, Frame, u64), CodedError> {
+    let input_ty = u16::try_from(resting.input_ty).map_err(|_| {
+        CodedError::new(
+            Code::STO0002,
+            format!("invocation {id} rested with a bad input type"),
+        )
+    })?;
+    let (input, in_memory) = if resting.input_on_disk {
+        (read_input(id, store)?, 0)
+    } else {
+        let len = resting.input.len() as u64;
+        let input = Frame {
+            ty: input_ty,
+            ack: false,
+            payload: resting.input,
+        };
+        (input, len)
+    };
+    let target = Target {
+        service: resting.service,
+        handler: resting.handler,
+        key: resting.key,
+    };
+    let mut record = InvocationRecord::new(id, target, resting.created_at_ms);
+    if resting.scheduled {
+        record.status = Status::Scheduled;
+    }
+    record.attempts = resting.attempts;
+    record.retry_count = resting.retry_count;
+    record.run_at_ms = resting.run_at_ms;
+    if let Some(seed) = resting.random_seed {
+        record.random_seed = seed;
+    }
+    record.caller = resting.caller.and_then(|bytes| {
+        Some(Caller {
+            id: InvocationId::from_bytes(bytes.try_into().ok()?),
+            completion: resting.caller_completion,
+        })
+    });
+    // They were valid when the invocation came to rest; a bad one is a bug, not a guess.
+    let rested =
+        |e: CodedError| CodedError::new(Code::STO0002, format!("invocation {id} rested with {e}"));
+    record.scope = parse_rested(resting.scope.as_deref(), Scope::parse).map_err(rested)?;
+    record.limit_key =
+        parse_rested(resting.limit_key.as_deref(), LimitKey::parse).map_err(rested)?;
+    record.idempotency_key = resting.idempotency_key;
+    record.retention_ms = resting.retention_ms;
+    record.priority = resting
+        .priority
+        .map(|p| {
+            u8::try_from(p)
+                .ok()
+                .and_then(|p| Priority::try_from(p).ok())
+                .ok_or_else(|| rested(CodedError::new(Code::STO0002, format!("priority {p}"))))
+        })
+        .transpose()?;
+    record.trace = resting.trace;
+    record.deadline_ms = resting.deadline_ms;
+    Ok((record, input, in_memory))
+}
+
+/// The stored record of an invocation at rest.
+fn read_record(id: InvocationId, store: &Store) -> Result<InvocationRecord, CodedError> {
+    store
+        .with_db(|db| store::load_record(db, id))??
+        .ok_or_else(|| {
+            CodedError::new(
+                Code::STO0002,
+                format!("the record of held invocation {id} is missing from the store"),
+            )
+        })
+}
+
+/// The stored input (journal entry 0) of an invocation at rest.
+fn read_input(id: InvocationId, store: &Store) -> Result<Frame, CodedError> {
+    store
+        .with_db(|db| store::load_entry(db, id, 0))??
+        .ok_or_else(|| {
+            CodedError::new(
+                Code::STO0002,
+                format!("the input of invocation {id} is missing from the store's journal"),
+            )
+        })
+}
+
+/// Debug builds (every test and simulator run): an invocation that rests with nothing of its
+/// record in memory must read back exactly as it was, or waking it would change it.
+#[cfg(debug_assertions)]
+fn check_stored(record: &InvocationRecord, input: &Frame, store: &Store) {
+    if store.is_closed() {
+        return;
+    }
+    let id = record.id;
+    // A read that fails is the store's fault, which the wake reports; this checks content.
+    let stored = store.with_db(|db| {
+        Ok::<_, CodedError>((store::load_record(db, id)?, store::load_entry(db, id, 0)?))
+    });
+    match stored {
+        Ok(Ok((Some(stored), Some(stored_input)))) => {
+            assert_eq!(
+                &stored, record,
+                "invocation {id} rests as its stored record"
+            );
+            assert_eq!(
+                (stored_input.ty, &stored_input.payload),
+                (input.ty, &input.payload),
+                "invocation {id} rests with its stored input"
+            );
+        }
+        Ok(Ok((record, input))) => panic!(
+            "invocation {id} comes to rest without its record ({}) or input ({}) stored",
+            record.is_some(),
+            input.is_some()
+        ),
+        _ => {}
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn check_stored(_: &InvocationRecord, _: &Frame, _: &Store) {}
 
 /// Parses an optional text that was written from a valid value.
 fn parse_rested<T>(
@@ -445,7 +571,7 @@ mod tests {
         let (journal, queue) = (live.journal.clone(), live.run.queue());
         assert!(Dormant::fits(&live));
         let (_dir, store) = scratch_store();
-        let woken = Dormant::of(live, &unbounded())
+        let woken = Dormant::of(live, &store, &unbounded())
             .wake(id, &store, &unbounded())
             .unwrap();
         assert_eq!(woken.record, record);
@@ -463,15 +589,15 @@ mod tests {
         let live = held(record.clone());
         let input = live.journal[0].payload.len();
         let held = unbounded();
-        let dormant = Dormant::of(live, &held);
+        let (_dir, store) = scratch_store();
+        let dormant = Dormant::of(live, &store, &held);
         // docs/perf.md says "about 40 bytes plus the input": this record packs into 36.
         assert!(
-            dormant.packed.len() <= input + 40,
+            packed_len(&dormant) <= input + 40,
             "{} bytes for {input} bytes of input",
-            dormant.packed.len()
+            packed_len(&dormant)
         );
         assert_eq!((held.count(), held.bytes()), (1, input as u64));
-        let (_dir, store) = scratch_store();
         assert_eq!(dormant.wake(id, &store, &held).unwrap().record, record);
         assert_eq!((held.count(), held.bytes()), (0, 0));
     }
@@ -501,29 +627,81 @@ mod tests {
         let live = held(record.clone());
         let journal = live.journal.clone();
         let (_dir, store) = scratch_store();
-        let mut writes = crate::storage::writer::WriteSet::default();
-        store::put_record(&mut writes, &record).unwrap();
-        store::put_entry(&mut writes, id, 0, &journal[0]);
-        writes.commit_now(&store);
+        store_as_submitted(&store, &record, &journal[0]);
         let held_memory = HeldMemory::new(4);
-        let dormant = Dormant::of(live, &held_memory);
+        let dormant = Dormant::of(live, &store, &held_memory);
         assert_eq!(held_memory.bytes(), 0, "over the budget: nothing kept");
-        // Without its input: the record alone, about 40 bytes (this one packs into 26).
-        assert!(dormant.packed.len() <= 40, "{} bytes", dormant.packed.len());
+        // Without its input, nothing of its record stays in memory either: the store has it.
+        assert!(matches!(dormant.kept, Kept::Stored { created_at_ms: 0 }));
+        assert_eq!(dormant.footprint(), 32);
+        let listed = dormant.listed(id).unwrap();
+        assert_eq!(
+            (listed.attempts, listed.created_at_ms, listed.run_at_ms),
+            (0, 0, None)
+        );
+        assert_eq!(dormant.peek(id, &store).unwrap().target.service, "Greeter");
         let woken = dormant.wake(id, &store, &held_memory).unwrap();
         assert_eq!(woken.journal, journal);
         assert_eq!(woken.record, record);
+        assert_eq!(held_memory.count(), 0);
         // A delayed send never keeps its input, whatever the budget.
         let mut delayed = held(record);
         delayed.set_run(Run::IDLE);
         delayed.set_status(Status::Scheduled);
         delayed.record.run_at_ms = Some(5);
+        store_as_submitted(&store, &delayed.record, &journal[0]);
+        let delayed_record = delayed.record.clone();
         assert!(Dormant::fits(&delayed));
         let unbounded = unbounded();
-        let dormant = Dormant::of(delayed, &unbounded);
+        let dormant = Dormant::of(delayed, &store, &unbounded);
         assert_eq!(unbounded.bytes(), 0);
+        assert!(matches!(dormant.kept, Kept::Stored { .. }));
+        assert!(
+            dormant.listed(id).is_none(),
+            "waits for its time, in no queue"
+        );
         let woken = dormant.wake(id, &store, &unbounded).unwrap();
         assert!(woken.run.queue().is_none());
         assert_eq!(woken.journal, journal);
+        assert_eq!(woken.record, delayed_record);
+    }
+
+    #[test]
+    fn a_queued_invocation_with_attempts_or_a_run_time_keeps_its_record_packed_past_the_budget() {
+        let id = InvocationId::new(42, 7);
+        let mut record = InvocationRecord::new(id, target(), 0);
+        record.run_at_ms = Some(5);
+        let live = held(record.clone());
+        let journal = live.journal.clone();
+        let (_dir, store) = scratch_store();
+        store_as_submitted(&store, &record, &journal[0]);
+        let held_memory = HeldMemory::new(0);
+        let dormant = Dormant::of(live, &store, &held_memory);
+        // Listed with its run time without a store read: the record stays, without its input.
+        assert!(packed_len(&dormant) <= 40, "{} bytes", packed_len(&dormant));
+        assert_eq!(dormant.listed(id).unwrap().run_at_ms, Some(5));
+        let woken = dormant.wake(id, &store, &held_memory).unwrap();
+        assert_eq!((woken.record, woken.journal), (record, journal));
+    }
+
+    #[test]
+    fn a_held_invocation_at_rest_is_32_bytes_beside_its_24_byte_id() {
+        assert_eq!(std::mem::size_of::<Dormant>(), 32);
+        assert_eq!(std::mem::size_of::<InvocationId>(), 24);
+    }
+
+    /// What a send's submission stores: its record and its input.
+    fn store_as_submitted(store: &Store, record: &InvocationRecord, input: &Frame) {
+        let mut writes = crate::storage::writer::WriteSet::default();
+        store::put_record(&mut writes, record).unwrap();
+        store::put_entry(&mut writes, record.id, 0, input);
+        writes.commit_now(store);
+    }
+
+    fn packed_len(dormant: &Dormant) -> usize {
+        match &dormant.kept {
+            Kept::Packed(packed) => packed.len(),
+            Kept::Stored { .. } => panic!("nothing packed"),
+        }
     }
 }

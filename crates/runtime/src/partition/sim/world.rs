@@ -12,6 +12,11 @@ impl World {
         config.worker.completion_retention = FriendlyDuration::from_secs(20);
         let invoker = &mut config.worker.invoker;
         invoker.concurrent_invocations_limit = NonZeroU32::new(2 + rng.below(8) as u32).unwrap();
+        // Half the runs keep no held input in memory: every invocation at rest is then read
+        // back from the store alone, record and input (`parts/dormant.rs`, `Kept::Stored`).
+        if rng.chance(50) {
+            config.worker.held_memory_budget = crate::config::ByteSize(0);
+        }
         invoker.retry_policy = RetryPolicy {
             initial_interval: FriendlyDuration::from_millis(10),
             exponentiation_factor: 2.0,
