@@ -227,17 +227,20 @@ impl Partition {
             }
         }
         let mut effects = Vec::new();
-        for record in records {
-            let id = record.id;
-            if record.status == Status::Completed {
-                // Its caller may not have the result yet; callers ignore repeats.
-                if let (Some(caller), Some(outcome)) = (record.caller, record.outcome.clone()) {
-                    effects.push(Effect::CallResult(caller, outcome));
-                }
-                // Completed invocations stay in the store, retained results too.
-                continue;
+        let (completed, unfinished): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|record| record.status == Status::Completed);
+        for record in completed {
+            // Its caller may not have the result yet; callers ignore repeats.
+            if let (Some(caller), Some(outcome)) = (record.caller, record.outcome) {
+                effects.push(Effect::CallResult(caller, outcome));
             }
-            let journal = self.store.with_db(|db| store::load_journal(db, id))??;
+            // Completed invocations stay in the store, retained results too.
+        }
+        let ids: Vec<InvocationId> = unfinished.iter().map(|record| record.id).collect();
+        let journals = self.store.with_db(|db| store::load_journals(db, &ids))??;
+        for (record, journal) in unfinished.into_iter().zip(journals) {
+            let id = record.id;
             // A child may have been lost between this journal's commit and its hand-over.
             let now = self.driver.now_ms();
             for child in calls::children_in(

@@ -378,6 +378,33 @@ pub fn load_journal(db: &redb::Database, id: InvocationId) -> Result<Vec<Frame>,
     load_journal_through(db, id, u32::MAX)
 }
 
+/// The whole journals of `ids`, in their order, read in one transaction: recovery reads a
+/// journal per unfinished invocation, and a transaction and a table lookup each (as
+/// [`load_journal`] takes) cost more than the range read itself.
+pub fn load_journals(
+    db: &redb::Database,
+    ids: &[InvocationId],
+) -> Result<Vec<Vec<Frame>>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(JOURNAL) else {
+        return Ok(ids.iter().map(|_| Vec::new()).collect());
+    };
+    ids.iter()
+        .map(|&id| {
+            let start = journal_key(id, 0);
+            let end = journal_key(id, u32::MAX);
+            table
+                .range(start.as_slice()..=end.as_slice())
+                .map_err(storage)?
+                .map(|row| {
+                    let (_, value) = row.map_err(storage)?;
+                    decode_entry(value.value())
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The first `count` entries of `id`'s journal (fewer when the store has fewer).
 pub fn load_journal_prefix(
     db: &redb::Database,
@@ -593,6 +620,12 @@ mod tests {
                 let journal = load_journal(db, a).unwrap();
                 assert_eq!(journal, (0..3).map(frame).collect::<Vec<_>>());
                 assert_eq!(load_journal(db, b).unwrap(), vec![frame(9)]);
+                // In one transaction, in the order asked, an id without entries empty.
+                let c = InvocationId::generate(3);
+                assert_eq!(
+                    load_journals(db, &[b, c, a]).unwrap(),
+                    vec![vec![frame(9)], Vec::new(), (0..3).map(frame).collect()]
+                );
                 let timers = load_timers(db).unwrap();
                 assert_eq!(
                     timers.iter().map(|t| t.at_ms).collect::<Vec<_>>(),
