@@ -57,7 +57,9 @@ impl Partition {
         };
         match dormant.wake(id, &self.store, &self.held) {
             Ok(mut live) => {
-                self.dormant.remove(&id);
+                if let Some(dormant) = self.dormant.remove(&id) {
+                    self.resting_bytes = self.resting_bytes.saturating_sub(dormant.footprint());
+                }
                 live.waiters
                     .extend(self.waiting_at_rest.remove(&id).unwrap_or_default());
                 self.unhold(live.record.scope.clone());
@@ -84,8 +86,9 @@ impl Partition {
             }
             if let Some(live) = self.live.remove(&id) {
                 let scope = live.record.scope.clone();
-                self.dormant
-                    .insert(id, Dormant::of(*live, &self.store, &self.held));
+                let dormant = Dormant::of(*live, &self.store, &self.held);
+                self.resting_bytes += dormant.footprint();
+                self.dormant.insert(id, dormant);
                 if let Some(scope) = scope {
                     *self.held_in_scope.entry(scope).or_default() += 1;
                 }

@@ -62,11 +62,13 @@ impl Partition {
             *n += 1;
             *bytes += live.footprint();
         }
-        let (n, bytes) = &mut by[slot(State::Resting)];
-        for resting in self.dormant.values() {
-            *n += 1;
-            *bytes += resting.footprint();
-        }
+        // Kept as they come and go: a walk of millions at rest would stall the loop.
+        debug_assert_eq!(
+            self.resting_bytes,
+            self.dormant.values().map(|d| d.footprint()).sum::<u64>(),
+            "resting_bytes follows the resting invocations"
+        );
+        by[slot(State::Resting)] = (self.dormant.len(), self.resting_bytes);
         State::ALL
             .iter()
             .zip(by)

@@ -39,6 +39,10 @@ pub struct Partition {
     pub(super) live: HashMap<InvocationId, Box<Live>>,
     /// Held invocations that never ran, at rest in a compact form.
     pub(super) dormant: HashMap<InvocationId, parts::dormant::Dormant>,
+    /// The footprints of `dormant` summed as they come and go: the metrics sample reads it
+    /// every `flow.history-interval`, and walking millions of resting invocations for it
+    /// stalled the partition's loop for tens of milliseconds.
+    pub(super) resting_bytes: u64,
     /// Invocations queued (or delayed) since the last dispatch: those still waiting after it
     /// go to rest.
     pub(super) just_queued: Vec<InvocationId>,
@@ -148,6 +152,7 @@ impl Partition {
             driver,
             live: HashMap::new(),
             dormant: HashMap::new(),
+            resting_bytes: 0,
             just_queued: Vec::new(),
             held: Arc::clone(&shared.held),
             held_in_scope: HashMap::new(),
