@@ -390,18 +390,7 @@ pub fn load_journals(
         return Ok(ids.iter().map(|_| Vec::new()).collect());
     };
     ids.iter()
-        .map(|&id| {
-            let start = journal_key(id, 0);
-            let end = journal_key(id, u32::MAX);
-            table
-                .range(start.as_slice()..=end.as_slice())
-                .map_err(storage)?
-                .map(|row| {
-                    let (_, value) = row.map_err(storage)?;
-                    decode_entry(value.value())
-                })
-                .collect()
-        })
+        .map(|&id| read_journal_through(&table, id, u32::MAX))
         .collect()
 }
 
@@ -427,6 +416,15 @@ fn load_journal_through(
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(Vec::new());
     };
+    read_journal_through(&table, id, last)
+}
+
+/// The entries of `id`'s journal from index 0 through `last` in an open journal table.
+fn read_journal_through(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    id: InvocationId,
+    last: u32,
+) -> Result<Vec<Frame>, CodedError> {
     let start = journal_key(id, 0);
     let end = journal_key(id, last);
     table
