@@ -630,10 +630,11 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
     assert_eq!(bench.started(), [(held, 1)]);
 }
 
-#[test]
-fn a_held_invocation_whose_input_cannot_be_read_back_stays_at_rest_when_its_turn_comes() {
+/// A bench with no memory budget for held inputs and scope `acme` limited to one at a time,
+/// one call of `acme` running and a second held at rest (its record and input in the store
+/// alone); the held one's id.
+fn holding_one_past_the_budget() -> (Bench, InvocationId) {
     use crate::flow::{Limit, RulePattern, Scope, Upsert};
-    // No input stays in memory: a held invocation's input is read back from the store.
     let mut config = Config::default();
     config.worker.held_memory_budget = crate::config::ByteSize(0);
     let mut bench = Bench::with(config);
@@ -660,6 +661,33 @@ fn a_held_invocation_whose_input_cannot_be_read_back_stays_at_rest_when_its_turn
     bench.submit(second);
     assert_eq!(bench.started().len(), 1);
     assert_eq!(bench.state(held), State::Resting);
+    (bench, held)
+}
+
+#[test]
+fn a_peek_of_a_held_invocation_whose_record_rests_in_the_store_reads_it_there_and_leaves_it_at_rest()
+ {
+    let (mut bench, held) = holding_one_past_the_budget();
+    for output in [false, true] {
+        let (reply, seen) = oneshot::channel();
+        bench.apply(Event::Peek {
+            id: held,
+            output,
+            reply,
+        });
+        let seen = seen.blocking_recv().unwrap().expect("known");
+        assert_eq!(seen.status, Status::Pending);
+        assert_eq!(seen.target.service, "Svc");
+        assert_eq!(seen.scope.as_deref(), Some("acme"));
+        assert_eq!(seen.outcome, None);
+        assert_eq!(bench.state(held), State::Resting);
+    }
+}
+
+#[test]
+fn a_held_invocation_whose_input_cannot_be_read_back_stays_at_rest_when_its_turn_comes() {
+    // No input stays in memory: a held invocation's input is read back from the store.
+    let (mut bench, held) = holding_one_past_the_budget();
     // Shutting down: the store closes while the held call's turn comes (the limit is lifted).
     bench.partition.store.close();
     bench

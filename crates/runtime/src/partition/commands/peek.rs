@@ -27,7 +27,7 @@ pub(super) fn peek(
     reply: oneshot::Sender<Option<Peek>>,
     effects: &mut Vec<Effect>,
 ) -> Result<(), CodedError> {
-    let seen = match (live.get(&id), dormant.get(&id)) {
+    let in_memory = match (live.get(&id), dormant.get(&id)) {
         (Some(live), _) => Some(Peek {
             target: live.record.target.clone(),
             status: live.record.status,
@@ -37,9 +37,14 @@ pub(super) fn peek(
             }),
             scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
         }),
-        // At rest: never ran, no outcome; it stays at rest.
-        (None, Some(resting)) => Some(resting.peek(id, store)?),
-        (None, None) if output => store
+        // At rest: never ran, no outcome; it stays at rest. One whose record rests in the
+        // store alone is read there like any record not in memory.
+        (None, Some(resting)) => resting.peek(),
+        (None, None) => None,
+    };
+    let seen = match in_memory {
+        Some(peek) => Some(peek),
+        None if output => store
             .with_db(|db| store::load_record(db, id))??
             .map(|r| Peek {
                 target: r.target,
@@ -48,7 +53,7 @@ pub(super) fn peek(
                 scope: r.scope.map(|s| s.as_str().to_owned()),
             }),
         // The record without its output: the value's bytes are skipped while decoding.
-        (None, None) => store
+        None => store
             .with_db(|db| store::load_listed_one(db, id))??
             .map(|r| Peek {
                 target: r.target,

@@ -302,40 +302,22 @@ impl Dormant {
     }
 
     /// What a peek sees of it: where it goes, in which scope, and where it is (waiting for its
-    /// time, or for its turn); it never ran, so it has no outcome. A record that rests in the
-    /// store alone is read from there.
-    pub(in crate::partition) fn peek(
-        &self,
-        id: InvocationId,
-        store: &Store,
-    ) -> Result<crate::partition::model::answer::Peek, CodedError> {
-        let (status, scope, target) = match self.resting() {
-            Some(resting) => (
-                if resting.scheduled {
-                    Status::Scheduled
-                } else {
-                    Status::Pending
-                },
-                resting.scope,
-                Target {
-                    service: resting.service,
-                    handler: resting.handler,
-                    key: resting.key,
-                },
-            ),
-            None => {
-                let record = read_record(id, store)?;
-                (
-                    record.status,
-                    record.scope.map(|s| s.as_str().to_owned()),
-                    record.target,
-                )
-            }
-        };
-        Ok(crate::partition::model::answer::Peek {
-            status,
-            scope,
-            target,
+    /// time, or for its turn); it never ran, so it has no outcome. `None` when its record rests
+    /// in the store alone: the peek reads it there, as it reads any record not in memory.
+    pub(in crate::partition) fn peek(&self) -> Option<crate::partition::model::answer::Peek> {
+        let resting = self.resting()?;
+        Some(crate::partition::model::answer::Peek {
+            status: if resting.scheduled {
+                Status::Scheduled
+            } else {
+                Status::Pending
+            },
+            scope: resting.scope,
+            target: Target {
+                service: resting.service,
+                handler: resting.handler,
+                key: resting.key,
+            },
             outcome: None,
         })
     }
@@ -639,7 +621,10 @@ mod tests {
             (listed.attempts, listed.created_at_ms, listed.run_at_ms),
             (0, 0, None)
         );
-        assert_eq!(dormant.peek(id, &store).unwrap().target.service, "Greeter");
+        assert!(
+            dormant.peek().is_none(),
+            "its record is read from the store"
+        );
         let woken = dormant.wake(id, &store, &held_memory).unwrap();
         assert_eq!(woken.journal, journal);
         assert_eq!(woken.record, record);
