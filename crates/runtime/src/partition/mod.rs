@@ -18,6 +18,7 @@ pub mod posted;
 mod promises;
 mod purge;
 mod queries;
+mod recovery;
 mod run_loop;
 pub mod runtime;
 #[cfg(test)]

@@ -595,9 +595,11 @@ impl Runtime {
             if let Some(rules) = rules {
                 partition.follow_rules(rules.subscribe());
             }
-            recovering.push((partition, owns, (rx, queries)));
+            recovering.push((index, partition, (rx, queries)));
         }
-        for (partition, (rx, queries)) in recover_all(recovering)? {
+        for (partition, (rx, queries)) in
+            super::recovery::recover_all(store, self.senders.len(), recovering)?
+        {
             handles.push(tokio::spawn(async move {
                 let (mut rx, mut queries) = (rx, queries);
                 partition.run(&mut rx, &mut queries).await;
@@ -608,55 +610,6 @@ impl Runtime {
         }
         Ok(handles)
     }
-}
-
-/// A partition recovered (with what runs beside it), or why not.
-type Recovered<E> = Result<(Partition, E), CodedError>;
-
-/// Recovers `partitions` from the store, on as many threads as there are cores: each reads
-/// its own invocations back and builds their memory, which for a large held backlog is seconds
-/// of work per partition (`docs/perf.md`, recovery). The first failure, if any.
-fn recover_all<F, E>(partitions: Vec<(Partition, F, E)>) -> Result<Vec<(Partition, E)>, CodedError>
-where
-    F: Fn(InvocationId) -> bool + Send,
-    E: Send,
-{
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .clamp(1, partitions.len().max(1));
-    // Recovery starts attempts and timers: the threads work inside the caller's runtime.
-    let runtime = tokio::runtime::Handle::try_current().ok();
-    let mut groups: Vec<Vec<(usize, Partition, F, E)>> = (0..threads).map(|_| Vec::new()).collect();
-    for (index, (partition, owns, extra)) in partitions.into_iter().enumerate() {
-        groups[index % threads].push((index, partition, owns, extra));
-    }
-    let mut done: Vec<(usize, Recovered<E>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = groups
-            .into_iter()
-            .map(|group| {
-                let runtime = runtime.clone();
-                scope.spawn(move || {
-                    let _inside = runtime.as_ref().map(tokio::runtime::Handle::enter);
-                    group
-                        .into_iter()
-                        .map(|(index, mut partition, owns, extra)| {
-                            (index, partition.recover(owns).map(|()| (partition, extra)))
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
-    done.sort_by_key(|(index, _)| *index);
-    done.into_iter().map(|(_, recovered)| recovered).collect()
 }
 
 /// When the view behind the log is applied and made durable, as `config` says.

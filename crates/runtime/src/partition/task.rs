@@ -8,19 +8,16 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::live::Live;
-use super::model::calls;
-use super::model::effect::Effect;
 #[cfg(test)]
 use super::model::phase;
 use super::{driver, parts};
 use crate::config::Config;
-use crate::errors::CodedError;
 use crate::flow::scheduler::{EntryId, Scheduler};
 use crate::flow::slots::InvokerSlots;
 use crate::flow::{RuleBook, Scope};
 use crate::ids::InvocationId;
-use crate::invocation::store::{self, Timer};
-use crate::invocation::{InvocationRecord, Outcome, Status};
+use crate::invocation::store::Timer;
+use crate::invocation::{InvocationRecord, Outcome};
 use crate::protocol::Frame;
 use crate::registry::Registry;
 use crate::storage::Store;
@@ -204,87 +201,6 @@ impl Partition {
         let mut watch = std::mem::take(&mut self.watch);
         watch.look(live.chain(resting));
         self.watch = watch;
-    }
-
-    /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
-    /// re-arms timers. Nothing acknowledged is lost.
-    pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
-        let (records, timers, paused, quotas) = self.store.with_db(|db| {
-            Ok::<_, CodedError>((
-                store::load_records_of(db, &owns)?,
-                store::load_timers(db)?,
-                crate::invocation::paused::load(db, self.index)?,
-                crate::invocation::quotas::load(db, self.index)?,
-            ))
-        })??;
-        // Before anything queues: a paused queue keeps its entries from the start, and a
-        // counter what it used of its quota.
-        for key in &paused {
-            self.scheduler.pause(key, self.driver.now_ms());
-        }
-        for (counter, used) in quotas {
-            if !self
-                .scheduler
-                .restore_quota(counter.clone(), used, self.driver.now_ms())
-            {
-                // Its window ended: the row goes with the next admissions' writes.
-                crate::invocation::quotas::forget(&mut self.pins, self.index, &counter);
-            }
-        }
-        let mut effects = Vec::new();
-        let (completed, unfinished): (Vec<_>, Vec<_>) = records
-            .into_iter()
-            .partition(|record| record.status == Status::Completed);
-        for record in completed {
-            // Its caller may not have the result yet; callers ignore repeats.
-            if let (Some(caller), Some(outcome)) = (record.caller, record.outcome) {
-                effects.push(Effect::CallResult(caller, outcome));
-            }
-            // Completed invocations stay in the store, retained results too.
-        }
-        let ids: Vec<InvocationId> = unfinished.iter().map(|record| record.id).collect();
-        let journals = self.store.with_db(|db| store::load_journals(db, &ids))??;
-        for (record, journal) in unfinished.into_iter().zip(journals) {
-            let id = record.id;
-            // A child may have been lost between this journal's commit and its hand-over.
-            let now = self.driver.now_ms();
-            for child in calls::children_in(
-                &self.registry,
-                self.config.flow.inherit_scope,
-                &record,
-                &journal,
-                now,
-            ) {
-                effects.push(Effect::Child(Box::new(child)));
-            }
-            match (record.status, record.run_at_ms) {
-                (Status::Scheduled | Status::BackingOff, Some(at)) => {
-                    effects.push(Effect::WakeAt(id, at, None))
-                }
-                (Status::Paused, _) => {}
-                _ => effects.push(Effect::Attempt(id)),
-            }
-            let protocol = record.protocol;
-            if matches!(
-                record.status,
-                Status::Suspended | Status::BackingOff | Status::Paused
-            ) {
-                // Its journal rests again once recovery is stored.
-                self.journals_to_rest.push(id);
-            }
-            self.rewait_promises_after_track(record, journal, protocol);
-            self.reclaim_lock(id);
-        }
-        for timer in timers.into_iter().filter(|t| owns(t.invocation)) {
-            effects.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
-        }
-        tracing::info!(
-            invocations = self.live.len() + self.dormant.len(),
-            "partition recovered"
-        );
-        self.observe();
-        self.run_effects(effects);
-        Ok(())
     }
 
     /// Follows the books `changes` publishes, starting from its current one (before recovery,

@@ -223,25 +223,47 @@ pub fn load_records_of(
     db: &redb::Database,
     keep: impl Fn(InvocationId) -> bool,
 ) -> Result<Vec<InvocationRecord>, CodedError> {
+    let mut records = Vec::new();
+    let mut failed = None;
+    scan_records(db, |id, raw| {
+        if keep(id) {
+            match decode_record(id, raw) {
+                Ok(record) => records.push(record),
+                Err(e) => failed = Some(e),
+            }
+        }
+        failed.is_none()
+    })?;
+    failed.map_or(Ok(records), Err)
+}
+
+/// Hands every stored record's id and encoded bytes to `each`, in key order, until it returns
+/// `false`, from one read of the table: recovery at start-up reads the table once for all
+/// partitions and decodes each record on its partition's thread ([`decode_record`]).
+pub fn scan_records(
+    db: &redb::Database,
+    mut each: impl FnMut(InvocationId, &[u8]) -> bool,
+) -> Result<(), CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let Ok(table) = txn.open_table(INVOCATIONS) else {
-        return Ok(Vec::new());
+        return Ok(());
     };
-    let mut records = Vec::new();
     for row in table.iter().map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
         let key = key.value();
         let id = <[u8; 24]>::try_from(key)
             .map(InvocationId::from_bytes)
             .map_err(|_| corrupt("invocations", key, "a key that is not an invocation id"))?;
-        if !keep(id) {
-            continue;
+        if !each(id, value.value()) {
+            break;
         }
-        records.push(
-            InvocationRecord::decode(value.value()).map_err(|e| corrupt("invocations", key, e))?,
-        );
     }
-    Ok(records)
+    Ok(())
+}
+
+/// The record of `id` from its stored bytes, or why they are not one (naming the row).
+pub fn decode_record(id: InvocationId, raw: &[u8]) -> Result<InvocationRecord, CodedError> {
+    InvocationRecord::decode(raw).map_err(|e| corrupt("invocations", &id.to_bytes(), e))
 }
 
 /// The newest `limit` records `keep` selects, newest first, without their outputs: a list reads
@@ -640,6 +662,47 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_hands_over_every_record_in_key_order_and_stops_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut ids: Vec<InvocationId> = (0..40).map(InvocationId::generate).collect();
+        let mut writes = WriteSet::default();
+        for (n, id) in (0u64..).zip(&ids) {
+            let target = Target {
+                service: "Greeter".into(),
+                handler: "greet".into(),
+                key: None,
+            };
+            put_record(&mut writes, &InvocationRecord::new(*id, target, n)).unwrap();
+        }
+        writes.commit_now(&store);
+        ids.sort_by_key(InvocationId::to_bytes);
+        store
+            .with_db(|db| {
+                let mut seen = Vec::new();
+                scan_records(db, |id, raw| {
+                    let record = decode_record(id, raw).unwrap();
+                    assert_eq!(record.id, id);
+                    seen.push(id);
+                    true
+                })
+                .unwrap();
+                assert_eq!(seen, ids);
+                let mut first = Vec::new();
+                scan_records(db, |id, _| {
+                    first.push(id);
+                    first.len() < 5
+                })
+                .unwrap();
+                assert_eq!(first, ids[..5]);
+                let bad = decode_record(ids[0], b"{not a record").unwrap_err();
+                assert_eq!(bad.code, Some(Code::STO0002));
+                assert!(bad.message.contains(&hex(&ids[0].to_bytes())), "{bad}");
+            })
+            .unwrap();
+    }
+
+    #[test]
     fn corrupt_rows_are_rt0028_naming_table_and_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
@@ -661,6 +724,9 @@ mod tests {
                     records.message.contains("'invocations', key 0102"),
                     "{records}"
                 );
+                let scan = scan_records(db, |_, _| true).unwrap_err();
+                assert_eq!(scan.code, Some(Code::STO0002));
+                assert!(scan.message.contains("'invocations', key 0102"), "{scan}");
             })
             .unwrap();
     }

@@ -101,6 +101,8 @@ struct Bench {
     partition: Partition,
     flusher: Flusher,
     driver: Recording,
+    /// What its partition shares with others of the node (a test may add partitions).
+    shared: Shared,
 }
 
 impl Bench {
@@ -139,6 +141,7 @@ impl Bench {
             partition,
             flusher,
             driver,
+            shared,
         }
     }
 
@@ -874,4 +877,45 @@ fn a_barrier_is_answered_only_after_the_commit_of_what_came_before_it() {
         stored.is_some(),
         "the submission is stored when the barrier answers"
     );
+}
+
+#[test]
+fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_many_batches() {
+    use crate::invocation::store::{put_journal, put_record};
+    let mut bench = Bench::new();
+    // Three partitions' invocations, interleaved in the table and more than a batch each.
+    let ids: Vec<InvocationId> = (0..4_500).map(InvocationId::generate).collect();
+    let mut writes = WriteSet::default();
+    for id in &ids {
+        put_record(&mut writes, &InvocationRecord::new(*id, target(), NOW)).unwrap();
+        put_journal(&mut writes, *id, &[input()]);
+    }
+    drop(bench.partition.writer.commit(writes));
+    bench.flusher.flush();
+    let partitions = (0..3u32)
+        .map(|index| {
+            let driver = Box::new(Recording::default());
+            (
+                index as usize,
+                Partition::new(index, &bench.shared, driver),
+                (),
+            )
+        })
+        .collect();
+    let store = Arc::clone(&bench.partition.store);
+    let recovered = super::super::recovery::recover_all(&store, 3, partitions).unwrap();
+    assert_eq!(recovered.len(), 3);
+    for (index, (partition, ())) in (0u64..).zip(&recovered) {
+        let own: Vec<&InvocationId> = ids
+            .iter()
+            .filter(|id| id.partition_key() % 3 == index)
+            .collect();
+        let held = partition.live.len() + partition.dormant.len();
+        assert_eq!(held, own.len(), "partition {index}");
+        assert!(
+            own.iter().all(|id| {
+                partition.live.contains_key(id) || partition.dormant.get(id).is_some()
+            })
+        );
+    }
 }

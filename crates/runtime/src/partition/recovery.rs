@@ -1,0 +1,288 @@
+//! Recovery: a partition reads its invocations back from the store and continues them
+//! (attempts again, re-arms timers), so nothing acknowledged is lost across a restart.
+//!
+//! At start-up every partition recovers at once from one read of the invocations table: a
+//! scanning thread hands each record's bytes, in batches, to the thread recovering its
+//! partition, which decodes it, reads its journal and builds its memory. A partition's rows
+//! are spread over the whole table (partition `i` owns the ids whose partition key is `i`
+//! modulo the count), so a read per partition read every page once per partition; with all
+//! partitions moving through the key order together, each page is read once and the journal
+//! pages they read next are still in redb's cache (`docs/perf.md`, recovery). The batches in
+//! flight are bounded, so recovery never holds more than a few thousand undecoded records.
+
+use std::sync::mpsc;
+
+use super::model::calls;
+use super::model::effect::Effect;
+use super::task::Partition;
+use crate::errors::CodedError;
+use crate::ids::InvocationId;
+use crate::invocation::store::{self, Timer};
+use crate::invocation::{InvocationRecord, Status};
+use crate::storage::Store;
+
+/// Records handed to a recovering thread at a time.
+const BATCH: usize = 1024;
+/// Batches queued for a recovering thread before the scan waits for it.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// What recovery has gathered so far, run once every record is read.
+pub(crate) struct Recovery {
+    /// Results completed invocations owe their callers: sent first.
+    results: Vec<Effect>,
+    /// Attempts, wake-ups and children of the unfinished ones.
+    rest: Vec<Effect>,
+}
+
+impl Partition {
+    /// Loads the unfinished invocations `owns` selects and continues them: attempts again,
+    /// re-arms timers. Nothing acknowledged is lost. (A cluster takeover: one partition
+    /// alone; start-up recovers every partition together with [`recover_all`].)
+    pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
+        let (records, timers) = self.store.with_db(|db| {
+            Ok::<_, CodedError>((store::load_records_of(db, &owns)?, store::load_timers(db)?))
+        })??;
+        let mut recovery = self.begin_recovery()?;
+        self.recover_records(&mut recovery, records)?;
+        let timers = timers.into_iter().filter(|t| owns(t.invocation)).collect();
+        self.finish_recovery(recovery, timers);
+        Ok(())
+    }
+
+    /// Restores what must be in place before anything queues: a paused queue keeps its
+    /// entries from the start, and a counter what it used of its quota.
+    fn begin_recovery(&mut self) -> Result<Recovery, CodedError> {
+        let (paused, quotas) = self.store.with_db(|db| {
+            Ok::<_, CodedError>((
+                crate::invocation::paused::load(db, self.index)?,
+                crate::invocation::quotas::load(db, self.index)?,
+            ))
+        })??;
+        for key in &paused {
+            self.scheduler.pause(key, self.driver.now_ms());
+        }
+        for (counter, used) in quotas {
+            if !self
+                .scheduler
+                .restore_quota(counter.clone(), used, self.driver.now_ms())
+            {
+                // Its window ended: the row goes with the next admissions' writes.
+                crate::invocation::quotas::forget(&mut self.pins, self.index, &counter);
+            }
+        }
+        Ok(Recovery {
+            results: Vec::new(),
+            rest: Vec::new(),
+        })
+    }
+
+    /// Takes back `records` (this partition's, in key order): the unfinished ones with their
+    /// journals, in one read transaction.
+    fn recover_records(
+        &mut self,
+        recovery: &mut Recovery,
+        records: Vec<InvocationRecord>,
+    ) -> Result<(), CodedError> {
+        let (completed, unfinished): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|record| record.status == Status::Completed);
+        for record in completed {
+            // Its caller may not have the result yet; callers ignore repeats.
+            if let (Some(caller), Some(outcome)) = (record.caller, record.outcome) {
+                recovery.results.push(Effect::CallResult(caller, outcome));
+            }
+            // Completed invocations stay in the store, retained results too.
+        }
+        let ids: Vec<InvocationId> = unfinished.iter().map(|record| record.id).collect();
+        let journals = self.store.with_db(|db| store::load_journals(db, &ids))??;
+        for (record, journal) in unfinished.into_iter().zip(journals) {
+            let id = record.id;
+            // A child may have been lost between this journal's commit and its hand-over.
+            let now = self.driver.now_ms();
+            for child in calls::children_in(
+                &self.registry,
+                self.config.flow.inherit_scope,
+                &record,
+                &journal,
+                now,
+            ) {
+                recovery.rest.push(Effect::Child(Box::new(child)));
+            }
+            match (record.status, record.run_at_ms) {
+                (Status::Scheduled | Status::BackingOff, Some(at)) => {
+                    recovery.rest.push(Effect::WakeAt(id, at, None))
+                }
+                (Status::Paused, _) => {}
+                _ => recovery.rest.push(Effect::Attempt(id)),
+            }
+            let protocol = record.protocol;
+            if matches!(
+                record.status,
+                Status::Suspended | Status::BackingOff | Status::Paused
+            ) {
+                // Its journal rests again once recovery is stored.
+                self.journals_to_rest.push(id);
+            }
+            self.rewait_promises_after_track(record, journal, protocol);
+            self.reclaim_lock(id);
+        }
+        Ok(())
+    }
+
+    /// Re-arms `timers` (this partition's) and runs what recovery gathered.
+    fn finish_recovery(&mut self, recovery: Recovery, timers: Vec<Timer>) {
+        let Recovery { mut results, rest } = recovery;
+        results.extend(rest);
+        for timer in timers {
+            results.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
+        }
+        tracing::info!(
+            invocations = self.live.len() + self.dormant.len(),
+            "partition recovered"
+        );
+        self.observe();
+        self.run_effects(results);
+    }
+}
+
+/// A partition recovered (with what runs beside it), or why not.
+type Recovered<E> = Result<(Partition, E), CodedError>;
+
+/// A batch of encoded records for the partition in `slot` of a recovering thread.
+type Batch = (usize, Vec<(InvocationId, Vec<u8>)>);
+
+/// A partition given to a recovering thread: its index, itself, what runs beside it and its
+/// timers.
+type Given<E> = (usize, Partition, E, Vec<Timer>);
+
+/// One partition on a recovering thread, as it goes.
+struct Recovering<E> {
+    index: usize,
+    partition: Partition,
+    extra: E,
+    timers: Vec<Timer>,
+    state: Result<Recovery, CodedError>,
+}
+
+/// Recovers `partitions` (by index, of `n` in all) from `store` at start-up, on as many
+/// threads as there are cores, from one read of the invocations table (the module's doc).
+/// The first failure, if any.
+pub(crate) fn recover_all<E: Send>(
+    store: &Store,
+    n: usize,
+    partitions: Vec<(usize, Partition, E)>,
+) -> Result<Vec<(Partition, E)>, CodedError> {
+    if partitions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let partition_of = |id: InvocationId| (id.partition_key() % n as u64) as usize;
+    let mut timers: Vec<Vec<Timer>> = (0..n).map(|_| Vec::new()).collect();
+    for timer in store.with_db(store::load_timers)?? {
+        timers[partition_of(timer.invocation)].push(timer);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .clamp(1, partitions.len());
+    // Where each partition's batches go: its thread and its slot there.
+    let mut route: Vec<Option<(usize, usize)>> = vec![None; n];
+    let mut groups: Vec<Vec<Given<E>>> = (0..threads).map(|_| Vec::new()).collect();
+    for (nth, (index, partition, extra)) in partitions.into_iter().enumerate() {
+        let thread = nth % threads;
+        route[index] = Some((thread, groups[thread].len()));
+        let own = std::mem::take(&mut timers[index]);
+        groups[thread].push((index, partition, extra, own));
+    }
+    // Recovery starts attempts and timers: the threads work inside the caller's runtime.
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    let (scanned, mut done) = std::thread::scope(|scope| {
+        let (senders, workers): (Vec<_>, Vec<_>) = groups
+            .into_iter()
+            .map(|group| {
+                let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
+                let runtime = runtime.clone();
+                let worker = scope.spawn(move || {
+                    let _inside = runtime.as_ref().map(tokio::runtime::Handle::enter);
+                    recover_group(group, &rx)
+                });
+                (tx, worker)
+            })
+            .unzip();
+        let mut batches: Vec<Vec<(InvocationId, Vec<u8>)>> = (0..n).map(|_| Vec::new()).collect();
+        let scanned = store.with_db(|db| {
+            store::scan_records(db, |id, raw| {
+                let index = partition_of(id);
+                let Some((thread, slot)) = route[index] else {
+                    // Not a partition recovered here.
+                    return true;
+                };
+                let batch = &mut batches[index];
+                batch.push((id, raw.to_vec()));
+                // A send fails only if the thread is gone (it panicked): its join says so.
+                batch.len() < BATCH || senders[thread].send((slot, std::mem::take(batch))).is_ok()
+            })
+        });
+        for (index, batch) in batches.into_iter().enumerate() {
+            if let (Some((thread, slot)), false) = (route[index], batch.is_empty()) {
+                let _ = senders[thread].send((slot, batch));
+            }
+        }
+        drop(senders);
+        let done: Vec<(usize, Recovered<E>)> = workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect();
+        (scanned, done)
+    });
+    scanned??;
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, recovered)| recovered).collect()
+}
+
+/// One recovering thread: its partitions take the batches `rx` brings until the scan ends,
+/// then re-arm their timers and start.
+fn recover_group<E>(
+    group: Vec<Given<E>>,
+    rx: &mpsc::Receiver<Batch>,
+) -> Vec<(usize, Recovered<E>)> {
+    let mut recovering: Vec<Recovering<E>> = group
+        .into_iter()
+        .map(|(index, mut partition, extra, timers)| Recovering {
+            index,
+            state: partition.begin_recovery(),
+            partition,
+            extra,
+            timers,
+        })
+        .collect();
+    for (slot, batch) in rx {
+        let Some(one) = recovering.get_mut(slot) else {
+            continue;
+        };
+        let Ok(recovery) = &mut one.state else {
+            // It failed: the rest of its rows are not read.
+            continue;
+        };
+        let records: Result<Vec<InvocationRecord>, CodedError> = batch
+            .iter()
+            .map(|(id, raw)| store::decode_record(*id, raw))
+            .collect();
+        if let Err(e) = records.and_then(|records| one.partition.recover_records(recovery, records))
+        {
+            one.state = Err(e);
+        }
+    }
+    recovering
+        .into_iter()
+        .map(|mut one| {
+            let recovered = one.state.map(|recovery| {
+                one.partition.finish_recovery(recovery, one.timers);
+                (one.partition, one.extra)
+            });
+            (one.index, recovered)
+        })
+        .collect()
+}
