@@ -148,8 +148,36 @@ impl Partition {
 /// A partition recovered (with what runs beside it), or why not.
 type Recovered<E> = Result<(Partition, E), CodedError>;
 
-/// A batch of encoded records for the partition in `slot` of a recovering thread.
-type Batch = (usize, Vec<(InvocationId, Vec<u8>)>);
+/// Encoded records of one partition, packed into one buffer. A batch goes back to the scan
+/// once its records are decoded and is filled again: the allocator's memory stays with the
+/// thread that took it (a buffer per record, freed on another thread, left that memory held
+/// by the scanning thread's heap: 0.45 GB of resident memory after recovering 600 k).
+#[derive(Default)]
+struct Batch {
+    /// Its partition's slot on its recovering thread.
+    slot: usize,
+    /// The records' bytes, one after another.
+    bytes: Vec<u8>,
+    /// Each record's id and where its bytes end in `bytes`.
+    rows: Vec<(InvocationId, usize)>,
+}
+
+impl Batch {
+    fn push(&mut self, id: InvocationId, raw: &[u8]) {
+        self.bytes.extend_from_slice(raw);
+        self.rows.push((id, self.bytes.len()));
+    }
+
+    /// Each record's id and bytes, in order.
+    fn records(&self) -> impl Iterator<Item = (InvocationId, &[u8])> {
+        let mut start = 0;
+        self.rows.iter().map(move |&(id, end)| {
+            let raw = &self.bytes[start..end];
+            start = end;
+            (id, raw)
+        })
+    }
+}
 
 /// A partition given to a recovering thread: its index, itself, what runs beside it and its
 /// timers.
@@ -195,19 +223,21 @@ pub(crate) fn recover_all<E: Send>(
     // Recovery starts attempts and timers: the threads work inside the caller's runtime.
     let runtime = tokio::runtime::Handle::try_current().ok();
     let (scanned, mut done) = std::thread::scope(|scope| {
+        let (emptied, returned) = mpsc::channel::<Batch>();
         let (senders, workers): (Vec<_>, Vec<_>) = groups
             .into_iter()
             .map(|group| {
                 let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
-                let runtime = runtime.clone();
+                let (runtime, emptied) = (runtime.clone(), emptied.clone());
                 let worker = scope.spawn(move || {
                     let _inside = runtime.as_ref().map(tokio::runtime::Handle::enter);
-                    recover_group(group, &rx)
+                    recover_group(group, &rx, &emptied)
                 });
                 (tx, worker)
             })
             .unzip();
-        let mut batches: Vec<Vec<(InvocationId, Vec<u8>)>> = (0..n).map(|_| Vec::new()).collect();
+        drop(emptied);
+        let mut batches: Vec<Batch> = (0..n).map(|_| Batch::default()).collect();
         let scanned = store.with_db(|db| {
             store::scan_records(db, |id, raw| {
                 let index = partition_of(id);
@@ -216,14 +246,20 @@ pub(crate) fn recover_all<E: Send>(
                     return true;
                 };
                 let batch = &mut batches[index];
-                batch.push((id, raw.to_vec()));
+                batch.push(id, raw);
+                if batch.rows.len() < BATCH {
+                    return true;
+                }
+                let mut full = std::mem::replace(batch, returned.try_recv().unwrap_or_default());
+                full.slot = slot;
                 // A send fails only if the thread is gone (it panicked): its join says so.
-                batch.len() < BATCH || senders[thread].send((slot, std::mem::take(batch))).is_ok()
+                senders[thread].send(full).is_ok()
             })
         });
-        for (index, batch) in batches.into_iter().enumerate() {
-            if let (Some((thread, slot)), false) = (route[index], batch.is_empty()) {
-                let _ = senders[thread].send((slot, batch));
+        for (index, mut batch) in batches.into_iter().enumerate() {
+            if let (Some((thread, slot)), false) = (route[index], batch.rows.is_empty()) {
+                batch.slot = slot;
+                let _ = senders[thread].send(batch);
             }
         }
         drop(senders);
@@ -247,6 +283,7 @@ pub(crate) fn recover_all<E: Send>(
 fn recover_group<E>(
     group: Vec<Given<E>>,
     rx: &mpsc::Receiver<Batch>,
+    emptied: &mpsc::Sender<Batch>,
 ) -> Vec<(usize, Recovered<E>)> {
     let mut recovering: Vec<Recovering<E>> = group
         .into_iter()
@@ -258,22 +295,25 @@ fn recover_group<E>(
             timers,
         })
         .collect();
-    for (slot, batch) in rx {
-        let Some(one) = recovering.get_mut(slot) else {
-            continue;
-        };
-        let Ok(recovery) = &mut one.state else {
-            // It failed: the rest of its rows are not read.
-            continue;
-        };
-        let records: Result<Vec<InvocationRecord>, CodedError> = batch
-            .iter()
-            .map(|(id, raw)| store::decode_record(*id, raw))
-            .collect();
-        if let Err(e) = records.and_then(|records| one.partition.recover_records(recovery, records))
+    for mut batch in rx {
+        if let Some(one) = recovering.get_mut(batch.slot)
+            // One that failed reads no more of its rows.
+            && let Ok(recovery) = &mut one.state
         {
-            one.state = Err(e);
+            let records: Result<Vec<InvocationRecord>, CodedError> = batch
+                .records()
+                .map(|(id, raw)| store::decode_record(id, raw))
+                .collect();
+            if let Err(e) =
+                records.and_then(|records| one.partition.recover_records(recovery, records))
+            {
+                one.state = Err(e);
+            }
         }
+        batch.bytes.clear();
+        batch.rows.clear();
+        // The scan may be over: then the batch is freed here.
+        let _ = emptied.send(batch);
     }
     recovering
         .into_iter()

@@ -914,7 +914,7 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
         assert_eq!(held, own.len(), "partition {index}");
         assert!(
             own.iter().all(|id| {
-                partition.live.contains_key(id) || partition.dormant.get(id).is_some()
+                partition.live.contains_key(id) || partition.dormant.contains_key(id)
             })
         );
     }
