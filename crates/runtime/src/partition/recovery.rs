@@ -200,6 +200,16 @@ pub(crate) fn recover_all<E: Send>(
     n: usize,
     partitions: Vec<(usize, Partition, E)>,
 ) -> Result<Vec<(Partition, E)>, CodedError> {
+    recover_all_in_batches(store, n, partitions, BATCH)
+}
+
+/// [`recover_all`], handing the records over `batch` at a time (tests take small batches).
+pub(crate) fn recover_all_in_batches<E: Send>(
+    store: &Store,
+    n: usize,
+    partitions: Vec<(usize, Partition, E)>,
+    batch: usize,
+) -> Result<Vec<(Partition, E)>, CodedError> {
     if partitions.is_empty() {
         return Ok(Vec::new());
     }
@@ -245,21 +255,21 @@ pub(crate) fn recover_all<E: Send>(
                     // Not a partition recovered here.
                     return true;
                 };
-                let batch = &mut batches[index];
-                batch.push(id, raw);
-                if batch.rows.len() < BATCH {
+                let filling = &mut batches[index];
+                filling.push(id, raw);
+                if filling.rows.len() < batch {
                     return true;
                 }
-                let mut full = std::mem::replace(batch, returned.try_recv().unwrap_or_default());
+                let mut full = std::mem::replace(filling, returned.try_recv().unwrap_or_default());
                 full.slot = slot;
                 // A send fails only if the thread is gone (it panicked): its join says so.
                 senders[thread].send(full).is_ok()
             })
         });
-        for (index, mut batch) in batches.into_iter().enumerate() {
-            if let (Some((thread, slot)), false) = (route[index], batch.rows.is_empty()) {
-                batch.slot = slot;
-                let _ = senders[thread].send(batch);
+        for (index, mut last) in batches.into_iter().enumerate() {
+            if let (Some((thread, slot)), false) = (route[index], last.rows.is_empty()) {
+                last.slot = slot;
+                let _ = senders[thread].send(last);
             }
         }
         drop(senders);

@@ -884,7 +884,7 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
     use crate::invocation::store::{put_journal, put_record};
     let mut bench = Bench::new();
     // Three partitions' invocations, interleaved in the table and more than a batch each.
-    let ids: Vec<InvocationId> = (0..4_500).map(InvocationId::generate).collect();
+    let ids: Vec<InvocationId> = (0..1_000).map(InvocationId::generate).collect();
     let mut writes = WriteSet::default();
     for id in &ids {
         put_record(&mut writes, &InvocationRecord::new(*id, target(), NOW)).unwrap();
@@ -903,7 +903,8 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
         })
         .collect();
     let store = Arc::clone(&bench.partition.store);
-    let recovered = super::super::recovery::recover_all(&store, 3, partitions).unwrap();
+    let recovered =
+        super::super::recovery::recover_all_in_batches(&store, 3, partitions, 100).unwrap();
     assert_eq!(recovered.len(), 3);
     for (index, (partition, ())) in (0u64..).zip(&recovered) {
         let own: Vec<&InvocationId> = ids
