@@ -7,7 +7,7 @@
 //! are spread over the whole table (partition `i` owns the ids whose partition key is `i`
 //! modulo the count), so a read per partition read every page once per partition; with all
 //! partitions moving through the key order together, each page is read once and the journal
-//! pages they read next are still in redb's cache (`docs/perf.md`, recovery). The batches in
+//! pages they read next are likely still in redb's cache (not profiled yet) (`docs/perf.md`, recovery). The batches in
 //! flight are bounded, so recovery never holds more than a few thousand undecoded records.
 
 use std::sync::mpsc;
@@ -27,7 +27,7 @@ const BATCH: usize = 1024;
 const BATCHES_IN_FLIGHT: usize = 4;
 
 /// What recovery has gathered so far, run once every record is read.
-pub(crate) struct Recovery {
+struct Recovery {
     /// Results completed invocations owe their callers: sent first.
     results: Vec<Effect>,
     /// Attempts, wake-ups and children of the unfinished ones.

@@ -362,9 +362,7 @@ pub fn load_record(
     let Some(value) = table.get(id.to_bytes().as_slice()).map_err(storage)? else {
         return Ok(None);
     };
-    InvocationRecord::decode(value.value())
-        .map(Some)
-        .map_err(|e| corrupt("invocations", &id.to_bytes(), e))
+    decode_record(id, value.value()).map(Some)
 }
 
 /// Entry `index` of the journal of `id` (entry 0 is the input), if stored.
