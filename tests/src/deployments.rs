@@ -60,18 +60,25 @@ pub struct TestDeployment {
 impl TestDeployment {
     /// Starts the deployment with a manifest flavor (`v1`, `v2`, `fewer`, `object`) on a free port.
     pub async fn start(flavor: &str) -> Result<Self> {
-        Self::start_on(free_port(), flavor).await
+        Self::spawn_on_free_port(|port| {
+            let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
+            cmd.arg(format!("127.0.0.1:{port}")).arg(flavor);
+            cmd
+        })
+        .await
     }
 
     /// Starts it with `Meter/work` logging each side effect to `effects` (see
     /// [`effects_per_invocation`]).
     pub async fn start_logging(flavor: &str, effects: &Path) -> Result<Self> {
-        let port = free_port();
-        let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
-        cmd.arg(format!("127.0.0.1:{port}"))
-            .arg(flavor)
-            .env("SLUICE_TEST_EFFECTS", effects);
-        Self::spawn(cmd, port).await
+        Self::spawn_on_free_port(|port| {
+            let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
+            cmd.arg(format!("127.0.0.1:{port}"))
+                .arg(flavor)
+                .env("SLUICE_TEST_EFFECTS", effects);
+            cmd
+        })
+        .await
     }
 
     /// Starts it on `port` with environment variables (`SLUICE_TEST_LIMITS`,
@@ -102,12 +109,14 @@ impl TestDeployment {
                 dir.display()
             );
         }
-        let port = free_port();
-        let mut cmd = Command::new("node");
-        cmd.arg(dir.join("deployment.js"))
-            .arg(port.to_string())
-            .arg(mode);
-        Self::spawn(cmd, port).await
+        Self::spawn_on_free_port(|port| {
+            let mut cmd = Command::new("node");
+            cmd.arg(dir.join("deployment.js"))
+                .arg(port.to_string())
+                .arg(mode);
+            cmd
+        })
+        .await
     }
 
     /// Starts the Python SDK deployment (`tests/py-deployment`, served by hypercorn over HTTP/2
@@ -121,10 +130,12 @@ impl TestDeployment {
                 python.display()
             );
         }
-        let port = free_port();
-        let mut cmd = Command::new(python);
-        cmd.arg(dir.join("deployment.py")).arg(port.to_string());
-        Self::spawn(cmd, port).await
+        Self::spawn_on_free_port(|port| {
+            let mut cmd = Command::new(&python);
+            cmd.arg(dir.join("deployment.py")).arg(port.to_string());
+            cmd
+        })
+        .await
     }
 
     /// Starts the Go SDK deployment (`tests/go-deployment`, served over HTTP/2 with prior
@@ -137,10 +148,12 @@ impl TestDeployment {
                 binary.display()
             );
         }
-        let port = free_port();
-        let mut cmd = Command::new(binary);
-        cmd.arg(port.to_string());
-        Self::spawn(cmd, port).await
+        Self::spawn_on_free_port(|port| {
+            let mut cmd = Command::new(&binary);
+            cmd.arg(port.to_string());
+            cmd
+        })
+        .await
     }
 
     /// Starts the Java SDK deployment (`tests/java-deployment`, `dev.sluice.tests.Main` served
@@ -154,17 +167,31 @@ impl TestDeployment {
                 jar.display()
             );
         }
-        let port = free_port();
-        let mut cmd = Command::new("java");
-        cmd.arg("-cp")
-            .arg(format!(
-                "{}:{}/*",
-                jar.display(),
-                target.join("lib").display()
-            ))
-            .arg("dev.sluice.tests.Main")
-            .arg(port.to_string());
-        Self::spawn(cmd, port).await
+        let classpath = format!("{}:{}/*", jar.display(), target.join("lib").display());
+        Self::spawn_on_free_port(|port| {
+            let mut cmd = Command::new("java");
+            cmd.arg("-cp")
+                .arg(&classpath)
+                .arg("dev.sluice.tests.Main")
+                .arg(port.to_string());
+            cmd
+        })
+        .await
+    }
+
+    /// Starts `command(port)` on a port picked here. A free port can be taken by a parallel
+    /// test before the deployment binds it; then the deployment exits, and it starts again on
+    /// another port.
+    async fn spawn_on_free_port(command: impl Fn(u16) -> Command) -> Result<Self> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let port = free_port();
+            match Self::spawn(command(port), port).await {
+                Err(e) if tries < 4 && e.to_string().contains(EXITED_EARLY) => {}
+                started => return started,
+            }
+        }
     }
 
     async fn spawn(mut cmd: Command, port: u16) -> Result<Self> {
@@ -175,20 +202,13 @@ impl TestDeployment {
             .spawn()
             .with_context(|| format!("spawn {cmd:?}"))?;
         let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            // Ready is our child listening: a connection alone may reach another process that
-            // took the port while ours died.
+        // Ready is our child holding a socket that listens on the port. A connection that
+        // succeeds proves less: it may reach another process that took the port, or, on
+        // loopback, the connecting socket itself (a TCP self-connect when the kernel picks the
+        // port as its source port), while our child is still starting or has lost the port.
+        while !listens_on(child.id(), port) {
             if let Some(status) = child.try_wait()? {
-                bail!("test deployment exited before it listened on {port}: {status}");
-            }
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                if let Some(status) = child.try_wait()? {
-                    bail!("test deployment exited, and port {port} belongs to another: {status}");
-                }
-                break;
+                bail!("{EXITED_EARLY} {port}: {status}");
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
@@ -205,9 +225,77 @@ impl TestDeployment {
     }
 }
 
+const EXITED_EARLY: &str = "test deployment exited before it listened on";
+
+/// Whether process `pid` holds a TCP socket listening on `port` (IPv4 or IPv6): a listening
+/// entry of `/proc/net/tcp{,6}` whose socket inode is one of the process's descriptors.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        inodes.extend(
+            text.lines()
+                .skip(1)
+                .filter_map(|line| listening_inode(line, port)),
+        );
+    }
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            let target = target.to_string_lossy();
+            target
+                .strip_prefix("socket:[")
+                .and_then(|rest| rest.strip_suffix(']'))
+                .and_then(|inode| inode.parse::<u64>().ok())
+                .is_some_and(|inode| inodes.contains(&inode))
+        })
+    })
+}
+
+/// The socket inode of one `/proc/net/tcp` row when it listens (state `0A`) on `port`.
+fn listening_inode(row: &str, port: u16) -> Option<u64> {
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    let (_, local_port) = fields.get(1)?.rsplit_once(':')?;
+    let listening = *fields.get(3)? == "0A";
+    (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+        .then(|| fields.get(9)?.parse().ok())
+        .flatten()
+}
+
 impl Drop for TestDeployment {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listening_row_on_the_port_gives_its_inode_and_other_rows_none() {
+        let listening = "   3: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 43117 1 0000000000000000 100 0 0 10 0";
+        assert_eq!(listening_inode(listening, 8080), Some(43117));
+        assert_eq!(listening_inode(listening, 8081), None);
+        let established = listening.replace(" 0A ", " 01 ");
+        assert_eq!(listening_inode(&established, 8080), None);
+        assert_eq!(listening_inode("garbage", 8080), None);
+    }
+
+    #[test]
+    fn a_socket_this_process_listens_on_is_found_and_a_closed_one_is_not() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listens_on(std::process::id(), port));
+        drop(listener);
+        assert!(!listens_on(std::process::id(), port));
     }
 }

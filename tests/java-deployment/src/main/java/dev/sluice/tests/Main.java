@@ -24,12 +24,19 @@ public final class Main {
             .bind(new JavaCounter())
             .bind(new JavaSignup())
             .build();
-    Vertx.vertx()
-        .createHttpServer(new HttpServerOptions().setHost("127.0.0.1").setPort(port))
-        .requestHandler(HttpEndpointRequestHandler.fromEndpoint(endpoint))
-        .listen()
-        .toCompletionStage()
-        .toCompletableFuture()
-        .get();
+    try {
+      Vertx.vertx()
+          .createHttpServer(new HttpServerOptions().setHost("127.0.0.1").setPort(port))
+          .requestHandler(HttpEndpointRequestHandler.fromEndpoint(endpoint))
+          .listen()
+          .toCompletionStage()
+          .toCompletableFuture()
+          .get();
+    } catch (Exception e) {
+      // Vert.x's threads would keep the JVM alive without a listener; exiting lets the tests
+      // start it again on another port when this one was taken.
+      System.err.println("cannot listen on 127.0.0.1:" + port + ": " + e);
+      System.exit(1);
+    }
   }
 }
