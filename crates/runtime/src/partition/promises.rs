@@ -206,12 +206,10 @@ impl Partition {
     pub(super) fn rewait_promises(
         &mut self,
         id: InvocationId,
+        target: &Target,
         journal: &[Frame],
         version: Option<i32>,
     ) {
-        let Some(target) = self.live.get(&id).map(|l| l.record.target.clone()) else {
-            return;
-        };
         let version = version
             .and_then(ProtocolVersion::from_number)
             .unwrap_or(ProtocolVersion::V5);
@@ -221,7 +219,7 @@ impl Partition {
             }
             if let Ok(Message::GetPromise(get)) = Message::decode(frame, version)
                 && !super::journal::has_completion(journal, get.result_completion_id)
-                && let Some(key) = key_of(&target, &get.key)
+                && let Some(key) = key_of(target, &get.key)
             {
                 self.promises.wait(key, id, get.result_completion_id);
             }

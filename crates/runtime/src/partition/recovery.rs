@@ -26,11 +26,12 @@ const BATCH: usize = 1024;
 /// Batches queued for a recovering thread before the scan waits for it.
 const BATCHES_IN_FLIGHT: usize = 4;
 
-/// What recovery has gathered so far, run once every record is read.
+/// What recovery has gathered so far, run once every record is read (unfinished
+/// invocations that only need an attempt are queued as their batch is read).
 struct Recovery {
     /// Results completed invocations owe their callers: sent first.
     results: Vec<Effect>,
-    /// Attempts, wake-ups and children of the unfinished ones.
+    /// Wake-ups and children of the unfinished ones.
     rest: Vec<Effect>,
 }
 
@@ -83,6 +84,8 @@ impl Partition {
         recovery: &mut Recovery,
         records: Vec<InvocationRecord>,
     ) -> Result<(), CodedError> {
+        // Invocations queue below: under the rule book of now.
+        self.refresh_rules();
         let (completed, unfinished): (Vec<_>, Vec<_>) = records
             .into_iter()
             .partition(|record| record.status == Status::Completed);
@@ -95,6 +98,7 @@ impl Partition {
         }
         let ids: Vec<InvocationId> = unfinished.iter().map(|record| record.id).collect();
         let journals = self.store.with_db(|db| store::load_journals(db, &ids))??;
+        let mut to_attempt = Vec::with_capacity(ids.len());
         for (record, journal) in unfinished.into_iter().zip(journals) {
             let id = record.id;
             // A child may have been lost between this journal's commit and its hand-over.
@@ -108,13 +112,14 @@ impl Partition {
             ) {
                 recovery.rest.push(Effect::Child(Box::new(child)));
             }
-            match (record.status, record.run_at_ms) {
+            let attempt = match (record.status, record.run_at_ms) {
                 (Status::Scheduled | Status::BackingOff, Some(at)) => {
-                    recovery.rest.push(Effect::WakeAt(id, at, None))
+                    recovery.rest.push(Effect::WakeAt(id, at, None));
+                    false
                 }
-                (Status::Paused, _) => {}
-                _ => recovery.rest.push(Effect::Attempt(id)),
-            }
+                (Status::Paused, _) => false,
+                _ => true,
+            };
             let protocol = record.protocol;
             if matches!(
                 record.status,
@@ -123,9 +128,24 @@ impl Partition {
                 // Its journal rests again once recovery is stored.
                 self.journals_to_rest.push(id);
             }
-            self.rewait_promises_after_track(record, journal, protocol);
+            self.track_recovered(record, journal, protocol);
             self.reclaim_lock(id);
+            if attempt {
+                to_attempt.push(id);
+            }
         }
+        self.observe();
+        // Queued now, in key order as an `Effect::Attempt` would queue them. Nothing is
+        // admitted before `finish_recovery`'s dispatch, so every started invocation has
+        // reclaimed its object's lock by then, whichever batch it came in.
+        for id in to_attempt {
+            self.enqueue(id);
+        }
+        self.observe();
+        // Held invocations rest before the next batch: recovery's memory stays one batch of
+        // live invocations, not every held one (`docs/perf.md`, recovery).
+        self.rest_waiting();
+        self.observe();
         Ok(())
     }
 

@@ -228,16 +228,14 @@ impl Partition {
 
 impl Partition {
     /// Tracks a recovered invocation and re-registers what it waits on.
-    pub(super) fn rewait_promises_after_track(
+    pub(super) fn track_recovered(
         &mut self,
         record: InvocationRecord,
         journal: Vec<Frame>,
         protocol: Option<i32>,
     ) {
-        let id = record.id;
-        let waits = journal.clone();
+        self.rewait_promises(record.id, &record.target, &journal, protocol);
         self.track(record, journal);
-        self.rewait_promises(id, &waits, protocol);
     }
 
     /// Starts driving `record`.

@@ -920,3 +920,57 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
         );
     }
 }
+
+#[test]
+fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_one_read_first() {
+    use crate::invocation::store::{put_journal, put_record};
+    let mut bench = Bench::new();
+    let object = Target {
+        service: "Obj".into(),
+        handler: "add".into(),
+        key: Some("k".into()),
+    };
+    // Two invocations of one object, the new one first in the table's key order.
+    let mut ids: Vec<InvocationId> = (0..2).map(|_| InvocationId::generate(0)).collect();
+    ids.sort_by_key(|id| id.to_bytes());
+    let (new, started) = (ids[0], ids[1]);
+    let mut writes = WriteSet::default();
+    put_record(
+        &mut writes,
+        &InvocationRecord::new(new, object.clone(), NOW),
+    )
+    .unwrap();
+    put_journal(&mut writes, new, &[input()]);
+    let mut record = InvocationRecord::new(started, object, NOW);
+    record.status = Status::Suspended;
+    record.attempts = 1;
+    put_record(&mut writes, &record).unwrap();
+    put_journal(&mut writes, started, &[input()]);
+    drop(bench.partition.writer.commit(writes));
+    bench.flusher.flush();
+    let driver = Recording::default();
+    let partitions = vec![(
+        0,
+        Partition::new(0, &bench.shared, Box::new(driver.clone())),
+        (),
+    )];
+    let store = Arc::clone(&bench.partition.store);
+    // One record per batch: the new invocation is queued before the started one is read.
+    let recovered =
+        super::super::recovery::recover_all_in_batches(&store, 1, partitions, 1).unwrap();
+    let attempted: Vec<InvocationId> = driver
+        .started
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(
+        attempted,
+        vec![started],
+        "the object's holder runs again; the new one waits for the lock"
+    );
+    let (partition, ()) = &recovered[0];
+    assert!(partition.live.contains_key(&started));
+    assert!(partition.live.contains_key(&new) || partition.dormant.contains_key(&new));
+}
