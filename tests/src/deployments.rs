@@ -60,22 +60,15 @@ pub struct TestDeployment {
 impl TestDeployment {
     /// Starts the deployment with a manifest flavor (`v1`, `v2`, `fewer`, `object`) on a free port.
     pub async fn start(flavor: &str) -> Result<Self> {
-        Self::spawn_on_free_port(|port| {
-            let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
-            cmd.arg(format!("127.0.0.1:{port}")).arg(flavor);
-            cmd
-        })
-        .await
+        Self::spawn_on_free_port(|port| rust_sdk_deployment(port, flavor)).await
     }
 
     /// Starts it with `Meter/work` logging each side effect to `effects` (see
     /// [`effects_per_invocation`]).
     pub async fn start_logging(flavor: &str, effects: &Path) -> Result<Self> {
         Self::spawn_on_free_port(|port| {
-            let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
-            cmd.arg(format!("127.0.0.1:{port}"))
-                .arg(flavor)
-                .env("SLUICE_TEST_EFFECTS", effects);
+            let mut cmd = rust_sdk_deployment(port, flavor);
+            cmd.env("SLUICE_TEST_EFFECTS", effects);
             cmd
         })
         .await
@@ -84,19 +77,14 @@ impl TestDeployment {
     /// Starts it on `port` with environment variables (`SLUICE_TEST_LIMITS`,
     /// `SLUICE_TEST_CAPACITY`: see the binary's docs).
     pub async fn start_with(port: u16, flavor: &str, env: &[(&str, &str)]) -> Result<Self> {
-        let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
-        cmd.arg(format!("127.0.0.1:{port}")).arg(flavor);
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
+        let mut cmd = rust_sdk_deployment(port, flavor);
+        cmd.envs(env.iter().copied());
         Self::spawn(cmd, port).await
     }
 
     /// Starts it on `port`.
     pub async fn start_on(port: u16, flavor: &str) -> Result<Self> {
-        let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
-        cmd.arg(format!("127.0.0.1:{port}")).arg(flavor);
-        Self::spawn(cmd, port).await
+        Self::spawn(rust_sdk_deployment(port, flavor), port).await
     }
 
     /// Starts the TypeScript SDK deployment (`tests/ts-deployment`, installed by `scripts/setup`):
@@ -223,6 +211,13 @@ impl TestDeployment {
             port,
         })
     }
+}
+
+/// The Rust-SDK test deployment serving `flavor` on loopback `port`.
+fn rust_sdk_deployment(port: u16, flavor: &str) -> Command {
+    let mut cmd = Command::new(sibling_binary("sluice-test-deployment"));
+    cmd.arg(format!("127.0.0.1:{port}")).arg(flavor);
+    cmd
 }
 
 const EXITED_EARLY: &str = "test deployment exited before it listened on";

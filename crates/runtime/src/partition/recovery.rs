@@ -6,9 +6,10 @@
 //! partition, which decodes it, reads its journal and builds its memory. A partition's rows
 //! are spread over the whole table (partition `i` owns the ids whose partition key is `i`
 //! modulo the count), so a read per partition read every page once per partition; with all
-//! partitions moving through the key order together, each page is read once and the journal
-//! pages they read next are likely still in redb's cache (not profiled yet) (`docs/perf.md`, recovery). The batches in
-//! flight are bounded, so recovery never holds more than a few thousand undecoded records.
+//! partitions moving through the key order together, each page of the table is read once
+//! (`docs/perf.md`, recovery, has the profile). The batches in flight are bounded, so recovery
+//! never holds more than a few thousand undecoded records, and each batch's held invocations
+//! rest before the next batch is decoded.
 
 use std::sync::mpsc;
 
