@@ -369,3 +369,68 @@ async fn a_damaged_local_log_refuses_to_start_unless_told_to_truncate() {
     sluice_tests::assert_startup_error(&done, "STO0003");
     assert!(done.stderr.contains("sluice.redb"), "{}", done.stderr);
 }
+
+/// Under `*` = 2 a slot passes to the next waiter when the deployment ends an attempt, before
+/// that end is stored. A kill -9 amid that (sends of 25 ms each, ends every ~12 ms) must not let
+/// more than two run at once in the deployment, before or after the restart: recovery admits
+/// every unfinished invocation through the rule book again.
+#[tokio::test]
+async fn a_scope_limit_holds_in_the_deployment_across_a_kill_9_while_slots_pass_on() {
+    const CALLS: usize = 80;
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = Sluice::builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    let (status, rules) = sluice
+        .put_rules(serde_json::json!([{"pattern": "*", "limits": {"concurrency": 2}}]))
+        .await;
+    assert_eq!(status, 200, "{rules}");
+    let client = reqwest::Client::new();
+    let mut acknowledged = Vec::new();
+    for _ in 0..CALLS {
+        let resp = client
+            .post(format!(
+                "{}/service/scope/s1/send/Meter/hold",
+                sluice.ingress_url
+            ))
+            .header("content-type", "application/json")
+            .body("25")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+        let sent: Value = resp.json().await.unwrap();
+        acknowledged.push(sent["invocationId"].as_str().unwrap().to_owned());
+    }
+    // Killed once a quarter has run: slots are passing on.
+    sluice
+        .invocation_until(&acknowledged[CALLS / 4], "run before the kill", |seen| {
+            seen["status"] == "completed"
+        })
+        .await;
+    sluice.kill_9();
+    let again = sluice.restart(Sluice::builder()).await;
+    // The last send waits behind the ~60 the kill left (≥ 0.7 s of work at two at a time).
+    let last: Value = again
+        .admin(
+            reqwest::Method::GET,
+            &format!("/invocations/{}", acknowledged[CALLS - 1]),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap_or_default();
+    assert_ne!(last["status"], "completed", "the kill must land mid-stream");
+    for id in &acknowledged {
+        again
+            .invocation_until(id, "completed after the restart", |seen| {
+                seen["status"] == "completed"
+            })
+            .await;
+    }
+    // The most that ran at once in the deployment, over both lives of Sluice.
+    let peak = sluice_tests::peak(&again.ingress_url).await;
+    assert!(peak <= 2, "{peak} ran at once under a limit of 2");
+    assert_eq!(peak, 2, "the limit's two slots were used");
+}

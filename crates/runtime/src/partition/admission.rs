@@ -255,7 +255,7 @@ impl Partition {
     }
 
     /// Partitions waiting for invoker slots this one gave back poll again.
-    fn nudge_waiting_partitions(&mut self) {
+    pub(super) fn nudge_waiting_partitions(&mut self) {
         let waiting = self.scheduler.take_nudges();
         if waiting != 0 {
             self.driver.nudge(waiting, self.index);

@@ -1,7 +1,8 @@
 //! Attempt end: how the current attempt ended decides the invocation's next state: completed
 //! with its outcome (an end, or a terminal failure), suspended (attempted again at once if a
 //! completion or signal it waits on came while it ran), backing off for a retry, or paused
-//! past its retries. The attempt's slots go back once this is stored (`Effect::Settle`).
+//! past its retries. When the deployment ended the attempt its slots go back at once; otherwise,
+//! and the object's lock always, once this is stored (`Effect::Settle`).
 
 use std::time::Duration;
 
@@ -51,6 +52,9 @@ impl Partition {
         metrics::histogram!(names::ATTEMPT_DURATION, "service" => live.record.target.service.clone())
             .record(ended.started.elapsed());
         let fresh = ended.fresh;
+        // The deployment itself ended the attempt (End, Suspension, Error).
+        let handed_on = ended.violation.is_none() && result.is_ok();
+        let mut released = false;
         let result = match ended.violation {
             // A value no record can hold would be sent again on every retry: terminal.
             Some(violation) if violation.code == Some(crate::errors::Code::CLU0005) => {
@@ -101,6 +105,18 @@ impl Partition {
                 Err(e) => e.signal(),
             };
             self.scheduler.report(permit, signal, now);
+        }
+        // The deployment said the attempt is over (End, Suspension, Error): its handler no
+        // longer runs, so its slots go to the next waiter now — `apply_batch`'s dispatch starts
+        // it before this end is committed. A crash before that commit cannot let more than the
+        // limit run: recovery re-admits every unfinished invocation, this one included, through
+        // the scheduler. The object's lock stays until the commit (`Effect::Settle`): the next
+        // holder must read this attempt's state. An attempt Sluice gave up on (a broken stream,
+        // a timeout, a protocol violation) keeps its slots until the commit, as a handler may
+        // still run in the deployment.
+        if handed_on && let Some(permit) = live.run.settle() {
+            self.scheduler.release(permit, now);
+            released = true;
         }
         match result {
             Ok(Ending::End) => {
@@ -157,6 +173,9 @@ impl Partition {
             self.journals_to_rest.push(id);
         }
         store::put_record(writes, &live.record)?;
+        if released {
+            self.nudge_waiting_partitions();
+        }
         Ok(true)
     }
 }

@@ -162,6 +162,26 @@ impl Bench {
         asked
     }
 
+    /// Applies `event` as `apply_batch` does, with its dispatch before the commit: what the
+    /// handler asked for, and the batch's writes and effects, not yet committed.
+    fn apply_uncommitted(&mut self, event: Event) -> (WriteSet, Vec<Effect>) {
+        let mut writes = WriteSet::default();
+        let mut effects = Vec::new();
+        self.partition
+            .apply(event, &mut writes, &mut effects)
+            .expect("the command applies");
+        self.partition.observe();
+        self.partition.dispatch();
+        (writes, effects)
+    }
+
+    /// Commits what `apply_uncommitted` gave and runs its effects.
+    fn commit(&mut self, (writes, effects): (WriteSet, Vec<Effect>)) {
+        drop(self.partition.writer.commit(writes));
+        self.flusher.flush();
+        self.partition.run_effects(effects);
+    }
+
     fn state(&self, id: InvocationId) -> State {
         match (
             self.partition.live.get(&id),
@@ -973,4 +993,101 @@ fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_
     let (partition, ()) = &recovered[0];
     assert!(partition.live.contains_key(&started));
     assert!(partition.live.contains_key(&new) || partition.dormant.contains_key(&new));
+}
+
+/// A bench with scope `acme` limited to one at a time and two of its calls submitted: the first
+/// runs, the second waits; their ids.
+fn acme_limited_to_one() -> (Bench, InvocationId, InvocationId) {
+    use crate::flow::{Limit, RulePattern, Scope, Upsert};
+    let mut bench = Bench::new();
+    let mut book = RuleBook::new();
+    book.apply_batch(
+        &[Upsert::new(
+            RulePattern::parse("acme").unwrap(),
+            Limit::Concurrency(std::num::NonZeroU32::MIN),
+        )],
+        NOW,
+    )
+    .unwrap();
+    bench
+        .partition
+        .scheduler
+        .on_rules_changed(Arc::new(book), NOW);
+    let [first, second] = [91, 92].map(|seed| {
+        let mut record = new_record(seed);
+        record.scope = Some(Scope::parse("acme").unwrap());
+        record
+    });
+    let ids = (first.id, second.id);
+    bench.submit(first);
+    bench.submit(second);
+    assert_eq!(bench.started(), [(ids.0, 1)]);
+    (bench, ids.0, ids.1)
+}
+
+#[test]
+fn an_attempt_the_deployment_ended_hands_its_slot_to_the_next_waiter_before_its_commit() {
+    for ending in [
+        Ending::End,
+        Ending::Failed(proto::ErrorMessage {
+            code: 500,
+            message: "boom".into(),
+            ..Default::default()
+        }),
+    ] {
+        let (mut bench, first, second) = acme_limited_to_one();
+        let batch = bench.apply_uncommitted(Event::AttemptDone {
+            id: first,
+            attempt: 1,
+            result: Ok(ending),
+        });
+        // The batch's own dispatch started the waiter: the limit's one slot moved on.
+        assert_eq!(bench.started(), [(second, 1)]);
+        assert_eq!(bench.state(second), State::Running);
+        bench.commit(batch);
+        // The end's commit settles nothing more: still one running.
+        assert!(bench.started().is_empty());
+        assert_eq!(bench.state(second), State::Running);
+    }
+}
+
+#[test]
+fn an_attempt_sluice_gave_up_on_keeps_its_slot_until_its_end_is_committed() {
+    let (mut bench, first, second) = acme_limited_to_one();
+    // The stream broke: the handler may still run in the deployment.
+    let batch = bench.apply_uncommitted(unreachable(first, 1));
+    assert!(bench.started().is_empty());
+    assert_ne!(bench.state(second), State::Running);
+    bench.commit(batch);
+    assert_eq!(bench.started(), [(second, 1)]);
+}
+
+#[test]
+fn an_ended_attempt_keeps_its_objects_lock_until_its_end_is_committed() {
+    let mut bench = Bench::new();
+    let [first, second] = [93, 94].map(|seed| {
+        let mut record = new_record(seed);
+        record.target = Target {
+            service: "Obj".into(),
+            handler: "add".into(),
+            key: Some("k".into()),
+        };
+        record
+    });
+    let (first, second) = {
+        let ids = (first.id, second.id);
+        bench.submit(first);
+        bench.submit(second);
+        ids
+    };
+    assert_eq!(bench.started(), [(first, 1)]);
+    let batch = bench.apply_uncommitted(Event::AttemptDone {
+        id: first,
+        attempt: 1,
+        result: Ok(Ending::End),
+    });
+    // Its slot is free, but the next holder must read what this attempt stored.
+    assert!(bench.started().is_empty());
+    bench.commit(batch);
+    assert_eq!(bench.started(), [(second, 1)]);
 }

@@ -407,8 +407,9 @@ fn simulator_partition_events() {
         total.most_in_flight,
         total.inherited,
     );
-    // A million events walk every move of the transition table (the rarest, a kill in the
-    // batch of its submission, about 20 times): each is a move the partition really makes.
+    // A million events walk every move of the transition table (the rarest, an admitted
+    // invocation whose resting journal a failed store cannot give back, about ten times): each
+    // is a move the partition really makes.
     if total.events >= DEFAULT_EVENTS {
         let walked = super::model::phase::WALKED.lock().unwrap();
         for &(from, to, _) in super::model::phase::TRANSITIONS {

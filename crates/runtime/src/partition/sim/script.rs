@@ -290,8 +290,11 @@ impl World {
             925..955 => self.change_rules(),
             955..965 => self.purge(),
             965..967 => self.crash(),
-            967..969 => {
+            967..979 => {
                 // The disk fails somewhere in the next commits (a full disk, an I/O error).
+                // Often: the rarest moves of the transition table (an admitted invocation whose
+                // resting journal a failed store cannot give back) need a failed view to meet
+                // a queue that still waits behind an attempt Sluice gave up on.
                 let after = self.rng.below(40) as u32;
                 // Embedded, the local log's files fail as often as the view's.
                 if self.log.is_none() && self.rng.chance(50) {
@@ -302,7 +305,7 @@ impl World {
                 self.stats.disk_failures += 1;
             }
             // Cluster mode: another node takes the partition over.
-            969..973 => self.hand_over(),
+            979..983 => self.hand_over(),
             _ => self.pump(),
         }
     }

@@ -429,11 +429,12 @@ impl World {
             Err(e) => panic!("attempt of {id} has no deployment: {e}"),
         };
         let node = self.node.as_ref().expect("the node runs");
-        let stored = node
-            .store
-            .with_db(|db| records::load_record(db, id))
-            .expect("the store is open")
-            .expect("records read back");
+        // A write of this step failed the store (the log's append, say): the process is going,
+        // and what it started is cut off with it.
+        let Ok(stored) = node.store.with_db(|db| records::load_record(db, id)) else {
+            return;
+        };
+        let stored = stored.expect("records read back");
         assert!(
             stored
                 .as_ref()
