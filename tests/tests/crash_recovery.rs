@@ -380,26 +380,12 @@ async fn a_scope_limit_holds_in_the_deployment_across_a_kill_9_while_slots_pass_
     let dep = TestDeployment::start("v1").await.unwrap();
     let mut sluice = Sluice::builder().start().await.unwrap();
     sluice.register(&dep.uri, false).await;
-    let (status, rules) = sluice
-        .put_rules(serde_json::json!([{"pattern": "*", "limits": {"concurrency": 2}}]))
+    sluice
+        .set_rules(serde_json::json!([{"pattern": "*", "limits": {"concurrency": 2}}]))
         .await;
-    assert_eq!(status, 200, "{rules}");
-    let client = reqwest::Client::new();
     let mut acknowledged = Vec::new();
     for _ in 0..CALLS {
-        let resp = client
-            .post(format!(
-                "{}/service/scope/s1/send/Meter/hold",
-                sluice.ingress_url
-            ))
-            .header("content-type", "application/json")
-            .body("25")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 202);
-        let sent: Value = resp.json().await.unwrap();
-        acknowledged.push(sent["invocationId"].as_str().unwrap().to_owned());
+        acknowledged.push(sluice.send("/service/scope/s1/send/Meter/hold", &25).await);
     }
     // Killed once a quarter has run: slots are passing on.
     sluice
@@ -410,17 +396,7 @@ async fn a_scope_limit_holds_in_the_deployment_across_a_kill_9_while_slots_pass_
     sluice.kill_9();
     let again = sluice.restart(Sluice::builder()).await;
     // The last send waits behind the ~60 the kill left (≥ 0.7 s of work at two at a time).
-    let last: Value = again
-        .admin(
-            reqwest::Method::GET,
-            &format!("/invocations/{}", acknowledged[CALLS - 1]),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap_or_default();
+    let (_, last) = again.describe(&acknowledged[CALLS - 1]).await;
     assert_ne!(last["status"], "completed", "the kill must land mid-stream");
     for id in &acknowledged {
         again

@@ -657,10 +657,17 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
 /// one call of `acme` running and a second held at rest (its record and input in the store
 /// alone); the held one's id.
 fn holding_one_past_the_budget() -> (Bench, InvocationId) {
-    use crate::flow::{Limit, RulePattern, Scope, Upsert};
     let mut config = Config::default();
     config.worker.held_memory_budget = crate::config::ByteSize(0);
-    let mut bench = Bench::with(config);
+    let (mut bench, _, held) = acme_limited_to_one(Bench::with(config));
+    assert_eq!(bench.state(held), State::Resting);
+    (bench, held)
+}
+
+/// `bench` with scope `acme` limited to one at a time and two of its calls submitted: the first
+/// runs, the second waits; their ids.
+fn acme_limited_to_one(mut bench: Bench) -> (Bench, InvocationId, InvocationId) {
+    use crate::flow::{Limit, RulePattern, Scope, Upsert};
     let mut book = RuleBook::new();
     book.apply_batch(
         &[Upsert::new(
@@ -679,12 +686,11 @@ fn holding_one_past_the_budget() -> (Bench, InvocationId) {
         record.scope = Some(Scope::parse("acme").unwrap());
         record
     });
+    let ids = (first.id, second.id);
     bench.submit(first);
-    let held = second.id;
     bench.submit(second);
-    assert_eq!(bench.started().len(), 1);
-    assert_eq!(bench.state(held), State::Resting);
-    (bench, held)
+    assert_eq!(bench.started(), [(ids.0, 1)]);
+    (bench, ids.0, ids.1)
 }
 
 #[test]
@@ -995,36 +1001,6 @@ fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_
     assert!(partition.live.contains_key(&new) || partition.dormant.contains_key(&new));
 }
 
-/// A bench with scope `acme` limited to one at a time and two of its calls submitted: the first
-/// runs, the second waits; their ids.
-fn acme_limited_to_one() -> (Bench, InvocationId, InvocationId) {
-    use crate::flow::{Limit, RulePattern, Scope, Upsert};
-    let mut bench = Bench::new();
-    let mut book = RuleBook::new();
-    book.apply_batch(
-        &[Upsert::new(
-            RulePattern::parse("acme").unwrap(),
-            Limit::Concurrency(std::num::NonZeroU32::MIN),
-        )],
-        NOW,
-    )
-    .unwrap();
-    bench
-        .partition
-        .scheduler
-        .on_rules_changed(Arc::new(book), NOW);
-    let [first, second] = [91, 92].map(|seed| {
-        let mut record = new_record(seed);
-        record.scope = Some(Scope::parse("acme").unwrap());
-        record
-    });
-    let ids = (first.id, second.id);
-    bench.submit(first);
-    bench.submit(second);
-    assert_eq!(bench.started(), [(ids.0, 1)]);
-    (bench, ids.0, ids.1)
-}
-
 #[test]
 fn an_attempt_the_deployment_ended_hands_its_slot_to_the_next_waiter_before_its_commit() {
     for ending in [
@@ -1035,7 +1011,7 @@ fn an_attempt_the_deployment_ended_hands_its_slot_to_the_next_waiter_before_its_
             ..Default::default()
         }),
     ] {
-        let (mut bench, first, second) = acme_limited_to_one();
+        let (mut bench, first, second) = acme_limited_to_one(Bench::new());
         let batch = bench.apply_uncommitted(Event::AttemptDone {
             id: first,
             attempt: 1,
@@ -1053,7 +1029,7 @@ fn an_attempt_the_deployment_ended_hands_its_slot_to_the_next_waiter_before_its_
 
 #[test]
 fn an_attempt_sluice_gave_up_on_keeps_its_slot_until_its_end_is_committed() {
-    let (mut bench, first, second) = acme_limited_to_one();
+    let (mut bench, first, second) = acme_limited_to_one(Bench::new());
     // The stream broke: the handler may still run in the deployment.
     let batch = bench.apply_uncommitted(unreachable(first, 1));
     assert!(bench.started().is_empty());
