@@ -148,6 +148,22 @@ impl Bench {
     /// Applies `event` as a batch of one, commits it and runs its effects (then a dispatch, as
     /// the run loop does): what the handler asked for.
     fn apply(&mut self, event: Event) -> Vec<String> {
+        let batch = self.applied(event);
+        let asked = briefs(&batch.1);
+        self.commit(batch);
+        asked
+    }
+
+    /// Applies `event` as `apply_batch` does, with its dispatch before the commit: the batch's
+    /// writes and effects, not yet committed.
+    fn apply_uncommitted(&mut self, event: Event) -> (WriteSet, Vec<Effect>) {
+        let batch = self.applied(event);
+        self.partition.dispatch();
+        batch
+    }
+
+    /// Applies `event` alone: its writes and effects.
+    fn applied(&mut self, event: Event) -> (WriteSet, Vec<Effect>) {
         let mut writes = WriteSet::default();
         let mut effects = Vec::new();
         self.partition
@@ -155,27 +171,10 @@ impl Bench {
             .expect("the command applies");
         // As `apply_batch` does: every move is checked against the transition table.
         self.partition.observe();
-        let asked = briefs(&effects);
-        drop(self.partition.writer.commit(writes));
-        self.flusher.flush();
-        self.partition.run_effects(effects);
-        asked
-    }
-
-    /// Applies `event` as `apply_batch` does, with its dispatch before the commit: what the
-    /// handler asked for, and the batch's writes and effects, not yet committed.
-    fn apply_uncommitted(&mut self, event: Event) -> (WriteSet, Vec<Effect>) {
-        let mut writes = WriteSet::default();
-        let mut effects = Vec::new();
-        self.partition
-            .apply(event, &mut writes, &mut effects)
-            .expect("the command applies");
-        self.partition.observe();
-        self.partition.dispatch();
         (writes, effects)
     }
 
-    /// Commits what `apply_uncommitted` gave and runs its effects.
+    /// Commits a batch's writes and runs its effects (then a dispatch).
     fn commit(&mut self, (writes, effects): (WriteSet, Vec<Effect>)) {
         drop(self.partition.writer.commit(writes));
         self.flusher.flush();
