@@ -658,7 +658,7 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
 fn holding_one_past_the_budget() -> (Bench, InvocationId) {
     let mut config = Config::default();
     config.worker.held_memory_budget = crate::config::ByteSize(0);
-    let (mut bench, _, held) = acme_limited_to_one(Bench::with(config));
+    let (bench, _, held) = acme_limited_to_one(Bench::with(config));
     assert_eq!(bench.state(held), State::Resting);
     (bench, held)
 }
