@@ -255,7 +255,7 @@ impl Partition {
     }
 
     /// Partitions waiting for invoker slots this one gave back poll again.
-    pub(super) fn nudge_waiting_partitions(&mut self) {
+    fn nudge_waiting_partitions(&mut self) {
         let waiting = self.scheduler.take_nudges();
         if waiting != 0 {
             self.driver.nudge(waiting, self.index);
@@ -275,27 +275,36 @@ impl Partition {
         live.lock = self.scheduler.hold(&key, live.entry, self.driver.now_ms());
     }
 
+    /// The deployment ended the attempt of `id`: its permit goes to the next waiter now, before
+    /// the end is stored; its object's lock waits for [`Self::settle`].
+    pub(super) fn hand_on_slots(&mut self, id: InvocationId) {
+        self.release_permit(id);
+        self.nudge_waiting_partitions();
+    }
+
     /// The attempt of `id` ended: its permit goes back; a completed invocation gives up its lock.
     /// Nothing while an attempt runs (an operator's resume or cancel of a running invocation
     /// settles it too): its permit bounds what runs at once until that attempt ends.
     pub(super) fn settle(&mut self, id: InvocationId) {
+        self.release_permit(id);
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        let now = self.driver.now_ms();
-        // A running attempt keeps its slots until it ends.
-        let permit = live.run.settle();
-        let unlock = (live.record.status == Status::Completed)
-            .then(|| live.lock.take())
-            .flatten()
-            .map(|lock| (lock, live.entry));
-        if let Some(permit) = permit {
-            self.scheduler.release(permit, now);
-        }
-        if let Some((lock, entry)) = unlock {
-            self.scheduler.unlock(lock, entry, now);
+        if live.record.status == Status::Completed
+            && let Some(lock) = live.lock.take()
+        {
+            let entry = live.entry;
+            self.scheduler.unlock(lock, entry, self.driver.now_ms());
         }
         self.nudge_waiting_partitions();
+    }
+
+    /// Gives back the permit of `id`'s ended attempt, if it still holds one (a running attempt
+    /// keeps its slots until it ends).
+    fn release_permit(&mut self, id: InvocationId) {
+        if let Some(permit) = self.live.get_mut(&id).and_then(|live| live.run.settle()) {
+            self.scheduler.release(permit, self.driver.now_ms());
+        }
     }
 }
 

@@ -54,7 +54,6 @@ impl Partition {
         let fresh = ended.fresh;
         // The deployment itself ended the attempt (End, Suspension, Error).
         let handed_on = ended.violation.is_none() && result.is_ok();
-        let mut released = false;
         let result = match ended.violation {
             // A value no record can hold would be sent again on every retry: terminal.
             Some(violation) if violation.code == Some(crate::errors::Code::CLU0005) => {
@@ -105,18 +104,6 @@ impl Partition {
                 Err(e) => e.signal(),
             };
             self.scheduler.report(permit, signal, now);
-        }
-        // The deployment said the attempt is over (End, Suspension, Error): its handler no
-        // longer runs, so its slots go to the next waiter now — `apply_batch`'s dispatch starts
-        // it before this end is committed. A crash before that commit cannot let more than the
-        // limit run: recovery re-admits every unfinished invocation, this one included, through
-        // the scheduler. The object's lock stays until the commit (`Effect::Settle`): the next
-        // holder must read this attempt's state. An attempt Sluice gave up on (a broken stream,
-        // a timeout, a protocol violation) keeps its slots until the commit, as a handler may
-        // still run in the deployment.
-        if handed_on && let Some(permit) = live.run.settle() {
-            self.scheduler.release(permit, now);
-            released = true;
         }
         match result {
             Ok(Ending::End) => {
@@ -172,10 +159,19 @@ impl Partition {
         ) {
             self.journals_to_rest.push(id);
         }
-        store::put_record(writes, &live.record)?;
-        if released {
-            self.nudge_waiting_partitions();
+        let stored = store::put_record(writes, &live.record);
+        // The deployment said the attempt is over (End, Suspension, Error): its handler no
+        // longer runs, so its slots go to the next waiter now — `apply_batch`'s dispatch starts
+        // it before this end is committed. A crash before that commit cannot let more than the
+        // limit run: recovery re-admits every unfinished invocation, this one included, through
+        // the scheduler. The object's lock stays until the commit (`Effect::Settle`): the next
+        // holder must read this attempt's state. An attempt Sluice gave up on (a broken stream,
+        // a timeout, a protocol violation) keeps its slots until the commit, as a handler may
+        // still run in the deployment.
+        if handed_on {
+            self.hand_on_slots(id);
         }
+        stored?;
         Ok(true)
     }
 }

@@ -1049,12 +1049,10 @@ fn an_ended_attempt_keeps_its_objects_lock_until_its_end_is_committed() {
         };
         record
     });
-    let (first, second) = {
-        let ids = (first.id, second.id);
-        bench.submit(first);
-        bench.submit(second);
-        ids
-    };
+    let ids = (first.id, second.id);
+    bench.submit(first);
+    bench.submit(second);
+    let (first, second) = ids;
     assert_eq!(bench.started(), [(first, 1)]);
     let batch = bench.apply_uncommitted(Event::AttemptDone {
         id: first,
