@@ -52,6 +52,15 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     } else {
         None
     };
+    // The threads that serve the ingress's connections, the partitions and their deployments
+    // (`sluice_runtime::shards`).
+    let shards = sluice_runtime::shards::Shards::start(config.ingress.threads.get()).map_err(|e| {
+        CodedError::new(
+            Code::RT0002,
+            format!("cannot start the shard threads: {e}; lower ingress.threads or raise the process's thread limit"),
+        )
+    })?;
+    runtime.run_on(Arc::clone(&shards));
     let registry = Arc::new(Registry::load(Arc::clone(&store))?);
     {
         // A deployment's limits changed: queues waiting at its gate look again.
@@ -196,7 +205,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let ingress = IngressService::new(
         IngressApp::new(Arc::clone(&ingress_state)),
         ingress_listener,
-        config.ingress.threads.get(),
+        Arc::clone(&shards),
         config.ingress.connections.clone(),
         ingress_tls,
     )

@@ -294,7 +294,9 @@ pub struct IngressConfig {
     /// Address reported as `ingress_endpoint` by `GET /version`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advertised_endpoint: Option<AdvertisedEndpoint>,
-    /// Worker threads of the ingress runtime.
+    /// Shards: threads that each serve the ingress connections they accept, the partitions
+    /// they own (partition `p` on shard `p % threads`) and those partitions' deployment
+    /// connections (default: one per core; `ARCHITECTURE.md`, "Shards").
     pub threads: NonZeroUsize,
     /// Kafka clusters subscriptions may consume from (`[[ingress.kafka-clusters]]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -124,7 +124,9 @@ async fn with_header_deadline<T>(
 /// The first bytes of an HTTP/2 connection with prior knowledge.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// The ingress HTTP server with its connections bounded.
+/// The ingress HTTP server with its connections bounded. Clones share the bounds: each shard
+/// serves its connections with one.
+#[derive(Clone)]
 pub struct GuardedHttp {
     inner: Arc<HttpServer<IngressApp>>,
     tls: Option<Arc<super::tls::IngressTls>>,

@@ -262,26 +262,34 @@ fn ambiguous_framing(session: &mut ServerSession) -> Option<Response<Vec<u8>>> {
     )
 }
 
-/// The ingress as a pingora service, on a socket bound before start-up.
+/// The ingress as a pingora service, on a socket bound before start-up, its connections served
+/// on the shards (`sluice_runtime::shards`).
+///
+/// Each shard runs pingora's accept loop and HTTP server (`ListeningService`) on its own
+/// descriptor of the one listening socket, so a connection is served, call after call, on the
+/// shard that accepted it, beside the partitions that shard runs: a fresh call's hand-over to
+/// its partition wakes no other thread. The kernel hands a new connection to whichever shard
+/// takes it first, which is an idle one when any is. One socket shared (not one per shard with
+/// `SO_REUSEPORT`): another process cannot join the port unnoticed.
 ///
 /// Pingora binds its own sockets when it starts its services, too late to report a busy port
 /// cleanly. It first looks for an already-open socket in its fd table under the same address, so
-/// this wrapper puts ours there.
+/// this wrapper puts a duplicate of ours in each shard's table.
 pub struct IngressService {
-    inner: ListeningService<connections::GuardedHttp>,
+    app: connections::GuardedHttp,
     address: String,
-    socket: Option<OwnedFd>,
-    threads: usize,
+    socket: Option<std::net::TcpListener>,
+    shards: Arc<sluice_runtime::shards::Shards>,
     tls: Option<Arc<tls::IngressTls>>,
 }
 
 impl IngressService {
-    /// Serves `app` on `listener` with `threads` worker threads, its connections bounded by
-    /// `limits`; accepts HTTP/1.1 and h2c, or with `tls` HTTPS (HTTP/2 or HTTP/1.1 by ALPN).
+    /// Serves `app` on `listener` on each of `shards`, its connections bounded by `limits`;
+    /// accepts HTTP/1.1 and h2c, or with `tls` HTTPS (HTTP/2 or HTTP/1.1 by ALPN).
     pub fn new(
         app: IngressApp,
         listener: std::net::TcpListener,
-        threads: usize,
+        shards: Arc<sluice_runtime::shards::Shards>,
         limits: sluice_config::ConnectionLimits,
         tls: Option<Arc<tls::IngressTls>>,
     ) -> std::io::Result<Self> {
@@ -291,16 +299,11 @@ impl IngressService {
         let mut options = HttpServerOptions::default();
         options.h2c = true;
         server.server_options = Some(options);
-        let mut inner = ListeningService::new(
-            "ingress".to_owned(),
-            connections::GuardedHttp::new(server, limits, tls.clone()),
-        );
-        inner.add_tcp(&address);
         Ok(Self {
-            inner,
+            app: connections::GuardedHttp::new(server, limits, tls.clone()),
             address,
-            socket: Some(OwnedFd::from(listener)),
-            threads,
+            socket: Some(listener),
+            shards,
             tls,
         })
     }
@@ -310,20 +313,39 @@ impl IngressService {
 impl Service for IngressService {
     async fn start_service(
         &mut self,
-        fds: Option<ListenFds>,
+        _fds: Option<ListenFds>,
         shutdown: ShutdownWatch,
-        listeners_per_fd: usize,
+        _listeners_per_fd: usize,
     ) {
-        // Pingora always hands an fd table to services on unix; without one it binds anew.
-        if let (Some(fds), Some(socket)) = (&fds, self.socket.take()) {
-            fds.lock().add(self.address.clone(), socket.into_raw_fd());
-        }
+        let Some(socket) = self.socket.take() else {
+            return;
+        };
         if let Some(tls) = &self.tls {
             tokio::spawn(Arc::clone(tls).watch(shutdown.clone()));
         }
-        self.inner
-            .start_service(fds, shutdown, listeners_per_fd)
-            .await;
+        let mut serving = Vec::with_capacity(self.shards.len());
+        for shard in self.shards.handles() {
+            let own = match socket.try_clone() {
+                Ok(own) => OwnedFd::from(own),
+                Err(e) => {
+                    tracing::error!(error = %e, address = %self.address, "cannot share the ingress listener with a shard");
+                    continue;
+                }
+            };
+            let fds: ListenFds = Arc::new(pingora::server::Fds::new().into());
+            fds.lock().add(self.address.clone(), own.into_raw_fd());
+            let mut listening = ListeningService::new("ingress".to_owned(), self.app.clone());
+            listening.add_tcp(&self.address);
+            let shutdown = shutdown.clone();
+            serving.push(shard.spawn(async move {
+                listening.start_service(Some(fds), shutdown, 1).await;
+            }));
+        }
+        // This service's own descriptor: the shards hold theirs.
+        drop(socket);
+        for shard in serving {
+            let _ = shard.await;
+        }
     }
 
     fn name(&self) -> &str {
@@ -331,7 +353,8 @@ impl Service for IngressService {
     }
 
     fn threads(&self) -> Option<usize> {
-        Some(self.threads)
+        // Only starts the shards' listeners and waits for them.
+        Some(1)
     }
 
     fn listen_addresses(&self) -> Option<Vec<String>> {

@@ -14,6 +14,7 @@ pub mod partition;
 pub mod quickack;
 pub mod registry;
 pub mod replication;
+pub mod shards;
 pub mod spans;
 
 // The crates below this one, under the paths this crate's code knows them by.

@@ -83,7 +83,19 @@ fi
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 # Context switches of every thread of process $1 so far (voluntary and not).
 ctx_switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'; }
+# Per thread of process $1, one line each: its tid, CPU ticks, context switches and name.
+thread_counters() {
+  local t name
+  for t in /proc/"$1"/task/*; do
+    name="$(cat "$t/comm" 2>/dev/null)" || continue
+    awk -v tid="${t##*/}" -v name="${name// /_}" \
+      'FILENAME ~ /stat$/ {cpu = $14 + $15} /ctxt_switches/ {cs += $2} END {print tid, cpu, cs + 0, name}' \
+      "$t/stat" "$t/status" 2>/dev/null || true
+  done
+}
 register_deployment "$admin"
+# PIN_SLUICE=cpus (a taskset list) pins every thread of Sluice to those vCPUs.
+[ -n "${PIN_SLUICE:-}" ] && taskset -a -p -c "$PIN_SLUICE" "$server" >/dev/null
 # Held backlogs (held.sh, recovery.sh): `*` = 1 for every scope, so one admitted Meter/hold
 # (its slot held for ten minutes, the body of $work/hold.lua) keeps every later send of its scope
 # waiting; `waiting` prints how many invocations wait in queues.

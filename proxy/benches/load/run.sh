@@ -7,6 +7,8 @@
 # NAGLE=1 serves the deployment with the SDK's own HttpServer (Nagle's algorithm on).
 # TLS=1 serves the ingress over HTTPS (a self-signed certificate; wrk keeps its connections, so
 # this measures TLS per request, not per handshake).
+# THREADS=1 also prints the CPU and context switches per call of each of Sluice's threads (by
+# name); PIN_SLUICE=cpus pins Sluice's threads to those vCPUs (taskset list), e.g. 0.
 # PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
 # x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
@@ -40,6 +42,7 @@ if [ -n "${PERF_OUT:-}" ]; then
   perf record -q -F 199 --call-graph dwarf,16384 -p "$server" -o "$PERF_OUT" -- sleep "$seconds" &
   perf_pid=$!
 fi
+[ "${THREADS:-0}" = 1 ] && thread_counters "$server" > "$work/threads.before"
 cpu_before=$(cpu_seconds "$server")
 ctx_before=$(ctx_switches "$server")
 dep_before=$(cpu_seconds "$dep")
@@ -47,9 +50,33 @@ wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/post.lua" "$scheme:
 cpu_after=$(cpu_seconds "$server")
 ctx_after=$(ctx_switches "$server")
 dep_after=$(cpu_seconds "$dep")
+[ "${THREADS:-0}" = 1 ] && thread_counters "$server" > "$work/threads.after"
 requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 python3 -c "
 cpu = $cpu_after - $cpu_before
 print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+# THREADS=1: where the CPU and the context switches went, by thread name.
+if [ "${THREADS:-0}" = 1 ]; then
+  python3 - "$work/threads.before" "$work/threads.after" "$requests" "$(getconf CLK_TCK)" <<'PY'
+import sys
+def read(path):
+    rows = {}
+    for line in open(path):
+        tid, cpu, cs, name = line.split(maxsplit=3)
+        rows[tid] = (int(float(cpu)), int(cs), name.strip())
+    return rows
+before, after = read(sys.argv[1]), read(sys.argv[2])
+calls, hz = max(int(sys.argv[3]), 1), int(sys.argv[4])
+by_name = {}
+for tid, (cpu, cs, name) in after.items():
+    cpu0, cs0, _ = before.get(tid, (0, 0, name))
+    total = by_name.setdefault(name, [0, 0, 0])
+    total[0] += 1; total[1] += cpu - cpu0; total[2] += cs - cs0
+print(f"{'threads':<24} {'n':>3} {'CPU us/call':>12} {'ctx sw/call':>12}")
+for name, (n, cpu, cs) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
+    if cpu or cs:
+        print(f"{name:<24} {n:>3} {cpu * 1e6 / hz / calls:>12.1f} {cs / calls:>12.2f}")
+PY
+fi
 [ -n "${perf_pid:-}" ] && wait "$perf_pid"
 echo "sluice RSS: $(awk '/VmRSS/ {print $2, $3}' /proc/$server/status)"

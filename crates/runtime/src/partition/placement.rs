@@ -29,6 +29,9 @@ pub struct Placement {
     leaders: RwLock<Vec<Option<(String, String)>>>,
     /// Turns over the partitions led here for new invocations that may live on any.
     next: AtomicUsize,
+    /// How many shards run the partitions (partition `p` on shard `p % shards`), once they
+    /// run on shards (`crate::shards`).
+    shards: std::sync::OnceLock<usize>,
     /// Told which partitions are led here whenever that changes (the deployment gates' share).
     on_led: std::sync::OnceLock<LedListener>,
 }
@@ -53,6 +56,7 @@ impl Placement {
             here: (0..n).map(|_| AtomicBool::new(true)).collect(),
             leaders: RwLock::new(vec![None; n]),
             next: AtomicUsize::new(0),
+            shards: std::sync::OnceLock::new(),
             on_led: std::sync::OnceLock::new(),
         }
     }
@@ -64,6 +68,7 @@ impl Placement {
             here: (0..n).map(|_| AtomicBool::new(false)).collect(),
             leaders: RwLock::new(vec![None; n]),
             next: AtomicUsize::new(0),
+            shards: std::sync::OnceLock::new(),
             on_led: std::sync::OnceLock::new(),
         }
     }
@@ -89,28 +94,47 @@ impl Placement {
         }
     }
 
-    /// Cluster mode: a partition led here for a new invocation that may live on any, the
-    /// ones led here in turn (`None` embedded, where its id spreads it, or when this node
-    /// leads none).
+    /// The partitions run on `shards` shards from now on (partition `p` on shard `p % shards`).
+    pub fn run_on_shards(&self, shards: usize) {
+        let _ = self.shards.set(shards.max(1));
+    }
+
+    /// A partition for a new invocation that may live on any: one led here, and one of the
+    /// calling shard's when it has one (its hand-over then wakes no other thread), in turn.
+    /// `None`: anywhere, by its id (embedded off the shards), or this node leads none.
     pub fn pick_here(&self) -> Option<usize> {
+        let shard = self
+            .shards
+            .get()
+            .and_then(|&shards| crate::shards::current().map(|shard| (shard % shards, shards)));
         if !self.clustered {
-            return None;
+            // Every partition runs here: the shard's own are every `shards`-th from its index.
+            let (shard, shards) = shard?;
+            let n = self.here.len();
+            let mine = if shard < n {
+                (n - shard).div_ceil(shards)
+            } else {
+                0
+            };
+            return (mine > 0).then(|| shard + shards * crate::shards::next_turn(mine));
         }
-        let led = self
-            .here
-            .iter()
-            .filter(|here| here.load(Ordering::Acquire))
+        let led = |index: &usize| self.here[*index].load(Ordering::Acquire);
+        let on_shard = |index: &usize| shard.is_none_or(|(shard, shards)| index % shards == shard);
+        let mine = (0..self.here.len())
+            .filter(|i| led(i) && on_shard(i))
             .count();
-        if led == 0 {
+        let (count, only_mine) = if mine > 0 {
+            (mine, true)
+        } else {
+            ((0..self.here.len()).filter(led).count(), false)
+        };
+        if count == 0 {
             return None;
         }
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % led;
-        self.here
-            .iter()
-            .enumerate()
-            .filter(|(_, here)| here.load(Ordering::Acquire))
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % count;
+        (0..self.here.len())
+            .filter(|i| led(i) && (!only_mine || on_shard(i)))
             .nth(turn)
-            .map(|(index, _)| index)
     }
 
     /// Whether partition `index` runs here.
@@ -254,5 +278,50 @@ mod tests {
         assert_eq!(picks, [1, 3, 1, 3]);
         clustered.set_here(1, false);
         assert_eq!(clustered.pick_here(), Some(3));
+    }
+
+    #[test]
+    fn new_work_on_a_shard_goes_to_that_shards_partitions_and_off_the_shards_anywhere() {
+        let shards = crate::shards::Shards::start(2).expect("shards");
+        let embedded = std::sync::Arc::new(Placement::embedded(5));
+        embedded.run_on_shards(2);
+        assert_eq!(
+            embedded.pick_here(),
+            None,
+            "off the shards, an id spreads it"
+        );
+        let clustered = std::sync::Arc::new(Placement::clustered(4));
+        clustered.run_on_shards(2);
+        clustered.set_here(0, true);
+        clustered.set_here(3, true);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        for shard in 0..2 {
+            let (embedded, clustered) = (embedded.clone(), clustered.clone());
+            let (mut picked, led) = runtime
+                .block_on(shards.handle(shard).spawn(async move {
+                    let picked: Vec<_> = (0..6).filter_map(|_| embedded.pick_here()).collect();
+                    let led: Vec<_> = (0..2).filter_map(|_| clustered.pick_here()).collect();
+                    (picked, led)
+                }))
+                .expect("ran");
+            assert!(picked.iter().all(|p| p % 2 == shard), "{picked:?}");
+            picked.sort_unstable();
+            picked.dedup();
+            let expected: Vec<usize> = (0..5).filter(|p| p % 2 == shard).collect();
+            assert_eq!(picked, expected, "the shard's partitions take turns");
+            // Cluster mode: the led partition of the shard; shard 1 leads 3 of its own.
+            assert_eq!(led, [[0, 0], [3, 3]][shard]);
+        }
+        clustered.set_here(3, false);
+        let led = runtime
+            .block_on(shards.handle(1).spawn(async move { clustered.pick_here() }))
+            .expect("ran");
+        assert_eq!(
+            led,
+            Some(0),
+            "no partition of its own led here: any led here"
+        );
     }
 }

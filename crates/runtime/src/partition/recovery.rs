@@ -215,13 +215,16 @@ struct Recovering<E> {
 
 /// Recovers `partitions` (by index, of `n` in all) from `store` at start-up, on as many
 /// threads as there are cores, from one read of the invocations table (the module's doc).
-/// The first failure, if any.
+/// With `homes` (the shards' runtimes), one thread per shard recovers the shard's partitions
+/// (partition `p` on `homes[p % homes.len()]`) inside its runtime, so the attempts and timers
+/// recovery starts run on the shard the partition runs on. The first failure, if any.
 pub(crate) fn recover_all<E: Send>(
     store: &Store,
     n: usize,
     partitions: Vec<(usize, Partition, E)>,
+    homes: &[tokio::runtime::Handle],
 ) -> Result<Vec<(Partition, E)>, CodedError> {
-    recover_all_in_batches(store, n, partitions, BATCH)
+    recover_all_in_batches(store, n, partitions, homes, BATCH)
 }
 
 /// [`recover_all`], handing the records over `batch` at a time (tests take small batches).
@@ -229,6 +232,7 @@ pub(crate) fn recover_all_in_batches<E: Send>(
     store: &Store,
     n: usize,
     partitions: Vec<(usize, Partition, E)>,
+    homes: &[tokio::runtime::Handle],
     batch: usize,
 ) -> Result<Vec<(Partition, E)>, CodedError> {
     if partitions.is_empty() {
@@ -239,27 +243,34 @@ pub(crate) fn recover_all_in_batches<E: Send>(
     for timer in store.with_db(store::load_timers)?? {
         timers[partition_of(timer.invocation)].push(timer);
     }
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .clamp(1, partitions.len());
+    let threads = if homes.is_empty() {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .clamp(1, partitions.len())
+    } else {
+        homes.len()
+    };
     // Where each partition's batches go: its thread and its slot there.
     let mut route: Vec<Option<(usize, usize)>> = vec![None; n];
     let mut groups: Vec<Vec<Given<E>>> = (0..threads).map(|_| Vec::new()).collect();
     for (nth, (index, partition, extra)) in partitions.into_iter().enumerate() {
-        let thread = nth % threads;
+        let thread = if homes.is_empty() { nth } else { index } % threads;
         route[index] = Some((thread, groups[thread].len()));
         let own = std::mem::take(&mut timers[index]);
         groups[thread].push((index, partition, extra, own));
     }
-    // Recovery starts attempts and timers: the threads work inside the caller's runtime.
-    let runtime = tokio::runtime::Handle::try_current().ok();
+    // Recovery starts attempts and timers: the threads work inside their shard's runtime, or
+    // the caller's.
+    let current = tokio::runtime::Handle::try_current().ok();
+    let runtime_of = |thread: usize| homes.get(thread).cloned().or_else(|| current.clone());
     let (scanned, mut done) = std::thread::scope(|scope| {
         let (emptied, returned) = mpsc::channel::<Batch>();
         let (senders, workers): (Vec<_>, Vec<_>) = groups
             .into_iter()
-            .map(|group| {
+            .enumerate()
+            .map(|(thread, group)| {
                 let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
-                let (runtime, emptied) = (runtime.clone(), emptied.clone());
+                let (runtime, emptied) = (runtime_of(thread), emptied.clone());
                 let worker = scope.spawn(move || {
                     let _inside = runtime.as_ref().map(tokio::runtime::Handle::enter);
                     recover_group(group, &rx, &emptied)

@@ -37,8 +37,10 @@ pub struct Runtime {
     /// The store's health once the partitions run: a partition stopped by a failed store is
     /// reported as that failure, not as a routing error.
     health: Arc<std::sync::OnceLock<Arc<sluice_store::health::Health>>>,
-    /// The tokio runtime the partitions run on, once they do.
+    /// The tokio runtime the partitions run on, once they do (off the shards).
     home: Arc<std::sync::OnceLock<tokio::runtime::Handle>>,
+    /// The shards the partitions run on, when they do (partition `p` on shard `p % shards`).
+    shards: Arc<std::sync::OnceLock<Arc<crate::shards::Shards>>>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
@@ -64,22 +66,38 @@ impl Runtime {
                 outbox: Arc::default(),
                 health: Arc::default(),
                 home: Arc::default(),
+                shards: Arc::default(),
             },
             Receivers(receivers),
         )
     }
 
-    /// Spawns `task` on the runtime the partitions run on (before they run, on the current
-    /// one). Cluster mode runs a leader's log writer there, beside its partition: each group
-    /// the partition hands it, and each answer back, then wakes no thread of another runtime.
-    pub fn spawn_beside<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    /// Runs the partitions on `shards` once they start ([`Self::spawn_with_rules`]), each on
+    /// shard `index % shards`, and places new invocations that may live on any on the calling
+    /// shard's partitions.
+    pub fn run_on(&self, shards: Arc<crate::shards::Shards>) {
+        self.placement.run_on_shards(shards.len());
+        let _ = self.shards.set(shards);
+    }
+
+    /// The runtime partition `index` runs on: its shard's, else the one the partitions were
+    /// started on, else (before they run) the current one.
+    fn home_of(&self, index: usize) -> tokio::runtime::Handle {
+        match (self.shards.get(), self.home.get()) {
+            (Some(shards), _) => shards.of_partition(index).clone(),
+            (None, Some(home)) => home.clone(),
+            (None, None) => tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// Spawns `task` on the runtime partition `index` runs on. Cluster mode runs a leader's log
+    /// writer there, beside its partition: each group the partition hands it, and each answer
+    /// back, then wakes no thread of another runtime.
+    pub fn spawn_beside<F>(&self, index: usize, task: F) -> tokio::task::JoinHandle<()>
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        match self.home.get() {
-            Some(home) => home.spawn(task),
-            None => tokio::spawn(task),
-        }
+        self.home_of(index).spawn(task)
     }
 
     /// Where each partition runs.
@@ -544,7 +562,10 @@ impl Runtime {
         let _ = self.health.set(Arc::clone(store.health()));
         let _ = self.home.set(tokio::runtime::Handle::current());
         let n = self.senders.len() as u64;
-        let client = AttemptClient::new(tls);
+        // One client per shard: a deployment connection's task runs on the shard that opened
+        // it, and only that shard's attempts use it.
+        let shards = self.shards.get().map_or(1, |shards| shards.len());
+        let clients: Vec<AttemptClient> = (0..shards).map(|_| AttemptClient::new(tls)).collect();
         // Embedded, the local log is the truth and the store a view behind it; in cluster
         // mode each partition's Kafka log is, and this writer only applies what landed there.
         let writer = match leads {
@@ -569,7 +590,7 @@ impl Runtime {
         let mut leads = leads.map(Vec::into_iter);
         for (index, (rx, queries)) in receivers.0.into_iter().enumerate() {
             let driver = {
-                let (runtime, client) = (self.clone(), client.clone());
+                let (runtime, client) = (self.clone(), clients[index % shards].clone());
                 let own = self.senders[index].clone();
                 move || -> Box<dyn super::driver::Driver> {
                     Box::new(super::driver::TokioDriver::new(
@@ -588,7 +609,12 @@ impl Runtime {
                     rules: rules.cloned(),
                     purging: purging.clone(),
                 };
-                handles.push(tokio::spawn(hosted.run((rx, queries), lead, driver, owns)));
+                handles.push(self.home_of(index).spawn(hosted.run(
+                    (rx, queries),
+                    lead,
+                    driver,
+                    owns,
+                )));
                 continue;
             }
             let mut partition = Partition::new(index as u32, &shared, driver());
@@ -597,10 +623,16 @@ impl Runtime {
             }
             recovering.push((index, partition, (rx, queries)));
         }
+        let homes: Vec<tokio::runtime::Handle> = self
+            .shards
+            .get()
+            .map(|shards| shards.handles().to_vec())
+            .unwrap_or_default();
         for (partition, (rx, queries)) in
-            super::recovery::recover_all(store, self.senders.len(), recovering)?
+            super::recovery::recover_all(store, self.senders.len(), recovering, &homes)?
         {
-            handles.push(tokio::spawn(async move {
+            let index = partition.index as usize;
+            handles.push(self.home_of(index).spawn(async move {
                 let (mut rx, mut queries) = (rx, queries);
                 partition.run(&mut rx, &mut queries).await;
             }));

@@ -929,7 +929,7 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
         .collect();
     let store = Arc::clone(&bench.partition.store);
     let recovered =
-        super::super::recovery::recover_all_in_batches(&store, 3, partitions, 100).unwrap();
+        super::super::recovery::recover_all_in_batches(&store, 3, partitions, &[], 100).unwrap();
     assert_eq!(recovered.len(), 3);
     for (index, (partition, ())) in (0u64..).zip(&recovered) {
         let own: Vec<&InvocationId> = ids
@@ -982,7 +982,7 @@ fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_
     let store = Arc::clone(&bench.partition.store);
     // One record per batch: the new invocation is queued before the started one is read.
     let recovered =
-        super::super::recovery::recover_all_in_batches(&store, 1, partitions, 1).unwrap();
+        super::super::recovery::recover_all_in_batches(&store, 1, partitions, &[], 1).unwrap();
     let attempted: Vec<InvocationId> = driver
         .started
         .lock()

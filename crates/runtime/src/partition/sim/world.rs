@@ -129,7 +129,7 @@ impl World {
             partition
         } else {
             let mut recovered =
-                crate::partition::recovery::recover_all(&store, 1, vec![(0, partition, ())])
+                crate::partition::recovery::recover_all(&store, 1, vec![(0, partition, ())], &[])
                     .expect("the partition recovers from what was committed");
             recovered.remove(0).0
         };
