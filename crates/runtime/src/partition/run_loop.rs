@@ -261,14 +261,34 @@ impl Partition {
             }
         }
         match applied {
-            // Even an empty set goes through the writer: its effects (an answer
-            // to a waiting caller, say) must not overtake earlier writes.
+            // A set with nothing to write, embedded: its effects (an answer to a waiting
+            // caller, say) must only not overtake this partition's earlier writes, and those
+            // are all in `pending` ahead of it, which answers in order. So it takes no trip
+            // through the writer's thread (nor one at all without effects).
+            Ok(()) if writes.is_empty() && self.writer.answers_empty_sets() => {
+                if !effects.is_empty() {
+                    pending.push_back((self.answered_here(), effects));
+                }
+            }
+            // Otherwise even an empty set goes through the writer, for the same order.
             Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
             Err(e) => fail(effects, &e),
         }
         // Queues woken while applying (a nudge, a rule change) start at once;
         // attempts started now write after the batch (the writer keeps order).
         self.dispatch();
+    }
+
+    /// A commit answered at once: what the writer would answer a set with nothing to write.
+    /// After a store failure nothing more is acknowledged, not even that (`writer.rs`).
+    fn answered_here(&self) -> Commit {
+        let (done, commit) = oneshot::channel();
+        let answer = match self.store.health().failure() {
+            Some(failure) => Err(failure.clone()),
+            None => Ok(()),
+        };
+        let _ = done.send(answer);
+        commit
     }
 
     pub(super) fn run_effects(&mut self, effects: Vec<Effect>) {

@@ -22,6 +22,9 @@ use crate::errors::CodedError;
 #[derive(Clone)]
 pub struct Writer {
     to: To,
+    /// The sets go to this process's own log (embedded mode): a set with nothing to write
+    /// needs no trip through it ([`Writer::answers_empty_sets`]).
+    local: bool,
 }
 
 /// Where a [`Writer`]'s sets go.
@@ -54,13 +57,28 @@ impl Writer {
             .name("sluice-writer".into())
             .spawn(move || write_loop(&store, rx))
             .expect("the writer thread starts");
-        Self::from_channel(tx)
+        Self::from_channel(tx).local()
     }
 
     fn from_channel(tx: mpsc::UnboundedSender<Job>) -> Self {
         Self {
             to: To::Channel(tx),
+            local: false,
         }
+    }
+
+    fn local(mut self) -> Self {
+        self.local = true;
+        self
+    }
+
+    /// Whether a set with nothing to write may be answered by its caller without this writer:
+    /// true when the sets go to this process's own log (embedded mode), where the one thing an
+    /// empty set orders is its caller's own earlier sets, which the caller can order itself.
+    /// In cluster mode an empty set still goes through the leader's log: a leader that lost
+    /// its partition learns so from its next record, and must not answer from memory before.
+    pub fn answers_empty_sets(&self) -> bool {
+        self.local
     }
 
     /// The writer of cluster mode for `store`: each set already landed in its partition's
@@ -73,6 +91,7 @@ impl Writer {
     fn from_view(view: super::view::applier::ViewWriter) -> Self {
         Self {
             to: To::View(Arc::new(view)),
+            local: false,
         }
     }
 
@@ -85,7 +104,8 @@ impl Writer {
                 store,
                 super::local::LocalLog::new(log),
                 checkpoints,
-            )),
+            ))
+            .local(),
             None => Self::start(store),
         }
     }
@@ -95,7 +115,7 @@ impl Writer {
     #[cfg(any(test, feature = "testing"))]
     pub fn manual_logged(store: Arc<Store>) -> Option<(Self, LoggedFlusher)> {
         let (tx, flusher) = LoggedFlusher::new(store)?;
-        Some((Self::from_channel(tx), flusher))
+        Some((Self::from_channel(tx).local(), flusher))
     }
 
     /// Cluster mode's view writer without its applier thread: sets are answered as they join
