@@ -91,8 +91,9 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     }
     // Checked before anything binds: a certificate that does not load stops the start.
     let ingress_tls = sluice_ingress::tls::IngressTls::from_config(&config.ingress)?;
-    let ingress_listener = bind(
+    let ingress_listeners = bind_for_shards(
         config.ingress.bind,
+        shards.len(),
         "ingress",
         "ingress.bind / --ingress-bind",
     )?;
@@ -101,7 +102,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     let admin_tls = admin::tls::acceptor(&config.admin)?;
     check_admin_exposure(&config, &admin_auth)?;
     let admin_listener = bind(config.admin.bind, "admin", "admin.bind / --admin-bind")?;
-    let ingress_addr = local_addr(&ingress_listener)?;
+    let ingress_addr = local_addr(&ingress_listeners[0])?;
     let admin_addr = local_addr(&admin_listener)?;
     let ingress_endpoint = match &config.ingress.advertised_endpoint {
         Some(endpoint) => endpoint.to_string(),
@@ -204,7 +205,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     }
     let ingress = IngressService::new(
         IngressApp::new(Arc::clone(&ingress_state)),
-        ingress_listener,
+        ingress_listeners,
         Arc::clone(&shards),
         config.ingress.connections.clone(),
         ingress_tls,
@@ -324,6 +325,47 @@ fn bind(addr: SocketAddr, name: &str, key: &str) -> Result<TcpListener, CodedErr
         socket.bind(&addr.into())?;
         socket.listen(1024)?;
         Ok(socket.into())
+    };
+    attempt().map_err(|e| bind_error(name, addr, key, &e))
+}
+
+/// One listening socket per shard on `addr`, with `SO_REUSEPORT`, so the kernel spreads new
+/// connections over the shards. The address is first bound once without it, which fails while
+/// anything listens there (another Sluice among them: its sockets then refuse the probe too):
+/// the option lets only this process's own shards share the port.
+fn bind_for_shards(
+    addr: SocketAddr,
+    shards: usize,
+    name: &str,
+    key: &str,
+) -> Result<Vec<TcpListener>, CodedError> {
+    let socket = || -> std::io::Result<socket2::Socket> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        Ok(socket)
+    };
+    let attempt = || -> std::io::Result<Vec<TcpListener>> {
+        // The probe: fails on a busy port, and fixes the port when `addr` asks for any.
+        let probe = socket()?;
+        probe.bind(&addr.into())?;
+        let bound = probe
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| std::io::Error::other("not an internet address"))?;
+        drop(probe);
+        (0..shards.max(1))
+            .map(|_| {
+                let socket = socket()?;
+                socket.set_reuse_port(true)?;
+                socket.bind(&bound.into())?;
+                socket.listen(1024)?;
+                Ok(socket.into())
+            })
+            .collect()
     };
     attempt().map_err(|e| bind_error(name, addr, key, &e))
 }

@@ -132,6 +132,31 @@ fn busy_admin_port_is_rt0004_naming_the_address() {
 }
 
 #[tokio::test]
+async fn a_second_sluice_on_a_serving_ones_ingress_port_is_rt0004_not_a_sharer_of_it() {
+    // The shards' listeners share the port among themselves (SO_REUSEPORT); another process
+    // must not join them.
+    let first = Sluice::builder().start().await.unwrap();
+    let port: u16 = first
+        .ingress_url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let done = Sluice::builder().ingress_port(port).run_to_exit().unwrap();
+    assert_startup_error(&done, "RT0004");
+    assert!(
+        done.stderr
+            .contains(&format!("ingress listener on 127.0.0.1:{port}")),
+        "{}",
+        done.stderr
+    );
+    let health = reqwest::get(format!("{}/health", first.admin_url))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+#[tokio::test]
 async fn second_instance_on_the_same_data_dir_is_rt0005() {
     let first = Sluice::builder().start().await.unwrap();
     let done = Sluice::builder()

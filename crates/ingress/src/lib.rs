@@ -265,36 +265,43 @@ fn ambiguous_framing(session: &mut ServerSession) -> Option<Response<Vec<u8>>> {
 /// The ingress as a pingora service, on a socket bound before start-up, its connections served
 /// on the shards (`sluice_runtime::shards`).
 ///
-/// Each shard runs pingora's accept loop and HTTP server (`ListeningService`) on its own
-/// descriptor of the one listening socket, so a connection is served, call after call, on the
-/// shard that accepted it, beside the partitions that shard runs: a fresh call's hand-over to
-/// its partition wakes no other thread. The kernel hands a new connection to whichever shard
-/// takes it first, which is an idle one when any is. One socket shared (not one per shard with
-/// `SO_REUSEPORT`): another process cannot join the port unnoticed.
+/// Each shard runs pingora's accept loop and HTTP server (`ListeningService`) on a listening
+/// socket of its own (`SO_REUSEPORT`: the kernel spreads new connections over them by their
+/// addresses), so a connection is served, call after call, on the shard that accepted it,
+/// beside the partitions that shard runs: a fresh call's hand-over to its partition wakes no
+/// other thread. (One socket shared by every shard left the choice to whichever woke first:
+/// all 32 connections of a benchmark once landed on one shard.)
 ///
 /// Pingora binds its own sockets when it starts its services, too late to report a busy port
 /// cleanly. It first looks for an already-open socket in its fd table under the same address, so
-/// this wrapper puts a duplicate of ours in each shard's table.
+/// this wrapper puts each shard's in that shard's table.
 pub struct IngressService {
     app: connections::GuardedHttp,
     address: String,
-    socket: Option<std::net::TcpListener>,
+    /// One listening socket per shard, in shard order.
+    sockets: Vec<std::net::TcpListener>,
     shards: Arc<sluice_runtime::shards::Shards>,
     tls: Option<Arc<tls::IngressTls>>,
 }
 
 impl IngressService {
-    /// Serves `app` on `listener` on each of `shards`, its connections bounded by `limits`;
-    /// accepts HTTP/1.1 and h2c, or with `tls` HTTPS (HTTP/2 or HTTP/1.1 by ALPN).
+    /// Serves `app` on `listeners` (one per shard, bound to one address) on `shards`, its
+    /// connections bounded by `limits`; accepts HTTP/1.1 and h2c, or with `tls` HTTPS (HTTP/2
+    /// or HTTP/1.1 by ALPN).
     pub fn new(
         app: IngressApp,
-        listener: std::net::TcpListener,
+        listeners: Vec<std::net::TcpListener>,
         shards: Arc<sluice_runtime::shards::Shards>,
         limits: sluice_config::ConnectionLimits,
         tls: Option<Arc<tls::IngressTls>>,
     ) -> std::io::Result<Self> {
-        let address = listener.local_addr()?.to_string();
-        listener.set_nonblocking(true)?;
+        let first = listeners
+            .first()
+            .ok_or_else(|| std::io::Error::other("no ingress listener"))?;
+        let address = first.local_addr()?.to_string();
+        for listener in &listeners {
+            listener.set_nonblocking(true)?;
+        }
         let mut server = HttpServer::new_app(app);
         let mut options = HttpServerOptions::default();
         options.h2c = true;
@@ -302,7 +309,7 @@ impl IngressService {
         Ok(Self {
             app: connections::GuardedHttp::new(server, limits, tls.clone()),
             address,
-            socket: Some(listener),
+            sockets: listeners,
             shards,
             tls,
         })
@@ -317,23 +324,15 @@ impl Service for IngressService {
         shutdown: ShutdownWatch,
         _listeners_per_fd: usize,
     ) {
-        let Some(socket) = self.socket.take() else {
-            return;
-        };
         if let Some(tls) = &self.tls {
             tokio::spawn(Arc::clone(tls).watch(shutdown.clone()));
         }
-        let mut serving = Vec::with_capacity(self.shards.len());
-        for shard in self.shards.handles() {
-            let own = match socket.try_clone() {
-                Ok(own) => OwnedFd::from(own),
-                Err(e) => {
-                    tracing::error!(error = %e, address = %self.address, "cannot share the ingress listener with a shard");
-                    continue;
-                }
-            };
+        let sockets = std::mem::take(&mut self.sockets);
+        let mut serving = Vec::with_capacity(sockets.len());
+        for (socket, shard) in sockets.into_iter().zip(self.shards.handles()) {
             let fds: ListenFds = Arc::new(pingora::server::Fds::new().into());
-            fds.lock().add(self.address.clone(), own.into_raw_fd());
+            fds.lock()
+                .add(self.address.clone(), OwnedFd::from(socket).into_raw_fd());
             let mut listening = ListeningService::new("ingress".to_owned(), self.app.clone());
             listening.add_tcp(&self.address);
             let shutdown = shutdown.clone();
@@ -341,8 +340,6 @@ impl Service for IngressService {
                 listening.start_service(Some(fds), shutdown, 1).await;
             }));
         }
-        // This service's own descriptor: the shards hold theirs.
-        drop(socket);
         for shard in serving {
             let _ = shard.await;
         }
