@@ -313,15 +313,22 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
-/// Binds with `SO_REUSEADDR` (a restart must not wait out TIME_WAIT), as pingora would.
+/// A TCP socket for `addr` with `SO_REUSEADDR` (a restart must not wait out TIME_WAIT), as
+/// pingora would make it.
+fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    Ok(socket)
+}
+
+/// A listening socket on `addr`.
 fn bind(addr: SocketAddr, name: &str, key: &str) -> Result<TcpListener, CodedError> {
     let attempt = || -> std::io::Result<TcpListener> {
-        let socket = socket2::Socket::new(
-            socket2::Domain::for_address(addr),
-            socket2::Type::STREAM,
-            Some(socket2::Protocol::TCP),
-        )?;
-        socket.set_reuse_address(true)?;
+        let socket = new_socket(addr)?;
         socket.bind(&addr.into())?;
         socket.listen(1024)?;
         Ok(socket.into())
@@ -339,18 +346,9 @@ fn bind_for_shards(
     name: &str,
     key: &str,
 ) -> Result<Vec<TcpListener>, CodedError> {
-    let socket = || -> std::io::Result<socket2::Socket> {
-        let socket = socket2::Socket::new(
-            socket2::Domain::for_address(addr),
-            socket2::Type::STREAM,
-            Some(socket2::Protocol::TCP),
-        )?;
-        socket.set_reuse_address(true)?;
-        Ok(socket)
-    };
     let attempt = || -> std::io::Result<Vec<TcpListener>> {
         // The probe: fails on a busy port, and fixes the port when `addr` asks for any.
-        let probe = socket()?;
+        let probe = new_socket(addr)?;
         probe.bind(&addr.into())?;
         let bound = probe
             .local_addr()?
@@ -359,7 +357,7 @@ fn bind_for_shards(
         drop(probe);
         (0..shards.max(1))
             .map(|_| {
-                let socket = socket()?;
+                let socket = new_socket(bound)?;
                 socket.set_reuse_port(true)?;
                 socket.bind(&bound.into())?;
                 socket.listen(1024)?;
