@@ -13,7 +13,8 @@ use sluice_runtime::node::Node;
 use sluice_runtime::partition::Receivers;
 use sluice_runtime::partition::runtime::Lead;
 
-/// Runs the partitions, on pingora's runtime for them.
+/// Recovers the partitions and starts each on its shard (`sluice_runtime::shards`); then
+/// watches them on pingora's runtime for this service.
 pub struct PartitionsService {
     node: Node,
     receivers: Mutex<Option<Receivers>>,
