@@ -8,6 +8,7 @@
 //! `ingress.connections.max-streams` streams at once, and one whose stream stalled closes
 //! after the header-read timeout without streams instead of the idle timeout.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -23,6 +24,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::IngressApp;
+use super::in_flight::InFlightGuard;
 use sluice_config::ConnectionLimits;
 use sluice_listeners::per_ip::PerIp;
 
@@ -30,6 +32,13 @@ tokio::task_local! {
     /// Set by the app once a request's headers are read: the connection's header deadline no
     /// longer applies to that request.
     pub(super) static HEADERS_READ: Arc<AtomicBool>;
+}
+
+tokio::task_local! {
+    /// Set around the serving of each request, its answer's writing included: the request's
+    /// in-flight mark waits here until its response has been written, so a drain that finds
+    /// nothing in flight (and ends the process) never cuts off an answer still being sent.
+    static ANSWERING: RefCell<Option<InFlightGuard>>;
 }
 
 tokio::task_local! {
@@ -42,6 +51,15 @@ tokio::task_local! {
 struct StreamDeadline {
     per_read: Duration,
     streams: Arc<OpenStreams>,
+}
+
+/// Keeps `guard` (the current request's in-flight mark) until the request's response has been
+/// written; returned when the request is served outside a connection of this module (then
+/// its caller keeps it).
+pub(super) fn hold_until_written(guard: InFlightGuard) -> Option<InFlightGuard> {
+    let mut guard = Some(guard);
+    let _ = ANSWERING.try_with(|slot| *slot.borrow_mut() = guard.take());
+    guard
 }
 
 /// Tells the connection serving the current request that its headers are in.
@@ -105,7 +123,10 @@ async fn with_header_deadline<T>(
     request: impl std::future::Future<Output = Option<T>>,
 ) -> Option<T> {
     let read = Arc::new(AtomicBool::new(false));
-    let request = HEADERS_READ.scope(Arc::clone(&read), request);
+    let request = ANSWERING.scope(
+        RefCell::new(None),
+        HEADERS_READ.scope(Arc::clone(&read), request),
+    );
     tokio::pin!(request);
     tokio::select! {
         done = &mut request => return done,
@@ -245,11 +266,14 @@ impl GuardedHttp {
             };
             let app = Arc::clone(&self.inner);
             let shutdown = shutdown.clone();
-            tokio::spawn(STREAM.scope(deadline, async move {
-                let _open = open;
-                app.process_new_http(ServerSession::new_http2(session), &shutdown)
-                    .await;
-            }));
+            tokio::spawn(STREAM.scope(
+                deadline,
+                ANSWERING.scope(RefCell::new(None), async move {
+                    let _open = open;
+                    app.process_new_http(ServerSession::new_http2(session), &shutdown)
+                        .await;
+                }),
+            ));
         }
     }
 }
@@ -354,5 +378,33 @@ impl ServerApp for GuardedHttp {
 
     async fn cleanup(&self) {
         ServerApp::cleanup(&*self.inner).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::in_flight::InFlight;
+
+    #[tokio::test]
+    async fn a_request_stays_in_flight_until_its_serving_ends_not_when_its_answer_is_made() {
+        let in_flight = Arc::new(InFlight::default());
+        let served = ANSWERING.scope(RefCell::new(None), async {
+            // What the app does while making the answer.
+            let kept = hold_until_written(in_flight.enter());
+            assert!(kept.is_none(), "the connection keeps it");
+            drop(kept);
+            // The answer is made; its writing (still in the scope) counts as in flight.
+            tokio::task::yield_now().await;
+            in_flight.current()
+        });
+        assert_eq!(served.await, 1, "in flight while the response is written");
+        assert_eq!(in_flight.current(), 0, "done once the serving ended");
+        // Outside a connection of this module, the caller keeps the mark.
+        let kept = hold_until_written(in_flight.enter());
+        assert!(kept.is_some());
+        assert_eq!(in_flight.current(), 1);
+        drop(kept);
+        assert_eq!(in_flight.current(), 0);
     }
 }

@@ -75,7 +75,8 @@ impl IngressApp {
 impl ServeHttp for IngressApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         connections::headers_read();
-        let _in_flight = self.state.in_flight.enter();
+        // Counted until the response is written, not only until it is made.
+        let _in_flight = connections::hold_until_written(self.state.in_flight.enter());
         let started = std::time::Instant::now();
         let (kind, resp) = self.answer(session).await;
         record_request(kind, &resp, started);
