@@ -99,42 +99,34 @@ impl Placement {
         let _ = self.shards.set(shards.max(1));
     }
 
-    /// A partition for a new invocation that may live on any: one led here, and one of the
-    /// calling shard's when it has one (its hand-over then wakes no other thread), in turn.
-    /// `None`: anywhere, by its id (embedded off the shards), or this node leads none.
+    /// A partition for a new invocation that may live on any: one led here (embedded: every
+    /// one), and one of the calling shard's when it has one (its hand-over then wakes no other
+    /// thread), in turn. `None`: anywhere, by its id (embedded off the shards), or this node
+    /// leads none.
     pub fn pick_here(&self) -> Option<usize> {
         let shard = self
             .shards
             .get()
             .and_then(|&shards| crate::shards::current().map(|shard| (shard % shards, shards)));
-        if !self.clustered {
-            // Every partition runs here: the shard's own are every `shards`-th from its index.
-            let (shard, shards) = shard?;
-            let n = self.here.len();
-            let mine = if shard < n {
-                (n - shard).div_ceil(shards)
-            } else {
-                0
-            };
-            return (mine > 0).then(|| shard + shards * crate::shards::next_turn(mine));
+        if !self.clustered && shard.is_none() {
+            return None;
         }
         let led = |index: &usize| self.here[*index].load(Ordering::Acquire);
         let on_shard = |index: &usize| shard.is_none_or(|(shard, shards)| index % shards == shard);
-        let mine = (0..self.here.len())
-            .filter(|i| led(i) && on_shard(i))
-            .count();
-        let (count, only_mine) = if mine > 0 {
-            (mine, true)
-        } else {
-            ((0..self.here.len()).filter(led).count(), false)
-        };
+        let only_mine = (0..self.here.len()).any(|i| led(&i) && on_shard(&i));
+        let candidates =
+            || (0..self.here.len()).filter(move |i| led(i) && (!only_mine || on_shard(i)));
+        let count = candidates().count();
         if count == 0 {
             return None;
         }
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % count;
-        (0..self.here.len())
-            .filter(|i| led(i) && (!only_mine || on_shard(i)))
-            .nth(turn)
+        // A shard takes turns on its own counter: a shared one would bounce between cores on
+        // every call.
+        let turn = match shard {
+            Some(_) => crate::shards::next_turn(count),
+            None => self.next.fetch_add(1, Ordering::Relaxed) % count,
+        };
+        candidates().nth(turn)
     }
 
     /// Whether partition `index` runs here.
