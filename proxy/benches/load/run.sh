@@ -43,6 +43,9 @@ if [ -n "${PERF_OUT:-}" ]; then
   perf_pid=$!
 fi
 [ "${THREADS:-0}" = 1 ] && thread_counters "$server" > "$work/threads.before"
+# Every run counts Sluice's syncs of its files (fdatasync and fsync) while wrk measures.
+perf stat -e syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync -x, -o "$work/syncs" -p "$server" -- sleep "$seconds" &
+syncs_pid=$!
 cpu_before=$(cpu_seconds "$server")
 ctx_before=$(ctx_switches "$server")
 dep_before=$(cpu_seconds "$dep")
@@ -51,10 +54,12 @@ cpu_after=$(cpu_seconds "$server")
 ctx_after=$(ctx_switches "$server")
 dep_after=$(cpu_seconds "$dep")
 [ "${THREADS:-0}" = 1 ] && thread_counters "$server" > "$work/threads.after"
+wait "$syncs_pid" || true
+syncs=$(awk -F, '$1 ~ /^[0-9]+$/ {n += $1} END {print n + 0}' "$work/syncs")
 requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 python3 -c "
 cpu = $cpu_after - $cpu_before
-print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches and {$syncs / max($requests, 1):.3f} syncs per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
 # THREADS=1: where the CPU and the context switches went, by thread name.
 if [ "${THREADS:-0}" = 1 ]; then
   python3 - "$work/threads.before" "$work/threads.after" "$requests" "$(getconf CLK_TCK)" <<'PY'

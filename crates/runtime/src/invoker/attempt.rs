@@ -13,19 +13,20 @@
 //! content type RT0012, silence for `abort-timeout` RT0001, an oversize message RT0003.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderName, HeaderValue, Request, StatusCode, header};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Frame as BodyFrame;
+use http::{HeaderName, HeaderValue, Request, StatusCode, Version, header};
+use http_body_util::Full;
+use hyper::body::Body as _;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
+
+use super::connections::{Address, Addresses, OpenError};
 
 use crate::deployment_tls::{Connector, DeploymentTls};
 use crate::errors::{Code, CodedError};
@@ -37,8 +38,8 @@ use crate::protocol::{Frame, FrameDecoder, Message, MessageType, ProtocolVersion
 /// Everything one attempt needs.
 #[derive(Debug, Clone)]
 pub struct AttemptRequest {
-    /// The deployment's base URI.
-    pub uri: url::Url,
+    /// The deployment's base URI, as registered (parsed once per client, not per attempt).
+    pub uri: String,
     /// Speak HTTP/1.1 (request/response deployments registered with `use_http_11`).
     pub use_http_11: bool,
     /// Sent with every request.
@@ -145,13 +146,15 @@ impl AttemptError {
     }
 }
 
-type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-/// Runs attempts; one per process (it pools connections).
+/// Runs attempts. One per shard: its HTTP/2 connections (one per deployment address) serve
+/// that shard's attempts, and their tasks run on that shard.
 #[derive(Debug, Clone)]
 pub struct AttemptClient {
-    h2: Client<Connector, Body>,
-    h1: Client<Connector, Body>,
+    /// HTTP/1.1 deployments: hyper's pooled client (request/response only).
+    h1: Client<Connector, Full<Bytes>>,
+    /// HTTP/2 deployments: connections of our own on the `h2` crate (`connections.rs`).
+    h2: Connector,
+    addresses: Arc<Addresses>,
 }
 
 /// Receives the deployment's messages (after the replayed journal) as they arrive, with their
@@ -186,10 +189,9 @@ impl AttemptClient {
     /// A client reaching `https://` deployments with what `tls` trusts.
     pub fn new(tls: &DeploymentTls) -> Self {
         Self {
-            h2: Client::builder(TokioExecutor::new())
-                .http2_only(true)
-                .build(tls.connector(None, true)),
             h1: Client::builder(TokioExecutor::new()).build(tls.connector(None, false)),
+            h2: tls.connector(None, true),
+            addresses: Arc::default(),
         }
     }
 }
@@ -241,85 +243,39 @@ fn replay(req: &AttemptRequest) -> Bytes {
     body.freeze()
 }
 
-fn invoke_url(req: &AttemptRequest) -> String {
-    let mut url = req.uri.clone();
-    let base = req.uri.path().trim_end_matches('/');
-    url.set_path(&format!("{base}/invoke/{}/{}", req.service, req.handler));
-    url.to_string()
-}
-
-/// The request body: the replay, then (bidi) whatever arrives on `outbound` until it closes or
-/// `close` fires.
-fn request_body(
+/// The request's head: the address's template, then the protocol's headers and the
+/// deployment's own.
+fn head(
     req: &AttemptRequest,
-    outbound: Option<(mpsc::UnboundedReceiver<Bytes>, oneshot::Receiver<()>)>,
-) -> Body {
-    let replay = replay(req);
-    match outbound {
-        None => Full::new(replay).boxed_unsync(),
-        Some((rx, close)) => Streaming {
-            replay: Some(replay),
-            rx,
-            close,
-            done: false,
-        }
-        .boxed_unsync(),
-    }
-}
-
-/// A bidi request body.
-struct Streaming {
-    replay: Option<Bytes>,
-    rx: mpsc::UnboundedReceiver<Bytes>,
-    close: oneshot::Receiver<()>,
-    done: bool,
-}
-
-impl hyper::body::Body for Streaming {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<BodyFrame<Bytes>, Infallible>>> {
-        let this = &mut *self;
-        if let Some(replay) = this.replay.take() {
-            return Poll::Ready(Some(Ok(BodyFrame::data(replay))));
-        }
-        // Closing (or the attempt going away) ends the body even with frames still queued:
-        // they are in the journal and reach the SDK through the next replay.
-        if this.done || Pin::new(&mut this.close).poll(cx).is_ready() {
-            this.done = true;
-            return Poll::Ready(None);
-        }
-        match this.rx.poll_recv(cx) {
-            Poll::Ready(Some(bytes)) => Poll::Ready(Some(Ok(BodyFrame::data(bytes)))),
-            Poll::Ready(None) => {
-                this.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done
-    }
-}
-
-fn build(req: &AttemptRequest, body: Body) -> Result<Request<Body>, AttemptError> {
-    let content_type = req.protocol.content_type();
-    let mut builder = Request::post(invoke_url(req))
-        .header(header::CONTENT_TYPE, content_type)
-        .header(header::ACCEPT, content_type)
-        .header("x-restate-invocation-id", req.invocation_id.to_string());
+    address: &Address,
+    version: Version,
+) -> Result<Request<()>, AttemptError> {
+    let invalid = |what: String| err(Code::RT0006, format!("cannot build the request: {what}"));
+    let mut request = address
+        .invoke(&req.service, &req.handler, version)
+        .ok_or_else(|| {
+            invalid(format!(
+                "'{}/{}' is no valid path",
+                req.service, req.handler
+            ))
+        })?;
+    let headers = request.headers_mut();
+    let content_type = HeaderValue::from_static(req.protocol.content_type());
+    headers.insert(header::CONTENT_TYPE, content_type.clone());
+    headers.insert(header::ACCEPT, content_type);
+    let id = HeaderValue::try_from(req.invocation_id.to_string())
+        .map_err(|e| invalid(format!("invocation id: {e}")))?;
+    headers.insert(INVOCATION_ID, id);
     if let Some(traceparent) = &req.traceparent {
-        builder = builder.header("traceparent", traceparent);
+        let value = HeaderValue::try_from(traceparent.as_str())
+            .map_err(|e| invalid(format!("traceparent: {e}")))?;
+        headers.insert(TRACEPARENT, value);
     }
     if let Some(key) = &req.key {
         let encoded: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();
-        builder = builder.header("x-restate-service-key", encoded);
+        let value =
+            HeaderValue::try_from(encoded).map_err(|e| invalid(format!("service key: {e}")))?;
+        headers.insert(SERVICE_KEY, value);
     }
     for (name, value) in &req.additional_headers {
         let (Ok(name), Ok(value)) = (
@@ -331,11 +287,115 @@ fn build(req: &AttemptRequest, body: Body) -> Result<Request<Body>, AttemptError
                 format!("invalid additional header '{name}'"),
             ));
         };
-        builder = builder.header(name, value);
+        headers.append(name, value);
     }
-    builder
-        .body(body)
-        .map_err(|e| err(Code::RT0006, format!("cannot build the request: {e}")))
+    Ok(request)
+}
+
+const INVOCATION_ID: HeaderName = HeaderName::from_static("x-restate-invocation-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const SERVICE_KEY: HeaderName = HeaderName::from_static("x-restate-service-key");
+
+/// The request body of an HTTP/2 attempt while it is open (bidi): what the partition sends on
+/// the [`Outbound`] goes down the stream whenever the attempt's task is polled, in the same
+/// turn as the frames it reads. The frames are in memory already, so handing them to `h2`
+/// without waiting for its send window holds nothing more.
+struct Sending {
+    stream: Option<h2::SendStream<Bytes>>,
+    outbound: Option<mpsc::UnboundedReceiver<Bytes>>,
+    /// Whether any frame besides the replay went down (an attempt that sent some cannot be
+    /// resent as it was).
+    forwarded: bool,
+}
+
+impl Sending {
+    fn open(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Ends the request body. Frames still queued stay behind: they are in the journal and
+    /// reach the SDK through the next replay.
+    fn close(&mut self) {
+        if let Some(mut stream) = self.stream.take() {
+            let _ = stream.send_data(Bytes::new(), true);
+        }
+        self.outbound = None;
+    }
+
+    fn pump(&mut self, cx: &mut Context<'_>) {
+        let (Some(stream), Some(outbound)) = (&mut self.stream, &mut self.outbound) else {
+            return;
+        };
+        loop {
+            match outbound.poll_recv(cx) {
+                Poll::Ready(Some(frame)) => {
+                    self.forwarded = true;
+                    // A stream the deployment reset fails here and in what the response
+                    // reads next: that read reports it.
+                    if stream.send_data(frame, false).is_err() {
+                        self.stream = None;
+                        self.outbound = None;
+                        return;
+                    }
+                }
+                // The partition let go of the attempt's body: it ends.
+                Poll::Ready(None) => return self.close(),
+                Poll::Pending => return,
+            }
+        }
+    }
+}
+
+/// A response's body being read.
+enum Incoming {
+    H1(hyper::body::Incoming),
+    H2(h2::RecvStream, Sending),
+}
+
+impl Incoming {
+    fn request_open(&self) -> bool {
+        matches!(self, Self::H2(_, sending) if sending.open())
+    }
+
+    fn close_request(&mut self) {
+        if let Self::H2(_, sending) = self {
+            sending.close();
+        }
+    }
+
+    /// The next bytes of the body; `None` at its end. Moves the bidi request body along.
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, String>>> {
+        match self {
+            Self::H1(body) => loop {
+                match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Poll::Ready(Some(Ok(data)));
+                        }
+                    }
+                    Some(Err(e)) => return Poll::Ready(Some(Err(e.to_string()))),
+                    None => return Poll::Ready(None),
+                }
+            },
+            Self::H2(body, sending) => {
+                sending.pump(cx);
+                match std::task::ready!(body.poll_data(cx)) {
+                    Some(Ok(data)) => {
+                        // The bytes are ours now (the decoder holds at most a message): the
+                        // deployment may send more.
+                        let _ = body.flow_control().release_capacity(data.len());
+                        Poll::Ready(Some(Ok(data)))
+                    }
+                    Some(Err(e)) => Poll::Ready(Some(Err(e.to_string()))),
+                    None => Poll::Ready(None),
+                }
+            }
+        }
+    }
+
+    async fn data(&mut self) -> Option<Result<Bytes, String>> {
+        std::future::poll_fn(|cx| self.poll_data(cx)).await
+    }
 }
 
 /// The code an `ErrorMessage` is recorded with: 570 journal mismatch (RT0016), 571 protocol
@@ -383,18 +443,28 @@ impl AttemptClient {
     }
 
     /// Runs one attempt, handing messages to `sink` as they arrive. With `outbound` the request
-    /// body stays open (bidi) and carries what is sent on the paired [`Outbound`].
+    /// body stays open (bidi, HTTP/2 only) and carries what is sent on the paired
+    /// [`Outbound`].
     pub async fn stream(
         &self,
         req: &AttemptRequest,
         outbound: Option<mpsc::UnboundedReceiver<Bytes>>,
         sink: &mut impl MessageSink,
     ) -> Result<(Ending, Option<String>), AttemptError> {
-        let (close, closed) = oneshot::channel();
-        let mut close = outbound.is_some().then_some(close);
-        let request = build(req, request_body(req, outbound.map(|rx| (rx, closed))))?;
-        let client = if req.use_http_11 { &self.h1 } else { &self.h2 };
-        let response = tokio::time::timeout(req.abort_timeout, client.request(request))
+        let address = self.addresses.get(&req.uri).ok_or_else(|| {
+            err(
+                Code::RT0011,
+                format!("the deployment's uri '{}' is no http(s) URI", req.uri),
+            )
+        })?;
+        let opening = async {
+            if req.use_http_11 {
+                self.open_h1(req, &address).await
+            } else {
+                self.open_h2(req, &address, outbound).await
+            }
+        };
+        let (parts, mut body) = tokio::time::timeout(req.abort_timeout, opening)
             .await
             .map_err(|_| {
                 err(
@@ -404,17 +474,10 @@ impl AttemptClient {
                         req.abort_timeout
                     ),
                 )
-            })?
-            .map_err(|e| AttemptError {
-                unreachable: e.is_connect(),
-                ..err(
-                    Code::RT0010,
-                    format!("cannot reach the deployment at {}: {e}", req.uri),
-                )
-            })?;
-        let status = response.status();
-        let retry_after = response
-            .headers()
+            })??;
+        let status = parts.status;
+        let retry_after = parts
+            .headers
             .get(header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
@@ -422,12 +485,11 @@ impl AttemptClient {
         if !status.is_success() {
             return Err(status_error(status, retry_after));
         }
-        let content_type = response
-            .headers()
+        let content_type = parts
+            .headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+            .unwrap_or_default();
         if content_type != req.protocol.content_type() {
             return Err(err(
                 Code::RT0012,
@@ -438,14 +500,19 @@ impl AttemptClient {
             ));
         }
         sink.answered().await;
-        let sdk = response
-            .headers()
+        let sdk = parts
+            .headers
             .get("x-restate-server")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let mut body = response.into_body();
         let mut decoder = FrameDecoder::new(req.message_size_limit);
         let mut ending = None;
+        // One timer for the whole attempt: a message only moves the deadline, and the timer
+        // is re-armed when it fires before it.
+        let mut deadline = tokio::time::Instant::now();
+        let timer = tokio::time::sleep_until(deadline);
+        tokio::pin!(timer);
+        let mut waiting = None;
         loop {
             while let Some(frame) = decoder.next_frame()? {
                 if ending.is_some() {
@@ -477,43 +544,53 @@ impl AttemptClient {
             }
             // Bidi: the response only closes after the request does. Close it and report the
             // ending now; the rest of the stream is read off the invocation's path.
-            if ending.is_some()
-                && let Some(close) = close.take()
-            {
-                let _ = close.send(());
+            if ending.is_some() && body.request_open() {
+                body.close_request();
                 tokio::spawn(drain_tail(body, req.abort_timeout, req.invocation_id));
                 return Ok((ending.take().expect("checked"), sdk));
             }
             // While the request body is open, silence means "idle": close it so the SDK
             // suspends. Once it is closed, silence means the deployment is stuck (RT0001).
-            let wait = if close.is_some() {
+            let wait = if body.request_open() {
                 req.inactivity_timeout
             } else {
                 req.abort_timeout
             };
-            let next = match tokio::time::timeout(wait, body.frame()).await {
-                Ok(next) => next,
-                Err(_) => match close.take() {
-                    Some(close) => {
-                        let _ = close.send(());
-                        continue;
+            if waiting != Some(wait) {
+                waiting = Some(wait);
+                deadline = tokio::time::Instant::now() + wait;
+            }
+            let next = std::future::poll_fn(|cx| {
+                if let Poll::Ready(next) = body.poll_data(cx) {
+                    return Poll::Ready(Some(next));
+                }
+                while timer.as_mut().poll(cx).is_ready() {
+                    if timer.deadline() >= deadline {
+                        return Poll::Ready(None);
                     }
-                    None => {
-                        return Err(err(
-                            Code::RT0001,
-                            format!(
-                                "no message from the deployment within the abort timeout ({:?})",
-                                req.abort_timeout
-                            ),
-                        ));
-                    }
-                },
+                    timer.as_mut().reset(deadline);
+                }
+                Poll::Pending
+            })
+            .await;
+            let Some(next) = next else {
+                if body.request_open() {
+                    body.close_request();
+                    waiting = None;
+                    continue;
+                }
+                return Err(err(
+                    Code::RT0001,
+                    format!(
+                        "no message from the deployment within the abort timeout ({:?})",
+                        req.abort_timeout
+                    ),
+                ));
             };
             match next {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        decoder.push(&data);
-                    }
+                Some(Ok(data)) => {
+                    deadline = tokio::time::Instant::now() + wait;
+                    decoder.push(&data);
                 }
                 Some(Err(e)) => {
                     return Err(err(Code::RT0010, format!("the response stream broke: {e}")));
@@ -538,16 +615,92 @@ impl AttemptClient {
         })?;
         Ok((ending, sdk))
     }
+
+    /// Sends the request over HTTP/1.1 (hyper's pool) and waits for the response's head.
+    async fn open_h1(
+        &self,
+        req: &AttemptRequest,
+        address: &Address,
+    ) -> Result<(http::response::Parts, Incoming), AttemptError> {
+        let request = head(req, address, Version::HTTP_11)?.map(|()| Full::new(replay(req)));
+        let response = self.h1.request(request).await.map_err(|e| AttemptError {
+            unreachable: e.is_connect(),
+            ..unreachable_error(req, &e)
+        })?;
+        let (parts, body) = response.into_parts();
+        Ok((parts, Incoming::H1(body)))
+    }
+
+    /// Opens a stream on the address's HTTP/2 connection, sends the replay (and, bidi, keeps
+    /// the body open) and waits for the response's head. A stream the deployment refused
+    /// before reading it (`REFUSED_STREAM`, or a connection going away past it) is sent once
+    /// more on a fresh stream, as long as nothing but the replay went down it.
+    async fn open_h2(
+        &self,
+        req: &AttemptRequest,
+        address: &Address,
+        mut outbound: Option<mpsc::UnboundedReceiver<Bytes>>,
+    ) -> Result<(http::response::Parts, Incoming), AttemptError> {
+        let replay = replay(req);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut sender = address.ready(&self.h2).await.map_err(|e| AttemptError {
+                unreachable: matches!(e, OpenError::Connect(_)),
+                ..unreachable_error(req, &e)
+            })?;
+            let head = head(req, address, Version::HTTP_2)?;
+            let bidi = outbound.is_some();
+            let (mut response, mut stream) = sender
+                .send_request(head, false)
+                .map_err(|e| unreachable_error(req, &e))?;
+            stream
+                .send_data(replay.clone(), !bidi)
+                .map_err(|e| unreachable_error(req, &e))?;
+            let mut sending = Sending {
+                stream: bidi.then_some(stream),
+                outbound: outbound.take(),
+                forwarded: false,
+            };
+            let answer = std::future::poll_fn(|cx| {
+                sending.pump(cx);
+                Pin::new(&mut response).poll(cx)
+            })
+            .await;
+            match answer {
+                Ok(response) => {
+                    let (parts, body) = response.into_parts();
+                    return Ok((parts, Incoming::H2(body, sending)));
+                }
+                Err(e) if tries == 1 && !sending.forwarded && refused(&e) => {
+                    outbound = sending.outbound.take();
+                }
+                Err(e) => return Err(unreachable_error(req, &e)),
+            }
+        }
+    }
+}
+
+/// Whether the deployment turned the stream away before processing it.
+fn refused(e: &h2::Error) -> bool {
+    e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote())
+}
+
+fn unreachable_error(req: &AttemptRequest, e: &dyn std::fmt::Display) -> AttemptError {
+    err(
+        Code::RT0010,
+        format!("cannot reach the deployment at {}: {e}", req.uri),
+    )
 }
 
 /// Reads what is left of a bidi response after its terminal message. Anything but the end is
 /// a protocol violation; the invocation has moved on, so it is only logged.
-async fn drain_tail(mut body: hyper::body::Incoming, within: Duration, id: InvocationId) {
+async fn drain_tail(mut body: Incoming, within: Duration, id: InvocationId) {
     loop {
-        match tokio::time::timeout(within, body.frame()).await {
+        match tokio::time::timeout(within, body.data()).await {
             Ok(None) => return,
-            Ok(Some(Ok(frame))) => {
-                if frame.data_ref().is_some_and(|d| !d.is_empty()) {
+            Ok(Some(Ok(data))) => {
+                if !data.is_empty() {
                     tracing::warn!(invocation = %id, error.code = "RT0012", "the deployment wrote after the end of its stream; ignored");
                     return;
                 }

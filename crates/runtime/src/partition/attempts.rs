@@ -86,7 +86,7 @@ impl Partition {
             bidi = d.protocol_mode == ProtocolMode::BidiStream
                 && !invoker.inactivity_timeout.0.is_zero();
             Some(AttemptRequest {
-                uri: uri.parse().ok()?,
+                uri: uri.clone(),
                 use_http_11: *use_http_11,
                 additional_headers: d.additional_headers.clone(),
                 service: target.service.clone(),

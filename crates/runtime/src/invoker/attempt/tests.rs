@@ -9,6 +9,8 @@ use axum::response::Response;
 use axum::routing::post;
 use bytes::BytesMut;
 
+use std::sync::Arc;
+
 use super::*;
 
 const V6: &str = "application/vnd.restate.invocation.v6";
@@ -67,7 +69,7 @@ fn request(addr: SocketAddr) -> AttemptRequest {
         name: String::new(),
     });
     AttemptRequest {
-        uri: format!("http://{addr}/").parse().unwrap(),
+        uri: format!("http://{addr}/"),
         use_http_11: false,
         additional_headers: BTreeMap::new(),
         service: "Greeter".into(),
@@ -221,13 +223,99 @@ fn error_messages_map_to_codes() {
 }
 
 #[test]
-fn the_deployment_gets_the_traceparent() {
+fn the_deployment_gets_the_traceparent_the_key_and_its_own_headers() {
     let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
     let mut req = request(addr);
-    let built = build(&req, Full::new(Bytes::new()).boxed_unsync()).unwrap();
+    let addresses = Addresses::default();
+    let address = addresses.get(&req.uri).unwrap();
+    let built = head(&req, &address, Version::HTTP_2).unwrap();
     assert!(built.headers().get("traceparent").is_none());
+    assert!(built.headers().get("x-restate-service-key").is_none());
+    assert_eq!(built.headers()["content-type"], V6);
+    assert_eq!(built.headers()["accept"], V6);
+    assert_eq!(
+        built.headers()["x-restate-invocation-id"],
+        req.invocation_id.to_string().as_str()
+    );
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     req.traceparent = Some(traceparent.into());
-    let built = build(&req, Full::new(Bytes::new()).boxed_unsync()).unwrap();
+    req.key = Some("a key/ü".into());
+    req.additional_headers
+        .insert("x-tenant".into(), "acme".into());
+    let built = head(&req, &address, Version::HTTP_2).unwrap();
     assert_eq!(built.headers()["traceparent"], traceparent);
+    assert_eq!(built.headers()["x-restate-service-key"], "a+key%2F%C3%BC");
+    assert_eq!(built.headers()["x-tenant"], "acme");
+    req.additional_headers
+        .insert("bad header".into(), "x".into());
+    let e = head(&req, &address, Version::HTTP_2).unwrap_err();
+    assert_eq!(e.error.code, Some(Code::RT0006), "{}", e.error);
+}
+
+/// An HTTP/2 deployment on the `h2` crate that answers every stream with Output and End,
+/// and sends each connection away (GOAWAY) after `streams_per_connection` streams (a
+/// deployment restarting, a proxy's idle timeout). Counts the connections it accepted.
+async fn h2_deployment(
+    streams_per_connection: usize,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut connection = h2::server::handshake(socket).await.unwrap();
+                for _ in 0..streams_per_connection {
+                    let Some(Ok((request, mut respond))) = connection.accept().await else {
+                        return;
+                    };
+                    let mut body = request.into_body();
+                    while let Some(Ok(data)) = body.data().await {
+                        let _ = body.flow_control().release_capacity(data.len());
+                    }
+                    let response = http::Response::builder()
+                        .header("content-type", V6)
+                        .body(())
+                        .unwrap();
+                    let mut send = respond.send_response(response, false).unwrap();
+                    send.send_data(Bytes::from(frames(&[output(), end()])), true)
+                        .unwrap();
+                }
+                // Go away (GOAWAY), letting the last answer out first.
+                connection.graceful_shutdown();
+                while let Some(Ok((_, mut respond))) = connection.accept().await {
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn attempts_of_one_client_share_one_h2_connection() {
+    let (addr, accepted) = h2_deployment(usize::MAX).await;
+    let client = AttemptClient::default();
+    let req = request(addr);
+    let attempts = (0..8).map(|_| client.run(&req));
+    for attempt in futures_util::future::join_all(attempts).await {
+        assert_eq!(attempt.unwrap().ending, Ending::End);
+    }
+    client.run(&req).await.unwrap();
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_connection_the_deployment_closed_is_replaced_by_the_next_attempt() {
+    let (addr, accepted) = h2_deployment(1).await;
+    let client = AttemptClient::default();
+    let req = request(addr);
+    for _ in 0..3 {
+        let attempt = client.run(&req).await.unwrap();
+        assert_eq!(attempt.ending, Ending::End);
+        assert_eq!(attempt.messages, vec![(output(), false)]);
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
