@@ -89,7 +89,7 @@ thread_counters() {
   for t in /proc/"$1"/task/*; do
     name="$(cat "$t/comm" 2>/dev/null)" || continue
     awk -v tid="${t##*/}" -v name="${name// /_}" \
-      'FILENAME ~ /stat$/ {cpu = $14 + $15} /ctxt_switches/ {cs += $2} END {print tid, cpu, cs + 0, name}' \
+      'FILENAME ~ /stat$/ {cpu = $14 + $15} /^voluntary_ctxt_switches/ {v = $2} /nonvoluntary_ctxt_switches/ {n = $2} END {print tid, cpu, v + n, n + 0, name}' \
       "$t/stat" "$t/status" 2>/dev/null || true
   done
 }

@@ -8,7 +8,7 @@
 # TLS=1 serves the ingress over HTTPS (a self-signed certificate; wrk keeps its connections, so
 # this measures TLS per request, not per handshake).
 # THREADS=1 also prints the CPU and context switches per call of each of Sluice's threads (by
-# name); PIN_SLUICE=cpus pins Sluice's threads to those vCPUs (taskset list), e.g. 0.
+# name; `preempted`: the involuntary ones among them); PIN_SLUICE=cpus pins Sluice's threads to those vCPUs (taskset list), e.g. 0.
 # PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
 # x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
@@ -42,6 +42,12 @@ if [ -n "${PERF_OUT:-}" ]; then
   perf record -q -F 199 --call-graph dwarf,16384 -p "$server" -o "$PERF_OUT" -- sleep "$seconds" &
   perf_pid=$!
 fi
+# WAKES=1 records every wake-up on the box while wrk measures (perf, sched:sched_waking) and
+# prints those per call by waker and wakee thread name, and how many crossed vCPUs.
+if [ "${WAKES:-0}" = 1 ]; then
+  perf record -q -e sched:sched_waking -a -o "$work/wakes.data" -- sleep "$seconds" 2>/dev/null &
+  wakes_pid=$!
+fi
 [ "${THREADS:-0}" = 1 ] && thread_counters "$server" > "$work/threads.before"
 # Every run counts Sluice's syncs of its files (fdatasync and fsync) while wrk measures.
 perf stat -e syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync -x, -o "$work/syncs" -p "$server" -- sleep "$seconds" &
@@ -60,6 +66,24 @@ requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 python3 -c "
 cpu = $cpu_after - $cpu_before
 print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches and {$syncs / max($requests, 1):.3f} syncs per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+if [ "${WAKES:-0}" = 1 ]; then
+  wait "$wakes_pid" || true
+  perf script -i "$work/wakes.data" -F comm,cpu,trace 2>/dev/null >"$work/wakes.txt"
+  python3 - "$work/wakes.txt" "$requests" <<'PY'
+import collections, re, sys
+calls = max(int(sys.argv[2]), 1)
+wakes = collections.Counter()
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*(.+?)\s+\[(\d+)\]\s+comm=(.+?) pid=\d+ prio=\d+ target_cpu=(\d+)", line)
+    if m:
+        waker, cpu, wakee, target = m.groups()
+        where = "other vCPU" if int(cpu) != int(target) else "same vCPU"
+        wakes[(waker, wakee, where)] += 1
+print(f"{'waker':<18} {'wakee':<18} {'where':<11} {'per call':>8}")
+for (waker, wakee, where), n in wakes.most_common(20):
+    print(f"{waker:<18} {wakee:<18} {where:<11} {n / calls:>8.3f}")
+PY
+fi
 # THREADS=1: where the CPU and the context switches went, by thread name.
 if [ "${THREADS:-0}" = 1 ]; then
   python3 - "$work/threads.before" "$work/threads.after" "$requests" "$(getconf CLK_TCK)" <<'PY'
@@ -67,20 +91,20 @@ import sys
 def read(path):
     rows = {}
     for line in open(path):
-        tid, cpu, cs, name = line.split(maxsplit=3)
-        rows[tid] = (int(float(cpu)), int(cs), name.strip())
+        tid, cpu, cs, forced, name = line.split(maxsplit=4)
+        rows[tid] = (int(float(cpu)), int(cs), int(forced), name.strip())
     return rows
 before, after = read(sys.argv[1]), read(sys.argv[2])
 calls, hz = max(int(sys.argv[3]), 1), int(sys.argv[4])
 by_name = {}
-for tid, (cpu, cs, name) in after.items():
-    cpu0, cs0, _ = before.get(tid, (0, 0, name))
-    total = by_name.setdefault(name, [0, 0, 0])
-    total[0] += 1; total[1] += cpu - cpu0; total[2] += cs - cs0
-print(f"{'threads':<24} {'n':>3} {'CPU us/call':>12} {'ctx sw/call':>12}")
-for name, (n, cpu, cs) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
+for tid, (cpu, cs, forced, name) in after.items():
+    cpu0, cs0, forced0, _ = before.get(tid, (0, 0, 0, name))
+    total = by_name.setdefault(name, [0, 0, 0, 0])
+    total[0] += 1; total[1] += cpu - cpu0; total[2] += cs - cs0; total[3] += forced - forced0
+print(f"{'threads':<24} {'n':>3} {'CPU us/call':>12} {'ctx sw/call':>12} {'preempted':>10}")
+for name, (n, cpu, cs, forced) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
     if cpu or cs:
-        print(f"{name:<24} {n:>3} {cpu * 1e6 / hz / calls:>12.1f} {cs / calls:>12.2f}")
+        print(f"{name:<24} {n:>3} {cpu * 1e6 / hz / calls:>12.1f} {cs / calls:>12.2f} {forced / calls:>10.2f}")
 PY
 fi
 [ -n "${perf_pid:-}" ] && wait "$perf_pid"

@@ -53,10 +53,7 @@ impl Writer {
     /// Starts the writer thread for `store`.
     pub fn start(store: Arc<Store>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        std::thread::Builder::new()
-            .name("sluice-writer".into())
-            .spawn(move || write_loop(&store, rx))
-            .expect("the writer thread starts");
+        super::threads::spawn("sluice-writer", move || write_loop(&store, rx));
         Self::from_channel(tx).local()
     }
 

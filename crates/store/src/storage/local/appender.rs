@@ -63,15 +63,13 @@ pub(in crate::storage) fn start(
     let durable = Arc::clone(&appender.durable);
     {
         let store = Arc::clone(&store);
-        std::thread::Builder::new()
-            .name("sluice-writer".into())
-            .spawn(move || write_loop(&store, appender, rx, &to_apply, checkpoints.bytes))
-            .expect("the writer thread starts");
+        crate::storage::threads::spawn("sluice-writer", move || {
+            write_loop(&store, appender, rx, &to_apply, checkpoints.bytes)
+        });
     }
-    std::thread::Builder::new()
-        .name("sluice-log-apply".into())
-        .spawn(move || apply_loop(&store, &applied_rx, checkpoints, Applier::new(durable)))
-        .expect("the log apply thread starts");
+    crate::storage::threads::spawn("sluice-log-apply", move || {
+        apply_loop(&store, &applied_rx, checkpoints, Applier::new(durable))
+    });
     tx
 }
 

@@ -57,13 +57,10 @@ impl ViewWriter {
         let (to_apply, applied_rx) = std_mpsc::channel::<()>();
         {
             let store = Arc::clone(&store);
-            std::thread::Builder::new()
-                .name("sluice-view-apply".into())
-                .spawn(move || {
-                    let applier = Applier::new(Arc::new(AtomicU64::new(0)));
-                    apply_loop(&store, &applied_rx, checkpoints, applier);
-                })
-                .expect("the view apply thread starts");
+            crate::storage::threads::spawn("sluice-view-apply", move || {
+                let applier = Applier::new(Arc::new(AtomicU64::new(0)));
+                apply_loop(&store, &applied_rx, checkpoints, applier);
+            });
         }
         Self {
             store,
