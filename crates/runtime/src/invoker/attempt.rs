@@ -263,12 +263,16 @@ fn head(
     let content_type = HeaderValue::from_static(req.protocol.content_type());
     headers.insert(header::CONTENT_TYPE, content_type.clone());
     headers.insert(header::ACCEPT, content_type);
-    let id = HeaderValue::try_from(req.invocation_id.to_string())
+    // Values unique to one attempt are sent unindexed (HPACK's never-indexed literal): indexed,
+    // each would enter the connection's table only to push out entries still useful.
+    let mut id = HeaderValue::try_from(req.invocation_id.to_string())
         .map_err(|e| invalid(format!("invocation id: {e}")))?;
+    id.set_sensitive(true);
     headers.insert(INVOCATION_ID, id);
     if let Some(traceparent) = &req.traceparent {
-        let value = HeaderValue::try_from(traceparent.as_str())
+        let mut value = HeaderValue::try_from(traceparent.as_str())
             .map_err(|e| invalid(format!("traceparent: {e}")))?;
+        value.set_sensitive(true);
         headers.insert(TRACEPARENT, value);
     }
     if let Some(key) = &req.key {
