@@ -9,6 +9,8 @@
 # this measures TLS per request, not per handshake).
 # THREADS=1 also prints the CPU and context switches per call of each of Sluice's threads (by
 # name; `preempted`: the involuntary ones among them); PIN_SLUICE=cpus pins Sluice's threads to those vCPUs (taskset list), e.g. 0.
+# WAKES=1 also prints the wake-ups on the box per call, by waker and wakee thread (perf).
+# Every run prints Sluice's syncs (fdatasync, fsync) per call beside its CPU and switches.
 # PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
 # x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
