@@ -52,8 +52,11 @@ if [ "${WAKES:-0}" = 1 ]; then
 fi
 [ "${THREADS:-0}" = 1 ] && thread_counters "$server" > "$work/threads.before"
 # Every run counts Sluice's syncs of its files (fdatasync and fsync) while wrk measures.
-perf stat -e syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync -x, -o "$work/syncs" -p "$server" -- sleep "$seconds" &
-syncs_pid=$!
+syncs_pid=""
+if command -v perf >/dev/null; then
+  perf stat -e syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync -x, -o "$work/syncs" -p "$server" -- sleep "$seconds" &
+  syncs_pid=$!
+fi
 cpu_before=$(cpu_seconds "$server")
 ctx_before=$(ctx_switches "$server")
 dep_before=$(cpu_seconds "$dep")
@@ -62,12 +65,15 @@ cpu_after=$(cpu_seconds "$server")
 ctx_after=$(ctx_switches "$server")
 dep_after=$(cpu_seconds "$dep")
 [ "${THREADS:-0}" = 1 ] && thread_counters "$server" > "$work/threads.after"
-wait "$syncs_pid" || true
-syncs=$(awk -F, '$1 ~ /^[0-9]+$/ {n += $1} END {print n + 0}' "$work/syncs")
+syncs=nan
+if [ -n "$syncs_pid" ]; then
+  wait "$syncs_pid" || true
+  syncs=$(awk -F, '$1 ~ /^[0-9]+$/ {n += $1} END {print n + 0}' "$work/syncs")
+fi
 requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 python3 -c "
 cpu = $cpu_after - $cpu_before
-print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches and {$syncs / max($requests, 1):.3f} syncs per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches and {float('$syncs') / max($requests, 1):.3f} syncs per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
 if [ "${WAKES:-0}" = 1 ]; then
   wait "$wakes_pid" || true
   perf script -i "$work/wakes.data" -F comm,cpu,trace 2>/dev/null >"$work/wakes.txt"
