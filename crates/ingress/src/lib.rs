@@ -224,17 +224,66 @@ async fn read_target_body(
 
 /// Counts one answered request by kind, status and error code, and times it.
 fn record_request(kind: &'static str, resp: &Response<Vec<u8>>, started: std::time::Instant) {
-    use sluice_core::metrics as names;
     let code = resp
         .headers()
         .get(reply::ERROR_CODE_HEADER)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!(names::INGRESS_REQUESTS, "kind" => kind, "status" => status, "code" => code)
-        .increment(1);
-    metrics::histogram!(names::INGRESS_DURATION, "kind" => kind).record(started.elapsed());
+        .unwrap_or_default();
+    let (counter, duration) = request_metrics(kind, resp.status().as_u16(), code);
+    counter.increment(1);
+    duration.record(started.elapsed());
+}
+
+/// Most label sets one thread keeps handles for; past it the cache starts over.
+const MOST_REQUEST_LABELS: usize = 1024;
+
+/// What one thread resolved: the request counter by kind, status and code, and the
+/// duration by kind.
+#[derive(Default)]
+struct RequestMetrics {
+    counters: std::collections::HashMap<
+        (&'static str, u16),
+        std::collections::HashMap<String, metrics::Counter>,
+    >,
+    durations: std::collections::HashMap<&'static str, metrics::Histogram>,
+    labels: usize,
+}
+
+thread_local! {
+    /// A shard is one thread: resolving a handle (hashing its labels, a registry lookup, the
+    /// labels' allocations) is paid once per label set, not per request. Counters and
+    /// histograms never leave the registry, so a kept handle stays the exported one.
+    static REQUEST_METRICS: std::cell::RefCell<RequestMetrics> = std::cell::RefCell::default();
+}
+
+fn request_metrics(
+    kind: &'static str,
+    status: u16,
+    code: &str,
+) -> (metrics::Counter, metrics::Histogram) {
+    use sluice_core::metrics as names;
+    REQUEST_METRICS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.labels >= MOST_REQUEST_LABELS {
+            *cache = RequestMetrics::default();
+        }
+        let found = cache.counters.get(&(kind, status)).and_then(|codes| codes.get(code)).cloned();
+        let counter = match found {
+            Some(counter) => counter,
+            None => {
+                let counter = metrics::counter!(names::INGRESS_REQUESTS, "kind" => kind, "status" => status.to_string(), "code" => code.to_owned());
+                cache.labels += 1;
+                cache.counters.entry((kind, status)).or_default().insert(code.to_owned(), counter.clone());
+                counter
+            }
+        };
+        let duration = cache
+            .durations
+            .entry(kind)
+            .or_insert_with(|| metrics::histogram!(names::INGRESS_DURATION, "kind" => kind))
+            .clone();
+        (counter, duration)
+    })
 }
 
 /// A request with both `Content-Length` and `Transfer-Encoding` (or several lengths) can be

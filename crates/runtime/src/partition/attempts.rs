@@ -1,8 +1,6 @@
 //! Attempts: starting one (with its journal, state and deadlines), and what its end means:
 //! a suspension, a retry after back-off, a pause, or the invocation's completion.
 
-use sluice_core::metrics as names;
-
 use super::journal::object;
 use super::model::phase::{Attempt, Run};
 use super::task::Partition;
@@ -125,7 +123,9 @@ impl Partition {
                 );
             }
         }
-        metrics::counter!(names::ATTEMPTS, "service" => target.service.clone()).increment(1);
+        super::service_metrics::of(&target.service)
+            .attempts
+            .increment(1);
         live.set_status(Status::Running);
         // The pinned deployment must be durable before the journal grows on it, and the
         // status is what the admin API shows. The writer keeps this partition's sets in

@@ -1,7 +1,6 @@
 //! How an invocation ends: its outcome, the retention of what it leaves behind, pauses, and
 //! the back-off between failed attempts.
 
-use sluice_core::metrics as names;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -52,16 +51,14 @@ pub(super) fn complete(
     effects: &mut Vec<Effect>,
 ) {
     live.set_status(Status::Completed);
-    let service = live.record.target.service.clone();
     let took = now.saturating_sub(live.record.created_at_ms);
-    metrics::histogram!(names::INVOCATION_DURATION, "service" => service.clone())
-        .record(took as f64 / 1000.0);
-    let result = match outcome {
-        Outcome::Value(_) => "success",
-        Outcome::Failure(_) => "failure",
+    let handles = super::service_metrics::of(&live.record.target.service);
+    handles.invocation_duration.record(took as f64 / 1000.0);
+    let (result, completed) = match outcome {
+        Outcome::Value(_) => ("success", &handles.succeeded),
+        Outcome::Failure(_) => ("failure", &handles.failed),
     };
-    metrics::counter!(names::INVOCATIONS_COMPLETED, "service" => service, "outcome" => result)
-        .increment(1);
+    completed.increment(1);
     if let Some(trace) = crate::spans::trace_of(&live.record) {
         let mut attributes = crate::spans::attributes(&live.record);
         attributes.push(opentelemetry::KeyValue::new("sluice.outcome", result));

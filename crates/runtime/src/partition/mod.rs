@@ -21,6 +21,7 @@ mod queries;
 mod recovery;
 mod run_loop;
 pub mod runtime;
+mod service_metrics;
 #[cfg(test)]
 mod sim;
 mod suspended;

@@ -49,7 +49,8 @@ impl Partition {
         // commit. Before the ending: a completion leaves no journal in memory.
         super::super::journal::save_journal(live, writes);
         live.record.attempts += 1;
-        metrics::histogram!(names::ATTEMPT_DURATION, "service" => live.record.target.service.clone())
+        crate::partition::service_metrics::of(&live.record.target.service)
+            .attempt_duration
             .record(ended.started.elapsed());
         let fresh = ended.fresh;
         // The deployment itself ended the attempt (End, Suspension, Error).

@@ -16,7 +16,6 @@ use crate::invocation::store;
 use crate::invocation::{Failure, InvocationRecord, Outcome, Status};
 use crate::protocol::Frame;
 use crate::storage::writer::WriteSet;
-use sluice_core::metrics as names;
 
 impl Partition {
     pub(in super::super) fn submit(
@@ -136,7 +135,8 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         let id = record.id;
-        metrics::counter!(names::INVOCATIONS_CREATED, "service" => record.target.service.clone())
+        crate::partition::service_metrics::of(&record.target.service)
+            .created
             .increment(1);
         if unsaved {
             self.track(record, journal);
