@@ -73,7 +73,8 @@ fi
 requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 python3 -c "
 cpu = $cpu_after - $cpu_before
-print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches and {float('$syncs') / max($requests, 1):.3f} syncs per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+syncs = float('$syncs')
+print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches and {syncs / max($requests, 1):.3f} syncs per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
 if [ "${WAKES:-0}" = 1 ]; then
   wait "$wakes_pid" || true
   perf script -i "$work/wakes.data" -F comm,cpu,trace 2>/dev/null >"$work/wakes.txt"
