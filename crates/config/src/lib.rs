@@ -529,6 +529,9 @@ pub struct InvokerConfig {
     pub abort_timeout: FriendlyDuration,
     /// A bidi attempt idle this long is suspended.
     pub inactivity_timeout: FriendlyDuration,
+    /// A connection to a deployment no attempt used for this long is closed before the next
+    /// attempt opens a fresh one (a load balancer may drop idle connections silently).
+    pub connection_idle_timeout: FriendlyDuration,
     /// State of a keyed target sent with the Start message, in key and value bytes; the SDK
     /// reads the rest lazily. Unset: half the message size limit (the Start message must fit
     /// under it); 0: all state is read lazily.
@@ -579,6 +582,7 @@ impl Default for InvokerConfig {
             message_size_limit: ByteSize::mib(32),
             abort_timeout: FriendlyDuration::from_secs(600),
             inactivity_timeout: FriendlyDuration::from_secs(60),
+            connection_idle_timeout: FriendlyDuration::from_secs(90),
             eager_state_size_limit: None,
             concurrent_invocations_limit: NonZeroU32::new(1000).expect("non-zero"),
             retry_policy: RetryPolicy::default(),

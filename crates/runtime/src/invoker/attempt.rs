@@ -155,6 +155,9 @@ pub struct AttemptClient {
     /// HTTP/2 deployments: connections of our own on the `h2` crate (`connections.rs`).
     h2: Connector,
     addresses: Arc<Addresses>,
+    /// A connection unused this long is closed before the next attempt
+    /// (`worker.invoker.connection-idle-timeout`).
+    idle: Duration,
 }
 
 /// Receives the deployment's messages (after the replayed journal) as they arrive, with their
@@ -179,19 +182,26 @@ impl MessageSink for Vec<(Message, bool)> {
 /// The open request body of a bidi attempt: frames written here reach the deployment.
 pub type Outbound = mpsc::UnboundedSender<Bytes>;
 
+/// `worker.invoker.connection-idle-timeout`'s default.
+pub const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 impl Default for AttemptClient {
     fn default() -> Self {
-        Self::new(&DeploymentTls::default())
+        Self::new(&DeploymentTls::default(), CONNECTION_IDLE_TIMEOUT)
     }
 }
 
 impl AttemptClient {
-    /// A client reaching `https://` deployments with what `tls` trusts.
-    pub fn new(tls: &DeploymentTls) -> Self {
+    /// A client reaching `https://` deployments with what `tls` trusts, closing connections
+    /// unused for `idle`.
+    pub fn new(tls: &DeploymentTls, idle: Duration) -> Self {
         Self {
-            h1: Client::builder(TokioExecutor::new()).build(tls.connector(None, false)),
+            h1: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(idle)
+                .build(tls.connector(None, false)),
             h2: tls.connector(None, true),
             addresses: Arc::default(),
+            idle,
         }
     }
 }
@@ -649,10 +659,14 @@ impl AttemptClient {
         let mut tries = 0;
         loop {
             tries += 1;
-            let mut sender = address.ready(&self.h2).await.map_err(|e| AttemptError {
-                unreachable: matches!(e, OpenError::Connect(_)),
-                ..unreachable_error(req, &e)
-            })?;
+            let mut sender =
+                address
+                    .ready(&self.h2, self.idle)
+                    .await
+                    .map_err(|e| AttemptError {
+                        unreachable: matches!(e, OpenError::Connect(_)),
+                        ..unreachable_error(req, &e)
+                    })?;
             let head = head(req, address, Version::HTTP_2)?;
             let bidi = outbound.is_some();
             let (mut response, mut stream) = sender

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
@@ -24,6 +25,10 @@ const MOST_ADDRESSES: usize = 1024;
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 
+/// Largest response head a deployment may send (HPACK-decoded): a protocol answer's head is a
+/// status and a few short headers. A larger one fails the attempt (RT0010).
+const MOST_HEADER_BYTES: u32 = 16 * 1024;
+
 /// One deployment address.
 #[derive(Debug)]
 pub(super) struct Address {
@@ -35,9 +40,18 @@ pub(super) struct Address {
     dial: Uri,
     /// The HTTP/2 connection, once opened. The lock is held while one attempt connects, so
     /// attempts arriving meanwhile share that connection instead of opening their own.
+    h2: tokio::sync::Mutex<Option<Open>>,
+}
+
+/// An open HTTP/2 connection.
+#[derive(Debug, Clone)]
+struct Open {
     /// Each new connection gets the next generation, so an attempt that saw one fail knows
     /// whether the one there now is another.
-    h2: tokio::sync::Mutex<Option<(u64, SendRequest<Bytes>)>>,
+    generation: u64,
+    sender: SendRequest<Bytes>,
+    /// When an attempt last took a stream on it.
+    used: Instant,
 }
 
 /// Why no stream could be opened.
@@ -109,16 +123,33 @@ impl Address {
     }
 
     /// A sender ready for one more stream on this address's HTTP/2 connection, opening the
-    /// connection if there is none or the last one closed (a connection that went away
-    /// between two attempts is replaced, as a pool would). Waiting for a stream slot (the
-    /// deployment's concurrent-stream limit) happens outside the lock.
+    /// connection if there is none, the last one closed (a connection that went away between
+    /// two attempts is replaced, as a pool would), or it sat unused for `idle` (a load
+    /// balancer may have dropped it without a word; a fresh one costs a handshake, a dead one
+    /// an attempt's abort timeout). Waiting for a stream slot (the deployment's
+    /// concurrent-stream limit) happens outside the lock.
     pub(super) async fn ready(
         &self,
         connector: &Connector,
+        idle: Duration,
     ) -> Result<SendRequest<Bytes>, OpenError> {
         let mut failed = None;
         for _ in 0..3 {
-            let current = self.h2.lock().await.clone();
+            let current = {
+                let mut slot = self.h2.lock().await;
+                let now = Instant::now();
+                if slot
+                    .as_ref()
+                    .is_some_and(|open| now.duration_since(open.used) > idle)
+                {
+                    // Dropping the last sender ends the connection's task.
+                    *slot = None;
+                }
+                slot.as_mut().map(|open| {
+                    open.used = now;
+                    (open.generation, open.sender.clone())
+                })
+            };
             if let Some((generation, sender)) = current
                 && failed != Some(generation)
             {
@@ -134,13 +165,17 @@ impl Address {
             // Another attempt replaced the failed connection meanwhile: use that one.
             if slot
                 .as_ref()
-                .is_some_and(|(generation, _)| failed != Some(*generation))
+                .is_some_and(|open| failed != Some(open.generation))
             {
                 continue;
             }
             let sender = self.connect(connector).await?;
-            let generation = slot.as_ref().map_or(0, |(generation, _)| generation + 1);
-            *slot = Some((generation, sender.clone()));
+            let generation = slot.as_ref().map_or(0, |open| open.generation + 1);
+            *slot = Some(Open {
+                generation,
+                sender: sender.clone(),
+                used: Instant::now(),
+            });
             drop(slot);
             return sender.ready().await.map_err(OpenError::Stream);
         }
@@ -158,6 +193,7 @@ impl Address {
             .enable_push(false)
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_header_list_size(MOST_HEADER_BYTES)
             .handshake::<_, Bytes>(TokioIo::new(io))
             .await
             .map_err(|e| OpenError::Connect(e.to_string()))?;

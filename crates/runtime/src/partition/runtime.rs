@@ -565,7 +565,9 @@ impl Runtime {
         // One client per shard: a deployment connection's task runs on the shard that opened
         // it, and only that shard's attempts use it.
         let shards = self.shards.get().map_or(1, |shards| shards.len());
-        let clients: Vec<AttemptClient> = (0..shards).map(|_| AttemptClient::new(tls)).collect();
+        let idle = config.worker.invoker.connection_idle_timeout.0;
+        let clients: Vec<AttemptClient> =
+            (0..shards).map(|_| AttemptClient::new(tls, idle)).collect();
         // Embedded, the local log is the truth and the store a view behind it; in cluster
         // mode each partition's Kafka log is, and this writer only applies what landed there.
         let writer = match leads {

@@ -319,3 +319,31 @@ async fn a_connection_the_deployment_closed_is_replaced_by_the_next_attempt() {
     }
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+#[tokio::test]
+async fn a_connection_unused_past_the_idle_timeout_is_replaced() {
+    let (addr, accepted) = h2_deployment(usize::MAX).await;
+    // With no idle time allowed, every attempt finds the last one's connection stale.
+    let client = AttemptClient::new(&DeploymentTls::default(), Duration::ZERO);
+    let req = request(addr);
+    for _ in 0..3 {
+        assert_eq!(client.run(&req).await.unwrap().ending, Ending::End);
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_response_head_over_16_kib_fails_the_attempt_as_rt0010() {
+    let router = Router::new().route(
+        "/invoke/Greeter/greet",
+        post(|| async {
+            Response::builder()
+                .header("content-type", V6)
+                .header("x-padding", "x".repeat(20 * 1024))
+                .body(Body::from(frames(&[output(), end()])))
+                .unwrap()
+        }),
+    );
+    let e = code_of(router, |_| {}).await;
+    assert_eq!(e.error.code, Some(Code::RT0010), "{}", e.error);
+}
