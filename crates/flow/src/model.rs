@@ -31,7 +31,8 @@
 //! - burstable limits (`concurrency = { min, max }`): a key never runs more than its max, and
 //!   borrowed slots go back first: an entry whose key is at or past its guarantee never takes
 //!   its parent's last slot while another key's head, within its guarantee, has waited since
-//!   the last poll for that parent alone;
+//!   the last poll for that parent alone (and whose own limits no adaptive backstop lowered
+//!   during the poll);
 //! - quotas: a counter never admits more new entries than its rule's quota (counted while the
 //!   rule has one), and a head whose quota is used up is not admissible (resumed entries pass);
 //! - deployment gates: every key's service is on one deployment whose declared limit changes
@@ -165,6 +166,10 @@ pub struct Model {
     usage: Vec<u32>,
     /// Per counter: the limit found by scanning every rule, refreshed on each rule change.
     limits: Vec<Limit>,
+    /// Per counter: its limit once the current poll ends. Only an adaptive backstop, run
+    /// while the poll checks a path, moves it, and only down; a queue whose own limit it
+    /// lowered could not have taken a slot that the poll gave to a borrower.
+    limits_after_poll: Vec<Limit>,
     /// Per key: paused by an operator.
     paused: Vec<bool>,
     /// Some rule adapts: adaptive counters' limits come from the scheduler.
@@ -264,6 +269,7 @@ impl Model {
             touched,
             usage: vec![0; n],
             limits: vec![Limit::Unlimited; n],
+            limits_after_poll: vec![Limit::Unlimited; n],
             paused: vec![false; KEYS.len()],
             queue_of: vec![None; KEYS.len()],
             deadline: HashMap::new(),
@@ -546,6 +552,9 @@ impl Model {
         // against the limits from before it, waits against the ones after it.
         self.refresh_adaptive();
         let dispatched = self.sched.poll_runnable(self.now);
+        let before = self.limits.clone();
+        self.refresh_adaptive();
+        self.limits_after_poll = std::mem::replace(&mut self.limits, before);
         // The poll drops what is past its deadline before it admits anything.
         self.check_expired();
         for dispatch in dispatched {
@@ -809,7 +818,15 @@ impl Model {
                     continue;
                 }
                 let within = self.guaranteed_of(own);
-                if (within == 0 || self.usage[own] < within) && self.admissible(other, head) {
+                // The model does not redo the backstop, so a lowering it made after this
+                // dispatch in the same poll excuses the borrower too.
+                let not_lowered = self.touched[other]
+                    .iter()
+                    .all(|&c| self.limits_after_poll[c].admits(self.usage[c]));
+                if (within == 0 || self.usage[own] < within)
+                    && self.admissible(other, head)
+                    && not_lowered
+                {
                     panic!(
                         "a borrower of {:?} took the last slot of {:?} while {spec:?}, within its guarantee, waited",
                         KEYS[key], self.counters[parent]

@@ -273,6 +273,9 @@ proptest! {
     }
 }
 
+/// Events of a simulator run printed when it fails.
+const RECENT: usize = 200;
+
 /// Runs ≥ 1 M events through the scheduler against the model. Reproduce a failure with
 /// `SLUICE_SIM_SEED=<seed> cargo test -p sluice-flow simulator`.
 #[test]
@@ -294,6 +297,8 @@ fn simulator_one_million_events() {
         let invoker_limit = 1 + rng.index(12) as u32;
         let mut model = Model::new(invoker_limit);
         let events = 20_000;
+        // The run's last events, printed with a failure: a seed replays it, they explain it.
+        let mut recent = std::collections::VecDeque::with_capacity(RECENT);
         for _ in 0..events {
             let e = match rng.index(100) {
                 0..=34 => Event::Arrive(rng.index(KEYS.len())),
@@ -345,9 +350,18 @@ fn simulator_one_million_events() {
                 _ if rng.index(2) == 0 => Event::PauseQueue(rng.index(KEYS.len())),
                 _ => Event::ResumeQueue(rng.index(KEYS.len())),
             };
+            if recent.len() == RECENT {
+                recent.pop_front();
+            }
+            recent.push_back(e.clone());
             let replay = std::panic::AssertUnwindSafe(|| model.step(&e));
             if let Err(panic) = std::panic::catch_unwind(replay) {
-                eprintln!("simulator failed with seed {seed} (run {runs}, event {e:?})");
+                for (ago, r) in recent.iter().rev().enumerate().rev() {
+                    eprintln!("  event -{ago}: {r:?}");
+                }
+                eprintln!(
+                    "simulator failed with seed {seed} (run {runs}, event {e:?}, invoker {invoker_limit})"
+                );
                 std::panic::resume_unwind(panic);
             }
         }
