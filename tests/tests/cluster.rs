@@ -515,6 +515,22 @@ fn counter_partition(key: &str) -> usize {
         as usize
 }
 
+/// The log end and the reader's position of partition `p` as `sluice` sees it, once its log
+/// end has reached `end` (the log's end is asked for every 2 s).
+async fn read_and_end(sluice: &Sluice, p: usize, end: i64) -> (i64, i64) {
+    let what = format!("the log's end reaching {end}");
+    let partitions = partitions_until(sluice, &what, |ps| {
+        ps[p]["log_end"].as_i64().is_some_and(|e| e >= end)
+    })
+    .await;
+    let part = &partitions[p];
+    assert_eq!(part["led_here"], true, "{part}");
+    (
+        part["read_offset"].as_i64().unwrap(),
+        part["log_end"].as_i64().unwrap(),
+    )
+}
+
 #[tokio::test]
 async fn a_zombie_leader_cannot_commit_anything() {
     let kafka = KafkaCluster::start(3);
@@ -544,6 +560,21 @@ async fn a_zombie_leader_cannot_commit_anything() {
     };
     let (status, body) = post(&zombie, &format!("/Counter/{key}/add"), "1").await;
     assert_eq!((status, body.as_str()), (200, "1"));
+
+    // A leader does not read its own records back: its reader stays where the takeover left
+    // it while the leader's records grow the log past it.
+    let p = counter_partition(&key);
+    let (read, end) = read_and_end(&zombie, p, 0).await;
+    for _ in 0..3 {
+        let (status, _) = post(&zombie, &format!("/Counter/{key}/get"), "").await;
+        assert_eq!(status, 200);
+    }
+    let (read_later, end_later) = read_and_end(&zombie, p, end + 3).await;
+    assert_eq!(
+        read_later, read,
+        "the leader read its own records (log end {end} then {end_later})"
+    );
+    assert!(read < end_later, "{read} {end_later}");
 
     // Frozen: the group gives its partitions to the survivor, which appends a new epoch.
     zombie.signal(nix::sys::signal::Signal::SIGSTOP).unwrap();
@@ -586,6 +617,14 @@ async fn a_zombie_leader_cannot_commit_anything() {
         "{}",
         zombie.stderr()
     );
+    // Stepped down, it follows the partition again: its reader reads on past its own records
+    // (and past its next epoch record, when the group gives the partition back to it).
+    partitions_until(
+        &zombie,
+        "the old leader reading its partition again",
+        |ps| ps[p]["read_offset"].as_i64().is_some_and(|r| r > end_later),
+    )
+    .await;
 }
 
 /// Runs `calls` scoped `Meter/hold` calls of 400 ms at once, spread over `nodes`; answers the

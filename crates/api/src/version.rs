@@ -66,6 +66,11 @@ pub struct PartitionView {
     pub held_here: bool,
     /// The offset of the next log record this node's store has not got.
     pub stored_offset: i64,
+    /// The offset of the next log record this node's reader is to read. It stands still while
+    /// this node leads the partition (a leader does not read its own records back) and moves
+    /// on from the store's position after it steps down.
+    #[serde(default)]
+    pub read_offset: i64,
     /// The log's end as last seen (`-1`: not yet known).
     pub log_end: i64,
     /// Records this node's store is behind the log's end (0 while it leads).

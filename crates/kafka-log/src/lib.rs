@@ -313,6 +313,7 @@ impl sluice_api::version::ClusterReport for Cluster {
                     led_here: state.leads(),
                     held_here: state.held(),
                     stored_offset: state.stored(),
+                    read_offset: state.read_next(),
                     log_end: state.end(),
                     lag: state.lag(),
                     broken: state.broken().map(ToString::to_string),

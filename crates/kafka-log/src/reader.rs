@@ -3,6 +3,15 @@
 //! It applies the valid writes of partitions this node does not lead, tracks every partition's
 //! leader, and makes a local leader step down when another node's epoch is accepted after its
 //! own.
+//!
+//! A partition led here is paused in the consumer from the takeover's win until the rewind
+//! after its step-down: its records are the leader's own, stored by the leader, and fetching
+//! them back cost the node a fetch, a wake of this thread and a decode of each record's header
+//! per record it wrote. What the reader told such a leader, another node's epoch after its
+//! own, it now learns from its next write (the record lands past that epoch, not at the offset
+//! it expected: `CLU0001`, and it steps down) or from the group (which gave the partition to
+//! the other node); until then it may answer reads from what it holds, as a zombie could
+//! before.
 
 use std::collections::BTreeSet;
 
@@ -52,13 +61,16 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
     let mut catch_ups = Vec::new();
     let mut ends_asked = std::time::Instant::now() - ENDS_EVERY;
     let held = shared.held.subscribe();
+    // Partitions paused in the consumer because they are led here.
+    let mut paused = BTreeSet::new();
     while !*stopping.borrow() {
         // A copy: the membership thread may send a new set while a release commits.
         let kept = held.borrow().clone();
         if !keep_held(shared, &kept)? {
             return Ok(());
         }
-        rewind(shared, &consumer)?;
+        rewind(shared, &consumer, &mut paused)?;
+        pause_led(shared, &consumer, &mut paused)?;
         let mut wait = std::time::Duration::from_millis(100);
         for _ in 0..BATCH {
             match consumer.poll(wait) {
@@ -319,8 +331,40 @@ fn note_ends(
     }
 }
 
-/// Partitions whose leader stopped are read again from the store's position.
-fn rewind(shared: &Shared, consumer: &BaseConsumer) -> Result<(), CodedError> {
+/// Pauses the partitions this node has come to lead since the last call (it won their
+/// takeover: the reader has read up to the epoch record), so their records, the leader's own,
+/// are not fetched back (see the module's documentation).
+fn pause_led(
+    shared: &Shared,
+    consumer: &BaseConsumer,
+    paused: &mut BTreeSet<u32>,
+) -> Result<(), CodedError> {
+    for p in 0..shared.settings.partitions {
+        if paused.contains(&p) || !lock(&shared.partitions[p as usize]).leads() {
+            continue;
+        }
+        consumer
+            .pause(&one_partition(&shared.settings.log_topic, p))
+            .map_err(|e| failed(format!("cannot pause partition {p} of the log: {e}")))?;
+        paused.insert(p);
+    }
+    Ok(())
+}
+
+/// `topic`'s partition `p` alone.
+fn one_partition(topic: &str, p: u32) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, p as i32);
+    list
+}
+
+/// Partitions whose leader stopped are read again from the store's position (resumed first
+/// when the reader paused them while they were led here).
+fn rewind(
+    shared: &Shared,
+    consumer: &BaseConsumer,
+    paused: &mut BTreeSet<u32>,
+) -> Result<(), CodedError> {
     let partitions = std::mem::take(&mut *lock(&shared.rewinds));
     if partitions.is_empty() {
         return Ok(());
@@ -330,6 +374,11 @@ fn rewind(shared: &Shared, consumer: &BaseConsumer) -> Result<(), CodedError> {
         let position = positions.get(&p).cloned().unwrap_or_default();
         let next = position.next;
         lock(&shared.partitions[p as usize]).rewind(position);
+        if paused.remove(&p) {
+            consumer
+                .resume(&one_partition(&shared.settings.log_topic, p))
+                .map_err(|e| failed(format!("cannot resume partition {p} of the log: {e}")))?;
+        }
         consumer
             .seek(
                 &shared.settings.log_topic,

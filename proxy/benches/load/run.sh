@@ -10,6 +10,7 @@
 # THREADS=1 also prints the CPU and context switches per call of each of Sluice's threads (by
 # name; `preempted`: the involuntary ones among them); PIN_SLUICE=cpus pins Sluice's threads to those vCPUs (taskset list), e.g. 0.
 # WAKES=1 also prints the wake-ups on the box per call, by waker and wakee thread (perf).
+# SYSCALLS=1 also prints Sluice's system calls per call, by call (perf, the syscalls tracepoints).
 # Every run prints Sluice's syncs (fdatasync, fsync) per call beside its CPU and switches.
 # PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
@@ -57,6 +58,10 @@ if command -v perf >/dev/null; then
   perf stat -e syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync -x, -o "$work/syncs" -p "$server" -- sleep "$seconds" &
   syncs_pid=$!
 fi
+if [ "${SYSCALLS:-0}" = 1 ]; then
+  perf stat -e 'syscalls:sys_enter_*' -x, -o "$work/syscalls" -p "$server" -- sleep "$seconds" 2>/dev/null &
+  syscalls_pid=$!
+fi
 cpu_before=$(cpu_seconds "$server")
 ctx_before=$(ctx_switches "$server")
 dep_before=$(cpu_seconds "$dep")
@@ -75,6 +80,21 @@ python3 -c "
 cpu = $cpu_after - $cpu_before
 syncs = float('$syncs')
 print(f'sluice CPU: {cpu:.2f} s over $seconds s ({cpu / $seconds:.2f} cores), {cpu * 1e6 / max($requests, 1):.1f} us per call, {($ctx_after - $ctx_before) / max($requests, 1):.2f} context switches and {syncs / max($requests, 1):.3f} syncs per call; deployment {($dep_after - $dep_before) / $seconds:.2f} cores')"
+if [ "${SYSCALLS:-0}" = 1 ]; then
+  wait "$syscalls_pid" || true
+  python3 - "$work/syscalls" "$requests" <<'PY'
+import sys
+calls = max(int(sys.argv[2]), 1)
+counts = []
+for line in open(sys.argv[1]):
+    fields = line.split(",")
+    if len(fields) > 2 and fields[0].isdigit() and int(fields[0]) > 0:
+        counts.append((int(fields[0]), fields[2].removeprefix("syscalls:sys_enter_")))
+print(f"{'system call':<20} {'per call':>8}   (all: {sum(n for n, _ in counts) / calls:.2f})")
+for n, name in sorted(counts, reverse=True)[:15]:
+    print(f"{name:<20} {n / calls:>8.3f}")
+PY
+fi
 if [ "${WAKES:-0}" = 1 ]; then
   wait "$wakes_pid" || true
   perf script -i "$work/wakes.data" -F comm,cpu,trace 2>/dev/null >"$work/wakes.txt"

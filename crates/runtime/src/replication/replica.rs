@@ -189,6 +189,13 @@ impl Replica {
         self.leading.is_some()
     }
 
+    /// The offset of the next record the reader is to read. It stands still while this node
+    /// leads: a leader's reader does not read its own records back (`kafka-log`'s reader pauses
+    /// the partition until the rewind after its step-down).
+    pub fn read_next(&self) -> i64 {
+        self.seen.next
+    }
+
     /// The group wants the partition here (`wanted`) or elsewhere: what that asks now.
     pub fn wish(&mut self, wanted: bool) -> Wish {
         if self.broken.is_some() {

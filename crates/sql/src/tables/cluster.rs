@@ -19,6 +19,7 @@ pub(super) fn cluster_schema() -> SchemaRef {
         ("held_here", DataType::Boolean, false),
         ("node", DataType::Utf8, false),
         ("stored_offset", DataType::Int64, false),
+        ("read_offset", DataType::Int64, false),
         ("log_end", DataType::Int64, false),
         ("lag", DataType::Int64, false),
         ("broken", DataType::Utf8, true),
@@ -31,7 +32,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
         let (mut leader, mut node) = (StringBuilder::new(), StringBuilder::new());
         let mut epoch = UInt64Builder::new();
         let [mut led_here, mut held_here] = std::array::from_fn(|_| BooleanBuilder::new());
-        let [mut stored, mut end, mut lag] = std::array::from_fn(|_| Int64Builder::new());
+        let [mut stored, mut read, mut end, mut lag] = std::array::from_fn(|_| Int64Builder::new());
         let mut broken = StringBuilder::new();
         if let Some(view) = (sources.cluster)() {
             for p in &view.partitions {
@@ -42,6 +43,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
                 held_here.append_value(p.held_here);
                 node.append_value(&view.node);
                 stored.append_value(p.stored_offset);
+                read.append_value(p.read_offset);
                 end.append_value(p.log_end);
                 lag.append_value(p.lag);
                 broken.append_option(p.broken.as_deref());
@@ -57,6 +59,7 @@ pub(super) fn cluster(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(held_here.finish()),
                 Arc::new(node.finish()),
                 Arc::new(stored.finish()),
+                Arc::new(read.finish()),
                 Arc::new(end.finish()),
                 Arc::new(lag.finish()),
                 Arc::new(broken.finish()),
