@@ -10,7 +10,8 @@
 # THREADS=1 also prints the CPU and context switches per call of each of Sluice's threads (by
 # name; `preempted`: the involuntary ones among them); PIN_SLUICE=cpus pins Sluice's threads to those vCPUs (taskset list), e.g. 0.
 # WAKES=1 also prints the wake-ups on the box per call, by waker and wakee thread (perf).
-# SYSCALLS=1 also prints Sluice's system calls per call, by call (perf, the syscalls tracepoints).
+# SYSCALLS=1 also prints Sluice's system calls per call, by call (perf, the syscalls tracepoints;
+# counting slows Sluice by about half, so that run's req/s and CPU are not comparable).
 # Every run prints Sluice's syncs (fdatasync, fsync) per call beside its CPU and switches.
 # PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
