@@ -552,6 +552,8 @@ impl Model {
         // against the limits from before it, waits against the ones after it.
         self.refresh_adaptive();
         let dispatched = self.sched.poll_runnable(self.now);
+        // The limits after the poll, read once: only the poll's own checks run a backstop, so
+        // nothing below moves them again.
         let before = self.limits.clone();
         self.refresh_adaptive();
         self.limits_after_poll = std::mem::replace(&mut self.limits, before);
@@ -572,7 +574,7 @@ impl Model {
                         .any(|&c| self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a))
             })
             .count() as u64;
-        self.refresh_adaptive();
+        self.limits.clone_from(&self.limits_after_poll);
         assert_eq!(
             self.gate().used(),
             self.running.len() as u32,
