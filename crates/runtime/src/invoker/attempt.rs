@@ -15,17 +15,17 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, Request, StatusCode, Version, header};
 use http_body_util::Full;
-use hyper::body::Body as _;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
+use super::body::{Incoming, Sending, drain_tail};
 use super::connections::{Address, Addresses, OpenError};
 
 use crate::deployment_tls::{Connector, DeploymentTls};
@@ -310,108 +310,6 @@ const INVOCATION_ID: HeaderName = HeaderName::from_static("x-restate-invocation-
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const SERVICE_KEY: HeaderName = HeaderName::from_static("x-restate-service-key");
 
-/// The request body of an HTTP/2 attempt while it is open (bidi): what the partition sends on
-/// the [`Outbound`] goes down the stream whenever the attempt's task is polled, in the same
-/// turn as the frames it reads. The frames are in memory already, so handing them to `h2`
-/// without waiting for its send window holds nothing more.
-struct Sending {
-    stream: Option<h2::SendStream<Bytes>>,
-    outbound: Option<mpsc::UnboundedReceiver<Bytes>>,
-    /// Whether any frame besides the replay went down (an attempt that sent some cannot be
-    /// resent as it was).
-    forwarded: bool,
-}
-
-impl Sending {
-    fn open(&self) -> bool {
-        self.stream.is_some()
-    }
-
-    /// Ends the request body. Frames still queued stay behind: they are in the journal and
-    /// reach the SDK through the next replay.
-    fn close(&mut self) {
-        if let Some(mut stream) = self.stream.take() {
-            let _ = stream.send_data(Bytes::new(), true);
-        }
-        self.outbound = None;
-    }
-
-    fn pump(&mut self, cx: &mut Context<'_>) {
-        let (Some(stream), Some(outbound)) = (&mut self.stream, &mut self.outbound) else {
-            return;
-        };
-        loop {
-            match outbound.poll_recv(cx) {
-                Poll::Ready(Some(frame)) => {
-                    self.forwarded = true;
-                    // A stream the deployment reset fails here and in what the response
-                    // reads next: that read reports it.
-                    if stream.send_data(frame, false).is_err() {
-                        self.stream = None;
-                        self.outbound = None;
-                        return;
-                    }
-                }
-                // The partition let go of the attempt's body: it ends.
-                Poll::Ready(None) => return self.close(),
-                Poll::Pending => return,
-            }
-        }
-    }
-}
-
-/// A response's body being read.
-enum Incoming {
-    H1(hyper::body::Incoming),
-    H2(h2::RecvStream, Sending),
-}
-
-impl Incoming {
-    fn request_open(&self) -> bool {
-        matches!(self, Self::H2(_, sending) if sending.open())
-    }
-
-    fn close_request(&mut self) {
-        if let Self::H2(_, sending) = self {
-            sending.close();
-        }
-    }
-
-    /// The next bytes of the body; `None` at its end. Moves the bidi request body along.
-    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, String>>> {
-        match self {
-            Self::H1(body) => loop {
-                match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            return Poll::Ready(Some(Ok(data)));
-                        }
-                    }
-                    Some(Err(e)) => return Poll::Ready(Some(Err(e.to_string()))),
-                    None => return Poll::Ready(None),
-                }
-            },
-            Self::H2(body, sending) => {
-                sending.pump(cx);
-                match std::task::ready!(body.poll_data(cx)) {
-                    Some(Ok(data)) => {
-                        // The bytes are ours now (the decoder holds at most a message): the
-                        // deployment may send more.
-                        let _ = body.flow_control().release_capacity(data.len());
-                        Poll::Ready(Some(Ok(data)))
-                    }
-                    Some(Err(e)) => Poll::Ready(Some(Err(e.to_string()))),
-                    None => Poll::Ready(None),
-                }
-            }
-        }
-    }
-
-    async fn data(&mut self) -> Option<Result<Bytes, String>> {
-        std::future::poll_fn(|cx| self.poll_data(cx)).await
-    }
-}
-
 /// The code an `ErrorMessage` is recorded with: 570 journal mismatch (RT0016), 571 protocol
 /// violation (RT0012), anything else a retryable handler error (RT0007).
 pub fn failure_code(error: &proto::ErrorMessage) -> Code {
@@ -639,7 +537,7 @@ impl AttemptClient {
         let request = head(req, address, Version::HTTP_11)?.map(|()| Full::new(replay(req)));
         let response = self.h1.request(request).await.map_err(|e| AttemptError {
             unreachable: e.is_connect(),
-            ..unreachable_error(req, &e)
+            ..transport_error(req, &e)
         })?;
         let (parts, body) = response.into_parts();
         Ok((parts, Incoming::H1(body)))
@@ -665,16 +563,16 @@ impl AttemptClient {
                     .await
                     .map_err(|e| AttemptError {
                         unreachable: matches!(e, OpenError::Connect(_)),
-                        ..unreachable_error(req, &e)
+                        ..transport_error(req, &e)
                     })?;
             let head = head(req, address, Version::HTTP_2)?;
             let bidi = outbound.is_some();
             let (mut response, mut stream) = sender
                 .send_request(head, false)
-                .map_err(|e| unreachable_error(req, &e))?;
+                .map_err(|e| transport_error(req, &e))?;
             stream
                 .send_data(replay.clone(), !bidi)
-                .map_err(|e| unreachable_error(req, &e))?;
+                .map_err(|e| transport_error(req, &e))?;
             let mut sending = Sending {
                 stream: bidi.then_some(stream),
                 outbound: outbound.take(),
@@ -693,7 +591,7 @@ impl AttemptClient {
                 Err(e) if tries == 1 && !sending.forwarded && refused(&e) => {
                     outbound = sending.outbound.take();
                 }
-                Err(e) => return Err(unreachable_error(req, &e)),
+                Err(e) => return Err(transport_error(req, &e)),
             }
         }
     }
@@ -704,28 +602,14 @@ fn refused(e: &h2::Error) -> bool {
     e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote())
 }
 
-fn unreachable_error(req: &AttemptRequest, e: &dyn std::fmt::Display) -> AttemptError {
+/// A failure of the connection or the stream under an attempt (RT0010). It only says the
+/// deployment is down when no connection could be made; the callers that know set
+/// `unreachable`.
+fn transport_error(req: &AttemptRequest, e: &dyn std::fmt::Display) -> AttemptError {
     err(
         Code::RT0010,
         format!("cannot reach the deployment at {}: {e}", req.uri),
     )
-}
-
-/// Reads what is left of a bidi response after its terminal message. Anything but the end is
-/// a protocol violation; the invocation has moved on, so it is only logged.
-async fn drain_tail(mut body: Incoming, within: Duration, id: InvocationId) {
-    loop {
-        match tokio::time::timeout(within, body.data()).await {
-            Ok(None) => return,
-            Ok(Some(Ok(data))) => {
-                if !data.is_empty() {
-                    tracing::warn!(invocation = %id, error.code = "RT0012", "the deployment wrote after the end of its stream; ignored");
-                    return;
-                }
-            }
-            Ok(Some(Err(_))) | Err(_) => return,
-        }
-    }
 }
 
 #[cfg(test)]

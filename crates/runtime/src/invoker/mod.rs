@@ -1,6 +1,7 @@
 //! The invoker: runs attempts of invocations against their deployments.
 
 pub mod attempt;
+mod body;
 mod connections;
 
 pub use attempt::{

@@ -3,7 +3,13 @@
 //! server's driver is tokio, the wall clock and HTTP ([`TokioDriver`]); the simulator's is a
 //! script with a clock of its own, so a seed replays a run exactly.
 
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
 use super::model::events::Event;
@@ -27,13 +33,21 @@ pub struct Started {
 }
 
 /// Carries out what a partition decided. Every method returns at once: messages of an attempt
-/// and its end come back as events on the partition's channel, later.
+/// and its end come back as events, later.
 pub trait Driver: Send + Sync + 'static {
     /// Milliseconds since the epoch: the one clock the partition reads.
     fn now_ms(&self) -> u64;
     /// Runs `attempt`; reports its messages and its end as [`Event::AttemptMessage`] and
-    /// [`Event::AttemptDone`] to the partition.
+    /// [`Event::AttemptDone`] to the partition, through [`Driver::poll_attempts`] or its
+    /// channel.
     fn start(&self, attempt: Started);
+    /// Moves the attempts started here along and adds what they reported to `events`; `cx`
+    /// is woken when there is more. It polls no further attempt once `events` holds `most`
+    /// (one attempt polled adds all it read, which may pass it). A driver whose attempts
+    /// report through the partition's channel adds nothing.
+    fn poll_attempts(&self, cx: &mut Context<'_>, events: &mut Vec<Event>, most: usize) {
+        let _ = (cx, events, most);
+    }
     /// Hands `event` to the partition of `id` (this one or another) without waiting.
     fn post(&self, id: InvocationId, event: Event);
     /// Tells the partitions `waiting` names, except `from`, that invoker slots are free.
@@ -50,39 +64,37 @@ pub trait Mailboxes: Send + Sync + 'static {
     fn nudge(&self, waiting: u64, from: u32);
 }
 
-/// The server's driver: the wall clock, attempts as tokio tasks over HTTP, other partitions
-/// through the runtime's channels.
+/// The server's driver: the wall clock, attempts over HTTP polled by the partition's own loop
+/// ([`Driver::poll_attempts`]), other partitions through the runtime's channels.
+///
+/// An attempt is no task of its own and reports through no channel: the partition's loop polls
+/// it, so the deployment's bytes arriving wake the partition itself, and what the attempt read
+/// joins the partition's next batch in the same turn. That is one task wake and no channel
+/// send per message instead of a wake of the attempt's task and then one of the partition's.
 pub struct TokioDriver<M> {
     runtime: M,
     client: AttemptClient,
-    /// The partition's own channel, where its attempts report.
-    tx: mpsc::Sender<Event>,
-    /// Its attempts still running: dropping the driver (the partition stepped down from a
-    /// cluster partition) ends them, so the next leader's attempts never overlap them.
-    attempts: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Its attempts still running. Dropping the driver (the partition stepped down from a
+    /// cluster partition, or stopped) drops them, so the next leader's attempts never overlap
+    /// them.
+    attempts: Mutex<FuturesUnordered<Running>>,
+    /// What the attempts reported and the loop has not taken yet, in the order they reported
+    /// it: each attempt's messages, then its end.
+    reported: Arc<Mutex<Vec<Event>>>,
 }
 
-impl<M> Drop for TokioDriver<M> {
-    fn drop(&mut self) {
-        for attempt in self
-            .attempts
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            attempt.abort();
-        }
-    }
-}
+/// One attempt being run: it ends once its end is reported.
+type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl<M: Mailboxes> TokioDriver<M> {
-    /// A driver for the partition whose channel `tx` is.
-    pub fn new(runtime: M, client: AttemptClient, tx: mpsc::Sender<Event>) -> Self {
+    /// A driver running its attempts on `client`, reaching other partitions through
+    /// `runtime`.
+    pub fn new(runtime: M, client: AttemptClient) -> Self {
         Self {
             runtime,
             client,
-            tx,
-            attempts: std::sync::Mutex::default(),
+            attempts: Mutex::default(),
+            reported: Arc::default(),
         }
     }
 }
@@ -99,13 +111,13 @@ impl<M: Mailboxes> Driver for TokioDriver<M> {
             request,
             inbound,
         } = started;
-        let mut sink = PartitionSink {
-            tx: self.tx.clone(),
+        let mut sink = Reporter {
+            reported: Arc::clone(&self.reported),
             id,
             attempt,
         };
         let client = self.client.clone();
-        let running = tokio::spawn(async move {
+        let running: Running = Box::pin(async move {
             let result = match request {
                 Ok(request) => client
                     .stream(&request, inbound, &mut sink)
@@ -113,16 +125,27 @@ impl<M: Mailboxes> Driver for TokioDriver<M> {
                     .map(|(ending, _)| ending),
                 Err(e) => Err(AttemptError::from(e)),
             };
-            let done = Event::AttemptDone {
+            sink.report(Event::AttemptDone {
                 id,
                 attempt,
                 result,
-            };
-            let _ = sink.tx.send(done).await;
+            });
         });
-        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
-        attempts.retain(|attempt| !attempt.is_finished());
-        attempts.push(running.abort_handle());
+        lock(&self.attempts).push(running);
+    }
+
+    fn poll_attempts(&self, cx: &mut Context<'_>, events: &mut Vec<Event>, most: usize) {
+        let mut attempts = lock(&self.attempts);
+        // Each turn polls only the attempts woken since the last (`FuturesUnordered` keeps
+        // them apart); those woken but not polled because the batch filled stay ready for
+        // the next call, which the loop makes once this batch is applied.
+        while events.len() + lock(&self.reported).len() < most {
+            match attempts.poll_next_unpin(cx) {
+                Poll::Ready(Some(())) => {}
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+        events.append(&mut lock(&self.reported));
     }
 
     fn post(&self, id: InvocationId, event: Event) {
@@ -134,33 +157,39 @@ impl<M: Mailboxes> Driver for TokioDriver<M> {
     }
 }
 
-/// Hands an attempt's messages to its partition.
-struct PartitionSink {
-    tx: mpsc::Sender<Event>,
+/// A lock nobody holds across an await: a panic while holding it left nothing half-done that
+/// matters more than going on.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Hands an attempt's messages to its partition's next batch.
+struct Reporter {
+    reported: Arc<Mutex<Vec<Event>>>,
     id: InvocationId,
     attempt: u32,
 }
 
-impl MessageSink for PartitionSink {
+impl Reporter {
+    fn report(&self, event: Event) {
+        lock(&self.reported).push(event);
+    }
+}
+
+impl MessageSink for Reporter {
     async fn answered(&mut self) {
-        let _ = self
-            .tx
-            .send(Event::AttemptAnswered {
-                id: self.id,
-                attempt: self.attempt,
-            })
-            .await;
+        self.report(Event::AttemptAnswered {
+            id: self.id,
+            attempt: self.attempt,
+        });
     }
 
     async fn deliver(&mut self, message: Message, ack: bool) {
-        let _ = self
-            .tx
-            .send(Event::AttemptMessage {
-                id: self.id,
-                attempt: self.attempt,
-                message,
-                ack,
-            })
-            .await;
+        self.report(Event::AttemptMessage {
+            id: self.id,
+            attempt: self.attempt,
+            message,
+            ack,
+        });
     }
 }

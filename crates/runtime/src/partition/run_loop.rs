@@ -175,9 +175,15 @@ impl Partition {
                 () = tokio::time::sleep(self.until_next_wake()), if !self.wakes.is_empty() && pending.len() < IN_FLIGHT => {
                     Input::Tick(&mut batch)
                 }
-                received = rx.recv_many(&mut batch, BATCH), if open && pending.len() < IN_FLIGHT => {
-                    if received == 0 {
+                // Events from the channel and from this partition's own attempts, which its
+                // loop polls (`driver.rs`): what arrived in this turn is one batch.
+                closed = std::future::poll_fn(|cx| self.poll_events(cx, rx, open, &mut batch)),
+                    if pending.len() < IN_FLIGHT =>
+                {
+                    if closed {
                         open = false;
+                    }
+                    if batch.is_empty() {
                         continue;
                     }
                     // A burst sent after a rules answer is received after the book's
@@ -188,6 +194,31 @@ impl Partition {
             if self.step(&mut pending, input).is_err() {
                 return;
             }
+        }
+    }
+
+    /// Gathers the next batch into `batch`: what the partition's attempts reported, then what
+    /// its channel holds (while `open`), up to [`BATCH`] events. Ready with whether the
+    /// channel closed, once either gave something or it did.
+    fn poll_events(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        rx: &mut mpsc::Receiver<Event>,
+        open: bool,
+        batch: &mut Vec<Event>,
+    ) -> std::task::Poll<bool> {
+        self.driver.poll_attempts(cx, batch, BATCH);
+        let room = BATCH.saturating_sub(batch.len());
+        if open && room > 0 {
+            // Zero received from a channel asked for at least one: every sender is gone.
+            if let std::task::Poll::Ready(0) = rx.poll_recv_many(cx, batch, room) {
+                return std::task::Poll::Ready(true);
+            }
+        }
+        if batch.is_empty() {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(false)
         }
     }
 

@@ -593,12 +593,10 @@ impl Runtime {
         for (index, (rx, queries)) in receivers.0.into_iter().enumerate() {
             let driver = {
                 let (runtime, client) = (self.clone(), clients[index % shards].clone());
-                let own = self.senders[index].clone();
                 move || -> Box<dyn super::driver::Driver> {
                     Box::new(super::driver::TokioDriver::new(
                         runtime.clone(),
                         client.clone(),
-                        own.clone(),
                     ))
                 }
             };
