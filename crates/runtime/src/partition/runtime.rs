@@ -580,6 +580,9 @@ impl Runtime {
             Arc::clone(registry),
             Arc::clone(config),
         );
+        // Each shard's partitions share one gathering writer: what they queue in one turn of
+        // the shard's loop reaches the writer's thread as one set (`gather.rs` in the store).
+        let gathered: Vec<Writer> = (0..shards).map(|_| writer.gathering()).collect();
         let worker = &config.worker;
         let purging = Purging {
             store: Arc::clone(store),
@@ -617,7 +620,11 @@ impl Runtime {
                 )));
                 continue;
             }
-            let mut partition = Partition::new(index as u32, &shared, driver());
+            let mut partition = Partition::new(
+                index as u32,
+                &shared.with_writer(gathered[index % shards].clone()),
+                driver(),
+            );
             if let Some(rules) = rules {
                 partition.follow_rules(rules.subscribe());
             }

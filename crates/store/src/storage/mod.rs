@@ -9,6 +9,7 @@
 //! write through) <- [`pipeline`] (a cluster leader's records in flight).
 
 pub mod fencing;
+mod gather;
 mod jobs;
 pub mod local;
 pub mod log;

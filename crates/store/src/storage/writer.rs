@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Store;
+use super::gather::Gather;
 use super::jobs::{GROUP, Job, stopped, take_group};
 #[cfg(any(test, feature = "testing"))]
 use super::local::appender::LoggedFlusher;
@@ -34,6 +35,9 @@ enum To {
     Channel(mpsc::UnboundedSender<Job>),
     /// Straight into the view's backlog (cluster mode, `view/applier.rs`).
     View(Arc<super::view::applier::ViewWriter>),
+    /// Into a channel, with the other sets its shard queues in the same loop turn
+    /// (`gather.rs`).
+    Gather(Arc<Gather>),
 }
 
 impl std::fmt::Debug for Writer {
@@ -41,6 +45,7 @@ impl std::fmt::Debug for Writer {
         let to = match self.to {
             To::Channel(_) => "channel",
             To::View(_) => "view",
+            To::Gather(_) => "gather",
         };
         f.debug_struct("Writer").field("to", &to).finish()
     }
@@ -137,8 +142,22 @@ impl Writer {
             To::View(view) => {
                 let _ = done.send(view.commit(writes));
             }
+            To::Gather(gather) => gather.push(Job { writes, done }),
         }
         answer
+    }
+
+    /// A writer for the partitions of one shard: the sets they queue in one turn of the shard's
+    /// loop go to the writer's thread as one set, answered once (`gather.rs`). A writer that
+    /// gathers already, or writes no channel (cluster mode's view), is returned as it is.
+    pub fn gathering(&self) -> Self {
+        match &self.to {
+            To::Channel(tx) => Self {
+                to: To::Gather(Arc::new(Gather::new(tx.clone()))),
+                local: self.local,
+            },
+            To::Gather(_) | To::View(_) => self.clone(),
+        }
     }
 }
 
@@ -385,6 +404,39 @@ mod tests {
                 assert!(table.get(b"b".as_slice()).unwrap().is_none());
                 assert!(table.get(b"c1".as_slice()).unwrap().is_none());
                 assert!(table.get(b"c2".as_slice()).unwrap().is_none());
+            })
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sets_gathered_in_one_turn_land_in_order_through_the_writer_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let writer = Writer::start(Arc::clone(&store));
+        let (one, other) = (writer.gathering(), writer.gathering());
+        let mut first = WriteSet::default();
+        first.put(T, b"a", b"1".to_vec());
+        let mut second = WriteSet::default();
+        second.put(T, b"a", b"2".to_vec());
+        second.put(T, b"b", b"1".to_vec());
+        let mut third = WriteSet::default();
+        third.delete(T, b"b");
+        // Two callers of two shards' writers, queued in one turn: each shard's sets in order.
+        let answers = [
+            one.commit(first),
+            other.commit(WriteSet::default()),
+            one.commit(second),
+            one.commit(third),
+        ];
+        for answer in answers {
+            answer.await.unwrap().unwrap();
+        }
+        store
+            .with_db(|db| {
+                let txn = db.begin_read().unwrap();
+                let table = txn.open_table(T).unwrap();
+                assert_eq!(table.get(b"a".as_slice()).unwrap().unwrap().value(), b"2");
+                assert!(table.get(b"b".as_slice()).unwrap().is_none());
             })
             .unwrap();
     }

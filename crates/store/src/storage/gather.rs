@@ -1,0 +1,225 @@
+//! One set per shard loop turn. The partitions a shard runs each hand the writer a set per
+//! batch; sent one by one, each is a job on the writer's channel and each answer a wake of that
+//! partition's task from the writer's thread (on a current-thread runtime, a `write` to its
+//! event fd and a trip through its inject queue). A [`Gather`] is shared by the partitions of
+//! one shard: the sets queued in one turn of the shard's loop leave as one set, answered once
+//! from the writer's thread, and the answer is handed to each partition on the shard itself.
+//!
+//! The first set queued while none waits spawns the task that sends them; the shard runs it
+//! after the tasks already woken in that turn, so their sets join. Each caller's sets keep
+//! their order: they join one set in the order they were queued, or later sets leave in later
+//! sends. The merged set is one write set like any other: stored whole or not at all, so each
+//! caller's answer is the truth about its own set.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::jobs::{Job, stopped};
+use super::write_set::WriteSet;
+
+/// The sets one shard queued and not yet sent, and where they go.
+#[derive(Debug)]
+pub(super) struct Gather {
+    to: mpsc::UnboundedSender<Job>,
+    queued: Mutex<Vec<Job>>,
+}
+
+impl Gather {
+    pub(super) fn new(to: mpsc::UnboundedSender<Job>) -> Self {
+        Self {
+            to,
+            queued: Mutex::default(),
+        }
+    }
+
+    /// Queues `job`; it leaves with the others of this turn.
+    pub(super) fn push(self: &Arc<Self>, job: Job) {
+        let first = {
+            let mut queued = lock(&self.queued);
+            queued.push(job);
+            queued.len() == 1
+        };
+        if !first {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(Arc::clone(self).send())),
+            // Outside a runtime there is no turn to wait for: it leaves at once.
+            Err(_) => {
+                let jobs = std::mem::take(&mut *lock(&self.queued));
+                for job in jobs {
+                    self.send_one(job);
+                }
+            }
+        }
+    }
+
+    /// Sends what was queued in this turn as one set and hands its answer to each caller.
+    async fn send(self: Arc<Self>) {
+        let jobs = std::mem::take(&mut *lock(&self.queued));
+        if jobs.len() <= 1 {
+            // Nothing to share: the writer answers the caller itself.
+            for job in jobs {
+                self.send_one(job);
+            }
+            return;
+        }
+        let (merged, dones) = merge(jobs);
+        let (done, answer) = oneshot::channel();
+        if self
+            .to
+            .send(Job {
+                writes: merged,
+                done,
+            })
+            .is_err()
+        {
+            for done in dones {
+                let _ = done.send(Err(stopped()));
+            }
+            return;
+        }
+        let result = answer.await.unwrap_or_else(|_| Err(stopped()));
+        for done in dones {
+            let _ = done.send(result.clone());
+        }
+    }
+
+    fn send_one(&self, job: Job) {
+        if let Err(mpsc::error::SendError(job)) = self.to.send(job) {
+            let _ = job.done.send(Err(stopped()));
+        }
+    }
+}
+
+/// The sets of `jobs` as one, in their order, and whom to answer.
+fn merge(
+    jobs: Vec<Job>,
+) -> (
+    WriteSet,
+    Vec<oneshot::Sender<Result<(), crate::errors::CodedError>>>,
+) {
+    let mut merged = WriteSet::default();
+    merged
+        .ops
+        .reserve(jobs.iter().map(|job| job.writes.ops.len()).sum());
+    let mut dones = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        merged.ops.extend(job.writes.ops);
+        dones.push(job.done);
+    }
+    (merged, dones)
+}
+
+/// A lock held for a push or a take: a panic while holding it left the queue whole.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::{Code, CodedError};
+    use crate::storage::write_set::BytesTable;
+
+    const T: BytesTable = redb::TableDefinition::new("gather_test");
+
+    fn job(key: &[u8]) -> (Job, oneshot::Receiver<Result<(), CodedError>>) {
+        let mut writes = WriteSet::default();
+        writes.put(T, key, key.to_vec());
+        let (done, answer) = oneshot::channel();
+        (Job { writes, done }, answer)
+    }
+
+    fn keys(writes: &WriteSet) -> Vec<Vec<u8>> {
+        writes
+            .ops
+            .iter()
+            .map(|op| match op {
+                crate::storage::write_set::Op::Put(_, key, _) => key.clone(),
+                _ => panic!("only puts are queued here"),
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sets_of_one_turn_leave_as_one_set_in_order_and_share_its_answer() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gather = Arc::new(Gather::new(tx));
+        let mut answers = Vec::new();
+        for key in [b"a", b"b", b"c"] {
+            let (job, answer) = job(key);
+            gather.push(job);
+            answers.push(answer);
+        }
+        let sent = rx.recv().await.unwrap();
+        assert_eq!(
+            keys(&sent.writes),
+            [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
+        assert!(rx.try_recv().is_err(), "one set for the turn");
+        sent.done.send(Ok(())).unwrap();
+        for answer in answers {
+            assert_eq!(answer.await.unwrap(), Ok(()));
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_shared_set_fails_every_caller() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gather = Arc::new(Gather::new(tx));
+        let (first, first_answer) = job(b"a");
+        let (second, second_answer) = job(b"b");
+        gather.push(first);
+        gather.push(second);
+        let sent = rx.recv().await.unwrap();
+        let error = CodedError::new(Code::RT0006, "disk full");
+        sent.done.send(Err(error.clone())).unwrap();
+        assert_eq!(first_answer.await.unwrap(), Err(error.clone()));
+        assert_eq!(second_answer.await.unwrap(), Err(error));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sets_of_later_turns_leave_later_and_a_lone_set_goes_as_it_is() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gather = Arc::new(Gather::new(tx));
+        let (first, first_answer) = job(b"a");
+        gather.push(first);
+        // The turn ends: the set leaves.
+        let sent = rx.recv().await.unwrap();
+        assert_eq!(keys(&sent.writes), [b"a".to_vec()]);
+        let (second, second_answer) = job(b"b");
+        gather.push(second);
+        let later = rx.recv().await.unwrap();
+        assert_eq!(keys(&later.writes), [b"b".to_vec()]);
+        // Alone, each is its caller's own job: the writer answers the caller directly.
+        sent.done.send(Ok(())).unwrap();
+        assert_eq!(first_answer.await.unwrap(), Ok(()));
+        drop(later);
+        assert!(second_answer.await.is_err(), "its answer went with the job");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stopped_writer_fails_the_sets_instead_of_losing_them() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        drop(rx);
+        let gather = Arc::new(Gather::new(tx));
+        let (first, first_answer) = job(b"a");
+        let (second, second_answer) = job(b"b");
+        gather.push(first);
+        gather.push(second);
+        for answer in [first_answer, second_answer] {
+            assert_eq!(answer.await.unwrap().unwrap_err().code, Some(Code::RT0006));
+        }
+    }
+
+    #[test]
+    fn outside_a_runtime_a_set_leaves_at_once() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gather = Arc::new(Gather::new(tx));
+        let (first, _answer) = job(b"a");
+        gather.push(first);
+        assert_eq!(keys(&rx.try_recv().unwrap().writes), [b"a".to_vec()]);
+    }
+}
