@@ -55,34 +55,34 @@ impl Gather {
         }
     }
 
-    /// Sends what was queued in this turn as one set and hands its answer to each caller.
+    /// Sends what was queued in this turn as one set (or a few, each at most [`MOST_BYTES`]
+    /// unless one caller's set is larger alone) and hands each answer to its callers.
     async fn send(self: Arc<Self>) {
         let jobs = std::mem::take(&mut *lock(&self.queued));
-        if jobs.len() <= 1 {
-            // Nothing to share: the writer answers the caller itself.
-            for job in jobs {
-                self.send_one(job);
+        let mut waiting = Vec::new();
+        for chunk in chunks(jobs) {
+            if chunk.len() == 1 {
+                // Nothing to share: the writer answers the caller itself.
+                chunk.into_iter().for_each(|job| self.send_one(job));
+                continue;
             }
-            return;
+            let (writes, dones) = merge(chunk);
+            let (done, answer) = oneshot::channel();
+            if self.to.send(Job { writes, done }).is_err() {
+                for done in dones {
+                    let _ = done.send(Err(stopped()));
+                }
+                continue;
+            }
+            waiting.push((answer, dones));
         }
-        let (merged, dones) = merge(jobs);
-        let (done, answer) = oneshot::channel();
-        if self
-            .to
-            .send(Job {
-                writes: merged,
-                done,
-            })
-            .is_err()
-        {
+        // Every set is on its way before the first answer is awaited: the writer keeps their
+        // order, and later turns' sets go behind them.
+        for (answer, dones) in waiting {
+            let result = answer.await.unwrap_or_else(|_| Err(stopped()));
             for done in dones {
-                let _ = done.send(Err(stopped()));
+                let _ = done.send(result.clone());
             }
-            return;
-        }
-        let result = answer.await.unwrap_or_else(|_| Err(stopped()));
-        for done in dones {
-            let _ = done.send(result.clone());
         }
     }
 
@@ -91,6 +91,30 @@ impl Gather {
             let _ = job.done.send(Err(stopped()));
         }
     }
+}
+
+/// Most bytes of writes one gathered set takes in a log record: what the writer's thread takes
+/// into one record at most (a set larger alone still goes, alone, as it would have).
+const MOST_BYTES: usize = super::local::appender::RECORD_BYTES;
+
+/// `jobs` in runs whose writes fit [`MOST_BYTES`] together, in order.
+fn chunks(jobs: Vec<Job>) -> Vec<Vec<Job>> {
+    let mut chunks: Vec<Vec<Job>> = Vec::new();
+    let mut bytes = 0usize;
+    for job in jobs {
+        let len = super::record::encoded_len(&job.writes);
+        match chunks.last_mut() {
+            Some(chunk) if bytes.saturating_add(len) <= MOST_BYTES => {
+                chunk.push(job);
+                bytes += len;
+            }
+            _ => {
+                chunks.push(vec![job]);
+                bytes = len;
+            }
+        }
+    }
+    chunks
 }
 
 /// The sets of `jobs` as one, in their order, and whom to answer.
@@ -211,6 +235,64 @@ mod tests {
         gather.push(second);
         for answer in [first_answer, second_answer] {
             assert_eq!(answer.await.unwrap().unwrap_err().code, Some(Code::RT0006));
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sets_too_large_to_share_a_record_leave_one_by_one_in_order() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gather = Arc::new(Gather::new(tx));
+        let big = vec![0u8; MOST_BYTES / 2];
+        let mut answers = Vec::new();
+        for key in [b"a", b"b", b"c"] {
+            let mut writes = WriteSet::default();
+            writes.put(T, key, big.clone());
+            let (done, answer) = oneshot::channel();
+            gather.push(Job { writes, done });
+            answers.push(answer);
+        }
+        // Two halves and their headers pass one record's worth: each set goes alone, in
+        // order, as its caller's own job.
+        let sent: Vec<Job> = [
+            rx.recv().await.unwrap(),
+            rx.recv().await.unwrap(),
+            rx.recv().await.unwrap(),
+        ]
+        .into();
+        for (job, key) in sent.iter().zip([b"a", b"b", b"c"]) {
+            assert_eq!(keys(&job.writes), [key.to_vec()]);
+        }
+        for job in sent {
+            job.done.send(Ok(())).unwrap();
+        }
+        for answer in answers {
+            assert_eq!(answer.await.unwrap(), Ok(()));
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sets_that_fit_a_record_together_share_one() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gather = Arc::new(Gather::new(tx));
+        let third = vec![0u8; MOST_BYTES / 3];
+        let mut answers = Vec::new();
+        for key in [b"a", b"b", b"c"] {
+            let mut writes = WriteSet::default();
+            writes.put(T, key, third.clone());
+            let (done, answer) = oneshot::channel();
+            gather.push(Job { writes, done });
+            answers.push(answer);
+        }
+        // Three thirds and their headers pass one record's worth by a few bytes: the first
+        // two share a set, the third goes alone.
+        let shared = rx.recv().await.unwrap();
+        let alone = rx.recv().await.unwrap();
+        assert_eq!(keys(&shared.writes), [b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(keys(&alone.writes), [b"c".to_vec()]);
+        shared.done.send(Ok(())).unwrap();
+        alone.done.send(Ok(())).unwrap();
+        for answer in answers {
+            assert_eq!(answer.await.unwrap(), Ok(()));
         }
     }
 

@@ -38,7 +38,7 @@ use crate::storage::view::backlog::Landed;
 use crate::storage::view::fail_store;
 
 /// Most bytes of writes one record takes (more sets wait for the next record).
-const RECORD_BYTES: usize = 16 * 1024 * 1024;
+pub(in crate::storage) const RECORD_BYTES: usize = 16 * 1024 * 1024;
 
 /// A group on its way through the pipeline.
 struct Stage {
