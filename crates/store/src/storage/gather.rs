@@ -156,6 +156,29 @@ mod tests {
         (Job { writes, done }, answer)
     }
 
+    /// Queues sets under keys "a", "b" and "c", each writing a value of `bytes`.
+    fn push_three(
+        gather: &Arc<Gather>,
+        bytes: usize,
+    ) -> Vec<oneshot::Receiver<Result<(), CodedError>>> {
+        let value = vec![0u8; bytes];
+        let mut answers = Vec::new();
+        for key in [b"a", b"b", b"c"] {
+            let mut writes = WriteSet::default();
+            writes.put(T, key, value.clone());
+            let (done, answer) = oneshot::channel();
+            gather.push(Job { writes, done });
+            answers.push(answer);
+        }
+        answers
+    }
+
+    async fn all_answered_ok(answers: Vec<oneshot::Receiver<Result<(), CodedError>>>) {
+        for answer in answers {
+            assert_eq!(answer.await.unwrap(), Ok(()));
+        }
+    }
+
     fn keys(writes: &WriteSet) -> Vec<Vec<u8>> {
         writes
             .ops
@@ -184,9 +207,7 @@ mod tests {
         );
         assert!(rx.try_recv().is_err(), "one set for the turn");
         sent.done.send(Ok(())).unwrap();
-        for answer in answers {
-            assert_eq!(answer.await.unwrap(), Ok(()));
-        }
+        all_answered_ok(answers).await;
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -242,15 +263,7 @@ mod tests {
     async fn sets_too_large_to_share_a_record_leave_one_by_one_in_order() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let gather = Arc::new(Gather::new(tx));
-        let big = vec![0u8; MOST_BYTES / 2];
-        let mut answers = Vec::new();
-        for key in [b"a", b"b", b"c"] {
-            let mut writes = WriteSet::default();
-            writes.put(T, key, big.clone());
-            let (done, answer) = oneshot::channel();
-            gather.push(Job { writes, done });
-            answers.push(answer);
-        }
+        let answers = push_three(&gather, MOST_BYTES / 2);
         // Two halves and their headers pass one record's worth: each set goes alone, in
         // order, as its caller's own job.
         let sent: Vec<Job> = [
@@ -265,24 +278,14 @@ mod tests {
         for job in sent {
             job.done.send(Ok(())).unwrap();
         }
-        for answer in answers {
-            assert_eq!(answer.await.unwrap(), Ok(()));
-        }
+        all_answered_ok(answers).await;
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn sets_that_fit_a_record_together_share_one() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let gather = Arc::new(Gather::new(tx));
-        let third = vec![0u8; MOST_BYTES / 3];
-        let mut answers = Vec::new();
-        for key in [b"a", b"b", b"c"] {
-            let mut writes = WriteSet::default();
-            writes.put(T, key, third.clone());
-            let (done, answer) = oneshot::channel();
-            gather.push(Job { writes, done });
-            answers.push(answer);
-        }
+        let answers = push_three(&gather, MOST_BYTES / 3);
         // Three thirds and their headers pass one record's worth by a few bytes: the first
         // two share a set, the third goes alone.
         let shared = rx.recv().await.unwrap();
@@ -291,9 +294,7 @@ mod tests {
         assert_eq!(keys(&alone.writes), [b"c".to_vec()]);
         shared.done.send(Ok(())).unwrap();
         alone.done.send(Ok(())).unwrap();
-        for answer in answers {
-            assert_eq!(answer.await.unwrap(), Ok(()));
-        }
+        all_answered_ok(answers).await;
     }
 
     #[test]
