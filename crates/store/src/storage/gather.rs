@@ -87,9 +87,7 @@ impl Gather {
     }
 
     fn send_one(&self, job: Job) {
-        if let Err(mpsc::error::SendError(job)) = self.to.send(job) {
-            let _ = job.done.send(Err(stopped()));
-        }
+        super::jobs::send(&self.to, job);
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a partition hands the store's writer: a write set and where its answer goes; and how
 //! the writers take the sets waiting as one group (a log record's worth, in order).
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::write_set::WriteSet;
 use crate::errors::{Code, CodedError};
@@ -43,6 +43,14 @@ pub(super) fn take_group(
         jobs.push(job);
     }
     (jobs, bytes)
+}
+
+/// Hands `job` to the writer behind `to`; a writer that stopped answers it with [`stopped`]
+/// at once, so no set waits for an answer that cannot come.
+pub(super) fn send(to: &mpsc::UnboundedSender<Job>, job: Job) {
+    if let Err(mpsc::error::SendError(job)) = to.send(job) {
+        let _ = job.done.send(Err(stopped()));
+    }
 }
 
 pub(super) fn stopped() -> CodedError {

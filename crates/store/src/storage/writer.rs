@@ -134,11 +134,7 @@ impl Writer {
     pub fn commit(&self, writes: WriteSet) -> Commit {
         let (done, answer) = oneshot::channel();
         match &self.to {
-            To::Channel(tx) => {
-                if let Err(mpsc::error::SendError(job)) = tx.send(Job { writes, done }) {
-                    let _ = job.done.send(Err(stopped()));
-                }
-            }
+            To::Channel(tx) => super::jobs::send(tx, Job { writes, done }),
             To::View(view) => {
                 let _ = done.send(view.commit(writes));
             }
