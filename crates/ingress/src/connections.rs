@@ -1,21 +1,21 @@
-//! Bounds on the ingress listener's connections, in front of pingora's HTTP server: a cap on
-//! connections open at once and one per client address (over either, a new connection is
-//! closed as soon as it is accepted), a deadline for each request's headers however slowly
-//! their bytes trickle in (pingora's own timeout is per read), and an idle timeout between
-//! requests. HTTP/2 connections are served here too (not by pingora's own accept loop, which
-//! has neither): a connection's first stream must open within the header-read timeout, each
-//! stream's body reads are held to it, a connection carries at most
+//! The ingress listener's connections, served on pingora's HTTP sessions: a cap on connections
+//! open at once and one per client address (over either, a new connection is closed as soon as
+//! it is accepted), a deadline for each request's headers however slowly their bytes trickle
+//! in (pingora's own timeout is per read), and an idle timeout between requests. Each request's
+//! headers are read here, the app answers it, and the answer is written here
+//! (`answer_and_write`): no `HttpServer` in between, so no per-request module context, task
+//! list or second timer. HTTP/2 connections are served here too (pingora's own accept loop has
+//! none of these bounds): a connection's first stream must open within the header-read
+//! timeout, each stream's body reads are held to it, a connection carries at most
 //! `ingress.connections.max-streams` streams at once, and one whose stream stalled closes
 //! after the header-read timeout without streams instead of the idle timeout.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pingora::apps::http_app::HttpServer;
-use pingora::apps::{HttpServerApp, ServerApp};
+use pingora::apps::{HttpPersistentSettings, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::http::v2::server::{H2Accept, HttpSession, default_h2_options, handshake};
 use pingora::protocols::{Digest, Stream};
@@ -24,22 +24,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::IngressApp;
-use super::in_flight::InFlightGuard;
 use sluice_config::ConnectionLimits;
 use sluice_listeners::per_ip::PerIp;
-
-tokio::task_local! {
-    /// Set by the app once a request's headers are read: the connection's header deadline no
-    /// longer applies to that request.
-    pub(super) static HEADERS_READ: Arc<AtomicBool>;
-}
-
-tokio::task_local! {
-    /// Set around the serving of each request, its answer's writing included: the request's
-    /// in-flight mark waits here until its response has been written, so a drain that finds
-    /// nothing in flight (and ends the process) never cuts off an answer still being sent.
-    static ANSWERING: RefCell<Option<InFlightGuard>>;
-}
 
 tokio::task_local! {
     /// Set for each HTTP/2 stream's task: how long a read of its body may wait (pingora's h2
@@ -51,20 +37,6 @@ tokio::task_local! {
 struct StreamDeadline {
     per_read: Duration,
     streams: Arc<OpenStreams>,
-}
-
-/// Keeps `guard` (the current request's in-flight mark) until the request's response has been
-/// written; returned when the request is served outside a connection of this module (then
-/// its caller keeps it).
-pub(super) fn hold_until_written(guard: InFlightGuard) -> Option<InFlightGuard> {
-    let mut guard = Some(guard);
-    let _ = ANSWERING.try_with(|slot| *slot.borrow_mut() = guard.take());
-    guard
-}
-
-/// Tells the connection serving the current request that its headers are in.
-pub(super) fn headers_read() {
-    let _ = HEADERS_READ.try_with(|read| read.store(true, Ordering::Release));
 }
 
 /// How long one read of the current HTTP/2 stream's body may wait; `None` outside an h2
@@ -116,32 +88,6 @@ impl Drop for OpenStream {
     }
 }
 
-/// Runs `request` (reading one request's headers, then answering it) and drops it, which
-/// closes the connection, if its headers are not all in by `deadline`.
-async fn with_header_deadline<T>(
-    deadline: tokio::time::Instant,
-    request: impl std::future::Future<Output = Option<T>>,
-) -> Option<T> {
-    let read = Arc::new(AtomicBool::new(false));
-    let request = ANSWERING.scope(
-        RefCell::new(None),
-        HEADERS_READ.scope(Arc::clone(&read), request),
-    );
-    tokio::pin!(request);
-    tokio::select! {
-        done = &mut request => return done,
-        _ = tokio::time::sleep_until(deadline) => {}
-    }
-    if read.load(Ordering::Acquire) {
-        request.await
-    } else {
-        tracing::debug!(
-            "ingress request headers not in by the deadline: closing the connection (ingress.connections.header-read-timeout)"
-        );
-        None
-    }
-}
-
 /// The first bytes of an HTTP/2 connection with prior knowledge.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -149,7 +95,7 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// serves its connections with one.
 #[derive(Clone)]
 pub struct GuardedHttp {
-    inner: Arc<HttpServer<IngressApp>>,
+    app: Arc<IngressApp>,
     tls: Option<Arc<super::tls::IngressTls>>,
     permits: Arc<Semaphore>,
     per_ip: Arc<PerIp>,
@@ -157,23 +103,19 @@ pub struct GuardedHttp {
 }
 
 impl GuardedHttp {
-    /// Guards `inner` with `limits`, behind TLS when `tls` is set.
+    /// Serves `app` with its connections bounded by `limits`, behind TLS when `tls` is set.
     pub fn new(
-        inner: HttpServer<IngressApp>,
+        app: IngressApp,
         limits: ConnectionLimits,
         tls: Option<Arc<super::tls::IngressTls>>,
     ) -> Self {
         Self {
-            inner: Arc::new(inner),
+            app: Arc::new(app),
             tls,
             permits: Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS))),
             per_ip: PerIp::new(limits.max_per_ip.min(limits.max)),
             limits,
         }
-    }
-
-    fn idle_secs(&self) -> u64 {
-        self.limits.idle_timeout.0.as_secs().max(1)
     }
 
     /// Serves one HTTP/2 connection: its preface and settings within the header-read timeout
@@ -264,16 +206,94 @@ impl GuardedHttp {
                 per_read: header_timeout,
                 streams: Arc::clone(&streams),
             };
-            let app = Arc::clone(&self.inner);
-            let shutdown = shutdown.clone();
-            tokio::spawn(STREAM.scope(
-                deadline,
-                ANSWERING.scope(RefCell::new(None), async move {
-                    let _open = open;
-                    app.process_new_http(ServerSession::new_http2(session), &shutdown)
-                        .await;
-                }),
-            ));
+            let app = Arc::clone(&self.app);
+            tokio::spawn(STREAM.scope(deadline, async move {
+                let _open = open;
+                let mut session = ServerSession::new_http2(session);
+                // An h2 stream's headers are in once it is accepted.
+                if matches!(session.read_request().await, Ok(true)) {
+                    answer_and_write(&app, session).await;
+                }
+            }));
+        }
+    }
+
+    /// Serves one HTTP/1.1 connection, request after request: the first request's headers
+    /// must all be in within the header-read timeout of the accept (a read timeout alone lets a
+    /// byte every few seconds hold the connection for ever), a later request's within the idle
+    /// timeout plus the header-read timeout, and every read of a body within the header-read
+    /// timeout.
+    ///
+    /// One deadline per request bounds the whole header read. Pingora's own timer per read is
+    /// off (its keep-alive set to "no timeout"): a request costs one timer, not one per read
+    /// plus one for the request.
+    async fn serve_h1(&self, stream: Stream, accepted: Instant, shutdown: &ShutdownWatch) {
+        let header_timeout = self.limits.header_read_timeout.0;
+        let mut session = ServerSession::new_http1(stream);
+        let mut deadline = accepted + header_timeout;
+        loop {
+            session.set_keepalive(Some(0));
+            session.set_read_timeout(Some(header_timeout));
+            match tokio::time::timeout_at(deadline, session.read_request()).await {
+                Ok(Ok(true)) => {}
+                // Closed between requests.
+                Ok(Ok(false)) => return,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "ingress request headers unreadable: closing the connection");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(
+                        "ingress request headers not in by the deadline: closing the connection (ingress.connections.header-read-timeout, idle-timeout)"
+                    );
+                    return;
+                }
+            }
+            // Kept alive unless the client asked otherwise (read from its request) or the
+            // process is draining.
+            if *shutdown.borrow() {
+                session.set_keepalive(None);
+            }
+            let Some(reused) = answer_and_write(&self.app, session).await else {
+                return;
+            };
+            let (stream, settings) = reused.consume();
+            session = ServerSession::new_http1(stream);
+            if let Some(settings) = settings {
+                settings.apply_to_session(&mut session);
+            }
+            deadline = Instant::now() + self.limits.idle_timeout.0 + header_timeout;
+        }
+    }
+}
+
+/// Answers the request whose headers `session` has read and writes the answer; returns the
+/// connection when it can carry another request (HTTP/1.1 keep-alive).
+///
+/// The request counts as in flight until its answer is written, so a drain that finds nothing
+/// in flight (and ends the process) never cuts off an answer still being sent.
+async fn answer_and_write(
+    app: &IngressApp,
+    mut session: ServerSession,
+) -> Option<ReusedHttpStream> {
+    let _in_flight = app.state.in_flight.enter();
+    let (parts, body) = app.respond(&mut session).await.into_parts();
+    if let Err(e) = session.write_response_header(Box::new(parts.into())).await {
+        tracing::debug!(error = %e, "ingress answer's head not written: the client is gone");
+        return None;
+    }
+    if !body.is_empty()
+        && let Err(e) = session.write_response_body(body.into(), true).await
+    {
+        tracing::debug!(error = %e, "ingress answer's body not written: the client is gone");
+        return None;
+    }
+    let settings = HttpPersistentSettings::for_session(&session);
+    match session.finish().await {
+        Ok(reusable) => reusable.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
+        Err(e) => {
+            tracing::debug!(error = %e, "ingress answer not finished: the client is gone");
+            None
         }
     }
 }
@@ -341,70 +361,7 @@ impl ServerApp for GuardedHttp {
             self.serve_h2(stream, accepted, shutdown).await;
             return None;
         }
-        // HTTP/1.1: the first request's headers must all be in within the header-read timeout
-        // of the accept (a read timeout alone lets a byte every few seconds hold the connection
-        // for ever); a later request's within the idle timeout plus the header-read timeout;
-        // every read of a body within the header-read timeout.
-        let mut session = ServerSession::new_http1(stream);
-        session.set_keepalive(None);
-        session.set_read_timeout(Some(header_timeout));
-        let mut reused = with_header_deadline(
-            accepted + header_timeout,
-            self.inner.process_new_http(session, shutdown),
-        )
-        .await;
-        while let Some((stream, settings)) = reused.map(|r| r.consume()) {
-            let mut session = ServerSession::new_http1(stream);
-            if let Some(settings) = settings {
-                settings.apply_to_session(&mut session);
-            }
-            if *shutdown.borrow() {
-                session.set_keepalive(None);
-            } else {
-                session.set_keepalive(Some(self.idle_secs()));
-            }
-            // The idle timeout bounds the wait for the next request's first bytes; each read of
-            // its body gets the header-read timeout, as the first request's does (pingora's
-            // default would let a body that never comes hold the connection a minute a read).
-            session.set_read_timeout(Some(header_timeout));
-            let deadline = tokio::time::Instant::now()
-                + std::time::Duration::from_secs(self.idle_secs())
-                + header_timeout;
-            reused = with_header_deadline(deadline, self.inner.process_new_http(session, shutdown))
-                .await;
-        }
+        self.serve_h1(stream, accepted, shutdown).await;
         None
-    }
-
-    async fn cleanup(&self) {
-        ServerApp::cleanup(&*self.inner).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::in_flight::InFlight;
-
-    #[tokio::test]
-    async fn a_request_stays_in_flight_until_its_serving_ends_not_when_its_answer_is_made() {
-        let in_flight = Arc::new(InFlight::default());
-        let served = ANSWERING.scope(RefCell::new(None), async {
-            // What the app does while making the answer.
-            let kept = hold_until_written(in_flight.enter());
-            assert!(kept.is_none(), "the connection keeps it");
-            drop(kept);
-            // The answer is made; its writing (still in the scope) counts as in flight.
-            tokio::task::yield_now().await;
-            in_flight.current()
-        });
-        assert_eq!(served.await, 1, "in flight while the response is written");
-        assert_eq!(in_flight.current(), 0, "done once the serving ended");
-        // Outside a connection of this module, the caller keeps the mark.
-        let kept = hold_until_written(in_flight.enter());
-        assert!(kept.is_some());
-        assert_eq!(in_flight.current(), 1);
-        drop(kept);
-        assert_eq!(in_flight.current(), 0);
     }
 }

@@ -26,8 +26,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::{Response, StatusCode};
-use pingora::apps::HttpServerOptions;
-use pingora::apps::http_app::{HttpServer, ServeHttp};
 use pingora::protocols::http::ServerSession;
 use pingora::server::{ListenFds, ShutdownWatch};
 use pingora::services::Service;
@@ -59,7 +57,8 @@ pub struct IngressState {
     pub api_keys: api_keys::ApiKeys,
 }
 
-/// The pingora application: one call of [`ServeHttp::response`] per request.
+/// The ingress application: [`IngressApp::respond`] answers one request whose headers are
+/// read; the connections (`connections`) read them and write the answer on pingora's sessions.
 pub struct IngressApp {
     state: Arc<IngressState>,
 }
@@ -71,20 +70,15 @@ impl IngressApp {
     }
 }
 
-#[async_trait]
-impl ServeHttp for IngressApp {
-    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        connections::headers_read();
-        // Counted until the response is written, not only until it is made.
-        let _in_flight = connections::hold_until_written(self.state.in_flight.enter());
+impl IngressApp {
+    /// The answer to one request whose headers are read, counted and timed by kind.
+    async fn respond(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let started = std::time::Instant::now();
         let (kind, resp) = self.answer(session).await;
         record_request(kind, &resp, started);
         resp
     }
-}
 
-impl IngressApp {
     /// `POST /service/status`: one target body (answered, or forwarded, as `GET …/status`
     /// is) or a list.
     async fn status_of(
@@ -352,12 +346,8 @@ impl IngressService {
         for listener in &listeners {
             listener.set_nonblocking(true)?;
         }
-        let mut server = HttpServer::new_app(app);
-        let mut options = HttpServerOptions::default();
-        options.h2c = true;
-        server.server_options = Some(options);
         Ok(Self {
-            app: connections::GuardedHttp::new(server, limits, tls.clone()),
+            app: connections::GuardedHttp::new(app, limits, tls.clone()),
             address,
             sockets: listeners,
             shards,
