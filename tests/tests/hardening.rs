@@ -376,6 +376,71 @@ async fn crafted_ids_and_framing_are_refused_not_panicked_on() {
     assert_eq!(status, 200);
 }
 
+/// One HTTP/1.1 answer read off `stream`: its head (lower-cased) and body, by its
+/// `content-length`.
+async fn read_answer(stream: &mut TcpStream) -> (String, String) {
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 1024];
+    let head_end = loop {
+        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        assert!(n > 0, "closed before the answer's head");
+        bytes.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_end]).to_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .expect("a content-length");
+    while bytes.len() < head_end + length {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the answer's body");
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    let body = String::from_utf8_lossy(&bytes[head_end..head_end + length]).into_owned();
+    (head, body)
+}
+
+#[tokio::test]
+async fn an_ingress_connection_carries_requests_until_the_client_asks_to_close_it() {
+    // The idle timeout is the default minute: a close seen within seconds is the server's
+    // answer to the client, not the timeout.
+    let sluice = Sluice::builder().start().await.unwrap();
+    let ingress = sluice.ingress_url.trim_start_matches("http://");
+    let get = format!("GET /service/health HTTP/1.1\r\nhost: {ingress}\r\n\r\n");
+    let mut kept = TcpStream::connect(ingress).await.unwrap();
+    for _ in 0..3 {
+        kept.write_all(get.as_bytes()).await.unwrap();
+        let (head, body) = read_answer(&mut kept).await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("connection: keep-alive"), "{head}");
+        assert!(body.contains("services"), "{body}");
+    }
+    for (version, header) in [("HTTP/1.1", "connection: close\r\n"), ("HTTP/1.0", "")] {
+        let mut closing = TcpStream::connect(ingress).await.unwrap();
+        closing
+            .write_all(
+                format!("GET /service/health {version}\r\nhost: {ingress}\r\n{header}\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let (head, _) = read_answer(&mut closing).await;
+        assert!(head.contains(" 200"), "{version}: {head}");
+        assert!(head.contains("connection: close"), "{version}: {head}");
+        assert!(
+            closed_within(&mut closing, Duration::from_secs(10)).await,
+            "{version} {header:?}: the connection stayed open after its answer"
+        );
+    }
+}
+
 /// The awakeable id of `invocation` bytes and `index`.
 fn awakeable_id(raw: &[u8], index: u32) -> String {
     let mut bytes = raw[..24].to_vec();
