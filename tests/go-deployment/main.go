@@ -130,6 +130,28 @@ func runOnce(ctx restate.Context, millis int) (Once, error) {
 	return Once{Seen: seen, Effects: effects}, nil
 }
 
+// spend reports `amount` as what it spent (`restate.Run` steps named `sluice:cost`), in two
+// steps around a durable sleep, and answers it.
+func spend(ctx restate.Context, amount uint64) (uint64, error) {
+	first := amount / 2
+	report := func(part uint64) error {
+		_, err := restate.Run(ctx, func(restate.RunContext) (uint64, error) {
+			return part, nil
+		}, restate.WithName("sluice:cost"))
+		return err
+	}
+	if err := report(first); err != nil {
+		return 0, err
+	}
+	if err := restate.Sleep(ctx, 20*time.Millisecond); err != nil {
+		return 0, err
+	}
+	if err := report(amount - first); err != nil {
+		return 0, err
+	}
+	return amount, nil
+}
+
 // effectsSoFar answers how many side effects `runOnce` made in this process.
 func effectsSoFar(ctx restate.Context, _ restate.Void) (int, error) {
 	mu.Lock()
@@ -204,6 +226,7 @@ func main() {
 		Handler("sendHolds", restate.NewServiceHandler(sendHolds)).
 		Handler("askWho", restate.NewServiceHandler(askWho)).
 		Handler("runOnce", restate.NewServiceHandler(runOnce)).
+		Handler("spend", restate.NewServiceHandler(spend)).
 		Handler("effects", restate.NewServiceHandler(effectsSoFar)).
 		Handler("awaitAwakeable", restate.NewServiceHandler(awaitAwakeable)).
 		Handler("lastAwakeable", restate.NewServiceHandler(lastAwakeableID))

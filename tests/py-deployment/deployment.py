@@ -94,6 +94,24 @@ async def run_once(ctx: restate.Context, millis: int) -> dict:
     return {"seen": seen, "effects": effects}
 
 
+@meter.handler(name="spend")
+async def spend(ctx: restate.Context, amount: int) -> int:
+    """Reports `amount` as what it spent (`ctx.run_typed` steps named `sluice:cost`), in two
+    steps around a durable sleep, and answers it."""
+    first = amount // 2
+
+    async def first_part() -> int:
+        return first
+
+    async def rest() -> int:
+        return amount - first
+
+    await ctx.run_typed("sluice:cost", first_part)
+    await ctx.sleep(timedelta(milliseconds=20))
+    await ctx.run_typed("sluice:cost", rest)
+    return amount
+
+
 @meter.handler(name="awaitAwakeable")
 async def await_awakeable(ctx: restate.Context) -> str:
     global last_awakeable

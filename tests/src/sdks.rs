@@ -36,6 +36,38 @@ pub async fn ingress_ok(sluice: &Sluice, path: &str, body: Value) -> Value {
     answer
 }
 
+/// `{meter}/spend` reports 1533 as what it spent in two `sluice:cost` runs around a durable
+/// sleep (the SDK's own `run` with a name, no new SDK): once it completed, its record says it
+/// spent exactly that (`sys_invocation.cost`), and a handler that reports nothing
+/// (`{meter}/peak`) has no cost at all.
+pub async fn reported_cost_is_stored(sluice: &Sluice, meter: &str) {
+    let spent = sluice
+        .send(&format!("/service/send/{meter}/spend"), &1533)
+        .await;
+    let (status, sent) =
+        ingress_post(sluice, &format!("/service/send/{meter}/peak"), Value::Null).await;
+    assert_eq!(status, 202, "{sent}");
+    let silent = sent["invocationId"].as_str().unwrap().to_owned();
+    for id in [&spent, &silent] {
+        sluice
+            .invocation_until(id, "completed", |seen| seen["status"] == "completed")
+            .await;
+    }
+    let cost = |id: &str, filter: &str| {
+        format!("SELECT count(*) AS n FROM sys_invocation WHERE id = '{id}' AND {filter}")
+    };
+    assert_eq!(
+        sluice.count(&cost(&spent, "cost = 1533")).await,
+        1,
+        "{meter}/spend"
+    );
+    assert_eq!(
+        sluice.count(&cost(&silent, "cost IS NULL")).await,
+        1,
+        "{meter}/peak"
+    );
+}
+
 /// The deployment registered its three services, `{prefix}Meter` (a service), `{prefix}Counter`
 /// (a virtual object) and `{prefix}Signup` (a workflow), as their kinds.
 pub async fn registered_three_kinds(sluice: &Sluice, prefix: &str) {

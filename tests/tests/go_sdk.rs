@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sluice_tests::{
     Sluice, TestDeployment, durable_basics_run_through,
     handler_scoped_calls_are_admitted_under_the_rule_book, registered_three_kinds,
-    side_effect_runs_once_across_a_kill_9, sluice_for,
+    reported_cost_is_stored, side_effect_runs_once_across_a_kill_9, sluice_for,
 };
 
 async fn started(rules: Value) -> (Sluice, TestDeployment) {
@@ -33,6 +33,12 @@ async fn a_go_handlers_scoped_calls_and_sends_are_admitted_under_the_rule_book()
 async fn the_durable_basics_run_through_sluice() {
     let (sluice, _dep) = started(json!([])).await;
     durable_basics_run_through(&sluice, "Go").await;
+}
+
+#[tokio::test]
+async fn a_go_handlers_reported_cost_is_stored_with_its_completion() {
+    let (sluice, _dep) = started(json!([])).await;
+    reported_cost_is_stored(&sluice, "GoMeter").await;
 }
 
 /// A side effect in `restate.Run` survives a kill -9 of Sluice between it and the handler's

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sluice_tests::{
     Sluice, TestDeployment, durable_basics_run_through, ingress_ok, registered_three_kinds,
-    side_effect_runs_once_across_a_kill_9, sluice_for,
+    reported_cost_is_stored, side_effect_runs_once_across_a_kill_9, sluice_for,
 };
 
 async fn started(rules: Value) -> (Sluice, TestDeployment) {
@@ -76,6 +76,12 @@ async fn java_calls_made_in_a_scope_at_the_ingress_are_admitted_under_the_rule_b
 async fn the_durable_basics_run_through_sluice() {
     let (sluice, _dep) = started(json!([])).await;
     durable_basics_run_through(&sluice, "Java").await;
+}
+
+#[tokio::test]
+async fn a_java_handlers_reported_cost_is_stored_with_its_completion() {
+    let (sluice, _dep) = started(json!([])).await;
+    reported_cost_is_stored(&sluice, "JavaMeter").await;
 }
 
 /// A side effect in `ctx.run` survives a kill -9 of Sluice between it and the handler's end,

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 use sluice_tests::{
     Sluice, TestDeployment, durable_basics_run_through,
-    handler_scoped_calls_are_admitted_under_the_rule_book, sluice_for,
+    handler_scoped_calls_are_admitted_under_the_rule_book, reported_cost_is_stored, sluice_for,
 };
 
 async fn started(rules: Value) -> (Sluice, TestDeployment) {
@@ -25,4 +25,10 @@ async fn a_python_handlers_scoped_calls_and_sends_are_admitted_under_the_rule_bo
 async fn the_durable_basics_run_through_sluice() {
     let (sluice, _dep) = started(json!([])).await;
     durable_basics_run_through(&sluice, "Py").await;
+}
+
+#[tokio::test]
+async fn a_python_handlers_reported_cost_is_stored_with_its_completion() {
+    let (sluice, _dep) = started(json!([])).await;
+    reported_cost_is_stored(&sluice, "PyMeter").await;
 }

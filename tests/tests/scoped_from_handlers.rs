@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment};
+use sluice_tests::{Sluice, TestDeployment, reported_cost_is_stored};
 
 async fn started(rules: Value) -> (Sluice, TestDeployment) {
     let dep = TestDeployment::typescript("h2").await.unwrap();
@@ -276,4 +276,10 @@ async fn calls_from_a_scoped_handler_inherit_its_scope_and_limit_key() {
     assert_eq!(status, 200);
     let (_, peak) = call(&off, "/service/call/TsMeter/peak", Value::Null).await;
     assert_eq!(peak, "6", "unscoped children are not limited");
+}
+
+#[tokio::test]
+async fn a_typescript_handlers_reported_cost_is_stored_with_its_completion() {
+    let (sluice, _dep) = started(json!([])).await;
+    reported_cost_is_stored(&sluice, "TsMeter").await;
 }

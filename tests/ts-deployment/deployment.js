@@ -82,6 +82,15 @@ const meter = restate.service({
       return millis;
     },
     peak: async () => mostHolding,
+    // Reports `amount` as what it spent (`ctx.run` steps named `sluice:cost`), in two steps
+    // around a durable sleep, and answers it.
+    spend: async (ctx, amount) => {
+      const first = Math.floor(amount / 2);
+      await ctx.run("sluice:cost", () => first);
+      await ctx.sleep(20);
+      await ctx.run("sluice:cost", () => amount - first);
+      return amount;
+    },
     // The scope and limit key this invocation started with (V7 StartMessage).
     whoami: async (ctx) => ({
       scope: ctx.request().scope ?? null,

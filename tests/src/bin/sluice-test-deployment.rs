@@ -387,6 +387,21 @@ impl Meter {
         Ok(())
     }
 
+    /// Reports `amount` as what it spent (`ctx.run` steps named `sluice:cost`), in two steps
+    /// around a durable sleep, like a handler that pays for two model calls; answers `amount`.
+    #[handler]
+    async fn spend(&self, ctx: Context<'_>, amount: u64) -> Result<u64, HandlerError> {
+        let first = amount / 2;
+        ctx.run(|| async move { Ok(first) })
+            .name("sluice:cost")
+            .await?;
+        ctx.sleep(Duration::from_millis(20)).await?;
+        ctx.run(|| async move { Ok(amount - first) })
+            .name("sluice:cost")
+            .await?;
+        Ok(amount)
+    }
+
     /// `runs/done` so far.
     #[handler]
     async fn counts(&self, _ctx: Context<'_>) -> Result<String, HandlerError> {

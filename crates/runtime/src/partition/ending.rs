@@ -84,6 +84,9 @@ pub(super) fn complete(
     }
     live.record.outcome = Some(outcome.clone());
     live.record.run_at_ms = None;
+    // What it spent is read from its whole journal (in memory here: an attempt, or the kill
+    // that looked for its children, read it back) and stored with its completion.
+    live.record.cost = spent(live);
     // Retained results (idempotency, workflows) leave memory and store on their expiry timer;
     // every other completed invocation through a purge row the purger works off.
     let kept = match live.record.retention_ms {
@@ -119,6 +122,22 @@ pub(super) fn complete(
     // the retention by sending idempotency keys.
     effects.push(Effect::Evict(live.record.id));
     effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
+}
+
+/// What `live` spent by its handler's reports (`model/cost.rs`); a report that is not an amount
+/// is said in the log, with what to send instead.
+fn spent(live: &Live) -> Option<u64> {
+    let mut refused = Vec::new();
+    let spent = super::model::cost::spent(&live.journal, &mut refused);
+    if !refused.is_empty() {
+        tracing::warn!(
+            invocation = %live.record.id,
+            completions = ?refused,
+            "a `{}` step's result is not an amount and was not charged: return a JSON integer from 0 to 2^64-1 (a failed step charges nothing either)",
+            super::model::cost::COST_RUN
+        );
+    }
+    spent
 }
 
 pub(super) fn pause(live: &mut Live, failure: LastFailure) {

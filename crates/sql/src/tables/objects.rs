@@ -185,6 +185,8 @@ pub(super) fn invocation_schema() -> SchemaRef {
             ("target_service_ty", DataType::Utf8, true),
             ("invoked_by", DataType::Utf8, false),
             ("last_attempt_deployment_id", DataType::Utf8, true),
+            // What it spent by its handler's reports (`sluice:cost` runs), once completed.
+            ("cost", DataType::UInt64, true),
         ]
         .into_iter()
         .chain(
@@ -237,6 +239,7 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
         let mut text: [StringBuilder; 14] = std::array::from_fn(|_| StringBuilder::new());
         let mut protocol = UInt32Builder::new();
         let (mut retries, mut attempts) = (UInt64Builder::new(), UInt64Builder::new());
+        let mut cost = UInt64Builder::new();
         let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let mut scheduled = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let (mut service_ty, mut invoked_by, mut last_deployment) = (
@@ -282,6 +285,7 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
                 "ingress"
             });
             last_deployment.append_option(r.deployment.map(|d| d.to_string()));
+            cost.append_option(r.cost);
         }
         let [
             id,
@@ -324,6 +328,7 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(service_ty.finish()),
                 Arc::new(invoked_by.finish()),
                 Arc::new(last_deployment.finish()),
+                Arc::new(cost.finish()),
             ]
             .into_iter()
             .chain(

@@ -198,6 +198,10 @@ pub struct RecordOf<O> {
     /// started by then, it is dropped with FLO0003.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// What it spent, in the units its handler reports (the results of its `ctx.run` steps
+    /// named `sluice:cost`, summed): set with its completion, in the same write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
 }
 
 /// Where a called invocation's result goes.
@@ -278,6 +282,7 @@ impl InvocationRecord {
             priority: None,
             trace: None,
             deadline_ms: None,
+            cost: None,
         }
     }
 }

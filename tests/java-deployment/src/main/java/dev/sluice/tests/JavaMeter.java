@@ -64,6 +64,19 @@ public class JavaMeter {
     }
   }
 
+  /**
+   * Reports `amount` as what it spent (`ctx.run` steps named `sluice:cost`), in two steps around
+   * a durable sleep, and answers it.
+   */
+  @Handler
+  public long spend(Context ctx, long amount) {
+    long first = amount / 2;
+    ctx.run("sluice:cost", Long.class, () -> first);
+    ctx.sleep(Duration.ofMillis(20));
+    ctx.run("sluice:cost", Long.class, () -> amount - first);
+    return amount;
+  }
+
   /** How many side effects `runOnce` made in this process. */
   @Handler
   public int effects(Context ctx) {
