@@ -540,12 +540,19 @@ async fn a_zombie_leader_cannot_commit_anything() {
     zombie.register(&dep.uri, false).await;
     let survivor = real_node(&bootstrap, "n2").start().await.unwrap();
     deployments(&survivor, 1).await;
-    // An object on a partition the first node leads.
+    // An object on a partition the first node leads, picked once the group's assignment after
+    // the second node joined is in force as both nodes see it (round-robin: half each). A pick
+    // made while the second node was still taking its half over could land on a partition
+    // about to move to it.
+    let half = PARTITIONS as usize / 2;
     let deadline = Instant::now() + Duration::from_secs(30);
     let key = loop {
         let led = leaders(&survivor).await;
+        let count = |node: &str| led.iter().filter(|l| l.as_deref() == Some(node)).count();
         let keys = (0..64).map(|i| format!("z{i}"));
-        if led.iter().flatten().any(|l| l == "n2")
+        if count("n1") == half
+            && count("n2") == half
+            && leaders(&zombie).await == led
             && let Some(key) = keys
                 .into_iter()
                 .find(|k| led[counter_partition(k)].as_deref() == Some("n1"))
