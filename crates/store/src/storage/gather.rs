@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::jobs::{Job, stopped};
+use super::jobs::{Job, send, stopped, take_group};
 use super::write_set::WriteSet;
 
 /// The sets one shard queued and not yet sent, and where they go.
@@ -49,7 +49,7 @@ impl Gather {
             Err(_) => {
                 let jobs = std::mem::take(&mut *lock(&self.queued));
                 for job in jobs {
-                    self.send_one(job);
+                    send(&self.to, job);
                 }
             }
         }
@@ -63,17 +63,13 @@ impl Gather {
         for chunk in chunks(jobs) {
             if chunk.len() == 1 {
                 // Nothing to share: the writer answers the caller itself.
-                chunk.into_iter().for_each(|job| self.send_one(job));
+                chunk.into_iter().for_each(|job| send(&self.to, job));
                 continue;
             }
             let (writes, dones) = merge(chunk);
             let (done, answer) = oneshot::channel();
-            if self.to.send(Job { writes, done }).is_err() {
-                for done in dones {
-                    let _ = done.send(Err(stopped()));
-                }
-                continue;
-            }
+            // A stopped writer answers the shared set at once; the loop below hands that on.
+            send(&self.to, Job { writes, done });
             waiting.push((answer, dones));
         }
         // Every set is on its way before the first answer is awaited: the writer keeps their
@@ -85,32 +81,21 @@ impl Gather {
             }
         }
     }
-
-    fn send_one(&self, job: Job) {
-        super::jobs::send(&self.to, job);
-    }
 }
 
 /// Most bytes of writes one gathered set takes in a log record: what the writer's thread takes
 /// into one record at most (a set larger alone still goes, alone, as it would have).
 const MOST_BYTES: usize = super::local::appender::RECORD_BYTES;
 
-/// `jobs` in runs whose writes fit [`MOST_BYTES`] together, in order.
+/// `jobs` in runs whose writes fit [`MOST_BYTES`] together, in order: the groups the writer's
+/// thread would take of them ([`take_group`]).
 fn chunks(jobs: Vec<Job>) -> Vec<Vec<Job>> {
-    let mut chunks: Vec<Vec<Job>> = Vec::new();
-    let mut bytes = 0usize;
-    for job in jobs {
-        let len = super::record::encoded_len(&job.writes);
-        match chunks.last_mut() {
-            Some(chunk) if bytes.saturating_add(len) <= MOST_BYTES => {
-                chunk.push(job);
-                bytes += len;
-            }
-            _ => {
-                chunks.push(vec![job]);
-                bytes = len;
-            }
-        }
+    let mut jobs = jobs.into_iter();
+    let mut held = None;
+    let mut chunks = Vec::new();
+    while let Some(first) = held.take().or_else(|| jobs.next()) {
+        let (chunk, _) = take_group(first, MOST_BYTES, &mut held, || jobs.next());
+        chunks.push(chunk);
     }
     chunks
 }
