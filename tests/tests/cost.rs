@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_tests::{Sluice, TestDeployment, reported_cost_is_stored};
+use serde_json::json;
+use sluice_tests::{Sluice, TestDeployment, reported_cost_is_stored, sluice_for};
 
 #[tokio::test]
 async fn a_rust_handlers_reported_cost_is_stored_with_its_completion() {
     let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder().start().await.unwrap();
-    sluice.register(&dep.uri, false).await;
+    let sluice = sluice_for(&dep, json!([])).await;
     reported_cost_is_stored(&sluice, "Meter").await;
 }
 
@@ -18,8 +18,7 @@ async fn a_rust_handlers_reported_cost_is_stored_with_its_completion() {
 async fn charges_survive_kill_9_midway_and_each_counts_once() {
     const SENDS: u64 = 60;
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut sluice = Sluice::builder().start().await.unwrap();
-    sluice.register(&dep.uri, false).await;
+    let mut sluice = sluice_for(&dep, json!([])).await;
 
     // Each send reports half its amount, sleeps durably, then reports the rest: a kill finds
     // some before their first report, some between the two and some done.
