@@ -371,6 +371,38 @@ async fn agreed_on_leaders(nodes: &[Sluice]) {
     }
 }
 
+/// Waits until the group's assignment after the last of `ids` joined is in force, and answers
+/// it: every partition led by one of them, each leading at least its round-robin share
+/// (`PARTITIONS / ids.len()`), and every one of `nodes` seeing the same leaders. Until then a
+/// node may still be taking its share over. [`led_by`] alone is met at once by a first node
+/// that led every partition before the others joined.
+async fn assignment_in_force(nodes: &[&Sluice], ids: &[&str]) -> Vec<Option<String>> {
+    let share = PARTITIONS as usize / ids.len();
+    let started = Instant::now();
+    loop {
+        let mut views = Vec::new();
+        for sluice in nodes {
+            views.push(leaders(sluice).await);
+        }
+        let led = &views[0];
+        let count = |id: &str| led.iter().filter(|l| l.as_deref() == Some(id)).count();
+        let all_led = led
+            .iter()
+            .all(|l| l.as_deref().is_some_and(|l| ids.contains(&l)));
+        if all_led
+            && ids.iter().all(|id| count(id) >= share)
+            && views.windows(2).all(|pair| pair[0] == pair[1])
+        {
+            return views.swap_remove(0);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the assignment over {ids:?} never came into force: {views:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until every partition is led by one of `nodes`, as `sluice` sees it; how long it took.
 async fn led_by(sluice: &Sluice, nodes: &[&str]) -> Duration {
     let started = Instant::now();
@@ -540,31 +572,14 @@ async fn a_zombie_leader_cannot_commit_anything() {
     zombie.register(&dep.uri, false).await;
     let survivor = real_node(&bootstrap, "n2").start().await.unwrap();
     deployments(&survivor, 1).await;
-    // An object on a partition the first node leads, picked once the group's assignment after
-    // the second node joined is in force as both nodes see it (round-robin: half each). A pick
-    // made while the second node was still taking its half over could land on a partition
-    // about to move to it.
-    let half = PARTITIONS as usize / 2;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let key = loop {
-        let led = leaders(&survivor).await;
-        let count = |node: &str| led.iter().filter(|l| l.as_deref() == Some(node)).count();
-        let keys = (0..64).map(|i| format!("z{i}"));
-        if count("n1") == half
-            && count("n2") == half
-            && leaders(&zombie).await == led
-            && let Some(key) = keys
-                .into_iter()
-                .find(|k| led[counter_partition(k)].as_deref() == Some("n1"))
-        {
-            break key;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the partitions never spread: {led:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    // An object on a partition the first node leads, picked once the assignment is in force:
+    // a pick made while the second node was still taking its half over could land on a
+    // partition about to move to it.
+    let led = assignment_in_force(&[&zombie, &survivor], &["n1", "n2"]).await;
+    let key = (0..64)
+        .map(|i| format!("z{i}"))
+        .find(|k| led[counter_partition(k)].as_deref() == Some("n1"))
+        .unwrap_or_else(|| panic!("no key of z0..z63 on the first node's partitions: {led:?}"));
     let (status, body) = post(&zombie, &format!("/Counter/{key}/add"), "1").await;
     assert_eq!((status, body.as_str()), (200, "1"));
 
@@ -790,7 +805,9 @@ async fn handlers_call_objects_led_by_other_nodes() {
     }
     nodes[0].register(&dep.uri, false).await;
     deployments(&nodes[1], 1).await;
-    led_by(&nodes[0], &["n1", "n2"]).await;
+    // Every call below must find its partitions' leaders settled: one made while the second
+    // node still took its share over is answered CLU0001, to be retried.
+    assignment_in_force(&[&nodes[0], &nodes[1]], &["n1", "n2"]).await;
     // A caller on one node, its callee's object on any partition: the child invocation and
     // its result travel through the inboxes.
     for round in 1..=2 {
