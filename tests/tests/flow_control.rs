@@ -303,7 +303,7 @@ async fn the_rules_cli() {
     assert!(out.contains("everyone") && out.contains(" 2 "), "{out}");
     let (ok, out) = run(&["set", "new"]);
     assert!(
-        !ok && out.contains("--concurrency N, --rate R, --quota Q or --unlimited"),
+        !ok && out.contains("--concurrency N, --rate R, --quota Q, --budget B or --unlimited"),
         "{out}"
     );
     assert!(run(&["set", "acme/gold", "--unlimited"]).0);

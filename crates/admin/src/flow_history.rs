@@ -33,6 +33,8 @@ struct RulePoint {
     adaptive_limit: Option<f64>,
     would_wait: Option<u64>,
     would_reject: Option<u64>,
+    /// What its live counters spent of their budgets in the window (rules with `budget`).
+    budget_spent: Option<u64>,
 }
 
 impl RulePoint {
@@ -148,6 +150,10 @@ impl FlowHistory {
             let point = points.entry(key.clone()).or_default();
             point.running += u64::from(c.usage);
             point.waiting += u64::from(c.queued);
+            if let Some((_, used, _)) = c.budget {
+                point.budget_spent =
+                    Some(point.budget_spent.unwrap_or(0).saturating_add(used.used));
+            }
             if c.adaptive.is_some() {
                 let (n, sum) = adaptive.entry(key).or_default();
                 *n += 1;
@@ -279,6 +285,7 @@ impl FlowHistory {
                     adaptive_limit: series(s, &|p| p.adaptive_limit),
                     shadow_would_wait: whole(s, &|p| p.would_wait),
                     shadow_would_reject: whole(s, &|p| p.would_reject),
+                    budget_spent: whole(s, &|p| p.budget_spent),
                 })
                 .collect(),
             queues: samples
@@ -343,6 +350,7 @@ mod tests {
             histogram.record(*w);
         }
         RuleAdmissions {
+            charged: 0,
             rule: Some(Arc::new(rule.parse().unwrap())),
             level: Level::Scope,
             admitted,

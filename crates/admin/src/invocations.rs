@@ -32,7 +32,11 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
             limit.concurrency(),
             rule.as_ref().map(ToString::to_string),
         ),
-        Some(BlockedOn::RateLimit { level, rule, .. } | BlockedOn::Quota { level, rule, .. }) => (
+        Some(
+            BlockedOn::RateLimit { level, rule, .. }
+            | BlockedOn::Quota { level, rule, .. }
+            | BlockedOn::Budget { level, rule, .. },
+        ) => (
             Some(level.lower_name().to_owned()),
             None,
             rule.as_ref().map(ToString::to_string),
@@ -69,6 +73,14 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
         }) => (Some(quota.to_string()), Some(time(*resets_at_ms))),
         _ => (None, None),
     };
+    let (budget, budget_resets_at) = match &w.blocked_on {
+        Some(BlockedOn::Budget {
+            budget,
+            resets_at_ms,
+            ..
+        }) => (Some(budget.to_string()), Some(time(*resets_at_ms))),
+        _ => (None, None),
+    };
     let position = w.position;
     let eta_ms = position.and_then(|p| p.eta_ms);
     WaitingResponse {
@@ -88,6 +100,8 @@ pub fn waiting_response(w: Waiting) -> WaitingResponse {
         next_token_at,
         quota,
         quota_resets_at,
+        budget,
+        budget_resets_at,
         deployment,
         running,
         closed_until,

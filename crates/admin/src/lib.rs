@@ -222,6 +222,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::deployment_gates))
         .routes(routes!(limits::history))
         .routes(routes!(limits::reset_quota))
+        .routes(routes!(limits::reset_budget))
         .routes(routes!(vqueues::list))
         .routes(routes!(vqueues::pause))
         .routes(routes!(vqueues::resume))

@@ -18,8 +18,8 @@ pub use sluice_api::limits::{
 use sluice_core::errors::Code;
 use sluice_flow::limiter::MAX_WEIGHT;
 use sluice_flow::{
-    AdaptiveLimit, Delete, Limit, Precondition, Quota, Rate, RateError, RateLimit, Rule, RuleError,
-    RulePattern, Upsert,
+    AdaptiveLimit, Budget, Delete, Limit, Measure, Precondition, Quota, Rate, RateError, RateLimit,
+    Rule, RuleError, RulePattern, Upsert,
 };
 use sluice_runtime::limits::RulesError;
 
@@ -41,7 +41,8 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             rate: rule.rate.map(|r| r.rate.to_string()),
             burst: rule.rate.map(|r| r.burst.get()),
             on_exceed: (rule.rate.is_some_and(|r| r.reject)
-                || rule.quota.is_some_and(|q| q.reject))
+                || rule.quota.is_some_and(|q| q.reject)
+                || rule.budget.is_some_and(|b| b.limit.reject))
             .then(|| "reject".to_owned()),
             max_queued: rule.max_queued.map(NonZeroU32::get),
             weight: rule.weight.map(NonZeroU32::get),
@@ -53,6 +54,9 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
                 .max_wait_ms
                 .map(|ms| sluice_config::FriendlyDuration::from_millis(ms.get()).to_string()),
             quota: rule.quota.map(|q| q.to_string()),
+            budget: rule.budget.map(|b| b.to_string()),
+            reserve: rule.budget.and_then(|b| b.reserve).map(NonZeroU64::get),
+            budget_unit: rule.budget_unit.clone(),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -75,9 +79,9 @@ fn rate_limit(pattern: &str, limits: &Limits) -> Result<Option<RateLimit>, Admin
     let Some(text) = &limits.rate else {
         return match (limits.burst, &limits.on_exceed) {
             (None, None) => Ok(None),
-            (None, Some(_)) if limits.quota.is_some() => Ok(None),
+            (None, Some(_)) if limits.quota.is_some() || limits.budget.is_some() => Ok(None),
             _ => Err(invalid(
-                "burst and on_exceed need a rate (e.g. \"rate\": \"10/s\", \"burst\": 5); on_exceed also goes with a quota".into(),
+                "burst and on_exceed need a rate (e.g. \"rate\": \"10/s\", \"burst\": 5); on_exceed also goes with a quota or a budget".into(),
             )),
         };
     };
@@ -124,6 +128,59 @@ fn quota(pattern: &str, limits: &Limits) -> Result<Option<Quota>, AdminError> {
         reject: on_exceed(pattern, limits)?,
         ..quota
     }))
+}
+
+/// Longest budget unit name.
+const MAX_UNIT: usize = 32;
+
+/// A rule's budget (`1000000/day`) with its `reserve`, rejecting with `on_exceed: reject`,
+/// and its unit.
+fn budget(pattern: &str, limits: &Limits) -> Result<(Option<Budget>, Option<String>), AdminError> {
+    let invalid =
+        |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': {why}"));
+    let Some(text) = &limits.budget else {
+        return match (limits.reserve, &limits.budget_unit) {
+            (None, None) => Ok((None, None)),
+            _ => Err(invalid(
+                "reserve and budget_unit need a budget (e.g. \"budget\": \"1000000/day\")".into(),
+            )),
+        };
+    };
+    let budget: Budget = text
+        .parse()
+        .map_err(|e: sluice_flow::QuotaError| invalid(e.to_string()))?;
+    let reserve = match limits.reserve {
+        None => None,
+        Some(n) => Some(
+            NonZeroU64::new(n)
+                .filter(|n| n.get() <= budget.limit.amount.get())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "reserve must be 1 to the budget's amount ({}), not {n}: a call needs its reservation free to start",
+                        budget.limit.amount
+                    ))
+                })?,
+        ),
+    };
+    if let Some(unit) = &limits.budget_unit
+        && (unit.is_empty()
+            || unit.len() > MAX_UNIT
+            || !unit
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+    {
+        return Err(invalid(format!(
+            "budget_unit is a name of 1-{MAX_UNIT} letters, digits, '-', '_' or '.' (e.g. tokens)"
+        )));
+    }
+    let budget = Budget {
+        limit: Quota {
+            reject: on_exceed(pattern, limits)?,
+            ..budget.limit
+        },
+        reserve,
+    };
+    Ok((Some(budget), limits.budget_unit.clone()))
 }
 
 /// A burstable rule's guaranteed slots: 1 ≤ min ≤ max, at a key level (a scope has no
@@ -245,7 +302,10 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                     )
                 })?),
             };
+            let (budget, budget_unit) = budget(&r.pattern, &r.limits)?;
             Ok(Upsert {
+                budget,
+                budget_unit,
                 guaranteed: guaranteed(&pattern, &r.limits)?,
                 quota: quota(&r.pattern, &r.limits)?,
                 pattern,
@@ -346,12 +406,45 @@ pub async fn reset_quota(
     headers: http::HeaderMap,
     Json(request): Json<ResetQuotaRequest>,
 ) -> Result<Json<ResetQuotaResponse>, AdminError> {
+    reset_uses(&state, &headers, &request, Measure::Calls).await
+}
+
+/// Starts the budget's spend of every counter a pattern matches again from 0, in the current
+/// window, on every partition; answered once stored (in cluster mode as
+/// `/limits/rules/reset-quota` does).
+#[utoipa::path(post, path = "/limits/rules/reset-budget", tag = "limits", operation_id = "reset_budget",
+    request_body = ResetQuotaRequest,
+    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern"),
+        (status = 503, description = "ADM0010: a partition had no leader, or was reset by none, for 30 s")))]
+pub async fn reset_budget(
+    State(state): State<Arc<AdminState>>,
+    headers: http::HeaderMap,
+    Json(request): Json<ResetQuotaRequest>,
+) -> Result<Json<ResetQuotaResponse>, AdminError> {
+    reset_uses(&state, &headers, &request, Measure::Cost).await
+}
+
+/// The path that resets what `m` counts.
+fn reset_path(m: Measure) -> &'static str {
+    match m {
+        Measure::Calls => "/limits/rules/reset-quota",
+        Measure::Cost => "/limits/rules/reset-budget",
+    }
+}
+
+/// Resets the quotas (or budgets) `request` names on every partition (see [`reset_quota`]).
+async fn reset_uses(
+    state: &AdminState,
+    headers: &http::HeaderMap,
+    request: &ResetQuotaRequest,
+    m: Measure,
+) -> Result<Json<ResetQuotaResponse>, AdminError> {
     let pattern = pattern(&request.pattern)?;
     let placement = state.runtime.placement();
     if !placement.is_clustered()
         || headers.contains_key(sluice_runtime::replication::relay::FORWARDED)
     {
-        let partitions = state.runtime.reset_quota(&pattern).await?;
+        let partitions = state.runtime.reset_quota(m, &pattern).await?;
         return Ok(Json(ResetQuotaResponse {
             reset: partitions.values().sum(),
             partitions,
@@ -363,11 +456,11 @@ pub async fn reset_quota(
         sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
     let mut pauses = sluice_core::retry::Pauses::new(RESET_WITHIN, RESET_PAUSE_CAP);
     loop {
-        let mut partitions = state.runtime.reset_quota(&pattern).await?;
+        let mut partitions = state.runtime.reset_quota(m, &pattern).await?;
         let elsewhere = reset_elsewhere(
             &client,
             &placement.leaders_elsewhere(),
-            &request,
+            (reset_path(m), request),
             authorization,
         )
         .await;
@@ -393,7 +486,8 @@ pub async fn reset_quota(
             return Err(AdminError::coded(
                 Code::ADM0010,
                 format!(
-                    "[CLU0001] the quota reset is incomplete after {:?}: {missing}; retry (resetting again is harmless)",
+                    "[CLU0001] the {} reset is incomplete after {:?}: {missing}; retry (resetting again is harmless)",
+                    m.as_str(),
                     pauses.elapsed()
                 ),
             ));
@@ -423,7 +517,7 @@ fn missing_partitions(reset: &std::collections::BTreeMap<u32, u64>, count: usize
 async fn reset_elsewhere(
     client: &reqwest::Client,
     leaders: &(Vec<String>, usize),
-    request: &ResetQuotaRequest,
+    (path, request): (&str, &ResetQuotaRequest),
     authorization: Option<&http::HeaderValue>,
 ) -> Result<Vec<ResetQuotaResponse>, String> {
     let (admins, nobody) = leaders;
@@ -440,7 +534,7 @@ async fn reset_elsewhere(
             client,
             admin,
             http::Method::POST,
-            "/limits/rules/reset-quota",
+            path,
             &headers,
             body.clone().into(),
         )
@@ -536,6 +630,12 @@ pub async fn counters(
                 quota_resets_at: c
                     .quota
                     .and_then(|(_, u)| sluice_core::clock::rfc3339(u.window_end)),
+                budget: c.budget.map(|(b, _, _)| b.to_string()),
+                budget_spent: c.budget.map(|(_, u, _)| u.used),
+                budget_reserved: c.budget.map(|(_, _, r)| r),
+                budget_resets_at: c
+                    .budget
+                    .and_then(|(_, u, _)| sluice_core::clock::rfc3339(u.window_end)),
                 next_token_at: c.next_token_ms.and_then(sluice_core::clock::rfc3339),
                 weight: c.weight,
                 shadow: c.shadow.map(|(rule, counts)| ShadowResponse {

@@ -75,6 +75,7 @@ impl Metrics {
         let partitions = runtime.metrics().await?;
         flow_gauges(&counters, self.top_scopes);
         let mut admitted: HashMap<(String, &'static str), u64> = HashMap::new();
+        let mut charged: HashMap<(String, &'static str), u64> = HashMap::new();
         let mut expired: HashMap<(String, &'static str), u64> = HashMap::new();
         let (mut paused, mut held, mut held_bytes) = (0, 0, 0);
         let mut states: std::collections::BTreeMap<&'static str, (usize, u64)> =
@@ -95,9 +96,11 @@ impl Metrics {
                 *expired.entry((rule, level)).or_default() += e.expired;
             }
             for a in &partition.admissions {
-                *admitted
-                    .entry((rule_label(a.rule.as_deref()), a.level.lower_name()))
-                    .or_default() += a.admitted;
+                let key = (rule_label(a.rule.as_deref()), a.level.lower_name());
+                if a.charged > 0 {
+                    *charged.entry(key.clone()).or_default() += a.charged;
+                }
+                *admitted.entry(key).or_default() += a.admitted;
             }
             paused += partition.paused_queues;
             // Shared by every partition: the same in each.
@@ -106,6 +109,10 @@ impl Metrics {
         }
         for ((rule, level), n) in admitted {
             metrics::counter!(names::FLOW_ADMISSIONS, "rule" => rule, "level" => level).absolute(n);
+        }
+        for ((rule, level), n) in charged {
+            metrics::counter!(names::FLOW_COST_CHARGED, "rule" => rule, "level" => level)
+                .absolute(n);
         }
         for ((rule, level), n) in expired {
             metrics::counter!(names::FLOW_EXPIRED, "rule" => rule, "level" => level).absolute(n);
@@ -183,6 +190,8 @@ fn flow_gauges(counters: &[sluice_flow::limiter::CounterSnapshot], top_scopes: u
         rate_limited: u64,
         adaptive: u64,
         adaptive_limits: u64,
+        /// Spent and reserved of budgets, when the rule has one.
+        budget: Option<(u64, u64)>,
     }
     let mut sums: HashMap<(String, &'static str), Sums> = HashMap::new();
     let mut scopes: HashMap<&str, u64> = HashMap::new();
@@ -204,6 +213,11 @@ fn flow_gauges(counters: &[sluice_flow::limiter::CounterSnapshot], top_scopes: u
             sum.adaptive += 1;
             sum.adaptive_limits += u64::from(c.limit.concurrency().unwrap_or(0));
         }
+        if let Some((_, used, reserved)) = c.budget {
+            let (spent, held) = sum.budget.get_or_insert_default();
+            *spent = spent.saturating_add(used.used);
+            *held = held.saturating_add(reserved);
+        }
         sum.running += u64::from(c.usage);
         sum.held += u64::from(c.queued);
         if c.rate.is_some() && c.tokens == Some(0) {
@@ -219,6 +233,10 @@ fn flow_gauges(counters: &[sluice_flow::limiter::CounterSnapshot], top_scopes: u
         metrics::gauge!(names::FLOW_RUNNING, &labels).set(sum.running as f64);
         metrics::gauge!(names::FLOW_HELD, &labels).set(sum.held as f64);
         metrics::gauge!(names::FLOW_RATE_LIMITED, &labels).set(sum.rate_limited as f64);
+        if let Some((spent, reserved)) = sum.budget {
+            metrics::gauge!(names::FLOW_BUDGET_SPENT, &labels).set(spent as f64);
+            metrics::gauge!(names::FLOW_BUDGET_RESERVED, &labels).set(reserved as f64);
+        }
         if sum.adaptive > 0 {
             metrics::gauge!(names::FLOW_ADAPTIVE_LIMIT, &labels)
                 .set(sum.adaptive_limits as f64 / sum.adaptive as f64);

@@ -67,7 +67,8 @@ pub struct WaitingResponse {
     /// Limit key of the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_key: Option<String>,
-    /// `limit-key-concurrency`, `rate-limit`, `quota`, `deployment-concurrency`, `lock`,
+    /// `limit-key-concurrency`, `rate-limit`, `quota`, `budget-exhausted`,
+    /// `deployment-concurrency`, `lock`,
     /// `queue-paused` or `invoker-concurrency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_on: Option<String>,
@@ -95,6 +96,13 @@ pub struct WaitingResponse {
     /// For `quota`: when its next window starts, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_resets_at: Option<String>,
+    /// For `budget-exhausted`: the budget spent (`1000000/day`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// For `budget-exhausted`: when its next window starts, RFC 3339 (running calls that end
+    /// and give back their reservations may make room sooner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_resets_at: Option<String>,
     /// For `deployment-concurrency`: the deployment id (`deployment/service` when a service's
     /// own limit holds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -21,9 +21,10 @@ pub struct Limits {
     /// (default 1; only with `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
-    /// What a new invocation that finds no token (or its `quota` used up) gets: `throttle`
-    /// (default: it waits in its queue) or `reject` (429 `FLO0002` with `Retry-After`; only
-    /// with `rate` or `quota`, and for both).
+    /// What a new invocation that finds no token (or its `quota` used up, or its `budget`
+    /// spent) gets: `throttle` (default: it waits in its queue) or `reject` (429 `FLO0002`, or
+    /// `FLO0005` for a budget, with `Retry-After`; only with `rate`, `quota` or `budget`, and
+    /// for each of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_exceed: Option<String>,
     /// Most invocations that may wait at the counter; a new one beyond answers 429 `FLO0002`
@@ -49,6 +50,21 @@ pub struct Limits {
     /// `sluice rules reset-quota` starts a window's count again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<String>,
+    /// What calls may spend per calendar window of UTC at each counter, in the unit their
+    /// handlers report (a `sluice:cost` step): `1000000/day`, `5000/min`, `/h`, `/month`. Each
+    /// call's cost is charged when it ends, to its scope, L1 and L2 counters, and kept durably;
+    /// a new call is admitted while the budget is not spent (or waits for the next window, or
+    /// gets 429 `FLO0005` with `on_exceed: reject`). `sluice rules reset-budget` starts a
+    /// window's spend again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// Charged to the budget when a call is admitted and settled when it ends: a call that
+    /// spends at most this never takes the budget past its amount (only with `budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<u64>,
+    /// The budget's unit, for people: `tokens`, `credits` (only with `budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_unit: Option<String>,
 }
 
 /// A rule's `concurrency`: a bound, or a burstable one.
@@ -253,6 +269,18 @@ pub struct CounterResponse {
     /// When the quota's next window starts (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_resets_at: Option<String>,
+    /// Its rule's budget (`1000000/day`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// What its calls spent in the budget's current window, as their handlers reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_spent: Option<u64>,
+    /// What the calls running under it hold reserved of the budget (`reserve` each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_reserved: Option<u64>,
+    /// When the budget's next window starts (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_resets_at: Option<String>,
     /// Free slots; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<u32>,
@@ -367,8 +395,8 @@ mod tests {
     }
 }
 
-/// `POST /limits/rules/reset-quota`: start the quota count of every counter a pattern matches
-/// again from 0, in the current window.
+/// `POST /limits/rules/reset-quota` (and `reset-budget`): start the quota count (or the budget's
+/// spend) of every counter a pattern matches again from 0, in the current window.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetQuotaRequest {
@@ -426,6 +454,10 @@ pub struct RuleSeries {
     pub shadow_would_wait: Vec<Option<u64>>,
     /// A shadow rule's tally of arrivals it would have refused.
     pub shadow_would_reject: Vec<Option<u64>>,
+    /// What the rule's live counters spent of their budgets in the current window (rules with
+    /// `budget`).
+    #[serde(default)]
+    pub budget_spent: Vec<Option<u64>>,
 }
 
 /// One queue's series.

@@ -24,9 +24,9 @@ pub enum RulesCommand {
     Set {
         /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
         pattern: String,
-        /// The limits to set.
+        /// The limits to set (boxed: the flags dwarf every other command).
         #[command(flatten)]
-        limits: LimitArgs,
+        limits: Box<LimitArgs>,
         /// Free text.
         #[arg(long)]
         description: Option<String>,
@@ -68,6 +68,12 @@ pub enum RulesCommand {
     /// Start the quota count of every counter the pattern matches again from 0, in the
     /// current window (on every node's partitions).
     ResetQuota {
+        /// The pattern (`acme`, `acme/*`, …).
+        pattern: String,
+    },
+    /// Start the budget's spend of every counter the pattern matches again from 0, in the
+    /// current window (on every node's partitions).
+    ResetBudget {
         /// The pattern (`acme`, `acme/*`, …).
         pattern: String,
     },
@@ -137,6 +143,20 @@ pub struct LimitArgs {
     /// Remove the rule's quota.
     #[arg(long)]
     pub no_quota: bool,
+    /// What calls may spend per calendar window of UTC at each counter, as their handlers
+    /// report it (`sluice:cost` steps): `1000000/day`, `5000/min` (past it: wait for the next
+    /// window, or 429 with `--on-exceed reject`).
+    #[arg(long, conflicts_with = "no_budget")]
+    pub budget: Option<String>,
+    /// Reserved of the budget per running call, settled when it ends (only with a budget).
+    #[arg(long)]
+    pub reserve: Option<u64>,
+    /// The budget's unit, for people (`tokens`).
+    #[arg(long)]
+    pub budget_unit: Option<String>,
+    /// Remove the rule's budget (with its reserve and unit).
+    #[arg(long)]
+    pub no_budget: bool,
     /// Count what the rule would do without enforcing it (`mode = "shadow"`).
     #[arg(long, conflicts_with = "enforce")]
     pub shadow: bool,
@@ -190,6 +210,27 @@ impl LimitArgs {
             _ => existing.map_or_else(|| "enforce".to_owned(), |r| r.mode.clone()),
         }
     }
+}
+
+/// Starts the `what` (`quota` or `budget`) of every counter `pattern` matches again from 0;
+/// what to say, and the answer.
+async fn reset(
+    admin: &AdminClient,
+    what: &str,
+    pattern: &str,
+) -> Result<(String, serde_json::Value), CodedError> {
+    let answer = admin
+        .call(
+            Method::POST,
+            &format!("/limits/rules/reset-{what}"),
+            Some(&json!({"pattern": pattern})),
+        )
+        .await?;
+    let reset = answer.json["reset"].as_u64().unwrap_or(0);
+    Ok((
+        format!("{what} of '{pattern}' reset at {reset} counter(s)"),
+        answer.json,
+    ))
 }
 
 async fn rules(admin: &AdminClient) -> Result<Vec<RuleResponse>, CodedError> {
@@ -247,10 +288,11 @@ fn limits_set(
         && flags.concurrency.is_none()
         && flags.rate.is_none()
         && flags.quota.is_none()
+        && flags.budget.is_none()
         && !flags.unlimited
     {
         return Err(CodedError::uncoded(format!(
-            "rule '{pattern}' does not exist yet: give --concurrency N, --rate R, --quota Q or --unlimited"
+            "rule '{pattern}' does not exist yet: give --concurrency N, --rate R, --quota Q, --budget B or --unlimited"
         )));
     }
     let mut limits = match existing {
@@ -291,7 +333,21 @@ fn limits_set(
     if flags.quota.is_some() {
         limits.quota.clone_from(&flags.quota);
     }
-    if limits.rate.is_none() && limits.quota.is_none() {
+    if flags.no_budget {
+        limits.budget = None;
+        limits.reserve = None;
+        limits.budget_unit = None;
+    }
+    if flags.budget.is_some() {
+        limits.budget.clone_from(&flags.budget);
+    }
+    if flags.reserve.is_some() {
+        limits.reserve = flags.reserve;
+    }
+    if flags.budget_unit.is_some() {
+        limits.budget_unit.clone_from(&flags.budget_unit);
+    }
+    if limits.rate.is_none() && limits.quota.is_none() && limits.budget.is_none() {
         limits.on_exceed = None;
     }
     if flags.no_adaptive {
@@ -350,20 +406,8 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
             let what = if disable { "disabled" } else { "enabled" };
             (format!("rule '{pattern}' {what}"), answer)
         }
-        RulesCommand::ResetQuota { pattern } => {
-            let answer = admin
-                .call(
-                    Method::POST,
-                    "/limits/rules/reset-quota",
-                    Some(&json!({"pattern": pattern})),
-                )
-                .await?;
-            let reset = answer.json["reset"].as_u64().unwrap_or(0);
-            (
-                format!("quota of '{pattern}' reset at {reset} counter(s)"),
-                answer.json,
-            )
-        }
+        RulesCommand::ResetQuota { pattern } => reset(&admin, "quota", pattern).await?,
+        RulesCommand::ResetBudget { pattern } => reset(&admin, "budget", pattern).await?,
         RulesCommand::Delete { pattern } => {
             let answer = admin
                 .call(

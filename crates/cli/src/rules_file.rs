@@ -49,6 +49,15 @@ pub struct RuleSpec {
     /// New admissions per calendar window, kept durably: `10000/day`, `500/h`, `1000/month`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<String>,
+    /// What calls may spend per calendar window, as handlers report it: `1000000/day`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// Reserved of the budget per running call, settled when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<u64>,
+    /// The budget's unit, for people: `tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_unit: Option<String>,
     /// `enforce` (default) or `shadow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -105,6 +114,15 @@ impl RuleSpec {
                     .to_string(),
             ),
         };
+        // As the server shows it: `5000/minute` is `5000/min`.
+        let budget = match &self.budget {
+            None => None,
+            Some(text) => Some(
+                text.parse::<sluice_flow::Budget>()
+                    .map_err(|e| rule(e.to_string()))?
+                    .to_string(),
+            ),
+        };
         if let Some(mode) = self
             .mode
             .as_deref()
@@ -118,6 +136,7 @@ impl RuleSpec {
             on_exceed,
             max_wait,
             quota,
+            budget,
             weight: self.weight.filter(|w| *w != 1),
             mode: self.mode.clone().filter(|m| m != "enforce"),
             ..self.clone()
@@ -145,6 +164,9 @@ impl RuleSpec {
             max_wait: rule.limits.max_wait.clone(),
             adaptive: rule.limits.adaptive,
             quota: rule.limits.quota.clone(),
+            budget: rule.limits.budget.clone(),
+            reserve: rule.limits.reserve,
+            budget_unit: rule.limits.budget_unit.clone(),
             mode: Some(rule.mode.clone()).filter(|m| m != "enforce"),
             description: rule.description.clone(),
             disabled: rule.disabled,
@@ -164,6 +186,9 @@ impl RuleSpec {
                 max_wait: self.max_wait.clone(),
                 adaptive: self.adaptive,
                 quota: self.quota.clone(),
+                budget: self.budget.clone(),
+                reserve: self.reserve,
+                budget_unit: self.budget_unit.clone(),
             },
             description: self.description.clone(),
             disabled: self.disabled,
@@ -200,6 +225,15 @@ impl RuleSpec {
         }
         if let Some(quota) = &self.quota {
             out.push(format!("quota={quota}"));
+        }
+        if let Some(budget) = &self.budget {
+            out.push(format!("budget={budget}"));
+        }
+        if let Some(reserve) = self.reserve {
+            out.push(format!("reserve={reserve}"));
+        }
+        if let Some(unit) = &self.budget_unit {
+            out.push(format!("budget_unit={unit}"));
         }
         if let Some(mode) = &self.mode {
             out.push(format!("mode={mode}"));
@@ -519,6 +553,9 @@ burst = 3
                                 max_wait: max_wait.map(str::to_owned),
                                 adaptive: None,
                                 quota: quota.map(str::to_owned),
+                                budget: None,
+                                reserve: None,
+                                budget_unit: None,
                             },
                         )
                     }

@@ -213,6 +213,9 @@ catalogue! {
     FLO0004 => Ingress, Some(429),
         "too many idle limit keys hold quota use on this partition",
         "A counter (a scope, or an L1 or L2 limit key) whose rule has a `quota` keeps what it used until its window ends, even after its calls are done, so a fresh key cannot reset a quota. The partition keeps at most `flow.max-idle-quota-counters` such idle counters (100,000 by default); while it is at that bound, a new call on a counter that has used nothing of its quota in the current window is refused (calls on keys already counting go on). `Retry-After` says when the earliest kept window ends. Bind API keys to limit keys (`limit-key`) so a client cannot mint fresh keys, or raise the bound.";
+    FLO0005 => Ingress, Some(429),
+        "a flow-control budget is spent for its window",
+        "The rule on a counter of the call (its scope, or its L1 or L2 limit key) has a `budget` with `on-exceed = \"reject\"`, and what the counter's calls spent in the current window (as their handlers reported it with `sluice:cost` steps), plus what the calls running there hold reserved (`reserve`), leaves no room for one more call. `Retry-After` says when the window ends; a running call that ends and gives back its reservation may make room sooner. Wait for the next window, raise the budget, or start it again with `sluice rules reset-budget`.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";

@@ -55,6 +55,14 @@ pub const FLOW_RATE_LIMITED: &str = "sluice_flow_rate_limited";
 pub const FLOW_COUNTERS: &str = "sluice_flow_counters";
 /// Admissions through flow-control counters, by `rule` and `level`.
 pub const FLOW_ADMISSIONS: &str = "sluice_flow_admissions_total";
+/// Cost calls reported (`sluice:cost` steps) charged to budgets when they ended, by the
+/// `rule` of the counter charged and its `level`.
+pub const FLOW_COST_CHARGED: &str = "sluice_flow_cost_charged_total";
+/// What the live counters of a `rule` and `level` spent of their budgets in the current
+/// window.
+pub const FLOW_BUDGET_SPENT: &str = "sluice_flow_budget_spent";
+/// What the calls running under a `rule` and `level` hold reserved of their budgets.
+pub const FLOW_BUDGET_RESERVED: &str = "sluice_flow_budget_reserved";
 /// New invocations dropped past their deadline, never started, by the `rule` whose
 /// `max_wait` set it and its `level` (`request` for both when it was the request's own).
 pub const FLOW_EXPIRED: &str = "sluice_flow_expired_total";
@@ -196,6 +204,18 @@ pub fn describe() {
     describe_counter!(
         FLOW_ADMISSIONS,
         "Admissions through flow-control counters, by rule and level."
+    );
+    describe_counter!(
+        FLOW_COST_CHARGED,
+        "Cost handlers reported, charged to budgets as calls ended, by rule and level."
+    );
+    describe_gauge!(
+        FLOW_BUDGET_SPENT,
+        "What live counters spent of their budgets in the current window, by rule and level."
+    );
+    describe_gauge!(
+        FLOW_BUDGET_RESERVED,
+        "What running calls hold reserved of their counters' budgets, by rule and level."
     );
     describe_gauge!(
         FLOW_TOP_SCOPE_HELD,

@@ -12,7 +12,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 
 use hashbrown::{Equivalent, HashMap};
@@ -28,12 +28,13 @@ mod wake;
 
 use super::pattern::{Level, RulePattern};
 use super::priority::Priority;
-use super::quota::{Quota, QuotaUse};
+use super::quota::{Budget, Measure, Quota, QuotaUse};
 use super::rate::{Bucket, RateLimit};
 use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
 pub use bounds::ShadowCounts;
 use bounds::{Bounds, Shadow};
+pub use quotas::Reserved;
 pub use tally::{Tally, WAIT_BUCKETS, WaitHistogram};
 use waits::WaitList;
 pub use waits::{MAX_WEIGHT, PRIORITY_STEP, Ticket};
@@ -79,6 +80,9 @@ pub struct Permit {
     taken_ms: u64,
     /// What ran on it (a handler), for an adaptive counter's per-handler baselines.
     class: u64,
+    /// What it reserved of its counters' budgets, until the call ends
+    /// ([`Permit::take_reserved`]) or the permit goes back unused.
+    reserved: Option<Box<Reserved>>,
 }
 
 impl Permit {
@@ -90,6 +94,12 @@ impl Permit {
     /// Says what runs on it: a number standing for its handler (equal for equal handlers).
     pub fn classify(&mut self, class: u64) {
         self.class = class;
+    }
+
+    /// What it reserved of its counters' budgets: the call holds it until it ends and
+    /// [`Limiter::charge`] settles it (else releasing the permit gives it back).
+    pub fn take_reserved(&mut self) -> Option<Box<Reserved>> {
+        self.reserved.take()
     }
 }
 
@@ -124,8 +134,14 @@ pub enum RefusalReason {
         /// The quota.
         quota: Quota,
     },
-    /// The counter has a quota and nothing used of it in this window, and the partition keeps
-    /// the quota use of as many idle counters as it may: a new one would be one more.
+    /// The counter's budget rejects and what its calls spent (and hold reserved) leaves no
+    /// room for a new call until its next window, or until running calls end.
+    BudgetExhausted {
+        /// The budget's amount per window.
+        budget: Quota,
+    },
+    /// The counter has a quota (or budget) and nothing used of it in this window, and the
+    /// partition keeps the use of as many idle counters as it may: a new one would be one more.
     IdleQuotasFull {
         /// `flow.max-idle-quota-counters`.
         max: usize,
@@ -133,11 +149,11 @@ pub enum RefusalReason {
 }
 
 /// What a new entry waits for at a counter with a slot: a token of its rate, or its quota's
-/// next window.
+/// (or budget's) next window.
 #[derive(Debug, Clone, Copy)]
 enum Waits {
     Rate(RateLimit, u64),
-    Quota(Quota, u64),
+    Quota(Measure, Quota, u64),
 }
 
 /// Why a path cannot be admitted now: its deepest counter at its limit or out of tokens.
@@ -155,8 +171,9 @@ pub struct Blocked {
     /// Set when it is the counter's rate that holds the path: the rate, and when its next token
     /// is there (ms; for a path behind others waiting for tokens, the earliest it could be).
     pub rate: Option<(RateLimit, u64)>,
-    /// Set when it is the counter's quota, used up: the quota, and when its next window starts.
-    pub quota: Option<(Quota, u64)>,
+    /// Set when it is the counter's quota or budget, used up: which, its amount per window,
+    /// and when its next window starts.
+    pub quota: Option<(Measure, Quota, u64)>,
     /// The rule that set the limit.
     pub rule: Option<Arc<RulePattern>>,
 }
@@ -201,8 +218,9 @@ struct Node {
     /// Mirrors `bounds.watches_admissions()`.
     watched: bool,
     level: Level,
-    /// Its rule has a quota (`rare` holds it), so an admission without one reads no further.
-    has_quota: bool,
+    /// Bit `1 << m` set when its rule has a window of [`Measure`] `m` (`rare` holds it), so an
+    /// admission without a quota or budget reads no further.
+    measured: u8,
     /// Its parent's index ([`NO_PARENT`] for a scope).
     parent: u32,
     // The second line: a rate with its bucket, and the waiters every release looks at.
@@ -237,14 +255,17 @@ const NO_PARENT: u32 = u32::MAX;
 impl Node {
     /// Its totals, under its rule and level.
     fn tally(&self) -> Option<Tally> {
-        let (refused, waits) = self
+        let (refused, waits, charged) = self
             .rare
             .as_deref()
-            .map_or((0, WaitHistogram::default()), |r| (r.refused, r.waits));
-        (self.admitted > 0 || refused > 0).then_some(Tally {
+            .map_or((0, WaitHistogram::default(), 0), |r| {
+                (r.refused, r.waits, r.charged)
+            });
+        (self.admitted > 0 || refused > 0 || charged > 0).then_some(Tally {
             admitted: self.admitted,
             refused,
             waits,
+            charged,
         })
     }
 }
@@ -252,7 +273,8 @@ impl Node {
 impl Node {
     /// Nothing but a bucket that is not full yet keeps it.
     fn unused(&self) -> bool {
-        self.usage == 0
+        !self.holds_reservations()
+            && self.usage == 0
             && self.queued == 0
             && self.children == 0
             && self.refs == 0
@@ -273,51 +295,102 @@ impl Node {
         self.bucket.full_at_ms().max(shadow)
     }
 
-    /// When the next token is there (now when there is no rate), or its quota's next window
-    /// when the quota is used up.
+    /// When the next token is there (now when there is no rate), or its quota's (or
+    /// budget's) next window when it is used up.
     fn next_token_ms(&self, now_ms: u64) -> u64 {
         let token = self
             .rate
             .map_or(now_ms, |rate| self.bucket.next_token_ms(rate, now_ms));
-        match self.quota_used_up(now_ms) {
-            Some((_, at)) => token.max(at),
+        match self.used_up(now_ms) {
+            Some((_, _, at)) => token.max(at),
             None => token,
         }
     }
 
-    /// When its quota is used up at `now_ms`: the quota, and when its next window starts.
-    fn quota_used_up(&self, now_ms: u64) -> Option<(Quota, u64)> {
-        if !self.has_quota {
+    /// Whether its rule has a window of `m`.
+    fn measures(&self, m: Measure) -> bool {
+        self.measured & (1 << m as u8) != 0
+    }
+
+    /// Calls running under it hold some of its budget reserved: it stays until they end.
+    fn holds_reservations(&self) -> bool {
+        self.measures(Measure::Cost) && self.rare.as_deref().is_some_and(|r| r.reserved > 0)
+    }
+
+    /// When its quota, or its budget, leaves no room for a new call at `now_ms`: which, its
+    /// amount per window, and when its next window starts. A budget counts what the calls
+    /// running under it hold reserved beside what was spent.
+    fn used_up(&self, now_ms: u64) -> Option<(Measure, Quota, u64)> {
+        if self.measured == 0 {
             return None;
         }
         let state = self.rare.as_deref()?;
-        let quota = state.quota?;
-        let used = state.used.at(&quota, now_ms);
-        (used.used >= quota.amount.get()).then_some((quota, used.window_end))
+        Measure::ALL.into_iter().find_map(|m| {
+            let window = &state.windows[m as usize];
+            let limit = window.limit?;
+            let used = window.used.at(&limit, now_ms);
+            let held = if m == Measure::Cost {
+                state.reserved
+            } else {
+                0
+            };
+            let taken = used.used.saturating_add(held);
+            (taken.saturating_add(window.needs()) > limit.amount.get()).then_some((
+                m,
+                limit,
+                used.window_end,
+            ))
+        })
     }
 
-    /// Counts a new admission against its quota, if its rule has one; true when its use was
-    /// clean until now (it is to be stored).
-    fn take_quota(&mut self, now_ms: u64) -> bool {
+    /// Counts a new admission against its quota and reserves its share of its budget, as its
+    /// rule has them; answers whether its quota use was clean until now (it is to be stored)
+    /// and what it reserved.
+    fn take_windows(&mut self, now_ms: u64) -> (bool, u64) {
         let Some(state) = self.rare.as_deref_mut() else {
-            return false;
+            return (false, 0);
         };
-        let Some(quota) = state.quota else {
-            return false;
+        let mut dirtied = false;
+        let calls = &mut state.windows[Measure::Calls as usize];
+        if let Some(quota) = calls.limit {
+            calls.used = calls.used.at(&quota, now_ms);
+            calls.used.used += 1;
+            dirtied = !std::mem::replace(&mut calls.dirty, true);
+        }
+        let cost = &state.windows[Measure::Cost as usize];
+        let reserve = if cost.limit.is_some() {
+            cost.reserve
+        } else {
+            0
         };
-        state.used = state.used.at(&quota, now_ms);
-        state.used.used += 1;
-        !std::mem::replace(&mut state.dirty, true)
+        state.reserved = state.reserved.saturating_add(reserve);
+        (dirtied, reserve)
     }
 
     /// Its rule's quota now.
     fn quota_rule(&self) -> Option<Quota> {
-        self.rare.as_deref().and_then(|q| q.quota)
+        self.rare.as_deref().and_then(|r| r.windows[0].limit)
     }
 
-    /// What it used of its quota (nothing when it never had one).
-    fn quota_used(&self) -> QuotaUse {
-        self.rare.as_deref().map(|q| q.used).unwrap_or_default()
+    /// Its rule's budget, what was spent in the window holding `now_ms`, and what the calls
+    /// running hold reserved.
+    fn budget(&self, now_ms: u64) -> Option<(Budget, QuotaUse, u64)> {
+        let state = self.rare.as_deref()?;
+        let window = &state.windows[Measure::Cost as usize];
+        let limit = window.limit?;
+        let budget = Budget {
+            limit,
+            reserve: NonZeroU64::new(window.reserve),
+        };
+        Some((budget, window.used.at(&limit, now_ms), state.reserved))
+    }
+
+    /// What it used of its quota (`Calls`) or budget (`Cost`): nothing when it never had one.
+    fn used(&self, m: Measure) -> QuotaUse {
+        self.rare
+            .as_deref()
+            .map(|r| r.windows[m as usize].used)
+            .unwrap_or_default()
     }
 
     /// Brings the mirrors of its box's state up to date.
@@ -405,6 +478,9 @@ pub struct CounterSnapshot {
     pub guaranteed: Option<u32>,
     /// Its rule's quota and what it used in the current window.
     pub quota: Option<(Quota, QuotaUse)>,
+    /// Its rule's budget, what its calls spent in the current window, and what the calls
+    /// running hold reserved.
+    pub budget: Option<(Budget, QuotaUse, u64)>,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -441,6 +517,8 @@ pub struct RuleAdmissions {
     pub refused: u64,
     /// How long admitted new invocations waited, since start.
     pub waits: WaitHistogram,
+    /// Cost charged to budgets, since start.
+    pub charged: u64,
 }
 
 /// The counters of one partition.
@@ -462,20 +540,11 @@ pub struct Limiter {
     tickets: u64,
     /// Totals of counters that are gone, by the rule they had and their level.
     retired: HashMap<(Option<Arc<RulePattern>>, Level), Tally>,
-    /// Quota use of counters that are gone (or not created yet after a restart), by their
-    /// names (`scope[/l1[/l2]]`), until their window ends.
-    quota_kept: HashMap<String, QuotaUse>,
-    /// Its size after the last sweep of ended windows.
-    quota_swept: usize,
-    /// The earliest window end among the kept uses at the last sweep (when a refusal for a
-    /// full `quota_kept` expects room).
-    quota_next_end: u64,
-    /// Most idle counters whose quota use is kept (`flow.max-idle-quota-counters`); `None`:
-    /// unbounded.
+    /// Most idle counters whose quota (or budget) use is kept
+    /// (`flow.max-idle-quota-counters`); `None`: unbounded.
     quota_kept_cap: Option<usize>,
-    /// Counters whose quota use changed, and uses of gone counters reset, to store.
-    quota_dirty: Vec<CounterId>,
-    quota_reset: Vec<(String, QuotaUse)>,
+    /// By [`Measure`]: uses of counters that are gone, and what is to be stored.
+    kept: [quotas::Kept; 2],
 }
 
 impl Limiter {
@@ -512,6 +581,7 @@ impl Limiter {
                 admitted: tally.admitted,
                 refused: tally.refused,
                 waits: tally.waits,
+                charged: tally.charged,
             })
             .collect()
     }
@@ -558,7 +628,7 @@ impl Limiter {
             bounds: None,
             admitted: 0,
             rare: None,
-            has_quota: false,
+            measured: 0,
         };
         let id = match self.free.pop() {
             Some(slot) => {
@@ -571,8 +641,8 @@ impl Limiter {
                 CounterId(slot)
             }
         };
-        if !self.quota_kept.is_empty() {
-            self.restore_kept_quota(id);
+        if self.kept.iter().any(|k| !k.is_empty()) {
+            self.restore_kept(id);
         }
         if let Some(parent) = parent {
             self.node_mut(parent).children += 1;
@@ -627,8 +697,8 @@ impl Limiter {
                 }
                 return;
             }
-            if self.node(id).quota_used().used > 0 {
-                self.keep_quota(id);
+            if Measure::ALL.iter().any(|m| self.node(id).used(*m).used > 0) {
+                self.keep_uses(id);
             }
             let node = self.nodes[id.0 as usize].take().expect("live counter");
             self.free.push(id.0);
@@ -664,12 +734,16 @@ impl Limiter {
         let within = node.within();
         node.guaranteed = resolved.guaranteed.map_or(0, NonZeroU32::get);
         node.rate = resolved.rate;
-        match (resolved.quota, node.rare.as_deref_mut()) {
-            (None, None) => {}
-            (quota, Some(state)) => state.quota = quota,
-            (quota, None) => node.rare = Some(Box::new(quotas::Rare::new(quota))),
+        let budget = resolved.budget;
+        if resolved.quota.is_some() || budget.is_some() || node.rare.is_some() {
+            let state = node.rare.get_or_insert_with(Box::default);
+            state.windows[Measure::Calls as usize].limit = resolved.quota;
+            let cost = &mut state.windows[Measure::Cost as usize];
+            cost.limit = budget.map(|b| b.limit);
+            cost.reserve = budget.and_then(|b| b.reserve).map_or(0, NonZeroU64::get);
         }
-        node.has_quota = resolved.quota.is_some();
+        node.measured = u8::from(resolved.quota.is_some()) << Measure::Calls as u8
+            | u8::from(budget.is_some()) << Measure::Cost as u8;
         let adaptive = resolved.adaptive_in_force();
         if resolved.max_queued.is_some()
             || resolved.max_wait_ms.is_some()
@@ -826,7 +900,8 @@ impl Limiter {
                 guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
                 quota: node
                     .quota_rule()
-                    .map(|q| (q, node.quota_used().at(&q, now))),
+                    .map(|q| (q, node.used(Measure::Calls).at(&q, now))),
+                budget: node.budget(now),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

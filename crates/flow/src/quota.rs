@@ -1,7 +1,9 @@
-//! Long-window quotas: `10000/day`, `500/h`, `1000000/month` admissions per counter, counted
-//! in calendar windows of UTC (an hour, a day, a month) that start again at their boundary.
-//! What a counter used in its window is kept durably by the partition (`flow_quotas`), so a
-//! restart or a leader change does not hand out a fresh quota.
+//! Long-window quotas and budgets, counted in calendar windows of UTC (a minute, an hour, a
+//! day, a month) that start again at their boundary. A quota (`10000/day`) counts a counter's
+//! new admissions; a budget (`1000000/day`) sums what its calls spent, as their handlers
+//! report it (`sluice:cost` steps), charged when each call ends. What a counter used in its
+//! window is kept durably by the partition (`flow_quotas`, `flow_budgets`), so a restart or a
+//! leader change does not hand out a fresh quota or budget.
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -13,6 +15,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuotaWindow {
+    /// From the top of each minute.
+    Minute,
     /// From the top of each hour.
     Hour,
     /// From each midnight.
@@ -21,6 +25,7 @@ pub enum QuotaWindow {
     Month,
 }
 
+const MINUTE_MS: u64 = 60_000;
 const HOUR_MS: u64 = 3_600_000;
 const DAY_MS: u64 = 86_400_000;
 
@@ -28,6 +33,7 @@ impl QuotaWindow {
     /// The start of the window holding `now_ms` (ms since the epoch).
     pub fn start(self, now_ms: u64) -> u64 {
         match self {
+            QuotaWindow::Minute => now_ms - now_ms % MINUTE_MS,
             QuotaWindow::Hour => now_ms - now_ms % HOUR_MS,
             QuotaWindow::Day => now_ms - now_ms % DAY_MS,
             QuotaWindow::Month => {
@@ -40,6 +46,7 @@ impl QuotaWindow {
     /// The start of the window after the one starting at `start` (saturating).
     pub fn next(self, start: u64) -> u64 {
         match self {
+            QuotaWindow::Minute => start.saturating_add(MINUTE_MS),
             QuotaWindow::Hour => start.saturating_add(HOUR_MS),
             QuotaWindow::Day => start.saturating_add(DAY_MS),
             QuotaWindow::Month => {
@@ -52,6 +59,7 @@ impl QuotaWindow {
 
     fn name(self) -> &'static str {
         match self {
+            QuotaWindow::Minute => "min",
             QuotaWindow::Hour => "h",
             QuotaWindow::Day => "day",
             QuotaWindow::Month => "month",
@@ -105,38 +113,110 @@ pub struct QuotaError(String);
 impl FromStr for Quota {
     type Err = QuotaError;
 
-    /// `<count>/<window>`: `10000/day`, `500/h`, `1000000/month`.
+    /// `<count>/<window>`: `10000/day`, `500/h`, `1000000/month`, `50/min`.
     fn from_str(text: &str) -> Result<Self, QuotaError> {
-        let bad = |why: &str| {
-            QuotaError(format!(
-                "quota '{}' is not valid: {why} (write it as <count>/h, <count>/day or <count>/month, e.g. 10000/day)",
-                text.chars().take(40).collect::<String>()
-            ))
-        };
-        let (count, per) = text.trim().split_once('/').ok_or_else(|| bad("no '/'"))?;
-        let amount = count
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .and_then(NonZeroU64::new)
-            .ok_or_else(|| bad("the count is not a whole number of at least 1"))?;
-        let window = match per.trim() {
-            "h" | "hour" => QuotaWindow::Hour,
-            "d" | "day" => QuotaWindow::Day,
-            "month" | "mo" => QuotaWindow::Month,
-            _ => return Err(bad("the window is h, day or month")),
-        };
-        Ok(Quota {
-            amount,
-            window,
-            reject: false,
-        })
+        amount_per_window(text, "quota", "count", "10000/day")
     }
+}
+
+/// `<amount>/<window>` as a [`Quota`], or what is wrong with it (`what` names the setting).
+fn amount_per_window(
+    text: &str,
+    what: &str,
+    amount: &str,
+    example: &str,
+) -> Result<Quota, QuotaError> {
+    let bad = |why: &str| {
+        QuotaError(format!(
+            "{what} '{}' is not valid: {why} (write it as <{amount}>/min, <{amount}>/h, <{amount}>/day or <{amount}>/month, e.g. {example})",
+            text.chars().take(40).collect::<String>()
+        ))
+    };
+    let (count, per) = text.trim().split_once('/').ok_or_else(|| bad("no '/'"))?;
+    let amount = count
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(NonZeroU64::new)
+        .ok_or_else(|| bad("the amount is not a whole number of at least 1"))?;
+    let window = match per.trim() {
+        "min" | "minute" => QuotaWindow::Minute,
+        "h" | "hour" => QuotaWindow::Hour,
+        "d" | "day" => QuotaWindow::Day,
+        "month" | "mo" => QuotaWindow::Month,
+        _ => return Err(bad("the window is min, h, day or month")),
+    };
+    Ok(Quota {
+        amount,
+        window,
+        reject: false,
+    })
 }
 
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.amount, self.window.name())
+    }
+}
+
+/// What a counter's calls may spend per window, in the unit their handlers report
+/// (`budget = "1000000/day"`): a new call is admitted while what was spent, plus what the
+/// calls running hold reserved, leaves room for its own reservation (at least 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Budget {
+    /// The amount per window, and whether a new call past it is refused (429) instead of
+    /// waiting.
+    pub limit: Quota,
+    /// Charged to the counter when a call is admitted and settled when it ends (`reserve =
+    /// 2000`): with calls spending at most this, the budget is never overshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<NonZeroU64>,
+}
+
+impl Budget {
+    /// What a new call needs free in the window: its reservation, or 1.
+    pub fn needs(&self) -> u64 {
+        self.reserve.map_or(1, NonZeroU64::get)
+    }
+}
+
+impl FromStr for Budget {
+    type Err = QuotaError;
+
+    /// `<amount>/<window>`: `1000000/day`, `5000/min`.
+    fn from_str(text: &str) -> Result<Self, QuotaError> {
+        Ok(Budget {
+            limit: amount_per_window(text, "budget", "amount", "1000000/day")?,
+            reserve: None,
+        })
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.limit.fmt(f)
+    }
+}
+
+/// What a window counts at a counter: new admissions (a quota) or what calls spent (a budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Measure {
+    /// A quota: one per new admission, counted when it is admitted.
+    Calls = 0,
+    /// A budget: what each call's handler reported it spent, charged when it ends.
+    Cost = 1,
+}
+
+impl Measure {
+    /// Both, quota first.
+    pub const ALL: [Measure; 2] = [Measure::Calls, Measure::Cost];
+
+    /// `quota` or `budget`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Measure::Calls => "quota",
+            Measure::Cost => "budget",
+        }
     }
 }
 
@@ -212,7 +292,19 @@ mod tests {
         assert_eq!(m.next(1_796_083_200_000), 1_798_761_600_000);
         for bad in ["", "10", "0/day", "-1/day", "10/week", "x/h", "10/"] {
             assert!(bad.parse::<Quota>().is_err(), "{bad}");
+            assert!(bad.parse::<Budget>().is_err(), "{bad}");
         }
+        let b: Budget = "1000000/day".parse().unwrap();
+        assert_eq!((b.to_string(), b.needs()), ("1000000/day".to_owned(), 1));
+        let err = "5/week".parse::<Budget>().unwrap_err().to_string();
+        assert!(
+            err.starts_with("budget '5/week'") && err.contains("<amount>/min"),
+            "{err}"
+        );
+        let min: Quota = "50/min".parse().unwrap();
+        assert_eq!(min.to_string(), "50/min");
+        assert_eq!(QuotaWindow::Minute.start(NOW), NOW);
+        assert_eq!(QuotaWindow::Minute.next(NOW), NOW + 60_000);
         assert_eq!("5/h".parse::<Quota>().unwrap().window, QuotaWindow::Hour);
         assert_eq!("5/month".parse::<Quota>().unwrap().to_string(), "5/month");
     }
@@ -237,7 +329,7 @@ mod tests {
         /// window starts on a day boundary and lasts 28 to 31 days.
         #[test]
         fn an_instant_is_inside_its_window(now in 0u64..4_000_000_000_000) {
-            for w in [QuotaWindow::Hour, QuotaWindow::Day, QuotaWindow::Month] {
+            for w in [QuotaWindow::Minute, QuotaWindow::Hour, QuotaWindow::Day, QuotaWindow::Month] {
                 let start = w.start(now);
                 let next = w.next(start);
                 prop_assert!(start <= now && now < next, "{w:?} {start} {now} {next}");
@@ -251,6 +343,7 @@ mod tests {
         #[test]
         fn any_text_parses_or_says_why(text in ".{0,30}") {
             let _ = text.parse::<Quota>();
+            let _ = text.parse::<Budget>();
         }
     }
 }

@@ -10,7 +10,7 @@ use hashbrown::{Equivalent, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::pattern::{Level, RulePattern};
-use super::quota::Quota;
+use super::quota::{Budget, Quota};
 use super::rate::RateLimit;
 
 /// Most rules a book may hold.
@@ -92,6 +92,13 @@ pub struct Rule {
     /// Admissions per calendar window at each counter, kept durably.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<Quota>,
+    /// What calls may spend per calendar window at each counter, as handlers report it, kept
+    /// durably.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// The budget's unit, for operators (`tokens`, `credits`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_unit: Option<String>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -137,6 +144,10 @@ pub struct Upsert {
     pub guaranteed: Option<NonZeroU32>,
     /// Its long-window quota.
     pub quota: Option<Quota>,
+    /// Its budget of reported cost.
+    pub budget: Option<Budget>,
+    /// The budget's unit.
+    pub budget_unit: Option<String>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -160,6 +171,8 @@ impl Upsert {
             adaptive: None,
             guaranteed: None,
             quota: None,
+            budget: None,
+            budget_unit: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -222,6 +235,8 @@ pub struct Resolved {
     pub guaranteed: Option<NonZeroU32>,
     /// The quota in force.
     pub quota: Option<Quota>,
+    /// The budget in force.
+    pub budget: Option<Budget>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -252,6 +267,7 @@ impl Resolved {
         adaptive: None,
         guaranteed: None,
         quota: None,
+        budget: None,
         pattern: None,
         shadow: None,
     };
@@ -295,6 +311,7 @@ struct Indexed {
     adaptive: Option<AdaptiveLimit>,
     guaranteed: Option<NonZeroU32>,
     quota: Option<Quota>,
+    budget: Option<Budget>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -425,6 +442,8 @@ impl RuleBook {
                         adaptive: upsert.adaptive,
                         guaranteed: upsert.guaranteed,
                         quota: upsert.quota,
+                        budget: upsert.budget,
+                        budget_unit: upsert.budget_unit.clone(),
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -441,9 +460,11 @@ impl RuleBook {
                         || old.adaptive != upsert.adaptive
                         || old.guaranteed != upsert.guaranteed
                         || old.quota != upsert.quota
+                        || old.budget != upsert.budget
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
-                    let text = old.description != upsert.description;
+                    let text = old.description != upsert.description
+                        || old.budget_unit != upsert.budget_unit;
                     changed |= runtime || text;
                     Rule {
                         limit: upsert.limit,
@@ -454,6 +475,8 @@ impl RuleBook {
                         adaptive: upsert.adaptive,
                         guaranteed: upsert.guaranteed,
                         quota: upsert.quota,
+                        budget: upsert.budget,
+                        budget_unit: upsert.budget_unit.clone(),
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -517,8 +540,9 @@ impl RuleBook {
             refuses |= !rule.shadow
                 && (rule.max_queued.is_some()
                     || rule.rate.is_some_and(|r| r.reject)
-                    // Any quota: a fresh key may find no room to keep its count.
-                    || rule.quota.is_some());
+                    // Any quota or budget: a fresh key may find no room to keep its count.
+                    || rule.quota.is_some()
+                    || rule.budget.is_some());
             max_waits |= !rule.shadow && rule.max_wait_ms.is_some();
             let index = if rule.shadow {
                 &mut shadow_index
@@ -548,6 +572,7 @@ impl RuleBook {
                         .guaranteed
                         .filter(|g| matches!(rule.limit, Limit::Concurrency(max) if *g < max)),
                     quota: rule.quota,
+                    budget: rule.budget,
                     pattern,
                     shadow,
                 },
@@ -562,7 +587,7 @@ impl RuleBook {
     }
 
     /// Whether some enabled rule may refuse a new invocation (`max-queued`, a rate with
-    /// `on_exceed = reject`, or a quota).
+    /// `on_exceed = reject`, a quota or a budget).
     pub fn may_refuse(&self) -> bool {
         self.refuses
     }
@@ -671,6 +696,7 @@ impl RuleBook {
                 adaptive: rule.adaptive,
                 guaranteed: rule.guaranteed,
                 quota: rule.quota,
+                budget: rule.budget,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

@@ -191,6 +191,11 @@ pub struct Permit {
 }
 
 impl Permit {
+    /// What it reserved of its counters' budgets (see [`limiter::Permit::take_reserved`]).
+    pub fn take_reserved(&mut self) -> Option<Box<crate::limiter::Reserved>> {
+        self.counters.as_mut()?.take_reserved()
+    }
+
     /// Says which handler runs on it (a number equal for equal handlers): adaptive limits keep
     /// a latency baseline per handler.
     pub fn classify(&mut self, class: u64) {

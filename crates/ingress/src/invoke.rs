@@ -513,9 +513,9 @@ async fn submit<T>(
     handed_over: impl std::future::Future<Output = Result<T, sluice_core::errors::CodedError>>,
 ) -> Result<T, IngressError> {
     handed_over.await.map_err(|e| match e.code {
-        // Too many held, a rule's full queue or rejecting rate, or too many idle quota keys: 429
-        // with Retry-After.
-        Some(Code::FLO0001 | Code::FLO0002 | Code::FLO0004 | Code::SEC0008) => {
+        // Too many held, a rule's full queue, rejecting rate or spent budget, or too many idle
+        // quota keys: 429 with Retry-After.
+        Some(Code::FLO0001 | Code::FLO0002 | Code::FLO0004 | Code::FLO0005 | Code::SEC0008) => {
             IngressError::from(e)
         }
         // The log did not confirm the record in time, or the leader stepped down: the record

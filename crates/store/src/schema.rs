@@ -81,6 +81,9 @@ schema! {
     /// What flow-control counters used of their quotas. Key: partition index (u32 BE) ‖ the
     /// counter's name (`scope[/l1[/l2]]`). Value: window start, window end, used (u64 BE).
     FLOW_QUOTAS: BytesTable = "flow_quotas" => Role::Partition { log_id: 7 };
+    /// What flow-control counters' calls spent of their budgets. Key and value as
+    /// `flow_quotas`, `used` being the cost charged in the window.
+    FLOW_BUDGETS: BytesTable = "flow_budgets" => Role::Partition { log_id: 8 };
 
     /// Registered deployments.
     DEPLOYMENTS: NamedTable = "deployments" => Role::Meta(MetaGroup::Registry);
@@ -180,6 +183,7 @@ mod tests {
                 ("promises", 5),
                 ("paused_queues", 6),
                 ("flow_quotas", 7),
+                ("flow_budgets", 8),
             ]
         );
         let meta: Vec<(&str, MetaGroup)> = TABLES
@@ -225,6 +229,6 @@ mod tests {
                 }
             }
         }
-        assert!(partition_table(8).is_none());
+        assert!(partition_table(9).is_none());
     }
 }

@@ -72,6 +72,11 @@ impl Greeter {
 static RUNS: AtomicU64 = AtomicU64::new(0);
 /// `Meter/hold` calls running now, and the most seen at once.
 static HOLDING: AtomicU64 = AtomicU64::new(0);
+/// What `spend` paid for, as the handler counts it (each report once it ran), and the most
+/// it had running at once.
+static SPENT: AtomicU64 = AtomicU64::new(0);
+static SPENDING: AtomicU64 = AtomicU64::new(0);
+static SPENDING_PEAK: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
 /// The awakeable `Meter/awaitAwakeable` waits on.
 static AWAKEABLE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
@@ -392,14 +397,33 @@ impl Meter {
     #[handler]
     async fn spend(&self, ctx: Context<'_>, amount: u64) -> Result<u64, HandlerError> {
         let first = amount / 2;
-        ctx.run(|| async move { Ok(first) })
-            .name("sluice:cost")
-            .await?;
+        ctx.run(|| async move {
+            SPENT.fetch_add(first, Ordering::SeqCst);
+            let now = SPENDING.fetch_add(1, Ordering::SeqCst) + 1;
+            SPENDING_PEAK.fetch_max(now, Ordering::SeqCst);
+            Ok(first)
+        })
+        .name("sluice:cost")
+        .await?;
         ctx.sleep(Duration::from_millis(20)).await?;
-        ctx.run(|| async move { Ok(amount - first) })
-            .name("sluice:cost")
-            .await?;
+        ctx.run(|| async move {
+            SPENT.fetch_add(amount - first, Ordering::SeqCst);
+            SPENDING.fetch_sub(1, Ordering::SeqCst);
+            Ok(amount - first)
+        })
+        .name("sluice:cost")
+        .await?;
         Ok(amount)
+    }
+
+    /// What `spend` paid for since the last call and the most spends in flight at once, as
+    /// `[spent, peak]`; resets both.
+    #[handler]
+    async fn spent(&self, _ctx: Context<'_>) -> Result<Json<(u64, u64)>, HandlerError> {
+        Ok(Json((
+            SPENT.swap(0, Ordering::SeqCst),
+            SPENDING_PEAK.swap(SPENDING.load(Ordering::SeqCst), Ordering::SeqCst),
+        )))
     }
 
     /// `runs/done` so far.

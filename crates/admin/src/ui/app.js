@@ -114,8 +114,9 @@ function ruleCharts(r) {
     ["adaptive", "adaptive limit", r.adaptive_limit],
     ["would-wait", "shadow: would wait", r.shadow_would_wait],
     ["would-reject", "shadow: would reject", r.shadow_would_reject],
+    ["budget-spent", "budget spent", r.budget_spent || []],
   ];
-  const optional = new Set(["adaptive", "would-wait", "would-reject"]);
+  const optional = new Set(["adaptive", "would-wait", "would-reject", "budget-spent"]);
   return all.filter(([name, , values]) => !optional.has(name) || values.some((v) => v !== null));
 }
 
@@ -178,6 +179,7 @@ async function renderFlow() {
       el("td", {}, c.limit === undefined || c.limit === null ? "∞" : c.limit),
       el("td", {}, fmt(c.rate)), el("td", {}, fmt(c.tokens)),
       el("td", { class: "held" }, c.queued),
+      el("td", {}, c.budget ? `${c.budget_spent} / ${c.budget}` + (c.budget_reserved ? ` (+${c.budget_reserved} reserved)` : "") : "–"),
       el("td", { class: "mono" }, fmt(c.rule)),
       el("td", {}, c.shadow ? `${c.shadow.rule}: ${c.shadow.would_wait} / ${c.shadow.would_reject}` : "–"));
   }), "#counters-more", shown.length);
@@ -284,6 +286,8 @@ function whyWaiting(w) {
       return `Waiting: the ${w.level} limit of ${w.limit} running is full` + (w.rule ? ` (rule ${w.rule}).` : ".");
     case "rate-limit": return `Waiting for a token of rate ${w.rate}` + (w.rule ? ` (rule ${w.rule})` : "") + `, next at ${time(w.next_token_at)}.`;
     case "quota": return `Waiting: the ${w.level} quota ${w.quota} is used up until ${time(w.quota_resets_at)}` + (w.rule ? ` (rule ${w.rule}).` : ".");
+    case "budget-exhausted":
+      return `Waiting: the ${w.level} budget ${w.budget} is spent (with what running calls hold reserved) until ${time(w.budget_resets_at)}, or until running calls end` + (w.rule ? ` (rule ${w.rule}).` : ".");
     case "deployment-concurrency":
       return w.closed_until
         ? `Waiting: deployment ${w.deployment} asked for no new work until ${time(w.closed_until)}.`

@@ -81,8 +81,8 @@ impl Limiter {
                 }
             }
             let node = self.node(id);
-            if tokens && let Some((quota, at)) = node.quota_used_up(now_ms) {
-                blocked = Some((id, Some(Waits::Quota(quota, at)), false));
+            if tokens && let Some((m, quota, at)) = node.used_up(now_ms) {
+                blocked = Some((id, Some(Waits::Quota(m, quota, at)), false));
                 continue;
             }
             if tokens && let Some(rate) = node.rate {
@@ -99,7 +99,7 @@ impl Limiter {
                 let node = self.node(id);
                 let (rate, quota) = match waits {
                     Some(Waits::Rate(rate, next)) => (Some((rate, next)), None),
-                    Some(Waits::Quota(quota, at)) => (None, Some((quota, at))),
+                    Some(Waits::Quota(m, quota, at)) => (None, Some((m, quota, at))),
                     None => (None, None),
                 };
                 Err(Blocked {
@@ -118,6 +118,7 @@ impl Limiter {
     /// Takes a slot at every counter of `path` at once, and a token at each rate limited one
     /// when `tokens` (after a successful [`Limiter::check`]).
     pub fn acquire(&mut self, path: &CounterPath, tokens: bool, now_ms: u64) -> Permit {
+        let mut reserved: Option<Box<Reserved>> = None;
         for &id in path.counters() {
             let node = self.node_mut(id);
             let usage = node.usage;
@@ -128,14 +129,21 @@ impl Limiter {
             if tokens && let Some(rate) = node.rate {
                 node.bucket.take(rate, now_ms);
             }
-            let quota_dirty = tokens && node.has_quota && node.take_quota(now_ms);
+            let (quota_dirty, reserve) = if tokens && node.measured != 0 {
+                node.take_windows(now_ms)
+            } else {
+                (false, 0)
+            };
+            if reserve > 0 {
+                reserved.get_or_insert_default()[node.level.index()] = reserve;
+            }
             if node.watched
                 && let Some(bounds) = node.bounds.as_deref_mut()
             {
                 bounds.admitted(usage, tokens, now_ms);
             }
             if quota_dirty {
-                self.quota_dirty.push(id);
+                self.kept[Measure::Calls as usize].dirty.push(id);
             }
             if burstable {
                 self.rewithin(id, was);
@@ -145,6 +153,7 @@ impl Limiter {
             path: *path,
             taken_ms: now_ms,
             class: 0,
+            reserved,
         }
     }
 
@@ -169,6 +178,10 @@ impl Limiter {
         woken: &mut Vec<WaiterId>,
     ) {
         self.now_ms = self.now_ms.max(now_ms);
+        // Reservations its call did not take over go back with the slots.
+        if let Some(reserved) = &permit.reserved {
+            self.unreserve(&permit.path, reserved);
+        }
         let counters = permit.path.counters();
         for &id in counters {
             let node = self.node_mut(id);
@@ -235,11 +248,15 @@ impl Limiter {
                 });
                 continue;
             }
-            if let Some((quota, at)) = node.quota_used_up(now_ms).filter(|(q, _)| q.reject) {
+            if let Some((m, quota, at)) = node.used_up(now_ms).filter(|(_, q, _)| q.reject) {
+                let why = match m {
+                    Measure::Calls => RefusalReason::QuotaExhausted { quota },
+                    Measure::Cost => RefusalReason::BudgetExhausted { budget: quota },
+                };
                 refused = Some(Refusal {
                     level: node.level,
                     rule: node.rule.clone(),
-                    why: RefusalReason::QuotaExhausted { quota },
+                    why,
                     retry_after_ms: at.saturating_sub(now_ms).max(1),
                 });
                 continue;

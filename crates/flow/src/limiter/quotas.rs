@@ -1,35 +1,77 @@
-//! Quotas at the counters: what each used in its window outlives the counter (kept by name
-//! until the window ends), is handed to the partition to store after each admission, comes
-//! back from the store at recovery, and is reset by an operator.
+//! Quotas and budgets at the counters: what each used in its window (admissions for a quota,
+//! reported cost for a budget) outlives the counter (kept by name until the window ends), is
+//! handed to the partition to store (after each admission for a quota, with each call's end
+//! for a budget), comes back from the store at recovery, and is reset by an operator. A
+//! budget's reservations (`reserve`) are held in memory only: a restart takes them again for
+//! the calls it resumes.
 
 use std::num::{NonZeroU32, NonZeroU64};
 
-use super::{CounterId, CounterSnapshot, Level, Limit, Limiter, MAX_WEIGHT, RuleBook, RulePattern};
-use crate::quota::{Quota, QuotaUse};
+use hashbrown::HashMap;
 
-/// What few counters need, boxed so a node stays three cache lines: its quota and what it used
-/// (kept after its rule drops the quota: a quota put back in the same window goes on from
-/// there), and its refusals and waits (`tally.rs`).
+use super::{CounterId, CounterPath, CounterSnapshot, Level, Limit, Limiter, MAX_WEIGHT};
+use super::{RuleBook, RulePattern};
+use crate::quota::{Measure, Quota, QuotaUse};
+
+/// What few counters need, boxed so a node stays three cache lines: its quota and budget with
+/// what it used of each (kept after its rule drops them: put back in the same window, they go
+/// on from there), the budget reservations of the calls running under it, and its refusals
+/// and waits (`tally.rs`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Rare {
-    /// Its rule's quota now.
-    pub(super) quota: Option<Quota>,
-    /// What it used in its window.
-    pub(super) used: QuotaUse,
-    /// `used` changed since the partition last took the writes.
-    pub(super) dirty: bool,
+    /// By [`Measure`]: the quota, then the budget.
+    pub(super) windows: [Window; 2],
+    /// What the calls running under it hold reserved of its budget.
+    pub(super) reserved: u64,
     /// New invocations it refused.
     pub(super) refused: u64,
+    /// Cost charged to its budget since it was made (metrics).
+    pub(super) charged: u64,
     /// How long the new invocations it admitted waited.
     pub(super) waits: super::WaitHistogram,
 }
 
-impl Rare {
-    pub(super) fn new(quota: Option<Quota>) -> Self {
-        Self {
-            quota,
-            ..Self::default()
-        }
+/// A quota or a budget at a counter.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Window {
+    /// Its rule's amount per window now (a budget's as a quota).
+    pub(super) limit: Option<Quota>,
+    /// What a new call reserves of a budget (0: nothing).
+    pub(super) reserve: u64,
+    /// What it used in its window.
+    pub(super) used: QuotaUse,
+    /// `used` changed since the partition last took the writes.
+    pub(super) dirty: bool,
+}
+
+impl Window {
+    /// What a new call needs free in the window: 1, or a budget's reservation.
+    pub(super) fn needs(&self) -> u64 {
+        self.reserve.max(1)
+    }
+}
+
+/// Uses of one measure kept for counters that are gone (or not created yet after a restart),
+/// and what is to be stored.
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    /// By counter name (`scope[/l1[/l2]]`), until their window ends.
+    uses: HashMap<String, QuotaUse>,
+    /// Its size after the last sweep of ended windows.
+    swept: usize,
+    /// The earliest window end among the kept uses at the last sweep (when a refusal for a
+    /// full map expects room).
+    next_end: u64,
+    /// Live counters whose use changed, to store.
+    pub(super) dirty: Vec<CounterId>,
+    /// Uses of gone counters changed (reset, or their window ended: 0), to store.
+    reset: Vec<(String, QuotaUse)>,
+}
+
+impl Kept {
+    /// Nothing kept.
+    pub(super) fn is_empty(&self) -> bool {
+        self.uses.is_empty()
     }
 }
 
@@ -38,10 +80,15 @@ impl Limiter {
     pub(super) fn rare(&mut self, id: CounterId) -> &mut Rare {
         self.node_mut(id).rare.get_or_insert_with(Box::default)
     }
+
+    /// The kept uses of `m`.
+    fn kept_mut(&mut self, m: Measure) -> &mut Kept {
+        &mut self.kept[m as usize]
+    }
 }
 
 impl Limiter {
-    /// A counter's name for its quota: `scope[/l1[/l2]]` (no name holds a `/`).
+    /// A counter's name for its quota and budget: `scope[/l1[/l2]]` (no name holds a `/`).
     pub(super) fn quota_key(&self, id: CounterId) -> String {
         self.names(id)
             .into_iter()
@@ -50,36 +97,38 @@ impl Limiter {
             .join("/")
     }
 
-    /// Keeps the quota use of counter `id`, about to go, until its window ends; a change not
+    /// Keeps the uses of counter `id`, about to go, until their windows end; a change not
     /// taken yet is stored by name.
-    pub(super) fn keep_quota(&mut self, id: CounterId) {
+    pub(super) fn keep_uses(&mut self, id: CounterId) {
         let key = self.quota_key(id);
-        let state = self.rare(id);
-        let used = state.used;
-        if state.dirty {
-            state.dirty = false;
-            self.quota_reset.push((key.clone(), used));
-        }
-        self.keep(key, used);
-        // Now and then, forget the uses whose window ended.
-        if self.quota_kept.len() >= (self.quota_swept * 2).max(1024) {
-            self.sweep_kept_quotas();
+        for m in Measure::ALL {
+            let window = &mut self.rare(id).windows[m as usize];
+            let used = window.used;
+            if used.used == 0 {
+                continue;
+            }
+            let dirty = std::mem::take(&mut window.dirty);
+            let kept = self.kept_mut(m);
+            if dirty {
+                kept.reset.push((key.clone(), used));
+            }
+            kept.next_end = kept.next_end.min(used.window_end);
+            kept.uses.insert(key.clone(), used);
+            // Now and then, forget the uses whose window ended.
+            if kept.uses.len() >= (kept.swept * 2).max(1024) {
+                self.sweep_kept(m);
+            }
         }
     }
 
-    /// Keeps the use of the idle counter `key` until its window ends.
-    fn keep(&mut self, key: String, used: QuotaUse) {
-        self.quota_next_end = self.quota_next_end.min(used.window_end);
-        self.quota_kept.insert(key, used);
-    }
-
-    /// Forgets the kept uses whose window ended, in the store too (a use of 0 is deleted
-    /// there), and notes when the next one ends.
-    fn sweep_kept_quotas(&mut self) {
+    /// Forgets the kept uses of `m` whose window ended, in the store too (a use of 0 is
+    /// deleted there), and notes when the next one ends.
+    fn sweep_kept(&mut self, m: Measure) {
         let now = self.now_ms;
+        let kept = &mut self.kept[m as usize];
         let mut next_end = u64::MAX;
-        let gone = &mut self.quota_reset;
-        self.quota_kept.retain(|key, used| {
+        let gone = &mut kept.reset;
+        kept.uses.retain(|key, used| {
             if used.window_end > now {
                 next_end = next_end.min(used.window_end);
                 true
@@ -88,139 +137,244 @@ impl Limiter {
                 false
             }
         });
-        self.quota_swept = self.quota_kept.len();
-        self.quota_next_end = next_end;
+        kept.swept = kept.uses.len();
+        kept.next_end = next_end;
     }
 
-    /// Bounds the idle counters whose quota use is kept to `max` (see
-    /// [`RefusalReason::IdleQuotasFull`]).
+    /// Bounds the idle counters whose quota (or budget) use is kept to `max` each (see
+    /// [`super::RefusalReason::IdleQuotasFull`]).
     pub fn set_idle_quota_cap(&mut self, max: usize) {
         self.quota_kept_cap = Some(max);
     }
 
-    /// Whether a new entry at counter `id` must be refused because it would start a quota use
-    /// the partition could not keep once the counter goes idle: it has a quota, nothing used
-    /// in this window, and the kept uses are at their bound even after forgetting the ended
-    /// windows. Answers the bound and when a kept window ends next.
+    /// Whether a new entry at counter `id` must be refused because it would start a quota or
+    /// budget use the partition could not keep once the counter goes idle: it has one, nothing
+    /// used in this window, and the kept uses are at their bound even after forgetting the
+    /// ended windows. Answers the bound and when a kept window ends next.
     pub(super) fn idle_quotas_full(&mut self, id: CounterId, now_ms: u64) -> Option<(usize, u64)> {
         let max = self.quota_kept_cap?;
-        let node = self.node(id);
-        if !node.has_quota || self.quota_kept.len() < max {
-            return None;
+        for m in Measure::ALL {
+            let node = self.node(id);
+            if !node.measures(m) || self.kept[m as usize].uses.len() < max {
+                continue;
+            }
+            let fresh = node.rare.as_deref().is_none_or(|r| {
+                let w = &r.windows[m as usize];
+                w.limit.is_none_or(|q| w.used.at(&q, now_ms).used == 0)
+            });
+            if !fresh {
+                continue;
+            }
+            if self.kept[m as usize].next_end <= now_ms {
+                self.sweep_kept(m);
+            }
+            let kept = &self.kept[m as usize];
+            if kept.uses.len() >= max {
+                return Some((max, kept.next_end));
+            }
         }
-        let fresh = node
-            .rare
-            .as_deref()
-            .and_then(|r| r.quota.map(|q| r.used.at(&q, now_ms).used == 0))
-            .unwrap_or(true);
-        if !fresh {
-            return None;
-        }
-        if self.quota_next_end <= now_ms {
-            self.sweep_kept_quotas();
-        }
-        (self.quota_kept.len() >= max).then_some((max, self.quota_next_end))
+        None
     }
 
-    /// A counter just made takes back the quota use kept under its name.
-    pub(super) fn restore_kept_quota(&mut self, id: CounterId) {
+    /// A counter just made takes back the uses kept under its name.
+    pub(super) fn restore_kept(&mut self, id: CounterId) {
         let key = self.quota_key(id);
-        if let Some(used) = self.quota_kept.remove(&key) {
-            self.rare(id).used = used;
+        for m in Measure::ALL {
+            if let Some(used) = self.kept[m as usize].uses.remove(&key) {
+                self.rare(id).windows[m as usize].used = used;
+            }
         }
     }
 
-    /// At recovery: what counter `key` (`scope[/l1[/l2]]`) used of its quota, from the store.
-    /// A window that ended by `now_ms` is ignored (false).
-    pub fn restore_quota(&mut self, key: String, used: QuotaUse, now_ms: u64) -> bool {
+    /// At recovery: what counter `key` (`scope[/l1[/l2]]`) used of its quota or budget, from
+    /// the store. A window that ended by `now_ms` is ignored (false).
+    pub fn restore_use(&mut self, m: Measure, key: String, used: QuotaUse, now_ms: u64) -> bool {
         if used.window_end <= now_ms {
             return false;
         }
-        self.keep(key, used);
+        let kept = self.kept_mut(m);
+        kept.next_end = kept.next_end.min(used.window_end);
+        kept.uses.insert(key, used);
         true
     }
 
-    /// The quota uses changed since the last call, by counter name, to store.
-    pub fn take_quota_writes(&mut self) -> Vec<(String, QuotaUse)> {
-        let mut out = std::mem::take(&mut self.quota_reset);
-        for id in std::mem::take(&mut self.quota_dirty) {
+    /// The uses of `m` changed since the last call, by counter name, to store.
+    pub fn take_use_writes(&mut self, m: Measure) -> Vec<(String, QuotaUse)> {
+        let kept = self.kept_mut(m);
+        let mut out = std::mem::take(&mut kept.reset);
+        for id in std::mem::take(&mut kept.dirty) {
             let live = self
                 .nodes
                 .get(id.0 as usize)
                 .and_then(Option::as_ref)
                 .and_then(|n| n.rare.as_deref())
-                .is_some_and(|q| q.dirty);
+                .is_some_and(|r| r.windows[m as usize].dirty);
             if live {
-                let state = self.rare(id);
-                state.dirty = false;
-                let used = state.used;
+                let window = &mut self.rare(id).windows[m as usize];
+                window.dirty = false;
+                let used = window.used;
                 out.push((self.quota_key(id), used));
             }
         }
         out
     }
 
-    /// What [`Limiter::reset_quota`] would store: each counter `pattern` matches that used
-    /// something, with its use at 0.
-    pub fn quota_reset_plan(&self, pattern: &RulePattern) -> Vec<(String, QuotaUse)> {
+    /// What [`Limiter::reset_uses`] would store: each counter `pattern` matches that used
+    /// something of `m`, with its use at 0.
+    pub fn reset_plan(&self, m: Measure, pattern: &RulePattern) -> Vec<(String, QuotaUse)> {
         let live = self.index.values().filter_map(|&id| {
-            let used = self.node(id).quota_used();
+            let used = self.node(id).used(m);
             let key = self.quota_key(id);
             (used.used > 0 && matches(pattern, &key)).then_some((key, QuotaUse { used: 0, ..used }))
         });
-        let kept = self
-            .quota_kept
+        let kept = self.kept[m as usize]
+            .uses
             .iter()
             .filter(|(key, used)| used.used > 0 && matches(pattern, key))
             .map(|(key, used)| (key.clone(), QuotaUse { used: 0, ..*used }));
         live.chain(kept).collect()
     }
 
-    /// An operator resets the quota of every counter `pattern` matches at its level (live or
-    /// kept): their use in the current window starts again from 0. Answers how many were
-    /// reset.
-    pub fn reset_quota(&mut self, pattern: &RulePattern) -> usize {
+    /// An operator resets the quota (or budget) of every counter `pattern` matches at its
+    /// level (live or kept): their use in the current window starts again from 0. Answers how
+    /// many were reset.
+    pub fn reset_uses(&mut self, m: Measure, pattern: &RulePattern) -> usize {
         let mut reset = 0;
         let ids: Vec<CounterId> = self.index.values().copied().collect();
         for id in ids {
-            if self.node(id).quota_used().used == 0 || !matches(pattern, &self.quota_key(id)) {
+            if self.node(id).used(m).used == 0 || !matches(pattern, &self.quota_key(id)) {
                 continue;
             }
-            let state = self.rare(id);
-            state.used.used = 0;
-            if !state.dirty {
-                state.dirty = true;
-                self.quota_dirty.push(id);
+            let window = &mut self.rare(id).windows[m as usize];
+            window.used.used = 0;
+            if !std::mem::replace(&mut window.dirty, true) {
+                self.kept_mut(m).dirty.push(id);
             }
             reset += 1;
         }
-        for (key, used) in self
-            .quota_kept
+        let kept = &mut self.kept[m as usize];
+        for (key, used) in kept
+            .uses
             .iter_mut()
             .filter(|(key, used)| used.used > 0 && matches(pattern, key))
         {
             used.used = 0;
-            self.quota_reset.push((key.clone(), *used));
+            kept.reset.push((key.clone(), *used));
             reset += 1;
         }
         reset
     }
 }
 
+/// A budget's reservations, by the level of the counter that holds each (0: none there).
+pub type Reserved = [u64; 3];
+
 impl Limiter {
-    /// Counters that are gone while nothing runs or waits under them, but whose quota use is
-    /// kept for their window: shown idle with what they used, so an operator sees a tenant's
-    /// quota between its calls as the next call will find it.
-    pub(super) fn idle_quota_counters(&self, book: &RuleBook, out: &mut Vec<CounterSnapshot>) {
+    /// Reserves a new call's share of the budget of counter `id`, if its rule has a budget
+    /// with a `reserve`; answers the amount.
+    pub(super) fn reserve_at(&mut self, id: CounterId) -> u64 {
+        let node = self.node_mut(id);
+        if !node.measures(Measure::Cost) {
+            return 0;
+        }
+        let Some(state) = node.rare.as_deref_mut() else {
+            return 0;
+        };
+        let reserve = state.windows[Measure::Cost as usize].reserve;
+        state.reserved = state.reserved.saturating_add(reserve);
+        reserve
+    }
+
+    /// Reserves a call's share of the budgets on `path` (at recovery, for a call that was
+    /// running before it); `None` when no counter there reserves.
+    pub fn reserve(&mut self, path: &CounterPath, book: &RuleBook) -> Option<Box<Reserved>> {
+        let mut reserved = Reserved::default();
+        for &id in path.counters() {
+            self.resolve(id, book);
+            reserved[self.node(id).level.index()] = self.reserve_at(id);
+        }
+        reserved.iter().any(|r| *r > 0).then(|| Box::new(reserved))
+    }
+
+    /// Gives back what a call held `reserved` on `path`; a waiter held by the budget looks
+    /// again at once.
+    pub(super) fn unreserve(&mut self, path: &CounterPath, reserved: &Reserved) {
         let now = self.now_ms;
-        for (key, kept) in &self.quota_kept {
-            let (level, scope, l1, l2) = key_names(key);
-            let resolved = book.resolve(level, scope, l1, l2);
-            let Some(quota) = resolved.quota else {
+        for &id in path.counters() {
+            let node = self.node_mut(id);
+            let held = reserved[node.level.index()];
+            let Some(state) = node.rare.as_deref_mut().filter(|_| held > 0) else {
                 continue;
             };
-            let used = kept.at(&quota, now);
-            if used.used == 0 {
+            state.reserved = state.reserved.saturating_sub(held);
+            if node.token_queue {
+                self.token_wakes.push(std::cmp::Reverse((now, id)));
+            }
+        }
+    }
+
+    /// A call on `path` ended having spent `cost` (as its handler reported): charged to the
+    /// budget of each of its counters whose rule has one, and what it held reserved there is
+    /// given back. The uses changed are stored with the call's end
+    /// ([`Limiter::take_use_writes`]).
+    pub fn charge(
+        &mut self,
+        path: &CounterPath,
+        book: &RuleBook,
+        cost: u64,
+        reserved: Option<&Reserved>,
+        now_ms: u64,
+    ) {
+        self.now_ms = self.now_ms.max(now_ms);
+        for &id in path.counters() {
+            self.resolve(id, book);
+            let node = self.node_mut(id);
+            if cost == 0 || !node.measures(Measure::Cost) {
+                continue;
+            }
+            let Some(state) = node.rare.as_deref_mut() else {
+                continue;
+            };
+            state.charged = state.charged.saturating_add(cost);
+            let window = &mut state.windows[Measure::Cost as usize];
+            let Some(budget) = window.limit else {
+                continue;
+            };
+            window.used = window.used.at(&budget, now_ms);
+            window.used.used = window.used.used.saturating_add(cost);
+            if !std::mem::replace(&mut window.dirty, true) {
+                self.kept_mut(Measure::Cost).dirty.push(id);
+            }
+        }
+        if let Some(reserved) = reserved {
+            self.unreserve(path, reserved);
+        }
+    }
+}
+
+impl Limiter {
+    /// Counters that are gone while nothing runs or waits under them, but whose quota or
+    /// budget use is kept for their window: shown idle with what they used, so an operator
+    /// sees a tenant's quota between its calls as the next call will find it.
+    pub(super) fn idle_quota_counters(&self, book: &RuleBook, out: &mut Vec<CounterSnapshot>) {
+        let now = self.now_ms;
+        let [calls, cost] = &self.kept;
+        let keys = calls
+            .uses
+            .keys()
+            .chain(cost.uses.keys().filter(|k| !calls.uses.contains_key(*k)));
+        for key in keys {
+            let (level, scope, l1, l2) = key_names(key);
+            let resolved = book.resolve(level, scope, l1, l2);
+            let quota = resolved.quota.and_then(|q| {
+                let used = calls.uses.get(key)?.at(&q, now);
+                (used.used > 0).then_some((q, used))
+            });
+            let budget = resolved.budget.and_then(|b| {
+                let used = cost.uses.get(key)?.at(&b.limit, now);
+                (used.used > 0).then_some((b, used, 0))
+            });
+            if quota.is_none() && budget.is_none() {
                 continue;
             }
             // As a counter made now would be: an adaptive limit starts at its least.
@@ -241,7 +395,8 @@ impl Limiter {
                 max_wait_ms: resolved.max_wait_ms.map(NonZeroU64::get),
                 adaptive: adaptive.map(|a| (a.min.get(), a.max.get())),
                 guaranteed: resolved.guaranteed.map(NonZeroU32::get),
-                quota: Some((quota, used)),
+                quota,
+                budget,
                 // A counter goes only once its bucket is full again.
                 tokens: resolved.rate.map(|rate| rate.burst.get()),
                 rate: resolved.rate,

@@ -77,12 +77,15 @@ pub struct Tally {
     pub refused: u64,
     /// How long new invocations waited before they started.
     pub waits: WaitHistogram,
+    /// Cost charged to budgets as calls ended.
+    pub charged: u64,
 }
 
 impl Tally {
     /// Adds `other`'s totals.
     pub fn merge(&mut self, other: &Tally) {
         self.admitted = self.admitted.saturating_add(other.admitted);
+        self.charged = self.charged.saturating_add(other.charged);
         self.refused = self.refused.saturating_add(other.refused);
         self.waits.merge(&other.waits);
     }

@@ -2,6 +2,7 @@ use std::num::NonZeroU32;
 
 use super::*;
 use crate::pattern::RulePattern;
+use crate::quota::Measure;
 use crate::rules::Upsert;
 
 use std::collections::HashMap as StdMap;
@@ -624,14 +625,14 @@ fn a_quota_counts_new_admissions_per_window_and_outlives_its_counter() {
     let blocked = l.check(&p, &b, false, true, now).unwrap_err();
     assert_eq!(blocked.level, Level::L1);
     assert_eq!(
-        blocked.quota.map(|(_, at)| at),
+        blocked.quota.map(|(_, _, at)| at),
         Some(11 * hour),
         "the next hour"
     );
-    let writes = l.take_quota_writes();
+    let writes = l.take_use_writes(Measure::Calls);
     assert_eq!(writes.len(), 1);
     assert_eq!((writes[0].0.as_str(), writes[0].1.used), ("q/k", 2));
-    assert!(l.take_quota_writes().is_empty(), "taken once");
+    assert!(l.take_use_writes(Measure::Calls).is_empty(), "taken once");
     // Gone and back: the counter keeps its use, and shows it while it is gone.
     l.drop_path(p);
     assert!(l.is_empty());
@@ -649,9 +650,12 @@ fn a_quota_counts_new_admissions_per_window_and_outlives_its_counter() {
     l.check(&other, &b, false, true, now).unwrap();
     l.check(&p, &b, false, true, 11 * hour).unwrap();
     // Reset by an operator: at once.
-    assert_eq!(l.reset_quota(&RulePattern::parse("q/*").unwrap()), 1);
+    assert_eq!(
+        l.reset_uses(Measure::Calls, &RulePattern::parse("q/*").unwrap()),
+        1
+    );
     l.check(&p, &b, false, true, now).unwrap();
-    assert_eq!(l.take_quota_writes()[0].1.used, 0);
+    assert_eq!(l.take_use_writes(Measure::Calls)[0].1.used, 0);
     // A rejecting quota refuses instead, until the next window.
     let mut reject = Upsert::new(RulePattern::parse("q/*").unwrap(), Limit::Unlimited);
     reject.quota = Some(Quota {
@@ -667,6 +671,132 @@ fn a_quota_counts_new_admissions_per_window_and_outlives_its_counter() {
     l.release(permit, &b, now, &mut woken);
 }
 
+/// A rule with `budget` (and `reserve`, when not 0) on `pattern`.
+fn budget_book(pattern: &str, budget: &str, reserve: u64) -> RuleBook {
+    let mut b = book(&[]);
+    let mut rule = Upsert::new(RulePattern::parse(pattern).unwrap(), Limit::Unlimited);
+    let mut parsed: crate::quota::Budget = budget.parse().unwrap();
+    parsed.reserve = std::num::NonZeroU64::new(reserve);
+    rule.budget = Some(parsed);
+    b.apply_batch(&[rule], 1).unwrap();
+    b
+}
+
+#[test]
+fn a_budget_holds_new_calls_once_what_ended_calls_spent_reaches_it() {
+    let hour = 3_600_000;
+    let now = 10 * hour + 5;
+    let b = budget_book("t/*", "100/h", 0);
+    let mut l = Limiter::new();
+    let mut woken = Vec::new();
+    let p = path(&mut l, "t", Some("acme"));
+    // Cost is known only when a call ends: two calls admitted at once both run.
+    let first = l.try_acquire(&p, &b, now).unwrap();
+    let second = l.try_acquire(&p, &b, now).unwrap();
+    l.release(first, &b, now, &mut woken);
+    l.charge(&p, &b, 70, None, now);
+    l.check(&p, &b, false, true, now).unwrap();
+    l.release(second, &b, now, &mut woken);
+    l.charge(&p, &b, 45, None, now);
+    // 115 of 100 spent: the overshoot is what the calls running then spent.
+    let blocked = l.check(&p, &b, false, true, now).unwrap_err();
+    assert_eq!(blocked.level, Level::L1);
+    assert!(matches!(blocked.quota, Some((Measure::Cost, _, at)) if at == 11 * hour));
+    // A resumption takes no new share: it passes; another key has its own budget.
+    l.check(&p, &b, false, false, now).unwrap();
+    let other = path(&mut l, "t", Some("globex"));
+    l.check(&other, &b, false, true, now).unwrap();
+    // Charged once per end, stored by name, and kept while the counter is gone.
+    let writes = l.take_use_writes(Measure::Cost);
+    assert_eq!(writes.len(), 1);
+    assert_eq!((writes[0].0.as_str(), writes[0].1.used), ("t/acme", 115));
+    assert!(
+        l.take_use_writes(Measure::Calls).is_empty(),
+        "no quota here"
+    );
+    l.drop_path(p);
+    l.drop_path(other);
+    let idle = l.snapshot(&b, now);
+    assert_eq!(idle.len(), 1, "{idle:?}");
+    assert_eq!(idle[0].budget.map(|(_, used, _)| used.used), Some(115));
+    let p = path(&mut l, "t", Some("acme"));
+    assert!(
+        l.check(&p, &b, false, true, now).is_err(),
+        "back with its use"
+    );
+    l.check(&p, &b, false, true, 11 * hour).unwrap();
+    // An operator's reset lets it go at once.
+    let pattern = RulePattern::parse("t/*").unwrap();
+    assert_eq!(l.reset_uses(Measure::Cost, &pattern), 1);
+    l.check(&p, &b, false, true, now).unwrap();
+}
+
+#[test]
+fn a_reservation_bounds_what_runs_against_a_budget_and_settles_at_the_end() {
+    let hour = 3_600_000;
+    let now = 10 * hour;
+    // 1000 per hour, 300 reserved per call: three calls may run at once, never a fourth.
+    let b = budget_book("t", "1000/h", 300);
+    let mut l = Limiter::new();
+    let mut woken = Vec::new();
+    let p = path(&mut l, "t", None);
+    let mut running = Vec::new();
+    for _ in 0..3 {
+        let mut permit = l.try_acquire(&p, &b, now).unwrap();
+        let reserved = permit.take_reserved().expect("reserved");
+        assert_eq!(*reserved, [300, 0, 0]);
+        l.release(permit, &b, now, &mut woken);
+        running.push(reserved);
+    }
+    let blocked = l.check(&p, &b, false, true, now).unwrap_err();
+    assert!(matches!(blocked.quota, Some((Measure::Cost, _, _))));
+    assert_eq!(l.snapshot(&b, now)[0].budget.map(|(_, _, r)| r), Some(900));
+    // One ends having spent 250: 250 spent and 600 held leave 150, less than a reservation.
+    l.charge(&p, &b, 250, Some(&running.pop().unwrap()), now);
+    assert!(l.check(&p, &b, false, true, now).is_err());
+    // Another spends 10: 260 spent and 300 held leave room for one more.
+    l.charge(&p, &b, 10, Some(&running.pop().unwrap()), now);
+    l.check(&p, &b, false, true, now).unwrap();
+    // A permit given back before its call took the reservation returns it.
+    let permit = l.try_acquire(&p, &b, now).unwrap();
+    assert_eq!(l.snapshot(&b, now)[0].budget.map(|(_, _, r)| r), Some(600));
+    l.release(permit, &b, now, &mut woken);
+    assert_eq!(l.snapshot(&b, now)[0].budget.map(|(_, _, r)| r), Some(300));
+    // Calls that held reservations keep the counter while they run; at recovery a call that
+    // ran before reserves again.
+    l.drop_path(p);
+    assert!(!l.is_empty(), "a reservation keeps the counter");
+    let p = path(&mut l, "t", None);
+    assert_eq!(l.reserve(&p, &b).as_deref(), Some(&[300, 0, 0]));
+    l.charge(&p, &b, 0, Some(&running.pop().unwrap()), now);
+    l.charge(&p, &b, 0, Some(&[300, 0, 0]), now);
+    l.drop_path(p);
+    assert_eq!(
+        l.snapshot(&b, now)[0].budget.map(|(_, u, r)| (u.used, r)),
+        Some((260, 0))
+    );
+}
+
+#[test]
+fn a_waiter_held_by_a_reservation_is_woken_when_a_call_settles() {
+    let now = 5_000;
+    let b = budget_book("t", "10/h", 10);
+    let mut l = Limiter::new();
+    let mut woken = Vec::new();
+    let p = path(&mut l, "t", None);
+    let mut permit = l.try_acquire(&p, &b, now).unwrap();
+    let reserved = permit.take_reserved().unwrap();
+    l.release(permit, &b, now, &mut woken);
+    let blocked = l.check(&p, &b, false, true, now).unwrap_err();
+    l.park_for_token(blocked.counter, 7, &p, Priority::default(), None);
+    assert!(!l.token_wake_due(now + 1), "parked until the window ends");
+    // The call ends having spent nothing: its reservation back, the whole budget is free.
+    l.charge(&p, &b, 0, Some(&reserved), now + 1);
+    assert!(l.token_wake_due(now + 1));
+    l.wake_due(now + 1, &b, &mut woken);
+    assert_eq!(woken, [7]);
+}
+
 #[test]
 fn a_stored_quota_use_comes_back_unless_its_window_ended() {
     let hour = 3_600_000;
@@ -680,8 +810,11 @@ fn a_stored_quota_use_comes_back_unless_its_window_ended() {
         window_end: 3 * hour,
         used: 5,
     };
-    assert!(!l.restore_quota("q".into(), used, 3 * hour), "ended");
-    assert!(l.restore_quota("q".into(), used, 2 * hour + 1));
+    assert!(
+        !l.restore_use(Measure::Calls, "q".into(), used, 3 * hour),
+        "ended"
+    );
+    assert!(l.restore_use(Measure::Calls, "q".into(), used, 2 * hour + 1));
     let p = path(&mut l, "q", None);
     assert!(
         l.check(&p, &b, false, true, 2 * hour + 2).is_err(),
@@ -734,9 +867,9 @@ fn fresh_quota_keys_are_refused_while_the_idle_counts_are_at_their_bound() {
     assert_eq!(k1, Some(2), "its count was not reset");
     // Once the window ended, the kept counts are forgotten, in the store too, and a fresh
     // key gets in.
-    l.take_quota_writes();
+    l.take_use_writes(Measure::Calls);
     assert!(run(&mut l, "k3", hour).is_none());
-    let writes = l.take_quota_writes();
+    let writes = l.take_use_writes(Measure::Calls);
     let forgotten: Vec<&str> = writes
         .iter()
         .filter(|(_, used)| used.used == 0)

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use super::{Permit, Scheduler};
-use crate::limiter::CounterSnapshot;
+use super::{Permit, QueueKey, Scheduler};
+use crate::limiter::{CounterSnapshot, Reserved};
+use crate::quota::{Measure, QuotaUse};
 use crate::rules::RuleBook;
 
 impl Scheduler {
@@ -28,29 +29,51 @@ impl Scheduler {
         }
     }
 
-    /// Quota uses changed since the last call, to store (see [`Limiter::take_quota_writes`]).
-    pub fn take_quota_writes(&mut self) -> Vec<(String, crate::quota::QuotaUse)> {
-        self.limiter.take_quota_writes()
+    /// Quota (or budget) uses changed since the last call, to store (see
+    /// [`Limiter::take_use_writes`]).
+    pub fn take_use_writes(&mut self, m: Measure) -> Vec<(String, QuotaUse)> {
+        self.limiter.take_use_writes(m)
     }
 
-    /// At recovery: a counter's stored quota use (see [`Limiter::restore_quota`]).
-    pub fn restore_quota(&mut self, key: String, used: crate::quota::QuotaUse, now: u64) -> bool {
-        self.limiter.restore_quota(key, used, now)
+    /// At recovery: a counter's stored quota or budget use (see [`Limiter::restore_use`]).
+    pub fn restore_use(&mut self, m: Measure, key: String, used: QuotaUse, now: u64) -> bool {
+        self.limiter.restore_use(m, key, used, now)
     }
 
-    /// What resetting the quotas `pattern` matches would store (see
-    /// [`Limiter::quota_reset_plan`]).
-    pub fn quota_reset_plan(
-        &self,
-        pattern: &crate::RulePattern,
-    ) -> Vec<(String, crate::quota::QuotaUse)> {
-        self.limiter.quota_reset_plan(pattern)
+    /// What resetting the quotas (or budgets) `pattern` matches would store (see
+    /// [`Limiter::reset_plan`]).
+    pub fn reset_plan(&self, m: Measure, pattern: &crate::RulePattern) -> Vec<(String, QuotaUse)> {
+        self.limiter.reset_plan(m, pattern)
     }
 
-    /// Resets the quotas `pattern` matches (see [`Limiter::reset_quota`]); queues waiting for
-    /// the next window look again at once.
-    pub fn reset_quota(&mut self, pattern: &crate::RulePattern, now: u64) -> usize {
-        let reset = self.limiter.reset_quota(pattern);
+    /// A call under `key` ended having spent `cost`: charged to the budgets of its counters,
+    /// and what it held `reserved` is given back (see [`Limiter::charge`]). A call under no
+    /// scope touches no counter.
+    pub fn charge(&mut self, key: &QueueKey, cost: u64, reserved: Option<&Reserved>, now: u64) {
+        let Some(scope) = &key.scope else {
+            return;
+        };
+        let path = self.limiter.path(scope, key.limit_key.as_ref());
+        self.limiter.charge(&path, &self.book, cost, reserved, now);
+        // A waiter held by a reservation given back is woken at the next poll (its counter's
+        // token wake is due now).
+        self.limiter.drop_path(path);
+    }
+
+    /// At recovery: a call that ran before takes its reservations of the budgets under `key`
+    /// again (see [`Limiter::reserve`]).
+    pub fn reserve(&mut self, key: &QueueKey) -> Option<Box<Reserved>> {
+        let scope = key.scope.as_ref()?;
+        let path = self.limiter.path(scope, key.limit_key.as_ref());
+        let reserved = self.limiter.reserve(&path, &self.book);
+        self.limiter.drop_path(path);
+        reserved
+    }
+
+    /// Resets the quotas (or budgets) `pattern` matches (see [`Limiter::reset_uses`]); queues
+    /// waiting for the next window look again at once.
+    pub fn reset_uses(&mut self, m: Measure, pattern: &crate::RulePattern, now: u64) -> usize {
+        let reset = self.limiter.reset_uses(m, pattern);
         if reset > 0 {
             let book = Arc::clone(&self.book);
             self.on_rules_changed(book, now);

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::{QueueId, QueueKey, Resource, Scheduler, State};
 use crate::pattern::{Level, RulePattern};
+use crate::quota::Measure;
 use crate::rate::RateLimit;
 use crate::rules::Limit;
 
@@ -65,6 +66,18 @@ pub enum BlockedOn {
         /// The rule that set it.
         rule: Option<Arc<RulePattern>>,
     },
+    /// A user budget, spent (or held by the reservations of calls running): the queue waits
+    /// for its next window, or for running calls to end.
+    Budget {
+        /// The level of the counter whose budget is used up.
+        level: Level,
+        /// The budget's amount per window.
+        budget: crate::quota::Quota,
+        /// When its next window starts, ms.
+        resets_at_ms: u64,
+        /// The rule that set it.
+        rule: Option<Arc<RulePattern>>,
+    },
     /// A user rate limit: the queue waits for a token.
     RateLimit {
         /// The level of the counter out of tokens.
@@ -92,7 +105,7 @@ pub enum BlockedOn {
 
 impl BlockedOn {
     /// Its name in the admin API and SQL: `lock`, `invoker-concurrency`,
-    /// `queue-paused`, `limit-key-concurrency`, `rate-limit`, `quota` or
+    /// `queue-paused`, `limit-key-concurrency`, `rate-limit`, `quota`, `budget-exhausted` or
     /// `deployment-concurrency`.
     pub const fn name(&self) -> &'static str {
         match self {
@@ -102,6 +115,7 @@ impl BlockedOn {
             BlockedOn::LimitKeyConcurrency { .. } => "limit-key-concurrency",
             BlockedOn::RateLimit { .. } => "rate-limit",
             BlockedOn::Quota { .. } => "quota",
+            BlockedOn::Budget { .. } => "budget-exhausted",
             BlockedOn::DeploymentConcurrency { .. } => "deployment-concurrency",
         }
     }
@@ -185,13 +199,25 @@ impl Scheduler {
                                 next_token_ms,
                                 rule: why.rule.clone(),
                             },
-                            (None, Some((quota, resets_at_ms))) => BlockedOn::Quota {
-                                level: why.level,
-                                quota,
-                                resets_at_ms,
-                                rule: why.rule.clone(),
-                            },
-                            (None, None) => unreachable!("token parks carry a rate or a quota"),
+                            (None, Some((Measure::Calls, quota, resets_at_ms))) => {
+                                BlockedOn::Quota {
+                                    level: why.level,
+                                    quota,
+                                    resets_at_ms,
+                                    rule: why.rule.clone(),
+                                }
+                            }
+                            (None, Some((Measure::Cost, budget, resets_at_ms))) => {
+                                BlockedOn::Budget {
+                                    level: why.level,
+                                    budget,
+                                    resets_at_ms,
+                                    rule: why.rule.clone(),
+                                }
+                            }
+                            (None, None) => {
+                                unreachable!("token parks carry a rate, a quota or a budget")
+                            }
                         };
                         (QueueStatus::Blocked, Some(on))
                     }

@@ -11,7 +11,7 @@ use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{
     BlockedOn, EntryKind, Position, QueueKey, QueueStatus, RefusalReason,
 };
-use crate::flow::{LimitKey, Scope};
+use crate::flow::{LimitKey, Measure, Scope};
 use crate::ids::InvocationId;
 use crate::invocation::store::Timer;
 use crate::invocation::{InvocationRecord, Status};
@@ -112,8 +112,8 @@ impl Partition {
     }
 
     /// Why a flow-control rule refuses a new invocation in queue `key` (FLO0002): its counter's
-    /// queue is full, or its rate or quota rejects; or (FLO0004) it would start a quota use
-    /// the partition has no room to keep.
+    /// queue is full, or its rate or quota rejects; (FLO0005) its budget rejects; or (FLO0004)
+    /// it would start a quota or budget use the partition has no room to keep.
     pub(super) fn flow_refusal(&mut self, key: &QueueKey) -> Option<CodedError> {
         let now = self.driver.now_ms();
         let refused = self.scheduler.refusal(key, now)?;
@@ -148,10 +148,16 @@ impl Partition {
                     "the {level} quota of {at} ({quota} with on_exceed = reject{rule}) is used up until its next window"
                 ),
             ),
+            RefusalReason::BudgetExhausted { budget } => (
+                Code::FLO0005,
+                format!(
+                    "the {level} budget of {at} ({budget} with on_exceed = reject{rule}) is spent, with what running calls hold reserved, until its next window"
+                ),
+            ),
             RefusalReason::IdleQuotasFull { max } => (
                 Code::FLO0004,
                 format!(
-                    "the {level} counter of {at} has a quota{rule} and has used none of it in this window, and this partition already keeps the quota use of {max} idle counters (flow.max-idle-quota-counters)"
+                    "the {level} counter of {at} has a quota or budget{rule} and has used none of it in this window, and this partition already keeps the use of {max} idle counters (flow.max-idle-quota-counters)"
                 ),
             ),
         };
@@ -198,6 +204,10 @@ impl Partition {
                 continue;
             }
             live.set_run(Run::IDLE);
+            let mut permit = admitted.permit;
+            if let Some(reserved) = permit.take_reserved() {
+                live.reserved = Some(reserved);
+            }
             if admitted.kind == EntryKind::New {
                 // From its arrival, or the end of its delay, to its start.
                 let since = live
@@ -205,14 +215,20 @@ impl Partition {
                     .created_at_ms
                     .max(live.record.run_at_ms.unwrap_or(0));
                 self.scheduler
-                    .record_wait(&admitted.permit, now.saturating_sub(since));
+                    .record_wait(&permit, now.saturating_sub(since));
             }
-            self.start_attempt(id, admitted.permit);
+            self.start_attempt(id, permit);
             self.observe();
         }
         // What counters used of their quotas goes with the admissions that used it.
-        for (counter, used) in self.scheduler.take_quota_writes() {
-            crate::invocation::quotas::put(&mut self.pins, self.index, &counter, used);
+        for (counter, used) in self.scheduler.take_use_writes(Measure::Calls) {
+            crate::invocation::quotas::put(
+                &mut self.pins,
+                Measure::Calls,
+                self.index,
+                &counter,
+                used,
+            );
         }
         // What the attempts started write, in one set: awaited with the batches, so a failure
         // stops the partition like any other (`run_loop::adopt_detached`).
@@ -273,6 +289,8 @@ impl Partition {
         }
         let key = queue_key(&self.registry, &live.record);
         live.lock = self.scheduler.hold(&key, live.entry, self.driver.now_ms());
+        // It may spend until it ends: it holds its reservations of its budgets again.
+        live.reserved = self.scheduler.reserve(&key);
     }
 
     /// The deployment ended the attempt of `id`: its permit goes to the next waiter now, before

@@ -33,6 +33,9 @@ pub(super) struct Live {
     pub(super) rested: u32,
     /// Callers that reached it through an idempotency key after the first one.
     pub(super) callers: Vec<Caller>,
+    /// What it holds reserved of its counters' budgets from its admission until it ends
+    /// (`charges.rs`); in memory only, taken again at recovery.
+    pub(super) reserved: Option<Box<crate::flow::limiter::Reserved>>,
     /// Not in the store yet, nor any of its journal: a call stored at the first point anything
     /// depends on it ([`journal::save`]).
     pub(super) unsaved: bool,
@@ -206,6 +209,7 @@ impl Live {
             lock: None,
             rested: 0,
             callers: Vec::new(),
+            reserved: None,
             unsaved: false,
             #[cfg(debug_assertions)]
             moved_from: None,

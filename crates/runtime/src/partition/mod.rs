@@ -5,6 +5,7 @@
 
 pub mod admission;
 mod attempts;
+mod charges;
 mod commands;
 pub mod dormant;
 pub mod driver;

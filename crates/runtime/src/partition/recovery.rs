@@ -17,6 +17,7 @@ use super::model::calls;
 use super::model::effect::Effect;
 use super::task::Partition;
 use crate::errors::CodedError;
+use crate::flow::Measure;
 use crate::ids::InvocationId;
 use crate::invocation::store::{self, Timer};
 use crate::invocation::{InvocationRecord, Status};
@@ -54,22 +55,24 @@ impl Partition {
     /// Restores what must be in place before anything queues: a paused queue keeps its
     /// entries from the start, and a counter what it used of its quota.
     fn begin_recovery(&mut self) -> Result<Recovery, CodedError> {
-        let (paused, quotas) = self.store.with_db(|db| {
-            Ok::<_, CodedError>((
-                crate::invocation::paused::load(db, self.index)?,
-                crate::invocation::quotas::load(db, self.index)?,
-            ))
+        let (paused, uses) = self.store.with_db(|db| {
+            let mut uses = Vec::new();
+            for m in Measure::ALL {
+                let stored = crate::invocation::quotas::load(db, m, self.index)?;
+                uses.extend(stored.into_iter().map(|(counter, used)| (m, counter, used)));
+            }
+            Ok::<_, CodedError>((crate::invocation::paused::load(db, self.index)?, uses))
         })??;
         for key in &paused {
             self.scheduler.pause(key, self.driver.now_ms());
         }
-        for (counter, used) in quotas {
+        for (m, counter, used) in uses {
             if !self
                 .scheduler
-                .restore_quota(counter.clone(), used, self.driver.now_ms())
+                .restore_use(m, counter.clone(), used, self.driver.now_ms())
             {
                 // Its window ended: the row goes with the next admissions' writes.
-                crate::invocation::quotas::forget(&mut self.pins, self.index, &counter);
+                crate::invocation::quotas::forget(&mut self.pins, m, self.index, &counter);
             }
         }
         Ok(Recovery {

@@ -367,8 +367,10 @@ impl Partition {
                     }
                     self.dispatch();
                 }
-                Effect::ResetQuota(pattern, reply) => {
-                    let reset = self.scheduler.reset_quota(&pattern, self.driver.now_ms());
+                Effect::ResetQuota(measure, pattern, reply) => {
+                    let reset = self
+                        .scheduler
+                        .reset_uses(measure, &pattern, self.driver.now_ms());
                     let _ = reply.send(reset as u64);
                     self.dispatch();
                 }

@@ -406,11 +406,12 @@ impl Runtime {
         answer.await.map_err(|_| self.gone())
     }
 
-    /// Resets the quotas `pattern` matches on every partition led here (see
-    /// [`crate::flow::scheduler::Scheduler::reset_quota`]); answers how many counters each of
+    /// Resets the quotas (or budgets) `pattern` matches on every partition led here (see
+    /// [`crate::flow::scheduler::Scheduler::reset_uses`]); answers how many counters each of
     /// those partitions reset, once it stored it.
     pub async fn reset_quota(
         &self,
+        measure: crate::flow::Measure,
         pattern: &crate::flow::RulePattern,
     ) -> Result<std::collections::BTreeMap<u32, u64>, CodedError> {
         let mut answers = Vec::with_capacity(self.senders.len());
@@ -422,6 +423,7 @@ impl Runtime {
             let (reply, answer) = oneshot::channel();
             sender
                 .send(Event::ResetQuota {
+                    measure,
                     pattern: Box::new(pattern.clone()),
                     reply,
                 })

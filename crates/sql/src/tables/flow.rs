@@ -26,6 +26,9 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("adaptive_max", DataType::UInt32, true),
         ("concurrency_min", DataType::UInt32, true),
         ("quota", DataType::Utf8, true),
+        ("budget", DataType::Utf8, true),
+        ("reserve", DataType::UInt64, true),
+        ("budget_unit", DataType::Utf8, true),
         ("description", DataType::Utf8, true),
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
@@ -52,8 +55,20 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
         let (mut adaptive_min, mut adaptive_max) = (UInt32Builder::new(), UInt32Builder::new());
         let mut concurrency_min = UInt32Builder::new();
         let mut quota = StringBuilder::new();
+        let (mut budget, mut reserve, mut unit) = (
+            StringBuilder::new(),
+            UInt64Builder::new(),
+            StringBuilder::new(),
+        );
         for rule in rules {
             quota.append_option(rule.quota.map(|q| q.to_string()));
+            budget.append_option(rule.budget.map(|b| b.to_string()));
+            reserve.append_option(
+                rule.budget
+                    .and_then(|b| b.reserve)
+                    .map(std::num::NonZeroU64::get),
+            );
+            unit.append_option(rule.budget_unit.as_deref());
             concurrency_min.append_option(rule.guaranteed.map(std::num::NonZeroU32::get));
             adaptive_min.append_option(rule.adaptive.map(|a| a.min.get()));
             adaptive_max.append_option(rule.adaptive.map(|a| a.max.get()));
@@ -64,10 +79,13 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
             concurrency.append_option(rule.limit.concurrency());
             rate.append_option(rule.rate.map(|r| r.rate.to_string()));
             burst.append_option(rule.rate.map(|r| r.burst.get()));
-            on_exceed.append_option(
-                rule.rate
-                    .map(|r| if r.reject { "reject" } else { "throttle" }),
-            );
+            // One `on_exceed` per rule: what its rate, quota and budget do past their bound.
+            let rejects = rule
+                .rate
+                .map(|r| r.reject)
+                .or(rule.quota.map(|q| q.reject))
+                .or(rule.budget.map(|b| b.limit.reject));
+            on_exceed.append_option(rejects.map(|r| if r { "reject" } else { "throttle" }));
             max_queued.append_option(rule.max_queued.map(std::num::NonZeroU32::get));
             description.append_option(rule.description.as_deref());
             disabled.append_value(rule.disabled);
@@ -90,6 +108,9 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(adaptive_max.finish()),
                 Arc::new(concurrency_min.finish()),
                 Arc::new(quota.finish()),
+                Arc::new(budget.finish()),
+                Arc::new(reserve.finish()),
+                Arc::new(unit.finish()),
                 Arc::new(description.finish()),
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
@@ -128,6 +149,10 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("quota", DataType::Utf8, true),
         ("quota_used", DataType::UInt64, true),
         ("quota_resets_at", timestamp(), true),
+        ("budget", DataType::Utf8, true),
+        ("budget_spent", DataType::UInt64, true),
+        ("budget_reserved", DataType::UInt64, true),
+        ("budget_resets_at", timestamp(), true),
     ])
 }
 
@@ -139,6 +164,12 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
         let (mut guaranteed, mut borrowed) = (UInt32Builder::new(), UInt32Builder::new());
         let (mut quota, mut quota_used) = (StringBuilder::new(), UInt64Builder::new());
         let mut quota_resets = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let (mut budget, mut spent, mut reserved) = (
+            StringBuilder::new(),
+            UInt64Builder::new(),
+            UInt64Builder::new(),
+        );
+        let mut budget_resets = TimestampMillisecondBuilder::new().with_timezone("UTC");
         let (mut scope, mut l1, mut l2, mut level) = (
             StringBuilder::new(),
             StringBuilder::new(),
@@ -197,6 +228,13 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 c.quota
                     .map(|(_, u)| i64::try_from(u.window_end).unwrap_or(i64::MAX)),
             );
+            budget.append_option(c.budget.map(|(b, _, _)| b.to_string()));
+            spent.append_option(c.budget.map(|(_, u, _)| u.used));
+            reserved.append_option(c.budget.map(|(_, _, r)| r));
+            budget_resets.append_option(
+                c.budget
+                    .map(|(_, u, _)| i64::try_from(u.window_end).unwrap_or(i64::MAX)),
+            );
             next_token.append_option(
                 c.next_token_ms
                     .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
@@ -232,6 +270,10 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(quota.finish()),
                 Arc::new(quota_used.finish()),
                 Arc::new(quota_resets.finish()),
+                Arc::new(budget.finish()),
+                Arc::new(spent.finish()),
+                Arc::new(reserved.finish()),
+                Arc::new(budget_resets.finish()),
             ],
         )
     })
@@ -283,6 +325,20 @@ pub(super) fn blocked(
             "limit_key": limit_key,
             "level": level.as_str(),
             "quota": quota.to_string(),
+            "resets_at": sluice_core::clock::rfc3339(*resets_at_ms),
+            "rule": rule.as_ref().map(|p| p.to_string()),
+        }),
+        BlockedOn::Budget {
+            level,
+            budget,
+            resets_at_ms,
+            rule,
+        } => serde_json::json!({
+            "type": on.name(),
+            "scope": scope,
+            "limit_key": limit_key,
+            "level": level.as_str(),
+            "budget": budget.to_string(),
             "resets_at": sluice_core::clock::rfc3339(*resets_at_ms),
             "rule": rule.as_ref().map(|p| p.to_string()),
         }),

@@ -1,15 +1,25 @@
-//! What flow-control counters used of their quotas (`quota = "10000/day"`), per partition, so
-//! a restart or a leader change does not hand out a fresh quota. Written with the admissions
-//! that use it (`partition/admission.rs`), read back at recovery.
+//! What flow-control counters used of their quotas (`quota = "10000/day"`) and budgets
+//! (`budget = "1000000/day"`), per partition, so a restart or a leader change does not hand out
+//! a fresh quota or budget. A quota's use is written with the admissions that use it
+//! (`partition/admission.rs`), a budget's with the ends of the calls that spent it
+//! (`partition/charges.rs`); both are read back at recovery.
 
 use redb::ReadableDatabase;
 
 use super::store::storage;
 use crate::errors::{Code, CodedError};
-use crate::flow::QuotaUse;
+use crate::flow::{Measure, QuotaUse};
 use crate::storage::writer::WriteSet;
 
-pub(crate) use crate::schema::FLOW_QUOTAS as QUOTAS;
+use crate::schema::{FLOW_BUDGETS, FLOW_QUOTAS};
+
+/// The table holding the uses of `m`.
+fn table(m: Measure) -> crate::schema::BytesTable {
+    match m {
+        Measure::Calls => FLOW_QUOTAS,
+        Measure::Cost => FLOW_BUDGETS,
+    }
+}
 
 /// Longest counter name stored: three names, each bounded where it is parsed.
 const MAX_KEY: usize = 1024;
@@ -20,24 +30,29 @@ fn row(partition: u32, counter: &str) -> Vec<u8> {
     out
 }
 
-/// Stores what `counter` (`scope[/l1[/l2]]`) of `partition` used; a use of 0 is forgotten.
-pub fn put(writes: &mut WriteSet, partition: u32, counter: &str, used: QuotaUse) {
+/// Stores what `counter` (`scope[/l1[/l2]]`) of `partition` used of `m`; a use of 0 is
+/// forgotten.
+pub fn put(writes: &mut WriteSet, m: Measure, partition: u32, counter: &str, used: QuotaUse) {
     if used.used == 0 {
-        writes.delete(QUOTAS, &row(partition, counter));
+        writes.delete(table(m), &row(partition, counter));
     } else {
-        writes.put(QUOTAS, &row(partition, counter), used.encode().to_vec());
+        writes.put(table(m), &row(partition, counter), used.encode().to_vec());
     }
 }
 
-/// Forgets what `counter` of `partition` used (its window ended).
-pub fn forget(writes: &mut WriteSet, partition: u32, counter: &str) {
-    writes.delete(QUOTAS, &row(partition, counter));
+/// Forgets what `counter` of `partition` used of `m` (its window ended).
+pub fn forget(writes: &mut WriteSet, m: Measure, partition: u32, counter: &str) {
+    writes.delete(table(m), &row(partition, counter));
 }
 
-/// What the counters of `partition` used, by name.
-pub fn load(db: &redb::Database, partition: u32) -> Result<Vec<(String, QuotaUse)>, CodedError> {
+/// What the counters of `partition` used of `m`, by name.
+pub fn load(
+    db: &redb::Database,
+    m: Measure,
+    partition: u32,
+) -> Result<Vec<(String, QuotaUse)>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
-    let Ok(table) = txn.open_table(QUOTAS) else {
+    let Ok(table) = txn.open_table(table(m)) else {
         return Ok(Vec::new());
     };
     let start = partition.to_be_bytes();
@@ -51,7 +66,10 @@ pub fn load(db: &redb::Database, partition: u32) -> Result<Vec<(String, QuotaUse
         let bad = |why: &str| {
             CodedError::new(
                 Code::STO0002,
-                format!("a stored quota use of partition {partition} does not decode: {why}"),
+                format!(
+                    "a stored {} use of partition {partition} does not decode: {why}",
+                    m.as_str()
+                ),
             )
         };
         let name = std::str::from_utf8(&raw[4..])
@@ -78,13 +96,33 @@ mod tests {
             used: 7,
         };
         let mut writes = WriteSet::default();
-        put(&mut writes, 1, "acme/gold", used);
-        put(&mut writes, 2, "other", used);
-        put(&mut writes, 1, "zero", QuotaUse { used: 0, ..used });
+        put(&mut writes, Measure::Calls, 1, "acme/gold", used);
+        put(&mut writes, Measure::Calls, 2, "other", used);
+        put(
+            &mut writes,
+            Measure::Calls,
+            1,
+            "zero",
+            QuotaUse { used: 0, ..used },
+        );
+        put(
+            &mut writes,
+            Measure::Cost,
+            1,
+            "acme",
+            QuotaUse { used: 9, ..used },
+        );
         let txn = db.begin_write().unwrap();
         writes.apply(&txn).unwrap();
         txn.commit().unwrap();
-        assert_eq!(load(&db, 1).unwrap(), vec![("acme/gold".to_owned(), used)]);
-        assert_eq!(load(&db, 3).unwrap(), Vec::new());
+        assert_eq!(
+            load(&db, Measure::Calls, 1).unwrap(),
+            vec![("acme/gold".to_owned(), used)]
+        );
+        assert_eq!(
+            load(&db, Measure::Cost, 1).unwrap(),
+            vec![("acme".to_owned(), QuotaUse { used: 9, ..used })]
+        );
+        assert_eq!(load(&db, Measure::Calls, 3).unwrap(), Vec::new());
     }
 }

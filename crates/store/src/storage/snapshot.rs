@@ -173,7 +173,7 @@ pub fn owner(table: &str, key: &[u8], partitions: u32) -> Option<u32> {
             }))
         }
         // Key: the partition's index (u32 BE) ‖ …
-        "paused_queues" | "flow_quotas" => key
+        "paused_queues" | "flow_quotas" | "flow_budgets" => key
             .first_chunk::<4>()
             .map(|index| u32::from_be_bytes(*index))
             .filter(|index| *index < partitions),

@@ -644,12 +644,80 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
     // the held call starts.
     let (reply, mut answer) = oneshot::channel();
     let asked = bench.apply(Event::ResetQuota {
+        measure: crate::flow::Measure::Calls,
         pattern: Box::new(RulePattern::parse("acme").unwrap()),
         reply,
     });
     assert_eq!(asked, ["reset quota acme"]);
     assert_eq!(answer.try_recv().unwrap(), 1, "one counter reset");
     assert_eq!(bench.started(), [(held, 1)]);
+}
+
+#[test]
+fn a_calls_cost_is_charged_to_its_budget_with_its_end_and_its_reservation_settles() {
+    use crate::flow::{Budget, Limit, Measure, RulePattern, Scope, Upsert};
+    let mut bench = Bench::new();
+    // 10 per hour under scope `acme`, 5 reserved per call: two may run at once.
+    let mut book = RuleBook::new();
+    let mut rule = Upsert::new(RulePattern::parse("acme").unwrap(), Limit::Unlimited);
+    let mut budget: Budget = "10/h".parse().unwrap();
+    budget.reserve = std::num::NonZeroU64::new(5);
+    rule.budget = Some(budget);
+    book.apply_batch(&[rule], NOW).unwrap();
+    bench
+        .partition
+        .scheduler
+        .on_rules_changed(Arc::new(book), NOW);
+    let [first, second, third] = [81, 82, 83].map(|seed| {
+        let mut record = new_record(seed);
+        record.scope = Some(Scope::parse("acme").unwrap());
+        record
+    });
+    let ids = [first.id, second.id, third.id];
+    for record in [first, second, third] {
+        bench.submit(record);
+    }
+    assert_eq!(bench.started(), [(ids[0], 1), (ids[1], 1)]);
+    assert_eq!(
+        bench.state(ids[2]),
+        State::Resting,
+        "held by the reservations"
+    );
+    // The first ends having reported 3: charged with its end, in the same write set.
+    let live = bench.partition.live.get_mut(&ids[0]).unwrap();
+    live.journal
+        .extend(super::super::model::cost::report(1, "3"));
+    let (writes, effects) = bench.applied(Event::AttemptDone {
+        id: ids[0],
+        attempt: 1,
+        result: Ok(Ending::End),
+    });
+    let alone = tempfile::tempdir().unwrap();
+    let other = Store::open(alone.path()).unwrap();
+    writes.commit_now(&other);
+    let (record, spent) = other
+        .with_db(|db| {
+            (
+                crate::invocation::store::load_record(db, ids[0])
+                    .unwrap()
+                    .unwrap(),
+                crate::invocation::quotas::load(db, Measure::Cost, 0).unwrap(),
+            )
+        })
+        .unwrap();
+    assert_eq!((record.status, record.cost), (Status::Completed, Some(3)));
+    assert_eq!(spent.len(), 1);
+    assert_eq!((spent[0].0.as_str(), spent[0].1.used), ("acme", 3));
+    bench.commit((writes, effects));
+    // 3 spent and 5 held leave 2: the third still waits.
+    assert!(bench.started().is_empty());
+    // The second ends having reported nothing: its reservation goes back, the third starts.
+    bench.apply(Event::AttemptDone {
+        id: ids[1],
+        attempt: 1,
+        result: Ok(Ending::End),
+    });
+    assert_eq!(bench.started(), [(ids[2], 1)]);
 }
 
 /// A bench with no memory budget for held inputs and scope `acme` limited to one at a time,

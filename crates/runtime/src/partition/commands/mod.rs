@@ -66,6 +66,19 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
+        let before = effects.len();
+        let applied = self.apply_event(event, writes, effects);
+        // What the calls that ended spent goes in the set that holds their ends.
+        self.charge_ended(&effects[before..], writes);
+        applied
+    }
+
+    fn apply_event(
+        &mut self,
+        event: Event,
+        writes: &mut WriteSet,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), CodedError> {
         self.rouse_for(&event);
         self.observe();
         self.wake_journal_for(&event)?;
@@ -125,9 +138,14 @@ impl Partition {
                 writes,
                 effects,
             ),
-            Event::ResetQuota { pattern, reply } => reset_quota::reset_quota(
+            Event::ResetQuota {
+                measure,
+                pattern,
+                reply,
+            } => reset_quota::reset_quota(
                 &self.scheduler,
                 self.index,
+                measure,
                 pattern,
                 reply,
                 writes,

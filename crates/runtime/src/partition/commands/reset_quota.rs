@@ -1,5 +1,5 @@
-//! Quota reset: an operator starts the quota counts a pattern matches again (`sluice rules
-//! reset-quota`). The counts at 0 are stored with this batch first; the scheduler follows once
+//! Quota and budget reset: an operator starts the quota counts (or budget spends) a pattern
+//! matches again (`sluice rules reset-quota`, `sluice rules reset-budget`). The counts at 0 are stored with this batch first; the scheduler follows once
 //! they are (`Effect::ResetQuota`), so a crash between cannot leave a reset the store never saw.
 
 use tokio::sync::oneshot;
@@ -8,18 +8,20 @@ use super::super::model::effect::Effect;
 use crate::flow::scheduler::Scheduler;
 use crate::storage::writer::WriteSet;
 
-/// Resets the quota counts of partition `index` that `pattern` matches among `scheduler`'s.
+/// Resets the quota counts (or budget spends, as `measure` says) of partition `index` that
+/// `pattern` matches among `scheduler`'s.
 pub(super) fn reset_quota(
     scheduler: &Scheduler,
     index: u32,
+    measure: crate::flow::Measure,
     pattern: Box<crate::flow::RulePattern>,
     reply: oneshot::Sender<u64>,
     writes: &mut WriteSet,
     effects: &mut Vec<Effect>,
 ) {
     // What the reset writes, stored with this batch; admissions after it write again.
-    for (counter, used) in scheduler.quota_reset_plan(&pattern) {
-        crate::invocation::quotas::put(writes, index, &counter, used);
+    for (counter, used) in scheduler.reset_plan(measure, &pattern) {
+        crate::invocation::quotas::put(writes, measure, index, &counter, used);
     }
-    effects.push(Effect::ResetQuota(pattern, reply));
+    effects.push(Effect::ResetQuota(measure, pattern, reply));
 }

@@ -69,12 +69,22 @@ fn amount(result: &notification_template::Result) -> Option<u64> {
     text.parse().ok()
 }
 
+/// Tests: a handler's report of `value` as its journal holds it, a [`COST_RUN`] step and its
+/// completion, `completion` being the step's id.
+#[cfg(test)]
+pub(in crate::partition) fn report(completion: u32, value: &str) -> [Frame; 2] {
+    [
+        tests::run(completion, COST_RUN),
+        tests::done(completion, value),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::Message;
 
-    fn run(completion: u32, name: &str) -> Frame {
+    pub(super) fn run(completion: u32, name: &str) -> Frame {
         Message::Run(proto::RunCommandMessage {
             result_completion_id: completion,
             name: name.to_owned(),
@@ -82,7 +92,7 @@ mod tests {
         .to_frame(false)
     }
 
-    fn done(completion: u32, value: &str) -> Frame {
+    pub(super) fn done(completion: u32, value: &str) -> Frame {
         Message::RunCompletion(proto::NotificationTemplate {
             id: Some(notification_template::Id::CompletionId(completion)),
             result: Some(notification_template::Result::Value(proto::Value {

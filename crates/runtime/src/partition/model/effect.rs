@@ -42,8 +42,10 @@ pub(in crate::partition) enum Effect {
     Answer(Answer),
     /// A queue's pause (or resume) is stored: the scheduler follows.
     PauseQueue(Box<QueueKey>, bool),
-    /// A quota reset is stored: the scheduler follows, and the operator is answered.
+    /// A quota (or budget) reset is stored: the scheduler follows, and the operator is
+    /// answered.
     ResetQuota(
+        crate::flow::Measure,
         Box<crate::flow::RulePattern>,
         tokio::sync::oneshot::Sender<u64>,
     ),
@@ -77,7 +79,7 @@ impl Effect {
             Effect::Answer(answer) => format!("answer {}", answer.kind()),
             Effect::PauseQueue(_, true) => "pause queue".into(),
             Effect::PauseQueue(_, false) => "resume queue".into(),
-            Effect::ResetQuota(pattern, _) => format!("reset quota {pattern}"),
+            Effect::ResetQuota(m, pattern, _) => format!("reset {} {pattern}", m.as_str()),
             Effect::UncachePromise(_) => "uncache promise".into(),
         }
     }

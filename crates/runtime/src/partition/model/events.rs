@@ -146,9 +146,12 @@ pub enum Event {
         /// Answered after the commit.
         reply: oneshot::Sender<bool>,
     },
-    /// An operator resets the quotas `pattern` matches: their count in the current window
-    /// starts again from 0; answered with how many counters were reset, after the commit.
+    /// An operator resets the quotas (or budgets) `pattern` matches: their count in the
+    /// current window starts again from 0; answered with how many counters were reset, after
+    /// the commit.
     ResetQuota {
+        /// Quotas or budgets.
+        measure: crate::flow::Measure,
         /// The pattern.
         pattern: Box<crate::flow::RulePattern>,
         /// Answered after the commit.

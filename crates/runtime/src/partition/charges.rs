@@ -1,0 +1,44 @@
+//! What an ended call spent is charged to the budgets of its counters (scope, L1 and L2), in
+//! the same write set as its end: a crash cannot lose a charge (the end is not stored either,
+//! so the call runs again and reports again) nor make one twice (the end is stored, so the
+//! call never ends again). What it held reserved goes back at the same time.
+
+use super::model::effect::Effect;
+use super::task::Partition;
+use crate::flow::Measure;
+use crate::invocation::Status;
+use crate::storage::writer::WriteSet;
+
+impl Partition {
+    /// Charges the calls that ended among `effects` (an ending pushes exactly one
+    /// [`Effect::Evict`], see `ending::complete`) and puts the budgets they changed into
+    /// `writes`, which holds their ends.
+    pub(super) fn charge_ended(&mut self, effects: &[Effect], writes: &mut WriteSet) {
+        let now = self.driver.now_ms();
+        let mut charged = false;
+        for effect in effects {
+            let Effect::Evict(id) = effect else {
+                continue;
+            };
+            let Some(live) = self.live.get_mut(id) else {
+                continue;
+            };
+            if live.record.status != Status::Completed || live.record.scope.is_none() {
+                continue;
+            }
+            let cost = live.record.cost.unwrap_or(0);
+            let reserved = live.reserved.take();
+            if cost == 0 && reserved.is_none() {
+                continue;
+            }
+            let key = super::admission::queue_key(&self.registry, &live.record);
+            self.scheduler.charge(&key, cost, reserved.as_deref(), now);
+            charged = true;
+        }
+        if charged {
+            for (counter, used) in self.scheduler.take_use_writes(Measure::Cost) {
+                crate::invocation::quotas::put(writes, Measure::Cost, self.index, &counter, used);
+            }
+        }
+    }
+}
