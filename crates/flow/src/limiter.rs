@@ -219,7 +219,7 @@ struct Node {
     watched: bool,
     level: Level,
     /// Bit `1 << m` set when its rule has a window of [`Measure`] `m` (`rare` holds it), so an
-    /// admission without a quota or budget reads no further.
+    /// admission without a quota or budget reads no further; and [`HOLDS_RESERVATIONS`].
     measured: u8,
     /// Its parent's index ([`NO_PARENT`] for a scope).
     parent: u32,
@@ -245,6 +245,11 @@ struct Node {
     /// The finish tag of the waiters whose path ends here, as a flow of this counter.
     own_finish: u64,
 }
+
+/// `Node::measured` bit set while calls hold reservations of its budget (`rare.reserved` > 0):
+/// the counter stays until they end, whatever its rule says meanwhile, so what they give back
+/// is what they took.
+const HOLDS_RESERVATIONS: u8 = 1 << 2;
 
 /// `Node::resolved_at` of a counter never resolved.
 const UNRESOLVED: u32 = u32::MAX;
@@ -314,7 +319,7 @@ impl Node {
 
     /// Calls running under it hold some of its budget reserved: it stays until they end.
     fn holds_reservations(&self) -> bool {
-        self.measures(Measure::Cost) && self.rare.as_deref().is_some_and(|r| r.reserved > 0)
+        self.measured & HOLDS_RESERVATIONS != 0
     }
 
     /// When its quota, or its budget, leaves no room for a new call at `now_ms`: which, its
@@ -364,6 +369,9 @@ impl Node {
             0
         };
         state.reserved = state.reserved.saturating_add(reserve);
+        if state.reserved > 0 {
+            self.measured |= HOLDS_RESERVATIONS;
+        }
         (dirtied, reserve)
     }
 
@@ -742,7 +750,8 @@ impl Limiter {
             cost.limit = budget.map(|b| b.limit);
             cost.reserve = budget.and_then(|b| b.reserve).map_or(0, NonZeroU64::get);
         }
-        node.measured = u8::from(resolved.quota.is_some()) << Measure::Calls as u8
+        node.measured = node.measured & HOLDS_RESERVATIONS
+            | u8::from(resolved.quota.is_some()) << Measure::Calls as u8
             | u8::from(budget.is_some()) << Measure::Cost as u8;
         let adaptive = resolved.adaptive_in_force();
         if resolved.max_queued.is_some()

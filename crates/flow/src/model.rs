@@ -35,6 +35,11 @@
 //!   during the poll);
 //! - quotas: a counter never admits more new entries than its rule's quota (counted while the
 //!   rule has one), and a head whose quota is used up is not admissible (resumed entries pass);
+//! - budgets: entries end having spent an amount, charged to the counters on their path whose
+//!   rules have a budget; a new entry is admitted only while spent + reserved +
+//!   max(reserve, 1) is within the budget at each (resumed entries pass), the reservations
+//!   the scheduler hands out are the rules' `reserve`, held from admission to the end across
+//!   suspensions, and given back exactly then;
 //! - deployment gates: every key's service is on one deployment whose declared limit changes
 //!   and whose attempts report outages and overloads; nothing starts while as many run as its
 //!   gate allows (the declared limit, capped by the paced-drain window) or while a
@@ -93,6 +98,8 @@ pub enum Event {
     ArriveBy(usize, u64),
     /// The `i`-th running entry completes (mod the number running).
     Complete(usize),
+    /// The `i`-th running entry completes having spent this much (its handler's report).
+    CompleteSpending(usize, u64),
     /// The `i`-th running entry suspends.
     Suspend(usize),
     /// The `i`-th suspended entry resumes.
@@ -120,6 +127,8 @@ pub enum Event {
         /// A quota of this many new admissions per hour (0 = none); the simulation never
         /// reaches the next hour, so a used-up quota holds until a rule change.
         quota: u64,
+        /// A budget per hour and its per-call reservation (0 = none), as `quota`.
+        budget: Option<(u64, u64)>,
     },
     /// An operator pauses the queue of `KEYS[key]`.
     PauseQueue(usize),
@@ -193,6 +202,15 @@ pub struct Model {
     pub borrowed: u64,
     /// Per counter: new admissions while its rule had a quota.
     quota_used: Vec<u64>,
+    /// Per counter: what ended entries spent while its rule had a budget.
+    spent: Vec<u64>,
+    /// Per counter: what admitted entries that have not ended hold reserved there.
+    reserved: Vec<u64>,
+    /// Per entry admitted and not ended: the reservations the scheduler handed it, and the
+    /// model's own (counter, amount) of them.
+    holds: HashMap<EntryId, Holds>,
+    /// New entries held back by a spent budget at some poll.
+    pub budget_held: u64,
     /// New entries held back by a used-up quota at some poll.
     pub quota_held: u64,
     /// The deployment every key's service is on.
@@ -200,6 +218,10 @@ pub struct Model {
     /// Head-polls held by the deployment gate alone.
     pub gate_held: u64,
 }
+
+/// What an admitted entry holds of its counters' budgets until it ends: the reservations the
+/// scheduler handed it, and the model's own (counter, amount) of them.
+type Holds = (Option<Box<crate::limiter::Reserved>>, Vec<(usize, u64)>);
 
 /// Keys get different priorities, so waiters of one counter are reordered.
 fn queue_key((i, (scope, key, object)): (usize, KeySpec)) -> QueueKey {
@@ -282,6 +304,10 @@ impl Model {
             borrowed: 0,
             quota_used: vec![0; n],
             quota_held: 0,
+            spent: vec![0; n],
+            reserved: vec![0; n],
+            holds: HashMap::new(),
+            budget_held: 0,
             gates,
             gate_held: 0,
         }
@@ -314,7 +340,10 @@ impl Model {
             Event::ArriveBy(key, within) => {
                 self.arrive(key % KEYS.len(), Some(self.now + within));
             }
-            Event::Complete(i) | Event::Suspend(i) | Event::Fail(i, ..) => {
+            Event::Complete(i)
+            | Event::CompleteSpending(i, _)
+            | Event::Suspend(i)
+            | Event::Fail(i, ..) => {
                 if self.running_order.is_empty() {
                     return;
                 }
@@ -335,7 +364,12 @@ impl Model {
                 for &c in &self.touched[run.key] {
                     self.usage[c] -= 1;
                 }
-                if matches!(event, Event::Complete(_)) {
+                if let Event::Complete(_) | Event::CompleteSpending(..) = *event {
+                    let cost = match *event {
+                        Event::CompleteSpending(_, cost) => cost,
+                        _ => 0,
+                    };
+                    self.charge(id, run.key, cost);
                     if let Some(lock) = run.lock {
                         self.sched.unlock(lock, id, self.now);
                         let held = self.lock_holder.remove(&self.lock_of(run.key));
@@ -369,6 +403,7 @@ impl Model {
                 adaptive,
                 guaranteed,
                 quota,
+                budget,
             } => {
                 let limit = NonZeroU32::new(limit).map_or(Limit::Unlimited, Limit::Concurrency);
                 let pattern = RulePattern::parse(PATTERNS[pattern % PATTERNS.len()]).unwrap();
@@ -387,6 +422,17 @@ impl Model {
                         amount,
                         window: crate::quota::QuotaWindow::Hour,
                         reject: false,
+                    }),
+                    budget: budget.and_then(|(amount, reserve)| {
+                        Some(crate::quota::Budget {
+                            limit: crate::quota::Quota {
+                                amount: std::num::NonZeroU64::new(amount)?,
+                                window: crate::quota::QuotaWindow::Hour,
+                                reject: false,
+                            },
+                            // A reservation past the amount would hold its counter for good.
+                            reserve: std::num::NonZeroU64::new(reserve.min(amount)),
+                        })
                     }),
                     ..Upsert::new(pattern, limit)
                 };
@@ -574,6 +620,13 @@ impl Model {
                         .any(|&c| self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a))
             })
             .count() as u64;
+        self.budget_held += (0..KEYS.len())
+            .filter(|&key| {
+                self.head(key).is_some()
+                    && self.waiting_resumed[key].is_empty()
+                    && self.touched[key].iter().any(|&c| self.budget_spent(c))
+            })
+            .count() as u64;
         self.limits.clone_from(&self.limits_after_poll);
         assert_eq!(
             self.gate().used(),
@@ -722,6 +775,7 @@ impl Model {
             EntryKind::New => self.waiting_new[key].pop_front(),
         };
         self.check_given_back(key);
+        let mut held = Vec::new();
         for &c in &self.touched[key] {
             self.usage[c] += 1;
             if d.kind == EntryKind::New
@@ -734,13 +788,45 @@ impl Model {
                 );
                 self.quota_used[c] += 1;
             }
+            if d.kind == EntryKind::New
+                && let Some((amount, reserve)) = self.budget_of(c)
+            {
+                assert!(
+                    !self.budget_spent(c),
+                    "{:?} admitted past its budget of {amount}: {} spent, {} reserved",
+                    self.counters[c],
+                    self.spent[c],
+                    self.reserved[c]
+                );
+                if reserve > 0 {
+                    self.reserved[c] += reserve;
+                    held.push((c, reserve));
+                }
+            }
+        }
+        let mut permit = d.permit;
+        if d.kind == EntryKind::New {
+            // What the scheduler reserved is the rules' `reserve` at each counter, by level.
+            let reserved = permit.take_reserved();
+            let mut expected = crate::limiter::Reserved::default();
+            for &(c, amount) in &held {
+                expected[self.counters[c].len() - 1] = amount;
+            }
+            assert_eq!(
+                reserved.as_deref().copied().unwrap_or_default(),
+                expected,
+                "the reservations of entry {} on {:?}",
+                d.entry,
+                KEYS[key]
+            );
+            self.holds.insert(d.entry, (reserved, held));
         }
         self.running_order.push(d.entry);
         self.running.insert(
             d.entry,
             Running {
                 key,
-                permit: d.permit,
+                permit,
                 lock: d.lock,
             },
         );
@@ -755,12 +841,13 @@ impl Model {
         if !self.gate_admits() {
             return None;
         }
-        // A new entry held by a quota used up on its path waits for the quota's window, not in
-        // a counter's line either: it has no claim on a slot given back until it re-checks.
+        // A new entry held by a quota used up (or a budget spent) on its path waits for the
+        // window, not in a counter's line either: it has no claim on a slot given back until
+        // it re-checks.
         if !self.waiting_resumed[key].contains(&head)
-            && self.touched[key]
-                .iter()
-                .any(|&c| self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a))
+            && self.touched[key].iter().any(|&c| {
+                self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a) || self.budget_spent(c)
+            })
         {
             return None;
         }
@@ -861,13 +948,46 @@ impl Model {
     }
 
     /// Every counter the key touches has usage < limit, and, for a new entry at the head, its
-    /// quota left.
+    /// quota and budget left.
     fn limits_admit(&self, key: usize) -> bool {
         let new = self.waiting_resumed[key].is_empty();
         self.touched[key].iter().all(|&c| {
             self.limits[c].admits(self.usage[c])
-                && !(new && self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a))
+                && !(new
+                    && (self.quota_of(c).is_some_and(|a| self.quota_used[c] >= a)
+                        || self.budget_spent(c)))
         })
+    }
+
+    /// The budget of counter `c`'s rule and its reservation per call (0: none).
+    fn budget_of(&self, c: usize) -> Option<(u64, u64)> {
+        self.rule_of(&self.counters[c])
+            .and_then(|r| r.budget)
+            .map(|b| (b.limit.amount.get(), b.reserve.map_or(0, |r| r.get())))
+    }
+
+    /// Whether counter `c`'s budget leaves no room for a new entry: what was spent and what
+    /// is held reserved, plus the entry's own reservation (at least 1), is past it.
+    fn budget_spent(&self, c: usize) -> bool {
+        self.budget_of(c).is_some_and(|(amount, reserve)| {
+            self.spent[c] + self.reserved[c] + reserve.max(1) > amount
+        })
+    }
+
+    /// Entry `id` of `key` ended having spent `cost`: charged to the counters on its path whose
+    /// rules have a budget now, and what it held reserved goes back.
+    fn charge(&mut self, id: EntryId, key: usize, cost: u64) {
+        let (reserved, held) = self.holds.remove(&id).unwrap_or_default();
+        self.sched
+            .charge(&self.keys[key], cost, reserved.as_deref(), self.now);
+        for (c, amount) in held {
+            self.reserved[c] -= amount;
+        }
+        for &c in &self.touched[key] {
+            if self.budget_of(c).is_some() {
+                self.spent[c] += cost;
+            }
+        }
     }
 
     /// The quota of counter `c`'s rule, new admissions per window.
@@ -903,12 +1023,13 @@ impl Model {
 
     /// Completes and resumes everything until nothing is left; every arrival must complete once.
     pub fn drain(&mut self) {
-        // Quotas go (a used-up one would hold its entries until the next hour); the other
-        // rules stay as they are: with nothing running every counter admits at least one.
+        // Quotas and budgets go (a used-up one would hold its entries until the next hour);
+        // the other rules stay as they are: with nothing running every counter admits at
+        // least one.
         let quotas: Vec<Upsert> = self
             .book
             .rules()
-            .filter(|r| r.quota.is_some())
+            .filter(|r| r.quota.is_some() || r.budget.is_some())
             .map(|r| Upsert {
                 rate: r.rate,
                 max_queued: r.max_queued,

@@ -282,6 +282,9 @@ impl Limiter {
         };
         let reserve = state.windows[Measure::Cost as usize].reserve;
         state.reserved = state.reserved.saturating_add(reserve);
+        if state.reserved > 0 {
+            node.measured |= super::HOLDS_RESERVATIONS;
+        }
         reserve
     }
 
@@ -307,6 +310,9 @@ impl Limiter {
                 continue;
             };
             state.reserved = state.reserved.saturating_sub(held);
+            if state.reserved == 0 {
+                node.measured &= !super::HOLDS_RESERVATIONS;
+            }
             if node.token_queue {
                 self.token_wakes.push(std::cmp::Reverse((now, id)));
             }
@@ -348,6 +354,34 @@ impl Limiter {
         }
         if let Some(reserved) = reserved {
             self.unreserve(path, reserved);
+        }
+    }
+}
+
+impl Limiter {
+    /// Takes back a [`Limiter::charge`] of `cost` on `path` whose write was dropped (its
+    /// batch failed before it was stored): each budget it went to spent that much less.
+    pub fn uncharge(&mut self, path: &CounterPath, book: &RuleBook, cost: u64, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        for &id in path.counters() {
+            self.resolve(id, book);
+            let node = self.node_mut(id);
+            if !node.measures(Measure::Cost) {
+                continue;
+            }
+            let Some(state) = node.rare.as_deref_mut() else {
+                continue;
+            };
+            state.charged = state.charged.saturating_sub(cost);
+            let window = &mut state.windows[Measure::Cost as usize];
+            let Some(budget) = window.limit else {
+                continue;
+            };
+            window.used = window.used.at(&budget, now_ms);
+            window.used.used = window.used.used.saturating_sub(cost);
+            if !std::mem::replace(&mut window.dirty, true) {
+                self.kept_mut(Measure::Cost).dirty.push(id);
+            }
         }
     }
 }

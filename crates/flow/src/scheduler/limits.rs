@@ -60,6 +60,16 @@ impl Scheduler {
         self.limiter.drop_path(path);
     }
 
+    /// Takes back a charge whose write was dropped (see [`Limiter::uncharge`]).
+    pub fn uncharge(&mut self, key: &QueueKey, cost: u64, now: u64) {
+        let Some(scope) = &key.scope else {
+            return;
+        };
+        let path = self.limiter.path(scope, key.limit_key.as_ref());
+        self.limiter.uncharge(&path, &self.book, cost, now);
+        self.limiter.drop_path(path);
+    }
+
     /// At recovery: a call that ran before takes its reservations of the budgets under `key`
     /// again (see [`Limiter::reserve`]).
     pub fn reserve(&mut self, key: &QueueKey) -> Option<Box<Reserved>> {

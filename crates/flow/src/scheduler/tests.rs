@@ -242,12 +242,13 @@ fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         4 => (0..KEYS.len()).prop_map(Event::Arrive),
         1 => (0..KEYS.len(), 0u64..30).prop_map(|(key, within)| Event::ArriveBy(key, within)),
-        3 => any::<usize>().prop_map(Event::Complete),
+        2 => any::<usize>().prop_map(Event::Complete),
+        1 => (any::<usize>(), 0u64..30).prop_map(|(i, cost)| Event::CompleteSpending(i, cost)),
         2 => any::<usize>().prop_map(Event::Suspend),
         2 => any::<usize>().prop_map(Event::Resume),
-        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40], prop::option::weighted(0.3, (1u32..4, 1u32..8)), (prop_oneof![2 => Just(0u32), 1 => 1u32..3], prop_oneof![3 => Just(0u64), 1 => 1u64..20]))
-            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, (guaranteed, quota))| Event::Rule {
-                pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, guaranteed, quota,
+        1 => (0..PATTERNS.len(), 0u32..4, prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..4, 0u32..4, prop_oneof![3 => Just(0u64), 1 => 1u64..40], prop::option::weighted(0.3, (1u32..4, 1u32..8)), (prop_oneof![2 => Just(0u32), 1 => 1u32..3], prop_oneof![3 => Just(0u64), 1 => 1u64..20], prop::option::weighted(0.2, (1u64..60, 0u64..20))))
+            .prop_map(|(pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, (guaranteed, quota, budget))| Event::Rule {
+                pattern, limit, disabled, shadow, weight, max_queued, max_wait, adaptive, guaranteed, quota, budget,
             }),
         1 => (0..PATTERNS.len()).prop_map(Event::DeleteRule),
         1 => (0..KEYS.len()).prop_map(Event::PauseQueue),
@@ -290,6 +291,7 @@ fn simulator_one_million_events() {
     let mut expired = 0;
     let mut borrowed = 0;
     let mut quota_held = 0;
+    let mut budget_held = 0;
     let mut gate_held = 0;
     let wanted = sluice_core::simulation::events(1_000_000);
     let started = std::time::Instant::now();
@@ -303,7 +305,8 @@ fn simulator_one_million_events() {
             let e = match rng.index(100) {
                 0..=34 => Event::Arrive(rng.index(KEYS.len())),
                 35..=39 => Event::ArriveBy(rng.index(KEYS.len()), rng.index(200) as u64),
-                40..=62 => Event::Complete(rng.index(64)),
+                40..=52 => Event::Complete(rng.index(64)),
+                53..=62 => Event::CompleteSpending(rng.index(64), rng.index(40) as u64),
                 63 => Event::Fail(rng.index(64), rng.index(3) as u8, 1 + rng.index(30) as u64),
                 64 if rng.index(4) == 0 => Event::Deployment(if rng.index(2) == 0 {
                     0
@@ -345,6 +348,13 @@ fn simulator_one_million_events() {
                     } else {
                         0
                     },
+                    // Now and then a budget, with a reservation or without one.
+                    budget: (rng.index(5) == 0).then(|| {
+                        (
+                            1 + rng.index(400) as u64,
+                            rng.index(3) as u64 * rng.index(30) as u64,
+                        )
+                    }),
                 },
                 98 => Event::DeleteRule(rng.index(PATTERNS.len())),
                 _ if rng.index(2) == 0 => Event::PauseQueue(rng.index(KEYS.len())),
@@ -371,6 +381,7 @@ fn simulator_one_million_events() {
         expired += model.expired;
         borrowed += model.borrowed;
         quota_held += model.quota_held;
+        budget_held += model.budget_held;
         gate_held += model.gate_held;
         total += events;
         runs += 1;
@@ -379,12 +390,13 @@ fn simulator_one_million_events() {
         "simulator: {total} events in {runs} runs ({:?}), worst fairness wait {worst} dispatches, \
          {refused} arrivals refused by a full queue, {expired} dropped past their deadline, \
          {borrowed} started on borrowed slots, {quota_held} head-polls held by a used-up quota, \
-         {gate_held} by the deployment gate alone",
+         {budget_held} by a spent budget, {gate_held} by the deployment gate alone",
         started.elapsed()
     );
     assert!(expired > 0, "no entry ever passed its deadline");
     assert!(borrowed > 0, "no key ever borrowed beyond its guarantee");
     assert!(quota_held > 0, "no quota was ever used up");
+    assert!(budget_held > 0, "no budget was ever spent");
     assert!(gate_held > 0, "the deployment gate never held anything");
 }
 

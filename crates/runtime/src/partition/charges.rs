@@ -33,12 +33,31 @@ impl Partition {
             }
             let key = super::admission::queue_key(&self.registry, &live.record);
             self.scheduler.charge(&key, cost, reserved.as_deref(), now);
+            if cost > 0 {
+                self.unstored_charges.push((key, cost));
+            }
             charged = true;
         }
         if charged {
             for (counter, used) in self.scheduler.take_use_writes(Measure::Cost) {
                 crate::invocation::quotas::put(writes, Measure::Cost, self.index, &counter, used);
             }
+        }
+    }
+
+    /// The write set holding the charges made since the last call goes to the writer: they
+    /// are its.
+    pub(super) fn charges_handed_over(&mut self) {
+        self.unstored_charges.clear();
+    }
+
+    /// The write set holding the charges made since it started was dropped (its batch
+    /// failed): they are taken back, or the next charge's total would store them without the
+    /// ends they belong to (the calls run again after a restart and are charged then).
+    pub(super) fn charges_dropped(&mut self) {
+        let now = self.driver.now_ms();
+        for (key, cost) in std::mem::take(&mut self.unstored_charges) {
+            self.scheduler.uncharge(&key, cost, now);
         }
     }
 }

@@ -286,6 +286,7 @@ impl Partition {
                 measured = writes.len();
                 if size > cut_at {
                     let full = std::mem::take(&mut writes);
+                    self.charges_handed_over();
                     pending.push_back((self.writer.commit(full), std::mem::take(&mut effects)));
                     (size, measured) = (4, 0);
                 }
@@ -297,13 +298,20 @@ impl Partition {
             // are all in `pending` ahead of it, which answers in order. So it takes no trip
             // through the writer's thread (nor one at all without effects).
             Ok(()) if writes.is_empty() && self.writer.answers_empty_sets() => {
+                self.charges_handed_over();
                 if !effects.is_empty() {
                     pending.push_back((self.answered_here(), effects));
                 }
             }
             // Otherwise even an empty set goes through the writer, for the same order.
-            Ok(()) => pending.push_back((self.writer.commit(writes), effects)),
-            Err(e) => fail(effects, &e),
+            Ok(()) => {
+                self.charges_handed_over();
+                pending.push_back((self.writer.commit(writes), effects));
+            }
+            Err(e) => {
+                self.charges_dropped();
+                fail(effects, &e);
+            }
         }
         // Queues woken while applying (a nudge, a rule change) start at once;
         // attempts started now write after the batch (the writer keeps order).

@@ -75,6 +75,9 @@ pub struct Partition {
     /// admin API shows. Committed as one set at the end of the dispatch that starts them; the
     /// writer keeps this partition's sets in order, so later batches commit after it.
     pub(super) pins: WriteSet,
+    /// Budget charges of the write set being built (`charges.rs`): taken back if it is
+    /// dropped.
+    pub(super) unstored_charges: Vec<(crate::flow::scheduler::QueueKey, u64)>,
     /// Test builds: the states last seen, to check every move against the transition table.
     #[cfg(test)]
     pub(super) watch: phase::Watch,
@@ -174,6 +177,7 @@ impl Partition {
             wakes: BinaryHeap::new(),
             detached: Vec::new(),
             pins: WriteSet::default(),
+            unstored_charges: Vec::new(),
             #[cfg(test)]
             watch: phase::Watch::default(),
         }

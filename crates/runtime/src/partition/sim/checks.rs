@@ -32,7 +32,46 @@ impl World {
         }
     }
 
+    /// Scope `s1`'s budget spent exactly what its ended calls were charged, each once: the
+    /// charge is stored in the same write set as the call's end, so no crash, disk failure or
+    /// leadership change can store one without the other.
+    pub(super) fn check_budget(&mut self) {
+        let store = Arc::clone(&self.node().store);
+        let read = store.with_db(|db| {
+            let records = records::load_records(db).expect("records read back");
+            let spent = crate::invocation::quotas::load(db, crate::flow::Measure::Cost, 0)
+                .expect("budgets read back");
+            let purges = records::due_purges(db, u64::MAX - 1, usize::MAX, |_| true)
+                .expect("purges read back");
+            (records, spent, purges)
+        });
+        let (stored, spent, purges) = read.expect("the store is open");
+        // A purge written since the last look landed if its row is gone (its id may hold a new
+        // run by now, with a purge row of its own).
+        for (purge, cost) in std::mem::take(&mut self.s1_purging) {
+            if !purges.contains(&purge) {
+                self.s1_retired += cost;
+            }
+        }
+        // The simulation stays within its first month, the budget's window.
+        let month = crate::flow::QuotaWindow::Month;
+        if self.now() >= month.next(month.start(EPOCH_MS)) {
+            return;
+        }
+        let spent = spent
+            .into_iter()
+            .find(|(counter, _)| counter == "s1")
+            .map_or(0, |(_, used)| used.used);
+        let charged = self.s1_retired + stored.iter().map(s1_cost).sum::<u64>();
+        assert_eq!(
+            spent, charged,
+            "scope s1's budget spent {spent}, its ended calls were charged {charged}"
+        );
+        self.stats.charged = charged;
+    }
+
     pub(super) fn check_acked_are_stored(&mut self) {
+        self.check_budget();
         let store = &self.node.as_ref().expect("the node runs").store;
         let purged = &self.purged;
         for (id, _) in self
@@ -164,6 +203,7 @@ impl World {
     /// Every acknowledged invocation completed, with its state writes; every call a scoped
     /// handler made (naming no scope) ran under its caller's scope and limit key.
     pub(super) fn check_completed(&mut self) {
+        self.check_budget();
         let store = Arc::clone(&self.node().store);
         self.check_inherited_scopes(&store);
         let purged = &self.purged;

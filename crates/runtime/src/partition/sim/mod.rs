@@ -17,7 +17,8 @@
 //! After every step it checks what the partition promises: no acknowledged invocation is lost;
 //! nothing is acknowledged as new twice; a completed invocation never runs again; a `ctx.run`
 //! whose result was journaled is never executed again; object locks, invoker slots, scope
-//! limits and scope rates hold; and once the faults stop, everything acknowledged completes.
+//! limits and scope rates hold; a scope's budget spent exactly what its ended calls reported,
+//! each charged once; and once the faults stop, everything acknowledged completes.
 //! Across leadership changes the same checks hold on the new leader's store: nothing a zombie
 //! acknowledged may be missing there (acknowledging a refused record is a mutation it
 //! catches).
@@ -33,7 +34,7 @@ mod script;
 mod sdk;
 mod world;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -200,6 +201,8 @@ struct Stats {
     most_in_flight: usize,
     /// Children of scoped callers found under their caller's scope.
     inherited: u64,
+    /// What `s1`'s budget spent, checked against what its ended calls were charged.
+    charged: u64,
 }
 
 /// The simulated world: one partition, its disk and its clients.
@@ -235,6 +238,12 @@ struct World {
     acked: BTreeMap<InvocationId, Acked>,
     /// Completed invocations whose retention was up and that the purger removed.
     purged: std::collections::BTreeSet<InvocationId>,
+    /// What completed invocations of scope `s1` whose purge was written were charged (their
+    /// records' `cost`), by their purge, until the store says whether the purge landed.
+    s1_purging: Vec<(records::DuePurge, u64)>,
+    /// What purged invocations of `s1` were charged: with what the completed ones in the store
+    /// were, what `s1`'s budget must have spent.
+    s1_retired: u64,
     idempotent: BTreeMap<u64, Submission>,
     /// Every other submission, to hand in again.
     submitted: Vec<Submission>,
@@ -271,6 +280,41 @@ fn input_program(input: &Frame) -> Bytes {
     match Message::decode(input, crate::protocol::ProtocolVersion::V7) {
         Ok(Message::Input(input)) => input.value.unwrap_or_default().content,
         _ => Bytes::new(),
+    }
+}
+
+/// Scope `s1`'s rule without limits: a budget too large to hold anything (its checks are that
+/// each ended call is charged exactly once), with a reservation per call, over the month the
+/// simulation runs in.
+fn s1_rule() -> Upsert {
+    let mut rule = Upsert::new(RulePattern::parse("s1").unwrap(), Limit::Unlimited);
+    rule.budget = Some(crate::flow::Budget {
+        limit: crate::flow::Quota {
+            amount: std::num::NonZeroU64::new(1 << 60).expect("not zero"),
+            window: crate::flow::QuotaWindow::Month,
+            reject: false,
+        },
+        reserve: std::num::NonZeroU64::new(5),
+    });
+    rule
+}
+
+/// The book the simulation starts with: `s1`'s rule.
+fn first_book() -> RuleBook {
+    let mut book = RuleBook::new();
+    book.apply_batch(&[s1_rule()], EPOCH_MS)
+        .expect("a valid rule");
+    book
+}
+
+/// What a completed invocation of scope `s1` was charged (0 for any other).
+fn s1_cost(record: &InvocationRecord) -> u64 {
+    if record.status == Status::Completed
+        && record.scope.as_ref().is_some_and(|s| s.as_str() == "s1")
+    {
+        record.cost.unwrap_or(0)
+    } else {
+        0
     }
 }
 
@@ -351,6 +395,7 @@ fn work(runs: &Mutex<Runs>, wanted: u64, seed: u64) {
         total.refused += stats.refused;
         total.most_in_flight = total.most_in_flight.max(stats.most_in_flight);
         total.inherited += stats.inherited;
+        total.charged += stats.charged;
     }
 }
 
@@ -390,7 +435,7 @@ fn simulator_partition_events() {
     let runs = runs.into_inner().unwrap();
     let total = runs.total;
     println!(
-        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures, {} leadership changes, {} zombie records refused, {} records the broker refused, up to {} records in flight, {} calls under their caller's scope",
+        "partition simulator: {} events in {} runs on {threads} threads ({:?}): {} acknowledged, {} calls answered, {} completed, {} attempts, {} ctx.run executions, {} crashes, {} disk failures, {} leadership changes, {} zombie records refused, {} records the broker refused, up to {} records in flight, {} calls under their caller's scope, {} charged to a budget",
         total.events,
         runs.started,
         started.elapsed(),
@@ -406,6 +451,7 @@ fn simulator_partition_events() {
         total.refused,
         total.most_in_flight,
         total.inherited,
+        total.charged,
     );
     // A million events walk every move of the transition table (the rarest, an admitted
     // invocation whose resting journal a failed store cannot give back, about ten times): each
@@ -450,6 +496,7 @@ fn simulator_partition_events() {
         "no leader had several records in flight"
     );
     assert!(total.inherited > 0, "no scoped handler made a call");
+    assert!(total.charged > 0, "no call reported a cost to a budget");
 }
 
 #[test]

@@ -41,7 +41,8 @@ impl World {
         let mut program = Vec::new();
         for _ in 0..steps {
             let step = match self.rng.below(10) {
-                0..=4 => b'r',
+                0..=3 => b'r',
+                4 => b'k',
                 5..=6 => b's',
                 7 => b'c',
                 _ if target.key.is_some() => b'w',
@@ -201,7 +202,8 @@ impl World {
             _ => None,
         };
         let mut book = RuleBook::new();
-        let mut rule = Upsert::new(RulePattern::parse("s1").unwrap(), limit_of(limit));
+        let mut rule = s1_rule();
+        rule.limit = limit_of(limit);
         rule.rate = rate;
         book.apply_batch(&[rule], self.now()).expect("a valid rule");
         self.rules.send_replace(Arc::new(book));
@@ -245,22 +247,32 @@ impl World {
             return;
         };
         let due = due.expect("purges read back");
-        let node = self.node();
         let mut writes = crate::storage::writer::WriteSet::default();
         for purge in &due {
+            let node = self.node();
             let record = node
                 .store
                 .with_db(|db| records::load_record(db, purge.invocation))
                 .expect("the store is open")
                 .expect("records read back");
             assert!(
-                record.is_none_or(|r| r.status == Status::Completed),
+                record
+                    .as_ref()
+                    .is_none_or(|r| r.status == Status::Completed),
                 "the purger removes {} before it completed",
                 purge.invocation
             );
+            // What it was charged stays counted once it is gone.
+            // (A purge written and not stored yet is due again: it is noted once.)
+            if purge.what == records::Purge::Invocation
+                && let Some(cost) = record.as_ref().map(s1_cost).filter(|c| *c > 0)
+                && !self.s1_purging.iter().any(|(p, _)| p == purge)
+            {
+                self.s1_purging.push((purge.clone(), cost));
+            }
             records::apply_purge(&mut writes, purge);
         }
-        drop(node.partition.writer.commit(writes));
+        drop(self.node().partition.writer.commit(writes));
         for purge in due {
             if purge.what == records::Purge::Invocation {
                 self.purged.insert(purge.invocation);

@@ -30,7 +30,11 @@ pub struct Turn {
 /// The step of a program a journal command stands for, to check replays line up.
 fn matches(step: u8, command: &Message, completion: u32) -> bool {
     match (step, command) {
-        (b'r', Message::Run(run)) => run.result_completion_id == completion,
+        (b'r', Message::Run(run)) => run.result_completion_id == completion && run.name.is_empty(),
+        (b'k', Message::Run(run)) => {
+            run.result_completion_id == completion
+                && run.name == super::super::model::cost::COST_RUN
+        }
         (b's', Message::Sleep(sleep)) => sleep.result_completion_id == completion,
         (b'c', Message::Call(call)) => call.result_completion_id == completion + 1,
         (b'w', Message::SetState(_)) => true,
@@ -122,6 +126,28 @@ pub fn play(
                 }
                 id
             }
+            b'k' => {
+                // A cost report (`sluice:cost`): a run whose result is what it spent.
+                let id = completion;
+                completion += 1;
+                if fresh {
+                    messages.push(Message::Run(proto::RunCommandMessage {
+                        result_completion_id: id,
+                        name: super::super::model::cost::COST_RUN.into(),
+                    }));
+                }
+                if !results.contains_key(&id) {
+                    messages.push(Message::ProposeRunCompletion(
+                        proto::ProposeRunCompletionMessage {
+                            result_completion_id: id,
+                            result: Some(proto::propose_run_completion_message::Result::Value(
+                                Bytes::from(cost_of(id).to_string()),
+                            )),
+                        },
+                    ));
+                }
+                id
+            }
             b's' => {
                 let id = completion;
                 completion += 1;
@@ -183,6 +209,11 @@ pub fn play(
         messages,
         ending: Ending::End,
     })
+}
+
+/// What the `k` step with completion id `id` reports it spent.
+pub fn cost_of(id: u32) -> u64 {
+    u64::from(id) * 7
 }
 
 /// The state key a `w` step of invocation `id` writes.

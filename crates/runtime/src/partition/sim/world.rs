@@ -36,7 +36,7 @@ impl World {
             now: Arc::new(AtomicU64::new(EPOCH_MS)),
             outbox: Arc::default(),
             config: Arc::new(config),
-            rules: tokio::sync::watch::Sender::new(Arc::new(RuleBook::new())),
+            rules: tokio::sync::watch::Sender::new(Arc::new(first_book())),
             s1_limit: None,
             s1_rate: None,
             s1_admitted: VecDeque::new(),
@@ -45,6 +45,8 @@ impl World {
             inbox: Vec::new(),
             acked: BTreeMap::new(),
             purged: std::collections::BTreeSet::new(),
+            s1_purging: Vec::new(),
+            s1_retired: 0,
             idempotent: BTreeMap::new(),
             submitted: Vec::new(),
             answered: BTreeMap::new(),
@@ -559,20 +561,22 @@ impl World {
             Bytes::new()
         })
         .unwrap_or_else(|e| panic!("attempt {attempt} of {id} cannot replay its journal: {e}"));
-        // Side effects run (and are checked) in order, as the handler reaches them.
-        let mut values = executed
-            .iter()
-            .map(|&c| self.execute(id, c))
-            .collect::<Vec<_>>()
-            .into_iter();
+        // Side effects run (and are checked) in order, as the handler reaches them. A cost
+        // report (`k`) is no side effect: it proposes its amount as it is.
+        let mut values: HashMap<u32, Bytes> =
+            executed.iter().map(|&c| (c, self.execute(id, c))).collect();
         let messages: Vec<Message> = turn
             .messages
             .into_iter()
             .map(|message| match message {
-                Message::ProposeRunCompletion(mut proposal) => {
-                    proposal.result = Some(proto::propose_run_completion_message::Result::Value(
-                        values.next().expect("one value per execution"),
-                    ));
+                Message::ProposeRunCompletion(mut proposal)
+                    if executed.contains(&proposal.result_completion_id) =>
+                {
+                    let value = values
+                        .remove(&proposal.result_completion_id)
+                        .expect("one value per execution");
+                    proposal.result =
+                        Some(proto::propose_run_completion_message::Result::Value(value));
                     Message::ProposeRunCompletion(proposal)
                 }
                 other => other,
