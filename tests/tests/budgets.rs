@@ -68,11 +68,22 @@ async fn handler_spent(sluice: &Sluice) -> (u64, u64) {
 
 #[tokio::test]
 async fn a_tenant_that_spends_its_budget_is_held_while_another_runs_on_until_a_reset() {
-    let (sluice, _dep, _) = started(json!([
-        {"pattern": "bt/*", "limits": {"budget": "3000/day", "budget_unit": "tokens"}},
-        {"pattern": "br", "limits": {"budget": "1000/day", "on_exceed": "reject"}},
-    ]))
-    .await;
+    let (sluice, _dep, _) = started(json!([])).await;
+    // Set through the CLI, as an operator would.
+    for args in [
+        &[
+            "set",
+            "bt/*",
+            "--budget",
+            "3000/day",
+            "--budget-unit",
+            "tokens",
+        ][..],
+        &["set", "br", "--budget", "1000/day", "--on-exceed", "reject"][..],
+    ] {
+        let (ok, out) = cli(&sluice, "rules", args);
+        assert!(ok, "{out}");
+    }
 
     // acme spends its day's 3000 in three calls; its fourth waits for the next window.
     for _ in 0..3 {

@@ -443,20 +443,7 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
         deployments(sluice, 1).await;
     }
     // Every node leads a share once the group settled, and each knows who leads what.
-    led_by(&nodes[0], &["n1", "n2", "n3"]).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = leaders(&nodes[2]).await;
-        let distinct: std::collections::BTreeSet<_> = seen.iter().flatten().collect();
-        if distinct.len() == 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the partitions never spread: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assignment_in_force(&[&nodes[0], &nodes[1], &nodes[2]], &["n1", "n2", "n3"]).await;
 
     // Calls to objects through every node: each is forwarded to its partition's leader.
     for (i, sluice) in nodes.iter().enumerate() {
@@ -1831,12 +1818,12 @@ async fn snapshots_bound_the_log_and_a_fresh_node_catches_up_from_them() {
     completed_on_every_node(&nodes, &acknowledged).await;
 }
 
-/// A quota reset asked of one node reaches the partitions every node leads: two scopes whose
-/// counters live on partitions led by different nodes each use up a rejecting quota, and one
-/// reset through the first node lets both run again. Before, it reached only the partitions
-/// of the node asked.
+/// A budget or quota reset asked of one node reaches the partitions every node leads: two
+/// scopes whose counters live on partitions led by different nodes each spend a rejecting
+/// budget, then use up a rejecting quota, and one reset of each through the first node lets
+/// both run again. Before, a reset reached only the partitions of the node asked.
 #[tokio::test]
-async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
+async fn budget_and_quota_resets_asked_of_one_node_reach_every_node() {
     let kafka = KafkaCluster::start(3);
     let bootstrap = kafka.bootstrap_servers();
     // Both clocks at noon of a fixed day: no quota window ends while the test runs.
@@ -1850,9 +1837,15 @@ async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
     };
     let nodes = cluster_of(vec![("n1", at_noon("n1")), ("n2", at_noon("n2"))], &dep.uri).await;
     nodes[0]
-        .set_rules(serde_json::json!([{"pattern": "*", "limits": {"quota": "1/day", "on_exceed": "reject"}}]))
+        .set_rules(serde_json::json!([{"pattern": "*", "limits": {"quota": "2/day", "budget": "1000/day", "on_exceed": "reject"}}]))
         .await;
-    admin_shows(&nodes[1], "/limits/rules", "1/day", Duration::from_secs(10)).await;
+    admin_shows(
+        &nodes[1],
+        "/limits/rules",
+        "1000/day",
+        Duration::from_secs(10),
+    )
+    .await;
     // A scope on a partition each node leads.
     let led = leaders(&nodes[0]).await;
     let scope_led_by = |node: &str| {
@@ -1868,18 +1861,20 @@ async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
     let scopes = [scope_led_by("n1"), scope_led_by("n2")];
     let call = |scope: &str| format!("/service/scope/{scope}/call/Greeter/greet");
     for scope in &scopes {
-        let (status, body) = post(&nodes[0], &call(scope), "\"a\"").await;
+        let spend = format!("/service/scope/{scope}/call/Meter/spend");
+        let (status, body) = post(&nodes[0], &spend, "1000").await;
         assert_eq!(status, 200, "{scope}: {body}");
-        let (status, body) = post(&nodes[0], &call(scope), "\"b\"").await;
-        assert_eq!(status, 429, "{scope}'s quota is used up: {body}");
+        let (status, body) = post(&nodes[0], &call(scope), "\"a\"").await;
+        assert_eq!(status, 429, "{scope}'s budget is spent: {body}");
+        assert!(body.contains("FLO0005"), "{body}");
     }
     // Each scope's counter lives on its leader; either node's query shows both.
     for sluice in &nodes {
         let (status, rows) = sluice
-            .query("SELECT scope, quota_used FROM sys_user_limits WHERE level = 'Scope' ORDER BY scope")
+            .query("SELECT scope, quota_used, budget_spent FROM sys_user_limits WHERE level = 'Scope' ORDER BY scope")
             .await;
         assert_eq!(status, 200, "{rows}");
-        let mut seen: Vec<(String, u64)> = rows["rows"]
+        let mut seen: Vec<(String, u64, u64)> = rows["rows"]
             .as_array()
             .unwrap()
             .iter()
@@ -1887,25 +1882,40 @@ async fn a_quota_reset_asked_of_one_node_reaches_every_node() {
                 (
                     r["scope"].as_str().unwrap().to_owned(),
                     r["quota_used"].as_u64().unwrap(),
+                    r["budget_spent"].as_u64().unwrap(),
                 )
             })
             .collect();
         seen.sort();
-        let mut wanted: Vec<(String, u64)> = scopes.iter().map(|s| (s.clone(), 1)).collect();
+        let mut wanted: Vec<(String, u64, u64)> =
+            scopes.iter().map(|s| (s.clone(), 1, 1000)).collect();
         wanted.sort();
         assert_eq!(seen, wanted, "{}", sluice.admin_url);
     }
-    let (status, body) = post_admin(
-        &nodes[0],
-        "/limits/rules/reset-quota",
-        &serde_json::json!({"pattern": "*"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body["reset"].as_u64().unwrap() >= 2, "{body}");
-    for scope in &scopes {
-        let (status, body) = post(&nodes[0], &call(scope), "\"c\"").await;
-        assert_eq!(status, 200, "{scope} runs again after the reset: {body}");
+    for what in ["budget", "quota"] {
+        let (status, body) = post_admin(
+            &nodes[0],
+            &format!("/limits/rules/reset-{what}"),
+            &serde_json::json!({"pattern": "*"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body["reset"].as_u64().unwrap() >= 2, "{body}");
+        for scope in &scopes {
+            let (status, body) = post(&nodes[0], &call(scope), "\"c\"").await;
+            assert_eq!(
+                status, 200,
+                "{scope} runs again after the {what} reset: {body}"
+            );
+        }
+        if what == "budget" {
+            // Its second call today: the quota of 2 is used up now.
+            for scope in &scopes {
+                let (status, body) = post(&nodes[0], &call(scope), "\"d\"").await;
+                assert_eq!(status, 429, "{scope}'s quota is used up: {body}");
+                assert!(body.contains("FLO0002"), "{body}");
+            }
+        }
     }
 }
 
