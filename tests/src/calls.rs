@@ -196,3 +196,14 @@ pub async fn greet(sluice: &Sluice, headers: &[(&str, &str)]) -> (u16, Option<St
         .map(|v| v.to_str().unwrap().to_owned());
     (resp.status().as_u16(), code, resp.text().await.unwrap())
 }
+
+/// A 429 answer: its `Retry-After` in seconds (a whole number) and its body.
+pub async fn refused_with_retry_after(resp: reqwest::Response) -> (u64, String) {
+    assert_eq!(resp.status(), 429);
+    let retry = resp.headers()["retry-after"]
+        .to_str()
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("a whole number of seconds");
+    (retry, resp.text().await.unwrap())
+}

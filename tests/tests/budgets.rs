@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::{MIDDAY_MS, Sluice, TestDeployment, call_json, cli, clock_offset_to};
+use sluice_tests::{
+    MIDDAY_MS, Sluice, TestDeployment, call_json, cli, clock_offset_to, refused_with_retry_after,
+};
 
 /// The server with its day starting twelve hours before its clock (no window ends during a
 /// test, whatever the hour it runs), the test deployment registered, and `rules`.
@@ -143,14 +145,8 @@ async fn a_tenant_that_spends_its_budget_is_held_while_another_runs_on_until_a_r
     let first = client.post(&url).json(&1000).send().await.unwrap();
     assert_eq!(first.status(), 200);
     let refused = client.post(&url).json(&1).send().await.unwrap();
-    assert_eq!(refused.status(), 429);
-    let retry: u64 = refused.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (retry, body) = refused_with_retry_after(refused).await;
     assert!((1..=86_400).contains(&retry), "retry after {retry} s");
-    let body = refused.text().await.unwrap();
     assert!(
         body.contains("FLO0005") && body.contains("budget"),
         "{body}"

@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::{MIDDAY_MS, Sluice, TestDeployment, call_json, cli, clock_offset_to};
+use sluice_tests::{
+    MIDDAY_MS, Sluice, TestDeployment, call_json, cli, clock_offset_to, refused_with_retry_after,
+};
 
 /// Sends `Meter/timed("<label> 10")` in scope `qt` under `key`; answers its invocation id.
 async fn send(sluice: &Sluice, key: &str, label: &str) -> String {
@@ -107,14 +109,8 @@ async fn a_quota_holds_new_work_until_its_window_or_a_reset_and_survives_kill_9(
         assert_eq!(resp.status(), 200);
     }
     let refused = client.post(&url).json(&"r2 10").send().await.unwrap();
-    assert_eq!(refused.status(), 429);
-    let retry: u64 = refused.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (retry, body) = refused_with_retry_after(refused).await;
     assert!((1..=86_400).contains(&retry), "retry after {retry} s");
-    let body = refused.text().await.unwrap();
     assert!(body.contains("FLO0002") && body.contains("quota"), "{body}");
     assert_eq!(ran_until(&sluice, 2).await, ["r0", "r1"]);
 
@@ -276,17 +272,11 @@ async fn fresh_quota_keys_are_refused_with_flo0004_while_idle_counts_are_at_thei
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let assert_refused = |resp: reqwest::Response| async move {
-        assert_eq!(resp.status(), 429);
-        let retry: u64 = resp.headers()["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let (retry, body) = refused_with_retry_after(resp).await;
         assert!(
             (1..=12 * 3_600).contains(&retry),
             "until the first kept window ends, at the server's midnight: {retry} s"
         );
-        let body = resp.text().await.unwrap();
         assert!(
             body.contains("FLO0004") && body.contains("flow.max-idle-quota-counters"),
             "{body}"

@@ -331,38 +331,39 @@ impl Limiter {
         reserved: Option<&Reserved>,
         now_ms: u64,
     ) {
-        self.now_ms = self.now_ms.max(now_ms);
-        for &id in path.counters() {
-            self.resolve(id, book);
-            let node = self.node_mut(id);
-            if cost == 0 || !node.measures(Measure::Cost) {
-                continue;
-            }
-            let Some(state) = node.rare.as_deref_mut() else {
-                continue;
-            };
-            state.charged = state.charged.saturating_add(cost);
-            let window = &mut state.windows[Measure::Cost as usize];
-            let Some(budget) = window.limit else {
-                continue;
-            };
-            window.used = window.used.at(&budget, now_ms);
-            window.used.used = window.used.used.saturating_add(cost);
-            if !std::mem::replace(&mut window.dirty, true) {
-                self.kept_mut(Measure::Cost).dirty.push(id);
-            }
-        }
+        self.move_spent(path, book, cost, false, now_ms);
         if let Some(reserved) = reserved {
             self.unreserve(path, reserved);
         }
     }
-}
 
-impl Limiter {
     /// Takes back a [`Limiter::charge`] of `cost` on `path` whose write was dropped (its
     /// batch failed before it was stored): each budget it went to spent that much less.
     pub fn uncharge(&mut self, path: &CounterPath, book: &RuleBook, cost: u64, now_ms: u64) {
+        self.move_spent(path, book, cost, true, now_ms);
+    }
+
+    /// Adds `cost` to (or, `back`, takes it from) what the budgets on `path` spent in the
+    /// window of `now_ms`, marking each changed use to be stored.
+    fn move_spent(
+        &mut self,
+        path: &CounterPath,
+        book: &RuleBook,
+        cost: u64,
+        back: bool,
+        now_ms: u64,
+    ) {
         self.now_ms = self.now_ms.max(now_ms);
+        if cost == 0 {
+            return;
+        }
+        let moved = |total: u64| {
+            if back {
+                total.saturating_sub(cost)
+            } else {
+                total.saturating_add(cost)
+            }
+        };
         for &id in path.counters() {
             self.resolve(id, book);
             let node = self.node_mut(id);
@@ -372,13 +373,13 @@ impl Limiter {
             let Some(state) = node.rare.as_deref_mut() else {
                 continue;
             };
-            state.charged = state.charged.saturating_sub(cost);
+            state.charged = moved(state.charged);
             let window = &mut state.windows[Measure::Cost as usize];
             let Some(budget) = window.limit else {
                 continue;
             };
             window.used = window.used.at(&budget, now_ms);
-            window.used.used = window.used.used.saturating_sub(cost);
+            window.used.used = moved(window.used.used);
             if !std::mem::replace(&mut window.dirty, true) {
                 self.kept_mut(Measure::Cost).dirty.push(id);
             }

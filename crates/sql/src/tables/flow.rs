@@ -316,32 +316,33 @@ pub(super) fn blocked(
         }),
         BlockedOn::Quota {
             level,
-            quota,
+            quota: amount,
             resets_at_ms,
             rule,
-        } => serde_json::json!({
-            "type": on.name(),
-            "scope": scope,
-            "limit_key": limit_key,
-            "level": level.as_str(),
-            "quota": quota.to_string(),
-            "resets_at": sluice_core::clock::rfc3339(*resets_at_ms),
-            "rule": rule.as_ref().map(|p| p.to_string()),
-        }),
-        BlockedOn::Budget {
+        }
+        | BlockedOn::Budget {
             level,
-            budget,
+            budget: amount,
             resets_at_ms,
             rule,
-        } => serde_json::json!({
-            "type": on.name(),
-            "scope": scope,
-            "limit_key": limit_key,
-            "level": level.as_str(),
-            "budget": budget.to_string(),
-            "resets_at": sluice_core::clock::rfc3339(*resets_at_ms),
-            "rule": rule.as_ref().map(|p| p.to_string()),
-        }),
+        } => {
+            // `quota` or `budget`: the amount per window used up, under its own name.
+            let what = if matches!(on, BlockedOn::Quota { .. }) {
+                "quota"
+            } else {
+                "budget"
+            };
+            let mut json = serde_json::json!({
+                "type": on.name(),
+                "scope": scope,
+                "limit_key": limit_key,
+                "level": level.as_str(),
+                "resets_at": sluice_core::clock::rfc3339(*resets_at_ms),
+                "rule": rule.as_ref().map(|p| p.to_string()),
+            });
+            json[what] = amount.to_string().into();
+            json
+        }
         BlockedOn::RateLimit {
             level,
             rate,

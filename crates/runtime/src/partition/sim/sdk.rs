@@ -104,44 +104,33 @@ pub fn play(
         }
         let fresh = replayed.is_none();
         let awaited = match step {
-            b'r' => {
+            // A side effect (`r`), or a cost report (`k`, a `sluice:cost` run whose result is
+            // what it spent: no side effect, proposed as it is).
+            b'r' | b'k' => {
                 let id = completion;
                 completion += 1;
+                let cost = step == b'k';
                 if fresh {
                     messages.push(Message::Run(proto::RunCommandMessage {
                         result_completion_id: id,
-                        name: String::new(),
+                        name: if cost {
+                            super::super::model::cost::COST_RUN.into()
+                        } else {
+                            String::new()
+                        },
                     }));
                 }
                 if !results.contains_key(&id) {
-                    let value = execute(id);
+                    let value = if cost {
+                        Bytes::from(cost_of(id).to_string())
+                    } else {
+                        execute(id)
+                    };
                     messages.push(Message::ProposeRunCompletion(
                         proto::ProposeRunCompletionMessage {
                             result_completion_id: id,
                             result: Some(proto::propose_run_completion_message::Result::Value(
                                 value,
-                            )),
-                        },
-                    ));
-                }
-                id
-            }
-            b'k' => {
-                // A cost report (`sluice:cost`): a run whose result is what it spent.
-                let id = completion;
-                completion += 1;
-                if fresh {
-                    messages.push(Message::Run(proto::RunCommandMessage {
-                        result_completion_id: id,
-                        name: super::super::model::cost::COST_RUN.into(),
-                    }));
-                }
-                if !results.contains_key(&id) {
-                    messages.push(Message::ProposeRunCompletion(
-                        proto::ProposeRunCompletionMessage {
-                            result_completion_id: id,
-                            result: Some(proto::propose_run_completion_message::Result::Value(
-                                Bytes::from(cost_of(id).to_string()),
                             )),
                         },
                     ));
