@@ -117,6 +117,11 @@ async fn a_tenant_that_spends_its_budget_is_held_while_another_runs_on_until_a_r
         .cloned()
         .unwrap_or_default();
     assert_eq!(acme["budget_spent"], 3000, "{counters}");
+    let (ok, listed) = cli(&sluice, "rules", &["list", "--extra"]);
+    assert!(
+        ok && listed.contains("BUDGET") && listed.contains("3000/day tokens"),
+        "{listed}"
+    );
     let (_, rules) = sluice.get_admin("/limits/rules").await;
     assert!(
         rules.to_string().contains("\"budget_unit\":\"tokens\""),

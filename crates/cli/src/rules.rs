@@ -212,6 +212,22 @@ impl LimitArgs {
     }
 }
 
+/// A rule's budget as `rules list --extra` shows it: `1000000/day tokens, reserve 4000`.
+fn budget_text(limits: &Limits) -> String {
+    let Some(budget) = &limits.budget else {
+        return "-".to_owned();
+    };
+    let mut text = budget.clone();
+    if let Some(unit) = &limits.budget_unit {
+        text.push(' ');
+        text.push_str(unit);
+    }
+    if let Some(reserve) = limits.reserve {
+        text.push_str(&format!(", reserve {reserve}"));
+    }
+    text
+}
+
 /// Starts the `what` (`quota` or `budget`) of every counter `pattern` matches again from 0;
 /// what to say, and the answer.
 async fn reset(
@@ -479,6 +495,8 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                 header.extend([
                     "MAX WAIT",
                     "ADAPTIVE",
+                    "QUOTA",
+                    "BUDGET",
                     "DESCRIPTION",
                     "VERSION",
                     "LAST MODIFIED",
@@ -510,6 +528,8 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                                 || "-".to_owned(),
                                 |a| format!("{}..{}", a.min, a.max),
                             ),
+                            r.limits.quota.clone().unwrap_or_else(|| "-".to_owned()),
+                            budget_text(&r.limits),
                             r.description.clone().unwrap_or_default(),
                             r.version.to_string(),
                             rfc3339(r.last_modified_millis_since_epoch).unwrap_or_default(),
