@@ -277,14 +277,21 @@ async fn the_dashboard_draws_per_rule_charts_that_move() {
             {"pattern": "ch", "limits": {"concurrency": 2, "max_queued": 4}},
             {"pattern": "ad", "limits": {"adaptive": {"min": 1, "max": 8}}},
             {"pattern": "ch/*", "mode": "shadow", "limits": {"concurrency": 1}},
+            {"pattern": "bg", "limits": {"budget": "1000000000/day"}},
         ]))
         .await;
-    // Steady load: sends of 200 ms under `ch` (some refused once 4 wait) and calls under `ad`.
+    // Steady load: sends of 200 ms under `ch` (some refused once 4 wait), calls under `ad`, and
+    // calls under `bg` that each report spending 200.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut load = Vec::new();
-    for (scope, path, key) in [("ch", "send", "k"), ("ch", "send", "k"), ("ad", "call", "")] {
+    for (scope, path, key, handler) in [
+        ("ch", "send", "k", "loaded"),
+        ("ch", "send", "k", "loaded"),
+        ("ad", "call", "", "loaded"),
+        ("bg", "call", "", "spend"),
+    ] {
         let url = format!(
-            "{}/service/scope/{scope}/{path}/Meter/loaded?limit-key={key}",
+            "{}/service/scope/{scope}/{path}/Meter/{handler}?limit-key={key}",
             sluice.ingress_url
         )
         .replace(
@@ -345,6 +352,18 @@ async fn the_dashboard_draws_per_rule_charts_that_move() {
         "#charts .chart-card[data-rule=\"ch/*\"] .last[data-series=\"would-wait\"]",
         |t| t.parse::<f64>().is_ok_and(|n| n > 0.0),
     )
+    .await;
+    // The budget's card draws what its calls spent; the counters table shows it against the
+    // budget.
+    text_until(
+        &client,
+        "#charts .chart-card[data-rule=\"bg\"] .last[data-series=\"budget-spent\"]",
+        |t| t.parse::<f64>().is_ok_and(|n| n >= 200.0),
+    )
+    .await;
+    text_until(&client, "#counters tr[data-scope=\"bg\"]", |t| {
+        t.contains("/ 1000000000/day")
+    })
     .await;
     // The numbers beside the lines are the load's: admissions going on, the bound full, some
     // refused.
