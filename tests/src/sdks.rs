@@ -38,11 +38,19 @@ pub async fn ingress_ok(sluice: &Sluice, path: &str, body: Value) -> Value {
 
 /// `{meter}/spend` reports 1533 as what it spent in two `sluice:cost` runs around a durable
 /// sleep (the SDK's own `run` with a name, no new SDK): once it completed, its record says it
-/// spent exactly that (`sys_invocation.cost`), and a handler that reports nothing
-/// (`{meter}/peak`) has no cost at all.
+/// spent exactly that (`sys_invocation.cost`), and the budget of its scope was charged exactly
+/// that; a handler that reports nothing (`{meter}/peak`) has no cost at all.
 pub async fn reported_cost_is_stored(sluice: &Sluice, meter: &str) {
+    sluice
+        .set_rules(serde_json::json!([
+            {"pattern": "spenders", "limits": {"budget": "1000000/day"}},
+        ]))
+        .await;
     let spent = sluice
-        .send(&format!("/service/send/{meter}/spend"), &1533)
+        .send(
+            &format!("/service/scope/spenders/send/{meter}/spend"),
+            &1533,
+        )
         .await;
     let (status, sent) =
         ingress_post(sluice, &format!("/service/send/{meter}/peak"), Value::Null).await;
@@ -65,6 +73,13 @@ pub async fn reported_cost_is_stored(sluice: &Sluice, meter: &str) {
         sluice.count(&cost(&silent, "cost IS NULL")).await,
         1,
         "{meter}/peak"
+    );
+    // What the scope's budget was charged, whatever the day (a window may turn meanwhile).
+    let metrics = sluice.metrics().await;
+    assert_eq!(
+        metrics.get("sluice_flow_cost_charged_total{rule=\"spenders\",level=\"scope\"}"),
+        Some(&1533.0),
+        "{meter}/spend charged its budget"
     );
 }
 
