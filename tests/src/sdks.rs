@@ -17,6 +17,19 @@ pub async fn sluice_for(dep: &TestDeployment, rules: Value) -> Sluice {
     sluice
 }
 
+/// A fresh Sluice whose clock is moved by `offset` ms (see [`crate::clock_offset_to`]), with
+/// the test deployment registered.
+pub async fn sluice_at(offset: i64) -> (Sluice, TestDeployment) {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .clock_offset_ms(offset)
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    (sluice, dep)
+}
+
 /// Posts to the ingress's `path` with a JSON body (none for `Null`): the status and the JSON
 /// answer.
 pub async fn ingress_post(sluice: &Sluice, path: &str, body: Value) -> (u16, Value) {

@@ -9,19 +9,14 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sluice_tests::{
     MIDDAY_MS, Sluice, TestDeployment, call_json, cli, clock_offset_to, refused_with_retry_after,
+    sluice_at,
 };
 
 /// The server with its day starting twelve hours before its clock (no window ends during a
 /// test, whatever the hour it runs), the test deployment registered, and `rules`.
 async fn started(rules: Value) -> (Sluice, TestDeployment, i64) {
     let offset = clock_offset_to(MIDDAY_MS);
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .clock_offset_ms(offset)
-        .start()
-        .await
-        .unwrap();
-    sluice.register(&dep.uri, false).await;
+    let (sluice, dep) = sluice_at(offset).await;
     sluice.set_rules(rules).await;
     // Start the handler's count from here.
     let _: (u64, u64) = call_json(&sluice, "Meter/spent").await;

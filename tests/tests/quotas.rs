@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sluice_tests::{
     MIDDAY_MS, Sluice, TestDeployment, call_json, cli, clock_offset_to, refused_with_retry_after,
+    sluice_at,
 };
 
 /// Sends `Meter/timed("<label> 10")` in scope `qt` under `key`; answers its invocation id.
@@ -41,18 +42,6 @@ async fn ran_until(sluice: &Sluice, n: usize) -> Vec<String> {
     seen
 }
 
-/// The server with its clock moved by `offset` ms, the test deployment registered.
-async fn started_at(offset: i64) -> (Sluice, TestDeployment) {
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .clock_offset_ms(offset)
-        .start()
-        .await
-        .unwrap();
-    sluice.register(&dep.uri, false).await;
-    (sluice, dep)
-}
-
 /// Waits until invocation `id` says it waits for its quota.
 async fn waits_for_quota(sluice: &Sluice, id: &str) -> Value {
     sluice
@@ -67,7 +56,7 @@ async fn a_quota_holds_new_work_until_its_window_or_a_reset_and_survives_kill_9(
     // The server's day starts twelve hours before its clock: no window ends during the test,
     // whatever the hour it runs.
     let offset = clock_offset_to(MIDDAY_MS);
-    let (mut sluice, _dep) = started_at(offset).await;
+    let (mut sluice, _dep) = sluice_at(offset).await;
     sluice
         .set_rules(json!([
             {"pattern": "qt/*", "limits": {"quota": "3/day"}},
@@ -163,7 +152,7 @@ async fn work_held_by_a_daily_quota_runs_when_the_utc_day_turns() {
     // set-up below on a busy box, short enough to wait for.
     let midnight = MIDDAY_MS + 12 * 3_600_000;
     let offset = clock_offset_to(midnight - 30_000);
-    let (sluice, _dep) = started_at(offset).await;
+    let (sluice, _dep) = sluice_at(offset).await;
     sluice
         .set_rules(json!([{"pattern": "qt/*", "limits": {"quota": "1/day"}}]))
         .await;
@@ -201,7 +190,7 @@ async fn work_held_by_a_daily_quota_runs_when_the_utc_day_turns() {
 
 #[tokio::test]
 async fn a_quota_use_shows_while_its_scope_is_idle() {
-    let (sluice, _dep) = started_at(clock_offset_to(MIDDAY_MS)).await;
+    let (sluice, _dep) = sluice_at(clock_offset_to(MIDDAY_MS)).await;
     sluice
         .set_rules(json!([{"pattern": "t", "limits": {"quota": "3/day", "on_exceed": "reject"}}]))
         .await;

@@ -40,10 +40,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             },
             rate: rule.rate.map(|r| r.rate.to_string()),
             burst: rule.rate.map(|r| r.burst.get()),
-            on_exceed: (rule.rate.is_some_and(|r| r.reject)
-                || rule.quota.is_some_and(|q| q.reject)
-                || rule.budget.is_some_and(|b| b.limit.reject))
-            .then(|| "reject".to_owned()),
+            on_exceed: (rule.rejects() == Some(true)).then(|| "reject".to_owned()),
             max_queued: rule.max_queued.map(NonZeroU32::get),
             weight: rule.weight.map(NonZeroU32::get),
             adaptive: rule.adaptive.map(|a| AdaptiveBounds {
@@ -444,7 +441,7 @@ async fn reset_uses(
     if !placement.is_clustered()
         || headers.contains_key(sluice_runtime::replication::relay::FORWARDED)
     {
-        let partitions = state.runtime.reset_quota(m, &pattern).await?;
+        let partitions = state.runtime.reset_uses(m, &pattern).await?;
         return Ok(Json(ResetQuotaResponse {
             reset: partitions.values().sum(),
             partitions,
@@ -456,11 +453,12 @@ async fn reset_uses(
         sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
     let mut pauses = sluice_core::retry::Pauses::new(RESET_WITHIN, RESET_PAUSE_CAP);
     loop {
-        let mut partitions = state.runtime.reset_quota(m, &pattern).await?;
+        let mut partitions = state.runtime.reset_uses(m, &pattern).await?;
         let elsewhere = reset_elsewhere(
             &client,
             &placement.leaders_elsewhere(),
-            (reset_path(m), request),
+            reset_path(m),
+            request,
             authorization,
         )
         .await;
@@ -517,7 +515,8 @@ fn missing_partitions(reset: &std::collections::BTreeMap<u32, u64>, count: usize
 async fn reset_elsewhere(
     client: &reqwest::Client,
     leaders: &(Vec<String>, usize),
-    (path, request): (&str, &ResetQuotaRequest),
+    path: &str,
+    request: &ResetQuotaRequest,
     authorization: Option<&http::HeaderValue>,
 ) -> Result<Vec<ResetQuotaResponse>, String> {
     let (admins, nobody) = leaders;

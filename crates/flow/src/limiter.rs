@@ -362,22 +362,31 @@ impl Node {
             calls.used.used += 1;
             dirtied = !std::mem::replace(&mut calls.dirty, true);
         }
-        let cost = &state.windows[Measure::Cost as usize];
-        let reserve = if cost.limit.is_some() {
-            cost.reserve
-        } else {
-            0
+        (dirtied, self.reserve())
+    }
+
+    /// Reserves a new call's share of its budget, if its rule has one with a `reserve`;
+    /// answers the amount.
+    fn reserve(&mut self) -> u64 {
+        if !self.measures(Measure::Cost) {
+            return 0;
+        }
+        let Some(state) = self.rare.as_deref_mut() else {
+            return 0;
         };
+        let reserve = state.windows[Measure::Cost as usize].reserve;
         state.reserved = state.reserved.saturating_add(reserve);
         if state.reserved > 0 {
             self.measured |= HOLDS_RESERVATIONS;
         }
-        (dirtied, reserve)
+        reserve
     }
 
     /// Its rule's quota now.
     fn quota_rule(&self) -> Option<Quota> {
-        self.rare.as_deref().and_then(|r| r.windows[0].limit)
+        self.rare
+            .as_deref()
+            .and_then(|r| r.windows[Measure::Calls as usize].limit)
     }
 
     /// Its rule's budget, what was spent in the window holding `now_ms`, and what the calls

@@ -112,6 +112,17 @@ pub struct Rule {
     pub last_modified_ms: u64,
 }
 
+impl Rule {
+    /// Its one `on_exceed`, as its rate, quota and budget share it: whether a new call past
+    /// them is refused (429) rather than held; `None` when it has none of the three.
+    pub fn rejects(&self) -> Option<bool> {
+        self.rate
+            .map(|r| r.reject)
+            .or(self.quota.map(|q| q.reject))
+            .or(self.budget.map(|b| b.limit.reject))
+    }
+}
+
 /// An optimistic check made before an upsert or delete applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Precondition {

@@ -380,15 +380,26 @@ impl Scheduler {
     /// Whether a new entry for `key` must be refused rather than queued (`max-queued`, or a
     /// rate that rejects); unscoped work never is.
     pub fn refusal(&mut self, key: &QueueKey, now: u64) -> Option<Refusal> {
-        let scope = key.scope.as_ref()?;
         // Most books refuse nothing: no counters are looked up (or created) per submission.
         if !self.book.may_refuse() {
             return None;
         }
+        self.on_path(key, |limiter, path, book| limiter.refusal(path, book, now))
+            .flatten()
+    }
+
+    /// Runs `f` on the counters of `key`'s path (made for it and given back after); `None`
+    /// for a key under no scope, which touches no counter.
+    fn on_path<T>(
+        &mut self,
+        key: &QueueKey,
+        f: impl FnOnce(&mut Limiter, &CounterPath, &RuleBook) -> T,
+    ) -> Option<T> {
+        let scope = key.scope.as_ref()?;
         let path = self.limiter.path(scope, key.limit_key.as_ref());
-        let refused = self.limiter.refusal(&path, &self.book, now);
+        let out = f(&mut self.limiter, &path, &self.book);
         self.limiter.drop_path(path);
-        refused
+        Some(out)
     }
 
     /// The earliest `run_at` still waiting, or token due, so the caller knows when to poll

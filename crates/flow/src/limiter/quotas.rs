@@ -270,31 +270,14 @@ impl Limiter {
 pub type Reserved = [u64; 3];
 
 impl Limiter {
-    /// Reserves a new call's share of the budget of counter `id`, if its rule has a budget
-    /// with a `reserve`; answers the amount.
-    pub(super) fn reserve_at(&mut self, id: CounterId) -> u64 {
-        let node = self.node_mut(id);
-        if !node.measures(Measure::Cost) {
-            return 0;
-        }
-        let Some(state) = node.rare.as_deref_mut() else {
-            return 0;
-        };
-        let reserve = state.windows[Measure::Cost as usize].reserve;
-        state.reserved = state.reserved.saturating_add(reserve);
-        if state.reserved > 0 {
-            node.measured |= super::HOLDS_RESERVATIONS;
-        }
-        reserve
-    }
-
     /// Reserves a call's share of the budgets on `path` (at recovery, for a call that was
     /// running before it); `None` when no counter there reserves.
     pub fn reserve(&mut self, path: &CounterPath, book: &RuleBook) -> Option<Box<Reserved>> {
         let mut reserved = Reserved::default();
         for &id in path.counters() {
             self.resolve(id, book);
-            reserved[self.node(id).level.index()] = self.reserve_at(id);
+            let node = self.node_mut(id);
+            reserved[node.level.index()] = node.reserve();
         }
         reserved.iter().any(|r| *r > 0).then(|| Box::new(reserved))
     }

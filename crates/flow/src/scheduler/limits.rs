@@ -50,34 +50,25 @@ impl Scheduler {
     /// and what it held `reserved` is given back (see [`Limiter::charge`]). A call under no
     /// scope touches no counter.
     pub fn charge(&mut self, key: &QueueKey, cost: u64, reserved: Option<&Reserved>, now: u64) {
-        let Some(scope) = &key.scope else {
-            return;
-        };
-        let path = self.limiter.path(scope, key.limit_key.as_ref());
-        self.limiter.charge(&path, &self.book, cost, reserved, now);
         // A waiter held by a reservation given back is woken at the next poll (its counter's
         // token wake is due now).
-        self.limiter.drop_path(path);
+        self.on_path(key, |limiter, path, book| {
+            limiter.charge(path, book, cost, reserved, now);
+        });
     }
 
     /// Takes back a charge whose write was dropped (see [`Limiter::uncharge`]).
     pub fn uncharge(&mut self, key: &QueueKey, cost: u64, now: u64) {
-        let Some(scope) = &key.scope else {
-            return;
-        };
-        let path = self.limiter.path(scope, key.limit_key.as_ref());
-        self.limiter.uncharge(&path, &self.book, cost, now);
-        self.limiter.drop_path(path);
+        self.on_path(key, |limiter, path, book| {
+            limiter.uncharge(path, book, cost, now);
+        });
     }
 
     /// At recovery: a call that ran before takes its reservations of the budgets under `key`
     /// again (see [`Limiter::reserve`]).
     pub fn reserve(&mut self, key: &QueueKey) -> Option<Box<Reserved>> {
-        let scope = key.scope.as_ref()?;
-        let path = self.limiter.path(scope, key.limit_key.as_ref());
-        let reserved = self.limiter.reserve(&path, &self.book);
-        self.limiter.drop_path(path);
-        reserved
+        self.on_path(key, |limiter, path, book| limiter.reserve(path, book))
+            .flatten()
     }
 
     /// Resets the quotas (or budgets) `pattern` matches (see [`Limiter::reset_uses`]); queues

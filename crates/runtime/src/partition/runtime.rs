@@ -409,7 +409,7 @@ impl Runtime {
     /// Resets the quotas (or budgets) `pattern` matches on every partition led here (see
     /// [`crate::flow::scheduler::Scheduler::reset_uses`]); answers how many counters each of
     /// those partitions reset, once it stored it.
-    pub async fn reset_quota(
+    pub async fn reset_uses(
         &self,
         measure: crate::flow::Measure,
         pattern: &crate::flow::RulePattern,

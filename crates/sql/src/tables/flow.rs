@@ -79,13 +79,10 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
             concurrency.append_option(rule.limit.concurrency());
             rate.append_option(rule.rate.map(|r| r.rate.to_string()));
             burst.append_option(rule.rate.map(|r| r.burst.get()));
-            // One `on_exceed` per rule: what its rate, quota and budget do past their bound.
-            let rejects = rule
-                .rate
-                .map(|r| r.reject)
-                .or(rule.quota.map(|q| q.reject))
-                .or(rule.budget.map(|b| b.limit.reject));
-            on_exceed.append_option(rejects.map(|r| if r { "reject" } else { "throttle" }));
+            on_exceed.append_option(
+                rule.rejects()
+                    .map(|r| if r { "reject" } else { "throttle" }),
+            );
             max_queued.append_option(rule.max_queued.map(std::num::NonZeroU32::get));
             description.append_option(rule.description.as_deref());
             disabled.append_value(rule.disabled);
