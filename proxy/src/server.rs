@@ -38,13 +38,14 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     };
     let store = Arc::new(Store::open_with(&config.data_dir, log)?);
     let partitions = usize::from(config.worker.partitions.get());
-    let (runtime, receivers) = if config.cluster.is_kafka() {
-        Runtime::placed(sluice_runtime::partition::placement::Placement::clustered(
-            partitions,
-        ))
-    } else {
-        Runtime::new(partitions)
-    };
+    let (runtime, receivers) =
+        if let (true, Some(secret)) = (config.cluster.is_kafka(), config.cluster.secret.clone()) {
+            Runtime::placed(sluice_runtime::partition::placement::Placement::clustered(
+                partitions, secret,
+            ))
+        } else {
+            Runtime::new(partitions)
+        };
     let cluster = if config.cluster.is_kafka() {
         Some(Arc::new(sluice_kafka_log::Cluster::join(
             &config, &store, &runtime,

@@ -443,3 +443,65 @@ async fn a_key_that_binds_a_limit_key_holds_fresh_keys_to_its_quota() {
         "{answer:?}"
     );
 }
+
+/// A plugin cannot widen a key: with key A bound to scope `alpha` and the shipped
+/// `tenant_header` plugin, A plus `x-tenant: beta` was run in scope `beta`. Now the key's scope
+/// holds whatever the plugin answers: another scope is refused with a code, the key's own runs.
+#[tokio::test]
+async fn a_plugin_cannot_move_a_keys_calls_into_another_scope() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .config(&format!(
+            "[ingress]\nrequire-api-key = true\n\n[[ingress.api-keys]]\nsha256 = \"{}\"\nscope = \"alpha\"\n",
+            digest(ALPHA)
+        ))
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let bytes = std::fs::read(sluice_tests::plugin_wasm("tenant-header")).unwrap();
+    let (status, loaded) = sluice_tests::put_plugin(
+        &sluice,
+        "tenants",
+        bytes,
+        "hook=extract&deadline=1s&config.scope-header=x-tenant",
+    )
+    .await;
+    assert_eq!(status, 200, "{loaded}");
+    let widened = request(
+        &sluice,
+        Method::POST,
+        "/Greeter/greet",
+        Some(ALPHA),
+        Some("\"a\""),
+        &[("x-tenant", "beta")],
+    )
+    .await;
+    assert_eq!(
+        (widened.status, widened.code.as_deref()),
+        (403, Some("SEC0010")),
+        "{widened:?}"
+    );
+    assert!(
+        widened.body.contains("a plugin classified the call"),
+        "{widened:?}"
+    );
+    let own = request(
+        &sluice,
+        Method::POST,
+        "/Greeter/greet",
+        Some(ALPHA),
+        Some("\"a\""),
+        &[("x-tenant", "alpha")],
+    )
+    .await;
+    assert_eq!(own.status, 200, "{own:?}");
+    let (_, rows) = sluice
+        .query("SELECT scope FROM sys_invocation WHERE target_service_name = 'Greeter'")
+        .await;
+    assert_eq!(
+        rows["rows"],
+        serde_json::json!([{"scope": "alpha"}]),
+        "{rows}"
+    );
+}

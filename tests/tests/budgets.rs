@@ -229,3 +229,41 @@ async fn a_kill_9_between_a_calls_end_and_its_answer_charges_it_exactly_once() {
         "the budget holds each charge once"
     );
 }
+
+/// One report of 2^64−1 from any caller in the scope spent a `1000/day` budget until midnight
+/// (the next call: 429 `FLO0005`, retry after hours). One call's charge is cut at its rule's
+/// `reserve` now, and what was cut is counted as an overrun: the tenant's next call runs.
+#[tokio::test]
+async fn one_huge_report_spends_at_most_what_one_call_may_and_the_rest_is_an_overrun() {
+    let (sluice, _dep, _) = started(json!([
+        {"pattern": "cap", "limits": {"budget": "1000/day", "reserve": 100, "on_exceed": "reject"}},
+    ]))
+    .await;
+    spend(&sluice, "cap", None, u64::MAX).await;
+    completed(&sluice, "cap", 1).await;
+    let (status, rows) = sluice
+        .query("SELECT budget_spent, budget_overrun FROM sys_user_limits WHERE scope = 'cap'")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(
+        rows["rows"],
+        json!([{"budget_spent": 100, "budget_overrun": u64::MAX - 100}]),
+        "{rows}"
+    );
+    let overrun = sluice.metrics().await;
+    assert!(
+        overrun.iter().any(
+            |(name, value)| name.starts_with("sluice_flow_cost_overrun_total") && *value > 1e18
+        ),
+        "{overrun:?}"
+    );
+    // The victim's next call is admitted and charged as usual.
+    spend(&sluice, "cap", None, 10).await;
+    completed(&sluice, "cap", 2).await;
+    assert_eq!(
+        sluice
+            .count("SELECT budget_spent AS n FROM sys_user_limits WHERE scope = 'cap'")
+            .await,
+        110
+    );
+}

@@ -38,6 +38,7 @@ fn node(bootstrap: &str, id: &str) -> Builder {
         .env("SERVICE_CLUSTER__BOOTSTRAP_SERVERS", bootstrap)
         .env("SERVICE_CLUSTER__NODE_ID", id)
         .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "3s")
+        .env("SERVICE_CLUSTER__SECRET", NODE_SECRET)
         // The mock brokers cannot describe topic settings.
         .env("SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION", "true")
 }
@@ -51,7 +52,11 @@ fn real_node(bootstrap: &str, id: &str) -> Builder {
         .env("SERVICE_CLUSTER__BOOTSTRAP_SERVERS", bootstrap)
         .env("SERVICE_CLUSTER__NODE_ID", id)
         .env("SERVICE_CLUSTER__SESSION_TIMEOUT", "3s")
+        .env("SERVICE_CLUSTER__SECRET", NODE_SECRET)
 }
+
+/// What the test cluster's nodes share to prove requests they forward to each other.
+const NODE_SECRET: &str = "the-test-cluster-node-secret";
 
 /// Waits until every node's store shows every invocation of `ids` completed.
 async fn completed_on_every_node(nodes: &[Sluice], ids: &[String]) {
@@ -2083,6 +2088,21 @@ async fn three_nodes_each_keep_their_share_and_losing_one_loses_nothing() {
         let mut sent: Vec<&str> = acknowledged.iter().map(String::as_str).collect();
         sent.sort_unstable();
         assert_eq!(ids, sent, "{}", sluice.admin_url);
+        // A client's own forwarding header is worth nothing: it is answered as any client is,
+        // about the whole cluster, not as a node's share (which has no row cap of the answer).
+        for forged in ["1", "not-the-secret-of-the-nodes"] {
+            let resp = sluice
+                .admin(reqwest::Method::POST, "/query")
+                .header("accept", "application/json")
+                .header("x-sluice-forwarded", forged)
+                .json(&serde_json::json!({"query": "SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Greeter' AND status = 'completed'"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(resp.headers().get("x-sluice-led").is_none(), "{forged}");
+            let answer: serde_json::Value = resp.json().await.unwrap();
+            assert_eq!(answer["rows"][0]["n"], total, "{forged}: {answer}");
+        }
     }
 
     let mut first = nodes.remove(0);

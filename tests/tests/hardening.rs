@@ -722,13 +722,77 @@ async fn the_admin_listener_serves_tls_when_given_a_certificate() {
     assert!(plain.is_err(), "{plain:?}");
 }
 
+/// A chain of functions that each double a value the first built (`repeat` under the memory
+/// cap, then `encode` after `encode`) aborted the process on a 1.6 GB allocation: only the
+/// `repeat` was charged. Every function's answer is charged now, and no value over
+/// `admin.query-max-value-size` reaches the next one: the chain is refused with a coded 400,
+/// under an address space where the old 1.6 GB could not be allocated, and the next query is
+/// answered at once.
+#[tokio::test]
+async fn a_chain_of_growing_functions_is_refused_and_the_next_query_runs_at_once() {
+    let sluice = Sluice::builder()
+        .wrapper("prlimit", &["--as=4294967296", "--"])
+        .start()
+        .await
+        .unwrap();
+    for sql in [
+        "SELECT length(encode(encode(encode(encode(repeat('x', 100000000), 'hex'), 'hex'), 'hex'), 'hex'))",
+        "SELECT length(encode(encode(encode(encode(encode(repeat('x', 10000000), 'hex'), 'hex'), 'hex'), 'hex'), 'hex'))",
+        "SELECT length(to_hex(1) || encode(encode(encode(encode(encode(repeat('x', 10000000), 'base64'), 'base64'), 'base64'), 'base64'), 'base64'))",
+    ] {
+        let (status, body) = sluice.query(sql).await;
+        assert_eq!(
+            (status, body["restate_code"].as_str()),
+            (400, Some("SQL0001")),
+            "{sql}: {body}"
+        );
+        assert!(
+            body.to_string().contains("admin.query-max-value-size"),
+            "{sql}: {body}"
+        );
+        let asked = Instant::now();
+        let (status, body) = sluice.query("SELECT 1 AS n").await;
+        assert_eq!((status, &body["rows"][0]["n"]), (200, &json!(1)), "{body}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "SELECT 1 took {:?} after the chain",
+            asked.elapsed()
+        );
+    }
+}
+
+/// A query past its timeout gives its place back at once: while one query is stopped at its
+/// timeout, the next is answered without waiting for it.
+#[tokio::test]
+async fn a_timed_out_query_does_not_hold_up_the_next() {
+    let sluice = Sluice::builder()
+        .env("SERVICE_ADMIN__QUERY_TIMEOUT", "1s")
+        .start()
+        .await
+        .unwrap();
+    let heavy = "SELECT sum(a.value * b.value) AS s FROM generate_series(1, 200000) a CROSS JOIN generate_series(1, 200000) b";
+    let (status, body) = sluice.query(heavy).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("admin.query-timeout"), "{body}");
+    let asked = Instant::now();
+    let (status, body) = sluice.query("SELECT 1 AS n").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "SELECT 1 took {:?} after a timed-out query",
+        asked.elapsed()
+    );
+}
+
 /// What one query's functions build is bounded per query, not per call: pieces each under
 /// `admin.query-memory-limit` (128 MiB) that add up to gigabytes are refused, under an address
 /// space of 4 GiB where building them aborted the process.
 #[tokio::test]
 async fn a_query_cannot_add_up_pieces_past_its_memory_cap() {
+    // Values as large as the pieces are allowed here: the bound under test is the sum.
     let sluice = Sluice::builder()
         .wrapper("prlimit", &["--as=4294967296", "--"])
+        .env("SERVICE_ADMIN__QUERY_MAX_VALUE_SIZE", "1GiB")
         .start()
         .await
         .unwrap();

@@ -133,6 +133,7 @@ fn jwt(secret: &[u8], claims: Value) -> String {
 #[tokio::test]
 async fn jwt_claims_accepts_good_tokens_and_refuses_bad_ones() {
     let (sluice, _dep) = flow_controlled().await;
+    // Loaded without `credentials`, the plugin never sees the caller's `authorization`.
     let (status, body) = load(
         &sluice,
         "jwt",
@@ -140,7 +141,29 @@ async fn jwt_claims_accepts_good_tokens_and_refuses_bad_ones() {
         "hook=extract&config.secret=s3cret",
     )
     .await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (status, &body["credentials"]),
+        (200, &json!(false)),
+        "{body}"
+    );
+    let (status, _, body) = greet(&sluice, &[("authorization", "Bearer a.b.c")]).await;
+    assert_eq!(
+        (status, body.contains("missing bearer token")),
+        (401, true),
+        "{body}"
+    );
+    let (status, body) = load(
+        &sluice,
+        "jwt",
+        "jwt-claims",
+        "hook=extract&credentials=true&config.secret=s3cret",
+    )
+    .await;
+    assert_eq!(
+        (status, &body["credentials"]),
+        (200, &json!(true)),
+        "{body}"
+    );
     // A day from now, by the clock the test and the server share.
     let future = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -124,8 +124,10 @@ pub async fn create(
     let registered = state
         .registry
         .register(found, registration, sluice_core::clock::now_ms())?;
+    // As the reference answers: 201 for a deployment that is new, a dry run included (its
+    // CLI reads a 200 to a dry run as "already exists" and registers nothing).
     let status = match registered.outcome {
-        Outcome::Created if !req.dry_run => StatusCode::CREATED,
+        Outcome::Created => StatusCode::CREATED,
         _ => StatusCode::OK,
     };
     let location = format!("deployments/{}", registered.deployment.id);

@@ -351,6 +351,7 @@ mod tests {
         }
         RuleAdmissions {
             charged: 0,
+            overrun: 0,
             rule: Some(Arc::new(rule.parse().unwrap())),
             level: Level::Scope,
             admitted,

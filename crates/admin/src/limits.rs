@@ -439,7 +439,7 @@ async fn reset_uses(
     let pattern = pattern(&request.pattern)?;
     let placement = state.runtime.placement();
     if !placement.is_clustered()
-        || headers.contains_key(sluice_runtime::replication::relay::FORWARDED)
+        || sluice_runtime::replication::relay::from_node(placement, headers)
     {
         let partitions = state.runtime.reset_uses(m, &pattern).await?;
         return Ok(Json(ResetQuotaResponse {
@@ -455,6 +455,7 @@ async fn reset_uses(
     loop {
         let mut partitions = state.runtime.reset_uses(m, &pattern).await?;
         let elsewhere = reset_elsewhere(
+            placement,
             &client,
             &placement.leaders_elsewhere(),
             reset_path(m),
@@ -513,6 +514,7 @@ fn missing_partitions(reset: &std::collections::BTreeMap<u32, u64>, count: usize
 /// (`authorization`, which every node accepts); their answers. A partition without a leader,
 /// or a node that did not answer, makes the reset incomplete (why, to try again).
 async fn reset_elsewhere(
+    placement: &sluice_runtime::partition::placement::Placement,
     client: &reqwest::Client,
     leaders: &(Vec<String>, usize),
     path: &str,
@@ -530,6 +532,7 @@ async fn reset_elsewhere(
     let mut answers = Vec::with_capacity(admins.len());
     for admin in admins {
         let answer = sluice_runtime::replication::relay::relay(
+            placement,
             client,
             admin,
             http::Method::POST,

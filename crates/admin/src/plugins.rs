@@ -28,13 +28,14 @@ pub fn plugin_response(plugin: &Plugin) -> PluginResponse {
         memory_limit: plugin.spec.memory_limit.0,
         fuel: plugin.spec.fuel,
         config: plugin.spec.config.clone(),
+        credentials: plugin.spec.credentials,
         loaded_at_millis_since_epoch: plugin.loaded_at_ms,
         metrics: plugin.metrics.snapshot(),
     }
 }
 
 /// The spec a `PUT` describes in its query: `hook` (required), `on-error`, `deadline`,
-/// `memory-limit`, `fuel`, and `config.<key>=<value>` for each config entry.
+/// `memory-limit`, `fuel`, `credentials`, and `config.<key>=<value>` for each config entry.
 fn spec_of(
     query: &HashMap<String, String>,
     limits: &sluice_config::PluginLimits,
@@ -67,13 +68,18 @@ fn spec_of(
                     bad(format!("invalid fuel '{value}': a whole number of units"))
                 })?);
             }
+            "credentials" => {
+                spec.credentials = value
+                    .parse()
+                    .map_err(|_| bad(format!("invalid credentials '{value}': true or false")))?;
+            }
             other => match other.strip_prefix("config.") {
                 Some(name) if !name.is_empty() => {
                     spec.config.insert(name.to_owned(), value.clone());
                 }
                 _ => {
                     return Err(bad(format!(
-                        "unknown parameter '{other}': use hook, on-error, deadline, memory-limit, fuel or config.<key>"
+                        "unknown parameter '{other}': use hook, on-error, deadline, memory-limit, fuel, credentials or config.<key>"
                     )));
                 }
             },
@@ -111,7 +117,8 @@ fn spec_of(
         ("on-error" = Option<String>, Query, description = "`fail` (default) or `skip`"),
         ("deadline" = Option<String>, Query, description = "Per-call deadline, e.g. `10ms`"),
         ("memory-limit" = Option<String>, Query, description = "Memory cap, e.g. `16 MiB`"),
-        ("fuel" = Option<u64>, Query, description = "Fuel per call")),
+        ("fuel" = Option<u64>, Query, description = "Fuel per call"),
+        ("credentials" = Option<bool>, Query, description = "`true`: an extract plugin also sees `x-sluice-api-key` and `authorization` (default `false`)")),
     request_body(content = Vec<u8>, content_type = "application/wasm"),
     responses((status = 200, body = PluginResponse), (status = 400, description = "PLG0001: not loadable; the old version stays."),
         (status = 409, description = "PLG0007: a config-file plugin, or a second match-rule plugin.")))]

@@ -18,8 +18,8 @@ use super::{AdminError, AdminState};
 pub use sluice_api::query::QueryRequest;
 use sluice_core::errors::Code;
 use sluice_runtime::partition::placement::Placement;
-use sluice_runtime::replication::relay::{FORWARDED, json_as_caller, relay};
-use sluice_sql::{Ask, Gather, QueryAnswer, QueryError, Reach, Share, rows};
+use sluice_runtime::replication::relay::{from_node, json_as_caller, relay};
+use sluice_sql::{Ask, Gather, QueryAnswer, QueryError, Reach, Share, rows_document};
 
 /// The partitions a node's share of a cluster-wide query covers, comma-separated.
 const LED: &str = "x-sluice-led";
@@ -59,7 +59,7 @@ pub async fn query(
     let placement = state.runtime.placement();
     let reach = if !placement.is_clustered() || request.local {
         Reach::Here
-    } else if headers.contains_key(FORWARDED) {
+    } else if from_node(placement, &headers) {
         Reach::Led(Arc::new(placement.led()))
     } else {
         Reach::Cluster(gather(
@@ -83,7 +83,15 @@ pub async fn query(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/json"));
     if wants_json {
-        return axum::Json(serde_json::json!({ "rows": rows(&answer.batches) })).into_response();
+        let memory = state.config.admin.query_memory_limit;
+        let Some(text) = rows_document(&answer.batches, memory.as_usize()) else {
+            return refused(&QueryError::TooMuchMemory(memory));
+        };
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            axum::body::Body::from(text),
+        )
+            .into_response();
     }
     match arrow_stream(&answer) {
         Ok(bytes) => {
@@ -117,7 +125,8 @@ fn gather(
     let headers = json_as_caller(authorization);
     Arc::new(move |ask: Ask| {
         let (nodes, nobody) = placement.leaders_elsewhere();
-        let (client, headers) = (client.clone(), headers.clone());
+        let (client, headers, placement) =
+            (client.clone(), headers.clone(), Arc::clone(&placement));
         Box::pin(async move {
             if nobody > 0 {
                 return Err(format!(
@@ -135,10 +144,12 @@ fn gather(
                 local: false,
             })
             .map_err(|e| e.to_string())?;
+            let placement = &placement;
             let asks = nodes.iter().map(|node| {
                 let (client, headers, body) = (&client, &headers, body.clone());
                 async move {
                     let answer = relay(
+                        placement,
                         client,
                         node,
                         http::Method::POST,

@@ -76,6 +76,7 @@ impl Metrics {
         flow_gauges(&counters, self.top_scopes);
         let mut admitted: HashMap<(String, &'static str), u64> = HashMap::new();
         let mut charged: HashMap<(String, &'static str), u64> = HashMap::new();
+        let mut overrun: HashMap<(String, &'static str), u64> = HashMap::new();
         let mut expired: HashMap<(String, &'static str), u64> = HashMap::new();
         let (mut paused, mut held, mut held_bytes) = (0, 0, 0);
         let mut states: std::collections::BTreeMap<&'static str, (usize, u64)> =
@@ -100,6 +101,9 @@ impl Metrics {
                 if a.charged > 0 {
                     *charged.entry(key.clone()).or_default() += a.charged;
                 }
+                if a.overrun > 0 {
+                    *overrun.entry(key.clone()).or_default() += a.overrun;
+                }
                 *admitted.entry(key).or_default() += a.admitted;
             }
             paused += partition.paused_queues;
@@ -112,6 +116,10 @@ impl Metrics {
         }
         for ((rule, level), n) in charged {
             metrics::counter!(names::FLOW_COST_CHARGED, "rule" => rule, "level" => level)
+                .absolute(n);
+        }
+        for ((rule, level), n) in overrun {
+            metrics::counter!(names::FLOW_COST_OVERRUN, "rule" => rule, "level" => level)
                 .absolute(n);
         }
         for ((rule, level), n) in expired {

@@ -12,7 +12,7 @@ use sluice_core::errors::Code;
 use sluice_core::ids::InvocationId;
 use sluice_runtime::partition::Runtime;
 use sluice_runtime::partition::placement::Route;
-use sluice_runtime::replication::relay::{FORWARDED, relay};
+use sluice_runtime::replication::relay::{from_node, relay};
 
 /// Largest request body forwarded (the admin API's bodies are small).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -49,7 +49,8 @@ fn invocation_of(path: &str) -> Option<InvocationId> {
 
 /// Sends the request on to the leader of its invocation's partition when that is another node.
 pub async fn forward(State(to): State<ToLeader>, request: Request, next: Next) -> Response {
-    if !to.runtime.placement().is_clustered() || request.headers().contains_key(FORWARDED) {
+    let placement = to.runtime.placement();
+    if !placement.is_clustered() || from_node(placement, request.headers()) {
         return next.run(request).await;
     }
     let Some(id) = invocation_of(request.uri().path()) else {
@@ -72,7 +73,17 @@ pub async fn forward(State(to): State<ToLeader>, request: Request, next: Next) -
         .uri
         .path_and_query()
         .map_or("/", http::uri::PathAndQuery::as_str);
-    let answer = match relay(&to.client, &admin, parts.method, path, &parts.headers, body).await {
+    let answer = match relay(
+        placement,
+        &to.client,
+        &admin,
+        parts.method,
+        path,
+        &parts.headers,
+        body,
+    )
+    .await
+    {
         Ok(answer) => answer,
         Err(why) => return unavailable(format!("[CLU0001] {why}")),
     };

@@ -29,6 +29,9 @@ pub struct PluginResponse {
     pub fuel: Option<u64>,
     /// What the plugin reads through `config`.
     pub config: BTreeMap<String, String>,
+    /// Whether an extract plugin sees the caller's `x-sluice-api-key` and `authorization`.
+    #[serde(default)]
+    pub credentials: bool,
     /// When this version was loaded, ms since the epoch.
     pub loaded_at_millis_since_epoch: u64,
     /// Calls, errors and latency.

@@ -37,6 +37,10 @@ pub enum PluginsCommand {
         /// Fuel per call.
         #[arg(long)]
         fuel: Option<u64>,
+        /// Let an extract plugin see the caller's `x-sluice-api-key` and `authorization`
+        /// headers (a plugin that verifies a bearer token needs them).
+        #[arg(long)]
+        credentials: bool,
         /// A config entry the plugin reads, `key=value`; repeat for more.
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
@@ -55,6 +59,7 @@ fn query(cmd: &PluginsCommand) -> Result<String, CodedError> {
         deadline,
         memory_limit,
         fuel,
+        credentials,
         config,
         ..
     } = cmd
@@ -74,6 +79,9 @@ fn query(cmd: &PluginsCommand) -> Result<String, CodedError> {
     }
     if let Some(v) = fuel {
         query.append_pair("fuel", &v.to_string());
+    }
+    if *credentials {
+        query.append_pair("credentials", "true");
     }
     for entry in config {
         let (key, value) = entry.split_once('=').ok_or_else(|| {

@@ -61,6 +61,10 @@ pub struct ClusterConfig {
     /// (DescribeConfigs unsupported or denied). Off: such a node stops with CLU0002; the
     /// operator who has checked the topics' settings by other means turns it on.
     pub allow_unconfirmed_retention: bool,
+    /// The secret every node of the cluster shares (at least 16 characters): a request one
+    /// node forwards to another proves itself with it. Needed in `kafka` mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<crate::NodeSecret>,
 }
 
 impl Default for ClusterConfig {
@@ -81,6 +85,7 @@ impl Default for ClusterConfig {
             standbys: 1,
             properties: BTreeMap::new(),
             allow_unconfirmed_retention: false,
+            secret: None,
         }
     }
 }
@@ -208,6 +213,12 @@ impl ClusterConfig {
             self.snapshot_interval.0,
             MAX_SNAPSHOT_INTERVAL,
         )?;
+        if self.secret.is_none() {
+            return Err((
+                "cluster.secret".into(),
+                "is needed when cluster.mode = \"kafka\": the same secret of at least 16 characters on every node (SERVICE_CLUSTER__SECRET); a node forwards requests to another with it, and honours forwarded requests only with it".into(),
+            ));
+        }
         if self.standbys > MAX_STANDBYS {
             return Err((
                 "cluster.standbys".into(),
@@ -239,6 +250,8 @@ mod tests {
         };
         assert_eq!(kafka.validate().unwrap_err().0, "cluster.bootstrap-servers");
         kafka.bootstrap_servers = "127.0.0.1:9092".into();
+        assert_eq!(kafka.validate().unwrap_err().0, "cluster.secret");
+        kafka.secret = Some("a-secret-of-the-nodes".parse().unwrap());
         assert!(kafka.validate().is_ok());
         kafka.node_id = "a b".into();
         assert_eq!(kafka.validate().unwrap_err().0, "cluster.node-id");
@@ -285,5 +298,26 @@ mod tests {
             assert_eq!(kafka.validate().is_ok(), ok, "{standbys} standbys");
         }
         assert_eq!(kafka.validate().unwrap_err().0, "cluster.standbys");
+    }
+
+    #[test]
+    fn the_secret_is_long_hidden_and_matched_exactly() {
+        assert!("short".parse::<crate::NodeSecret>().is_err());
+        assert!(
+            "has a space in it, long"
+                .parse::<crate::NodeSecret>()
+                .is_err()
+        );
+        let secret: crate::NodeSecret = "0123456789abcdef".parse().unwrap();
+        assert!(secret.matches(b"0123456789abcdef"));
+        assert!(!secret.matches(b"0123456789abcdeX"));
+        assert!(!secret.matches(b"1"));
+        assert_eq!(format!("{secret:?}"), "<redacted>");
+        let config = ClusterConfig {
+            secret: Some(secret),
+            ..ClusterConfig::default()
+        };
+        let dumped = toml::to_string(&config).unwrap();
+        assert!(!dumped.contains("0123456789abcdef"), "{dumped}");
     }
 }

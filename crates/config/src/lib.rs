@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 pub use load::{ConfigSource, Overrides, file_error, load, pem_certificates};
 pub use security::{
     AdminRole, AuthToken, AuthTokens, ConnectionLimits, DeploymentAddressPolicy, MIN_TOKEN_LENGTH,
+    NodeSecret,
 };
 pub use values::{
     AdvertisedEndpoint, ByteSize, FriendlyDuration, LogFormat, LogLevel, OnMaxAttempts,
@@ -401,6 +402,12 @@ pub struct AdminConfig {
     /// Memory one query may use: joins, sorts and aggregations, string functions' results and
     /// the answer.
     pub query_memory_limit: ByteSize,
+    /// Largest one value a function of a query may build (a longer one fails the query before
+    /// another function sees it).
+    pub query_max_value_size: ByteSize,
+    /// Queries that may run at once, each on a thread of its own; one past its timeout is
+    /// abandoned at once and gives its place back when it stops.
+    pub query_concurrency: usize,
     /// Bearer tokens with their roles (`role:token`, role `read` or `admin`). With none, the
     /// admin listener must be on loopback.
     pub auth_tokens: AuthTokens,
@@ -432,6 +439,8 @@ impl Default for AdminConfig {
             query_max_length: ByteSize::kib(64),
             query_max_operators: 256,
             query_memory_limit: ByteSize::mib(128),
+            query_max_value_size: ByteSize::mib(16),
+            query_concurrency: 4,
             auth_tokens: AuthTokens::default(),
             auth_tokens_file: None,
             allow_unauthenticated: false,

@@ -439,6 +439,7 @@ mod tests {
         let cluster = [
             ("SERVICE_CLUSTER__MODE", "kafka"),
             ("SERVICE_CLUSTER__BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+            ("SERVICE_CLUSTER__SECRET", "the-nodes-own-secret"),
         ];
         let config = load(None, env(&cluster), &Overrides::default()).unwrap();
         let value = config.record_value_limit().unwrap();

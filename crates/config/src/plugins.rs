@@ -103,6 +103,10 @@ pub struct PluginSpec {
     /// Read by the plugin through the `config` import.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// Also hand an extract plugin the caller's credentials (`x-sluice-api-key`,
+    /// `authorization`); off, they are left out of the headers it sees.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub credentials: bool,
 }
 
 fn default_deadline() -> FriendlyDuration {
@@ -123,6 +127,7 @@ impl PluginSpec {
             memory_limit: default_memory_limit(),
             fuel: None,
             config: BTreeMap::new(),
+            credentials: false,
         }
     }
 }
@@ -152,6 +157,9 @@ pub struct ConfiguredPlugin {
     /// See [`PluginSpec::config`].
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// See [`PluginSpec::credentials`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub credentials: bool,
 }
 
 impl ConfiguredPlugin {
@@ -164,6 +172,7 @@ impl ConfiguredPlugin {
             memory_limit: self.memory_limit,
             fuel: self.fuel,
             config: self.config.clone(),
+            credentials: self.credentials,
         }
     }
 }

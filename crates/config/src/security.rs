@@ -124,6 +124,69 @@ impl<'de> Deserialize<'de> for AuthTokens {
     }
 }
 
+/// The secret the nodes of a cluster share (`cluster.secret`): a request one node forwards to
+/// another carries it in `x-sluice-forwarded`, and a node honours that header only when it
+/// matches, so a client cannot pass as a node. Its text never appears in `Debug` or a dump.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NodeSecret(String);
+
+impl NodeSecret {
+    /// The secret's text, for the header a node sends.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `offered` is the secret, compared in time that does not depend on where they
+    /// differ.
+    pub fn matches(&self, offered: &[u8]) -> bool {
+        let own = self.0.as_bytes();
+        own.len() == offered.len()
+            && own
+                .iter()
+                .zip(offered)
+                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+                == 0
+    }
+}
+
+impl fmt::Debug for NodeSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl FromStr for NodeSecret {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.len() < MIN_TOKEN_LENGTH {
+            return Err(format!(
+                "the cluster secret must be at least {MIN_TOKEN_LENGTH} characters long (it has {})",
+                text.len()
+            ));
+        }
+        if !text.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the cluster secret must be visible ASCII without spaces".to_owned());
+        }
+        Ok(Self(text.to_owned()))
+    }
+}
+
+impl Serialize for NodeSecret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeSecret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// Which addresses discovery and invocations may reach when a deployment is registered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

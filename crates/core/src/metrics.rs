@@ -58,6 +58,9 @@ pub const FLOW_ADMISSIONS: &str = "sluice_flow_admissions_total";
 /// Cost calls reported (`sluice:cost` steps) charged to budgets when they ended, by the
 /// `rule` of the counter charged and its `level`.
 pub const FLOW_COST_CHARGED: &str = "sluice_flow_cost_charged_total";
+/// Cost calls reported past what one call may charge to a budget (its `reserve`, else the
+/// budget), cut from their charges, by the `rule` of the counter and its `level`.
+pub const FLOW_COST_OVERRUN: &str = "sluice_flow_cost_overrun_total";
 /// What the live counters of a `rule` and `level` spent of their budgets in the current
 /// window.
 pub const FLOW_BUDGET_SPENT: &str = "sluice_flow_budget_spent";
@@ -208,6 +211,10 @@ pub fn describe() {
     describe_counter!(
         FLOW_COST_CHARGED,
         "Cost handlers reported, charged to budgets as calls ended, by rule and level."
+    );
+    describe_counter!(
+        FLOW_COST_OVERRUN,
+        "Cost handlers reported past what one call may charge to a budget, cut, by rule and level."
     );
     describe_gauge!(
         FLOW_BUDGET_SPENT,

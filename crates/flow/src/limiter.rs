@@ -260,17 +260,18 @@ const NO_PARENT: u32 = u32::MAX;
 impl Node {
     /// Its totals, under its rule and level.
     fn tally(&self) -> Option<Tally> {
-        let (refused, waits, charged) = self
+        let (refused, waits, charged, overrun) = self
             .rare
             .as_deref()
-            .map_or((0, WaitHistogram::default(), 0), |r| {
-                (r.refused, r.waits, r.charged)
+            .map_or((0, WaitHistogram::default(), 0, 0), |r| {
+                (r.refused, r.waits, r.charged, r.overrun)
             });
-        (self.admitted > 0 || refused > 0 || charged > 0).then_some(Tally {
+        (self.admitted > 0 || refused > 0 || charged > 0 || overrun > 0).then_some(Tally {
             admitted: self.admitted,
             refused,
             waits,
             charged,
+            overrun,
         })
     }
 }
@@ -498,6 +499,9 @@ pub struct CounterSnapshot {
     /// Its rule's budget, what its calls spent in the current window, and what the calls
     /// running hold reserved.
     pub budget: Option<(Budget, QuotaUse, u64)>,
+    /// Cost its calls reported past what one call may charge to its budget (its `reserve`,
+    /// else the budget), cut from their charges, since the counter was made.
+    pub budget_overrun: u64,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -536,6 +540,8 @@ pub struct RuleAdmissions {
     pub waits: WaitHistogram,
     /// Cost charged to budgets, since start.
     pub charged: u64,
+    /// Cost reported past what one call may charge, cut, since start.
+    pub overrun: u64,
 }
 
 /// The counters of one partition.
@@ -599,6 +605,7 @@ impl Limiter {
                 refused: tally.refused,
                 waits: tally.waits,
                 charged: tally.charged,
+                overrun: tally.overrun,
             })
             .collect()
     }
@@ -920,6 +927,7 @@ impl Limiter {
                     .quota_rule()
                     .map(|q| (q, node.used(Measure::Calls).at(&q, now))),
                 budget: node.budget(now),
+                budget_overrun: node.rare.as_deref().map_or(0, |r| r.overrun),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

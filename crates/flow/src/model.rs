@@ -975,7 +975,8 @@ impl Model {
     }
 
     /// Entry `id` of `key` ended having spent `cost`: charged to the counters on its path whose
-    /// rules have a budget now, and what it held reserved goes back.
+    /// rules have a budget now, each up to what one call may charge, and what it held
+    /// reserved goes back.
     fn charge(&mut self, id: EntryId, key: usize, cost: u64) {
         let (reserved, held) = self.holds.remove(&id).unwrap_or_default();
         self.sched
@@ -984,8 +985,11 @@ impl Model {
             self.reserved[c] -= amount;
         }
         for &c in &self.touched[key] {
-            if self.budget_of(c).is_some() {
-                self.spent[c] += cost;
+            // One call charges at most its reserve, else the whole budget (the rest is an
+            // overrun, cut).
+            if let Some((amount, reserve)) = self.budget_of(c) {
+                let most = if reserve > 0 { reserve } else { amount };
+                self.spent[c] += cost.min(most);
             }
         }
     }

@@ -9,7 +9,7 @@ use pingora::protocols::http::ServerSession;
 use super::error::IngressError;
 use sluice_core::errors::Code;
 use sluice_runtime::partition::placement::Route;
-use sluice_runtime::replication::relay::{FORWARDED, relay};
+use sluice_runtime::replication::relay::{from_node, relay};
 
 fn not_here(partition_of: &str, why: &str) -> IngressError {
     IngressError::coded(
@@ -21,6 +21,7 @@ fn not_here(partition_of: &str, why: &str) -> IngressError {
 /// Sends the request (`body` already read) to where `route` says it runs, and answers with
 /// what that node answered.
 pub async fn forward(
+    placement: &sluice_runtime::partition::placement::Placement,
     client: &reqwest::Client,
     session: &ServerSession,
     body: Bytes,
@@ -35,7 +36,7 @@ pub async fn forward(
         Route::Elsewhere { ingress, .. } => ingress,
     };
     let request = session.req_header();
-    if request.headers.contains_key(FORWARDED) {
+    if from_node(placement, &request.headers) {
         return Err(not_here(
             what,
             "it was forwarded here already (leadership moved)",
@@ -46,6 +47,7 @@ pub async fn forward(
         .path_and_query()
         .map_or("/", http::uri::PathAndQuery::as_str);
     let answer = relay(
+        placement,
         client,
         &ingress,
         request.method.clone(),
@@ -76,5 +78,14 @@ pub async fn if_elsewhere(
         Ok(body) => body,
         Err(e) => return Some(Err(e)),
     };
-    Some(forward(&state.forwarder, session, body, route).await)
+    Some(
+        forward(
+            state.runtime.placement(),
+            &state.forwarder,
+            session,
+            body,
+            route,
+        )
+        .await,
+    )
 }

@@ -323,6 +323,15 @@ fn classify_call(
 ) -> Result<Scoped, IngressError> {
     let key = limit_key(session, query);
     let (scope, key) = classify(state, session, path, bound.scope.clone(), key)?;
+    // A key's scope holds whatever the plugins answered: a plugin (say, one that reads a
+    // tenant header) cannot move the key's calls into another tenant's scope.
+    let scope = match &bound.key {
+        Some(bound) => Some(bound.scope_for(scope.as_deref()).map_err(|mut e| {
+            e.message = format!("a plugin classified the call: {}", e.message);
+            e
+        })?),
+        None => scope,
+    };
     let (scope, limit_key) = parse_request(scope.as_deref(), key.as_deref())
         .map_err(|e| IngressError::coded(Code::RT0024, e.message))?;
     let limit_key = match &bound.key {
@@ -352,7 +361,14 @@ async fn admit_or_hand_over(
     let id = record.id;
     let route = state.runtime.route(id);
     if route != Route::Here {
-        return super::forward::forward(&state.forwarder, session, request.body, route).await;
+        return super::forward::forward(
+            state.runtime.placement(),
+            &state.forwarder,
+            session,
+            request.body,
+            route,
+        )
+        .await;
     }
     let execution_time = record.run_at_ms;
     // A call registers for its outcome as it is handed over; a send is answered once stored.

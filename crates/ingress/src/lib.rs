@@ -97,7 +97,16 @@ impl IngressApp {
                 sluice_runtime::partition::placement::Route::Here => {
                     status::of_id(&self.state, id, caller).await
                 }
-                route => forward::forward(&self.state.forwarder, session, body, route).await,
+                route => {
+                    forward::forward(
+                        self.state.runtime.placement(),
+                        &self.state.forwarder,
+                        session,
+                        body,
+                        route,
+                    )
+                    .await
+                }
             },
         }
     }

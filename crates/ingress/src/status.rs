@@ -321,6 +321,7 @@ async fn elsewhere(
         asked.insert(super::api_keys::HEADER, key.clone());
     }
     let answer = sluice_runtime::replication::relay::relay(
+        state.runtime.placement(),
         &state.forwarder,
         &ingress,
         Method::GET,

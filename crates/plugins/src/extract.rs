@@ -50,6 +50,10 @@ pub enum Extracted {
     },
 }
 
+/// Headers that carry the caller's credentials: a plugin sees them only when its spec asks
+/// (`credentials = true`).
+const CREDENTIALS: [&str; 2] = ["x-sluice-api-key", "authorization"];
+
 /// Runs `request` through `plugins` (the extract ones, in order).
 pub fn run(
     plugins: &[std::sync::Arc<Plugin>],
@@ -85,6 +89,11 @@ pub fn run(
             template.clone()
         }
         .expect("taken only for the last plugin");
+        if !plugin.spec.credentials {
+            request
+                .headers
+                .retain(|(name, _)| !CREDENTIALS.contains(&name.as_str()));
+        }
         request.scope.clone_from(&scope);
         request.limit_key.clone_from(&limit_key);
         let started = Instant::now();

@@ -1,15 +1,21 @@
-//! What one query's functions may build, in all. Functions whose output can be far larger
-//! than their input (`repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `array_repeat`,
-//! `range`, `generate_series`) and those that join their inputs (`concat`, `concat_ws`, the
-//! `||` operator) are replaced by versions that estimate, before allocating, how many bytes
-//! their answer takes, and take those bytes from the query's budget
-//! (`admin.query-memory-limit`): a call that would overdraw it is refused. The budget is
-//! the query's, not the call's, so `concat(repeat(…), repeat(…), …)` or a chain of `||` cannot
-//! add up to more than the cap however each piece is sized; nor does a value joined to
-//! itself, since every join counts its inputs' bytes again. No memory pool sees these values
-//! (DataFusion's pool covers operators that buffer, not expressions), so without this one
-//! query could build gigabytes and abort the process. Every other function's output is at
-//! most a small multiple of its inputs, which are bounded by these and the tables.
+//! What one query's functions may build, in all and in one value. Every scalar function of the
+//! query's session is replaced by a bounded version of itself that shares one budget per query
+//! (`admin.query-memory-limit`) and one cap per value (`admin.query-max-value-size`):
+//! - functions whose output can be far larger than their input (`repeat`, `lpad`, `rpad`,
+//!   `replace`, `regexp_replace`, `array_repeat`, `range`, `generate_series`) and those that
+//!   join their inputs (`concat`, `concat_ws`, the `||` operator) estimate, before allocating,
+//!   how many bytes their answer takes, and take them from the budget;
+//! - every other function is charged what its answer really took, once it is built;
+//! - any answer holding one value larger than the value cap is refused before the next
+//!   function sees it, so no function is ever handed more than the cap: an `encode` of an
+//!   `encode` of … builds at most a small multiple of the cap before the chain is stopped;
+//! - each call first looks at the query's cancel flag, so a query past its timeout stops at
+//!   its next function call even inside one huge row.
+//!
+//! The budget is the query's, not the call's, so `concat(repeat(…), repeat(…), …)` or a chain
+//! of `||` cannot add up to more than the cap however each piece is sized. No memory pool sees
+//! these values (DataFusion's pool covers operators that buffer, not expressions), so without
+//! this one query could build gigabytes and abort the process.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,8 +28,10 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::execution::FunctionRegistry as _;
-use datafusion::logical_expr::expr::BinaryExpr;
+use datafusion::logical_expr::expr::{BinaryExpr, ScalarFunction};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::sort_properties::{ExprProperties, SortProperties};
 use datafusion::logical_expr::{
     ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -31,7 +39,9 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionContext;
 
-/// How a function's answer is sized from its arguments.
+use crate::cancel::CancelFlag;
+
+/// How a growing function's answer is sized from its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Growth {
     /// `repeat(text, n)`: text length × n bytes.
@@ -52,11 +62,29 @@ enum Growth {
     Range,
 }
 
-/// The bytes one query's bounded functions may still build.
+/// The growing functions and how each grows; every other function is charged after the fact.
+const GROWING: [(&str, Growth); 10] = [
+    ("repeat", Growth::Repeat),
+    ("lpad", Growth::Pad),
+    ("rpad", Growth::Pad),
+    ("replace", Growth::Replace),
+    ("regexp_replace", Growth::Replace),
+    ("concat", Growth::Join),
+    ("concat_ws", Growth::JoinWith),
+    ("array_repeat", Growth::ArrayRepeat),
+    ("range", Growth::Range),
+    ("generate_series", Growth::Range),
+];
+
+/// One query's bounds, shared by all its functions.
 #[derive(Debug)]
 struct Budget {
     left: AtomicU64,
     cap: u64,
+    /// Largest one value a function may answer.
+    value_cap: u64,
+    /// Set once the query must stop.
+    cancel: CancelFlag,
 }
 
 impl Budget {
@@ -75,6 +103,25 @@ impl Budget {
             ),
         }
     }
+
+    /// Refuses one value of `bytes` from `name` when it is over the value cap.
+    fn value(&self, name: &str, bytes: u64) -> Result<()> {
+        if bytes > self.value_cap {
+            return exec_err!(
+                "{name}() would answer a value of about {bytes} bytes, over the cap of {} bytes on one value (admin.query-max-value-size)",
+                self.value_cap
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses any call once the query was cancelled (its timeout passed, or its caller left).
+    fn running(&self) -> Result<()> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return exec_err!("the query was cancelled");
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug)]
@@ -84,12 +131,13 @@ struct Bounded {
     /// while the query is planned, where its bytes would be copied into every expression's
     /// name (minutes for a 100 MB value) before the budget could refuse anything.
     signature: Signature,
-    growth: Growth,
+    /// How it grows, for the functions sized before they run.
+    growth: Option<Growth>,
     budget: Arc<Budget>,
 }
 
 impl Bounded {
-    fn new(inner: ScalarUDF, growth: Growth, budget: Arc<Budget>) -> Self {
+    fn new(inner: ScalarUDF, growth: Option<Growth>, budget: Arc<Budget>) -> Self {
         let mut signature = inner.signature().clone();
         signature.volatility = Volatility::Volatile;
         Self {
@@ -119,37 +167,49 @@ impl std::hash::Hash for Bounded {
 /// The name `||` is planned under once it is bounded (it shows in `EXPLAIN`).
 const CONCAT_OPERATOR: &str = "string_concat";
 
-/// Replaces the growing functions of `ctx` (and the `||` operator) with bounded ones that
-/// share one budget of `limit` bytes: `ctx` must serve one query.
-pub fn register(ctx: &SessionContext, limit: usize) {
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX);
+/// The bounds of one query: `limit` bytes its functions may build in all, `value_cap` bytes
+/// one value may take, and the flag that stops it.
+#[derive(Debug, Clone)]
+pub struct Bounds {
+    /// `admin.query-memory-limit`.
+    pub limit: usize,
+    /// `admin.query-max-value-size`.
+    pub value_cap: usize,
+    /// Set when the query must stop.
+    pub cancel: CancelFlag,
+}
+
+/// Replaces every scalar function of `ctx` (and the `||` operator) with a bounded one, all
+/// sharing one [`Bounds`]: `ctx` must serve one query.
+pub fn register(ctx: &SessionContext, bounds: Bounds) {
+    let cap = u64::try_from(bounds.limit).unwrap_or(u64::MAX);
     let budget = Arc::new(Budget {
         left: AtomicU64::new(cap),
         cap,
+        value_cap: u64::try_from(bounds.value_cap).unwrap_or(u64::MAX),
+        cancel: bounds.cancel,
     });
-    for (name, growth) in [
-        ("repeat", Growth::Repeat),
-        ("lpad", Growth::Pad),
-        ("rpad", Growth::Pad),
-        ("replace", Growth::Replace),
-        ("regexp_replace", Growth::Replace),
-        ("concat", Growth::Join),
-        ("concat_ws", Growth::JoinWith),
-        ("array_repeat", Growth::ArrayRepeat),
-        ("range", Growth::Range),
-        ("generate_series", Growth::Range),
-    ] {
-        if let Ok(inner) = ctx.udf(name) {
-            ctx.register_udf(ScalarUDF::new_from_impl(Bounded::new(
-                (*inner).clone(),
-                growth,
-                Arc::clone(&budget),
-            )));
+    let mut names: Vec<String> = ctx.state().scalar_functions().keys().cloned().collect();
+    names.sort_unstable();
+    for name in names {
+        let Ok(inner) = ctx.udf(&name) else { continue };
+        // Aliases map to the function already wrapped under its own name.
+        if inner.inner().downcast_ref::<Bounded>().is_some() {
+            continue;
         }
+        let growth = GROWING
+            .iter()
+            .find(|(grows, _)| *grows == inner.name())
+            .map(|(_, growth)| *growth);
+        ctx.register_udf(ScalarUDF::new_from_impl(Bounded::new(
+            (*inner).clone(),
+            growth,
+            Arc::clone(&budget),
+        )));
     }
     let operator = Arc::new(ScalarUDF::new_from_impl(Bounded::new(
         ScalarUDF::new_from_impl(ConcatOperator::default()),
-        Growth::Join,
+        Some(Growth::Join),
         budget,
     )));
     ctx.add_analyzer_rule(Arc::new(BoundConcatOperator { udf: operator }));
@@ -224,8 +284,8 @@ fn bytes_over(value: &ColumnarValue, rows: u64) -> u64 {
 }
 
 impl Bounded {
-    /// An upper bound of the bytes this call's answer takes.
-    fn estimate(&self, args: &ScalarFunctionArgs) -> Result<u64> {
+    /// An upper bound of the bytes this call's answer takes, when it grows as `growth`.
+    fn estimate(&self, growth: Growth, args: &ScalarFunctionArgs) -> Result<u64> {
         let rows = u64::try_from(args.number_rows.max(1)).unwrap_or(u64::MAX);
         let text = |at: usize| {
             args.args
@@ -241,7 +301,7 @@ impl Bounded {
                 .transpose()
                 .map(Option::unwrap_or_default)
         };
-        let per_row = match self.growth {
+        let per_row = match growth {
             Growth::Join => {
                 return Ok(args
                     .args
@@ -304,6 +364,51 @@ impl Bounded {
     }
 }
 
+/// The largest one value of `value` in bytes: a scalar's size, or the longest element of an
+/// array (its whole size when its elements have no length to read).
+fn largest_value(value: &ColumnarValue) -> u64 {
+    match value {
+        ColumnarValue::Scalar(scalar) => u64::try_from(scalar.size()).unwrap_or(u64::MAX),
+        ColumnarValue::Array(array) => {
+            let whole = u64::try_from(array.get_array_memory_size()).unwrap_or(u64::MAX);
+            if array.len() <= 1 {
+                return whole;
+            }
+            // Most answers are far below the cap in all: no element can be over it then.
+            if whole <= 1 << 20 {
+                return whole;
+            }
+            datafusion::arrow::compute::kernels::length::length(array)
+                .ok()
+                .and_then(|lengths| largest_count(&ColumnarValue::Array(lengths)).ok())
+                .unwrap_or(whole)
+        }
+    }
+}
+
+/// The bytes an answer holds (a scalar once: it is not copied per row until a later step
+/// asks for an array, and that step is a function charged in turn).
+fn answer_bytes(value: &ColumnarValue) -> u64 {
+    match value {
+        ColumnarValue::Array(array) => {
+            u64::try_from(array.get_array_memory_size()).unwrap_or(u64::MAX)
+        }
+        ColumnarValue::Scalar(scalar) => u64::try_from(scalar.size()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Whether every function call in `expr` is a bounded one.
+fn all_bounded(expr: &Expr) -> bool {
+    !expr
+        .exists(|e| {
+            Ok(
+                matches!(e, Expr::ScalarFunction(ScalarFunction { func, .. })
+                if func.inner().downcast_ref::<Bounded>().is_none()),
+            )
+        })
+        .unwrap_or(true)
+}
+
 impl ScalarUDFImpl for Bounded {
     fn name(&self) -> &str {
         self.inner.name()
@@ -329,10 +434,63 @@ impl ScalarUDFImpl for Bounded {
         self.inner.coerce_types(arg_types)
     }
 
+    fn schema_name(&self, args: &[Expr]) -> Result<String> {
+        self.inner.schema_name(args)
+    }
+
+    fn short_circuits(&self) -> bool {
+        self.inner.short_circuits()
+    }
+
+    fn output_ordering(&self, inputs: &[ExprProperties]) -> Result<SortProperties> {
+        self.inner.output_ordering(inputs)
+    }
+
+    fn preserves_lex_ordering(&self, inputs: &[ExprProperties]) -> Result<bool> {
+        self.inner.preserves_lex_ordering(inputs)
+    }
+
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let inner = self.inner.inner().with_updated_config(config)?;
+        Some(ScalarUDF::new_from_impl(Self::new(
+            inner,
+            self.growth,
+            Arc::clone(&self.budget),
+        )))
+    }
+
+    /// The inner function's simplification (`now()` to a literal, `coalesce` to `CASE`), kept
+    /// only when it calls no function that escapes the bounds (`concat` rebuilds itself from
+    /// the unbounded one): the arguments it is given are already bounded calls.
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        let kept = args.clone();
+        match self.inner.simplify(args, info)? {
+            ExprSimplifyResult::Simplified(expr) if all_bounded(&expr) => {
+                Ok(ExprSimplifyResult::Simplified(expr))
+            }
+            _ => Ok(ExprSimplifyResult::Original(kept)),
+        }
+    }
+
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let bytes = self.estimate(&args)?;
-        self.budget.take(self.inner.name(), bytes)?;
-        self.inner.invoke_with_args(args)
+        let budget = &self.budget;
+        budget.running()?;
+        let name = self.inner.name();
+        let Some(growth) = self.growth else {
+            let answer = self.inner.invoke_with_args(args)?;
+            budget.value(name, largest_value(&answer))?;
+            budget.take(name, answer_bytes(&answer))?;
+            return Ok(answer);
+        };
+        let rows = u64::try_from(args.number_rows.max(1)).unwrap_or(u64::MAX);
+        let bytes = self.estimate(growth, &args)?;
+        // The estimate is per row times the rows (joins: their inputs in all): more than the
+        // query has left, or a value over the cap on every row, is refused before it is built.
+        budget.take(name, bytes)?;
+        budget.value(name, bytes / rows)?;
+        let answer = self.inner.invoke_with_args(args)?;
+        budget.value(name, largest_value(&answer))?;
+        Ok(answer)
     }
 
     fn documentation(&self) -> Option<&Documentation> {
@@ -424,6 +582,25 @@ impl AnalyzerRule for BoundConcatOperator {
 mod tests {
     use super::*;
 
+    /// Bounds `ctx` at `limit` bytes in all and `value_cap` per value.
+    fn bounded_values(ctx: &SessionContext, limit: usize, value_cap: usize) -> CancelFlag {
+        let cancel = CancelFlag::default();
+        register(
+            ctx,
+            Bounds {
+                limit,
+                value_cap,
+                cancel: Arc::clone(&cancel),
+            },
+        );
+        cancel
+    }
+
+    /// Bounds `ctx` at `limit` bytes in all, and as much per value.
+    fn bounded(ctx: &SessionContext, limit: usize) -> CancelFlag {
+        bounded_values(ctx, limit, limit)
+    }
+
     async fn run(ctx: &SessionContext, sql: &str) -> Result<usize> {
         let batches = ctx.sql(sql).await?.collect().await?;
         Ok(batches.iter().map(|b| b.num_rows()).sum())
@@ -432,7 +609,7 @@ mod tests {
     #[tokio::test]
     async fn amplifiers_are_refused_before_they_allocate_and_small_calls_work() {
         let ctx = SessionContext::new();
-        register(&ctx, 1 << 20);
+        bounded(&ctx, 1 << 20);
         assert_eq!(run(&ctx, "SELECT repeat('ab', 3) AS r").await.unwrap(), 1);
         assert_eq!(
             run(&ctx, "SELECT replace('abc', 'b', 'xyz') AS r")
@@ -487,22 +664,22 @@ mod tests {
         ];
         for sql in refused {
             let ctx = SessionContext::new();
-            register(&ctx, 1 << 20);
+            bounded(&ctx, 1 << 20);
             let err = run(&ctx, sql).await.unwrap_err().to_string();
             assert!(err.contains("admin.query-memory-limit"), "{sql}: {err}");
         }
         // Small joins keep their meaning: `||` is null when a side is, concat skips nulls.
         let ctx = SessionContext::new();
-        register(&ctx, 1 << 20);
+        bounded(&ctx, 1 << 20);
         assert_eq!(
             one_text(&ctx, "SELECT 'a' || 'b' || 'c'").await.as_deref(),
             Some("abc")
         );
         let ctx = SessionContext::new();
-        register(&ctx, 1 << 20);
+        bounded(&ctx, 1 << 20);
         assert_eq!(one_text(&ctx, "SELECT 'a' || NULL").await, None);
         let ctx = SessionContext::new();
-        register(&ctx, 1 << 20);
+        bounded(&ctx, 1 << 20);
         assert_eq!(
             one_text(&ctx, "SELECT concat('a', NULL, 'c')")
                 .await
@@ -510,7 +687,7 @@ mod tests {
             Some("ac")
         );
         let ctx = SessionContext::new();
-        register(&ctx, 1 << 20);
+        bounded(&ctx, 1 << 20);
         assert_eq!(
             one_text(
                 &ctx,
@@ -520,5 +697,80 @@ mod tests {
             .as_deref(),
             Some("hi!")
         );
+    }
+
+    /// A function that doubles its input, applied to itself, is stopped at the value cap
+    /// before the next call sees it, and the budget counts what each call really built.
+    #[tokio::test]
+    async fn every_function_is_charged_and_no_value_passes_the_cap() {
+        let ctx = SessionContext::new();
+        bounded_values(&ctx, 1 << 20, 1 << 18);
+        let err = run(
+            &ctx,
+            "SELECT length(encode(encode(encode(encode(repeat('x', 100000), 'hex'), 'hex'), 'hex'), 'hex'))",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("encode()") && err.contains("admin.query-max-value-size"),
+            "{err}"
+        );
+        // Values under the cap that add up past the budget are refused by the budget.
+        let ctx = SessionContext::new();
+        bounded(&ctx, 1 << 20);
+        let err = run(
+            &ctx,
+            "SELECT encode(s, 'hex') FROM (SELECT repeat('x', 100000) AS s) CROSS JOIN generate_series(1, 10)",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("encode()") && err.contains("admin.query-memory-limit"),
+            "{err}"
+        );
+    }
+
+    /// Functions that must be simplified before they run (`now()`, `coalesce`) and aliases
+    /// keep working once wrapped, and keep their column names.
+    #[tokio::test]
+    async fn wrapped_functions_keep_their_meaning_and_names() {
+        let ctx = SessionContext::new();
+        bounded(&ctx, 1 << 20);
+        assert_eq!(
+            one_text(&ctx, "SELECT coalesce(NULL, upper('a'), 'b')")
+                .await
+                .as_deref(),
+            Some("A")
+        );
+        let ctx = SessionContext::new();
+        bounded(&ctx, 1 << 20);
+        assert!(one_text(&ctx, "SELECT now()").await.is_some());
+        let ctx = SessionContext::new();
+        bounded(&ctx, 1 << 20);
+        let batches = ctx
+            .sql("SELECT lower('A'), char_length('abc')")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let schema = batches[0].schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["lower(Utf8(\"A\"))", "char_length(Utf8(\"abc\"))"]);
+    }
+
+    /// Once the flag is set, the next function call ends the query.
+    #[tokio::test]
+    async fn a_cancelled_query_stops_at_its_next_function() {
+        let ctx = SessionContext::new();
+        let cancel = bounded(&ctx, 1 << 20);
+        cancel.store(true, Ordering::Relaxed);
+        let err = run(&ctx, "SELECT upper('a')")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cancelled"), "{err}");
     }
 }

@@ -92,27 +92,78 @@ fn value(column: &dyn Array, i: usize) -> Option<Value> {
     })
 }
 
-/// Every row of `batches` as a JSON object, null columns left out.
-pub fn rows(batches: &[RecordBatch]) -> Vec<Value> {
-    let mut out = Vec::new();
-    for batch in batches {
-        let schema = batch.schema();
-        for i in 0..batch.num_rows() {
-            let mut row = Map::new();
-            for (field, column) in schema.fields().iter().zip(batch.columns()) {
-                if let Some(v) = value(column.as_ref(), i) {
-                    row.insert(field.name().clone(), v);
-                }
-            }
-            out.push(Value::Object(row));
+/// Row `i` of `batch` as a JSON object, null columns left out.
+fn row(batch: &RecordBatch, i: usize) -> Value {
+    let schema = batch.schema();
+    let mut row = Map::new();
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        if let Some(v) = value(column.as_ref(), i) {
+            row.insert(field.name().clone(), v);
         }
     }
-    out
+    Value::Object(row)
+}
+
+/// Every row of `batches` as a JSON object, null columns left out.
+pub fn rows(batches: &[RecordBatch]) -> Vec<Value> {
+    batches
+        .iter()
+        .flat_map(|batch| (0..batch.num_rows()).map(move |i| row(batch, i)))
+        .collect()
+}
+
+/// `{"rows": [...]}` of `batches` written one row at a time, so no row outlives its writing;
+/// `None` once the text would pass `cap` bytes.
+pub fn rows_document(batches: &[RecordBatch], cap: usize) -> Option<Vec<u8>> {
+    let mut out = b"{\"rows\":[".to_vec();
+    let mut first = true;
+    for batch in batches {
+        for i in 0..batch.num_rows() {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            serde_json::to_writer(&mut out, &row(batch, i)).ok()?;
+            if out.len() > cap {
+                return None;
+            }
+        }
+    }
+    out.extend_from_slice(b"]}");
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_document_of_rows_is_the_rows_and_stops_at_its_cap() {
+        use datafusion::arrow::array::{Int64Array, StringArray};
+        use std::sync::Arc;
+        let batch = RecordBatch::try_from_iter([
+            (
+                "n",
+                Arc::new(Int64Array::from(vec![Some(1), None])) as Arc<dyn Array>,
+            ),
+            (
+                "s",
+                Arc::new(StringArray::from(vec!["a", "b"])) as Arc<dyn Array>,
+            ),
+        ])
+        .unwrap();
+        let text = rows_document(std::slice::from_ref(&batch), 1 << 20).unwrap();
+        let parsed: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!({"rows": rows(std::slice::from_ref(&batch))})
+        );
+        assert_eq!(
+            parsed,
+            serde_json::json!({"rows": [{"n": 1, "s": "a"}, {"s": "b"}]})
+        );
+        assert!(rows_document(&[batch], 16).is_none());
+    }
 
     #[test]
     fn values_are_written_like_the_reference() {

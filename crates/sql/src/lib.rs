@@ -18,7 +18,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures_util::StreamExt as _;
 
-pub use json::rows;
+pub use json::{rows, rows_document};
 pub use reach::{Ask, Gather, Reach, Share};
 
 use sluice_config::Config;
@@ -83,13 +83,16 @@ pub struct QueryAnswer {
     pub led: Option<Vec<usize>>,
 }
 
-/// Runs SQL over the system tables, on a runtime of its own: a query that burns CPU or recurses
-/// deeply never stalls the admin listener, and the admin side enforces the timeout.
+/// Runs SQL over the system tables, each query on a thread of its own: a query that burns CPU
+/// or recurses deeply never stalls the admin listener, and one past its timeout is abandoned
+/// (its cancel flag set, which it reads at its next batch or function call) while the next
+/// query starts at once on a thread of its own. At most `admin.query-concurrency` run at once,
+/// abandoned ones included until they stop.
 pub struct QueryEngine {
     sources: Arc<QuerySources>,
-    runtime: tokio::runtime::Handle,
-    /// Dropped with the engine: ends the runtime's thread.
-    _stop: tokio::sync::oneshot::Sender<()>,
+    /// One permit a running query: held by its thread, so an abandoned query keeps its place
+    /// until it really stops.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for QueryEngine {
@@ -98,8 +101,6 @@ impl std::fmt::Debug for QueryEngine {
     }
 }
 
-/// Worker threads of the query runtime: queries never take every core from the partitions.
-const QUERY_THREADS: usize = 1;
 /// Stack of a query thread; deep plans also grow onto the heap (DataFusion's recursion
 /// protection), this is the first segment.
 const QUERY_STACK: usize = 64 * 1024 * 1024;
@@ -107,33 +108,12 @@ const QUERY_STACK: usize = 64 * 1024 * 1024;
 impl QueryEngine {
     /// An engine over `sources`.
     pub fn new(sources: QuerySources) -> Self {
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::Builder::new()
-            .name("sluice-sql".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(QUERY_THREADS)
-                    .thread_name("sluice-sql-worker")
-                    .thread_stack_size(QUERY_STACK)
-                    .enable_all()
-                    .build()
-                    .expect("the query runtime starts");
-                let _ = handle_tx.send(runtime.handle().clone());
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
-                // Queries still running are dropped at their next yield.
-                runtime.shutdown_background();
-            })
-            .expect("the query thread starts");
-        let runtime = handle_rx
-            .recv()
-            .expect("the query runtime hands out its handle");
+        let slots = Arc::new(tokio::sync::Semaphore::new(
+            sources.config.admin.query_concurrency.max(1),
+        ));
         Self {
             sources: Arc::new(sources),
-            runtime,
-            _stop: stop,
+            slots,
         }
     }
 
@@ -181,16 +161,50 @@ impl QueryEngine {
         check_operators(sql, admin.query_max_operators)?;
         let flag = cancel::CancelFlag::default();
         let _cancel = cancel::CancelOnDrop(Arc::clone(&flag));
-        let mut task =
-            self.runtime
-                .spawn(run(Arc::clone(&self.sources), sql.to_owned(), reach, flag));
-        match tokio::time::timeout(timeout, &mut task).await {
+        let started = tokio::time::Instant::now();
+        let slot =
+            match tokio::time::timeout(timeout, Arc::clone(&self.slots).acquire_owned()).await {
+                Ok(Ok(slot)) => slot,
+                Ok(Err(_)) => return Err(QueryError::Sql("the query engine stopped".into())),
+                Err(_) => return Err(QueryError::Timeout(timeout)),
+            };
+        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+        let (sources, sql, thread_flag) =
+            (Arc::clone(&self.sources), sql.to_owned(), Arc::clone(&flag));
+        let spawned = std::thread::Builder::new()
+            .name("sluice-sql".into())
+            .stack_size(QUERY_STACK)
+            .spawn(move || {
+                let _slot = slot;
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = answer_tx.send(Err(QueryError::Sql(format!(
+                            "the query's runtime did not start: {e}"
+                        ))));
+                        return;
+                    }
+                };
+                let answer = runtime.block_on(run(sources, sql, reach, thread_flag));
+                let _ = answer_tx.send(answer);
+            });
+        if let Err(e) = spawned {
+            return Err(QueryError::Sql(format!(
+                "the query's thread did not start: {e}"
+            )));
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, answer_rx).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => Err(QueryError::Sql(format!("the query failed: {e}"))),
-            Err(_) => {
-                task.abort();
-                Err(QueryError::Timeout(timeout))
-            }
+            Ok(Err(_)) => Err(QueryError::Sql(
+                "the query's thread ended without an answer".into(),
+            )),
+            // `_cancel` sets the flag as it drops: the thread stops at its next batch or
+            // function call and gives its slot back then.
+            Err(_) => Err(QueryError::Timeout(timeout)),
         }
     }
 }
@@ -274,7 +288,10 @@ async fn read_only_plan(
     Ok(plan)
 }
 
-/// Runs one query on the query runtime.
+/// How many times `admin.query-row-limit` one node's share of a cluster-wide query may hold.
+const SHARE_ROWS: usize = 10;
+
+/// Runs one query on its thread.
 async fn run(
     sources: Arc<QuerySources>,
     sql: String,
@@ -283,10 +300,11 @@ async fn run(
 ) -> Result<QueryAnswer, QueryError> {
     let admin = &sources.config.admin;
     // A node's share of a cluster-wide query is not the answer: the asking node caps the
-    // rows of what the query returns, and memory bounds each share.
+    // rows of what the query returns, and a share (a scan the asking node may still filter
+    // or count) has a cap of its own, ten times the answer's, beside the memory cap.
     let cap = match reach {
-        Reach::Led(_) => None,
-        _ => Some(admin.query_row_limit),
+        Reach::Led(_) => admin.query_row_limit.saturating_mul(SHARE_ROWS),
+        _ => admin.query_row_limit,
     };
     let memory = admin.query_memory_limit;
     let memory_error = |e: datafusion::error::DataFusionError| {
@@ -322,7 +340,14 @@ async fn run(
         ctx.register_table(name, Arc::new(table))
             .map_err(|e| QueryError::Sql(e.to_string()))?;
     }
-    guards::register(&ctx, memory.as_usize());
+    guards::register(
+        &ctx,
+        guards::Bounds {
+            limit: memory.as_usize(),
+            value_cap: admin.query_max_value_size.as_usize(),
+            cancel: Arc::clone(&flag),
+        },
+    );
     let plan = read_only_plan(&ctx, &sql).await?;
     // EXPLAIN must stay the plan's root; its answer is a few rows anyway.
     let explain = matches!(
@@ -336,11 +361,12 @@ async fn run(
         .map_err(|e| QueryError::Sql(e.to_string()))?;
     let schema = Arc::clone(frame.schema().inner());
     // One row past the cap tells "too many" from "exactly the cap".
-    let frame = match cap {
-        Some(cap) if !explain => frame
+    let frame = if explain {
+        frame
+    } else {
+        frame
             .limit(0, Some(cap.saturating_add(1)))
-            .map_err(|e| QueryError::Sql(e.to_string()))?,
-        _ => frame,
+            .map_err(|e| QueryError::Sql(e.to_string()))?
     };
     let task = frame.task_ctx();
     let plan = frame.create_physical_plan().await.map_err(memory_error)?;
@@ -352,7 +378,7 @@ async fn run(
         let batch = batch.map_err(memory_error)?;
         rows = rows.saturating_add(batch.num_rows());
         bytes = bytes.saturating_add(batch.get_array_memory_size());
-        if let Some(cap) = cap.filter(|cap| rows > *cap) {
+        if rows > cap {
             return Err(QueryError::TooManyRows(cap));
         }
         if bytes > memory.as_usize() {

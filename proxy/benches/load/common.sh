@@ -54,7 +54,7 @@ if [ "${CLUSTER:-0}" = 1 ]; then
   "$kafka" 3 "sluice.log:$partitions" "sluice.leaders:$partitions" "sluice.inbox:$partitions" "sluice.snapshots:$partitions" sluice.meta:1 >"$work/broker.log" 2>&1 &
   broker=$!
   bootstrap=$(bootstrap_in "$work/broker.log")
-  flags+=(SERVICE_CLUSTER__MODE=kafka "SERVICE_CLUSTER__BOOTSTRAP_SERVERS=$bootstrap" SERVICE_CLUSTER__NODE_ID=bench SERVICE_CLUSTER__SESSION_TIMEOUT=3s
+  flags+=(SERVICE_CLUSTER__MODE=kafka "SERVICE_CLUSTER__BOOTSTRAP_SERVERS=$bootstrap" SERVICE_CLUSTER__NODE_ID=bench SERVICE_CLUSTER__SESSION_TIMEOUT=3s SERVICE_CLUSTER__SECRET=bench-cluster-node-secret
     # The mock brokers describe no topic settings.
     SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION=true)
 fi

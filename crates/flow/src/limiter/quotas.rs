@@ -27,6 +27,9 @@ pub(crate) struct Rare {
     pub(super) refused: u64,
     /// Cost charged to its budget since it was made (metrics).
     pub(super) charged: u64,
+    /// Cost reported past what one call may charge to its budget ([`Window::most_one_call`]),
+    /// cut from the charges since it was made (metrics, `sys_user_limits`).
+    pub(super) overrun: u64,
     /// How long the new invocations it admitted waited.
     pub(super) waits: super::WaitHistogram,
 }
@@ -42,6 +45,20 @@ pub(crate) struct Window {
     pub(super) used: QuotaUse,
     /// `used` changed since the partition last took the writes.
     pub(super) dirty: bool,
+}
+
+impl Window {
+    /// The most one call may charge to a budget of `budget` a window: its `reserve` when the
+    /// rule has one (what a call is expected to spend), else the whole budget. A report over
+    /// it (a handler's bug, or a caller feeding it 2^64-1) cannot spend a tenant's window
+    /// beyond what one call could.
+    pub(super) fn most_one_call(&self, budget: &Quota) -> u64 {
+        if self.reserve > 0 {
+            self.reserve
+        } else {
+            budget.amount.get()
+        }
+    }
 }
 
 impl Window {
@@ -66,6 +83,9 @@ pub(super) struct Kept {
     pub(super) dirty: Vec<CounterId>,
     /// Uses of gone counters changed (reset, or their window ended: 0), to store.
     reset: Vec<(String, QuotaUse)>,
+    /// Budgets only: what gone counters' calls overran ([`Rare::overrun`]), kept as long as
+    /// their use is (an overrun charged the cap, so a use is kept beside it). In memory only.
+    overruns: HashMap<String, u64>,
 }
 
 impl Kept {
@@ -102,7 +122,9 @@ impl Limiter {
     pub(super) fn keep_uses(&mut self, id: CounterId) {
         let key = self.quota_key(id);
         for m in Measure::ALL {
-            let window = &mut self.rare(id).windows[m as usize];
+            let rare = self.rare(id);
+            let overrun = rare.overrun;
+            let window = &mut rare.windows[m as usize];
             let used = window.used;
             if used.used == 0 {
                 continue;
@@ -114,6 +136,9 @@ impl Limiter {
             }
             kept.next_end = kept.next_end.min(used.window_end);
             kept.uses.insert(key.clone(), used);
+            if m == Measure::Cost && overrun > 0 {
+                kept.overruns.insert(key.clone(), overrun);
+            }
             // Now and then, forget the uses whose window ended.
             if kept.uses.len() >= (kept.swept * 2).max(1024) {
                 self.sweep_kept(m);
@@ -128,6 +153,7 @@ impl Limiter {
         let kept = &mut self.kept[m as usize];
         let mut next_end = u64::MAX;
         let gone = &mut kept.reset;
+        let before = gone.len();
         kept.uses.retain(|key, used| {
             if used.window_end > now {
                 next_end = next_end.min(used.window_end);
@@ -137,6 +163,9 @@ impl Limiter {
                 false
             }
         });
+        for (key, _) in &kept.reset[before..] {
+            kept.overruns.remove(key);
+        }
         kept.swept = kept.uses.len();
         kept.next_end = next_end;
     }
@@ -182,6 +211,9 @@ impl Limiter {
         for m in Measure::ALL {
             if let Some(used) = self.kept[m as usize].uses.remove(&key) {
                 self.rare(id).windows[m as usize].used = used;
+            }
+            if let Some(overrun) = self.kept[m as usize].overruns.remove(&key) {
+                self.rare(id).overrun = overrun;
             }
         }
     }
@@ -340,11 +372,11 @@ impl Limiter {
         if cost == 0 {
             return;
         }
-        let moved = |total: u64| {
+        let moved = |total: u64, amount: u64| {
             if back {
-                total.saturating_sub(cost)
+                total.saturating_sub(amount)
             } else {
-                total.saturating_add(cost)
+                total.saturating_add(amount)
             }
         };
         for &id in path.counters() {
@@ -356,13 +388,19 @@ impl Limiter {
             let Some(state) = node.rare.as_deref_mut() else {
                 continue;
             };
-            state.charged = moved(state.charged);
+            let window = &state.windows[Measure::Cost as usize];
+            // The same cut whether charged or taken back: the rule is the same within a batch.
+            let charged = window
+                .limit
+                .map_or(cost, |budget| cost.min(window.most_one_call(&budget)));
+            state.charged = moved(state.charged, charged);
+            state.overrun = moved(state.overrun, cost - charged);
             let window = &mut state.windows[Measure::Cost as usize];
             let Some(budget) = window.limit else {
                 continue;
             };
             window.used = window.used.at(&budget, now_ms);
-            window.used.used = moved(window.used.used);
+            window.used.used = moved(window.used.used, charged);
             if !std::mem::replace(&mut window.dirty, true) {
                 self.kept_mut(Measure::Cost).dirty.push(id);
             }
@@ -415,6 +453,7 @@ impl Limiter {
                 guaranteed: resolved.guaranteed.map(NonZeroU32::get),
                 quota,
                 budget,
+                budget_overrun: cost.overruns.get(key).copied().unwrap_or(0),
                 // A counter goes only once its bucket is full again.
                 tokens: resolved.rate.map(|rate| rate.burst.get()),
                 rate: resolved.rate,

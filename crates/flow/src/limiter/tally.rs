@@ -79,6 +79,8 @@ pub struct Tally {
     pub waits: WaitHistogram,
     /// Cost charged to budgets as calls ended.
     pub charged: u64,
+    /// Cost reported past what one call may charge, cut from the charges.
+    pub overrun: u64,
 }
 
 impl Tally {
@@ -86,6 +88,7 @@ impl Tally {
     pub fn merge(&mut self, other: &Tally) {
         self.admitted = self.admitted.saturating_add(other.admitted);
         self.charged = self.charged.saturating_add(other.charged);
+        self.overrun = self.overrun.saturating_add(other.overrun);
         self.refused = self.refused.saturating_add(other.refused);
         self.waits.merge(&other.waits);
     }

@@ -891,3 +891,31 @@ fn a_counter_is_three_cache_lines() {
     assert!(std::mem::offset_of!(Node, waiters) + 24 <= 128);
     assert!(std::mem::offset_of!(Node, bucket) < 128);
 }
+
+#[test]
+fn one_call_charges_at_most_its_reserve_and_the_cut_is_kept_as_an_overrun() {
+    let now = 10 * 3_600_000;
+    let b = budget_book("t", "1000/h", 100);
+    let mut l = Limiter::new();
+    let mut woken = Vec::new();
+    let p = path(&mut l, "t", None);
+    let mut permit = l.try_acquire(&p, &b, now).unwrap();
+    let reserved = permit.take_reserved().unwrap();
+    l.release(permit, &b, now, &mut woken);
+    l.charge(&p, &b, u64::MAX, Some(&reserved), now);
+    let shown = |l: &mut Limiter| {
+        let c = &l.snapshot(&b, now)[0];
+        (c.budget.map(|(_, u, r)| (u.used, r)), c.budget_overrun)
+    };
+    assert_eq!(shown(&mut l), (Some((100, 0)), u64::MAX - 100));
+    // Still room for the tenant's next call.
+    l.check(&p, &b, false, true, now).unwrap();
+    // Kept while the counter is gone, and back with it.
+    l.drop_path(p);
+    assert_eq!(shown(&mut l), (Some((100, 0)), u64::MAX - 100));
+    let p = path(&mut l, "t", None);
+    assert_eq!(shown(&mut l), (Some((100, 0)), u64::MAX - 100));
+    // A charge dropped before it was stored takes back the same cut.
+    l.uncharge(&p, &b, u64::MAX, now);
+    assert_eq!(shown(&mut l), (Some((0, 0)), 0));
+}

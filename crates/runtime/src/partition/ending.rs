@@ -127,17 +127,26 @@ pub(super) fn complete(
 /// What `live` spent by its handler's reports (`model/cost.rs`); a report that is not an amount
 /// is said in the log, with what to send instead.
 fn spent(live: &Live) -> Option<u64> {
-    let mut refused = Vec::new();
-    let spent = super::model::cost::spent(&live.journal, &mut refused);
-    if !refused.is_empty() {
+    let spent = super::model::cost::spent(&live.journal);
+    if spent.refused > 0 {
         tracing::warn!(
             invocation = %live.record.id,
-            completions = ?refused,
-            "a `{}` step's result is not an amount and was not charged: return a JSON integer from 0 to 2^64-1 (a failed step charges nothing either)",
+            refused = spent.refused,
+            first = ?spent.first_refused,
+            "`{}` steps' results that are not amounts were not charged: return a JSON integer from 0 to 2^64-1 (a failed step charges nothing either)",
             super::model::cost::COST_RUN
         );
     }
-    spent
+    if spent.passed_over > 0 {
+        tracing::warn!(
+            invocation = %live.record.id,
+            passed_over = spent.passed_over,
+            "the invocation reported more than {} `{}` steps; the rest were not counted: report the cost once, summed",
+            super::model::cost::MAX_REPORTS,
+            super::model::cost::COST_RUN
+        );
+    }
+    spent.total
 }
 
 pub(super) fn pause(live: &mut Live, failure: LastFailure) {

@@ -34,6 +34,8 @@ pub struct Placement {
     shards: std::sync::OnceLock<usize>,
     /// Told which partitions are led here whenever that changes (the deployment gates' share).
     on_led: std::sync::OnceLock<LedListener>,
+    /// What the nodes of the cluster share (`cluster.secret`): proves a forwarded request.
+    secret: Option<crate::config::NodeSecret>,
 }
 
 /// Told which partitions this node leads (`true` at their index).
@@ -58,11 +60,13 @@ impl Placement {
             next: AtomicUsize::new(0),
             shards: std::sync::OnceLock::new(),
             on_led: std::sync::OnceLock::new(),
+            secret: None,
         }
     }
 
-    /// `n` partitions, none led here until the cluster says so.
-    pub fn clustered(n: usize) -> Self {
+    /// `n` partitions, none led here until the cluster says so; the nodes prove requests they
+    /// forward to each other with `secret`.
+    pub fn clustered(n: usize, secret: crate::config::NodeSecret) -> Self {
         Self {
             clustered: true,
             here: (0..n).map(|_| AtomicBool::new(false)).collect(),
@@ -70,7 +74,13 @@ impl Placement {
             next: AtomicUsize::new(0),
             shards: std::sync::OnceLock::new(),
             on_led: std::sync::OnceLock::new(),
+            secret: Some(secret),
         }
+    }
+
+    /// The secret the cluster's nodes share; `None` embedded.
+    pub fn secret(&self) -> Option<&crate::config::NodeSecret> {
+        self.secret.as_ref()
     }
 
     /// Whether this node is part of a cluster.
@@ -215,11 +225,15 @@ impl Placement {
 mod tests {
     use super::*;
 
+    fn secret() -> crate::config::NodeSecret {
+        "the-nodes-own-secret".parse().unwrap()
+    }
+
     #[test]
     fn embedded_runs_everything_here_and_clustered_follows_the_cluster() {
         let embedded = Placement::embedded(2);
         assert_eq!(embedded.route(1), Route::Here);
-        let clustered = Placement::clustered(2);
+        let clustered = Placement::clustered(2, secret());
         assert_eq!(clustered.route(0), Route::Nobody);
         clustered.set_leader(0, "http://a/".into(), "http://a:9/".into());
         assert!(
@@ -231,7 +245,7 @@ mod tests {
 
     #[test]
     fn the_other_leaders_are_named_once_and_unled_partitions_counted() {
-        let clustered = Placement::clustered(4);
+        let clustered = Placement::clustered(4, secret());
         clustered.set_leader(0, "http://a/".into(), "http://a:9/".into());
         clustered.set_leader(1, "http://a/".into(), "http://a:9/".into());
         clustered.set_leader(2, "http://me/".into(), "http://me:9/".into());
@@ -244,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_step_down_leaves_nobody_leading_unless_another_node_took_over() {
-        let clustered = Placement::clustered(2);
+        let clustered = Placement::clustered(2, secret());
         for p in 0..2 {
             clustered.set_leader(p, "http://me/".into(), "http://me:9/".into());
             clustered.set_here(p, true);
@@ -262,7 +276,7 @@ mod tests {
     #[test]
     fn new_work_goes_to_the_partitions_led_here_in_turn() {
         assert_eq!(Placement::embedded(4).pick_here(), None);
-        let clustered = Placement::clustered(4);
+        let clustered = Placement::clustered(4, secret());
         assert_eq!(clustered.pick_here(), None);
         clustered.set_here(1, true);
         clustered.set_here(3, true);
@@ -282,7 +296,7 @@ mod tests {
             None,
             "off the shards, an id spreads it"
         );
-        let clustered = std::sync::Arc::new(Placement::clustered(4));
+        let clustered = std::sync::Arc::new(Placement::clustered(4, secret()));
         clustered.run_on_shards(2);
         clustered.set_here(0, true);
         clustered.set_here(3, true);

@@ -1,13 +1,26 @@
 //! Sending a request on to the node that leads its partition, as both doors do (the ingress
 //! and the admin API): the same method, path and headers, less those of one connection, with
-//! `x-sluice-forwarded` added so the leader never forwards it again; the answer comes back
-//! whole, bounded, less its connection headers.
+//! `x-sluice-forwarded` carrying the cluster's secret (`cluster.secret`) so the leader knows a
+//! node sent it and never forwards it again; the answer comes back whole, bounded, less its
+//! connection headers. A client's own `x-sluice-forwarded` is worth nothing: [`from_node`]
+//! honours the header only when it holds the secret.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
+use crate::partition::placement::Placement;
+
 /// Marks a request one node forwarded to another.
 pub const FORWARDED: &str = "x-sluice-forwarded";
+
+/// Whether `headers` are those of a request another node of the cluster forwarded: its
+/// `x-sluice-forwarded` holds the cluster's secret. Never on an embedded node.
+pub fn from_node(placement: &Placement, headers: &HeaderMap) -> bool {
+    match (placement.secret(), headers.get(FORWARDED)) {
+        (Some(secret), Some(offered)) => secret.matches(offered.as_bytes()),
+        _ => false,
+    }
+}
 
 /// Largest answer relayed from the leader (a call's output is bounded by the protocol's message
 /// limit far below this).
@@ -74,9 +87,10 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// Sends `method path_and_query` with `headers` and `body` to the node at `base` (a URL);
-/// why not, when it fails.
+/// Sends `method path_and_query` with `headers` and `body` to the node at `base` (a URL), as a
+/// node of `placement`'s cluster; why not, when it fails.
 pub async fn relay(
+    placement: &Placement,
     client: &reqwest::Client,
     base: &str,
     method: Method,
@@ -84,15 +98,18 @@ pub async fn relay(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Answer, String> {
+    let Some(secret) = placement.secret() else {
+        return Err("this node is not part of a cluster: it forwards nothing".into());
+    };
     let url = format!("{}{path_and_query}", base.trim_end_matches('/'));
     let mut outgoing = client.request(method, &url).body(body);
     for (name, value) in headers {
-        if !hop_by_hop(name) {
+        if !hop_by_hop(name) && name != FORWARDED {
             outgoing = outgoing.header(name, value);
         }
     }
     let answer = outgoing
-        .header(FORWARDED, "1")
+        .header(FORWARDED, secret.expose())
         .send()
         .await
         .map_err(|e| format!("forwarding to {base} failed: {e}"))?;

@@ -150,6 +150,7 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("budget_spent", DataType::UInt64, true),
         ("budget_reserved", DataType::UInt64, true),
         ("budget_resets_at", timestamp(), true),
+        ("budget_overrun", DataType::UInt64, true),
     ])
 }
 
@@ -167,6 +168,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             UInt64Builder::new(),
         );
         let mut budget_resets = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let mut overrun = UInt64Builder::new();
         let (mut scope, mut l1, mut l2, mut level) = (
             StringBuilder::new(),
             StringBuilder::new(),
@@ -232,6 +234,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 c.budget
                     .map(|(_, u, _)| i64::try_from(u.window_end).unwrap_or(i64::MAX)),
             );
+            overrun.append_option(c.budget.map(|_| c.budget_overrun));
             next_token.append_option(
                 c.next_token_ms
                     .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
@@ -271,6 +274,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(spent.finish()),
                 Arc::new(reserved.finish()),
                 Arc::new(budget_resets.finish()),
+                Arc::new(overrun.finish()),
             ],
         )
     })

@@ -17,43 +17,77 @@ pub const COST_RUN: &str = "sluice:cost";
 /// Most digits a reported cost may have: a `u64` written out.
 const MOST_DIGITS: usize = 20;
 
-/// What the invocation whose journal is `journal` spent: the sum (saturating) of the values of
-/// its completed [`COST_RUN`] steps, or `None` when it reported nothing. A step that failed,
-/// or whose value is not a non-negative JSON integer that fits a `u64`, adds nothing and is
-/// returned in `refused` by its completion id, so the caller can say so.
-pub fn spent(journal: &[Frame], refused: &mut Vec<u32>) -> Option<u64> {
+/// Most cost reports counted for one invocation: past them its journal's further reports
+/// add nothing (and are counted as passed over), so summing stays cheap whatever a handler
+/// writes.
+pub const MAX_REPORTS: usize = 10_000;
+
+/// How many refused reports are named by their completion id (the rest are only counted).
+const NAMED: usize = 5;
+
+/// What an invocation's cost reports came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// The sum (saturating) of the values of its completed [`COST_RUN`] steps; `None` when it
+    /// reported nothing.
+    pub total: Option<u64>,
+    /// Reports that failed or were not amounts, adding nothing.
+    pub refused: usize,
+    /// The completion ids of the first few of them, for the log.
+    pub first_refused: Vec<u32>,
+    /// Reports past [`MAX_REPORTS`], not counted.
+    pub passed_over: usize,
+}
+
+/// What the invocation whose journal is `journal` spent, in one pass over it: the values of
+/// its first [`MAX_REPORTS`] completed [`COST_RUN`] steps, summed. A step that failed, or
+/// whose value is not a non-negative JSON integer that fits a `u64`, adds nothing and is
+/// counted in `refused`, so the caller can say so.
+pub fn spent(journal: &[Frame]) -> Spent {
     let run = MessageType::Run.id();
     let completion = MessageType::RunCompletion.id();
-    let mut steps: Vec<u32> = Vec::new();
-    for frame in journal.iter().filter(|f| f.ty == run) {
-        if let Ok(command) = proto::RunCommandMessage::decode(Bytes::clone(&frame.payload))
-            && command.name == COST_RUN
-        {
-            steps.push(command.result_completion_id);
+    // A step's run command comes before its completion in the journal.
+    let mut steps: std::collections::HashSet<u32> = std::collections::HashSet::new();
+    let mut out = Spent::default();
+    let mut counted = 0usize;
+    for frame in journal {
+        if frame.ty == run {
+            if let Ok(command) = proto::RunCommandMessage::decode(Bytes::clone(&frame.payload))
+                && command.name == COST_RUN
+            {
+                if steps.len() + counted < MAX_REPORTS {
+                    steps.insert(command.result_completion_id);
+                } else {
+                    out.passed_over += 1;
+                }
+            }
+            continue;
         }
-    }
-    if steps.is_empty() {
-        return None;
-    }
-    let mut total: Option<u64> = None;
-    for frame in journal.iter().filter(|f| f.ty == completion) {
+        if frame.ty != completion || steps.is_empty() {
+            continue;
+        }
         let Ok(done) = proto::NotificationTemplate::decode(Bytes::clone(&frame.payload)) else {
             continue;
         };
         let Some(notification_template::Id::CompletionId(id)) = done.id else {
             continue;
         };
-        let Some(at) = steps.iter().position(|s| *s == id) else {
-            continue;
-        };
         // One completion per step: a second one (never written by the partition) is ignored.
-        steps.swap_remove(at);
+        if !steps.remove(&id) {
+            continue;
+        }
+        counted += 1;
         match done.result.as_ref().and_then(amount) {
-            Some(amount) => total = Some(total.unwrap_or(0).saturating_add(amount)),
-            None => refused.push(id),
+            Some(amount) => out.total = Some(out.total.unwrap_or(0).saturating_add(amount)),
+            None => {
+                out.refused += 1;
+                if out.first_refused.len() < NAMED {
+                    out.first_refused.push(id);
+                }
+            }
         }
     }
-    total
+    out
 }
 
 /// A step's value as an amount: a JSON integer, `0` to `u64::MAX`, with surrounding
@@ -129,21 +163,16 @@ mod tests {
             run(3, COST_RUN),
             done(3, " 8\n"),
         ];
-        let mut refused = Vec::new();
-        assert_eq!(spent(&journal, &mut refused), Some(1540));
-        assert!(refused.is_empty());
+        let spent = spent(&journal);
+        assert_eq!(spent.total, Some(1540));
+        assert_eq!(spent.refused, 0);
     }
 
     #[test]
     fn an_invocation_that_reports_nothing_spent_nothing_known() {
-        let mut refused = Vec::new();
-        assert_eq!(
-            spent(&[input(), run(1, "fetch"), done(1, "5")], &mut refused),
-            None
-        );
+        assert_eq!(spent(&[input(), run(1, "fetch"), done(1, "5")]).total, None);
         // A cost step not completed (the invocation was killed during it) charges nothing.
-        assert_eq!(spent(&[input(), run(1, COST_RUN)], &mut refused), None);
-        assert!(refused.is_empty());
+        assert_eq!(spent(&[input(), run(1, COST_RUN)]), Spent::default());
     }
 
     #[test]
@@ -163,9 +192,10 @@ mod tests {
             run(6, COST_RUN),
             done(6, "7"),
         ];
-        let mut refused = Vec::new();
-        assert_eq!(spent(&journal, &mut refused), Some(7));
-        assert_eq!(refused, vec![1, 2, 3, 4, 5]);
+        let spent = spent(&journal);
+        assert_eq!(spent.total, Some(7));
+        assert_eq!(spent.refused, 5);
+        assert_eq!(spent.first_refused, vec![1, 2, 3, 4, 5]);
     }
 
     #[test]
@@ -177,6 +207,20 @@ mod tests {
             run(2, COST_RUN),
             done(2, "5"),
         ];
-        assert_eq!(spent(&journal, &mut Vec::new()), Some(u64::MAX));
+        assert_eq!(spent(&journal).total, Some(u64::MAX));
+    }
+
+    #[test]
+    fn reports_past_the_cap_are_passed_over_and_refusals_named_only_first() {
+        let mut journal = Vec::new();
+        for id in 1..=u32::try_from(MAX_REPORTS + 7).unwrap() {
+            journal.push(run(id, COST_RUN));
+            journal.push(done(id, if id % 2 == 0 { "x" } else { "1" }));
+        }
+        let spent = spent(&journal);
+        assert_eq!(spent.total, Some(u64::try_from(MAX_REPORTS / 2).unwrap()));
+        assert_eq!(spent.refused, MAX_REPORTS / 2);
+        assert_eq!(spent.first_refused, vec![2, 4, 6, 8, 10]);
+        assert_eq!(spent.passed_over, 7);
     }
 }

@@ -284,8 +284,8 @@ fn input_program(input: &Frame) -> Bytes {
 }
 
 /// Scope `s1`'s rule without limits: a budget too large to hold anything (its checks are that
-/// each ended call is charged exactly once), with a reservation per call, over the month the
-/// simulation runs in.
+/// each ended call is charged exactly once, up to what one call may charge), with a
+/// reservation per call, over the month the simulation runs in.
 fn s1_rule() -> Upsert {
     let mut rule = Upsert::new(RulePattern::parse("s1").unwrap(), Limit::Unlimited);
     rule.budget = Some(crate::flow::Budget {
@@ -294,10 +294,14 @@ fn s1_rule() -> Upsert {
             window: crate::flow::QuotaWindow::Month,
             reject: false,
         },
-        reserve: std::num::NonZeroU64::new(5),
+        reserve: std::num::NonZeroU64::new(S1_RESERVE),
     });
     rule
 }
+
+/// What one call reserves of `s1`'s budget, and so the most one call may charge to it: the
+/// simulated handlers report 7 × their step's completion id, some under it and some over.
+const S1_RESERVE: u64 = 20;
 
 /// The book the simulation starts with: `s1`'s rule.
 fn first_book() -> RuleBook {
@@ -312,7 +316,7 @@ fn s1_cost(record: &InvocationRecord) -> u64 {
     if record.status == Status::Completed
         && record.scope.as_ref().is_some_and(|s| s.as_str() == "s1")
     {
-        record.cost.unwrap_or(0)
+        record.cost.unwrap_or(0).min(S1_RESERVE)
     } else {
         0
     }
