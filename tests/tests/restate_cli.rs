@@ -1,5 +1,8 @@
 //! The real `restate` CLI (npm `@restatedev/restate`, pinned in `tests/restate-cli/`) pointed
-//! at Sluice's admin listener: rules, deployments, services, invocations and SQL.
+//! at Sluice's admin listener, as a new user would use it: it registers the deployment itself,
+//! then every command with a Sluice counterpart runs (rules, deployments, services and their
+//! status and config, invocations listed, described, cancelled, killed and purged, state,
+//! Kafka clusters and subscriptions, virtual queues and SQL).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,7 +25,6 @@ async fn the_restate_cli_works_against_sluice() {
     let dep = TestDeployment::start("v1").await.unwrap();
     // With admin tokens: the CLI sends RESTATE_AUTH_TOKEN as its bearer token.
     let sluice = Sluice::builder().with_tokens().start().await.unwrap();
-    sluice.register(&dep.uri, false).await;
     let home = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
         let out = Command::new(restate_cli())
@@ -38,6 +40,20 @@ async fn the_restate_cli_works_against_sluice() {
         assert!(out.status.success(), "restate {args:?} failed:\n{text}");
         text
     };
+    // A dry run of a new deployment is 201: the CLI goes on to register it.
+    let out = run(&["deployments", "register", &dep.uri, "--yes"]);
+    assert!(!out.contains("already exists"), "{out}");
+    let deployment = out
+        .split_whitespace()
+        .find(|word| word.starts_with("dp_"))
+        .unwrap_or_else(|| panic!("no deployment id:\n{out}"))
+        .to_owned();
+    assert!(out.contains("Greeter") && out.contains("Counter"), "{out}");
+    let out = run(&["deployments", "describe", &deployment]);
+    assert!(out.contains(&dep.uri) && out.contains("greet"), "{out}");
+    let out = run(&["whoami"]);
+    assert!(out.contains(&sluice.admin_url), "{out}");
+
     let out = run(&["rules", "set", "*", "--concurrency", "2", "--yes"]);
     assert!(out.contains("Created rule '*'"), "{out}");
     let out = run(&["rules", "set", "acme/*", "--concurrency", "1", "--yes"]);
@@ -72,6 +88,40 @@ async fn the_restate_cli_works_against_sluice() {
     assert!(out.contains(&dep.uri), "{out}");
     let out = run(&["services", "list"]);
     assert!(out.contains("Greeter") && out.contains("Counter"), "{out}");
+    let out = run(&["services", "describe", "Counter"]);
+    assert!(out.contains("add") && out.contains(&deployment), "{out}");
+    let out = run(&["services", "config", "view", "Greeter"]);
+    assert!(out.contains("retention"), "{out}");
+
+    // A keyed call, described with its journal, then its object's state.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/Counter/k1/add/send", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let added: serde_json::Value = resp.json().await.unwrap();
+    let added = added["invocationId"].as_str().unwrap().to_owned();
+    sluice
+        .invocation_until(&added, "completed", |seen| seen["status"] == "completed")
+        .await;
+    let out = run(&["invocations", "describe", &added]);
+    assert!(
+        out.contains("Counter/k1/add") && out.contains("completed"),
+        "{out}"
+    );
+    let out = run(&["state", "get", "Counter", "k1"]);
+    assert!(out.contains("count") && out.contains('5'), "{out}");
+    let out = run(&["services", "status"]);
+    assert!(out.contains("Counter") && out.contains("Greeter"), "{out}");
+    let out = run(&["invocations", "purge", &added, "--yes"]);
+    assert!(out.contains("Purged 1"), "{out}");
+    let out = run(&["kafka-clusters", "list"]);
+    assert!(!out.contains("Error"), "{out}");
+    let out = run(&["subscriptions", "list"]);
+    assert!(!out.contains("Error"), "{out}");
 
     let resp = reqwest::Client::new()
         .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
@@ -105,6 +155,7 @@ async fn the_restate_cli_works_against_sluice() {
     assert!(!rows.iter().any(|cells| cells.contains(&"acme/*")), "{out}");
 
     // Virtual queues: three scoped holds under `*` = 2 leave one waiting in its queue.
+    let mut holds = Vec::new();
     for _ in 0..3 {
         let resp = reqwest::Client::new()
             .post(format!(
@@ -117,6 +168,8 @@ async fn the_restate_cli_works_against_sluice() {
             .await
             .unwrap();
         assert_eq!(resp.status(), 202);
+        let sent: serde_json::Value = resp.json().await.unwrap();
+        holds.push(sent["invocationId"].as_str().unwrap().to_owned());
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let listed = loop {
@@ -162,4 +215,29 @@ async fn the_restate_cli_works_against_sluice() {
         serde_json::json!([{"service_name": "Meter", "num_inbox": 1, "num_running": 2}]),
         "{out}"
     );
+
+    // Cancel the waiting hold (its handler hears it when it starts; `hold` does not listen),
+    // then kill both through the CLI: they end, not after their 30 s.
+    let mut waiting = None;
+    let mut running = None;
+    for id in &holds {
+        let (_, seen) = sluice.describe(id).await;
+        match seen["status"].as_str() {
+            Some("pending") => waiting = Some(id.clone()),
+            Some("running") => running = Some(id.clone()),
+            _ => {}
+        }
+    }
+    let (waiting, running) = (waiting.expect("one hold waits"), running.expect("one runs"));
+    let out = run(&["invocations", "cancel", &waiting, "--yes"]);
+    assert!(out.contains("Cancelled 1"), "{out}");
+    for id in [&running, &waiting] {
+        let out = run(&["invocations", "kill", id, "--yes"]);
+        assert!(out.contains("Killed 1"), "{out}");
+    }
+    for id in [&waiting, &running] {
+        sluice
+            .invocation_until(id, "ended", |seen| seen["status"] == "completed")
+            .await;
+    }
 }

@@ -3,6 +3,7 @@
 
 mod cluster;
 mod flow;
+mod journal;
 mod objects;
 mod registry;
 
@@ -19,10 +20,8 @@ use flow::{
     rules, rules_schema, scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta,
     vqueue_meta_schema, vqueues, vqueues_schema,
 };
-use objects::{
-    invocation, invocation_schema, journal, journal_schema, locks, locks_schema, state,
-    state_schema,
-};
+use journal::{journal, journal_schema};
+use objects::{invocation, invocation_schema, locks, locks_schema, state, state_schema};
 use registry::{deployment, deployment_schema, service, service_schema};
 
 fn timestamp() -> DataType {
@@ -60,7 +59,7 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
     let placement = Arc::clone(sources.runtime.placement());
     let led_here: LedHere = Arc::new(move || placement.led());
     let by_id = Rows::Stored(Placed::ById("id"));
-    let tables: [(&'static str, SchemaRef, Reader, Rows); 12] = [
+    let tables: [(&'static str, SchemaRef, Reader, Rows); 14] = [
         (
             "sys_rules",
             rules_schema(),
@@ -95,6 +94,22 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
             "sys_invocation",
             invocation_schema(),
             invocation(sources),
+            by_id,
+        ),
+        // The reference's raw status table, which its CLI reads (`restate services status`):
+        // the same rows, each status as that table spells it.
+        (
+            "sys_invocation_status",
+            invocation_schema(),
+            raw_status(invocation(sources)),
+            by_id,
+        ),
+        // The reference's inboxes (its CLI counts them, `restate services status`): the
+        // calls to a keyed handler that wait to start.
+        (
+            "sys_inbox",
+            inbox_schema(),
+            inbox(invocation(sources)),
             by_id,
         ),
         (
@@ -148,6 +163,91 @@ where
 {
     let sources = Arc::clone(sources);
     Arc::new(move || Box::pin(read(Arc::clone(&sources))))
+}
+
+/// The reference's `sys_invocation_status` spelling of a status: a call that waits to start is
+/// `inboxed`, one running or backing off between attempts is `invoked`.
+fn raw_status_name(status: &str) -> &str {
+    match status {
+        "pending" => "inboxed",
+        "running" | "backing-off" => "invoked",
+        other => other,
+    }
+}
+
+/// `read`'s rows with their `status` column as [`raw_status_name`] spells it.
+fn raw_status(read: Reader) -> Reader {
+    use datafusion::arrow::array::{Array as _, StringArray};
+    Arc::new(move || {
+        let read = Arc::clone(&read);
+        Box::pin(async move {
+            let rows = read().await?;
+            let schema = rows.schema();
+            let at = schema.index_of("status").map_err(internal)?;
+            let statuses = rows
+                .column(at)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| internal("the status column is text"))?;
+            let renamed: StringArray = (0..statuses.len())
+                .map(|i| (!statuses.is_null(i)).then(|| raw_status_name(statuses.value(i))))
+                .collect();
+            let mut columns = rows.columns().to_vec();
+            columns[at] = Arc::new(renamed);
+            batch(&schema, columns)
+        })
+    })
+}
+
+fn inbox_schema() -> SchemaRef {
+    schema(vec![
+        ("service_name", DataType::Utf8, false),
+        ("service_key", DataType::Utf8, false),
+        ("id", DataType::Utf8, false),
+        ("sequence_number", DataType::UInt64, false),
+        ("created_at", timestamp(), false),
+    ])
+}
+
+/// The rows of `sys_inbox` from `read`'s invocations: the pending ones with a key, numbered
+/// in the order read.
+fn inbox(read: Reader) -> Reader {
+    use datafusion::arrow::array::{Array as _, BooleanArray, StringArray, UInt64Array};
+    use datafusion::arrow::compute::filter_record_batch;
+    Arc::new(move || {
+        let read = Arc::clone(&read);
+        Box::pin(async move {
+            let rows = read().await?;
+            let column = |name: &str| -> Result<ArrayRef> {
+                let at = rows.schema().index_of(name).map_err(internal)?;
+                Ok(Arc::clone(rows.column(at)))
+            };
+            let (status, key) = (column("status")?, column("target_service_key")?);
+            let status = status
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| internal("the status column is text"))?;
+            let waiting: BooleanArray = (0..status.len())
+                .map(|i| Some(status.value(i) == "pending" && !key.is_null(i)))
+                .collect();
+            let kept = filter_record_batch(&rows, &waiting).map_err(internal)?;
+            let pick = |name: &str| -> Result<ArrayRef> {
+                let at = kept.schema().index_of(name).map_err(internal)?;
+                Ok(Arc::clone(kept.column(at)))
+            };
+            let sequence: UInt64Array = (0..kept.num_rows() as u64).map(Some).collect();
+            batch(
+                &inbox_schema(),
+                vec![
+                    pick("target_service_name")?,
+                    pick("target_service_key")?,
+                    pick("id")?,
+                    Arc::new(sequence),
+                    pick("created_at")?,
+                ],
+            )
+        })
+    })
 }
 
 /// Runs `read` against the store off the async threads.

@@ -62,44 +62,6 @@ pub(super) fn locks(sources: &Arc<QuerySources>) -> Reader {
     })
 }
 
-pub(super) fn journal_schema() -> SchemaRef {
-    schema(vec![
-        ("id", DataType::Utf8, false),
-        ("index", DataType::UInt32, false),
-        ("entry_type", DataType::Utf8, false),
-        ("entry_type_id", DataType::UInt32, false),
-        ("payload_length", DataType::UInt64, false),
-    ])
-}
-
-pub(super) fn journal(sources: &Arc<QuerySources>) -> Reader {
-    reader(sources, |sources| async move {
-        let entries = read_store(&sources, invocations::scan_journal).await?;
-        let (mut id, mut entry_type) = (StringBuilder::new(), StringBuilder::new());
-        let (mut index, mut type_id) = (UInt32Builder::new(), UInt32Builder::new());
-        let mut length = UInt64Builder::new();
-        for (invocation, i, ty, len) in entries {
-            id.append_value(invocation.to_string());
-            index.append_value(i);
-            entry_type.append_value(
-                sluice_protocol::MessageType::from_id(ty).map_or("Unknown", |t| t.name()),
-            );
-            type_id.append_value(u32::from(ty));
-            length.append_value(len as u64);
-        }
-        batch(
-            &journal_schema(),
-            vec![
-                Arc::new(id.finish()),
-                Arc::new(index.finish()),
-                Arc::new(entry_type.finish()),
-                Arc::new(type_id.finish()),
-                Arc::new(length.finish()),
-            ],
-        )
-    })
-}
-
 pub(super) fn state_schema() -> SchemaRef {
     schema(vec![
         ("partition_key", DataType::UInt64, false),

@@ -461,6 +461,16 @@ fn read_journal_through(
 pub fn scan_journal(
     db: &redb::Database,
 ) -> Result<Vec<(InvocationId, u32, u16, usize)>, CodedError> {
+    scan_journal_with(db, |id, index, ty, payload| (id, index, ty, payload.len()))
+}
+
+/// What `look` makes of every journal entry of every invocation (its id, index, message type
+/// id and payload), in key order: an invocation's entries together, by index. The payload is
+/// lent, not copied: `look` keeps what it needs of it.
+pub fn scan_journal_with<T>(
+    db: &redb::Database,
+    mut look: impl FnMut(InvocationId, u32, u16, &[u8]) -> T,
+) -> Result<Vec<T>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(Vec::new());
@@ -484,11 +494,11 @@ pub fn scan_journal(
                 .get(..2)
                 .and_then(|b| b.try_into().ok())
                 .ok_or_else(bad)?;
-            Ok((
+            Ok(look(
                 InvocationId::from_bytes(id),
                 u32::from_be_bytes(index),
                 u16::from_be_bytes(ty),
-                raw.len() - 2,
+                &raw[2..],
             ))
         })
         .collect()
