@@ -55,7 +55,10 @@ pub struct ClusterConfig {
     /// for. At least the node count less one: every node holds every partition.
     pub standbys: u16,
     /// More librdkafka properties for the cluster's clients (security, timeouts).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        serialize_with = "crate::kafka::redacted_properties"
+    )]
     pub properties: BTreeMap<String, String>,
     /// Start even when the brokers cannot say whether the cluster's topics keep every record
     /// (DescribeConfigs unsupported or denied). Off: such a node stops with CLU0002; the
