@@ -137,7 +137,7 @@ pub async fn serve(
     // Every open connection holds a permit: the drain below waits until all are back.
     let cap = u32::try_from(limits.max).unwrap_or(u32::MAX);
     let permits = Arc::new(Semaphore::new(usize::try_from(cap).unwrap_or(usize::MAX)));
-    let per_ip = sluice_listeners::per_ip::PerIp::new(limits.max_per_ip.min(limits.max));
+    let per_ip = sluice_listeners::per_ip::PerIp::new(limits.per_ip());
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -173,7 +173,7 @@ pub async fn serve(
         let Some(place) = per_ip.enter(peer.ip()) else {
             tracing::debug!(
                 ip = %peer.ip(),
-                max = limits.max_per_ip,
+                max = limits.per_ip(),
                 "admin connection cap for one address reached: closing a new connection (admin.connections.max-per-ip)"
             );
             continue;

@@ -208,8 +208,10 @@ pub struct ConnectionLimits {
     pub max: usize,
     /// Connections open at once from one client address (IPv4-mapped IPv6 counts as its IPv4
     /// address), so one client cannot take every place under `max`; a connection over it is
-    /// closed as soon as it is accepted.
-    pub max_per_ip: usize,
+    /// closed as soon as it is accepted. Unset: a quarter of `max`, whatever `max` is set to
+    /// (a lowered `max` lowers it too, so one client cannot fill it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_per_ip: Option<usize>,
     /// Longest a client may take to send a request's headers, counted from the connection's
     /// accept (its first request) or from the first byte of a later request, however the bytes
     /// trickle in.
@@ -228,11 +230,21 @@ impl ConnectionLimits {
     pub fn with_max(max: usize) -> Self {
         Self {
             max,
-            max_per_ip: (max / 4).max(1),
+            max_per_ip: None,
             header_read_timeout: FriendlyDuration::from_secs(10),
             idle_timeout: FriendlyDuration::from_secs(60),
             max_streams: 100,
         }
+    }
+}
+
+impl ConnectionLimits {
+    /// Connections one client address may hold: `max-per-ip` if set, else a quarter of `max`;
+    /// never more than `max`.
+    pub fn per_ip(&self) -> usize {
+        self.max_per_ip
+            .unwrap_or((self.max / 4).max(1))
+            .min(self.max)
     }
 }
 
@@ -245,6 +257,18 @@ impl Default for ConnectionLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_per_address_bound_follows_max_unless_set() {
+        let lowered: ConnectionLimits = toml::from_str("max = 20").unwrap();
+        assert_eq!(lowered.per_ip(), 5);
+        let set: ConnectionLimits = toml::from_str("max = 20\nmax-per-ip = 50").unwrap();
+        assert_eq!(set.per_ip(), 20, "never more than max");
+        let set: ConnectionLimits = toml::from_str("max = 20\nmax-per-ip = 3").unwrap();
+        assert_eq!(set.per_ip(), 3);
+        assert_eq!(ConnectionLimits::default().per_ip(), 2500);
+        assert_eq!(ConnectionLimits::with_max(1).per_ip(), 1);
+    }
 
     #[test]
     fn tokens_parse_from_a_string_or_a_list_and_never_print() {

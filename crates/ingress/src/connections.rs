@@ -113,7 +113,7 @@ impl GuardedHttp {
             app: Arc::new(app),
             tls,
             permits: Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS))),
-            per_ip: PerIp::new(limits.max_per_ip.min(limits.max)),
+            per_ip: PerIp::new(limits.per_ip()),
             limits,
         }
     }
@@ -322,7 +322,7 @@ impl ServerApp for GuardedHttp {
                 None => {
                     tracing::debug!(
                         %ip,
-                        max = self.limits.max_per_ip,
+                        max = self.limits.per_ip(),
                         "ingress connection cap for one address reached: closing a new connection (ingress.connections.max-per-ip)"
                     );
                     return None;
