@@ -370,7 +370,7 @@ fn largest_value(value: &ColumnarValue) -> u64 {
     match value {
         ColumnarValue::Scalar(scalar) => u64::try_from(scalar.size()).unwrap_or(u64::MAX),
         ColumnarValue::Array(array) => {
-            let whole = u64::try_from(array.get_array_memory_size()).unwrap_or(u64::MAX);
+            let whole = bytes_over(value, 1);
             if array.len() <= 1 {
                 return whole;
             }
@@ -383,17 +383,6 @@ fn largest_value(value: &ColumnarValue) -> u64 {
                 .and_then(|lengths| largest_count(&ColumnarValue::Array(lengths)).ok())
                 .unwrap_or(whole)
         }
-    }
-}
-
-/// The bytes an answer holds (a scalar once: it is not copied per row until a later step
-/// asks for an array, and that step is a function charged in turn).
-fn answer_bytes(value: &ColumnarValue) -> u64 {
-    match value {
-        ColumnarValue::Array(array) => {
-            u64::try_from(array.get_array_memory_size()).unwrap_or(u64::MAX)
-        }
-        ColumnarValue::Scalar(scalar) => u64::try_from(scalar.size()).unwrap_or(u64::MAX),
     }
 }
 
@@ -479,7 +468,9 @@ impl ScalarUDFImpl for Bounded {
         let Some(growth) = self.growth else {
             let answer = self.inner.invoke_with_args(args)?;
             budget.value(name, largest_value(&answer))?;
-            budget.take(name, answer_bytes(&answer))?;
+            // A scalar answer is charged once: it is not copied per row until a later step
+            // asks for an array, and that step is a function charged in turn.
+            budget.take(name, bytes_over(&answer, 1))?;
             return Ok(answer);
         };
         let rows = u64::try_from(args.number_rows.max(1)).unwrap_or(u64::MAX);

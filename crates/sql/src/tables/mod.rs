@@ -175,27 +175,41 @@ fn raw_status_name(status: &str) -> &str {
     }
 }
 
-/// `read`'s rows with their `status` column as [`raw_status_name`] spells it.
-fn raw_status(read: Reader) -> Reader {
-    use datafusion::arrow::array::{Array as _, StringArray};
+/// A table whose rows are `read`'s, made over by `derive`.
+fn derived(read: Reader, derive: fn(RecordBatch) -> Result<RecordBatch>) -> Reader {
     Arc::new(move || {
         let read = Arc::clone(&read);
-        Box::pin(async move {
-            let rows = read().await?;
-            let schema = rows.schema();
-            let at = schema.index_of("status").map_err(internal)?;
-            let statuses = rows
-                .column(at)
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .ok_or_else(|| internal("the status column is text"))?;
-            let renamed: StringArray = (0..statuses.len())
-                .map(|i| (!statuses.is_null(i)).then(|| raw_status_name(statuses.value(i))))
-                .collect();
-            let mut columns = rows.columns().to_vec();
-            columns[at] = Arc::new(renamed);
-            batch(&schema, columns)
-        })
+        Box::pin(async move { derive(read().await?) })
+    })
+}
+
+/// Column `name` of `rows`: where it is, and its values.
+fn column_of<'a>(rows: &'a RecordBatch, name: &str) -> Result<(usize, &'a ArrayRef)> {
+    let at = rows.schema().index_of(name).map_err(internal)?;
+    Ok((at, rows.column(at)))
+}
+
+/// The `status` column of invocation rows: where it is, and its text.
+fn statuses(rows: &RecordBatch) -> Result<(usize, &datafusion::arrow::array::StringArray)> {
+    let (at, column) = column_of(rows, "status")?;
+    let text = column
+        .as_any()
+        .downcast_ref()
+        .ok_or_else(|| internal("the status column is text"))?;
+    Ok((at, text))
+}
+
+/// `read`'s rows with their `status` column as [`raw_status_name`] spells it.
+fn raw_status(read: Reader) -> Reader {
+    derived(read, |rows| {
+        use datafusion::arrow::array::{Array as _, StringArray};
+        let (at, statuses) = statuses(&rows)?;
+        let renamed: StringArray = (0..statuses.len())
+            .map(|i| (!statuses.is_null(i)).then(|| raw_status_name(statuses.value(i))))
+            .collect();
+        let mut columns = rows.columns().to_vec();
+        columns[at] = Arc::new(renamed);
+        batch(&rows.schema(), columns)
     })
 }
 
@@ -212,41 +226,27 @@ fn inbox_schema() -> SchemaRef {
 /// The rows of `sys_inbox` from `read`'s invocations: the pending ones with a key, numbered
 /// in the order read.
 fn inbox(read: Reader) -> Reader {
-    use datafusion::arrow::array::{Array as _, BooleanArray, StringArray, UInt64Array};
-    use datafusion::arrow::compute::filter_record_batch;
-    Arc::new(move || {
-        let read = Arc::clone(&read);
-        Box::pin(async move {
-            let rows = read().await?;
-            let column = |name: &str| -> Result<ArrayRef> {
-                let at = rows.schema().index_of(name).map_err(internal)?;
-                Ok(Arc::clone(rows.column(at)))
-            };
-            let (status, key) = (column("status")?, column("target_service_key")?);
-            let status = status
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .ok_or_else(|| internal("the status column is text"))?;
-            let waiting: BooleanArray = (0..status.len())
-                .map(|i| Some(status.value(i) == "pending" && !key.is_null(i)))
-                .collect();
-            let kept = filter_record_batch(&rows, &waiting).map_err(internal)?;
-            let pick = |name: &str| -> Result<ArrayRef> {
-                let at = kept.schema().index_of(name).map_err(internal)?;
-                Ok(Arc::clone(kept.column(at)))
-            };
-            let sequence: UInt64Array = (0..kept.num_rows() as u64).map(Some).collect();
-            batch(
-                &inbox_schema(),
-                vec![
-                    pick("target_service_name")?,
-                    pick("target_service_key")?,
-                    pick("id")?,
-                    Arc::new(sequence),
-                    pick("created_at")?,
-                ],
-            )
-        })
+    derived(read, |rows| {
+        use datafusion::arrow::array::{Array as _, BooleanArray, UInt64Array};
+        use datafusion::arrow::compute::filter_record_batch;
+        let (_, status) = statuses(&rows)?;
+        let (_, key) = column_of(&rows, "target_service_key")?;
+        let waiting: BooleanArray = (0..status.len())
+            .map(|i| Some(status.value(i) == "pending" && !key.is_null(i)))
+            .collect();
+        let kept = filter_record_batch(&rows, &waiting).map_err(internal)?;
+        let pick = |name: &str| column_of(&kept, name).map(|(_, column)| Arc::clone(column));
+        let sequence: UInt64Array = (0..kept.num_rows() as u64).map(Some).collect();
+        batch(
+            &inbox_schema(),
+            vec![
+                pick("target_service_name")?,
+                pick("target_service_key")?,
+                pick("id")?,
+                Arc::new(sequence),
+                pick("created_at")?,
+            ],
+        )
     })
 }
 
