@@ -8,7 +8,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use datafusion::arrow::array::{
     BooleanBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Builder, UInt64Builder,
 };
@@ -81,7 +80,7 @@ fn entry(id: InvocationId, index: u32, ty: u16, payload: &[u8]) -> Entry {
     let Some(kind) = MessageType::from_id(ty) else {
         return entry;
     };
-    let payload = Bytes::copy_from_slice(payload);
+    // Decoded from the lent bytes: nothing is copied, a large value included.
     match kind {
         MessageType::Call => {
             if let Ok(m) = proto::CallCommandMessage::decode(payload) {
