@@ -125,7 +125,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     };
     let plugins = Arc::new(
         Plugins::new(Some(Arc::clone(&store)), Some(Arc::clone(&rules)))
-            .bounding_instantiation_by(config.plugin_limits.max_deadline.0),
+            .limited_by(&config.plugin_limits),
     );
     plugins.start(&config.plugins)?;
     let kafka = Arc::new(Kafka::load(&node)?);

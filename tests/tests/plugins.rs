@@ -344,6 +344,261 @@ async fn hostile_plugins_are_stopped(plugin: &str, memory: &str) {
     assert_eq!(listed["metrics"]["errors"], 1, "{listed}");
 }
 
+/// Sluice whose plugin calls wait in a queue of `queue` (two threads run them) and whose
+/// breakers open after `breaker_failures` failures in a row, for `cooldown`.
+async fn with_plugin_limits(
+    queue: &str,
+    breaker_failures: &str,
+    cooldown: &str,
+) -> (Sluice, TestDeployment) {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env("SERVICE_PLUGIN_LIMITS__CALL_QUEUE", queue)
+        .env("SERVICE_PLUGIN_LIMITS__BREAKER_FAILURES", breaker_failures)
+        .env("SERVICE_PLUGIN_LIMITS__BREAKER_COOLDOWN", cooldown)
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    (sluice, dep)
+}
+
+/// Clients that each call `Greeter/greet` back to back until `stop`; each answers the error
+/// codes it got, in order.
+fn greeting_clients(
+    sluice: &Sluice,
+    n: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Option<String>>>> {
+    (0..n)
+        .map(|_| {
+            let url = format!("{}/service/call/Greeter/greet", sluice.ingress_url);
+            let stop = std::sync::Arc::clone(stop);
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut codes = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let resp = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body("\"Ada\"")
+                        .send()
+                        .await
+                        .unwrap();
+                    codes.push(
+                        resp.headers()
+                            .get("x-service-error-code")
+                            .map(|v| v.to_str().unwrap().to_owned()),
+                    );
+                }
+                codes
+            })
+        })
+        .collect()
+}
+
+/// A plugin that loops to its 1 s deadline on every call takes the plugin threads, never a
+/// shard: while six clients keep both threads and the whole queue busy with it, the ingress's
+/// health (no plugin involved) answers within 50 ms at p99; calls past the queue are refused
+/// at once, 503 PLG0011 with Retry-After.
+#[tokio::test]
+async fn beside_a_looping_plugin_health_stays_fast_and_calls_past_its_queue_are_refused() {
+    // No breaker: the plugin is to keep looping for the whole test.
+    let (sluice, _dep) = with_plugin_limits("4", "0", "10s").await;
+    let (status, body) = load(
+        &sluice,
+        "hostile",
+        "hostile",
+        "hook=extract&config.behaviour=loop&deadline=1s",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Two running, four waiting: both threads and the queue are taken.
+    let clients = greeting_clients(&sluice, 6, &stop);
+    let plugin = format!("{}/plugins/hostile", sluice.admin_url);
+    loop {
+        let listed: Value = reqwest::get(&plugin).await.unwrap().json().await.unwrap();
+        if listed["metrics"]["errors"].as_u64().unwrap_or(0) >= 2 {
+            break;
+        }
+    }
+    let health = reqwest::Client::new();
+    let mut took = Vec::new();
+    for _ in 0..200 {
+        let started = Instant::now();
+        let resp = health
+            .get(format!("{}/restate/health", sluice.ingress_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        took.push(started.elapsed());
+    }
+    took.sort();
+    let p99 = took[took.len() * 99 / 100];
+    println!(
+        "health beside a looping plugin: p50 {:?}, p99 {p99:?}",
+        took[took.len() / 2]
+    );
+    assert!(
+        p99 < Duration::from_millis(50),
+        "health p99 {p99:?} beside the looping plugin (p50 {:?})",
+        took[took.len() / 2]
+    );
+
+    // Calls past the six find the queue full: refused at once, not queued without bound.
+    let refused = loop {
+        let extra: Vec<_> = (0..4)
+            .map(|_| {
+                let url = format!("{}/service/call/Greeter/greet", sluice.ingress_url);
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let resp = reqwest::Client::new()
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body("\"Ada\"")
+                        .send()
+                        .await
+                        .unwrap();
+                    let code = resp
+                        .headers()
+                        .get("x-service-error-code")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    let retry = resp
+                        .headers()
+                        .get("retry-after")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    (
+                        resp.status().as_u16(),
+                        code,
+                        retry,
+                        started.elapsed(),
+                        resp.text().await.unwrap(),
+                    )
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for call in extra {
+            answers.push(call.await.unwrap());
+        }
+        if let Some(refused) = answers
+            .into_iter()
+            .find(|(_, code, ..)| code.as_deref() == Some("PLG0011"))
+        {
+            break refused;
+        }
+    };
+    let (status, _, retry, took, body) = refused;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(retry.as_deref(), Some("1"), "{body}");
+    assert!(body.contains("plugin-limits.call-queue"), "{body}");
+    assert!(
+        took < Duration::from_millis(900),
+        "refused after {took:?}, not at once"
+    );
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        for code in client.await.unwrap() {
+            assert!(
+                matches!(code.as_deref(), Some("PLG0003" | "PLG0011")),
+                "{code:?}"
+            );
+        }
+    }
+}
+
+/// After `breaker-failures` failed calls in a row a plugin is not called until its cooldown
+/// ends: `on-error = "fail"` answers 503 PLG0010 at once with Retry-After, `skip` passes the
+/// call through; the first call after the cooldown tries the plugin again, and one more
+/// failure opens the breaker again.
+#[tokio::test]
+async fn a_plugin_that_keeps_failing_is_not_called_while_its_breaker_is_open() {
+    let (sluice, _dep) = with_plugin_limits("1024", "3", "3s").await;
+    let calls = || async {
+        let listed: Value = reqwest::get(format!("{}/plugins/hostile", sluice.admin_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listed["metrics"]["calls"].as_u64().unwrap()
+    };
+    let (status, body) = load(
+        &sluice,
+        "hostile",
+        "hostile",
+        "hook=extract&config.behaviour=trap&deadline=1s",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..3 {
+        let (status, code, body) = greet(&sluice, &[]).await;
+        assert_eq!((status, code.as_deref()), (503, Some("PLG0002")), "{body}");
+    }
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
+        .header("content-type", "application/json")
+        .body("\"Ada\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3).contains(&retry), "Retry-After {retry}");
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("PLG0010"), "{body}");
+    assert!(body.contains("failed 3 calls in a row"), "{body}");
+    for _ in 0..10 {
+        let (status, code, _) = greet(&sluice, &[]).await;
+        assert_eq!((status, code.as_deref()), (503, Some("PLG0010")));
+    }
+    assert_eq!(
+        calls().await,
+        3,
+        "the plugin was called while its breaker was open"
+    );
+
+    // After the cooldown it is tried once more; still failing, it opens again at once.
+    let tried_again = loop {
+        let (status, code, body) = greet(&sluice, &[]).await;
+        if code.as_deref() != Some("PLG0010") {
+            break (status, code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (tried_again.0, tried_again.1.as_deref()),
+        (503, Some("PLG0002")),
+        "{}",
+        tried_again.2
+    );
+    let (_, code, _) = greet(&sluice, &[]).await;
+    assert_eq!(code.as_deref(), Some("PLG0010"));
+    assert_eq!(calls().await, 4);
+
+    // With on-error = skip, an open breaker passes calls through without calling the plugin.
+    let (status, body) = load(
+        &sluice,
+        "hostile",
+        "hostile",
+        "hook=extract&config.behaviour=trap&deadline=1s&on-error=skip",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..10 {
+        let (status, _, body) = greet(&sluice, &[]).await;
+        assert_eq!((status, body.as_str()), (200, "\"Hello, Ada!\""));
+    }
+    assert_eq!(calls().await, 3, "called only until its breaker opened");
+}
+
 #[tokio::test]
 async fn bad_plugins_are_refused_at_load_and_the_old_version_stays() {
     let (sluice, _dep) = flow_controlled().await;

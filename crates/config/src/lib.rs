@@ -257,8 +257,9 @@ pub enum TracingProtocol {
 /// Most `metrics.top-scopes`: a series per scope is what the per-rule series avoid.
 pub const MAX_TOP_SCOPES: u16 = 1000;
 
-/// Server-side maxima of what `PUT /plugins/{name}` may set: a plugin loaded over the API
-/// cannot take a core for seconds a call or gigabytes of memory.
+/// Server-side maxima of what `PUT /plugins/{name}` may set (a plugin loaded over the API
+/// cannot take a core for seconds a call or gigabytes of memory), and where plugin calls run:
+/// threads of their own behind a bounded queue, never the shards.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct PluginLimits {
@@ -273,6 +274,16 @@ pub struct PluginLimits {
     pub max_size: ByteSize,
     /// Most `fuel`.
     pub max_fuel: u64,
+    /// Threads that run `extract` calls (and refill warm instances): a plugin that loops to
+    /// its deadline takes one of these, not a shard.
+    pub threads: NonZeroUsize,
+    /// Calls that may wait for one of those threads; the next is refused (503 PLG0011).
+    pub call_queue: NonZeroUsize,
+    /// Failed calls in a row after which a plugin is not called for `breaker-cooldown`: its
+    /// `on-error` applies at once (PLG0010 when `fail`). 0 never opens the breaker.
+    pub breaker_failures: u32,
+    /// How long a plugin's open breaker keeps it from being called.
+    pub breaker_cooldown: FriendlyDuration,
 }
 
 impl Default for PluginLimits {
@@ -282,6 +293,10 @@ impl Default for PluginLimits {
             max_memory: ByteSize::mib(256),
             max_size: ByteSize::mib(64),
             max_fuel: 10_000_000_000,
+            threads: NonZeroUsize::new(2).expect("2 is not zero"),
+            call_queue: NonZeroUsize::new(1024).expect("1024 is not zero"),
+            breaker_failures: 5,
+            breaker_cooldown: FriendlyDuration::from_secs(10),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::FriendlyDuration;
+use super::{ByteSize, FriendlyDuration};
 
 /// Shortest admin token accepted: a guessable token is no authentication.
 pub const MIN_TOKEN_LENGTH: usize = 16;
@@ -222,6 +222,21 @@ pub struct ConnectionLimits {
     /// Requests one HTTP/2 connection carries at once (its `SETTINGS_MAX_CONCURRENT_STREAMS`);
     /// each is held to the header-read timeout between its body's reads.
     pub max_streams: u32,
+    /// Longest an answer's write may wait without the client taking a byte (a socket left
+    /// unread, an HTTP/2 window held at zero): the connection (HTTP/1.1) or the stream
+    /// (HTTP/2) is closed; an HTTP/2 connection on which no answer moved for this long is
+    /// closed whole.
+    pub write_timeout: FriendlyDuration,
+    /// Slowest rate, bytes a second, at which a client may take an answer: writing one of `n`
+    /// bytes may take `write-timeout` plus `n` at this rate, however steadily it trickles.
+    pub min_send_rate: ByteSize,
+    /// Answer bytes one HTTP/2 connection may hold unsent across its streams; a stream whose
+    /// answer would go past it is refused (503 ING0010) unless it is the only one. HTTP/1.1
+    /// connections hold one answer at a time.
+    pub max_unsent_bytes: ByteSize,
+    /// At the connection cap, a new connection closes the one whose answer has waited longest
+    /// for its client, once it has waited this long, instead of being turned away.
+    pub evict_stalled_after: FriendlyDuration,
 }
 
 impl ConnectionLimits {
@@ -234,6 +249,11 @@ impl ConnectionLimits {
             header_read_timeout: FriendlyDuration::from_secs(10),
             idle_timeout: FriendlyDuration::from_secs(60),
             max_streams: 100,
+            write_timeout: FriendlyDuration::from_secs(10),
+            // 128 kbit/s: what a slow mobile link sustains.
+            min_send_rate: ByteSize::kib(16),
+            max_unsent_bytes: ByteSize::mib(8),
+            evict_stalled_after: FriendlyDuration::from_secs(1),
         }
     }
 }

@@ -309,6 +309,9 @@ catalogue! {
     ING0009 => Ingress, None,
         "a Kafka record cannot become an invocation",
         "A Kafka subscription skipped a record: nothing is invoked for it and its offset moves on. Its scope, limit key or priority (header or subscription option) breaks the RT0024 rules, its key is not UTF-8, or it has no key while its service is a virtual object (the key is the object key). The log line names the subscription, partition and offset; fix the producer or the subscription's options.";
+    ING0010 => Ingress, Some(503),
+        "the connection holds too many unsent answers",
+        "An HTTP/2 connection's streams hold more answer bytes its client has not taken than `ingress.connections.max-unsent-bytes` (default 8 MiB), so this stream's answer was refused (the invocation itself is not affected: attach to it or read its output again). Read the answers of the connection's other streams, or open another connection. A client that stops reading altogether has its answers' streams, and then its connection, closed after `ingress.connections.write-timeout`.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";
@@ -336,6 +339,12 @@ catalogue! {
     PLG0009 => Admin, Some(413),
         "the plugin is too large to load",
         "`PUT /plugins/{name}` takes a `.wasm` component of at most `plugin-limits.max-size` (default 64 MiB). A plugin that carries a language's runtime (Python through componentize-py) is about 20 MiB; raise the cap if yours is larger.";
+    PLG0010 => Ingress, Some(503),
+        "the plugin's breaker is open",
+        "The plugin failed `plugin-limits.breaker-failures` calls in a row (default 5), so it is not called for `plugin-limits.breaker-cooldown` (default 10s): its `on-error` applies at once, and with `fail` requests get this answer, with `Retry-After` saying when it will be tried again. Look at the plugin's earlier errors (PLG0002-PLG0005) in the log or `GET /plugins/{name}`, and fix or unload it.";
+    PLG0011 => Ingress, Some(503),
+        "too many plugin calls are waiting",
+        "Plugin calls run on `plugin-limits.threads` threads of their own (default 2) behind a queue of `plugin-limits.call-queue` calls (default 1024); the queue was full, so the request was refused at once. Retry after the `Retry-After`; a plugin that runs close to its deadline on every call fills the queue: make it cheaper, lower its `deadline`, or raise the threads.";
     SEC0001 => Admin, Some(401),
         "no valid admin token",
         "The admin listener has tokens configured (`admin.auth-tokens` or `admin.auth-tokens-file`) and the request carried none, or one that matches none of them. Send `Authorization: Bearer <token>`; the CLI reads `SLUICE_ADMIN_TOKEN` (or `RESTATE_AUTH_TOKEN`). Only `GET /health` is open without one.";

@@ -10,8 +10,10 @@ use super::path::InvokePath;
 use sluice_plugins::{ExtractRequest, Extracted};
 
 /// Scope and limit key after the plugins (unchanged when none is loaded): `scope` is what the
-/// request asks for once its API key had its say, `limit_key` what it names.
-pub(super) fn classify(
+/// request asks for once its API key had its say, `limit_key` what it names. The plugins run
+/// on their own threads (`plugin-limits.threads`); the request awaits them, its shard serves
+/// others meanwhile.
+pub(super) async fn classify(
     state: &IngressState,
     session: &ServerSession,
     path: &InvokePath,
@@ -41,24 +43,26 @@ pub(super) fn classify(
             limit_key: limit_key.clone(),
         }
     };
-    match state.plugins.extract(request) {
-        None => Ok((scope, limit_key)),
-        Some(Ok(Extracted::Classified { scope, limit_key })) => Ok((scope, limit_key)),
-        Some(Ok(Extracted::Rejected {
+    let Some(extracting) = state.plugins.extract(request) else {
+        return Ok((scope, limit_key));
+    };
+    match extracting.await {
+        Ok(Extracted::Classified { scope, limit_key }) => Ok((scope, limit_key)),
+        Ok(Extracted::Rejected {
             status,
             message,
             plugin,
-        })) => Err(IngressError {
+        }) => Err(IngressError {
             status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
             code: Some(sluice_core::errors::Code::PLG0008),
             message: format!("refused by plugin '{plugin}': {message}"),
             retry_after_s: None,
         }),
-        Some(Err(e)) => Err(IngressError {
+        Err(e) => Err(IngressError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: e.code,
             message: e.message,
-            retry_after_s: None,
+            retry_after_s: e.retry_after_s,
         }),
     }
 }

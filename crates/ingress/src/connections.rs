@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use super::IngressApp;
 use sluice_config::ConnectionLimits;
 use sluice_listeners::per_ip::PerIp;
+use sluice_listeners::writes::{Stalled, WriteLimits, Writes};
 
 tokio::task_local! {
     /// Set for each HTTP/2 stream's task: how long a read of its body may wait (pingora's h2
@@ -100,6 +101,16 @@ pub struct GuardedHttp {
     permits: Arc<Semaphore>,
     per_ip: Arc<PerIp>,
     limits: ConnectionLimits,
+    /// How answers are written, and the connections whose answers wait for their clients.
+    answers: Answers,
+}
+
+/// What writing an answer needs beside the session: the listener's write bounds and its list
+/// of stalled connections, and the connection's own writes.
+#[derive(Clone)]
+struct Answers {
+    limits: WriteLimits,
+    stalled: Arc<Stalled>,
 }
 
 impl GuardedHttp {
@@ -114,6 +125,10 @@ impl GuardedHttp {
             tls,
             permits: Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS))),
             per_ip: PerIp::new(limits.per_ip()),
+            answers: Answers {
+                limits: WriteLimits::of(&limits),
+                stalled: Stalled::new(),
+            },
             limits,
         }
     }
@@ -122,7 +137,13 @@ impl GuardedHttp {
     /// of the accept, its first stream too; then each stream on its own task, with the
     /// connection closed once no stream has been open for the idle timeout (the header-read
     /// timeout after a stream's body stalled).
-    async fn serve_h2(&self, stream: Stream, accepted: Instant, shutdown: &ShutdownWatch) {
+    async fn serve_h2(
+        &self,
+        stream: Stream,
+        accepted: Instant,
+        shutdown: &ShutdownWatch,
+        writes: Arc<Writes>,
+    ) {
         let header_timeout = self.limits.header_read_timeout.0;
         let idle_timeout = self.limits.idle_timeout.0;
         let digest = Arc::new(Digest {
@@ -180,6 +201,8 @@ impl GuardedHttp {
                         closing = true;
                         continue;
                     }
+                    // Every answer on it stalled, or a new connection at the cap took its place.
+                    _ = writes.closing() => return,
                     next = HttpSession::from_h2_conn(&mut conn, Arc::clone(&digest)) => next,
                     _ = streams.quiet_for(quiet) => {
                         tracing::debug!(
@@ -207,12 +230,14 @@ impl GuardedHttp {
                 streams: Arc::clone(&streams),
             };
             let app = Arc::clone(&self.app);
+            let answers = self.answers.clone();
+            let writes = Arc::clone(&writes);
             tokio::spawn(STREAM.scope(deadline, async move {
                 let _open = open;
                 let mut session = ServerSession::new_http2(session);
                 // An h2 stream's headers are in once it is accepted.
                 if matches!(session.read_request().await, Ok(true)) {
-                    answer_and_write(&app, session).await;
+                    answer_and_write(&app, session, &answers, &writes).await;
                 }
             }));
         }
@@ -227,7 +252,13 @@ impl GuardedHttp {
     /// One deadline per request bounds the whole header read. Pingora's own timer per read is
     /// off (its keep-alive set to "no timeout"): a request costs one timer, not one per read
     /// plus one for the request.
-    async fn serve_h1(&self, stream: Stream, accepted: Instant, shutdown: &ShutdownWatch) {
+    async fn serve_h1(
+        &self,
+        stream: Stream,
+        accepted: Instant,
+        shutdown: &ShutdownWatch,
+        writes: Arc<Writes>,
+    ) {
         let header_timeout = self.limits.header_read_timeout.0;
         let mut session = ServerSession::new_http1(stream);
         let mut deadline = accepted + header_timeout;
@@ -254,7 +285,8 @@ impl GuardedHttp {
             if *shutdown.borrow() {
                 session.set_keepalive(None);
             }
-            let Some(reused) = answer_and_write(&self.app, session).await else {
+            let Some(reused) = answer_and_write(&self.app, session, &self.answers, &writes).await
+            else {
                 return;
             };
             let (stream, settings) = reused.consume();
@@ -271,31 +303,147 @@ impl GuardedHttp {
 /// connection when it can carry another request (HTTP/1.1 keep-alive).
 ///
 /// The request counts as in flight until its answer is written, so a drain that finds nothing
-/// in flight (and ends the process) never cuts off an answer still being sent.
+/// in flight (and ends the process) never cuts off an answer still being sent. The answer is
+/// written under its deadline (`write-timeout` plus its size at `min-send-rate`), in chunks,
+/// each of which may wait at most `write-timeout` for the client: past either, the connection
+/// (HTTP/1.1) or the stream (HTTP/2) ends.
 async fn answer_and_write(
     app: &IngressApp,
     mut session: ServerSession,
+    answers: &Answers,
+    writes: &Arc<Writes>,
 ) -> Option<ReusedHttpStream> {
     let _in_flight = app.state.in_flight.enter();
-    let (parts, body) = app.respond(&mut session).await.into_parts();
-    if let Err(e) = session.write_response_header(Box::new(parts.into())).await {
-        tracing::debug!(error = %e, "ingress answer's head not written: the client is gone");
-        return None;
-    }
-    if !body.is_empty()
-        && let Err(e) = session.write_response_body(body.into(), true).await
-    {
-        tracing::debug!(error = %e, "ingress answer's body not written: the client is gone");
-        return None;
-    }
-    let settings = HttpPersistentSettings::for_session(&session);
-    match session.finish().await {
-        Ok(reusable) => reusable.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
-        Err(e) => {
-            tracing::debug!(error = %e, "ingress answer not finished: the client is gone");
+    let resp = app.respond(&mut session).await;
+    let limits = &answers.limits;
+    let (resp, mut unsent) = match writes.hold(resp.body().len(), limits.max_unsent) {
+        Some(unsent) => (resp, Some(unsent)),
+        None => {
+            tracing::debug!(
+                "ingress connection holds too many unsent answer bytes: a stream's answer refused (ingress.connections.max-unsent-bytes)"
+            );
+            let mut refused = super::error::IngressError::coded(
+                sluice_core::errors::Code::ING0010,
+                format!(
+                    "this connection holds {} bytes or more of answers its client has not taken (ingress.connections.max-unsent-bytes): read the answers of its other streams first, or open another connection",
+                    limits.max_unsent
+                ),
+            );
+            refused.retry_after_s = Some(1);
+            (refused.into_response(), None)
+        }
+    };
+    let (parts, body) = resp.into_parts();
+    let body = bytes::Bytes::from(body);
+    let deadline = limits.deadline(body.len());
+    let _writing = writes.writing();
+    let written = async {
+        step(
+            answers,
+            writes,
+            deadline,
+            session.write_response_header(Box::new(parts.into())),
+        )
+        .await?;
+        let mut rest = body;
+        while !rest.is_empty() {
+            let chunk = rest.split_to(rest.len().min(CHUNK));
+            let n = chunk.len();
+            step(
+                answers,
+                writes,
+                deadline,
+                session.write_response_body(chunk, rest.is_empty()),
+            )
+            .await?;
+            if let Some(unsent) = &mut unsent {
+                unsent.sent(n);
+            }
+        }
+        let settings = HttpPersistentSettings::for_session(&session);
+        let reusable = step(answers, writes, deadline, session.finish()).await?;
+        Ok::<_, Unwritten>(reusable.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)))
+    };
+    match written.await {
+        Ok(reused) => reused,
+        Err(Unwritten::Gone(e)) => {
+            tracing::debug!(error = %e, "ingress answer not written: the client is gone");
             None
         }
+        Err(Unwritten::Stalled) => {
+            tracing::debug!(
+                "ingress answer not taken by its client in time: closing (ingress.connections.write-timeout, min-send-rate)"
+            );
+            // An HTTP/2 stream ends alone unless no answer on its connection moved for the
+            // whole timeout: then every stream has stalled and the connection closes.
+            stream_stalled();
+            if writes
+                .stalled_for()
+                .is_some_and(|waited| waited >= limits.timeout)
+            {
+                writes.close();
+            }
+            None
+        }
+        Err(Unwritten::Evicted) => None,
     }
+}
+
+/// Bytes of an answer handed to the session at once: small enough that a slow client's
+/// progress shows between them, large enough that a fast one costs few writes.
+const CHUNK: usize = 64 << 10;
+
+/// Why an answer was not written.
+enum Unwritten {
+    /// The client closed, or the session failed.
+    Gone(Box<pingora::Error>),
+    /// The client did not take it in time.
+    Stalled,
+    /// A new connection at the cap took this one's place.
+    Evicted,
+}
+
+/// One write of an answer. Most are done at their first poll and cost no timer; one that
+/// waits gets `write-timeout` (and the answer's deadline), puts its connection on the stalled
+/// list once it has waited `evict-stalled-after`, and ends if the connection is evicted.
+async fn step<T>(
+    answers: &Answers,
+    writes: &Arc<Writes>,
+    deadline: Instant,
+    write: impl std::future::Future<Output = pingora::Result<T>>,
+) -> Result<T, Unwritten> {
+    let mut write = std::pin::pin!(write);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await;
+    let done = match first {
+        std::task::Poll::Ready(done) => done,
+        std::task::Poll::Pending => {
+            let limits = &answers.limits;
+            let waited_from = Instant::now();
+            let listed_at = (waited_from + limits.evict_after).min(deadline);
+            let ends_at = (waited_from + limits.timeout).min(deadline);
+            let early = tokio::select! {
+                done = write.as_mut() => Some(done),
+                _ = tokio::time::sleep_until(listed_at) => None,
+            };
+            match early {
+                Some(done) => done,
+                None => {
+                    answers.stalled.list(writes);
+                    tokio::select! {
+                        done = write.as_mut() => done,
+                        _ = tokio::time::sleep_until(ends_at) => return Err(Unwritten::Stalled),
+                        _ = writes.closing() => {
+                            // Told for the connection: HTTP/2's accept loop closes it too.
+                            writes.close();
+                            return Err(Unwritten::Evicted);
+                        }
+                    }
+                }
+            }
+        }
+    };
+    writes.moved();
+    done.map_err(Unwritten::Gone)
 }
 
 #[async_trait]
@@ -305,19 +453,25 @@ impl ServerApp for GuardedHttp {
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
+        let peer = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
         // Held for the connection's life; dropping the stream closes it.
-        let Ok(_permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+        let Some(_permit) = self
+            .place_under_cap(None, || Arc::clone(&self.permits).try_acquire_owned().ok())
+            .await
+        else {
             tracing::debug!(
                 max = self.limits.max,
                 "ingress connection cap reached: closing a new connection (ingress.connections.max)"
             );
             return None;
         };
-        let peer = stream
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
         let _place = match peer {
-            Some(ip) => match self.per_ip.enter(ip) {
+            Some(ip) => match self
+                .place_under_cap(Some(ip), || self.per_ip.enter(ip))
+                .await
+            {
                 Some(place) => Some(place),
                 None => {
                     tracing::debug!(
@@ -330,6 +484,7 @@ impl ServerApp for GuardedHttp {
             },
             None => None,
         };
+        let writes = Writes::new(peer);
         // A client that connects and sends nothing is dropped after the header-read timeout.
         // The bytes peeked here are read again by whoever handles the connection.
         let header_timeout = self.limits.header_read_timeout.0;
@@ -358,10 +513,44 @@ impl ServerApp for GuardedHttp {
             }
         };
         if h2 {
-            self.serve_h2(stream, accepted, shutdown).await;
+            self.serve_h2(stream, accepted, shutdown, writes).await;
             return None;
         }
-        self.serve_h1(stream, accepted, shutdown).await;
+        self.serve_h1(stream, accepted, shutdown, writes).await;
         None
+    }
+}
+
+impl GuardedHttp {
+    /// A place under a cap (`take`); when there is none, the connection (of `peer`, when the
+    /// cap is per address) whose answer has waited longest for its client is closed to make
+    /// one, and the place it gives back is taken.
+    async fn place_under_cap<P>(
+        &self,
+        peer: Option<std::net::IpAddr>,
+        take: impl Fn() -> Option<P>,
+    ) -> Option<P> {
+        if let Some(place) = take() {
+            return Some(place);
+        }
+        if !self
+            .answers
+            .stalled
+            .evict(self.answers.limits.evict_after, peer)
+        {
+            return None;
+        }
+        // The evicted connection gives its place back as its task ends, within a few polls.
+        let given_back = async {
+            loop {
+                if let Some(place) = take() {
+                    return place;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(1), given_back)
+            .await
+            .ok()
     }
 }

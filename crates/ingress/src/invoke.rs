@@ -273,7 +273,7 @@ async fn invoke_traced(
     let query = session.req_header().uri.query().map(str::to_owned);
     let query = query.as_deref();
     let bound = bind_key(state, session, &path)?;
-    let scoped = classify_call(state, session, &path, query, &bound)?;
+    let scoped = classify_call(state, session, &path, query, &bound).await?;
     let request = parse(state, session, &path, query).await?;
     if let Some(key) = &bound.key {
         key.check_priority(request.priority)?;
@@ -314,7 +314,7 @@ struct Scoped {
 /// order: scope, limit key, a limit key without a scope, the flags; what comes out is
 /// normalised. A key that binds a limit key's first level holds every call under it, so a
 /// fresh key per call cannot escape a per-key quota or concurrency.
-fn classify_call(
+async fn classify_call(
     state: &IngressState,
     session: &ServerSession,
     path: &InvokePath,
@@ -322,7 +322,7 @@ fn classify_call(
     bound: &Bound,
 ) -> Result<Scoped, IngressError> {
     let key = limit_key(session, query);
-    let (scope, key) = classify(state, session, path, bound.scope.clone(), key)?;
+    let (scope, key) = classify(state, session, path, bound.scope.clone(), key).await?;
     // A key's scope holds whatever the plugins answered: a plugin (say, one that reads a
     // tenant header) cannot move the key's calls into another tenant's scope.
     let scope = match &bound.key {

@@ -1,6 +1,6 @@
 //! Cost of a policy plugin call: the `tenant-header` example plugin (built for wasm32-wasip2
 //! from `plugins/`) classifying a request with 10 headers through [`Plugins::extract`], the
-//! same path the ingress takes. `cargo bench -p sluice-plugins --bench plugins`; besides criterion's
+//! same path the ingress takes: handed to a plugin thread and awaited. `cargo bench -p sluice-plugins --bench plugins`; besides criterion's
 //! estimate it prints p50/p99 of single calls, and what loading (compiling) and instantiating
 //! cost. Its Python twin (`plugins/python/tenant_header.py`, built by `plugins/python/build`)
 //! is measured the same way beside it when componentize-py is installed (scripts/setup).
@@ -140,10 +140,15 @@ fn extract(c: &mut Criterion) {
 
 /// Single-call percentiles and criterion's estimate of one `extract` through `plugins`.
 fn measure(c: &mut Criterion, plugins: &Plugins, label: &str) {
+    let awaiting = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime to await the plugin thread on");
     let call = || {
-        plugins
-            .extract(|| black_box(request()))
-            .expect("a plugin is loaded")
+        awaiting.block_on(
+            plugins
+                .extract(|| black_box(request()))
+                .expect("a plugin is loaded"),
+        )
     };
     assert_eq!(
         call().unwrap(),

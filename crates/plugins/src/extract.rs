@@ -96,15 +96,25 @@ pub fn run(
         }
         request.scope.clone_from(&scope);
         request.limit_key.clone_from(&limit_key);
-        let started = Instant::now();
-        let answer = plugin
-            .compiled
-            .extract(request)
-            .map_err(|failure| failure_error(&plugin.name, &failure))
-            .and_then(|outcome| checked(&plugin.name, outcome));
-        plugin
-            .metrics
-            .record(&plugin.name, "extract", started.elapsed(), answer.is_err());
+        let answer = match plugin.breaker.check(&plugin.name) {
+            // Not called while its breaker is open: its on-error applies at once.
+            Err(open) => Err(open),
+            Ok(()) => {
+                let started = Instant::now();
+                let answer = plugin
+                    .compiled
+                    .extract(request)
+                    .map_err(|failure| failure_error(&plugin.name, &failure))
+                    .and_then(|outcome| checked(&plugin.name, outcome));
+                plugin
+                    .metrics
+                    .record(&plugin.name, "extract", started.elapsed(), answer.is_err());
+                if plugin.breaker.record(answer.is_err()) {
+                    tracing::warn!(plugin = %plugin.name, "plugin keeps failing: its breaker is open (plugin-limits.breaker-failures, breaker-cooldown)");
+                }
+                answer
+            }
+        };
         match answer {
             Ok(types::Outcome::Keep) => {}
             Ok(types::Outcome::Set(set)) => {

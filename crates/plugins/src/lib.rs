@@ -3,9 +3,11 @@
 //! request holds the set of plugins it started with, so a swap never changes one mid-way.
 
 mod bindings;
+mod breaker;
 pub mod extract;
 pub mod metrics;
 mod policy;
+mod pool;
 pub mod runtime;
 mod saved;
 
@@ -15,10 +17,14 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+pub use breaker::BreakerSettings;
 pub use extract::{ExtractRequest, Extracted};
 pub use metrics::{Metrics, MetricsSnapshot};
+pub use sluice_config::PluginLimits;
 pub use sluice_config::plugins::{ConfiguredPlugin, Hook, OnError, PluginSpec};
 
+use breaker::Breaker;
+use pool::CallPool;
 use runtime::{Compiled, Failure, PluginEngine};
 use sluice_core::clock::now_ms;
 use sluice_core::errors::{Code, CodedError};
@@ -66,6 +72,25 @@ pub struct Plugin {
     pub metrics: Metrics,
     order: u64,
     compiled: Compiled,
+    breaker: Breaker,
+    /// Where its calls run and its warm instances are refilled.
+    pool: Arc<CallPool>,
+}
+
+impl Plugin {
+    /// Makes a warm instance ready when none is idle (after a failed call dropped one) and its
+    /// breaker is closed, so the next call does not pay for instantiating it.
+    fn refill(&self) {
+        if self.breaker.check(&self.name).is_ok() {
+            self.compiled.refill();
+        }
+    }
+
+    /// [`Self::refill`] on a pool thread, when the queue has room: for a caller on a shard.
+    fn refill_later(self: &Arc<Self>) {
+        let plugin = Arc::clone(self);
+        self.pool.offer(Box::new(move || plugin.refill()));
+    }
 }
 
 /// The plugins in force, in load order.
@@ -103,6 +128,12 @@ pub struct Plugins {
     rules: Option<Arc<Rules>>,
     /// What instantiating a plugin may take (`plugin-limits.max-deadline`).
     instantiate_deadline: Duration,
+    /// Where calls run (started with the first plugin).
+    pool: OnceLock<Arc<CallPool>>,
+    /// `plugin-limits.threads` and `plugin-limits.call-queue`.
+    pool_size: (usize, usize),
+    /// `plugin-limits.breaker-failures` and `breaker-cooldown`.
+    breaker: BreakerSettings,
 }
 
 impl std::fmt::Debug for Plugins {
@@ -150,15 +181,25 @@ impl Plugins {
             store,
             rules,
             instantiate_deadline: Duration::from_secs(1),
+            pool: OnceLock::new(),
+            pool_size: (2, 1024),
+            breaker: BreakerSettings::default(),
         }
     }
 
-    /// Bounds instantiating a plugin by `deadline` (`plugin-limits.max-deadline`) rather than
-    /// by its call's deadline: instantiation copies the plugin's memory image and runs its
-    /// start functions, which for a component carrying a language runtime (CPython's 12 MiB
-    /// image) is several milliseconds, more than a call's 10 ms default on a busy machine.
-    pub fn bounding_instantiation_by(mut self, deadline: Duration) -> Self {
-        self.instantiate_deadline = deadline;
+    /// Takes `limits`: instantiating a plugin is bounded by `max-deadline` rather than by its
+    /// call's deadline (instantiation copies the plugin's memory image and runs its start
+    /// functions, which for a component carrying a language runtime, CPython's 12 MiB image,
+    /// is several milliseconds, more than a call's 10 ms default on a busy machine); calls run
+    /// on `threads` behind a queue of `call-queue`; a plugin's breaker opens after
+    /// `breaker-failures` failed calls in a row.
+    pub fn limited_by(mut self, limits: &PluginLimits) -> Self {
+        self.instantiate_deadline = limits.max_deadline.0;
+        self.pool_size = (limits.threads.get(), limits.call_queue.get());
+        self.breaker = BreakerSettings {
+            failures: limits.breaker_failures,
+            cooldown: limits.breaker_cooldown.0,
+        };
         self
     }
 
@@ -238,6 +279,15 @@ impl Plugins {
             }
         }
         Ok(())
+    }
+
+    fn pool(&self) -> Result<&Arc<CallPool>, CodedError> {
+        if let Some(pool) = self.pool.get() {
+            return Ok(pool);
+        }
+        let (threads, queue) = self.pool_size;
+        let pool = Arc::new(CallPool::start(threads, queue)?);
+        Ok(self.pool.get_or_init(|| pool))
     }
 
     fn engine(&self) -> Result<&PluginEngine, CodedError> {
@@ -320,6 +370,7 @@ impl Plugins {
         }
         let sha256 = hex(&Sha256::digest(bytes));
         let compiling = std::time::Instant::now();
+        let pool = Arc::clone(self.pool()?);
         let compiled = self
             .engine()?
             .compile(name, bytes, &sha256, &spec, self.instantiate_deadline)
@@ -334,6 +385,8 @@ impl Plugins {
             metrics: Metrics::default(),
             order: order.unwrap_or_else(|| self.next_order.fetch_add(1, Ordering::Relaxed) + 1),
             compiled,
+            breaker: Breaker::new(self.breaker),
+            pool,
         });
         let mut all: Vec<Arc<Plugin>> = current
             .all
@@ -392,17 +445,40 @@ impl Plugins {
         }
     }
 
-    /// Runs the extract plugins over `request`. Without any, answers its own scope and
-    /// limit key without copying anything else.
+    /// Runs the extract plugins over `request` on a plugin thread, never the caller's: the
+    /// answer is awaited. Without any plugin, answers `None` at once without building the
+    /// request. A full queue is refused at once (PLG0011).
     pub fn extract(
         &self,
         request: impl FnOnce() -> ExtractRequest,
-    ) -> Option<Result<Extracted, CodedError>> {
+    ) -> Option<impl Future<Output = Result<Extracted, CodedError>> + Send + 'static> {
         let loaded = self.current();
         if loaded.extractors.is_empty() {
             return None;
         }
-        Some(extract::run(&loaded.extractors, request()))
+        let request = request();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let submitted = self.pool().and_then(|pool| {
+            pool.submit(Box::new(move || {
+                // The client left while the call waited for a thread: nobody reads it.
+                if answer.is_closed() {
+                    return;
+                }
+                let _ = answer.send(extract::run(&loaded.extractors, request));
+                for plugin in &loaded.extractors {
+                    plugin.refill();
+                }
+            }))
+        });
+        Some(async move {
+            submitted?;
+            answered.await.unwrap_or_else(|_| {
+                Err(CodedError::new(
+                    Code::PLG0002,
+                    "a plugin call failed on its thread without an answer",
+                ))
+            })
+        })
     }
 }
 
@@ -419,7 +495,7 @@ mod tests {
         let plugins = Plugins::new(None, None);
         assert!(
             plugins
-                .extract(|| unreachable!("not built without plugins"))
+                .extract(|| -> ExtractRequest { unreachable!("not built without plugins") })
                 .is_none()
         );
         let refused = plugins

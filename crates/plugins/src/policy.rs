@@ -43,6 +43,11 @@ impl RulePolicy for MatchRule {
             l1: counter.l1.map(str::to_owned),
             l2: counter.l2.map(str::to_owned),
         };
+        // While its breaker is open the plugin is not called (nor instantiated again).
+        if let Err(open) = plugin.breaker.check(&plugin.name) {
+            tracing::debug!(plugin = %plugin.name, error = %open.message, "match-rule plugin not called; the rule book's choice applies");
+            return Decision::Default;
+        }
         let started = Instant::now();
         let answer = plugin.compiled.match_rule(
             counter,
@@ -63,6 +68,11 @@ impl RulePolicy for MatchRule {
             started.elapsed(),
             decision.is_err(),
         );
+        plugin.breaker.record(decision.is_err());
+        if decision.is_err() {
+            // The failed instance is gone: the next call finds a warm one made off the shard.
+            plugin.refill_later();
+        }
         decision.unwrap_or_else(|why| {
             tracing::warn!(plugin = %plugin.name, error = %why, "match-rule plugin failed; the rule book's choice applies");
             Decision::Default

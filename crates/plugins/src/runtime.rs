@@ -265,6 +265,24 @@ impl Compiled {
         }
     }
 
+    /// Instantiates one warm instance when none is idle (a failed call dropped its own).
+    pub(crate) fn refill(&self) {
+        if !self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            return;
+        }
+        match self.instantiate() {
+            Ok(warm) => self.put_back(warm),
+            Err(failure) => {
+                tracing::debug!(plugin = %self.name, ?failure, "cannot refill a warm instance");
+            }
+        }
+    }
+
     fn put_back(&self, warm: Warm) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {

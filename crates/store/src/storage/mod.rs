@@ -17,7 +17,7 @@ pub mod meta;
 pub mod pipeline;
 pub mod record;
 pub mod snapshot;
-mod threads;
+pub mod threads;
 pub mod view;
 pub mod write_set;
 pub mod writer;

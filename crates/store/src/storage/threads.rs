@@ -1,4 +1,5 @@
-//! The store's own threads: the writer (appends and syncs) and the view's applier.
+//! Threads that must not take a core from a shard: the store's own (the writer, which appends
+//! and syncs, and the view's applier) and the plugin call threads.
 //!
 //! They run under `SCHED_BATCH`: a waking batch thread does not preempt the thread running on
 //! its vCPU, it waits for that thread's slice to end or for it to sleep. On a box whose cores
@@ -12,6 +13,11 @@
 /// Starts thread `name` running `body` under the batch policy (best effort: where the policy
 /// cannot be set, the thread runs under the normal one).
 pub(crate) fn spawn(name: &str, body: impl FnOnce() + Send + 'static) {
+    try_spawn(name, body).unwrap_or_else(|e| panic!("the {name} thread starts: {e}"));
+}
+
+/// [`spawn`], answering the error when the thread cannot start.
+pub fn try_spawn(name: &str, body: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     let label = name.to_owned();
     std::thread::Builder::new()
         .name(name.to_owned())
@@ -21,7 +27,7 @@ pub(crate) fn spawn(name: &str, body: impl FnOnce() + Send + 'static) {
             }
             body()
         })
-        .unwrap_or_else(|e| panic!("the {name} thread starts: {e}"));
+        .map(drop)
 }
 
 /// Puts the calling thread under `SCHED_BATCH`, keeping its nice value. The crate sets the
