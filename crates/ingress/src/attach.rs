@@ -90,6 +90,9 @@ async fn result(
     wait: bool,
     caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
+    // A stored answer is read in its connection's turn (HTTP/2: one stream at a time, none
+    // past the connection's unsent bytes).
+    super::connections::turn_to_read_answer().await?;
     let Some(sluice_runtime::partition::Peek {
         target, outcome, ..
     }) = peek_for(state, id, caller).await?
@@ -104,11 +107,16 @@ async fn result(
             // The client may wait as long as it stays, up to the attach bound; then it is
             // answered as `/output` answers an invocation that has not completed.
             let max = state.config.ingress.attach_max_wait.0;
+            super::connections::end_turn();
             let waited =
                 super::wait::while_connected(session, Some(max), state.runtime.outcome(id)).await;
             match waited {
                 // A refused wait (SEC0008) answers with its code's status, anything else 503.
-                Ok(outcome) => outcome.map_err(IngressError::from)?,
+                Ok(outcome) => {
+                    let outcome = outcome.map_err(IngressError::from)?;
+                    super::connections::turn_to_read_answer().await?;
+                    outcome
+                }
                 Err(super::wait::Ended::ClientGone) => return Err(super::wait::gone()),
                 Err(super::wait::Ended::TimedOut) => return Err(not_ready(id, true)),
             }

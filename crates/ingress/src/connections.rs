@@ -34,10 +34,15 @@ tokio::task_local! {
     static STREAM: StreamDeadline;
 }
 
-/// The body-read deadline of one HTTP/2 stream.
+/// The body-read deadline of one HTTP/2 stream, and its connection's room for answers.
 struct StreamDeadline {
     per_read: Duration,
     streams: Arc<OpenStreams>,
+    /// The connection's answers, and the most unsent bytes it may hold.
+    writes: Arc<Writes>,
+    max_unsent: usize,
+    /// This stream's turn to read a stored answer, held until its bytes are counted.
+    room: std::sync::Mutex<Option<tokio::sync::OwnedMutexGuard<()>>>,
 }
 
 /// How long one read of the current HTTP/2 stream's body may wait; `None` outside an h2
@@ -52,6 +57,53 @@ pub(super) fn stream_stalled() {
     let _ = STREAM.try_with(|stream| stream.streams.stalled.store(true, Ordering::Release));
 }
 
+/// Waits for this HTTP/2 stream's turn to read a stored answer (an output, an attach's
+/// result): a connection's streams read them one at a time, each counted as unsent as soon as
+/// it is read, and once the connection holds `max-unsent-bytes` of answers its client has not
+/// taken, the next is refused (ING0010) before it is read. A hundred streams asking for one
+/// large output so cost at most the cap, not a hundred copies. Outside an HTTP/2 stream (one
+/// answer at a time), answers at once. The turn ends when the answer is counted
+/// ([`answer_and_write`]) or [`end_turn`] is called.
+pub(super) async fn turn_to_read_answer() -> Result<(), super::error::IngressError> {
+    let Ok((reading, writes, max)) = STREAM.try_with(|stream| {
+        (
+            Arc::clone(&stream.streams.reading),
+            Arc::clone(&stream.writes),
+            stream.max_unsent,
+        )
+    }) else {
+        return Ok(());
+    };
+    let turn = reading.lock_owned().await;
+    if writes.unsent() >= max {
+        return Err(unsent_cap_reached(max));
+    }
+    let _ = STREAM.try_with(|stream| {
+        *stream.room.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn);
+    });
+    Ok(())
+}
+
+/// Ends this stream's turn to read a stored answer (before it waits for one, say).
+pub(super) fn end_turn() {
+    let _ = STREAM.try_with(|stream| stream.room.lock().unwrap_or_else(|e| e.into_inner()).take());
+}
+
+/// 503 ING0010: the connection holds `max` bytes of answers its client has not taken.
+fn unsent_cap_reached(max: usize) -> super::error::IngressError {
+    tracing::debug!(
+        "ingress connection holds too many unsent answer bytes: a stream's answer refused (ingress.connections.max-unsent-bytes)"
+    );
+    let mut refused = super::error::IngressError::coded(
+        sluice_core::errors::Code::ING0010,
+        format!(
+            "this connection holds {max} bytes or more of answers its client has not taken (ingress.connections.max-unsent-bytes): read the answers of its other streams first, or open another connection"
+        ),
+    );
+    refused.retry_after_s = Some(1);
+    refused
+}
+
 /// The streams open on one HTTP/2 connection, so its accept loop can tell a busy connection
 /// from an idle one.
 #[derive(Default)]
@@ -60,6 +112,8 @@ struct OpenStreams {
     none_open: Notify,
     /// A stream's body stopped arriving: the client is not one to keep a connection idle for.
     stalled: AtomicBool,
+    /// Taken by the stream reading a stored answer ([`turn_to_read_answer`]).
+    reading: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl OpenStreams {
@@ -228,6 +282,9 @@ impl GuardedHttp {
             let deadline = StreamDeadline {
                 per_read: header_timeout,
                 streams: Arc::clone(&streams),
+                writes: Arc::clone(&writes),
+                max_unsent: self.answers.limits.max_unsent,
+                room: std::sync::Mutex::new(None),
             };
             let app = Arc::clone(&self.app);
             let answers = self.answers.clone();
@@ -319,20 +376,14 @@ async fn answer_and_write(
     let (resp, mut unsent) = match writes.hold(resp.body().len(), limits.max_unsent) {
         Some(unsent) => (resp, Some(unsent)),
         None => {
-            tracing::debug!(
-                "ingress connection holds too many unsent answer bytes: a stream's answer refused (ingress.connections.max-unsent-bytes)"
-            );
-            let mut refused = super::error::IngressError::coded(
-                sluice_core::errors::Code::ING0010,
-                format!(
-                    "this connection holds {} bytes or more of answers its client has not taken (ingress.connections.max-unsent-bytes): read the answers of its other streams first, or open another connection",
-                    limits.max_unsent
-                ),
-            );
-            refused.retry_after_s = Some(1);
-            (refused.into_response(), None)
+            // Its bytes go now, not when the refusal is written (a stalled client may take
+            // the whole write timeout for that).
+            drop(resp);
+            (unsent_cap_reached(limits.max_unsent).into_response(), None)
         }
     };
+    // Counted: the next stream may read its stored answer.
+    end_turn();
     let (parts, body) = resp.into_parts();
     let body = bytes::Bytes::from(body);
     let deadline = limits.deadline(body.len());

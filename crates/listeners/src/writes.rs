@@ -120,6 +120,11 @@ impl Writes {
         })
     }
 
+    /// Answer bytes handed to the connection and not yet written.
+    pub fn unsent(&self) -> usize {
+        self.unsent.load(Ordering::Acquire)
+    }
+
     /// Tells the connection to close.
     pub fn close(&self) {
         self.close.notify_one();
