@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use sluice_tests::{Sluice, TestDeployment, closed_within};
+use sluice_tests::{Sluice, TestDeployment};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -44,24 +44,57 @@ async fn inflated(sluice: &Sluice, bytes: u64) -> String {
     resp.headers()["x-restate-id"].to_str().unwrap().to_owned()
 }
 
-fn ingress_addr(sluice: &Sluice) -> std::net::SocketAddr {
-    sluice
-        .ingress_url
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap()
+fn addr_of(url: &str) -> std::net::SocketAddr {
+    url.trim_start_matches("http://").parse().unwrap()
 }
 
 /// An HTTP/1.1 connection that asks for `path` and never reads: its receive buffer is 4 KiB.
 async fn unread(sluice: &Sluice, path: &str) -> TcpStream {
+    unread_request(
+        &sluice.ingress_url,
+        &format!("GET {path} HTTP/1.1\r\nhost: sluice\r\n\r\n"),
+    )
+    .await
+}
+
+/// An HTTP/1.1 connection to `url` that sends `request` and never reads: its receive buffer
+/// is 4 KiB.
+async fn unread_request(url: &str, request: &str) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
-    let mut stream = socket.connect(ingress_addr(sluice)).await.unwrap();
+    let mut stream = socket.connect(addr_of(url)).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nhost: sluice\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    stream
+}
+
+/// Whether the server still holds its end of `stream` open: its socket, as /proc/net/tcp
+/// lists it, is ESTABLISHED. Read without reading `stream` (a read would let the server's
+/// stalled write go on).
+fn server_end_open(stream: &TcpStream) -> bool {
+    let ours = stream.local_addr().unwrap().port();
+    let theirs = stream.peer_addr().unwrap().port();
+    let port =
+        |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap(), 16).unwrap();
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .any(|row| {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            port(fields[1]) == theirs && port(fields[2]) == ours && fields[3] == "01"
+        })
+}
+
+/// Awaits the server's closing its end of `stream` (see [`server_end_open`]), up to `within`.
+async fn server_closes(stream: &TcpStream, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while server_end_open(stream) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
 }
 
 /// An HTTP/2 connection (prior knowledge) whose streams' windows are zero, with `streams`
@@ -72,7 +105,16 @@ async fn zero_window(
     path: &str,
     streams: usize,
 ) -> (Vec<u16>, tokio::task::JoinHandle<()>) {
-    let tcp = TcpStream::connect(ingress_addr(sluice)).await.unwrap();
+    zero_window_to(&sluice.ingress_url, path, streams).await
+}
+
+/// [`zero_window`] to the listener at `url`.
+async fn zero_window_to(
+    url: &str,
+    path: &str,
+    streams: usize,
+) -> (Vec<u16>, tokio::task::JoinHandle<()>) {
+    let tcp = TcpStream::connect(addr_of(url)).await.unwrap();
     let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .initial_stream_window_size(0)
         .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
@@ -81,7 +123,7 @@ async fn zero_window(
     let driving = tokio::spawn(async move {
         let _ = conn.await;
     });
-    let uri: http::Uri = format!("{}{path}", sluice.ingress_url).parse().unwrap();
+    let uri: http::Uri = format!("{url}{path}").parse().unwrap();
     let heads: Vec<_> = (0..streams)
         .map(|_| {
             let mut send = send.clone();
@@ -176,9 +218,8 @@ async fn clients_that_never_take_their_answers_are_closed_after_the_write_timeou
             .expect("the zero-window connection is closed")
             .unwrap();
     }
-    for reader in &mut readers {
-        // Reading now drains what the kernel buffered, then finds the connection closed.
-        assert!(closed_within(reader, Duration::from_secs(30)).await);
+    for reader in &readers {
+        assert!(server_closes(reader, Duration::from_secs(30)).await);
     }
     let took = started.elapsed();
     println!("ten stalled readers closed within {took:?} of a 2 s write timeout");
@@ -224,4 +265,109 @@ async fn zero_window_streams_hold_at_most_the_unsent_cap_of_answers() {
     assert_eq!(taken + refused, 400, "{statuses:?}");
     assert!(taken <= 4 * 4, "{taken} answers of 2 MiB held");
     assert!(grown <= 64.0, "resident memory grew {grown:.1} MiB");
+}
+
+/// The admin listener holds the same bounds (`admin.connections.write-timeout`): a client that
+/// never reads an 8 MB query answer, and HTTP/2 connections whose windows stay at zero, are
+/// closed once their answers have waited 2 s; the admin API answers meanwhile.
+#[tokio::test]
+async fn the_admin_listener_closes_clients_that_never_take_their_answers() {
+    let sluice = Sluice::builder()
+        .env("SERVICE_ADMIN__CONNECTIONS__WRITE_TIMEOUT", "2s")
+        .start()
+        .await
+        .unwrap();
+    let query = r#"{"query": "SELECT repeat('x', 8000000) AS v"}"#;
+    let started = Instant::now();
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        readers.push(
+            unread_request(
+                &sluice.admin_url,
+                &format!(
+                    "POST /query HTTP/1.1\r\nhost: localhost\r\naccept: application/json\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{query}",
+                    query.len()
+                ),
+            )
+            .await,
+        );
+    }
+    let mut h2 = Vec::new();
+    for _ in 0..3 {
+        let (statuses, driving) = zero_window_to(&sluice.admin_url, "/version", 2).await;
+        assert_eq!(statuses, vec![200; 2]);
+        h2.push(driving);
+    }
+    let (status, _) = sluice.query("SELECT 1 AS n").await;
+    assert_eq!(status, 200, "the admin API answers beside them");
+    for driving in h2 {
+        tokio::time::timeout(Duration::from_secs(30), driving)
+            .await
+            .expect("the zero-window connection is closed")
+            .unwrap();
+    }
+
+    for reader in &readers {
+        assert!(server_closes(reader, Duration::from_secs(30)).await);
+    }
+    let took = started.elapsed();
+    println!("six stalled admin readers closed within {took:?} of a 2 s write timeout");
+    assert!(
+        took >= Duration::from_secs(2),
+        "closed before the timeout: {took:?}"
+    );
+}
+
+/// At `admin.connections.max = 6`, three clients that never read a query's answer and three
+/// zero-window HTTP/2 clients take every place; an operator's query is answered all the same,
+/// long before their write timeout: the connection whose answer waited longest gives its place.
+#[tokio::test]
+async fn an_admin_request_is_served_while_stalled_readers_fill_the_admin_cap() {
+    let sluice = Sluice::builder()
+        .env("SERVICE_ADMIN__CONNECTIONS__MAX", "6")
+        .env("SERVICE_ADMIN__CONNECTIONS__MAX_PER_IP", "6")
+        .env("SERVICE_ADMIN__CONNECTIONS__WRITE_TIMEOUT", "60s")
+        .start()
+        .await
+        .unwrap();
+    let query = r#"{"query": "SELECT repeat('x', 8000000) AS v"}"#;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(
+            unread_request(
+                &sluice.admin_url,
+                &format!(
+                    "POST /query HTTP/1.1\r\nhost: localhost\r\naccept: application/json\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{query}",
+                    query.len()
+                ),
+            )
+            .await,
+        );
+    }
+    let mut h2 = Vec::new();
+    for _ in 0..3 {
+        let (statuses, driving) = zero_window_to(&sluice.admin_url, "/version", 1).await;
+        assert_eq!(statuses, vec![200]);
+        h2.push(driving);
+    }
+    let started = Instant::now();
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let served = loop {
+        match fresh
+            .get(format!("{}/version", sluice.admin_url))
+            .send()
+            .await
+        {
+            Ok(resp) if resp.status() == 200 => break started.elapsed(),
+            _ => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no admin request served in 30 s beside the stalled readers"
+            ),
+        }
+    };
+    println!("an admin request served {served:?} after 6 stalled readers filled the cap");
+    drop((held, h2));
 }

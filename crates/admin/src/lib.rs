@@ -27,6 +27,7 @@ pub mod tls;
 mod to_leader;
 mod version;
 pub mod vqueues;
+mod watched;
 
 use std::sync::{Arc, Mutex, OnceLock};
 

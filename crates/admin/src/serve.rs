@@ -16,6 +16,9 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use sluice_config::ConnectionLimits;
+use sluice_listeners::writes::{EVICTED_GIVES_BACK, Stalled, WriteLimits, Writes, given_back};
+
+use crate::watched::{WatchedBody, WatchedIo};
 
 /// When a connection last had a request in flight, and how many it has now.
 struct Activity {
@@ -68,6 +71,12 @@ impl Drop for InFlight {
     }
 }
 
+/// A place under a connection cap: taken now, or being given back by an evicted connection.
+enum Place<P> {
+    Now(P),
+    Freed,
+}
+
 /// One accepted connection and what serving it needs.
 struct Connection {
     builder: Arc<Builder<TokioExecutor>>,
@@ -78,6 +87,10 @@ struct Connection {
     _permit: tokio::sync::OwnedSemaphorePermit,
     /// Its place under its client address's cap.
     _place: sluice_listeners::per_ip::Place,
+    /// Its answers on their way out, and the listener's bounds on them.
+    writes: Arc<Writes>,
+    write_limits: WriteLimits,
+    stalled: Arc<Stalled>,
 }
 
 impl Connection {
@@ -91,23 +104,38 @@ impl Connection {
         let service = {
             let activity = Arc::clone(&activity);
             let router = self.router.clone();
+            let writes = Arc::clone(&self.writes);
             hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let in_flight = InFlight::enter(&activity);
                 let router = router.clone();
+                let writes = Arc::clone(&writes);
                 async move {
                     let response = router.oneshot(request.map(axum::body::Body::new)).await;
                     drop(in_flight);
-                    response
+                    response.map(|response| {
+                        response.map(|body| axum::body::Body::new(WatchedBody::new(body, writes)))
+                    })
                 }
             })
         };
+        let io = WatchedIo::new(io, Arc::clone(&self.writes));
         let connection = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
         let mut draining = false;
+        let limits = self.write_limits;
         loop {
             let wait = activity.idle_left(self.idle);
+            // While an answer waits for its client: when to look again (on the stalled list
+            // at `evict-stalled-after`, closed at `write-timeout`).
+            let stall_check = self.writes.stalled_for().map(|waited| {
+                if waited < limits.evict_after {
+                    limits.evict_after - waited
+                } else {
+                    limits.timeout.saturating_sub(waited)
+                }
+            });
             tokio::select! {
                 _ = connection.as_mut() => break,
                 _ = self.stop.wait_for(|stopped| *stopped), if !draining => {
@@ -120,6 +148,22 @@ impl Connection {
                         connection.as_mut().graceful_shutdown();
                     }
                 }
+                _ = self.writes.started_writing() => {}
+                _ = tokio::time::sleep(stall_check.unwrap_or_default()), if stall_check.is_some() => {
+                    match self.writes.stalled_for() {
+                        Some(waited) if waited >= limits.timeout => {
+                            tracing::debug!(
+                                ?waited,
+                                "admin answer not taken by its client in time: closing the connection (admin.connections.write-timeout)"
+                            );
+                            break;
+                        }
+                        Some(waited) if waited >= limits.evict_after => self.stalled.list(&self.writes),
+                        _ => {}
+                    }
+                }
+                // A new connection at the cap took this one's place.
+                _ = self.writes.closing() => break,
             }
         }
     }
@@ -149,6 +193,8 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.max_streams.max(1));
     let builder = Arc::new(builder);
+    let write_limits = WriteLimits::of(&limits);
+    let stalled = Stalled::new();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -163,34 +209,75 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            tracing::debug!(
-                max = limits.max,
-                "admin connection cap reached: closing a new connection (admin.connections.max)"
-            );
-            continue;
+        // At a cap, the connection whose answer waited longest for its client (at least
+        // `evict-stalled-after`) is closed to make room; the new one waits for its place on
+        // a task of its own, so the accept loop goes on.
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => Place::Now(permit),
+            Err(_) if stalled.evict(write_limits.evict_after, None) => Place::Freed,
+            Err(_) => {
+                tracing::debug!(
+                    max = limits.max,
+                    "admin connection cap reached: closing a new connection (admin.connections.max)"
+                );
+                continue;
+            }
         };
-        let Some(place) = per_ip.enter(peer.ip()) else {
-            tracing::debug!(
-                ip = %peer.ip(),
-                max = limits.per_ip(),
-                "admin connection cap for one address reached: closing a new connection (admin.connections.max-per-ip)"
-            );
-            continue;
+        let place = match per_ip.enter(peer.ip()) {
+            Some(place) => Place::Now(place),
+            None if stalled.evict(write_limits.evict_after, Some(peer.ip())) => Place::Freed,
+            None => {
+                tracing::debug!(
+                    ip = %peer.ip(),
+                    max = limits.per_ip(),
+                    "admin connection cap for one address reached: closing a new connection (admin.connections.max-per-ip)"
+                );
+                continue;
+            }
         };
         let _ = socket.set_nodelay(true);
-        let connection = Connection {
-            builder: Arc::clone(&builder),
-            router: router.clone(),
-            stop: stop.clone(),
-            idle: limits.idle_timeout.0,
-            _permit: permit,
-            _place: place,
+        let builder = Arc::clone(&builder);
+        let router = router.clone();
+        let connection_stop = stop.clone();
+        let idle = limits.idle_timeout.0;
+        let (permits_left, per_ip_left) = (Arc::clone(&permits), Arc::clone(&per_ip));
+        let stalled_list = Arc::clone(&stalled);
+        let placed = async move {
+            let permit = match permit {
+                Place::Now(permit) => permit,
+                Place::Freed => {
+                    tokio::time::timeout(EVICTED_GIVES_BACK, permits_left.acquire_owned())
+                        .await
+                        .ok()?
+                        .ok()?
+                }
+            };
+            let place = match place {
+                Place::Now(place) => place,
+                Place::Freed => given_back(|| per_ip_left.enter(peer.ip())).await?,
+            };
+            Some(Connection {
+                builder,
+                router,
+                stop: connection_stop,
+                idle,
+                _permit: permit,
+                _place: place,
+                writes: Writes::new(Some(peer.ip())),
+                write_limits,
+                stalled: stalled_list,
+            })
         };
         let first_bytes = limits.header_read_timeout.0;
         match &tls {
             None => {
                 tokio::spawn(async move {
+                    let Some(connection) = placed.await else {
+                        tracing::debug!(
+                            "admin connection: the evicted connection's place did not come back in time; closed"
+                        );
+                        return;
+                    };
                     // hyper's header timer starts once it knows the version, which takes a
                     // first byte: a connection that sends nothing is closed here instead.
                     let mut probe = [0u8; 1];
@@ -206,6 +293,12 @@ pub async fn serve(
                 let acceptor = acceptor.clone();
                 let handshake = limits.header_read_timeout.0;
                 tokio::spawn(async move {
+                    let Some(connection) = placed.await else {
+                        tracing::debug!(
+                            "admin connection: the evicted connection's place did not come back in time; closed"
+                        );
+                        return;
+                    };
                     // A client that never finishes its handshake is one that never sends headers.
                     match tokio::time::timeout(handshake, acceptor.accept(socket)).await {
                         Ok(Ok(stream)) => connection.drive(stream).await,

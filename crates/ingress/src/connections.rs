@@ -591,17 +591,6 @@ impl GuardedHttp {
         {
             return None;
         }
-        // The evicted connection gives its place back as its task ends, within a few polls.
-        let given_back = async {
-            loop {
-                if let Some(place) = take() {
-                    return place;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(1), given_back)
-            .await
-            .ok()
+        sluice_listeners::writes::given_back(take).await
     }
 }

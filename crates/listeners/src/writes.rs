@@ -66,6 +66,8 @@ pub struct Writes {
     listed: AtomicBool,
     /// Told to close: the connection ends as soon as it sees it.
     close: Notify,
+    /// An answer began to wait for its client (for a connection that watches its writes).
+    started: Notify,
 }
 
 impl Writes {
@@ -79,6 +81,7 @@ impl Writes {
             unsent: AtomicUsize::new(0),
             listed: AtomicBool::new(false),
             close: Notify::new(),
+            started: Notify::new(),
         })
     }
 
@@ -102,8 +105,15 @@ impl Writes {
     pub fn writing(self: &Arc<Self>) -> Writing {
         if self.writing.fetch_add(1, Ordering::AcqRel) == 0 {
             self.moved();
+            self.started.notify_one();
         }
         Writing(Arc::clone(self))
+    }
+
+    /// Returns once an answer began to wait for its client (at once if one did since the last
+    /// call).
+    pub async fn started_writing(&self) {
+        self.started.notified().await;
     }
 
     /// Takes `len` answer bytes into the unsent count, unless the connection holds others and
@@ -167,6 +177,25 @@ impl Drop for Unsent {
     fn drop(&mut self) {
         self.writes.unsent.fetch_sub(self.left, Ordering::AcqRel);
     }
+}
+
+/// How long a new connection waits for the place an evicted connection gives back.
+pub const EVICTED_GIVES_BACK: Duration = Duration::from_secs(1);
+
+/// A place under a cap (`take`) once an evicted connection gives its own back; `None` if it
+/// does not within [`EVICTED_GIVES_BACK`].
+pub async fn given_back<P>(take: impl Fn() -> Option<P>) -> Option<P> {
+    let wait = async {
+        loop {
+            if let Some(place) = take() {
+                return place;
+            }
+            // The evicted connection's task ends within a few polls; the caps have no waiters
+            // of their own to wake this one, and this runs only at a full cap.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(EVICTED_GIVES_BACK, wait).await.ok()
 }
 
 /// One listener's connections whose answers have waited for their clients.
