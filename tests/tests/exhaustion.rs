@@ -947,3 +947,46 @@ async fn http2_streams_and_connections_are_held_to_the_header_read_timeout() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A handler that journals 600 run steps of 1 MiB in one attempt is stopped at
+/// `worker.max-journal-bytes` (its default, 256 MiB): each attempt fails RT0026 when its
+/// journal would pass the cap, is retried, and the retry policy pauses it after two; the
+/// process grows by at most twice the cap (before: the whole 600 MiB journal held in the one
+/// attempt; a retry's replay copied it once more).
+#[tokio::test]
+async fn a_journal_is_held_to_its_bytes_cap() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .env("SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_ATTEMPTS", "2")
+        .quick_retries()
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    let before = sluice.metrics().await["process_resident_memory_bytes"];
+    let id = sluice.send("/Meter/bloat/send", &600).await;
+    let sql = format!(
+        "SELECT status, retry_count, last_failure_error_code AS code, last_failure AS failure FROM sys_invocation WHERE id = '{id}'"
+    );
+    let row = loop {
+        let (status, rows) = sluice.query(&sql).await;
+        assert_eq!(status, 200, "{rows}");
+        let row = rows["rows"][0].clone();
+        if row["status"] == "paused" {
+            break row;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let after = sluice.metrics().await["process_resident_memory_bytes"];
+    let grown = (after - before) / f64::from(1 << 20);
+    println!("600 x 1 MiB run steps at the 256 MiB journal cap: {row}; RSS +{grown:.1} MiB");
+    assert_eq!(row["code"], "RT0026", "{row}");
+    assert_eq!(row["retry_count"], 2, "{row}");
+    assert!(
+        row["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("worker.max-journal-bytes")),
+        "{row}"
+    );
+    assert!(grown <= 512.0, "resident memory grew {grown:.1} MiB");
+}

@@ -495,6 +495,15 @@ pub struct WorkerConfig {
     /// inputs wait in the store only and are read back when their turn comes. Delayed sends
     /// never keep theirs in memory.
     pub held_memory_budget: ByteSize,
+    /// Bytes one invocation's journal may hold; an attempt whose message would go past it
+    /// fails (RT0026) and is retried under the retry policy.
+    pub max_journal_bytes: ByteSize,
+    /// Entries one invocation's journal may hold; past it, as `max-journal-bytes`.
+    pub max_journal_entries: u32,
+    /// Bytes all running attempts may add to their journals in memory at once, across
+    /// partitions; an attempt whose message does not fit fails (RT0026, retried) and gives its
+    /// share back, so a few huge journals cannot take the node's memory.
+    pub running_journals_budget: ByteSize,
     /// Invocations held (queued or delayed, at rest) in all; new ones are refused with 429
     /// FLO0001 beyond.
     pub max_held_invocations: usize,
@@ -532,6 +541,9 @@ impl Default for WorkerConfig {
             purge_batch_size: NonZeroU32::new(1000).expect("non-zero"),
             cleanup_max_in_flight: NonZeroU32::new(32).expect("non-zero"),
             held_memory_budget: ByteSize::mib(64),
+            max_journal_bytes: ByteSize::mib(256),
+            max_journal_entries: 100_000,
+            running_journals_budget: ByteSize::mib(1024),
             max_held_invocations: 1_000_000,
             max_held_per_scope: 100_000,
             max_waiters_per_invocation: 1_000,

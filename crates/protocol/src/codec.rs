@@ -56,6 +56,21 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// Its encoded header and its payload, sharing the payload's bytes: together, what
+    /// [`Self::encode`] writes.
+    pub fn pieces(&self) -> (Bytes, Bytes) {
+        let len = u32::try_from(self.payload.len()).expect("payloads are below 4 GiB");
+        let header = FrameHeader {
+            ty: self.ty,
+            ack: self.ack,
+            len,
+        };
+        (
+            Bytes::copy_from_slice(&header.to_bytes()),
+            Bytes::clone(&self.payload),
+        )
+    }
+
     /// Appends the frame to `out`.
     pub fn encode(&self, out: &mut BytesMut) {
         let len = u32::try_from(self.payload.len()).expect("payloads are below 4 GiB");

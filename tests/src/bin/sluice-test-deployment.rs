@@ -305,6 +305,16 @@ impl Meter {
         Ok("x".repeat(usize::try_from(bytes).unwrap_or(0)))
     }
 
+    /// Journals `steps` run steps of 1 MiB each within one attempt: a journal that grows
+    /// without bound unless Sluice bounds it.
+    #[handler]
+    async fn bloat(&self, ctx: Context<'_>, steps: u64) -> Result<u64, HandlerError> {
+        for _ in 0..steps {
+            ctx.run(|| async { Ok("x".repeat(1 << 20)) }).await?;
+        }
+        Ok(steps)
+    }
+
     /// Calls `Meter/inflate(bytes)`: a large result for a small call.
     #[handler(name = "inflateVia")]
     async fn inflate_via(&self, ctx: Context<'_>, bytes: u64) -> Result<String, HandlerError> {

@@ -210,8 +210,10 @@ fn err(code: Code, message: String) -> AttemptError {
     CodedError::new(code, message).into()
 }
 
-/// The replay: Start, then the journal as stored.
-fn replay(req: &AttemptRequest) -> Bytes {
+/// The replay: Start, then the journal as stored, as pieces that share the journal's bytes
+/// (each entry's header, then its payload as stored): a journal of hundreds of MiB is not
+/// copied into one buffer to be sent.
+fn replay(req: &AttemptRequest) -> Vec<Bytes> {
     let known = u32::try_from(req.journal.len()).expect("journals are shorter than 2^32");
     let start = Message::Start(proto::StartMessage {
         id: Bytes::copy_from_slice(&req.invocation_id.to_bytes()),
@@ -245,10 +247,26 @@ fn replay(req: &AttemptRequest) -> Bytes {
             .map(|k| k.as_str().to_owned()),
         ..Default::default()
     });
-    let mut body = BytesMut::new();
-    start.to_frame(false).encode(&mut body);
+    let mut first = BytesMut::new();
+    start.to_frame(false).encode(&mut first);
+    let mut pieces = Vec::with_capacity(1 + 2 * req.journal.len());
+    pieces.push(first.freeze());
     for frame in &req.journal {
-        frame.encode(&mut body);
+        let (header, payload) = frame.pieces();
+        pieces.push(header);
+        if !payload.is_empty() {
+            pieces.push(payload);
+        }
+    }
+    pieces
+}
+
+/// The replay in one buffer (HTTP/1.1 sends one body).
+fn replay_joined(req: &AttemptRequest) -> Bytes {
+    let pieces = replay(req);
+    let mut body = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for piece in pieces {
+        body.extend_from_slice(&piece);
     }
     body.freeze()
 }
@@ -534,7 +552,7 @@ impl AttemptClient {
         req: &AttemptRequest,
         address: &Address,
     ) -> Result<(http::response::Parts, Incoming), AttemptError> {
-        let request = head(req, address, Version::HTTP_11)?.map(|()| Full::new(replay(req)));
+        let request = head(req, address, Version::HTTP_11)?.map(|()| Full::new(replay_joined(req)));
         let response = self.h1.request(request).await.map_err(|e| AttemptError {
             unreachable: e.is_connect(),
             ..transport_error(req, &e)
@@ -570,9 +588,12 @@ impl AttemptClient {
             let (mut response, mut stream) = sender
                 .send_request(head, false)
                 .map_err(|e| transport_error(req, &e))?;
-            stream
-                .send_data(replay.clone(), !bidi)
-                .map_err(|e| transport_error(req, &e))?;
+            let last = replay.len() - 1;
+            for (i, piece) in replay.iter().enumerate() {
+                stream
+                    .send_data(piece.clone(), i == last && !bidi)
+                    .map_err(|e| transport_error(req, &e))?;
+            }
             let mut sending = Sending {
                 stream: bidi.then_some(stream),
                 outbound: outbound.take(),

@@ -107,9 +107,10 @@ impl Shared {
         let slots = Arc::new(InvokerSlots::new(
             config.worker.invoker.concurrent_invocations_limit.get(),
         ));
-        let held = Arc::new(parts::dormant::HeldMemory::new(
-            config.worker.held_memory_budget.0,
-        ));
+        let held = Arc::new(
+            parts::dormant::HeldMemory::new(config.worker.held_memory_budget.0)
+                .bounding_journals_by(config.worker.running_journals_budget.0),
+        );
         let drain = &config.worker.invoker.drain;
         registry.configure_pacing(crate::flow::pacing::PacingConfig {
             enabled: drain.enabled,

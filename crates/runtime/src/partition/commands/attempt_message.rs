@@ -3,10 +3,16 @@
 //! mode its size against a log record's), journaled with what it asks for answered
 //! (`journal.rs`), and a promise command then settles or waits on its promise.
 
+use std::sync::Arc;
+
 use super::super::journal::{Reads, journal_message, needs_saved, save};
+use super::super::live::Live;
 use super::super::model::effect::Effect;
+use super::super::model::phase::Journaled;
+use super::super::parts::dormant::HeldMemory;
 use super::super::promises;
 use super::super::task::Partition;
+use crate::config::WorkerConfig;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::protocol::Message;
@@ -21,6 +27,61 @@ pub(in super::super) fn too_large_for_a_record(len: usize, limit: usize) -> Code
             crate::config::RECORD_VALUE_RULE
         ),
     )
+}
+
+/// Counts a message of `len` bytes into its running attempt's journal: RT0026 when it would
+/// take the invocation's journal past `worker.max-journal-entries` or `max-journal-bytes`, or
+/// the running attempts' journals past `worker.running-journals-budget`.
+fn journal_room(
+    live: &mut Live,
+    held: &Arc<HeldMemory>,
+    worker: &WorkerConfig,
+    len: usize,
+) -> Result<(), CodedError> {
+    let entries = u64::try_from(live.journal.len())
+        .unwrap_or(u64::MAX)
+        .saturating_add(u64::from(live.rested));
+    if entries >= u64::from(worker.max_journal_entries) {
+        return Err(CodedError::new(
+            Code::RT0026,
+            format!(
+                "the journal holds {entries} entries, the most worker.max-journal-entries allows"
+            ),
+        ));
+    }
+    // The journal's bytes are summed once per attempt, at its first message.
+    let summed = match live.run.attempt().and_then(|r| r.journaled.as_ref()) {
+        Some(_) => 0,
+        None => live.journal.iter().map(|f| f.payload.len() as u64).sum(),
+    };
+    let Some(running) = live.run.attempt() else {
+        return Ok(());
+    };
+    let journaled = running
+        .journaled
+        .get_or_insert_with(|| Journaled::new(summed, Arc::clone(held)));
+    let len = u64::try_from(len).unwrap_or(u64::MAX);
+    let max = worker.max_journal_bytes.0;
+    if journaled.bytes.saturating_add(len) > max {
+        return Err(CodedError::new(
+            Code::RT0026,
+            format!(
+                "the journal holds {} bytes; a message of {len} more would go past worker.max-journal-bytes ({max})",
+                journaled.bytes
+            ),
+        ));
+    }
+    if !journaled.add(len) {
+        return Err(CodedError::new(
+            Code::RT0026,
+            format!(
+                "running attempts' journals hold {} bytes; a message of {len} more would go past worker.running-journals-budget ({})",
+                held.running_journal_bytes(),
+                worker.running_journals_budget.0
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl Partition {
@@ -64,6 +125,9 @@ impl Partition {
                     _ => Ok(()),
                 },
                 None => Ok(()),
+            });
+            let checked = checked.and_then(|()| {
+                journal_room(live, &self.held, &self.config.worker, message.encoded_len())
             });
             if let Err(e) = checked {
                 live.violate(e);

@@ -53,6 +53,49 @@ pub(in crate::partition) struct Attempt {
     pub started: Instant,
     /// Its span id and start, while spans are exported.
     pub span: Option<([u8; 8], SystemTime)>,
+    /// Its invocation's journal bytes (known from its first message on), and what it added
+    /// to them, taken from the running journals' budget until it ends.
+    pub journaled: Option<Journaled>,
+}
+
+/// The bytes of a running attempt's journal, and its share of the running journals' budget
+/// (`worker.running-journals-budget`), given back when the attempt ends.
+#[derive(Debug)]
+pub(in crate::partition) struct Journaled {
+    /// The whole journal's bytes.
+    pub bytes: u64,
+    taken: u64,
+    held: std::sync::Arc<crate::partition::parts::dormant::HeldMemory>,
+}
+
+impl Journaled {
+    /// A journal of `bytes`, nothing taken yet.
+    pub fn new(
+        bytes: u64,
+        held: std::sync::Arc<crate::partition::parts::dormant::HeldMemory>,
+    ) -> Self {
+        Self {
+            bytes,
+            taken: 0,
+            held,
+        }
+    }
+
+    /// Adds `len` bytes, taken from the budget; false (nothing added) when they do not fit.
+    pub fn add(&mut self, len: u64) -> bool {
+        if !self.held.take_journal(len) {
+            return false;
+        }
+        self.taken += len;
+        self.bytes += len;
+        true
+    }
+}
+
+impl Drop for Journaled {
+    fn drop(&mut self) {
+        self.held.give_back_journal(self.taken);
+    }
 }
 
 /// What an ended attempt leaves for its ending to look at.
@@ -77,6 +120,7 @@ impl Attempt {
             violation: None,
             started: Instant::now(),
             span: None,
+            journaled: None,
         }
     }
 }
@@ -153,6 +197,7 @@ impl Run {
                     violation,
                     started,
                     span,
+                    journaled: _,
                 } = *attempt;
                 *self = Self::Ending {
                     permit,

@@ -27,24 +27,57 @@ use crate::partition::model::phase::Run;
 use crate::protocol::Frame;
 use crate::storage::Store;
 
-/// What invocations at rest hold, across every partition: their count (bounded by
-/// `worker.max-held-invocations`) and the bytes of inputs kept in memory (bounded by
-/// `worker.held-memory-budget`).
+/// What invocations hold in memory across every partition: those at rest, their count
+/// (bounded by `worker.max-held-invocations`) and the bytes of inputs kept in memory (bounded
+/// by `worker.held-memory-budget`); and the bytes running attempts added to their journals
+/// (bounded by `worker.running-journals-budget`).
 #[derive(Debug)]
 pub struct HeldMemory {
     bytes: AtomicU64,
     budget: u64,
     count: AtomicUsize,
+    journals: AtomicU64,
+    journals_budget: u64,
 }
 
 impl HeldMemory {
-    /// Keeps at most `budget` bytes of inputs in memory.
+    /// Keeps at most `budget` bytes of inputs in memory; running journals are unbounded
+    /// until [`Self::bounding_journals_by`].
     pub fn new(budget: u64) -> Self {
         Self {
             bytes: AtomicU64::new(0),
             budget,
             count: AtomicUsize::new(0),
+            journals: AtomicU64::new(0),
+            journals_budget: u64::MAX,
         }
+    }
+
+    /// Lets running attempts add at most `budget` bytes to their journals at once.
+    pub fn bounding_journals_by(mut self, budget: u64) -> Self {
+        self.journals_budget = budget;
+        self
+    }
+
+    /// Bytes running attempts have added to their journals now.
+    pub fn running_journal_bytes(&self) -> u64 {
+        self.journals.load(Ordering::Relaxed)
+    }
+
+    /// Takes `len` bytes of the running journals' budget; false (nothing taken) when they do
+    /// not fit.
+    pub(in crate::partition) fn take_journal(&self, len: u64) -> bool {
+        self.journals
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(len)
+                    .filter(|&after| after <= self.journals_budget)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `len` bytes taken with [`Self::take_journal`].
+    pub(in crate::partition) fn give_back_journal(&self, len: u64) {
+        self.journals.fetch_sub(len, Ordering::AcqRel);
     }
 
     /// Invocations at rest now.
@@ -514,6 +547,28 @@ mod tests {
 
     fn unbounded() -> HeldMemory {
         HeldMemory::new(u64::MAX)
+    }
+
+    #[test]
+    fn running_journals_take_their_budget_and_give_it_back_when_their_attempts_end() {
+        use crate::partition::model::phase::Journaled;
+        let held = std::sync::Arc::new(HeldMemory::new(0).bounding_journals_by(100));
+        let mut first = Journaled::new(1_000, std::sync::Arc::clone(&held));
+        assert!(first.add(60));
+        assert_eq!(first.bytes, 1_060, "the whole journal's bytes");
+        let mut second = Journaled::new(0, std::sync::Arc::clone(&held));
+        assert!(!second.add(41), "past the budget: nothing taken");
+        assert_eq!(second.bytes, 0);
+        assert!(second.add(40));
+        assert_eq!(held.running_journal_bytes(), 100);
+        drop(first);
+        assert_eq!(
+            held.running_journal_bytes(),
+            40,
+            "an ended attempt gives its share back"
+        );
+        drop(second);
+        assert_eq!(held.running_journal_bytes(), 0);
     }
 
     fn scratch_store() -> (tempfile::TempDir, Store) {
