@@ -949,7 +949,7 @@ async fn http2_streams_and_connections_are_held_to_the_header_read_timeout() {
 }
 
 /// A handler that journals 600 run steps of 1 MiB in one attempt is stopped at
-/// `worker.max-journal-bytes` (its default, 256 MiB): each attempt fails RT0026 when its
+/// `worker.max-journal-bytes` (its default, 256 MiB): each attempt fails JNL0001 when its
 /// journal would pass the cap, is retried, and the retry policy pauses it after two; the
 /// process grows by at most twice the cap (before: the whole 600 MiB journal held in the one
 /// attempt; a retry's replay copied it once more).
@@ -980,7 +980,7 @@ async fn a_journal_is_held_to_its_bytes_cap() {
     let after = sluice.metrics().await["process_resident_memory_bytes"];
     let grown = (after - before) / f64::from(1 << 20);
     println!("600 x 1 MiB run steps at the 256 MiB journal cap: {row}; RSS +{grown:.1} MiB");
-    assert_eq!(row["code"], "RT0026", "{row}");
+    assert_eq!(row["code"], "JNL0001", "{row}");
     assert_eq!(row["retry_count"], 2, "{row}");
     assert!(
         row["failure"]

@@ -363,6 +363,17 @@ async fn with_plugin_limits(
     (sluice, dep)
 }
 
+/// `POST url` with `"Ada"`: a greeting through the ingress, its answer as it came.
+async fn post_greet(client: &reqwest::Client, url: &str) -> reqwest::Response {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .body("\"Ada\"")
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Clients that each call `Greeter/greet` back to back until `stop`; each answers the error
 /// codes it got, in order.
 fn greeting_clients(
@@ -378,13 +389,7 @@ fn greeting_clients(
                 let client = reqwest::Client::new();
                 let mut codes = Vec::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let resp = client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .body("\"Ada\"")
-                        .send()
-                        .await
-                        .unwrap();
+                    let resp = post_greet(&client, &url).await;
                     codes.push(
                         resp.headers()
                             .get("x-service-error-code")
@@ -454,13 +459,7 @@ async fn beside_a_looping_plugin_health_stays_fast_and_calls_past_its_queue_are_
                 let url = format!("{}/service/call/Greeter/greet", sluice.ingress_url);
                 tokio::spawn(async move {
                     let started = Instant::now();
-                    let resp = reqwest::Client::new()
-                        .post(url)
-                        .header("content-type", "application/json")
-                        .body("\"Ada\"")
-                        .send()
-                        .await
-                        .unwrap();
+                    let resp = post_greet(&reqwest::Client::new(), &url).await;
                     let code = resp
                         .headers()
                         .get("x-service-error-code")
@@ -538,13 +537,11 @@ async fn a_plugin_that_keeps_failing_is_not_called_while_its_breaker_is_open() {
         let (status, code, body) = greet(&sluice, &[]).await;
         assert_eq!((status, code.as_deref()), (503, Some("PLG0002")), "{body}");
     }
-    let resp = reqwest::Client::new()
-        .post(format!("{}/service/call/Greeter/greet", sluice.ingress_url))
-        .header("content-type", "application/json")
-        .body("\"Ada\"")
-        .send()
-        .await
-        .unwrap();
+    let resp = post_greet(
+        &reqwest::Client::new(),
+        &format!("{}/service/call/Greeter/greet", sluice.ingress_url),
+    )
+    .await;
     assert_eq!(resp.status(), 503);
     let retry: u64 = resp.headers()["retry-after"]
         .to_str()

@@ -147,6 +147,39 @@ async fn zero_window_to(
     (statuses, driving)
 }
 
+/// How long a fresh client took to be answered 200 by `url`, trying a new connection each
+/// time: at a full cap each refusal closes the connection at once, and a place frees only
+/// through eviction, which takes an answer that has waited a second for its client.
+async fn fresh_client_served(url: &str) -> Duration {
+    let started = Instant::now();
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    loop {
+        match fresh.get(url).send().await {
+            Ok(resp) if resp.status() == 200 => return started.elapsed(),
+            _ => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no fresh client served by {url} in 30 s beside the stalled readers"
+            ),
+        }
+    }
+}
+
+/// An admin connection that asks for an 8 MB query answer and never reads it.
+async fn unread_query(sluice: &Sluice) -> TcpStream {
+    let query = r#"{"query": "SELECT repeat('x', 8000000) AS v"}"#;
+    unread_request(
+        &sluice.admin_url,
+        &format!(
+            "POST /query HTTP/1.1\r\nhost: localhost\r\naccept: application/json\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{query}",
+            query.len()
+        ),
+    )
+    .await
+}
+
 /// At `connections.max = 20`, ten HTTP/1.1 clients that never read an 8 MB output and ten
 /// HTTP/2 clients whose windows stay at zero take every place; a fresh client is served all
 /// the same, long before their write timeout, because a connection whose answer has waited a
@@ -170,26 +203,7 @@ async fn a_fresh_client_is_served_while_stalled_readers_fill_the_connection_cap(
         assert_eq!(statuses, vec![200]);
         h2.push(driving);
     }
-    let started = Instant::now();
-    let fresh = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
-    let served = loop {
-        // Each refusal closes the connection at once; a place frees only through eviction,
-        // which takes an answer that has waited a second for its client.
-        match fresh
-            .get(format!("{}/restate/health", sluice.ingress_url))
-            .send()
-            .await
-        {
-            Ok(resp) if resp.status() == 200 => break started.elapsed(),
-            _ => assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no fresh client served in 30 s beside the stalled readers"
-            ),
-        }
-    };
+    let served = fresh_client_served(&format!("{}/restate/health", sluice.ingress_url)).await;
     println!("a fresh client served {served:?} after 20 stalled readers filled the cap");
     drop((readers, h2));
 }
@@ -277,20 +291,10 @@ async fn the_admin_listener_closes_clients_that_never_take_their_answers() {
         .start()
         .await
         .unwrap();
-    let query = r#"{"query": "SELECT repeat('x', 8000000) AS v"}"#;
     let started = Instant::now();
     let mut readers = Vec::new();
     for _ in 0..3 {
-        readers.push(
-            unread_request(
-                &sluice.admin_url,
-                &format!(
-                    "POST /query HTTP/1.1\r\nhost: localhost\r\naccept: application/json\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{query}",
-                    query.len()
-                ),
-            )
-            .await,
-        );
+        readers.push(unread_query(&sluice).await);
     }
     let mut h2 = Vec::new();
     for _ in 0..3 {
@@ -330,19 +334,9 @@ async fn an_admin_request_is_served_while_stalled_readers_fill_the_admin_cap() {
         .start()
         .await
         .unwrap();
-    let query = r#"{"query": "SELECT repeat('x', 8000000) AS v"}"#;
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(
-            unread_request(
-                &sluice.admin_url,
-                &format!(
-                    "POST /query HTTP/1.1\r\nhost: localhost\r\naccept: application/json\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{query}",
-                    query.len()
-                ),
-            )
-            .await,
-        );
+        held.push(unread_query(&sluice).await);
     }
     let mut h2 = Vec::new();
     for _ in 0..3 {
@@ -350,24 +344,7 @@ async fn an_admin_request_is_served_while_stalled_readers_fill_the_admin_cap() {
         assert_eq!(statuses, vec![200]);
         h2.push(driving);
     }
-    let started = Instant::now();
-    let fresh = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
-    let served = loop {
-        match fresh
-            .get(format!("{}/version", sluice.admin_url))
-            .send()
-            .await
-        {
-            Ok(resp) if resp.status() == 200 => break started.elapsed(),
-            _ => assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no admin request served in 30 s beside the stalled readers"
-            ),
-        }
-    };
+    let served = fresh_client_served(&format!("{}/version", sluice.admin_url)).await;
     println!("an admin request served {served:?} after 6 stalled readers filled the cap");
     drop((held, h2));
 }

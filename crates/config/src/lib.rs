@@ -496,12 +496,12 @@ pub struct WorkerConfig {
     /// never keep theirs in memory.
     pub held_memory_budget: ByteSize,
     /// Bytes one invocation's journal may hold; an attempt whose message would go past it
-    /// fails (RT0026) and is retried under the retry policy.
+    /// fails (JNL0001) and is retried under the retry policy.
     pub max_journal_bytes: ByteSize,
     /// Entries one invocation's journal may hold; past it, as `max-journal-bytes`.
     pub max_journal_entries: u32,
     /// Bytes all running attempts may add to their journals in memory at once, across
-    /// partitions; an attempt whose message does not fit fails (RT0026, retried) and gives its
+    /// partitions; an attempt whose message does not fit fails (JNL0001, retried) and gives its
     /// share back, so a few huge journals cannot take the node's memory.
     pub running_journals_budget: ByteSize,
     /// Invocations held (queued or delayed, at rest) in all; new ones are refused with 429

@@ -189,7 +189,7 @@ catalogue! {
     RT0025 => Invocation, None,
         "maximum awaited future depth reached",
         "A handler awaited a combinator tree deeper than the limit (1000); the invocation is paused. Flatten the awaited futures.";
-    RT0026 => Invocation, None,
+    JNL0001 => Invocation, None,
         "the invocation's journal is too large",
         "The handler's journal would go past `worker.max-journal-bytes` (default 256 MiB) or `worker.max-journal-entries` (default 100,000), or the journals of all running attempts past `worker.running-journals-budget` (default 1 GiB): the attempt fails and is retried under the retry policy (a journal over its own bound fails again, until the policy's attempts run out). Keep less in the journal: smaller `run` results, fewer steps per invocation (split the work into several invocations), or raise the bound.";
     AWK0001 => Ingress, Some(409),

@@ -29,7 +29,7 @@ pub(in super::super) fn too_large_for_a_record(len: usize, limit: usize) -> Code
     )
 }
 
-/// Counts a message of `len` bytes into its running attempt's journal: RT0026 when it would
+/// Counts a message of `len` bytes into its running attempt's journal: JNL0001 when it would
 /// take the invocation's journal past `worker.max-journal-entries` or `max-journal-bytes`, or
 /// the running attempts' journals past `worker.running-journals-budget`.
 fn journal_room(
@@ -43,7 +43,7 @@ fn journal_room(
         .saturating_add(u64::from(live.rested));
     if entries >= u64::from(worker.max_journal_entries) {
         return Err(CodedError::new(
-            Code::RT0026,
+            Code::JNL0001,
             format!(
                 "the journal holds {entries} entries, the most worker.max-journal-entries allows"
             ),
@@ -64,7 +64,7 @@ fn journal_room(
     let max = worker.max_journal_bytes.0;
     if journaled.bytes.saturating_add(len) > max {
         return Err(CodedError::new(
-            Code::RT0026,
+            Code::JNL0001,
             format!(
                 "the journal holds {} bytes; a message of {len} more would go past worker.max-journal-bytes ({max})",
                 journaled.bytes
@@ -73,7 +73,7 @@ fn journal_room(
     }
     if !journaled.add(len) {
         return Err(CodedError::new(
-            Code::RT0026,
+            Code::JNL0001,
             format!(
                 "running attempts' journals hold {} bytes; a message of {len} more would go past worker.running-journals-budget ({})",
                 held.running_journal_bytes(),
