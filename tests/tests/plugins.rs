@@ -509,6 +509,18 @@ async fn beside_a_looping_plugin_health_stays_fast_and_calls_past_its_queue_are_
     }
 }
 
+/// Loads the hostile plugin as `hostile`, trapping on every call, with `extra` settings.
+async fn load_trapping(sluice: &Sluice, extra: &str) {
+    let (status, body) = load(
+        sluice,
+        "hostile",
+        "hostile",
+        &format!("hook=extract&config.behaviour=trap&deadline=1s{extra}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 /// After `breaker-failures` failed calls in a row a plugin is not called until its cooldown
 /// ends: `on-error = "fail"` answers 503 PLG0010 at once with Retry-After, `skip` passes the
 /// call through; the first call after the cooldown tries the plugin again, and one more
@@ -525,14 +537,7 @@ async fn a_plugin_that_keeps_failing_is_not_called_while_its_breaker_is_open() {
             .unwrap();
         listed["metrics"]["calls"].as_u64().unwrap()
     };
-    let (status, body) = load(
-        &sluice,
-        "hostile",
-        "hostile",
-        "hook=extract&config.behaviour=trap&deadline=1s",
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    load_trapping(&sluice, "").await;
     for _ in 0..3 {
         let (status, code, body) = greet(&sluice, &[]).await;
         assert_eq!((status, code.as_deref()), (503, Some("PLG0002")), "{body}");
@@ -581,14 +586,7 @@ async fn a_plugin_that_keeps_failing_is_not_called_while_its_breaker_is_open() {
     assert_eq!(calls().await, 4);
 
     // With on-error = skip, an open breaker passes calls through without calling the plugin.
-    let (status, body) = load(
-        &sluice,
-        "hostile",
-        "hostile",
-        "hook=extract&config.behaviour=trap&deadline=1s&on-error=skip",
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    load_trapping(&sluice, "&on-error=skip").await;
     for _ in 0..10 {
         let (status, _, body) = greet(&sluice, &[]).await;
         assert_eq!((status, body.as_str()), (200, "\"Hello, Ada!\""));

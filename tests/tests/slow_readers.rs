@@ -97,6 +97,25 @@ async fn server_closes(stream: &TcpStream, within: Duration) -> bool {
     true
 }
 
+/// Awaits the server's closing every zero-window connection (`h2`, whose driving tasks end)
+/// and every unread one (`readers`), each within 30 s; answers how long after `started`.
+async fn all_closed(
+    h2: Vec<tokio::task::JoinHandle<()>>,
+    readers: &[TcpStream],
+    started: Instant,
+) -> Duration {
+    for driving in h2 {
+        tokio::time::timeout(Duration::from_secs(30), driving)
+            .await
+            .expect("the zero-window connection is closed")
+            .unwrap();
+    }
+    for reader in readers {
+        assert!(server_closes(reader, Duration::from_secs(30)).await);
+    }
+    started.elapsed()
+}
+
 /// An HTTP/2 connection (prior knowledge) whose streams' windows are zero, with `streams`
 /// requests for `path` whose answers' heads have come (their bodies cannot). Answers the
 /// statuses and the task driving the connection, which ends when the server closes it.
@@ -226,16 +245,7 @@ async fn clients_that_never_take_their_answers_are_closed_after_the_write_timeou
         assert_eq!(statuses, vec![200; 3]);
         h2.push(driving);
     }
-    for driving in h2 {
-        tokio::time::timeout(Duration::from_secs(30), driving)
-            .await
-            .expect("the zero-window connection is closed")
-            .unwrap();
-    }
-    for reader in &readers {
-        assert!(server_closes(reader, Duration::from_secs(30)).await);
-    }
-    let took = started.elapsed();
+    let took = all_closed(h2, &readers, started).await;
     println!("ten stalled readers closed within {took:?} of a 2 s write timeout");
     assert!(
         took >= Duration::from_secs(2),
@@ -304,17 +314,7 @@ async fn the_admin_listener_closes_clients_that_never_take_their_answers() {
     }
     let (status, _) = sluice.query("SELECT 1 AS n").await;
     assert_eq!(status, 200, "the admin API answers beside them");
-    for driving in h2 {
-        tokio::time::timeout(Duration::from_secs(30), driving)
-            .await
-            .expect("the zero-window connection is closed")
-            .unwrap();
-    }
-
-    for reader in &readers {
-        assert!(server_closes(reader, Duration::from_secs(30)).await);
-    }
-    let took = started.elapsed();
+    let took = all_closed(h2, &readers, started).await;
     println!("six stalled admin readers closed within {took:?} of a 2 s write timeout");
     assert!(
         took >= Duration::from_secs(2),
