@@ -225,6 +225,60 @@ async fn a_quota_use_shows_while_its_scope_is_idle() {
 }
 
 #[tokio::test]
+async fn a_scope_minting_quota_keys_fills_its_own_bound_and_another_scope_still_starts_keys() {
+    // One partition, so both scopes share its idle counts; two per scope at most.
+    let config = "[worker]\npartitions = 1\n[flow]\nmax-idle-quota-counters-per-scope = 2\n";
+    let dep = TestDeployment::start("v1").await.unwrap();
+    // Midday on the server's clock, so no window ends while the test runs.
+    let sluice = Sluice::builder()
+        .clock_offset_ms(clock_offset_to(MIDDAY_MS))
+        .config(config)
+        .start()
+        .await
+        .unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([
+            {"pattern": "greedy/*", "limits": {"quota": "5/day"}},
+            {"pattern": "quiet/*", "limits": {"quota": "5/day"}}
+        ]))
+        .await;
+    let client = reqwest::Client::new();
+    let call = |scope: &str, key: &str| {
+        client
+            .post(format!(
+                "{}/service/scope/{scope}/call/Greeter/greet?limit-key={key}",
+                sluice.ingress_url
+            ))
+            .json(&key)
+            .send()
+    };
+    for key in ["k0", "k1"] {
+        assert_eq!(call("greedy", key).await.unwrap().status(), 200, "{key}");
+    }
+    let idle = "SELECT count(*) AS n FROM sys_user_limits WHERE scope = 'greedy' AND l1 IS NOT NULL AND usage = 0 AND quota_used = 1";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sluice.count(idle).await != 2 {
+        assert!(Instant::now() < deadline, "the two keys never went idle");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A third greedy key is refused by the scope's own bound, named in the answer.
+    let (_, body) = refused_with_retry_after(call("greedy", "k2").await.unwrap()).await;
+    assert!(
+        body.contains("FLO0004") && body.contains("flow.max-idle-quota-counters-per-scope"),
+        "{body}"
+    );
+    // The other scope on the same partition still starts fresh keys.
+    for key in ["k0", "k1"] {
+        assert_eq!(
+            call("quiet", key).await.unwrap().status(),
+            200,
+            "quiet {key}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn fresh_quota_keys_are_refused_with_flo0004_while_idle_counts_are_at_their_bound() {
     // Three idle counts kept at most; the server's day has twelve hours left.
     let offset = clock_offset_to(MIDDAY_MS);

@@ -36,6 +36,9 @@ pub struct FlowConfig {
     /// bound, a new call on a quota counter that has used nothing in its window is refused
     /// (429 FLO0004) until a kept window ends. Each costs its name plus about 80 bytes.
     pub max_idle_quota_counters: usize,
+    /// Of those, how many one scope may have kept, so a tenant minting limit keys fills its
+    /// own bound and other scopes still start fresh keys (at most `max-idle-quota-counters`).
+    pub max_idle_quota_counters_per_scope: usize,
 }
 
 impl FlowConfig {
@@ -80,6 +83,7 @@ impl Default for FlowConfig {
             history_interval: FriendlyDuration::from_secs(2),
             deadline_horizon: FriendlyDuration::from_secs(5 * 60),
             max_idle_quota_counters: 100_000,
+            max_idle_quota_counters_per_scope: 10_000,
         }
     }
 }

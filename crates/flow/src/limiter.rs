@@ -34,7 +34,7 @@ use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
 pub use bounds::ShadowCounts;
 use bounds::{Bounds, Shadow};
-pub use quotas::Reserved;
+pub use quotas::{IdleBound, Reserved};
 pub use tally::{Tally, WAIT_BUCKETS, WaitHistogram};
 use waits::WaitList;
 pub use waits::{MAX_WEIGHT, PRIORITY_STEP, Ticket};
@@ -140,11 +140,12 @@ pub enum RefusalReason {
         /// The budget's amount per window.
         budget: Quota,
     },
-    /// The counter has a quota (or budget) and nothing used of it in this window, and the
-    /// partition keeps the use of as many idle counters as it may: a new one would be one more.
+    /// The counter has a quota (or budget) and nothing used of it in this window, and its
+    /// scope (or the partition) keeps the use of as many idle counters as it may: a new one
+    /// would be one more.
     IdleQuotasFull {
-        /// `flow.max-idle-quota-counters`.
-        max: usize,
+        /// The bound it met.
+        bound: IdleBound,
     },
 }
 
@@ -563,9 +564,9 @@ pub struct Limiter {
     tickets: u64,
     /// Totals of counters that are gone, by the rule they had and their level.
     retired: HashMap<(Option<Arc<RulePattern>>, Level), Tally>,
-    /// Most idle counters whose quota (or budget) use is kept
-    /// (`flow.max-idle-quota-counters`); `None`: unbounded.
-    quota_kept_cap: Option<usize>,
+    /// Most idle counters whose quota (or budget) use is kept, in all and by one scope
+    /// (`flow.max-idle-quota-counters[-per-scope]`); `None`: unbounded.
+    quota_kept_cap: Option<quotas::IdleCap>,
     /// By [`Measure`]: uses of counters that are gone, and what is to be stored.
     kept: [quotas::Kept; 2],
 }

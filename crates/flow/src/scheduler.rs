@@ -25,7 +25,7 @@ mod operator;
 mod snapshot;
 
 use super::limiter::Woken;
-pub use super::limiter::{Refusal, RefusalReason};
+pub use super::limiter::{IdleBound, Refusal, RefusalReason};
 pub use deadlines::{Deadline, DeadlineCause, Expired, ExpiredCount};
 pub use drain::Position;
 use locks::Locks;
@@ -289,11 +289,12 @@ impl Scheduler {
         self
     }
 
-    /// Keeps the quota use of at most `max` idle counters (`flow.max-idle-quota-counters`);
-    /// new work that would need one more is refused (see
+    /// Keeps the quota use of at most `max` idle counters (`flow.max-idle-quota-counters`),
+    /// `per_scope` of them in one scope (`flow.max-idle-quota-counters-per-scope`); new work
+    /// that would need one more is refused (see
     /// [`crate::limiter::RefusalReason::IdleQuotasFull`]).
-    pub fn with_idle_quota_cap(mut self, max: usize) -> Self {
-        self.limiter.set_idle_quota_cap(max);
+    pub fn with_idle_quota_cap(mut self, max: usize, per_scope: usize) -> Self {
+        self.limiter.set_idle_quota_cap(max, per_scope);
         self
     }
 

@@ -261,12 +261,12 @@ impl Limiter {
                 });
                 continue;
             }
-            if let Some((max, next_end)) = self.idle_quotas_full(id, now_ms) {
+            if let Some((bound, next_end)) = self.idle_quotas_full(id, now_ms) {
                 let node = self.node(id);
                 refused = Some(Refusal {
                     level: node.level,
                     rule: node.rule.clone(),
-                    why: RefusalReason::IdleQuotasFull { max },
+                    why: RefusalReason::IdleQuotasFull { bound },
                     retry_after_ms: next_end.saturating_sub(now_ms).max(1),
                 });
                 continue;

@@ -86,12 +86,56 @@ pub(super) struct Kept {
     /// Budgets only: what gone counters' calls overran ([`Rare::overrun`]), kept as long as
     /// their use is (an overrun charged the cap, so a use is kept beside it). In memory only.
     overruns: HashMap<String, u64>,
+    /// How many of `uses` each scope has (the name's first part), so one tenant minting keys
+    /// fills its own bound and not every tenant's.
+    by_scope: HashMap<String, usize>,
+}
+
+/// The scope part of a counter name (`scope[/l1[/l2]]`).
+fn scope_of(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(scope, _)| scope)
 }
 
 impl Kept {
     /// Nothing kept.
     pub(super) fn is_empty(&self) -> bool {
         self.uses.is_empty()
+    }
+
+    /// Keeps `used` under `key`, counting a new name against its scope.
+    fn insert(&mut self, key: String, used: QuotaUse) {
+        let scope = scope_of(&key);
+        if !self.uses.contains_key(&key) {
+            match self.by_scope.get_mut(scope) {
+                Some(n) => *n += 1,
+                None => {
+                    self.by_scope.insert(scope.to_owned(), 1);
+                }
+            }
+        }
+        self.uses.insert(key, used);
+    }
+
+    /// Forgets what `key` kept.
+    fn remove(&mut self, key: &str) -> Option<QuotaUse> {
+        let used = self.uses.remove(key)?;
+        self.forget_one(scope_of(key));
+        Some(used)
+    }
+
+    /// One name of `scope` is no longer kept.
+    fn forget_one(&mut self, scope: &str) {
+        if let Some(n) = self.by_scope.get_mut(scope) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_scope.remove(scope);
+            }
+        }
+    }
+
+    /// How many names of `scope` are kept.
+    pub(super) fn in_scope(&self, scope: &str) -> usize {
+        self.by_scope.get(scope).copied().unwrap_or(0)
     }
 }
 
@@ -135,7 +179,7 @@ impl Limiter {
                 kept.reset.push((key.clone(), used));
             }
             kept.next_end = kept.next_end.min(used.window_end);
-            kept.uses.insert(key.clone(), used);
+            kept.insert(key.clone(), used);
             if m == Measure::Cost && overrun > 0 {
                 kept.overruns.insert(key.clone(), overrun);
             }
@@ -163,28 +207,51 @@ impl Limiter {
                 false
             }
         });
-        for (key, _) in &kept.reset[before..] {
+        let ended: Vec<String> = kept.reset[before..]
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &ended {
             kept.overruns.remove(key);
+            kept.forget_one(scope_of(key));
         }
         kept.swept = kept.uses.len();
         kept.next_end = next_end;
     }
 
     /// Bounds the idle counters whose quota (or budget) use is kept to `max` each (see
-    /// [`super::RefusalReason::IdleQuotasFull`]).
-    pub fn set_idle_quota_cap(&mut self, max: usize) {
-        self.quota_kept_cap = Some(max);
+    /// [`super::RefusalReason::IdleQuotasFull`]), of which one scope keeps at most `per_scope`.
+    pub fn set_idle_quota_cap(&mut self, max: usize, per_scope: usize) {
+        self.quota_kept_cap = Some(IdleCap {
+            max,
+            per_scope: per_scope.min(max),
+        });
     }
 
     /// Whether a new entry at counter `id` must be refused because it would start a quota or
     /// budget use the partition could not keep once the counter goes idle: it has one, nothing
-    /// used in this window, and the kept uses are at their bound even after forgetting the
-    /// ended windows. Answers the bound and when a kept window ends next.
-    pub(super) fn idle_quotas_full(&mut self, id: CounterId, now_ms: u64) -> Option<(usize, u64)> {
-        let max = self.quota_kept_cap?;
+    /// used in this window, and the kept uses (its scope's, or all) are at their bound even
+    /// after forgetting the ended windows. Answers the bound it met and when a kept window
+    /// ends next.
+    pub(super) fn idle_quotas_full(
+        &mut self,
+        id: CounterId,
+        now_ms: u64,
+    ) -> Option<(IdleBound, u64)> {
+        let cap = self.quota_kept_cap?;
+        let scope = self.names(id)[0].unwrap_or_default().to_owned();
+        let full = |kept: &Kept| {
+            if kept.uses.len() >= cap.max {
+                Some(IdleBound::Partition(cap.max))
+            } else if kept.in_scope(&scope) >= cap.per_scope {
+                Some(IdleBound::Scope(cap.per_scope))
+            } else {
+                None
+            }
+        };
         for m in Measure::ALL {
             let node = self.node(id);
-            if !node.measures(m) || self.kept[m as usize].uses.len() < max {
+            if !node.measures(m) || full(&self.kept[m as usize]).is_none() {
                 continue;
             }
             let fresh = node.rare.as_deref().is_none_or(|r| {
@@ -198,8 +265,8 @@ impl Limiter {
                 self.sweep_kept(m);
             }
             let kept = &self.kept[m as usize];
-            if kept.uses.len() >= max {
-                return Some((max, kept.next_end));
+            if let Some(bound) = full(kept) {
+                return Some((bound, kept.next_end));
             }
         }
         None
@@ -209,7 +276,7 @@ impl Limiter {
     pub(super) fn restore_kept(&mut self, id: CounterId) {
         let key = self.quota_key(id);
         for m in Measure::ALL {
-            if let Some(used) = self.kept[m as usize].uses.remove(&key) {
+            if let Some(used) = self.kept[m as usize].remove(&key) {
                 self.rare(id).windows[m as usize].used = used;
             }
             if let Some(overrun) = self.kept[m as usize].overruns.remove(&key) {
@@ -226,7 +293,7 @@ impl Limiter {
         }
         let kept = self.kept_mut(m);
         kept.next_end = kept.next_end.min(used.window_end);
-        kept.uses.insert(key, used);
+        kept.insert(key, used);
         true
     }
 
@@ -296,6 +363,23 @@ impl Limiter {
         }
         reset
     }
+}
+
+/// The bounds on kept idle uses (`flow.max-idle-quota-counters`, and
+/// `flow.max-idle-quota-counters-per-scope`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct IdleCap {
+    max: usize,
+    per_scope: usize,
+}
+
+/// Which bound on kept idle uses a fresh counter met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleBound {
+    /// Its scope keeps `flow.max-idle-quota-counters-per-scope` idle uses.
+    Scope(usize),
+    /// The partition keeps `flow.max-idle-quota-counters` idle uses.
+    Partition(usize),
 }
 
 /// A budget's reservations, by the level of the counter that holds each (0: none there).

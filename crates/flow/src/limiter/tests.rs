@@ -824,6 +824,53 @@ fn a_stored_quota_use_comes_back_unless_its_window_ended() {
 }
 
 #[test]
+fn a_scope_at_its_idle_count_bound_leaves_other_scopes_fresh_keys_admitted() {
+    let mut b = book(&[]);
+    let mut rules = Vec::new();
+    for scope in ["q", "r"] {
+        let pattern = RulePattern::parse(&format!("{scope}/*")).unwrap();
+        let mut rule = Upsert::new(pattern, Limit::Unlimited);
+        rule.quota = Some("5/h".parse().unwrap());
+        rules.push(rule);
+    }
+    b.apply_batch(&rules, 1).unwrap();
+    let mut l = Limiter::new();
+    l.set_idle_quota_cap(10, 2);
+    let mut woken = Vec::new();
+    let now = 5;
+    let mut run = |l: &mut Limiter, scope: &str, key: &str| -> Option<Refusal> {
+        let p = path(l, scope, Some(key));
+        if let Some(refused) = l.refusal(&p, &b, now) {
+            l.drop_path(p);
+            return Some(refused);
+        }
+        let permit = l.try_acquire(&p, &b, now).unwrap();
+        l.drop_path(p);
+        l.release(permit, &b, now, &mut woken);
+        None
+    };
+    assert!(run(&mut l, "q", "k0").is_none());
+    assert!(run(&mut l, "q", "k1").is_none());
+    // Scope q keeps two idle counts (its L1 keys; the scope's own counter has no quota):
+    // a third key of q is refused by q's bound, while r's fresh keys still come in.
+    let refused = run(&mut l, "q", "k2").expect("q at its bound");
+    assert_eq!(
+        refused.why,
+        RefusalReason::IdleQuotasFull {
+            bound: IdleBound::Scope(2)
+        }
+    );
+    assert!(
+        run(&mut l, "r", "k0").is_none(),
+        "another scope is not held"
+    );
+    assert!(run(&mut l, "r", "k1").is_none());
+    assert!(run(&mut l, "r", "k2").is_some(), "r has its own bound");
+    // A key of q already counting goes on.
+    assert!(run(&mut l, "q", "k1").is_none());
+}
+
+#[test]
 fn fresh_quota_keys_are_refused_while_the_idle_counts_are_at_their_bound() {
     let hour = 3_600_000;
     let mut b = book(&[]);
@@ -831,7 +878,7 @@ fn fresh_quota_keys_are_refused_while_the_idle_counts_are_at_their_bound() {
     rule.quota = Some("5/h".parse().unwrap());
     b.apply_batch(&[rule], 1).unwrap();
     let mut l = Limiter::new();
-    l.set_idle_quota_cap(3);
+    l.set_idle_quota_cap(3, 3);
     let mut woken = Vec::new();
     let now = 5;
     let mut run = |l: &mut Limiter, key: &str, at: u64| -> Option<Refusal> {
@@ -853,7 +900,9 @@ fn fresh_quota_keys_are_refused_while_the_idle_counts_are_at_their_bound() {
     let refused = run(&mut l, "k3", now).expect("at the bound");
     assert!(matches!(
         refused.why,
-        RefusalReason::IdleQuotasFull { max: 3 }
+        RefusalReason::IdleQuotasFull {
+            bound: IdleBound::Partition(3)
+        }
     ));
     assert_eq!(refused.retry_after_ms, hour - now);
     // A key that is counting already goes on, and stays counted.

@@ -9,7 +9,7 @@ use super::task::Partition;
 use crate::discovery::{HandlerType, ServiceType};
 use crate::errors::{Code, CodedError};
 use crate::flow::scheduler::{
-    BlockedOn, EntryKind, Position, QueueKey, QueueStatus, RefusalReason,
+    BlockedOn, EntryKind, IdleBound, Position, QueueKey, QueueStatus, RefusalReason,
 };
 use crate::flow::{LimitKey, Measure, Scope};
 use crate::ids::InvocationId;
@@ -154,12 +154,22 @@ impl Partition {
                     "the {level} budget of {at} ({budget} with on_exceed = reject{rule}) is spent, with what running calls hold reserved, until its next window"
                 ),
             ),
-            RefusalReason::IdleQuotasFull { max } => (
-                Code::FLO0004,
-                format!(
-                    "the {level} counter of {at} has a quota or budget{rule} and has used none of it in this window, and this partition already keeps the use of {max} idle counters (flow.max-idle-quota-counters)"
-                ),
-            ),
+            RefusalReason::IdleQuotasFull { bound } => {
+                let kept = match bound {
+                    IdleBound::Scope(max) => format!(
+                        "its scope already keeps the use of {max} idle counters on this partition (flow.max-idle-quota-counters-per-scope)"
+                    ),
+                    IdleBound::Partition(max) => format!(
+                        "this partition already keeps the use of {max} idle counters (flow.max-idle-quota-counters)"
+                    ),
+                };
+                (
+                    Code::FLO0004,
+                    format!(
+                        "the {level} counter of {at} has a quota or budget{rule} and has used none of it in this window, and {kept}"
+                    ),
+                )
+            }
         };
         // Whole seconds, at least 1: what `Retry-After` can say.
         let retry = refused.retry_after_ms.div_ceil(1000).max(1);

@@ -170,7 +170,10 @@ impl Partition {
                 u64::try_from(shared.config.flow.deadline_horizon.0.as_millis())
                     .unwrap_or(u64::MAX),
             )
-            .with_idle_quota_cap(shared.config.flow.max_idle_quota_counters),
+            .with_idle_quota_cap(
+                shared.config.flow.max_idle_quota_counters,
+                shared.config.flow.max_idle_quota_counters_per_scope,
+            ),
             rules: None,
             promises: parts::promises::Promises::default(),
             entries: HashMap::new(),
