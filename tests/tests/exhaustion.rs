@@ -990,3 +990,94 @@ async fn a_journal_is_held_to_its_bytes_cap() {
     );
     assert!(grown <= 512.0, "resident memory grew {grown:.1} MiB");
 }
+
+/// Sends `head` (a request line and headers) on a new connection to `address` and reads what
+/// comes back until the server closes it: the whole answer.
+async fn answer_to_head(address: &str, head: &[u8]) -> String {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    // The server may answer and close before it took the whole head: a failed write is fine.
+    let _ = stream.write_all(head).await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A request head of `pad` bytes of one header on `path`, closing after its answer.
+fn head_with_pad(address: &str, path: &str, pad: usize) -> Vec<u8> {
+    format!(
+        "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\nx-pad: {}\r\n\r\n",
+        "a".repeat(pad)
+    )
+    .replace(
+        "localhost",
+        address.split(':').next().unwrap_or("localhost"),
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn request_heads_over_their_bound_are_answered_431_on_both_listeners() {
+    let sluice = Sluice::builder()
+        .config("[ingress.connections]\nmax-header-bytes = \"16KiB\"\n[admin.connections]\nmax-header-bytes = \"16KiB\"\n")
+        .start()
+        .await
+        .unwrap();
+    let ingress = sluice.ingress_url.trim_start_matches("http://").to_owned();
+    // Under the bound: answered.
+    let answer = answer_to_head(
+        &ingress,
+        &head_with_pad(&ingress, "/restate/health", 12 * 1024),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Over it (a 1 MiB head pingora alone would have taken): 431 ING0011, then closed.
+    let answer = answer_to_head(
+        &ingress,
+        &head_with_pad(&ingress, "/restate/health", 1 << 20),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert!(
+        answer.contains("ING0011") && answer.contains("max-header-bytes"),
+        "{answer}"
+    );
+    // HTTP/2: the header list is held to the same bound.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let health = format!("{}/restate/health", sluice.ingress_url);
+    let small = h2
+        .get(&health)
+        .header("x-pad", "a".repeat(12 * 1024))
+        .send()
+        .await;
+    assert_eq!(small.unwrap().status(), 200);
+    let over = h2
+        .get(&health)
+        .header("x-pad", "a".repeat(20 * 1024))
+        .send()
+        .await;
+    let over = over
+        .map(|r| r.status().as_u16())
+        .map_err(|e| format!("{e:?}"));
+    assert_eq!(over, Ok(431));
+    // Far over it, the connection itself is closed (a GOAWAY, which the client may see as
+    // a broken pipe while it still writes); a new one is served.
+    let far = h2
+        .get(&health)
+        .header("x-pad", "a".repeat(1 << 20))
+        .send()
+        .await;
+    let far = far
+        .map(|r| r.status().as_u16())
+        .map_err(|e| format!("{e:?}"));
+    assert!(far.is_err() || far == Ok(431), "{far:?}");
+    // The admin listener too.
+    let admin = sluice.admin_url.trim_start_matches("http://").to_owned();
+    let answer = answer_to_head(&admin, &head_with_pad("localhost", "/health", 1 << 20)).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    // And the listeners go on serving.
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(&health).send().await.unwrap().status(), 200);
+}

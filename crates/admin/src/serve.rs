@@ -182,15 +182,19 @@ pub async fn serve(
     let cap = u32::try_from(limits.max).unwrap_or(u32::MAX);
     let permits = Arc::new(Semaphore::new(usize::try_from(cap).unwrap_or(usize::MAX)));
     let per_ip = sluice_listeners::per_ip::PerIp::new(limits.per_ip());
+    let head_bytes = usize::try_from(limits.max_header_bytes.0).unwrap_or(usize::MAX);
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout.0)
+        // hyper answers a head over its buffer with a bare 431 (it takes no less than 8 KiB).
+        .max_buf_size(head_bytes.max(8 * 1024))
         .keep_alive(true);
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(head_bytes).unwrap_or(u32::MAX))
         .max_concurrent_streams(limits.max_streams.max(1));
     let builder = Arc::new(builder);
     let write_limits = WriteLimits::of(&limits);

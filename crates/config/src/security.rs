@@ -237,6 +237,10 @@ pub struct ConnectionLimits {
     /// At the connection cap, a new connection closes the one whose answer has waited longest
     /// for its client, once it has waited this long, instead of being turned away.
     pub evict_stalled_after: FriendlyDuration,
+    /// Most bytes of a request's head: its request line and headers over HTTP/1.1, its header
+    /// list over HTTP/2 (`SETTINGS_MAX_HEADER_LIST_SIZE`). Past it: 431 `ING0011` and the
+    /// connection closed (HTTP/1.1), the stream reset (HTTP/2).
+    pub max_header_bytes: ByteSize,
 }
 
 impl ConnectionLimits {
@@ -254,6 +258,7 @@ impl ConnectionLimits {
             min_send_rate: ByteSize::kib(16),
             max_unsent_bytes: ByteSize::mib(8),
             evict_stalled_after: FriendlyDuration::from_secs(1),
+            max_header_bytes: ByteSize::kib(64),
         }
     }
 }

@@ -315,6 +315,9 @@ catalogue! {
     ING0010 => Ingress, Some(503),
         "the connection holds too many unsent answers",
         "An HTTP/2 connection's streams hold more answer bytes its client has not taken than `ingress.connections.max-unsent-bytes` (default 8 MiB), so this stream's answer was refused (the invocation itself is not affected: attach to it or read its output again). Read the answers of the connection's other streams, or open another connection. A client that stops reading altogether has its answers' streams, and then its connection, closed after `ingress.connections.write-timeout`.";
+    ING0011 => Ingress, Some(431),
+        "the request's headers are too large",
+        "The request line and headers (HTTP/1.1), or the header list (HTTP/2), are over `ingress.connections.max-header-bytes` (default 64 KiB; the admin listener has its own `admin.connections.max-header-bytes`). Over HTTP/1.1 the connection is answered and closed; over HTTP/2 the stream is reset. Send large values in the body instead.";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";

@@ -24,7 +24,9 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::IngressApp;
+use crate::head_cap::{HeadBudget, HeadCapped};
 use sluice_config::ConnectionLimits;
+use sluice_core::errors::Code;
 use sluice_listeners::per_ip::PerIp;
 use sluice_listeners::writes::{Stalled, WriteLimits, Writes};
 
@@ -208,6 +210,7 @@ impl GuardedHttp {
         });
         let mut options = default_h2_options();
         options.max_concurrent_streams(self.limits.max_streams.max(1));
+        options.max_header_list_size(u32::try_from(self.max_header_bytes()).unwrap_or(u32::MAX));
         let mut conn = match tokio::time::timeout_at(
             accepted + header_timeout,
             handshake(stream, Some(options)),
@@ -317,15 +320,24 @@ impl GuardedHttp {
         writes: Arc<Writes>,
     ) {
         let header_timeout = self.limits.header_read_timeout.0;
+        let head = HeadBudget::new(self.max_header_bytes());
+        let stream = HeadCapped::wrap(stream, Arc::clone(&head));
         let mut session = ServerSession::new_http1(stream);
         let mut deadline = accepted + header_timeout;
         loop {
             session.set_keepalive(Some(0));
             session.set_read_timeout(Some(header_timeout));
-            match tokio::time::timeout_at(deadline, session.read_request()).await {
+            head.arm();
+            let read = tokio::time::timeout_at(deadline, session.read_request()).await;
+            head.disarm();
+            match read {
                 Ok(Ok(true)) => {}
                 // Closed between requests.
                 Ok(Ok(false)) => return,
+                Ok(Err(_)) if head.tripped() => {
+                    answer_head_too_large(session, head.max(), self.limits.write_timeout.0).await;
+                    return;
+                }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "ingress request headers unreadable: closing the connection");
                     return;
@@ -570,6 +582,62 @@ impl ServerApp for GuardedHttp {
         self.serve_h1(stream, accepted, shutdown, writes).await;
         None
     }
+}
+
+impl GuardedHttp {
+    /// `ingress.connections.max-header-bytes`, at least what a request line and a few
+    /// headers need.
+    fn max_header_bytes(&self) -> usize {
+        usize::try_from(self.limits.max_header_bytes.0)
+            .unwrap_or(usize::MAX)
+            .max(MIN_HEAD_BYTES)
+    }
+}
+
+/// The smallest head bound taken: below it ordinary requests would be refused.
+const MIN_HEAD_BYTES: usize = 1024;
+
+/// Answers 431 `ING0011` on the connection of `session`, whose request head went over `max`
+/// bytes, and closes it (the rest of the head is never read).
+async fn answer_head_too_large(session: ServerSession, max: usize, write_timeout: Duration) {
+    use tokio::io::AsyncWriteExt;
+    let ServerSession::H1(session) = session else {
+        return;
+    };
+    tracing::debug!(
+        max,
+        "ingress request head over its bound: answering 431 and closing the connection (ingress.connections.max-header-bytes)"
+    );
+    let answer = crate::error::IngressError::coded(
+        Code::ING0011,
+        format!(
+            "the request line and headers are over {max} bytes (ingress.connections.max-header-bytes); send large values in the body"
+        ),
+    )
+    .into_response();
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\n",
+        answer.status().as_u16(),
+        answer.status().canonical_reason().unwrap_or("")
+    );
+    for (name, value) in answer.headers() {
+        if let Ok(value) = value.to_str() {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    head.push_str(&format!(
+        "content-length: {}\r\nconnection: close\r\n\r\n",
+        answer.body().len()
+    ));
+    let mut stream = session.into_inner();
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(answer.body()).await?;
+        stream.flush().await
+    };
+    // A client that does not take it within the write timeout loses it.
+    let _ = tokio::time::timeout(write_timeout, write).await;
+    let _ = AsyncWriteExt::shutdown(&mut stream).await;
 }
 
 impl GuardedHttp {

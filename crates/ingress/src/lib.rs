@@ -10,6 +10,7 @@ mod connections;
 mod deadline;
 mod error;
 mod forward;
+mod head_cap;
 pub mod in_flight;
 pub mod input;
 mod invoke;
