@@ -9,7 +9,7 @@ use super::IngressState;
 use super::api_keys::Binding;
 use super::body::read_body_up_to;
 use super::error::IngressError;
-use super::lookup::peek_for;
+use super::lookup::peek_status_for;
 use sluice_core::errors::Code;
 use sluice_core::ids::AwakeableId;
 use sluice_protocol::proto::{self, notification_template};
@@ -34,8 +34,13 @@ pub async fn complete(
         ));
     }
     // A caller bound by its API key completes only its own scope's awakeables: the invocation
-    // that waits is looked up first (its scope never changes).
-    if caller.is_some() && peek_for(state, id.invocation, caller).await?.is_none() {
+    // that waits is looked up first (its scope never changes), by its status alone (a
+    // completed invocation's output is never read for it).
+    if caller.is_some()
+        && peek_status_for(state, id.invocation, caller)
+            .await?
+            .is_none()
+    {
         return Err(no_invocation(&id));
     }
     let limit = state.config.ingress.awakeable_payload_limit;

@@ -19,9 +19,10 @@
 //!   the limit drops at once to half of what runs (not below `min`), without waiting for a
 //!   release to say so.
 //!
-//! Classes are kept in a fixed table of [`CLASSES`] places (a class's place is its number
-//! modulo that): handlers that share a place share a baseline, which is what the counter did
-//! for all of them before; memory stays bounded whatever the callers name.
+//! Classes are kept by their number, each with its own baseline, at most [`MAX_CLASSES`] of
+//! them per counter: a class beyond that takes the place of the one that released longest ago
+//! (which learns its baseline again if it comes back), so two handlers never share a baseline
+//! and memory stays bounded whatever the callers name.
 //!
 //! The limit starts at `min` and stays within `[min, max]`.
 
@@ -33,12 +34,16 @@ const NEAR: f64 = 0.9;
 const DRIFT: f64 = 1.0 / 64.0;
 /// Running slots held this many baselines on average trigger the backstop.
 const STUCK: f64 = 4.0;
-/// Places for handler classes, each with its own baseline.
-pub(crate) const CLASSES: usize = 16;
+/// Handler classes one counter keeps a baseline for.
+pub(crate) const MAX_CLASSES: usize = 64;
 
 /// One class's hold times.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 struct Class {
+    /// The class's number (its handler's).
+    class: u64,
+    /// The window in which it last released a slot.
+    seen: u64,
     /// The lowest mean hold time seen (ms, drifting up); 0 before its first window.
     baseline_ms: f64,
     /// This window's releases: the sum of their hold times, and how many.
@@ -53,7 +58,10 @@ pub(crate) struct Adaptive {
     pub(crate) max: u32,
     /// The limit in force.
     pub(crate) limit: u32,
-    classes: [Class; CLASSES],
+    /// The classes seen, at most [`MAX_CLASSES`] (few: a scope's handlers).
+    classes: Vec<Class>,
+    /// Windows ended so far.
+    windows: u64,
     /// Releases in this window, of every class.
     window_n: u32,
     /// The most running at once during the window.
@@ -72,7 +80,8 @@ impl Adaptive {
             min,
             max,
             limit: min,
-            classes: [Class::default(); CLASSES],
+            classes: Vec::new(),
+            windows: 0,
             window_n: 0,
             window_peak: 0,
             running: 0,
@@ -99,7 +108,9 @@ impl Adaptive {
     pub(crate) fn released(&mut self, taken: u64, now: u64, class: u64) -> bool {
         self.running = self.running.saturating_sub(1);
         self.taken_sum_ms = self.taken_sum_ms.saturating_sub(u128::from(taken));
-        let place = &mut self.classes[(class % CLASSES as u64) as usize];
+        let window = self.windows;
+        let place = self.place_of(class);
+        place.seen = window;
         place.sum_ms = place
             .sum_ms
             .saturating_add(now.saturating_sub(taken).max(1));
@@ -126,6 +137,7 @@ impl Adaptive {
             class.n = 0;
         }
         let ratio = if held > 0.0 { weighed / held } else { 1.0 };
+        self.windows += 1;
         self.window_n = 0;
         self.window_peak = self.running;
         let before = self.limit;
@@ -139,6 +151,32 @@ impl Adaptive {
         }
         self.limit = self.limit.clamp(self.min, self.max);
         self.limit != before
+    }
+
+    /// The place of class `class`: its own, or a new one (taking the place of the class
+    /// that released longest ago when [`MAX_CLASSES`] are kept).
+    fn place_of(&mut self, class: u64) -> &mut Class {
+        if let Some(i) = self.classes.iter().position(|c| c.class == class) {
+            return &mut self.classes[i];
+        }
+        let fresh = Class {
+            class,
+            ..Class::default()
+        };
+        if self.classes.len() < MAX_CLASSES {
+            self.classes.push(fresh);
+            return self.classes.last_mut().expect("just pushed");
+        }
+        let (oldest, _) = self
+            .classes
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, c)| c.seen)
+            .expect("MAX_CLASSES > 0");
+        // Its releases in this window leave with it.
+        let gone = std::mem::replace(&mut self.classes[oldest], fresh);
+        self.window_n = self.window_n.saturating_sub(gone.n);
+        &mut self.classes[oldest]
     }
 
     /// The backstop at `now`: true when it lowered the limit.
@@ -265,6 +303,59 @@ mod tests {
         // As fast as before again: back to max within a few rounds.
         let seen = drive(&mut a, 30, |_| 100);
         assert_eq!(*seen.last().unwrap(), 64, "{seen:?}");
+    }
+
+    #[test]
+    fn handlers_whose_numbers_were_one_place_apart_keep_their_own_baselines() {
+        // Classes 1 and 17 shared a place in a table of 16: the fast one's 2 ms became the
+        // slow one's baseline, and the slow one looked 100 times slower than it is.
+        let mut a = Adaptive::new(1, 64);
+        let mut now = 1_000;
+        for _ in 0..40 {
+            let c = a.limit;
+            for _ in 0..c {
+                a.taken(now);
+                a.released(now, now + 2, 1);
+            }
+            for _ in 0..c {
+                a.taken(now);
+            }
+            now += 200;
+            for _ in 0..c {
+                a.released(now - 200, now, 17);
+            }
+        }
+        assert_eq!(a.limit, 64, "neither handler got slower");
+        let baseline = |class| {
+            a.classes
+                .iter()
+                .find(|c| c.class == class)
+                .unwrap()
+                .baseline_ms
+        };
+        assert!(
+            baseline(1) < 3.0 && baseline(17) >= 199.0,
+            "{:?}",
+            a.classes
+        );
+    }
+
+    #[test]
+    fn past_its_bound_a_new_class_takes_the_place_released_longest_ago() {
+        let mut a = Adaptive::new(1, 64);
+        let mut now = 1_000;
+        for class in 0..(super::MAX_CLASSES as u64 + 10) {
+            for _ in 0..4 {
+                a.taken(now);
+                now += 5;
+                a.released(now - 5, now, class);
+            }
+        }
+        assert_eq!(a.classes.len(), super::MAX_CLASSES);
+        assert!(
+            a.classes.iter().all(|c| c.class >= 10),
+            "the first ten went first"
+        );
     }
 
     #[test]
