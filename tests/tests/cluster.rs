@@ -245,13 +245,21 @@ async fn a_node_that_cannot_confirm_the_topics_retention_stops() {
         .env("SERVICE_CLUSTER__ALLOW_UNCONFIRMED_RETENTION", "false")
         .run_to_exit()
         .unwrap();
-    // It may have become ready first (the brokers take their request timeout to not answer).
+    // It may have become ready first (the brokers take their request timeout to not answer),
+    // but it never joined the group, so it led nothing.
     assert_stopped_saying(
         &finished,
         &[
             "[CLU0002] cannot confirm that topic",
             "cluster.allow-unconfirmed-retention = true",
         ],
+    );
+    assert!(
+        !finished
+            .stderr
+            .contains("the cluster's group assigned partitions"),
+        "{}",
+        finished.stderr
     );
 }
 

@@ -165,23 +165,6 @@ impl Cluster {
             standbys: usize::from(cluster.standbys),
         };
         settings.check_topics(cluster.replication_factor)?;
-        // Asked beside the start-up rather than before it: brokers that cannot answer
-        // (librdkafka's mock among them) take the whole request timeout to say so.
-        {
-            let settings = settings.clone();
-            let health = Arc::clone(store.health());
-            std::thread::Builder::new()
-                .name("sluice-retention-check".into())
-                .spawn(move || {
-                    if let Err(e) = Describer::new(&settings.client).and_then(|describer| {
-                        settings.check_retention(&describer)?;
-                        settings.check_session_timeout(&describer)
-                    }) {
-                        health.fail(e);
-                    }
-                })
-                .map_err(|e| join_failed(format!("cannot check the topics' retention: {e}")))?;
-        }
         let producer: FutureProducer = settings
             .client
             .clone()
@@ -267,7 +250,9 @@ impl Cluster {
             std::thread::Builder::new()
                 .name("sluice-membership".into())
                 .spawn(move || {
-                    membership::run(&shared.settings, &desired_tx, &shared.held, &stopping);
+                    if shared.settings.brokers_checked(shared.store.health()) {
+                        membership::run(&shared.settings, &desired_tx, &shared.held, &stopping);
+                    }
                 })
         };
         let (stop_meta, meta_stopping) = watch::channel(false);
@@ -463,8 +448,56 @@ impl Settings {
             {
                 return Err(join_failed(problem));
             }
+            // A setting the brokers did not list is not taken to keep every record.
+            if let Some(key) = unlisted_retention_setting(setting) {
+                unconfirmed(topic, &format!("its description does not list {key}"))?;
+            }
         }
         Ok(())
+    }
+
+    /// Checks the brokers' topic and group settings before this node joins the group (so
+    /// before it leads or stands by for any partition); false when it must not join (the
+    /// failure is in `health`, which stops the process). With
+    /// `cluster.allow-unconfirmed-retention` on, the node joins at once and the check runs
+    /// beside it: brokers that cannot describe settings (librdkafka's mock among them) take
+    /// their whole request timeout to say so, and the operator said they checked.
+    fn brokers_checked(&self, health: &Arc<sluice_store::health::Health>) -> bool {
+        let check = {
+            let settings = self.clone();
+            move || {
+                Describer::new(&settings.client).and_then(|describer| {
+                    settings.check_retention(&describer)?;
+                    settings.check_session_timeout(&describer)
+                })
+            }
+        };
+        if !self.allow_unconfirmed_retention {
+            return match check() {
+                Ok(()) => true,
+                Err(e) => {
+                    health.fail(e);
+                    false
+                }
+            };
+        }
+        let beside = {
+            let health = Arc::clone(health);
+            std::thread::Builder::new()
+                .name("sluice-retention-check".into())
+                .spawn(move || {
+                    if let Err(e) = check() {
+                        health.fail(e);
+                    }
+                })
+        };
+        if let Err(e) = beside {
+            health.fail(join_failed(format!(
+                "cannot check the topics' retention: {e}"
+            )));
+            return false;
+        }
+        true
     }
 
     /// Refuses a `cluster.session-timeout` the brokers would refuse: they take a group member's
@@ -714,6 +747,14 @@ fn retention_problem(
     None
 }
 
+/// The first of the settings that decide what a topic keeps that its description (read
+/// through `setting`) does not list, if any.
+fn unlisted_retention_setting(setting: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
+    ["retention.ms", "retention.bytes", "cleanup.policy"]
+        .into_iter()
+        .find(|key| setting(key).is_none())
+}
+
 /// Why a session of `session` ms is one the brokers (taking `min..=max` ms) refuse, if it is.
 fn session_problem(session: u64, min: Option<u64>, max: Option<u64>) -> Option<String> {
     let (min, max) = (min.unwrap_or(0), max.unwrap_or(u64::MAX));
@@ -754,7 +795,7 @@ impl std::fmt::Debug for Cluster {
 
 #[cfg(test)]
 mod tests {
-    use super::{retention_problem, session_problem, size_problem};
+    use super::{retention_problem, session_problem, size_problem, unlisted_retention_setting};
 
     fn settings<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |key| {
@@ -813,8 +854,18 @@ mod tests {
             ("cleanup.policy", "delete"),
         ];
         assert_eq!(retention_problem("s.log", settings(&keeps), false), None);
-        // Settings the brokers did not list are not guessed at.
+        assert_eq!(unlisted_retention_setting(settings(&keeps)), None);
+        // Settings the brokers did not list are not guessed at: they leave the retention
+        // unconfirmed.
         assert_eq!(retention_problem("s.log", settings(&[]), false), None);
+        assert_eq!(
+            unlisted_retention_setting(settings(&keeps[..2])),
+            Some("cleanup.policy")
+        );
+        assert_eq!(
+            unlisted_retention_setting(settings(&[])),
+            Some("retention.ms")
+        );
     }
 
     #[test]
