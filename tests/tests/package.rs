@@ -1,7 +1,9 @@
 //! The Debian package an operator installs (`scripts/package-deb`, `deploy/debian/`): built from
 //! the suite's binary, it holds the server and CLI, the systemd unit, the default config as a
-//! conffile and maintainer scripts; the unit passes `systemd-analyze verify`; and the binary,
-//! unpacked with its files, starts on the packaged config and serves a call.
+//! conffile (0640) and maintainer scripts; the unit passes `systemd-analyze verify` and rates
+//! at most 4 in `systemd-analyze security`; the packaged script makes an admin token once; and
+//! the binary, unpacked with its files, starts on the packaged config, refuses the admin API
+//! without the token and serves a call registered with it.
 //!
 //! The test unpacks the package into a temporary root (`dpkg-deb -x`) rather than installing it
 //! with `dpkg -i`: an install would change the machine running the suite (a system user, files
@@ -80,6 +82,66 @@ async fn the_debian_package_holds_a_verified_unit_and_a_server_that_starts_on_it
     )
     .unwrap();
     run_ok("systemd-analyze", &["verify", checked.to_str().unwrap()]);
+    // The unit is hardened: systemd's own review rates its exposure at most 4 (of 10).
+    let review = run_ok(
+        "systemd-analyze",
+        &["security", "--offline=yes", checked.to_str().unwrap()],
+    );
+    let exposure: f64 = review
+        .lines()
+        .find_map(|line| {
+            line.split("Overall exposure level for sluice.service: ")
+                .nth(1)
+        })
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|level| level.parse().ok())
+        .unwrap_or_else(|| panic!("no overall exposure in:\n{review}"));
+    assert!(exposure <= 4.0, "exposure {exposure}:\n{review}");
+
+    // The config is not world-readable; the admin token the postinst makes is 0640, made once.
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("-rw-r----- root/root")
+                && l.ends_with("./etc/sluice/sluice.toml")),
+        "{listed}"
+    );
+    let postinst = std::fs::read_to_string(control.join("postinst")).unwrap();
+    assert!(
+        postinst.contains("make-admin-token /etc/sluice/admin-tokens sluice")
+            && postinst.contains("chown root:sluice /etc/sluice/sluice.toml"),
+        "{postinst}"
+    );
+    let tokens = scratch.path().join("admin-tokens");
+    let make_token = root.join("usr/lib/sluice/make-admin-token");
+    run_ok(make_token.to_str().unwrap(), &[tokens.to_str().unwrap()]);
+    let made = std::fs::read_to_string(&tokens).unwrap();
+    let token = made
+        .lines()
+        .find_map(|l| l.strip_prefix("admin:"))
+        .expect("an admin token")
+        .to_owned();
+    assert!(
+        token.len() == 48 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{made}"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+    run_ok(make_token.to_str().unwrap(), &[tokens.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&tokens).unwrap(), made, "made once");
+    // The packaged config names the token file: the test's stands in for /etc's.
+    let packaged = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        packaged.contains("auth-tokens-file = \"/etc/sluice/admin-tokens\""),
+        "{packaged}"
+    );
+    let config = scratch.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        packaged.replace("/etc/sluice/admin-tokens", tokens.to_str().unwrap()),
+    )
+    .unwrap();
 
     // The packaged binary on the packaged config, as the unit starts it; the data dir and the
     // listeners moved to this test's own.
@@ -112,9 +174,15 @@ async fn the_debian_package_holds_a_verified_unit_and_a_server_that_starts_on_it
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The admin API wants the token made at install.
+    let open = reqwest::get(format!("{admin_url}/deployments"))
+        .await
+        .unwrap();
+    assert_eq!(open.status(), 401);
     let registered = Command::new(&server)
         .args(["deployments", "register", &dep.uri])
         .env("SLUICE_ADMIN_URL", &admin_url)
+        .env("SLUICE_ADMIN_TOKEN", &token)
         .output()
         .unwrap();
     assert!(
