@@ -15,10 +15,24 @@ pub async fn fake_deployment(
     max_protocol: u32,
     invoke: fn() -> axum::response::Response,
 ) -> std::net::SocketAddr {
+    fake_deployment_declaring(max_protocol, serde_json::json!({}), invoke).await
+}
+
+/// Like [`fake_deployment`], its handler `Bad/go` declaring `options` (manifest v4 fields such
+/// as `retryPolicyMaxAttempts`) beside its name.
+pub async fn fake_deployment_declaring(
+    max_protocol: u32,
+    options: serde_json::Value,
+    invoke: fn() -> axum::response::Response,
+) -> std::net::SocketAddr {
     use axum::routing::{get, post};
+    let mut handler = serde_json::json!({"name": "go"});
+    if let (Some(handler), Some(options)) = (handler.as_object_mut(), options.as_object()) {
+        handler.extend(options.clone());
+    }
     let manifest = serde_json::json!({
         "protocolMode": "BIDI_STREAM", "minProtocolVersion": 5, "maxProtocolVersion": max_protocol,
-        "services": [{"name": "Bad", "ty": "SERVICE", "handlers": [{"name": "go"}]}]
+        "services": [{"name": "Bad", "ty": "SERVICE", "handlers": [handler]}]
     });
     let router = axum::Router::new()
         .route(
@@ -29,7 +43,7 @@ pub async fn fake_deployment(
                     (
                         [(
                             "content-type",
-                            "application/vnd.restate.endpointmanifest.v2+json",
+                            "application/vnd.restate.endpointmanifest.v4+json",
                         )],
                         body,
                     )

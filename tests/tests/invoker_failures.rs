@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::response::Response;
 use serde_json::Value;
 use sluice_protocol::{Message, proto};
-use sluice_tests::{Sluice, fake_deployment};
+use sluice_tests::{Sluice, fake_deployment, fake_deployment_declaring};
 
 const V6: &str = "application/vnd.restate.invocation.v6";
 
@@ -191,4 +191,66 @@ async fn a_v7_error_with_pause_behaviour_pauses_the_invocation() {
         .await
         .unwrap();
     assert_eq!(later["attempts"], 1, "{later}");
+}
+
+/// Calls `Bad/go` and answers the call's status, its body and the invocation as the admin API
+/// shows it.
+async fn called(sluice: &Sluice) -> (u16, Value, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/service/call/Bad/go", sluice.ingress_url))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let id = resp.headers()["x-service-id"].to_str().unwrap().to_owned();
+    let body: Value = resp.json().await.unwrap();
+    let seen: Value = reqwest::get(format!("{}/invocations/{id}", sluice.admin_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (status, body, seen)
+}
+
+#[tokio::test]
+async fn retries_exhausted_under_on_max_attempts_kill_fail_the_call_with_its_last_error() {
+    let sluice = Sluice::builder()
+        .quick_retries()
+        .env("SERVICE_WORKER__INVOKER__RETRY_POLICY__MAX_ATTEMPTS", "2")
+        .env(
+            "SERVICE_WORKER__INVOKER__RETRY_POLICY__ON_MAX_ATTEMPTS",
+            "kill",
+        )
+        .start()
+        .await
+        .unwrap();
+    let addr = fake_deployment(7, || v7_error(proto::ErrorBehavior::Retry)).await;
+    sluice.register(&format!("http://{addr}/"), false).await;
+    let (status, body, seen) = called(&sluice).await;
+    assert_eq!(status, 500, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("teapot") && message.contains("on-max-attempts is kill"),
+        "{body}"
+    );
+    assert_eq!(seen["status"], "completed", "{seen}");
+    assert_eq!(seen["attempts"], 2, "{seen}");
+}
+
+#[tokio::test]
+async fn a_retry_policy_the_handler_declares_beats_the_configured_one() {
+    // Configured: pause after 70 attempts. Declared by the handler: kill after 3.
+    let sluice = Sluice::builder().quick_retries().start().await.unwrap();
+    let addr = fake_deployment_declaring(
+        7,
+        serde_json::json!({"retryPolicyMaxAttempts": 3, "retryPolicyOnMaxAttempts": "KILL"}),
+        || v7_error(proto::ErrorBehavior::Retry),
+    )
+    .await;
+    sluice.register(&format!("http://{addr}/"), false).await;
+    let (status, body, seen) = called(&sluice).await;
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(seen["attempts"], 3, "{seen}");
+    assert_eq!(seen["status"], "completed", "{seen}");
 }

@@ -161,6 +161,10 @@ pub(super) fn pause(live: &mut Live, failure: LastFailure) {
     live.record.run_at_ms = None;
 }
 
+/// Schedules the next attempt of `live` after a failed one, or, once `policy.max_attempts`
+/// failed in a row, pauses it, or (`on-max-attempts = kill`) answers the failure it is to
+/// complete with.
+#[must_use]
 pub(super) fn back_off(
     live: &mut Live,
     policy: &crate::config::RetryPolicy,
@@ -168,7 +172,7 @@ pub(super) fn back_off(
     requested: Option<Duration>,
     now: u64,
     effects: &mut Vec<Effect>,
-) {
+) -> Option<Outcome> {
     tracing::warn!(
         invocation = %live.record.id,
         error.code = failure.code.as_deref().unwrap_or("-"),
@@ -177,17 +181,36 @@ pub(super) fn back_off(
         "attempt failed"
     );
     live.record.retry_count = live.record.retry_count.saturating_add(1);
-    live.record.last_failure = Some(failure);
     if live.record.retry_count >= policy.max_attempts.get() {
+        let attempts = policy.max_attempts.get();
+        if policy.on_max_attempts == crate::config::OnMaxAttempts::Kill {
+            tracing::warn!(
+                invocation = %live.record.id,
+                attempts,
+                "invocation failed: its retry policy gives up after this many attempts (on-max-attempts = kill)"
+            );
+            let outcome = Outcome::Failure(Failure {
+                code: 500,
+                message: format!(
+                    "{} (gave up after {attempts} failed attempts: the retry policy's on-max-attempts is kill)",
+                    failure.message
+                ),
+            });
+            live.record.last_failure = Some(failure);
+            return Some(outcome);
+        }
+        live.record.last_failure = Some(failure);
         live.set_status(Status::Paused);
         live.record.run_at_ms = None;
-        return;
+        return None;
     }
+    live.record.last_failure = Some(failure);
     let delay = retry_delay(policy, live.record.retry_count, requested);
     let at = now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     live.set_status(Status::BackingOff);
     live.record.run_at_ms = Some(at);
     effects.push(Effect::WakeAt(live.record.id, at, None));
+    None
 }
 
 /// Longest wait before a retry, whatever a deployment asks for (`Retry-After`,

@@ -258,6 +258,56 @@ impl Registry {
             .map_or(DAY, Duration::from_millis)
     }
 
+    /// The retry policy of `service`'s `handler`: each field the handler declares, else the
+    /// service's, else `defaults` (`worker.invoker.retry-policy`). Declared values are held to
+    /// what a policy can be: at least one attempt, intervals in milliseconds.
+    pub fn retry_policy(
+        &self,
+        service: &str,
+        handler: &str,
+        defaults: &crate::config::RetryPolicy,
+    ) -> crate::config::RetryPolicy {
+        use crate::config::{FriendlyDuration, OnMaxAttempts};
+        let Ok((_, deployment)) = self.service(service) else {
+            return defaults.clone();
+        };
+        let manifest = deployment.service(service);
+        let handler = manifest.and_then(|m| m.handlers.iter().find(|h| h.name == handler));
+        let declared = |pick: &dyn Fn(&crate::discovery::manifest::Options) -> Option<u64>| {
+            handler
+                .and_then(|h| pick(&h.options))
+                .or_else(|| manifest.and_then(|m| pick(&m.options)))
+        };
+        let mut policy = defaults.clone();
+        if let Some(ms) = declared(&|o| o.retry_policy_initial_interval) {
+            policy.initial_interval = FriendlyDuration::from_millis(ms);
+        }
+        if let Some(ms) = declared(&|o| o.retry_policy_max_interval) {
+            policy.max_interval = FriendlyDuration::from_millis(ms);
+        }
+        if let Some(n) = declared(&|o| o.retry_policy_max_attempts) {
+            let n = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+            policy.max_attempts = std::num::NonZeroU32::new(n).unwrap_or(policy.max_attempts);
+        }
+        if let Some(factor) = handler
+            .and_then(|h| h.options.retry_policy_exponentiation_factor)
+            .or_else(|| manifest.and_then(|m| m.options.retry_policy_exponentiation_factor))
+        {
+            policy.exponentiation_factor = factor;
+        }
+        if let Some(on) = handler
+            .and_then(|h| h.options.retry_policy_on_max_attempts.as_deref())
+            .or_else(|| manifest.and_then(|m| m.options.retry_policy_on_max_attempts.as_deref()))
+        {
+            policy.on_max_attempts = if on.eq_ignore_ascii_case("kill") {
+                OnMaxAttempts::Kill
+            } else {
+                OnMaxAttempts::Pause
+            };
+        }
+        policy
+    }
+
     /// How long the journal of a completed invocation is kept: the operator's service override,
     /// else the handler's, else the service's declared retention, else one day; at most `max`
     /// (`worker.max-journal-retention`).

@@ -30,10 +30,19 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<bool, CodedError> {
-        let retry = self.config.worker.invoker.retry_policy.clone();
         let now = self.driver.now_ms();
-        let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
+        let Some(target) = self.live.get(&id).map(|l| l.record.target.clone()) else {
             return Ok(false);
+        };
+        let retention = self.retention(&target);
+        // Read only when the attempt failed: the service's and handler's declared policy over
+        // the configured one.
+        let retry = || {
+            self.registry.retry_policy(
+                &target.service,
+                &target.handler,
+                &self.config.worker.invoker.retry_policy,
+            )
         };
         let Some(live) = self.live.get_mut(&id) else {
             return Ok(false);
@@ -142,14 +151,22 @@ impl Partition {
                     }
                     _ => {
                         let delay = error.next_retry_delay.map(Duration::from_millis);
-                        back_off(live, &retry, failure, delay, now, effects);
+                        if let Some(outcome) =
+                            back_off(live, &retry(), failure, delay, now, effects)
+                        {
+                            complete(live, outcome, retention, now, writes, effects);
+                        }
                     }
                 }
             }
             Err(e) => {
                 let failure = LastFailure::new(e.error.code, e.error.message.clone());
                 retried(&failure);
-                back_off(live, &retry, failure, e.retry_after, now, effects);
+                if let Some(outcome) =
+                    back_off(live, &retry(), failure, e.retry_after, now, effects)
+                {
+                    complete(live, outcome, retention, now, writes, effects);
+                }
             }
         }
         // Waiting without an attempt, for however long: its journal rests in the store once
