@@ -101,7 +101,7 @@ impl Partition {
             EntryKind::Resumed => self.scheduler.enqueue(&key, live.entry, kind, None, now),
         };
         live.set_run(Run::Queued { queue });
-        self.just_queued.push(id);
+        self.resting.note_queued(id);
     }
 
     /// The queue a new invocation's flow-control rules are checked at: scoped ones that are
@@ -359,7 +359,7 @@ impl Partition {
         let (queue, entry) = match self.live.get(&id) {
             Some(live) => (live.run.queue()?, live.entry),
             None => {
-                let dormant = self.dormant.get(&id)?;
+                let dormant = self.resting.peek(&id)?;
                 (dormant.queue()?, dormant.entry())
             }
         };

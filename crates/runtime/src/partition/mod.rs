@@ -7,7 +7,6 @@ pub mod admission;
 mod attempts;
 mod charges;
 mod commands;
-pub mod dormant;
 pub mod driver;
 mod ending;
 mod journal;
@@ -27,6 +26,7 @@ mod service_metrics;
 mod sim;
 mod suspended;
 mod task;
+mod waking;
 
 pub use model::answer::Peek;
 pub use model::events::{Event, HeldLock, PartitionMetrics, QueuedEntry, StateMemory};

@@ -62,13 +62,8 @@ impl Partition {
             *n += 1;
             *bytes += live.footprint();
         }
-        // Kept as they come and go: a walk of millions at rest would stall the loop.
-        debug_assert_eq!(
-            self.resting_bytes,
-            self.dormant.values().map(|d| d.footprint()).sum::<u64>(),
-            "resting_bytes follows the resting invocations"
-        );
-        by[slot(State::Resting)] = (self.dormant.len(), self.resting_bytes);
+        // Kept as they come and go (`Resting`): a walk of millions at rest would stall the loop.
+        by[slot(State::Resting)] = (self.resting.len(), self.resting.bytes());
         State::ALL
             .iter()
             .zip(by)
@@ -108,7 +103,7 @@ impl Partition {
                             deployment: live.record.deployment,
                         })
                     })
-                    .chain(self.dormant.iter().filter_map(|(id, d)| d.listed(*id)))
+                    .chain(self.resting.iter().filter_map(|(id, d)| d.listed(*id)))
                     .collect();
                 drop(reply.send(queued));
             }
@@ -137,8 +132,8 @@ impl Partition {
                 admissions: self.scheduler.admissions(),
                 expired: self.scheduler.expired_counts(),
                 paused_queues: self.scheduler.paused().count(),
-                held_invocations: self.held.count(),
-                held_bytes: self.held.bytes(),
+                held_invocations: self.resting.held().count(),
+                held_bytes: self.resting.held().bytes(),
                 states: self.memory_by_state(),
             }])),
             Query::Explain { id, reply } => drop(reply.send(self.waiting(id))),

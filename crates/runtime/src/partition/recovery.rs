@@ -161,7 +161,7 @@ impl Partition {
             results.push(Effect::WakeAt(timer.invocation, timer.at_ms, Some(timer)));
         }
         tracing::info!(
-            invocations = self.live.len() + self.dormant.len(),
+            invocations = self.live.len() + self.resting.len(),
             "partition recovered"
         );
         self.observe();

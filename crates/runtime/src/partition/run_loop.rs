@@ -433,7 +433,7 @@ impl Partition {
                     if completion.is_none() {
                         // A delayed send waits for its time at rest, its input only in the
                         // store: it is committed by now, so it can be read back.
-                        self.just_queued.push(id);
+                        self.resting.note_queued(id);
                     }
                     self.wakes.push(Reverse((at_ms, id, completion)));
                 }

@@ -5,19 +5,17 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
-
 use super::live::Live;
 #[cfg(test)]
 use super::model::phase;
 use super::{driver, parts};
 use crate::config::Config;
+use crate::flow::RuleBook;
 use crate::flow::scheduler::{EntryId, Scheduler};
 use crate::flow::slots::InvokerSlots;
-use crate::flow::{RuleBook, Scope};
 use crate::ids::InvocationId;
+use crate::invocation::InvocationRecord;
 use crate::invocation::store::Timer;
-use crate::invocation::{InvocationRecord, Outcome};
 use crate::protocol::Frame;
 use crate::registry::Registry;
 use crate::storage::Store;
@@ -34,21 +32,8 @@ pub struct Partition {
     pub(super) driver: Box<dyn driver::Driver>,
     /// Boxed: a held backlog keeps the map's spare capacity at pointer size, not `Live` size.
     pub(super) live: HashMap<InvocationId, Box<Live>>,
-    /// Held invocations that never ran, at rest in a compact form.
-    pub(super) dormant: HashMap<InvocationId, parts::dormant::Dormant>,
-    /// The footprints of `dormant` summed as they come and go: the metrics sample reads it
-    /// every `flow.history-interval`, and walking millions of resting invocations for it
-    /// stalled the partition's loop for tens of milliseconds.
-    pub(super) resting_bytes: u64,
-    /// Invocations queued (or delayed) since the last dispatch: those still waiting after it
-    /// go to rest.
-    pub(super) just_queued: Vec<InvocationId>,
-    /// Invocations at rest in all partitions, and the memory their inputs take.
-    pub(super) held: Arc<parts::dormant::HeldMemory>,
-    /// Invocations at rest per scope (every invocation of a scope lives on its partition).
-    pub(super) held_in_scope: HashMap<Scope, usize>,
-    /// Waits for the outcome of invocations at rest, handed to them when they wake.
-    pub(super) waiting_at_rest: HashMap<InvocationId, Vec<oneshot::Sender<Outcome>>>,
+    /// Held invocations at rest in a compact form, and what follows them.
+    pub(super) resting: parts::resting::Resting,
     /// Invocations that suspended (or whose journal was read back while suspended) since
     /// their journals last went to rest.
     pub(super) journals_to_rest: Vec<InvocationId>,
@@ -152,12 +137,7 @@ impl Partition {
             config: Arc::clone(&shared.config),
             driver,
             live: HashMap::new(),
-            dormant: HashMap::new(),
-            resting_bytes: 0,
-            just_queued: Vec::new(),
-            held: Arc::clone(&shared.held),
-            held_in_scope: HashMap::new(),
-            waiting_at_rest: HashMap::new(),
+            resting: parts::resting::Resting::new(Arc::clone(&shared.held)),
             journals_to_rest: Vec::new(),
             missed_deadlines: HashMap::new(),
             scheduler: Scheduler::sharing(
@@ -198,14 +178,15 @@ impl Partition {
 
     #[cfg(test)]
     fn watch_all(&mut self) {
+        self.resting.assert_consistent();
         let live = self
             .live
             .iter()
             .map(|(id, live)| (*id, phase::state_of(live.record.status, &live.run)));
         let resting = self
-            .dormant
-            .keys()
-            .map(|id| (*id, Ok(phase::State::Resting)));
+            .resting
+            .iter()
+            .map(|(id, _)| (*id, Ok(phase::State::Resting)));
         let mut watch = std::mem::take(&mut self.watch);
         watch.look(live.chain(resting));
         self.watch = watch;

@@ -27,7 +27,7 @@ impl Partition {
                 None => live.wait(waiter, max),
             },
             // At rest: it has no outcome yet, and stays at rest.
-            None if self.dormant.contains_key(&id) => self.wait_at_rest(id, waiter, max),
+            None if self.resting.contains(&id) => self.resting.wait(id, waiter, max),
             // Completed invocations leave memory; their outcome is in the store.
             None => match self.stored(id)?.and_then(|r| r.outcome) {
                 Some(done) => {

@@ -127,7 +127,12 @@ impl Partition {
                 None => Ok(()),
             });
             let checked = checked.and_then(|()| {
-                journal_room(live, &self.held, &self.config.worker, message.encoded_len())
+                journal_room(
+                    live,
+                    self.resting.held(),
+                    &self.config.worker,
+                    message.encoded_len(),
+                )
             });
             if let Err(e) = checked {
                 live.violate(e);

@@ -184,7 +184,7 @@ impl Bench {
     fn state(&self, id: InvocationId) -> State {
         match (
             self.partition.live.get(&id),
-            self.partition.dormant.get(&id),
+            self.partition.resting.peek(&id),
         ) {
             (Some(live), _) => state_of(live.record.status, &live.run).unwrap(),
             (None, Some(_)) => State::Resting,
@@ -1004,12 +1004,11 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
             .iter()
             .filter(|id| id.partition_key() % 3 == index)
             .collect();
-        let held = partition.live.len() + partition.dormant.len();
+        let held = partition.live.len() + partition.resting.len();
         assert_eq!(held, own.len(), "partition {index}");
         assert!(
-            own.iter().all(|id| {
-                partition.live.contains_key(id) || partition.dormant.contains_key(id)
-            })
+            own.iter()
+                .all(|id| { partition.live.contains_key(id) || partition.resting.contains(id) })
         );
     }
 }
@@ -1065,7 +1064,7 @@ fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_
     );
     let (partition, ()) = &recovered[0];
     assert!(partition.live.contains_key(&started));
-    assert!(partition.live.contains_key(&new) || partition.dormant.contains_key(&new));
+    assert!(partition.live.contains_key(&new) || partition.resting.contains(&new));
 }
 
 #[test]

@@ -110,7 +110,7 @@ impl Partition {
             Event::Await { id, reply } => self.attach(id, reply, effects)?,
             Event::Peek { id, output, reply } => peek::peek(
                 &self.live,
-                &self.dormant,
+                &self.resting,
                 &self.store,
                 id,
                 output,

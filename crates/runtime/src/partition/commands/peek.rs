@@ -10,7 +10,7 @@ use super::super::live::Live;
 use super::super::model::answer::Answer;
 use super::super::model::answer::Peek;
 use super::super::model::effect::Effect;
-use super::super::parts::dormant::Dormant;
+use super::super::parts::resting::Resting;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;
 use crate::invocation::store;
@@ -20,14 +20,14 @@ use crate::storage::Store;
 /// Where `id` is: in memory (`live`), at rest (`dormant`), or only in `store`.
 pub(super) fn peek(
     live: &HashMap<InvocationId, Box<Live>>,
-    dormant: &HashMap<InvocationId, Dormant>,
+    resting: &Resting,
     store: &Store,
     id: InvocationId,
     output: bool,
     reply: oneshot::Sender<Option<Peek>>,
     effects: &mut Vec<Effect>,
 ) -> Result<(), CodedError> {
-    let in_memory = match (live.get(&id), dormant.get(&id)) {
+    let in_memory = match (live.get(&id), resting.peek(&id)) {
         (Some(live), _) => Some(Peek {
             target: live.record.target.clone(),
             status: live.record.status,

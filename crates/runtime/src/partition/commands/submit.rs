@@ -83,7 +83,9 @@ impl Partition {
         }
         // Only new work from outside is refused; a handler's call always goes in.
         if reply.is_some()
-            && let Some(refused) = self.over_held_limits(&record)
+            && let Some(refused) =
+                self.resting
+                    .over_limits(&record, &self.config.worker, &self.config.flow)
         {
             // Answered after earlier writes commit, like any answer.
             if let Some(reply) = reply {

@@ -138,7 +138,7 @@ impl World {
                 .live
                 .values()
                 .any(|l| l.record.status != Status::Completed)
-                || !node.partition.dormant.is_empty();
+                || !node.partition.resting.is_empty();
             if !unfinished {
                 return self.check_completed();
             }
@@ -194,7 +194,7 @@ impl World {
         }
         out += &format!(
             "{} at rest, {} wake-ups",
-            partition.dormant.len(),
+            partition.resting.len(),
             partition.wakes.len()
         );
         out
