@@ -541,6 +541,49 @@ async fn three_nodes_serve_every_call_and_lose_nothing_when_a_leader_dies() {
     }
 }
 
+/// Sticky assignment on real brokers: when one of three nodes is killed, only the partitions
+/// it led move (before: round-robin moved survivors' partitions too), and a node that joins
+/// takes partitions to make its share while every other partition keeps its leader.
+#[tokio::test]
+async fn a_lost_node_moves_only_its_partitions_and_a_joining_one_takes_only_its_share() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2", "n3"] {
+        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
+    }
+    let before = assignment_in_force(&[&nodes[0], &nodes[1], &nodes[2]], &["n1", "n2", "n3"]).await;
+    let mut first = nodes.remove(0);
+    first.kill_9();
+    let after = assignment_in_force(&[&nodes[0], &nodes[1]], &["n2", "n3"]).await;
+    eprintln!("leaders before the kill {before:?}, after {after:?}");
+    for (p, (was, is)) in before.iter().zip(&after).enumerate() {
+        if was.as_deref() != Some("n1") {
+            assert_eq!(
+                was, is,
+                "partition {p} of a survivor moved: {before:?} -> {after:?}"
+            );
+        }
+    }
+    nodes.push(real_node(&bootstrap, "n4").start().await.unwrap());
+    let joined = assignment_in_force(&[&nodes[0], &nodes[1], &nodes[2]], &["n2", "n3", "n4"]).await;
+    eprintln!("leaders after n4 joined {joined:?}");
+    let taken = joined.iter().filter(|l| l.as_deref() == Some("n4")).count();
+    assert_eq!(
+        taken,
+        PARTITIONS as usize / 3,
+        "n4 took its share: {joined:?}"
+    );
+    for (p, (was, is)) in after.iter().zip(&joined).enumerate() {
+        if is.as_deref() != Some("n4") {
+            assert_eq!(
+                was, is,
+                "partition {p} moved between survivors: {after:?} -> {joined:?}"
+            );
+        }
+    }
+}
+
 /// The partition of `Counter/{key}`.
 fn counter_partition(key: &str) -> usize {
     (sluice_store::invocation::identity::partition_key(&["Counter", key]) % PARTITIONS as u64)
@@ -1360,7 +1403,24 @@ async fn journal_held(effects: &std::path::Path) -> u32 {
 
 /// Sends `path` once through `sluice` with idempotency key `key`: its status, body and how
 /// long the answer took (a transport error is status 0).
-async fn send_once(sluice: &Sluice, path: &str, body: &str, key: &str) -> (u16, String, Duration) {
+/// What [`send_once`] got back.
+struct Sent {
+    status: u16,
+    body: String,
+    took: Duration,
+    retry_after: Option<String>,
+}
+
+impl Sent {
+    /// A 503 with `CLU0001` that says when to try again.
+    fn refused_clu0001(&self) -> bool {
+        self.status == 503
+            && self.body.contains("\"error_code\":\"CLU0001\"")
+            && self.retry_after.is_some()
+    }
+}
+
+async fn send_once(sluice: &Sluice, path: &str, body: &str, key: &str) -> Sent {
     let started = Instant::now();
     let sent = reqwest::Client::new()
         .post(format!("{}{path}", sluice.ingress_url))
@@ -1373,13 +1433,24 @@ async fn send_once(sluice: &Sluice, path: &str, body: &str, key: &str) -> (u16, 
     match sent {
         Ok(resp) => {
             let status = resp.status().as_u16();
-            (
+            let retry_after = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            Sent {
                 status,
-                resp.text().await.unwrap_or_default(),
-                started.elapsed(),
-            )
+                body: resp.text().await.unwrap_or_default(),
+                took: started.elapsed(),
+                retry_after,
+            }
         }
-        Err(e) => (0, e.to_string(), started.elapsed()),
+        Err(e) => Sent {
+            status: 0,
+            body: e.to_string(),
+            took: started.elapsed(),
+            retry_after: None,
+        },
     }
 }
 
@@ -1416,11 +1487,22 @@ async fn below_min_insync_replicas_calls_are_refused_with_a_code_and_resume_when
                 .map(|key| send_once(&sluice, "/Meter/work/send", "100", key)),
         )
         .await;
-        for (key, (status, body, took)) in wave.iter().zip(&answers) {
-            eprintln!("{key}: {status} after {took:?}: {body}");
+        for (key, sent) in wave.iter().zip(&answers) {
+            let Sent {
+                status,
+                body,
+                took,
+                retry_after,
+            } = sent;
+            eprintln!("{key}: {status} after {took:?} (retry-after {retry_after:?}): {body}");
             assert!(
-                *status == 503 && body.contains("\"error_code\":\"CLU0001\""),
-                "{key} was answered {status} with two brokers down: {body}"
+                sent.refused_clu0001(),
+                "{key} was answered {status} (retry-after {retry_after:?}) with two brokers down: {body}"
+            );
+            // Within the write timeout (5 s) and a second, however the brokers died.
+            assert!(
+                *took <= Duration::from_secs(6),
+                "{key} was answered {took:?} after it was sent"
             );
         }
     }
@@ -1479,11 +1561,17 @@ async fn all_brokers_restarted_lose_nothing_acknowledged_and_service_resumes() {
     kafka.kill_all();
     for (i, sluice) in nodes.iter().enumerate() {
         let key = format!("outage-{i}");
-        let (status, body, took) = send_once(sluice, "/Meter/work/send", "100", &key).await;
-        eprintln!("{key}: {status} after {took:?}: {body}");
+        let sent = send_once(sluice, "/Meter/work/send", "100", &key).await;
+        let Sent {
+            status,
+            body,
+            took,
+            retry_after,
+        } = &sent;
+        eprintln!("{key}: {status} after {took:?} (retry-after {retry_after:?}): {body}");
         assert!(
-            status == 503 && body.contains("\"error_code\":\"CLU0001\""),
-            "{key} was answered {status} with every broker down: {body}"
+            sent.refused_clu0001(),
+            "{key} was answered {status} (retry-after {retry_after:?}) with every broker down: {body}"
         );
     }
     let restarted = Instant::now();
@@ -1556,12 +1644,20 @@ async fn a_node_cut_off_from_the_brokers_stops_acknowledging_and_rejoins() {
     );
     eprintln!("n2 led every partition {failover:?} after the cut");
     let mut refused = 0;
-    for (key, (status, body, took)) in keys.iter().zip(&answers) {
-        eprintln!("{key}: {status} after {took:?}: {body}");
+    for (key, sent) in keys.iter().zip(&answers) {
+        let Sent {
+            status,
+            body,
+            took,
+            retry_after,
+        } = sent;
+        eprintln!("{key}: {status} after {took:?} (retry-after {retry_after:?}): {body}");
         match status {
             202 => acknowledged.push(invocation_id(body)),
-            503 if body.contains("\"error_code\":\"CLU0001\"") => refused += 1,
-            _ => panic!("{key} was answered {status} by the cut-off node: {body}"),
+            503 if sent.refused_clu0001() => refused += 1,
+            _ => panic!(
+                "{key} was answered {status} (retry-after {retry_after:?}) by the cut-off node: {body}"
+            ),
         }
     }
     assert!(refused > 0, "the cut-off node refused nothing");

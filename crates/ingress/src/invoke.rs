@@ -610,6 +610,12 @@ pub(super) fn answer(output: Option<&OutputRules>, outcome: Outcome) -> Response
                     reply::ERROR_CODE_HEADER,
                     HeaderValue::from_static(code.as_str()),
                 );
+                // A refusal the runtime decided (a write the brokers did not take in time, a
+                // partition that moved) passes: say when to try again.
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    resp.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                }
             }
             resp
         }

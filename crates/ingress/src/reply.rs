@@ -53,8 +53,10 @@ pub fn error(
     if let Some(code) = code {
         headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(code.as_str()));
     }
-    if status == StatusCode::TOO_MANY_REQUESTS {
-        // Held invocations drain at the pace of their limits; a second is a fair first wait.
+    if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+        // Held invocations drain at the pace of their limits, and a partition that stopped
+        // here (a failover, brokers refusing writes) is led again within seconds: a second is
+        // a fair first wait. A refusal that knows better sets its own.
         headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     resp

@@ -166,8 +166,13 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
 struct KafkaLog {
     shared: Arc<Shared>,
     partition: u32,
-    /// The producer's answers for the records in flight, oldest first.
-    deliveries: VecDeque<DeliveryFuture>,
+    /// The producer's answers for the records in flight, oldest first, each with when it is
+    /// due (`cluster.write-timeout` after it was handed over).
+    deliveries: VecDeque<(DeliveryFuture, tokio::time::Instant)>,
+    /// Wakes the confirmation at the oldest record's due time: the producer's own timeout
+    /// (`message.timeout.ms`) is checked about once a second and may answer late behind a
+    /// queue of retries, while a caller was promised an answer by the write timeout.
+    due: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl KafkaLog {
@@ -176,6 +181,7 @@ impl KafkaLog {
             shared,
             partition,
             deliveries: VecDeque::new(),
+            due: None,
         }
     }
 }
@@ -184,14 +190,14 @@ impl PartitionLog for KafkaLog {
     /// A full local queue is waited out (a bounded while), never skipped.
     async fn append(&mut self, record: &[u8]) -> Result<(), CodedError> {
         let (shared, p) = (&self.shared, self.partition);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + shared.settings.write_timeout;
         loop {
             let to = FutureRecord::<(), [u8]>::to(&shared.settings.log_topic)
                 .partition(p as i32)
                 .payload(record);
             match shared.producer.send_result(to) {
                 Ok(delivery) => {
-                    self.deliveries.push_back(delivery);
+                    self.deliveries.push_back((delivery, deadline));
                     return Ok(());
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
@@ -206,17 +212,36 @@ impl PartitionLog for KafkaLog {
 
     fn poll_confirm(&mut self, cx: &mut Context<'_>) -> Poll<Result<u64, CodedError>> {
         let p = self.partition;
-        let Some(front) = self.deliveries.front_mut() else {
+        let Some((front, due)) = self.deliveries.front_mut() else {
             return Poll::Ready(Err(lost(
                 p,
                 "a confirmation was asked for with no record in flight",
             )));
         };
-        let delivered = std::task::ready!(Pin::new(front).poll(cx));
-        self.deliveries.pop_front();
-        Poll::Ready(offset_of(p, delivered).and_then(|at| {
-            u64::try_from(at).map_err(|_| lost(p, "the log answered a negative offset"))
-        }))
+        let due = *due;
+        if let Poll::Ready(delivered) = Pin::new(front).poll(cx) {
+            self.deliveries.pop_front();
+            return Poll::Ready(offset_of(p, delivered).and_then(|at| {
+                u64::try_from(at).map_err(|_| lost(p, "the log answered a negative offset"))
+            }));
+        }
+        // Not confirmed yet: by its due time, the partition steps down as after a refused
+        // write (whether the record landed is settled by the next leader's takeover), and its
+        // callers get their 503 within the write timeout.
+        let timer = self
+            .due
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if timer.deadline() != due {
+            timer.as_mut().reset(due);
+        }
+        std::task::ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Err(CodedError::new(
+            Code::CLU0001,
+            format!(
+                "partition {p}: the brokers did not confirm a record within cluster.write-timeout ({:?})",
+                self.shared.settings.write_timeout
+            ),
+        )))
     }
 
     fn unconfirmed(&self) -> usize {

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::Settings;
 
-/// Reports each new assignment.
+/// Reports each change of this node's assignment.
 struct Assignments {
     desired: watch::Sender<BTreeSet<u32>>,
     topic: String,
@@ -26,18 +26,21 @@ impl ClientContext for Assignments {}
 impl ConsumerContext for Assignments {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let mut current = super::lock(&self.current);
+        let partitions = |list: &rdkafka::TopicPartitionList| -> Vec<u32> {
+            list.elements_for_topic(&self.topic)
+                .iter()
+                .filter_map(|e| u32::try_from(e.partition()).ok())
+                .collect()
+        };
+        // Cooperative (sticky) rebalancing: an assignment adds partitions, a revocation takes
+        // some away, and partitions in neither stay where they are, led on without a pause.
         match rebalance {
-            Rebalance::Assign(list) => {
-                // Eager assignment: the list is the whole new assignment.
-                *current = list
-                    .elements_for_topic(&self.topic)
-                    .iter()
-                    .filter_map(|e| u32::try_from(e.partition()).ok())
-                    .collect();
+            Rebalance::Assign(list) => current.extend(partitions(list)),
+            Rebalance::Revoke(list) => {
+                for p in partitions(list) {
+                    current.remove(&p);
+                }
             }
-            // Eager rebalancing revokes everything before it assigns: the assignment that
-            // follows says what to stop (fencing makes a late step-down safe).
-            Rebalance::Revoke(_) => return,
             Rebalance::Error(e) => {
                 tracing::warn!(error = %e, "the cluster's group failed to rebalance");
                 return;
@@ -77,7 +80,11 @@ pub(super) fn run(
         .set("group.id", &settings.leaders_topic)
         // The group's description names each member by it (`standbys.rs`).
         .set("client.id", &settings.node)
-        .set("partition.assignment.strategy", "roundrobin")
+        // Sticky: a node's loss moves only its partitions, and a node that joins takes about
+        // its share from the others while the rest stay put. (Every node of a group must use
+        // the same strategy: a release that used `roundrobin` is stopped whole before this
+        // one starts, or its nodes cannot join the same group.)
+        .set("partition.assignment.strategy", "cooperative-sticky")
         .set(
             "session.timeout.ms",
             settings.session_timeout.as_millis().to_string(),
