@@ -187,7 +187,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         runtime: runtime.clone(),
         config: Arc::clone(&config),
         plugins: Arc::clone(&plugins),
-        forwarder: sluice_runtime::replication::relay::client(None),
+        forwarder: sluice_runtime::replication::relay::Peers::new(),
         api_keys: sluice_ingress::api_keys::ApiKeys::from_config(&config.ingress)?,
     });
     server.add_service(background_service(

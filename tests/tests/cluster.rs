@@ -584,6 +584,59 @@ async fn a_lost_node_moves_only_its_partitions_and_a_joining_one_takes_only_its_
     }
 }
 
+/// A relay lasts no longer than its client: attaches forwarded to the leader whose clients
+/// left are dropped there too, so they do not pile up against the leader's
+/// `worker.max-waiters-per-invocation` (before, each held its wait until `attach-max-wait`).
+#[tokio::test]
+async fn a_forwarded_attach_whose_client_left_leaves_no_wait_at_the_leader() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        let builder =
+            real_node(&bootstrap, id).env("SERVICE_WORKER__MAX_WAITERS_PER_INVOCATION", "2");
+        nodes.push(builder.start().await.unwrap());
+    }
+    nodes[0].register(&dep.uri, false).await;
+    deployments(&nodes[1], 1).await;
+    assignment_in_force(&[&nodes[0], &nodes[1]], &["n1", "n2"]).await;
+    // A fresh send through n2 lands on a partition n2 leads: attaches through n1 are forwarded.
+    let sent = reqwest::Client::new()
+        .post(format!("{}/Meter/work/send", nodes[1].ingress_url))
+        .header("content-type", "application/json")
+        .body("8000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 202);
+    let id = invocation_id(&sent.text().await.unwrap());
+    let attach = format!("{}/restate/invocation/{id}/attach", nodes[0].ingress_url);
+    for round in 0..4 {
+        // The client gives up after a moment; its relay must end with it.
+        let gone = reqwest::Client::new()
+            .get(&attach)
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await;
+        assert!(
+            gone.is_err(),
+            "round {round}: answered before the work ended: {gone:?}"
+        );
+    }
+    // Four clients came and went; the leader holds none of their waits, so a fifth waits
+    // for the outcome rather than being refused SEC0008.
+    let answer = reqwest::Client::new()
+        .get(&attach)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    let text = answer.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+}
+
 /// The partition of `Counter/{key}`.
 fn counter_partition(key: &str) -> usize {
     (sluice_store::invocation::identity::partition_key(&["Counter", key]) % PARTITIONS as u64)

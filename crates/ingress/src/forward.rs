@@ -19,11 +19,13 @@ fn not_here(partition_of: &str, why: &str) -> IngressError {
 }
 
 /// Sends the request (`body` already read) to where `route` says it runs, and answers with
-/// what that node answered.
+/// what that node answered. The relay lasts no longer than its client: when the client
+/// leaves, the request to the leader is dropped (its stream reset), and the leader drops its
+/// wait in turn.
 pub async fn forward(
     placement: &sluice_runtime::partition::placement::Placement,
     client: &reqwest::Client,
-    session: &ServerSession,
+    session: &mut ServerSession,
     body: Bytes,
     route: Route,
 ) -> Result<Response<Vec<u8>>, IngressError> {
@@ -45,18 +47,14 @@ pub async fn forward(
     let path = request
         .uri
         .path_and_query()
-        .map_or("/", http::uri::PathAndQuery::as_str);
-    let answer = relay(
-        placement,
-        client,
-        &ingress,
-        request.method.clone(),
-        path,
-        &request.headers,
-        body,
-    )
-    .await
-    .map_err(|why| not_here(what, &why))?;
+        .map_or("/", http::uri::PathAndQuery::as_str)
+        .to_owned();
+    let (method, headers) = (request.method.clone(), request.headers.clone());
+    let relayed = relay(placement, client, &ingress, method, &path, &headers, body);
+    let answer = match super::wait::while_connected(session, None, relayed).await {
+        Ok(answer) => answer.map_err(|why| not_here(what, &why))?,
+        Err(_) => return Err(super::wait::gone()),
+    };
     let mut resp = Response::new(answer.body.to_vec());
     *resp.status_mut() = answer.status;
     *resp.headers_mut() = answer.headers;
@@ -81,7 +79,7 @@ pub async fn if_elsewhere(
     Some(
         forward(
             state.runtime.placement(),
-            &state.forwarder,
+            state.forwarder.pick(),
             session,
             body,
             route,

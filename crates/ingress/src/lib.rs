@@ -53,7 +53,7 @@ pub struct IngressState {
     /// Policy plugins (`extract` runs before validation).
     pub plugins: Arc<sluice_plugins::Plugins>,
     /// Forwards requests for partitions another node leads (cluster mode).
-    pub forwarder: reqwest::Client,
+    pub forwarder: sluice_runtime::replication::relay::Peers,
     /// API keys that bind calls to a scope (`[[ingress.api-keys]]`).
     pub api_keys: api_keys::ApiKeys,
 }
@@ -101,7 +101,7 @@ impl IngressApp {
                 route => {
                     forward::forward(
                         self.state.runtime.placement(),
-                        &self.state.forwarder,
+                        self.state.forwarder.pick(),
                         session,
                         body,
                         route,

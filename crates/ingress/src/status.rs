@@ -322,7 +322,7 @@ async fn elsewhere(
     }
     let answer = sluice_runtime::replication::relay::relay(
         state.runtime.placement(),
-        &state.forwarder,
+        state.forwarder.pick(),
         &ingress,
         Method::GET,
         &format!("/restate/status/{id}"),

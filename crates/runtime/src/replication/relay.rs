@@ -50,17 +50,58 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// is noticed within about a minute even while a long call waits for its outcome.
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// A client for [`relay`]. `total` bounds a whole exchange (the admin API's requests are
-/// short); `None` for the ingress, whose calls wait for their outcome as long as they take.
+/// A client for [`relay`]: HTTP/2 without upgrade (both doors take it in clear text), so the
+/// requests to one peer share one connection as streams, however many are in flight, instead
+/// of one connection each (which counted against the peer's per-address connection cap, so
+/// one client's forwarded calls could fill it for every other client). `total` bounds a whole
+/// exchange (the admin API's requests are short); `None` for the ingress, whose calls wait for
+/// their outcome as long as they take.
 pub fn client(total: Option<std::time::Duration>) -> reqwest::Client {
     let mut builder = reqwest::Client::builder()
+        .http2_prior_knowledge()
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_keepalive(KEEPALIVE)
+        .http2_keep_alive_interval(KEEPALIVE)
+        .http2_keep_alive_while_idle(true)
         .pool_idle_timeout(std::time::Duration::from_secs(60));
     if let Some(total) = total {
         builder = builder.timeout(total);
     }
     builder.build().unwrap_or_default()
+}
+
+/// How many connections the ingress keeps to each peer: a peer's ingress takes
+/// `ingress.connections.max-streams` (100) streams on one, so calls forwarded to one leader
+/// while they wait for their outcomes share `PEER_CONNECTIONS` × that before they queue here.
+pub const PEER_CONNECTIONS: usize = 8;
+
+/// The ingress's clients for [`relay`]: a few multiplexed connections per peer, taken in turn.
+#[derive(Debug)]
+pub struct Peers {
+    clients: Vec<reqwest::Client>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Peers {
+    /// [`PEER_CONNECTIONS`] clients without an overall timeout.
+    pub fn new() -> Self {
+        Self {
+            clients: (0..PEER_CONNECTIONS).map(|_| client(None)).collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The client for the next request (each has its own connection per peer).
+    pub fn pick(&self) -> &reqwest::Client {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.clients[i % self.clients.len()]
+    }
+}
+
+impl Default for Peers {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The headers of a JSON request this node makes of another on its caller's behalf: the
