@@ -637,6 +637,139 @@ async fn a_forwarded_attach_whose_client_left_leaves_no_wait_at_the_leader() {
     assert_eq!(status, 200, "{text}");
 }
 
+/// What a client of a rolling restart saw: each send's id when acknowledged, and every
+/// answer that was not an acknowledgement.
+#[derive(Default)]
+struct Seen {
+    acknowledged: Vec<String>,
+    refused: Vec<String>,
+    unanswered: Vec<String>,
+}
+
+/// Sends one send after another through the nodes whose ingress is in `up` (as a load
+/// balancer does, leaving out a node while it restarts), until `stop` is set.
+async fn steady_sends(
+    up: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Seen {
+    let client = reqwest::Client::new();
+    let mut seen = Seen::default();
+    let mut i = 0usize;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let target = {
+            let up = up.lock().unwrap();
+            up[i % up.len()].clone()
+        };
+        i += 1;
+        let sent = client
+            .post(format!("{target}/Meter/work/send"))
+            .header("idempotency-key", format!("rolling-{i}"))
+            .header("content-type", "application/json")
+            .body("50")
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await;
+        match sent {
+            Ok(resp) if resp.status() == 202 => {
+                seen.acknowledged
+                    .push(invocation_id(&resp.text().await.unwrap()));
+            }
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let coded = resp.headers().contains_key("x-service-error-code");
+                let retry_after = resp.headers().contains_key("retry-after");
+                let body = resp.text().await.unwrap_or_default();
+                let line = format!("{status} (retry-after {retry_after}): {body}");
+                if (status == 503 || status == 429) && coded && retry_after {
+                    seen.refused.push(line);
+                } else {
+                    seen.unanswered.push(line);
+                }
+            }
+            Err(e) => seen.unanswered.push(format!("{target}: {e}")),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    seen
+}
+
+/// Every node of three restarted in turn (SIGTERM, then started again on its store) under a
+/// steady stream of sends: every send is acknowledged or refused with a code and `Retry-After`,
+/// and every acknowledged one runs to completion, its side effect once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_loses_nothing_and_answers_every_send() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let log = tempfile::tempdir().unwrap();
+    let effects = log.path().join("effects.log");
+    let dep = TestDeployment::start_logging("v1", &effects).await.unwrap();
+    let ids = ["n1", "n2", "n3"];
+    let mut nodes = Vec::new();
+    for id in ids {
+        nodes.push(real_node(&bootstrap, id).start().await.unwrap());
+    }
+    nodes[0].register(&dep.uri, false).await;
+    for sluice in &nodes {
+        deployments(sluice, 1).await;
+    }
+    assignment_in_force(&[&nodes[0], &nodes[1], &nodes[2]], &ids).await;
+    let up = std::sync::Arc::new(std::sync::Mutex::new(
+        nodes
+            .iter()
+            .map(|n| n.ingress_url.clone())
+            .collect::<Vec<_>>(),
+    ));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = tokio::spawn(steady_sends(up.clone(), stop.clone()));
+    sluice_tests::until_done(&effects, 20, "the sends never got going").await;
+    for i in 0..nodes.len() {
+        // Out of the balancer, then drained and stopped.
+        up.lock().unwrap().retain(|u| *u != nodes[i].ingress_url);
+        nodes[i].signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+        let finished = nodes[i].wait_exit(Duration::from_secs(60)).unwrap();
+        assert!(
+            finished.status.success(),
+            "{} stopped with {}",
+            ids[i],
+            finished.status
+        );
+        let restarted = nodes[i].restart(real_node(&bootstrap, ids[i])).await;
+        nodes[i] = restarted;
+        deployments(&nodes[i], 1).await;
+        assignment_in_force(&[&nodes[0], &nodes[1], &nodes[2]], &ids).await;
+        up.lock().unwrap().push(nodes[i].ingress_url.clone());
+        eprintln!("{} restarted", ids[i]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = load.await.unwrap();
+    eprintln!(
+        "{} sends acknowledged, {} refused with a code through the rolling restart",
+        seen.acknowledged.len(),
+        seen.refused.len()
+    );
+    for line in seen.refused.iter().take(5) {
+        eprintln!("refused: {line}");
+    }
+    assert!(
+        seen.unanswered.is_empty(),
+        "not answered with a code: {:?}",
+        seen.unanswered
+    );
+    if let Err(finished) =
+        sluice_tests::all_done(&effects, &seen.acknowledged, Duration::from_secs(90)).await
+    {
+        panic!(
+            "{finished} of {} acknowledged sends finished",
+            seen.acknowledged.len()
+        );
+    }
+    let after = effects_once_quiet(&effects, Duration::from_millis(500)).await;
+    for id in &seen.acknowledged {
+        let done = after.get(id).map_or(0, |(_, done)| *done);
+        assert!(done >= 1, "{id} never finished");
+    }
+}
+
 /// The partition of `Counter/{key}`.
 fn counter_partition(key: &str) -> usize {
     (sluice_store::invocation::identity::partition_key(&["Counter", key]) % PARTITIONS as u64)
