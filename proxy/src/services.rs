@@ -10,8 +10,8 @@ use pingora::services::background::BackgroundService;
 use sluice_kafka::Kafka;
 use sluice_kafka_log::Cluster;
 use sluice_runtime::node::Node;
+use sluice_runtime::partition::Lead;
 use sluice_runtime::partition::Receivers;
-use sluice_runtime::partition::runtime::Lead;
 
 /// Recovers the partitions and starts each on its shard (`sluice_runtime::shards`); then
 /// watches them on pingora's runtime for this service.

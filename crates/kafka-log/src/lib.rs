@@ -24,9 +24,9 @@ use tokio::sync::watch;
 
 use sluice_config::Config;
 use sluice_core::errors::{Code, CodedError};
+use sluice_runtime::partition::Lead;
 use sluice_runtime::partition::Runtime;
 use sluice_runtime::partition::placement::Placement;
-use sluice_runtime::partition::runtime::Lead;
 use sluice_runtime::replication::replica::Replica;
 use sluice_store::storage::Store;
 use sluice_store::storage::fencing::Position;
@@ -202,7 +202,7 @@ impl Cluster {
             store: Arc::clone(store),
             writer: Writer::start_view(
                 Arc::clone(store),
-                sluice_runtime::partition::runtime::checkpoints(config),
+                sluice_runtime::partition::checkpoints(config),
             ),
             producer,
             admin,

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
 use crate::limits::Rules;
-use crate::partition::runtime::{first_to_end, stopped_task};
+use crate::partition::spawning::{first_to_end, stopped_task};
 use crate::partition::{Receivers, Runtime};
 use crate::registry::Registry;
 use crate::storage::Store;
@@ -40,7 +40,7 @@ impl Node {
         &self,
         receivers: Receivers,
         stopping: watch::Receiver<bool>,
-        leads: Option<Vec<crate::partition::runtime::Lead>>,
+        leads: Option<Vec<crate::partition::Lead>>,
     ) {
         let health = Arc::clone(self.store.health());
         let mut stopped = stopping.clone();
@@ -49,7 +49,7 @@ impl Node {
             &self.store,
             &self.registry,
             &self.config,
-            crate::partition::runtime::How {
+            crate::partition::How {
                 rules: Some(&self.rules),
                 tls: &self.tls,
                 leads,

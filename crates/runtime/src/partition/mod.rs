@@ -9,6 +9,7 @@ mod charges;
 mod commands;
 pub mod driver;
 mod ending;
+mod handle;
 mod journal;
 mod live;
 pub mod model;
@@ -20,16 +21,17 @@ mod purge;
 mod queries;
 mod recovery;
 mod run_loop;
-pub mod runtime;
 mod service_metrics;
 #[cfg(test)]
 mod sim;
+pub mod spawning;
 mod suspended;
 mod task;
 mod waking;
 
+pub use handle::{Receivers, Runtime};
 pub use model::answer::Peek;
 pub use model::events::{Event, HeldLock, PartitionMetrics, QueuedEntry, StateMemory};
 pub use queries::Query;
-pub use runtime::{Receivers, Runtime};
+pub use spawning::{How, Lead, checkpoints};
 pub use task::{Partition, Shared};

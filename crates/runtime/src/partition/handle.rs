@@ -1,4 +1,5 @@
-//! The partitions of this process and how invocations are routed to them.
+//! The handle on this process's partitions: how invocations and requests are routed to them,
+//! each a message on the partition's channel answered on a oneshot ([`Runtime::ask`]).
 
 use std::sync::Arc;
 
@@ -6,21 +7,12 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use super::model::events::Event;
-use super::task::Partition;
-use crate::config::Config;
-use crate::deployment_tls::DeploymentTls;
 use crate::errors::{Code, CodedError};
 use crate::flow::slots::InvokerSlots;
 use crate::ids::InvocationId;
 use crate::invocation::identity::partition_key;
 use crate::invocation::{InvocationRecord, Outcome};
-use crate::invoker::AttemptClient;
-use crate::limits::Rules;
 use crate::protocol::Frame;
-use crate::registry::Registry;
-use crate::storage::Store;
-use crate::storage::view::Checkpoints;
-use crate::storage::writer::Writer;
 
 /// Events a partition's channel holds before senders wait (back-pressure on the ingress).
 const CHANNEL: usize = 16 * 1024;
@@ -28,7 +20,7 @@ const CHANNEL: usize = 16 * 1024;
 /// Sends work to partitions. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Runtime {
-    senders: Arc<Vec<mpsc::Sender<Event>>>,
+    pub(super) senders: Arc<Vec<mpsc::Sender<Event>>>,
     /// Each partition's reads, on a channel of their own (`super::queries`).
     queries: Arc<Vec<mpsc::Sender<super::queries::Query>>>,
     placement: Arc<super::placement::Placement>,
@@ -36,15 +28,17 @@ pub struct Runtime {
     outbox: Arc<std::sync::OnceLock<Arc<dyn super::posted::Outbox>>>,
     /// The store's health once the partitions run: a partition stopped by a failed store is
     /// reported as that failure, not as a routing error.
-    health: Arc<std::sync::OnceLock<Arc<sluice_store::health::Health>>>,
+    pub(super) health: Arc<std::sync::OnceLock<Arc<sluice_store::health::Health>>>,
     /// The tokio runtime the partitions run on, once they do (off the shards).
-    home: Arc<std::sync::OnceLock<tokio::runtime::Handle>>,
+    pub(super) home: Arc<std::sync::OnceLock<tokio::runtime::Handle>>,
     /// The shards the partitions run on, when they do (partition `p` on shard `p % shards`).
-    shards: Arc<std::sync::OnceLock<Arc<crate::shards::Shards>>>,
+    pub(super) shards: Arc<std::sync::OnceLock<Arc<crate::shards::Shards>>>,
 }
 
 /// The receiving ends, handed to [`PartitionsService`] (or tests) to run.
-pub struct Receivers(Vec<(mpsc::Receiver<Event>, mpsc::Receiver<super::queries::Query>)>);
+pub struct Receivers(
+    pub(super) Vec<(mpsc::Receiver<Event>, mpsc::Receiver<super::queries::Query>)>,
+);
 
 impl Runtime {
     /// A runtime of `n` partitions, not yet running.
@@ -82,7 +76,7 @@ impl Runtime {
 
     /// The runtime partition `index` runs on: its shard's, else the one the partitions were
     /// started on, else (before they run) the current one.
-    fn home_of(&self, index: usize) -> tokio::runtime::Handle {
+    pub(super) fn home_of(&self, index: usize) -> tokio::runtime::Handle {
         match (self.shards.get(), self.home.get()) {
             (Some(shards), _) => shards.of_partition(index).clone(),
             (None, Some(home)) => home.clone(),
@@ -159,17 +153,15 @@ impl Runtime {
         key: &str,
         state: Vec<(Bytes, Bytes)>,
     ) -> Result<(), CodedError> {
-        let (reply, answer) = oneshot::channel();
-        self.partition_of(partition_key(&[service, key]))
-            .send(Event::SetObjectState {
-                service: service.to_owned(),
-                key: key.to_owned(),
-                state,
-                reply,
-            })
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())?.map(|_| ())
+        let partition = self.partition_of(partition_key(&[service, key]));
+        self.ask(partition, |reply| Event::SetObjectState {
+            service: service.to_owned(),
+            key: key.to_owned(),
+            state,
+            reply,
+        })
+        .await?
+        .map(|_| ())
     }
 
     /// A partition that no longer takes events: stopped by a failed store (its failure, 503
@@ -190,6 +182,35 @@ impl Runtime {
         )
     }
 
+    /// Sends the event `event` makes (given where to answer) to `partition`, and awaits the
+    /// answer: every request of this handle but the posts is this one round trip.
+    async fn ask<T>(
+        &self,
+        partition: &mpsc::Sender<Event>,
+        event: impl FnOnce(oneshot::Sender<T>) -> Event,
+    ) -> Result<T, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        partition
+            .send(event(reply))
+            .await
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
+    }
+
+    /// [`Runtime::ask`] on a partition's read channel (`super::queries`).
+    async fn ask_query<T>(
+        &self,
+        partition: &mpsc::Sender<super::queries::Query>,
+        query: impl FnOnce(oneshot::Sender<T>) -> super::queries::Query,
+    ) -> Result<T, CodedError> {
+        let (reply, answer) = oneshot::channel();
+        partition
+            .send(query(reply))
+            .await
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
+    }
+
     /// Stores a new invocation; returns once it is durable: true when created, false when an
     /// invocation with its id exists already (an idempotent repeat).
     pub async fn submit(&self, record: InvocationRecord, input: Frame) -> Result<bool, CodedError> {
@@ -204,17 +225,13 @@ impl Runtime {
         record: InvocationRecord,
         journal: Vec<Frame>,
     ) -> Result<bool, CodedError> {
-        let (reply, answer) = oneshot::channel();
-        let id = record.id;
-        self.partition(id)
-            .send(Event::Restart {
-                record: Box::new(record),
-                journal,
-                reply,
-            })
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())?
+        let partition = self.partition(record.id);
+        self.ask(partition, |reply| Event::Restart {
+            record: Box::new(record),
+            journal,
+            reply,
+        })
+        .await?
     }
 
     /// Hands a new invocation to its partition and answers at once with the receiver of
@@ -252,9 +269,9 @@ impl Runtime {
         input: Frame,
         call: Option<oneshot::Sender<Outcome>>,
     ) -> Result<oneshot::Receiver<Result<bool, CodedError>>, CodedError> {
+        // Answered with the receiver itself: the caller awaits the storing (or goes on).
         let (reply, answer) = oneshot::channel();
-        let id = record.id;
-        self.partition(id)
+        self.partition(record.id)
             .send(Event::Submit {
                 record: Box::new(record),
                 input,
@@ -322,15 +339,12 @@ impl Runtime {
         &self,
         signal: super::model::signals::Signal,
     ) -> Result<super::model::signals::Delivery, CodedError> {
-        let (reply, answer) = oneshot::channel();
-        self.partition(signal.target)
-            .send(Event::Signal {
-                signal,
-                reply: Some(reply),
-            })
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())
+        let partition = self.partition(signal.target);
+        self.ask(partition, |reply| Event::Signal {
+            signal,
+            reply: Some(reply),
+        })
+        .await
     }
 
     /// Asks every partition with the event `ask` makes, in partition order; answers each
@@ -394,16 +408,12 @@ impl Runtime {
         else {
             return Ok(false);
         };
-        let (reply, answer) = oneshot::channel();
-        sender
-            .send(Event::PauseQueue {
-                queue,
-                pause,
-                reply,
-            })
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())
+        self.ask(sender, |reply| Event::PauseQueue {
+            queue,
+            pause,
+            reply,
+        })
+        .await
     }
 
     /// Resets the quotas (or budgets) `pattern` matches on every partition led here (see
@@ -460,12 +470,12 @@ impl Runtime {
         &self,
         id: InvocationId,
     ) -> Result<Option<super::admission::Waiting>, CodedError> {
-        let (reply, answer) = oneshot::channel();
-        self.queries[self.index_of(id.partition_key())]
-            .send(super::queries::Query::Explain { id, reply })
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())
+        let partition = &self.queries[self.index_of(id.partition_key())];
+        self.ask_query(partition, |reply| super::queries::Query::Explain {
+            id,
+            reply,
+        })
+        .await
     }
 
     /// Applies an operator's control request to an invocation.
@@ -474,12 +484,8 @@ impl Runtime {
         id: InvocationId,
         op: super::model::control::Control,
     ) -> Result<super::model::control::Controlled, CodedError> {
-        let (reply, answer) = oneshot::channel();
-        self.partition(id)
-            .send(Event::Control { id, op, reply })
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())?
+        self.ask(self.partition(id), |reply| Event::Control { id, op, reply })
+            .await?
     }
 
     /// An invocation's target and outcome (`None` while it runs), without waiting; `None`
@@ -505,12 +511,12 @@ impl Runtime {
         id: InvocationId,
         output: bool,
     ) -> Result<Option<super::model::answer::Peek>, CodedError> {
-        let (reply, answer) = oneshot::channel();
-        self.partition(id)
-            .send(Event::Peek { id, output, reply })
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())
+        self.ask(self.partition(id), |reply| Event::Peek {
+            id,
+            output,
+            reply,
+        })
+        .await
     }
 
     /// Waits for the outcome of an invocation.
@@ -528,284 +534,6 @@ impl Runtime {
         let outcome = answer.await.map_err(|_| unknown())??;
         outcome.await.map_err(|_| unknown())
     }
-
-    /// Recovers and runs every partition on the current tokio runtime, with an empty rule book,
-    /// and the purger; its task is the last of the handles.
-    pub fn spawn(
-        &self,
-        receivers: Receivers,
-        store: &Arc<Store>,
-        registry: &Arc<Registry>,
-        config: &Arc<Config>,
-    ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
-        let tls = DeploymentTls::load(config.deployment_ca_file.as_deref())?;
-        let how = How {
-            rules: None,
-            tls: &tls,
-            leads: None,
-        };
-        self.spawn_with_rules(receivers, store, registry, config, how)
-    }
-
-    /// [`Runtime::spawn`], following the rule book `how.rules` and reaching `https://` deployments
-    /// with what `how.tls` trusts. With `how.leads` (cluster mode), partition `i` runs only while
-    /// `leads[i]` holds the writer of its log (`docs/cluster.md`), and is recovered from the
-    /// store each time it is taken over; events for it meanwhile are dropped (their senders see
-    /// the partition gone).
-    pub fn spawn_with_rules(
-        &self,
-        receivers: Receivers,
-        store: &Arc<Store>,
-        registry: &Arc<Registry>,
-        config: &Arc<Config>,
-        how: How<'_>,
-    ) -> Result<Vec<tokio::task::JoinHandle<()>>, CodedError> {
-        let How { rules, tls, leads } = how;
-        let _ = self.health.set(Arc::clone(store.health()));
-        let _ = self.home.set(tokio::runtime::Handle::current());
-        let n = self.senders.len() as u64;
-        // One client per shard: a deployment connection's task runs on the shard that opened
-        // it, and only that shard's attempts use it.
-        let shards = self.shards.get().map_or(1, |shards| shards.len());
-        let idle = config.worker.invoker.connection_idle_timeout.0;
-        let clients: Vec<AttemptClient> =
-            (0..shards).map(|_| AttemptClient::new(tls, idle)).collect();
-        // Embedded, the local log is the truth and the store a view behind it; in cluster
-        // mode each partition's Kafka log is, and this writer only applies what landed there.
-        let writer = match leads {
-            None => Writer::start_logged(Arc::clone(store), checkpoints(config)),
-            Some(_) => Writer::start_view(Arc::clone(store), checkpoints(config)),
-        };
-        let shared = super::task::Shared::new(
-            Arc::clone(store),
-            writer.clone(),
-            Arc::clone(registry),
-            Arc::clone(config),
-        );
-        // Each shard's partitions share one gathering writer: what they queue in one turn of
-        // the shard's loop reaches the writer's thread as one set (`gather.rs` in the store).
-        let gathered: Vec<Writer> = (0..shards).map(|_| writer.gathering()).collect();
-        let worker = &config.worker;
-        let purging = Purging {
-            store: Arc::clone(store),
-            interval: worker.purge_interval.0,
-            batch: usize::try_from(worker.purge_batch_size.get()).unwrap_or(usize::MAX),
-            in_flight: usize::try_from(worker.cleanup_max_in_flight.get()).unwrap_or(usize::MAX),
-        };
-        let mut handles = Vec::new();
-        let mut recovering = Vec::new();
-        let mut leads = leads.map(Vec::into_iter);
-        for (index, (rx, queries)) in receivers.0.into_iter().enumerate() {
-            let driver = {
-                let (runtime, client) = (self.clone(), clients[index % shards].clone());
-                move || -> Box<dyn super::driver::Driver> {
-                    Box::new(super::driver::TokioDriver::new(
-                        runtime.clone(),
-                        client.clone(),
-                    ))
-                }
-            };
-            let owns = move |id: InvocationId| (id.partition_key() % n) as usize == index;
-            if let Some(lead) = leads.as_mut().and_then(Iterator::next) {
-                let hosted = Hosted {
-                    index: index as u32,
-                    own: self.senders[index].clone(),
-                    shared: shared.clone(),
-                    rules: rules.cloned(),
-                    purging: purging.clone(),
-                };
-                handles.push(self.home_of(index).spawn(hosted.run(
-                    (rx, queries),
-                    lead,
-                    driver,
-                    owns,
-                )));
-                continue;
-            }
-            let mut partition = Partition::new(
-                index as u32,
-                &shared.with_writer(gathered[index % shards].clone()),
-                driver(),
-            );
-            if let Some(rules) = rules {
-                partition.follow_rules(rules.subscribe());
-            }
-            recovering.push((index, partition, (rx, queries)));
-        }
-        let homes: Vec<tokio::runtime::Handle> = self
-            .shards
-            .get()
-            .map(|shards| shards.handles().to_vec())
-            .unwrap_or_default();
-        for (partition, (rx, queries)) in
-            super::recovery::recover_all(store, self.senders.len(), recovering, &homes)?
-        {
-            let index = partition.index as usize;
-            handles.push(self.home_of(index).spawn(async move {
-                let (mut rx, mut queries) = (rx, queries);
-                partition.run(&mut rx, &mut queries).await;
-            }));
-        }
-        if leads.is_none() {
-            handles.push(tokio::spawn(purging.run(writer, |_| true)));
-        }
-        Ok(handles)
-    }
-}
-
-/// When the view behind the log is applied and made durable, as `config` says.
-pub fn checkpoints(config: &Config) -> Checkpoints {
-    Checkpoints {
-        interval: config.worker.log_checkpoint_interval.0,
-        bytes: config.worker.log_segment_size.0.saturating_mul(8),
-        apply_delay: config.worker.log_apply_delay.0,
-    }
-}
-
-/// How [`Runtime::spawn_with_rules`] runs the partitions.
-pub struct How<'a> {
-    /// The rule book to follow (none: an empty one).
-    pub rules: Option<&'a Arc<Rules>>,
-    /// What `https://` deployments are trusted with.
-    pub tls: &'a DeploymentTls,
-    /// Cluster mode: which partitions this node leads.
-    pub leads: Option<Vec<Lead>>,
-}
-
-/// Cluster mode: the writer of a partition's log while this node leads it, `None` otherwise.
-pub type Lead = tokio::sync::watch::Receiver<Option<Writer>>;
-
-/// What the purger needs.
-#[derive(Clone)]
-struct Purging {
-    store: Arc<Store>,
-    interval: std::time::Duration,
-    batch: usize,
-    in_flight: usize,
-}
-
-impl Purging {
-    fn run(
-        self,
-        writer: Writer,
-        owns: impl Fn(InvocationId) -> bool + Send + 'static,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let pace = super::purge::Pace {
-            interval: self.interval,
-            batch: self.batch,
-            in_flight: self.in_flight,
-        };
-        super::purge::run(self.store, writer, pace, owns)
-    }
-}
-
-/// A partition of cluster mode: runs while led, recovered from the store at each takeover.
-struct Hosted {
-    index: u32,
-    /// Its own channel: an event that arrives as it is taken over goes back in.
-    own: mpsc::Sender<Event>,
-    shared: super::task::Shared,
-    rules: Option<Arc<Rules>>,
-    purging: Purging,
-}
-
-impl Hosted {
-    async fn run(
-        self,
-        (mut rx, mut queries): (mpsc::Receiver<Event>, mpsc::Receiver<super::queries::Query>),
-        mut lead: Lead,
-        driver: impl Fn() -> Box<dyn super::driver::Driver>,
-        owns: impl Fn(InvocationId) -> bool + Clone + Send + Sync + 'static,
-    ) {
-        loop {
-            let writer = loop {
-                if let Some(writer) = lead.borrow_and_update().clone() {
-                    break writer;
-                }
-                tokio::select! {
-                    biased;
-                    changed = lead.changed() => if changed.is_err() { return },
-                    // Not led here: a read is answered by the leader (its sender sees the
-                    // reply dropped and asks no further).
-                    query = queries.recv() => if query.is_none() { return },
-                    event = rx.recv() => match event {
-                        None => return,
-                        // Led from this very moment: it is the partition's.
-                        Some(event) if lead.borrow().is_some() => {
-                            let _ = self.own.try_send(event);
-                        }
-                        // Not led here: nobody answers it (the doors forward to the leader).
-                        Some(_) => {}
-                    },
-                }
-            };
-            let mut partition = Partition::new(
-                self.index,
-                &self.shared.with_writer(writer.clone()),
-                driver(),
-            );
-            if let Some(rules) = &self.rules {
-                partition.follow_rules(rules.subscribe());
-            }
-            if let Err(e) = partition.recover(owns.clone()) {
-                tracing::error!(partition = self.index, error.code = ?e.code, error = %e, "a partition taken over failed to recover");
-                self.shared.store.health().fail(e);
-                return;
-            }
-            tracing::info!(partition = self.index, "leading the partition");
-            let purger = tokio::spawn(self.purging.clone().run(writer, owns.clone()));
-            let stopped = tokio::select! {
-                () = partition.run(&mut rx, &mut queries) => true,
-                _ = lead.wait_for(Option::is_none) => false,
-            };
-            purger.abort();
-            if stopped {
-                if self.shared.store.health().failure().is_some() {
-                    return;
-                }
-                // A write failed without failing the store: the log refused it (another node
-                // took the partition over, CLU0001). That is a step-down, not a failure; the
-                // log's writer says so once it has stopped.
-                if lead.wait_for(Option::is_none).await.is_err() {
-                    return;
-                }
-            }
-            tracing::info!(partition = self.index, "stepped down from the partition");
-        }
-    }
-}
-
-/// Resolves when the first of `handles` ends, with its index and result.
-pub(crate) async fn first_to_end(
-    handles: Vec<tokio::task::JoinHandle<()>>,
-) -> (usize, Result<(), tokio::task::JoinError>) {
-    if handles.is_empty() {
-        return std::future::pending().await;
-    }
-    let (ended, index, _) = futures_util::future::select_all(handles).await;
-    (index, ended)
-}
-
-/// A partition task (or the purger) that ended while the process serves: its invocations would
-/// sit behind a healthy `/health` forever, so the process stops and restarts from the store.
-pub(crate) fn stopped_task(task: &str, ended: Result<(), tokio::task::JoinError>) -> CodedError {
-    let why = match ended {
-        Ok(()) => "it stopped after a failed write".to_owned(),
-        Err(e) if e.is_panic() => {
-            let payload = e.into_panic();
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".to_owned());
-            format!("it panicked: {message}")
-        }
-        Err(e) => format!("it was cancelled: {e}"),
-    };
-    CodedError::new(
-        Code::STO0001,
-        format!("{task} stopped ({why}); sluice restarts from the store"),
-    )
 }
 
 impl super::driver::Mailboxes for Runtime {
