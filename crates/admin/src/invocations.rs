@@ -19,7 +19,7 @@ use sluice_core::errors::Code;
 use sluice_core::ids::InvocationId;
 use sluice_flow::scheduler::BlockedOn;
 use sluice_runtime::partition::admission::Waiting;
-use sluice_runtime::partition::model::control::{Control, Controlled};
+use sluice_runtime::partition::model::operator::{Control, Controlled};
 use sluice_store::invocation::record::RecordOf;
 use sluice_store::invocation::store;
 use sluice_store::invocation::{ListedRecord, Status, Summary};

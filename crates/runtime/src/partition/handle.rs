@@ -482,8 +482,8 @@ impl Runtime {
     pub async fn control(
         &self,
         id: InvocationId,
-        op: super::model::control::Control,
-    ) -> Result<super::model::control::Controlled, CodedError> {
+        op: super::model::operator::Control,
+    ) -> Result<super::model::operator::Controlled, CodedError> {
         self.ask(self.partition(id), |reply| Event::Control { id, op, reply })
             .await?
     }

@@ -16,7 +16,6 @@ pub mod model;
 pub mod parts;
 pub mod placement;
 pub mod posted;
-mod promises;
 mod purge;
 mod queries;
 mod recovery;
@@ -28,6 +27,7 @@ pub mod spawning;
 mod suspended;
 mod task;
 mod waking;
+mod workflow_promises;
 
 pub use handle::{Receivers, Runtime};
 pub use model::answer::Peek;

@@ -9,8 +9,8 @@ use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::model::control::Control;
 use super::model::events::Event;
+use super::model::operator::Control;
 use super::model::signals::Signal;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;

@@ -1,11 +1,11 @@
 //! Control: an operator's cancel, kill, pause, resume, purge or purge-journal of one
-//! invocation (the operations: `partition/model/control.rs`). Killing or canceling reaches the
+//! invocation (the operations: `partition/model/operator.rs`). Killing or canceling reaches the
 //! invocations it called too; stopping a running attempt leaves its slots held until that is
 //! stored.
 
 use super::super::live::Live;
-use super::super::model::control::{Control, Controlled};
 use super::super::model::effect::Effect;
+use super::super::model::operator::{Control, Controlled};
 use super::super::task::Partition;
 use crate::errors::CodedError;
 use crate::ids::InvocationId;

@@ -10,9 +10,9 @@ use tokio::sync::oneshot;
 
 use super::super::driver::{Driver, Started};
 use super::super::live::Live;
-use super::super::model::control::{Control, Controlled};
 use super::super::model::effect::Effect;
 use super::super::model::events::Event;
+use super::super::model::operator::{Control, Controlled};
 use super::super::model::phase::{Attempt, Run, State, state_of};
 use super::super::task::Partition;
 use super::super::task::Shared;

@@ -4,7 +4,7 @@
 
 use tokio::sync::oneshot;
 
-use super::{control, signals};
+use super::{operator as control, signals};
 use crate::errors::CodedError;
 use crate::invocation::{Outcome, Status, Target};
 

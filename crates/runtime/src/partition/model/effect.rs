@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::answer::Answer;
-use super::{calls, control, signals};
+use super::{calls, operator as control, signals};
 use crate::errors::CodedError;
 use crate::flow::scheduler::QueueKey;
 use crate::ids::InvocationId;

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::{control, signals};
+use super::{operator as control, signals};
 
 use crate::errors::CodedError;
 use crate::flow::scheduler::QueueId;

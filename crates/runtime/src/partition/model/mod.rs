@@ -8,10 +8,10 @@
 
 pub mod answer;
 pub mod calls;
-pub mod control;
 pub mod cost;
 pub mod effect;
 pub mod events;
+pub mod operator;
 pub mod phase;
 pub mod restart;
 pub mod signals;

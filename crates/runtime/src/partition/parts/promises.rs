@@ -1,6 +1,6 @@
 //! The partition's promises part: completed promises it saw (reads must see completions still
 //! committing) and the invocations waiting on open ones. What the partition does with them —
-//! promise commands, waking waiters — is `promises.rs`.
+//! promise commands, waking waiters — is `workflow_promises.rs`.
 
 use std::collections::HashMap;
 

@@ -44,9 +44,9 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::driver::{Driver, Started};
-use super::model::control::Control;
 use super::model::effect::Effect;
 use super::model::events::Event;
+use super::model::operator::Control;
 use super::run_loop::Input;
 use super::task::Partition;
 use crate::config::{Config, FriendlyDuration, OnMaxAttempts, RetryPolicy};
