@@ -260,6 +260,14 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
             health: Arc::clone(store.health()),
             failure_exit_delay: config.failure_exit_delay.0,
             signals,
+            hand_on: cluster.as_ref().map(|cluster| {
+                let within = config
+                    .cluster
+                    .session_timeout
+                    .0
+                    .min(config.shutdown_grace_period.0);
+                (Arc::clone(cluster), within)
+            }),
         }),
     });
     // Only reached when pingora's backstop fired before the drain finished.

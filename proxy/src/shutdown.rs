@@ -91,18 +91,26 @@ pub struct SignalWatch {
     pub failure_exit_delay: Duration,
     /// The signals, caught since before the listeners answered.
     pub signals: Signals,
+    /// Cluster mode: the node's cluster, whose partitions are handed on (at most the
+    /// duration given) before a signal's drain starts.
+    pub hand_on: Option<(Arc<sluice_kafka_log::Cluster>, Duration)>,
 }
 
 #[async_trait]
 impl ShutdownSignalWatch for SignalWatch {
     async fn recv(&self) -> ShutdownSignal {
-        let name = tokio::select! {
-            name = self.signals.first() => name,
+        let (name, signalled) = tokio::select! {
+            name = self.signals.first() => (name, true),
             _ = async {
                 self.health.failed().await;
                 tokio::time::sleep(self.failure_exit_delay).await;
-            } => "a failure (see the error above)",
+            } => ("a failure (see the error above)", false),
         };
+        // A node asked to stop hands its partitions on while its listeners still answer; one
+        // whose store failed does not (its partitions stopped already).
+        if signalled && let Some((cluster, within)) = &self.hand_on {
+            cluster.hand_on(*within).await;
+        }
         tracing::info!(
             signal = name,
             "shutting down: no new connections, draining in-flight requests"

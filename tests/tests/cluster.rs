@@ -1598,6 +1598,14 @@ struct Sent {
 }
 
 impl Sent {
+    /// One line saying what came back, and when.
+    fn line(&self) -> String {
+        format!(
+            "{} after {:?} (retry-after {:?}): {}",
+            self.status, self.took, self.retry_after, self.body
+        )
+    }
+
     /// A 503 with `CLU0001` that says when to try again.
     fn refused_clu0001(&self) -> bool {
         self.status == 503
@@ -1674,20 +1682,16 @@ async fn below_min_insync_replicas_calls_are_refused_with_a_code_and_resume_when
         )
         .await;
         for (key, sent) in wave.iter().zip(&answers) {
-            let Sent {
-                status,
-                body,
-                took,
-                retry_after,
-            } = sent;
-            eprintln!("{key}: {status} after {took:?} (retry-after {retry_after:?}): {body}");
+            eprintln!("{key}: {}", sent.line());
             assert!(
                 sent.refused_clu0001(),
-                "{key} was answered {status} (retry-after {retry_after:?}) with two brokers down: {body}"
+                "{key} with two brokers down: {}",
+                sent.line()
             );
             // Within the write timeout (5 s) and a second, however the brokers died.
+            let took = sent.took;
             assert!(
-                *took <= Duration::from_secs(6),
+                took <= Duration::from_secs(6),
                 "{key} was answered {took:?} after it was sent"
             );
         }
@@ -1748,16 +1752,11 @@ async fn all_brokers_restarted_lose_nothing_acknowledged_and_service_resumes() {
     for (i, sluice) in nodes.iter().enumerate() {
         let key = format!("outage-{i}");
         let sent = send_once(sluice, "/Meter/work/send", "100", &key).await;
-        let Sent {
-            status,
-            body,
-            took,
-            retry_after,
-        } = &sent;
-        eprintln!("{key}: {status} after {took:?} (retry-after {retry_after:?}): {body}");
+        eprintln!("{key}: {}", sent.line());
         assert!(
             sent.refused_clu0001(),
-            "{key} was answered {status} (retry-after {retry_after:?}) with every broker down: {body}"
+            "{key} with every broker down: {}",
+            sent.line()
         );
     }
     let restarted = Instant::now();
@@ -1831,19 +1830,11 @@ async fn a_node_cut_off_from_the_brokers_stops_acknowledging_and_rejoins() {
     eprintln!("n2 led every partition {failover:?} after the cut");
     let mut refused = 0;
     for (key, sent) in keys.iter().zip(&answers) {
-        let Sent {
-            status,
-            body,
-            took,
-            retry_after,
-        } = sent;
-        eprintln!("{key}: {status} after {took:?} (retry-after {retry_after:?}): {body}");
-        match status {
-            202 => acknowledged.push(invocation_id(body)),
+        eprintln!("{key}: {}", sent.line());
+        match sent.status {
+            202 => acknowledged.push(invocation_id(&sent.body)),
             503 if sent.refused_clu0001() => refused += 1,
-            _ => panic!(
-                "{key} was answered {status} (retry-after {retry_after:?}) by the cut-off node: {body}"
-            ),
+            _ => panic!("{key} by the cut-off node: {}", sent.line()),
         }
     }
     assert!(refused > 0, "the cut-off node refused nothing");

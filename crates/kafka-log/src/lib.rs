@@ -67,6 +67,9 @@ struct Shared {
     /// The partitions this node keeps in its store (`None`: every one, until the membership
     /// knows; `standbys.rs`).
     held: watch::Sender<Option<BTreeSet<u32>>>,
+    /// The node is stopping: it leaves the group so the others take its partitions over while
+    /// it still answers (and forwards) requests ([`Cluster::hand_on`]).
+    leaving: std::sync::atomic::AtomicBool,
 }
 
 /// Reloads what memory keeps of the metadata tables named.
@@ -216,6 +219,7 @@ impl Cluster {
             runtime: runtime.clone(),
             posts_retrying: Arc::default(),
             held: watch::channel(None).0,
+            leaving: std::sync::atomic::AtomicBool::new(false),
         });
         runtime.set_outbox(Arc::new(inbox::KafkaOutbox::new(&shared)));
         store.set_meta_log(Arc::new(meta::KafkaMetaLog::new(&shared.settings)?));
@@ -226,6 +230,42 @@ impl Cluster {
     /// What the runtime's partitions watch: partition `i` runs while `leads[i]` holds a writer.
     pub fn leads(&self) -> Vec<Lead> {
         self.leads.clone()
+    }
+
+    /// Before this node stops (SIGTERM): it leaves the group, so the other nodes take its
+    /// partitions over at once instead of after a rebalance that finds it gone, and waits, at
+    /// most `within`, until every partition it led is led elsewhere as far as this node knows.
+    /// Meanwhile it goes on answering: a request for a partition that moved is forwarded to
+    /// its new leader rather than refused by a node that already left.
+    pub async fn hand_on(&self, within: Duration) {
+        let shared = &self.shared;
+        let me = shared.settings.node.clone();
+        let led: Vec<u32> = (0..shared.settings.partitions)
+            .filter(|p| lock(&shared.partitions[*p as usize]).leads())
+            .collect();
+        shared
+            .leaving
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if led.is_empty() {
+            return;
+        }
+        tracing::info!(partitions = ?led, "stopping: handing this node's partitions on before draining");
+        let started = tokio::time::Instant::now();
+        let handed_on = || {
+            led.iter().all(|p| {
+                let state = lock(&shared.partitions[*p as usize]);
+                let leader = state.leader();
+                !state.leads() && leader.epoch > 0 && leader.node != me
+            })
+        };
+        while !handed_on() {
+            if started.elapsed() >= within {
+                tracing::warn!(waited = ?within, "stopping: not every partition was taken over by another node; draining anyway");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::info!(took = ?started.elapsed(), "stopping: every partition this node led is led elsewhere");
     }
 
     /// Calls `reload` with the metadata tables each change from the cluster touched.
@@ -251,7 +291,13 @@ impl Cluster {
                 .name("sluice-membership".into())
                 .spawn(move || {
                     if shared.settings.brokers_checked(shared.store.health()) {
-                        membership::run(&shared.settings, &desired_tx, &shared.held, &stopping);
+                        membership::run(
+                            &shared.settings,
+                            &desired_tx,
+                            &shared.held,
+                            &stopping,
+                            &shared.leaving,
+                        );
                     }
                 })
         };

@@ -59,7 +59,8 @@ const DESCRIBE_EVERY: Duration = Duration::from_secs(5);
 /// How soon a description is asked again while the group rebalances.
 const DESCRIBE_AGAIN: Duration = Duration::from_millis(200);
 
-/// Stays in the group until `stopping` turns true; each assignment goes to `desired`, and the
+/// Stays in the group until `stopping` turns true (or, first, `leaving`: the node hands its
+/// partitions on before it drains); each assignment goes to `desired`, and the
 /// partitions this node keeps (those it is assigned and those it stands by for, `standbys.rs`)
 /// to `held` (`None` until the group was first described: everything is kept meanwhile).
 pub(super) fn run(
@@ -67,6 +68,7 @@ pub(super) fn run(
     desired: &watch::Sender<BTreeSet<u32>>,
     held: &watch::Sender<Option<BTreeSet<u32>>>,
     stopping: &watch::Receiver<bool>,
+    leaving: &AtomicBool,
 ) {
     let context = Assignments {
         desired: desired.clone(),
@@ -112,6 +114,17 @@ pub(super) fn run(
     let mut keep: Option<BTreeSet<u32>> = None;
     let mut describe_at = Instant::now();
     while !*stopping.borrow() {
+        if leaving.load(Ordering::Relaxed) {
+            // Stopping: out of the group, so the others take every partition over now; this
+            // node leads nothing more. The thread stays (its `desired` keeps the takeovers'
+            // loop alive while the node still answers and forwards).
+            consumer.unsubscribe();
+            let _ = desired.send(BTreeSet::new());
+            while !*stopping.borrow() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            return;
+        }
         // Nobody writes the leaders topic: polling only keeps the membership alive.
         let _ = consumer.poll(Duration::from_millis(100));
         let context = consumer.context();
