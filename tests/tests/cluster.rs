@@ -729,9 +729,10 @@ async fn a_rolling_restart_under_load_loses_nothing_and_answers_every_send() {
         let finished = nodes[i].wait_exit(Duration::from_secs(60)).unwrap();
         assert!(
             finished.status.success(),
-            "{} stopped with {}",
+            "{} stopped with {}; it said:\n{}",
             ids[i],
-            finished.status
+            finished.status,
+            finished.stderr
         );
         let restarted = nodes[i].restart(real_node(&bootstrap, ids[i])).await;
         nodes[i] = restarted;

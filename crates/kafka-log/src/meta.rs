@@ -178,6 +178,11 @@ fn deleted_before(shared: &Shared, consumer: &rdkafka::consumer::BaseConsumer, n
 /// Applies the meta topic to the store until `stopping` turns true.
 pub(super) fn read(shared: &Shared, stopping: &watch::Receiver<bool>) {
     if let Err(e) = follow(shared, stopping) {
+        // As the log reader: a store closed by the drain stops it quietly.
+        if shared.store.is_closed() || *stopping.borrow() {
+            tracing::debug!(error = %e, "the meta topic reader stopped with the store");
+            return;
+        }
         tracing::error!(error.code = ?e.code, error = %e, "the meta topic reader stopped");
         shared.store.health().fail(e);
     }

@@ -33,6 +33,12 @@ const BATCH: usize = 1024;
 /// Reads until `stopping` turns true or the store fails.
 pub(super) fn run(shared: &Shared, stopping: &watch::Receiver<bool>) {
     if let Err(e) = read(shared, stopping) {
+        // The drain closed the store under a read in progress: the node is stopping anyway,
+        // and what was read is read again at the next start.
+        if shared.store.is_closed() || *stopping.borrow() {
+            tracing::debug!(error = %e, "the partition log reader stopped with the store");
+            return;
+        }
         tracing::error!(error.code = ?e.code, error = %e, "the partition log reader stopped");
         shared.store.health().fail(e);
     }
