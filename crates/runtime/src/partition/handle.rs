@@ -182,32 +182,16 @@ impl Runtime {
         )
     }
 
-    /// Sends the event `event` makes (given where to answer) to `partition`, and awaits the
-    /// answer: every request of this handle but the posts is this one round trip.
-    async fn ask<T>(
+    /// Sends the message `make` builds (given where to answer) to `partition`'s channel (its
+    /// events, or its reads, `super::queries`), and awaits the answer: every request of this
+    /// handle but the posts is this one round trip.
+    async fn ask<M, T>(
         &self,
-        partition: &mpsc::Sender<Event>,
-        event: impl FnOnce(oneshot::Sender<T>) -> Event,
+        partition: &mpsc::Sender<M>,
+        make: impl FnOnce(oneshot::Sender<T>) -> M,
     ) -> Result<T, CodedError> {
         let (reply, answer) = oneshot::channel();
-        partition
-            .send(event(reply))
-            .await
-            .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())
-    }
-
-    /// [`Runtime::ask`] on a partition's read channel (`super::queries`).
-    async fn ask_query<T>(
-        &self,
-        partition: &mpsc::Sender<super::queries::Query>,
-        query: impl FnOnce(oneshot::Sender<T>) -> super::queries::Query,
-    ) -> Result<T, CodedError> {
-        let (reply, answer) = oneshot::channel();
-        partition
-            .send(query(reply))
-            .await
-            .map_err(|_| self.gone())?;
+        partition.send(make(reply)).await.map_err(|_| self.gone())?;
         answer.await.map_err(|_| self.gone())
     }
 
@@ -471,7 +455,7 @@ impl Runtime {
         id: InvocationId,
     ) -> Result<Option<super::admission::Waiting>, CodedError> {
         let partition = &self.queries[self.index_of(id.partition_key())];
-        self.ask_query(partition, |reply| super::queries::Query::Explain {
+        self.ask(partition, |reply| super::queries::Query::Explain {
             id,
             reply,
         })
