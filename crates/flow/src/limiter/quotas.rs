@@ -96,6 +96,16 @@ fn scope_of(key: &str) -> &str {
     key.split_once('/').map_or(key, |(scope, _)| scope)
 }
 
+/// One name of `scope` is no longer kept ([`Kept::by_scope`]).
+fn forget_one(by_scope: &mut HashMap<String, usize>, scope: &str) {
+    if let Some(n) = by_scope.get_mut(scope) {
+        *n -= 1;
+        if *n == 0 {
+            by_scope.remove(scope);
+        }
+    }
+}
+
 impl Kept {
     /// Nothing kept.
     pub(super) fn is_empty(&self) -> bool {
@@ -119,18 +129,8 @@ impl Kept {
     /// Forgets what `key` kept.
     fn remove(&mut self, key: &str) -> Option<QuotaUse> {
         let used = self.uses.remove(key)?;
-        self.forget_one(scope_of(key));
+        forget_one(&mut self.by_scope, scope_of(key));
         Some(used)
-    }
-
-    /// One name of `scope` is no longer kept.
-    fn forget_one(&mut self, scope: &str) {
-        if let Some(n) = self.by_scope.get_mut(scope) {
-            *n -= 1;
-            if *n == 0 {
-                self.by_scope.remove(scope);
-            }
-        }
     }
 
     /// How many names of `scope` are kept.
@@ -207,13 +207,9 @@ impl Limiter {
                 false
             }
         });
-        let ended: Vec<String> = kept.reset[before..]
-            .iter()
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in &ended {
+        for (key, _) in &kept.reset[before..] {
             kept.overruns.remove(key);
-            kept.forget_one(scope_of(key));
+            forget_one(&mut kept.by_scope, scope_of(key));
         }
         kept.swept = kept.uses.len();
         kept.next_end = next_end;
@@ -239,19 +235,9 @@ impl Limiter {
         now_ms: u64,
     ) -> Option<(IdleBound, u64)> {
         let cap = self.quota_kept_cap?;
-        let scope = self.names(id)[0].unwrap_or_default().to_owned();
-        let full = |kept: &Kept| {
-            if kept.uses.len() >= cap.max {
-                Some(IdleBound::Partition(cap.max))
-            } else if kept.in_scope(&scope) >= cap.per_scope {
-                Some(IdleBound::Scope(cap.per_scope))
-            } else {
-                None
-            }
-        };
         for m in Measure::ALL {
             let node = self.node(id);
-            if !node.measures(m) || full(&self.kept[m as usize]).is_none() {
+            if !node.measures(m) || self.idle_bound_met(m, id, cap).is_none() {
                 continue;
             }
             let fresh = node.rare.as_deref().is_none_or(|r| {
@@ -264,12 +250,22 @@ impl Limiter {
             if self.kept[m as usize].next_end <= now_ms {
                 self.sweep_kept(m);
             }
-            let kept = &self.kept[m as usize];
-            if let Some(bound) = full(kept) {
-                return Some((bound, kept.next_end));
+            if let Some(bound) = self.idle_bound_met(m, id, cap) {
+                return Some((bound, self.kept[m as usize].next_end));
             }
         }
         None
+    }
+
+    /// The bound on kept uses of `m` that counter `id` would go past, if any: the
+    /// partition's, else its scope's (looked up only when the first has room).
+    fn idle_bound_met(&self, m: Measure, id: CounterId, cap: IdleCap) -> Option<IdleBound> {
+        let kept = &self.kept[m as usize];
+        if kept.uses.len() >= cap.max {
+            return Some(IdleBound::Partition(cap.max));
+        }
+        let scope = self.names(id)[0].unwrap_or_default();
+        (kept.in_scope(scope) >= cap.per_scope).then_some(IdleBound::Scope(cap.per_scope))
     }
 
     /// A counter just made takes back the uses kept under its name.
