@@ -181,30 +181,32 @@ pub(super) fn back_off(
         "attempt failed"
     );
     live.record.retry_count = live.record.retry_count.saturating_add(1);
-    if live.record.retry_count >= policy.max_attempts.get() {
-        let attempts = policy.max_attempts.get();
-        if policy.on_max_attempts == crate::config::OnMaxAttempts::Kill {
-            tracing::warn!(
-                invocation = %live.record.id,
-                attempts,
-                "invocation failed: its retry policy gives up after this many attempts (on-max-attempts = kill)"
-            );
-            let outcome = Outcome::Failure(Failure {
+    let attempts = policy.max_attempts.get();
+    let exhausted = live.record.retry_count >= attempts;
+    let killed = (exhausted && policy.on_max_attempts == crate::config::OnMaxAttempts::Kill)
+        .then(|| {
+            Outcome::Failure(Failure {
                 code: 500,
                 message: format!(
                     "{} (gave up after {attempts} failed attempts: the retry policy's on-max-attempts is kill)",
                     failure.message
                 ),
-            });
-            live.record.last_failure = Some(failure);
-            return Some(outcome);
-        }
-        live.record.last_failure = Some(failure);
+            })
+        });
+    live.record.last_failure = Some(failure);
+    if killed.is_some() {
+        tracing::warn!(
+            invocation = %live.record.id,
+            attempts,
+            "invocation failed: its retry policy gives up after this many attempts (on-max-attempts = kill)"
+        );
+        return killed;
+    }
+    if exhausted {
         live.set_status(Status::Paused);
         live.record.run_at_ms = None;
         return None;
     }
-    live.record.last_failure = Some(failure);
     let delay = retry_delay(policy, live.record.retry_count, requested);
     let at = now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     live.set_status(Status::BackingOff);

@@ -129,6 +129,25 @@ pub struct Registry {
 /// Default retention of results and workflows.
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Handler `name` of the service `manifest` describes.
+fn handler_of<'a>(
+    manifest: Option<&'a crate::discovery::manifest::ServiceManifest>,
+    name: &str,
+) -> Option<&'a crate::discovery::manifest::HandlerManifest> {
+    manifest?.handlers.iter().find(|h| h.name == name)
+}
+
+/// An option `pick` reads as the handler declares it, else as its service does.
+fn declared<'a, T>(
+    service: Option<&'a crate::discovery::manifest::ServiceManifest>,
+    handler: Option<&'a crate::discovery::manifest::HandlerManifest>,
+    pick: impl Fn(&'a crate::discovery::manifest::Options) -> Option<T>,
+) -> Option<T> {
+    handler
+        .and_then(|h| pick(&h.options))
+        .or_else(|| service.and_then(|m| pick(&m.options)))
+}
+
 fn storage_error(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::META0005, format!("cannot store the registry: {e}"))
 }
@@ -251,11 +270,10 @@ impl Registry {
             return retention.0;
         }
         let manifest = deployment.service(service);
-        manifest
-            .and_then(|m| m.handlers.iter().find(|h| h.name == handler))
-            .and_then(|h| h.options.idempotency_retention)
-            .or_else(|| manifest.and_then(|m| m.options.idempotency_retention))
-            .map_or(DAY, Duration::from_millis)
+        declared(manifest, handler_of(manifest, handler), |o| {
+            o.idempotency_retention
+        })
+        .map_or(DAY, Duration::from_millis)
     }
 
     /// The retry policy of `service`'s `handler`: each field the handler declares, else the
@@ -272,33 +290,25 @@ impl Registry {
             return defaults.clone();
         };
         let manifest = deployment.service(service);
-        let handler = manifest.and_then(|m| m.handlers.iter().find(|h| h.name == handler));
-        let declared = |pick: &dyn Fn(&crate::discovery::manifest::Options) -> Option<u64>| {
-            handler
-                .and_then(|h| pick(&h.options))
-                .or_else(|| manifest.and_then(|m| pick(&m.options)))
-        };
+        let handler = handler_of(manifest, handler);
         let mut policy = defaults.clone();
-        if let Some(ms) = declared(&|o| o.retry_policy_initial_interval) {
+        if let Some(ms) = declared(manifest, handler, |o| o.retry_policy_initial_interval) {
             policy.initial_interval = FriendlyDuration::from_millis(ms);
         }
-        if let Some(ms) = declared(&|o| o.retry_policy_max_interval) {
+        if let Some(ms) = declared(manifest, handler, |o| o.retry_policy_max_interval) {
             policy.max_interval = FriendlyDuration::from_millis(ms);
         }
-        if let Some(n) = declared(&|o| o.retry_policy_max_attempts) {
+        if let Some(n) = declared(manifest, handler, |o| o.retry_policy_max_attempts) {
             let n = u32::try_from(n).unwrap_or(u32::MAX).max(1);
             policy.max_attempts = std::num::NonZeroU32::new(n).unwrap_or(policy.max_attempts);
         }
-        if let Some(factor) = handler
-            .and_then(|h| h.options.retry_policy_exponentiation_factor)
-            .or_else(|| manifest.and_then(|m| m.options.retry_policy_exponentiation_factor))
+        if let Some(factor) = declared(manifest, handler, |o| o.retry_policy_exponentiation_factor)
         {
             policy.exponentiation_factor = factor;
         }
-        if let Some(on) = handler
-            .and_then(|h| h.options.retry_policy_on_max_attempts.as_deref())
-            .or_else(|| manifest.and_then(|m| m.options.retry_policy_on_max_attempts.as_deref()))
-        {
+        if let Some(on) = declared(manifest, handler, |o| {
+            o.retry_policy_on_max_attempts.as_deref()
+        }) {
             policy.on_max_attempts = if on.eq_ignore_ascii_case("kill") {
                 OnMaxAttempts::Kill
             } else {
@@ -321,11 +331,10 @@ impl Registry {
             .journal_retention
             .map(|r| r.0)
             .or_else(|| {
-                manifest
-                    .and_then(|m| m.handlers.iter().find(|h| h.name == handler))
-                    .and_then(|h| h.options.journal_retention)
-                    .or_else(|| manifest.and_then(|m| m.options.journal_retention))
-                    .map(Duration::from_millis)
+                declared(manifest, handler_of(manifest, handler), |o| {
+                    o.journal_retention
+                })
+                .map(Duration::from_millis)
             })
             .unwrap_or(DAY)
             .min(max)

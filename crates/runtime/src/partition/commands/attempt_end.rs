@@ -31,18 +31,14 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<bool, CodedError> {
         let now = self.driver.now_ms();
-        let Some(target) = self.live.get(&id).map(|l| l.record.target.clone()) else {
+        let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
             return Ok(false);
         };
-        let retention = self.retention(&target);
         // Read only when the attempt failed: the service's and handler's declared policy over
         // the configured one.
-        let retry = || {
-            self.registry.retry_policy(
-                &target.service,
-                &target.handler,
-                &self.config.worker.invoker.retry_policy,
-            )
+        let (registry, defaults) = (&self.registry, &self.config.worker.invoker.retry_policy);
+        let retry = |target: &crate::invocation::Target| {
+            registry.retry_policy(&target.service, &target.handler, defaults)
         };
         let Some(live) = self.live.get_mut(&id) else {
             return Ok(false);
@@ -151,9 +147,14 @@ impl Partition {
                     }
                     _ => {
                         let delay = error.next_retry_delay.map(Duration::from_millis);
-                        if let Some(outcome) =
-                            back_off(live, &retry(), failure, delay, now, effects)
-                        {
+                        if let Some(outcome) = back_off(
+                            live,
+                            &retry(&live.record.target),
+                            failure,
+                            delay,
+                            now,
+                            effects,
+                        ) {
                             complete(live, outcome, retention, now, writes, effects);
                         }
                     }
@@ -162,9 +163,14 @@ impl Partition {
             Err(e) => {
                 let failure = LastFailure::new(e.error.code, e.error.message.clone());
                 retried(&failure);
-                if let Some(outcome) =
-                    back_off(live, &retry(), failure, e.retry_after, now, effects)
-                {
+                if let Some(outcome) = back_off(
+                    live,
+                    &retry(&live.record.target),
+                    failure,
+                    e.retry_after,
+                    now,
+                    effects,
+                ) {
                     complete(live, outcome, retention, now, writes, effects);
                 }
             }
