@@ -509,17 +509,8 @@ impl Settings {
     /// beside it: brokers that cannot describe settings (librdkafka's mock among them) take
     /// their whole request timeout to say so, and the operator said they checked.
     fn brokers_checked(&self, health: &Arc<sluice_store::health::Health>) -> bool {
-        let check = {
-            let settings = self.clone();
-            move || {
-                Describer::new(&settings.client).and_then(|describer| {
-                    settings.check_retention(&describer)?;
-                    settings.check_session_timeout(&describer)
-                })
-            }
-        };
         if !self.allow_unconfirmed_retention {
-            return match check() {
+            return match self.check_brokers() {
                 Ok(()) => true,
                 Err(e) => {
                     health.fail(e);
@@ -528,11 +519,11 @@ impl Settings {
             };
         }
         let beside = {
-            let health = Arc::clone(health);
+            let (settings, health) = (self.clone(), Arc::clone(health));
             std::thread::Builder::new()
                 .name("sluice-retention-check".into())
                 .spawn(move || {
-                    if let Err(e) = check() {
+                    if let Err(e) = settings.check_brokers() {
                         health.fail(e);
                     }
                 })
@@ -544,6 +535,13 @@ impl Settings {
             return false;
         }
         true
+    }
+
+    /// Asks the brokers for the topics' and the group's settings and checks them.
+    fn check_brokers(&self) -> Result<(), CodedError> {
+        let describer = Describer::new(&self.client)?;
+        self.check_retention(&describer)?;
+        self.check_session_timeout(&describer)
     }
 
     /// Refuses a `cluster.session-timeout` the brokers would refuse: they take a group member's
