@@ -2,9 +2,16 @@
 //! own (its runtime goes on while a test blocks). Cut, it goes silent as a network partition
 //! does: connections through it stay open but carry nothing, in either direction, and new
 //! ones are taken but never answered, so the peers find out only by their own timeouts.
-//! Mended, it drops what it held (the peers reconnect) and forwards again.
+//! Mended, it drops what it held (the peers reconnect) and forwards again. It counts the bytes
+//! it carries each way, so a test reads what one client took in from the brokers.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -14,7 +21,17 @@ pub struct Links {
     cut: watch::Sender<bool>,
     /// The forwarders' addresses, in the order their targets were given.
     pub addresses: Vec<SocketAddr>,
+    counted: Arc<Counted>,
     _thread: std::thread::JoinHandle<()>,
+}
+
+/// Bytes carried through a set of links.
+#[derive(Debug, Default)]
+pub struct Counted {
+    /// From the client to the targets.
+    sent: AtomicU64,
+    /// From the targets to the client.
+    received: AtomicU64,
 }
 
 impl Links {
@@ -22,6 +39,8 @@ impl Links {
     /// targets start) to `targets`, one to one.
     pub fn start(listeners: Vec<std::net::TcpListener>, targets: Vec<SocketAddr>) -> Self {
         let (cut, is_cut) = watch::channel(false);
+        let counted = Arc::new(Counted::default());
+        let counting = Arc::clone(&counted);
         let addresses = listeners
             .iter()
             .map(|l| l.local_addr().expect("a bound listener"))
@@ -40,7 +59,12 @@ impl Links {
                             .set_nonblocking(true)
                             .expect("a non-blocking listener");
                         let listener = TcpListener::from_std(listener).expect("a tokio listener");
-                        tasks.spawn(accept(listener, target, is_cut.clone()));
+                        tasks.spawn(accept(
+                            listener,
+                            target,
+                            is_cut.clone(),
+                            Arc::clone(&counting),
+                        ));
                     }
                     // Until the test drops the links (the sender goes).
                     let mut closed = is_cut;
@@ -52,8 +76,17 @@ impl Links {
         Self {
             cut,
             addresses,
+            counted,
             _thread: thread,
         }
+    }
+
+    /// The bytes carried so far: (from the client, to the client).
+    pub fn carried(&self) -> (u64, u64) {
+        (
+            self.counted.sent.load(Ordering::Relaxed),
+            self.counted.received.load(Ordering::Relaxed),
+        )
     }
 
     /// Silences every connection through the links, and new ones.
@@ -67,14 +100,24 @@ impl Links {
     }
 }
 
-async fn accept(listener: TcpListener, target: SocketAddr, is_cut: watch::Receiver<bool>) {
+async fn accept(
+    listener: TcpListener,
+    target: SocketAddr,
+    is_cut: watch::Receiver<bool>,
+    counted: Arc<Counted>,
+) {
     while let Ok((inbound, _)) = listener.accept().await {
         let mut is_cut = is_cut.clone();
+        let counted = Arc::clone(&counted);
         tokio::spawn(async move {
             let mut inbound = inbound;
             if !*is_cut.borrow() {
-                let Ok(mut outbound) = TcpStream::connect(target).await else {
+                let Ok(outbound) = TcpStream::connect(target).await else {
                     return;
+                };
+                let mut outbound = Counting {
+                    inner: outbound,
+                    counted,
                 };
                 tokio::select! {
                     _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
@@ -85,5 +128,50 @@ async fn accept(listener: TcpListener, target: SocketAddr, is_cut: watch::Receiv
             let _ = is_cut.wait_for(|cut| !*cut).await;
             drop(inbound);
         });
+    }
+}
+
+/// The target's side of a link, counting what passes: read from it goes to the client, written
+/// to it came from the client.
+struct Counting {
+    inner: TcpStream,
+    counted: Arc<Counted>,
+}
+
+impl AsyncRead for Counting {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = (buf.filled().len() - before) as u64;
+        self.counted.received.fetch_add(read, Ordering::Relaxed);
+        polled
+    }
+}
+
+impl AsyncWrite for Counting {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = &polled {
+            self.counted
+                .sent
+                .fetch_add(*written as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

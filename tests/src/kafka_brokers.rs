@@ -208,6 +208,11 @@ impl KafkaCluster {
         self.cuts[cut].cut();
     }
 
+    /// The bytes the client of set `cut` sent to the brokers and took in from them so far.
+    pub fn carried(&self, cut: usize) -> (u64, u64) {
+        self.cuts[cut].carried()
+    }
+
     /// Mends the links of set `cut`.
     pub fn mend(&self, cut: usize) {
         self.cuts[cut].mend();
@@ -297,6 +302,33 @@ impl KafkaCluster {
                     .unwrap_or_else(|e| panic!("the watermarks of {topic}/{p}: {e}"))
             })
             .collect()
+    }
+
+    /// The bytes of record batches the first broker holds of the topics whose names start with
+    /// `prefix` (their segment files; every broker holds every partition when there are three).
+    pub fn stored_bytes(&self, prefix: &str) -> u64 {
+        let data = self.brokers[0]
+            .properties
+            .with_file_name(format!("broker-{}", self.brokers[0].id));
+        let mut total = 0;
+        for dir in std::fs::read_dir(&data)
+            .expect("the broker's data dir")
+            .flatten()
+        {
+            if !dir.file_name().to_string_lossy().starts_with(prefix) {
+                continue;
+            }
+            for file in std::fs::read_dir(dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if file.path().extension().is_some_and(|e| e == "log") {
+                    total += file.metadata().map_or(0, |m| m.len());
+                }
+            }
+        }
+        total
     }
 
     /// How many records partition `partition` of `topic` holds now, read from its start to

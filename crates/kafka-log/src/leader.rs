@@ -104,6 +104,11 @@ async fn take_over(shared: Arc<Shared>, p: u32, desired: watch::Receiver<BTreeSe
             let (writer, staged) = Writer::staged();
             let _ = shared.leads[p as usize].send(Some(writer));
             shared.placement.set_here(p as usize, true);
+            tokio::spawn(super::epochs::announce(
+                Arc::clone(&shared),
+                p,
+                leader.clone(),
+            ));
             shared.runtime.spawn_beside(
                 p as usize,
                 lead(Arc::clone(&shared), p, leader, at + 1, staged),

@@ -1,19 +1,21 @@
-//! The replica reader: one consumer assigned every partition of the log, reading from this
-//! node's positions, each record by the replica's rule (`sluice_runtime::replication::replica`).
-//! It applies the valid writes of partitions this node does not lead, tracks every partition's
-//! leader, and makes a local leader step down when another node's epoch is accepted after its
-//! own.
+//! The replica reader: one consumer assigned the partitions of the log this node keeps (those
+//! it leads or stands by for; every one until the group says which), reading from this node's
+//! positions, each record by the replica's rule (`sluice_runtime::replication::replica`). It
+//! applies the valid writes of partitions this node does not lead, and makes a local leader
+//! step down when another node's epoch is accepted after its own. The leaders of the
+//! partitions it does not read come from the epochs topic (`epochs.rs`), so what a node takes
+//! in from the brokers follows its share of the cluster, not the cluster's whole write rate.
 //!
-//! A partition led here is paused in the consumer from the takeover's win until the rewind
-//! after its step-down: its records are the leader's own, stored by the leader, and fetching
+//! A partition led here is left out of the consumer's assignment from the takeover's win until
+//! the rewind after its step-down: its records are the leader's own, stored by the leader, and fetching
 //! them back cost the node a fetch, a wake of this thread and a decode of each record's header
 //! per record it wrote. What the reader told such a leader, another node's epoch after its
 //! own, it now learns from its next write (the record lands past that epoch, not at the offset
-//! it expected: `CLU0001`, and it steps down) or from the group (which gave the partition to
-//! the other node); until then it may answer reads from what it holds, as a zombie could
-//! before.
+//! it expected: `CLU0001`, and it steps down), from the epochs topic, or from the group (which
+//! gave the partition to the other node); until then it may answer reads from what it holds,
+//! as a zombie could before.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -50,16 +52,8 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         &settings.log_topic,
         &settings.replica_group(&settings.log_topic),
     )?;
-    let mut assignment = TopicPartitionList::new();
-    for p in 0..settings.partitions {
-        let next = lock(&shared.partitions[p as usize]).stored();
-        assignment
-            .add_partition_offset(&settings.log_topic, p as i32, super::from_offset(next))
-            .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
-    }
-    consumer
-        .assign(&assignment)
-        .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
+    // The partitions the consumer is assigned: those kept here and not led here.
+    let mut assigned = BTreeSet::new();
     let mut writes = WriteSet::default();
     let mut dirty = BTreeSet::new();
     // Partitions whose records this node needed were deleted: (partition, the log's first
@@ -67,16 +61,14 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
     let mut catch_ups = Vec::new();
     let mut ends_asked = std::time::Instant::now() - ENDS_EVERY;
     let held = shared.held.subscribe();
-    // Partitions paused in the consumer because they are led here.
-    let mut paused = BTreeSet::new();
     while !*stopping.borrow() {
         // A copy: the membership thread may send a new set while a release commits.
         let kept = held.borrow().clone();
         if !keep_held(shared, &kept)? {
             return Ok(());
         }
-        rewind(shared, &consumer, &mut paused)?;
-        pause_led(shared, &consumer, &mut paused)?;
+        let starts = rewind(shared)?;
+        follow_kept(shared, &consumer, &mut assigned, starts)?;
         let mut wait = std::time::Duration::from_millis(100);
         for _ in 0..BATCH {
             match consumer.poll(wait) {
@@ -106,9 +98,16 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         if !dirty.is_empty() && !store_batch(shared, &mut writes, &mut dirty)? {
             return Ok(());
         }
-        // After the batch: a snapshot replaces what the store holds of its partition.
+        // After the batch: a snapshot replaces what the store holds of its partition, which is
+        // read on from the snapshot's end.
+        let mut starts = BTreeMap::new();
         for (p, from, gone) in catch_ups.drain(..) {
-            catch_up(shared, &consumer, p, from, &gone)?;
+            if let Some(next) = catch_up(shared, p, from, &gone)? {
+                starts.insert(p, next);
+            }
+        }
+        if !starts.is_empty() {
+            follow_kept(shared, &consumer, &mut assigned, starts)?;
         }
         if progressed {
             shared.progress.notify_waiters();
@@ -117,10 +116,64 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
     Ok(())
 }
 
+/// Assigns the consumer the partitions to read here, when they or where one starts changed:
+/// those this node keeps and does not lead (a leader does not read its own records back; see
+/// the module's documentation). A partition in `starts` is read from its offset there; one
+/// that joins otherwise from what the store holds of it (nothing after a release: the newest
+/// snapshot and the tail); the others from where the reader is. Each change is a whole new
+/// assignment, never a seek: librdkafka refuses to seek a partition whose fetch has not
+/// started yet ("Erroneous state"), which a partition assigned a moment before may be.
+fn follow_kept(
+    shared: &Shared,
+    consumer: &BaseConsumer,
+    assigned: &mut BTreeSet<u32>,
+    mut starts: BTreeMap<u32, i64>,
+) -> Result<(), CodedError> {
+    let want: BTreeSet<u32> = (0..shared.settings.partitions)
+        .filter(|p| {
+            let replica = lock(&shared.partitions[*p as usize]);
+            replica.held() && !replica.leads()
+        })
+        .collect();
+    if want == *assigned && starts.is_empty() {
+        return Ok(());
+    }
+    let joining: Vec<u32> = want
+        .difference(assigned)
+        .filter(|p| !starts.contains_key(p))
+        .copied()
+        .collect();
+    if !joining.is_empty() {
+        let mut positions = shared.store.with_db(Position::load_all)??;
+        for p in &joining {
+            let position = positions.remove(p).unwrap_or_default();
+            starts.insert(*p, position.next);
+            lock(&shared.partitions[*p as usize]).rewind(position);
+        }
+    }
+    let topic = &shared.settings.log_topic;
+    let mut list = TopicPartitionList::new();
+    for &p in &want {
+        let next = match starts.get(&p) {
+            Some(next) => *next,
+            None => lock(&shared.partitions[p as usize]).read_next(),
+        };
+        list.add_partition_offset(topic, p as i32, super::from_offset(next))
+            .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
+    }
+    consumer
+        .assign(&list)
+        .map_err(|e| failed(format!("cannot assign the log: {e}")))?;
+    let left: Vec<u32> = assigned.difference(&want).copied().collect();
+    tracing::debug!(reading = ?want, from = ?starts, left = ?left, "the log's partitions read here changed");
+    *assigned = want;
+    Ok(())
+}
+
 /// Follows `held`, the partitions this node keeps (`None`: all): one it keeps again is read
-/// from what the store holds (a rewind); one it no longer keeps, neither led nor being taken
-/// over here, leaves the store (its rows and position), and its records are read from then on
-/// only to know its leader. False when the writer is gone (the node stops).
+/// from what the store holds (when the reader assigns it); one it no longer keeps, neither led
+/// nor being taken over here, leaves the store (its rows and position) and is no longer read.
+/// False when the writer is gone (the node stops).
 fn keep_held(shared: &Shared, held: &Option<BTreeSet<u32>>) -> Result<bool, CodedError> {
     let partitions = shared.settings.partitions;
     for p in 0..partitions {
@@ -128,7 +181,6 @@ fn keep_held(shared: &Shared, held: &Option<BTreeSet<u32>>) -> Result<bool, Code
         if held.as_ref().is_none_or(|held| held.contains(&p)) {
             if lock(slot).hold() {
                 tracing::info!(partition = p, "kept here again: reading it from the store");
-                lock(&shared.rewinds).push(p);
             }
             continue;
         }
@@ -197,15 +249,14 @@ fn store_batch(
     Ok(true)
 }
 
-/// Loads the newest snapshot of partition `p` into the store and reads the log on from its end,
-/// when it reaches `from` (the log's first offset); otherwise gives `p` up with `gone`.
+/// Loads the newest snapshot of partition `p` into the store, when it reaches `from` (the
+/// log's first offset): the offset its log is read on from. Otherwise gives `p` up with `gone`.
 fn catch_up(
     shared: &Shared,
-    consumer: &BaseConsumer,
     p: u32,
     from: i64,
     gone: &CodedError,
-) -> Result<(), CodedError> {
+) -> Result<Option<i64>, CodedError> {
     let newest = match super::snapshots::newest(shared, p) {
         Ok(newest) => newest,
         Err(e) => {
@@ -216,11 +267,11 @@ fn catch_up(
     let Some((manifest, chunks)) = newest.filter(|(m, _)| m.position.next >= from) else {
         let stop_leading = lock(&shared.partitions[p as usize]).give_up(gone.clone());
         gave_up(shared, p, gone, stop_leading);
-        return Ok(());
+        return Ok(None);
     };
     let position = manifest.position;
     if !replace(shared, p, chunks, &position)? {
-        return Ok(());
+        return Ok(None);
     }
     lock(&shared.partitions[p as usize]).caught_up(position.clone());
     if position.leader.epoch > 0 {
@@ -230,26 +281,13 @@ fn catch_up(
             position.leader.admin.clone(),
         );
     }
-    consumer
-        .seek(
-            &shared.settings.log_topic,
-            p as i32,
-            super::from_offset(position.next),
-            std::time::Duration::from_secs(10),
-        )
-        .map_err(|e| {
-            failed(format!(
-                "cannot read partition {p} on from {}: {e}",
-                position.next
-            ))
-        })?;
     tracing::info!(
         partition = p,
         from = position.next,
         rows = manifest.rows,
         "caught up from a snapshot"
     );
-    Ok(())
+    Ok(Some(position.next))
 }
 
 /// Reads the record at `offset` of partition `p` by the replica's rule (`Replica::read`):
@@ -309,8 +347,8 @@ pub(super) fn gave_up(shared: &Shared, p: u32, why: &CodedError, stop_leading: b
 /// How often the log's ends are asked for (what `/cluster-health` shows as lag).
 const ENDS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Records where each partition's log ends, at most every [`ENDS_EVERY`]; a partition whose
-/// log now starts past what this node read joins `catch_ups`.
+/// Records where the log of each partition kept here ends, at most every [`ENDS_EVERY`]; a
+/// partition whose log now starts past what this node read joins `catch_ups`.
 fn note_ends(
     shared: &Shared,
     consumer: &BaseConsumer,
@@ -322,6 +360,9 @@ fn note_ends(
     }
     *last = std::time::Instant::now();
     for p in 0..shared.settings.partitions {
+        if !lock(&shared.partitions[p as usize]).held() {
+            continue;
+        }
         let asked = consumer.fetch_watermarks(
             &shared.settings.log_topic,
             p as i32,
@@ -337,66 +378,27 @@ fn note_ends(
     }
 }
 
-/// Pauses the partitions this node has come to lead since the last call (it won their
-/// takeover: the reader has read up to the epoch record), so their records, the leader's own,
-/// are not fetched back (see the module's documentation).
-fn pause_led(
-    shared: &Shared,
-    consumer: &BaseConsumer,
-    paused: &mut BTreeSet<u32>,
-) -> Result<(), CodedError> {
-    for p in 0..shared.settings.partitions {
-        if paused.contains(&p) || !lock(&shared.partitions[p as usize]).leads() {
-            continue;
-        }
-        consumer
-            .pause(&one_partition(&shared.settings.log_topic, p))
-            .map_err(|e| failed(format!("cannot pause partition {p} of the log: {e}")))?;
-        paused.insert(p);
-    }
-    Ok(())
-}
-
-/// `topic`'s partition `p` alone.
-fn one_partition(topic: &str, p: u32) -> TopicPartitionList {
-    let mut list = TopicPartitionList::new();
-    list.add_partition(topic, p as i32);
-    list
-}
-
-/// Partitions whose leader stopped are read again from the store's position (resumed first
-/// when the reader paused them while they were led here).
-fn rewind(
-    shared: &Shared,
-    consumer: &BaseConsumer,
-    paused: &mut BTreeSet<u32>,
-) -> Result<(), CodedError> {
+/// Partitions whose leader here stopped: each is read again from the store's position (the
+/// offsets, for the next assignment).
+fn rewind(shared: &Shared) -> Result<BTreeMap<u32, i64>, CodedError> {
     let partitions = std::mem::take(&mut *lock(&shared.rewinds));
+    let mut starts = BTreeMap::new();
     if partitions.is_empty() {
-        return Ok(());
+        return Ok(starts);
     }
     let positions = shared.store.with_db(Position::load_all)??;
     for p in partitions {
         let position = positions.get(&p).cloned().unwrap_or_default();
-        let next = position.next;
+        tracing::info!(
+            partition = p,
+            from = position.next,
+            "following the partition again"
+        );
+        starts.insert(p, position.next);
         lock(&shared.partitions[p as usize]).rewind(position);
-        if paused.remove(&p) {
-            consumer
-                .resume(&one_partition(&shared.settings.log_topic, p))
-                .map_err(|e| failed(format!("cannot resume partition {p} of the log: {e}")))?;
-        }
-        consumer
-            .seek(
-                &shared.settings.log_topic,
-                p as i32,
-                super::from_offset(next),
-                std::time::Duration::from_secs(10),
-            )
-            .map_err(|e| failed(format!("cannot read partition {p} again from {next}: {e}")))?;
-        tracing::info!(partition = p, from = next, "following the partition again");
     }
     shared.progress.notify_waiters();
-    Ok(())
+    Ok(starts)
 }
 
 fn failed(message: String) -> CodedError {

@@ -32,8 +32,12 @@ pub struct Replica {
     /// nothing meanwhile.
     catching_up: bool,
     /// This node keeps the partition in its store (it leads it or stands by for it). Not
-    /// held, its records are read only to know its leader: nothing is stored.
+    /// held, its log is not read here at all: its leader is learnt from the leaders'
+    /// announcements ([`Replica::announce`]).
     held: bool,
+    /// The newest leader announced (a takeover's winner publishes itself once it won), which
+    /// may be ahead of the log read here, or the only news of a partition not held.
+    announced: Leader,
 }
 
 /// What reading one record asks of the node.
@@ -96,6 +100,7 @@ impl Replica {
             broken: None,
             catching_up: false,
             held: true,
+            announced: Leader::default(),
         }
     }
 
@@ -141,7 +146,10 @@ impl Replica {
                 Followed::Read(verdict, record) => (verdict, record),
             };
         let accepted = verdict == Verdict::Accepted;
-        let new_leader = accepted.then(|| self.seen.leader.clone());
+        // A reader behind the announcements (catching up, or after a rewind) does not move the
+        // placement back to an older leader.
+        let new_leader = (accepted && self.seen.leader.epoch >= self.announced.epoch)
+            .then(|| self.seen.leader.clone());
         match self.leading {
             Some(incarnation) => Read::Read {
                 new_leader,
@@ -211,9 +219,25 @@ impl Replica {
         }
     }
 
-    /// The epoch a takeover appends: one past the last one read.
+    /// The epoch a takeover appends: one past the newest one known, read or announced (a
+    /// node that did not read the partition's log before it was given it knows the newest
+    /// epoch from the announcements, so its first try is not fenced by its own ignorance).
     pub fn next_epoch(&self) -> u64 {
-        self.seen.leader.epoch.saturating_add(1)
+        self.leader().epoch.saturating_add(1)
+    }
+
+    /// `leader` announced itself as the partition's leader. Newer than anything known, it is
+    /// the leader from now on: the placement moves to it (the first of the pair), and a leader
+    /// here whose epoch it passed steps down (the second) before the log tells it so.
+    pub fn announce(&mut self, leader: Leader) -> (bool, bool) {
+        if leader.epoch <= self.leader().epoch {
+            return (false, false);
+        }
+        let stop_leading = self.leading.is_some_and(|incarnation| {
+            leader.incarnation != incarnation && leader.epoch > self.seen.leader.epoch
+        });
+        self.announced = leader;
+        (true, stop_leading)
     }
 
     /// Whether the store holds the log past `offset` (a takeover's epoch record), or the
@@ -224,9 +248,13 @@ impl Replica {
 
     /// The takeover's epoch record `leader` was read back as the partition's leader and
     /// nothing came between: this node leads from now on. False when another node's epoch came
-    /// first (or the partition was given up on): the takeover tries again.
+    /// first, or was announced with a newer epoch (or the partition was given up on): the
+    /// takeover tries again.
     pub fn win(&mut self, leader: &Leader) -> bool {
-        let won = self.seen.leader == *leader && self.leading.is_none() && self.broken.is_none();
+        let won = self.seen.leader == *leader
+            && self.announced.epoch <= leader.epoch
+            && self.leading.is_none()
+            && self.broken.is_none();
         if won {
             self.leading = Some(leader.incarnation);
             self.taking_over = false;
@@ -321,9 +349,13 @@ impl Replica {
         true
     }
 
-    /// The leader as last read.
+    /// The newest leader known: read from the log or announced.
     pub fn leader(&self) -> &Leader {
-        &self.seen.leader
+        if self.announced.epoch > self.seen.leader.epoch {
+            &self.announced
+        } else {
+            &self.seen.leader
+        }
     }
 
     /// The offset of the next record the store has not got.
@@ -619,5 +651,38 @@ mod tests {
         assert_eq!(replica.broken().and_then(|e| e.code), Some(Code::CLU0004));
         assert_eq!(replica.wish(true), Wish::Refuse);
         assert!(replica.stored_past(i64::MAX - 1), "no takeover waits on it");
+    }
+
+    #[test]
+    fn an_announced_leader_routes_fences_a_leader_here_and_is_never_moved_back_by_the_log() {
+        // Not read here: the announcement alone names the leader and the next epoch.
+        let mut replica = Replica::at(Position::default());
+        assert_eq!(replica.announce(leader(2, 8)), (true, false));
+        assert_eq!(replica.leader(), &leader(2, 8));
+        assert_eq!(replica.next_epoch(), 3, "a takeover here starts past it");
+        assert_eq!(
+            replica.announce(leader(1, 7)),
+            (false, false),
+            "an older one changes nothing"
+        );
+        // Read behind the announcement, an older epoch does not move the placement back.
+        let mut set = WriteSet::default();
+        assert_eq!(
+            replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set),
+            Read::Read {
+                new_leader: None,
+                stop_leading: false,
+                store_position: true
+            }
+        );
+        assert_eq!(replica.leader(), &leader(2, 8));
+        // A takeover whose epoch the announcement passed does not win.
+        assert_eq!(replica.wish(true), Wish::TakeOver);
+        assert!(!replica.win(&leader(1, 7)));
+        // A leader here steps down when another's newer epoch is announced; its own is news
+        // to no one.
+        let (mut led, _) = leading_epoch_1();
+        assert_eq!(led.announce(leader(1, 7)), (false, false));
+        assert_eq!(led.announce(leader(2, 8)), (true, true));
     }
 }
