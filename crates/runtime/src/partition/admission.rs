@@ -75,12 +75,12 @@ impl Partition {
         } else {
             EntryKind::New
         };
-        let key = key.unwrap_or_else(|| queue_key(&self.registry, &live.record));
-        let now = self.driver.now_ms();
+        let key = key.unwrap_or_else(|| queue_key(&self.outside.registry, &live.record));
+        let now = self.outside.driver.now_ms();
         // An attempt whose ending is stored by now (this runs after commits, or for a new
         // invocation) gives its slots back before it queues again.
         if let Some(permit) = live.run.settle() {
-            self.scheduler.release(permit, now);
+            self.admission.scheduler.release(permit, now);
         }
         let queue = match kind {
             // A new invocation's wait is bounded by its request's deadline and the rules'
@@ -89,7 +89,7 @@ impl Partition {
             EntryKind::New => {
                 let record = &live.record;
                 let since = record.created_at_ms.max(record.run_at_ms.unwrap_or(0));
-                self.scheduler.enqueue_with_deadline(
+                self.admission.scheduler.enqueue_with_deadline(
                     &key,
                     live.entry,
                     None,
@@ -98,7 +98,10 @@ impl Partition {
                     now,
                 )
             }
-            EntryKind::Resumed => self.scheduler.enqueue(&key, live.entry, kind, None, now),
+            EntryKind::Resumed => self
+                .admission
+                .scheduler
+                .enqueue(&key, live.entry, kind, None, now),
         };
         live.set_run(Run::Queued { queue });
         self.resting.note_queued(id);
@@ -108,15 +111,15 @@ impl Partition {
     /// not delayed (delayed invocations are not queued yet).
     pub(super) fn checked_queue(&self, record: &InvocationRecord) -> Option<QueueKey> {
         (record.scope.is_some() && record.status != Status::Scheduled)
-            .then(|| queue_key(&self.registry, record))
+            .then(|| queue_key(&self.outside.registry, record))
     }
 
     /// Why a flow-control rule refuses a new invocation in queue `key` (FLO0002): its counter's
     /// queue is full, or its rate or quota rejects; (FLO0005) its budget rejects; or (FLO0004)
     /// it would start a quota or budget use the partition has no room to keep.
     pub(super) fn flow_refusal(&mut self, key: &QueueKey) -> Option<CodedError> {
-        let now = self.driver.now_ms();
-        let refused = self.scheduler.refusal(key, now)?;
+        let now = self.outside.driver.now_ms();
+        let refused = self.admission.scheduler.refusal(key, now)?;
         let at = match (&key.scope, &key.limit_key) {
             (Some(scope), Some(limit_key)) => format!("scope '{scope}', limit key '{limit_key}'"),
             (Some(scope), None) => format!("scope '{scope}'"),
@@ -183,20 +186,21 @@ impl Partition {
         };
         if let Some(queue) = live.run.queue() {
             live.set_run(Run::IDLE);
-            self.scheduler
-                .remove(queue, live.entry, self.driver.now_ms());
+            self.admission
+                .scheduler
+                .remove(queue, live.entry, self.outside.driver.now_ms());
         }
     }
 
     /// Starts every attempt the scheduler admits now.
     pub(super) fn dispatch(&mut self) {
         self.refresh_rules();
-        let now = self.driver.now_ms();
-        let admitted = self.scheduler.poll_runnable(now);
+        let now = self.outside.driver.now_ms();
+        let admitted = self.admission.scheduler.poll_runnable(now);
         self.expire_queued(now);
         for admitted in admitted {
-            let Some(id) = self.entries.get(&admitted.entry).copied() else {
-                self.scheduler.release(admitted.permit, now);
+            let Some(id) = self.entries.holder(admitted.entry) else {
+                self.admission.scheduler.release(admitted.permit, now);
                 continue;
             };
             self.rouse(id);
@@ -204,13 +208,13 @@ impl Partition {
             let Some(live) = self.live.get_mut(&id) else {
                 // Still at rest: reading its input back failed (the store closed for shutdown,
                 // or failed and said so). The store keeps it; the next start queues it again.
-                self.scheduler.release(admitted.permit, now);
+                self.admission.scheduler.release(admitted.permit, now);
                 continue;
             };
             live.lock = admitted.lock.or(live.lock);
             if live.run.queue().is_none() {
                 // Taken out of its queue since (killed, paused): nothing to start.
-                self.scheduler.release(admitted.permit, now);
+                self.admission.scheduler.release(admitted.permit, now);
                 continue;
             }
             live.set_run(Run::IDLE);
@@ -224,27 +228,30 @@ impl Partition {
                     .record
                     .created_at_ms
                     .max(live.record.run_at_ms.unwrap_or(0));
-                self.scheduler
+                self.admission
+                    .scheduler
                     .record_wait(&permit, now.saturating_sub(since));
             }
             self.start_attempt(id, permit);
             self.observe();
         }
         // What counters used of their quotas goes with the admissions that used it.
-        for (counter, used) in self.scheduler.take_use_writes(Measure::Calls) {
+        for (counter, used) in self.admission.scheduler.take_use_writes(Measure::Calls) {
             crate::invocation::quotas::put(
-                &mut self.pins,
+                &mut self.starting.pins,
                 Measure::Calls,
-                self.index,
+                self.outside.index,
                 &counter,
                 used,
             );
         }
         // What the attempts started write, in one set: awaited with the batches, so a failure
         // stops the partition like any other (`run_loop::adopt_detached`).
-        if !self.pins.is_empty() {
-            let pins = std::mem::take(&mut self.pins);
-            self.detached.push(self.writer.commit(pins));
+        if !self.starting.pins.is_empty() {
+            let pins = std::mem::take(&mut self.starting.pins);
+            self.starting
+                .detached
+                .push(self.outside.writer.commit(pins));
         }
         self.nudge_waiting_partitions();
         self.rest_waiting();
@@ -256,8 +263,8 @@ impl Partition {
     /// after a commit). Until then it is in no queue; a restart queues it again and it
     /// expires again.
     fn expire_queued(&mut self, now: u64) {
-        for expired in self.scheduler.take_expired() {
-            let Some(id) = self.entries.get(&expired.entry).copied() else {
+        for expired in self.admission.scheduler.take_expired() {
+            let Some(id) = self.entries.holder(expired.entry) else {
                 continue;
             };
             self.rouse(id);
@@ -267,7 +274,7 @@ impl Partition {
             if live.run.queue() == Some(expired.queue) {
                 live.set_run(Run::IDLE);
             }
-            self.missed_deadlines.insert(id, expired.deadline);
+            self.admission.missed_deadlines.insert(id, expired.deadline);
             self.wakes.push(std::cmp::Reverse((
                 now,
                 id,
@@ -282,9 +289,9 @@ impl Partition {
 
     /// Partitions waiting for invoker slots this one gave back poll again.
     fn nudge_waiting_partitions(&mut self) {
-        let waiting = self.scheduler.take_nudges();
+        let waiting = self.admission.scheduler.take_nudges();
         if waiting != 0 {
-            self.driver.nudge(waiting, self.index);
+            self.outside.driver.nudge(waiting, self.outside.index);
         }
     }
 
@@ -297,10 +304,13 @@ impl Partition {
         if !live.started() || live.record.status == Status::Completed {
             return;
         }
-        let key = queue_key(&self.registry, &live.record);
-        live.lock = self.scheduler.hold(&key, live.entry, self.driver.now_ms());
+        let key = queue_key(&self.outside.registry, &live.record);
+        live.lock = self
+            .admission
+            .scheduler
+            .hold(&key, live.entry, self.outside.driver.now_ms());
         // It may spend until it ends: it holds its reservations of its budgets again.
-        live.reserved = self.scheduler.reserve(&key);
+        live.reserved = self.admission.scheduler.reserve(&key);
     }
 
     /// The deployment ended the attempt of `id`: its permit goes to the next waiter now, before
@@ -322,7 +332,9 @@ impl Partition {
             && let Some(lock) = live.lock.take()
         {
             let entry = live.entry;
-            self.scheduler.unlock(lock, entry, self.driver.now_ms());
+            self.admission
+                .scheduler
+                .unlock(lock, entry, self.outside.driver.now_ms());
         }
         self.nudge_waiting_partitions();
     }
@@ -331,7 +343,9 @@ impl Partition {
     /// keeps its slots until it ends).
     fn release_permit(&mut self, id: InvocationId) {
         if let Some(permit) = self.live.get_mut(&id).and_then(|live| live.run.settle()) {
-            self.scheduler.release(permit, self.driver.now_ms());
+            self.admission
+                .scheduler
+                .release(permit, self.outside.driver.now_ms());
         }
     }
 }
@@ -363,8 +377,9 @@ impl Partition {
                 (dormant.queue()?, dormant.entry())
             }
         };
-        let now = self.driver.now_ms();
+        let now = self.outside.driver.now_ms();
         let snapshot = self
+            .admission
             .scheduler
             .queues()
             .into_iter()
@@ -375,7 +390,7 @@ impl Partition {
             scope: snapshot.key.scope,
             limit_key: snapshot.key.limit_key,
             blocked_on: snapshot.blocked_on,
-            position: self.scheduler.position(queue, entry, now),
+            position: self.admission.scheduler.position(queue, entry, now),
         })
     }
 }

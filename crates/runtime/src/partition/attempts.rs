@@ -21,17 +21,21 @@ impl Partition {
         if let Err(e) = self.wake_journal(id) {
             // The store cannot give back what it acknowledged: nothing more is safe.
             tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot read a suspended journal back");
-            self.store.health().fail(e);
-            self.scheduler.release(permit, self.driver.now_ms());
+            self.outside.store.health().fail(e);
+            self.admission
+                .scheduler
+                .release(permit, self.outside.driver.now_ms());
             return;
         }
-        let invoker = &self.config.worker.invoker;
+        let invoker = &self.outside.config.worker.invoker;
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
         if live.running() || live.record.status == Status::Completed {
             // Canceled while it waited in its queue: its slots and lock go back.
-            self.scheduler.release(permit, self.driver.now_ms());
+            self.admission
+                .scheduler
+                .release(permit, self.outside.driver.now_ms());
             self.settle(id);
             return;
         }
@@ -44,7 +48,7 @@ impl Partition {
         // Keyed targets get their state eagerly, as much as the eager limit allows.
         let (state, partial_state) = match object(&live.record) {
             Some(object) => self
-                .store
+                .outside.store
                 .with_db(|db| state::entries(db, object, eager))
                 .and_then(|r| r)
                 .map(|(entries, complete)| (entries, !complete))
@@ -55,8 +59,13 @@ impl Partition {
             None => (Vec::new(), true),
         };
         let deployment = match live.record.deployment {
-            Some(pinned) => self.registry.deployment(pinned).ok(),
-            None => self.registry.service(&target.service).ok().map(|(_, d)| d),
+            Some(pinned) => self.outside.registry.deployment(pinned).ok(),
+            None => self
+                .outside
+                .registry
+                .service(&target.service)
+                .ok()
+                .map(|(_, d)| d),
         };
         let mut bidi = false;
         // The deployment continues the caller's trace: through this attempt's span when spans
@@ -134,7 +143,7 @@ impl Partition {
         // stored with its first entry.
         // The attempts one dispatch starts are recorded in one write set (`dispatch`).
         if !live.unsaved
-            && let Err(e) = store::put_record(&mut self.pins, &live.record)
+            && let Err(e) = store::put_record(&mut self.starting.pins, &live.record)
         {
             tracing::error!(invocation = %id, error = %e, "cannot record the attempt");
         }
@@ -155,7 +164,7 @@ impl Partition {
                 ),
             )
         });
-        self.driver.start(super::driver::Started {
+        self.outside.driver.start(super::driver::Started {
             id,
             attempt: live.attempt,
             request,

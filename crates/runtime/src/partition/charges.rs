@@ -14,7 +14,7 @@ impl Partition {
     /// [`Effect::Evict`], see `ending::complete`) and puts the budgets they changed into
     /// `writes`, which holds their ends.
     pub(super) fn charge_ended(&mut self, effects: &[Effect], writes: &mut WriteSet) {
-        let now = self.driver.now_ms();
+        let now = self.outside.driver.now_ms();
         let mut charged = false;
         for effect in effects {
             let Effect::Evict(id) = effect else {
@@ -31,16 +31,24 @@ impl Partition {
             if cost == 0 && reserved.is_none() {
                 continue;
             }
-            let key = super::admission::queue_key(&self.registry, &live.record);
-            self.scheduler.charge(&key, cost, reserved.as_deref(), now);
+            let key = super::admission::queue_key(&self.outside.registry, &live.record);
+            self.admission
+                .scheduler
+                .charge(&key, cost, reserved.as_deref(), now);
             if cost > 0 {
-                self.unstored_charges.push((key, cost));
+                self.admission.unstored_charges.push((key, cost));
             }
             charged = true;
         }
         if charged {
-            for (counter, used) in self.scheduler.take_use_writes(Measure::Cost) {
-                crate::invocation::quotas::put(writes, Measure::Cost, self.index, &counter, used);
+            for (counter, used) in self.admission.scheduler.take_use_writes(Measure::Cost) {
+                crate::invocation::quotas::put(
+                    writes,
+                    Measure::Cost,
+                    self.outside.index,
+                    &counter,
+                    used,
+                );
             }
         }
     }
@@ -48,16 +56,16 @@ impl Partition {
     /// The write set holding the charges made since the last call goes to the writer: they
     /// are its.
     pub(super) fn charges_handed_over(&mut self) {
-        self.unstored_charges.clear();
+        self.admission.unstored_charges.clear();
     }
 
     /// The write set holding the charges made since it started was dropped (its batch
     /// failed): they are taken back, or the next charge's total would store them without the
     /// ends they belong to (the calls run again after a restart and are charged then).
     pub(super) fn charges_dropped(&mut self) {
-        let now = self.driver.now_ms();
-        for (key, cost) in std::mem::take(&mut self.unstored_charges) {
-            self.scheduler.uncharge(&key, cost, now);
+        let now = self.outside.driver.now_ms();
+        for (key, cost) in std::mem::take(&mut self.admission.unstored_charges) {
+            self.admission.scheduler.uncharge(&key, cost, now);
         }
     }
 }

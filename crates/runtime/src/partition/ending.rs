@@ -29,11 +29,11 @@ pub(super) struct Retention {
 impl Partition {
     /// The retention of a completed invocation of `target`.
     pub(super) fn retention(&self, target: &Target) -> Retention {
-        let worker = &self.config.worker;
+        let worker = &self.outside.config.worker;
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Retention {
             completion_ms: ms(worker.completion_retention.0),
-            journal_ms: ms(self.registry.journal_retention(
+            journal_ms: ms(self.outside.registry.journal_retention(
                 &target.service,
                 &target.handler,
                 worker.max_journal_retention.0,

@@ -82,9 +82,10 @@ impl Partition {
         // first, so no read shows a free token beside a waiter that would take it (on a busy
         // box the loop may reach the query before the scheduler's timer).
         if self
+            .admission
             .scheduler
             .next_timer()
-            .is_some_and(|at| at <= self.driver.now_ms())
+            .is_some_and(|at| at <= self.outside.driver.now_ms())
         {
             self.dispatch();
         }
@@ -109,6 +110,7 @@ impl Partition {
             }
             Query::Locks { reply } => {
                 let held = self
+                    .admission
                     .scheduler
                     .held_locks()
                     .into_iter()
@@ -118,7 +120,7 @@ impl Partition {
                             scope: lock.scope.map(|s| s.as_str().to_owned()),
                             service: lock.service.into(),
                             key: lock.object_key.into(),
-                            holder: *self.entries.get(&entry)?,
+                            holder: self.entries.holder(entry)?,
                         })
                     })
                     .collect();
@@ -126,12 +128,18 @@ impl Partition {
             }
             Query::Queues { reply } => drop(reply.send(self.queues_with_stages())),
             Query::Counters { reply } => {
-                drop(reply.send(self.scheduler.counters(self.driver.now_ms())));
+                drop(
+                    reply.send(
+                        self.admission
+                            .scheduler
+                            .counters(self.outside.driver.now_ms()),
+                    ),
+                );
             }
             Query::Metrics { reply } => drop(reply.send(vec![PartitionMetrics {
-                admissions: self.scheduler.admissions(),
-                expired: self.scheduler.expired_counts(),
-                paused_queues: self.scheduler.paused().count(),
+                admissions: self.admission.scheduler.admissions(),
+                expired: self.admission.scheduler.expired_counts(),
+                paused_queues: self.admission.scheduler.paused().count(),
                 held_invocations: self.resting.held().count(),
                 held_bytes: self.resting.held().bytes(),
                 states: self.memory_by_state(),
@@ -147,14 +155,14 @@ impl Partition {
     /// each would wait in.
     fn queues_with_stages(&self) -> Vec<crate::flow::scheduler::QueueSnapshot> {
         use crate::invocation::Status;
-        let mut queues = self.scheduler.queues();
+        let mut queues = self.admission.scheduler.queues();
         let by_key: std::collections::HashMap<_, usize> = queues
             .iter()
             .enumerate()
             .map(|(i, q)| (q.key.clone(), i))
             .collect();
         for live in self.live.values() {
-            let key = admission::queue_key(&self.registry, &live.record);
+            let key = admission::queue_key(&self.outside.registry, &live.record);
             let Some(&i) = by_key.get(&key) else {
                 continue;
             };

@@ -42,7 +42,7 @@ impl Partition {
     /// re-arms timers. Nothing acknowledged is lost. (A cluster takeover: one partition
     /// alone; start-up recovers every partition together with [`recover_all`].)
     pub fn recover(&mut self, owns: impl Fn(InvocationId) -> bool) -> Result<(), CodedError> {
-        let (records, timers) = self.store.with_db(|db| {
+        let (records, timers) = self.outside.store.with_db(|db| {
             Ok::<_, CodedError>((store::load_records_of(db, &owns)?, store::load_timers(db)?))
         })??;
         let mut recovery = self.begin_recovery()?;
@@ -55,24 +55,36 @@ impl Partition {
     /// Restores what must be in place before anything queues: a paused queue keeps its
     /// entries from the start, and a counter what it used of its quota.
     fn begin_recovery(&mut self) -> Result<Recovery, CodedError> {
-        let (paused, uses) = self.store.with_db(|db| {
+        let (paused, uses) = self.outside.store.with_db(|db| {
             let mut uses = Vec::new();
             for m in Measure::ALL {
-                let stored = crate::invocation::quotas::load(db, m, self.index)?;
+                let stored = crate::invocation::quotas::load(db, m, self.outside.index)?;
                 uses.extend(stored.into_iter().map(|(counter, used)| (m, counter, used)));
             }
-            Ok::<_, CodedError>((crate::invocation::paused::load(db, self.index)?, uses))
+            Ok::<_, CodedError>((
+                crate::invocation::paused::load(db, self.outside.index)?,
+                uses,
+            ))
         })??;
         for key in &paused {
-            self.scheduler.pause(key, self.driver.now_ms());
+            self.admission
+                .scheduler
+                .pause(key, self.outside.driver.now_ms());
         }
         for (m, counter, used) in uses {
-            if !self
-                .scheduler
-                .restore_use(m, counter.clone(), used, self.driver.now_ms())
-            {
+            if !self.admission.scheduler.restore_use(
+                m,
+                counter.clone(),
+                used,
+                self.outside.driver.now_ms(),
+            ) {
                 // Its window ended: the row goes with the next admissions' writes.
-                crate::invocation::quotas::forget(&mut self.pins, m, self.index, &counter);
+                crate::invocation::quotas::forget(
+                    &mut self.starting.pins,
+                    m,
+                    self.outside.index,
+                    &counter,
+                );
             }
         }
         Ok(Recovery {
@@ -101,15 +113,18 @@ impl Partition {
             // Completed invocations stay in the store, retained results too.
         }
         let ids: Vec<InvocationId> = unfinished.iter().map(|record| record.id).collect();
-        let journals = self.store.with_db(|db| store::load_journals(db, &ids))??;
+        let journals = self
+            .outside
+            .store
+            .with_db(|db| store::load_journals(db, &ids))??;
         let mut to_attempt = Vec::with_capacity(ids.len());
         for (record, journal) in unfinished.into_iter().zip(journals) {
             let id = record.id;
             // A child may have been lost between this journal's commit and its hand-over.
-            let now = self.driver.now_ms();
+            let now = self.outside.driver.now_ms();
             for child in calls::children_in(
-                &self.registry,
-                self.config.flow.inherit_scope,
+                &self.outside.registry,
+                self.outside.config.flow.inherit_scope,
                 &record,
                 &journal,
                 now,

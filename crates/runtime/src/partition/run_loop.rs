@@ -82,8 +82,8 @@ impl Partition {
                 for (_, effects) in pending.drain(..) {
                     fail(effects, &error);
                 }
-                if let Some(failure) = self.store.health().failure() {
-                    tracing::error!(partition = self.index, error.code = ?failure.code, "partition stopped after a failed write");
+                if let Some(failure) = self.outside.store.health().failure() {
+                    tracing::error!(partition = self.outside.index, error.code = ?failure.code, "partition stopped after a failed write");
                 }
                 return Err(Stopped);
             }
@@ -93,9 +93,10 @@ impl Partition {
             }
             Input::Tick(batch) => {
                 if self
+                    .admission
                     .scheduler
                     .next_timer()
-                    .is_some_and(|at| at <= self.driver.now_ms())
+                    .is_some_and(|at| at <= self.outside.driver.now_ms())
                 {
                     self.dispatch();
                 }
@@ -132,10 +133,10 @@ impl Partition {
         // A second receiver of the books, only to wake the loop when one is published with no
         // event behind it (raised limits release queued work at once); the partition's own
         // receiver is what admission reads.
-        let mut wake_on_rules = self.rules.clone();
+        let mut wake_on_rules = self.admission.rules.clone();
         let mut asking = true;
         self.adopt_detached(&mut pending);
-        while open || !pending.is_empty() || !self.detached.is_empty() {
+        while open || !pending.is_empty() || !self.starting.detached.is_empty() {
             // Reads first, between batches: an admin read never waits behind queued work.
             while let Ok(query) = queries.try_recv() {
                 self.answer_query(query);
@@ -169,7 +170,7 @@ impl Partition {
                     }
                 }
                 // A queue waiting for a rate's token: its turn comes with the time, not an event.
-                () = tokio::time::sleep(self.until_scheduler_due()), if self.scheduler.next_timer().is_some() => {
+                () = tokio::time::sleep(self.until_scheduler_due()), if self.admission.scheduler.next_timer().is_some() => {
                     Input::Tick(&mut batch)
                 }
                 () = tokio::time::sleep(self.until_next_wake()), if !self.wakes.is_empty() && pending.len() < IN_FLIGHT => {
@@ -207,7 +208,7 @@ impl Partition {
         open: bool,
         batch: &mut Vec<Event>,
     ) -> std::task::Poll<bool> {
-        self.driver.poll_attempts(cx, batch, BATCH);
+        self.outside.driver.poll_attempts(cx, batch, BATCH);
         let room = BATCH.saturating_sub(batch.len());
         if open && room > 0 {
             // Zero received from a channel asked for at least one: every sender is gone.
@@ -225,7 +226,12 @@ impl Partition {
     /// Awaits the commits attempts started since the last call made outside a batch, in the
     /// order they were made (after every set already pending: the writer keeps that order).
     pub(super) fn adopt_detached(&mut self, pending: &mut Pending) {
-        pending.extend(self.detached.drain(..).map(|commit| (commit, Vec::new())));
+        pending.extend(
+            self.starting
+                .detached
+                .drain(..)
+                .map(|commit| (commit, Vec::new())),
+        );
     }
 
     /// How long until the earliest wake-up is due.
@@ -233,20 +239,23 @@ impl Partition {
         self.wakes
             .peek()
             .map_or(Duration::ZERO, |Reverse((at_ms, _, _))| {
-                Duration::from_millis(at_ms.saturating_sub(self.driver.now_ms()))
+                Duration::from_millis(at_ms.saturating_sub(self.outside.driver.now_ms()))
             })
     }
 
     /// How long until the scheduler wants to be polled (a rate's next token).
     pub(super) fn until_scheduler_due(&self) -> Duration {
-        self.scheduler.next_timer().map_or(Duration::ZERO, |at_ms| {
-            Duration::from_millis(at_ms.saturating_sub(self.driver.now_ms()))
-        })
+        self.admission
+            .scheduler
+            .next_timer()
+            .map_or(Duration::ZERO, |at_ms| {
+                Duration::from_millis(at_ms.saturating_sub(self.outside.driver.now_ms()))
+            })
     }
 
     /// Moves the wake-ups due now into `batch` as events.
     pub(super) fn due_wakes(&mut self, batch: &mut Vec<Event>) {
-        let now = self.driver.now_ms();
+        let now = self.outside.driver.now_ms();
         while batch.len() < BATCH
             && let Some(Reverse((at_ms, _, _))) = self.wakes.peek()
             && *at_ms <= now
@@ -268,6 +277,7 @@ impl Partition {
         // two values' worth (each event writes at most two values of at most the limit: an
         // output in the journal and in the record).
         let cut_at = self
+            .outside
             .config
             .record_value_limit()
             .map(|limit| limit.saturating_mul(2));
@@ -282,12 +292,15 @@ impl Partition {
             if let Some(cut_at) = cut_at
                 && applied.is_ok()
             {
-                size += self.writer.record_bytes(&writes, measured);
+                size += self.outside.writer.record_bytes(&writes, measured);
                 measured = writes.len();
                 if size > cut_at {
                     let full = std::mem::take(&mut writes);
                     self.charges_handed_over();
-                    pending.push_back((self.writer.commit(full), std::mem::take(&mut effects)));
+                    pending.push_back((
+                        self.outside.writer.commit(full),
+                        std::mem::take(&mut effects),
+                    ));
                     (size, measured) = (4, 0);
                 }
             }
@@ -297,7 +310,7 @@ impl Partition {
             // caller, say) must only not overtake this partition's earlier writes, and those
             // are all in `pending` ahead of it, which answers in order. So it takes no trip
             // through the writer's thread (nor one at all without effects).
-            Ok(()) if writes.is_empty() && self.writer.answers_empty_sets() => {
+            Ok(()) if writes.is_empty() && self.outside.writer.answers_empty_sets() => {
                 self.charges_handed_over();
                 if !effects.is_empty() {
                     pending.push_back((self.answered_here(), effects));
@@ -306,7 +319,7 @@ impl Partition {
             // Otherwise even an empty set goes through the writer, for the same order.
             Ok(()) => {
                 self.charges_handed_over();
-                pending.push_back((self.writer.commit(writes), effects));
+                pending.push_back((self.outside.writer.commit(writes), effects));
             }
             Err(e) => {
                 self.charges_dropped();
@@ -322,7 +335,7 @@ impl Partition {
     /// After a store failure nothing more is acknowledged, not even that (`writer.rs`).
     fn answered_here(&self) -> Commit {
         let (done, commit) = oneshot::channel();
-        let answer = match self.store.health().failure() {
+        let answer = match self.outside.store.health().failure() {
             Some(failure) => Err(failure.clone()),
             None => Ok(()),
         };
@@ -353,11 +366,11 @@ impl Partition {
                         reply: None,
                         call: None,
                     };
-                    self.driver.post(id, event);
+                    self.outside.driver.post(id, event);
                 }
                 Effect::Signal(signal) => {
                     let target = signal.target;
-                    self.driver.post(
+                    self.outside.driver.post(
                         target,
                         Event::Signal {
                             signal,
@@ -367,18 +380,20 @@ impl Partition {
                 }
                 Effect::Answer(answer) => answer.send(),
                 Effect::PauseQueue(key, pause) => {
-                    let now = self.driver.now_ms();
+                    let now = self.outside.driver.now_ms();
                     if pause {
-                        self.scheduler.pause(&key, now);
+                        self.admission.scheduler.pause(&key, now);
                     } else {
-                        self.scheduler.resume(&key, now);
+                        self.admission.scheduler.resume(&key, now);
                     }
                     self.dispatch();
                 }
                 Effect::ResetQuota(measure, pattern, reply) => {
-                    let reset = self
-                        .scheduler
-                        .reset_uses(measure, &pattern, self.driver.now_ms());
+                    let reset = self.admission.scheduler.reset_uses(
+                        measure,
+                        &pattern,
+                        self.outside.driver.now_ms(),
+                    );
                     let _ = reply.send(reset as u64);
                     self.dispatch();
                 }
@@ -393,15 +408,17 @@ impl Partition {
                     {
                         let entry = live.entry;
                         self.live.remove(&id);
-                        self.entries.remove(&entry);
+                        self.entries.remove(entry);
                     }
                 }
                 Effect::Forward(id, op) => {
                     // Nobody waits for this answer.
                     let (reply, _) = oneshot::channel();
-                    self.driver.post(id, Event::Control { id, op, reply });
+                    self.outside
+                        .driver
+                        .post(id, Event::Control { id, op, reply });
                 }
-                Effect::CallResult(caller, outcome) => self.driver.post(
+                Effect::CallResult(caller, outcome) => self.outside.driver.post(
                     caller.id,
                     Event::CallResult {
                         id: caller.id,

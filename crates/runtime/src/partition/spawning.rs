@@ -132,7 +132,7 @@ impl Runtime {
         for (partition, (rx, queries)) in
             super::recovery::recover_all(store, self.senders.len(), recovering, &homes)?
         {
-            let index = partition.index as usize;
+            let index = partition.outside.index as usize;
             handles.push(self.home_of(index).spawn(async move {
                 let (mut rx, mut queries) = (rx, queries);
                 partition.run(&mut rx, &mut queries).await;

@@ -48,6 +48,7 @@ impl Partition {
             return Ok(());
         }
         let mut journal = self
+            .outside
             .store
             .with_db(|db| store::load_journal_prefix(db, id, rested))??;
         if journal.len() != rested as usize {

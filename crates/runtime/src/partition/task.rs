@@ -11,7 +11,7 @@ use super::model::phase;
 use super::{driver, parts};
 use crate::config::Config;
 use crate::flow::RuleBook;
-use crate::flow::scheduler::{EntryId, Scheduler};
+use crate::flow::scheduler::Scheduler;
 use crate::flow::slots::InvokerSlots;
 use crate::ids::InvocationId;
 use crate::invocation::InvocationRecord;
@@ -23,13 +23,9 @@ use crate::storage::writer::{Commit, WriteSet, Writer};
 
 /// One partition's state.
 pub struct Partition {
-    pub(super) index: u32,
-    pub(super) store: Arc<Store>,
-    pub(super) writer: Writer,
-    pub(super) registry: Arc<Registry>,
-    pub(super) config: Arc<Config>,
-    /// The clock, the deployments and the other partitions.
-    pub(super) driver: Box<dyn driver::Driver>,
+    /// What the partition runs among: its number, the store and its writer, the registry,
+    /// the configuration, and the driver (the clock, the deployments, the other partitions).
+    pub(super) outside: Outside,
     /// Boxed: a held backlog keeps the map's spare capacity at pointer size, not `Live` size.
     pub(super) live: HashMap<InvocationId, Box<Live>>,
     /// Held invocations at rest in a compact form, and what follows them.
@@ -37,35 +33,57 @@ pub struct Partition {
     /// Invocations that suspended (or whose journal was read back while suspended) since
     /// their journals last went to rest.
     pub(super) journals_to_rest: Vec<InvocationId>,
-    /// Invocations the scheduler dropped past their deadline, until their failure is
-    /// written (a wake-up of the next batch).
-    pub(super) missed_deadlines: HashMap<InvocationId, crate::flow::scheduler::Deadline>,
+    /// The scheduler and what admission keeps beside it.
+    pub(super) admission: Admission,
+    pub(super) promises: parts::promises::Promises,
+    /// Which invocation holds each of the scheduler's entries.
+    pub(super) entries: parts::entries::Entries,
+    /// Wake-ups (delays, back-offs, timers) in time order: one heap entry each, not a task
+    /// each, so 100,000 delayed sends cost a few MB.
+    pub(super) wakes: BinaryHeap<Reverse<(u64, InvocationId, Option<Timer>)>>,
+    /// What the attempts being started write, and its commits made outside a batch.
+    pub(super) starting: Starting,
+    /// Test builds: the states last seen, to check every move against the transition table.
+    #[cfg(test)]
+    pub(super) watch: phase::Watch,
+}
+
+/// What a partition runs among.
+pub(super) struct Outside {
+    pub(super) index: u32,
+    pub(super) store: Arc<Store>,
+    pub(super) writer: Writer,
+    pub(super) registry: Arc<Registry>,
+    pub(super) config: Arc<Config>,
+    /// The clock, the deployments and the other partitions.
+    pub(super) driver: Box<dyn driver::Driver>,
+}
+
+/// The scheduler, the rule book it follows, and what admission keeps between batches.
+pub(super) struct Admission {
     pub(super) scheduler: Scheduler,
     /// The rule book as published (the rules API publishes before it answers): looked at
     /// before anything is admitted, so a book published before an event was sent is the book
     /// that event is admitted under, whatever the run loop's select picked first.
     pub(super) rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
-    pub(super) promises: parts::promises::Promises,
-    pub(super) entries: HashMap<EntryId, InvocationId>,
-    pub(super) next_entry: EntryId,
-    /// Wake-ups (delays, back-offs, timers) in time order: one heap entry each, not a task
-    /// each, so 100,000 delayed sends cost a few MB.
-    pub(super) wakes: BinaryHeap<Reverse<(u64, InvocationId, Option<Timer>)>>,
-    /// Commits of what started attempts write (their pinned deployment and status), made
-    /// outside a batch: the run loop awaits them with the batches' (`adopt_detached`), so a
-    /// failed one stops the partition like any other.
-    pub(super) detached: Vec<Commit>,
-    /// What the attempts being started write (their pinned deployment and status): the
-    /// deployment must be durable before the journal grows on it, and the status is what the
-    /// admin API shows. Committed as one set at the end of the dispatch that starts them; the
-    /// writer keeps this partition's sets in order, so later batches commit after it.
-    pub(super) pins: WriteSet,
+    /// Invocations the scheduler dropped past their deadline, until their failure is
+    /// written (a wake-up of the next batch).
+    pub(super) missed_deadlines: HashMap<InvocationId, crate::flow::scheduler::Deadline>,
     /// Budget charges of the write set being built (`charges.rs`): taken back if it is
     /// dropped.
     pub(super) unstored_charges: Vec<(crate::flow::scheduler::QueueKey, u64)>,
-    /// Test builds: the states last seen, to check every move against the transition table.
-    #[cfg(test)]
-    pub(super) watch: phase::Watch,
+}
+
+/// What the attempts being started write (their pinned deployment and status).
+#[derive(Default)]
+pub(super) struct Starting {
+    /// The deployment must be durable before the journal grows on it, and the status is what
+    /// the admin API shows. Committed as one set at the end of the dispatch that starts them;
+    /// the writer keeps this partition's sets in order, so later batches commit after it.
+    pub(super) pins: WriteSet,
+    /// Commits of those sets made outside a batch: the run loop awaits them with the batches'
+    /// (`adopt_detached`), so a failed one stops the partition like any other.
+    pub(super) detached: Vec<Commit>,
 }
 
 /// What the partitions of one process share: the store and its writer, the registry, the
@@ -130,38 +148,40 @@ impl Partition {
     /// `driver`.
     pub fn new(index: u32, shared: &Shared, driver: Box<dyn driver::Driver>) -> Self {
         Self {
-            index,
-            store: Arc::clone(&shared.store),
-            writer: shared.writer.clone(),
-            registry: Arc::clone(&shared.registry),
-            config: Arc::clone(&shared.config),
-            driver,
+            outside: Outside {
+                index,
+                store: Arc::clone(&shared.store),
+                writer: shared.writer.clone(),
+                registry: Arc::clone(&shared.registry),
+                config: Arc::clone(&shared.config),
+                driver,
+            },
             live: HashMap::new(),
             resting: parts::resting::Resting::new(Arc::clone(&shared.held)),
             journals_to_rest: Vec::new(),
-            missed_deadlines: HashMap::new(),
-            scheduler: Scheduler::sharing(
-                Arc::new(RuleBook::new()),
-                Arc::clone(&shared.slots),
-                index,
-            )
-            .with_gates(Arc::clone(shared.registry.gates()))
-            .with_deadline_horizon(
-                u64::try_from(shared.config.flow.deadline_horizon.0.as_millis())
-                    .unwrap_or(u64::MAX),
-            )
-            .with_idle_quota_cap(
-                shared.config.flow.max_idle_quota_counters,
-                shared.config.flow.max_idle_quota_counters_per_scope,
-            ),
-            rules: None,
+            admission: Admission {
+                scheduler: Scheduler::sharing(
+                    Arc::new(RuleBook::new()),
+                    Arc::clone(&shared.slots),
+                    index,
+                )
+                .with_gates(Arc::clone(shared.registry.gates()))
+                .with_deadline_horizon(
+                    u64::try_from(shared.config.flow.deadline_horizon.0.as_millis())
+                        .unwrap_or(u64::MAX),
+                )
+                .with_idle_quota_cap(
+                    shared.config.flow.max_idle_quota_counters,
+                    shared.config.flow.max_idle_quota_counters_per_scope,
+                ),
+                rules: None,
+                missed_deadlines: HashMap::new(),
+                unstored_charges: Vec::new(),
+            },
             promises: parts::promises::Promises::default(),
-            entries: HashMap::new(),
-            next_entry: 0,
+            entries: parts::entries::Entries::default(),
             wakes: BinaryHeap::new(),
-            detached: Vec::new(),
-            pins: WriteSet::default(),
-            unstored_charges: Vec::new(),
+            starting: Starting::default(),
             #[cfg(test)]
             watch: phase::Watch::default(),
         }
@@ -197,8 +217,10 @@ impl Partition {
     /// itself leaves no gap between reading the book and subscribing to its changes.
     pub fn follow_rules(&mut self, mut changes: tokio::sync::watch::Receiver<Arc<RuleBook>>) {
         let book = Arc::clone(&changes.borrow_and_update());
-        self.scheduler.on_rules_changed(book, self.driver.now_ms());
-        self.rules = Some(changes);
+        self.admission
+            .scheduler
+            .on_rules_changed(book, self.outside.driver.now_ms());
+        self.admission.rules = Some(changes);
     }
 
     /// Takes a book published since the last look. Called before every admission decision
@@ -206,11 +228,13 @@ impl Partition {
     /// depend on the order the run loop notices things in. Cheap: one atomic load when
     /// nothing changed.
     pub(super) fn refresh_rules(&mut self) {
-        if let Some(changes) = self.rules.as_mut()
+        if let Some(changes) = self.admission.rules.as_mut()
             && changes.has_changed().unwrap_or(false)
         {
             let book = Arc::clone(&changes.borrow_and_update());
-            self.scheduler.on_rules_changed(book, self.driver.now_ms());
+            self.admission
+                .scheduler
+                .on_rules_changed(book, self.outside.driver.now_ms());
         }
     }
 }
@@ -229,10 +253,8 @@ impl Partition {
 
     /// Starts driving `record`.
     pub(super) fn track(&mut self, record: InvocationRecord, journal: Vec<Frame>) {
-        self.next_entry += 1;
-        let entry = self.next_entry;
         let id = record.id;
-        self.entries.insert(entry, id);
+        let entry = self.entries.issue(id);
         self.live
             .insert(id, Box::new(Live::new(record, journal, entry)));
     }

@@ -21,25 +21,26 @@ impl Partition {
     /// Makes `id` live again if it is at rest; it goes back to rest after the next dispatch if
     /// it still only waits.
     pub(super) fn rouse(&mut self, id: InvocationId) {
-        match self.resting.wake(id, &self.store) {
+        match self.resting.wake(id, &self.outside.store) {
             None => {}
             Some(Ok(live)) => {
                 self.live.insert(id, Box::new(live));
             }
             // Closed: shutting down; the store keeps it for the next start.
-            Some(Err(_)) if self.store.is_closed() => {}
+            Some(Err(_)) if self.outside.store.is_closed() => {}
             Some(Err(e)) => {
                 // Its input is in the store or nowhere: a store that cannot give it back
                 // cannot be trusted with anything more. It stays at rest; the restart
                 // recovers it from the store.
                 tracing::error!(invocation = %id, error.code = ?e.code, error = %e, "cannot wake a held invocation");
-                self.store.health().fail(e);
+                self.outside.store.health().fail(e);
             }
         }
     }
 
     /// Puts the invocations queued (or delayed) since the last call to rest if they still wait.
     pub(super) fn rest_waiting(&mut self) {
-        self.resting.put_waiting(&mut self.live, &self.store);
+        self.resting
+            .put_waiting(&mut self.live, &self.outside.store);
     }
 }

@@ -68,6 +68,7 @@ impl Partition {
     /// Promise commands are only for workflows (RT0017 otherwise).
     pub(super) fn check_promise_target(&self, target: &Target) -> Result<(), CodedError> {
         let workflow = self
+            .outside
             .registry
             .service(&target.service)
             .is_ok_and(|(s, _)| s.ty == ServiceType::Workflow);
@@ -94,7 +95,8 @@ impl Partition {
             return Ok(Some(found));
         }
         // Committed: read from the store each time rather than kept in memory.
-        self.store
+        self.outside
+            .store
             .with_db(|db| state::promise(db, object(key), &key.2))?
     }
 

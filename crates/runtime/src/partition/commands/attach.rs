@@ -17,7 +17,7 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
         let (waiter, outcome) = tokio::sync::oneshot::channel();
-        let max = self.config.worker.max_waiters_per_invocation;
+        let max = self.outside.config.worker.max_waiters_per_invocation;
         let waits = match self.live.get_mut(&id) {
             Some(live) => match &live.record.outcome {
                 Some(done) => {

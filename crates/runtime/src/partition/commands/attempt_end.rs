@@ -30,13 +30,16 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<bool, CodedError> {
-        let now = self.driver.now_ms();
+        let now = self.outside.driver.now_ms();
         let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
             return Ok(false);
         };
         // Read only when the attempt failed: the service's and handler's declared policy over
         // the configured one.
-        let (registry, defaults) = (&self.registry, &self.config.worker.invoker.retry_policy);
+        let (registry, defaults) = (
+            &self.outside.registry,
+            &self.outside.config.worker.invoker.retry_policy,
+        );
         let retry = |target: &crate::invocation::Target| {
             registry.retry_policy(&target.service, &target.handler, defaults)
         };
@@ -109,7 +112,7 @@ impl Partition {
                 Ok(_) => crate::flow::pacing::Signal::Answered,
                 Err(e) => e.signal(),
             };
-            self.scheduler.report(permit, signal, now);
+            self.admission.scheduler.report(permit, signal, now);
         }
         match result {
             Ok(Ending::End) => {

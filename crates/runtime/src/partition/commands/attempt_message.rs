@@ -88,7 +88,7 @@ impl Partition {
     /// The deployment answered attempt `attempt` of `id`: its paced drain counts it as a
     /// success once, now.
     pub(in super::super) fn attempt_answered(&mut self, id: InvocationId, attempt: u32) {
-        let now = self.driver.now_ms();
+        let now = self.outside.driver.now_ms();
         let Some(running) = self.live.get_mut(&id).and_then(|l| l.current(attempt)) else {
             return;
         };
@@ -96,8 +96,11 @@ impl Partition {
             return;
         }
         running.answered = true;
-        self.scheduler
-            .report(&running.permit, crate::flow::pacing::Signal::Answered, now);
+        self.admission.scheduler.report(
+            &running.permit,
+            crate::flow::pacing::Signal::Answered,
+            now,
+        );
     }
 
     pub(in super::super) fn attempt_message(
@@ -119,7 +122,7 @@ impl Partition {
         {
             // Cluster mode: a value no log record can hold fails the invocation
             // (CLU0005), never the partition's next write.
-            let checked = checked.and_then(|()| match self.config.record_value_limit() {
+            let checked = checked.and_then(|()| match self.outside.config.record_value_limit() {
                 Some(limit) => match message.encoded_len() {
                     len if len > limit => Err(too_large_for_a_record(len, limit)),
                     _ => Ok(()),
@@ -130,7 +133,7 @@ impl Partition {
                 journal_room(
                     live,
                     self.resting.held(),
-                    &self.config.worker,
+                    &self.outside.config.worker,
                     message.encoded_len(),
                 )
             });
@@ -142,10 +145,10 @@ impl Partition {
                 save(live, writes)?;
             }
             let reads = Reads {
-                store: &self.store,
-                registry: &self.registry,
-                inherit_scope: self.config.flow.inherit_scope,
-                now: self.driver.now_ms(),
+                store: &self.outside.store,
+                registry: &self.outside.registry,
+                inherit_scope: self.outside.config.flow.inherit_scope,
+                now: self.outside.driver.now_ms(),
             };
             journal_message(&reads, live, writes, message, ack, effects)?;
             if let Some(promise) = promise {

@@ -26,7 +26,7 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<Controlled, CodedError> {
-        let now = self.driver.now_ms();
+        let now = self.outside.driver.now_ms();
         let children = if matches!(op, Control::Cancel | Control::Kill) {
             called_children(self, id)
         } else {
@@ -65,7 +65,7 @@ impl Partition {
                 store::delete_invocation(writes, id);
                 let entry = live.entry;
                 self.live.remove(&id);
-                self.entries.remove(&entry);
+                self.entries.remove(entry);
                 return Ok(Controlled::Done);
             }
             Control::PurgeJournal if !completed => Controlled::Conflict(format!(
@@ -162,11 +162,11 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
         return Vec::new();
     }
     super::super::model::calls::children_in(
-        &partition.registry,
-        partition.config.flow.inherit_scope,
+        &partition.outside.registry,
+        partition.outside.config.flow.inherit_scope,
         &live.record,
         &live.journal,
-        partition.driver.now_ms(),
+        partition.outside.driver.now_ms(),
     )
     .into_iter()
     .filter(|child| child.record.caller.is_some_and(|c| c.id == id))

@@ -176,7 +176,7 @@ impl Bench {
 
     /// Commits a batch's writes and runs its effects (then a dispatch).
     fn commit(&mut self, (writes, effects): (WriteSet, Vec<Effect>)) {
-        drop(self.partition.writer.commit(writes));
+        drop(self.partition.outside.writer.commit(writes));
         self.flusher.flush();
         self.partition.run_effects(effects);
     }
@@ -422,7 +422,7 @@ fn answered_attempts_grow_a_paced_window_while_they_run_on() {
     let mut bench = Bench::new();
     let window = |bench: &Bench| {
         let now = bench.driver.now_ms();
-        bench.partition.registry.gates().snapshot(now)[0].window
+        bench.partition.outside.registry.gates().snapshot(now)[0].window
     };
     let [a, b, c] = [21, 22, 23].map(|seed| {
         let record = new_record(seed);
@@ -627,6 +627,7 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
     book.apply_batch(&[rule], NOW).unwrap();
     bench
         .partition
+        .admission
         .scheduler
         .on_rules_changed(Arc::new(book), NOW);
     let [first, second] = [71, 72].map(|seed| {
@@ -666,6 +667,7 @@ fn a_calls_cost_is_charged_to_its_budget_with_its_end_and_its_reservation_settle
     book.apply_batch(&[rule], NOW).unwrap();
     bench
         .partition
+        .admission
         .scheduler
         .on_rules_changed(Arc::new(book), NOW);
     let [first, second, third] = [81, 82, 83].map(|seed| {
@@ -746,6 +748,7 @@ fn acme_limited_to_one(mut bench: Bench) -> (Bench, InvocationId, InvocationId) 
     .unwrap();
     bench
         .partition
+        .admission
         .scheduler
         .on_rules_changed(Arc::new(book), NOW);
     let [first, second] = [81, 82].map(|seed| {
@@ -785,9 +788,10 @@ fn a_held_invocation_whose_input_cannot_be_read_back_stays_at_rest_when_its_turn
     // No input stays in memory: a held invocation's input is read back from the store.
     let (mut bench, held) = holding_one_past_the_budget();
     // Shutting down: the store closes while the held call's turn comes (the limit is lifted).
-    bench.partition.store.close();
+    bench.partition.outside.store.close();
     bench
         .partition
+        .admission
         .scheduler
         .on_rules_changed(Arc::new(RuleBook::new()), NOW);
     bench.partition.dispatch();
@@ -892,7 +896,7 @@ fn a_status_peek_leaves_a_completed_outputs_bytes_in_the_store() {
     let id = record.id;
     let mut writes = WriteSet::default();
     crate::invocation::store::put_record(&mut writes, &record).unwrap();
-    drop(bench.partition.writer.commit(writes));
+    drop(bench.partition.outside.writer.commit(writes));
     bench.flusher.flush();
     let mut peek = |output: bool| {
         let (reply, seen) = oneshot::channel();
@@ -955,13 +959,14 @@ fn a_barrier_is_answered_only_after_the_commit_of_what_came_before_it() {
         ["attempt", "ack: created", "answer barrier"]
     );
     assert!(answered.try_recv().is_err(), "not before the commit");
-    drop(bench.partition.writer.commit(writes));
+    drop(bench.partition.outside.writer.commit(writes));
     bench.flusher.flush();
     bench.partition.run_effects(effects);
     assert_eq!(answered.try_recv(), Ok(()));
     // What came before it is stored: the invocation reads back from the store.
     let stored = bench
         .partition
+        .outside
         .store
         .with_db(|db| crate::invocation::store::load_record(db, id))
         .unwrap()
@@ -983,7 +988,7 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
         put_record(&mut writes, &InvocationRecord::new(*id, target(), NOW)).unwrap();
         put_journal(&mut writes, *id, &[input()]);
     }
-    drop(bench.partition.writer.commit(writes));
+    drop(bench.partition.outside.writer.commit(writes));
     bench.flusher.flush();
     let partitions = (0..3u32)
         .map(|index| {
@@ -995,7 +1000,7 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
             )
         })
         .collect();
-    let store = Arc::clone(&bench.partition.store);
+    let store = Arc::clone(&bench.partition.outside.store);
     let recovered =
         super::super::recovery::recover_all_in_batches(&store, 3, partitions, &[], 100).unwrap();
     assert_eq!(recovered.len(), 3);
@@ -1038,7 +1043,7 @@ fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_
     record.attempts = 1;
     put_record(&mut writes, &record).unwrap();
     put_journal(&mut writes, started, &[input()]);
-    drop(bench.partition.writer.commit(writes));
+    drop(bench.partition.outside.writer.commit(writes));
     bench.flusher.flush();
     let driver = Recording::default();
     let partitions = vec![(
@@ -1046,7 +1051,7 @@ fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_
         Partition::new(0, &bench.shared, Box::new(driver.clone())),
         (),
     )];
-    let store = Arc::clone(&bench.partition.store);
+    let store = Arc::clone(&bench.partition.outside.store);
     // One record per batch: the new invocation is queued before the started one is read.
     let recovered =
         super::super::recovery::recover_all_in_batches(&store, 1, partitions, &[], 1).unwrap();

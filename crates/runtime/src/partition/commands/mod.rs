@@ -111,7 +111,7 @@ impl Partition {
             Event::Peek { id, output, reply } => peek::peek(
                 &self.live,
                 &self.resting,
-                &self.store,
+                &self.outside.store,
                 id,
                 output,
                 reply,
@@ -130,8 +130,8 @@ impl Partition {
                 pause,
                 reply,
             } => queue_pause::pause_queue(
-                &self.scheduler,
-                self.index,
+                &self.admission.scheduler,
+                self.outside.index,
                 queue,
                 pause,
                 reply,
@@ -143,8 +143,8 @@ impl Partition {
                 pattern,
                 reply,
             } => reset_quota::reset_quota(
-                &self.scheduler,
-                self.index,
+                &self.admission.scheduler,
+                self.outside.index,
                 measure,
                 pattern,
                 reply,

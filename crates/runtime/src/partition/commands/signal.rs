@@ -23,7 +23,7 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Delivery {
-        let cap = self.config.ingress.max_awakeable_completions;
+        let cap = self.outside.config.ingress.max_awakeable_completions;
         let Some(live) = self.live.get_mut(&signal.target) else {
             // A completed invocation left memory but exists; it no longer listens.
             return match self.stored(signal.target).ok().flatten() {
@@ -62,6 +62,7 @@ impl Partition {
                 ));
             }
             let max_bytes = self
+                .outside
                 .config
                 .ingress
                 .max_awakeable_completion_bytes

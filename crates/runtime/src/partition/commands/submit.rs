@@ -68,7 +68,7 @@ impl Partition {
                 match &live.record.outcome {
                     Some(outcome) => effects.push(Effect::Notify(vec![call], outcome.clone())),
                     None => {
-                        let max = self.config.worker.max_waiters_per_invocation;
+                        let max = self.outside.config.worker.max_waiters_per_invocation;
                         if let Err(refused) = live.wait(call, max) {
                             if let Some(reply) = reply {
                                 effects.push(Effect::Answer(Answer::Refused(reply, refused)));
@@ -83,9 +83,11 @@ impl Partition {
         }
         // Only new work from outside is refused; a handler's call always goes in.
         if reply.is_some()
-            && let Some(refused) =
-                self.resting
-                    .over_limits(&record, &self.config.worker, &self.config.flow)
+            && let Some(refused) = self.resting.over_limits(
+                &record,
+                &self.outside.config.worker,
+                &self.outside.config.flow,
+            )
         {
             // Answered after earlier writes commit, like any answer.
             if let Some(reply) = reply {
@@ -165,6 +167,8 @@ impl Partition {
         &self,
         id: InvocationId,
     ) -> Result<Option<InvocationRecord>, CodedError> {
-        self.store.with_db(|db| store::load_record(db, id))?
+        self.outside
+            .store
+            .with_db(|db| store::load_record(db, id))?
     }
 }

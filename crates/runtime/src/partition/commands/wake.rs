@@ -67,7 +67,7 @@ impl Partition {
         let target = record.target;
         store::delete_invocation(writes, id);
         if let Some(live) = self.live.remove(&id) {
-            self.entries.remove(&live.entry);
+            self.entries.remove(live.entry);
         }
         // A workflow run takes its key's state and promises with it.
         if workflow_run {
@@ -85,7 +85,7 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
-        let Some(deadline) = self.missed_deadlines.remove(&id) else {
+        let Some(deadline) = self.admission.missed_deadlines.remove(&id) else {
             return Ok(());
         };
         let retention = match self.live.get(&id) {
@@ -133,7 +133,8 @@ impl Partition {
 
     fn is_workflow_run(&self, record: &InvocationRecord) -> bool {
         let target = &record.target;
-        self.registry
+        self.outside
+            .registry
             .handler_kind(record.deployment, &target.service, &target.handler)
             == Some((
                 crate::discovery::ServiceType::Workflow,

@@ -4,5 +4,6 @@
 //! reverse.
 
 pub mod dormant;
+pub mod entries;
 pub mod promises;
 pub mod resting;

@@ -149,7 +149,7 @@ impl World {
                 .peek()
                 .map(|std::cmp::Reverse((at, _, _))| *at)
                 .into_iter()
-                .chain(node.partition.scheduler.next_timer())
+                .chain(node.partition.admission.scheduler.next_timer())
                 .min();
             let now = self.now();
             let wait = next.map_or(1_000, |at| at.saturating_sub(now).max(1));
@@ -183,9 +183,9 @@ impl World {
                 partition.waiting(*id)
             );
         }
-        for (lock, entry, _) in partition.scheduler.held_locks() {
-            let holder = partition.entries.get(&entry);
-            let live = holder.and_then(|id| partition.live.get(id));
+        for (lock, entry, _) in partition.admission.scheduler.held_locks() {
+            let holder = partition.entries.holder(entry);
+            let live = holder.and_then(|id| partition.live.get(&id));
             out += &format!(
                 "lock {:?} held by {holder:?}: {:?}\n",
                 lock.object_key,

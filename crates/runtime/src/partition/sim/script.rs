@@ -272,7 +272,7 @@ impl World {
             }
             records::apply_purge(&mut writes, purge);
         }
-        drop(self.node().partition.writer.commit(writes));
+        drop(self.node().partition.outside.writer.commit(writes));
         for purge in due {
             if purge.what == records::Purge::Invocation {
                 self.purged.insert(purge.invocation);
