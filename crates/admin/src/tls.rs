@@ -5,7 +5,7 @@
 
 use sluice_config::AdminConfig;
 use sluice_core::errors::CodedError;
-use sluice_listeners::certificates::ListenerTls;
+pub use sluice_listeners::certificates::ListenerTls;
 
 /// The TLS `config` asks for: `None` when it names no certificate.
 pub fn acceptor(config: &AdminConfig) -> Result<Option<ListenerTls>, CodedError> {
