@@ -132,16 +132,14 @@ pub async fn load(
     // Read here, not through the listener's default body limit (2 MiB): a plugin carrying a
     // language runtime is tens of MiB.
     let max = state.config.plugin_limits.max_size;
-    let body: Bytes = axum::body::to_bytes(body, max.as_usize())
-        .await
-        .map_err(|e| {
-            AdminError::coded(
-                Code::PLG0009,
-                format!(
-                    "the plugin could not be read whole ({e}): the largest taken is plugin-limits.max-size ({max})"
-                ),
-            )
-        })?;
+    let body = read_capped(body, max.as_usize()).await.map_err(|e| {
+        AdminError::coded(
+            Code::PLG0009,
+            format!(
+                "the plugin could not be read whole ({e}): the largest taken is plugin-limits.max-size ({max})"
+            ),
+        )
+    })?;
     if body.is_empty() {
         return Err(AdminError::coded(
             Code::PLG0001,
@@ -155,6 +153,40 @@ pub async fn load(
             .await
             .map_err(|e| AdminError::coded(Code::ADM0007, format!("plugin load stopped: {e}")))??;
     Ok(Json(plugin_response(&plugin)))
+}
+
+/// How long, and how many bytes past the cap, the rest of a refused body is read and dropped
+/// before the refusal is answered. Closing a socket with unread bytes in it resets the
+/// connection, and a client still sending sees a broken pipe instead of the 413 that says what
+/// to fix; a client sending far more than this sees the reset.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+const DRAIN_BYTES: usize = 64 << 20;
+
+/// The body whole if it is at most `max` bytes; otherwise why not, after draining the rest
+/// (bounded by [`DRAIN_BYTES`] and [`DRAIN_TIME`]).
+async fn read_capped(body: axum::body::Body, max: usize) -> Result<Bytes, String> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut taken = bytes::BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| format!("the body broke off: {e}"))?;
+        if taken.len() + chunk.len() > max {
+            let mut seen = taken.len() + chunk.len();
+            drop(taken);
+            let drain = async {
+                while let Some(Ok(chunk)) = stream.next().await {
+                    seen += chunk.len();
+                    if seen > max + DRAIN_BYTES {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+            return Err(format!("it is over {max} bytes"));
+        }
+        taken.extend_from_slice(&chunk);
+    }
+    Ok(taken.freeze())
 }
 
 /// Every plugin, in the order they run, with its metrics.
