@@ -2068,6 +2068,17 @@ async fn snapshots_bound_the_log_and_a_fresh_node_catches_up_from_them() {
         partitions.iter().all(|p| p["broken"].is_null()),
         "{partitions:?}"
     );
+    // After each partition's first snapshot, whole, its leader wrote only what changed.
+    let wrote = first.stderr();
+    let snapshots: Vec<&str> = wrote
+        .lines()
+        .filter(|line| line.contains("wrote a snapshot"))
+        .collect();
+    assert!(
+        snapshots.iter().any(|line| line.contains("whole=false")),
+        "no incremental snapshot among {} written:\n{wrote}",
+        snapshots.len()
+    );
     first.kill_9();
     let nodes = [second];
     led_by(&nodes[0], &["n2"]).await;

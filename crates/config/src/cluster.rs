@@ -50,6 +50,13 @@ pub struct ClusterConfig {
     /// How often a partition's leader writes a snapshot of its state to the snapshot topic
     /// (when its log moved) and deletes the log it covers.
     pub snapshot_interval: FriendlyDuration,
+    /// Every how many snapshots a leader writes its partition's whole state (1 to
+    /// [`MAX_SNAPSHOT_FULL_EVERY`]); between them it writes only the rows that changed, and
+    /// also a whole one once those add up to half the last whole one.
+    pub snapshot_full_every: u32,
+    /// Most bytes of changed keys a leader notes per partition between two snapshots; past it
+    /// the next snapshot is whole.
+    pub snapshot_changes_max: ByteSize,
     /// Nodes beside its leader that apply each partition's log to their store (warm standbys,
     /// 0 to [`MAX_STANDBYS`]); a node's store holds only the partitions it leads or stands by
     /// for. At least the node count less one: every node holds every partition.
@@ -85,6 +92,8 @@ impl Default for ClusterConfig {
             records_in_flight: 4,
             write_timeout: FriendlyDuration::from_secs(30),
             snapshot_interval: FriendlyDuration::from_secs(600),
+            snapshot_full_every: 10,
+            snapshot_changes_max: ByteSize::mib(64),
             standbys: 1,
             properties: BTreeMap::new(),
             allow_unconfirmed_retention: false,
@@ -118,6 +127,10 @@ pub const MAX_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// The longest `cluster.snapshot-interval` (a day): the log a partition keeps is about what it
 /// writes in one interval.
 pub const MAX_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// The most snapshots between two whole ones (`cluster.snapshot-full-every`): a node that
+/// catches up reads the whole one and every one after it.
+pub const MAX_SNAPSHOT_FULL_EVERY: u32 = 1_000;
 
 /// The most standbys a partition may have (a cluster of more nodes than this plus one holds
 /// each partition on at most this many beside the leader).
@@ -216,6 +229,15 @@ impl ClusterConfig {
             self.snapshot_interval.0,
             MAX_SNAPSHOT_INTERVAL,
         )?;
+        if !(1..=MAX_SNAPSHOT_FULL_EVERY).contains(&self.snapshot_full_every) {
+            return Err((
+                "cluster.snapshot-full-every".into(),
+                format!(
+                    "must be between 1 and {MAX_SNAPSHOT_FULL_EVERY}, got {}",
+                    self.snapshot_full_every
+                ),
+            ));
+        }
         if self.secret.is_none() {
             return Err((
                 "cluster.secret".into(),
@@ -296,6 +318,19 @@ mod tests {
         }
         assert_eq!(kafka.validate().unwrap_err().0, "cluster.snapshot-interval");
         kafka.snapshot_interval = FriendlyDuration::from_secs(600);
+        for (every, ok) in [(0, false), (1, true), (1_000, true), (1_001, false)] {
+            kafka.snapshot_full_every = every;
+            assert_eq!(
+                kafka.validate().is_ok(),
+                ok,
+                "a whole snapshot every {every}"
+            );
+        }
+        assert_eq!(
+            kafka.validate().unwrap_err().0,
+            "cluster.snapshot-full-every"
+        );
+        kafka.snapshot_full_every = 10;
         for (standbys, ok) in [(0, true), (64, true), (65, false)] {
             kafka.standbys = standbys;
             assert_eq!(kafka.validate().is_ok(), ok, "{standbys} standbys");

@@ -18,6 +18,7 @@ use sluice_core::errors::{Code, CodedError};
 use sluice_core::ids::InvocationId;
 use sluice_runtime::replication::leader::Leading;
 use sluice_runtime::replication::replica::Wish;
+use sluice_store::storage::changes::Changes;
 use sluice_store::storage::log::{PartitionLog, confirm};
 use sluice_store::storage::pipeline::{Pipeline, lost};
 use sluice_store::storage::record::{Leader, Record};
@@ -136,14 +137,21 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
             super::inbox::deliver(&shared, p, &shared.runtime, &lead);
         })
     };
+    let changes = Arc::new(Changes::new(shared.settings.snapshot_changes_max));
     let pipeline = Pipeline::new(
         p,
         leader,
         next,
         shared.settings.records_in_flight,
         shared.writer.clone(),
-    );
-    let snapshots = tokio::spawn(super::snapshots::keep(Arc::clone(&shared), p, lead.clone()));
+    )
+    .noting(Arc::clone(&changes));
+    let snapshots = tokio::spawn(super::snapshots::keep(
+        Arc::clone(&shared),
+        p,
+        lead.clone(),
+        changes,
+    ));
     let log = KafkaLog::new(Arc::clone(&shared), p);
     let mut leading = Leading::new(p, pipeline, staged, log, shared.settings.max_record / 2);
     let mut stores = tokio::task::JoinSet::new();

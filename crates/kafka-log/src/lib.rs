@@ -99,6 +99,10 @@ struct Settings {
     write_timeout: Duration,
     /// `cluster.snapshot-interval`: how often a leader snapshots its partitions.
     snapshot_interval: Duration,
+    /// `cluster.snapshot-full-every`: every how many snapshots one is whole.
+    snapshot_full_every: u32,
+    /// `cluster.snapshot-changes-max`: most bytes of changed keys noted between snapshots.
+    snapshot_changes_max: usize,
     /// `cluster.allow-unconfirmed-retention`.
     allow_unconfirmed_retention: bool,
     /// `cluster.standbys`: nodes beside the leader that keep each partition.
@@ -168,6 +172,8 @@ impl Cluster {
             session_timeout: cluster.session_timeout.0,
             write_timeout: cluster.write_timeout.0,
             snapshot_interval: cluster.snapshot_interval.0,
+            snapshot_full_every: cluster.snapshot_full_every,
+            snapshot_changes_max: cluster.snapshot_changes_max.as_usize(),
             allow_unconfirmed_retention: cluster.allow_unconfirmed_retention,
             standbys: usize::from(cluster.standbys),
         };

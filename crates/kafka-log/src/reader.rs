@@ -285,6 +285,7 @@ fn catch_up(
         partition = p,
         from = position.next,
         rows = manifest.rows,
+        incremental = manifest.base.is_some(),
         "caught up from a snapshot"
     );
     Ok(Some(position.next))

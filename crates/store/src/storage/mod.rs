@@ -8,6 +8,7 @@
 //! (embedded mode's segment log, its appender and replay) <- [`writer`] (the handle partitions
 //! write through) <- [`pipeline`] (a cluster leader's records in flight).
 
+pub mod changes;
 pub mod fencing;
 mod gather;
 mod jobs;

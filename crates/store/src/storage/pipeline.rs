@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 
+use super::changes::Changes;
 use super::fencing::Position;
 use super::record::Leader;
 use super::writer::{Group, WriteSet, Writer};
@@ -44,6 +45,8 @@ pub struct Pipeline {
     /// The local store's writer, which the confirmed groups go to.
     writer: Writer,
     stored: Vec<Stored>,
+    /// Where what each confirmed record writes is noted for the next snapshot.
+    changes: Option<std::sync::Arc<Changes>>,
 }
 
 impl Pipeline {
@@ -65,7 +68,15 @@ impl Pipeline {
             max_records: max_records.clamp(1, MAX_RECORDS_IN_FLIGHT),
             writer,
             stored: Vec::new(),
+            changes: None,
         }
+    }
+
+    /// Notes in `changes` what every record confirmed from now on writes (for the
+    /// partition's incremental snapshots).
+    pub fn noting(mut self, changes: std::sync::Arc<Changes>) -> Self {
+        self.changes = Some(changes);
+        self
     }
 
     /// Whether another record may be handed to the log.
@@ -117,6 +128,9 @@ impl Pipeline {
         self.records -= 1;
         let error = match result {
             Ok(at) if at == self.next => {
+                if let Some(changes) = &self.changes {
+                    changes.note(at, &group);
+                }
                 self.next = at.saturating_add(1);
                 let mut position = WriteSet::default();
                 Position {

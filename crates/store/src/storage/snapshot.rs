@@ -12,6 +12,7 @@
 
 use redb::{ReadableDatabase, ReadableTable};
 
+use super::changes::{Changed, Changes};
 use super::fencing::Position;
 use super::record::{Record, bad};
 use super::write_set::WriteSet;
@@ -19,7 +20,8 @@ use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::schema::{self, BytesTable, Role};
 
-const VERSION: u8 = 1;
+/// Version 2 manifests say what they build on; version 1 (whole snapshots only) is still read.
+const VERSION: u8 = 2;
 const KIND_CHUNK: u8 = 1;
 const KIND_MANIFEST: u8 = 2;
 
@@ -35,6 +37,10 @@ pub struct Manifest {
     /// The partition's log position the state is at: a node that loads it reads on from
     /// `position.next`, with `position.leader` as the current leader.
     pub position: Position,
+    /// `None`: the chunks hold the partition's whole state. Otherwise the id of the snapshot
+    /// this one builds on: its chunks hold what changed since (puts, deletes and range
+    /// deletes, applied in order over it).
+    pub base: Option<u64>,
 }
 
 /// One record of a partition's snapshot topic.
@@ -70,6 +76,13 @@ impl SnapshotRecord {
                 out.extend_from_slice(&manifest.id.to_be_bytes());
                 out.extend_from_slice(&manifest.chunks.to_be_bytes());
                 out.extend_from_slice(&manifest.rows.to_be_bytes());
+                match manifest.base {
+                    None => out.push(0),
+                    Some(base) => {
+                        out.push(1);
+                        out.extend_from_slice(&base.to_be_bytes());
+                    }
+                }
                 out.extend_from_slice(&manifest.position.encode());
             }
         }
@@ -87,7 +100,7 @@ impl SnapshotRecord {
         let [version, kind, rest @ ..] = bytes else {
             return Err(bad("a snapshot record shorter than 2 bytes"));
         };
-        if *version != VERSION {
+        if !(1..=VERSION).contains(version) {
             return Err(bad(format!("snapshot record version {version}")));
         }
         let (id, rest) = rest
@@ -115,11 +128,23 @@ impl SnapshotRecord {
                 let (rows, rest) = rest
                     .split_first_chunk::<8>()
                     .ok_or_else(|| bad("a snapshot manifest without its row count"))?;
+                let (base, rest) = match (*version, rest) {
+                    (1, rest) => (None, rest),
+                    (_, [0, rest @ ..]) => (None, rest),
+                    (_, [1, rest @ ..]) => {
+                        let (base, rest) = rest
+                            .split_first_chunk::<8>()
+                            .ok_or_else(|| bad("a snapshot manifest without its base"))?;
+                        (Some(u64::from_be_bytes(*base)), rest)
+                    }
+                    _ => return Err(bad("a snapshot manifest without its kind")),
+                };
                 Ok(Self::Manifest(Manifest {
                     id,
                     chunks: u32::from_be_bytes(*chunks),
                     rows: u64::from_be_bytes(*rows),
                     position: Position::decode(rest)?,
+                    base,
                 }))
             }
             other => Err(bad(format!("unknown snapshot record kind {other}"))),
@@ -193,38 +218,148 @@ fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0009, format!("partition snapshot: {e}"))
 }
 
-/// Partition `p`'s state in `db` (of `partitions`): its position in its log and its rows, as
-/// puts in sets of about `chunk_bytes` each. `None` when this store never read the partition,
-/// or holds it only up to `newer_than` (the log did not move since the last snapshot there:
-/// nothing is read).
+/// A snapshot read from a store: where it is in the log, and its rows in chunks.
+#[derive(Debug)]
+pub struct Exported {
+    /// The log position the rows are at.
+    pub position: Position,
+    /// Sets of about the chunk size each.
+    pub chunks: Vec<WriteSet>,
+    /// Whether the chunks hold the whole state (or only what changed).
+    pub whole: bool,
+}
+
+/// Partition `p`'s state in `db` (of `partitions`): its position in its log and, when `whole`
+/// or when `changes` cannot say what changed, all its rows as puts; otherwise what `changes`
+/// noted, as it is at that position (a put for a key present, a delete for one gone, each range
+/// deleted followed by the rows now in it). In sets of about `chunk_bytes` each. `None` when
+/// this store never read the partition, or holds it only up to `newer_than` (the log did not
+/// move since the last snapshot there: nothing is read).
 pub fn export(
     db: &redb::Database,
     p: u32,
     partitions: u32,
     chunk_bytes: usize,
     newer_than: i64,
-) -> Result<Option<(Position, Vec<WriteSet>)>, CodedError> {
+    changes: &Changes,
+    whole: bool,
+) -> Result<Option<Exported>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let Some(position) = Position::load_in(&txn, p)?.filter(|at| at.next > newer_than) else {
         return Ok(None);
     };
-    let mut chunks = vec![WriteSet::default()];
-    let mut size = 0;
-    owned_rows(&txn, p, partitions, |table, key, value| {
-        let row_bytes = key.len() + value.len() + 16;
-        if size > 0 && size + row_bytes > chunk_bytes {
-            chunks.push(WriteSet::default());
-            size = 0;
+    let mut chunks = Chunks::new(chunk_bytes);
+    let changed = if whole {
+        None
+    } else {
+        changes.take(position.next)
+    };
+    let whole = match changed {
+        None => {
+            changes.covered(position.next);
+            owned_rows(&txn, p, partitions, |table, key, value| {
+                chunks.put(table, key, value);
+            })?;
+            true
         }
-        size += row_bytes;
-        if let Some(chunk) = chunks.last_mut() {
-            chunk.put(table, key, value.to_vec());
+        Some(changed) => {
+            changed_rows(&txn, p, partitions, &changed, &mut chunks)?;
+            false
         }
-    })?;
-    if chunks.last().is_some_and(WriteSet::is_empty) && chunks.len() > 1 {
-        chunks.pop();
+    };
+    Ok(Some(Exported {
+        position,
+        chunks: chunks.done(),
+        whole,
+    }))
+}
+
+/// Writes in sets of about a chunk's bytes.
+struct Chunks {
+    bytes: usize,
+    size: usize,
+    sets: Vec<WriteSet>,
+}
+
+impl Chunks {
+    fn new(bytes: usize) -> Self {
+        Self {
+            bytes,
+            size: 0,
+            sets: vec![WriteSet::default()],
+        }
     }
-    Ok(Some((position, chunks)))
+
+    /// The set the next write of `bytes` goes in.
+    fn room(&mut self, bytes: usize) -> &mut WriteSet {
+        if self.size > 0 && self.size + bytes > self.bytes {
+            self.sets.push(WriteSet::default());
+            self.size = 0;
+        }
+        self.size += bytes + 16;
+        self.sets.last_mut().expect("never empty")
+    }
+
+    fn put(&mut self, table: BytesTable, key: &[u8], value: &[u8]) {
+        self.room(key.len() + value.len())
+            .put(table, key, value.to_vec());
+    }
+
+    fn done(mut self) -> Vec<WriteSet> {
+        if self.sets.last().is_some_and(WriteSet::is_empty) && self.sets.len() > 1 {
+            self.sets.pop();
+        }
+        self.sets
+    }
+}
+
+/// The writes that bring a store holding partition `p`'s last snapshot to the state in `txn`,
+/// given what `changed`: each range deleted then refilled with its rows now, and each key put
+/// as it is now or deleted. Keys of another partition (which no leader of `p` writes) are left
+/// out.
+fn changed_rows(
+    txn: &redb::ReadTransaction,
+    p: u32,
+    partitions: u32,
+    changed: &Changed,
+    chunks: &mut Chunks,
+) -> Result<(), CodedError> {
+    for (table, start, end) in &changed.ranges {
+        let name = redb::TableHandle::name(table);
+        chunks
+            .room(start.len() + end.len())
+            .delete_range(*table, start.clone(), end.clone());
+        let read = match txn.open_table(*table) {
+            Ok(read) => read,
+            Err(redb::TableError::TableDoesNotExist(_)) => continue,
+            Err(e) => return Err(storage(e)),
+        };
+        for entry in read
+            .range(start.as_slice()..end.as_slice())
+            .map_err(storage)?
+        {
+            let (key, value) = entry.map_err(storage)?;
+            if owner(name, key.value(), partitions) == Some(p) {
+                chunks.put(*table, key.value(), value.value());
+            }
+        }
+    }
+    for (table, key) in &changed.keys {
+        let name = redb::TableHandle::name(table);
+        if owner(name, key, partitions) != Some(p) {
+            continue;
+        }
+        let value = match txn.open_table(*table) {
+            Ok(read) => read.get(key.as_slice()).map_err(storage)?,
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(storage(e)),
+        };
+        match value {
+            Some(value) => chunks.put(*table, key, value.value()),
+            None => chunks.room(key.len()).delete(*table, key),
+        }
+    }
+    Ok(())
 }
 
 /// Calls `row` with every row of the partition tables in `txn` that partition `p` (of
@@ -362,11 +497,16 @@ mod tests {
         );
         stale.commit_now(&to);
 
-        let (read_position, chunks) = from
-            .with_db(|db| export(db, 1, 4, 2_000, -1))
+        let Exported {
+            position: read_position,
+            chunks,
+            whole,
+        } = from
+            .with_db(|db| export(db, 1, 4, 2_000, -1, &Changes::new(1 << 20), false))
             .unwrap()
             .unwrap()
             .unwrap();
+        assert!(whole, "nothing noted since the last snapshot here: whole");
         assert_eq!(read_position, position);
         assert!(chunks.len() > 1, "{} chunks", chunks.len());
         // Through the topic's encoding and back.
@@ -390,11 +530,7 @@ mod tests {
             .unwrap()
             .unwrap();
         replace.commit_now(&to);
-        let (_, moved) = to
-            .with_db(|db| export(db, 1, 4, usize::MAX, -1))
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let moved = whole_rows(&to, 1);
         assert_eq!(moved.iter().map(WriteSet::len).sum::<usize>(), 50);
         let txn = to.with_db(|db| db.begin_read().unwrap()).unwrap();
         let table = txn.open_table(schema::INVOCATIONS).unwrap();
@@ -416,6 +552,154 @@ mod tests {
         assert_eq!(positions.get(&1), Some(&read_position));
     }
 
+    /// Partition `p`'s rows in `store`, whole, as one sorted list of (table, key, value).
+    fn whole_rows(store: &Store, p: u32) -> Vec<WriteSet> {
+        store
+            .with_db(|db| export(db, p, 4, usize::MAX, -1, &Changes::new(0), true))
+            .unwrap()
+            .unwrap()
+            .unwrap()
+            .chunks
+    }
+
+    fn rows_of(store: &Store, p: u32) -> Vec<(String, Vec<u8>, Vec<u8>)> {
+        let txn = store.with_db(|db| db.begin_read().unwrap()).unwrap();
+        let mut rows = Vec::new();
+        owned_rows(&txn, p, 4, |table, key, value| {
+            rows.push((
+                redb::TableHandle::name(&table).to_string(),
+                key.to_vec(),
+                value.to_vec(),
+            ));
+        })
+        .unwrap();
+        rows
+    }
+
+    /// Commits `writes` to `store` as the record at log offset `at` of partition 1, noted in
+    /// `changes` as a leader's pipeline notes it.
+    fn lead(store: &Store, changes: &Changes, at: i64, mut writes: WriteSet) {
+        let (writer, mut staged) = crate::storage::writer::Writer::staged();
+        drop(writer.commit(writes.clone()));
+        changes.note(at, &staged.try_group(usize::MAX).unwrap());
+        Position {
+            next: at + 1,
+            ..Position::default()
+        }
+        .save(1, &mut writes);
+        writes.commit_now(store);
+    }
+
+    #[test]
+    fn a_whole_snapshot_and_the_incrementals_after_it_compose_to_the_leaders_state() {
+        let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (
+            Store::open(from_dir.path()).unwrap(),
+            Store::open(to_dir.path()).unwrap(),
+        );
+        let changes = Changes::new(1 << 20);
+        // Partition 1 of 4: invocations 1, 5, 9, ... and their journals.
+        let inv = |n: u64| id(1 + 4 * n, u128::from(n)).to_bytes();
+        let journal = |n: u64, entry: u8| {
+            let mut key = inv(n).to_vec();
+            key.push(entry);
+            key
+        };
+        let mut first = WriteSet::default();
+        for n in 0..100 {
+            first.put(schema::INVOCATIONS, &inv(n), vec![1; 50]);
+            for entry in 0..3 {
+                first.put(schema::JOURNAL, &journal(n, entry), vec![entry; 20]);
+            }
+        }
+        lead(&from, &changes, 0, first);
+        let whole = from
+            .with_db(|db| export(db, 1, 4, 4_000, -1, &changes, false))
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(whole.whole, "the first snapshot a leader takes is whole");
+        let whole_rows_count: usize = whole.chunks.iter().map(WriteSet::len).sum();
+        assert_eq!(whole_rows_count, 400);
+
+        // A few rows change: puts, a delete, a range delete (one invocation's journal), and a
+        // range delete refilled in the same interval.
+        let mut second = WriteSet::default();
+        second.put(schema::INVOCATIONS, &inv(3), vec![2; 50]);
+        second.put(schema::INVOCATIONS, &inv(500), vec![3; 50]);
+        second.delete(schema::INVOCATIONS, &inv(4));
+        second.delete_range(schema::JOURNAL, journal(7, 0), journal(7, 9));
+        second.delete_range(schema::JOURNAL, journal(8, 0), journal(8, 9));
+        lead(&from, &changes, 1, second);
+        let mut third = WriteSet::default();
+        third.put(schema::JOURNAL, &journal(8, 5), vec![9; 20]);
+        lead(&from, &changes, 2, third);
+        let first_inc = from
+            .with_db(|db| export(db, 1, 4, 4_000, whole.position.next - 1, &changes, false))
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!first_inc.whole);
+        let ops: usize = first_inc.chunks.iter().map(WriteSet::len).sum();
+        assert!(
+            ops < 20,
+            "an incremental holds what changed, not the state: {ops} writes"
+        );
+
+        let mut fourth = WriteSet::default();
+        fourth.delete(schema::INVOCATIONS, &inv(500));
+        fourth.put(schema::INVOCATIONS, &inv(6), vec![4; 50]);
+        lead(&from, &changes, 3, fourth);
+        let second_inc = from
+            .with_db(|db| {
+                export(
+                    db,
+                    1,
+                    4,
+                    4_000,
+                    first_inc.position.next - 1,
+                    &changes,
+                    false,
+                )
+            })
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!second_inc.whole);
+
+        // Through the topic's encoding, onto a store with stale rows of the partition.
+        let mut stale = WriteSet::default();
+        stale.put(schema::INVOCATIONS, &inv(900), b"stale".to_vec());
+        stale.commit_now(&to);
+        let through = |sets: Vec<WriteSet>| -> Vec<WriteSet> {
+            sets.into_iter()
+                .map(|rows| {
+                    let record = SnapshotRecord::Chunk {
+                        id: 1,
+                        seq: 0,
+                        rows,
+                    }
+                    .encode();
+                    match SnapshotRecord::decode(&record, 1 << 20).unwrap() {
+                        SnapshotRecord::Chunk { rows, .. } => rows,
+                        SnapshotRecord::Manifest(_) => unreachable!(),
+                    }
+                })
+                .collect()
+        };
+        let mut chain = through(whole.chunks);
+        chain.extend(through(first_inc.chunks));
+        chain.extend(through(second_inc.chunks));
+        to.with_db(|db| replacing(db, 1, 4, chain, &second_inc.position))
+            .unwrap()
+            .unwrap()
+            .commit_now(&to);
+        assert_eq!(rows_of(&to, 1), rows_of(&from, 1));
+        assert!(rows_of(&to, 1).iter().any(|(_, _, v)| v == &vec![9; 20]));
+        let positions = to.with_db(Position::load_all).unwrap().unwrap();
+        assert_eq!(positions.get(&1), Some(&second_inc.position));
+    }
+
     #[test]
     fn hostile_snapshot_records_are_refused_with_a_code() {
         let manifest = SnapshotRecord::Manifest(Manifest {
@@ -423,6 +707,7 @@ mod tests {
             chunks: 2,
             rows: 10,
             position: Position::default(),
+            base: Some(2),
         })
         .encode();
         assert!(matches!(
@@ -431,6 +716,7 @@ mod tests {
                 id: 3,
                 chunks: 2,
                 rows: 10,
+                base: Some(2),
                 ..
             })
         ));

@@ -228,6 +228,11 @@ impl Group {
         self.jobs.iter().all(|job| job.writes.is_empty())
     }
 
+    /// Every write of the group, in order.
+    pub(crate) fn ops(&self) -> impl Iterator<Item = &super::write_set::Op> {
+        self.jobs.iter().flat_map(|job| job.writes.ops.iter())
+    }
+
     /// How many sets the group holds.
     pub fn len(&self) -> usize {
         self.jobs.len()
