@@ -109,13 +109,10 @@ async fn write(
             return Err(e);
         }
     };
-    match written(shared, p, exported, chain.take(), started).await {
-        Ok((next, written)) => {
-            *chain = Some(written);
-            Ok(Some(next))
-        }
-        Err(e) => Err(e),
-    }
+    // Taken: a snapshot not stored leaves no chain.
+    let (next, written) = written(shared, p, exported, chain.take(), started).await?;
+    *chain = Some(written);
+    Ok(Some(next))
 }
 
 /// Stores `exported` in the snapshot topic on `chain`, then deletes what it covers.

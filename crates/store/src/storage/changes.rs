@@ -10,6 +10,7 @@
 //! leader knows nothing noted before it began: its first snapshot is whole.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Mutex;
 
 use super::write_set::Op;
@@ -70,23 +71,29 @@ impl Changes {
     /// Notes what `group`, confirmed at log offset `at`, writes.
     pub fn note(&self, at: i64, group: &Group) {
         let mut noted = self.lock();
+        let Noted {
+            keys,
+            ranges,
+            bytes,
+            ..
+        } = &mut *noted;
         for op in group.ops() {
             match op {
                 Op::Put(table, key, _) | Op::Delete(table, key) => {
                     let Some(name) = static_name(table) else {
                         continue;
                     };
-                    match noted.keys.get_mut(&(name, key.clone())) {
-                        Some(entry) => entry.1 = at,
-                        None => {
-                            noted.bytes += key.len() + ENTRY_BYTES;
-                            noted.keys.insert((name, key.clone()), (*table, at));
+                    match keys.entry((name, key.clone())) {
+                        Entry::Occupied(mut entry) => entry.get_mut().1 = at,
+                        Entry::Vacant(entry) => {
+                            *bytes += key.len() + ENTRY_BYTES;
+                            entry.insert((*table, at));
                         }
                     }
                 }
                 Op::DeleteRange(table, start, end) => {
-                    noted.bytes += start.len() + end.len() + ENTRY_BYTES;
-                    noted.ranges.push((*table, start.clone(), end.clone(), at));
+                    *bytes += start.len() + end.len() + ENTRY_BYTES;
+                    ranges.push((*table, start.clone(), end.clone(), at));
                 }
             }
         }

@@ -465,6 +465,26 @@ mod tests {
         assert_eq!(owner("state", &[0, 0, 0, 200, 1], 4), None);
     }
 
+    /// `chunks` encoded as a snapshot's chunk records and decoded again, as a replica reads them.
+    fn through_the_topic(chunks: Vec<WriteSet>) -> Vec<WriteSet> {
+        chunks
+            .into_iter()
+            .enumerate()
+            .map(|(seq, rows)| {
+                let record = SnapshotRecord::Chunk {
+                    id: 7,
+                    seq: seq as u32,
+                    rows,
+                }
+                .encode();
+                match SnapshotRecord::decode(&record, 1 << 20).unwrap() {
+                    SnapshotRecord::Chunk { rows, .. } => rows,
+                    SnapshotRecord::Manifest(_) => unreachable!(),
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn a_snapshot_moves_exactly_one_partitions_state_to_another_store() {
         let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -509,22 +529,7 @@ mod tests {
         assert!(whole, "nothing noted since the last snapshot here: whole");
         assert_eq!(read_position, position);
         assert!(chunks.len() > 1, "{} chunks", chunks.len());
-        // Through the topic's encoding and back.
-        let decoded: Vec<WriteSet> = chunks
-            .iter()
-            .enumerate()
-            .map(|(seq, rows)| {
-                let record = SnapshotRecord::Chunk {
-                    id: 7,
-                    seq: seq as u32,
-                    rows: rows.clone(),
-                };
-                match SnapshotRecord::decode(&record.encode(), 1 << 20).unwrap() {
-                    SnapshotRecord::Chunk { rows, .. } => rows,
-                    SnapshotRecord::Manifest(_) => unreachable!(),
-                }
-            })
-            .collect();
+        let decoded = through_the_topic(chunks);
         let replace = to
             .with_db(|db| replacing(db, 1, 4, decoded, &read_position))
             .unwrap()
@@ -671,25 +676,9 @@ mod tests {
         let mut stale = WriteSet::default();
         stale.put(schema::INVOCATIONS, &inv(900), b"stale".to_vec());
         stale.commit_now(&to);
-        let through = |sets: Vec<WriteSet>| -> Vec<WriteSet> {
-            sets.into_iter()
-                .map(|rows| {
-                    let record = SnapshotRecord::Chunk {
-                        id: 1,
-                        seq: 0,
-                        rows,
-                    }
-                    .encode();
-                    match SnapshotRecord::decode(&record, 1 << 20).unwrap() {
-                        SnapshotRecord::Chunk { rows, .. } => rows,
-                        SnapshotRecord::Manifest(_) => unreachable!(),
-                    }
-                })
-                .collect()
-        };
-        let mut chain = through(whole.chunks);
-        chain.extend(through(first_inc.chunks));
-        chain.extend(through(second_inc.chunks));
+        let mut chain = through_the_topic(whole.chunks);
+        chain.extend(through_the_topic(first_inc.chunks));
+        chain.extend(through_the_topic(second_inc.chunks));
         to.with_db(|db| replacing(db, 1, 4, chain, &second_inc.position))
             .unwrap()
             .unwrap()
