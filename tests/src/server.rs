@@ -539,6 +539,19 @@ impl Sluice {
 
 impl Drop for Sluice {
     fn drop(&mut self) {
+        // A failing test's nodes say what they did, when asked (`SLUICE_TEST_STDERR=<lines>`).
+        if std::thread::panicking()
+            && let Some(lines) = std::env::var("SLUICE_TEST_STDERR")
+                .ok()
+                .and_then(|n| n.parse::<usize>().ok())
+        {
+            let said = self.stderr();
+            let tail: Vec<&str> = said.lines().rev().take(lines).collect();
+            eprintln!("--- {} said, last {lines} lines:", self.admin_url);
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

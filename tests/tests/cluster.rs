@@ -256,9 +256,7 @@ async fn a_node_that_cannot_confirm_the_topics_retention_stops() {
         ],
     );
     assert!(
-        !finished
-            .stderr
-            .contains("the cluster's group assigned partitions"),
+        !finished.stderr.contains("this node leads the partitions"),
         "{}",
         finished.stderr
     );
@@ -2274,6 +2272,22 @@ async fn keepers(nodes: &[&Sluice]) -> Vec<usize> {
     kept
 }
 
+/// Which of `nodes` (named `ids`) keep each partition in their store (`held_here`).
+async fn holders(nodes: &[&Sluice], ids: &[&str]) -> Vec<std::collections::BTreeSet<String>> {
+    let mut held = Vec::new();
+    for (sluice, id) in nodes.iter().zip(ids) {
+        let (_, health) = sluice.get_admin("/cluster-health").await;
+        let partitions = health["sluice_cluster"]["partitions"].as_array().unwrap();
+        held.resize(partitions.len(), std::collections::BTreeSet::new());
+        for (p, view) in partitions.iter().enumerate() {
+            if view["held_here"] == true {
+                held[p].insert((*id).to_owned());
+            }
+        }
+    }
+    held
+}
+
 /// Waits until each node's store holds `want(i)` of the `total` Greeter invocations; the
 /// counts.
 async fn stored_greets(nodes: &[&Sluice], want: impl Fn(&[u64]) -> bool) -> Vec<u64> {
@@ -2477,8 +2491,9 @@ async fn sends(
 /// node takes in from the brokers about its share of what the cluster writes (what it leads
 /// and stands by for, `(1 + standbys) / 6`), not the whole log: it reads only the partitions it
 /// keeps and learns the others' leaders from the epochs topic. Then a node killed -9 moves
-/// only its own partitions (the failover time printed), a seventh that joins takes only its
-/// share, and every acknowledged send completes.
+/// only its own partitions, each to the node that stood by for it where that one has room
+/// (the failover time printed), a seventh that joins takes only its share, and every
+/// acknowledged send completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_nodes_each_read_their_share_and_a_lost_node_moves_only_its_partitions() {
     const NODES: usize = 6;
@@ -2575,7 +2590,8 @@ async fn six_nodes_each_read_their_share_and_a_lost_node_moves_only_its_partitio
             ids[i]
         );
     }
-    // kill -9 of n1: only its partitions move.
+    // kill -9 of n1: only its partitions move, each to the node that stood by for it.
+    let held = holders(&all, &ids[..NODES]).await;
     let mut first = nodes.remove(0);
     let killed_url = first.ingress_url.clone();
     up.lock().unwrap().retain(|u| *u != first.ingress_url);
@@ -2587,11 +2603,34 @@ async fn six_nodes_each_read_their_share_and_a_lost_node_moves_only_its_partitio
         "every partition led by a survivor {:.1} s after the kill",
         killed.elapsed().as_secs_f64()
     );
+    let (mut warm, mut takers) = (0, std::collections::BTreeSet::new());
     for (p, (was, is)) in before.iter().zip(&after).enumerate() {
         if was.as_deref() != Some("n1") {
             assert_eq!(was, is, "partition {p} of a survivor moved");
+        } else if let Some(is) = is
+            && held[p].contains(is)
+        {
+            warm += 1;
+            takers.insert(is.clone());
         }
     }
+    // A partition went cold only when each node standing by for it had taken another of n1's
+    // already (one each keeps every survivor within its share).
+    for (p, was) in before.iter().enumerate() {
+        let went_warm = after[p].as_ref().is_some_and(|is| held[p].contains(is));
+        if was.as_deref() == Some("n1") && !went_warm {
+            let standing_by: Vec<&String> = held[p].iter().filter(|h| *h != "n1").collect();
+            assert!(
+                standing_by.iter().all(|h| takers.contains(*h)),
+                "partition {p} went to {:?}, not to {standing_by:?} that stood by for it",
+                after[p]
+            );
+        }
+    }
+    eprintln!(
+        "{warm} of n1's {} partitions went to the node that stood by for them",
+        before.iter().filter(|l| l.as_deref() == Some("n1")).count()
+    );
     // n7 joins: it takes its share and nothing else moves.
     nodes.push(node(NODES).start().await.unwrap());
     deployments(&nodes[NODES - 1], 1).await;

@@ -10,6 +10,7 @@
 //! down before its next write would find out.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rdkafka::TopicPartitionList;
@@ -90,11 +91,25 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         .add_partition_offset(&settings.epochs_topic, 0, rdkafka::Offset::Beginning)
         .and_then(|()| consumer.assign(&assignment))
         .map_err(|e| failed(format!("cannot assign the epochs topic: {e}")))?;
+    // The topic's end when this reader started: read up to it, every leader announced before
+    // is known (`Shared::epochs_read`).
+    let mut end = None;
+    // The offset after the last record read.
+    let mut read_to = -1;
     while !*stopping.borrow() {
+        let reading = !shared.epochs_read.load(Ordering::Acquire);
+        if reading && end.is_none() {
+            end = consumer
+                .fetch_watermarks(&settings.epochs_topic, 0, Duration::from_secs(2))
+                .map_err(|e| tracing::warn!(error = %e, "cannot read the end of the epochs topic"))
+                .ok()
+                .map(|(_, high)| high);
+        }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Err(e)) => tracing::warn!(error = %e, "reading the epochs topic"),
             Some(Ok(message)) => {
+                read_to = message.offset() + 1;
                 let read = announced(
                     message.key(),
                     message.payload(),
@@ -109,6 +124,22 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
                         tracing::warn!(offset = message.offset(), error = %why, "passed over a record of the epochs topic");
                     }
                 }
+            }
+        }
+        if reading && let Some(high) = end {
+            // Past the topic's newest record when this reader started (compaction never drops
+            // a key's newest record, and the topic's newest is one), or nothing is left there.
+            let empty = || {
+                consumer
+                    .fetch_watermarks(&settings.epochs_topic, 0, Duration::from_secs(2))
+                    .is_ok_and(|(low, _)| low >= high)
+            };
+            if read_to >= high || (read_to < 0 && empty()) {
+                tracing::info!(
+                    end = high,
+                    "read the epochs topic to its end: every partition's leader is known"
+                );
+                shared.epochs_read.store(true, Ordering::Release);
             }
         }
     }

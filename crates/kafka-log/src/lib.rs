@@ -4,7 +4,9 @@
 //! reader (`reader.rs`), the membership consumer (`membership.rs`) and, for each partition the
 //! group gives this node, a takeover and then the partition's log writer (`leader.rs`).
 
+mod assignment;
 mod epochs;
+mod group;
 mod inbox;
 mod leader;
 mod membership;
@@ -12,7 +14,6 @@ mod meta;
 mod meta_chunks;
 mod reader;
 mod snapshots;
-mod standbys;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,9 @@ struct Shared {
     admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
     /// Per partition: what this node knows of its log, and whether it leads it.
     partitions: Vec<Mutex<Replica>>,
+    /// The epochs reader read the topic to its end once: every partition's leader is known as
+    /// far as the cluster announced it, and leaders may be planned (`membership.rs`).
+    epochs_read: std::sync::atomic::AtomicBool,
     /// Signalled whenever the reader stored progress.
     progress: tokio::sync::Notify,
     /// Held from building a set of positions to handing it to the writer, and while a takeover
@@ -66,7 +70,7 @@ struct Shared {
     /// Events posted to an inbox that Kafka has not taken yet, tried again until it does.
     posts_retrying: Arc<std::sync::atomic::AtomicU64>,
     /// The partitions this node keeps in its store (`None`: every one, until the membership
-    /// knows; `standbys.rs`).
+    /// knows; `assignment.rs`).
     held: watch::Sender<Option<BTreeSet<u32>>>,
     /// The node is stopping: it leaves the group so the others take its partitions over while
     /// it still answers (and forwards) requests ([`Cluster::hand_on`]).
@@ -229,6 +233,7 @@ impl Cluster {
             runtime: runtime.clone(),
             posts_retrying: Arc::default(),
             held: watch::channel(None).0,
+            epochs_read: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
         });
         runtime.set_outbox(Arc::new(inbox::KafkaOutbox::new(&shared)));
@@ -303,6 +308,7 @@ impl Cluster {
                     if shared.settings.brokers_checked(shared.store.health()) {
                         membership::run(
                             &shared.settings,
+                            &|| shared.leaders(),
                             &desired_tx,
                             &shared.held,
                             &stopping,
@@ -390,6 +396,23 @@ impl sluice_api::version::ClusterReport for Cluster {
             }
         }
         found.map(|why| (why, count))
+    }
+}
+
+impl Shared {
+    /// Each partition's newest known leader (its node id), once the epochs topic was read to
+    /// its end; `None` before (a node that just started would take every partition for
+    /// leaderless).
+    fn leaders(&self) -> Option<Vec<Option<String>>> {
+        if !self.epochs_read.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let leaders = self.partitions.iter().map(|slot| {
+            let replica = lock(slot);
+            let leader = replica.leader();
+            (leader.epoch > 0).then(|| leader.node.clone())
+        });
+        Some(leaders.collect())
     }
 }
 

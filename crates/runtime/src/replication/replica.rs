@@ -287,7 +287,14 @@ impl Replica {
     /// holds.
     pub fn rewind(&mut self, position: Position) {
         self.stored = position.next;
-        self.seen = position;
+        // The position read back may name an older leader than one this node read from the
+        // log after it (a partition released and kept again starts from nothing, a snapshot
+        // from its own): the newer stays known, as if announced, or the node would route to
+        // and plan with a leader long gone.
+        let known = std::mem::replace(&mut self.seen, position).leader;
+        if known.epoch > self.seen.leader.epoch && known.epoch > self.announced.epoch {
+            self.announced = known;
+        }
         self.leading = None;
         self.catching_up = false;
     }
@@ -444,6 +451,31 @@ mod tests {
         replica.stored_up_to(2);
         replica.note_end(5);
         assert_eq!(replica.lag(), 3);
+    }
+
+    #[test]
+    fn a_rewind_to_an_older_position_keeps_the_newest_leader_known() {
+        let mut replica = Replica::at(Position::default());
+        let mut set = WriteSet::default();
+        replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set);
+        replica.read(0, 1, &epoch(2, 8), usize::MAX, &mut set);
+        // Released and kept again: read from nothing.
+        replica.rewind(Position::default());
+        assert_eq!(*replica.leader(), leader(2, 8));
+        assert_eq!(replica.next_epoch(), 3);
+        // Reading the log again from its start moves nothing back.
+        let read = replica.read(0, 0, &epoch(1, 7), usize::MAX, &mut set);
+        assert!(
+            matches!(
+                read,
+                Read::Read {
+                    new_leader: None,
+                    ..
+                }
+            ),
+            "{read:?}"
+        );
+        assert_eq!(*replica.leader(), leader(2, 8));
     }
 
     #[test]

@@ -1,39 +1,16 @@
-//! Which partitions this node keeps in its store: those it leads and those it stands by for.
-//! Partition *p*'s standbys are the `cluster.standbys` nodes that follow its leader in the
-//! order of node ids, among the members of the cluster's group (a ring: the last node's
-//! successor is the first). The group's description (DescribeGroups) names every member
-//! (its `client.id` is its node id) and what it was assigned; each node computes the same
-//! ring from it.
+//! The cluster group's description (DescribeGroups): who its members are, named by their
+//! `client.id`, which is their node id. Each node plans leaders and standbys from it alike
+//! (`assignment.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
-/// The members of the cluster's group: node id → the partitions it was assigned.
-pub(super) type Members = BTreeMap<String, BTreeSet<u32>>;
+use super::assignment::Members;
 
-/// The partitions `node` stands by for: for each partition, the `standbys` members after its
-/// leader in node id order (fewer when there are not that many other members).
-pub(super) fn standing_by(members: &Members, standbys: usize, node: &str) -> BTreeSet<u32> {
-    let ring: Vec<&String> = members.keys().collect();
-    let Some(mine) = ring.iter().position(|n| n.as_str() == node) else {
-        return BTreeSet::new();
-    };
-    let others = standbys.min(ring.len().saturating_sub(1));
-    let mut held = BTreeSet::new();
-    for (at, partitions) in members.values().enumerate() {
-        // `node` is among the `others` members after the one at `at`.
-        let distance = (mine + ring.len() - at) % ring.len();
-        if distance >= 1 && distance <= others {
-            held.extend(partitions.iter().copied());
-        }
-    }
-    held
-}
-
-/// The group's members and their partitions of `topic`, when the group is stable and every
-/// one of `partitions` is assigned; `None` while it rebalances (ask again later).
+/// The group's members, when the group is stable and every one of `partitions` of `topic` is
+/// assigned to one of them; `None` while it rebalances (ask again later).
 pub(super) fn describe<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     group: &str,
@@ -50,14 +27,14 @@ pub(super) fn describe<C: ConsumerContext>(
         return Ok(None);
     }
     let mut members = Members::new();
+    let mut assigned = BTreeSet::new();
     for member in info.members() {
-        let assigned = decode_assignment(member.assignment().unwrap_or_default(), topic)?;
-        members
-            .entry(member.client_id().to_owned())
-            .or_default()
-            .extend(assigned);
+        assigned.extend(decode_assignment(
+            member.assignment().unwrap_or_default(),
+            topic,
+        )?);
+        members.insert(member.client_id().to_owned());
     }
-    let assigned: BTreeSet<u32> = members.values().flatten().copied().collect();
     Ok((assigned.len() == partitions as usize).then_some(members))
 }
 
@@ -172,22 +149,5 @@ mod tests {
         nameless.extend(1i32.to_be_bytes());
         nameless.extend((-1i16).to_be_bytes());
         assert!(decode_assignment(&nameless, "t").is_err());
-    }
-
-    #[test]
-    fn each_partition_is_held_by_the_nodes_after_its_leader() {
-        let members = Members::from([
-            ("a".to_owned(), BTreeSet::from([0, 3])),
-            ("b".to_owned(), BTreeSet::from([1])),
-            ("c".to_owned(), BTreeSet::from([2])),
-        ]);
-        assert_eq!(standing_by(&members, 1, "a"), BTreeSet::from([2]));
-        assert_eq!(standing_by(&members, 1, "b"), BTreeSet::from([0, 3]));
-        assert_eq!(standing_by(&members, 1, "c"), BTreeSet::from([1]));
-        assert_eq!(standing_by(&members, 0, "b"), BTreeSet::new());
-        // More standbys than other nodes: every node holds every partition.
-        assert_eq!(standing_by(&members, 5, "a"), BTreeSet::from([1, 2]));
-        assert_eq!(standing_by(&members, 2, "c"), BTreeSet::from([0, 1, 3]));
-        assert_eq!(standing_by(&members, 1, "stranger"), BTreeSet::new());
     }
 }
