@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -119,6 +119,33 @@ pub(super) fn deliver(
     }
 }
 
+/// Assigns `consumer` partition `p` of the inbox `topic` from where the previous leader
+/// stopped (its committed offset; nothing committed: the topic's first record); that offset.
+/// Every record from there is read in turn: a jump means posted events were deleted unread.
+fn resume(consumer: &BaseConsumer, topic: &str, p: u32) -> Result<i64, String> {
+    let mut asked = TopicPartitionList::new();
+    asked
+        .add_partition(topic, p as i32)
+        .set_offset(Offset::Stored)
+        .map_err(|e| e.to_string())?;
+    let committed = consumer
+        .committed_offsets(asked, Duration::from_secs(10))
+        .map_err(|e| format!("cannot read the inbox's committed offset: {e}"))?;
+    let expected = match committed
+        .find_partition(topic, p as i32)
+        .map(|found| found.offset())
+    {
+        Some(Offset::Offset(at)) if at > 0 => at,
+        _ => 0,
+    };
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, p as i32, super::from_offset(expected))
+        .map_err(|e| e.to_string())?;
+    consumer.assign(&assignment).map_err(|e| e.to_string())?;
+    Ok(expected)
+}
+
 fn run(
     shared: &Arc<Shared>,
     p: u32,
@@ -130,32 +157,7 @@ fn run(
     let consumer = settings
         .reader(&settings.inbox_topic, &settings.inbox_topic)
         .map_err(|e| e.message)?;
-    // Where the previous leader stopped (nothing committed: the topic's first record). Every
-    // record from there is read in turn: a jump means posted events were deleted unread.
-    let mut asked = TopicPartitionList::new();
-    asked
-        .add_partition(&settings.inbox_topic, p as i32)
-        .set_offset(Offset::Stored)
-        .map_err(|e| e.to_string())?;
-    let committed = consumer
-        .committed_offsets(asked, Duration::from_secs(10))
-        .map_err(|e| format!("cannot read the inbox's committed offset: {e}"))?;
-    let mut expected = match committed
-        .find_partition(&settings.inbox_topic, p as i32)
-        .map(|found| found.offset())
-    {
-        Some(Offset::Offset(at)) if at > 0 => at,
-        _ => 0,
-    };
-    let mut assignment = TopicPartitionList::new();
-    assignment
-        .add_partition_offset(
-            &settings.inbox_topic,
-            p as i32,
-            super::from_offset(expected),
-        )
-        .map_err(|e| e.to_string())?;
-    consumer.assign(&assignment).map_err(|e| e.to_string())?;
+    let mut expected = resume(&consumer, &settings.inbox_topic, p)?;
     let handle = tokio::runtime::Handle::current();
     let mut truncated = std::time::Instant::now();
     while lead.borrow().is_some() {

@@ -128,74 +128,10 @@ impl Cluster {
         runtime: &Runtime,
     ) -> Result<Self, CodedError> {
         let placement = Arc::clone(runtime.placement());
-        let cluster = &config.cluster;
-        let partitions = u32::from(config.worker.partitions.get());
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .map(|name| name.trim().to_owned())
-            .filter(|name| !name.is_empty())
-            .unwrap_or_else(|| "localhost".into());
-        let node = if cluster.node_id.is_empty() {
-            host.clone()
-        } else {
-            cluster.node_id.clone()
-        };
-        let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", &cluster.bootstrap_servers);
-        for (key, value) in &cluster.properties {
-            client.set(key, value);
-        }
-        let ingress = match (
-            cluster.advertised_ingress.is_empty(),
-            &config.ingress.advertised_endpoint,
-        ) {
-            (false, _) => cluster.advertised_ingress.clone(),
-            (true, Some(endpoint)) => endpoint.to_string(),
-            (true, None) => advertised("http", config.ingress.bind, &host),
-        };
-        let admin = if cluster.advertised_admin.is_empty() {
-            let tls = config.admin.tls_cert_file.is_some();
-            advertised(if tls { "https" } else { "http" }, config.admin.bind, &host)
-        } else {
-            cluster.advertised_admin.clone()
-        };
-        let settings = Settings {
-            ingress,
-            admin,
-            node: node.clone(),
-            log_topic: format!("{}log", cluster.topic_prefix),
-            leaders_topic: format!("{}leaders", cluster.topic_prefix),
-            epochs_topic: format!("{}epochs", cluster.topic_prefix),
-            meta_topic: format!("{}meta", cluster.topic_prefix),
-            inbox_topic: format!("{}inbox", cluster.topic_prefix),
-            snapshot_topic: format!("{}snapshots", cluster.topic_prefix),
-            partitions,
-            max_record: cluster.max_record_bytes.as_usize(),
-            records_in_flight: cluster.records_in_flight as usize,
-            client,
-            session_timeout: cluster.session_timeout.0,
-            write_timeout: cluster.write_timeout.0,
-            snapshot_interval: cluster.snapshot_interval.0,
-            snapshot_full_every: cluster.snapshot_full_every,
-            snapshot_changes_max: cluster.snapshot_changes_max.as_usize(),
-            allow_unconfirmed_retention: cluster.allow_unconfirmed_retention,
-            standbys: usize::from(cluster.standbys),
-        };
-        settings.check_topics(cluster.replication_factor)?;
-        let producer: FutureProducer = settings
-            .client
-            .clone()
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "0")
-            .set(
-                "message.timeout.ms",
-                settings.write_timeout.as_millis().to_string(),
-            )
-            .set("message.max.bytes", settings.max_record.to_string())
-            .set("batch.size", batch_size(settings.max_record))
-            .create()
-            .map_err(|e| join_failed(format!("cannot create the log producer: {e}")))?;
+        let settings = Settings::from_config(config);
+        let partitions = settings.partitions;
+        settings.check_topics(config.cluster.replication_factor)?;
+        let producer = settings.producer()?;
         let admin = settings
             .client
             .create()
@@ -417,6 +353,81 @@ impl Shared {
 }
 
 impl Settings {
+    /// The settings `config` names; the node id defaults to the host's name.
+    fn from_config(config: &Config) -> Self {
+        let cluster = &config.cluster;
+        let partitions = u32::from(config.worker.partitions.get());
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        let node = if cluster.node_id.is_empty() {
+            host.clone()
+        } else {
+            cluster.node_id.clone()
+        };
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &cluster.bootstrap_servers);
+        for (key, value) in &cluster.properties {
+            client.set(key, value);
+        }
+        let ingress = match (
+            cluster.advertised_ingress.is_empty(),
+            &config.ingress.advertised_endpoint,
+        ) {
+            (false, _) => cluster.advertised_ingress.clone(),
+            (true, Some(endpoint)) => endpoint.to_string(),
+            (true, None) => advertised("http", config.ingress.bind, &host),
+        };
+        let admin = if cluster.advertised_admin.is_empty() {
+            let tls = config.admin.tls_cert_file.is_some();
+            advertised(if tls { "https" } else { "http" }, config.admin.bind, &host)
+        } else {
+            cluster.advertised_admin.clone()
+        };
+        Settings {
+            ingress,
+            admin,
+            node: node.clone(),
+            log_topic: format!("{}log", cluster.topic_prefix),
+            leaders_topic: format!("{}leaders", cluster.topic_prefix),
+            epochs_topic: format!("{}epochs", cluster.topic_prefix),
+            meta_topic: format!("{}meta", cluster.topic_prefix),
+            inbox_topic: format!("{}inbox", cluster.topic_prefix),
+            snapshot_topic: format!("{}snapshots", cluster.topic_prefix),
+            partitions,
+            max_record: cluster.max_record_bytes.as_usize(),
+            records_in_flight: cluster.records_in_flight as usize,
+            client,
+            session_timeout: cluster.session_timeout.0,
+            write_timeout: cluster.write_timeout.0,
+            snapshot_interval: cluster.snapshot_interval.0,
+            snapshot_full_every: cluster.snapshot_full_every,
+            snapshot_changes_max: cluster.snapshot_changes_max.as_usize(),
+            allow_unconfirmed_retention: cluster.allow_unconfirmed_retention,
+            standbys: usize::from(cluster.standbys),
+        }
+    }
+
+    /// The log's producer: idempotent, every replica acknowledging, records up to
+    /// `max_record`, tried for `write_timeout`.
+    fn producer(&self) -> Result<FutureProducer, CodedError> {
+        self.client
+            .clone()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            .set(
+                "message.timeout.ms",
+                self.write_timeout.as_millis().to_string(),
+            )
+            .set("message.max.bytes", self.max_record.to_string())
+            .set("batch.size", batch_size(self.max_record))
+            .create()
+            .map_err(|e| join_failed(format!("cannot create the log producer: {e}")))
+    }
+
     /// A consumer that reads `topic` by assignment (no group membership; `group` names it
     /// and keeps the offsets it commits), records of up to `max-record-bytes`; a partition
     /// without a committed offset is read from its start.

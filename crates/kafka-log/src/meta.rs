@@ -259,21 +259,7 @@ fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), Coded
         {
             snapshot.tables.clear();
         }
-        shared.store.with_db(|db| -> Result<(), CodedError> {
-            let failed =
-                |e: redb::Error| CodedError::new(Code::RT0009, format!("applying metadata: {e}"));
-            let mut txn = db.begin_write().map_err(|e| failed(e.into()))?;
-            // Not made durable here: the view writer's next checkpoint makes it so, as it does
-            // the replicas' writes. A durable commit flushed everything the view wrote since
-            // its last checkpoint first: under load that held a change back for over a second.
-            // After a crash the store opens at a checkpoint whose meta position is read again
-            // from, so nothing applied is lost.
-            txn.set_durability(redb::Durability::None)
-                .map_err(|e| failed(e.into()))?;
-            snapshot.apply(&txn)?;
-            saved.apply(&txn).map_err(failed)?;
-            txn.commit().map_err(|e| failed(e.into()))
-        })??;
+        store_meta(shared, &snapshot, &saved)?;
         drop(gate);
         let tables: Vec<&str> = snapshot.tables.iter().map(|(name, _)| *name).collect();
         if !tables.is_empty()
@@ -289,4 +275,28 @@ fn follow(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), Coded
         );
     }
     Ok(())
+}
+
+/// Applies `snapshot` (tables of metadata) and `saved` (the meta topic's position) to the
+/// store in one transaction.
+fn store_meta(
+    shared: &Shared,
+    snapshot: &MetaSnapshot,
+    saved: &WriteSet,
+) -> Result<(), CodedError> {
+    shared.store.with_db(|db| -> Result<(), CodedError> {
+        let failed =
+            |e: redb::Error| CodedError::new(Code::RT0009, format!("applying metadata: {e}"));
+        let mut txn = db.begin_write().map_err(|e| failed(e.into()))?;
+        // Not made durable here: the view writer's next checkpoint makes it so, as it does
+        // the replicas' writes. A durable commit flushed everything the view wrote since
+        // its last checkpoint first: under load that held a change back for over a second.
+        // After a crash the store opens at a checkpoint whose meta position is read again
+        // from, so nothing applied is lost.
+        txn.set_durability(redb::Durability::None)
+            .map_err(|e| failed(e.into()))?;
+        snapshot.apply(&txn)?;
+        saved.apply(&txn).map_err(failed)?;
+        txn.commit().map_err(|e| failed(e.into()))
+    })?
 }
