@@ -471,6 +471,15 @@ impl Sluice {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// Waits until the process has said `phrase` on stderr; fails saying `never` (and what it
+    /// said) once `deadline` passed.
+    pub async fn until_said(&self, phrase: &str, deadline: Instant, never: &str) {
+        while !self.stderr().contains(phrase) {
+            assert!(Instant::now() < deadline, "{never}: {}", self.stderr());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn child(&mut self) -> &mut Child {
         self.child.as_mut().expect("process still owned")
     }

@@ -299,23 +299,21 @@ async fn a_second_node_takes_every_partition_over_when_the_first_dies() {
     let second = real_node(&bootstrap, "n2").start().await.unwrap();
     deployments(&second, 1).await;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !second.stderr().contains("took the partition over") {
-        assert!(
-            Instant::now() < deadline,
-            "n2 never led a partition: {}",
-            second.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    second
+        .until_said(
+            "took the partition over",
+            deadline,
+            "n2 never led a partition",
+        )
+        .await;
     // n1 hands the partitions on: it steps down before n2 takes them (or is fenced by it).
-    while !first.stderr().contains("stopped leading the partition") {
-        assert!(
-            Instant::now() < deadline,
-            "n1 kept every partition: {}",
-            first.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    first
+        .until_said(
+            "stopped leading the partition",
+            deadline,
+            "n1 kept every partition",
+        )
+        .await;
 
     first.kill_9();
     let killed = Instant::now();

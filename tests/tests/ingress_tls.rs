@@ -205,14 +205,13 @@ async fn the_ingress_speaks_tls_by_alpn_and_reloads_its_certificate_without_drop
     std::fs::write(dir.path().join("server.crt"), "not a certificate").unwrap();
     sluice.signal(nix::sys::signal::Signal::SIGHUP).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !sluice.stderr().contains("did not reload") {
-        assert!(
-            Instant::now() < deadline,
-            "the broken file was never reported: {}",
-            sluice.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sluice
+        .until_said(
+            "did not reload",
+            deadline,
+            "the broken file was never reported",
+        )
+        .await;
     let mut still = Conn::open(port, &third, true).await.unwrap();
     assert_eq!(still.greet("Ivy").await, (200, "\"Hello, Ivy!\"".into()));
 }

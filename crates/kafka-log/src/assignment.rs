@@ -8,8 +8,8 @@
 //!    that member leads more than its share (`⌈partitions / members⌉`): it lets its
 //!    highest-numbered partitions go.
 //! 2. A partition without a leader among the members goes, when its node died or left, to its
-//!    standby if that one has room within its share (and leaves room for the others'); else (and when let go above) to the
-//!    member that leads fewest (ties: the lowest node id).
+//!    standby if that one has room within its share (and leaves room for the others'); else
+//!    (and when let go above) to the member that leads fewest (ties: the lowest node id).
 //! 3. A member below `⌊partitions / members⌋` (a node that joined) takes the highest-numbered
 //!    partition of the member that leads most, until it has its share.
 //!
@@ -23,9 +23,9 @@
 //! Views differ for a moment (a description or an announcement read late): two nodes may then
 //! both want a partition. That costs a takeover, never safety: the log's epoch records decide
 //! who leads (`leader.rs`). Each rule depends only on the members, the current leaders and the
-//! last plan in force, so the views settle on one plan; after a loss, a plan applied in part plans the same again (a
-//! join may move a partition more than needed while its takeovers land, never past the
-//! shares).
+//! last plan in force, so the views settle on one plan; after a loss, a plan applied in part
+//! plans the same again (a join may move a partition more than needed while its takeovers
+//! land, never past the shares).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -153,14 +153,9 @@ pub(super) fn standbys(
         .collect()
 }
 
-/// The partitions `node` stands by for under `leaders` (a plan over `members`).
-pub(super) fn standing_by(
-    leaders: &[Option<String>],
-    members: &Members,
-    count: usize,
-    node: &str,
-) -> BTreeSet<u32> {
-    standbys(leaders, members, count)
+/// The partitions `node` stands by for in `table` (each partition's standbys, [`standbys`]).
+pub(super) fn standing_by(table: &[Vec<String>], node: &str) -> BTreeSet<u32> {
+    table
         .iter()
         .enumerate()
         .filter(|(_, standbys)| standbys.iter().any(|s| s == node))
@@ -211,7 +206,7 @@ mod tests {
     /// How many partitions each member keeps: those it leads and those it stands by for.
     fn kept(leaders: &[Option<String>], all: &Members) -> Vec<usize> {
         all.iter()
-            .map(|m| leading(leaders, m).len() + standing_by(leaders, all, 1, m).len())
+            .map(|m| leading(leaders, m).len() + standing_by(&standbys(leaders, all, 1), m).len())
             .collect()
     }
 
@@ -246,10 +241,11 @@ mod tests {
         // Each node keeps its share: leads 4, stands by for 4.
         assert_eq!(kept(&before, &members(&SIX)), vec![8; 6]);
         let after = next(&members(&SIX), &before, &survivors);
+        let table = standbys(&before, &members(&SIX), 1);
         let mut warm = 0;
         for (p, (was, is)) in before.iter().zip(&after).enumerate() {
             if was.as_deref() == Some("n1") {
-                let stood_by = standing_by(&before, &members(&SIX), 1, is.as_deref().unwrap());
+                let stood_by = standing_by(&table, is.as_deref().unwrap());
                 warm += usize::from(stood_by.contains(&(p as u32)));
             } else {
                 assert_eq!(was, is, "partition {p} of a survivor moved");
@@ -313,21 +309,39 @@ mod tests {
             .map(|l| Some((*l).to_owned()))
             .collect();
         // a's partitions 0 and 1: one on b, one on c.
-        assert_eq!(standing_by(&leaders, &all, 1, "b"), BTreeSet::from([0]));
-        assert_eq!(standing_by(&leaders, &all, 1, "c"), BTreeSet::from([1, 2]));
-        assert_eq!(standing_by(&leaders, &all, 1, "a"), BTreeSet::from([3]));
-        assert_eq!(standing_by(&leaders, &all, 0, "b"), BTreeSet::new());
-        // More standbys than other nodes: every node keeps every partition it does not lead.
-        assert_eq!(standing_by(&leaders, &all, 5, "a"), BTreeSet::from([2, 3]));
         assert_eq!(
-            standing_by(&leaders, &all, 2, "c"),
+            standing_by(&standbys(&leaders, &all, 1), "b"),
+            BTreeSet::from([0])
+        );
+        assert_eq!(
+            standing_by(&standbys(&leaders, &all, 1), "c"),
+            BTreeSet::from([1, 2])
+        );
+        assert_eq!(
+            standing_by(&standbys(&leaders, &all, 1), "a"),
+            BTreeSet::from([3])
+        );
+        assert_eq!(
+            standing_by(&standbys(&leaders, &all, 0), "b"),
+            BTreeSet::new()
+        );
+        // More standbys than other nodes: every node keeps every partition it does not lead.
+        assert_eq!(
+            standing_by(&standbys(&leaders, &all, 5), "a"),
+            BTreeSet::from([2, 3])
+        );
+        assert_eq!(
+            standing_by(&standbys(&leaders, &all, 2), "c"),
             BTreeSet::from([0, 1, 2])
         );
-        assert_eq!(standing_by(&leaders, &all, 1, "stranger"), BTreeSet::new());
+        assert_eq!(
+            standing_by(&standbys(&leaders, &all, 1), "stranger"),
+            BTreeSet::new()
+        );
         assert_eq!(leading(&leaders, "a"), BTreeSet::from([0, 1]));
         // Alone, a node stands by for nothing.
         assert_eq!(
-            standing_by(&leaders, &members(&["a"]), 1, "a"),
+            standing_by(&standbys(&leaders, &members(&["a"]), 1), "a"),
             BTreeSet::new()
         );
     }

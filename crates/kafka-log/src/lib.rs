@@ -389,7 +389,7 @@ impl Settings {
         Settings {
             ingress,
             admin,
-            node: node.clone(),
+            node,
             log_topic: format!("{}log", cluster.topic_prefix),
             leaders_topic: format!("{}leaders", cluster.topic_prefix),
             epochs_topic: format!("{}epochs", cluster.topic_prefix),

@@ -201,12 +201,13 @@ impl Planner {
             return DESCRIBE_AGAIN;
         };
         let plan = assignment::plan(&members, &current, &self.stood_by);
-        if plan == current {
-            self.stood_by = assignment::standbys(&plan, &members, settings.standbys);
-        }
+        let table = assignment::standbys(&plan, &members, settings.standbys);
         let mut mine = assignment::leading(&plan, &settings.node);
-        let mut kept = assignment::standing_by(&plan, &members, settings.standbys, &settings.node);
+        let mut kept = assignment::standing_by(&table, &settings.node);
         kept.extend(&mine);
+        if plan == current {
+            self.stood_by = table;
+        }
         let waiting = self.hand_over(&mut mine, &current, &members, &settings.node);
         lead(desired, &mine, "planned");
         let keep = Some(kept);
