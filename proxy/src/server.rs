@@ -372,6 +372,7 @@ fn add_partitions_and_ingress(
         plugins: Arc::clone(plugins),
         forwarder: sluice_runtime::replication::relay::Peers::new(),
         api_keys: sluice_ingress::api_keys::ApiKeys::from_config(&config.ingress)?,
+        relayed: sluice_ingress::forward::relayed_clients(&config.ingress.connections),
     });
     server.add_service(background_service(
         "partitions",

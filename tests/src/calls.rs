@@ -129,6 +129,39 @@ pub async fn next_awakeable(ingress_url: &str, service: &str, previous: &str) ->
     }
 }
 
+/// A connection to `address` from the loopback address `from` (127.0.0.x: another client).
+pub async fn connect_from(from: [u8; 4], address: &str) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::from((from, 0)))?;
+    socket.connect(address.parse().expect("an address")).await
+}
+
+/// The status line and headers of the first answer on `stream` (an HTTP/1.1 connection), if
+/// they come within `within`.
+pub async fn head_within(stream: &mut tokio::net::TcpStream, within: Duration) -> Option<String> {
+    use tokio::io::AsyncReadExt as _;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// The status line's code of the first answer on `stream`, if one comes within `within`.
+pub async fn status_within(stream: &mut tokio::net::TcpStream, within: Duration) -> Option<u16> {
+    head_within(stream, within)
+        .await?
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// Reads from `stream` until the server closes it (or `within` passes): whether it was closed.
 pub async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
     use tokio::io::AsyncReadExt as _;

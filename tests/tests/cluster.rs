@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sluice_tests::{
     Builder, KafkaBroker, KafkaCluster, Sluice, TestDeployment, assert_once_but_in_flight,
-    assert_startup_error, effects_once_quiet, effects_per_invocation, get_json,
+    assert_startup_error, connect_from, effects_once_quiet, effects_per_invocation, get_json,
+    head_within, status_within,
 };
+use tokio::io::AsyncWriteExt as _;
 
 const PARTITIONS: i32 = 4;
 
@@ -645,6 +647,109 @@ async fn a_forwarded_attach_whose_client_left_leaves_no_wait_at_the_leader() {
     let status = answer.status();
     let text = answer.text().await.unwrap();
     assert_eq!(status, 200, "{text}");
+}
+
+/// A request another node forwards counts at the leader under its client's address (one
+/// place per client connection), beside that address's own connections there: a client that
+/// holds every place of its address at the leader is refused 429 `ING0012` with Retry-After
+/// when it comes through another node, while another client of that node is served, and it
+/// is served again once its connections to the leader close. Before, the leader counted only
+/// the forwarding node's connections, so a client went past its address's cap there through
+/// any other node.
+#[tokio::test]
+async fn a_forwarded_request_counts_under_its_clients_address_at_the_leader() {
+    // Room for a peer's eight connections and the harness's own, all from 127.0.0.1.
+    const CAP: usize = 16;
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        let builder = real_node(&bootstrap, id)
+            .env("SERVICE_INGRESS__CONNECTIONS__MAX_PER_IP", &CAP.to_string());
+        nodes.push(builder.start().await.unwrap());
+    }
+    nodes[0].register(&dep.uri, false).await;
+    deployments(&nodes[1], 1).await;
+    assignment_in_force(&[&nodes[0], &nodes[1]], &["n1", "n2"]).await;
+    // A fresh send through n2 lands on a partition n2 leads: its attaches through n1 are
+    // forwarded to n2.
+    let sent = reqwest::Client::new()
+        .post(format!("{}/Meter/work/send", nodes[1].ingress_url))
+        .header("content-type", "application/json")
+        .body("1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 202);
+    let id = invocation_id(&sent.text().await.unwrap());
+    nodes[1]
+        .invocation_until(&id, "completed", |seen| seen["status"] == "completed")
+        .await;
+    let leader = nodes[1]
+        .ingress_url
+        .trim_start_matches("http://")
+        .to_owned();
+    let via = nodes[0]
+        .ingress_url
+        .trim_start_matches("http://")
+        .to_owned();
+    let attach_via_n1 = |from: [u8; 4]| {
+        let (via, id) = (via.clone(), id.clone());
+        async move {
+            let mut stream = connect_from(from, &via).await.unwrap();
+            let request =
+                format!("GET /restate/invocation/{id}/attach HTTP/1.1\r\nhost: {via}\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            head_within(&mut stream, Duration::from_secs(30))
+                .await
+                .expect("an answer")
+                .to_ascii_lowercase()
+        }
+    };
+    assert!(
+        attach_via_n1([127, 0, 0, 2])
+            .await
+            .starts_with("http/1.1 200"),
+        "client A through n1 before it holds anything at n2"
+    );
+    // Client A (127.0.0.2) takes every place of its address at n2, each connection answered
+    // once so the place is surely held.
+    let mut held = Vec::new();
+    for _ in 0..CAP {
+        let mut stream = connect_from([127, 0, 0, 2], &leader).await.unwrap();
+        let health = format!("GET /restate/health HTTP/1.1\r\nhost: {leader}\r\n\r\n");
+        stream.write_all(health.as_bytes()).await.unwrap();
+        assert_eq!(
+            status_within(&mut stream, Duration::from_secs(30)).await,
+            Some(200)
+        );
+        held.push(stream);
+    }
+    let refused = attach_via_n1([127, 0, 0, 2]).await;
+    assert!(refused.starts_with("http/1.1 429"), "{refused}");
+    assert!(
+        refused.contains("x-service-error-code: ing0012"),
+        "{refused}"
+    );
+    assert!(refused.contains("retry-after: 1"), "{refused}");
+    // Another client of n1 is served: the forwarding node's address is not what counts.
+    let other = attach_via_n1([127, 0, 0, 3]).await;
+    assert!(other.starts_with("http/1.1 200"), "{other}");
+    // A's connections to n2 close, and its places come back.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let again = attach_via_n1([127, 0, 0, 2]).await;
+        if again.starts_with("http/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A's places never came back: {again}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// What a client of a rolling restart saw: each send's id when acknowledged, and every

@@ -5,31 +5,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_tests::{Sluice, TestDeployment, closed_within};
+use sluice_tests::{Sluice, TestDeployment, closed_within, connect_from, status_within};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpSocket, TcpStream};
-
-/// A connection to `address` from the loopback address `from` (127.0.0.x: another client).
-async fn connect_from(from: [u8; 4], address: &str) -> std::io::Result<TcpStream> {
-    let socket = TcpSocket::new_v4()?;
-    socket.bind(std::net::SocketAddr::from((from, 0)))?;
-    socket.connect(address.parse().expect("an address")).await
-}
-
-/// The status line's code of the first answer on `stream`, if one comes within `within`.
-async fn status_within(stream: &mut TcpStream, within: Duration) -> Option<u16> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + within;
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
-            _ => return None,
-        }
-    }
-    let text = String::from_utf8_lossy(&got);
-    text.split(' ').nth(1)?.parse().ok()
-}
+use tokio::net::TcpStream;
 
 fn attach_request(ingress: &str, id: &str) -> String {
     format!("GET /service/attach/{id} HTTP/1.1\r\nhost: {ingress}\r\n\r\n")

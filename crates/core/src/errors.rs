@@ -318,6 +318,9 @@ catalogue! {
     ING0011 => Ingress, Some(431),
         "the request's headers are too large",
         "The request line and headers (HTTP/1.1), or the header list (HTTP/2), are over `ingress.connections.max-header-bytes` (default 64 KiB; the admin listener has its own `admin.connections.max-header-bytes`). Over HTTP/1.1 the connection is answered and closed; over HTTP/2 the stream is reset. Send large values in the body instead.";
+    ING0012 => Ingress, Some(429),
+        "the client's address holds too many connections to the leading node",
+        "Cluster mode: a request another node forwarded to the node leading its partition was refused there, because its client's address already holds `ingress.connections.max-per-ip` connections to that node, counting each client connection to another node whose requests are being forwarded there as one. Wait for some of the address's calls to end (the answer carries `Retry-After`), or spread them over fewer connections (HTTP/2 carries many calls on one).";
     PLG0001 => Admin, Some(400),
         "the plugin cannot be loaded",
         "The bytes are not a wasm component, it does not export the function of its hook (`extract` or `match-rule` of the `sluice:policy` world), its imports are not those of `sluice:policy`, or its settings are invalid. Build it with `sluice-guest` for `wasm32-wasip2`. The previously loaded version, if any, stays.";

@@ -176,11 +176,13 @@ impl GuardedHttp {
         limits: ConnectionLimits,
         tls: Option<Arc<super::tls::IngressTls>>,
     ) -> Self {
+        // Shared with the clients' connections other nodes forward requests of.
+        let per_ip = Arc::clone(app.state.relayed.per_ip());
         Self {
             app: Arc::new(app),
             tls,
             permits: Arc::new(Semaphore::new(limits.max.min(Semaphore::MAX_PERMITS))),
-            per_ip: PerIp::new(limits.per_ip()),
+            per_ip,
             answers: Answers {
                 limits: WriteLimits::of(&limits),
                 stalled: Stalled::new(),

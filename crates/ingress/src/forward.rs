@@ -1,10 +1,15 @@
 //! Cluster mode: a request for a partition another node leads is forwarded to that node's
 //! ingress, once, and its answer relayed (`docs/cluster.md`). A request that arrives forwarded
 //! and still finds its partition elsewhere is answered 503 `CLU0001` instead of bouncing on.
+//! A forwarded request names the client connection it came on (`x-sluice-forwarded-for`), and
+//! the leader counts it under that client's address, as if the client had connected there.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderMap, HeaderValue, Response};
 use pingora::protocols::http::ServerSession;
+use sluice_listeners::per_ip::{PerIp, Relayed, RelayedRequest};
 
 use super::error::IngressError;
 use sluice_core::errors::Code;
@@ -24,6 +29,7 @@ fn not_here(partition_of: &str, why: &str) -> IngressError {
 /// wait in turn.
 pub async fn forward(
     placement: &sluice_runtime::partition::placement::Placement,
+    node: &str,
     client: &reqwest::Client,
     session: &mut ServerSession,
     body: Bytes,
@@ -49,7 +55,12 @@ pub async fn forward(
         .path_and_query()
         .map_or("/", http::uri::PathAndQuery::as_str)
         .to_owned();
-    let (method, headers) = (request.method.clone(), request.headers.clone());
+    let (method, mut headers) = (request.method.clone(), request.headers.clone());
+    // A client's own value is replaced: only what this node saw goes on.
+    headers.remove(FORWARDED_FOR);
+    if let Some(client) = forwarded_for(node, session) {
+        headers.insert(FORWARDED_FOR, client);
+    }
     let relayed = relay(placement, client, &ingress, method, &path, &headers, body);
     let answer = match super::wait::while_connected(session, None, relayed).await {
         Ok(answer) => answer.map_err(|why| not_here(what, &why))?,
@@ -79,6 +90,7 @@ pub async fn if_elsewhere(
     Some(
         forward(
             state.runtime.placement(),
+            &state.config.cluster.node_id,
             state.forwarder.pick(),
             session,
             body,
@@ -86,4 +98,82 @@ pub async fn if_elsewhere(
         )
         .await,
     )
+}
+
+/// Names, on a request one node forwards to another, the client connection it came on: the
+/// forwarding node's id, then the client's address and port, as `n2 192.0.2.7:53012`. The
+/// leader honours it only on a request that carries the cluster's secret.
+pub const FORWARDED_FOR: &str = "x-sluice-forwarded-for";
+
+/// The [`FORWARDED_FOR`] value naming `session`'s client connection to node `node`.
+pub fn forwarded_for(node: &str, session: &ServerSession) -> Option<HeaderValue> {
+    let client = session.client_addr()?.as_inet()?;
+    HeaderValue::from_str(&format!("{node} {client}")).ok()
+}
+
+/// The ingress listener's count of connections by client address under `limits`, with the
+/// client connections other nodes forward requests of.
+pub fn relayed_clients(limits: &sluice_config::ConnectionLimits) -> Arc<Relayed> {
+    Relayed::new(PerIp::new(limits.per_ip()))
+}
+
+/// Counts a request another node forwarded under the address of the client it came from
+/// (`headers`' [`FORWARDED_FOR`]): one place per client connection while it has requests in
+/// flight here. `None` for a request not forwarded, or forwarded without a readable client
+/// (a node of an older release); 429 `ING0012` when the client's address has every place.
+pub fn count_relayed(
+    state: &super::IngressState,
+    headers: &HeaderMap,
+) -> Result<Option<RelayedRequest>, IngressError> {
+    let Some(named) = headers.get(FORWARDED_FOR) else {
+        return Ok(None);
+    };
+    if !from_node(state.runtime.placement(), headers) {
+        return Ok(None);
+    }
+    let Some(connection) = read_forwarded_for(named) else {
+        return Ok(None);
+    };
+    let client = connection.1.ip();
+    match state.relayed.enter(connection) {
+        Some(request) => Ok(Some(request)),
+        None => {
+            tracing::debug!(
+                %client,
+                "a forwarded request's client address has every connection place here: refused (ingress.connections.max-per-ip)"
+            );
+            let mut refused = IngressError::coded(
+                Code::ING0012,
+                format!(
+                    "{client} holds ingress.connections.max-per-ip connections to the node leading this request's partition, counting those other nodes forward there: wait for some of its calls to end, or use fewer connections"
+                ),
+            );
+            refused.retry_after_s = Some(1);
+            Err(refused)
+        }
+    }
+}
+
+/// The forwarding node and the client's address and port in a [`FORWARDED_FOR`] value.
+fn read_forwarded_for(value: &HeaderValue) -> Option<(String, std::net::SocketAddr)> {
+    let (node, client) = value.to_str().ok()?.split_once(' ')?;
+    Some((node.to_owned(), client.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forwarded_for_value_reads_back_and_junk_reads_as_nothing() {
+        let read = read_forwarded_for(&HeaderValue::from_static("n2 [::1]:4000")).unwrap();
+        assert_eq!(read, ("n2".to_owned(), "[::1]:4000".parse().unwrap()));
+        for junk in ["n2", "n2 nowhere", " 127.0.0.1", "n2 127.0.0.1"] {
+            assert_eq!(
+                read_forwarded_for(&HeaderValue::from_static(junk)),
+                None,
+                "{junk}"
+            );
+        }
+    }
 }

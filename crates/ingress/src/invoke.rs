@@ -363,6 +363,7 @@ async fn admit_or_hand_over(
     if route != Route::Here {
         return super::forward::forward(
             state.runtime.placement(),
+            &state.config.cluster.node_id,
             state.forwarder.pick(),
             session,
             request.body,

@@ -9,7 +9,7 @@ mod classify;
 mod connections;
 mod deadline;
 mod error;
-mod forward;
+pub mod forward;
 mod head_cap;
 pub mod in_flight;
 pub mod input;
@@ -56,6 +56,9 @@ pub struct IngressState {
     pub forwarder: sluice_runtime::replication::relay::Peers,
     /// API keys that bind calls to a scope (`[[ingress.api-keys]]`).
     pub api_keys: api_keys::ApiKeys,
+    /// Client connections whose requests other nodes forward here, counted under the clients'
+    /// addresses beside the listener's own connections ([`forward::relayed_clients`]).
+    pub relayed: Arc<sluice_listeners::per_ip::Relayed>,
 }
 
 /// The ingress application: [`IngressApp::respond`] answers one request whose headers are
@@ -75,7 +78,12 @@ impl IngressApp {
     /// The answer to one request whose headers are read, counted and timed by kind.
     async fn respond(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let started = std::time::Instant::now();
-        let (kind, resp) = self.answer(session).await;
+        let counted = forward::count_relayed(&self.state, &session.req_header().headers);
+        let (kind, resp) = match counted {
+            // Held until the answer is ready.
+            Ok(_counted) => self.answer(session).await,
+            Err(refused) => ("refused", refused.into_response()),
+        };
         record_request(kind, &resp, started);
         resp
     }
@@ -91,8 +99,15 @@ impl IngressApp {
         let max = self.state.config.ingress.max_status_targets;
         match status::read_request(&body, max, caller)? {
             status::StatusRequest::List(ids) => {
-                let api_key = session.req_header().headers.get(api_keys::HEADER).cloned();
-                status::of_list(&self.state, ids, api_key.as_ref(), caller).await
+                let mut asked = http::HeaderMap::new();
+                if let Some(key) = session.req_header().headers.get(api_keys::HEADER) {
+                    asked.insert(api_keys::HEADER, key.clone());
+                }
+                let node = &self.state.config.cluster.node_id;
+                if let Some(client) = forward::forwarded_for(node, session) {
+                    asked.insert(forward::FORWARDED_FOR, client);
+                }
+                status::of_list(&self.state, ids, &asked, caller).await
             }
             status::StatusRequest::One(id) => match self.state.runtime.route(id) {
                 sluice_runtime::partition::placement::Route::Here => {
@@ -101,6 +116,7 @@ impl IngressApp {
                 route => {
                     forward::forward(
                         self.state.runtime.placement(),
+                        &self.state.config.cluster.node_id,
                         self.state.forwarder.pick(),
                         session,
                         body,

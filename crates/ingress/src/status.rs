@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http::{HeaderMap, Method, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::IngressState;
@@ -267,11 +267,12 @@ const LIST_FORMS: &str =
 
 /// `POST /service/status` with a list: each entry's status, in order; an unknown one is
 /// `"found": false`. An id asked several times is looked up once. A node in cluster mode asks
-/// the node leading an entry's partition, with the caller's API key.
+/// the node leading an entry's partition with `asked`: the caller's API key, and the client
+/// connection it came on.
 pub async fn of_list(
     state: &IngressState,
     ids: Vec<InvocationId>,
-    api_key: Option<&HeaderValue>,
+    asked: &HeaderMap,
     caller: Option<&Binding>,
 ) -> Result<Response<Vec<u8>>, IngressError> {
     let mut seen: HashMap<InvocationId, Option<StatusBody>> = HashMap::with_capacity(ids.len());
@@ -284,7 +285,7 @@ pub async fn of_list(
                     Route::Here => peek_status_for(state, id, caller)
                         .await?
                         .map(|peek| StatusBody::of(&peek)),
-                    route => elsewhere(state, id, route, api_key).await?,
+                    route => elsewhere(state, id, route, asked).await?,
                 };
                 seen.insert(id, status.clone());
                 status
@@ -305,7 +306,7 @@ async fn elsewhere(
     state: &IngressState,
     id: InvocationId,
     route: Route,
-    api_key: Option<&HeaderValue>,
+    asked: &HeaderMap,
 ) -> Result<Option<StatusBody>, IngressError> {
     let not_here = |why: String| {
         IngressError::coded(
@@ -316,17 +317,13 @@ async fn elsewhere(
     let Route::Elsewhere { ingress, .. } = route else {
         return Err(not_here("no node leads its partition right now".into()));
     };
-    let mut asked = HeaderMap::new();
-    if let Some(key) = api_key {
-        asked.insert(super::api_keys::HEADER, key.clone());
-    }
     let answer = sluice_runtime::replication::relay::relay(
         state.runtime.placement(),
         state.forwarder.pick(),
         &ingress,
         Method::GET,
         &format!("/restate/status/{id}"),
-        &asked,
+        asked,
         Bytes::new(),
     )
     .await
