@@ -133,7 +133,48 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
         }
         return Ok(());
     }
-    let answer = match cmd {
+    let answer = ask(&admin, cmd).await?;
+    if args.json {
+        table::print_json(&answer.json);
+        return Ok(());
+    }
+    match cmd {
+        InvocationsCommand::List { .. } => {
+            let list: ListInvocationsResponse = answer.parse()?;
+            let rows: Vec<Vec<String>> = list
+                .invocations
+                .iter()
+                .map(|i| {
+                    vec![
+                        i.id.clone(),
+                        i.target.clone(),
+                        i.status.clone(),
+                        i.attempts.to_string(),
+                        i.last_failure_error_code.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::render(&["ID", "TARGET", "STATUS", "ATTEMPTS", "LAST ERROR"], &rows)
+            );
+        }
+        InvocationsCommand::Describe { .. } => print_described(&answer.parse()?),
+        InvocationsCommand::RestartAsNew { id, .. } => {
+            let restarted: RestartAsNewResponse = answer.parse()?;
+            println!("restarted {id} as {}", restarted.new_invocation_id);
+        }
+        _ => unreachable!("control commands returned above"),
+    }
+    Ok(())
+}
+
+/// Asks the admin API what `cmd` (a list, a description or a restart) asks.
+async fn ask(
+    admin: &AdminClient,
+    cmd: &InvocationsCommand,
+) -> Result<crate::client::Answer, CodedError> {
+    Ok(match cmd {
         InvocationsCommand::List {
             status,
             service,
@@ -170,67 +211,36 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
                 )
                 .await?
         }
-        _ => unreachable!("control commands returned above"),
-    };
-    if args.json {
-        table::print_json(&answer.json);
-        return Ok(());
+        _ => unreachable!("control commands are not asked this way"),
+    })
+}
+
+/// Prints an invocation's description, a field a line.
+fn print_described(i: &InvocationResponse) {
+    println!("id:          {}", i.id);
+    println!("target:      {}", i.target);
+    println!("status:      {}", i.status);
+    println!(
+        "attempts:    {} (retry count {})",
+        i.attempts, i.retry_count
+    );
+    if let Some(d) = &i.deployment_id {
+        println!(
+            "deployment:  {d} (protocol V{})",
+            i.protocol_version.unwrap_or_default()
+        );
     }
-    match cmd {
-        InvocationsCommand::List { .. } => {
-            let list: ListInvocationsResponse = answer.parse()?;
-            let rows: Vec<Vec<String>> = list
-                .invocations
-                .iter()
-                .map(|i| {
-                    vec![
-                        i.id.clone(),
-                        i.target.clone(),
-                        i.status.clone(),
-                        i.attempts.to_string(),
-                        i.last_failure_error_code.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect();
-            print!(
-                "{}",
-                table::render(&["ID", "TARGET", "STATUS", "ATTEMPTS", "LAST ERROR"], &rows)
-            );
-        }
-        InvocationsCommand::Describe { .. } => {
-            let i: InvocationResponse = answer.parse()?;
-            println!("id:          {}", i.id);
-            println!("target:      {}", i.target);
-            println!("status:      {}", i.status);
-            println!(
-                "attempts:    {} (retry count {})",
-                i.attempts, i.retry_count
-            );
-            if let Some(d) = &i.deployment_id {
-                println!(
-                    "deployment:  {d} (protocol V{})",
-                    i.protocol_version.unwrap_or_default()
-                );
-            }
-            if let Some(f) = &i.last_failure {
-                println!(
-                    "last error:  [{}] {f}",
-                    i.last_failure_error_code.as_deref().unwrap_or("-")
-                );
-            }
-            if let Some(c) = &i.completion {
-                println!("completion:  {c}");
-            }
-            println!("created:     {}", i.created_at);
-            if let Some(w) = &i.waiting {
-                println!("waiting:     {}", waiting_line(w));
-            }
-        }
-        InvocationsCommand::RestartAsNew { id, .. } => {
-            let restarted: RestartAsNewResponse = answer.parse()?;
-            println!("restarted {id} as {}", restarted.new_invocation_id);
-        }
-        _ => unreachable!("control commands returned above"),
+    if let Some(f) = &i.last_failure {
+        println!(
+            "last error:  [{}] {f}",
+            i.last_failure_error_code.as_deref().unwrap_or("-")
+        );
     }
-    Ok(())
+    if let Some(c) = &i.completion {
+        println!("completion:  {c}");
+    }
+    println!("created:     {}", i.created_at);
+    if let Some(w) = &i.waiting {
+        println!("waiting:     {}", waiting_line(w));
+    }
 }

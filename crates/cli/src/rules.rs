@@ -441,30 +441,10 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
             file,
             dry_run,
             prune,
-        } => {
-            let wanted = rules_file::read(file)?;
-            let plan = Plan::new(&wanted, &rules(&admin).await?, *prune)?;
-            print!("{}", plan.render());
-            if *dry_run || plan.is_empty() {
-                let what = if *dry_run { "dry run" } else { "nothing to do" };
-                println!("{what}: the rule book is unchanged");
-                return Ok(());
-            }
-            let answer = admin
-                .call(Method::POST, "/limits/rules/apply", Some(&plan.request()))
-                .await
-                .map_err(|e| {
-                    if e.message.contains("precondition") {
-                        CodedError::uncoded(format!(
-                            "the rule book changed since the plan was made, nothing was applied; run `sluice rules apply` again ({})",
-                            e.message
-                        ))
-                    } else {
-                        e
-                    }
-                })?;
-            ("applied".to_owned(), answer.json)
-        }
+        } => match apply(&admin, file, *dry_run, *prune).await? {
+            Some(answer) => ("applied".to_owned(), answer),
+            None => return Ok(()),
+        },
         RulesCommand::Export { output, format } => {
             let json =
                 args.json || rules_file::export_as_json(output.as_deref(), format.as_deref());
@@ -483,62 +463,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
                 table::print_json(&json!({"rules": list}));
                 return Ok(());
             }
-            let mut header = vec![
-                "PATTERN",
-                "CONCURRENCY",
-                "RATE",
-                "WEIGHT",
-                "MODE",
-                "DISABLED",
-            ];
-            if *extra {
-                header.extend([
-                    "MAX WAIT",
-                    "ADAPTIVE",
-                    "QUOTA",
-                    "BUDGET",
-                    "DESCRIPTION",
-                    "VERSION",
-                    "LAST MODIFIED",
-                ]);
-            }
-            let rows: Vec<Vec<String>> = list
-                .iter()
-                .map(|r| {
-                    let mut row = vec![
-                        r.pattern.clone(),
-                        r.limits
-                            .concurrency
-                            .map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
-                        match (&r.limits.rate, r.limits.burst) {
-                            (Some(rate), Some(burst)) if burst > 1 => {
-                                format!("{rate} (burst {burst})")
-                            }
-                            (Some(rate), _) => rate.clone(),
-                            (None, _) => "-".to_owned(),
-                        },
-                        r.limits.weight.unwrap_or(1).to_string(),
-                        r.mode.clone(),
-                        r.disabled.to_string(),
-                    ];
-                    if *extra {
-                        row.extend([
-                            r.limits.max_wait.clone().unwrap_or_else(|| "-".to_owned()),
-                            r.limits.adaptive.map_or_else(
-                                || "-".to_owned(),
-                                |a| format!("{}..{}", a.min, a.max),
-                            ),
-                            r.limits.quota.clone().unwrap_or_else(|| "-".to_owned()),
-                            budget_text(&r.limits),
-                            r.description.clone().unwrap_or_default(),
-                            r.version.to_string(),
-                            rfc3339(r.last_modified_millis_since_epoch).unwrap_or_default(),
-                        ]);
-                    }
-                    row
-                })
-                .collect();
-            print!("{}", table::render(&header, &rows));
+            print!("{}", list_table(&list, *extra));
             return Ok(());
         }
     };
@@ -548,4 +473,95 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
         println!("{done}");
     }
     Ok(())
+}
+
+/// The rule book as a table; `extra` adds the columns of the rarer limits.
+fn list_table(list: &[RuleResponse], extra: bool) -> String {
+    let mut header = vec![
+        "PATTERN",
+        "CONCURRENCY",
+        "RATE",
+        "WEIGHT",
+        "MODE",
+        "DISABLED",
+    ];
+    if extra {
+        header.extend([
+            "MAX WAIT",
+            "ADAPTIVE",
+            "QUOTA",
+            "BUDGET",
+            "DESCRIPTION",
+            "VERSION",
+            "LAST MODIFIED",
+        ]);
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|r| {
+            let mut row = vec![
+                r.pattern.clone(),
+                r.limits
+                    .concurrency
+                    .map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+                match (&r.limits.rate, r.limits.burst) {
+                    (Some(rate), Some(burst)) if burst > 1 => {
+                        format!("{rate} (burst {burst})")
+                    }
+                    (Some(rate), _) => rate.clone(),
+                    (None, _) => "-".to_owned(),
+                },
+                r.limits.weight.unwrap_or(1).to_string(),
+                r.mode.clone(),
+                r.disabled.to_string(),
+            ];
+            if extra {
+                row.extend([
+                    r.limits.max_wait.clone().unwrap_or_else(|| "-".to_owned()),
+                    r.limits
+                        .adaptive
+                        .map_or_else(|| "-".to_owned(), |a| format!("{}..{}", a.min, a.max)),
+                    r.limits.quota.clone().unwrap_or_else(|| "-".to_owned()),
+                    budget_text(&r.limits),
+                    r.description.clone().unwrap_or_default(),
+                    r.version.to_string(),
+                    rfc3339(r.last_modified_millis_since_epoch).unwrap_or_default(),
+                ]);
+            }
+            row
+        })
+        .collect();
+    table::render(&header, &rows)
+}
+
+/// Applies the rules file `file` (its plan printed first): the admin API's answer, or `None`
+/// for a dry run or a plan with nothing to do.
+async fn apply(
+    admin: &AdminClient,
+    file: &std::path::Path,
+    dry_run: bool,
+    prune: bool,
+) -> Result<Option<Value>, CodedError> {
+    let wanted = rules_file::read(file)?;
+    let plan = Plan::new(&wanted, &rules(admin).await?, prune)?;
+    print!("{}", plan.render());
+    if dry_run || plan.is_empty() {
+        let what = if dry_run { "dry run" } else { "nothing to do" };
+        println!("{what}: the rule book is unchanged");
+        return Ok(None);
+    }
+    let answer = admin
+        .call(Method::POST, "/limits/rules/apply", Some(&plan.request()))
+        .await
+        .map_err(|e| {
+            if e.message.contains("precondition") {
+                CodedError::uncoded(format!(
+                    "the rule book changed since the plan was made, nothing was applied; run `sluice rules apply` again ({})",
+                    e.message
+                ))
+            } else {
+                e
+            }
+        })?;
+    Ok(Some(answer.json))
 }

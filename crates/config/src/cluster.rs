@@ -145,6 +145,19 @@ impl ClusterConfig {
         if self.mode == ClusterMode::Embedded {
             return Ok(());
         }
+        self.validate_addresses()?;
+        self.validate_bounds()?;
+        if self.secret.is_none() {
+            return Err((
+                "cluster.secret".into(),
+                "is needed when cluster.mode = \"kafka\": the same secret of at least 16 characters on every node (SERVICE_CLUSTER__SECRET); a node forwards requests to another with it, and honours forwarded requests only with it".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The brokers, names and URLs a node goes by.
+    fn validate_addresses(&self) -> Result<(), (String, String)> {
         if self.bootstrap_servers.trim().is_empty() {
             return Err((
                 "cluster.bootstrap-servers".into(),
@@ -189,6 +202,11 @@ impl ClusterConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The sizes, counts and times within their ranges.
+    fn validate_bounds(&self) -> Result<(), (String, String)> {
         if self.replication_factor == 0 {
             return Err((
                 "cluster.replication-factor".into(),
@@ -236,12 +254,6 @@ impl ClusterConfig {
                     "must be between 1 and {MAX_SNAPSHOT_FULL_EVERY}, got {}",
                     self.snapshot_full_every
                 ),
-            ));
-        }
-        if self.secret.is_none() {
-            return Err((
-                "cluster.secret".into(),
-                "is needed when cluster.mode = \"kafka\": the same secret of at least 16 characters on every node (SERVICE_CLUSTER__SECRET); a node forwards requests to another with it, and honours forwarded requests only with it".into(),
             ));
         }
         if self.standbys > MAX_STANDBYS {

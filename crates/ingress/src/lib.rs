@@ -142,18 +142,7 @@ impl IngressApp {
         }
         let req = session.req_header();
         let operation = path::parse(&req.method, req.uri.path());
-        let kind = match &operation {
-            Ok(path::Operation::Health) => "health",
-            Ok(path::Operation::Invoke(p)) if p.mode == path::Mode::Send => "send",
-            Ok(path::Operation::Invoke(_)) => "call",
-            Ok(path::Operation::ById { attach: true, .. }) => "attach",
-            Ok(path::Operation::ById { .. }) => "output",
-            Ok(path::Operation::ByTarget { .. }) => "lookup",
-            Ok(path::Operation::Workflow { .. }) => "workflow",
-            Ok(path::Operation::Awakeable { .. }) => "awakeable",
-            Ok(path::Operation::Status(_) | path::Operation::StatusOf) => "status",
-            Err(_) => "invalid",
-        };
+        let kind = kind_of(&operation);
         // Every route that reaches an invocation is held to the caller's API key, as a call
         // is (a call binds its own, after the policy plugins); health names none.
         let caller = match &operation {
@@ -229,6 +218,22 @@ impl IngressApp {
             kind,
             result.unwrap_or_else(error::IngressError::into_response),
         )
+    }
+}
+
+/// A request's kind in the metrics (`sluice_ingress_requests_total`).
+fn kind_of(operation: &Result<path::Operation, error::IngressError>) -> &'static str {
+    match operation {
+        Ok(path::Operation::Health) => "health",
+        Ok(path::Operation::Invoke(p)) if p.mode == path::Mode::Send => "send",
+        Ok(path::Operation::Invoke(_)) => "call",
+        Ok(path::Operation::ById { attach: true, .. }) => "attach",
+        Ok(path::Operation::ById { .. }) => "output",
+        Ok(path::Operation::ByTarget { .. }) => "lookup",
+        Ok(path::Operation::Workflow { .. }) => "workflow",
+        Ok(path::Operation::Awakeable { .. }) => "awakeable",
+        Ok(path::Operation::Status(_) | path::Operation::StatusOf) => "status",
+        Err(_) => "invalid",
     }
 }
 

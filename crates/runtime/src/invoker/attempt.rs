@@ -381,60 +381,9 @@ impl AttemptClient {
         outbound: Option<mpsc::UnboundedReceiver<Bytes>>,
         sink: &mut impl MessageSink,
     ) -> Result<(Ending, Option<String>), AttemptError> {
-        let address = self.addresses.get(&req.uri).ok_or_else(|| {
-            err(
-                Code::RT0011,
-                format!("the deployment's uri '{}' is no http(s) URI", req.uri),
-            )
-        })?;
-        let opening = async {
-            if req.use_http_11 {
-                self.open_h1(req, &address).await
-            } else {
-                self.open_h2(req, &address, outbound).await
-            }
-        };
-        let (parts, mut body) = tokio::time::timeout(req.abort_timeout, opening)
-            .await
-            .map_err(|_| {
-                err(
-                    Code::RT0001,
-                    format!(
-                        "no answer from the deployment within the abort timeout ({:?})",
-                        req.abort_timeout
-                    ),
-                )
-            })??;
-        let status = parts.status;
-        let retry_after = parts
-            .headers
-            .get(header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        if !status.is_success() {
-            return Err(status_error(status, retry_after));
-        }
-        let content_type = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        if content_type != req.protocol.content_type() {
-            return Err(err(
-                Code::RT0012,
-                format!(
-                    "the deployment answered content type '{content_type}', expected '{}'",
-                    req.protocol.content_type()
-                ),
-            ));
-        }
+        let (parts, mut body) = self.open(req, outbound).await?;
+        let sdk = accepted_head(&parts, req)?;
         sink.answered().await;
-        let sdk = parts
-            .headers
-            .get("x-restate-server")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
         let mut decoder = FrameDecoder::new(req.message_size_limit);
         let mut ending = None;
         // One timer for the whole attempt: a message only moves the deadline, and the timer
@@ -444,34 +393,7 @@ impl AttemptClient {
         tokio::pin!(timer);
         let mut waiting = None;
         loop {
-            while let Some(frame) = decoder.next_frame()? {
-                if ending.is_some() {
-                    return Err(err(
-                        Code::RT0012,
-                        format!("message {:#06x} after the end of the stream", frame.ty),
-                    ));
-                }
-                let message = Message::decode(&frame, req.protocol)?;
-                if let Some(ty) = MessageType::from_id(frame.ty)
-                    && (ty.sender() == Sender::Runtime || ty.kind() == Kind::Notification)
-                {
-                    return Err(err(
-                        Code::RT0012,
-                        format!(
-                            "received unexpected message {} from the deployment",
-                            ty.name()
-                        ),
-                    ));
-                }
-                match message {
-                    Message::End(_) => ending = Some(Ending::End),
-                    Message::Suspension(_) | Message::SuspensionV6(_) => {
-                        ending = Some(Ending::Suspended(message))
-                    }
-                    Message::Error(e) => ending = Some(Ending::Failed(e)),
-                    other => sink.deliver(other, frame.ack).await,
-                }
-            }
+            deliver_frames(&mut decoder, &mut ending, req.protocol, sink).await?;
             // Bidi: the response only closes after the request does. Close it and report the
             // ending now; the rest of the stream is read off the invocation's path.
             if ending.is_some() && body.request_open() {
@@ -544,6 +466,118 @@ impl AttemptClient {
             )
         })?;
         Ok((ending, sdk))
+    }
+}
+
+/// Checks the head of a deployment's answer: a success, in the protocol's content type; the
+/// SDK it names (`x-restate-server`). A refusal carries the deployment's `Retry-After`.
+fn accepted_head(
+    parts: &http::response::Parts,
+    req: &AttemptRequest,
+) -> Result<Option<String>, AttemptError> {
+    let status = parts.status;
+    let retry_after = parts
+        .headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    if !status.is_success() {
+        return Err(status_error(status, retry_after));
+    }
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if content_type != req.protocol.content_type() {
+        return Err(err(
+            Code::RT0012,
+            format!(
+                "the deployment answered content type '{content_type}', expected '{}'",
+                req.protocol.content_type()
+            ),
+        ));
+    }
+    Ok(parts
+        .headers
+        .get("x-restate-server")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned))
+}
+
+/// Hands the whole messages `decoder` holds to `sink`, up to the one that ends the attempt
+/// (End, Suspension, Error), kept in `ending`; a message after it, or one only the runtime
+/// sends, is a protocol violation.
+async fn deliver_frames(
+    decoder: &mut FrameDecoder,
+    ending: &mut Option<Ending>,
+    protocol: ProtocolVersion,
+    sink: &mut impl MessageSink,
+) -> Result<(), AttemptError> {
+    while let Some(frame) = decoder.next_frame()? {
+        if ending.is_some() {
+            return Err(err(
+                Code::RT0012,
+                format!("message {:#06x} after the end of the stream", frame.ty),
+            ));
+        }
+        let message = Message::decode(&frame, protocol)?;
+        if let Some(ty) = MessageType::from_id(frame.ty)
+            && (ty.sender() == Sender::Runtime || ty.kind() == Kind::Notification)
+        {
+            return Err(err(
+                Code::RT0012,
+                format!(
+                    "received unexpected message {} from the deployment",
+                    ty.name()
+                ),
+            ));
+        }
+        match message {
+            Message::End(_) => *ending = Some(Ending::End),
+            Message::Suspension(_) | Message::SuspensionV6(_) => {
+                *ending = Some(Ending::Suspended(message));
+            }
+            Message::Error(e) => *ending = Some(Ending::Failed(e)),
+            other => sink.deliver(other, frame.ack).await,
+        }
+    }
+    Ok(())
+}
+
+impl AttemptClient {
+    /// Sends the attempt's request (over HTTP/1.1 or HTTP/2, as its deployment takes it) and
+    /// waits, at most the abort timeout, for the response's head.
+    async fn open(
+        &self,
+        req: &AttemptRequest,
+        outbound: Option<mpsc::UnboundedReceiver<Bytes>>,
+    ) -> Result<(http::response::Parts, Incoming), AttemptError> {
+        let address = self.addresses.get(&req.uri).ok_or_else(|| {
+            err(
+                Code::RT0011,
+                format!("the deployment's uri '{}' is no http(s) URI", req.uri),
+            )
+        })?;
+        let opening = async {
+            if req.use_http_11 {
+                self.open_h1(req, &address).await
+            } else {
+                self.open_h2(req, &address, outbound).await
+            }
+        };
+        tokio::time::timeout(req.abort_timeout, opening)
+            .await
+            .map_err(|_| {
+                err(
+                    Code::RT0001,
+                    format!(
+                        "no answer from the deployment within the abort timeout ({:?})",
+                        req.abort_timeout
+                    ),
+                )
+            })?
     }
 
     /// Sends the request over HTTP/1.1 (hyper's pool) and waits for the response's head.

@@ -2,6 +2,7 @@
 //! a suspension, a retry after back-off, a pause, or the invocation's completion.
 
 use super::journal::object;
+use super::live::Live;
 use super::model::phase::{Attempt, Run};
 use super::task::Partition;
 use crate::discovery::ProtocolMode;
@@ -13,7 +14,7 @@ use crate::invocation::{Status, state};
 use crate::invoker::AttemptRequest;
 
 use crate::protocol::ProtocolVersion;
-use crate::registry::Address;
+use crate::registry::{Address, Deployment};
 
 impl Partition {
     /// Starts an attempt of `id` on its (pinned) deployment.
@@ -41,23 +42,7 @@ impl Partition {
         }
         let target = live.record.target.clone();
         permit.classify(handler_class(&target.service, &target.handler));
-        let limit = usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX);
-        let eager = invoker
-            .eager_state_size_limit
-            .map_or(limit / 2, |l| usize::try_from(l.0).unwrap_or(usize::MAX));
-        // Keyed targets get their state eagerly, as much as the eager limit allows.
-        let (state, partial_state) = match object(&live.record) {
-            Some(object) => self
-                .outside.store
-                .with_db(|db| state::entries(db, object, eager))
-                .and_then(|r| r)
-                .map(|(entries, complete)| (entries, !complete))
-                .unwrap_or_else(|e| {
-                    tracing::warn!(invocation = %id, error = %e, "cannot read eager state; the SDK reads it lazily");
-                    (Vec::new(), true)
-                }),
-            None => (Vec::new(), true),
-        };
+        let eager = eager_state(&self.outside.store, live, invoker);
         let deployment = match live.record.deployment {
             Some(pinned) => self.outside.registry.deployment(pinned).ok(),
             None => self
@@ -67,7 +52,6 @@ impl Partition {
                 .ok()
                 .map(|(_, d)| d),
         };
-        let mut bidi = false;
         // The deployment continues the caller's trace: through this attempt's span when spans
         // are exported, else straight from the caller's.
         let trace = crate::spans::trace_of(&live.record);
@@ -76,61 +60,14 @@ impl Partition {
             Some(trace) => Some(trace.child(attempt_span).to_string()),
             None => live.record.trace.clone(),
         };
-        let request = deployment.and_then(|d| {
-            let version = match live.record.protocol {
-                Some(pinned) => ProtocolVersion::from_number(pinned)?,
-                None => ProtocolVersion::pick(d.min_protocol_version, d.max_protocol_version)?,
-            };
-            let Address::Http {
-                uri, use_http_11, ..
-            } = &d.address
-            else {
-                return None;
-            };
-            live.record.deployment = Some(d.id);
-            live.record.protocol = Some(version.number());
-            // As the reference does: an inactivity timeout of zero means request/response.
-            bidi = d.protocol_mode == ProtocolMode::BidiStream
-                && !invoker.inactivity_timeout.0.is_zero();
-            Some(AttemptRequest {
-                uri: uri.clone(),
-                use_http_11: *use_http_11,
-                additional_headers: d.additional_headers.clone(),
-                service: target.service.clone(),
-                handler: target.handler.clone(),
-                key: target.key.clone(),
-                invocation_id: id,
-                protocol: version,
-                journal: live.journal.clone(),
-                state,
-                partial_state,
-                random_seed: live.record.random_seed,
-                scope: live.record.scope.clone(),
-                limit_key: live.record.limit_key.clone(),
-                retry_count: live.record.retry_count,
-                abort_timeout: invoker.abort_timeout.0,
-                inactivity_timeout: invoker.inactivity_timeout.0,
-                message_size_limit: limit,
-                traceparent,
-            })
-        });
+        let (request, bidi) = match deployment {
+            Some(d) => attempt_request(live, &d, invoker, eager, traceparent),
+            None => (None, false),
+        };
         live.attempt += 1;
         let mut running = Box::new(Attempt::new(permit));
         if let Some(trace) = trace {
-            let now = std::time::SystemTime::now();
-            running.span = Some((attempt_span, now));
-            if live.record.attempts == 0 && live.attempt == 1 {
-                let queued = crate::spans::at_ms(live.record.created_at_ms);
-                crate::spans::child_of_invocation(
-                    &live.record,
-                    trace,
-                    "queue wait",
-                    crate::spans::queue_wait_span(id),
-                    (queued, now),
-                    Vec::new(),
-                    None,
-                );
-            }
+            running.span = Some((attempt_span, traced_start(live, trace)));
         }
         super::service_metrics::of(&target.service)
             .attempts
@@ -171,6 +108,102 @@ impl Partition {
             inbound,
         });
     }
+}
+
+/// When `live`'s attempt starts, in its trace; its first attempt also records how long it
+/// waited in its queue, as a span of the invocation.
+fn traced_start(live: &Live, trace: sluice_core::trace::TraceParent) -> std::time::SystemTime {
+    let now = std::time::SystemTime::now();
+    if live.record.attempts == 0 && live.attempt == 1 {
+        let queued = crate::spans::at_ms(live.record.created_at_ms);
+        crate::spans::child_of_invocation(
+            &live.record,
+            trace,
+            "queue wait",
+            crate::spans::queue_wait_span(live.record.id),
+            (queued, now),
+            Vec::new(),
+            None,
+        );
+    }
+    now
+}
+
+/// What a keyed target's attempt is given of its state eagerly (as much as the eager limit
+/// allows), and whether that is only part of it; nothing for other targets.
+fn eager_state(
+    store: &crate::storage::Store,
+    live: &Live,
+    invoker: &crate::config::InvokerConfig,
+) -> (Vec<(bytes::Bytes, bytes::Bytes)>, bool) {
+    let Some(object) = object(&live.record) else {
+        return (Vec::new(), true);
+    };
+    let limit = usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX);
+    let eager = invoker
+        .eager_state_size_limit
+        .map_or(limit / 2, |l| usize::try_from(l.0).unwrap_or(usize::MAX));
+    store
+        .with_db(|db| state::entries(db, object, eager))
+        .and_then(|r| r)
+        .map(|(entries, complete)| (entries, !complete))
+        .unwrap_or_else(|e| {
+            tracing::warn!(invocation = %live.record.id, error = %e, "cannot read eager state; the SDK reads it lazily");
+            (Vec::new(), true)
+        })
+}
+
+/// The request of `live`'s next attempt on deployment `d`, which it is pinned to (with the
+/// protocol version both speak), and whether it streams both ways; no request when they share
+/// no protocol version or `d` is not reached over HTTP.
+fn attempt_request(
+    live: &mut Live,
+    d: &Deployment,
+    invoker: &crate::config::InvokerConfig,
+    (state, partial_state): (Vec<(bytes::Bytes, bytes::Bytes)>, bool),
+    traceparent: Option<String>,
+) -> (Option<AttemptRequest>, bool) {
+    let version = match live.record.protocol {
+        Some(pinned) => ProtocolVersion::from_number(pinned),
+        None => ProtocolVersion::pick(d.min_protocol_version, d.max_protocol_version),
+    };
+    let (
+        Some(version),
+        Address::Http {
+            uri, use_http_11, ..
+        },
+    ) = (version, &d.address)
+    else {
+        return (None, false);
+    };
+    live.record.deployment = Some(d.id);
+    live.record.protocol = Some(version.number());
+    // As the reference does: an inactivity timeout of zero means request/response.
+    let bidi =
+        d.protocol_mode == ProtocolMode::BidiStream && !invoker.inactivity_timeout.0.is_zero();
+    let target = &live.record.target;
+    let request = AttemptRequest {
+        uri: uri.clone(),
+        use_http_11: *use_http_11,
+        additional_headers: d.additional_headers.clone(),
+        service: target.service.clone(),
+        handler: target.handler.clone(),
+        key: target.key.clone(),
+        invocation_id: live.record.id,
+        protocol: version,
+        journal: live.journal.clone(),
+        state,
+        partial_state,
+        random_seed: live.record.random_seed,
+        scope: live.record.scope.clone(),
+        limit_key: live.record.limit_key.clone(),
+        retry_count: live.record.retry_count,
+        abort_timeout: invoker.abort_timeout.0,
+        inactivity_timeout: invoker.inactivity_timeout.0,
+        message_size_limit: usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX),
+        traceparent,
+    };
+    (Some(request), bidi)
 }
 
 /// A number standing for one handler, for adaptive limits' per-handler baselines: the same

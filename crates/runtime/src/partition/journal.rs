@@ -151,76 +151,13 @@ pub(super) fn journal_message(
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
     // Reads see committed state: an object runs one exclusive handler at a time, and the SDK
     // answers reads of keys it wrote itself from its own cache.
-    let mut answer: Option<(u32, Message)> = None;
-    match (&message, object(&live.record)) {
-        (Message::SetState(set), Some(object)) => {
-            let value = set
-                .value
-                .as_ref()
-                .map(|v| v.content.as_ref())
-                .unwrap_or_default();
-            state::set(writes, object, &set.key, value);
-        }
-        (Message::ClearState(clear), Some(object)) => state::clear(writes, object, &clear.key),
-        (Message::ClearAllState(_), Some(object)) => state::clear_all(writes, object),
-        (Message::GetLazyState(get), Some(object)) => {
-            let value = store.with_db(|db| state::get(db, object, &get.key))??;
-            let result = match value {
-                Some(content) => notification_template::Result::Value(proto::Value { content }),
-                None => notification_template::Result::Void(proto::Void {}),
-            };
-            let done = Message::GetLazyStateCompletion(proto::NotificationTemplate {
-                id: Some(notification_template::Id::CompletionId(
-                    get.result_completion_id,
-                )),
-                result: Some(result),
-            });
-            answer = Some((get.result_completion_id, done));
-        }
-        (Message::GetLazyStateKeys(get), Some(object)) => {
-            let keys = store.with_db(|db| state::keys(db, object))??;
-            let done = Message::GetLazyStateKeysCompletion(proto::NotificationTemplate {
-                id: Some(notification_template::Id::CompletionId(
-                    get.result_completion_id,
-                )),
-                result: Some(notification_template::Result::StateKeys(proto::StateKeys {
-                    keys,
-                })),
-            });
-            answer = Some((get.result_completion_id, done));
-        }
-        _ => {}
-    }
+    let answer = match object(&live.record) {
+        Some(object) => object_state(store, object, writes, &message)?,
+        None => None,
+    };
     match &message {
         Message::ProposeRunCompletion(proposal) => {
-            let result = match &proposal.result {
-                Some(propose_run_completion_message::Result::Value(v)) => {
-                    notification_template::Result::Value(proto::Value { content: v.clone() })
-                }
-                Some(propose_run_completion_message::Result::Failure(f)) => {
-                    notification_template::Result::Failure(f.clone())
-                }
-                None => notification_template::Result::Void(proto::Void {}),
-            };
-            let completion = proposal.result_completion_id;
-            let done = Message::RunCompletion(proto::NotificationTemplate {
-                id: Some(notification_template::Id::CompletionId(completion)),
-                result: Some(result),
-            });
-            if ack {
-                // The SDK asked for an ack instead of the notification itself.
-                append(live, writes, done.to_frame(false));
-                if let Some(running) = live.run.attempt() {
-                    running.fresh.push(completion);
-                }
-                let acked =
-                    Message::ProposeRunCompletionAck(proto::ProposeRunCompletionAckMessage {
-                        completion_id: completion,
-                    });
-                reply(live, &acked, effects);
-            } else {
-                notify(live, writes, done.to_frame(false), completion, effects);
-            }
+            run_completion(live, writes, proposal, ack, effects);
             return Ok(());
         }
         Message::Sleep(sleep) => {
@@ -276,6 +213,100 @@ pub(super) fn journal_message(
         notify(live, writes, done.to_frame(false), completion, effects);
     }
     Ok(())
+}
+
+/// Applies a state message of an object's attempt (set, clear, clear all) to `writes`, or
+/// reads what a lazy one asks from the committed state: the completion that answers it.
+fn object_state(
+    store: &Store,
+    object: state::Object<'_>,
+    writes: &mut WriteSet,
+    message: &Message,
+) -> Result<Option<(u32, Message)>, CodedError> {
+    Ok(match message {
+        Message::SetState(set) => {
+            let value = set
+                .value
+                .as_ref()
+                .map(|v| v.content.as_ref())
+                .unwrap_or_default();
+            state::set(writes, object, &set.key, value);
+            None
+        }
+        Message::ClearState(clear) => {
+            state::clear(writes, object, &clear.key);
+            None
+        }
+        Message::ClearAllState(_) => {
+            state::clear_all(writes, object);
+            None
+        }
+        Message::GetLazyState(get) => {
+            let value = store.with_db(|db| state::get(db, object, &get.key))??;
+            let result = match value {
+                Some(content) => notification_template::Result::Value(proto::Value { content }),
+                None => notification_template::Result::Void(proto::Void {}),
+            };
+            let done = Message::GetLazyStateCompletion(proto::NotificationTemplate {
+                id: Some(notification_template::Id::CompletionId(
+                    get.result_completion_id,
+                )),
+                result: Some(result),
+            });
+            Some((get.result_completion_id, done))
+        }
+        Message::GetLazyStateKeys(get) => {
+            let keys = store.with_db(|db| state::keys(db, object))??;
+            let done = Message::GetLazyStateKeysCompletion(proto::NotificationTemplate {
+                id: Some(notification_template::Id::CompletionId(
+                    get.result_completion_id,
+                )),
+                result: Some(notification_template::Result::StateKeys(proto::StateKeys {
+                    keys,
+                })),
+            });
+            Some((get.result_completion_id, done))
+        }
+        _ => None,
+    })
+}
+
+/// Completes a `run` the SDK proposes: the completion journaled, and either acknowledged (the
+/// SDK asked for an ack) or sent back as the notification.
+fn run_completion(
+    live: &mut Live,
+    writes: &mut WriteSet,
+    proposal: &proto::ProposeRunCompletionMessage,
+    ack: bool,
+    effects: &mut Vec<Effect>,
+) {
+    let result = match &proposal.result {
+        Some(propose_run_completion_message::Result::Value(v)) => {
+            notification_template::Result::Value(proto::Value { content: v.clone() })
+        }
+        Some(propose_run_completion_message::Result::Failure(f)) => {
+            notification_template::Result::Failure(f.clone())
+        }
+        None => notification_template::Result::Void(proto::Void {}),
+    };
+    let completion = proposal.result_completion_id;
+    let done = Message::RunCompletion(proto::NotificationTemplate {
+        id: Some(notification_template::Id::CompletionId(completion)),
+        result: Some(result),
+    });
+    if ack {
+        // The SDK asked for an ack instead of the notification itself.
+        append(live, writes, done.to_frame(false));
+        if let Some(running) = live.run.attempt() {
+            running.fresh.push(completion);
+        }
+        let acked = Message::ProposeRunCompletionAck(proto::ProposeRunCompletionAckMessage {
+            completion_id: completion,
+        });
+        reply(live, &acked, effects);
+    } else {
+        notify(live, writes, done.to_frame(false), completion, effects);
+    }
 }
 
 /// Whether the journal holds a notification for `completion` already.

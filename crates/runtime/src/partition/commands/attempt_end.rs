@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use super::super::ending::{back_off, complete, last_output, pause};
+use super::super::ending::{Retention, back_off, complete, last_output, pause};
+use super::super::live::Live;
 use super::super::model::effect::Effect;
 use super::super::model::phase::Awaited;
 use super::super::task::Partition;
@@ -34,6 +35,10 @@ impl Partition {
         let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
             return Ok(false);
         };
+        let Some(closed) = self.close_attempt(id, attempt, result, writes, now) else {
+            return Ok(false);
+        };
+        let handed_on = closed.handed_on;
         // Read only when the attempt failed: the service's and handler's declared policy over
         // the configured one.
         let (registry, defaults) = (
@@ -46,12 +51,47 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return Ok(false);
         };
-        if live.attempt != attempt {
-            return Ok(false);
+        next_state(live, closed, &retry, retention, now, writes, effects);
+        // Waiting without an attempt, for however long: its journal rests in the store once
+        // this is stored (`suspended.rs`).
+        if matches!(
+            live.record.status,
+            Status::Suspended | Status::BackingOff | Status::Paused
+        ) {
+            self.journals_to_rest.push(id);
         }
-        let Some(ended) = live.run.end() else {
-            return Ok(false);
-        };
+        let stored = store::put_record(writes, &live.record);
+        // The deployment said the attempt is over (End, Suspension, Error): its handler no
+        // longer runs, so its slots go to the next waiter now — `apply_batch`'s dispatch starts
+        // it before this end is committed. A crash before that commit cannot let more than the
+        // limit run: recovery re-admits every unfinished invocation, this one included, through
+        // the scheduler. The object's lock stays until the commit (`Effect::Settle`): the next
+        // holder must read this attempt's state. An attempt Sluice gave up on (a broken stream,
+        // a timeout, a protocol violation) keeps its slots until the commit, as a handler may
+        // still run in the deployment.
+        if handed_on {
+            self.hand_on_slots(id);
+        }
+        stored?;
+        Ok(true)
+    }
+
+    /// Ends attempt `attempt` of `id` if it is the current one and runs: its journal saved,
+    /// its duration and span recorded, what the deployment showed reported to its queue's
+    /// pacing; how it ended (a protocol violation made its result), or `None`.
+    fn close_attempt(
+        &mut self,
+        id: InvocationId,
+        attempt: u32,
+        result: Result<Ending, AttemptError>,
+        writes: &mut WriteSet,
+        now: u64,
+    ) -> Option<Closed> {
+        let live = self.live.get_mut(&id)?;
+        if live.attempt != attempt {
+            return None;
+        }
+        let ended = live.run.end()?;
         // An invocation never stored is stored now, whatever the attempt's end (its record
         // below): at the latest with its outcome, which its caller is told only after this
         // commit. Before the ending: a completion leaves no journal in memory.
@@ -114,92 +154,107 @@ impl Partition {
             };
             self.admission.scheduler.report(permit, signal, now);
         }
-        match result {
-            Ok(Ending::End) => {
-                let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
-                complete(live, outcome, retention, now, writes, effects);
+        Some(Closed {
+            result,
+            handed_on,
+            fresh,
+            signalled: ended.signalled,
+        })
+    }
+}
+
+/// How an attempt ended, as [`Partition::close_attempt`] found it.
+struct Closed {
+    result: Result<Ending, AttemptError>,
+    /// The deployment itself ended the attempt (End, Suspension, Error).
+    handed_on: bool,
+    /// Completions that came while it ran.
+    fresh: Vec<u32>,
+    /// A signal came while it ran.
+    signalled: bool,
+}
+
+/// What the end of `live`'s attempt makes of it: completed with its outcome, suspended
+/// (attempted again at once when what it awaits came while it ran), paused, or backing off
+/// for a retry under `retry`'s policy (completed once the retries are spent).
+fn next_state(
+    live: &mut Live,
+    closed: Closed,
+    retry: &dyn Fn(&crate::invocation::Target) -> crate::config::RetryPolicy,
+    retention: Retention,
+    now: u64,
+    writes: &mut WriteSet,
+    effects: &mut Vec<Effect>,
+) {
+    let Closed {
+        result,
+        fresh,
+        signalled,
+        ..
+    } = closed;
+    match result {
+        Ok(Ending::End) => {
+            let outcome = last_output(&live.journal).unwrap_or(Outcome::Value(Vec::new()));
+            complete(live, outcome, retention, now, writes, effects);
+        }
+        Ok(Ending::Suspended(message)) => {
+            live.record.retry_count = 0;
+            live.set_status(Status::Suspended);
+            let awaited = Awaited::of(&message);
+            if signalled
+                || fresh
+                    .iter()
+                    .any(|c| awaited.completions.is_empty() || awaited.completions.contains(c))
+            {
+                effects.push(Effect::Attempt(live.record.id));
             }
-            Ok(Ending::Suspended(message)) => {
-                live.record.retry_count = 0;
-                live.set_status(Status::Suspended);
-                let awaited = Awaited::of(&message);
-                if ended.signalled
-                    || fresh
-                        .iter()
-                        .any(|c| awaited.completions.is_empty() || awaited.completions.contains(c))
-                {
-                    effects.push(Effect::Attempt(id));
-                }
-                live.run.await_on(awaited);
-            }
-            Ok(Ending::Failed(error)) => {
-                let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
-                if error.behavior != proto::ErrorBehavior::Fail as i32 {
-                    retried(&failure);
-                }
-                match proto::ErrorBehavior::try_from(error.behavior) {
-                    Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
-                    Ok(proto::ErrorBehavior::Fail) => {
-                        let code = u16::try_from(error.code).unwrap_or(500);
-                        live.record.last_failure = Some(failure);
-                        let outcome = Outcome::Failure(Failure {
-                            code,
-                            message: error.message,
-                        });
-                        complete(live, outcome, retention, now, writes, effects);
-                    }
-                    _ => {
-                        let delay = error.next_retry_delay.map(Duration::from_millis);
-                        if let Some(outcome) = back_off(
-                            live,
-                            &retry(&live.record.target),
-                            failure,
-                            delay,
-                            now,
-                            effects,
-                        ) {
-                            complete(live, outcome, retention, now, writes, effects);
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                let failure = LastFailure::new(e.error.code, e.error.message.clone());
+            live.run.await_on(awaited);
+        }
+        Ok(Ending::Failed(error)) => {
+            let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
+            if error.behavior != proto::ErrorBehavior::Fail as i32 {
                 retried(&failure);
-                if let Some(outcome) = back_off(
-                    live,
-                    &retry(&live.record.target),
-                    failure,
-                    e.retry_after,
-                    now,
-                    effects,
-                ) {
+            }
+            match proto::ErrorBehavior::try_from(error.behavior) {
+                Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
+                Ok(proto::ErrorBehavior::Fail) => {
+                    let code = u16::try_from(error.code).unwrap_or(500);
+                    live.record.last_failure = Some(failure);
+                    let outcome = Outcome::Failure(Failure {
+                        code,
+                        message: error.message,
+                    });
                     complete(live, outcome, retention, now, writes, effects);
                 }
+                _ => {
+                    let delay = error.next_retry_delay.map(Duration::from_millis);
+                    if let Some(outcome) = back_off(
+                        live,
+                        &retry(&live.record.target),
+                        failure,
+                        delay,
+                        now,
+                        effects,
+                    ) {
+                        complete(live, outcome, retention, now, writes, effects);
+                    }
+                }
             }
         }
-        // Waiting without an attempt, for however long: its journal rests in the store once
-        // this is stored (`suspended.rs`).
-        if matches!(
-            live.record.status,
-            Status::Suspended | Status::BackingOff | Status::Paused
-        ) {
-            self.journals_to_rest.push(id);
+        Err(e) => {
+            let failure = LastFailure::new(e.error.code, e.error.message.clone());
+            retried(&failure);
+            if let Some(outcome) = back_off(
+                live,
+                &retry(&live.record.target),
+                failure,
+                e.retry_after,
+                now,
+                effects,
+            ) {
+                complete(live, outcome, retention, now, writes, effects);
+            }
         }
-        let stored = store::put_record(writes, &live.record);
-        // The deployment said the attempt is over (End, Suspension, Error): its handler no
-        // longer runs, so its slots go to the next waiter now — `apply_batch`'s dispatch starts
-        // it before this end is committed. A crash before that commit cannot let more than the
-        // limit run: recovery re-admits every unfinished invocation, this one included, through
-        // the scheduler. The object's lock stays until the commit (`Effect::Settle`): the next
-        // holder must read this attempt's state. An attempt Sluice gave up on (a broken stream,
-        // a timeout, a protocol violation) keeps its slots until the commit, as a handler may
-        // still run in the deployment.
-        if handed_on {
-            self.hand_on_slots(id);
-        }
-        stored?;
-        Ok(true)
     }
 }
 

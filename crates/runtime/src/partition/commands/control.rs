@@ -33,21 +33,7 @@ impl Partition {
             Vec::new()
         };
         if !self.live.contains_key(&id) {
-            // Completed invocations leave memory; the store still knows them.
-            return Ok(match self.stored(id)? {
-                None => Controlled::NotFound,
-                Some(_) if op == Control::Purge => {
-                    store::delete_invocation(writes, id);
-                    Controlled::Done
-                }
-                Some(_) if op == Control::PurgeJournal => {
-                    store::delete_journal(writes, id);
-                    Controlled::Done
-                }
-                Some(_) => Controlled::Conflict(format!(
-                    "invocation {id} is already completed; only purge and purge-journal apply to it"
-                )),
-            });
+            return self.control_stored(id, op, writes);
         }
         let retention = self
             .live
@@ -98,19 +84,7 @@ impl Partition {
                 for child in &children {
                     effects.push(Effect::Forward(*child, Control::Kill));
                 }
-                stop_attempt(live);
-                live.record.last_failure = None;
-                super::super::ending::complete(
-                    live,
-                    Outcome::Failure(Failure {
-                        code: 409,
-                        message: "killed".into(),
-                    }),
-                    retention,
-                    now,
-                    writes,
-                    effects,
-                );
+                kill(live, retention, now, writes, effects);
                 Controlled::Done
             }
             Control::Pause => {
@@ -126,18 +100,7 @@ impl Partition {
                 }
             }
             Control::Resume => {
-                if live.record.status == Status::Paused || live.record.status == Status::BackingOff
-                {
-                    let status = if live.started() {
-                        Status::Suspended
-                    } else {
-                        Status::Pending
-                    };
-                    live.set_status(status);
-                    live.record.run_at_ms = None;
-                    live.record.retry_count = 0;
-                    effects.push(Effect::Attempt(id));
-                }
+                resume(live, effects);
                 Controlled::Done
             }
         };
@@ -150,6 +113,71 @@ impl Partition {
         }
         effects.push(Effect::Settle(id));
         Ok(answer)
+    }
+}
+
+impl Partition {
+    /// An operation on `id`, which is not in memory: completed (the store still knows it, and
+    /// only purges apply to it), or unknown.
+    fn control_stored(
+        &self,
+        id: InvocationId,
+        op: Control,
+        writes: &mut WriteSet,
+    ) -> Result<Controlled, CodedError> {
+        Ok(match self.stored(id)? {
+            None => Controlled::NotFound,
+            Some(_) if op == Control::Purge => {
+                store::delete_invocation(writes, id);
+                Controlled::Done
+            }
+            Some(_) if op == Control::PurgeJournal => {
+                store::delete_journal(writes, id);
+                Controlled::Done
+            }
+            Some(_) => Controlled::Conflict(format!(
+                "invocation {id} is already completed; only purge and purge-journal apply to it"
+            )),
+        })
+    }
+}
+
+/// Completes `live` as killed (409), its running attempt stopped.
+fn kill(
+    live: &mut Live,
+    retention: super::super::ending::Retention,
+    now: u64,
+    writes: &mut WriteSet,
+    effects: &mut Vec<Effect>,
+) {
+    stop_attempt(live);
+    live.record.last_failure = None;
+    super::super::ending::complete(
+        live,
+        Outcome::Failure(Failure {
+            code: 409,
+            message: "killed".into(),
+        }),
+        retention,
+        now,
+        writes,
+        effects,
+    );
+}
+
+/// Attempts a paused or backing-off `live` again now, its retries counted afresh; anything
+/// else is left as it is.
+fn resume(live: &mut Live, effects: &mut Vec<Effect>) {
+    if live.record.status == Status::Paused || live.record.status == Status::BackingOff {
+        let status = if live.started() {
+            Status::Suspended
+        } else {
+            Status::Pending
+        };
+        live.set_status(status);
+        live.record.run_at_ms = None;
+        live.record.retry_count = 0;
+        effects.push(Effect::Attempt(live.record.id));
     }
 }
 
