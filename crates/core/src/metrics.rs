@@ -111,6 +111,11 @@ pub const CLUSTER_POSTS_RETRYING: &str = "sluice_cluster_posts_retrying";
 pub const CLUSTER_LEADERLESS: &str = "sluice_cluster_partitions_leaderless";
 /// Cluster mode: records this node's replica is behind the log's end, by `partition`.
 pub const CLUSTER_LAG: &str = "sluice_cluster_lag_records";
+/// Cluster mode: bytes of snapshot records this node wrote, by `kind` (`whole` or
+/// `incremental`).
+pub const CLUSTER_SNAPSHOT_BYTES: &str = "sluice_cluster_snapshot_bytes_total";
+/// Cluster mode: rows in the snapshots this node wrote, by `kind`.
+pub const CLUSTER_SNAPSHOT_ROWS: &str = "sluice_cluster_snapshot_rows_total";
 
 /// From a completed invocation's (or journal's) retention expiry to its purge, in seconds; a
 /// growing value means cleanup falls behind (`worker.cleanup-max-in-flight`).
@@ -127,7 +132,16 @@ pub const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0,
 
 /// Describes every metric to the installed recorder (help text and unit in the exposition).
 pub fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_requests();
+    describe_store();
+    describe_flow();
+    describe_memory();
+    describe_outside();
+}
+
+/// Ingress requests, invocations and their attempts.
+fn describe_requests() {
+    use metrics::{Unit, describe_counter, describe_histogram};
     describe_counter!(
         INGRESS_REQUESTS,
         "Ingress requests by kind, status and error code."
@@ -162,6 +176,11 @@ pub fn describe() {
         Unit::Seconds,
         "Attempt latency, by service."
     );
+}
+
+/// The store's commits and checkpoints.
+fn describe_store() {
+    use metrics::{Unit, describe_counter, describe_histogram};
     describe_histogram!(
         STORE_COMMIT_DURATION,
         Unit::Seconds,
@@ -178,16 +197,11 @@ pub fn describe() {
         "Reads that applied acknowledged writes to the store before the applier did."
     );
     describe_counter!(STORE_COMMIT_FAILURES, "Failed group commits.");
-    describe_counter!(PLUGIN_CALLS, "Plugin calls by plugin, hook and outcome.");
-    describe_histogram!(
-        PLUGIN_DURATION,
-        Unit::Seconds,
-        "Plugin call latency by plugin and hook."
-    );
-    describe_counter!(
-        KAFKA_RECORDS,
-        "Kafka records handed to partitions, by subscription."
-    );
+}
+
+/// Flow control: the rules' counters, budgets, shadow rules, queues and deployments' gates.
+fn describe_flow() {
+    use metrics::{describe_counter, describe_gauge};
     describe_gauge!(
         FLOW_RUNNING,
         "Running invocations at flow-control counters, by rule and level."
@@ -249,6 +263,11 @@ pub fn describe() {
         DEPLOYMENT_CLOSED,
         "1 while a deployment's paced drain keeps its gate closed, by deployment."
     );
+}
+
+/// What the partitions hold in memory.
+fn describe_memory() {
+    use metrics::{Unit, describe_gauge};
     describe_gauge!(
         HELD_INVOCATIONS,
         "Held invocations resting in compact form."
@@ -266,6 +285,21 @@ pub fn describe() {
         INVOCATION_MEMORY,
         Unit::Bytes,
         "Bytes the invocations in memory hold, by state."
+    );
+}
+
+/// Plugins, Kafka subscriptions and the cluster.
+fn describe_outside() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(PLUGIN_CALLS, "Plugin calls by plugin, hook and outcome.");
+    describe_histogram!(
+        PLUGIN_DURATION,
+        Unit::Seconds,
+        "Plugin call latency by plugin and hook."
+    );
+    describe_counter!(
+        KAFKA_RECORDS,
+        "Kafka records handed to partitions, by subscription."
     );
     describe_gauge!(
         KAFKA_PAUSED_PARTITIONS,
@@ -286,5 +320,14 @@ pub fn describe() {
     describe_gauge!(
         CLUSTER_LAG,
         "Records this node's replica is behind the partition log's end, by partition."
+    );
+    describe_counter!(
+        CLUSTER_SNAPSHOT_BYTES,
+        Unit::Bytes,
+        "Bytes of snapshot records this node wrote, by kind (whole or incremental)."
+    );
+    describe_counter!(
+        CLUSTER_SNAPSHOT_ROWS,
+        "Rows in the snapshots this node wrote, by kind (whole or incremental)."
     );
 }

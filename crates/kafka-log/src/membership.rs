@@ -183,8 +183,17 @@ impl Planner {
                 return DESCRIBE_AGAIN;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot describe the cluster's group");
                 self.failed += 1;
+                // Said once per run of failures, and once more when it leaves this node on
+                // the group's assignment: brokers that never describe groups would otherwise
+                // fill the log every second.
+                if self.failed == 1 {
+                    tracing::warn!(error = %e, "cannot describe the cluster's group; asking again every second");
+                } else if !self.described && self.failed == UNDESCRIBED {
+                    tracing::warn!(error = %e, "the brokers describe no group: this node leads what the group's own assignor gives it and keeps every partition");
+                } else {
+                    tracing::debug!(error = %e, "cannot describe the cluster's group");
+                }
                 if !self.described && self.failed >= UNDESCRIBED {
                     // Leading what the group assigns, keeping every partition (`held` stays
                     // `None`): sticky still, but a lost node's partitions do not go to the

@@ -102,6 +102,12 @@ fn read(shared: &Shared, stopping: &watch::Receiver<bool>) -> Result<(), CodedEr
         // read on from the snapshot's end.
         let mut starts = BTreeMap::new();
         for (p, from, gone) in catch_ups.drain(..) {
+            // A partition the plan no longer keeps here (a node that just started reads every
+            // partition until its first plan) is released at the next turn, not loaded first:
+            // a snapshot of a large state takes a second or more to load.
+            if !held.borrow().as_ref().is_none_or(|kept| kept.contains(&p)) {
+                continue;
+            }
             if let Some(next) = catch_up(shared, p, from, &gone)? {
                 starts.insert(p, next);
             }

@@ -178,6 +178,14 @@ async fn written(
             tracing::warn!(partition = p, topic, error = %e, "cannot delete what a snapshot covers");
         }
     }
+    let kind = if base.is_some() {
+        "incremental"
+    } else {
+        "whole"
+    };
+    metrics::counter!(sluice_core::metrics::CLUSTER_SNAPSHOT_BYTES, "kind" => kind)
+        .increment(bytes as u64);
+    metrics::counter!(sluice_core::metrics::CLUSTER_SNAPSHOT_ROWS, "kind" => kind).increment(rows);
     tracing::info!(
         partition = p,
         covers = position.next,

@@ -51,7 +51,7 @@ if [ "${CLUSTER:-0}" = 1 ]; then
   # answers no CreateTopics); the debug build of the tiny host is enough.
   kafka="$bin/sluice-test-kafka"
   [ -x "$kafka" ] || { cargo build -q --locked -p sluice-tests --bin sluice-test-kafka; kafka="$target_dir/debug/sluice-test-kafka"; }
-  "$kafka" 3 "sluice.log:$partitions" "sluice.leaders:$partitions" "sluice.inbox:$partitions" "sluice.snapshots:$partitions" sluice.meta:1 >"$work/broker.log" 2>&1 &
+  "$kafka" 3 "sluice.log:$partitions" "sluice.leaders:$partitions" "sluice.inbox:$partitions" "sluice.snapshots:$partitions" sluice.meta:1 sluice.epochs:1 >"$work/broker.log" 2>&1 &
   broker=$!
   bootstrap=$(bootstrap_in "$work/broker.log")
   flags+=(SERVICE_CLUSTER__MODE=kafka "SERVICE_CLUSTER__BOOTSTRAP_SERVERS=$bootstrap" SERVICE_CLUSTER__NODE_ID=bench SERVICE_CLUSTER__SESSION_TIMEOUT=3s SERVICE_CLUSTER__SECRET=bench-cluster-node-secret

@@ -589,8 +589,8 @@ fn check_in_place(old: &Deployment, found: &Discovered) -> Result<(), CodedError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::{HandlerType, HttpVersion, ServiceType};
     use crate::discovery::manifest::Manifest;
+    use crate::discovery::{HandlerType, HttpVersion, ServiceType};
 
     fn discovered(add_ty: &str) -> Discovered {
         let json = serde_json::json!({
