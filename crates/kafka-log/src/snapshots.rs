@@ -61,17 +61,32 @@ pub(super) async fn keep(
     // The log offset the last snapshot reaches: a partition whose log did not move since is not
     // written again.
     let mut covered = -1;
+    // Where the log was deleted before, by this leader.
+    let mut deleted = -1;
     let mut chain: Option<Chain> = None;
     loop {
         tokio::select! {
             () = tokio::time::sleep(shared.settings.snapshot_interval) => {}
             _ = lead.wait_for(Option::is_none) => return,
         }
-        match write(&shared, p, covered, &changes, &mut chain).await {
-            Ok(Some(next)) => covered = next,
-            Ok(None) => {}
+        // The log goes up to the snapshot before the newest: a standby late by less than an
+        // interval reads on from the log instead of loading the whole chain (a whole snapshot
+        // of a large state is megabytes). Once the log stood still for an interval, nobody is
+        // reading behind the newest snapshot, and the log before it goes too.
+        let delete_to = match write(&shared, p, covered, &changes, &mut chain).await {
+            Ok(Some(next)) => std::mem::replace(&mut covered, next),
+            Ok(None) => covered,
             Err(e) => {
                 tracing::warn!(partition = p, error = %e, "cannot write a snapshot; trying again at the next interval");
+                -1
+            }
+        };
+        if delete_to > deleted {
+            match super::delete_before(&shared, &shared.settings.log_topic, p, delete_to).await {
+                Ok(()) => deleted = delete_to,
+                Err(e) => {
+                    tracing::warn!(partition = p, error = %e, "cannot delete the log behind a snapshot; trying again at the next interval");
+                }
             }
         }
     }
@@ -168,15 +183,10 @@ async fn written(
             incremental_bytes: 0,
         },
     };
-    // Stored: the log it covers may go, and the snapshots before the whole one it builds on;
-    // what is not deleted now goes with the next snapshot.
-    for (topic, before) in [
-        (&shared.settings.log_topic, position.next),
-        (topic, chain.whole_first),
-    ] {
-        if let Err(e) = super::delete_before(shared, topic, p, before).await {
-            tracing::warn!(partition = p, topic, error = %e, "cannot delete what a snapshot covers");
-        }
+    // Stored: the snapshots before the whole one it builds on may go (what is not deleted now
+    // goes with the next snapshot); the log it covers goes one interval later (`keep`).
+    if let Err(e) = super::delete_before(shared, topic, p, chain.whole_first).await {
+        tracing::warn!(partition = p, topic, error = %e, "cannot delete what a snapshot covers");
     }
     let kind = if base.is_some() {
         "incremental"
@@ -194,7 +204,7 @@ async fn written(
         rows,
         bytes,
         ms = started.elapsed().as_millis() as u64,
-        "wrote a snapshot; deleted the log before it"
+        "wrote a snapshot"
     );
     Ok((position.next, chain))
 }
