@@ -599,30 +599,53 @@ async fn a_lost_node_moves_only_its_partitions_and_a_joining_one_takes_only_its_
 /// A relay lasts no longer than its client: attaches forwarded to the leader whose clients
 /// left are dropped there too, so they do not pile up against the leader's
 /// `worker.max-waiters-per-invocation` (before, each held its wait until `attach-max-wait`).
-#[tokio::test]
-async fn a_forwarded_attach_whose_client_left_leaves_no_wait_at_the_leader() {
-    let kafka = KafkaCluster::start(3);
-    let bootstrap = kafka.bootstrap_servers();
-    let dep = TestDeployment::start("v1").await.unwrap();
+/// Nodes n1 and n2 on real brokers at `bootstrap`, each with the setting `env`, `uri`
+/// registered and the partitions spread over both; then a send of `Meter/work` with `body`
+/// through n2. A fresh send lands on a partition the node it came to leads, so reads of it
+/// through n1 are forwarded to n2. The nodes and the send's id.
+async fn two_nodes_and_a_send_on_n2(
+    bootstrap: &str,
+    (key, value): (&str, &str),
+    uri: &str,
+    body: &'static str,
+) -> (Vec<Sluice>, String) {
     let mut nodes = Vec::new();
     for id in ["n1", "n2"] {
-        let builder =
-            real_node(&bootstrap, id).env("SERVICE_WORKER__MAX_WAITERS_PER_INVOCATION", "2");
-        nodes.push(builder.start().await.unwrap());
+        nodes.push(
+            real_node(bootstrap, id)
+                .env(key, value)
+                .start()
+                .await
+                .unwrap(),
+        );
     }
-    nodes[0].register(&dep.uri, false).await;
+    nodes[0].register(uri, false).await;
     deployments(&nodes[1], 1).await;
     assignment_in_force(&[&nodes[0], &nodes[1]], &["n1", "n2"]).await;
-    // A fresh send through n2 lands on a partition n2 leads: attaches through n1 are forwarded.
     let sent = reqwest::Client::new()
         .post(format!("{}/Meter/work/send", nodes[1].ingress_url))
         .header("content-type", "application/json")
-        .body("8000")
+        .body(body)
         .send()
         .await
         .unwrap();
     assert_eq!(sent.status(), 202);
     let id = invocation_id(&sent.text().await.unwrap());
+    (nodes, id)
+}
+
+#[tokio::test]
+async fn a_forwarded_attach_whose_client_left_leaves_no_wait_at_the_leader() {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let (nodes, id) = two_nodes_and_a_send_on_n2(
+        &bootstrap,
+        ("SERVICE_WORKER__MAX_WAITERS_PER_INVOCATION", "2"),
+        &dep.uri,
+        "8000",
+    )
+    .await;
     let attach = format!("{}/restate/invocation/{id}/attach", nodes[0].ingress_url);
     for round in 0..4 {
         // The client gives up after a moment; its relay must end with it.
@@ -663,26 +686,13 @@ async fn a_forwarded_request_counts_under_its_clients_address_at_the_leader() {
     let kafka = KafkaCluster::start(3);
     let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut nodes = Vec::new();
-    for id in ["n1", "n2"] {
-        let builder = real_node(&bootstrap, id)
-            .env("SERVICE_INGRESS__CONNECTIONS__MAX_PER_IP", &CAP.to_string());
-        nodes.push(builder.start().await.unwrap());
-    }
-    nodes[0].register(&dep.uri, false).await;
-    deployments(&nodes[1], 1).await;
-    assignment_in_force(&[&nodes[0], &nodes[1]], &["n1", "n2"]).await;
-    // A fresh send through n2 lands on a partition n2 leads: its attaches through n1 are
-    // forwarded to n2.
-    let sent = reqwest::Client::new()
-        .post(format!("{}/Meter/work/send", nodes[1].ingress_url))
-        .header("content-type", "application/json")
-        .body("1")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(sent.status(), 202);
-    let id = invocation_id(&sent.text().await.unwrap());
+    let (nodes, id) = two_nodes_and_a_send_on_n2(
+        &bootstrap,
+        ("SERVICE_INGRESS__CONNECTIONS__MAX_PER_IP", &CAP.to_string()),
+        &dep.uri,
+        "1",
+    )
+    .await;
     nodes[1]
         .invocation_until(&id, "completed", |seen| seen["status"] == "completed")
         .await;
