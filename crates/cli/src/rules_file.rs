@@ -414,6 +414,66 @@ mod tests {
     use super::*;
     use sluice_api::limits::BurstableBounds;
 
+    /// The keys `value` serializes with (its fields that are set).
+    fn keys(value: &impl Serialize) -> std::collections::BTreeSet<String> {
+        serde_json::to_value(value)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// A rules file's rule is the API's `Limits` beside the rule's own pattern, mode,
+    /// description and switch, declared again because serde's `deny_unknown_fields` (a
+    /// misspelt field in a file is refused) does not work through `flatten`: a field added to
+    /// `Limits` must be added here too. Both are built whole (no
+    /// `..Default::default()`), so a new field stops this test from compiling until it is
+    /// listed, and then fails it until the file takes it.
+    #[test]
+    fn a_rules_file_takes_every_field_of_the_apis_limits_and_no_other() {
+        let limits = Limits {
+            concurrency: Some(Concurrency::Fixed(2)),
+            rate: Some("10/s".into()),
+            burst: Some(2),
+            on_exceed: Some("reject".into()),
+            max_queued: Some(10),
+            weight: Some(2),
+            max_wait: Some("30s".into()),
+            adaptive: Some(AdaptiveBounds { min: 1, max: 8 }),
+            quota: Some("100/day".into()),
+            budget: Some("1000/day".into()),
+            reserve: Some(10),
+            budget_unit: Some("tokens".into()),
+        };
+        let spec = RuleSpec {
+            pattern: "*".into(),
+            concurrency: limits.concurrency,
+            rate: limits.rate.clone(),
+            burst: limits.burst,
+            on_exceed: limits.on_exceed.clone(),
+            max_queued: limits.max_queued,
+            weight: limits.weight,
+            max_wait: limits.max_wait.clone(),
+            adaptive: limits.adaptive,
+            quota: limits.quota.clone(),
+            budget: limits.budget.clone(),
+            reserve: limits.reserve,
+            budget_unit: limits.budget_unit.clone(),
+            mode: Some("shadow".into()),
+            description: Some("d".into()),
+            disabled: true,
+        };
+        let own: std::collections::BTreeSet<String> =
+            ["pattern", "mode", "description", "disabled"]
+                .map(str::to_owned)
+                .into();
+        let taken: std::collections::BTreeSet<String> =
+            keys(&spec).difference(&own).cloned().collect();
+        assert_eq!(taken, keys(&limits));
+    }
+
     fn live(pattern: &str, version: u32, limits: Limits) -> RuleResponse {
         RuleResponse {
             pattern: pattern.into(),
