@@ -28,9 +28,7 @@ fn not_here(partition_of: &str, why: &str) -> IngressError {
 /// leaves, the request to the leader is dropped (its stream reset), and the leader drops its
 /// wait in turn.
 pub async fn forward(
-    placement: &sluice_runtime::partition::placement::Placement,
-    node: &str,
-    client: &reqwest::Client,
+    state: &super::IngressState,
     session: &mut ServerSession,
     body: Bytes,
     route: Route,
@@ -43,6 +41,7 @@ pub async fn forward(
         Route::Nobody => return Err(not_here(what, "no node leads it right now (a takeover)")),
         Route::Elsewhere { ingress, .. } => ingress,
     };
+    let placement = state.runtime.placement();
     let request = session.req_header();
     if from_node(placement, &request.headers) {
         return Err(not_here(
@@ -56,11 +55,8 @@ pub async fn forward(
         .map_or("/", http::uri::PathAndQuery::as_str)
         .to_owned();
     let (method, mut headers) = (request.method.clone(), request.headers.clone());
-    // A client's own value is replaced: only what this node saw goes on.
-    headers.remove(FORWARDED_FOR);
-    if let Some(client) = forwarded_for(node, session) {
-        headers.insert(FORWARDED_FOR, client);
-    }
+    name_client(&mut headers, state, session);
+    let client = state.forwarder.pick();
     let relayed = relay(placement, client, &ingress, method, &path, &headers, body);
     let answer = match super::wait::while_connected(session, None, relayed).await {
         Ok(answer) => answer.map_err(|why| not_here(what, &why))?,
@@ -87,17 +83,7 @@ pub async fn if_elsewhere(
         Ok(body) => body,
         Err(e) => return Some(Err(e)),
     };
-    Some(
-        forward(
-            state.runtime.placement(),
-            &state.config.cluster.node_id,
-            state.forwarder.pick(),
-            session,
-            body,
-            route,
-        )
-        .await,
-    )
+    Some(forward(state, session, body, route).await)
 }
 
 /// Names, on a request one node forwards to another, the client connection it came on: the
@@ -105,10 +91,18 @@ pub async fn if_elsewhere(
 /// leader honours it only on a request that carries the cluster's secret.
 pub const FORWARDED_FOR: &str = "x-sluice-forwarded-for";
 
-/// The [`FORWARDED_FOR`] value naming `session`'s client connection to node `node`.
-pub fn forwarded_for(node: &str, session: &ServerSession) -> Option<HeaderValue> {
-    let client = session.client_addr()?.as_inet()?;
-    HeaderValue::from_str(&format!("{node} {client}")).ok()
+/// Names `session`'s client connection to this node in `headers` (a request going on to
+/// another node): a client's own [`FORWARDED_FOR`] is replaced, only what this node saw goes.
+pub fn name_client(headers: &mut HeaderMap, state: &super::IngressState, session: &ServerSession) {
+    headers.remove(FORWARDED_FOR);
+    let node = &state.config.cluster.node_id;
+    let named = session
+        .client_addr()
+        .and_then(|client| client.as_inet())
+        .and_then(|client| HeaderValue::from_str(&format!("{node} {client}")).ok());
+    if let Some(named) = named {
+        headers.insert(FORWARDED_FOR, named);
+    }
 }
 
 /// The ingress listener's count of connections by client address under `limits`, with the

@@ -361,15 +361,7 @@ async fn admit_or_hand_over(
     let id = record.id;
     let route = state.runtime.route(id);
     if route != Route::Here {
-        return super::forward::forward(
-            state.runtime.placement(),
-            &state.config.cluster.node_id,
-            state.forwarder.pick(),
-            session,
-            request.body,
-            route,
-        )
-        .await;
+        return super::forward::forward(state, session, request.body, route).await;
     }
     let execution_time = record.run_at_ms;
     // A call registers for its outcome as it is handed over; a send is answered once stored.

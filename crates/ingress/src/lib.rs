@@ -103,27 +103,14 @@ impl IngressApp {
                 if let Some(key) = session.req_header().headers.get(api_keys::HEADER) {
                     asked.insert(api_keys::HEADER, key.clone());
                 }
-                let node = &self.state.config.cluster.node_id;
-                if let Some(client) = forward::forwarded_for(node, session) {
-                    asked.insert(forward::FORWARDED_FOR, client);
-                }
+                forward::name_client(&mut asked, &self.state, session);
                 status::of_list(&self.state, ids, &asked, caller).await
             }
             status::StatusRequest::One(id) => match self.state.runtime.route(id) {
                 sluice_runtime::partition::placement::Route::Here => {
                     status::of_id(&self.state, id, caller).await
                 }
-                route => {
-                    forward::forward(
-                        self.state.runtime.placement(),
-                        &self.state.config.cluster.node_id,
-                        self.state.forwarder.pick(),
-                        session,
-                        body,
-                        route,
-                    )
-                    .await
-                }
+                route => forward::forward(&self.state, session, body, route).await,
             },
         }
     }

@@ -467,86 +467,6 @@ impl AttemptClient {
         })?;
         Ok((ending, sdk))
     }
-}
-
-/// Checks the head of a deployment's answer: a success, in the protocol's content type; the
-/// SDK it names (`x-restate-server`). A refusal carries the deployment's `Retry-After`.
-fn accepted_head(
-    parts: &http::response::Parts,
-    req: &AttemptRequest,
-) -> Result<Option<String>, AttemptError> {
-    let status = parts.status;
-    let retry_after = parts
-        .headers
-        .get(header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
-    if !status.is_success() {
-        return Err(status_error(status, retry_after));
-    }
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if content_type != req.protocol.content_type() {
-        return Err(err(
-            Code::RT0012,
-            format!(
-                "the deployment answered content type '{content_type}', expected '{}'",
-                req.protocol.content_type()
-            ),
-        ));
-    }
-    Ok(parts
-        .headers
-        .get("x-restate-server")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned))
-}
-
-/// Hands the whole messages `decoder` holds to `sink`, up to the one that ends the attempt
-/// (End, Suspension, Error), kept in `ending`; a message after it, or one only the runtime
-/// sends, is a protocol violation.
-async fn deliver_frames(
-    decoder: &mut FrameDecoder,
-    ending: &mut Option<Ending>,
-    protocol: ProtocolVersion,
-    sink: &mut impl MessageSink,
-) -> Result<(), AttemptError> {
-    while let Some(frame) = decoder.next_frame()? {
-        if ending.is_some() {
-            return Err(err(
-                Code::RT0012,
-                format!("message {:#06x} after the end of the stream", frame.ty),
-            ));
-        }
-        let message = Message::decode(&frame, protocol)?;
-        if let Some(ty) = MessageType::from_id(frame.ty)
-            && (ty.sender() == Sender::Runtime || ty.kind() == Kind::Notification)
-        {
-            return Err(err(
-                Code::RT0012,
-                format!(
-                    "received unexpected message {} from the deployment",
-                    ty.name()
-                ),
-            ));
-        }
-        match message {
-            Message::End(_) => *ending = Some(Ending::End),
-            Message::Suspension(_) | Message::SuspensionV6(_) => {
-                *ending = Some(Ending::Suspended(message));
-            }
-            Message::Error(e) => *ending = Some(Ending::Failed(e)),
-            other => sink.deliver(other, frame.ack).await,
-        }
-    }
-    Ok(())
-}
-
-impl AttemptClient {
     /// Sends the attempt's request (over HTTP/1.1 or HTTP/2, as its deployment takes it) and
     /// waits, at most the abort timeout, for the response's head.
     async fn open(
@@ -650,6 +570,83 @@ impl AttemptClient {
             }
         }
     }
+}
+
+/// Checks the head of a deployment's answer: a success, in the protocol's content type; the
+/// SDK it names (`x-restate-server`). A refusal carries the deployment's `Retry-After`.
+fn accepted_head(
+    parts: &http::response::Parts,
+    req: &AttemptRequest,
+) -> Result<Option<String>, AttemptError> {
+    let status = parts.status;
+    let retry_after = parts
+        .headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    if !status.is_success() {
+        return Err(status_error(status, retry_after));
+    }
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if content_type != req.protocol.content_type() {
+        return Err(err(
+            Code::RT0012,
+            format!(
+                "the deployment answered content type '{content_type}', expected '{}'",
+                req.protocol.content_type()
+            ),
+        ));
+    }
+    Ok(parts
+        .headers
+        .get("x-restate-server")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned))
+}
+
+/// Hands the whole messages `decoder` holds to `sink`, up to the one that ends the attempt
+/// (End, Suspension, Error), kept in `ending`; a message after it, or one only the runtime
+/// sends, is a protocol violation.
+async fn deliver_frames(
+    decoder: &mut FrameDecoder,
+    ending: &mut Option<Ending>,
+    protocol: ProtocolVersion,
+    sink: &mut impl MessageSink,
+) -> Result<(), AttemptError> {
+    while let Some(frame) = decoder.next_frame()? {
+        if ending.is_some() {
+            return Err(err(
+                Code::RT0012,
+                format!("message {:#06x} after the end of the stream", frame.ty),
+            ));
+        }
+        let message = Message::decode(&frame, protocol)?;
+        if let Some(ty) = MessageType::from_id(frame.ty)
+            && (ty.sender() == Sender::Runtime || ty.kind() == Kind::Notification)
+        {
+            return Err(err(
+                Code::RT0012,
+                format!(
+                    "received unexpected message {} from the deployment",
+                    ty.name()
+                ),
+            ));
+        }
+        match message {
+            Message::End(_) => *ending = Some(Ending::End),
+            Message::Suspension(_) | Message::SuspensionV6(_) => {
+                *ending = Some(Ending::Suspended(message));
+            }
+            Message::Error(e) => *ending = Some(Ending::Failed(e)),
+            other => sink.deliver(other, frame.ack).await,
+        }
+    }
+    Ok(())
 }
 
 /// Whether the deployment turned the stream away before processing it.

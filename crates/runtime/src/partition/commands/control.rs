@@ -114,9 +114,7 @@ impl Partition {
         effects.push(Effect::Settle(id));
         Ok(answer)
     }
-}
 
-impl Partition {
     /// An operation on `id`, which is not in memory: completed (the store still knows it, and
     /// only purges apply to it), or unknown.
     fn control_stored(
