@@ -144,6 +144,8 @@ impl Core {
             ..Default::default()
         };
         let store = Arc::new(Store::open_with(&config.data_dir, log)?);
+        // Rows keyed by this node's partition count, each partition's a range of its own.
+        store.use_partitions(u32::from(config.worker.partitions.get()))?;
         let partitions = usize::from(config.worker.partitions.get());
         let (runtime, receivers) = if let (true, Some(secret)) =
             (config.cluster.is_kafka(), config.cluster.secret.clone())

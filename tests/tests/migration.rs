@@ -1,8 +1,10 @@
-//! A store written before flow control was always on (`tests/fixtures/store-1.0`, made by
-//! `make.sh` there with that version's binaries) starts under today's binary: it gains its
-//! flow-control state, and everything it held runs on — a sleeping object call, an invocation
-//! suspended on an awakeable, a workflow waiting on its promise, a delayed send, object state
-//! and a retained idempotent result.
+//! Stores written by earlier releases start under today's binary, each fixture made by the
+//! `make.sh` beside it with that release's binaries: a store written before flow control was
+//! always on (`tests/fixtures/store-1.0`) gains its flow-control state, and one written before
+//! rows were keyed by partition (`tests/fixtures/store-2.0`) is converted; in both everything
+//! they held runs on — a sleeping object call, an invocation suspended on an awakeable, a
+//! workflow waiting on its promise, a delayed send, object state and retained idempotent
+//! results.
 
 use std::path::Path;
 
@@ -174,5 +176,155 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
             .contains("the store gained flow-control state"),
         "{}",
         again.stderr()
+    );
+}
+
+/// A store the release before partition-first keys wrote (`tests/fixtures/store-2.0`, format
+/// 1, flow control on, work in flight over several partitions) is converted when it opens: its
+/// rows move under their partitions, and everything it held runs on.
+#[tokio::test]
+async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_its_work() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-2.0");
+    let ids: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("ids.json")).unwrap()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let data = scratch.path().join("data");
+    copy_dir(&fixture.join("data"), &data);
+    // An hour after the fixture was written, whatever the day: its timers (10 min) are due,
+    // its idempotent results (kept 24 h) still retained.
+    let written_at = ids["written_at_ms"]
+        .as_i64()
+        .expect("ids.json has written_at_ms");
+    let offset = clock_offset_to(written_at + 3_600_000);
+
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let sluice = Sluice::builder()
+        .data_dir(&data)
+        .clock_offset_ms(offset)
+        .quick_retries()
+        .start()
+        .await
+        .unwrap();
+    let stderr = sluice.stderr();
+    let converted: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("the store's rows were keyed by partition (store format 1 to 2)"))
+        .collect();
+    assert_eq!(converted.len(), 1, "{stderr}");
+    let rows: u64 = converted[0]
+        .split("rows=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the conversion says how many rows moved: {stderr}"));
+    assert!(rows > 20, "{rows} rows moved");
+    let recounted: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("the store's rows were keyed by a new partition count"))
+        .collect();
+    assert_eq!(recounted.len(), 1, "{stderr}");
+    assert!(
+        recounted[0].contains("from=1") && recounted[0].contains("to=8"),
+        "{stderr}"
+    );
+
+    let (_, listed) = sluice_tests::get_json(&format!("{}/deployments", sluice.admin_url)).await;
+    let deployment = listed["deployments"][0]["id"].as_str().unwrap().to_owned();
+    let resp = sluice
+        .admin(
+            reqwest::Method::PATCH,
+            &format!("/deployments/{deployment}"),
+        )
+        .json(&serde_json::json!({ "uri": dep.uri }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+
+    let completed = |v: &Value| v["status"] == "completed";
+    for (name, what) in [
+        ("delayed", "the delayed send completed"),
+        ("sleeping", "the sleeping call completed"),
+    ] {
+        let id = ids[name].as_str().unwrap();
+        sluice.invocation_until(id, what, completed).await;
+    }
+    // Every object's state, on whichever partition it lives; beta also got the sleeping
+    // call's 10.
+    for key in ["acme", "gamma", "delta", "epsilon", "zeta", "eta", "theta"] {
+        assert_eq!(
+            post(&sluice, &format!("/Counter/{key}/get"), "").await,
+            (200, "5".into()),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        post(&sluice, "/Counter/beta/get", "").await,
+        (200, "15".into())
+    );
+
+    let awakeable = ids["awakeable"].as_str().unwrap();
+    let (status, body) = post(
+        &sluice,
+        &format!("/restate/awakeables/{awakeable}/resolve"),
+        "\"after the conversion\"",
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let awaiting = ids["awaiting"].as_str().unwrap();
+    sluice
+        .invocation_until(awaiting, "the awakeable's waiter completed", completed)
+        .await;
+    let (status, body) = post(&sluice, "/Signup/fixture-user/approve", "\"approved\"").await;
+    assert_eq!(status, 200, "{body}");
+    let attached = reqwest::get(format!(
+        "{}/restate/workflow/Signup/fixture-user/attach",
+        sluice.ingress_url
+    ))
+    .await
+    .unwrap();
+    assert_eq!(attached.status(), 200);
+    assert_eq!(
+        attached.text().await.unwrap(),
+        "\"signed up ada@example.com: approved\""
+    );
+
+    // Each retained idempotent result answers again without running.
+    for n in 1..=8 {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/Greeter/greet", sluice.ingress_url))
+            .header("content-type", "application/json")
+            .header("idempotency-key", format!("fixture-{n}"))
+            .body("\"someone else\"")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.text().await.unwrap(), format!("\"Hello, Ada {n}!\""));
+    }
+    // Introspection reads the converted rows: the scoped call and the journals are there.
+    let (status, rows) = sluice
+        .query("SELECT count(*) AS n FROM sys_invocation WHERE scope = 'tenant-a'")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(rows["rows"][0]["n"], 1, "{rows}");
+
+    // A second start finds the store keyed and moves nothing.
+    let mut sluice = sluice;
+    sluice.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    sluice
+        .wait_exit(std::time::Duration::from_secs(10))
+        .unwrap();
+    let again = sluice
+        .restart(Sluice::builder().clock_offset_ms(offset))
+        .await;
+    assert!(
+        !again.stderr().contains("the store's rows were keyed"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(
+        post(&again, "/Counter/beta/get", "").await,
+        (200, "15".into())
     );
 }

@@ -7,6 +7,7 @@ use redb::ReadableDatabase;
 
 use super::store::storage;
 use crate::errors::CodedError;
+use crate::storage::layout;
 use crate::storage::writer::WriteSet;
 
 // Key: u32 BE length ‖ scope ‖ u32 BE length ‖ service ‖ u32 BE length ‖ object key ‖ state
@@ -83,7 +84,7 @@ pub fn scan(db: &redb::Database) -> Result<Vec<StateRow>, CodedError> {
     let mut rows = Vec::new();
     for row in table.iter().map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
-        let mut rest = key.value();
+        let mut rest = layout::logical(key.value());
         let mut part = || -> Result<String, CodedError> {
             let len = rest
                 .get(..4)
@@ -159,8 +160,10 @@ pub fn promise(
     let Ok(table) = txn.open_table(PROMISES) else {
         return Ok(None);
     };
+    let partitions = layout::partitions_read(&txn).map_err(storage)?;
+    let key = layout::physical("promises", &object.row(name.as_bytes()), partitions);
     Ok(table
-        .get(object.row(name.as_bytes()).as_slice())
+        .get(key.as_slice())
         .map_err(storage)?
         .and_then(|v| Promise::decode(v.value())))
 }
@@ -197,8 +200,10 @@ pub fn get(
     let Ok(table) = txn.open_table(STATE) else {
         return Ok(None);
     };
+    let partitions = layout::partitions_read(&txn).map_err(storage)?;
+    let key = layout::physical("state", &object.row(name), partitions);
     Ok(table
-        .get(object.row(name).as_slice())
+        .get(key.as_slice())
         .map_err(storage)?
         .map(|v| Bytes::copy_from_slice(v.value())))
 }
@@ -215,6 +220,8 @@ pub fn entries(
         return Ok((Vec::new(), true));
     };
     let (start, end) = object.bounds();
+    let partitions = layout::partitions_read(&txn).map_err(storage)?;
+    let (start, end) = layout::physical_range("state", &start, &end, partitions);
     let skip = start.len();
     let mut out = Vec::new();
     let mut size = 0usize;

@@ -9,6 +9,7 @@ use super::record::InvocationRecord;
 use crate::errors::{Code, CodedError};
 use crate::ids::InvocationId;
 use crate::protocol::Frame;
+use crate::storage::layout;
 use crate::storage::writer::WriteSet;
 
 // The tables and their key layouts are listed in `crate::schema`.
@@ -31,6 +32,12 @@ pub struct DuePurge {
     pub invocation: InvocationId,
     /// What goes.
     pub what: Purge,
+}
+
+/// Where `key` of keyed table `table` sits in the store `txn` reads (`storage/layout.rs`).
+fn stored_key(txn: &redb::ReadTransaction, table: &str, key: &[u8]) -> Result<Vec<u8>, CodedError> {
+    let partitions = layout::partitions_read(txn).map_err(storage)?;
+    Ok(layout::physical(table, key, partitions))
 }
 
 /// A redb failure on invocation state (RT0006).
@@ -168,18 +175,32 @@ pub fn due_purges(
     let Ok(table) = txn.open_table(PURGES) else {
         return Ok(Vec::new());
     };
+    // Each partition's purges are a range in time order: the earliest `limit` of each, then
+    // the earliest `limit` of those.
+    let partitions = layout::partitions_read(&txn).map_err(storage)?;
     let end = now_ms.saturating_add(1).to_be_bytes();
     let mut due = Vec::new();
-    for row in table.range(..end.as_slice()).map_err(storage)? {
-        if due.len() >= limit {
-            break;
-        }
-        let (key, _) = row.map_err(storage)?;
-        let purge = decode_purge(key.value())?;
-        if owns(purge.invocation) {
-            due.push(purge);
+    for p in 0..partitions {
+        let (start, _) = layout::range_of(p);
+        let end = layout::prefixed(p, &end);
+        let mut taken = 0;
+        for row in table
+            .range(start.as_slice()..end.as_slice())
+            .map_err(storage)?
+        {
+            if taken >= limit {
+                break;
+            }
+            let (key, _) = row.map_err(storage)?;
+            let purge = decode_purge(layout::logical(key.value()))?;
+            if owns(purge.invocation) {
+                due.push(purge);
+                taken += 1;
+            }
         }
     }
+    due.sort_by_key(|purge| purge.key);
+    due.truncate(limit);
     Ok(due)
 }
 
@@ -250,7 +271,7 @@ pub fn scan_records(
     };
     for row in table.iter().map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
-        let key = key.value();
+        let key = layout::logical(key.value());
         let id = <[u8; 24]>::try_from(key)
             .map(InvocationId::from_bytes)
             .map_err(|_| corrupt("invocations", key, "a key that is not an invocation id"))?;
@@ -285,7 +306,7 @@ pub fn load_listed(
     for row in table.iter().map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
         let record = super::ListedRecord::decode(value.value())
-            .map_err(|e| corrupt("invocations", key.value(), e))?;
+            .map_err(|e| corrupt("invocations", layout::logical(key.value()), e))?;
         if limit == 0 || !keep(&record) {
             continue;
         }
@@ -342,7 +363,8 @@ pub fn load_listed_one(
     let Ok(table) = txn.open_table(INVOCATIONS) else {
         return Ok(None);
     };
-    let Some(value) = table.get(id.to_bytes().as_slice()).map_err(storage)? else {
+    let key = stored_key(&txn, "invocations", &id.to_bytes())?;
+    let Some(value) = table.get(key.as_slice()).map_err(storage)? else {
         return Ok(None);
     };
     super::ListedRecord::decode(value.value())
@@ -359,7 +381,8 @@ pub fn load_record(
     let Ok(table) = txn.open_table(INVOCATIONS) else {
         return Ok(None);
     };
-    let Some(value) = table.get(id.to_bytes().as_slice()).map_err(storage)? else {
+    let key = stored_key(&txn, "invocations", &id.to_bytes())?;
+    let Some(value) = table.get(key.as_slice()).map_err(storage)? else {
         return Ok(None);
     };
     decode_record(id, value.value()).map(Some)
@@ -375,10 +398,8 @@ pub fn load_entry(
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(None);
     };
-    let Some(value) = table
-        .get(journal_key(id, index).as_slice())
-        .map_err(storage)?
-    else {
+    let key = stored_key(&txn, "journal", &journal_key(id, index))?;
+    let Some(value) = table.get(key.as_slice()).map_err(storage)? else {
         return Ok(None);
     };
     decode_entry(value.value()).map(Some)
@@ -409,8 +430,9 @@ pub fn load_journals(
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(ids.iter().map(|_| Vec::new()).collect());
     };
+    let partitions = layout::partitions_read(&txn).map_err(storage)?;
     ids.iter()
-        .map(|&id| read_journal_through(&table, id, u32::MAX))
+        .map(|&id| read_journal_through(&table, partitions, id, u32::MAX))
         .collect()
 }
 
@@ -436,17 +458,20 @@ fn load_journal_through(
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(Vec::new());
     };
-    read_journal_through(&table, id, last)
+    let partitions = layout::partitions_read(&txn).map_err(storage)?;
+    read_journal_through(&table, partitions, id, last)
 }
 
-/// The entries of `id`'s journal from index 0 through `last` in an open journal table.
+/// The entries of `id`'s journal from index 0 through `last` in an open journal table of a
+/// store keyed by `partitions`.
 fn read_journal_through(
     table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    partitions: u32,
     id: InvocationId,
     last: u32,
 ) -> Result<Vec<Frame>, CodedError> {
-    let start = journal_key(id, 0);
-    let end = journal_key(id, last);
+    let start = layout::physical("journal", &journal_key(id, 0), partitions);
+    let end = layout::physical("journal", &journal_key(id, last), partitions);
     table
         .range(start.as_slice()..=end.as_slice())
         .map_err(storage)?
@@ -480,7 +505,7 @@ pub fn scan_journal_with<T>(
         .map_err(storage)?
         .map(|row| {
             let (key, value) = row.map_err(storage)?;
-            let (k, raw) = (key.value(), value.value());
+            let (k, raw) = (layout::logical(key.value()), value.value());
             let bad = || storage("malformed journal row");
             let id: [u8; 24] = k
                 .get(..24)
@@ -510,14 +535,17 @@ pub fn load_timers(db: &redb::Database) -> Result<Vec<Timer>, CodedError> {
     let Ok(table) = txn.open_table(TIMERS) else {
         return Ok(Vec::new());
     };
-    table
+    // In time order within each partition's range; merged here.
+    let mut timers = table
         .iter()
         .map_err(storage)?
         .map(|row| {
             let (key, _) = row.map_err(storage)?;
-            decode_timer(key.value())
+            decode_timer(layout::logical(key.value()))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    timers.sort_unstable();
+    Ok(timers)
 }
 
 /// A timer from its key (the layout of [`timer_key`]).

@@ -12,6 +12,7 @@ pub mod changes;
 pub mod fencing;
 mod gather;
 mod jobs;
+pub mod layout;
 pub mod local;
 pub mod log;
 pub mod meta;
@@ -45,7 +46,9 @@ pub const LOG_DIR: &str = "log";
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The store format this build writes. Bump it with a migration when a table changes shape.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the partition tables' rows keyed by partition first (`layout.rs`); a format-1 store is
+/// converted when it opens.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Store-wide records: the format version and the version of Sluice that created the store.
 use crate::schema::META;
@@ -200,6 +203,32 @@ impl Store {
             .ok_or_else(|| CodedError::new(Code::RT0009, "format version record vanished"))
     }
 
+    /// Keys the partition tables' rows by `partitions` (the node's `worker.partitions`),
+    /// moving every row once if the store was keyed by another count; what moved, if anything.
+    /// Reads and writes stay right meanwhile: each transaction reads the count it works by.
+    pub fn use_partitions(&self, partitions: u32) -> Result<Option<layout::Moved>, CodedError> {
+        let started = std::time::Instant::now();
+        let moved = self.with_db(|db| -> Result<Option<layout::Moved>, redb::Error> {
+            let txn = db.begin_write()?;
+            let before = layout::partitions_written(&txn)?;
+            if before == partitions.max(1) {
+                return Ok(None);
+            }
+            let moved = layout::rekey(&txn, layout::Before::Keyed, partitions)?;
+            txn.commit()?;
+            tracing::info!(
+                from = before,
+                to = partitions,
+                rows = moved.rows,
+                bytes = moved.bytes,
+                took_ms = started.elapsed().as_millis() as u64,
+                "the store's rows were keyed by a new partition count"
+            );
+            Ok(Some(moved))
+        })?;
+        moved.map_err(|e| view::fail_store(self, "keying the store's rows by partition", e))
+    }
+
     /// Closes the database file; later calls to [`Store::with_db`] fail. Idempotent.
     pub fn close(&self) {
         let db = self.db.write().unwrap_or_else(|e| e.into_inner()).take();
@@ -266,6 +295,7 @@ fn check_format(db: &Database, path: &Path) -> Result<(), CodedError> {
                 path.display()
             ),
         )),
+        Some(1) => convert_unkeyed(db).map_err(|e| storage_error(path, e)),
         Some(version) => Err(CodedError::new(
             Code::META0010,
             format!(
@@ -284,6 +314,25 @@ fn check_format(db: &Database, path: &Path) -> Result<(), CodedError> {
             ),
         )),
     }
+}
+
+/// Converts a format-1 store, whose partition tables' rows were keyed by their logical keys
+/// alone: every row moves under its partition (by a count of 1 until [`Store::use_partitions`]
+/// says otherwise), in one transaction with the new format record.
+fn convert_unkeyed(db: &Database) -> Result<(), redb::Error> {
+    let started = std::time::Instant::now();
+    let txn = db.begin_write()?;
+    let moved = layout::rekey(&txn, layout::Before::Unkeyed, 1)?;
+    txn.open_table(META)?
+        .insert(FORMAT_VERSION_KEY, FORMAT_VERSION.to_be_bytes().as_slice())?;
+    txn.commit()?;
+    tracing::info!(
+        rows = moved.rows,
+        bytes = moved.bytes,
+        took_ms = started.elapsed().as_millis() as u64,
+        "the store's rows were keyed by partition (store format 1 to {FORMAT_VERSION})"
+    );
+    Ok(())
 }
 
 fn is_empty(db: &Database) -> Result<bool, redb::Error> {

@@ -4,8 +4,11 @@
 //! snapshot topic as chunks and then a manifest; a node whose log position was deleted loads the
 //! newest complete one and reads the log on from where it ends.
 //!
-//! The partition tables hold every partition's rows side by side; which partition owns a row
-//! follows from its key ([`owner`]), as the invocation ids and object names in it say.
+//! The partition tables hold every partition's rows side by side, each partition's in a range
+//! of its own (`layout.rs`): which partition owns a row follows from its key ([`owner`]), as
+//! the invocation ids and object names in it say, and the view keys the row by it. Snapshot
+//! rows carry the logical keys, as log records do; a store applying them keys them by its own
+//! partition count.
 //!
 //! Snapshot records come from the network: decoding checks every length and answers a coded
 //! error (CLU0003), never a panic.
@@ -14,10 +17,10 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::changes::{Changed, Changes};
 use super::fencing::Position;
+use super::layout;
 use super::record::{Record, bad};
 use super::write_set::WriteSet;
 use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
 use crate::schema::{self, BytesTable, Role};
 
 /// Version 2 manifests say what they build on; version 1 (whole snapshots only) is still read.
@@ -164,45 +167,14 @@ fn writes_record(rows: &WriteSet) -> Vec<u8> {
     record.encode()
 }
 
-/// The partition (of `partitions`) that owns `key` of partition table `table`: the one whose
-/// write sets write it. `None` for a key no partition would write (a bug elsewhere, or a row
-/// from a newer version), which a snapshot leaves out.
-pub fn owner(table: &str, key: &[u8], partitions: u32) -> Option<u32> {
-    let of_key = |partition_key: u64| (partition_key % u64::from(partitions.max(1))) as u32;
-    let id_at = |at: usize| {
-        key.get(at..at + 24)
-            .and_then(|bytes| <[u8; 24]>::try_from(bytes).ok())
-            .map(|bytes| of_key(InvocationId::from_bytes(bytes).partition_key()))
-    };
-    match table {
-        // Key: invocation id ‖ …
-        "invocations" | "journal" => id_at(0),
-        // Key: a time (u64 BE) ‖ invocation id ‖ …
-        "timers" | "purges" => id_at(8),
-        // Key: the scope, service and object key, each after its u32 BE length ‖ …: a scoped
-        // object lives on its scope's partition, any other on its own.
-        "state" | "promises" => {
-            let mut rest = key;
-            let mut part = || -> Option<&str> {
-                let (len, tail) = rest.split_first_chunk::<4>()?;
-                let len = u32::from_be_bytes(*len) as usize;
-                let (text, tail) = (tail.get(..len)?, tail.get(len..)?);
-                rest = tail;
-                std::str::from_utf8(text).ok()
-            };
-            let (scope, service, object) = (part()?, part()?, part()?);
-            Some(of_key(if scope.is_empty() {
-                crate::invocation::identity::partition_key(&[service, object])
-            } else {
-                crate::invocation::identity::partition_key(&[scope])
-            }))
-        }
-        // Key: the partition's index (u32 BE) ‖ …
-        "paused_queues" | "flow_quotas" | "flow_budgets" => key
-            .first_chunk::<4>()
-            .map(|index| u32::from_be_bytes(*index))
-            .filter(|index| *index < partitions),
-        _ => None,
+pub use super::layout::owner;
+
+/// The logical key of a row of table `name` as the view holds it.
+fn logical_of<'a>(name: &str, stored: &'a [u8]) -> &'a [u8] {
+    if layout::keyed(name) {
+        layout::logical(stored)
+    } else {
+        stored
     }
 }
 
@@ -324,6 +296,8 @@ fn changed_rows(
     changed: &Changed,
     chunks: &mut Chunks,
 ) -> Result<(), CodedError> {
+    let stored = layout::partitions_read(txn).map_err(storage)?;
+    let keys = layout::Keys::new(stored);
     for (table, start, end) in &changed.ranges {
         let name = redb::TableHandle::name(table);
         chunks
@@ -334,23 +308,26 @@ fn changed_rows(
             Err(redb::TableError::TableDoesNotExist(_)) => continue,
             Err(e) => return Err(storage(e)),
         };
+        let (from, to) = keys.range(name, start, end);
         for entry in read
-            .range(start.as_slice()..end.as_slice())
+            .range(from.as_slice()..to.as_slice())
             .map_err(storage)?
         {
             let (key, value) = entry.map_err(storage)?;
-            if owner(name, key.value(), partitions) == Some(p) {
-                chunks.put(*table, key.value(), value.value());
+            let key = logical_of(name, key.value());
+            if owner(name, key, partitions) == Some(p) {
+                chunks.put(*table, key, value.value());
             }
         }
     }
+    let mut keys = keys;
     for (table, key) in &changed.keys {
         let name = redb::TableHandle::name(table);
         if owner(name, key, partitions) != Some(p) {
             continue;
         }
         let value = match txn.open_table(*table) {
-            Ok(read) => read.get(key.as_slice()).map_err(storage)?,
+            Ok(read) => read.get(keys.of(name, key)).map_err(storage)?,
             Err(redb::TableError::TableDoesNotExist(_)) => None,
             Err(e) => return Err(storage(e)),
         };
@@ -370,16 +347,28 @@ fn owned_rows(
     partitions: u32,
     mut row: impl FnMut(BytesTable, &[u8], &[u8]),
 ) -> Result<(), CodedError> {
+    // Keyed by the same count, the partition's rows of a keyed table are one range; a store
+    // keyed by another count (not yet told the cluster's) is read whole.
+    let stored = layout::partitions_read(txn).map_err(storage)?;
     for (name, table) in partition_tables() {
         let read = match txn.open_table(table) {
             Ok(read) => read,
             Err(redb::TableError::TableDoesNotExist(_)) => continue,
             Err(e) => return Err(storage(e)),
         };
-        for entry in read.iter().map_err(storage)? {
+        let rows = if layout::keyed(name) && stored == partitions {
+            match layout::range_of(p) {
+                (start, Some(end)) => read.range(start.as_slice()..end.as_slice()),
+                (start, None) => read.range(start.as_slice()..),
+            }
+        } else {
+            read.iter()
+        };
+        for entry in rows.map_err(storage)? {
             let (key, value) = entry.map_err(storage)?;
-            if owner(name, key.value(), partitions) == Some(p) {
-                row(table, key.value(), value.value());
+            let key = logical_of(name, key.value());
+            if owner(name, key, partitions) == Some(p) {
+                row(table, key, value.value());
             }
         }
     }
@@ -412,6 +401,7 @@ pub fn replacing(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::InvocationId;
     use crate::storage::Store;
 
     fn id(partition_key: u64, n: u128) -> InvocationId {
@@ -492,6 +482,9 @@ mod tests {
             Store::open(from_dir.path()).unwrap(),
             Store::open(to_dir.path()).unwrap(),
         );
+        // The leader's store keyed by the cluster's count (a snapshot reads one range); the
+        // other's by another, read whole.
+        from.use_partitions(4).unwrap();
         let mut rows = WriteSet::default();
         for n in 0..200u128 {
             let inv = id(n as u64, n);
@@ -537,22 +530,18 @@ mod tests {
         replace.commit_now(&to);
         let moved = whole_rows(&to, 1);
         assert_eq!(moved.iter().map(WriteSet::len).sum::<usize>(), 50);
-        let txn = to.with_db(|db| db.begin_read().unwrap()).unwrap();
-        let table = txn.open_table(schema::INVOCATIONS).unwrap();
-        assert!(
-            table
-                .get(id(1, 999).to_bytes().as_slice())
-                .unwrap()
-                .is_none(),
-            "stale row"
-        );
-        assert!(
-            table
-                .get(id(2, 998).to_bytes().as_slice())
-                .unwrap()
-                .is_some(),
-            "another partition's row"
-        );
+        let stored = |id: InvocationId| {
+            to.with_db(|db| {
+                let txn = db.begin_read().unwrap();
+                let table = txn.open_table(schema::INVOCATIONS).unwrap();
+                let partitions = layout::partitions_read(&txn).unwrap();
+                let key = layout::physical("invocations", &id.to_bytes(), partitions);
+                table.get(key.as_slice()).unwrap().is_some().then_some(())
+            })
+            .unwrap()
+        };
+        assert!(stored(id(1, 999)).is_none(), "stale row");
+        assert!(stored(id(2, 998)).is_some(), "another partition's row");
         let positions = to.with_db(Position::load_all).unwrap().unwrap();
         assert_eq!(positions.get(&1), Some(&read_position));
     }

@@ -13,7 +13,12 @@ pub(super) fn get(store: &Store, key: &[u8]) -> Option<Vec<u8>> {
         .with_db(|db| {
             let txn = db.begin_read().unwrap();
             let table = txn.open_table(T).unwrap();
-            table.get(key).unwrap().map(|v| v.value().to_vec())
+            let partitions = super::layout::partitions_read(&txn).unwrap();
+            let key = super::layout::physical("invocations", key, partitions);
+            table
+                .get(key.as_slice())
+                .unwrap()
+                .map(|v| v.value().to_vec())
         })
         .unwrap()
 }

@@ -4,6 +4,7 @@
 
 #[cfg(any(test, feature = "testing"))]
 use super::Store;
+use super::layout;
 pub use crate::schema::BytesTable;
 
 #[derive(Clone)]
@@ -95,6 +96,8 @@ pub(crate) fn apply_all<'a>(
 ) -> Result<(), redb::Error> {
     let ops: Vec<&Op> = sets.into_iter().flat_map(|set| &set.ops).collect();
     let live = last_writes(&ops);
+    // The logical keys go into the view under their partition (`layout.rs`).
+    let mut keys = layout::Keys::new(layout::partitions_written(txn)?);
     let mut open: Vec<(&str, OpenTable<'_>)> = Vec::new();
     for (op, live) in ops.into_iter().zip(live) {
         if !live {
@@ -113,12 +116,13 @@ pub(crate) fn apply_all<'a>(
         let table = &mut open[index].1;
         match op {
             Op::Put(_, key, value) => {
-                table.insert(key.as_slice(), value.as_slice())?;
+                table.insert(keys.of(name, key), value.as_slice())?;
             }
             Op::Delete(_, key) => {
-                table.remove(key.as_slice())?;
+                table.remove(keys.of(name, key))?;
             }
             Op::DeleteRange(_, start, end) => {
+                let (start, end) = keys.range(name, start, end);
                 table.retain_in(start.as_slice()..end.as_slice(), |_, _| false)?;
             }
         }
