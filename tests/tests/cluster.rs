@@ -1221,6 +1221,17 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
     let seen = admin_shows(&b, "/limits/rules", "gold", Duration::from_secs(10)).await;
     eprintln!("rule: {seen:?}");
     assert!(seen < Duration::from_secs(1), "{seen:?}");
+    // A weight override set on the second node travels with the rule book.
+    let set = b
+        .admin(reqwest::Method::PUT, "/limits/weights")
+        .json(&serde_json::json!([{"counter": "gold/vip", "weight": 7}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), 200);
+    let seen = admin_shows(&a, "/limits/weights", "gold/vip", Duration::from_secs(10)).await;
+    eprintln!("weight override: {seen:?}");
+    assert!(seen < Duration::from_secs(1), "{seen:?}");
     let bytes = std::fs::read(sluice_tests::plugin_wasm("tenant-header")).unwrap();
     let put = Instant::now();
     let (status, loaded) = sluice_tests::put_plugin(

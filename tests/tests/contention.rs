@@ -121,6 +121,80 @@ async fn weights_share_a_full_scope_three_to_one() {
     );
 }
 
+/// Sends 40 calls for each of `gold` and `free` under `scope`, whose one slot a blocker holds
+/// meanwhile: all 80 wait at the scope's counter.
+async fn gold_and_free_waiting(sluice: &Sluice, scope: &str) {
+    block(sluice, scope, 2_000).await;
+    for _ in 0..40 {
+        for key in ["gold", "free"] {
+            send(
+                sluice,
+                &format!("/service/scope/{scope}/send/Meter/mark"),
+                &format!("\"{key}\""),
+                &[("x-service-limit-key", key)],
+            )
+            .await;
+        }
+    }
+}
+
+/// How many of the first 40 admissions went to gold, once all 80 ran.
+async fn golds_of_the_first_40(sluice: &Sluice) -> usize {
+    let seen = marks_until(sluice, 80).await;
+    seen[..40].iter().filter(|m| *m == "gold").count()
+}
+
+#[tokio::test]
+async fn a_weight_override_beats_the_rules_weight_through_a_kill_9_until_unset() {
+    let (sluice, _dep) = flow_controlled().await;
+    // Every key of `wo` has weight 1 by its rule; the override gives gold 3.
+    sluice
+        .set_rules(json!([
+            {"pattern": "wo", "limits": {"concurrency": 1}},
+            {"pattern": "wo/*", "limits": {"weight": 1}},
+        ]))
+        .await;
+    let (ok, out) = cli(&sluice, "weights", &["set", "wo/gold", "3"]);
+    assert!(ok && out.contains("wo/gold") && out.contains('3'), "{out}");
+    let (ok, out) = cli(&sluice, "weights", &["set", "wo/*", "3"]);
+    assert!(
+        !ok && out.contains("RUL0001") && out.contains("not a counter"),
+        "{out}"
+    );
+
+    // Stored: a kill -9 and a restart keep it, and dispatch follows it.
+    let mut sluice = sluice;
+    sluice.kill_9();
+    let sluice = sluice.restart(Sluice::builder()).await;
+    let (ok, out) = cli(&sluice, "weights", &["list"]);
+    assert!(ok && out.contains("wo/gold"), "{out}");
+    gold_and_free_waiting(&sluice, "wo").await;
+    // While they wait, introspection shows each key's weight in force.
+    let (status, rows) = sluice
+        .query("SELECT l1, weight FROM sys_user_limits WHERE scope = 'wo' AND l1 IN ('gold', 'free') ORDER BY l1")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(
+        rows["rows"],
+        json!([{"l1": "free", "weight": 1}, {"l1": "gold", "weight": 3}])
+    );
+    let golds = golds_of_the_first_40(&sluice).await;
+    assert!(
+        (27..=33).contains(&golds),
+        "{golds} of the first 40 admissions were gold, not 30 ± 10 %"
+    );
+
+    // Unset, gold takes its rule's weight again: the two share evenly.
+    let (ok, out) = cli(&sluice, "weights", &["unset", "wo/gold"]);
+    assert!(ok && !out.contains("wo/gold"), "{out}");
+    gold_and_free_waiting(&sluice, "wo").await;
+    let golds = golds_of_the_first_40(&sluice).await;
+    assert!(
+        (16..=24).contains(&golds),
+        "{golds} of the first 40 admissions were gold, not 20 ± 4 after the unset"
+    );
+}
+
 #[tokio::test]
 async fn high_priority_overtakes_a_low_priority_backlog() {
     let (sluice, _dep) = flow_controlled().await;

@@ -142,6 +142,13 @@ async fn the_dashboard_shows_held_work_and_pauses_a_queue() {
             {"pattern": "ui", "limits": {"concurrency": 1}}
         ]))
         .await;
+    let set = sluice
+        .admin(reqwest::Method::PUT, "/limits/weights")
+        .json(&json!([{"counter": "ui/vip", "weight": 4}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), 200);
     // One runs for a minute, five wait behind it; two other scopes have work too.
     for _ in 0..6 {
         send(&sluice, "ui", "60000").await;
@@ -174,8 +181,14 @@ async fn the_dashboard_shows_held_work_and_pauses_a_queue() {
     token.send_keys(ADMIN_TOKEN).await.unwrap();
     click(&client, "#login-form button").await;
 
-    // The rule book with what waits under each rule.
+    // The rule book with what waits under each rule, and the weight overrides.
     text_until(&client, "tr[data-rule=\"ui\"] td.held", |t| t == "5").await;
+    text_until(
+        &client,
+        "#weights tr[data-counter=\"ui/vip\"] td.weight",
+        |t| t == "4",
+    )
+    .await;
     text_until(&client, "#sum-held .value", |t| t == "7").await;
     screenshot(&client, tmp.path(), "dashboard-flow.png").await;
 

@@ -28,6 +28,7 @@ mod to_leader;
 mod version;
 pub mod vqueues;
 mod watched;
+pub mod weights;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -224,6 +225,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::history))
         .routes(routes!(limits::reset_quota))
         .routes(routes!(limits::reset_budget))
+        .routes(routes!(weights::list, weights::set))
         .routes(routes!(vqueues::list))
         .routes(routes!(vqueues::pause))
         .routes(routes!(vqueues::resume))

@@ -242,7 +242,7 @@ fn max_wait(pattern: &str, limits: &Limits) -> Result<Option<NonZeroU64>, AdminE
     })
 }
 
-fn refused(error: RulesError) -> AdminError {
+pub(crate) fn refused(error: RulesError) -> AdminError {
     match error {
         RulesError::Rules(e @ RuleError::PreconditionFailed { .. }) => {
             AdminError::coded(Code::RUL0002, e.to_string())

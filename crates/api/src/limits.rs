@@ -233,6 +233,36 @@ pub struct ListRulesResponse {
     pub rules: Vec<RuleResponse>,
 }
 
+/// One weight override: a counter's share under contention, set by an operator, beating the
+/// weight its rule gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WeightOverride {
+    /// The counter: `scope`, `scope/l1` or `scope/l1/l2`, names only (no `*`).
+    pub counter: String,
+    /// Its weight, 1-1000.
+    pub weight: u32,
+}
+
+/// One change of `PUT /limits/weights`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetWeightRequest {
+    /// The counter: `scope`, `scope/l1` or `scope/l1/l2`, names only (no `*`).
+    pub counter: String,
+    /// Its weight from now on, 1-1000; `null` (or absent) removes the override, giving the
+    /// counter back its rule's weight.
+    #[serde(default)]
+    pub weight: Option<u32>,
+}
+
+/// `GET /limits/weights`, and what `PUT /limits/weights` answers: every override after.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListWeightsResponse {
+    /// Every override, by counter name.
+    pub overrides: Vec<WeightOverride>,
+}
+
 /// One flow-control counter.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CounterResponse {

@@ -14,5 +14,6 @@ pub mod rules_file;
 pub mod sql;
 pub mod subscriptions;
 pub mod table;
+pub mod weights;
 
 use sluice_core::{clock, errors};

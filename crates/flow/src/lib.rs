@@ -22,6 +22,6 @@ pub use quota::{Budget, Measure, Quota, QuotaError, QuotaUse, QuotaWindow};
 pub use rate::{Bucket, Rate, RateError, RateLimit};
 pub use rules::{
     AdaptiveLimit, CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook,
-    RuleError, RulePolicy, ShadowRule, Upsert,
+    RuleError, RulePolicy, ShadowRule, Upsert, WeightChange,
 };
 pub use scope::{LimitKey, Scope};

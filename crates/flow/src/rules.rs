@@ -13,6 +13,10 @@ use super::pattern::{Level, RulePattern};
 use super::quota::{Budget, Quota};
 use super::rate::RateLimit;
 
+mod weights;
+
+pub use weights::{MAX_WEIGHT_OVERRIDES, WeightChange};
+
 /// Most rules a book may hold.
 pub const MAX_RULES: usize = 10_000;
 
@@ -217,6 +221,19 @@ pub enum RuleError {
     /// The batch would exceed [`MAX_RULES`] (HTTP 422).
     #[error("rule book is full ({MAX_RULES} rules)")]
     BookFull,
+    /// A weight override named a pattern with a `*` (HTTP 422).
+    #[error(
+        "'{pattern}' is not a counter: a weight override names one counter (scope, scope/l1 or scope/l1/l2), without *"
+    )]
+    NotACounter {
+        /// The pattern as given.
+        pattern: String,
+    },
+    /// The batch would exceed [`MAX_WEIGHT_OVERRIDES`] (HTTP 422).
+    #[error(
+        "the rule book holds {MAX_WEIGHT_OVERRIDES} weight overrides already: remove some first"
+    )]
+    WeightsFull,
 }
 
 fn actual_text(actual: Option<u32>) -> String {
@@ -383,6 +400,8 @@ pub struct RuleBook {
     /// the rules it passes.
     max_waits: bool,
     policy: Option<Arc<dyn RulePolicy>>,
+    /// Weight overrides by counter name (`weights.rs`).
+    weights: BTreeMap<String, NonZeroU32>,
 }
 
 impl RuleBook {
@@ -623,7 +642,8 @@ impl RuleBook {
 
     /// The limit of counter `(scope, l1, l2)` at `level`: the most specific enabled rule, or
     /// what the policy decides; unlimited when nothing matches or when the counter does not
-    /// exist (an L1 level without `l1`).
+    /// exist (an L1 level without `l1`). A weight override of the counter beats the rule's
+    /// weight.
     pub fn resolve(
         &self,
         level: Level,
@@ -631,6 +651,12 @@ impl RuleBook {
         l1: Option<&str>,
         l2: Option<&str>,
     ) -> Resolved {
+        let resolved = self.by_rules(level, scope, l1, l2);
+        self.overridden(level, scope, l1, l2, resolved)
+    }
+
+    /// [`RuleBook::resolve`] before weight overrides.
+    fn by_rules(&self, level: Level, scope: &str, l1: Option<&str>, l2: Option<&str>) -> Resolved {
         let Some(policy) = &self.policy else {
             return self.most_specific(level, scope, l1, l2);
         };

@@ -101,6 +101,9 @@ schema! {
     PLUGIN_SPECS: NamedTable = "plugin_specs" => Role::Meta(MetaGroup::Plugins);
     /// Plugins loaded through the admin API: their wasm bytes.
     PLUGIN_BYTES: NamedTable = "plugin_bytes" => Role::Meta(MetaGroup::Plugins);
+    /// Flow-control weight overrides. Key: the counter's name (`scope[/l1[/l2]]`). Value: the
+    /// weight (u32 BE).
+    WEIGHT_OVERRIDES: NamedTable = "weight_overrides" => Role::Meta(MetaGroup::Rules);
 
     /// Store-wide records: the format version and the Sluice version that created the store.
     META: NamedTable = "meta" => Role::Local;
@@ -204,6 +207,7 @@ mod tests {
                 ("kafka_clusters", MetaGroup::Kafka),
                 ("plugin_specs", MetaGroup::Plugins),
                 ("plugin_bytes", MetaGroup::Plugins),
+                ("weight_overrides", MetaGroup::Rules),
             ]
         );
     }

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use sluice_cli::{explain, invocations, plugins, queues, registry, rules, sql, subscriptions};
+use sluice_cli::{
+    explain, invocations, plugins, queues, registry, rules, sql, subscriptions, weights,
+};
 use sluice_config::{self as config, Overrides};
 use sluice_core::errors::{Code, CodedError};
 
@@ -48,6 +50,16 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: rules::RulesCommand,
+        /// Admin URL and output format.
+        #[command(flatten)]
+        admin: registry::AdminArgs,
+    },
+    /// List, set and unset weight overrides: a counter's share under contention, beating its
+    /// rule's weight (admin API client).
+    Weights {
+        /// What to do.
+        #[command(subcommand)]
+        command: weights::WeightsCommand,
         /// Admin URL and output format.
         #[command(flatten)]
         admin: registry::AdminArgs,
@@ -132,6 +144,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Rules { command, admin } => report(block_on(rules::run(&command, &admin))),
         Command::Plugins { command, admin } => report(block_on(plugins::run(&command, &admin))),
         Command::Queues { command, admin } => report(block_on(queues::run(&command, &admin))),
+        Command::Weights { command, admin } => report(block_on(weights::run(&command, &admin))),
         Command::Sql(args) => report(block_on(sql::run(&args))),
         Command::Subscriptions { command, admin } => {
             report(block_on(subscriptions::run(&command, &admin)))

@@ -138,9 +138,12 @@ function renderCharts(history) {
 // --- Flow control -------------------------------------------------------------------------
 
 async function renderFlow() {
-  const [rules, counters, history] = await Promise.all([
+  const [rules, counters, history, weights] = await Promise.all([
     api("/limits/rules"), api("/limits/counters"), api("/limits/history").catch(() => ({ rules: [] })),
+    api("/limits/weights").catch(() => ({ overrides: [] })),
   ]);
+  fill("#weights", (weights.overrides || []).map((o) =>
+    el("tr", { "data-counter": o.counter }, el("td", { class: "mono" }, o.counter), el("td", { class: "weight" }, o.weight))));
   renderCharts(history);
   const all = counters.counters || [];
   const byRule = {};

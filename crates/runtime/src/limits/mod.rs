@@ -10,12 +10,14 @@ use tokio::sync::watch;
 
 use crate::clock::now_ms;
 use crate::errors::{Code, CodedError};
-use crate::flow::{Delete, Rule, RuleBook, RuleError, RulePattern, RulePolicy, Upsert};
+use crate::flow::{
+    Delete, Rule, RuleBook, RuleError, RulePattern, RulePolicy, Upsert, WeightChange,
+};
 use crate::storage::Store;
 
 // `RULES` key: pattern, value: the rule as JSON. `RULES_META` key: "version", value: the book
-// version (u32 BE).
-use crate::schema::{MetaGroup, RULES, RULES_META};
+// version (u32 BE). `WEIGHT_OVERRIDES` key: a counter's name, value: its weight (u32 BE).
+use crate::schema::{MetaGroup, RULES, RULES_META, WEIGHT_OVERRIDES};
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("rule store: {e}"))
@@ -50,7 +52,21 @@ fn stored_book(store: &Store) -> Result<RuleBook, CodedError> {
             .and_then(|t| t.get("version").ok().flatten())
             .and_then(|v| v.value().try_into().ok())
             .map_or(0, u32::from_be_bytes);
-        Ok(RuleBook::restore(rules, version))
+        let mut weights = Vec::new();
+        if let Ok(table) = txn.open_table(WEIGHT_OVERRIDES) {
+            for row in table.iter().map_err(storage)? {
+                let (counter, value) = row.map_err(storage)?;
+                // A row that is not a weight (damage) is passed over: the counter keeps its
+                // rule's weight.
+                let weight = <[u8; 4]>::try_from(value.value())
+                    .ok()
+                    .and_then(|raw| std::num::NonZeroU32::new(u32::from_be_bytes(raw)));
+                if let Some(weight) = weight {
+                    weights.push((counter.value().to_owned(), weight));
+                }
+            }
+        }
+        Ok(RuleBook::restore(rules, version).with_weight_overrides(weights))
     })?
 }
 
@@ -107,6 +123,17 @@ impl Rules {
     /// Applies upserts atomically; answers the resulting rules in order.
     pub fn upsert(&self, upserts: &[Upsert]) -> Result<Vec<Rule>, RulesError> {
         self.change(|book| book.apply_batch(upserts, now_ms()))
+    }
+
+    /// Sets or removes weight overrides atomically; answers every override after.
+    pub fn set_weights(
+        &self,
+        changes: &[WeightChange],
+    ) -> Result<std::collections::BTreeMap<String, std::num::NonZeroU32>, RulesError> {
+        self.change(|book| {
+            book.set_weights(changes)?;
+            Ok(book.weight_overrides().clone())
+        })
     }
 
     /// Deletes rules atomically; answers the patterns removed.
@@ -168,6 +195,16 @@ impl Rules {
                             .map_err(storage)?;
                     }
                 }
+                let mut weights = txn.open_table(WEIGHT_OVERRIDES).map_err(storage)?;
+                let (was, is) = (before.weight_overrides(), after.weight_overrides());
+                for gone in was.keys().filter(|counter| !is.contains_key(*counter)) {
+                    weights.remove(gone.as_str()).map_err(storage)?;
+                }
+                for (counter, weight) in is.iter().filter(|(c, w)| was.get(*c) != Some(*w)) {
+                    weights
+                        .insert(counter.as_str(), weight.get().to_be_bytes().as_slice())
+                        .map_err(storage)?;
+                }
                 let mut meta = txn.open_table(RULES_META).map_err(storage)?;
                 meta.insert("version", after.version().to_be_bytes().as_slice())
                     .map_err(storage)?;
@@ -181,6 +218,33 @@ impl Rules {
 mod tests {
     use super::*;
     use crate::flow::{Limit, Precondition};
+
+    #[test]
+    fn weight_overrides_persist_reach_subscribers_and_go_when_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let rules = Rules::load(Arc::clone(&store)).unwrap();
+        let mut changes = rules.subscribe();
+        let gold = |weight: Option<u32>| WeightChange {
+            counter: "acme/gold".parse().unwrap(),
+            weight: weight.and_then(std::num::NonZeroU32::new),
+        };
+        let set = rules.set_weights(&[gold(Some(4))]).unwrap();
+        assert_eq!(set.get("acme/gold").map(|w| w.get()), Some(4));
+        assert!(changes.has_changed().unwrap());
+        let weight = |book: &RuleBook| {
+            book.resolve(crate::flow::Level::L1, "acme", Some("gold"), None)
+                .weight
+                .get()
+        };
+        assert_eq!(weight(&changes.borrow_and_update()), 4);
+        // A restart reads them back.
+        assert_eq!(weight(&Rules::load(Arc::clone(&store)).unwrap().book()), 4);
+        rules.set_weights(&[gold(None)]).unwrap();
+        let reloaded = Rules::load(Arc::clone(&store)).unwrap().book();
+        assert!(reloaded.weight_overrides().is_empty());
+        assert_eq!(weight(&reloaded), 1);
+    }
 
     #[test]
     fn batches_persist_and_reach_subscribers() {
