@@ -133,3 +133,83 @@ fn every_path_the_map_names_from_the_root_exists() {
         "ARCHITECTURE.md names paths that do not exist: {missing:?}"
     );
 }
+
+/// The crate-root `use` lines of `lib_rs` that bring a module of another Sluice crate in, so
+/// the crate's code could reach it as `crate::<module>`: `use sluice_flow as flow;`,
+/// `use sluice_core::{errors, ids};`, `use sluice_store::storage;`. `is_module(krate, name)`
+/// says whether `name` is a module of the crate `krate` (`sluice_core`).
+fn aliases<'a>(lib_rs: &'a str, is_module: impl Fn(&str, &str) -> bool) -> Vec<&'a str> {
+    lib_rs
+        .lines()
+        .filter(|line| {
+            line.starts_with("use sluice_") || line.starts_with("pub(crate) use sluice_")
+        })
+        .filter(|line| {
+            let path = line.trim_end_matches(';');
+            if path.contains(" as ") {
+                return true;
+            }
+            let path = path
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("use ");
+            let Some((krate, rest)) = path.split_once("::") else {
+                return false;
+            };
+            match rest.strip_prefix('{') {
+                Some(names) => names
+                    .trim_end_matches('}')
+                    .split(',')
+                    .any(|name| is_module(krate, name.trim())),
+                None => !rest.contains("::") && is_module(krate, rest),
+            }
+        })
+        .collect()
+}
+
+/// Whether `name` is a module at the root of the workspace crate `krate`.
+fn is_module(root: &Path, krate: &str, name: &str) -> bool {
+    let dir = krate.trim_start_matches("sluice_").replace('_', "-");
+    let lib_rs = std::fs::read_to_string(root.join("crates").join(dir).join("src/lib.rs"))
+        .unwrap_or_default();
+    lib_rs.lines().any(|line| {
+        let line = line
+            .trim_start_matches("pub ")
+            .trim_start_matches("pub(crate) ");
+        line == format!("mod {name};") || line == format!("mod {name} {{")
+    })
+}
+
+#[test]
+fn no_crate_reaches_another_through_an_alias_of_its_own() {
+    let modules = |_: &str, name: &str| ["errors", "ids", "storage"].contains(&name);
+    assert_eq!(
+        aliases(
+            "use sluice_flow as flow;\nuse sluice_core::{errors, ids};\nuse sluice_core::errors::Code;\nuse sluice_core::clock::now_ms;\nuse sluice_store::storage;\n",
+            modules
+        ),
+        [
+            "use sluice_flow as flow;",
+            "use sluice_core::{errors, ids};",
+            "use sluice_store::storage;"
+        ]
+    );
+    let root = workspace_root();
+    let mut roots = vec![
+        root.join("proxy/src/lib.rs"),
+        root.join("proxy/src/main.rs"),
+    ];
+    for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        roots.push(entry.path().join("src/lib.rs"));
+    }
+    let mut found = Vec::new();
+    for lib_rs in roots.iter().filter(|path| path.exists()) {
+        let text = std::fs::read_to_string(lib_rs).unwrap();
+        for line in aliases(&text, |krate, name| is_module(&root, krate, name)) {
+            found.push(format!("{}: {line}", lib_rs.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "name the crate where it is used (sluice_core::ids::…), not an alias at the crate's root: {found:#?}"
+    );
+}

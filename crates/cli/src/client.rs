@@ -4,7 +4,7 @@ use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::errors::{AdminErrorBody, CodedError};
+use sluice_core::errors::{AdminErrorBody, CodedError};
 
 /// Where the admin API is, when no flag or `SLUICE_ADMIN_URL` says otherwise.
 pub const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:9070";

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Flags of `sluice explain`.
 #[derive(Debug, Args)]

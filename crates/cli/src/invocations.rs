@@ -4,12 +4,12 @@ use clap::Subcommand;
 use reqwest::Method;
 
 use crate::client::AdminClient;
-use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
 use sluice_api::invocations::{
     InvocationResponse, ListInvocationsResponse, RestartAsNewResponse, WaitingResponse,
 };
+use sluice_core::errors::CodedError;
 
 /// `sluice invocations …`
 #[derive(Debug, Subcommand)]

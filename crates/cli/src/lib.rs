@@ -15,5 +15,3 @@ pub mod sql;
 pub mod subscriptions;
 pub mod table;
 pub mod weights;
-
-use sluice_core::{clock, errors};

@@ -6,10 +6,10 @@ use clap::Subcommand;
 use reqwest::Method;
 
 use crate::client::AdminClient;
-use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
 use sluice_api::plugins::{ListPluginsResponse, PluginResponse};
+use sluice_core::errors::CodedError;
 
 /// `sluice plugins …`
 #[derive(Debug, Subcommand)]

@@ -4,10 +4,10 @@ use clap::Subcommand;
 use reqwest::Method;
 
 use crate::client::AdminClient;
-use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
 use sluice_api::vqueues::{ListVQueuesResponse, VQueueResponse};
+use sluice_core::errors::CodedError;
 
 /// `sluice queues …`
 #[derive(Debug, Subcommand)]

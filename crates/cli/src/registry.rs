@@ -7,12 +7,12 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::client::{AdminClient, Answer};
-use crate::errors::CodedError;
 use crate::table;
 use sluice_api::deployments::DeploymentResponse;
 use sluice_api::deployments::{ListDeploymentsResponse, RegisterDeploymentResponse};
 use sluice_api::services::ListServicesResponse;
 use sluice_api::services::ServiceMetadata;
+use sluice_core::errors::CodedError;
 
 /// `sluice deployments …`
 #[derive(Debug, Subcommand)]

@@ -7,12 +7,12 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::client::AdminClient;
-use crate::clock::rfc3339;
-use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::rules_file::{self, Plan};
 use crate::table;
 use sluice_api::limits::{Limits, ListRulesResponse, RuleResponse};
+use sluice_core::clock::rfc3339;
+use sluice_core::errors::CodedError;
 
 /// How often `rules set` re-reads and retries when another writer got in between.
 const SET_ATTEMPTS: usize = 5;

@@ -13,7 +13,7 @@ use sluice_api::limits::{
 };
 use sluice_flow::Rate;
 
-use crate::errors::CodedError;
+use sluice_core::errors::CodedError;
 
 /// One rule as a file writes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

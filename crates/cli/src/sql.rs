@@ -6,9 +6,9 @@ use arrow_ipc::reader::StreamReader;
 use clap::Args;
 
 use crate::client::AdminClient;
-use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
+use sluice_core::errors::CodedError;
 
 const JSON: &str = "application/json";
 const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";

@@ -5,10 +5,10 @@ use clap::Subcommand;
 use reqwest::Method;
 
 use crate::client::AdminClient;
-use crate::errors::CodedError;
 use crate::registry::AdminArgs;
 use crate::table;
 use sluice_api::limits::{ListWeightsResponse, SetWeightRequest};
+use sluice_core::errors::CodedError;
 
 /// `sluice weights …`
 #[derive(Debug, Subcommand)]

@@ -9,9 +9,9 @@ use std::time::Duration;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use crate::config::{file_error, pem_certificates};
-use crate::errors::CodedError;
 use crate::quickack::QuickAckConnector;
+use sluice_config::{file_error, pem_certificates};
+use sluice_core::errors::CodedError;
 
 /// A connector for `http://` and `https://` deployments.
 pub type Connector = HttpsConnector<QuickAckConnector>;

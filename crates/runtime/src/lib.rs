@@ -16,12 +16,3 @@ pub mod registry;
 pub mod replication;
 pub mod shards;
 pub mod spans;
-
-// The crates below this one, under the paths this crate's code knows them by.
-use sluice_config as config;
-#[cfg(test)]
-use sluice_core::simulation;
-use sluice_core::{clock, errors, ids};
-use sluice_flow as flow;
-use sluice_protocol as protocol;
-use sluice_store::{encoding, invocation, schema, storage};

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
 use crate::limits::Rules;
 use crate::partition::spawning::{first_to_end, stopped_task};
 use crate::partition::{Receivers, Runtime};
 use crate::registry::Registry;
-use crate::storage::Store;
+use sluice_config::Config;
+use sluice_store::storage::Store;
 
 /// The shared parts of a running node. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -25,8 +25,8 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue, global};
 use sluice_core::trace::{TraceParent, derived_span_id};
 
-use crate::ids::InvocationId;
-use crate::invocation::InvocationRecord;
+use sluice_core::ids::InvocationId;
+use sluice_store::invocation::InvocationRecord;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 

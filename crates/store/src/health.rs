@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Exit status of a process that stopped because of a [`Health`] failure (sysexits' EX_IOERR).
 pub const EXIT_FAILED: i32 = 74;

@@ -8,8 +8,3 @@ pub mod health;
 pub mod invocation;
 pub mod schema;
 pub mod storage;
-
-// The crates below this one, under the paths this crate's code knows them by.
-use sluice_core::{errors, ids};
-use sluice_flow as flow;
-use sluice_protocol as protocol;

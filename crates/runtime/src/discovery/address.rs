@@ -5,8 +5,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::config::DeploymentAddressPolicy;
-use crate::errors::{Code, CodedError};
+use sluice_config::DeploymentAddressPolicy;
+use sluice_core::errors::{Code, CodedError};
 
 /// What kind of network an address is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

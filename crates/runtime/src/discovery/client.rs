@@ -13,7 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use super::excerpt::excerpt;
 use super::manifest::{MANIFEST_CONTENT_TYPES, Manifest, ProtocolMode};
 use crate::deployment_tls::{Connector, DeploymentTls};
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Largest manifest read.
 const MAX_MANIFEST_BYTES: usize = 16 * 1024 * 1024;

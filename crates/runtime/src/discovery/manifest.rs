@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::errors::{Code, CodedError};
-use crate::protocol::ProtocolVersion;
+use sluice_core::errors::{Code, CodedError};
+use sluice_protocol::ProtocolVersion;
 
 /// The manifest content types Sluice accepts, v1 to v4, in the `accept` header's order.
 pub const MANIFEST_CONTENT_TYPES: [&str; 4] = [

@@ -29,11 +29,11 @@ use super::body::{Incoming, Sending, drain_tail};
 use super::connections::{Address, Addresses, OpenError};
 
 use crate::deployment_tls::{Connector, DeploymentTls};
-use crate::errors::{Code, CodedError};
-use crate::flow::{LimitKey, Scope};
-use crate::ids::InvocationId;
-use crate::protocol::message::{Kind, Sender};
-use crate::protocol::{Frame, FrameDecoder, Message, MessageType, ProtocolVersion, proto};
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::{LimitKey, Scope};
+use sluice_protocol::message::{Kind, Sender};
+use sluice_protocol::{Frame, FrameDecoder, Message, MessageType, ProtocolVersion, proto};
 
 /// Everything one attempt needs.
 #[derive(Debug, Clone)]
@@ -132,8 +132,8 @@ impl AttemptError {
     /// crashes, a gateway's timeout on one slow handler): the deployment answered, so it is
     /// judged per invocation, by that invocation's own retry back-off, and never holds back
     /// the deployment's other handlers.
-    pub fn signal(&self) -> crate::flow::pacing::Signal {
-        use crate::flow::pacing::Signal;
+    pub fn signal(&self) -> sluice_flow::pacing::Signal {
+        use sluice_flow::pacing::Signal;
         match self.error.code {
             Some(Code::RT0023) => Signal::Overloaded {
                 retry_after_ms: self

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use hyper::body::Body as _;
 use tokio::sync::mpsc;
 
-use crate::ids::InvocationId;
+use sluice_core::ids::InvocationId;
 
 /// The request body of an HTTP/2 attempt while it is open (bidi): what the partition sends on
 /// the [`Outbound`] goes down the stream whenever the attempt's task is polled, in the same

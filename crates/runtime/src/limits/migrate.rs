@@ -6,12 +6,12 @@
 
 use redb::ReadableDatabase;
 
-use crate::errors::CodedError;
-use crate::invocation::{Status, store};
-use crate::storage::Store;
+use sluice_core::errors::CodedError;
+use sluice_store::invocation::{Status, store};
+use sluice_store::storage::Store;
 
 // Key: "enabled". Value: one byte, 1 once flow control ran on this store.
-use crate::schema::FLOW_CONTROL;
+use sluice_store::schema::FLOW_CONTROL;
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::uncoded(format!(
@@ -66,9 +66,9 @@ pub fn migrate(store: &Store) -> Result<Option<Migrated>, CodedError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::InvocationId;
-    use crate::invocation::{InvocationRecord, Target};
-    use crate::storage::writer::WriteSet;
+    use sluice_core::ids::InvocationId;
+    use sluice_store::invocation::{InvocationRecord, Target};
+    use sluice_store::storage::writer::WriteSet;
 
     fn put(store: &Store, record: &InvocationRecord) {
         let mut writes = WriteSet::default();
@@ -83,7 +83,7 @@ mod tests {
             key: None,
         };
         let mut r = InvocationRecord::new(InvocationId::generate(1), target, 0);
-        r.scope = scope.map(|s| crate::flow::Scope::parse(s).unwrap());
+        r.scope = scope.map(|s| sluice_flow::Scope::parse(s).unwrap());
         r.status = status;
         r
     }

@@ -8,16 +8,16 @@ use std::sync::{Arc, RwLock};
 use redb::{ReadableDatabase, ReadableTable};
 use tokio::sync::watch;
 
-use crate::clock::now_ms;
-use crate::errors::{Code, CodedError};
-use crate::flow::{
+use sluice_core::clock::now_ms;
+use sluice_core::errors::{Code, CodedError};
+use sluice_flow::{
     Delete, Rule, RuleBook, RuleError, RulePattern, RulePolicy, Upsert, WeightChange,
 };
-use crate::storage::Store;
+use sluice_store::storage::Store;
 
 // `RULES` key: pattern, value: the rule as JSON. `RULES_META` key: "version", value: the book
 // version (u32 BE). `WEIGHT_OVERRIDES` key: a counter's name, value: its weight (u32 BE).
-use crate::schema::{MetaGroup, RULES, RULES_META, WEIGHT_OVERRIDES};
+use sluice_store::schema::{MetaGroup, RULES, RULES_META, WEIGHT_OVERRIDES};
 
 fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("rule store: {e}"))
@@ -217,7 +217,7 @@ impl Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::{Limit, Precondition};
+    use sluice_flow::{Limit, Precondition};
 
     #[test]
     fn weight_overrides_persist_reach_subscribers_and_go_when_removed() {
@@ -233,7 +233,7 @@ mod tests {
         assert_eq!(set.get("acme/gold").map(|w| w.get()), Some(4));
         assert!(changes.has_changed().unwrap());
         let weight = |book: &RuleBook| {
-            book.resolve(crate::flow::Level::L1, "acme", Some("gold"), None)
+            book.resolve(sluice_flow::Level::L1, "acme", Some("gold"), None)
                 .weight
                 .get()
         };

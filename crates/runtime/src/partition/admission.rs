@@ -7,15 +7,15 @@ use super::live::Live;
 use super::model::phase::Run;
 use super::task::Partition;
 use crate::discovery::{HandlerType, ServiceType};
-use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::{
+use crate::registry::Registry;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::{
     BlockedOn, EntryKind, IdleBound, Position, QueueKey, QueueStatus, RefusalReason,
 };
-use crate::flow::{LimitKey, Measure, Scope};
-use crate::ids::InvocationId;
-use crate::invocation::store::Timer;
-use crate::invocation::{InvocationRecord, Status};
-use crate::registry::Registry;
+use sluice_flow::{LimitKey, Measure, Scope};
+use sluice_store::invocation::store::Timer;
+use sluice_store::invocation::{InvocationRecord, Status};
 
 /// The scheduler queue of `record`: scoped invocations count against their scope and limit
 /// key; exclusive handlers of keyed services queue per object key and take its lock;
@@ -237,7 +237,7 @@ impl Partition {
         }
         // What counters used of their quotas goes with the admissions that used it.
         for (counter, used) in self.admission.scheduler.take_use_writes(Measure::Calls) {
-            crate::invocation::quotas::put(
+            sluice_store::invocation::quotas::put(
                 &mut self.starting.pins,
                 Measure::Calls,
                 self.outside.index,

@@ -6,15 +6,15 @@ use super::live::Live;
 use super::model::phase::{Attempt, Run};
 use super::task::Partition;
 use crate::discovery::ProtocolMode;
-use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::Permit;
-use crate::ids::InvocationId;
-use crate::invocation::store::{self};
-use crate::invocation::{Status, state};
 use crate::invoker::AttemptRequest;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::Permit;
+use sluice_store::invocation::store::{self};
+use sluice_store::invocation::{Status, state};
 
-use crate::protocol::ProtocolVersion;
 use crate::registry::{Address, Deployment};
+use sluice_protocol::ProtocolVersion;
 
 impl Partition {
     /// Starts an attempt of `id` on its (pinned) deployment.
@@ -132,9 +132,9 @@ fn traced_start(live: &Live, trace: sluice_core::trace::TraceParent) -> std::tim
 /// What a keyed target's attempt is given of its state eagerly (as much as the eager limit
 /// allows), and whether that is only part of it; nothing for other targets.
 fn eager_state(
-    store: &crate::storage::Store,
+    store: &sluice_store::storage::Store,
     live: &Live,
-    invoker: &crate::config::InvokerConfig,
+    invoker: &sluice_config::InvokerConfig,
 ) -> (Vec<(bytes::Bytes, bytes::Bytes)>, bool) {
     let Some(object) = object(&live.record) else {
         return (Vec::new(), true);
@@ -159,7 +159,7 @@ fn eager_state(
 fn attempt_request(
     live: &mut Live,
     d: &Deployment,
-    invoker: &crate::config::InvokerConfig,
+    invoker: &sluice_config::InvokerConfig,
     (state, partial_state): (Vec<(bytes::Bytes, bytes::Bytes)>, bool),
     traceparent: Option<String>,
 ) -> (Option<AttemptRequest>, bool) {

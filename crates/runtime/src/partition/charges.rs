@@ -5,9 +5,9 @@
 
 use super::model::effect::Effect;
 use super::task::Partition;
-use crate::flow::Measure;
-use crate::invocation::Status;
-use crate::storage::writer::WriteSet;
+use sluice_flow::Measure;
+use sluice_store::invocation::Status;
+use sluice_store::storage::writer::WriteSet;
 
 impl Partition {
     /// Charges the calls that ended among `effects` (an ending pushes exactly one
@@ -42,7 +42,7 @@ impl Partition {
         }
         if charged {
             for (counter, used) in self.admission.scheduler.take_use_writes(Measure::Cost) {
-                crate::invocation::quotas::put(
+                sluice_store::invocation::quotas::put(
                     writes,
                     Measure::Cost,
                     self.outside.index,

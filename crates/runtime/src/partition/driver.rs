@@ -13,11 +13,11 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
 use super::model::events::Event;
-use crate::clock;
-use crate::errors::CodedError;
-use crate::ids::InvocationId;
 use crate::invoker::{AttemptClient, AttemptError, AttemptRequest, MessageSink};
-use crate::protocol::Message;
+use sluice_core::clock;
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
+use sluice_protocol::Message;
 
 /// An attempt the partition wants run.
 #[derive(Debug)]

@@ -10,11 +10,11 @@ use super::commands::EXPIRY;
 use super::live::Live;
 use super::model::effect::Effect;
 use super::task::Partition;
-use crate::invocation::store::{self, Purge, Timer};
-use crate::invocation::{Failure, LastFailure, Outcome, Status, Target};
-use crate::protocol::proto::{self, output_command_message};
-use crate::protocol::{Frame, MessageType};
-use crate::storage::writer::WriteSet;
+use sluice_protocol::proto::{self, output_command_message};
+use sluice_protocol::{Frame, MessageType};
+use sluice_store::invocation::store::{self, Purge, Timer};
+use sluice_store::invocation::{Failure, LastFailure, Outcome, Status, Target};
+use sluice_store::storage::writer::WriteSet;
 
 /// How long what a completed invocation leaves behind stays in the store, in ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,7 @@ pub(super) fn pause(live: &mut Live, failure: LastFailure) {
 #[must_use]
 pub(super) fn back_off(
     live: &mut Live,
-    policy: &crate::config::RetryPolicy,
+    policy: &sluice_config::RetryPolicy,
     failure: LastFailure,
     requested: Option<Duration>,
     now: u64,
@@ -183,7 +183,7 @@ pub(super) fn back_off(
     live.record.retry_count = live.record.retry_count.saturating_add(1);
     let attempts = policy.max_attempts.get();
     let exhausted = live.record.retry_count >= attempts;
-    let killed = (exhausted && policy.on_max_attempts == crate::config::OnMaxAttempts::Kill)
+    let killed = (exhausted && policy.on_max_attempts == sluice_config::OnMaxAttempts::Kill)
         .then(|| {
             Outcome::Failure(Failure {
                 code: 500,
@@ -224,7 +224,7 @@ pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_secs(24 * 60 * 60);
 /// panics: the exponential is computed in floating point and clamped before it becomes a
 /// `Duration` (after enough retries it is infinite).
 pub(crate) fn retry_delay(
-    policy: &crate::config::RetryPolicy,
+    policy: &sluice_config::RetryPolicy,
     retry: u32,
     requested: Option<Duration>,
 ) -> Duration {
@@ -259,7 +259,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{MAX_RETRY_DELAY, retry_delay};
-    use crate::config::{FriendlyDuration, RetryPolicy};
+    use sluice_config::{FriendlyDuration, RetryPolicy};
 
     #[test]
     fn retry_delays_grow_to_the_cap_and_never_panic() {

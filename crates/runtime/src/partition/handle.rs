@@ -7,12 +7,12 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use super::model::events::Event;
-use crate::errors::{Code, CodedError};
-use crate::flow::slots::InvokerSlots;
-use crate::ids::InvocationId;
-use crate::invocation::identity::partition_key;
-use crate::invocation::{InvocationRecord, Outcome};
-use crate::protocol::Frame;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::slots::InvokerSlots;
+use sluice_protocol::Frame;
+use sluice_store::invocation::identity::partition_key;
+use sluice_store::invocation::{InvocationRecord, Outcome};
 
 /// Events a partition's channel holds before senders wait (back-pressure on the ingress).
 const CHANNEL: usize = 16 * 1024;
@@ -120,9 +120,9 @@ impl Runtime {
 
     /// Where a new invocation that may live on any partition goes: cluster mode, one this node
     /// leads, so it needs no forwarding (`None`: anywhere, by its id).
-    pub fn place_new(&self) -> Option<crate::invocation::new::Place> {
+    pub fn place_new(&self) -> Option<sluice_store::invocation::new::Place> {
         let index = self.placement.pick_here()?;
-        Some(crate::invocation::new::Place {
+        Some(sluice_store::invocation::new::Place {
             index: u32::try_from(index).ok()?,
             partitions: u32::try_from(self.senders.len()).ok()?,
         })
@@ -373,7 +373,7 @@ impl Runtime {
     /// Every partition's scheduler queues, with the partition's index.
     pub async fn queues(
         &self,
-    ) -> Result<Vec<(u64, crate::flow::scheduler::QueueSnapshot)>, CodedError> {
+    ) -> Result<Vec<(u64, sluice_flow::scheduler::QueueSnapshot)>, CodedError> {
         self.gather(|reply| super::queries::Query::Queues { reply })
             .await
     }
@@ -401,12 +401,12 @@ impl Runtime {
     }
 
     /// Resets the quotas (or budgets) `pattern` matches on every partition led here (see
-    /// [`crate::flow::scheduler::Scheduler::reset_uses`]); answers how many counters each of
+    /// [`sluice_flow::scheduler::Scheduler::reset_uses`]); answers how many counters each of
     /// those partitions reset, once it stored it.
     pub async fn reset_uses(
         &self,
-        measure: crate::flow::Measure,
-        pattern: &crate::flow::RulePattern,
+        measure: sluice_flow::Measure,
+        pattern: &sluice_flow::RulePattern,
     ) -> Result<std::collections::BTreeMap<u32, u64>, CodedError> {
         let mut answers = Vec::with_capacity(self.senders.len());
         for (index, sender) in self.senders.iter().enumerate() {
@@ -434,7 +434,7 @@ impl Runtime {
     }
 
     /// Every partition's flow-control counters (a scope's counters live on its partition).
-    pub async fn counters(&self) -> Result<Vec<crate::flow::limiter::CounterSnapshot>, CodedError> {
+    pub async fn counters(&self) -> Result<Vec<sluice_flow::limiter::CounterSnapshot>, CodedError> {
         let all = self
             .gather(|reply| super::queries::Query::Counters { reply })
             .await?;

@@ -8,15 +8,15 @@ use prost::Message as _;
 use super::live::Live;
 use super::model::effect::Effect;
 use super::model::{calls, signals};
-use crate::errors::CodedError;
-use crate::invocation::store::{self, Timer};
-use crate::invocation::{InvocationRecord, state};
-use crate::protocol::message::Kind;
-use crate::protocol::proto::{self, notification_template, propose_run_completion_message};
-use crate::protocol::{Frame, Message, MessageType};
 use crate::registry::Registry;
-use crate::storage::Store;
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_protocol::message::Kind;
+use sluice_protocol::proto::{self, notification_template, propose_run_completion_message};
+use sluice_protocol::{Frame, Message, MessageType};
+use sluice_store::invocation::store::{self, Timer};
+use sluice_store::invocation::{InvocationRecord, state};
+use sluice_store::storage::Store;
+use sluice_store::storage::writer::WriteSet;
 
 pub(super) fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
     if !live.unsaved {

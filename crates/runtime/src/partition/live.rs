@@ -4,11 +4,11 @@
 use tokio::sync::oneshot;
 
 use super::model::phase;
-use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::{EntryId, LockId};
-use crate::invocation::{Caller, InvocationRecord, Outcome};
-use crate::protocol::message::Kind;
-use crate::protocol::{Frame, MessageType};
+use sluice_core::errors::{Code, CodedError};
+use sluice_flow::scheduler::{EntryId, LockId};
+use sluice_protocol::message::Kind;
+use sluice_protocol::{Frame, MessageType};
+use sluice_store::invocation::{Caller, InvocationRecord, Outcome};
 
 /// An invocation the partition is driving.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ pub(super) struct Live {
     pub(super) callers: Vec<Caller>,
     /// What it holds reserved of its counters' budgets from its admission until it ends
     /// (`charges.rs`); in memory only, taken again at recovery.
-    pub(super) reserved: Option<Box<crate::flow::limiter::Reserved>>,
+    pub(super) reserved: Option<Box<sluice_flow::limiter::Reserved>>,
     /// Not in the store yet, nor any of its journal: a call stored at the first point anything
     /// depends on it ([`journal::save`]).
     pub(super) unsaved: bool,
@@ -50,7 +50,7 @@ thread_local! {
     /// Debug builds: invocations moved on this thread since their partition last checked
     /// ([`Live::check_moves`]). A partition applies a batch on one thread without awaiting, so
     /// its moves and its check meet here.
-    static MOVED: std::cell::RefCell<Vec<crate::ids::InvocationId>> =
+    static MOVED: std::cell::RefCell<Vec<sluice_core::ids::InvocationId>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -60,7 +60,7 @@ thread_local! {
 /// event ([`check_moves`]).
 impl Live {
     /// Changes its durable status (stored with the batch that changes it).
-    pub(super) fn set_status(&mut self, status: crate::invocation::Status) {
+    pub(super) fn set_status(&mut self, status: sluice_store::invocation::Status) {
         self.moving();
         self.record.status = status;
     }
@@ -94,7 +94,7 @@ impl Live {
 /// status and run phase that make no state. Invocations moved by another partition on this
 /// thread wait for their own partition's check.
 pub(super) fn check_moves(
-    live: &mut std::collections::HashMap<crate::ids::InvocationId, Box<Live>>,
+    live: &mut std::collections::HashMap<sluice_core::ids::InvocationId, Box<Live>>,
 ) {
     #[cfg(debug_assertions)]
     {
@@ -222,12 +222,12 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::invocation::new::{Identity, NewInvocation};
-    use crate::invocation::{Status, Target};
+    use sluice_store::invocation::new::{Identity, NewInvocation};
+    use sluice_store::invocation::{Status, Target};
 
     fn accepted() -> (
-        crate::ids::InvocationId,
-        HashMap<crate::ids::InvocationId, Box<Live>>,
+        sluice_core::ids::InvocationId,
+        HashMap<sluice_core::ids::InvocationId, Box<Live>>,
     ) {
         let record = NewInvocation::new(
             Target {

@@ -35,7 +35,7 @@ pub struct Placement {
     /// Told which partitions are led here whenever that changes (the deployment gates' share).
     on_led: std::sync::OnceLock<LedListener>,
     /// What the nodes of the cluster share (`cluster.secret`): proves a forwarded request.
-    secret: Option<crate::config::NodeSecret>,
+    secret: Option<sluice_config::NodeSecret>,
 }
 
 /// Told which partitions this node leads (`true` at their index).
@@ -66,7 +66,7 @@ impl Placement {
 
     /// `n` partitions, none led here until the cluster says so; the nodes prove requests they
     /// forward to each other with `secret`.
-    pub fn clustered(n: usize, secret: crate::config::NodeSecret) -> Self {
+    pub fn clustered(n: usize, secret: sluice_config::NodeSecret) -> Self {
         Self {
             clustered: true,
             here: (0..n).map(|_| AtomicBool::new(false)).collect(),
@@ -79,7 +79,7 @@ impl Placement {
     }
 
     /// The secret the cluster's nodes share; `None` embedded.
-    pub fn secret(&self) -> Option<&crate::config::NodeSecret> {
+    pub fn secret(&self) -> Option<&sluice_config::NodeSecret> {
         self.secret.as_ref()
     }
 
@@ -225,7 +225,7 @@ impl Placement {
 mod tests {
     use super::*;
 
-    fn secret() -> crate::config::NodeSecret {
+    fn secret() -> sluice_config::NodeSecret {
         "the-nodes-own-secret".parse().unwrap()
     }
 

@@ -12,11 +12,11 @@ use tokio::sync::oneshot;
 use super::model::events::Event;
 use super::model::operator::Control;
 use super::model::signals::Signal;
-use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
-use crate::invocation::{InvocationRecord, Outcome};
-use crate::protocol::Frame;
-use crate::protocol::proto::NotificationTemplate;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_protocol::Frame;
+use sluice_protocol::proto::NotificationTemplate;
+use sluice_store::invocation::{InvocationRecord, Outcome};
 
 #[derive(Serialize, Deserialize)]
 enum Posted {
@@ -94,7 +94,7 @@ pub fn encode(event: &Event) -> Option<Vec<u8>> {
         _ => return None,
     };
     // Bytes travel as bytes, not as lists of numbers.
-    crate::encoding::encode(&posted).ok()
+    sluice_store::encoding::encode(&posted).ok()
 }
 
 fn bad(why: impl std::fmt::Display) -> CodedError {
@@ -110,7 +110,7 @@ pub fn decode(bytes: &[u8], max: usize) -> Result<Event, CodedError> {
         return Err(bad(format!("{} bytes, more than {max}", bytes.len())));
     }
     // Events posted by an earlier version are JSON; they still read.
-    let posted: Posted = crate::encoding::decode(bytes).map_err(bad)?;
+    let posted: Posted = sluice_store::encoding::decode(bytes).map_err(bad)?;
     Ok(match posted {
         Posted::Submit {
             record,
@@ -182,8 +182,8 @@ pub trait Outbox: Send + Sync + std::fmt::Debug {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::invocation::Target;
-    use crate::protocol::proto::notification_template;
+    use sluice_protocol::proto::notification_template;
+    use sluice_store::invocation::Target;
 
     #[test]
     fn posted_events_round_trip() {

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::now_ms;
-use crate::ids::InvocationId;
-use crate::invocation::store;
-use crate::storage::Store;
-use crate::storage::writer::{WriteSet, Writer};
+use sluice_core::clock::now_ms;
+use sluice_core::ids::InvocationId;
+use sluice_store::invocation::store;
+use sluice_store::storage::Store;
+use sluice_store::storage::writer::{WriteSet, Writer};
 
 /// How fast the purger goes.
 #[derive(Debug, Clone, Copy)]

@@ -11,7 +11,7 @@ use super::model::events::QueuedEntry;
 use super::model::events::StateMemory;
 use super::model::phase::{self, State};
 use super::task::Partition;
-use crate::ids::InvocationId;
+use sluice_core::ids::InvocationId;
 
 /// A read of one partition.
 #[derive(Debug)]
@@ -19,7 +19,7 @@ pub enum Query {
     /// The partition's flow-control counters.
     Counters {
         /// Every live counter.
-        reply: oneshot::Sender<Vec<crate::flow::limiter::CounterSnapshot>>,
+        reply: oneshot::Sender<Vec<sluice_flow::limiter::CounterSnapshot>>,
     },
     /// What `GET /metrics` reads of the partition.
     Metrics {
@@ -46,7 +46,7 @@ pub enum Query {
     /// Every scheduler queue of the partition, for introspection.
     Queues {
         /// Every queue.
-        reply: oneshot::Sender<Vec<crate::flow::scheduler::QueueSnapshot>>,
+        reply: oneshot::Sender<Vec<sluice_flow::scheduler::QueueSnapshot>>,
     },
 }
 
@@ -153,8 +153,8 @@ impl Partition {
     /// Every queue of the scheduler, with the partition's own count of its invocations past
     /// the queue (running, suspended, paused, completed and still in memory) by the queue
     /// each would wait in.
-    fn queues_with_stages(&self) -> Vec<crate::flow::scheduler::QueueSnapshot> {
-        use crate::invocation::Status;
+    fn queues_with_stages(&self) -> Vec<sluice_flow::scheduler::QueueSnapshot> {
+        use sluice_store::invocation::Status;
         let mut queues = self.admission.scheduler.queues();
         let by_key: std::collections::HashMap<_, usize> = queues
             .iter()

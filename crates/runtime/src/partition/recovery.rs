@@ -16,12 +16,12 @@ use std::sync::mpsc;
 use super::model::calls;
 use super::model::effect::Effect;
 use super::task::Partition;
-use crate::errors::CodedError;
-use crate::flow::Measure;
-use crate::ids::InvocationId;
-use crate::invocation::store::{self, Timer};
-use crate::invocation::{InvocationRecord, Status};
-use crate::storage::Store;
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
+use sluice_flow::Measure;
+use sluice_store::invocation::store::{self, Timer};
+use sluice_store::invocation::{InvocationRecord, Status};
+use sluice_store::storage::Store;
 
 /// Records handed to a recovering thread at a time.
 const BATCH: usize = 1024;
@@ -58,11 +58,11 @@ impl Partition {
         let (paused, uses) = self.outside.store.with_db(|db| {
             let mut uses = Vec::new();
             for m in Measure::ALL {
-                let stored = crate::invocation::quotas::load(db, m, self.outside.index)?;
+                let stored = sluice_store::invocation::quotas::load(db, m, self.outside.index)?;
                 uses.extend(stored.into_iter().map(|(counter, used)| (m, counter, used)));
             }
             Ok::<_, CodedError>((
-                crate::invocation::paused::load(db, self.outside.index)?,
+                sluice_store::invocation::paused::load(db, self.outside.index)?,
                 uses,
             ))
         })??;
@@ -79,7 +79,7 @@ impl Partition {
                 self.outside.driver.now_ms(),
             ) {
                 // Its window ended: the row goes with the next admissions' writes.
-                crate::invocation::quotas::forget(
+                sluice_store::invocation::quotas::forget(
                     &mut self.starting.pins,
                     m,
                     self.outside.index,

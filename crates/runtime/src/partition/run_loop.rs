@@ -11,9 +11,9 @@ use super::model::effect::Effect;
 use super::model::events::Event;
 use super::queries::Query;
 use super::task::Partition;
-use crate::errors::{Code, CodedError};
-use crate::invocation::Status;
-use crate::storage::writer::{Commit, WriteSet};
+use sluice_core::errors::{Code, CodedError};
+use sluice_store::invocation::Status;
+use sluice_store::storage::writer::{Commit, WriteSet};
 
 /// Most events applied in one write set.
 pub(super) const BATCH: usize = 256;

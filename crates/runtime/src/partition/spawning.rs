@@ -9,16 +9,16 @@ use tokio::sync::mpsc;
 use super::handle::{Receivers, Runtime};
 use super::model::events::Event;
 use super::task::Partition;
-use crate::config::Config;
 use crate::deployment_tls::DeploymentTls;
-use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
 use crate::invoker::AttemptClient;
 use crate::limits::Rules;
 use crate::registry::Registry;
-use crate::storage::Store;
-use crate::storage::view::Checkpoints;
-use crate::storage::writer::Writer;
+use sluice_config::Config;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_store::storage::Store;
+use sluice_store::storage::view::Checkpoints;
+use sluice_store::storage::writer::Writer;
 
 impl Runtime {
     /// Recovers and runs every partition on the current tokio runtime, with an empty rule book,

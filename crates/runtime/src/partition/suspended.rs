@@ -9,10 +9,10 @@
 
 use super::model::events::Event;
 use super::task::Partition;
-use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
-use crate::invocation::Status;
-use crate::invocation::store;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_store::invocation::Status;
+use sluice_store::invocation::store;
 
 impl Partition {
     /// Drops from memory the journals of invocations that came to wait (suspended, backing

@@ -9,17 +9,17 @@ use super::live::Live;
 #[cfg(test)]
 use super::model::phase;
 use super::{driver, parts};
-use crate::config::Config;
-use crate::flow::RuleBook;
-use crate::flow::scheduler::Scheduler;
-use crate::flow::slots::InvokerSlots;
-use crate::ids::InvocationId;
-use crate::invocation::InvocationRecord;
-use crate::invocation::store::Timer;
-use crate::protocol::Frame;
 use crate::registry::Registry;
-use crate::storage::Store;
-use crate::storage::writer::{Commit, WriteSet, Writer};
+use sluice_config::Config;
+use sluice_core::ids::InvocationId;
+use sluice_flow::RuleBook;
+use sluice_flow::scheduler::Scheduler;
+use sluice_flow::slots::InvokerSlots;
+use sluice_protocol::Frame;
+use sluice_store::invocation::InvocationRecord;
+use sluice_store::invocation::store::Timer;
+use sluice_store::storage::Store;
+use sluice_store::storage::writer::{Commit, WriteSet, Writer};
 
 /// One partition's state.
 pub struct Partition {
@@ -68,10 +68,10 @@ pub(super) struct Admission {
     pub(super) rules: Option<tokio::sync::watch::Receiver<Arc<RuleBook>>>,
     /// Invocations the scheduler dropped past their deadline, until their failure is
     /// written (a wake-up of the next batch).
-    pub(super) missed_deadlines: HashMap<InvocationId, crate::flow::scheduler::Deadline>,
+    pub(super) missed_deadlines: HashMap<InvocationId, sluice_flow::scheduler::Deadline>,
     /// Budget charges of the write set being built (`charges.rs`): taken back if it is
     /// dropped.
-    pub(super) unstored_charges: Vec<(crate::flow::scheduler::QueueKey, u64)>,
+    pub(super) unstored_charges: Vec<(sluice_flow::scheduler::QueueKey, u64)>,
 }
 
 /// What the attempts being started write (their pinned deployment and status).
@@ -115,7 +115,7 @@ impl Shared {
                 .bounding_journals_by(config.worker.running_journals_budget.0),
         );
         let drain = &config.worker.invoker.drain;
-        registry.configure_pacing(crate::flow::pacing::PacingConfig {
+        registry.configure_pacing(sluice_flow::pacing::PacingConfig {
             enabled: drain.enabled,
             initial_window: drain.initial_window.get(),
             open_window: drain.open_window.get(),

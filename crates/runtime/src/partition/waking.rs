@@ -3,7 +3,7 @@
 
 use super::model::events::Event;
 use super::task::Partition;
-use crate::ids::InvocationId;
+use sluice_core::ids::InvocationId;
 
 impl Partition {
     /// Makes the invocation `event` names live again if it is at rest. A wait for its outcome

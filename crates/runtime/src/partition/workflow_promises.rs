@@ -10,14 +10,14 @@ use super::model::effect::Effect;
 use super::model::effect::PromiseKey;
 use super::task::Partition;
 use crate::discovery::ServiceType;
-use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
-use crate::invocation::state::{self, Object, Promise};
-use crate::invocation::{Status, Target};
-use crate::protocol::message::Kind;
-use crate::protocol::proto::{self, complete_promise_command_message, notification_template};
-use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_protocol::message::Kind;
+use sluice_protocol::proto::{self, complete_promise_command_message, notification_template};
+use sluice_protocol::{Frame, Message, MessageType, ProtocolVersion};
+use sluice_store::invocation::state::{self, Object, Promise};
+use sluice_store::invocation::{Status, Target};
+use sluice_store::storage::writer::WriteSet;
 
 fn key_of(target: &Target, name: &str) -> Option<PromiseKey> {
     Some((target.service.clone(), target.key.clone()?, name.to_owned()))

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Registry;
 use crate::discovery::{HandlerType, ServiceType};
-use crate::ids::DeploymentId;
+use sluice_core::ids::DeploymentId;
 
 /// Default retention of results and workflows.
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -73,9 +73,9 @@ impl Registry {
         &self,
         service: &str,
         handler: &str,
-        defaults: &crate::config::RetryPolicy,
-    ) -> crate::config::RetryPolicy {
-        use crate::config::{FriendlyDuration, OnMaxAttempts};
+        defaults: &sluice_config::RetryPolicy,
+    ) -> sluice_config::RetryPolicy {
+        use sluice_config::{FriendlyDuration, OnMaxAttempts};
         let Ok((_, deployment)) = self.service(service) else {
             return defaults.clone();
         };

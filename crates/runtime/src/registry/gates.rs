@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::{Registry, State};
-use crate::flow::gates::{DeploymentLimits, Gates};
-use crate::flow::pacing::PacingConfig;
+use sluice_flow::gates::{DeploymentLimits, Gates};
+use sluice_flow::pacing::PacingConfig;
 
 /// What runs after every change of the deployments.
 pub(super) struct OnChange(Box<dyn Fn() + Send + Sync>);

@@ -13,13 +13,13 @@ use redb::{ReadableDatabase, ReadableTable};
 pub use records::{Address, Deployment, Service, ServiceOverrides, StoredHttpVersion};
 
 use crate::discovery::Discovered;
-use crate::errors::{Code, CodedError};
-use crate::flow::gates::Gates;
-use crate::ids::DeploymentId;
-use crate::storage::Store;
 use gates::{OnChange, declared_limits};
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::DeploymentId;
+use sluice_flow::gates::Gates;
+use sluice_store::storage::Store;
 
-use crate::schema::{DEPLOYMENTS, MetaGroup, SERVICES};
+use sluice_store::schema::{DEPLOYMENTS, MetaGroup, SERVICES};
 
 /// Why a registry operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::FriendlyDuration;
 use crate::discovery::manifest::{HandlerManifest, ServiceManifest};
 use crate::discovery::{HttpVersion, Manifest, ProtocolMode, ServiceType};
-use crate::ids::DeploymentId;
+use sluice_config::FriendlyDuration;
+use sluice_core::ids::DeploymentId;
 
 /// Where a deployment is reached.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

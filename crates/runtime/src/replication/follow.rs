@@ -5,9 +5,9 @@
 //! The Kafka replica reader (`sluice-kafka-log`'s `reader.rs`) and the partition simulator's
 //! catch-up both read through [`follow`].
 
-use crate::errors::{Code, CodedError};
-use crate::storage::fencing::{Position, Verdict};
-use crate::storage::record::Record;
+use sluice_core::errors::{Code, CodedError};
+use sluice_store::storage::fencing::{Position, Verdict};
+use sluice_store::storage::record::Record;
 
 /// What reading one record did.
 #[derive(Debug)]
@@ -70,8 +70,8 @@ pub fn gone(partition: u32, at: i64, needs: i64) -> CodedError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::record::Leader;
-    use crate::storage::writer::WriteSet;
+    use sluice_store::storage::record::Leader;
+    use sluice_store::storage::writer::WriteSet;
 
     fn epoch(epoch: u64) -> Vec<u8> {
         Record::Epoch(Leader {

@@ -11,10 +11,10 @@ use std::future::Future;
 
 use tokio::task::JoinSet;
 
-use crate::errors::CodedError;
-use crate::storage::log::{PartitionLog, confirm};
-use crate::storage::pipeline::{Pipeline, Stored, lost};
-use crate::storage::writer::{Group, Staged};
+use sluice_core::errors::CodedError;
+use sluice_store::storage::log::{PartitionLog, confirm};
+use sluice_store::storage::pipeline::{Pipeline, Stored, lost};
+use sluice_store::storage::writer::{Group, Staged};
 
 /// A partition this node leads: its stage, its records in flight and its log.
 pub struct Leading<L> {

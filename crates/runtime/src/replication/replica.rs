@@ -5,11 +5,11 @@
 //! (`sluice-kafka-log`) keeps one per partition behind a lock and runs its loops over them; the
 //! partition simulator's replica reads its log through the same rules.
 
-use crate::errors::CodedError;
 use crate::replication::follow::{Followed, follow};
-use crate::storage::fencing::{Position, Verdict};
-use crate::storage::record::{Leader, Record};
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_store::storage::fencing::{Position, Verdict};
+use sluice_store::storage::record::{Leader, Record};
+use sluice_store::storage::writer::WriteSet;
 
 /// One partition as this node follows (and perhaps leads) it.
 #[derive(Debug, Clone)]
@@ -389,8 +389,8 @@ impl Replica {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::errors::Code;
-    use crate::schema::INVOCATIONS;
+    use sluice_core::errors::Code;
+    use sluice_store::schema::INVOCATIONS;
 
     fn leader(epoch: u64, incarnation: u64) -> Leader {
         Leader {

@@ -3,7 +3,7 @@
 //! workflow names one id, and every invocation of a scope lives on the scope's partition (where
 //! its queues and counters are).
 
-use crate::ids::InvocationId;
+use sluice_core::ids::InvocationId;
 
 /// Stable 64-bit FNV-1a of the parts, each followed by 0xff, so a key maps to the same
 /// partition key across restarts and builds.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::identity::{idempotent_id, in_scope, partition_key, target_partition_key};
 use super::{Caller, InvocationRecord, Status, Target};
-use crate::flow::{LimitKey, Priority, Scope};
-use crate::ids::InvocationId;
+use sluice_core::ids::InvocationId;
+use sluice_flow::{LimitKey, Priority, Scope};
 
 /// What makes the invocation's id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn the_normalised_scope_and_key_are_stored() {
-        let (scope, key) = crate::flow::scope::parse_request(Some("acme"), Some("gold/")).unwrap();
+        let (scope, key) = sluice_flow::scope::parse_request(Some("acme"), Some("gold/")).unwrap();
         let record = NewInvocation::new(target(None), Identity::Fresh)
             .in_scope(scope, key)
             .into_record(7);

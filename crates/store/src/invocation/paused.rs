@@ -6,10 +6,10 @@ use redb::ReadableDatabase;
 use serde::{Deserialize, Serialize};
 
 use super::store::storage;
-use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::QueueKey;
-use crate::flow::{LimitKey, Priority, Scope};
 use crate::storage::writer::WriteSet;
+use sluice_core::errors::{Code, CodedError};
+use sluice_flow::scheduler::QueueKey;
+use sluice_flow::{LimitKey, Priority, Scope};
 
 /// Key: partition index (u32 BE) ‖ the queue key as JSON. Value: empty.
 pub(crate) use crate::schema::PAUSED_QUEUES as PAUSED;

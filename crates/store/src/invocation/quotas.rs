@@ -7,9 +7,9 @@
 use redb::ReadableDatabase;
 
 use super::store::storage;
-use crate::errors::{Code, CodedError};
-use crate::flow::{Measure, QuotaUse};
 use crate::storage::writer::WriteSet;
+use sluice_core::errors::{Code, CodedError};
+use sluice_flow::{Measure, QuotaUse};
 
 use crate::schema::{FLOW_BUDGETS, FLOW_QUOTAS};
 

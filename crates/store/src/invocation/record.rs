@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::errors::Code;
-use crate::flow::{LimitKey, Priority, Scope};
-use crate::ids::{DeploymentId, InvocationId};
+use sluice_core::errors::Code;
+use sluice_core::ids::{DeploymentId, InvocationId};
+use sluice_flow::{LimitKey, Priority, Scope};
 
 /// Where an invocation goes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -295,7 +295,7 @@ mod shown_tests {
     /// and the output is there as one run of bytes (no list of numbers anywhere).
     fn record(key: Option<&str>) -> InvocationRecord {
         InvocationRecord::new(
-            crate::ids::InvocationId::generate(3),
+            sluice_core::ids::InvocationId::generate(3),
             Target {
                 service: "S".into(),
                 handler: "h".into(),

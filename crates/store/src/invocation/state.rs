@@ -6,9 +6,9 @@ use bytes::Bytes;
 use redb::ReadableDatabase;
 
 use super::store::storage;
-use crate::errors::CodedError;
 use crate::storage::layout;
 use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
 
 // Key: u32 BE length ‖ scope ‖ u32 BE length ‖ service ‖ u32 BE length ‖ object key ‖ state
 // key. Value: the state value.

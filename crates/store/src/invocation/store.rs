@@ -6,11 +6,11 @@ use bytes::Bytes;
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::record::InvocationRecord;
-use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
-use crate::protocol::Frame;
 use crate::storage::layout;
 use crate::storage::writer::WriteSet;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_protocol::Frame;
 
 // The tables and their key layouts are listed in `crate::schema`.
 pub(crate) use crate::schema::{INVOCATIONS, JOURNAL, PURGES, TIMERS};
@@ -331,7 +331,7 @@ pub fn load_listed(
 /// Unfinished invocations pinned to `deployment` (deleting it would strand them).
 pub fn pinned_in_flight(
     db: &redb::Database,
-    deployment: crate::ids::DeploymentId,
+    deployment: sluice_core::ids::DeploymentId,
 ) -> Result<Vec<InvocationId>, CodedError> {
     let pinned = |r: &super::ListedRecord| {
         r.deployment == Some(deployment) && r.status != super::Status::Completed
@@ -345,7 +345,7 @@ pub fn pinned_in_flight(
 /// Every deployment an unfinished invocation is pinned to.
 pub fn pinned_deployments_in_flight(
     db: &redb::Database,
-) -> Result<std::collections::HashSet<crate::ids::DeploymentId>, CodedError> {
+) -> Result<std::collections::HashSet<sluice_core::ids::DeploymentId>, CodedError> {
     let pinned =
         |r: &super::ListedRecord| r.deployment.is_some() && r.status != super::Status::Completed;
     Ok(load_listed(db, pinned, usize::MAX)?

@@ -5,7 +5,7 @@ use redb::ReadableDatabase;
 
 use super::record::{Leader, Record, bad};
 use super::write_set::WriteSet;
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 // Where this node's store is in each partition's log. Key: partition (u32 BE). Value: a
 // `Position` as `Position::encode` writes it.

@@ -105,7 +105,7 @@ fn merge(
     jobs: Vec<Job>,
 ) -> (
     WriteSet,
-    Vec<oneshot::Sender<Result<(), crate::errors::CodedError>>>,
+    Vec<oneshot::Sender<Result<(), sluice_core::errors::CodedError>>>,
 ) {
     let mut merged = WriteSet::default();
     merged
@@ -127,8 +127,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::errors::{Code, CodedError};
     use crate::storage::write_set::BytesTable;
+    use sluice_core::errors::{Code, CodedError};
 
     const T: BytesTable = redb::TableDefinition::new("gather_test");
 

@@ -4,7 +4,7 @@
 use tokio::sync::{mpsc, oneshot};
 
 use super::write_set::WriteSet;
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Most write sets applied in one transaction.
 pub(super) const GROUP: usize = 1024;

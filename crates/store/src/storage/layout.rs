@@ -15,8 +15,8 @@
 
 use redb::{ReadableTable, TableHandle};
 
-use crate::ids::InvocationId;
 use crate::schema::{BytesTable, META, NamedTable};
+use sluice_core::ids::InvocationId;
 
 /// The `meta` row holding the partition count the rows are keyed by (u32 BE).
 pub(crate) const PARTITIONS_KEY: &str = "partitions";
@@ -248,9 +248,9 @@ mod tests {
     use super::*;
     use crate::invocation::state::{self, Object};
     use crate::invocation::store::{self, Purge, Timer};
-    use crate::protocol::Frame;
     use crate::storage::Store;
     use crate::storage::writer::WriteSet;
+    use sluice_protocol::Frame;
 
     const OBJECT: Object<'static> = Object {
         scope: "",

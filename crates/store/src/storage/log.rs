@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::errors::CodedError;
+use sluice_core::errors::CodedError;
 
 /// A log that takes one partition's records in order and says, record by record, where each
 /// landed. Positions grow by one per record.

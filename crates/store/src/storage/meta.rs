@@ -10,8 +10,8 @@ use std::sync::Arc;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::Store;
-use crate::errors::{Code, CodedError};
 use crate::schema::{self, MetaGroup};
+use sluice_core::errors::{Code, CodedError};
 
 const VERSION: u8 = 1;
 

@@ -32,8 +32,8 @@ use std::sync::{Arc, RwLock};
 
 use redb::{Database, DatabaseError, ReadableDatabase};
 
-use crate::errors::{Code, CodedError};
 use crate::health::Health;
+use sluice_core::errors::{Code, CodedError};
 
 /// File name of the database inside `data-dir`.
 pub const DB_FILE: &str = "sluice.redb";

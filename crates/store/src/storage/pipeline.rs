@@ -15,7 +15,7 @@ use super::changes::Changes;
 use super::fencing::Position;
 use super::record::Leader;
 use super::writer::{Group, WriteSet, Writer};
-use crate::errors::{Code, CodedError};
+use sluice_core::errors::{Code, CodedError};
 
 /// Most records one leader may have in flight; Kafka's idempotent producer keeps a partition's
 /// order for up to five requests in flight.

@@ -6,8 +6,8 @@
 //! answers a coded error (CLU0003), never a panic.
 
 use super::write_set::{BytesTable, Op, WriteSet};
-use crate::errors::{Code, CodedError};
 use crate::schema;
+use sluice_core::errors::{Code, CodedError};
 
 const VERSION: u8 = 1;
 const KIND_EPOCH: u8 = 1;

@@ -20,8 +20,8 @@ use super::fencing::Position;
 use super::layout;
 use super::record::{Record, bad};
 use super::write_set::WriteSet;
-use crate::errors::{Code, CodedError};
 use crate::schema::{self, BytesTable, Role};
+use sluice_core::errors::{Code, CodedError};
 
 /// Version 2 manifests say what they build on; version 1 (whole snapshots only) is still read.
 const VERSION: u8 = 2;
@@ -401,8 +401,8 @@ pub fn replacing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::InvocationId;
     use crate::storage::Store;
+    use sluice_core::ids::InvocationId;
 
     fn id(partition_key: u64, n: u128) -> InvocationId {
         InvocationId::new(partition_key, n)

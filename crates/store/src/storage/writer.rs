@@ -16,7 +16,7 @@ use super::local::appender::LoggedFlusher;
 use super::view::ViewFlusher;
 use super::write_set::apply_all;
 pub use super::write_set::{BytesTable, WriteSet};
-use crate::errors::CodedError;
+use sluice_core::errors::CodedError;
 
 /// Hands write sets to the writer thread. Cheap to clone; the thread ends when every clone is
 /// dropped.
@@ -371,7 +371,7 @@ mod tests {
     use redb::ReadableDatabase;
 
     use super::*;
-    use crate::errors::Code;
+    use sluice_core::errors::Code;
 
     const T: BytesTable = redb::TableDefinition::new("writer_test");
 

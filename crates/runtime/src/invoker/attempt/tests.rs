@@ -121,7 +121,7 @@ async fn statuses_map_to_their_codes() {
         // The deployment answered: this attempt's failure, not the deployment's.
         assert_eq!(
             e.signal(),
-            crate::flow::pacing::Signal::Neutral,
+            sluice_flow::pacing::Signal::Neutral,
             "{status} paces the deployment"
         );
     }
@@ -132,7 +132,7 @@ async fn statuses_map_to_their_codes() {
     );
     assert_eq!(
         e.signal(),
-        crate::flow::pacing::Signal::Overloaded {
+        sluice_flow::pacing::Signal::Overloaded {
             retry_after_ms: Some(7_000)
         }
     );
@@ -208,7 +208,7 @@ async fn unreachable_is_rt0010() {
         .await
         .unwrap_err();
     assert_eq!(e.error.code, Some(Code::RT0010), "{}", e.error);
-    assert_eq!(e.signal(), crate::flow::pacing::Signal::Down);
+    assert_eq!(e.signal(), sluice_flow::pacing::Signal::Down);
 }
 
 #[test]

@@ -6,8 +6,8 @@
 use super::super::model::answer::{Answer, Attach};
 use super::super::model::effect::Effect;
 use super::super::task::Partition;
-use crate::errors::CodedError;
-use crate::ids::InvocationId;
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
 
 impl Partition {
     pub(in super::super) fn attach(

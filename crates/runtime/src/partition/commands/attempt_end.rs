@@ -11,15 +11,15 @@ use super::super::live::Live;
 use super::super::model::effect::Effect;
 use super::super::model::phase::Awaited;
 use super::super::task::Partition;
-use crate::errors::CodedError;
-use crate::ids::InvocationId;
-use crate::invocation::store;
-use crate::invocation::{Failure, LastFailure, Outcome, Status};
 use crate::invoker::attempt::failure_code;
 use crate::invoker::{AttemptError, Ending};
-use crate::protocol::proto;
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
 use sluice_core::metrics as names;
+use sluice_protocol::proto;
+use sluice_store::invocation::store;
+use sluice_store::invocation::{Failure, LastFailure, Outcome, Status};
+use sluice_store::storage::writer::WriteSet;
 
 impl Partition {
     /// Records how attempt `attempt` of `id` ended; false when it was not the current one.
@@ -45,7 +45,7 @@ impl Partition {
             &self.outside.registry,
             &self.outside.config.worker.invoker.retry_policy,
         );
-        let retry = |target: &crate::invocation::Target| {
+        let retry = |target: &sluice_store::invocation::Target| {
             registry.retry_policy(&target.service, &target.handler, defaults)
         };
         let Some(live) = self.live.get_mut(&id) else {
@@ -105,7 +105,7 @@ impl Partition {
         let handed_on = ended.violation.is_none() && result.is_ok();
         let result = match ended.violation {
             // A value no record can hold would be sent again on every retry: terminal.
-            Some(violation) if violation.code == Some(crate::errors::Code::CLU0005) => {
+            Some(violation) if violation.code == Some(sluice_core::errors::Code::CLU0005) => {
                 Ok(Ending::Failed(proto::ErrorMessage {
                     code: 500,
                     message: format!("[CLU0005] {}", violation.message),
@@ -149,7 +149,7 @@ impl Partition {
             && let Some(permit) = live.run.permit()
         {
             let signal = match &result {
-                Ok(_) => crate::flow::pacing::Signal::Answered,
+                Ok(_) => sluice_flow::pacing::Signal::Answered,
                 Err(e) => e.signal(),
             };
             self.admission.scheduler.report(permit, signal, now);
@@ -180,7 +180,7 @@ struct Closed {
 fn next_state(
     live: &mut Live,
     closed: Closed,
-    retry: &dyn Fn(&crate::invocation::Target) -> crate::config::RetryPolicy,
+    retry: &dyn Fn(&sluice_store::invocation::Target) -> sluice_config::RetryPolicy,
     retention: Retention,
     now: u64,
     writes: &mut WriteSet,

@@ -12,11 +12,11 @@ use super::super::model::phase::Journaled;
 use super::super::parts::dormant::HeldMemory;
 use super::super::task::Partition;
 use super::super::workflow_promises as promises;
-use crate::config::WorkerConfig;
-use crate::errors::{Code, CodedError};
-use crate::ids::InvocationId;
-use crate::protocol::Message;
-use crate::storage::writer::WriteSet;
+use sluice_config::WorkerConfig;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_protocol::Message;
+use sluice_store::storage::writer::WriteSet;
 
 /// CLU0005: a message of `len` bytes from a deployment, over the `limit` a log record allows.
 pub(in super::super) fn too_large_for_a_record(len: usize, limit: usize) -> CodedError {
@@ -24,7 +24,7 @@ pub(in super::super) fn too_large_for_a_record(len: usize, limit: usize) -> Code
         Code::CLU0005,
         format!(
             "the handler sent a value of {len} bytes; in cluster mode one value may be at most {limit} bytes ({})",
-            crate::config::RECORD_VALUE_RULE
+            sluice_config::RECORD_VALUE_RULE
         ),
     )
 }
@@ -98,7 +98,7 @@ impl Partition {
         running.answered = true;
         self.admission.scheduler.report(
             &running.permit,
-            crate::flow::pacing::Signal::Answered,
+            sluice_flow::pacing::Signal::Answered,
             now,
         );
     }

@@ -5,10 +5,10 @@
 use super::super::journal::{has_completion, notify};
 use super::super::live::Live;
 use super::super::model::effect::Effect;
-use crate::invocation::{Outcome, Status};
-use crate::protocol::Message;
-use crate::protocol::proto::{self, notification_template};
-use crate::storage::writer::WriteSet;
+use sluice_protocol::Message;
+use sluice_protocol::proto::{self, notification_template};
+use sluice_store::invocation::{Outcome, Status};
+use sluice_store::storage::writer::WriteSet;
 
 /// Journals `outcome` as the completion `completion` of `live`'s call.
 pub(in super::super) fn call_result(

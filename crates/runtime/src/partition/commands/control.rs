@@ -7,13 +7,13 @@ use super::super::live::Live;
 use super::super::model::effect::Effect;
 use super::super::model::operator::{Control, Controlled};
 use super::super::task::Partition;
-use crate::errors::CodedError;
-use crate::ids::InvocationId;
-use crate::invocation::store;
-use crate::invocation::{Failure, Outcome, Status};
-use crate::protocol::Message;
-use crate::protocol::proto::{self, notification_template};
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
+use sluice_protocol::Message;
+use sluice_protocol::proto::{self, notification_template};
+use sluice_store::invocation::store;
+use sluice_store::invocation::{Failure, Outcome, Status};
+use sluice_store::storage::writer::WriteSet;
 
 /// Built-in signal id of CANCEL.
 const CANCEL_SIGNAL: u32 = 1;

@@ -17,20 +17,20 @@ use super::super::model::phase::{Attempt, Run, State, state_of};
 use super::super::task::Partition;
 use super::super::task::Shared;
 use super::{call_result, object_state, wake};
-use crate::config::Config;
 use crate::discovery::manifest::Manifest;
 use crate::discovery::{Discovered, HttpVersion};
-use crate::flow::RuleBook;
-use crate::flow::scheduler::{EntryKind, QueueKey, Scheduler};
-use crate::ids::InvocationId;
-use crate::invocation::new::{Identity, NewInvocation};
-use crate::invocation::store::Timer;
-use crate::invocation::{Failure, InvocationRecord, Outcome, Status, Target};
 use crate::invoker::Ending;
-use crate::protocol::{Frame, Message, proto};
 use crate::registry::{Registration, Registry};
-use crate::storage::Store;
-use crate::storage::writer::{Flusher, WriteSet, Writer};
+use sluice_config::Config;
+use sluice_core::ids::InvocationId;
+use sluice_flow::RuleBook;
+use sluice_flow::scheduler::{EntryKind, QueueKey, Scheduler};
+use sluice_protocol::{Frame, Message, proto};
+use sluice_store::invocation::new::{Identity, NewInvocation};
+use sluice_store::invocation::store::Timer;
+use sluice_store::invocation::{Failure, InvocationRecord, Outcome, Status, Target};
+use sluice_store::storage::Store;
+use sluice_store::storage::writer::{Flusher, WriteSet, Writer};
 
 const NOW: u64 = 1_800_000_000_000;
 
@@ -97,7 +97,7 @@ fn new_record(seed: u128) -> InvocationRecord {
 struct Bench {
     _dir: tempfile::TempDir,
     /// The invoker's slots, which every partition of the node shares.
-    slots: Arc<crate::flow::slots::InvokerSlots>,
+    slots: Arc<sluice_flow::slots::InvokerSlots>,
     partition: Partition,
     flusher: Flusher,
     driver: Recording,
@@ -406,8 +406,8 @@ fn unreachable(id: InvocationId, attempt: u32) -> Event {
         id,
         attempt,
         result: Err(crate::invoker::AttemptError {
-            error: crate::errors::CodedError::new(
-                crate::errors::Code::RT0010,
+            error: sluice_core::errors::CodedError::new(
+                sluice_core::errors::Code::RT0010,
                 "cannot reach the deployment",
             ),
             retry_after: None,
@@ -513,8 +513,8 @@ fn attaching_answers_where_the_outcome_comes_and_an_unknown_id_is_dropped() {
 #[test]
 fn an_awakeable_completes_once_and_a_signal_for_nobody_says_so() {
     use super::super::model::signals::{Delivery, FIRST_AWAKEABLE_INDEX, Signal};
-    use crate::ids::AwakeableId;
-    use crate::protocol::proto::notification_template;
+    use sluice_core::ids::AwakeableId;
+    use sluice_protocol::proto::notification_template;
     let mut bench = Bench::new();
     let record = new_record(41);
     let id = record.id;
@@ -618,7 +618,7 @@ fn a_restart_as_new_creates_its_invocation_once() {
 
 #[test]
 fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
-    use crate::flow::{Limit, RulePattern, Scope, Upsert};
+    use sluice_flow::{Limit, RulePattern, Scope, Upsert};
     let mut bench = Bench::new();
     // One call an hour under scope `acme`.
     let mut book = RuleBook::new();
@@ -645,7 +645,7 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
     // the held call starts.
     let (reply, mut answer) = oneshot::channel();
     let asked = bench.apply(Event::ResetQuota {
-        measure: crate::flow::Measure::Calls,
+        measure: sluice_flow::Measure::Calls,
         pattern: Box::new(RulePattern::parse("acme").unwrap()),
         reply,
     });
@@ -656,7 +656,7 @@ fn a_quota_reset_stores_its_counts_then_lets_the_held_work_start() {
 
 #[test]
 fn a_calls_cost_is_charged_to_its_budget_with_its_end_and_its_reservation_settles() {
-    use crate::flow::{Budget, Limit, Measure, RulePattern, Scope, Upsert};
+    use sluice_flow::{Budget, Limit, Measure, RulePattern, Scope, Upsert};
     let mut bench = Bench::new();
     // 10 per hour under scope `acme`, 5 reserved per call: two may run at once.
     let mut book = RuleBook::new();
@@ -700,10 +700,10 @@ fn a_calls_cost_is_charged_to_its_budget_with_its_end_and_its_reservation_settle
     let (record, spent) = other
         .with_db(|db| {
             (
-                crate::invocation::store::load_record(db, ids[0])
+                sluice_store::invocation::store::load_record(db, ids[0])
                     .unwrap()
                     .unwrap(),
-                crate::invocation::quotas::load(db, Measure::Cost, 0).unwrap(),
+                sluice_store::invocation::quotas::load(db, Measure::Cost, 0).unwrap(),
             )
         })
         .unwrap();
@@ -727,7 +727,7 @@ fn a_calls_cost_is_charged_to_its_budget_with_its_end_and_its_reservation_settle
 /// alone); the held one's id.
 fn holding_one_past_the_budget() -> (Bench, InvocationId) {
     let mut config = Config::default();
-    config.worker.held_memory_budget = crate::config::ByteSize(0);
+    config.worker.held_memory_budget = sluice_config::ByteSize(0);
     let (bench, _, held) = acme_limited_to_one(Bench::with(config));
     assert_eq!(bench.state(held), State::Resting);
     (bench, held)
@@ -736,7 +736,7 @@ fn holding_one_past_the_budget() -> (Bench, InvocationId) {
 /// `bench` with scope `acme` limited to one at a time and two of its calls submitted: the first
 /// runs, the second waits; their ids.
 fn acme_limited_to_one(mut bench: Bench) -> (Bench, InvocationId, InvocationId) {
-    use crate::flow::{Limit, RulePattern, Scope, Upsert};
+    use sluice_flow::{Limit, RulePattern, Scope, Upsert};
     let mut book = RuleBook::new();
     book.apply_batch(
         &[Upsert::new(
@@ -895,7 +895,7 @@ fn a_status_peek_leaves_a_completed_outputs_bytes_in_the_store() {
     record.outcome = Some(Outcome::Value(vec![7; 1 << 20]));
     let id = record.id;
     let mut writes = WriteSet::default();
-    crate::invocation::store::put_record(&mut writes, &record).unwrap();
+    sluice_store::invocation::store::put_record(&mut writes, &record).unwrap();
     drop(bench.partition.outside.writer.commit(writes));
     bench.flusher.flush();
     let mut peek = |output: bool| {
@@ -968,7 +968,7 @@ fn a_barrier_is_answered_only_after_the_commit_of_what_came_before_it() {
         .partition
         .outside
         .store
-        .with_db(|db| crate::invocation::store::load_record(db, id))
+        .with_db(|db| sluice_store::invocation::store::load_record(db, id))
         .unwrap()
         .unwrap();
     assert!(
@@ -979,7 +979,7 @@ fn a_barrier_is_answered_only_after_the_commit_of_what_came_before_it() {
 
 #[test]
 fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_many_batches() {
-    use crate::invocation::store::{put_journal, put_record};
+    use sluice_store::invocation::store::{put_journal, put_record};
     let mut bench = Bench::new();
     // Three partitions' invocations, interleaved in the table and more than a batch each.
     let ids: Vec<InvocationId> = (0..1_000).map(InvocationId::generate).collect();
@@ -1020,7 +1020,7 @@ fn start_up_recovery_gives_every_partition_exactly_its_own_invocations_across_ma
 
 #[test]
 fn a_started_invocation_read_in_a_later_batch_keeps_its_objects_lock_from_a_new_one_read_first() {
-    use crate::invocation::store::{put_journal, put_record};
+    use sluice_store::invocation::store::{put_journal, put_record};
     let mut bench = Bench::new();
     let object = Target {
         service: "Obj".into(),

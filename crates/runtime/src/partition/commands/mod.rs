@@ -54,8 +54,8 @@ use super::model::answer::Answer;
 use super::model::effect::Effect;
 use super::model::events::Event;
 use super::task::Partition;
-use crate::errors::CodedError;
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_store::storage::writer::WriteSet;
 
 impl Partition {
     /// Applies one command: its writes join `writes`, what must follow its commit joins

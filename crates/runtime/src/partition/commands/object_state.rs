@@ -5,9 +5,9 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::super::model::effect::Effect;
-use crate::errors::CodedError;
-use crate::invocation::state;
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_store::invocation::state;
+use sluice_store::storage::writer::WriteSet;
 
 /// The writes that replace the state of `service`/`key` with `state`, and the answer.
 pub(in super::super) fn set_object_state(

@@ -11,11 +11,11 @@ use super::super::model::answer::Answer;
 use super::super::model::answer::Peek;
 use super::super::model::effect::Effect;
 use super::super::parts::resting::Resting;
-use crate::errors::CodedError;
-use crate::ids::InvocationId;
-use crate::invocation::store;
-use crate::invocation::{Outcome, OutcomeKind};
-use crate::storage::Store;
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
+use sluice_store::invocation::store;
+use sluice_store::invocation::{Outcome, OutcomeKind};
+use sluice_store::storage::Store;
 
 /// Where `id` is: in memory (`live`), at rest (`dormant`), or only in `store`.
 pub(super) fn peek(

@@ -6,8 +6,8 @@ use tokio::sync::oneshot;
 
 use super::super::model::answer::Answer;
 use super::super::model::effect::Effect;
-use crate::flow::scheduler::Scheduler;
-use crate::storage::writer::WriteSet;
+use sluice_flow::scheduler::Scheduler;
+use sluice_store::storage::writer::WriteSet;
 
 /// Pauses (or resumes) queue `queue` of partition `index`, which `scheduler` names.
 pub(super) fn pause_queue(
@@ -24,9 +24,9 @@ pub(super) fn pause_queue(
         return;
     };
     if pause {
-        crate::invocation::paused::pause(writes, index, &key);
+        sluice_store::invocation::paused::pause(writes, index, &key);
     } else {
-        crate::invocation::paused::resume(writes, index, &key);
+        sluice_store::invocation::paused::resume(writes, index, &key);
     }
     effects.push(Effect::PauseQueue(Box::new(key), pause));
     effects.push(Effect::Answer(Answer::QueuePaused(reply, true)));

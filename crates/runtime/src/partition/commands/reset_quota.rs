@@ -5,23 +5,23 @@
 use tokio::sync::oneshot;
 
 use super::super::model::effect::Effect;
-use crate::flow::scheduler::Scheduler;
-use crate::storage::writer::WriteSet;
+use sluice_flow::scheduler::Scheduler;
+use sluice_store::storage::writer::WriteSet;
 
 /// Resets the quota counts (or budget spends, as `measure` says) of partition `index` that
 /// `pattern` matches among `scheduler`'s.
 pub(super) fn reset_quota(
     scheduler: &Scheduler,
     index: u32,
-    measure: crate::flow::Measure,
-    pattern: Box<crate::flow::RulePattern>,
+    measure: sluice_flow::Measure,
+    pattern: Box<sluice_flow::RulePattern>,
     reply: oneshot::Sender<u64>,
     writes: &mut WriteSet,
     effects: &mut Vec<Effect>,
 ) {
     // What the reset writes, stored with this batch; admissions after it write again.
     for (counter, used) in scheduler.reset_plan(measure, &pattern) {
-        crate::invocation::quotas::put(writes, measure, index, &counter, used);
+        sluice_store::invocation::quotas::put(writes, measure, index, &counter, used);
     }
     effects.push(Effect::ResetQuota(measure, pattern, reply));
 }

@@ -6,10 +6,10 @@ use tokio::sync::oneshot;
 
 use super::super::model::effect::Effect;
 use super::super::task::Partition;
-use crate::errors::CodedError;
-use crate::invocation::InvocationRecord;
-use crate::protocol::Frame;
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_protocol::Frame;
+use sluice_store::invocation::InvocationRecord;
+use sluice_store::storage::writer::WriteSet;
 
 impl Partition {
     pub(in super::super) fn restart_as_new(

@@ -8,10 +8,10 @@ use super::super::model::signals::{
     Delivery, FIRST_AWAKEABLE_INDEX, Signal, completed_awakeables, signal_len,
 };
 use super::super::task::Partition;
-use crate::invocation::Status;
-use crate::protocol::Message;
-use crate::protocol::proto::{self, notification_template};
-use crate::storage::writer::WriteSet;
+use sluice_protocol::Message;
+use sluice_protocol::proto::{self, notification_template};
+use sluice_store::invocation::Status;
+use sluice_store::storage::writer::WriteSet;
 
 impl Partition {
     /// Delivers `signal` to its invocation's journal. An awakeable completes once, and an

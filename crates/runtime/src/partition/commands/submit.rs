@@ -9,13 +9,13 @@ use tokio::sync::oneshot;
 use super::super::model::answer::Answer;
 use super::super::model::effect::Effect;
 use super::super::task::Partition;
-use crate::errors::CodedError;
-use crate::flow::scheduler::QueueKey;
-use crate::ids::InvocationId;
-use crate::invocation::store;
-use crate::invocation::{Failure, InvocationRecord, Outcome, Status};
-use crate::protocol::Frame;
-use crate::storage::writer::WriteSet;
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::QueueKey;
+use sluice_protocol::Frame;
+use sluice_store::invocation::store;
+use sluice_store::invocation::{Failure, InvocationRecord, Outcome, Status};
+use sluice_store::storage::writer::WriteSet;
 
 impl Partition {
     pub(in super::super) fn submit(
@@ -132,7 +132,7 @@ impl Partition {
     pub(in super::super) fn create(
         &mut self,
         record: InvocationRecord,
-        journal: Vec<crate::protocol::Frame>,
+        journal: Vec<sluice_protocol::Frame>,
         unsaved: bool,
         key: Option<QueueKey>,
         writes: &mut WriteSet,

@@ -6,15 +6,15 @@ use super::super::journal::notify;
 use super::super::live::Live;
 use super::super::model::effect::Effect;
 use super::super::task::Partition;
-use crate::clock::rfc3339;
-use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::DeadlineCause;
-use crate::ids::InvocationId;
-use crate::invocation::store::{self, Timer};
-use crate::invocation::{Failure, InvocationRecord, Outcome, Status};
-use crate::protocol::Message;
-use crate::protocol::proto::{self, notification_template};
-use crate::storage::writer::WriteSet;
+use sluice_core::clock::rfc3339;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::DeadlineCause;
+use sluice_protocol::Message;
+use sluice_protocol::proto::{self, notification_template};
+use sluice_store::invocation::store::{self, Timer};
+use sluice_store::invocation::{Failure, InvocationRecord, Outcome, Status};
+use sluice_store::storage::writer::WriteSet;
 
 /// The completion id of a timer that ends a completed invocation's retention (Sleep
 /// completions never use it: SDKs count completion ids up from 1).

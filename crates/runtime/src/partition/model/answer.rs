@@ -5,8 +5,8 @@
 use tokio::sync::oneshot;
 
 use super::{operator as control, signals};
-use crate::errors::CodedError;
-use crate::invocation::{Outcome, Status, Target};
+use sluice_core::errors::CodedError;
+use sluice_store::invocation::{Outcome, Status, Target};
 
 /// What an invocation is, where it is and how it ended, as a batch saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::errors::Code;
+    use sluice_core::errors::Code;
 
     #[test]
     fn a_failed_batch_answers_with_its_failure_never_done() {

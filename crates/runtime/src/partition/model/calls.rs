@@ -6,16 +6,16 @@
 use bytes::Bytes;
 
 use crate::discovery::ServiceType;
-use crate::errors::{Code, CodedError};
-use crate::flow::scope::parse_request;
-use crate::flow::{LimitKey, Priority};
-use crate::ids::InvocationId;
-use crate::invocation::new::{Identity, NewInvocation};
-use crate::invocation::{Caller, InvocationRecord, Target};
-use crate::protocol::message::Kind;
-use crate::protocol::proto::{self, notification_template};
-use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
 use crate::registry::Registry;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::scope::parse_request;
+use sluice_flow::{LimitKey, Priority};
+use sluice_protocol::message::Kind;
+use sluice_protocol::proto::{self, notification_template};
+use sluice_protocol::{Frame, Message, MessageType, ProtocolVersion};
+use sluice_store::invocation::new::{Identity, NewInvocation};
+use sluice_store::invocation::{Caller, InvocationRecord, Target};
 
 /// A child invocation to hand to its partition.
 #[derive(Debug)]
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_call_naming_no_scope_inherits_its_callers_unless_turned_off() {
-        use crate::flow::Scope;
+        use sluice_flow::Scope;
         let target = Target {
             service: "S".into(),
             handler: "h".into(),

@@ -8,8 +8,8 @@
 use bytes::Bytes;
 use prost::Message as _;
 
-use crate::protocol::proto::{self, notification_template};
-use crate::protocol::{Frame, MessageType};
+use sluice_protocol::proto::{self, notification_template};
+use sluice_protocol::{Frame, MessageType};
 
 /// The name of a `ctx.run` step whose result is what the invocation spent.
 pub const COST_RUN: &str = "sluice:cost";
@@ -116,7 +116,7 @@ pub(in crate::partition) fn report(completion: u32, value: &str) -> [Frame; 2] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Message;
+    use sluice_protocol::Message;
 
     pub(super) fn run(completion: u32, name: &str) -> Frame {
         Message::Run(proto::RunCommandMessage {

@@ -8,11 +8,11 @@ use tokio::sync::oneshot;
 
 use super::answer::Answer;
 use super::{calls, operator as control, signals};
-use crate::errors::CodedError;
-use crate::flow::scheduler::QueueKey;
-use crate::ids::InvocationId;
-use crate::invocation::store::Timer;
-use crate::invocation::{Caller, Outcome};
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::QueueKey;
+use sluice_store::invocation::store::Timer;
+use sluice_store::invocation::{Caller, Outcome};
 
 /// (workflow, key, promise name).
 pub(in crate::partition) type PromiseKey = (String, String, String);
@@ -45,8 +45,8 @@ pub(in crate::partition) enum Effect {
     /// A quota (or budget) reset is stored: the scheduler follows, and the operator is
     /// answered.
     ResetQuota(
-        crate::flow::Measure,
-        Box<crate::flow::RulePattern>,
+        sluice_flow::Measure,
+        Box<sluice_flow::RulePattern>,
         tokio::sync::oneshot::Sender<u64>,
     ),
     /// A completed promise is stored: it leaves memory.

@@ -5,13 +5,13 @@ use tokio::sync::oneshot;
 
 use super::{operator as control, signals};
 
-use crate::errors::CodedError;
-use crate::flow::scheduler::QueueId;
-use crate::ids::InvocationId;
-use crate::invocation::store::Timer;
-use crate::invocation::{InvocationRecord, Outcome};
 use crate::invoker::{AttemptError, Ending};
-use crate::protocol::{Frame, Message};
+use sluice_core::errors::CodedError;
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::QueueId;
+use sluice_protocol::{Frame, Message};
+use sluice_store::invocation::store::Timer;
+use sluice_store::invocation::{InvocationRecord, Outcome};
 
 /// Something that happens to a partition.
 #[derive(Debug)]
@@ -151,9 +151,9 @@ pub enum Event {
     /// the commit.
     ResetQuota {
         /// Quotas or budgets.
-        measure: crate::flow::Measure,
+        measure: sluice_flow::Measure,
         /// The pattern.
-        pattern: Box<crate::flow::RulePattern>,
+        pattern: Box<sluice_flow::RulePattern>,
         /// Answered after the commit.
         reply: oneshot::Sender<u64>,
     },
@@ -180,7 +180,7 @@ pub struct QueuedEntry {
     /// When it may run, ms (delayed sends, back-offs).
     pub run_at_ms: Option<u64>,
     /// The deployment it is pinned to; `None` until its first attempt.
-    pub deployment: Option<crate::ids::DeploymentId>,
+    pub deployment: Option<sluice_core::ids::DeploymentId>,
 }
 
 /// An object lock and the invocation holding it.
@@ -202,9 +202,9 @@ pub struct HeldLock {
 #[derive(Debug, Clone)]
 pub struct PartitionMetrics {
     /// Flow-control admissions since start, by rule and level.
-    pub admissions: Vec<crate::flow::limiter::RuleAdmissions>,
+    pub admissions: Vec<sluice_flow::limiter::RuleAdmissions>,
     /// Invocations dropped past their deadline since start, by what set it.
-    pub expired: Vec<crate::flow::scheduler::ExpiredCount>,
+    pub expired: Vec<sluice_flow::scheduler::ExpiredCount>,
     /// Its queues paused by an operator.
     pub paused_queues: usize,
     /// Held invocations at rest, across every partition.

@@ -8,11 +8,11 @@
 
 use std::time::{Instant, SystemTime};
 
-use crate::errors::CodedError;
-use crate::flow::scheduler::{Permit, QueueId};
-use crate::invocation::Status;
 use crate::invoker::Outbound;
-use crate::protocol::{Message, proto};
+use sluice_core::errors::CodedError;
+use sluice_flow::scheduler::{Permit, QueueId};
+use sluice_protocol::{Message, proto};
+use sluice_store::invocation::Status;
 
 /// What the partition holds for an invocation in memory, beyond its record and journal.
 #[derive(Debug)]
@@ -496,7 +496,7 @@ impl Awaited {
 #[cfg(test)]
 #[derive(Debug, Default)]
 pub(in crate::partition) struct Watch {
-    last: std::collections::HashMap<crate::ids::InvocationId, State>,
+    last: std::collections::HashMap<sluice_core::ids::InvocationId, State>,
 }
 
 /// Test builds: every move any partition of this test process made, and how often.
@@ -510,7 +510,7 @@ impl Watch {
     /// Looks at what the partition holds `now`; panics on a state or a move the table forbids.
     pub(in crate::partition) fn look(
         &mut self,
-        now: impl Iterator<Item = (crate::ids::InvocationId, Result<State, String>)>,
+        now: impl Iterator<Item = (sluice_core::ids::InvocationId, Result<State, String>)>,
     ) {
         let mut seen = std::collections::HashMap::with_capacity(self.last.len());
         for (id, state) in now {

@@ -5,9 +5,9 @@
 use bytes::Bytes;
 use prost::Message as _;
 
-use crate::protocol::message::Kind;
-use crate::protocol::proto::{self, notification_template};
-use crate::protocol::{Frame, Message, MessageType, ProtocolVersion};
+use sluice_protocol::message::Kind;
+use sluice_protocol::proto::{self, notification_template};
+use sluice_protocol::{Frame, Message, MessageType, ProtocolVersion};
 
 /// Entries `0..=from` of `journal`, then the later notifications completing their commands.
 /// Fails (saying why) when `from` is past the end, an entry does not decode, or a command in

@@ -2,10 +2,10 @@
 //! and SendSignal between invocations. A signal is a notification appended to the target's
 //! journal; a waiting target is attempted again to see it.
 
-use crate::errors::{Code, CodedError};
-use crate::ids::{AwakeableId, InvocationId};
-use crate::protocol::Message;
-use crate::protocol::proto::{
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::{AwakeableId, InvocationId};
+use sluice_protocol::Message;
+use sluice_protocol::proto::{
     self, complete_awakeable_command_message, notification_template, send_signal_command_message,
 };
 
@@ -98,7 +98,7 @@ pub enum Delivery {
 
 /// The awakeable indexes already completed in `journal`, each with its notification's size.
 pub(in crate::partition) fn completed_awakeables(
-    journal: &[crate::protocol::Frame],
+    journal: &[sluice_protocol::Frame],
 ) -> impl Iterator<Item = (u32, usize)> + '_ {
     use prost::Message as _;
     journal

@@ -15,17 +15,17 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use bytes::Bytes;
 use prost::Message as _;
 
-use crate::errors::{Code, CodedError};
-use crate::flow::scheduler::{EntryId, QueueId};
-use crate::flow::{LimitKey, Priority, Scope};
-use crate::ids::InvocationId;
-use crate::invocation::store;
-use crate::invocation::{Caller, InvocationRecord, Status, Target};
 use crate::partition::live::Live;
 use crate::partition::model::events::QueuedEntry;
 use crate::partition::model::phase::Run;
-use crate::protocol::Frame;
-use crate::storage::Store;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::{EntryId, QueueId};
+use sluice_flow::{LimitKey, Priority, Scope};
+use sluice_protocol::Frame;
+use sluice_store::invocation::store;
+use sluice_store::invocation::{Caller, InvocationRecord, Status, Target};
+use sluice_store::storage::Store;
 
 /// What invocations hold in memory across every partition: those at rest, their count
 /// (bounded by `worker.max-held-invocations`) and the bytes of inputs kept in memory (bounded
@@ -496,9 +496,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::flow::RuleBook;
-    use crate::flow::scheduler::{EntryKind, QueueKey, Scheduler};
-    use crate::protocol::{Message, proto};
+    use sluice_flow::RuleBook;
+    use sluice_flow::scheduler::{EntryKind, QueueKey, Scheduler};
+    use sluice_protocol::{Message, proto};
 
     fn held(record: InvocationRecord) -> Live {
         let mut scheduler = Scheduler::new(Arc::new(RuleBook::new()), 1);
@@ -602,7 +602,7 @@ mod tests {
         record.limit_key = Some(LimitKey::parse("eu/gold").unwrap());
         record.idempotency_key = Some("k-1".into());
         record.retention_ms = Some(60_000);
-        record.priority = Some(crate::flow::Priority::HIGH);
+        record.priority = Some(sluice_flow::Priority::HIGH);
         record.trace = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
         let live = held(record.clone());
         let (journal, queue) = (live.journal.clone(), live.run.queue());
@@ -732,7 +732,7 @@ mod tests {
 
     /// What a send's submission stores: its record and its input.
     fn store_as_submitted(store: &Store, record: &InvocationRecord, input: &Frame) {
-        let mut writes = crate::storage::writer::WriteSet::default();
+        let mut writes = sluice_store::storage::writer::WriteSet::default();
         store::put_record(&mut writes, record).unwrap();
         store::put_entry(&mut writes, record.id, 0, input);
         writes.commit_now(store);

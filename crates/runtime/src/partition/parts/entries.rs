@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::flow::scheduler::EntryId;
-use crate::ids::InvocationId;
+use sluice_core::ids::InvocationId;
+use sluice_flow::scheduler::EntryId;
 
 /// The entries issued and not yet given back, each with its invocation.
 #[derive(Debug, Default)]

@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::ids::InvocationId;
-use crate::invocation::state::Promise;
 use crate::partition::model::effect::PromiseKey;
+use sluice_core::ids::InvocationId;
+use sluice_store::invocation::state::Promise;
 
 /// Completed promises seen by this partition (reads must see completions still committing)
 /// and the invocations waiting on open ones.

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::dormant::{Dormant, HeldMemory};
-use crate::config::WorkerConfig;
-use crate::config::flow::FlowConfig;
-use crate::errors::{Code, CodedError};
-use crate::flow::Scope;
-use crate::ids::InvocationId;
-use crate::invocation::{InvocationRecord, Outcome};
 use crate::partition::live::Live;
-use crate::storage::Store;
+use sluice_config::WorkerConfig;
+use sluice_config::flow::FlowConfig;
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::Scope;
+use sluice_store::invocation::{InvocationRecord, Outcome};
+use sluice_store::storage::Store;
 
 /// The invocations at rest on one partition and what follows them.
 #[derive(Debug)]

@@ -39,7 +39,7 @@ impl World {
         let store = Arc::clone(&self.node().store);
         let read = store.with_db(|db| {
             let records = records::load_records(db).expect("records read back");
-            let spent = crate::invocation::quotas::load(db, crate::flow::Measure::Cost, 0)
+            let spent = sluice_store::invocation::quotas::load(db, sluice_flow::Measure::Cost, 0)
                 .expect("budgets read back");
             let purges = records::due_purges(db, u64::MAX - 1, usize::MAX, |_| true)
                 .expect("purges read back");
@@ -54,7 +54,7 @@ impl World {
             }
         }
         // The simulation stays within its first month, the budget's window.
-        let month = crate::flow::QuotaWindow::Month;
+        let month = sluice_flow::QuotaWindow::Month;
         if self.now() >= month.next(month.start(EPOCH_MS)) {
             return;
         }

@@ -17,11 +17,11 @@ use futures_util::FutureExt as _;
 use super::*;
 use crate::replication::leader::Leading;
 use crate::replication::replica::{Read, Replica};
-use crate::storage::fencing::{Position, Verdict};
-use crate::storage::log::{PartitionLog, confirm};
-use crate::storage::pipeline::{MAX_RECORDS_IN_FLIGHT, Pipeline};
-use crate::storage::record::{Leader, Record};
-use crate::storage::writer::WriteSet;
+use sluice_store::storage::fencing::{Position, Verdict};
+use sluice_store::storage::log::{PartitionLog, confirm};
+use sluice_store::storage::pipeline::{MAX_RECORDS_IN_FLIGHT, Pipeline};
+use sluice_store::storage::record::{Leader, Record};
+use sluice_store::storage::writer::WriteSet;
 
 /// The one partition's log, and the broker in front of it.
 pub(super) struct SimLog {

@@ -133,7 +133,7 @@ impl LogDisk {
 #[derive(Debug)]
 struct LogFile(Disk);
 
-impl crate::storage::local::segments::LogFile for LogFile {
+impl sluice_store::storage::local::segments::LogFile for LogFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         redb::StorageBackend::read(&Backend(self.0.clone()), offset, buf)
     }
@@ -155,7 +155,7 @@ impl crate::storage::local::segments::LogFile for LogFile {
     }
 }
 
-impl crate::storage::local::segments::LogDir for LogDisk {
+impl sluice_store::storage::local::segments::LogDir for LogDisk {
     fn names(&self) -> io::Result<Vec<String>> {
         Ok(self.files().files.keys().cloned().collect())
     }
@@ -163,7 +163,7 @@ impl crate::storage::local::segments::LogDir for LogDisk {
         &self,
         name: &str,
         create: bool,
-    ) -> io::Result<Arc<dyn crate::storage::local::segments::LogFile>> {
+    ) -> io::Result<Arc<dyn sluice_store::storage::local::segments::LogFile>> {
         let mut files = self.files();
         let fails_after = files.fails_after;
         let disk = match files.files.get(name) {

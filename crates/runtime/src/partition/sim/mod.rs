@@ -49,27 +49,27 @@ use super::model::events::Event;
 use super::model::operator::Control;
 use super::run_loop::Input;
 use super::task::Partition;
-use crate::config::{Config, FriendlyDuration, OnMaxAttempts, RetryPolicy};
 use crate::discovery::manifest::Manifest;
 use crate::discovery::{Discovered, HttpVersion};
-use crate::errors::{Code, CodedError};
-use crate::flow::rules::Upsert;
-use crate::flow::{Limit, RuleBook, RulePattern, Scope};
-use crate::ids::InvocationId;
-use crate::invocation::new::{Identity, NewInvocation};
-use crate::invocation::store as records;
-use crate::invocation::{InvocationRecord, Outcome, Status, Target, state};
 use crate::invoker::{AttemptError, AttemptRequest, Ending};
-use crate::protocol::proto;
-use crate::protocol::{Frame, Message, MessageType};
 use crate::registry::{Registration, Registry};
-use crate::storage::Store;
-use crate::storage::local::appender::LoggedFlusher;
-use crate::storage::view::ViewFlusher;
-use crate::storage::writer::{Commit, Writer};
+use sluice_config::{Config, FriendlyDuration, OnMaxAttempts, RetryPolicy};
+use sluice_core::errors::{Code, CodedError};
+use sluice_core::ids::InvocationId;
+use sluice_flow::rules::Upsert;
+use sluice_flow::{Limit, RuleBook, RulePattern, Scope};
+use sluice_protocol::proto;
+use sluice_protocol::{Frame, Message, MessageType};
+use sluice_store::invocation::new::{Identity, NewInvocation};
+use sluice_store::invocation::store as records;
+use sluice_store::invocation::{InvocationRecord, Outcome, Status, Target, state};
+use sluice_store::storage::Store;
+use sluice_store::storage::local::appender::LoggedFlusher;
+use sluice_store::storage::view::ViewFlusher;
+use sluice_store::storage::writer::{Commit, Writer};
 
-use crate::simulation::{Rng, seed};
 use disk::{Disk, LogDisk};
+use sluice_core::simulation::{Rng, seed};
 
 /// Simulated time starts here (a plausible epoch milliseconds value).
 const EPOCH_MS: u64 = 1_800_000_000_000;
@@ -216,7 +216,7 @@ struct World {
     /// The next start is another node's: a fresh disk, rebuilt from the log.
     fresh_disk: bool,
     /// The metadata tables (the deployment), as a new node gets them.
-    meta: crate::storage::meta::MetaSnapshot,
+    meta: sluice_store::storage::meta::MetaSnapshot,
     now: Arc<AtomicU64>,
     outbox: Arc<Mutex<Outbox>>,
     config: Arc<Config>,
@@ -227,7 +227,7 @@ struct World {
     s1_limit: Option<u32>,
     /// The rate of scope `s1`, and when invocations of `s1` took their tokens (first attempts)
     /// since the rate was set or the process restarted (a restart fills the bucket).
-    s1_rate: Option<crate::flow::RateLimit>,
+    s1_rate: Option<sluice_flow::RateLimit>,
     s1_admitted: VecDeque<u64>,
     /// Invocations an attempt ever started for, across restarts: the others' next start is a
     /// new admission, which takes a token (a retry or a resumption takes none).
@@ -277,7 +277,7 @@ fn target(service: &str, handler: &str, key: Option<&str>) -> Target {
 }
 
 fn input_program(input: &Frame) -> Bytes {
-    match Message::decode(input, crate::protocol::ProtocolVersion::V7) {
+    match Message::decode(input, sluice_protocol::ProtocolVersion::V7) {
         Ok(Message::Input(input)) => input.value.unwrap_or_default().content,
         _ => Bytes::new(),
     }
@@ -288,10 +288,10 @@ fn input_program(input: &Frame) -> Bytes {
 /// reservation per call, over the month the simulation runs in.
 fn s1_rule() -> Upsert {
     let mut rule = Upsert::new(RulePattern::parse("s1").unwrap(), Limit::Unlimited);
-    rule.budget = Some(crate::flow::Budget {
-        limit: crate::flow::Quota {
+    rule.budget = Some(sluice_flow::Budget {
+        limit: sluice_flow::Quota {
             amount: std::num::NonZeroU64::new(1 << 60).expect("not zero"),
-            window: crate::flow::QuotaWindow::Month,
+            window: sluice_flow::QuotaWindow::Month,
             reject: false,
         },
         reserve: std::num::NonZeroU64::new(S1_RESERVE),
@@ -417,7 +417,7 @@ fn simulator_partition_events() {
     }
     let seed = seed();
     println!("partition simulator seed: {seed} (SLUICE_SIM_SEED={seed} replays it)");
-    let wanted = crate::simulation::events(DEFAULT_EVENTS);
+    let wanted = sluice_core::simulation::events(DEFAULT_EVENTS);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let started = std::time::Instant::now();
     let runs = Mutex::new(Runs {

@@ -192,7 +192,7 @@ impl World {
         };
         // Sometimes a rate too: a few tokens a second, so queues wait for them.
         let rate = match self.rng.below(3) {
-            0 => Some(crate::flow::RateLimit {
+            0 => Some(sluice_flow::RateLimit {
                 rate: ["5/s", "20/s", "2/100ms"][self.rng.below(3) as usize]
                     .parse()
                     .expect("a valid rate"),
@@ -247,7 +247,7 @@ impl World {
             return;
         };
         let due = due.expect("purges read back");
-        let mut writes = crate::storage::writer::WriteSet::default();
+        let mut writes = sluice_store::storage::writer::WriteSet::default();
         for purge in &due {
             let node = self.node();
             let record = node

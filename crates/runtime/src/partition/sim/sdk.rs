@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use prost::Message as _;
 
-use crate::ids::InvocationId;
 use crate::invoker::{AttemptRequest, Ending};
-use crate::protocol::message::Kind;
-use crate::protocol::proto::{self, notification_template, output_command_message};
-use crate::protocol::{Message, MessageType};
+use sluice_core::ids::InvocationId;
+use sluice_protocol::message::Kind;
+use sluice_protocol::proto::{self, notification_template, output_command_message};
+use sluice_protocol::{Message, MessageType};
 
 /// Called services: one `ctx.run` each.
 pub const LEAF: &str = "Leaf";

@@ -15,7 +15,7 @@ impl World {
         // Half the runs keep no held input in memory: every invocation at rest is then read
         // back from the store alone, record and input (`parts/dormant.rs`, `Kept::Stored`).
         if rng.chance(50) {
-            config.worker.held_memory_budget = crate::config::ByteSize(0);
+            config.worker.held_memory_budget = sluice_config::ByteSize(0);
         }
         invoker.retry_policy = RetryPolicy {
             initial_interval: FriendlyDuration::from_millis(10),
@@ -411,7 +411,7 @@ impl World {
 
     /// A new invocation of `s1` was admitted now: no window may hold more admissions than the
     /// rate and its burst allow.
-    fn check_rate(&mut self, rate: crate::flow::RateLimit) {
+    fn check_rate(&mut self, rate: sluice_flow::RateLimit) {
         let now = self.now();
         self.s1_admitted.push_back(now);
         while self.s1_admitted.len() > 64 {
@@ -634,7 +634,7 @@ impl World {
 
 /// Registers the simulator's deployment on the store of `disk`; the metadata tables as they
 /// are then (what the meta topic carries to other nodes in a real cluster).
-fn register(disk: &Disk) -> crate::storage::meta::MetaSnapshot {
+fn register(disk: &Disk) -> sluice_store::storage::meta::MetaSnapshot {
     let store = Arc::new(Store::open_backend(disk.backend()).expect("a fresh store"));
     let registry = Registry::load(Arc::clone(&store)).expect("the registry");
     let found = Discovered {
@@ -648,9 +648,9 @@ fn register(disk: &Disk) -> crate::storage::meta::MetaSnapshot {
         .expect("the deployment registers");
     let meta = store
         .with_db(|db| {
-            crate::storage::meta::MetaSnapshot::read(
+            sluice_store::storage::meta::MetaSnapshot::read(
                 db,
-                &crate::schema::meta_tables(crate::schema::MetaGroup::Registry),
+                &sluice_store::schema::meta_tables(sluice_store::schema::MetaGroup::Registry),
             )
         })
         .expect("the store is open")

@@ -27,7 +27,6 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 use super::LocalLog;
-use crate::errors::CodedError;
 use crate::storage::Store;
 use crate::storage::jobs::{Job, take_group};
 use crate::storage::log::{PartitionLog, confirm, wait};
@@ -36,6 +35,7 @@ use crate::storage::view::applier::ViewFlusher;
 use crate::storage::view::applier::{Applier, Checkpoints, apply_loop};
 use crate::storage::view::backlog::Landed;
 use crate::storage::view::fail_store;
+use sluice_core::errors::CodedError;
 
 /// Most bytes of writes one record takes (more sets wait for the next record).
 pub(in crate::storage) const RECORD_BYTES: usize = 16 * 1024 * 1024;

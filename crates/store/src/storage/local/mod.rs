@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::log::PartitionLog;
-use crate::errors::CodedError;
 use segments::{LogFile, SegmentLog};
+use sluice_core::errors::CodedError;
 
 /// The local segment log as a [`PartitionLog`]: a record is confirmed once its segment file is
 /// synced. Confirming the oldest record syncs every file appended to since the last sync, in

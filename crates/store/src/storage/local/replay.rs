@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use redb::ReadableDatabase;
 
-use crate::errors::{Code, CodedError};
 use crate::storage::Store;
+use sluice_core::errors::{Code, CodedError};
 
 impl Store {
     /// Applies every record of the local log in `dir` after the view's durable checkpoint to
@@ -159,6 +159,10 @@ mod tests {
         log.append(b"not a record").unwrap();
         drop(log);
         let error = Store::open(dir.path()).unwrap_err();
-        assert_eq!(error.code, Some(crate::errors::Code::STO0002), "{error}");
+        assert_eq!(
+            error.code,
+            Some(sluice_core::errors::Code::STO0002),
+            "{error}"
+        );
     }
 }

@@ -9,10 +9,10 @@ use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use super::backlog::Landed;
-use crate::errors::CodedError;
 use crate::storage::Store;
 use crate::storage::jobs::stopped;
 use crate::storage::write_set::WriteSet;
+use sluice_core::errors::CodedError;
 
 /// How the view follows the log: how often it is applied and made durable.
 #[derive(Debug, Clone, Copy)]
@@ -246,7 +246,7 @@ mod tests {
         let err = writer.commit(set).await.unwrap().unwrap_err();
         assert_eq!(
             err.code,
-            Some(crate::errors::Code::RT0006),
+            Some(sluice_core::errors::Code::RT0006),
             "a closed store refuses, never drops"
         );
     }

@@ -15,9 +15,9 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::errors::CodedError;
 use crate::storage::Store;
 use crate::storage::write_set::WriteSet;
+use sluice_core::errors::CodedError;
 
 /// One landed log record's writes: a group of sets after its record landed (the writer's
 /// [`crate::storage::writer::Group`] before), its answers sent.

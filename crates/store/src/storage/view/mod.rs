@@ -11,8 +11,8 @@ pub use applier::ViewFlusher;
 
 use super::Store;
 use super::write_set::{WriteSet, apply_all};
-use crate::errors::CodedError;
 use crate::schema::LOCAL_LOG;
+use sluice_core::errors::CodedError;
 
 /// The view's checkpoint row in [`LOCAL_LOG`]: the last log record it holds (u64 BE).
 const APPLIED: &[u8] = b"applied";
