@@ -138,7 +138,7 @@ fn every_path_the_map_names_from_the_root_exists() {
 /// the crate's code could reach it as `crate::<module>`: `use sluice_flow as flow;`,
 /// `use sluice_core::{errors, ids};`, `use sluice_store::storage;`. `is_module(krate, name)`
 /// says whether `name` is a module of the crate `krate` (`sluice_core`).
-fn aliases<'a>(lib_rs: &'a str, is_module: impl Fn(&str, &str) -> bool) -> Vec<&'a str> {
+fn aliases(lib_rs: &str, is_module: impl Fn(&str, &str) -> bool) -> Vec<&str> {
     lib_rs
         .lines()
         .filter(|line| {
