@@ -8,65 +8,88 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sluice_api::limits::{
-    AdaptiveBounds, ApplyRulesRequest, Concurrency, DeleteRuleRequest, Limits, PreconditionRequest,
-    RuleResponse, UpsertRuleRequest,
+    ApplyRulesRequest, Concurrency, DeleteRuleRequest, Limits, PreconditionRequest, RuleResponse,
+    UpsertRuleRequest,
 };
 use sluice_flow::Rate;
 
 use sluice_core::errors::CodedError;
 
-/// One rule as a file writes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One rule as a file writes it: its pattern, mode, description and switch, and the API's
+/// [`Limits`] spelled flat beside them (`concurrency = 4` next to `pattern`). The limits are the
+/// API's own type, declared once: a field added to `Limits` is a field of the file, and a
+/// field neither knows is refused (`Limits` denies unknown fields; serde's `flatten` would not,
+/// so reading splits the rule's own keys off by hand).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSpec {
     /// `*`, `scope`, `scope/l1`, `*/l1/l2`, …
     pub pattern: String,
-    /// Invocations running at once (absent: unlimited): a number, or
-    /// `{ min = 2, max = 8 }` for a burstable limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<Concurrency>,
-    /// Admissions per unit of time, e.g. `100/s`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate: Option<String>,
-    /// The rate's burst (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst: Option<u32>,
-    /// `throttle` (default) or `reject`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_exceed: Option<String>,
-    /// Most invocations that may wait.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_queued: Option<u32>,
-    /// Share under contention among siblings (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight: Option<u32>,
-    /// Longest a new invocation may wait, e.g. `30s` (absent: no bound).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_wait: Option<String>,
-    /// A limit that moves with latency: `adaptive = { min = 1, max = 64 }`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adaptive: Option<AdaptiveBounds>,
-    /// New admissions per calendar window, kept durably: `10000/day`, `500/h`, `1000/month`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quota: Option<String>,
-    /// What calls may spend per calendar window, as handlers report it: `1000000/day`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<String>,
-    /// Reserved of the budget per running call, settled when it ends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve: Option<u64>,
-    /// The budget's unit, for people: `tokens`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget_unit: Option<String>,
+    /// Its limits (none: unlimited).
+    pub limits: Limits,
     /// `enforce` (default) or `shadow`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// Free text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Kept but not applied.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disabled: bool,
+}
+
+/// How a rule is written: the limits flattened between the pattern and the rest.
+#[derive(Serialize)]
+struct Written<'a> {
+    pattern: &'a str,
+    #[serde(flatten)]
+    limits: &'a Limits,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: &'a Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    disabled: bool,
+}
+
+impl Serialize for RuleSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Written {
+            pattern: &self.pattern,
+            limits: &self.limits,
+            mode: &self.mode,
+            description: &self.description,
+            disabled: self.disabled,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        fn field<T: serde::de::DeserializeOwned, E: Error>(
+            fields: &mut serde_json::Map<String, serde_json::Value>,
+            name: &str,
+        ) -> Result<Option<T>, E> {
+            fields
+                .remove(name)
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(|e| E::custom(format!("{name}: {e}")))
+        }
+        let pattern: String =
+            field(&mut fields, "pattern")?.ok_or_else(|| D::Error::missing_field("pattern"))?;
+        let mode = field(&mut fields, "mode")?;
+        let description = field(&mut fields, "description")?;
+        let disabled = field(&mut fields, "disabled")?.unwrap_or(false);
+        let limits = serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|e| D::Error::custom(format!("rule '{pattern}': {e}")))?;
+        Ok(Self {
+            pattern,
+            limits,
+            mode,
+            description,
+            disabled,
+        })
+    }
 }
 
 /// A whole file.
@@ -83,8 +106,9 @@ impl RuleSpec {
     /// out, so a file and the live book compare equal when they mean the same.
     fn normalised(&self) -> Result<Self, CodedError> {
         let rule = |why: String| CodedError::uncoded(format!("rule '{}': {why}", self.pattern));
-        let rate = match &self.rate {
-            None if self.burst.is_some() => return Err(rule("burst needs a rate".into())),
+        let limits = &self.limits;
+        let rate = match &limits.rate {
+            None if limits.burst.is_some() => return Err(rule("burst needs a rate".into())),
             None => None,
             Some(text) => Some(
                 text.parse::<Rate>()
@@ -92,12 +116,12 @@ impl RuleSpec {
                     .to_string(),
             ),
         };
-        if self.concurrency.map(Concurrency::max) == Some(0) || self.burst == Some(0) {
+        if limits.concurrency.map(Concurrency::max) == Some(0) || limits.burst == Some(0) {
             return Err(rule("concurrency and burst must be at least 1".into()));
         }
-        let on_exceed = self.on_exceed.clone().filter(|o| o != "throttle");
+        let on_exceed = limits.on_exceed.clone().filter(|o| o != "throttle");
         // As the server reads it back: `30000ms` is `30s`.
-        let max_wait = match &self.max_wait {
+        let max_wait = match &limits.max_wait {
             None => None,
             Some(text) => Some(
                 text.parse::<sluice_core::units::FriendlyDuration>()
@@ -106,7 +130,7 @@ impl RuleSpec {
             ),
         };
         // As the server shows it: `10000/d` is `10000/day`.
-        let quota = match &self.quota {
+        let quota = match &limits.quota {
             None => None,
             Some(text) => Some(
                 text.parse::<sluice_flow::Quota>()
@@ -115,7 +139,7 @@ impl RuleSpec {
             ),
         };
         // As the server shows it: `5000/minute` is `5000/min`.
-        let budget = match &self.budget {
+        let budget = match &limits.budget {
             None => None,
             Some(text) => Some(
                 text.parse::<sluice_flow::Budget>()
@@ -131,13 +155,16 @@ impl RuleSpec {
             return Err(rule(format!("mode is 'enforce' or 'shadow', not '{mode}'")));
         }
         Ok(Self {
-            burst: rate.as_ref().map(|_| self.burst.unwrap_or(1)),
-            rate,
-            on_exceed,
-            max_wait,
-            quota,
-            budget,
-            weight: self.weight.filter(|w| *w != 1),
+            limits: Limits {
+                burst: rate.as_ref().map(|_| limits.burst.unwrap_or(1)),
+                rate,
+                on_exceed,
+                max_wait,
+                quota,
+                budget,
+                weight: limits.weight.filter(|w| *w != 1),
+                ..limits.clone()
+            },
             mode: self.mode.clone().filter(|m| m != "enforce"),
             ..self.clone()
         })
@@ -155,18 +182,7 @@ impl RuleSpec {
     fn as_stored(rule: &RuleResponse) -> Self {
         Self {
             pattern: rule.pattern.clone(),
-            concurrency: rule.limits.concurrency,
-            rate: rule.limits.rate.clone(),
-            burst: rule.limits.burst,
-            on_exceed: rule.limits.on_exceed.clone(),
-            max_queued: rule.limits.max_queued,
-            weight: rule.limits.weight,
-            max_wait: rule.limits.max_wait.clone(),
-            adaptive: rule.limits.adaptive,
-            quota: rule.limits.quota.clone(),
-            budget: rule.limits.budget.clone(),
-            reserve: rule.limits.reserve,
-            budget_unit: rule.limits.budget_unit.clone(),
+            limits: rule.limits.clone(),
             mode: Some(rule.mode.clone()).filter(|m| m != "enforce"),
             description: rule.description.clone(),
             disabled: rule.disabled,
@@ -176,20 +192,7 @@ impl RuleSpec {
     fn request(&self, precondition: PreconditionRequest) -> UpsertRuleRequest {
         UpsertRuleRequest {
             pattern: self.pattern.clone(),
-            limits: Limits {
-                concurrency: self.concurrency,
-                rate: self.rate.clone(),
-                burst: self.burst,
-                on_exceed: self.on_exceed.clone(),
-                max_queued: self.max_queued,
-                weight: self.weight,
-                max_wait: self.max_wait.clone(),
-                adaptive: self.adaptive,
-                quota: self.quota.clone(),
-                budget: self.budget.clone(),
-                reserve: self.reserve,
-                budget_unit: self.budget_unit.clone(),
-            },
+            limits: self.limits.clone(),
             description: self.description.clone(),
             disabled: self.disabled,
             mode: self.mode.clone(),
@@ -200,39 +203,39 @@ impl RuleSpec {
     /// `concurrency=2 rate=10/s burst=1 disabled`, for the plan.
     fn summary(&self) -> String {
         let mut out = Vec::new();
-        match self.concurrency {
+        match self.limits.concurrency {
             Some(c) => out.push(format!("concurrency={c}")),
             None => out.push("concurrency=unlimited".to_owned()),
         }
-        if let Some(rate) = &self.rate {
+        if let Some(rate) = &self.limits.rate {
             out.push(format!("rate={rate}"));
-            out.push(format!("burst={}", self.burst.unwrap_or(1)));
+            out.push(format!("burst={}", self.limits.burst.unwrap_or(1)));
         }
-        if let Some(on_exceed) = &self.on_exceed {
+        if let Some(on_exceed) = &self.limits.on_exceed {
             out.push(format!("on_exceed={on_exceed}"));
         }
-        if let Some(max) = self.max_queued {
+        if let Some(max) = self.limits.max_queued {
             out.push(format!("max_queued={max}"));
         }
-        if let Some(weight) = self.weight {
+        if let Some(weight) = self.limits.weight {
             out.push(format!("weight={weight}"));
         }
-        if let Some(max_wait) = &self.max_wait {
+        if let Some(max_wait) = &self.limits.max_wait {
             out.push(format!("max_wait={max_wait}"));
         }
-        if let Some(a) = self.adaptive {
+        if let Some(a) = self.limits.adaptive {
             out.push(format!("adaptive={}..{}", a.min, a.max));
         }
-        if let Some(quota) = &self.quota {
+        if let Some(quota) = &self.limits.quota {
             out.push(format!("quota={quota}"));
         }
-        if let Some(budget) = &self.budget {
+        if let Some(budget) = &self.limits.budget {
             out.push(format!("budget={budget}"));
         }
-        if let Some(reserve) = self.reserve {
+        if let Some(reserve) = self.limits.reserve {
             out.push(format!("reserve={reserve}"));
         }
-        if let Some(unit) = &self.budget_unit {
+        if let Some(unit) = &self.limits.budget_unit {
             out.push(format!("budget_unit={unit}"));
         }
         if let Some(mode) = &self.mode {
@@ -414,64 +417,49 @@ mod tests {
     use super::*;
     use sluice_api::limits::BurstableBounds;
 
-    /// The keys `value` serializes with (its fields that are set).
-    fn keys(value: &impl Serialize) -> std::collections::BTreeSet<String> {
-        serde_json::to_value(value)
-            .unwrap()
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect()
-    }
-
-    /// A rules file's rule is the API's `Limits` beside the rule's own pattern, mode,
-    /// description and switch, declared again because serde's `deny_unknown_fields` (a
-    /// misspelt field in a file is refused) does not work through `flatten`: a field added to
-    /// `Limits` must be added here too. Both are built whole (no
-    /// `..Default::default()`), so a new field stops this test from compiling until it is
-    /// listed, and then fails it until the file takes it.
+    /// A rules file's rule is the API's `Limits` spelled flat beside the rule's own pattern,
+    /// mode, description and switch: every field of `Limits` (built whole, so a new field
+    /// stops this from compiling until it is set here) reads back from the file, and a key
+    /// neither has is refused, naming it.
     #[test]
     fn a_rules_file_takes_every_field_of_the_apis_limits_and_no_other() {
-        let limits = Limits {
-            concurrency: Some(Concurrency::Fixed(2)),
-            rate: Some("10/s".into()),
-            burst: Some(2),
-            on_exceed: Some("reject".into()),
-            max_queued: Some(10),
-            weight: Some(2),
-            max_wait: Some("30s".into()),
-            adaptive: Some(AdaptiveBounds { min: 1, max: 8 }),
-            quota: Some("100/day".into()),
-            budget: Some("1000/day".into()),
-            reserve: Some(10),
-            budget_unit: Some("tokens".into()),
-        };
         let spec = RuleSpec {
             pattern: "*".into(),
-            concurrency: limits.concurrency,
-            rate: limits.rate.clone(),
-            burst: limits.burst,
-            on_exceed: limits.on_exceed.clone(),
-            max_queued: limits.max_queued,
-            weight: limits.weight,
-            max_wait: limits.max_wait.clone(),
-            adaptive: limits.adaptive,
-            quota: limits.quota.clone(),
-            budget: limits.budget.clone(),
-            reserve: limits.reserve,
-            budget_unit: limits.budget_unit.clone(),
+            limits: Limits {
+                concurrency: Some(Concurrency::Fixed(2)),
+                rate: Some("10/s".into()),
+                burst: Some(2),
+                on_exceed: Some("reject".into()),
+                max_queued: Some(10),
+                weight: Some(2),
+                max_wait: Some("30s".into()),
+                adaptive: Some(sluice_api::limits::AdaptiveBounds { min: 1, max: 8 }),
+                quota: Some("100/day".into()),
+                budget: Some("1000/day".into()),
+                reserve: Some(10),
+                budget_unit: Some("tokens".into()),
+            },
             mode: Some("shadow".into()),
             description: Some("d".into()),
             disabled: true,
         };
-        let own: std::collections::BTreeSet<String> =
-            ["pattern", "mode", "description", "disabled"]
-                .map(str::to_owned)
-                .into();
-        let taken: std::collections::BTreeSet<String> =
-            keys(&spec).difference(&own).cloned().collect();
-        assert_eq!(taken, keys(&limits));
+        let file = RulesFile {
+            rules: vec![spec.clone()],
+        };
+        let toml_text = toml::to_string(&file).unwrap();
+        assert!(toml_text.contains("concurrency = 2"), "flat: {toml_text}");
+        let read: RulesFile = toml::from_str(&toml_text).unwrap();
+        assert_eq!(read.rules, std::slice::from_ref(&spec), "{toml_text}");
+        let json_text = serde_json::to_string(&file).unwrap();
+        let read: RulesFile = serde_json::from_str(&json_text).unwrap();
+        assert_eq!(read.rules, [spec], "{json_text}");
+
+        let unknown: Result<RulesFile, _> =
+            toml::from_str("[[rules]]\npattern = \"a\"\nconcurrency = 1\nspeed = 3\n");
+        let err = unknown.unwrap_err().to_string();
+        assert!(err.contains("rule 'a'") && err.contains("speed"), "{err}");
+        let nameless: Result<RulesFile, _> = toml::from_str("[[rules]]\nconcurrency = 1\n");
+        assert!(nameless.unwrap_err().to_string().contains("pattern"));
     }
 
     fn live(pattern: &str, version: u32, limits: Limits) -> RuleResponse {
@@ -528,11 +516,11 @@ burst = 3
         let plan = Plan::new(&file, &book, false).unwrap();
         assert_eq!(plan.unchanged.len(), 1, "{}", plan.render());
         assert_eq!(
-            plan.create[0].rate.as_deref(),
+            plan.create[0].limits.rate.as_deref(),
             Some("100/min"),
             "normalised"
         );
-        assert_eq!(plan.update[0].2.burst, Some(3));
+        assert_eq!(plan.update[0].2.limits.burst, Some(3));
         assert!(
             plan.render().contains("! not in file old"),
             "{}",
