@@ -14,6 +14,9 @@
 # counting slows Sluice by about half, so that run's req/s and CPU are not comparable).
 # Every run prints Sluice's syncs (fdatasync, fsync) per call beside its CPU and switches.
 # PERF_OUT=file also records a CPU profile of Sluice during the measured run (see below).
+# KEYS=n sends each call under a limit key drawn at random from n (`k1` … `kn`, header
+# `x-service-limit-key`; with SCOPE): KEYS=10 against KEYS=1000000 is what the key cardinality
+# costs (set RULE to a per-key rule such as '{"pattern":"acme/*","limits":{"concurrency":8}}').
 # PLUGIN=tenant-header loads that example plugin as an extract plugin first (it finds no
 # x-tenant header, so calls stay as they are: the cost measured is the plugin call itself).
 set -euo pipefail
@@ -38,6 +41,15 @@ wrk.method = "POST"
 wrk.body = "\"load\""
 wrk.headers["content-type"] = "application/json"
 LUA
+if [ -n "${KEYS:-}" ]; then
+  cat >> "$work/post.lua" <<LUA
+math.randomseed(os.time() + math.floor(os.clock() * 1000000))
+request = function()
+  wrk.headers["x-service-limit-key"] = "k" .. math.random($KEYS)
+  return wrk.format()
+end
+LUA
+fi
 # Warm up, then measure.
 wrk -t2 -c"$connections" -d2s -s "$work/post.lua" "$scheme://127.0.0.1:$ingress$path" >/dev/null
 # PERF_OUT=file records Sluice's stacks while wrk measures (perf record, DWARF unwinding):
