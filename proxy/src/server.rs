@@ -143,9 +143,11 @@ impl Core {
             truncate_damage: config.worker.truncate_damaged_log,
             ..Default::default()
         };
-        let store = Arc::new(Store::open_with(&config.data_dir, log)?);
-        // Rows keyed by this node's partition count, each partition's a range of its own.
-        store.use_partitions(u32::from(config.worker.partitions.get()))?;
+        // Rows keyed by this node's partition count, each partition's a range of its own: a
+        // format-1 store is converted to it at once, one keyed by another count moved to it.
+        let partitions = u32::from(config.worker.partitions.get());
+        let store = Arc::new(Store::open_keyed(&config.data_dir, log, partitions)?);
+        store.use_partitions(partitions)?;
         let partitions = usize::from(config.worker.partitions.get());
         let (runtime, receivers) = if let (true, Some(secret)) =
             (config.cluster.is_kafka(), config.cluster.secret.clone())

@@ -382,9 +382,15 @@ mod tests {
             }
             txn.commit().unwrap();
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = Store::open_keyed(
+            dir.path(),
+            crate::storage::local::segments::Options::default(),
+            4,
+        )
+        .unwrap();
         assert_eq!(store.format_version().unwrap(), 2);
-        assert_eq!(timer_prefixes(&store), [0; 8]);
+        assert_eq!(timer_prefixes(&store), [0, 0, 1, 1, 2, 2, 3, 3]);
+        assert_eq!(store.use_partitions(4).unwrap(), None, "keyed by 4 already");
         let converted = read(&store);
         assert_eq!(converted.0.iter().map(Vec::len).sum::<usize>(), 16);
         assert_eq!(converted.1.len(), 8);

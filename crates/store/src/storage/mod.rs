@@ -88,6 +88,16 @@ impl Store {
     /// Opens (or creates) the store under `data_dir`; its local log (`<data-dir>/log/`) is
     /// replayed into it, and new segments get `log`'s size.
     pub fn open_with(data_dir: &Path, log: local::segments::Options) -> Result<Self, CodedError> {
+        Self::open_keyed(data_dir, log, 1)
+    }
+
+    /// [`Store::open_with`], converting a format-1 store straight to rows keyed by
+    /// `partitions` (the node's count; [`Store::use_partitions`] then finds nothing to move).
+    pub fn open_keyed(
+        data_dir: &Path,
+        log: local::segments::Options,
+        partitions: u32,
+    ) -> Result<Self, CodedError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
             CodedError::uncoded(format!(
                 "cannot create data dir {}: {e}; choose another --data-dir",
@@ -99,7 +109,7 @@ impl Store {
             .set_cache_size(CACHE_BYTES)
             .create(&path)
             .map_err(|e| open_error(&path, e));
-        let store = Self::checked(path, db?)?;
+        let store = Self::checked(path, db?, partitions)?;
         let dir = data_dir.join(LOG_DIR);
         store.replay_log(
             Arc::new(local::segments::FsDir(dir.clone())),
@@ -115,8 +125,8 @@ impl Store {
     }
 
     /// The store on `db`, once its format version is one this build reads.
-    fn checked(path: PathBuf, db: Database) -> Result<Self, CodedError> {
-        check_format(&db, &path)?;
+    fn checked(path: PathBuf, db: Database, partitions: u32) -> Result<Self, CodedError> {
+        check_format(&db, &path, partitions)?;
         Ok(Self {
             path,
             db: RwLock::new(Some(db)),
@@ -138,7 +148,7 @@ impl Store {
             .set_cache_size(CACHE_BYTES)
             .create_with_backend(backend)
             .map_err(|e| open_error(&path, e));
-        Self::checked(path, db?)
+        Self::checked(path, db?, 1)
     }
 
     /// Opens a store on `backend` whose local log is in `log` (the partition simulator's disks),
@@ -285,7 +295,7 @@ fn read_format(db: &Database) -> Result<Option<u32>, redb::Error> {
     Ok(Some(u32::from_be_bytes(bytes)))
 }
 
-fn check_format(db: &Database, path: &Path) -> Result<(), CodedError> {
+fn check_format(db: &Database, path: &Path, partitions: u32) -> Result<(), CodedError> {
     match read_format(db).map_err(|e| storage_error(path, e))? {
         Some(version) if version == FORMAT_VERSION => Ok(()),
         Some(version) if version > FORMAT_VERSION => Err(CodedError::new(
@@ -295,7 +305,7 @@ fn check_format(db: &Database, path: &Path) -> Result<(), CodedError> {
                 path.display()
             ),
         )),
-        Some(1) => convert_unkeyed(db).map_err(|e| storage_error(path, e)),
+        Some(1) => convert_unkeyed(db, partitions).map_err(|e| storage_error(path, e)),
         Some(version) => Err(CodedError::new(
             Code::META0010,
             format!(
@@ -317,12 +327,12 @@ fn check_format(db: &Database, path: &Path) -> Result<(), CodedError> {
 }
 
 /// Converts a format-1 store, whose partition tables' rows were keyed by their logical keys
-/// alone: every row moves under its partition (by a count of 1 until [`Store::use_partitions`]
-/// says otherwise), in one transaction with the new format record.
-fn convert_unkeyed(db: &Database) -> Result<(), redb::Error> {
+/// alone: every row moves under its partition by `partitions`, in one transaction with the new
+/// format record.
+fn convert_unkeyed(db: &Database, partitions: u32) -> Result<(), redb::Error> {
     let started = std::time::Instant::now();
     let txn = db.begin_write()?;
-    let moved = layout::rekey(&txn, layout::Before::Unkeyed, 1)?;
+    let moved = layout::rekey(&txn, layout::Before::Unkeyed, partitions)?;
     txn.open_table(META)?
         .insert(FORMAT_VERSION_KEY, FORMAT_VERSION.to_be_bytes().as_slice())?;
     txn.commit()?;
@@ -330,6 +340,7 @@ fn convert_unkeyed(db: &Database) -> Result<(), redb::Error> {
         rows = moved.rows,
         bytes = moved.bytes,
         took_ms = started.elapsed().as_millis() as u64,
+        partitions,
         "the store's rows were keyed by partition (store format 1 to {FORMAT_VERSION})"
     );
     Ok(())
