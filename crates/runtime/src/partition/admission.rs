@@ -49,7 +49,7 @@ impl Live {
     /// it for one at a restart left the object's real holder queued behind it for ever. The
     /// pinned deployment is stored before an attempt's first journal entry.
     pub(super) fn started(&self) -> bool {
-        self.lock.is_some() || self.record.attempts > 0 || self.record.deployment.is_some()
+        self.lock.is_some() || self.record().attempts > 0 || self.record().deployment.is_some()
     }
 }
 
@@ -65,8 +65,8 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if matches!(live.run, Run::Running(_) | Run::Queued { .. })
-            || matches!(live.record.status, Status::Completed | Status::Paused)
+        if matches!(live.run(), Run::Running(_) | Run::Queued { .. })
+            || matches!(live.record().status, Status::Completed | Status::Paused)
         {
             return;
         }
@@ -75,11 +75,11 @@ impl Partition {
         } else {
             EntryKind::New
         };
-        let key = key.unwrap_or_else(|| queue_key(&self.outside.registry, &live.record));
+        let key = key.unwrap_or_else(|| queue_key(&self.outside.registry, live.record()));
         let now = self.outside.driver.now_ms();
         // An attempt whose ending is stored by now (this runs after commits, or for a new
         // invocation) gives its slots back before it queues again.
-        if let Some(permit) = live.run.settle() {
+        if let Some(permit) = live.settle() {
             self.admission.scheduler.release(permit, now);
         }
         let queue = match kind {
@@ -87,7 +87,7 @@ impl Partition {
             // `max_wait`, counted from its arrival or the end of its delay: a restart that
             // queues it again keeps the same deadline.
             EntryKind::New => {
-                let record = &live.record;
+                let record = live.record();
                 let since = record.created_at_ms.max(record.run_at_ms.unwrap_or(0));
                 self.admission.scheduler.enqueue_with_deadline(
                     &key,
@@ -184,7 +184,7 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if let Some(queue) = live.run.queue() {
+        if let Some(queue) = live.run().queue() {
             live.set_run(Run::IDLE);
             self.admission
                 .scheduler
@@ -212,7 +212,7 @@ impl Partition {
                 continue;
             };
             live.lock = admitted.lock.or(live.lock);
-            if live.run.queue().is_none() {
+            if live.run().queue().is_none() {
                 // Taken out of its queue since (killed, paused): nothing to start.
                 self.admission.scheduler.release(admitted.permit, now);
                 continue;
@@ -225,9 +225,9 @@ impl Partition {
             if admitted.kind == EntryKind::New {
                 // From its arrival, or the end of its delay, to its start.
                 let since = live
-                    .record
+                    .record()
                     .created_at_ms
-                    .max(live.record.run_at_ms.unwrap_or(0));
+                    .max(live.record().run_at_ms.unwrap_or(0));
                 self.admission
                     .scheduler
                     .record_wait(&permit, now.saturating_sub(since));
@@ -271,7 +271,7 @@ impl Partition {
             let Some(live) = self.live.get_mut(&id) else {
                 continue;
             };
-            if live.run.queue() == Some(expired.queue) {
+            if live.run().queue() == Some(expired.queue) {
                 live.set_run(Run::IDLE);
             }
             self.admission.missed_deadlines.insert(id, expired.deadline);
@@ -301,10 +301,10 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if !live.started() || live.record.status == Status::Completed {
+        if !live.started() || live.record().status == Status::Completed {
             return;
         }
-        let key = queue_key(&self.outside.registry, &live.record);
+        let key = queue_key(&self.outside.registry, live.record());
         live.lock = self
             .admission
             .scheduler
@@ -328,7 +328,7 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if live.record.status == Status::Completed
+        if live.record().status == Status::Completed
             && let Some(lock) = live.lock.take()
         {
             let entry = live.entry;
@@ -342,7 +342,7 @@ impl Partition {
     /// Gives back the permit of `id`'s ended attempt, if it still holds one (a running attempt
     /// keeps its slots until it ends).
     fn release_permit(&mut self, id: InvocationId) {
-        if let Some(permit) = self.live.get_mut(&id).and_then(|live| live.run.settle()) {
+        if let Some(permit) = self.live.get_mut(&id).and_then(|live| live.settle()) {
             self.admission
                 .scheduler
                 .release(permit, self.outside.driver.now_ms());
@@ -371,7 +371,7 @@ impl Partition {
     /// What the queued invocation `id` waits for; `None` when it is not queued.
     pub(super) fn waiting(&self, id: InvocationId) -> Option<Waiting> {
         let (queue, entry) = match self.live.get(&id) {
-            Some(live) => (live.run.queue()?, live.entry),
+            Some(live) => (live.run().queue()?, live.entry),
             None => {
                 let dormant = self.resting.peek(&id)?;
                 (dormant.queue()?, dormant.entry())

@@ -32,7 +32,7 @@ impl Partition {
         let Some(live) = self.live.get_mut(&id) else {
             return;
         };
-        if live.running() || live.record.status == Status::Completed {
+        if live.running() || live.record().status == Status::Completed {
             // Canceled while it waited in its queue: its slots and lock go back.
             self.admission
                 .scheduler
@@ -40,10 +40,10 @@ impl Partition {
             self.settle(id);
             return;
         }
-        let target = live.record.target.clone();
+        let target = live.record().target.clone();
         permit.classify(handler_class(&target.service, &target.handler));
         let eager = eager_state(&self.outside.store, live, invoker);
-        let deployment = match live.record.deployment {
+        let deployment = match live.record().deployment {
             Some(pinned) => self.outside.registry.deployment(pinned).ok(),
             None => self
                 .outside
@@ -54,11 +54,11 @@ impl Partition {
         };
         // The deployment continues the caller's trace: through this attempt's span when spans
         // are exported, else straight from the caller's.
-        let trace = crate::spans::trace_of(&live.record);
-        let attempt_span = crate::spans::attempt_span(id, live.record.attempts, live.attempt + 1);
+        let trace = crate::spans::trace_of(live.record());
+        let attempt_span = crate::spans::attempt_span(id, live.record().attempts, live.attempt + 1);
         let traceparent = match trace {
             Some(trace) => Some(trace.child(attempt_span).to_string()),
-            None => live.record.trace.clone(),
+            None => live.record().trace.clone(),
         };
         let (request, bidi) = match deployment {
             Some(d) => attempt_request(live, &d, invoker, eager, traceparent),
@@ -80,7 +80,7 @@ impl Partition {
         // stored with its first entry.
         // The attempts one dispatch starts are recorded in one write set (`dispatch`).
         if !live.unsaved
-            && let Err(e) = store::put_record(&mut self.starting.pins, &live.record)
+            && let Err(e) = store::put_record(&mut self.starting.pins, live.record())
         {
             tracing::error!(invocation = %id, error = %e, "cannot record the attempt");
         }
@@ -114,13 +114,13 @@ impl Partition {
 /// waited in its queue, as a span of the invocation.
 fn traced_start(live: &Live, trace: sluice_core::trace::TraceParent) -> std::time::SystemTime {
     let now = std::time::SystemTime::now();
-    if live.record.attempts == 0 && live.attempt == 1 {
-        let queued = crate::spans::at_ms(live.record.created_at_ms);
+    if live.record().attempts == 0 && live.attempt == 1 {
+        let queued = crate::spans::at_ms(live.record().created_at_ms);
         crate::spans::child_of_invocation(
-            &live.record,
+            live.record(),
             trace,
             "queue wait",
-            crate::spans::queue_wait_span(live.record.id),
+            crate::spans::queue_wait_span(live.record().id),
             (queued, now),
             Vec::new(),
             None,
@@ -136,7 +136,7 @@ fn eager_state(
     live: &Live,
     invoker: &sluice_config::InvokerConfig,
 ) -> (Vec<(bytes::Bytes, bytes::Bytes)>, bool) {
-    let Some(object) = object(&live.record) else {
+    let Some(object) = object(live.record()) else {
         return (Vec::new(), true);
     };
     let limit = usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX);
@@ -148,7 +148,7 @@ fn eager_state(
         .and_then(|r| r)
         .map(|(entries, complete)| (entries, !complete))
         .unwrap_or_else(|e| {
-            tracing::warn!(invocation = %live.record.id, error = %e, "cannot read eager state; the SDK reads it lazily");
+            tracing::warn!(invocation = %live.record().id, error = %e, "cannot read eager state; the SDK reads it lazily");
             (Vec::new(), true)
         })
 }
@@ -163,7 +163,7 @@ fn attempt_request(
     (state, partial_state): (Vec<(bytes::Bytes, bytes::Bytes)>, bool),
     traceparent: Option<String>,
 ) -> (Option<AttemptRequest>, bool) {
-    let version = match live.record.protocol {
+    let version = match live.record().protocol {
         Some(pinned) => ProtocolVersion::from_number(pinned),
         None => ProtocolVersion::pick(d.min_protocol_version, d.max_protocol_version),
     };
@@ -176,12 +176,11 @@ fn attempt_request(
     else {
         return (None, false);
     };
-    live.record.deployment = Some(d.id);
-    live.record.protocol = Some(version.number());
+    live.pin(d.id, version.number());
     // As the reference does: an inactivity timeout of zero means request/response.
     let bidi =
         d.protocol_mode == ProtocolMode::BidiStream && !invoker.inactivity_timeout.0.is_zero();
-    let target = &live.record.target;
+    let target = &live.record().target;
     let request = AttemptRequest {
         uri: uri.clone(),
         use_http_11: *use_http_11,
@@ -189,15 +188,15 @@ fn attempt_request(
         service: target.service.clone(),
         handler: target.handler.clone(),
         key: target.key.clone(),
-        invocation_id: live.record.id,
+        invocation_id: live.record().id,
         protocol: version,
         journal: live.journal.clone(),
         state,
         partial_state,
-        random_seed: live.record.random_seed,
-        scope: live.record.scope.clone(),
-        limit_key: live.record.limit_key.clone(),
-        retry_count: live.record.retry_count,
+        random_seed: live.record().random_seed,
+        scope: live.record().scope.clone(),
+        limit_key: live.record().limit_key.clone(),
+        retry_count: live.record().retry_count,
         abort_timeout: invoker.abort_timeout.0,
         inactivity_timeout: invoker.inactivity_timeout.0,
         message_size_limit: usize::try_from(invoker.message_size_limit.0).unwrap_or(usize::MAX),

@@ -23,15 +23,15 @@ impl Partition {
             let Some(live) = self.live.get_mut(id) else {
                 continue;
             };
-            if live.record.status != Status::Completed || live.record.scope.is_none() {
+            if live.record().status != Status::Completed || live.record().scope.is_none() {
                 continue;
             }
-            let cost = live.record.cost.unwrap_or(0);
+            let cost = live.record().cost.unwrap_or(0);
             let reserved = live.reserved.take();
             if cost == 0 && reserved.is_none() {
                 continue;
             }
-            let key = super::admission::queue_key(&self.outside.registry, &live.record);
+            let key = super::admission::queue_key(&self.outside.registry, live.record());
             self.admission
                 .scheduler
                 .charge(&key, cost, reserved.as_deref(), now);

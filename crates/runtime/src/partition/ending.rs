@@ -51,29 +51,29 @@ pub(super) fn complete(
     effects: &mut Vec<Effect>,
 ) {
     live.set_status(Status::Completed);
-    let took = now.saturating_sub(live.record.created_at_ms);
-    let handles = super::service_metrics::of(&live.record.target.service);
+    let took = now.saturating_sub(live.record().created_at_ms);
+    let handles = super::service_metrics::of(&live.record().target.service);
     handles.invocation_duration.record(took as f64 / 1000.0);
     let (result, completed) = match outcome {
         Outcome::Value(_) => ("success", &handles.succeeded),
         Outcome::Failure(_) => ("failure", &handles.failed),
     };
     completed.increment(1);
-    if let Some(trace) = crate::spans::trace_of(&live.record) {
-        let mut attributes = crate::spans::attributes(&live.record);
+    if let Some(trace) = crate::spans::trace_of(live.record()) {
+        let mut attributes = crate::spans::attributes(live.record());
         attributes.push(opentelemetry::KeyValue::new("sluice.outcome", result));
         attributes.push(opentelemetry::KeyValue::new(
             "restate.invocation.attempts",
-            i64::from(live.record.attempts),
+            i64::from(live.record().attempts),
         ));
-        let target = &live.record.target;
+        let target = &live.record().target;
         crate::spans::emit(crate::spans::Finished {
             name: format!("invocation {}/{}", target.service, target.handler),
             kind: opentelemetry::trace::SpanKind::Internal,
             trace_id: trace.trace_id,
-            span_id: crate::spans::invocation_span(live.record.id),
+            span_id: crate::spans::invocation_span(live.record().id),
             parent: Some(trace.span_id),
-            start: crate::spans::at_ms(live.record.created_at_ms),
+            start: crate::spans::at_ms(live.record().created_at_ms),
             end: std::time::SystemTime::now(),
             attributes,
             error: match &outcome {
@@ -82,18 +82,17 @@ pub(super) fn complete(
             },
         });
     }
-    live.record.outcome = Some(outcome.clone());
-    live.record.run_at_ms = None;
     // What it spent is read from its whole journal (in memory here: an attempt, or the kill
     // that looked for its children, read it back) and stored with its completion.
-    live.record.cost = spent(live);
+    let cost = spent(live);
+    live.set_outcome(outcome.clone(), cost);
     // Retained results (idempotency, workflows) leave memory and store on their expiry timer;
     // every other completed invocation through a purge row the purger works off.
-    let kept = match live.record.retention_ms {
+    let kept = match live.record().retention_ms {
         Some(retained) => {
             let timer = Timer {
                 at_ms: now.saturating_add(retained),
-                invocation: live.record.id,
+                invocation: live.record().id,
                 completion: EXPIRY,
             };
             store::put_timer(writes, timer);
@@ -102,15 +101,15 @@ pub(super) fn complete(
         }
         None => {
             let at = now.saturating_add(retention.completion_ms);
-            store::put_purge(writes, at, live.record.id, Purge::Invocation);
+            store::put_purge(writes, at, live.record().id, Purge::Invocation);
             retention.completion_ms
         }
     };
     if retention.journal_ms < kept {
         let at = now.saturating_add(retention.journal_ms);
-        store::put_purge(writes, at, live.record.id, Purge::Journal);
+        store::put_purge(writes, at, live.record().id, Purge::Journal);
     }
-    for caller in live.record.caller.iter().chain(&live.callers) {
+    for caller in live.record().caller.iter().chain(&live.callers) {
         effects.push(Effect::CallResult(*caller, outcome.clone()));
     }
     // The journal is in the store; nothing in memory reads it again.
@@ -120,7 +119,7 @@ pub(super) fn complete(
     // result (idempotency, workflows) too: a repeat, an attach or a peek reads it from the
     // store, and its expiry timer purges it there. A client cannot pin outputs in memory for
     // the retention by sending idempotency keys.
-    effects.push(Effect::Evict(live.record.id));
+    effects.push(Effect::Evict(live.record().id));
     effects.push(Effect::Notify(std::mem::take(&mut live.waiters), outcome));
 }
 
@@ -130,7 +129,7 @@ fn spent(live: &Live) -> Option<u64> {
     let spent = super::model::cost::spent(&live.journal);
     if spent.refused > 0 {
         tracing::warn!(
-            invocation = %live.record.id,
+            invocation = %live.record().id,
             refused = spent.refused,
             first = ?spent.first_refused,
             "`{}` steps' results that are not amounts were not charged: return a JSON integer from 0 to 2^64-1 (a failed step charges nothing either)",
@@ -139,7 +138,7 @@ fn spent(live: &Live) -> Option<u64> {
     }
     if spent.passed_over > 0 {
         tracing::warn!(
-            invocation = %live.record.id,
+            invocation = %live.record().id,
             passed_over = spent.passed_over,
             "the invocation reported more than {} `{}` steps; the rest were not counted: report the cost once, summed",
             super::model::cost::MAX_REPORTS,
@@ -151,14 +150,14 @@ fn spent(live: &Live) -> Option<u64> {
 
 pub(super) fn pause(live: &mut Live, failure: LastFailure) {
     tracing::warn!(
-        invocation = %live.record.id,
+        invocation = %live.record().id,
         error.code = failure.code.as_deref().unwrap_or("-"),
         error = %failure.message,
         "invocation paused; resume it once the cause is fixed"
     );
-    live.record.last_failure = Some(failure);
+    live.set_last_failure(Some(failure));
     live.set_status(Status::Paused);
-    live.record.run_at_ms = None;
+    live.set_run_at(None);
 }
 
 /// Schedules the next attempt of `live` after a failed one, or, once `policy.max_attempts`
@@ -174,15 +173,15 @@ pub(super) fn back_off(
     effects: &mut Vec<Effect>,
 ) -> Option<Outcome> {
     tracing::warn!(
-        invocation = %live.record.id,
+        invocation = %live.record().id,
         error.code = failure.code.as_deref().unwrap_or("-"),
         error = %failure.message,
-        attempt = live.record.attempts,
+        attempt = live.record().attempts,
         "attempt failed"
     );
-    live.record.retry_count = live.record.retry_count.saturating_add(1);
+    live.set_retry_count(live.record().retry_count.saturating_add(1));
     let attempts = policy.max_attempts.get();
-    let exhausted = live.record.retry_count >= attempts;
+    let exhausted = live.record().retry_count >= attempts;
     let killed = (exhausted && policy.on_max_attempts == sluice_config::OnMaxAttempts::Kill)
         .then(|| {
             Outcome::Failure(Failure {
@@ -193,10 +192,10 @@ pub(super) fn back_off(
                 ),
             })
         });
-    live.record.last_failure = Some(failure);
+    live.set_last_failure(Some(failure));
     if killed.is_some() {
         tracing::warn!(
-            invocation = %live.record.id,
+            invocation = %live.record().id,
             attempts,
             "invocation failed: its retry policy gives up after this many attempts (on-max-attempts = kill)"
         );
@@ -204,14 +203,14 @@ pub(super) fn back_off(
     }
     if exhausted {
         live.set_status(Status::Paused);
-        live.record.run_at_ms = None;
+        live.set_run_at(None);
         return None;
     }
-    let delay = retry_delay(policy, live.record.retry_count, requested);
+    let delay = retry_delay(policy, live.record().retry_count, requested);
     let at = now.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     live.set_status(Status::BackingOff);
-    live.record.run_at_ms = Some(at);
-    effects.push(Effect::WakeAt(live.record.id, at, None));
+    live.set_run_at(Some(at));
+    effects.push(Effect::WakeAt(live.record().id, at, None));
     None
 }
 

@@ -23,7 +23,7 @@ pub(super) fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
         let index = u32::try_from(live.journal.len())
             .expect("journals are shorter than 2^32")
             .saturating_add(live.rested);
-        store::put_entry(writes, live.record.id, index, &frame);
+        store::put_entry(writes, live.record().id, index, &frame);
     }
     live.journal.push(frame);
 }
@@ -31,7 +31,7 @@ pub(super) fn append(live: &mut Live, writes: &mut WriteSet, frame: Frame) {
 /// Writes the record of `live`, and, if it was never stored, its whole journal with it: from
 /// here on it is durable like any other invocation and every entry is written as it comes.
 pub(super) fn save(live: &mut Live, writes: &mut WriteSet) -> Result<(), CodedError> {
-    store::put_record(writes, &live.record)?;
+    store::put_record(writes, live.record())?;
     save_journal(live, writes);
     Ok(())
 }
@@ -40,7 +40,7 @@ pub(super) fn save(live: &mut Live, writes: &mut WriteSet) -> Result<(), CodedEr
 /// same write set.
 pub(super) fn save_journal(live: &mut Live, writes: &mut WriteSet) {
     if std::mem::take(&mut live.unsaved) {
-        store::put_journal(writes, live.record.id, &live.journal);
+        store::put_journal(writes, live.record().id, &live.journal);
     }
 }
 
@@ -65,11 +65,11 @@ pub(super) fn notify(
     completion: u32,
     effects: &mut Vec<Effect>,
 ) {
-    if let Some(running) = live.run.attempt() {
+    if let Some(running) = live.attempt_mut() {
         running.fresh.push(completion);
         if running.outbound.is_some() {
             effects.push(Effect::Deliver(
-                live.record.id,
+                live.record().id,
                 live.attempt,
                 encoded(&frame),
             ));
@@ -86,11 +86,11 @@ pub(super) fn append_signal(
     frame: Frame,
     effects: &mut Vec<Effect>,
 ) {
-    if let Some(running) = live.run.attempt() {
+    if let Some(running) = live.attempt_mut() {
         running.signalled = true;
         if running.outbound.is_some() {
             effects.push(Effect::Deliver(
-                live.record.id,
+                live.record().id,
                 live.attempt,
                 encoded(&frame),
             ));
@@ -102,12 +102,11 @@ pub(super) fn append_signal(
 /// Sends a control message to a running bidi attempt after the batch commits.
 fn reply(live: &mut Live, message: &Message, effects: &mut Vec<Effect>) {
     if live
-        .run
-        .attempt()
+        .attempt_mut()
         .is_some_and(|running| running.outbound.is_some())
     {
         effects.push(Effect::Deliver(
-            live.record.id,
+            live.record().id,
             live.attempt,
             encoded(&message.to_frame(false)),
         ));
@@ -151,7 +150,7 @@ pub(super) fn journal_message(
     let kind = MessageType::from_id(message.type_id()).map(MessageType::kind);
     // Reads see committed state: an object runs one exclusive handler at a time, and the SDK
     // answers reads of keys it wrote itself from its own cache.
-    let answer = match object(&live.record) {
+    let answer = match object(live.record()) {
         Some(object) => object_state(store, object, writes, &message)?,
         None => None,
     };
@@ -163,7 +162,7 @@ pub(super) fn journal_message(
         Message::Sleep(sleep) => {
             let timer = Timer {
                 at_ms: sleep.wake_up_time,
-                invocation: live.record.id,
+                invocation: live.record().id,
                 completion: sleep.result_completion_id,
             };
             store::put_timer(writes, timer);
@@ -182,7 +181,7 @@ pub(super) fn journal_message(
             None => None,
         };
         let child =
-            match calls::child_of(registry, inherit_scope, &live.record, index, &message, now) {
+            match calls::child_of(registry, inherit_scope, live.record(), index, &message, now) {
                 Some(Ok(child)) => Some(child),
                 Some(Err(e)) => {
                     // Nothing of the attempt from here on is kept; it is retried.
@@ -297,7 +296,7 @@ fn run_completion(
     if ack {
         // The SDK asked for an ack instead of the notification itself.
         append(live, writes, done.to_frame(false));
-        if let Some(running) = live.run.attempt() {
+        if let Some(running) = live.attempt_mut() {
             running.fresh.push(completion);
         }
         let acked = Message::ProposeRunCompletionAck(proto::ProposeRunCompletionAckMessage {

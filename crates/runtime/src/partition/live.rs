@@ -13,12 +13,15 @@ use sluice_store::invocation::{Caller, InvocationRecord, Outcome};
 /// An invocation the partition is driving.
 #[derive(Debug)]
 pub(super) struct Live {
-    pub(super) record: InvocationRecord,
+    /// Read through [`Live::record`]; every write of it is in this file (`set_status` and the
+    /// setters beside [`Live::record`]).
+    record: InvocationRecord,
     pub(super) journal: Vec<Frame>,
     pub(super) waiters: Vec<oneshot::Sender<Outcome>>,
     /// Where it stands: idle, queued, running (with its attempt) or ending (`phase.rs`).
-    /// Changed only through [`Live::set_run`] (and its status through [`Live::set_status`]).
-    pub(super) run: phase::Run,
+    /// Changed only through [`Live::set_run`] and the moves beside [`Live::run`] (and its
+    /// status through [`Live::set_status`]).
+    run: phase::Run,
     /// Number of the current (or last) attempt of this process.
     pub(super) attempt: u32,
     /// Commands in the journal (the next command's `command_index`).
@@ -86,6 +89,85 @@ impl Live {
             self.moved_from = phase::state_of(self.record.status, &self.run).ok();
             MOVED.with(|moved| moved.borrow_mut().push(self.record.id));
         }
+    }
+}
+
+/// Its record and run phase, read by the partition's files and written only here.
+impl Live {
+    /// Its record.
+    pub(super) fn record(&self) -> &InvocationRecord {
+        &self.record
+    }
+
+    /// Where it stands.
+    pub(super) fn run(&self) -> &phase::Run {
+        &self.run
+    }
+
+    /// Completed with `outcome`, having spent `cost`: nothing left to run at a time.
+    pub(super) fn set_outcome(&mut self, outcome: Outcome, cost: Option<u64>) {
+        self.record.outcome = Some(outcome);
+        self.record.run_at_ms = None;
+        self.record.cost = cost;
+    }
+
+    /// When it runs next (`None`: not at a time of its own).
+    pub(super) fn set_run_at(&mut self, at_ms: Option<u64>) {
+        self.record.run_at_ms = at_ms;
+    }
+
+    /// Why its last attempt failed (`None`: cleared by a resume or a success).
+    pub(super) fn set_last_failure(
+        &mut self,
+        failure: Option<sluice_store::invocation::LastFailure>,
+    ) {
+        self.record.last_failure = failure;
+    }
+
+    /// Failed attempts in a row.
+    pub(super) fn set_retry_count(&mut self, count: u32) {
+        self.record.retry_count = count;
+    }
+
+    /// One more attempt started.
+    pub(super) fn count_attempt(&mut self) {
+        self.record.attempts += 1;
+    }
+
+    /// Pinned to `deployment`, speaking `protocol`, from its first attempt on.
+    pub(super) fn pin(&mut self, deployment: sluice_core::ids::DeploymentId, protocol: i32) {
+        self.record.deployment = Some(deployment);
+        self.record.protocol = Some(protocol);
+    }
+
+    /// Its running attempt, if any ([`phase::Run::attempt`]).
+    pub(super) fn attempt_mut(&mut self) -> Option<&mut phase::Attempt> {
+        self.run.attempt()
+    }
+
+    /// Its record and journal, as it comes to rest.
+    pub(super) fn into_record_and_journal(self) -> (InvocationRecord, Vec<Frame>) {
+        (self.record, self.journal)
+    }
+
+    /// [`phase::Run::stop`].
+    pub(super) fn stop(&mut self) -> bool {
+        self.run.stop()
+    }
+
+    /// [`phase::Run::end`].
+    pub(super) fn end(&mut self) -> Option<phase::Ended> {
+        self.run.end()
+    }
+
+    /// [`phase::Run::await_on`].
+    pub(super) fn await_on(&mut self, awaited: phase::Awaited) {
+        self.run.await_on(awaited);
+    }
+
+    /// [`phase::Run::settle`].
+    pub(super) fn settle(&mut self) -> Option<sluice_flow::scheduler::Permit> {
+        self.run.settle()
     }
 }
 

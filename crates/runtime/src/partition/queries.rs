@@ -57,7 +57,7 @@ impl Partition {
         let mut by = [(0usize, 0u64); State::ALL.len()];
         let slot = |state: State| State::ALL.iter().position(|s| *s == state).unwrap_or(0);
         for live in self.live.values() {
-            let state = phase::state_of(live.record.status, &live.run).unwrap_or(State::Running);
+            let state = phase::state_of(live.record().status, live.run()).unwrap_or(State::Running);
             let (n, bytes) = &mut by[slot(state)];
             *n += 1;
             *bytes += live.footprint();
@@ -96,12 +96,12 @@ impl Partition {
                     .iter()
                     .filter_map(|(id, live)| {
                         Some(QueuedEntry {
-                            queue: live.run.queue()?,
+                            queue: live.run().queue()?,
                             invocation: *id,
-                            attempts: live.record.attempts,
-                            created_at_ms: live.record.created_at_ms,
-                            run_at_ms: live.record.run_at_ms,
-                            deployment: live.record.deployment,
+                            attempts: live.record().attempts,
+                            created_at_ms: live.record().created_at_ms,
+                            run_at_ms: live.record().run_at_ms,
+                            deployment: live.record().deployment,
                         })
                     })
                     .chain(self.resting.iter().filter_map(|(id, d)| d.listed(*id)))
@@ -162,12 +162,12 @@ impl Partition {
             .map(|(i, q)| (q.key.clone(), i))
             .collect();
         for live in self.live.values() {
-            let key = admission::queue_key(&self.outside.registry, &live.record);
+            let key = admission::queue_key(&self.outside.registry, live.record());
             let Some(&i) = by_key.get(&key) else {
                 continue;
             };
             let stages = &mut queues[i].stages;
-            match live.record.status {
+            match live.record().status {
                 Status::Running => stages.running += 1,
                 Status::Suspended | Status::BackingOff => stages.suspended += 1,
                 Status::Paused => stages.paused += 1,

@@ -403,7 +403,7 @@ impl Partition {
                     // Its slots and lock go back first (settling twice is harmless).
                     self.settle(id);
                     if let Some(live) = self.live.get(&id)
-                        && live.record.status == Status::Completed
+                        && live.record().status == Status::Completed
                         && live.waiters.is_empty()
                     {
                         let entry = live.entry;
@@ -439,7 +439,7 @@ impl Partition {
                 Effect::Deliver(id, attempt, bytes) => {
                     if let Some(live) = self.live.get_mut(&id)
                         && live.attempt == attempt
-                        && let Some(running) = live.run.attempt()
+                        && let Some(running) = live.attempt_mut()
                         && let Some(outbound) = &running.outbound
                     {
                         // A closed body is fine: the entry is journaled and replayed.

@@ -26,7 +26,7 @@ impl Partition {
             if live.running()
                 || live.unsaved
                 || !matches!(
-                    live.record.status,
+                    live.record().status,
                     Status::Suspended | Status::BackingOff | Status::Paused
                 )
                 || live.journal.is_empty()

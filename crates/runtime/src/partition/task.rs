@@ -202,7 +202,7 @@ impl Partition {
         let live = self
             .live
             .iter()
-            .map(|(id, live)| (*id, phase::state_of(live.record.status, &live.run)));
+            .map(|(id, live)| (*id, phase::state_of(live.record().status, live.run())));
         let resting = self
             .resting
             .iter()

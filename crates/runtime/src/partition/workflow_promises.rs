@@ -108,7 +108,7 @@ impl Partition {
         writes: &mut WriteSet,
         effects: &mut Vec<Effect>,
     ) -> Result<(), CodedError> {
-        let Some(target) = self.live.get(&id).map(|l| l.record.target.clone()) else {
+        let Some(target) = self.live.get(&id).map(|l| l.record().target.clone()) else {
             return Ok(());
         };
         let (name, completion) = match message {
@@ -188,7 +188,7 @@ impl Partition {
             let Some(live) = self.live.get_mut(&waiter) else {
                 continue;
             };
-            if live.record.status == Status::Completed {
+            if live.record().status == Status::Completed {
                 continue;
             }
             let frame = notification(
@@ -197,7 +197,7 @@ impl Partition {
                 result_of(promise),
             );
             super::journal::notify(live, writes, frame, completion, effects);
-            if !live.running() && live.record.status != Status::Paused {
+            if !live.running() && live.record().status != Status::Paused {
                 effects.push(Effect::Attempt(waiter));
             }
         }

@@ -19,7 +19,7 @@ impl Partition {
         let (waiter, outcome) = tokio::sync::oneshot::channel();
         let max = self.outside.config.worker.max_waiters_per_invocation;
         let waits = match self.live.get_mut(&id) {
-            Some(live) => match &live.record.outcome {
+            Some(live) => match &live.record().outcome {
                 Some(done) => {
                     effects.push(Effect::Notify(vec![waiter], done.clone()));
                     Ok(())

@@ -32,7 +32,11 @@ impl Partition {
         effects: &mut Vec<Effect>,
     ) -> Result<bool, CodedError> {
         let now = self.outside.driver.now_ms();
-        let Some(retention) = self.live.get(&id).map(|l| self.retention(&l.record.target)) else {
+        let Some(retention) = self
+            .live
+            .get(&id)
+            .map(|l| self.retention(&l.record().target))
+        else {
             return Ok(false);
         };
         let Some(closed) = self.close_attempt(id, attempt, result, writes, now) else {
@@ -55,12 +59,12 @@ impl Partition {
         // Waiting without an attempt, for however long: its journal rests in the store once
         // this is stored (`suspended.rs`).
         if matches!(
-            live.record.status,
+            live.record().status,
             Status::Suspended | Status::BackingOff | Status::Paused
         ) {
             self.journals_to_rest.push(id);
         }
-        let stored = store::put_record(writes, &live.record);
+        let stored = store::put_record(writes, live.record());
         // The deployment said the attempt is over (End, Suspension, Error): its handler no
         // longer runs, so its slots go to the next waiter now — `apply_batch`'s dispatch starts
         // it before this end is committed. A crash before that commit cannot let more than the
@@ -91,13 +95,13 @@ impl Partition {
         if live.attempt != attempt {
             return None;
         }
-        let ended = live.run.end()?;
+        let ended = live.end()?;
         // An invocation never stored is stored now, whatever the attempt's end (its record
         // below): at the latest with its outcome, which its caller is told only after this
         // commit. Before the ending: a completion leaves no journal in memory.
         super::super::journal::save_journal(live, writes);
-        live.record.attempts += 1;
-        crate::partition::service_metrics::of(&live.record.target.service)
+        live.count_attempt();
+        crate::partition::service_metrics::of(&live.record().target.service)
             .attempt_duration
             .record(ended.started.elapsed());
         let fresh = ended.fresh;
@@ -117,7 +121,7 @@ impl Partition {
             None => result,
         };
         if let Some((span, started)) = ended.span
-            && let Some(trace) = crate::spans::trace_of(&live.record)
+            && let Some(trace) = crate::spans::trace_of(live.record())
         {
             let (ended, error) = match &result {
                 Ok(Ending::End) => ("completed", None),
@@ -126,15 +130,15 @@ impl Partition {
                 Err(e) => ("failed", Some(e.error.to_string())),
             };
             crate::spans::child_of_invocation(
-                &live.record,
+                live.record(),
                 trace,
-                &format!("attempt {}", live.record.attempts),
+                &format!("attempt {}", live.record().attempts),
                 span,
                 (started, std::time::SystemTime::now()),
                 vec![
                     opentelemetry::KeyValue::new(
                         "restate.invocation.attempt",
-                        i64::from(live.record.attempts),
+                        i64::from(live.record().attempts),
                     ),
                     opentelemetry::KeyValue::new("sluice.attempt.outcome", ended),
                 ],
@@ -146,7 +150,7 @@ impl Partition {
         // answered told the drain so then (`AttemptAnswered`); its end says nothing more about
         // the deployment.
         if !ended.answered
-            && let Some(permit) = live.run.permit()
+            && let Some(permit) = live.run().permit()
         {
             let signal = match &result {
                 Ok(_) => sluice_flow::pacing::Signal::Answered,
@@ -198,7 +202,7 @@ fn next_state(
             complete(live, outcome, retention, now, writes, effects);
         }
         Ok(Ending::Suspended(message)) => {
-            live.record.retry_count = 0;
+            live.set_retry_count(0);
             live.set_status(Status::Suspended);
             let awaited = Awaited::of(&message);
             if signalled
@@ -206,9 +210,9 @@ fn next_state(
                     .iter()
                     .any(|c| awaited.completions.is_empty() || awaited.completions.contains(c))
             {
-                effects.push(Effect::Attempt(live.record.id));
+                effects.push(Effect::Attempt(live.record().id));
             }
-            live.run.await_on(awaited);
+            live.await_on(awaited);
         }
         Ok(Ending::Failed(error)) => {
             let failure = LastFailure::new(Some(failure_code(&error)), error.message.clone());
@@ -219,7 +223,7 @@ fn next_state(
                 Ok(proto::ErrorBehavior::Pause) => pause(live, failure),
                 Ok(proto::ErrorBehavior::Fail) => {
                     let code = u16::try_from(error.code).unwrap_or(500);
-                    live.record.last_failure = Some(failure);
+                    live.set_last_failure(Some(failure));
                     let outcome = Outcome::Failure(Failure {
                         code,
                         message: error.message,
@@ -230,7 +234,7 @@ fn next_state(
                     let delay = error.next_retry_delay.map(Duration::from_millis);
                     if let Some(outcome) = back_off(
                         live,
-                        &retry(&live.record.target),
+                        &retry(&live.record().target),
                         failure,
                         delay,
                         now,
@@ -246,7 +250,7 @@ fn next_state(
             retried(&failure);
             if let Some(outcome) = back_off(
                 live,
-                &retry(&live.record.target),
+                &retry(&live.record().target),
                 failure,
                 e.retry_after,
                 now,

@@ -50,11 +50,11 @@ fn journal_room(
         ));
     }
     // The journal's bytes are summed once per attempt, at its first message.
-    let summed = match live.run.attempt().and_then(|r| r.journaled.as_ref()) {
+    let summed = match live.attempt_mut().and_then(|r| r.journaled.as_ref()) {
         Some(_) => 0,
         None => live.journal.iter().map(|f| f.payload.len() as u64).sum(),
     };
-    let Some(running) = live.run.attempt() else {
+    let Some(running) = live.attempt_mut() else {
         return Ok(());
     };
     let journaled = running
@@ -114,7 +114,7 @@ impl Partition {
     ) -> Result<(), CodedError> {
         let promise = promises::is_promise_command(&message).then(|| message.clone());
         let checked = match (&promise, self.live.get(&id)) {
-            (Some(_), Some(live)) => self.check_promise_target(&live.record.target),
+            (Some(_), Some(live)) => self.check_promise_target(&live.record().target),
             _ => Ok(()),
         };
         if let Some(live) = self.live.get_mut(&id)

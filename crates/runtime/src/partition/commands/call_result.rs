@@ -18,7 +18,7 @@ pub(in super::super) fn call_result(
     writes: &mut WriteSet,
     effects: &mut Vec<Effect>,
 ) {
-    if live.record.status == Status::Completed || has_completion(&live.journal, completion) {
+    if live.record().status == Status::Completed || has_completion(&live.journal, completion) {
         return;
     }
     let result = match outcome {
@@ -36,7 +36,7 @@ pub(in super::super) fn call_result(
         result: Some(result),
     });
     notify(live, writes, done.to_frame(false), completion, effects);
-    if !live.running() && live.record.status != Status::Paused {
-        effects.push(Effect::Attempt(live.record.id));
+    if !live.running() && live.record().status != Status::Paused {
+        effects.push(Effect::Attempt(live.record().id));
     }
 }

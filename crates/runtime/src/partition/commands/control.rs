@@ -38,11 +38,11 @@ impl Partition {
         let retention = self
             .live
             .get(&id)
-            .map(|live| self.retention(&live.record.target));
+            .map(|live| self.retention(&live.record().target));
         let (Some(live), Some(retention)) = (self.live.get_mut(&id), retention) else {
             return Ok(Controlled::NotFound);
         };
-        let completed = live.record.status == Status::Completed;
+        let completed = live.record().status == Status::Completed;
         let answer = match op {
             Control::Purge if !completed => Controlled::Conflict(format!(
                 "invocation {id} is not yet completed; cancel or kill it first, then purge"
@@ -90,7 +90,7 @@ impl Partition {
             Control::Pause => {
                 let was_running = stop_attempt(live);
                 live.set_status(Status::Paused);
-                live.record.run_at_ms = None;
+                live.set_run_at(None);
                 // A pause may last days: its journal rests once this is stored.
                 self.journals_to_rest.push(id);
                 if was_running {
@@ -107,8 +107,8 @@ impl Partition {
         if matches!(answer, Controlled::Conflict(_)) {
             return Ok(answer);
         }
-        store::put_record(writes, &live.record)?;
-        if live.run.queue().is_some() && op != Control::Cancel && op != Control::Resume {
+        store::put_record(writes, live.record())?;
+        if live.run().queue().is_some() && op != Control::Cancel && op != Control::Resume {
             self.scheduler_forget(id);
         }
         effects.push(Effect::Settle(id));
@@ -149,7 +149,7 @@ fn kill(
     effects: &mut Vec<Effect>,
 ) {
     stop_attempt(live);
-    live.record.last_failure = None;
+    live.set_last_failure(None);
     super::super::ending::complete(
         live,
         Outcome::Failure(Failure {
@@ -166,16 +166,16 @@ fn kill(
 /// Attempts a paused or backing-off `live` again now, its retries counted afresh; anything
 /// else is left as it is.
 fn resume(live: &mut Live, effects: &mut Vec<Effect>) {
-    if live.record.status == Status::Paused || live.record.status == Status::BackingOff {
+    if live.record().status == Status::Paused || live.record().status == Status::BackingOff {
         let status = if live.started() {
             Status::Suspended
         } else {
             Status::Pending
         };
         live.set_status(status);
-        live.record.run_at_ms = None;
-        live.record.retry_count = 0;
-        effects.push(Effect::Attempt(live.record.id));
+        live.set_run_at(None);
+        live.set_retry_count(0);
+        effects.push(Effect::Attempt(live.record().id));
     }
 }
 
@@ -184,13 +184,13 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
     let Some(live) = partition.live.get(&id) else {
         return Vec::new();
     };
-    if live.record.status == Status::Completed {
+    if live.record().status == Status::Completed {
         return Vec::new();
     }
     super::super::model::calls::children_in(
         &partition.outside.registry,
         partition.outside.config.flow.inherit_scope,
-        &live.record,
+        live.record(),
         &live.journal,
         partition.outside.driver.now_ms(),
     )
@@ -203,13 +203,13 @@ fn called_children(partition: &Partition, id: InvocationId) -> Vec<InvocationId>
 /// Appends a signal; a waiting invocation is attempted again to see it.
 fn signal_live(live: &mut Live, writes: &mut WriteSet, signal: Message, effects: &mut Vec<Effect>) {
     super::super::journal::append_signal(live, writes, signal.to_frame(false), effects);
-    if !live.running() && live.record.status != Status::Paused {
-        effects.push(Effect::Attempt(live.record.id));
+    if !live.running() && live.record().status != Status::Paused {
+        effects.push(Effect::Attempt(live.record().id));
     }
 }
 
 /// Stops the running attempt, if any (its later messages and ending are ignored); true if
 /// there was one.
 fn stop_attempt(live: &mut Live) -> bool {
-    live.run.stop()
+    live.stop()
 }

@@ -186,7 +186,7 @@ impl Bench {
             self.partition.live.get(&id),
             self.partition.resting.peek(&id),
         ) {
-            (Some(live), _) => state_of(live.record.status, &live.run).unwrap(),
+            (Some(live), _) => state_of(live.record().status, live.run()).unwrap(),
             (None, Some(_)) => State::Resting,
             (None, None) => State::Gone,
         }
@@ -271,7 +271,7 @@ fn a_call_result_reaches_a_running_bidi_attempt_and_no_new_attempt_starts() {
     let (mut writes, mut effects) = (WriteSet::default(), Vec::new());
     call_result::call_result(&mut caller, 3, value(b"42"), &mut writes, &mut effects);
     assert_eq!(briefs(&effects), ["deliver to attempt 1"]);
-    let Run::Running(attempt) = &caller.run else {
+    let Run::Running(attempt) = caller.run() else {
         panic!("still running")
     };
     assert_eq!(attempt.fresh, [3], "a suspension on it is attempted again");
@@ -299,7 +299,7 @@ fn a_sleep_timer_completes_its_sleep_and_wakes_the_sleeper() {
     let mut sleeper = live(Status::Suspended);
     let timer = Timer {
         at_ms: NOW,
-        invocation: sleeper.record.id,
+        invocation: sleeper.record().id,
         completion: 2,
     };
     let (mut writes, mut effects) = (WriteSet::default(), Vec::new());
@@ -816,7 +816,7 @@ fn an_operator_pauses_kills_and_resumes() {
         ]
     );
     assert_eq!(bench.state(id), State::Paused);
-    assert!(matches!(bench.partition.live[&id].run, Run::Idle { .. }));
+    assert!(matches!(bench.partition.live[&id].run(), Run::Idle { .. }));
     // Resumed: queued after the commit, admitted, a second attempt.
     assert_eq!(
         bench.control(id, Control::Resume),
@@ -841,7 +841,7 @@ fn an_operator_pauses_kills_and_resumes() {
             .partition
             .live
             .get(&id)
-            .map(|l| l.record.outcome.clone()),
+            .map(|l| l.record().outcome.clone()),
         None,
         "evicted once stored: {asked:?}"
     );

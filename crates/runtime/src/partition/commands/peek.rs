@@ -29,13 +29,13 @@ pub(super) fn peek(
 ) -> Result<(), CodedError> {
     let in_memory = match (live.get(&id), resting.peek(&id)) {
         (Some(live), _) => Some(Peek {
-            target: live.record.target.clone(),
-            status: live.record.status,
-            outcome: live.record.outcome.as_ref().map(|o| match o {
+            target: live.record().target.clone(),
+            status: live.record().status,
+            outcome: live.record().outcome.as_ref().map(|o| match o {
                 Outcome::Value(_) if !output => Outcome::Value(Vec::new()),
                 other => other.clone(),
             }),
-            scope: live.record.scope.as_ref().map(|s| s.as_str().to_owned()),
+            scope: live.record().scope.as_ref().map(|s| s.as_str().to_owned()),
         }),
         // At rest: never ran, no outcome; it stays at rest. One whose record rests in the
         // store alone is read there like any record not in memory.

@@ -34,7 +34,7 @@ impl Partition {
                 None => Delivery::NoInvocation,
             };
         };
-        if live.record.status == Status::Completed {
+        if live.record().status == Status::Completed {
             return Delivery::Refused(format!(
                 "invocation {} has completed: its awakeables can no longer be completed",
                 signal.target
@@ -84,10 +84,10 @@ impl Partition {
         // A suspension that does not wait on it stays suspended: forged completions of
         // awakeables nobody awaits cannot make it replay its journal again and again.
         let awaited = live
-            .run
+            .run()
             .awaiting()
             .is_none_or(|waits| waits.wants(&signal_id));
-        if !live.running() && live.record.status != Status::Paused && awaited {
+        if !live.running() && live.record().status != Status::Paused && awaited {
             effects.push(Effect::Attempt(signal.target));
         }
         Delivery::Delivered

@@ -56,16 +56,16 @@ impl Partition {
         // already. Another caller waiting on it gets its result too.
         if let Some(live) = self.live.get_mut(&id) {
             if let Some(caller) = record.caller
-                && live.record.caller != Some(caller)
+                && live.record().caller != Some(caller)
                 && !live.callers.contains(&caller)
             {
-                match &live.record.outcome {
+                match &live.record().outcome {
                     Some(outcome) => effects.push(Effect::CallResult(caller, outcome.clone())),
                     None => live.callers.push(caller),
                 }
             }
             if let Some(call) = call {
-                match &live.record.outcome {
+                match &live.record().outcome {
                     Some(outcome) => effects.push(Effect::Notify(vec![call], outcome.clone())),
                     None => {
                         let max = self.outside.config.worker.max_waiters_per_invocation;

@@ -54,7 +54,7 @@ impl Partition {
         let id = timer.invocation;
         // Completed invocations leave memory; one still there waits for its eviction.
         let record = match self.live.get(&id) {
-            Some(live) => live.record.clone(),
+            Some(live) => live.record().clone(),
             None => match self.stored(id)? {
                 Some(record) => record,
                 None => return Ok(()),
@@ -89,12 +89,12 @@ impl Partition {
             return Ok(());
         };
         let retention = match self.live.get(&id) {
-            Some(live) => self.retention(&live.record.target),
+            Some(live) => self.retention(&live.record().target),
             None => return Ok(()),
         };
         let live = self.live.get_mut(&id).expect("checked live");
-        let waiting = matches!(live.record.status, Status::Pending | Status::Scheduled);
-        if !waiting || live.started() || live.run.queue().is_some() {
+        let waiting = matches!(live.record().status, Status::Pending | Status::Scheduled);
+        if !waiting || live.started() || live.run().queue().is_some() {
             return Ok(());
         }
         let why = match &deadline.cause {
@@ -114,7 +114,7 @@ impl Partition {
                 rfc3339(deadline.at).unwrap_or_default()
             ),
         );
-        live.record.last_failure = None;
+        live.set_last_failure(None);
         super::super::ending::complete(
             live,
             Outcome::Failure(Failure {
@@ -126,7 +126,7 @@ impl Partition {
             writes,
             effects,
         );
-        store::put_record(writes, &live.record)?;
+        store::put_record(writes, live.record())?;
         effects.push(Effect::Settle(id));
         Ok(())
     }
@@ -151,7 +151,7 @@ pub(in super::super) fn timer_fired(
     writes: &mut WriteSet,
     effects: &mut Vec<Effect>,
 ) {
-    if live.record.status == Status::Completed {
+    if live.record().status == Status::Completed {
         return;
     }
     if let Some(timer) = completion {
@@ -168,7 +168,7 @@ pub(in super::super) fn timer_fired(
             effects,
         );
     }
-    if !live.running() && live.record.status != Status::Paused {
-        effects.push(Effect::Attempt(live.record.id));
+    if !live.running() && live.record().status != Status::Paused {
+        effects.push(Effect::Attempt(live.record().id));
     }
 }

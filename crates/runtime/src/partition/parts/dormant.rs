@@ -186,10 +186,10 @@ enum Kept {
 impl Dormant {
     /// Whether `live` only waits for its first attempt, with nothing but its record and input.
     pub(in crate::partition) fn fits(live: &Live) -> bool {
-        let record = &live.record;
+        let record = live.record();
         // Queued, or a delayed send idle until its time; never an attempt's leftovers.
-        let queued = live.run.queue().is_some();
-        let delayed = matches!(live.run, Run::Idle { awaiting: None })
+        let queued = live.run().queue().is_some();
+        let delayed = matches!(live.run(), Run::Idle { awaiting: None })
             && record.status == Status::Scheduled
             && record.run_at_ms.is_some();
         (queued || delayed)
@@ -207,11 +207,12 @@ impl Dormant {
     /// `live` at rest; it must fit. Its input stays in memory if it is queued and the budget
     /// has room.
     pub(in crate::partition) fn of(live: Live, store: &Store, held: &HeldMemory) -> Self {
-        let record = live.record;
-        let input = live.journal.into_iter().next().expect("fits: one entry");
-        let len = input.payload.len() as u64;
         // Only queued inputs may stay in memory, and only within the budget.
-        let queue = live.run.queue();
+        let queue = live.run().queue();
+        let entry = live.entry;
+        let (record, journal) = live.into_record_and_journal();
+        let input = journal.into_iter().next().expect("fits: one entry");
+        let len = input.payload.len() as u64;
         let keep = queue.is_some() && held.take(len);
         held.count.fetch_add(1, Ordering::Relaxed);
         // A queued listing shows attempts and run time; only those without either rest with
@@ -219,7 +220,7 @@ impl Dormant {
         if !keep && record.attempts == 0 && (queue.is_none() || record.run_at_ms.is_none()) {
             check_stored(&record, &input, store);
             return Self {
-                entry: live.entry,
+                entry,
                 queue,
                 kept: Kept::Stored {
                     created_at_ms: record.created_at_ms,
@@ -251,7 +252,7 @@ impl Dormant {
             input_on_disk: !keep,
         };
         Self {
-            entry: live.entry,
+            entry,
             queue,
             kept: Kept::Packed(resting.encode_to_vec().into_boxed_slice()),
         }
@@ -605,16 +606,16 @@ mod tests {
         record.priority = Some(sluice_flow::Priority::HIGH);
         record.trace = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
         let live = held(record.clone());
-        let (journal, queue) = (live.journal.clone(), live.run.queue());
+        let (journal, queue) = (live.journal.clone(), live.run().queue());
         assert!(Dormant::fits(&live));
         let (_dir, store) = scratch_store();
         let woken = Dormant::of(live, &store, &unbounded())
             .wake(id, &store, &unbounded())
             .unwrap();
-        assert_eq!(woken.record, record);
+        assert_eq!(woken.record(), &record);
         assert_eq!(woken.journal, journal);
         assert!(queue.is_some());
-        assert_eq!((woken.run.queue(), woken.entry), (queue, 7));
+        assert_eq!((woken.run().queue(), woken.entry), (queue, 7));
     }
 
     #[test]
@@ -635,7 +636,7 @@ mod tests {
             packed_len(&dormant)
         );
         assert_eq!((held.count(), held.bytes()), (1, input as u64));
-        assert_eq!(dormant.wake(id, &store, &held).unwrap().record, record);
+        assert_eq!(dormant.wake(id, &store, &held).unwrap().record(), &record);
         assert_eq!((held.count(), held.bytes()), (0, 0));
     }
 
@@ -653,7 +654,7 @@ mod tests {
         let mut unqueued = held(record);
         unqueued.set_run(Run::IDLE);
         for live in [running, started, awaited, journaled, unqueued] {
-            assert!(!Dormant::fits(&live), "{:?}", live.record.status);
+            assert!(!Dormant::fits(&live), "{:?}", live.record().status);
         }
     }
 
@@ -682,15 +683,15 @@ mod tests {
         );
         let woken = dormant.wake(id, &store, &held_memory).unwrap();
         assert_eq!(woken.journal, journal);
-        assert_eq!(woken.record, record);
+        assert_eq!(woken.record(), &record);
         assert_eq!(held_memory.count(), 0);
         // A delayed send never keeps its input, whatever the budget.
         let mut delayed = held(record);
         delayed.set_run(Run::IDLE);
         delayed.set_status(Status::Scheduled);
-        delayed.record.run_at_ms = Some(5);
-        store_as_submitted(&store, &delayed.record, &journal[0]);
-        let delayed_record = delayed.record.clone();
+        delayed.set_run_at(Some(5));
+        store_as_submitted(&store, delayed.record(), &journal[0]);
+        let delayed_record = delayed.record().clone();
         assert!(Dormant::fits(&delayed));
         let unbounded = unbounded();
         let dormant = Dormant::of(delayed, &store, &unbounded);
@@ -701,9 +702,9 @@ mod tests {
             "waits for its time, in no queue"
         );
         let woken = dormant.wake(id, &store, &unbounded).unwrap();
-        assert!(woken.run.queue().is_none());
+        assert!(woken.run().queue().is_none());
         assert_eq!(woken.journal, journal);
-        assert_eq!(woken.record, delayed_record);
+        assert_eq!(woken.record(), &delayed_record);
     }
 
     #[test]
@@ -721,7 +722,7 @@ mod tests {
         assert!(packed_len(&dormant) <= 40, "{} bytes", packed_len(&dormant));
         assert_eq!(dormant.listed(id).unwrap().run_at_ms, Some(5));
         let woken = dormant.wake(id, &store, &held_memory).unwrap();
-        assert_eq!((woken.record, woken.journal), (record, journal));
+        assert_eq!((woken.record(), &woken.journal), (&record, &journal));
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl Resting {
 
     /// Puts `live` to rest under `id`.
     fn put(&mut self, id: InvocationId, live: Live, store: &Store) {
-        let scope = live.record.scope.clone();
+        let scope = live.record().scope.clone();
         let dormant = Dormant::of(live, store, &self.held);
         self.bytes += dormant.footprint();
         self.dormant.insert(id, dormant);
@@ -154,7 +154,7 @@ impl Resting {
         if let Some(dormant) = self.dormant.remove(&id) {
             self.bytes = self.bytes.saturating_sub(dormant.footprint());
         }
-        if let Some(scope) = &live.record.scope
+        if let Some(scope) = &live.record().scope
             && let Some(count) = self.in_scope.get_mut(scope)
         {
             *count = count.saturating_sub(1);

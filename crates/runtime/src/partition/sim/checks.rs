@@ -108,7 +108,7 @@ impl World {
                 .partition
                 .live
                 .iter()
-                .filter(|(_, live)| live.record.status == Status::Paused)
+                .filter(|(_, live)| live.record().status == Status::Paused)
                 .map(|(id, _)| *id)
                 .collect();
             // In id order: a hash map's order differs between processes.
@@ -137,7 +137,7 @@ impl World {
                 .partition
                 .live
                 .values()
-                .any(|l| l.record.status != Status::Completed)
+                .any(|l| l.record().status != Status::Completed)
                 || !node.partition.resting.is_empty();
             if !unfinished {
                 return self.check_completed();
@@ -170,15 +170,15 @@ impl World {
         for (id, live) in partition
             .live
             .iter()
-            .filter(|(_, l)| l.record.status != Status::Completed)
+            .filter(|(_, l)| l.record().status != Status::Completed)
             .take(8)
         {
             out += &format!(
                 "{id} {:?} status {:?} run {:?} attempts {} journal {} waiting {:?}\n",
-                live.record.target,
-                live.record.status,
-                live.run,
-                live.record.attempts,
+                live.record().target,
+                live.record().status,
+                live.run(),
+                live.record().attempts,
                 live.journal.len(),
                 partition.waiting(*id)
             );
@@ -189,7 +189,12 @@ impl World {
             out += &format!(
                 "lock {:?} held by {holder:?}: {:?}\n",
                 lock.object_key,
-                live.map(|l| (l.record.status, &l.run, l.record.attempts, l.lock.is_some()))
+                live.map(|l| (
+                    l.record().status,
+                    l.run(),
+                    l.record().attempts,
+                    l.lock.is_some()
+                ))
             );
         }
         out += &format!(
