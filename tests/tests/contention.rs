@@ -168,6 +168,11 @@ async fn a_weight_override_beats_the_rules_weight_through_a_kill_9_until_unset()
     let sluice = sluice.restart(Sluice::builder()).await;
     let (ok, out) = cli(&sluice, "weights", &["list"]);
     assert!(ok && out.contains("wo/gold"), "{out}");
+    let (status, rows) = sluice
+        .query("SELECT counter, weight FROM sys_weight_overrides")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(rows["rows"], json!([{"counter": "wo/gold", "weight": 3}]));
     gold_and_free_waiting(&sluice, "wo").await;
     // While they wait, introspection shows each key's weight in force.
     let (status, rows) = sluice

@@ -6,6 +6,7 @@ mod flow;
 mod journal;
 mod objects;
 mod registry;
+mod weights;
 
 use std::sync::Arc;
 
@@ -59,7 +60,7 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
     let placement = Arc::clone(sources.runtime.placement());
     let led_here: LedHere = Arc::new(move || placement.led());
     let by_id = Rows::Stored(Placed::ById("id"));
-    let tables: [(&'static str, SchemaRef, Reader, Rows); 14] = [
+    let tables: [(&'static str, SchemaRef, Reader, Rows); 15] = [
         (
             "sys_rules",
             rules_schema(),
@@ -132,6 +133,12 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
             Rows::Stored(Placed::ByKey("partition_key")),
         ),
         ("sys_locks", locks_schema(), locks(sources), Rows::Live),
+        (
+            "sys_weight_overrides",
+            weights::weight_overrides_schema(),
+            weights::weight_overrides(sources),
+            Rows::Everywhere,
+        ),
         (
             "sys_cluster",
             cluster::cluster_schema(),
