@@ -35,25 +35,35 @@ async fn post(sluice: &Sluice, path: &str, body: &str) -> (u16, String) {
     (resp.status().as_u16(), resp.text().await.unwrap())
 }
 
-#[tokio::test]
-async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-1.0");
+/// A fixture's store under today's binary: its ids, the clock offset the server runs with, the
+/// server, and a deployment of today's at a new address.
+struct FromFixture {
+    ids: Value,
+    offset: i64,
+    sluice: Sluice,
+    dep: TestDeployment,
+    _scratch: tempfile::TempDir,
+}
+
+/// Starts today's binary on a copy of `tests/fixtures/<name>/data`, its clock an hour after
+/// the fixture was written, whatever the day: the fixture's timers are due, its idempotent
+/// results (kept 24 h) still retained. What was due while the store lay still runs at once;
+/// until the deployment is pointed at its new address ([`point_at_todays`]) those attempts
+/// fail, so retries come quickly.
+async fn start_from(name: &str) -> FromFixture {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
     let ids: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture.join("ids.json")).unwrap()).unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let data = scratch.path().join("data");
     copy_dir(&fixture.join("data"), &data);
-
-    // The server's clock reads an hour after the fixture was written, whatever the day: its
-    // timers (60 s) are due, its idempotent result (kept 24 h) is still retained.
     let written_at = ids["written_at_ms"]
         .as_i64()
         .expect("ids.json has written_at_ms");
     let offset = clock_offset_to(written_at + 3_600_000);
-
     let dep = TestDeployment::start("v1").await.unwrap();
-    // What was due while the store lay still runs at once; until the deployment is pointed at
-    // its new address those attempts fail, so retries come quickly.
     let sluice = Sluice::builder()
         .data_dir(&data)
         .clock_offset_ms(offset)
@@ -61,15 +71,17 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
         .start()
         .await
         .unwrap();
-    let stderr = sluice.stderr();
-    let migrated: Vec<_> = stderr
-        .lines()
-        .filter(|l| l.contains("the store gained flow-control state"))
-        .collect();
-    assert_eq!(migrated.len(), 1, "{stderr}");
-    assert!(migrated[0].contains("in_flight=4"), "{stderr}");
+    FromFixture {
+        ids,
+        offset,
+        sluice,
+        dep,
+        _scratch: scratch,
+    }
+}
 
-    // The fixture's deployment listened on a port that is gone: point it at today's.
+/// The fixture's deployment listened on a port that is gone: points it at today's.
+async fn point_at_todays(sluice: &Sluice, dep: &TestDeployment) {
     let (_, listed) = sluice_tests::get_json(&format!("{}/deployments", sluice.admin_url)).await;
     let deployment = listed["deployments"][0]["id"].as_str().unwrap().to_owned();
     let resp = sluice
@@ -82,33 +94,31 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+}
 
-    let completed = |v: &Value| v["status"] == "completed";
-    // The delayed send and the sleeping object call were due long ago.
-    let delayed = ids["delayed"].as_str().unwrap();
-    sluice
-        .invocation_until(delayed, "the delayed send completed", completed)
-        .await;
-    let sleeping = ids["sleeping"].as_str().unwrap();
-    sluice
-        .invocation_until(sleeping, "the sleeping call completed", completed)
-        .await;
-    // Object state from before, plus the sleeping call's 10.
-    assert_eq!(
-        post(&sluice, "/Counter/acme/get", "").await,
-        (200, "5".into())
-    );
-    assert_eq!(
-        post(&sluice, "/Counter/beta/get", "").await,
-        (200, "10".into())
-    );
+fn completed(v: &Value) -> bool {
+    v["status"] == "completed"
+}
 
-    // The awakeable and the workflow promise are completed from outside, as before.
+/// The fixture's delayed send and sleeping object call, due long ago, complete.
+async fn what_was_due_completes(sluice: &Sluice, ids: &Value) {
+    for (name, what) in [
+        ("delayed", "the delayed send completed"),
+        ("sleeping", "the sleeping call completed"),
+    ] {
+        let id = ids[name].as_str().unwrap();
+        sluice.invocation_until(id, what, completed).await;
+    }
+}
+
+/// The fixture's awakeable and workflow promise are completed from outside, as before: the
+/// awakeable's waiter answers `value`, the workflow its signup.
+async fn the_awakeable_and_the_workflow_complete(sluice: &Sluice, ids: &Value, value: &str) {
     let awakeable = ids["awakeable"].as_str().unwrap();
     let (status, body) = post(
-        &sluice,
+        sluice,
         &format!("/restate/awakeables/{awakeable}/resolve"),
-        "\"after the migration\"",
+        value,
     )
     .await;
     assert_eq!(status, 202, "{body}");
@@ -124,9 +134,9 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
     .map(|r| (r.status().as_u16(), r))
     .unwrap();
     assert_eq!(status, 200);
-    assert_eq!(output.text().await.unwrap(), "\"after the migration\"");
+    assert_eq!(output.text().await.unwrap(), value);
 
-    let (status, body) = post(&sluice, "/Signup/fixture-user/approve", "\"approved\"").await;
+    let (status, body) = post(sluice, "/Signup/fixture-user/approve", "\"approved\"").await;
     assert_eq!(status, 200, "{body}");
     let attached = reqwest::get(format!(
         "{}/restate/workflow/Signup/fixture-user/attach",
@@ -139,18 +149,63 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
         attached.text().await.unwrap(),
         "\"signed up ada@example.com: approved\""
     );
+}
 
-    // The retained idempotent result answers again without running.
+/// The retained idempotent result of `key` answers `answer` again without running.
+async fn retained(sluice: &Sluice, key: &str, answer: &str) {
     let resp = reqwest::Client::new()
         .post(format!("{}/Greeter/greet", sluice.ingress_url))
         .header("content-type", "application/json")
-        .header("idempotency-key", "fixture-1")
+        .header("idempotency-key", key)
         .body("\"someone else\"")
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(resp.text().await.unwrap(), "\"Hello, Ada!\"");
+    assert_eq!(resp.text().await.unwrap(), answer);
+}
+
+/// Stops `sluice` with SIGTERM and starts it again on its store, its clock moved by `offset`.
+async fn restarted(mut sluice: Sluice, offset: i64) -> Sluice {
+    sluice.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    sluice
+        .wait_exit(std::time::Duration::from_secs(10))
+        .unwrap();
+    sluice
+        .restart(Sluice::builder().clock_offset_ms(offset))
+        .await
+}
+
+#[tokio::test]
+async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
+    let FromFixture {
+        ids,
+        offset,
+        sluice,
+        dep,
+        _scratch,
+    } = start_from("store-1.0").await;
+    let stderr = sluice.stderr();
+    let migrated: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("the store gained flow-control state"))
+        .collect();
+    assert_eq!(migrated.len(), 1, "{stderr}");
+    assert!(migrated[0].contains("in_flight=4"), "{stderr}");
+    point_at_todays(&sluice, &dep).await;
+
+    what_was_due_completes(&sluice, &ids).await;
+    // Object state from before, plus the sleeping call's 10.
+    assert_eq!(
+        post(&sluice, "/Counter/acme/get", "").await,
+        (200, "5".into())
+    );
+    assert_eq!(
+        post(&sluice, "/Counter/beta/get", "").await,
+        (200, "10".into())
+    );
+    the_awakeable_and_the_workflow_complete(&sluice, &ids, "\"after the migration\"").await;
+    retained(&sluice, "fixture-1", "\"Hello, Ada!\"").await;
 
     // Flow control is on: a scoped call is admitted under the rule book.
     let (status, body) = post(
@@ -162,14 +217,7 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
     assert_eq!((status, body.as_str()), (200, "\"Hello, Bo!\""));
 
     // A second start finds the store migrated and says nothing more.
-    let mut sluice = sluice;
-    sluice.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
-    sluice
-        .wait_exit(std::time::Duration::from_secs(10))
-        .unwrap();
-    let again = sluice
-        .restart(Sluice::builder().clock_offset_ms(offset))
-        .await;
+    let again = restarted(sluice, offset).await;
     assert!(
         !again
             .stderr()
@@ -184,27 +232,13 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
 /// rows move under their partitions, and everything it held runs on.
 #[tokio::test]
 async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_its_work() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-2.0");
-    let ids: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture.join("ids.json")).unwrap()).unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    let data = scratch.path().join("data");
-    copy_dir(&fixture.join("data"), &data);
-    // An hour after the fixture was written, whatever the day: its timers (10 min) are due,
-    // its idempotent results (kept 24 h) still retained.
-    let written_at = ids["written_at_ms"]
-        .as_i64()
-        .expect("ids.json has written_at_ms");
-    let offset = clock_offset_to(written_at + 3_600_000);
-
-    let dep = TestDeployment::start("v1").await.unwrap();
-    let sluice = Sluice::builder()
-        .data_dir(&data)
-        .clock_offset_ms(offset)
-        .quick_retries()
-        .start()
-        .await
-        .unwrap();
+    let FromFixture {
+        ids,
+        offset,
+        sluice,
+        dep,
+        _scratch,
+    } = start_from("store-2.0").await;
     let stderr = sluice.stderr();
     let converted: Vec<_> = stderr
         .lines()
@@ -224,28 +258,9 @@ async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_
         !stderr.contains("the store's rows were keyed by a new partition count"),
         "{stderr}"
     );
+    point_at_todays(&sluice, &dep).await;
 
-    let (_, listed) = sluice_tests::get_json(&format!("{}/deployments", sluice.admin_url)).await;
-    let deployment = listed["deployments"][0]["id"].as_str().unwrap().to_owned();
-    let resp = sluice
-        .admin(
-            reqwest::Method::PATCH,
-            &format!("/deployments/{deployment}"),
-        )
-        .json(&serde_json::json!({ "uri": dep.uri }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-
-    let completed = |v: &Value| v["status"] == "completed";
-    for (name, what) in [
-        ("delayed", "the delayed send completed"),
-        ("sleeping", "the sleeping call completed"),
-    ] {
-        let id = ids[name].as_str().unwrap();
-        sluice.invocation_until(id, what, completed).await;
-    }
+    what_was_due_completes(&sluice, &ids).await;
     // Every object's state, on whichever partition it lives; beta also got the sleeping
     // call's 10.
     for key in ["acme", "gamma", "delta", "epsilon", "zeta", "eta", "theta"] {
@@ -259,45 +274,14 @@ async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_
         post(&sluice, "/Counter/beta/get", "").await,
         (200, "15".into())
     );
-
-    let awakeable = ids["awakeable"].as_str().unwrap();
-    let (status, body) = post(
-        &sluice,
-        &format!("/restate/awakeables/{awakeable}/resolve"),
-        "\"after the conversion\"",
-    )
-    .await;
-    assert_eq!(status, 202, "{body}");
-    let awaiting = ids["awaiting"].as_str().unwrap();
-    sluice
-        .invocation_until(awaiting, "the awakeable's waiter completed", completed)
-        .await;
-    let (status, body) = post(&sluice, "/Signup/fixture-user/approve", "\"approved\"").await;
-    assert_eq!(status, 200, "{body}");
-    let attached = reqwest::get(format!(
-        "{}/restate/workflow/Signup/fixture-user/attach",
-        sluice.ingress_url
-    ))
-    .await
-    .unwrap();
-    assert_eq!(attached.status(), 200);
-    assert_eq!(
-        attached.text().await.unwrap(),
-        "\"signed up ada@example.com: approved\""
-    );
-
-    // Each retained idempotent result answers again without running.
+    the_awakeable_and_the_workflow_complete(&sluice, &ids, "\"after the conversion\"").await;
     for n in 1..=8 {
-        let resp = reqwest::Client::new()
-            .post(format!("{}/Greeter/greet", sluice.ingress_url))
-            .header("content-type", "application/json")
-            .header("idempotency-key", format!("fixture-{n}"))
-            .body("\"someone else\"")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        assert_eq!(resp.text().await.unwrap(), format!("\"Hello, Ada {n}!\""));
+        retained(
+            &sluice,
+            &format!("fixture-{n}"),
+            &format!("\"Hello, Ada {n}!\""),
+        )
+        .await;
     }
     // Introspection reads the converted rows: the scoped call and the journals are there.
     let (status, rows) = sluice
@@ -307,14 +291,7 @@ async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_
     assert_eq!(rows["rows"][0]["n"], 1, "{rows}");
 
     // A second start finds the store keyed and moves nothing.
-    let mut sluice = sluice;
-    sluice.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
-    sluice
-        .wait_exit(std::time::Duration::from_secs(10))
-        .unwrap();
-    let again = sluice
-        .restart(Sluice::builder().clock_offset_ms(offset))
-        .await;
+    let again = restarted(sluice, offset).await;
     assert!(
         !again.stderr().contains("the store's rows were keyed"),
         "{}",

@@ -242,6 +242,11 @@ fn max_wait(pattern: &str, limits: &Limits) -> Result<Option<NonZeroU64>, AdminE
     })
 }
 
+/// `n` as a weight, if it is one (1 to [`MAX_WEIGHT`]): a rule's or an override's.
+pub(crate) fn valid_weight(n: u32) -> Option<NonZeroU32> {
+    NonZeroU32::new(n).filter(|n| n.get() <= MAX_WEIGHT)
+}
+
 pub(crate) fn refused(error: RulesError) -> AdminError {
     match error {
         RulesError::Rules(e @ RuleError::PreconditionFailed { .. }) => {
@@ -320,8 +325,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                 weight: match r.limits.weight {
                     None => None,
                     Some(n) => Some(
-                        NonZeroU32::new(n)
-                            .filter(|n| n.get() <= MAX_WEIGHT)
+                        valid_weight(n)
                             .ok_or_else(|| {
                                 AdminError::coded(Code::RUL0001, format!(
                                         "rule '{}': weight must be 1-{MAX_WEIGHT}, not {n}",

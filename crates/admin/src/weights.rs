@@ -11,7 +11,7 @@ use axum::extract::State;
 use super::AdminState;
 use super::error::AdminError;
 use super::json::Json;
-use super::limits::refused;
+use super::limits::{refused, valid_weight};
 pub use sluice_api::limits::{ListWeightsResponse, SetWeightRequest, WeightOverride};
 use sluice_core::errors::Code;
 use sluice_flow::limiter::MAX_WEIGHT;
@@ -59,8 +59,7 @@ fn change_of(request: &SetWeightRequest) -> Result<WeightChange, AdminError> {
     let weight = match request.weight {
         None => None,
         Some(n) => Some(
-            NonZeroU32::new(n)
-                .filter(|n| n.get() <= MAX_WEIGHT)
+            valid_weight(n)
                 .ok_or_else(|| {
                     AdminError::coded(
                         Code::RUL0001,

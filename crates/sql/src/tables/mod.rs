@@ -55,12 +55,33 @@ fn service_type_name(ty: sluice_runtime::discovery::manifest::ServiceType) -> &'
     }
 }
 
+/// A table as it is defined: its name, columns, reader and where its rows live.
+type Definition = (&'static str, SchemaRef, Reader, Rows);
+
 /// Every table, registered by name, read as far as `reach`.
 pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, SnapshotTable)> {
     let placement = Arc::clone(sources.runtime.placement());
     let led_here: LedHere = Arc::new(move || placement.led());
+    definitions(sources)
+        .into_iter()
+        .map(|(name, schema, reader, rows)| {
+            let table = SnapshotTable::new(
+                name,
+                schema,
+                reader,
+                rows,
+                reach.clone(),
+                Arc::clone(&led_here),
+            );
+            (name, table)
+        })
+        .collect()
+}
+
+/// Every table there is.
+fn definitions(sources: &Arc<QuerySources>) -> [Definition; 15] {
     let by_id = Rows::Stored(Placed::ById("id"));
-    let tables: [(&'static str, SchemaRef, Reader, Rows); 15] = [
+    [
         (
             "sys_rules",
             rules_schema(),
@@ -145,21 +166,7 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
             cluster::cluster(sources),
             Rows::Everywhere,
         ),
-    ];
-    tables
-        .into_iter()
-        .map(|(name, schema, reader, rows)| {
-            let table = SnapshotTable::new(
-                name,
-                schema,
-                reader,
-                rows,
-                reach.clone(),
-                Arc::clone(&led_here),
-            );
-            (name, table)
-        })
-        .collect()
+    ]
 }
 
 /// A reader running `read` with the sources on every scan.

@@ -160,8 +160,8 @@ pub fn promise(
     let Ok(table) = txn.open_table(PROMISES) else {
         return Ok(None);
     };
-    let partitions = layout::partitions_read(&txn).map_err(storage)?;
-    let key = layout::physical("promises", &object.row(name.as_bytes()), partitions);
+    let key =
+        layout::stored_key(&txn, "promises", &object.row(name.as_bytes())).map_err(storage)?;
     Ok(table
         .get(key.as_slice())
         .map_err(storage)?
@@ -200,8 +200,7 @@ pub fn get(
     let Ok(table) = txn.open_table(STATE) else {
         return Ok(None);
     };
-    let partitions = layout::partitions_read(&txn).map_err(storage)?;
-    let key = layout::physical("state", &object.row(name), partitions);
+    let key = layout::stored_key(&txn, "state", &object.row(name)).map_err(storage)?;
     Ok(table
         .get(key.as_slice())
         .map_err(storage)?

@@ -34,12 +34,6 @@ pub struct DuePurge {
     pub what: Purge,
 }
 
-/// Where `key` of keyed table `table` sits in the store `txn` reads (`storage/layout.rs`).
-fn stored_key(txn: &redb::ReadTransaction, table: &str, key: &[u8]) -> Result<Vec<u8>, CodedError> {
-    let partitions = layout::partitions_read(txn).map_err(storage)?;
-    Ok(layout::physical(table, key, partitions))
-}
-
 /// A redb failure on invocation state (RT0006).
 pub(crate) fn storage(e: impl std::fmt::Display) -> CodedError {
     CodedError::new(Code::RT0006, format!("invocation store: {e}"))
@@ -363,7 +357,7 @@ pub fn load_listed_one(
     let Ok(table) = txn.open_table(INVOCATIONS) else {
         return Ok(None);
     };
-    let key = stored_key(&txn, "invocations", &id.to_bytes())?;
+    let key = layout::stored_key(&txn, "invocations", &id.to_bytes()).map_err(storage)?;
     let Some(value) = table.get(key.as_slice()).map_err(storage)? else {
         return Ok(None);
     };
@@ -381,7 +375,7 @@ pub fn load_record(
     let Ok(table) = txn.open_table(INVOCATIONS) else {
         return Ok(None);
     };
-    let key = stored_key(&txn, "invocations", &id.to_bytes())?;
+    let key = layout::stored_key(&txn, "invocations", &id.to_bytes()).map_err(storage)?;
     let Some(value) = table.get(key.as_slice()).map_err(storage)? else {
         return Ok(None);
     };
@@ -398,7 +392,7 @@ pub fn load_entry(
     let Ok(table) = txn.open_table(JOURNAL) else {
         return Ok(None);
     };
-    let key = stored_key(&txn, "journal", &journal_key(id, index))?;
+    let key = layout::stored_key(&txn, "journal", &journal_key(id, index)).map_err(storage)?;
     let Some(value) = table.get(key.as_slice()).map_err(storage)? else {
         return Ok(None);
     };

@@ -13,7 +13,7 @@
 //! `paused_queues`, `flow_quotas` and `flow_budgets` are keyed by their partition's index
 //! already, and stay as they are.
 
-use redb::{ReadableTable, TableHandle};
+use redb::ReadableTable;
 
 use crate::schema::{BytesTable, META, NamedTable};
 use sluice_core::ids::InvocationId;
@@ -171,6 +171,15 @@ pub(crate) fn physical_range(
     (prefixed(p, start), prefixed(p, end))
 }
 
+/// The view's key of `key` of keyed table `table` in the store `txn` reads.
+pub(crate) fn stored_key(
+    txn: &redb::ReadTransaction,
+    table: &str,
+    key: &[u8],
+) -> Result<Vec<u8>, redb::Error> {
+    Ok(physical(table, key, partitions_read(txn)?))
+}
+
 /// The logical key of a keyed table's row as the view holds it (its partition prefix off).
 pub(crate) fn logical(stored: &[u8]) -> &[u8] {
     stored.get(4..).unwrap_or_default()
@@ -233,7 +242,6 @@ pub(crate) fn rekey(
         }
         txn.delete_table(old)?;
         txn.rename_table(scratch, old)?;
-        debug_assert_eq!(old.name(), name);
     }
     let meta: NamedTable = META;
     txn.open_table(meta)?

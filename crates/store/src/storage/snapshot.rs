@@ -297,7 +297,7 @@ fn changed_rows(
     chunks: &mut Chunks,
 ) -> Result<(), CodedError> {
     let stored = layout::partitions_read(txn).map_err(storage)?;
-    let keys = layout::Keys::new(stored);
+    let mut keys = layout::Keys::new(stored);
     for (table, start, end) in &changed.ranges {
         let name = redb::TableHandle::name(table);
         chunks
@@ -320,7 +320,6 @@ fn changed_rows(
             }
         }
     }
-    let mut keys = keys;
     for (table, key) in &changed.keys {
         let name = redb::TableHandle::name(table);
         if owner(name, key, partitions) != Some(p) {
