@@ -41,6 +41,18 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     server.bootstrap();
 
     let rules = Arc::new(Rules::load(Arc::clone(&core.store))?);
+    // A bulk cancel this node was running when it stopped runs no more: its record says so.
+    let interrupted = sluice_store::operations::interrupt_bulk_cancels(
+        &core.store,
+        &config.cluster.node_id,
+        sluice_core::clock::now_ms(),
+    )?;
+    if interrupted > 0 {
+        tracing::warn!(
+            interrupted,
+            "bulk cancels this node ran when it stopped are recorded as interrupted; what they canceled stays canceled"
+        );
+    }
     let node = Node {
         config: Arc::clone(&config),
         store: Arc::clone(&core.store),
@@ -309,6 +321,8 @@ impl MetaTables {
                 MetaGroup::Rules => self.rules.reload(),
                 MetaGroup::Plugins => self.plugins.reload_saved(),
                 MetaGroup::Kafka => self.kafka.reload(),
+                // Read from the store when asked: nothing to reload.
+                MetaGroup::Operations => Ok(()),
             });
         }
         if let Err(e) = reloaded {

@@ -1232,6 +1232,47 @@ async fn metadata_made_on_one_node_reaches_every_node_within_a_second() {
     let seen = admin_shows(&a, "/limits/weights", "gold/vip", Duration::from_secs(10)).await;
     eprintln!("weight override: {seen:?}");
     assert!(seen < Duration::from_secs(1), "{seen:?}");
+    // A bulk cancel asked of the first node cancels on the partitions the second leads too,
+    // and its record reaches the second node.
+    for n in 0..24 {
+        let (status, body) = post(
+            &a,
+            "/service/send/Greeter/greet?delay=10m",
+            &format!("\"d{n}\""),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let cancel = a
+        .admin(reqwest::Method::POST, "/invocations/bulk-cancel")
+        .json(&serde_json::json!({"service": "Greeter", "handler": "greet", "statuses": ["scheduled"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 200);
+    let cancel: serde_json::Value = cancel.json().await.unwrap();
+    assert_eq!(cancel["cancelled"], 24, "{cancel}");
+    // Every partition answered, by whichever node led it.
+    let partitions = cancel["partitions"].as_object().unwrap().len();
+    assert_eq!(partitions, PARTITIONS as usize, "{cancel}");
+    let canceled = a
+        .count("SELECT count(*) AS n FROM sys_invocation WHERE completion_result LIKE '%FLO0006%'")
+        .await;
+    assert_eq!(canceled, 24);
+    let id = cancel["id"].as_str().unwrap().to_owned();
+    let asked = Instant::now();
+    loop {
+        let (_, rows) = b
+            .query_local("SELECT id, state, cancelled FROM sys_bulk_cancels")
+            .await;
+        if rows["rows"][0]["id"] == id.as_str() {
+            assert_eq!(rows["rows"][0]["state"], "done", "{rows}");
+            break;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(1), "{rows}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("bulk cancel record: {:?}", asked.elapsed());
     let bytes = std::fs::read(sluice_tests::plugin_wasm("tenant-header")).unwrap();
     let put = Instant::now();
     let (status, loaded) = sluice_tests::put_plugin(

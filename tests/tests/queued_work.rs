@@ -1,10 +1,11 @@
 //! What happens to work while it waits in its queue, measured in the handler (`Meter/timed`
-//! records when each call started and ended): why-waiting's position and ETA.
+//! records when each call started and ended): why-waiting's position and ETA; deadlines,
+//! shedding, burstable keys; canceling what waits by filter.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment, call_json};
+use sluice_tests::{Sluice, TestDeployment, call_json, cli};
 
 async fn started() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
@@ -503,4 +504,262 @@ async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
         "a borrower overtook b: {overtaking:?} (b at {b_started}; all {all:?})"
     );
     assert!(peak(&all, "") <= 4, "the scope's bound holds: {all:?}");
+}
+
+/// Sends `count` calls of `Meter/timed` under scope `bc` and limit key `key` (`extra`: more of
+/// the query string, such as a delay).
+async fn send_bc(sluice: &Sluice, key: &str, count: usize, extra: &str) {
+    let client = reqwest::Client::new();
+    for n in 0..count {
+        let resp = client
+            .post(format!(
+                "{}/service/scope/bc/send/Meter/timed?limit-key={key}{extra}",
+                sluice.ingress_url
+            ))
+            .json(&format!("{key}-{n} 10"))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+    }
+}
+
+/// `POST /invocations/bulk-cancel` with `body`: status and answer.
+async fn bulk_cancel(sluice: &Sluice, body: Value) -> (u16, Value) {
+    let resp = sluice
+        .admin(reqwest::Method::POST, "/invocations/bulk-cancel")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+/// How many invocations under key `key` of scope `bc` are in `status` (`canceled`: completed
+/// by a bulk cancel).
+async fn bc_count(sluice: &Sluice, key: &str, status: &str) -> u64 {
+    let status = match status {
+        "canceled" => "status = 'completed' AND completion_result LIKE '%FLO0006%'".to_owned(),
+        other => format!("status = '{other}'"),
+    };
+    sluice
+        .count(&format!(
+            "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'bc' AND limit_key = '{key}' AND {status}"
+        ))
+        .await
+}
+
+#[tokio::test]
+async fn a_bulk_cancel_counts_then_cancels_what_waits_by_filter_through_a_kill_9_and_is_recorded() {
+    let dep = TestDeployment::start("v1").await.unwrap();
+    // Two invocations a partition command: the cancel takes many commands, and the kill -9
+    // below lands among them. A durable sleep suspends after 300 ms.
+    let builder = || {
+        Sluice::builder()
+            .env("SERVICE_WORKER__BULK_CANCEL_BATCH", "2")
+            .env("SERVICE_WORKER__INVOKER__INACTIVITY_TIMEOUT", "300ms")
+    };
+    let mut sluice = builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    sluice
+        .set_rules(json!([{"pattern": "bc", "limits": {"concurrency": 1}}]))
+        .await;
+    // One call holds the scope's slot; 300 `gold` and 10 `free` wait behind it, 5 `later`
+    // are delayed by ten minutes, and one call of another scope sleeps durably.
+    let holder = send_timed(&sluice, "/service/scope/bc", "holder", 600_000).await;
+    sluice
+        .invocation_until(&holder, "running", |seen| seen["status"] == "running")
+        .await;
+    const GOLD: u64 = 300;
+    send_bc(&sluice, "gold", GOLD as usize, "").await;
+    send_bc(&sluice, "free", 10, "").await;
+    send_bc(&sluice, "later", 5, "&delay=10m").await;
+    let sleeper = sluice
+        .send("/service/scope/bcs/send/Greeter/slow", &600_000u64)
+        .await;
+    sluice
+        .invocation_until(&sleeper, "suspended", |seen| seen["status"] == "suspended")
+        .await;
+
+    // A filter without scope or service is refused; a dry run counts and keeps no record.
+    let (status, body) = bulk_cancel(&sluice, json!({"handler": "timed"})).await;
+    assert_eq!(
+        (status, body["restate_code"].as_str()),
+        (422, Some("ADM0001")),
+        "{body}"
+    );
+    let (status, body) = bulk_cancel(
+        &sluice,
+        json!({"scope": "bc", "limit_key": "gold", "dry_run": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["named"].as_u64(), body["cancelled"].as_u64()),
+        (Some(GOLD), Some(0)),
+        "{body}"
+    );
+    assert!(body.get("id").is_none(), "{body}");
+    let (status, body) = bulk_cancel(
+        &sluice,
+        json!({"scope": "bc", "statuses": ["scheduled"], "dry_run": true}),
+    )
+    .await;
+    assert_eq!((status, body["named"].as_u64()), (200, Some(5)), "{body}");
+    assert_eq!(
+        sluice
+            .count("SELECT count(*) AS n FROM sys_bulk_cancels")
+            .await,
+        0
+    );
+    assert_eq!(bc_count(&sluice, "gold", "pending").await, GOLD);
+
+    // The real one, killed -9 once it has canceled some.
+    let asked = {
+        let request = sluice
+            .admin(reqwest::Method::POST, "/invocations/bulk-cancel")
+            .json(&json!({"scope": "bc", "limit_key": "gold"}));
+        tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while bc_count(&sluice, "gold", "canceled").await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bulk cancel canceled nothing"
+        );
+    }
+    sluice.kill_9();
+    let answered = asked.await.unwrap();
+    let sluice = sluice.restart(builder()).await;
+
+    // What it canceled stays canceled, the rest still waits, and its record says how it ended.
+    let canceled = bc_count(&sluice, "gold", "canceled").await;
+    let waiting = bc_count(&sluice, "gold", "pending").await;
+    assert!(canceled >= 1, "{canceled}");
+    assert_eq!(
+        canceled + waiting,
+        GOLD,
+        "{canceled} canceled, {waiting} waiting"
+    );
+    let (_, record) = sluice
+        .query("SELECT state, named, cancelled, filter FROM sys_bulk_cancels")
+        .await;
+    let first = &record["rows"][0];
+    let expected = if matches!(answered, Ok(200)) {
+        "done"
+    } else {
+        "interrupted"
+    };
+    assert_eq!(first["state"], expected, "answered {answered:?}: {record}");
+    assert!(
+        first["filter"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"limit_key\":\"gold\""),
+        "{record}"
+    );
+    println!("killed with {canceled} of {GOLD} canceled ({expected})");
+
+    // The same filter again (through the CLI) cancels the rest.
+    let (ok, out) = cli(
+        &sluice,
+        "invocations",
+        &["bulk-cancel", "--scope", "bc", "--limit-key", "gold"],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("canceled {waiting} of {waiting} named")),
+        "{out}"
+    );
+    assert_eq!(bc_count(&sluice, "gold", "canceled").await, GOLD);
+    assert_eq!(bc_count(&sluice, "free", "pending").await, 10);
+
+    // A canceled call's outcome is readable: 409 FLO0006, never run.
+    let (_, rows) = sluice
+        .query("SELECT id, attempts FROM sys_invocation WHERE limit_key = 'gold' LIMIT 1")
+        .await;
+    let gold = rows["rows"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(rows["rows"][0]["attempts"], 0, "{rows}");
+    let (_, status) = sluice_tests::get_json(&format!(
+        "{}/restate/invocation/{gold}/status",
+        sluice.ingress_url
+    ))
+    .await;
+    let message = status["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("FLO0006"), "{status}");
+
+    // Delayed sends by status, and a suspended call, which gets the cancel signal and ends 409.
+    let (status, body) =
+        bulk_cancel(&sluice, json!({"scope": "bc", "statuses": ["scheduled"]})).await;
+    assert_eq!(
+        (status, body["cancelled"].as_u64()),
+        (200, Some(5)),
+        "{body}"
+    );
+    assert_eq!(bc_count(&sluice, "later", "canceled").await, 5);
+    let seen = sluice
+        .invocation_until(&sleeper, "suspended after the restart", |seen| {
+            seen["status"] == "suspended"
+        })
+        .await;
+    println!("the sleeper after the restart: {seen}");
+    let (status, body) = bulk_cancel(
+        &sluice,
+        json!({"scope": "bcs", "service": "Greeter", "handler": "slow", "statuses": ["suspended"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["cancelled"].as_u64()),
+        (200, Some(1)),
+        "{body}"
+    );
+    let seen = sluice
+        .invocation_until(&sleeper, "canceled", |seen| seen["status"] == "completed")
+        .await;
+    assert!(
+        seen["completion"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("409"),
+        "{seen}"
+    );
+
+    // Every real one is recorded; the untouched key still runs once there is room.
+    let (_, records) = sluice
+        .query("SELECT state, cancelled FROM sys_bulk_cancels ORDER BY id")
+        .await;
+    let states: Vec<(String, u64)> = records["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["state"].as_str().unwrap().to_owned(),
+                r["cancelled"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(states.len(), 4, "{records}");
+    assert_eq!(
+        states[1..].to_vec(),
+        vec![
+            ("done".to_owned(), waiting),
+            ("done".to_owned(), 5),
+            ("done".to_owned(), 1)
+        ],
+        "{records}"
+    );
+    sluice
+        .set_rules(json!([{"pattern": "bc", "limits": {"concurrency": 20}}]))
+        .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sluice
+        .count("SELECT count(*) AS n FROM sys_invocation WHERE limit_key = 'free' AND completion_result = 'value'")
+        .await
+        < 10
+    {
+        assert!(std::time::Instant::now() < deadline, "the free calls never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

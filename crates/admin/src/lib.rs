@@ -5,6 +5,7 @@
 //! history ([`flow_history`]).
 
 pub mod auth;
+pub mod bulk_cancel;
 mod dashboard;
 pub mod deployments;
 pub mod error;
@@ -208,6 +209,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(services::handler))
         .routes(routes!(services::openapi))
         .routes(routes!(invocations::list))
+        .routes(routes!(bulk_cancel::bulk_cancel))
         .routes(routes!(invocations::get, invocations::delete))
         .routes(routes!(invocations::control))
         .routes(routes!(invocations::cancel))

@@ -458,7 +458,7 @@ async fn reset_uses(
     let mut pauses = sluice_core::retry::Pauses::new(RESET_WITHIN, RESET_PAUSE_CAP);
     loop {
         let mut partitions = state.runtime.reset_uses(m, &pattern).await?;
-        let elsewhere = reset_elsewhere(
+        let elsewhere = ask_other_leaders::<ResetQuotaResponse>(
             placement,
             &client,
             &placement.leaders_elsewhere(),
@@ -502,29 +502,32 @@ async fn reset_uses(
 
 /// How long a cluster-wide quota reset keeps trying to reach every partition's leader: past a
 /// takeover, which settles within the group's session timeout (10 s by default).
-const RESET_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const RESET_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 /// The longest pause between its tries.
-const RESET_PAUSE_CAP: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const RESET_PAUSE_CAP: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The partitions below `count` that `reset` does not name.
-fn missing_partitions(reset: &std::collections::BTreeMap<u32, u64>, count: usize) -> Vec<u32> {
+pub(crate) fn missing_partitions<V>(
+    reset: &std::collections::BTreeMap<u32, V>,
+    count: usize,
+) -> Vec<u32> {
     (0..u32::try_from(count).unwrap_or(u32::MAX))
         .filter(|p| !reset.contains_key(p))
         .collect()
 }
 
 /// Asks every other leading node (`leaders`: their admin URLs, and how many partitions nobody
-/// leads) to reset what `request` names on the partitions it leads, as the caller
-/// (`authorization`, which every node accepts); their answers. A partition without a leader,
-/// or a node that did not answer, makes the reset incomplete (why, to try again).
-async fn reset_elsewhere(
+/// leads) to do `request` at `path` on the partitions it leads (a quota reset, a bulk cancel), as
+/// the caller (`authorization`, which every node accepts); their answers. A partition without
+/// a leader, or a node that did not answer, makes it incomplete (why, to try again).
+pub(crate) async fn ask_other_leaders<A: serde::de::DeserializeOwned>(
     placement: &sluice_runtime::partition::placement::Placement,
     client: &reqwest::Client,
     leaders: &(Vec<String>, usize),
     path: &str,
-    request: &ResetQuotaRequest,
+    request: &impl serde::Serialize,
     authorization: Option<&http::HeaderValue>,
-) -> Result<Vec<ResetQuotaResponse>, String> {
+) -> Result<Vec<A>, String> {
     let (admins, nobody) = leaders;
     if *nobody > 0 {
         return Err(format!(
@@ -554,7 +557,7 @@ async fn reset_elsewhere(
         }
         answers.push(
             serde_json::from_slice(&answer.body)
-                .map_err(|e| format!("{admin} answered what is not a reset: {e}"))?,
+                .map_err(|e| format!("{admin} answered what is not the route's answer: {e}"))?,
         );
     }
     Ok(answers)

@@ -172,3 +172,63 @@ pub struct RestartAsNewResponse {
     /// The id of the new invocation.
     pub new_invocation_id: String,
 }
+
+/// `POST /invocations/bulk-cancel`: cancel what waits, is scheduled or is suspended, by filter.
+/// Every field given must match; at least a scope or a service is needed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkCancelRequest {
+    /// The invocations' flow-control scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Their limit key, or one under it (`gold` names `gold` and `gold/eu`); needs `scope`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
+    /// Their target service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Their target handler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// Created at or after this time (RFC 3339, or ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<String>,
+    /// Created before this time (RFC 3339, or ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<String>,
+    /// Which of `pending` (waiting for a first attempt: queued, or behind its object's lock),
+    /// `scheduled` (a delayed send) and `suspended` (started, waiting); default all three.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statuses: Option<Vec<String>>,
+    /// Count what it names and cancel nothing (no record is kept).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// What one partition's share of a bulk cancel did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BulkCancelled {
+    /// Invocations the filter named.
+    pub named: u64,
+    /// Of those, how many were canceled (0 in a dry run).
+    pub cancelled: u64,
+}
+
+/// What a bulk cancel did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BulkCancelResponse {
+    /// Its record's id (`sys_bulk_cancels`); none for a dry run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Whether it only counted.
+    pub dry_run: bool,
+    /// Invocations the filter named, on every partition.
+    pub named: u64,
+    /// Of those, how many were canceled: never started ones completed with 409 `FLO0006`,
+    /// suspended ones sent the cancel signal.
+    pub cancelled: u64,
+    /// Each partition's share: every partition, whichever node was asked (in cluster mode
+    /// each by the node leading it).
+    #[serde(default)]
+    pub partitions: std::collections::BTreeMap<u32, BulkCancelled>,
+}

@@ -7,7 +7,8 @@ use crate::client::AdminClient;
 use crate::registry::AdminArgs;
 use crate::table;
 use sluice_api::invocations::{
-    InvocationResponse, ListInvocationsResponse, RestartAsNewResponse, WaitingResponse,
+    BulkCancelRequest, BulkCancelResponse, InvocationResponse, ListInvocationsResponse,
+    RestartAsNewResponse, WaitingResponse,
 };
 use sluice_core::errors::CodedError;
 
@@ -73,6 +74,35 @@ pub enum InvocationsCommand {
         /// `inv_1…`
         id: String,
     },
+    /// Cancel by filter what waits (pending), is delayed (scheduled) or is suspended: never
+    /// started ones complete with 409 FLO0006 unrun, suspended ones get the cancel signal.
+    /// Needs --scope or --service; each run is recorded in `sys_bulk_cancels`.
+    BulkCancel {
+        /// Only this scope.
+        #[arg(long)]
+        scope: Option<String>,
+        /// Only this limit key or keys under it (needs --scope).
+        #[arg(long)]
+        limit_key: Option<String>,
+        /// Only this service.
+        #[arg(long)]
+        service: Option<String>,
+        /// Only this handler.
+        #[arg(long)]
+        handler: Option<String>,
+        /// Only those created at or after (RFC 3339, or ms since the epoch).
+        #[arg(long)]
+        created_after: Option<String>,
+        /// Only those created before (RFC 3339, or ms since the epoch).
+        #[arg(long)]
+        created_before: Option<String>,
+        /// Only these statuses (pending, scheduled, suspended; repeat or comma-separate).
+        #[arg(long, value_delimiter = ',')]
+        status: Vec<String>,
+        /// Count what it names; cancel nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 impl InvocationsCommand {
@@ -85,7 +115,10 @@ impl InvocationsCommand {
             Self::PurgeJournal { id } => ("purge-journal", id),
             Self::Pause { id } => ("pause", id),
             Self::Resume { id } => ("resume", id),
-            Self::List { .. } | Self::Describe { .. } | Self::RestartAsNew { .. } => return None,
+            Self::List { .. }
+            | Self::Describe { .. }
+            | Self::RestartAsNew { .. }
+            | Self::BulkCancel { .. } => return None,
         })
     }
 }
@@ -164,12 +197,22 @@ pub async fn run(cmd: &InvocationsCommand, args: &AdminArgs) -> Result<(), Coded
             let restarted: RestartAsNewResponse = answer.parse()?;
             println!("restarted {id} as {}", restarted.new_invocation_id);
         }
+        InvocationsCommand::BulkCancel { .. } => {
+            let done: BulkCancelResponse = answer.parse()?;
+            match &done.id {
+                Some(id) => println!(
+                    "{id}: canceled {} of {} named invocations",
+                    done.cancelled, done.named
+                ),
+                None => println!("dry run: {} invocations named", done.named),
+            }
+        }
         _ => unreachable!("control commands returned above"),
     }
     Ok(())
 }
 
-/// Asks the admin API what `cmd` (a list, a description or a restart) asks.
+/// Asks the admin API what `cmd` (a list, a description, a restart or a bulk cancel) asks.
 async fn ask(
     admin: &AdminClient,
     cmd: &InvocationsCommand,
@@ -209,6 +252,30 @@ async fn ask(
                     &format!("/invocations/{id}/restart-as-new?{}", query.join("&")),
                     None::<&()>,
                 )
+                .await?
+        }
+        InvocationsCommand::BulkCancel {
+            scope,
+            limit_key,
+            service,
+            handler,
+            created_after,
+            created_before,
+            status,
+            dry_run,
+        } => {
+            let request = BulkCancelRequest {
+                scope: scope.clone(),
+                limit_key: limit_key.clone(),
+                service: service.clone(),
+                handler: handler.clone(),
+                created_after: created_after.clone(),
+                created_before: created_before.clone(),
+                statuses: (!status.is_empty()).then(|| status.clone()),
+                dry_run: *dry_run,
+            };
+            admin
+                .call(Method::POST, "/invocations/bulk-cancel", Some(&request))
                 .await?
         }
         _ => unreachable!("control commands are not asked this way"),

@@ -486,6 +486,9 @@ pub struct WorkerConfig {
     pub purge_interval: FriendlyDuration,
     /// Most due purges one look at the store reads; a backlog is worked off a batch at a time.
     pub purge_batch_size: NonZeroU32,
+    /// Invocations a bulk cancel looks at per partition command
+    /// (`POST /invocations/bulk-cancel`): the partition serves other work between two.
+    pub bulk_cancel_batch: NonZeroU32,
     /// Most purges of one partition in flight at once (written together, not yet stored): a
     /// retention sweep of a million goes in small writes that interleave with calls instead of
     /// queueing them behind it. The reference's `cleanup-max-in-flight-purges` is read too.
@@ -539,6 +542,7 @@ impl Default for WorkerConfig {
             max_journal_retention: FriendlyDuration::from_secs(30 * 24 * 60 * 60),
             purge_interval: FriendlyDuration::from_secs(1),
             purge_batch_size: NonZeroU32::new(1000).expect("non-zero"),
+            bulk_cancel_batch: NonZeroU32::new(500).expect("non-zero"),
             cleanup_max_in_flight: NonZeroU32::new(32).expect("non-zero"),
             held_memory_budget: ByteSize::mib(64),
             max_journal_bytes: ByteSize::mib(256),

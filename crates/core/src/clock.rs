@@ -43,6 +43,23 @@ pub fn parse_offset(text: &str) -> Result<i64, String> {
     Ok(ms)
 }
 
+/// A point in time written as ms since the epoch or as RFC 3339 (`2026-11-27T10:00:00Z`), in
+/// ms since the epoch (before the epoch: 0); why not when it is neither.
+pub fn parse_time_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map_err(|_| format!("'{text}' is too large for ms since the epoch"));
+    }
+    let at: jiff::Timestamp = text.parse().map_err(|e| {
+        format!(
+            "'{text}' is neither ms since the epoch nor an RFC 3339 time such as 2026-11-27T10:00:00Z: {e}"
+        )
+    })?;
+    Ok(u64::try_from(at.as_millisecond()).unwrap_or(0))
+}
+
 /// `ms` as RFC 3339 text, `None` when out of range.
 pub fn rfc3339(ms: u64) -> Option<String> {
     let ms = i64::try_from(ms).ok()?;
@@ -54,6 +71,15 @@ pub fn rfc3339(ms: u64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_parse_as_millis_or_rfc_3339() {
+        assert_eq!(parse_time_ms(" 1500 "), Ok(1_500));
+        assert_eq!(parse_time_ms("1970-01-01T00:00:01.5Z"), Ok(1_500));
+        assert_eq!(parse_time_ms("1960-01-01T00:00:00Z"), Ok(0));
+        assert!(parse_time_ms("99999999999999999999999").is_err());
+        assert!(parse_time_ms("yesterday").unwrap_err().contains("RFC 3339"));
+    }
 
     #[test]
     fn formats_epoch_millis() {

@@ -219,6 +219,9 @@ catalogue! {
     FLO0005 => Ingress, Some(429),
         "a flow-control budget is spent for its window",
         "The rule on a counter of the call (its scope, or its L1 or L2 limit key) has a `budget` with `on-exceed = \"reject\"`, and what the counter's calls spent in the current window (as their handlers reported it with `sluice:cost` steps), plus what the calls running there hold reserved (`reserve`), leaves no room for one more call. `Retry-After` says when the window ends; a running call that ends and gives back its reservation may make room sooner. Wait for the next window, raise the budget, or start it again with `sluice rules reset-budget`.";
+    FLO0006 => Ingress, Some(409),
+        "an operator's bulk cancel canceled the invocation before it started",
+        "An operator canceled waiting work by filter (`POST /invocations/bulk-cancel`, `sluice invocations bulk-cancel`): the invocation was queued, behind its object's lock, or a delayed send waiting for its time, and completed with 409 and this code without its handler running. Its caller, an attach or an idempotent repeat reads that outcome. `sys_bulk_cancels` lists each bulk cancel with its filter and counts; send the call again if it should still run.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";

@@ -38,21 +38,7 @@ fn bad(message: String) -> IngressError {
 
 /// `x-request-deadline`: ms since the epoch, or an RFC 3339 timestamp.
 fn absolute(text: &str) -> Result<u64, IngressError> {
-    let text = text.trim();
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text.parse().map_err(|_| {
-            bad(format!(
-                "x-request-deadline '{text}' is too large for ms since the epoch"
-            ))
-        });
-    }
-    let at: jiff::Timestamp = text.parse().map_err(|e| {
-        bad(format!(
-            "x-request-deadline '{text}' is neither ms since the epoch nor an RFC 3339 time such as 2026-11-27T10:00:00Z: {e}"
-        ))
-    })?;
-    // Before the epoch is long past: due at once.
-    Ok(u64::try_from(at.as_millisecond()).unwrap_or(0))
+    sluice_core::clock::parse_time_ms(text).map_err(|why| bad(format!("x-request-deadline {why}")))
 }
 
 /// `grpc-timeout`: at most 8 digits and a unit, in ms (sub-millisecond rounds up).

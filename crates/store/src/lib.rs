@@ -6,5 +6,6 @@
 pub mod encoding;
 pub mod health;
 pub mod invocation;
+pub mod operations;
 pub mod schema;
 pub mod storage;

@@ -42,6 +42,8 @@ pub enum MetaGroup {
     Kafka,
     /// Plugins loaded through the admin API.
     Plugins,
+    /// Records of what operators did in bulk (bulk cancels).
+    Operations,
 }
 
 /// One stored table.
@@ -104,6 +106,9 @@ schema! {
     /// Flow-control weight overrides. Key: the counter's name (`scope[/l1[/l2]]`). Value: the
     /// weight (u32 BE).
     WEIGHT_OVERRIDES: NamedTable = "weight_overrides" => Role::Meta(MetaGroup::Rules);
+    /// Bulk cancels. Key: the bulk cancel's id (`bc_` and a ULID). Value: its record (JSON,
+    /// `operations.rs`).
+    BULK_CANCELS: NamedTable = "bulk_cancels" => Role::Meta(MetaGroup::Operations);
 
     /// Store-wide records: the format version and the Sluice version that created the store.
     META: NamedTable = "meta" => Role::Local;
@@ -208,6 +213,7 @@ mod tests {
                 ("plugin_specs", MetaGroup::Plugins),
                 ("plugin_bytes", MetaGroup::Plugins),
                 ("weight_overrides", MetaGroup::Rules),
+                ("bulk_cancels", MetaGroup::Operations),
             ]
         );
     }

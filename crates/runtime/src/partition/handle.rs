@@ -433,6 +433,74 @@ impl Runtime {
         Ok(reset)
     }
 
+    /// Cancels what `filter` names on every partition led here (`dry_run`: counts it), `batch`
+    /// invocations per command so that other work goes on between two; what each partition
+    /// named and canceled. The partitions go at once, each through its batches in turn. In
+    /// cluster mode a partition that moved away while it went is left out of the answer (the
+    /// caller asks its new leader).
+    pub async fn bulk_cancel(
+        &self,
+        filter: super::model::bulk::CancelFilter,
+        dry_run: bool,
+        batch: usize,
+    ) -> Result<std::collections::BTreeMap<u32, super::model::bulk::Cancelled>, CodedError> {
+        let filter = Arc::new(filter);
+        let batch = batch.max(1);
+        let runs = (0..self.senders.len())
+            .filter(|index| self.placement.is_here(*index))
+            .map(|index| {
+                let filter = Arc::clone(&filter);
+                async move {
+                    let done = self.bulk_cancel_on(index, filter, dry_run, batch).await;
+                    (index, done)
+                }
+            });
+        let mut answer = std::collections::BTreeMap::new();
+        for (index, done) in futures_util::future::join_all(runs).await {
+            let partition = u32::try_from(index).unwrap_or(u32::MAX);
+            match done {
+                Ok(done) => {
+                    answer.insert(partition, done);
+                }
+                Err(_) if self.placement.is_clustered() && !self.placement.is_here(index) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(answer)
+    }
+
+    /// [`Self::bulk_cancel`] on partition `index`.
+    async fn bulk_cancel_on(
+        &self,
+        index: usize,
+        filter: Arc<super::model::bulk::CancelFilter>,
+        dry_run: bool,
+        batch: usize,
+    ) -> Result<super::model::bulk::Cancelled, CodedError> {
+        let candidates = self
+            .ask(&self.queries[index], |reply| {
+                super::queries::Query::CancelCandidates {
+                    filter: Arc::clone(&filter),
+                    reply,
+                }
+            })
+            .await?;
+        let mut total = super::model::bulk::Cancelled::default();
+        for chunk in candidates.chunks(batch) {
+            let done = self
+                .ask(&self.senders[index], |reply| Event::CancelBatch {
+                    filter: Arc::clone(&filter),
+                    batch: chunk.to_vec(),
+                    dry_run,
+                    reply,
+                })
+                .await??;
+            total.named += done.named;
+            total.cancelled += done.cancelled;
+        }
+        Ok(total)
+    }
+
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<sluice_flow::limiter::CounterSnapshot>, CodedError> {
         let all = self

@@ -43,6 +43,13 @@ pub enum Query {
         /// Every lock.
         reply: oneshot::Sender<Vec<HeldLock>>,
     },
+    /// The invocations a bulk cancel's filter may name (`model/bulk.rs`).
+    CancelCandidates {
+        /// Which invocations.
+        filter: std::sync::Arc<super::model::bulk::CancelFilter>,
+        /// Their ids.
+        reply: oneshot::Sender<super::model::bulk::Batch>,
+    },
     /// Every scheduler queue of the partition, for introspection.
     Queues {
         /// Every queue.
@@ -127,6 +134,9 @@ impl Partition {
                 drop(reply.send(held));
             }
             Query::Queues { reply } => drop(reply.send(self.queues_with_stages())),
+            Query::CancelCandidates { filter, reply } => {
+                drop(reply.send(self.cancel_candidates(&filter)));
+            }
             Query::Counters { reply } => {
                 drop(
                     reply.send(

@@ -5,6 +5,7 @@ mod cluster;
 mod flow;
 mod journal;
 mod objects;
+mod operations;
 mod registry;
 mod weights;
 
@@ -79,7 +80,7 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
 }
 
 /// Every table there is.
-fn definitions(sources: &Arc<QuerySources>) -> [Definition; 15] {
+fn definitions(sources: &Arc<QuerySources>) -> [Definition; 16] {
     let by_id = Rows::Stored(Placed::ById("id"));
     [
         (
@@ -158,6 +159,12 @@ fn definitions(sources: &Arc<QuerySources>) -> [Definition; 15] {
             "sys_weight_overrides",
             weights::weight_overrides_schema(),
             weights::weight_overrides(sources),
+            Rows::Everywhere,
+        ),
+        (
+            "sys_bulk_cancels",
+            operations::bulk_cancels_schema(),
+            operations::bulk_cancels(sources),
             Rows::Everywhere,
         ),
         (

@@ -19,6 +19,7 @@
 //! | `CallResult` | `call_result.rs` | one invocation |
 //! | `Signal` | `signal.rs` | one invocation |
 //! | `Control` | `control.rs` | one invocation and the ones it called |
+//! | `CancelBatch` | `bulk_cancel.rs` | the invocations of its batch that its filter names |
 //! | `SlotsFree`, `Barrier` | here | nothing: a dispatch, an answer after the commit |
 //!
 //! A command that reads or changes one or two parts is a function over exactly those parts,
@@ -34,6 +35,7 @@
 mod attach;
 mod attempt_end;
 mod attempt_message;
+mod bulk_cancel;
 mod call_result;
 mod control;
 #[cfg(test)]
@@ -188,6 +190,15 @@ impl Partition {
             Event::Control { id, op, reply } => {
                 let answer = self.control(id, op, writes, effects)?;
                 effects.push(Effect::Answer(Answer::Controlled(reply, answer)));
+            }
+            Event::CancelBatch {
+                filter,
+                batch,
+                dry_run,
+                reply,
+            } => {
+                let done = self.cancel_batch(&filter, batch, dry_run, writes, effects)?;
+                effects.push(Effect::Answer(Answer::BulkCancelled(reply, done)));
             }
             // The batch's effects end with a dispatch, which takes the freed slots.
             Event::SlotsFree => {}

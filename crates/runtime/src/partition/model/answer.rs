@@ -50,6 +50,11 @@ pub(in crate::partition) enum Answer {
         oneshot::Sender<Result<control::Controlled, CodedError>>,
         control::Controlled,
     ),
+    /// A batch of a bulk cancel, stored.
+    BulkCancelled(
+        oneshot::Sender<Result<super::bulk::Cancelled, CodedError>>,
+        super::bulk::Cancelled,
+    ),
 }
 
 impl Answer {
@@ -64,6 +69,9 @@ impl Answer {
             Self::Peeked(_, seen) => format!("peeked (known: {})", seen.is_some()),
             Self::Signalled(_, delivery) => format!("signalled {delivery:?}"),
             Self::Controlled(_, done) => format!("controlled {done:?}"),
+            Self::BulkCancelled(_, done) => {
+                format!("bulk cancelled {} of {}", done.cancelled, done.named)
+            }
         }
     }
 
@@ -78,6 +86,7 @@ impl Answer {
             Self::Peeked(reply, seen) => drop(reply.send(seen)),
             Self::Signalled(reply, delivery) => drop(reply.send(delivery)),
             Self::Controlled(reply, done) => drop(reply.send(Ok(done))),
+            Self::BulkCancelled(reply, done) => drop(reply.send(Ok(done))),
         }
     }
 
@@ -88,6 +97,7 @@ impl Answer {
             Self::Refused(reply, _) => drop(reply.send(Err(error.clone()))),
             Self::Controlled(reply, _) => drop(reply.send(Err(error.clone()))),
             Self::Attached(reply, _) => drop(reply.send(Err(error.clone()))),
+            Self::BulkCancelled(reply, _) => drop(reply.send(Err(error.clone()))),
             Self::QueuePaused(..) | Self::Barrier(_) | Self::Peeked(..) | Self::Signalled(..) => {}
         }
     }

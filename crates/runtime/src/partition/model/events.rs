@@ -146,6 +146,18 @@ pub enum Event {
         /// Answered after the commit.
         reply: oneshot::Sender<bool>,
     },
+    /// Cancels those of `batch` that `filter` names now (`model/bulk.rs`); `dry_run` counts
+    /// them only.
+    CancelBatch {
+        /// Which invocations.
+        filter: std::sync::Arc<super::bulk::CancelFilter>,
+        /// The candidates to look at, listed by [`crate::partition::queries::Query::CancelCandidates`].
+        batch: super::bulk::Batch,
+        /// Count, change nothing.
+        dry_run: bool,
+        /// How many it named and canceled, once stored.
+        reply: oneshot::Sender<Result<super::bulk::Cancelled, CodedError>>,
+    },
     /// An operator resets the quotas (or budgets) `pattern` matches: their count in the
     /// current window starts again from 0; answered with how many counters were reset, after
     /// the commit.
@@ -239,8 +251,9 @@ impl Event {
             | Event::Wake { id, .. } => Some(*id),
             Event::Signal { signal, .. } => Some(signal.target),
             // Running invocations are never at rest; the rest read no invocation's state or
-            // look at it in either form.
+            // look at it in either form (a bulk cancel wakes each of its batch itself).
             Event::AttemptMessage { .. }
+            | Event::CancelBatch { .. }
             | Event::AttemptAnswered { .. }
             | Event::AttemptDone { .. }
             | Event::SetObjectState { .. }

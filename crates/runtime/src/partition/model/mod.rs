@@ -7,6 +7,7 @@
 //! or behaviour: the command handlers and the run loop import this, never the other way.
 
 pub mod answer;
+pub mod bulk;
 pub mod calls;
 pub mod cost;
 pub mod effect;

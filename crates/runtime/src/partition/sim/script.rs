@@ -152,7 +152,8 @@ impl World {
         );
     }
 
-    /// An operator kills, pauses or resumes an invocation, or a client attaches to it.
+    /// An operator kills, pauses, resumes or bulk-cancels an invocation, or a client attaches to
+    /// it.
     pub(super) fn control(&mut self) {
         let Some(id) = self
             .acked
@@ -162,10 +163,29 @@ impl World {
         else {
             return;
         };
-        let op = match self.rng.below(12) {
+        let op = match self.rng.below(13) {
             0..=1 => Control::Kill,
             2..=4 => Control::Pause,
             5..=9 => Control::Resume,
+            // A bulk cancel's batch that names it, whatever it is doing.
+            12 => {
+                let filter = crate::partition::model::bulk::CancelFilter {
+                    pending: true,
+                    scheduled: true,
+                    suspended: true,
+                    ..Default::default()
+                };
+                let (reply, _) = oneshot::channel();
+                return self.deliver(
+                    vec![Event::CancelBatch {
+                        filter: std::sync::Arc::new(filter),
+                        batch: vec![id],
+                        dry_run: false,
+                        reply,
+                    }],
+                    false,
+                );
+            }
             // A client attaches to its outcome (the admin API's attach): a waiter on an
             // invocation that may be delayed, queued or at rest.
             _ => {
