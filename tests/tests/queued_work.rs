@@ -763,3 +763,131 @@ async fn a_bulk_cancel_counts_then_cancels_what_waits_by_filter_through_a_kill_9
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Sends `Meter/timed("<label> <millis>")` under scope `bb` and limit key `key`.
+async fn send_bb(sluice: &Sluice, key: &str, label: &str, millis: u64) {
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/service/scope/bb/send/Meter/timed?limit-key={key}",
+            sluice.ingress_url
+        ))
+        .json(&format!("{label} {millis}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+}
+
+/// Sends `n` calls of 600 ms each, half under key `a` and half under `c`, labelled
+/// `<phase><key><i>`, and answers their timings once all ran.
+async fn burst_phase(sluice: &Sluice, phase: &str, n: usize) -> Vec<(String, u64, u64)> {
+    for i in 0..n {
+        let key = if i % 2 == 0 { "a" } else { "c" };
+        send_bb(sluice, key, &format!("{phase}{key}{i}"), 600).await;
+    }
+    timings(sluice, n).await
+}
+
+/// The scope counter's burst budget columns: (spent, left) ms.
+async fn burst_of(sluice: &Sluice) -> (u64, u64) {
+    let (status, rows) = sluice
+        .query("SELECT burst_spent_ms, burst_left_ms FROM sys_user_limits WHERE scope = 'bb' AND level = 'Scope'")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    let row = &rows["rows"][0];
+    (
+        row["burst_spent_ms"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{rows}")),
+        row["burst_left_ms"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{rows}")),
+    )
+}
+
+#[tokio::test]
+async fn a_burst_budget_runs_above_the_limit_until_its_time_is_spent_through_a_kill_9() {
+    // The server's day starts twelve hours before its clock: no window ends during the test.
+    let offset = sluice_tests::clock_offset_to(sluice_tests::MIDDAY_MS);
+    let builder = || Sluice::builder().clock_offset_ms(offset);
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut sluice = builder().start().await.unwrap();
+    sluice.register(&dep.uri, false).await;
+    // The scope runs 2, or 4 while 2 s above 2 are left today; each key at most 3 throughout.
+    let (status, body) = sluice
+        .put_rules(json!([
+            {"pattern": "bb", "limits": {"concurrency": 2, "burst_budget": "2x 2s/day"}},
+            {"pattern": "bb/*", "limits": {"concurrency": 3}},
+        ]))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = sluice
+        .put_rules(json!([{"pattern": "bz", "limits": {"burst_budget": "2x 2s/day"}}]))
+        .await;
+    assert_eq!(
+        (status, body["restate_code"].as_str()),
+        (422, Some("RUL0001")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("fixed concurrency"),
+        "{body}"
+    );
+    let _ = call_json::<Value>(&sluice, "Meter/timings").await;
+
+    // Bursting: 4 at once, each key at most 3; the time above 2 is counted.
+    let first = burst_phase(&sluice, "p1", 8).await;
+    assert_eq!(peak(&first, "p1"), 4, "twice the limit: {first:?}");
+    assert!(
+        peak(&first, "p1a") <= 3 && peak(&first, "p1c") <= 3,
+        "{first:?}"
+    );
+    let (spent, left) = burst_of(&sluice).await;
+    assert_eq!(spent + left, 2_000);
+    assert!(spent >= 300, "{spent} ms above 2");
+
+    // Kept through a kill -9: the scope's row shows the same spend while it is idle.
+    sluice.kill_9();
+    let sluice = sluice.restart(builder()).await;
+    assert_eq!(burst_of(&sluice).await, (spent, left), "after the restart");
+    let (status, rules) = sluice
+        .query("SELECT burst_budget FROM sys_rules WHERE pattern = 'bb'")
+        .await;
+    assert_eq!(
+        (status, rules["rows"][0]["burst_budget"].as_str()),
+        (200, Some("2x 2s/day")),
+        "{rules}"
+    );
+
+    // Spend the rest, then the limit is 2 again for the day.
+    let mut phase = 2;
+    while burst_of(&sluice).await.1 > 0 {
+        assert!(
+            phase < 10,
+            "the budget never ran out: {:?}",
+            burst_of(&sluice).await
+        );
+        burst_phase(&sluice, &format!("p{phase}"), 8).await;
+        phase += 1;
+    }
+    assert_eq!(burst_of(&sluice).await, (2_000, 0));
+    let spent_out = burst_phase(&sluice, "q", 6).await;
+    assert_eq!(peak(&spent_out, "q"), 2, "back to the limit: {spent_out:?}");
+
+    // An operator starts the day's budget again.
+    let (ok, out) = cli(&sluice, "rules", &["reset-burst", "bb"]);
+    assert!(
+        ok && out.contains("burst of 'bb' reset at 1 counter(s)"),
+        "{out}"
+    );
+    let again = burst_phase(&sluice, "r", 8).await;
+    assert_eq!(peak(&again, "r"), 4, "bursting again: {again:?}");
+    let (spent, left) = burst_of(&sluice).await;
+    assert!(
+        spent + left == 2_000 && left > 0,
+        "{spent} spent, {left} left"
+    );
+}

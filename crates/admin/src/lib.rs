@@ -227,6 +227,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::history))
         .routes(routes!(limits::reset_quota))
         .routes(routes!(limits::reset_budget))
+        .routes(routes!(limits::reset_burst))
         .routes(routes!(weights::list, weights::set))
         .routes(routes!(vqueues::list))
         .routes(routes!(vqueues::pause))

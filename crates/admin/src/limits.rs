@@ -54,6 +54,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             budget: rule.budget.map(|b| b.to_string()),
             reserve: rule.budget.and_then(|b| b.reserve).map(NonZeroU64::get),
             budget_unit: rule.budget_unit.clone(),
+            burst_budget: rule.burst_budget.map(|b| b.to_string()),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -178,6 +179,26 @@ fn budget(pattern: &str, limits: &Limits) -> Result<(Option<Budget>, Option<Stri
         reserve,
     };
     Ok((Some(budget), limits.budget_unit.clone()))
+}
+
+/// A rule's burst budget (`2x 10m/day`): over a fixed concurrency only.
+fn burst_budget(
+    pattern: &str,
+    limits: &Limits,
+) -> Result<Option<sluice_flow::BurstBudget>, AdminError> {
+    let Some(text) = &limits.burst_budget else {
+        return Ok(None);
+    };
+    let invalid =
+        |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': {why}"));
+    if !matches!(limits.concurrency, Some(Concurrency::Fixed(_))) {
+        return Err(invalid(
+            "burst_budget raises a fixed concurrency: give the rule one (e.g. \"concurrency\": 10), not a burstable {min, max} or an adaptive limit".into(),
+        ));
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|e: sluice_flow::QuotaError| invalid(e.to_string()))
 }
 
 /// A burstable rule's guaranteed slots: 1 ≤ min ≤ max, at a key level (a scope has no
@@ -308,6 +329,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
             Ok(Upsert {
                 budget,
                 budget_unit,
+                burst_budget: burst_budget(&r.pattern, &r.limits)?,
                 guaranteed: guaranteed(&pattern, &r.limits)?,
                 quota: quota(&r.pattern, &r.limits)?,
                 pattern,
@@ -425,11 +447,27 @@ pub async fn reset_budget(
     reset_uses(&state, &headers, &request, Measure::Cost).await
 }
 
+/// Starts the time spent above their concurrency of every counter with a burst budget a
+/// pattern matches again from 0, in the current window, on every partition; answered once
+/// stored (in cluster mode as `/limits/rules/reset-quota` does).
+#[utoipa::path(post, path = "/limits/rules/reset-burst", tag = "limits", operation_id = "reset_burst",
+    request_body = ResetQuotaRequest,
+    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern"),
+        (status = 503, description = "ADM0010: a partition had no leader, or was reset by none, for 30 s")))]
+pub async fn reset_burst(
+    State(state): State<Arc<AdminState>>,
+    headers: http::HeaderMap,
+    Json(request): Json<ResetQuotaRequest>,
+) -> Result<Json<ResetQuotaResponse>, AdminError> {
+    reset_uses(&state, &headers, &request, Measure::Burst).await
+}
+
 /// The path that resets what `m` counts.
 fn reset_path(m: Measure) -> &'static str {
     match m {
         Measure::Calls => "/limits/rules/reset-quota",
         Measure::Cost => "/limits/rules/reset-budget",
+        Measure::Burst => "/limits/rules/reset-burst",
     }
 }
 
@@ -645,6 +683,11 @@ pub async fn counters(
                 budget_resets_at: c
                     .budget
                     .and_then(|(_, u, _)| sluice_core::clock::rfc3339(u.window_end)),
+                burst_budget: c.burst_budget.map(|(b, _)| b.to_string()),
+                burst_spent_ms: c.burst_budget.map(|(_, u)| u.used),
+                burst_left_ms: c
+                    .burst_budget
+                    .map(|(b, u)| b.budget.amount.get().saturating_sub(u.used)),
                 next_token_at: c.next_token_ms.and_then(sluice_core::clock::rfc3339),
                 weight: c.weight,
                 shadow: c.shadow.map(|(rule, counts)| ShadowResponse {

@@ -65,6 +65,12 @@ pub struct Limits {
     /// The budget's unit, for people: `tokens`, `credits` (only with `budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_unit: Option<String>,
+    /// Lets the `concurrency` (a fixed one) rise by a factor for a budget of time above it per
+    /// calendar window of UTC: `2x 10m/day` runs up to twice the concurrency until ten
+    /// minutes above it were spent that day, then the concurrency again until the next day.
+    /// Every other counter's limit still holds; the time spent is kept durably.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_budget: Option<String>,
 }
 
 /// A rule's `concurrency`: a bound, or a burstable one.
@@ -311,6 +317,15 @@ pub struct CounterResponse {
     /// When the budget's next window starts (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_resets_at: Option<String>,
+    /// Its rule's burst budget (`2x 10m/day`); `limit` is raised while some is left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_budget: Option<String>,
+    /// Ms it ran above its concurrency in the burst budget's current window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_spent_ms: Option<u64>,
+    /// Ms of the burst budget left in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_left_ms: Option<u64>,
     /// Free slots; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<u32>,

@@ -77,6 +77,12 @@ pub enum RulesCommand {
         /// The pattern (`acme`, `acme/*`, …).
         pattern: String,
     },
+    /// Start the time spent above their concurrency of every counter with a burst budget the
+    /// pattern matches again from 0, in the current window (on every node's partitions).
+    ResetBurst {
+        /// The pattern (`acme`, `acme/*`, …).
+        pattern: String,
+    },
     /// Write the live rule book in the format `rules apply` reads.
     Export {
         /// Write here instead of stdout (a `.json` name writes JSON).
@@ -157,6 +163,13 @@ pub struct LimitArgs {
     /// Remove the rule's budget (with its reserve and unit).
     #[arg(long)]
     pub no_budget: bool,
+    /// Let the (fixed) concurrency rise by a factor for a budget of time above it per
+    /// calendar window of UTC: `2x 10m/day`.
+    #[arg(long, conflicts_with = "no_burst_budget")]
+    pub burst_budget: Option<String>,
+    /// Remove the rule's burst budget.
+    #[arg(long)]
+    pub no_burst_budget: bool,
     /// Count what the rule would do without enforcing it (`mode = "shadow"`).
     #[arg(long, conflicts_with = "enforce")]
     pub shadow: bool,
@@ -363,6 +376,12 @@ fn limits_set(
     if flags.budget_unit.is_some() {
         limits.budget_unit.clone_from(&flags.budget_unit);
     }
+    if flags.no_burst_budget {
+        limits.burst_budget = None;
+    }
+    if flags.burst_budget.is_some() {
+        limits.burst_budget.clone_from(&flags.burst_budget);
+    }
     if limits.rate.is_none() && limits.quota.is_none() && limits.budget.is_none() {
         limits.on_exceed = None;
     }
@@ -424,6 +443,7 @@ pub async fn run(cmd: &RulesCommand, args: &AdminArgs) -> Result<(), CodedError>
         }
         RulesCommand::ResetQuota { pattern } => reset(&admin, "quota", pattern).await?,
         RulesCommand::ResetBudget { pattern } => reset(&admin, "budget", pattern).await?,
+        RulesCommand::ResetBurst { pattern } => reset(&admin, "burst", pattern).await?,
         RulesCommand::Delete { pattern } => {
             let answer = admin
                 .call(

@@ -238,6 +238,9 @@ impl RuleSpec {
         if let Some(unit) = &self.limits.budget_unit {
             out.push(format!("budget_unit={unit}"));
         }
+        if let Some(burst) = &self.limits.burst_budget {
+            out.push(format!("burst_budget={burst}"));
+        }
         if let Some(mode) = &self.mode {
             out.push(format!("mode={mode}"));
         }
@@ -438,6 +441,7 @@ mod tests {
                 budget: Some("1000/day".into()),
                 reserve: Some(10),
                 budget_unit: Some("tokens".into()),
+                burst_budget: Some("2x 10m/day".into()),
             },
             mode: Some("shadow".into()),
             description: Some("d".into()),
@@ -604,6 +608,7 @@ burst = 3
                                 budget: None,
                                 reserve: None,
                                 budget_unit: None,
+                                burst_budget: None,
                             },
                         )
                     }

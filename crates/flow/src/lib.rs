@@ -18,7 +18,9 @@ pub mod slots;
 
 pub use pattern::{Level, PatternError, RulePattern};
 pub use priority::{PRIORITY_HEADER, Priority, PriorityError};
-pub use quota::{Budget, Measure, Quota, QuotaError, QuotaUse, QuotaWindow};
+pub use quota::{
+    Budget, BurstBudget, MAX_BURST_FACTOR_PCT, Measure, Quota, QuotaError, QuotaUse, QuotaWindow,
+};
 pub use rate::{Bucket, Rate, RateError, RateLimit};
 pub use rules::{
     AdaptiveLimit, CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook,

@@ -20,6 +20,7 @@ use hashbrown::{Equivalent, HashMap};
 mod adaptive;
 mod admit;
 mod bounds;
+mod burst;
 mod quotas;
 mod tally;
 mod tokens;
@@ -250,7 +251,7 @@ struct Node {
 /// `Node::measured` bit set while calls hold reservations of its budget (`rare.reserved` > 0):
 /// the counter stays until they end, whatever its rule says meanwhile, so what they give back
 /// is what they took.
-const HOLDS_RESERVATIONS: u8 = 1 << 2;
+const HOLDS_RESERVATIONS: u8 = 1 << 7;
 
 /// `Node::resolved_at` of a counter never resolved.
 const UNRESOLVED: u32 = u32::MAX;
@@ -332,7 +333,7 @@ impl Node {
             return None;
         }
         let state = self.rare.as_deref()?;
-        Measure::ALL.into_iter().find_map(|m| {
+        Measure::GATES.into_iter().find_map(|m| {
             let window = &state.windows[m as usize];
             let limit = window.limit?;
             let used = window.used.at(&limit, now_ms);
@@ -503,6 +504,9 @@ pub struct CounterSnapshot {
     /// Cost its calls reported past what one call may charge to its budget (its `reserve`,
     /// else the budget), cut from their charges, since the counter was made.
     pub budget_overrun: u64,
+    /// Its rule's burst budget and the ms it has spent above its concurrency in the window
+    /// (its `limit` is raised while some is left).
+    pub burst_budget: Option<(crate::quota::BurstBudget, QuotaUse)>,
     /// Its rate, if rate limited.
     pub rate: Option<RateLimit>,
     /// Tokens there now (rate limited counters).
@@ -568,7 +572,7 @@ pub struct Limiter {
     /// (`flow.max-idle-quota-counters[-per-scope]`); `None`: unbounded.
     quota_kept_cap: Option<quotas::IdleCap>,
     /// By [`Measure`]: uses of counters that are gone, and what is to be stored.
-    kept: [quotas::Kept; 2],
+    kept: [quotas::Kept; 3],
 }
 
 impl Limiter {
@@ -760,16 +764,32 @@ impl Limiter {
         node.guaranteed = resolved.guaranteed.map_or(0, NonZeroU32::get);
         node.rate = resolved.rate;
         let budget = resolved.budget;
-        if resolved.quota.is_some() || budget.is_some() || node.rare.is_some() {
+        // A burst raises a static bound (an adaptive one moves by itself).
+        let burst = match (resolved.burst_budget, resolved.limit) {
+            (Some(b), Limit::Concurrency(base)) if resolved.adaptive_in_force().is_none() => {
+                Some((b, base.get()))
+            }
+            _ => None,
+        };
+        if resolved.quota.is_some() || budget.is_some() || burst.is_some() || node.rare.is_some() {
             let state = node.rare.get_or_insert_with(Box::default);
             state.windows[Measure::Calls as usize].limit = resolved.quota;
             let cost = &mut state.windows[Measure::Cost as usize];
             cost.limit = budget.map(|b| b.limit);
             cost.reserve = budget.and_then(|b| b.reserve).map_or(0, NonZeroU64::get);
+            state.windows[Measure::Burst as usize].limit = burst.map(|(b, _)| b.budget);
+            // The time above the limit runs on through a rule change.
+            let since = state.burst.and_then(|b| b.above_since_ms);
+            state.burst = burst.map(|(budget, base)| quotas::Burst {
+                budget,
+                base,
+                above_since_ms: since,
+            });
         }
         node.measured = node.measured & HOLDS_RESERVATIONS
             | u8::from(resolved.quota.is_some()) << Measure::Calls as u8
-            | u8::from(budget.is_some()) << Measure::Cost as u8;
+            | u8::from(budget.is_some()) << Measure::Cost as u8
+            | u8::from(burst.is_some()) << Measure::Burst as u8;
         let adaptive = resolved.adaptive_in_force();
         if resolved.max_queued.is_some()
             || resolved.max_wait_ms.is_some()
@@ -797,6 +817,9 @@ impl Limiter {
         node.rule = resolved.pattern;
         node.resolved_at = generation;
         self.rewithin(id, within);
+        if burst.is_some() {
+            self.burst_tick(id, self.now_ms);
+        }
     }
 
     /// After a change to counter `id`'s usage, reservations or guarantee: if whether it is
@@ -900,6 +923,9 @@ impl Limiter {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             self.resolve(id, book);
+            if self.bursts(id) {
+                self.burst_tick(id, self.now_ms);
+            }
             let [scope, l1, l2] = self.names(id).map(|n| n.map(str::to_owned));
             let node = self.node(id);
             let now = self.now_ms;
@@ -929,6 +955,10 @@ impl Limiter {
                     .map(|q| (q, node.used(Measure::Calls).at(&q, now))),
                 budget: node.budget(now),
                 budget_overrun: node.rare.as_deref().map_or(0, |r| r.overrun),
+                burst_budget: node.rare.as_deref().and_then(|r| {
+                    let burst = r.burst?;
+                    Some((burst.budget, r.windows[Measure::Burst as usize].used))
+                }),
                 rate,
                 tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
                 next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),

@@ -6,7 +6,7 @@
 //! leader change does not hand out a fresh quota or budget.
 
 use std::fmt;
-use std::num::NonZeroU64;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,16 @@ impl QuotaWindow {
                 let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
                 days_from_civil(y, m, 1).saturating_mul(DAY_MS)
             }
+        }
+    }
+
+    /// Its shortest length, ms (a month: 28 days).
+    pub fn shortest_ms(self) -> u64 {
+        match self {
+            QuotaWindow::Minute => MINUTE_MS,
+            QuotaWindow::Hour => HOUR_MS,
+            QuotaWindow::Day => DAY_MS,
+            QuotaWindow::Month => 28 * DAY_MS,
         }
     }
 
@@ -139,17 +149,23 @@ fn amount_per_window(
         .ok()
         .and_then(NonZeroU64::new)
         .ok_or_else(|| bad("the amount is not a whole number of at least 1"))?;
-    let window = match per.trim() {
-        "min" | "minute" => QuotaWindow::Minute,
-        "h" | "hour" => QuotaWindow::Hour,
-        "d" | "day" => QuotaWindow::Day,
-        "month" | "mo" => QuotaWindow::Month,
-        _ => return Err(bad("the window is min, h, day or month")),
-    };
+    let window =
+        window_named(per.trim()).ok_or_else(|| bad("the window is min, h, day or month"))?;
     Ok(Quota {
         amount,
         window,
         reject: false,
+    })
+}
+
+/// The window `name` names (`min`, `h`, `day`, `month`, or their long forms).
+fn window_named(name: &str) -> Option<QuotaWindow> {
+    Some(match name {
+        "min" | "minute" => QuotaWindow::Minute,
+        "h" | "hour" => QuotaWindow::Hour,
+        "d" | "day" => QuotaWindow::Day,
+        "month" | "mo" => QuotaWindow::Month,
+        _ => return None,
     })
 }
 
@@ -198,25 +214,123 @@ impl fmt::Display for Budget {
     }
 }
 
-/// What a window counts at a counter: new admissions (a quota) or what calls spent (a budget).
+/// What a window counts at a counter: new admissions (a quota), what calls spent (a budget),
+/// or how long it ran above its concurrency limit (a burst budget, ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Measure {
     /// A quota: one per new admission, counted when it is admitted.
     Calls = 0,
     /// A budget: what each call's handler reported it spent, charged when it ends.
     Cost = 1,
+    /// A burst budget: the ms the counter ran more calls than its limit, counted as it runs.
+    Burst = 2,
 }
 
 impl Measure {
-    /// Both, quota first.
-    pub const ALL: [Measure; 2] = [Measure::Calls, Measure::Cost];
+    /// Every measure, quota first.
+    pub const ALL: [Measure; 3] = [Measure::Calls, Measure::Cost, Measure::Burst];
 
-    /// `quota` or `budget`.
+    /// The measures that hold a new call back when used up (a burst budget only lowers the
+    /// limit back to itself).
+    pub const GATES: [Measure; 2] = [Measure::Calls, Measure::Cost];
+
+    /// `quota`, `budget` or `burst`.
     pub fn as_str(self) -> &'static str {
         match self {
             Measure::Calls => "quota",
             Measure::Cost => "budget",
+            Measure::Burst => "burst",
         }
+    }
+}
+
+/// A burst budget on a concurrency limit (`burst_budget = { factor = 2, budget = "10m/day" }`):
+/// the counter may run up to `factor` times its limit while the time it has spent above its
+/// limit in the current window of UTC is under `budget`; then its limit is itself again until
+/// the next window (nothing running is stopped). Every other counter's limit still holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BurstBudget {
+    /// The limit while bursting, in hundredths of the limit (200: twice it); more than 100.
+    pub factor_pct: NonZeroU32,
+    /// Ms above the limit per window.
+    pub budget: Quota,
+}
+
+/// The largest burst factor, in hundredths (a hundredfold).
+pub const MAX_BURST_FACTOR_PCT: u32 = 10_000;
+
+impl BurstBudget {
+    /// The limit while bursting above `base`: at least one more.
+    pub fn raised(&self, base: u32) -> u32 {
+        let raised = u64::from(base) * u64::from(self.factor_pct.get()) / 100;
+        u32::try_from(raised)
+            .unwrap_or(u32::MAX)
+            .max(base.saturating_add(1))
+    }
+}
+
+impl fmt::Display for BurstBudget {
+    /// `2x 10m/day`, as [`BurstBudget::from_str`] reads it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let time = sluice_core::units::FriendlyDuration::from_millis(self.budget.amount.get());
+        write!(
+            f,
+            "{}x {time}/{}",
+            f64::from(self.factor_pct.get()) / 100.0,
+            self.budget.window.name()
+        )
+    }
+}
+
+impl FromStr for BurstBudget {
+    type Err = QuotaError;
+
+    /// `<factor>x <time>/<window>`: `2x 10m/day` (twice the concurrency, for ten minutes above
+    /// it a day), `1.5x 90s/h`. The factor is more than 1 and at most 100 (hundredths kept);
+    /// the time at least a second and at most the window.
+    fn from_str(text: &str) -> Result<Self, QuotaError> {
+        let bad = |why: &str| {
+            QuotaError(format!(
+                "burst budget '{}' is not valid: {why} (write it as <factor>x <time>/<window>, e.g. 2x 10m/day: twice the concurrency for ten minutes a day; the window is min, h, day or month)",
+                text.chars().take(40).collect::<String>()
+            ))
+        };
+        let (factor, rest) = text
+            .trim()
+            .split_once(['x', 'X'])
+            .ok_or_else(|| bad("no 'x' after the factor"))?;
+        let factor: f64 = factor
+            .trim()
+            .parse()
+            .map_err(|_| bad("the factor is not a number"))?;
+        if !factor.is_finite() || factor <= 1.0 || factor * 100.0 > f64::from(MAX_BURST_FACTOR_PCT)
+        {
+            return Err(bad("the factor is more than 1 and at most 100"));
+        }
+        // Whole hundredths, and never 1x after rounding.
+        let factor_pct = NonZeroU32::new(((factor * 100.0).round() as u32).max(101))
+            .ok_or_else(|| bad("the factor is more than 1"))?;
+        let (time, window) = rest
+            .rsplit_once('/')
+            .ok_or_else(|| bad("no '/' before the window"))?;
+        let window =
+            window_named(window.trim()).ok_or_else(|| bad("the window is min, h, day or month"))?;
+        let time: sluice_core::units::FriendlyDuration = time
+            .trim()
+            .parse()
+            .map_err(|_| bad("the time is not a duration such as 10m or 90s"))?;
+        let ms = u64::try_from(time.0.as_millis()).unwrap_or(u64::MAX);
+        if ms < 1_000 || ms > window.shortest_ms() {
+            return Err(bad("the time is at least 1s and at most its window"));
+        }
+        Ok(BurstBudget {
+            factor_pct,
+            budget: Quota {
+                amount: NonZeroU64::new(ms).ok_or_else(|| bad("the time is at least 1s"))?,
+                window,
+                reject: false,
+            },
+        })
     }
 }
 
@@ -307,6 +421,53 @@ mod tests {
         assert_eq!(QuotaWindow::Minute.next(NOW), NOW + 60_000);
         assert_eq!("5/h".parse::<Quota>().unwrap().window, QuotaWindow::Hour);
         assert_eq!("5/month".parse::<Quota>().unwrap().to_string(), "5/month");
+    }
+
+    #[test]
+    fn a_burst_raises_by_its_factor_and_at_least_one() {
+        let burst = |pct: u32| BurstBudget {
+            factor_pct: NonZeroU32::new(pct).unwrap(),
+            budget: "600000/day".parse().unwrap(),
+        };
+        assert_eq!(burst(200).raised(4), 8);
+        assert_eq!(burst(150).raised(3), 4);
+        assert_eq!(burst(101).raised(2), 3, "at least one more");
+        assert_eq!(burst(10_000).raised(u32::MAX), u32::MAX);
+        assert_eq!(burst(200).to_string(), "2x 10m/day");
+        assert_eq!(burst(150).to_string(), "1.5x 10m/day");
+        for text in ["2x 10m/day", "1.5x 90s/h", "3x 1h 30m/day", "100x 1s/min"] {
+            let parsed: BurstBudget = text.parse().unwrap();
+            assert_eq!(
+                parsed.to_string().parse::<BurstBudget>(),
+                Ok(parsed),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            "2X 10m/day"
+                .parse::<BurstBudget>()
+                .unwrap()
+                .budget
+                .amount
+                .get(),
+            600_000
+        );
+        for bad in [
+            "",
+            "2 10m/day",
+            "1x 10m/day",
+            "0.5x 1m/h",
+            "101x 1m/h",
+            "2x 10m",
+            "2x 10m/week",
+            "2x soon/day",
+            "2x 500ms/day",
+            "2x 2h/h",
+            "nanx 1m/h",
+        ] {
+            let err = bad.parse::<BurstBudget>().unwrap_err().to_string();
+            assert!(err.contains("<factor>x <time>/<window>"), "{bad}: {err}");
+        }
     }
 
     #[test]

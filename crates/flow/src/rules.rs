@@ -10,7 +10,7 @@ use hashbrown::{Equivalent, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::pattern::{Level, RulePattern};
-use super::quota::{Budget, Quota};
+use super::quota::{Budget, BurstBudget, Quota};
 use super::rate::RateLimit;
 
 mod weights;
@@ -103,6 +103,9 @@ pub struct Rule {
     /// The budget's unit, for operators (`tokens`, `credits`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_unit: Option<String>,
+    /// Its concurrency may rise by a factor for a budget of time per calendar window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_budget: Option<BurstBudget>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -163,6 +166,8 @@ pub struct Upsert {
     pub budget: Option<Budget>,
     /// The budget's unit.
     pub budget_unit: Option<String>,
+    /// Its burst budget.
+    pub burst_budget: Option<BurstBudget>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -188,6 +193,7 @@ impl Upsert {
             quota: None,
             budget: None,
             budget_unit: None,
+            burst_budget: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -265,6 +271,8 @@ pub struct Resolved {
     pub quota: Option<Quota>,
     /// The budget in force.
     pub budget: Option<Budget>,
+    /// The burst budget in force (only over a static concurrency).
+    pub burst_budget: Option<BurstBudget>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -296,6 +304,7 @@ impl Resolved {
         guaranteed: None,
         quota: None,
         budget: None,
+        burst_budget: None,
         pattern: None,
         shadow: None,
     };
@@ -340,6 +349,7 @@ struct Indexed {
     guaranteed: Option<NonZeroU32>,
     quota: Option<Quota>,
     budget: Option<Budget>,
+    burst_budget: Option<BurstBudget>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -474,6 +484,7 @@ impl RuleBook {
                         quota: upsert.quota,
                         budget: upsert.budget,
                         budget_unit: upsert.budget_unit.clone(),
+                        burst_budget: upsert.burst_budget,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -491,6 +502,7 @@ impl RuleBook {
                         || old.guaranteed != upsert.guaranteed
                         || old.quota != upsert.quota
                         || old.budget != upsert.budget
+                        || old.burst_budget != upsert.burst_budget
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description
@@ -507,6 +519,7 @@ impl RuleBook {
                         quota: upsert.quota,
                         budget: upsert.budget,
                         budget_unit: upsert.budget_unit.clone(),
+                        burst_budget: upsert.burst_budget,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -603,6 +616,10 @@ impl RuleBook {
                         .filter(|g| matches!(rule.limit, Limit::Concurrency(max) if *g < max)),
                     quota: rule.quota,
                     budget: rule.budget,
+                    // A burst raises a bound: over a static concurrency only.
+                    burst_budget: rule
+                        .burst_budget
+                        .filter(|_| matches!(rule.limit, Limit::Concurrency(_))),
                     pattern,
                     shadow,
                 },
@@ -683,12 +700,15 @@ impl RuleBook {
                 max_queued: None,
                 adaptive: None,
                 guaranteed: None,
+                burst_budget: None,
                 pattern,
                 ..self.most_specific(level, scope, l1, l2)
             },
+            // A policy's bound is a plain bound: no burst above it.
             Decision::Concurrency(n) => Resolved {
                 limit: Limit::Concurrency(n),
                 guaranteed: None,
+                burst_budget: None,
                 pattern,
                 ..self.most_specific(level, scope, l1, l2)
             },
@@ -734,6 +754,7 @@ impl RuleBook {
                 guaranteed: rule.guaranteed,
                 quota: rule.quota,
                 budget: rule.budget,
+                burst_budget: rule.burst_budget,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

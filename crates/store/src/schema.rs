@@ -86,6 +86,9 @@ schema! {
     /// What flow-control counters' calls spent of their budgets. Key and value as
     /// `flow_quotas`, `used` being the cost charged in the window.
     FLOW_BUDGETS: BytesTable = "flow_budgets" => Role::Partition { log_id: 8 };
+    /// How long flow-control counters ran above their concurrency, of their burst budgets. Key
+    /// and value as `flow_quotas`, `used` being the ms spent above in the window.
+    FLOW_BURSTS: BytesTable = "flow_bursts" => Role::Partition { log_id: 9 };
 
     /// Registered deployments.
     DEPLOYMENTS: NamedTable = "deployments" => Role::Meta(MetaGroup::Registry);
@@ -192,6 +195,7 @@ mod tests {
                 ("paused_queues", 6),
                 ("flow_quotas", 7),
                 ("flow_budgets", 8),
+                ("flow_bursts", 9),
             ]
         );
         let meta: Vec<(&str, MetaGroup)> = TABLES
@@ -239,6 +243,6 @@ mod tests {
                 }
             }
         }
-        assert!(partition_table(9).is_none());
+        assert!(partition_table(10).is_none());
     }
 }

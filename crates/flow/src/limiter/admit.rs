@@ -48,6 +48,9 @@ impl Limiter {
         for (at, &id) in counters.iter().enumerate() {
             self.resolve(id, book);
             self.adapt_backstop(id, now_ms);
+            if self.node(id).measures(Measure::Burst) {
+                self.burst_tick(id, now_ms);
+            }
             let node = self.node(id);
             let new = woken == Woken::No;
             let reserved = if new { node.pending } else { 0 };
@@ -142,11 +145,15 @@ impl Limiter {
             {
                 bounds.admitted(usage, tokens, now_ms);
             }
+            let bursts = node.measures(Measure::Burst);
             if quota_dirty {
                 self.kept[Measure::Calls as usize].dirty.push(id);
             }
             if burstable {
                 self.rewithin(id, was);
+            }
+            if bursts {
+                self.burst_tick(id, now_ms);
             }
         }
         Permit {
@@ -196,6 +203,9 @@ impl Limiter {
             }
             if burstable {
                 self.rewithin(id, was);
+            }
+            if self.node(id).measures(Measure::Burst) {
+                self.burst_tick(id, now_ms);
             }
         }
         for &id in counters.iter().rev() {
@@ -249,8 +259,9 @@ impl Limiter {
                 continue;
             }
             if let Some((m, quota, at)) = node.used_up(now_ms).filter(|(_, q, _)| q.reject) {
+                // `used_up` names gates only: a burst budget never holds a call back.
                 let why = match m {
-                    Measure::Calls => RefusalReason::QuotaExhausted { quota },
+                    Measure::Calls | Measure::Burst => RefusalReason::QuotaExhausted { quota },
                     Measure::Cost => RefusalReason::BudgetExhausted { budget: quota },
                 };
                 refused = Some(Refusal {

@@ -19,8 +19,10 @@ use crate::quota::{Measure, Quota, QuotaUse};
 /// and waits (`tally.rs`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Rare {
-    /// By [`Measure`]: the quota, then the budget.
-    pub(super) windows: [Window; 2],
+    /// By [`Measure`]: the quota, the budget, then the burst budget (ms above the limit).
+    pub(super) windows: [Window; 3],
+    /// The burst budget's factor and the limit it raises, while its rule has one.
+    pub(super) burst: Option<Burst>,
     /// What the calls running under it hold reserved of its budget.
     pub(super) reserved: u64,
     /// New invocations it refused.
@@ -32,6 +34,15 @@ pub(crate) struct Rare {
     pub(super) overrun: u64,
     /// How long the new invocations it admitted waited.
     pub(super) waits: super::WaitHistogram,
+}
+
+/// A counter's burst budget in force: its rule's factor, the limit it raises (the rule's
+/// concurrency), and since when the counter has run above that limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Burst {
+    pub(super) budget: crate::quota::BurstBudget,
+    pub(super) base: u32,
+    pub(super) above_since_ms: Option<u64>,
 }
 
 /// A quota or a budget at a counter.
@@ -146,7 +157,7 @@ impl Limiter {
     }
 
     /// The kept uses of `m`.
-    fn kept_mut(&mut self, m: Measure) -> &mut Kept {
+    pub(super) fn kept_mut(&mut self, m: Measure) -> &mut Kept {
         &mut self.kept[m as usize]
     }
 }
@@ -494,11 +505,17 @@ impl Limiter {
     /// sees a tenant's quota between its calls as the next call will find it.
     pub(super) fn idle_quota_counters(&self, book: &RuleBook, out: &mut Vec<CounterSnapshot>) {
         let now = self.now_ms;
-        let [calls, cost] = &self.kept;
+        let [calls, cost, burst] = &self.kept;
         let keys = calls
             .uses
             .keys()
-            .chain(cost.uses.keys().filter(|k| !calls.uses.contains_key(*k)));
+            .chain(cost.uses.keys().filter(|k| !calls.uses.contains_key(*k)))
+            .chain(
+                burst
+                    .uses
+                    .keys()
+                    .filter(|k| !calls.uses.contains_key(*k) && !cost.uses.contains_key(*k)),
+            );
         for key in keys {
             let (level, scope, l1, l2) = key_names(key);
             let resolved = book.resolve(level, scope, l1, l2);
@@ -510,7 +527,11 @@ impl Limiter {
                 let used = cost.uses.get(key)?.at(&b.limit, now);
                 (used.used > 0).then_some((b, used, 0))
             });
-            if quota.is_none() && budget.is_none() {
+            let burst_budget = resolved.burst_budget.and_then(|b| {
+                let used = burst.uses.get(key)?.at(&b.budget, now);
+                (used.used > 0).then_some((b, used))
+            });
+            if quota.is_none() && budget.is_none() && burst_budget.is_none() {
                 continue;
             }
             // As a counter made now would be: an adaptive limit starts at its least.
@@ -534,6 +555,7 @@ impl Limiter {
                 quota,
                 budget,
                 budget_overrun: cost.overruns.get(key).copied().unwrap_or(0),
+                burst_budget,
                 // A counter goes only once its bucket is full again.
                 tokens: resolved.rate.map(|rate| rate.burst.get()),
                 rate: resolved.rate,

@@ -968,3 +968,83 @@ fn one_call_charges_at_most_its_reserve_and_the_cut_is_kept_as_an_overrun() {
     l.uncharge(&p, &b, u64::MAX, now);
     assert_eq!(shown(&mut l), (Some((0, 0)), 0));
 }
+
+#[test]
+fn a_burst_budget_raises_the_limit_until_its_time_above_is_spent_then_per_window() {
+    let hour = 3_600_000;
+    let t0 = 10 * hour;
+    let mut b = RuleBook::new();
+    let mut scope = Upsert::new(
+        RulePattern::parse("bb").unwrap(),
+        Limit::Concurrency(NonZeroU32::new(2).unwrap()),
+    );
+    // Twice the limit, for 1 s above it per hour.
+    scope.burst_budget = Some(crate::quota::BurstBudget {
+        factor_pct: NonZeroU32::new(200).unwrap(),
+        budget: "1000/h".parse().unwrap(),
+    });
+    // A key's own limit still holds during the burst.
+    let key = Upsert::new(
+        RulePattern::parse("bb/*").unwrap(),
+        Limit::Concurrency(NonZeroU32::new(3).unwrap()),
+    );
+    b.apply_batch(&[scope, key], 1).unwrap();
+    let mut l = Limiter::new();
+    let (a, c) = (path(&mut l, "bb", Some("a")), path(&mut l, "bb", Some("c")));
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(l.try_acquire(&a, &b, t0).unwrap());
+    }
+    let blocked = l.try_acquire(&a, &b, t0).unwrap_err();
+    assert_eq!(
+        blocked.level,
+        Level::L1,
+        "the key's 3 holds under the burst"
+    );
+    held.push(l.try_acquire(&c, &b, t0).unwrap());
+    let blocked = l.try_acquire(&c, &b, t0).unwrap_err();
+    assert_eq!(blocked.level, Level::Scope, "4 = 2 x 2 at the scope");
+    // 600 ms above: 400 left, still 4.
+    let snap = l.snapshot(&b, t0 + 600);
+    let scope_row = snap.iter().find(|s| s.level == Level::Scope).unwrap();
+    assert_eq!(
+        scope_row.limit,
+        Limit::Concurrency(NonZeroU32::new(4).unwrap())
+    );
+    assert_eq!(scope_row.burst_budget.map(|(_, used)| used.used), Some(600));
+    // Back to 2 at once: the time below the limit is not counted.
+    let mut woken = Vec::new();
+    for permit in held.drain(..2) {
+        l.release(permit, &b, t0 + 600, &mut woken);
+    }
+    let snap = l.snapshot(&b, t0 + 5_000);
+    let scope_row = snap.iter().find(|s| s.level == Level::Scope).unwrap();
+    assert_eq!(scope_row.burst_budget.map(|(_, used)| used.used), Some(600));
+    // Above again for 400 ms: spent, and the limit is 2 again (nothing running is stopped).
+    held.push(l.try_acquire(&a, &b, t0 + 5_000).unwrap());
+    held.push(l.try_acquire(&c, &b, t0 + 5_000).unwrap());
+    let blocked = l.check(&a, &b, false, true, t0 + 5_400).unwrap_err();
+    assert_eq!(blocked.level, Level::Scope);
+    let snap = l.snapshot(&b, t0 + 5_400);
+    let scope_row = snap.iter().find(|s| s.level == Level::Scope).unwrap();
+    assert_eq!(
+        scope_row.limit,
+        Limit::Concurrency(NonZeroU32::new(2).unwrap())
+    );
+    assert_eq!(scope_row.usage, 4);
+    assert_eq!(
+        scope_row.burst_budget.map(|(_, used)| used.used),
+        Some(1_000)
+    );
+    // Stored as it changed; the next hour has a fresh budget.
+    let writes = l.take_use_writes(Measure::Burst);
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!((writes[0].0.as_str(), writes[0].1.used), ("bb", 1_000));
+    for permit in held.drain(..) {
+        l.release(permit, &b, 11 * hour, &mut woken);
+    }
+    let permits: Vec<_> = (0..3)
+        .map(|_| l.try_acquire(&a, &b, 11 * hour).unwrap())
+        .collect();
+    assert_eq!(permits.len(), 3, "above 2 again in the next hour");
+}

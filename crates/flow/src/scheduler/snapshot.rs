@@ -199,14 +199,16 @@ impl Scheduler {
                                 next_token_ms,
                                 rule: why.rule.clone(),
                             },
-                            (None, Some((Measure::Calls, quota, resets_at_ms))) => {
-                                BlockedOn::Quota {
-                                    level: why.level,
-                                    quota,
-                                    resets_at_ms,
-                                    rule: why.rule.clone(),
-                                }
-                            }
+                            // `used_up` names gates only: a burst budget never holds a call back.
+                            (
+                                None,
+                                Some((Measure::Calls | Measure::Burst, quota, resets_at_ms)),
+                            ) => BlockedOn::Quota {
+                                level: why.level,
+                                quota,
+                                resets_at_ms,
+                                rule: why.rule.clone(),
+                            },
                             (None, Some((Measure::Cost, budget, resets_at_ms))) => {
                                 BlockedOn::Budget {
                                     level: why.level,

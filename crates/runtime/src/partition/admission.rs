@@ -235,15 +235,18 @@ impl Partition {
             self.start_attempt(id, permit);
             self.observe();
         }
-        // What counters used of their quotas goes with the admissions that used it.
-        for (counter, used) in self.admission.scheduler.take_use_writes(Measure::Calls) {
-            sluice_store::invocation::quotas::put(
-                &mut self.starting.pins,
-                Measure::Calls,
-                self.outside.index,
-                &counter,
-                used,
-            );
+        // What counters used of their quotas, and of their burst budgets, goes with the
+        // admissions that used it.
+        for m in [Measure::Calls, Measure::Burst] {
+            for (counter, used) in self.admission.scheduler.take_use_writes(m) {
+                sluice_store::invocation::quotas::put(
+                    &mut self.starting.pins,
+                    m,
+                    self.outside.index,
+                    &counter,
+                    used,
+                );
+            }
         }
         // What the attempts started write, in one set: awaited with the batches, so a failure
         // stops the partition like any other (`run_loop::adopt_detached`).

@@ -33,6 +33,7 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("disabled", DataType::Boolean, false),
         ("version", DataType::UInt32, false),
         ("last_modified", timestamp(), false),
+        ("burst_budget", DataType::Utf8, true),
     ])
 }
 
@@ -60,7 +61,9 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
             UInt64Builder::new(),
             StringBuilder::new(),
         );
+        let mut burst_budget = StringBuilder::new();
         for rule in rules {
+            burst_budget.append_option(rule.burst_budget.map(|b| b.to_string()));
             quota.append_option(rule.quota.map(|q| q.to_string()));
             budget.append_option(rule.budget.map(|b| b.to_string()));
             reserve.append_option(
@@ -112,6 +115,7 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(disabled.finish()),
                 Arc::new(version.finish()),
                 Arc::new(modified.finish()),
+                Arc::new(burst_budget.finish()),
             ],
         )
     })
@@ -151,7 +155,28 @@ pub(super) fn user_limits_schema() -> SchemaRef {
         ("budget_reserved", DataType::UInt64, true),
         ("budget_resets_at", timestamp(), true),
         ("budget_overrun", DataType::UInt64, true),
+        ("burst_budget", DataType::Utf8, true),
+        ("burst_spent_ms", DataType::UInt64, true),
+        ("burst_left_ms", DataType::UInt64, true),
     ])
+}
+
+/// A counter's burst budget columns: the budget, the ms spent above its concurrency in the
+/// window, and the ms left.
+fn burst_columns(counters: &[sluice_flow::limiter::CounterSnapshot]) -> [ArrayRef; 3] {
+    let mut budget = StringBuilder::new();
+    let (mut spent, mut left) = (UInt64Builder::new(), UInt64Builder::new());
+    for c in counters {
+        let burst = c.burst_budget;
+        budget.append_option(burst.map(|(b, _)| b.to_string()));
+        spent.append_option(burst.map(|(_, u)| u.used));
+        left.append_option(burst.map(|(b, u)| b.budget.amount.get().saturating_sub(u.used)));
+    }
+    [
+        Arc::new(budget.finish()),
+        Arc::new(spent.finish()),
+        Arc::new(left.finish()),
+    ]
 }
 
 pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
@@ -243,7 +268,7 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
         batch(
             &user_limits_schema(),
             vec![
-                Arc::new(partition.finish()),
+                Arc::new(partition.finish()) as ArrayRef,
                 Arc::new(scope.finish()),
                 Arc::new(l1.finish()),
                 Arc::new(l2.finish()),
@@ -275,7 +300,10 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(reserved.finish()),
                 Arc::new(budget_resets.finish()),
                 Arc::new(overrun.finish()),
-            ],
+            ]
+            .into_iter()
+            .chain(burst_columns(&counters))
+            .collect(),
         )
     })
 }

@@ -1,5 +1,5 @@
-//! What flow-control counters used of their quotas (`quota = "10000/day"`) and budgets
-//! (`budget = "1000000/day"`), per partition, so a restart or a leader change does not hand out
+//! What flow-control counters used of their quotas (`quota = "10000/day"`), budgets
+//! (`budget = "1000000/day"`) and burst budgets (ms above their concurrency), per partition, so a restart or a leader change does not hand out
 //! a fresh quota or budget. A quota's use is written with the admissions that use it
 //! (`partition/admission.rs`), a budget's with the ends of the calls that spent it
 //! (`partition/charges.rs`); both are read back at recovery.
@@ -11,13 +11,14 @@ use crate::storage::writer::WriteSet;
 use sluice_core::errors::{Code, CodedError};
 use sluice_flow::{Measure, QuotaUse};
 
-use crate::schema::{FLOW_BUDGETS, FLOW_QUOTAS};
+use crate::schema::{FLOW_BUDGETS, FLOW_BURSTS, FLOW_QUOTAS};
 
 /// The table holding the uses of `m`.
 fn table(m: Measure) -> crate::schema::BytesTable {
     match m {
         Measure::Calls => FLOW_QUOTAS,
         Measure::Cost => FLOW_BUDGETS,
+        Measure::Burst => FLOW_BURSTS,
     }
 }
 

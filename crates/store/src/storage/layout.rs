@@ -10,7 +10,7 @@
 //! is. Changing the count (or opening a store written before rows were keyed by partition,
 //! format 1) moves every row once, in one transaction ([`rekey`]).
 //!
-//! `paused_queues`, `flow_quotas` and `flow_budgets` are keyed by their partition's index
+//! `paused_queues`, `flow_quotas`, `flow_budgets` and `flow_bursts` are keyed by their partition's index
 //! already, and stay as they are.
 
 use redb::ReadableTable;
@@ -74,7 +74,7 @@ pub fn owner(table: &str, key: &[u8], partitions: u32) -> Option<u32> {
             }))
         }
         // Key: the partition's index (u32 BE) ‖ …
-        "paused_queues" | "flow_quotas" | "flow_budgets" => key
+        "paused_queues" | "flow_quotas" | "flow_budgets" | "flow_bursts" => key
             .first_chunk::<4>()
             .map(|index| u32::from_be_bytes(*index))
             .filter(|index| *index < partitions),
