@@ -5,8 +5,9 @@
 //! ingress, their concurrency measured in the handler).
 //!
 //! That SDK release speaks the service protocol up to V6: it has no scoped client and no limit
-//! key (both came with V7), so its handlers cannot make scoped calls or see their scope; the
-//! ingress still places and limits their calls (`docs/flow-control.md`, "SDKs").
+//! key fields (both came with V7). Its handlers name a call's scope and limit key in the call's
+//! headers (`x-service-scope`, `x-service-limit-key`), and read their own in their input's
+//! headers (`docs/flow-control.md`, "SDKs").
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +71,60 @@ async fn java_calls_made_in_a_scope_at_the_ingress_are_admitted_under_the_rule_b
             .await,
         6
     );
+}
+
+/// V6 has no scope fields: a Java handler names the scope and limit key of a call in its
+/// headers (`x-service-scope`, `x-service-limit-key`), Sluice limits it as it would a V7
+/// field, and a handler reads its own in its input's headers (inherited by an unnamed call).
+#[tokio::test]
+async fn java_handlers_make_scoped_calls_by_headers_and_read_their_own_scope() {
+    let (sluice, _dep) = started(json!([{"pattern": "jv", "limits": {"concurrency": 2}}])).await;
+    assert_eq!(
+        ingress_ok(&sluice, "/service/call/JavaMeter/fanOut", json!(6)).await,
+        json!(6)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let done = "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'jv' AND target_handler_name = 'hold' AND status = 'completed'";
+    while sluice.count(done).await < 6 {
+        assert!(Instant::now() < deadline, "the six scoped sends never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        ingress_ok(&sluice, "/service/call/JavaMeter/peak", Value::Null).await,
+        json!(2),
+        "the rule on scope jv held the sends"
+    );
+    assert_eq!(
+        sluice
+            .count("SELECT count(*) AS n FROM sys_invocation WHERE scope = 'jv' AND limit_key IN ('k0', 'k1')")
+            .await,
+        6
+    );
+    // A handler sees its own scope and key; a child call that names none inherits them.
+    let path = "/service/scope/acme/call/JavaMeter/whoAmI?limit-key=gold";
+    assert_eq!(
+        ingress_ok(&sluice, path, Value::Null).await,
+        json!("acme/gold")
+    );
+    let path = "/service/scope/acme/call/JavaMeter/childWhoAmI?limit-key=gold";
+    assert_eq!(
+        ingress_ok(&sluice, path, Value::Null).await,
+        json!("acme/gold")
+    );
+    // An unscoped call sees none; a client's own header does not pass as a scope.
+    let answer: Value = reqwest::Client::new()
+        .post(format!(
+            "{}/service/call/JavaMeter/whoAmI",
+            sluice.ingress_url
+        ))
+        .header("x-service-scope", "forged")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer, json!("-/-"));
 }
 
 #[tokio::test]

@@ -26,4 +26,4 @@ pub use rules::{
     AdaptiveLimit, CounterRef, Decision, Delete, Limit, Precondition, Resolved, Rule, RuleBook,
     RuleError, RulePolicy, ShadowRule, Upsert, WeightChange,
 };
-pub use scope::{LimitKey, Scope};
+pub use scope::{LIMIT_KEY_HEADER, LimitKey, SCOPE_HEADER, Scope};

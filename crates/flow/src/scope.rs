@@ -9,6 +9,13 @@ use sluice_core::errors::{Code, CodedError};
 /// Longest scope or limit-key level, in bytes.
 pub const MAX_NAME_LEN: usize = 36;
 
+/// The header naming the scope an invocation runs in: on a Kafka record, on a V6 call or send
+/// command (V7 has a field for it), and in a V6 handler's input, which tells it its own.
+pub const SCOPE_HEADER: &str = "x-service-scope";
+
+/// The header naming its limit key, likewise (and the ingress's).
+pub const LIMIT_KEY_HEADER: &str = "x-service-limit-key";
+
 /// Why a single name (scope or one level of a key) is invalid, without the surrounding context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NameError {

@@ -51,8 +51,9 @@ fn invocation_of(
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.clone())
     };
-    let scope = header("x-service-scope").or_else(|| sub.options.get("scope").cloned());
-    let limit_key = header("x-service-limit-key").or_else(|| sub.options.get("limit-key").cloned());
+    let scope = header(sluice_flow::SCOPE_HEADER).or_else(|| sub.options.get("scope").cloned());
+    let limit_key =
+        header(sluice_flow::LIMIT_KEY_HEADER).or_else(|| sub.options.get("limit-key").cloned());
     let (scope, limit_key) =
         sluice_flow::scope::parse_request(scope.as_deref(), limit_key.as_deref())
             .map_err(|e| skip(format_args!("[RT0024] {}", e.message)))?;

@@ -251,7 +251,20 @@ fn replay(req: &AttemptRequest) -> Vec<Bytes> {
     start.to_frame(false).encode(&mut first);
     let mut pieces = Vec::with_capacity(1 + 2 * req.journal.len());
     pieces.push(first.freeze());
-    for frame in &req.journal {
+    // Before V7 the start message has no scope or limit key: the handler reads its own in its
+    // input's headers (a scoped client over `x-service-scope`, `x-service-limit-key`).
+    let scoped_input = (req.protocol < ProtocolVersion::V7 && req.scope.is_some())
+        .then(|| {
+            req.journal
+                .first()
+                .and_then(|input| with_scope_headers(req, input))
+        })
+        .flatten();
+    for (at, frame) in req.journal.iter().enumerate() {
+        let frame = match (&scoped_input, at) {
+            (Some(input), 0) => input,
+            _ => frame,
+        };
         let (header, payload) = frame.pieces();
         pieces.push(header);
         if !payload.is_empty() {
@@ -259,6 +272,37 @@ fn replay(req: &AttemptRequest) -> Vec<Bytes> {
         }
     }
     pieces
+}
+
+/// `input` (an invocation's input entry) with its scope and limit key in its headers, in place
+/// of any the headers held; `None` when it is not an input entry.
+fn with_scope_headers(req: &AttemptRequest, input: &Frame) -> Option<Frame> {
+    use sluice_flow::{LIMIT_KEY_HEADER, SCOPE_HEADER};
+    let Ok(Message::Input(mut input)) = Message::decode(input, req.protocol) else {
+        return None;
+    };
+    input.headers.retain(|h| {
+        !h.key.eq_ignore_ascii_case(SCOPE_HEADER) && !h.key.eq_ignore_ascii_case(LIMIT_KEY_HEADER)
+    });
+    let named = [
+        (
+            SCOPE_HEADER,
+            req.scope.as_ref().map(|s| s.as_str().to_owned()),
+        ),
+        (
+            LIMIT_KEY_HEADER,
+            req.limit_key.as_ref().map(|k| k.as_str().to_owned()),
+        ),
+    ];
+    for (key, value) in named {
+        if let Some(value) = value {
+            input.headers.push(proto::Header {
+                key: key.to_owned(),
+                value,
+            });
+        }
+    }
+    Some(Message::Input(input).to_frame(false))
 }
 
 /// The replay in one buffer (HTTP/1.1 sends one body).

@@ -89,18 +89,34 @@ pub fn child_of(
     now: u64,
 ) -> Option<Result<(Child, u32), CodedError>> {
     let caller = caller_record.id;
-    let (scope, limit_key, idempotency_key) = match message {
+    let (scope, limit_key, idempotency_key, headers) = match message {
         Message::Call(c) => (
             c.scope.as_deref(),
             c.limit_key.as_deref(),
             c.idempotency_key.as_deref(),
+            &c.headers,
         ),
         Message::OneWayCall(c) => (
             c.scope.as_deref(),
             c.limit_key.as_deref(),
             c.idempotency_key.as_deref(),
+            &c.headers,
         ),
         _ => return None,
+    };
+    // V6 commands have no fields for them: their headers carry them (the fields win).
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|h| h.key.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str())
+    };
+    let (scope, limit_key) = match (scope, limit_key) {
+        (None, None) => (
+            header(sluice_flow::SCOPE_HEADER),
+            header(sluice_flow::LIMIT_KEY_HEADER),
+        ),
+        named => named,
     };
     if idempotency_key == Some("") {
         return Some(Err(CodedError::new(

@@ -95,6 +95,36 @@ public class JavaMeter {
     return awakeable.await();
   }
 
+  /**
+   * Sends `count` `hold(300)` calls into scope `jv`, alternating limit keys `k0` and `k1`, by
+   * the headers Sluice reads on V6 commands (this SDK has no scope fields); answers how many.
+   */
+  @Handler
+  public int fanOut(Context ctx, int count) {
+    for (int i = 0; i < count; i++) {
+      ctx.send(
+          JavaMeterHandlers.hold(300)
+              .header("x-service-scope", "jv")
+              .header("x-service-limit-key", "k" + (i % 2)));
+    }
+    return count;
+  }
+
+  /** The scope and limit key this call runs under, as its input's headers say (`scope/key`). */
+  @Handler
+  public String whoAmI(Context ctx) {
+    Map<String, String> headers = ctx.request().headers();
+    return headers.getOrDefault("x-service-scope", "-")
+        + "/"
+        + headers.getOrDefault("x-service-limit-key", "-");
+  }
+
+  /** Calls `whoAmI` without naming a scope: the child inherits this call's scope and key. */
+  @Handler
+  public String childWhoAmI(Context ctx) {
+    return ctx.call(JavaMeterHandlers.whoAmI()).await();
+  }
+
   /** The newest awakeable `awaitAwakeable` waits on. */
   @Handler
   public String lastAwakeable(Context ctx) {
