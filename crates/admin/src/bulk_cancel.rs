@@ -13,7 +13,7 @@ use axum::extract::State;
 
 use crate::AdminState;
 use crate::error::AdminError;
-use crate::limits::{RESET_PAUSE_CAP, RESET_WITHIN, ask_other_leaders, missing_partitions};
+use crate::every_leader::{RESET_PAUSE_CAP, RESET_WITHIN, ask_other_leaders, missing_partitions};
 use sluice_api::invocations::{BulkCancelRequest, BulkCancelResponse, BulkCancelled};
 use sluice_core::errors::{Code, CodedError};
 use sluice_runtime::partition::model::bulk::CancelFilter;

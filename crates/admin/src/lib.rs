@@ -9,6 +9,7 @@ pub mod bulk_cancel;
 mod dashboard;
 pub mod deployments;
 pub mod error;
+mod every_leader;
 mod extract;
 pub mod flow_history;
 mod health;
@@ -19,6 +20,7 @@ pub mod limits;
 pub mod plugins;
 mod prometheus;
 pub mod query;
+pub mod resets;
 mod restart;
 pub mod scrape;
 mod serve;
@@ -225,9 +227,9 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::counters))
         .routes(routes!(limits::deployment_gates))
         .routes(routes!(limits::history))
-        .routes(routes!(limits::reset_quota))
-        .routes(routes!(limits::reset_budget))
-        .routes(routes!(limits::reset_burst))
+        .routes(routes!(resets::reset_quota))
+        .routes(routes!(resets::reset_budget))
+        .routes(routes!(resets::reset_burst))
         .routes(routes!(weights::list, weights::set))
         .routes(routes!(vqueues::list))
         .routes(routes!(vqueues::pause))

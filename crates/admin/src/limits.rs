@@ -18,8 +18,8 @@ pub use sluice_api::limits::{
 use sluice_core::errors::Code;
 use sluice_flow::limiter::MAX_WEIGHT;
 use sluice_flow::{
-    AdaptiveLimit, Budget, Delete, Limit, Measure, Precondition, Quota, Rate, RateError, RateLimit,
-    Rule, RuleError, RulePattern, Upsert,
+    AdaptiveLimit, Budget, Delete, Limit, Precondition, Quota, Rate, RateError, RateLimit, Rule,
+    RuleError, RulePattern, Upsert,
 };
 use sluice_runtime::limits::RulesError;
 
@@ -64,7 +64,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
     }
 }
 
-fn pattern(text: &str) -> Result<RulePattern, AdminError> {
+pub(crate) fn pattern(text: &str) -> Result<RulePattern, AdminError> {
     text.parse().map_err(|e: sluice_flow::PatternError| {
         AdminError::coded(Code::RUL0001, format!("invalid rule pattern '{text}': {e}"))
     })
@@ -415,192 +415,6 @@ pub async fn list(State(state): State<Arc<AdminState>>) -> Json<ListRulesRespons
     Json(ListRulesResponse { rules })
 }
 
-/// Starts the quota count of every counter a pattern matches again from 0, in the current
-/// window, on every partition; answered once stored. In cluster mode the node asked resets the
-/// partitions it leads and asks every other leading node to reset theirs; until every partition
-/// was reset by the node leading it (leadership can move while it asks), it resets again, with
-/// pauses doubling from 100 ms, for up to [`RESET_WITHIN`].
-#[utoipa::path(post, path = "/limits/rules/reset-quota", tag = "limits", operation_id = "reset_quota",
-    request_body = ResetQuotaRequest,
-    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern"),
-        (status = 503, description = "ADM0010: a partition had no leader, or was reset by none, for 30 s")))]
-pub async fn reset_quota(
-    State(state): State<Arc<AdminState>>,
-    headers: http::HeaderMap,
-    Json(request): Json<ResetQuotaRequest>,
-) -> Result<Json<ResetQuotaResponse>, AdminError> {
-    reset_uses(&state, &headers, &request, Measure::Calls).await
-}
-
-/// Starts the budget's spend of every counter a pattern matches again from 0, in the current
-/// window, on every partition; answered once stored (in cluster mode as
-/// `/limits/rules/reset-quota` does).
-#[utoipa::path(post, path = "/limits/rules/reset-budget", tag = "limits", operation_id = "reset_budget",
-    request_body = ResetQuotaRequest,
-    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern"),
-        (status = 503, description = "ADM0010: a partition had no leader, or was reset by none, for 30 s")))]
-pub async fn reset_budget(
-    State(state): State<Arc<AdminState>>,
-    headers: http::HeaderMap,
-    Json(request): Json<ResetQuotaRequest>,
-) -> Result<Json<ResetQuotaResponse>, AdminError> {
-    reset_uses(&state, &headers, &request, Measure::Cost).await
-}
-
-/// Starts the time spent above their concurrency of every counter with a burst budget a
-/// pattern matches again from 0, in the current window, on every partition; answered once
-/// stored (in cluster mode as `/limits/rules/reset-quota` does).
-#[utoipa::path(post, path = "/limits/rules/reset-burst", tag = "limits", operation_id = "reset_burst",
-    request_body = ResetQuotaRequest,
-    responses((status = 200, body = ResetQuotaResponse), (status = 400, description = "RUL0001: not a pattern"),
-        (status = 503, description = "ADM0010: a partition had no leader, or was reset by none, for 30 s")))]
-pub async fn reset_burst(
-    State(state): State<Arc<AdminState>>,
-    headers: http::HeaderMap,
-    Json(request): Json<ResetQuotaRequest>,
-) -> Result<Json<ResetQuotaResponse>, AdminError> {
-    reset_uses(&state, &headers, &request, Measure::Burst).await
-}
-
-/// The path that resets what `m` counts.
-fn reset_path(m: Measure) -> &'static str {
-    match m {
-        Measure::Calls => "/limits/rules/reset-quota",
-        Measure::Cost => "/limits/rules/reset-budget",
-        Measure::Burst => "/limits/rules/reset-burst",
-    }
-}
-
-/// Resets the quotas (or budgets) `request` names on every partition (see [`reset_quota`]).
-async fn reset_uses(
-    state: &AdminState,
-    headers: &http::HeaderMap,
-    request: &ResetQuotaRequest,
-    m: Measure,
-) -> Result<Json<ResetQuotaResponse>, AdminError> {
-    let pattern = pattern(&request.pattern)?;
-    let placement = state.runtime.placement();
-    if !placement.is_clustered()
-        || sluice_runtime::replication::relay::from_node(placement, headers)
-    {
-        let partitions = state.runtime.reset_uses(m, &pattern).await?;
-        return Ok(Json(ResetQuotaResponse {
-            reset: partitions.values().sum(),
-            partitions,
-        }));
-    }
-    let authorization = headers.get(http::header::AUTHORIZATION);
-    // One client for every try: it keeps its connections to the other nodes.
-    let client =
-        sluice_runtime::replication::relay::client(Some(std::time::Duration::from_secs(30)));
-    let mut pauses = sluice_core::retry::Pauses::new(RESET_WITHIN, RESET_PAUSE_CAP);
-    loop {
-        let mut partitions = state.runtime.reset_uses(m, &pattern).await?;
-        let elsewhere = ask_other_leaders::<ResetQuotaResponse>(
-            placement,
-            &client,
-            &placement.leaders_elsewhere(),
-            reset_path(m),
-            request,
-            authorization,
-        )
-        .await;
-        let missing = match elsewhere {
-            Ok(answers) => {
-                for answer in answers {
-                    partitions.extend(answer.partitions);
-                }
-                let missing = missing_partitions(&partitions, placement.len());
-                if missing.is_empty() {
-                    return Ok(Json(ResetQuotaResponse {
-                        reset: partitions.values().sum(),
-                        partitions,
-                    }));
-                }
-                format!(
-                    "partition(s) {missing:?} were reset by no node (their leadership moved while it asked)"
-                )
-            }
-            Err(why) => why,
-        };
-        let Some(pause) = pauses.next_pause() else {
-            return Err(AdminError::coded(
-                Code::ADM0010,
-                format!(
-                    "[CLU0001] the {} reset is incomplete after {:?}: {missing}; retry (resetting again is harmless)",
-                    m.as_str(),
-                    pauses.elapsed()
-                ),
-            ));
-        };
-        tracing::debug!(why = %missing, "a quota reset met a leadership move; resetting again");
-        tokio::time::sleep(pause).await;
-    }
-}
-
-/// How long a cluster-wide quota reset keeps trying to reach every partition's leader: past a
-/// takeover, which settles within the group's session timeout (10 s by default).
-pub(crate) const RESET_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
-/// The longest pause between its tries.
-pub(crate) const RESET_PAUSE_CAP: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The partitions below `count` that `reset` does not name.
-pub(crate) fn missing_partitions<V>(
-    reset: &std::collections::BTreeMap<u32, V>,
-    count: usize,
-) -> Vec<u32> {
-    (0..u32::try_from(count).unwrap_or(u32::MAX))
-        .filter(|p| !reset.contains_key(p))
-        .collect()
-}
-
-/// Asks every other leading node (`leaders`: their admin URLs, and how many partitions nobody
-/// leads) to do `request` at `path` on the partitions it leads (a quota reset, a bulk cancel), as
-/// the caller (`authorization`, which every node accepts); their answers. A partition without
-/// a leader, or a node that did not answer, makes it incomplete (why, to try again).
-pub(crate) async fn ask_other_leaders<A: serde::de::DeserializeOwned>(
-    placement: &sluice_runtime::partition::placement::Placement,
-    client: &reqwest::Client,
-    leaders: &(Vec<String>, usize),
-    path: &str,
-    request: &impl serde::Serialize,
-    authorization: Option<&http::HeaderValue>,
-) -> Result<Vec<A>, String> {
-    let (admins, nobody) = leaders;
-    if *nobody > 0 {
-        return Err(format!(
-            "{nobody} partition(s) have no leader right now (a takeover)"
-        ));
-    }
-    let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-    let headers = sluice_runtime::replication::relay::json_as_caller(authorization);
-    let mut answers = Vec::with_capacity(admins.len());
-    for admin in admins {
-        let answer = sluice_runtime::replication::relay::relay(
-            placement,
-            client,
-            admin,
-            http::Method::POST,
-            path,
-            &headers,
-            body.clone().into(),
-        )
-        .await?;
-        if !answer.status.is_success() {
-            return Err(format!(
-                "{admin} answered {}: {}",
-                answer.status,
-                String::from_utf8_lossy(&answer.body)
-            ));
-        }
-        answers.push(
-            serde_json::from_slice(&answer.body)
-                .map_err(|e| format!("{admin} answered what is not the route's answer: {e}"))?,
-        );
-    }
-    Ok(answers)
-}
-
 /// The flow charts' data over the last `flow.history`: per rule and level admitted/s,
 /// refused/s, running, waiting, p99 wait, the adaptive limit and shadow tallies; per busy
 /// queue, what it held. Empty (`interval_ms` 0) when `flow.history` is `0s`.
@@ -701,21 +515,4 @@ pub async fn counters(
         .collect();
     counters.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));
     Ok(Json(ListCountersResponse { counters }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reset_is_complete_only_when_every_partition_was_reset_by_some_node() {
-        let here: std::collections::BTreeMap<u32, u64> = [(0, 1), (2, 0)].into();
-        assert_eq!(missing_partitions(&here, 4), [1, 3]);
-        let mut all = here.clone();
-        all.extend([(1, 0), (3, 2)]);
-        assert!(missing_partitions(&all, 4).is_empty());
-        // A partition reset twice (it moved between the two asks) is still one partition.
-        all.extend([(3, 2)]);
-        assert_eq!(all.values().sum::<u64>(), 3);
-    }
 }

@@ -13,8 +13,10 @@ use super::pattern::{Level, RulePattern};
 use super::quota::{Budget, BurstBudget, Quota};
 use super::rate::RateLimit;
 
+mod policy;
 mod weights;
 
+pub use policy::{CounterRef, Decision, RulePolicy};
 pub use weights::{MAX_WEIGHT_OVERRIDES, WeightChange};
 
 /// Most rules a book may hold.
@@ -357,43 +359,6 @@ struct Indexed {
 
 /// Ranks that exist at each level, most specific first.
 const RANKS: [&[u8]; 3] = [&[4, 0], &[6, 4, 2, 0], &[7, 6, 5, 4, 3, 2, 1, 0]];
-
-/// A counter as a policy sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CounterRef<'a> {
-    /// Its level.
-    pub level: Level,
-    /// Its scope.
-    pub scope: &'a str,
-    /// Its L1 key (L1 and L2 counters).
-    pub l1: Option<&'a str>,
-    /// Its L2 key (L2 counters).
-    pub l2: Option<&'a str>,
-}
-
-/// What a policy decides for a counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// Keep the rule book's choice.
-    Default,
-    /// No bound.
-    Unlimited,
-    /// This bound.
-    Concurrency(NonZeroU32),
-}
-
-/// Decides how rules match a counter (a `match-rule` plugin). Called once per counter and
-/// rule-book change, never per request: the limiter caches the answer.
-pub trait RulePolicy: Send + Sync + std::fmt::Debug {
-    /// `candidates` are the enabled rules matching `counter`, most specific first; `chosen`
-    /// is the book's own pick (the first candidate, `None` when nothing matches).
-    fn decide(
-        &self,
-        counter: CounterRef<'_>,
-        candidates: &[(Limit, Arc<RulePattern>)],
-        chosen: Option<&(Limit, Arc<RulePattern>)>,
-    ) -> Decision;
-}
 
 /// The cluster-wide rule book.
 #[derive(Debug, Clone, Default)]
