@@ -10,6 +10,7 @@ use super::commands::EXPIRY;
 use super::live::Live;
 use super::model::effect::Effect;
 use super::task::Partition;
+use sluice_core::errors::CodedError;
 use sluice_protocol::proto::{self, output_command_message};
 use sluice_protocol::{Frame, MessageType};
 use sluice_store::invocation::store::{self, Purge, Timer};
@@ -40,6 +41,35 @@ impl Partition {
             )),
         }
     }
+}
+
+/// Fails `live`, which never started, with HTTP-like `code` and `error`: completed, its record
+/// in `writes`, its slots and lock given back once that is stored. A deadline missed in its
+/// queue (FLO0003) and an operator's bulk cancel (FLO0006) end an invocation this way.
+pub(super) fn fail_unstarted(
+    live: &mut Live,
+    code: u16,
+    error: &CodedError,
+    retention: Retention,
+    now: u64,
+    writes: &mut WriteSet,
+    effects: &mut Vec<Effect>,
+) -> Result<(), CodedError> {
+    live.set_last_failure(None);
+    complete(
+        live,
+        Outcome::Failure(Failure {
+            code,
+            message: error.to_string(),
+        }),
+        retention,
+        now,
+        writes,
+        effects,
+    );
+    store::put_record(writes, live.record())?;
+    effects.push(Effect::Settle(live.record().id));
+    Ok(())
 }
 
 pub(super) fn complete(

@@ -12,8 +12,7 @@ use super::super::model::operator::Control;
 use super::super::task::Partition;
 use sluice_core::errors::{Code, CodedError};
 use sluice_core::ids::InvocationId;
-use sluice_store::invocation::store;
-use sluice_store::invocation::{Failure, InvocationRecord, Outcome, Status};
+use sluice_store::invocation::{InvocationRecord, Status};
 use sluice_store::storage::writer::WriteSet;
 
 impl Partition {
@@ -125,20 +124,6 @@ impl Partition {
             Code::FLO0006,
             "an operator's bulk cancel canceled the invocation before it started",
         );
-        live.set_last_failure(None);
-        super::super::ending::complete(
-            live,
-            Outcome::Failure(Failure {
-                code: 409,
-                message: error.to_string(),
-            }),
-            retention,
-            now,
-            writes,
-            effects,
-        );
-        store::put_record(writes, live.record())?;
-        effects.push(Effect::Settle(id));
-        Ok(())
+        super::super::ending::fail_unstarted(live, 409, &error, retention, now, writes, effects)
     }
 }

@@ -13,7 +13,7 @@ use sluice_flow::scheduler::DeadlineCause;
 use sluice_protocol::Message;
 use sluice_protocol::proto::{self, notification_template};
 use sluice_store::invocation::store::{self, Timer};
-use sluice_store::invocation::{Failure, InvocationRecord, Outcome, Status};
+use sluice_store::invocation::{InvocationRecord, Status};
 use sluice_store::storage::writer::WriteSet;
 
 /// The completion id of a timer that ends a completed invocation's retention (Sleep
@@ -114,21 +114,7 @@ impl Partition {
                 rfc3339(deadline.at).unwrap_or_default()
             ),
         );
-        live.set_last_failure(None);
-        super::super::ending::complete(
-            live,
-            Outcome::Failure(Failure {
-                code: 504,
-                message: error.to_string(),
-            }),
-            retention,
-            now,
-            writes,
-            effects,
-        );
-        store::put_record(writes, live.record())?;
-        effects.push(Effect::Settle(id));
-        Ok(())
+        super::super::ending::fail_unstarted(live, 504, &error, retention, now, writes, effects)
     }
 
     fn is_workflow_run(&self, record: &InvocationRecord) -> bool {
