@@ -139,7 +139,8 @@ async fn the_dashboard_shows_held_work_and_pauses_a_queue() {
     sluice
         .set_rules(json!([
             {"pattern": "*", "limits": {"concurrency": 2}},
-            {"pattern": "ui", "limits": {"concurrency": 1}}
+            {"pattern": "ui", "limits": {"concurrency": 1}},
+            {"pattern": "ui/*", "limits": {"concurrency": 1, "on_full": "keep_newest"}}
         ]))
         .await;
     let set = sluice
@@ -183,6 +184,11 @@ async fn the_dashboard_shows_held_work_and_pauses_a_queue() {
 
     // The rule book with what waits under each rule, and the weight overrides.
     text_until(&client, "tr[data-rule=\"ui\"] td.held", |t| t == "5").await;
+    text_until(&client, "tr[data-rule=\"ui/*\"] td.on-full", |t| {
+        t == "keep_newest"
+    })
+    .await;
+    text_until(&client, "tr[data-rule=\"ui\"] td.on-full", |t| t == "queue").await;
     text_until(
         &client,
         "#weights tr[data-counter=\"ui/vip\"] td.weight",

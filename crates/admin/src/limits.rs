@@ -55,6 +55,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             reserve: rule.budget.and_then(|b| b.reserve).map(NonZeroU64::get),
             budget_unit: rule.budget_unit.clone(),
             burst_budget: rule.burst_budget.map(|b| b.to_string()),
+            on_full: rule.on_full.map(|o| o.to_string()),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -201,6 +202,34 @@ fn burst_budget(
         .map_err(|e: sluice_flow::QuotaError| invalid(e.to_string()))
 }
 
+/// A rule's `on_full`: under a concurrency (fixed or adaptive), never on a shadow rule.
+fn on_full(
+    pattern: &str,
+    limits: &Limits,
+    mode: Option<&str>,
+) -> Result<Option<sluice_flow::OnFull>, AdminError> {
+    let text = match limits.on_full.as_deref().map(str::trim) {
+        None | Some("queue") => return Ok(None),
+        Some(text) => text,
+    };
+    let invalid =
+        |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': {why}"));
+    let on_full = text
+        .parse()
+        .map_err(|e: sluice_flow::OnFullError| invalid(e.to_string()))?;
+    if limits.concurrency.is_none() && limits.adaptive.is_none() {
+        return Err(invalid(format!(
+            "on_full = {on_full} acts when the counter is full: give the rule a concurrency (e.g. \"concurrency\": 1 for one active run per key)"
+        )));
+    }
+    if mode == Some("shadow") {
+        return Err(invalid(
+            "a shadow rule is never enforced: on_full drops, replaces or cancels calls, so it needs mode = enforce".into(),
+        ));
+    }
+    Ok(Some(on_full))
+}
+
 /// A burstable rule's guaranteed slots: 1 ≤ min ≤ max, at a key level (a scope has no
 /// level above it to borrow from).
 fn guaranteed(pattern: &RulePattern, limits: &Limits) -> Result<Option<NonZeroU32>, AdminError> {
@@ -330,6 +359,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                 budget,
                 budget_unit,
                 burst_budget: burst_budget(&r.pattern, &r.limits)?,
+                on_full: on_full(&r.pattern, &r.limits, r.mode.as_deref())?,
                 guaranteed: guaranteed(&pattern, &r.limits)?,
                 quota: quota(&r.pattern, &r.limits)?,
                 pattern,

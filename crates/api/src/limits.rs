@@ -71,6 +71,14 @@ pub struct Limits {
     /// Every other counter's limit still holds; the time spent is kept durably.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_budget: Option<String>,
+    /// What a new call meets when the counter is full (under a `concurrency`): `queue` (the
+    /// default: it waits); `drop_new` (one active run per key at `concurrency = 1`: what comes
+    /// meanwhile completes 409 `FLO0007`, never run); `keep_oldest` or `keep_newest` (at most
+    /// `max_queued`, 1 by default, wait; one more drops the newest, or replaces the oldest
+    /// with 409 `FLO0008`); `cancel_running` (a new call cancels what runs and replaces what
+    /// waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_full: Option<String>,
 }
 
 /// A rule's `concurrency`: a bound, or a burstable one.

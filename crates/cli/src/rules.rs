@@ -170,6 +170,10 @@ pub struct LimitArgs {
     /// Remove the rule's burst budget.
     #[arg(long)]
     pub no_burst_budget: bool,
+    /// What a new call meets at a full counter: `queue` (default), `drop_new`, `keep_oldest`,
+    /// `keep_newest` or `cancel_running`.
+    #[arg(long)]
+    pub on_full: Option<String>,
     /// Count what the rule would do without enforcing it (`mode = "shadow"`).
     #[arg(long, conflicts_with = "enforce")]
     pub shadow: bool,
@@ -382,6 +386,11 @@ fn limits_set(
     if flags.burst_budget.is_some() {
         limits.burst_budget.clone_from(&flags.burst_budget);
     }
+    match flags.on_full.as_deref() {
+        Some("queue") => limits.on_full = None,
+        Some(_) => limits.on_full.clone_from(&flags.on_full),
+        None => {}
+    }
     if limits.rate.is_none() && limits.quota.is_none() && limits.budget.is_none() {
         limits.on_exceed = None;
     }
@@ -511,6 +520,7 @@ fn list_table(list: &[RuleResponse], extra: bool) -> String {
             "ADAPTIVE",
             "QUOTA",
             "BUDGET",
+            "ON FULL",
             "DESCRIPTION",
             "VERSION",
             "LAST MODIFIED",
@@ -543,6 +553,10 @@ fn list_table(list: &[RuleResponse], extra: bool) -> String {
                         .map_or_else(|| "-".to_owned(), |a| format!("{}..{}", a.min, a.max)),
                     r.limits.quota.clone().unwrap_or_else(|| "-".to_owned()),
                     budget_text(&r.limits),
+                    r.limits
+                        .on_full
+                        .clone()
+                        .unwrap_or_else(|| "queue".to_owned()),
                     r.description.clone().unwrap_or_default(),
                     r.version.to_string(),
                     rfc3339(r.last_modified_millis_since_epoch).unwrap_or_default(),

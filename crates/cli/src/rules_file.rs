@@ -163,6 +163,8 @@ impl RuleSpec {
                 quota,
                 budget,
                 weight: limits.weight.filter(|w| *w != 1),
+                // `queue` is the default the server leaves out.
+                on_full: limits.on_full.clone().filter(|o| o.trim() != "queue"),
                 ..limits.clone()
             },
             mode: self.mode.clone().filter(|m| m != "enforce"),
@@ -240,6 +242,9 @@ impl RuleSpec {
         }
         if let Some(burst) = &self.limits.burst_budget {
             out.push(format!("burst_budget={burst}"));
+        }
+        if let Some(on_full) = &self.limits.on_full {
+            out.push(format!("on_full={on_full}"));
         }
         if let Some(mode) = &self.mode {
             out.push(format!("mode={mode}"));
@@ -442,6 +447,7 @@ mod tests {
                 reserve: Some(10),
                 budget_unit: Some("tokens".into()),
                 burst_budget: Some("2x 10m/day".into()),
+                on_full: Some("keep_newest".into()),
             },
             mode: Some("shadow".into()),
             description: Some("d".into()),
@@ -609,6 +615,7 @@ burst = 3
                                 reserve: None,
                                 budget_unit: None,
                                 burst_budget: None,
+                                on_full: None,
                             },
                         )
                     }

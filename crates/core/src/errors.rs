@@ -222,6 +222,12 @@ catalogue! {
     FLO0006 => Ingress, Some(409),
         "an operator's bulk cancel canceled the invocation before it started",
         "An operator canceled waiting work by filter (`POST /invocations/bulk-cancel`, `sluice invocations bulk-cancel`): the invocation was queued, behind its object's lock, or a delayed send waiting for its time, and completed with 409 and this code without its handler running. Its caller, an attach or an idempotent repeat reads that outcome. `sys_bulk_cancels` lists each bulk cancel with its filter and counts; send the call again if it should still run.";
+    FLO0007 => Ingress, Some(409),
+        "a rule's on_full dropped the call: its key was full",
+        "The rule on a counter of the call (its scope, or its L1 or L2 limit key) has `on_full = \"drop_new\"` and the calls running and waiting there already reached its `concurrency` (with `concurrency = 1`: one active run per key), or `on_full = \"keep_oldest\"` and `max_queued` calls (1 by default) already waited there and this one was the newest. It completed with 409 and this code without its handler running; its caller, an attach or an idempotent repeat reads that outcome. The message names the rule and the counter. Send it again once the key is free, or set `on_full = \"queue\"` (the default) on the rule to make calls wait.";
+    FLO0008 => Ingress, Some(409),
+        "a newer call replaced the call in its key's queue (on_full)",
+        "The rule on a counter of the call has `on_full = \"keep_newest\"` (at most `max_queued` calls, 1 by default, wait there, and the newest win) or `on_full = \"cancel_running\"` (a new call cancels what runs and replaces what waits): a newer call for the same key arrived while this one waited, never started. It completed with 409 and this code; its caller, an attach or an idempotent repeat reads that outcome. The message names the invocation that took its place: attach to it for the result the newest input gives.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";

@@ -21,6 +21,7 @@ mod adaptive;
 mod admit;
 mod bounds;
 mod burst;
+mod crowd;
 mod quotas;
 mod tally;
 mod tokens;
@@ -35,6 +36,7 @@ use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
 pub use bounds::ShadowCounts;
 use bounds::{Bounds, Shadow};
+pub use crowd::{Arrival, Crowding, Named, Verdict};
 pub use quotas::{IdleBound, Reserved};
 pub use tally::{Tally, WAIT_BUCKETS, WaitHistogram};
 use waits::WaitList;
@@ -795,6 +797,7 @@ impl Limiter {
             || resolved.max_wait_ms.is_some()
             || resolved.shadow.is_some()
             || adaptive.is_some()
+            || resolved.on_full.is_some()
             || node.bounds.is_some()
         {
             let bounds = node.bounds.get_or_insert_with(Box::default);
@@ -812,6 +815,7 @@ impl Limiter {
                 None => bounds.adaptive = None,
             }
             bounds.set_shadow(resolved.shadow);
+            crowd::Crowd::set(&mut bounds.crowd, resolved.on_full);
         }
         node.sync();
         node.rule = resolved.pattern;

@@ -506,7 +506,8 @@ impl Model {
         let q = self
             .sched
             .enqueue_with_deadline(&self.keys[key], id, None, by, self.now, self.now);
-        self.queue_of[key] = Some(q);
+        // The model's books have no `on_full`: nothing is dropped on arrival.
+        self.queue_of[key] = Some(q.expect("queued"));
     }
 
     /// What the scheduler dropped past its deadline: exactly the waiting entries now due.

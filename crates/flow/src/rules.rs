@@ -13,9 +13,11 @@ use super::pattern::{Level, RulePattern};
 use super::quota::{Budget, BurstBudget, Quota};
 use super::rate::RateLimit;
 
+mod on_full;
 mod policy;
 mod weights;
 
+pub use on_full::{OnFull, OnFullError};
 pub use policy::{CounterRef, Decision, RulePolicy};
 pub use weights::{MAX_WEIGHT_OVERRIDES, WeightChange};
 
@@ -108,6 +110,9 @@ pub struct Rule {
     /// Its concurrency may rise by a factor for a budget of time per calendar window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_budget: Option<BurstBudget>,
+    /// What a new call meets at a full counter (none: it waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_full: Option<OnFull>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -170,6 +175,8 @@ pub struct Upsert {
     pub budget_unit: Option<String>,
     /// Its burst budget.
     pub burst_budget: Option<BurstBudget>,
+    /// What a new call meets at a full counter.
+    pub on_full: Option<OnFull>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -196,6 +203,7 @@ impl Upsert {
             budget: None,
             budget_unit: None,
             burst_budget: None,
+            on_full: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -275,6 +283,8 @@ pub struct Resolved {
     pub budget: Option<Budget>,
     /// The burst budget in force (only over a static concurrency).
     pub burst_budget: Option<BurstBudget>,
+    /// What a new call meets when the counter is full (only under a concurrency).
+    pub on_full: Option<OnFull>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -307,6 +317,7 @@ impl Resolved {
         quota: None,
         budget: None,
         burst_budget: None,
+        on_full: None,
         pattern: None,
         shadow: None,
     };
@@ -352,6 +363,7 @@ struct Indexed {
     quota: Option<Quota>,
     budget: Option<Budget>,
     burst_budget: Option<BurstBudget>,
+    on_full: Option<OnFull>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -374,6 +386,8 @@ pub struct RuleBook {
     /// Some enabled rule has a `max_wait`: only then is a new invocation's wait bounded by
     /// the rules it passes.
     max_waits: bool,
+    /// Some enabled rule has an `on_full`.
+    crowds: bool,
     policy: Option<Arc<dyn RulePolicy>>,
     /// Weight overrides by counter name (`weights.rs`).
     weights: BTreeMap<String, NonZeroU32>,
@@ -450,6 +464,7 @@ impl RuleBook {
                         budget: upsert.budget,
                         budget_unit: upsert.budget_unit.clone(),
                         burst_budget: upsert.burst_budget,
+                        on_full: upsert.on_full,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -468,6 +483,7 @@ impl RuleBook {
                         || old.quota != upsert.quota
                         || old.budget != upsert.budget
                         || old.burst_budget != upsert.burst_budget
+                        || old.on_full != upsert.on_full
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description
@@ -485,6 +501,7 @@ impl RuleBook {
                         budget: upsert.budget,
                         budget_unit: upsert.budget_unit.clone(),
                         burst_budget: upsert.burst_budget,
+                        on_full: upsert.on_full,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -535,6 +552,7 @@ impl RuleBook {
         let mut shadow_index: [LevelIndex; 3] = Default::default();
         let mut refuses = false;
         let mut max_waits = false;
+        let mut crowds = false;
         for rule in rules.values().filter(|r| !r.disabled) {
             let pattern = Arc::new(rule.pattern.clone());
             let shadow = rule.shadow.then(|| {
@@ -552,6 +570,7 @@ impl RuleBook {
                     || rule.quota.is_some()
                     || rule.budget.is_some());
             max_waits |= !rule.shadow && rule.max_wait_ms.is_some();
+            crowds |= !rule.shadow && rule.on_full.is_some();
             let index = if rule.shadow {
                 &mut shadow_index
             } else {
@@ -585,6 +604,10 @@ impl RuleBook {
                     burst_budget: rule
                         .burst_budget
                         .filter(|_| matches!(rule.limit, Limit::Concurrency(_))),
+                    // Full means something only under a concurrency.
+                    on_full: rule.on_full.filter(|_| {
+                        matches!(rule.limit, Limit::Concurrency(_)) || rule.adaptive.is_some()
+                    }),
                     pattern,
                     shadow,
                 },
@@ -595,6 +618,7 @@ impl RuleBook {
         self.shadow_index = shadow_index;
         self.refuses = refuses;
         self.max_waits = max_waits;
+        self.crowds = crowds;
         self.version = version;
     }
 
@@ -607,6 +631,11 @@ impl RuleBook {
     /// Whether some enabled rule bounds how long a new invocation may wait (`max_wait`).
     pub fn bounds_waits(&self) -> bool {
         self.max_waits
+    }
+
+    /// Whether some enabled rule has an `on_full`: new calls are judged as they join a queue.
+    pub fn crowds(&self) -> bool {
+        self.crowds
     }
 
     /// This book with `policy` deciding how rules match (`None`: the most specific wins).
@@ -666,6 +695,7 @@ impl RuleBook {
                 adaptive: None,
                 guaranteed: None,
                 burst_budget: None,
+                on_full: None,
                 pattern,
                 ..self.most_specific(level, scope, l1, l2)
             },
@@ -720,6 +750,7 @@ impl RuleBook {
                 quota: rule.quota,
                 budget: rule.budget,
                 burst_budget: rule.burst_budget,
+                on_full: rule.on_full,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
 
+mod crowds;
 mod deadlines;
 mod drain;
 mod gated;
@@ -26,6 +27,7 @@ mod snapshot;
 
 use super::limiter::Woken;
 pub use super::limiter::{IdleBound, Refusal, RefusalReason};
+pub use crowds::{CrowdedOut, Fate};
 pub use deadlines::{Deadline, DeadlineCause, Expired, ExpiredCount};
 pub use drain::Position;
 use locks::Locks;
@@ -188,6 +190,8 @@ impl Queue {
 pub struct Permit {
     counters: Option<limiter::Permit>,
     gates: QueueGates,
+    /// Whose it is: a counter with an `on_full` lists the entries running on its slots.
+    entry: EntryId,
 }
 
 impl Permit {
@@ -249,6 +253,8 @@ pub struct Scheduler {
     gates: GateTable,
     /// The last poll's time: gates closed until later wake the partition then.
     polled_at: u64,
+    /// What `on_full` decisions named, for the caller to end (`crowds.rs`).
+    crowded: Vec<CrowdedOut>,
 }
 
 impl Scheduler {
@@ -279,6 +285,7 @@ impl Scheduler {
             deadline_horizon_ms: DEFAULT_DEADLINE_HORIZON_MS,
             gates: GateTable::default(),
             polled_at: 0,
+            crowded: Vec::new(),
         }
     }
 
@@ -754,6 +761,10 @@ impl Scheduler {
         }
         let counters = path.map(|p| {
             self.limiter.count_queued(&p, false);
+            if self.book.crowds() {
+                self.limiter.crowd_left(&p, entry);
+                self.limiter.crowd_running(&p, entry, true);
+            }
             self.limiter.acquire(&p, kind == EntryKind::New, now)
         });
         self.running += 1;
@@ -766,7 +777,11 @@ impl Scheduler {
             entry,
             queue: q,
             kind,
-            permit: Permit { counters, gates },
+            permit: Permit {
+                counters,
+                gates,
+                entry,
+            },
             lock,
         }
     }
@@ -840,6 +855,10 @@ impl Scheduler {
         self.nudge |= self.gates.give_back(permit.gates);
         self.gates.unref(permit.gates);
         if let Some(counters) = permit.counters {
+            if self.book.crowds() {
+                self.limiter
+                    .crowd_running(counters.path(), permit.entry, false);
+            }
             // The limiter lists waiters deepest level first; they re-enter the ring in that order.
             self.limiter
                 .release(counters, &self.book, now, &mut self.woken);
@@ -869,6 +888,8 @@ impl Scheduler {
     }
 }
 
+#[cfg(test)]
+mod crowd_tests;
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]

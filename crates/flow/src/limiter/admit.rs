@@ -241,9 +241,12 @@ impl Limiter {
         for &id in path.counters() {
             self.resolve(id, book);
             let node = self.node(id);
+            // Under `keep_oldest` or `keep_newest`, `max_queued` bounds what waits by
+            // dropping or replacing (`crowd.rs`), not by refusing.
             if let Some(bounds) = &node.bounds
                 && let Some(max) = bounds.max_queued
                 && node.queued >= max.get()
+                && !bounds.crowd.as_ref().is_some_and(|c| c.bounds_waiting())
             {
                 // Each admission lets one more in: the queue ahead drains at the mean gap.
                 let gap = bounds.mean_gap_ms.max(1);

@@ -24,6 +24,8 @@ pub(super) struct Bounds {
     pub(super) max_wait_ms: Option<NonZeroU64>,
     /// The shadow rule evaluated here, if one matches.
     pub(super) shadow: Option<Shadow>,
+    /// Its rule's `on_full`, with the entries a decision may name.
+    pub(super) crowd: Option<super::crowd::Crowd>,
     /// Admissions here (counted only under a `max-queued`): the last one's time and the mean
     /// gap between them (ms), for how long a full queue takes to drain.
     pub(super) last_admit_ms: u64,

@@ -142,7 +142,9 @@ fn a_deadline_beyond_the_horizon_waits_in_arrival_order_and_still_expires() {
     let far = 9_999_999_999_999;
     s.enqueue_with_deadline(&a, 3, None, Some(far), 0, 0);
     // Within the horizon: ahead of both.
-    let q = s.enqueue_with_deadline(&a, 4, None, Some(30_000), 0, 0);
+    let q = s
+        .enqueue_with_deadline(&a, 4, None, Some(30_000), 0, 0)
+        .expect("no on_full rule");
     let order: Vec<usize> = (2..=4)
         .map(|e| s.position(q, e, 0).unwrap().position)
         .collect();
@@ -165,7 +167,9 @@ fn an_objects_queue_keeps_arrival_order_whatever_the_deadlines() {
     let obj = key("a", None, Some("k"));
     s.enqueue_with_deadline(&obj, 1, None, Some(9_000), 0, 0);
     s.enqueue_with_deadline(&obj, 2, None, Some(5_000), 0, 0);
-    let q = s.enqueue_with_deadline(&obj, 3, None, Some(1_000), 0, 0);
+    let q = s
+        .enqueue_with_deadline(&obj, 3, None, Some(1_000), 0, 0)
+        .expect("no on_full rule");
     assert_eq!(s.position(q, 3, 0).unwrap().position, 3);
 }
 
@@ -191,7 +195,9 @@ fn a_dispatched_or_removed_entry_no_longer_expires() {
     let mut s = Scheduler::new(book(&[("a", 1, None)]), 100);
     let a = key("a", None, None);
     s.enqueue_with_deadline(&a, 1, None, Some(100), 0, 0);
-    let q = s.enqueue_with_deadline(&a, 2, None, Some(100), 0, 0);
+    let q = s
+        .enqueue_with_deadline(&a, 2, None, Some(100), 0, 0)
+        .expect("no on_full rule");
     let running = s.poll_runnable(0);
     assert_eq!(ids(&running), vec![1]);
     assert!(s.remove(q, 2, 10));

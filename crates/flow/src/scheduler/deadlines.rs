@@ -112,7 +112,8 @@ impl Scheduler {
     /// Queues a new entry like [`Scheduler::enqueue`], with a deadline: the earlier of
     /// `request` (ms since the epoch) and `since` plus the tightest `max_wait` of the rules
     /// on its path. `since` is when its wait began (its arrival, or the end of its delay), so
-    /// a restart that queues it again keeps the same deadline.
+    /// a restart that queues it again keeps the same deadline. `None` when a rule's `on_full`
+    /// dropped it ([`Scheduler::take_crowded`] says why): it is in no queue.
     pub fn enqueue_with_deadline(
         &mut self,
         key: &QueueKey,
@@ -121,8 +122,13 @@ impl Scheduler {
         request: Option<u64>,
         since: u64,
         now: u64,
-    ) -> QueueId {
+    ) -> Option<QueueId> {
         let q = self.queue_for(key, now);
+        // A rule's `on_full` may drop the newcomer, or make room for it (`crowds.rs`).
+        if self.book.crowds() && run_at.is_none() && !self.judge_arrival(q, entry, since, now) {
+            self.forget_if_unused(q, now);
+            return None;
+        }
         let by_rule = if self.book.bounds_waits() {
             self.queue(q)
                 .path
@@ -151,7 +157,7 @@ impl Scheduler {
             self.deadlines.by_entry.insert(entry, (deadline, q, orders));
         }
         self.enqueue_into(q, entry, EntryKind::New, run_at, now);
-        q
+        Some(q)
     }
 
     /// Entries that expired since the last call, never started; the caller fails them.

@@ -81,6 +81,9 @@ impl Scheduler {
             self.deadlines.forget(entry);
             if let Some(path) = self.queue(q).path {
                 self.limiter.count_queued(&path, false);
+                if self.book.crowds() {
+                    self.limiter.crowd_left(&path, entry);
+                }
             }
             // The head may have changed: a parked queue looks again.
             self.unpark(q, now);

@@ -98,13 +98,19 @@ impl Partition {
                     now,
                 )
             }
-            EntryKind::Resumed => self
-                .admission
-                .scheduler
-                .enqueue(&key, live.entry, kind, None, now),
+            EntryKind::Resumed => Some(
+                self.admission
+                    .scheduler
+                    .enqueue(&key, live.entry, kind, None, now),
+            ),
         };
-        live.set_run(Run::Queued { queue });
-        self.resting.note_queued(id);
+        // `None`: a rule's `on_full` dropped it; it stays out of every queue until
+        // `settle_crowds`' wake-up ends it.
+        if let Some(queue) = queue {
+            live.set_run(Run::Queued { queue });
+            self.resting.note_queued(id);
+        }
+        self.settle_crowds();
     }
 
     /// The queue a new invocation's flow-control rules are checked at: scoped ones that are

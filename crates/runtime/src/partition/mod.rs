@@ -7,6 +7,7 @@ pub mod admission;
 mod attempts;
 mod charges;
 mod commands;
+mod crowds;
 pub mod driver;
 mod ending;
 mod handle;

@@ -69,6 +69,9 @@ pub(super) struct Admission {
     /// Invocations the scheduler dropped past their deadline, until their failure is
     /// written (a wake-up of the next batch).
     pub(super) missed_deadlines: HashMap<InvocationId, sluice_flow::scheduler::Deadline>,
+    /// Invocations a rule's `on_full` named, until a wake-up of the next batch ends them
+    /// (`crowds.rs`).
+    pub(super) crowded: HashMap<InvocationId, super::crowds::Crowded>,
     /// Budget charges of the write set being built (`charges.rs`): taken back if it is
     /// dropped.
     pub(super) unstored_charges: Vec<(sluice_flow::scheduler::QueueKey, u64)>,
@@ -176,6 +179,7 @@ impl Partition {
                 ),
                 rules: None,
                 missed_deadlines: HashMap::new(),
+                crowded: HashMap::new(),
                 unstored_charges: Vec::new(),
             },
             promises: parts::promises::Promises::default(),

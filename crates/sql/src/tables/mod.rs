@@ -7,6 +7,7 @@ mod journal;
 mod objects;
 mod operations;
 mod registry;
+mod rules;
 mod weights;
 
 use std::sync::Arc;
@@ -19,12 +20,13 @@ use super::QuerySources;
 use super::reach::{Placed, Reach, Rows};
 use super::table::{LedHere, Reader, SnapshotTable};
 use flow::{
-    rules, rules_schema, scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta,
-    vqueue_meta_schema, vqueues, vqueues_schema,
+    scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta, vqueue_meta_schema,
+    vqueues, vqueues_schema,
 };
 use journal::{journal, journal_schema};
 use objects::{invocation, invocation_schema, locks, locks_schema, state, state_schema};
 use registry::{deployment, deployment_schema, service, service_schema};
+use rules::{rules, rules_schema};
 
 fn timestamp() -> DataType {
     DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))

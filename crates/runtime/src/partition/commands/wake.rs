@@ -42,6 +42,11 @@ impl Partition {
         {
             return self.miss_deadline(id, timer.at_ms, writes, effects);
         }
+        if let Some(timer) = completion
+            && timer.completion == super::super::crowds::CROWDED
+        {
+            return self.end_crowded(id, writes, effects);
+        }
         if let Some(live) = self.live.get_mut(&id) {
             timer_fired(live, completion, writes, effects);
         }

@@ -221,10 +221,17 @@ impl World {
             }),
             _ => None,
         };
+        // Sometimes what a full counter does with a newcomer: the calls it drops, replaces or
+        // cancels must each end once, with their outcome stored.
+        let on_full = match self.rng.below(8) {
+            n @ 0..=3 if limit.is_some() => Some(sluice_flow::OnFull::ALL[n as usize]),
+            _ => None,
+        };
         let mut book = RuleBook::new();
         let mut rule = s1_rule();
         rule.limit = limit_of(limit);
         rule.rate = rate;
+        rule.on_full = on_full;
         book.apply_batch(&[rule], self.now()).expect("a valid rule");
         self.rules.send_replace(Arc::new(book));
         self.s1_limit = limit;
