@@ -56,6 +56,7 @@ pub fn rule_response(rule: &Rule) -> RuleResponse {
             budget_unit: rule.budget_unit.clone(),
             burst_budget: rule.burst_budget.map(|b| b.to_string()),
             on_full: rule.on_full.map(|o| o.to_string()),
+            debounce: rule.debounce.map(|d| d.to_string()),
         },
         description: rule.description.clone(),
         disabled: rule.disabled,
@@ -230,6 +231,27 @@ fn on_full(
     Ok(Some(on_full))
 }
 
+/// A rule's `debounce`: never on a shadow rule.
+fn debounce(
+    pattern: &str,
+    limits: &Limits,
+    mode: Option<&str>,
+) -> Result<Option<sluice_flow::Debounce>, AdminError> {
+    let Some(text) = &limits.debounce else {
+        return Ok(None);
+    };
+    let invalid =
+        |why: String| AdminError::coded(Code::RUL0001, format!("rule '{pattern}': {why}"));
+    if mode == Some("shadow") {
+        return Err(invalid(
+            "a shadow rule is never enforced: debounce delays and merges calls, so it needs mode = enforce".into(),
+        ));
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|e: sluice_flow::DebounceError| invalid(e.to_string()))
+}
+
 /// A burstable rule's guaranteed slots: 1 ≤ min ≤ max, at a key level (a scope has no
 /// level above it to borrow from).
 fn guaranteed(pattern: &RulePattern, limits: &Limits) -> Result<Option<NonZeroU32>, AdminError> {
@@ -360,6 +382,7 @@ fn upserts_of(requests: &[UpsertRuleRequest]) -> Result<Vec<Upsert>, AdminError>
                 budget_unit,
                 burst_budget: burst_budget(&r.pattern, &r.limits)?,
                 on_full: on_full(&r.pattern, &r.limits, r.mode.as_deref())?,
+                debounce: debounce(&r.pattern, &r.limits, r.mode.as_deref())?,
                 guaranteed: guaranteed(&pattern, &r.limits)?,
                 quota: quota(&r.pattern, &r.limits)?,
                 pattern,

@@ -79,6 +79,13 @@ pub struct Limits {
     /// waits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_full: Option<String>,
+    /// Calls of one target arriving at the counter within `wait` of each other make one
+    /// delayed run: `<wait>[ first|last][ max <time>]` (`2s`, `500ms first`, `2s max 30s`).
+    /// With `last` (the default) the newest call runs, each earlier one completing 409
+    /// `FLO0009`; with `first` the first call runs and the later ones complete 409 `FLO0009`.
+    /// The run starts `wait` after the latest call, at most `max` after the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<String>,
 }
 
 /// A rule's `concurrency`: a bound, or a burstable one.

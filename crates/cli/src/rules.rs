@@ -174,6 +174,13 @@ pub struct LimitArgs {
     /// `keep_newest` or `cancel_running`.
     #[arg(long)]
     pub on_full: Option<String>,
+    /// Make calls of one target at the counter within a wait one delayed run:
+    /// `<wait>[ first|last][ max <time>]` (`2s`, `500ms first`, `2s max 30s`).
+    #[arg(long, conflicts_with = "no_debounce")]
+    pub debounce: Option<String>,
+    /// Remove the rule's debounce.
+    #[arg(long)]
+    pub no_debounce: bool,
     /// Count what the rule would do without enforcing it (`mode = "shadow"`).
     #[arg(long, conflicts_with = "enforce")]
     pub shadow: bool,
@@ -386,6 +393,12 @@ fn limits_set(
     if flags.burst_budget.is_some() {
         limits.burst_budget.clone_from(&flags.burst_budget);
     }
+    if flags.no_debounce {
+        limits.debounce = None;
+    }
+    if flags.debounce.is_some() {
+        limits.debounce.clone_from(&flags.debounce);
+    }
     match flags.on_full.as_deref() {
         Some("queue") => limits.on_full = None,
         Some(_) => limits.on_full.clone_from(&flags.on_full),
@@ -521,6 +534,7 @@ fn list_table(list: &[RuleResponse], extra: bool) -> String {
             "QUOTA",
             "BUDGET",
             "ON FULL",
+            "DEBOUNCE",
             "DESCRIPTION",
             "VERSION",
             "LAST MODIFIED",

@@ -147,6 +147,15 @@ impl RuleSpec {
                     .to_string(),
             ),
         };
+        // As the server shows it: `2s last` is `2s`.
+        let debounce = match &limits.debounce {
+            None => None,
+            Some(text) => Some(
+                text.parse::<sluice_flow::Debounce>()
+                    .map_err(|e| rule(e.to_string()))?
+                    .to_string(),
+            ),
+        };
         if let Some(mode) = self
             .mode
             .as_deref()
@@ -165,6 +174,7 @@ impl RuleSpec {
                 weight: limits.weight.filter(|w| *w != 1),
                 // `queue` is the default the server leaves out.
                 on_full: limits.on_full.clone().filter(|o| o.trim() != "queue"),
+                debounce,
                 ..limits.clone()
             },
             mode: self.mode.clone().filter(|m| m != "enforce"),
@@ -245,6 +255,9 @@ impl RuleSpec {
         }
         if let Some(on_full) = &self.limits.on_full {
             out.push(format!("on_full={on_full}"));
+        }
+        if let Some(debounce) = &self.limits.debounce {
+            out.push(format!("debounce={debounce}"));
         }
         if let Some(mode) = &self.mode {
             out.push(format!("mode={mode}"));
@@ -448,6 +461,7 @@ mod tests {
                 budget_unit: Some("tokens".into()),
                 burst_budget: Some("2x 10m/day".into()),
                 on_full: Some("keep_newest".into()),
+                debounce: Some("2s first max 30s".into()),
             },
             mode: Some("shadow".into()),
             description: Some("d".into()),
@@ -616,6 +630,7 @@ burst = 3
                                 budget_unit: None,
                                 burst_budget: None,
                                 on_full: None,
+                                debounce: None,
                             },
                         )
                     }

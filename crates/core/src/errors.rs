@@ -228,6 +228,9 @@ catalogue! {
     FLO0008 => Ingress, Some(409),
         "a newer call replaced the call in its key's queue (on_full)",
         "The rule on a counter of the call has `on_full = \"keep_newest\"` (at most `max_queued` calls, 1 by default, wait there, and the newest win) or `on_full = \"cancel_running\"` (a new call cancels what runs and replaces what waits): a newer call for the same key arrived while this one waited, never started. It completed with 409 and this code; its caller, an attach or an idempotent repeat reads that outcome. The message names the invocation that took its place: attach to it for the result the newest input gives.";
+    FLO0009 => Ingress, Some(409),
+        "a rule's debounce made this call part of another call's run",
+        "The rule on a counter of the call has a `debounce`: calls of one target arriving at that counter within its wait of each other make one run. With `last` (the default) the newest call of the burst runs and each earlier one completes with 409 and this code when a newer one arrives; with `first`, the burst's first call runs (pushed back by each arrival, up to `max` after the first) and each later one completes at once with this code. Neither ran its handler; its caller, an attach or an idempotent repeat reads that outcome. The message names the invocation that runs for the burst: attach to it for the result.";
     CLU0001 => Ingress, Some(503),
         "this node does not lead the invocation's partition (cluster mode)",
         "In cluster mode each partition is led by one node. The partition was led by another node, or moved while the request was in flight (a failover or rebalance): what it was about may or may not have happened, like a timeout. Retry (with an idempotency key if it must not run twice); `GET /cluster-health` shows who leads what.";

@@ -23,7 +23,8 @@ pub use quota::{
 };
 pub use rate::{Bucket, Rate, RateError, RateLimit};
 pub use rules::{
-    AdaptiveLimit, CounterRef, Decision, Delete, Limit, OnFull, OnFullError, Precondition,
-    Resolved, Rule, RuleBook, RuleError, RulePolicy, ShadowRule, Upsert, WeightChange,
+    AdaptiveLimit, CounterRef, Debounce, DebounceError, Decision, Delete, Keep, Limit, OnFull,
+    OnFullError, Precondition, Resolved, Rule, RuleBook, RuleError, RulePolicy, ShadowRule, Upsert,
+    WeightChange,
 };
 pub use scope::{LIMIT_KEY_HEADER, LimitKey, SCOPE_HEADER, Scope};

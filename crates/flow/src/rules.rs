@@ -13,10 +13,12 @@ use super::pattern::{Level, RulePattern};
 use super::quota::{Budget, BurstBudget, Quota};
 use super::rate::RateLimit;
 
+mod debounce;
 mod on_full;
 mod policy;
 mod weights;
 
+pub use debounce::{Debounce, DebounceError, Keep, MAX_DEBOUNCE_MS};
 pub use on_full::{OnFull, OnFullError};
 pub use policy::{CounterRef, Decision, RulePolicy};
 pub use weights::{MAX_WEIGHT_OVERRIDES, WeightChange};
@@ -113,6 +115,9 @@ pub struct Rule {
     /// What a new call meets at a full counter (none: it waits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_full: Option<OnFull>,
+    /// Calls of one target at a counter within its wait make one delayed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<Debounce>,
     /// Evaluated and counted, never enforced (`mode = "shadow"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
@@ -177,6 +182,8 @@ pub struct Upsert {
     pub burst_budget: Option<BurstBudget>,
     /// What a new call meets at a full counter.
     pub on_full: Option<OnFull>,
+    /// Its debounce.
+    pub debounce: Option<Debounce>,
     /// Counted, never enforced.
     pub shadow: bool,
     /// Its description.
@@ -204,6 +211,7 @@ impl Upsert {
             budget_unit: None,
             burst_budget: None,
             on_full: None,
+            debounce: None,
             shadow: false,
             description: None,
             disabled: false,
@@ -285,6 +293,8 @@ pub struct Resolved {
     pub burst_budget: Option<BurstBudget>,
     /// What a new call meets when the counter is full (only under a concurrency).
     pub on_full: Option<OnFull>,
+    /// The debounce in force.
+    pub debounce: Option<Debounce>,
     /// The rule that set them; `None` means no rule matched (unlimited).
     pub pattern: Option<Arc<RulePattern>>,
     /// The most specific shadow rule matching the counter: counted, never enforced.
@@ -318,6 +328,7 @@ impl Resolved {
         budget: None,
         burst_budget: None,
         on_full: None,
+        debounce: None,
         pattern: None,
         shadow: None,
     };
@@ -364,6 +375,7 @@ struct Indexed {
     budget: Option<Budget>,
     burst_budget: Option<BurstBudget>,
     on_full: Option<OnFull>,
+    debounce: Option<Debounce>,
     pattern: Arc<RulePattern>,
     /// Set for a shadow rule: what a counter evaluates.
     shadow: Option<Arc<ShadowRule>>,
@@ -388,6 +400,8 @@ pub struct RuleBook {
     max_waits: bool,
     /// Some enabled rule has an `on_full`.
     crowds: bool,
+    /// Some enabled rule has a `debounce`.
+    debounces: bool,
     policy: Option<Arc<dyn RulePolicy>>,
     /// Weight overrides by counter name (`weights.rs`).
     weights: BTreeMap<String, NonZeroU32>,
@@ -465,6 +479,7 @@ impl RuleBook {
                         budget_unit: upsert.budget_unit.clone(),
                         burst_budget: upsert.burst_budget,
                         on_full: upsert.on_full,
+                        debounce: upsert.debounce,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -484,6 +499,7 @@ impl RuleBook {
                         || old.budget != upsert.budget
                         || old.burst_budget != upsert.burst_budget
                         || old.on_full != upsert.on_full
+                        || old.debounce != upsert.debounce
                         || old.shadow != upsert.shadow
                         || old.disabled != upsert.disabled;
                     let text = old.description != upsert.description
@@ -502,6 +518,7 @@ impl RuleBook {
                         budget_unit: upsert.budget_unit.clone(),
                         burst_budget: upsert.burst_budget,
                         on_full: upsert.on_full,
+                        debounce: upsert.debounce,
                         shadow: upsert.shadow,
                         description: upsert.description.clone(),
                         disabled: upsert.disabled,
@@ -553,6 +570,7 @@ impl RuleBook {
         let mut refuses = false;
         let mut max_waits = false;
         let mut crowds = false;
+        let mut debounces = false;
         for rule in rules.values().filter(|r| !r.disabled) {
             let pattern = Arc::new(rule.pattern.clone());
             let shadow = rule.shadow.then(|| {
@@ -571,6 +589,7 @@ impl RuleBook {
                     || rule.budget.is_some());
             max_waits |= !rule.shadow && rule.max_wait_ms.is_some();
             crowds |= !rule.shadow && rule.on_full.is_some();
+            debounces |= !rule.shadow && rule.debounce.is_some();
             let index = if rule.shadow {
                 &mut shadow_index
             } else {
@@ -608,6 +627,7 @@ impl RuleBook {
                     on_full: rule.on_full.filter(|_| {
                         matches!(rule.limit, Limit::Concurrency(_)) || rule.adaptive.is_some()
                     }),
+                    debounce: rule.debounce,
                     pattern,
                     shadow,
                 },
@@ -619,6 +639,7 @@ impl RuleBook {
         self.refuses = refuses;
         self.max_waits = max_waits;
         self.crowds = crowds;
+        self.debounces = debounces;
         self.version = version;
     }
 
@@ -636,6 +657,11 @@ impl RuleBook {
     /// Whether some enabled rule has an `on_full`: new calls are judged as they join a queue.
     pub fn crowds(&self) -> bool {
         self.crowds
+    }
+
+    /// Whether some enabled rule has a `debounce`: new calls look for a burst to join.
+    pub fn debounces(&self) -> bool {
+        self.debounces
     }
 
     /// This book with `policy` deciding how rules match (`None`: the most specific wins).
@@ -751,6 +777,7 @@ impl RuleBook {
                 budget: rule.budget,
                 burst_budget: rule.burst_budget,
                 on_full: rule.on_full,
+                debounce: rule.debounce,
                 pattern: Some(Arc::clone(&rule.pattern)),
                 shadow,
             },

@@ -168,6 +168,7 @@ async function renderFlow() {
       el("td", {}, l.concurrency === undefined || l.concurrency === null ? "unlimited" : l.concurrency),
       el("td", {}, fmt(l.rate)), el("td", {}, fmt(l.max_queued)), el("td", {}, fmt(l.weight)),
       el("td", {}, fmt(l.burst_budget)), el("td", { class: "on-full" }, l.on_full || "queue"),
+      el("td", { class: "debounce" }, fmt(l.debounce)),
       el("td", {}, u.n), el("td", {}, u.usage), el("td", { class: "held" }, u.queued));
   }));
   const filter = $("#counter-filter").value.trim();

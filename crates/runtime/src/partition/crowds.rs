@@ -48,6 +48,7 @@ impl Partition {
             };
             if out.fate != Fate::Cancel {
                 self.rouse(id);
+                self.observe();
                 if let Some(live) = self.live.get_mut(&id)
                     && live.run().queue().is_some()
                 {

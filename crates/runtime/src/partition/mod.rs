@@ -8,6 +8,7 @@ mod attempts;
 mod charges;
 mod commands;
 mod crowds;
+mod debounce;
 pub mod driver;
 mod ending;
 mod handle;

@@ -134,6 +134,10 @@ impl Partition {
             let attempt = match (record.status, record.run_at_ms) {
                 (Status::Scheduled | Status::BackingOff, Some(at)) => {
                     recovery.rest.push(Effect::WakeAt(id, at, None));
+                    // The run of a burst of debounced calls: a new call finds it again.
+                    if let Some(burst) = &record.debounce {
+                        self.admission.debounced.insert(burst.key.clone(), id);
+                    }
                     false
                 }
                 (Status::Paused, _) => false,

@@ -72,6 +72,9 @@ pub(super) struct Admission {
     /// Invocations a rule's `on_full` named, until a wake-up of the next batch ends them
     /// (`crowds.rs`).
     pub(super) crowded: HashMap<InvocationId, super::crowds::Crowded>,
+    /// The run of each burst of debounced calls waiting for its time, by the burst's key
+    /// (`debounce.rs`); taken again at recovery from the records.
+    pub(super) debounced: HashMap<String, InvocationId>,
     /// Budget charges of the write set being built (`charges.rs`): taken back if it is
     /// dropped.
     pub(super) unstored_charges: Vec<(sluice_flow::scheduler::QueueKey, u64)>,
@@ -180,6 +183,7 @@ impl Partition {
                 rules: None,
                 missed_deadlines: HashMap::new(),
                 crowded: HashMap::new(),
+                debounced: HashMap::new(),
                 unstored_charges: Vec::new(),
             },
             promises: parts::promises::Promises::default(),

@@ -33,6 +33,7 @@ pub(super) fn rules_schema() -> SchemaRef {
         ("last_modified", timestamp(), false),
         ("burst_budget", DataType::Utf8, true),
         ("on_full", DataType::Utf8, false),
+        ("debounce", DataType::Utf8, true),
     ])
 }
 
@@ -61,7 +62,9 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
             StringBuilder::new(),
         );
         let (mut burst_budget, mut on_full) = (StringBuilder::new(), StringBuilder::new());
+        let mut debounce = StringBuilder::new();
         for rule in rules {
+            debounce.append_option(rule.debounce.map(|d| d.to_string()));
             on_full.append_value(rule.on_full.map_or("queue", sluice_flow::OnFull::as_str));
             burst_budget.append_option(rule.burst_budget.map(|b| b.to_string()));
             quota.append_option(rule.quota.map(|q| q.to_string()));
@@ -117,6 +120,7 @@ pub(super) fn rules(sources: &Arc<QuerySources>) -> Reader {
                 Arc::new(modified.finish()),
                 Arc::new(burst_budget.finish()),
                 Arc::new(on_full.finish()),
+                Arc::new(debounce.finish()),
             ],
         )
     })

@@ -9,6 +9,6 @@ pub mod state;
 pub mod store;
 
 pub use record::{
-    Caller, Failure, InvocationRecord, LastFailure, ListedRecord, Outcome, OutcomeKind, Status,
-    Summary, Target,
+    Caller, Debounced, Failure, InvocationRecord, LastFailure, ListedRecord, Outcome, OutcomeKind,
+    Status, Summary, Target,
 };

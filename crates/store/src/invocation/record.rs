@@ -202,6 +202,20 @@ pub struct RecordOf<O> {
     /// named `sluice:cost`, summed): set with its completion, in the same write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<u64>,
+    /// Set while it is a debounced call waiting for its run (a rule's `debounce`): the burst it
+    /// belongs to, so a restart finds the burst a new call joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<Box<Debounced>>,
+}
+
+/// The burst of debounced calls an invocation waits for as its run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Debounced {
+    /// What groups its calls: the counter (`scope`, `scope/l1`, `scope/l1/l2`) and the
+    /// target.
+    pub key: String,
+    /// When the burst's first call came, ms since the epoch (its `max` counts from there).
+    pub since_ms: u64,
 }
 
 /// Where a called invocation's result goes.
@@ -242,6 +256,10 @@ impl InvocationRecord {
             + self.limit_key.as_ref().map_or(0, |k| k.as_str().len())
             + text(&self.idempotency_key)
             + text(&self.trace)
+            + self
+                .debounce
+                .as_ref()
+                .map_or(0, |d| std::mem::size_of::<Debounced>() + d.key.len())
     }
 
     /// The record's stored bytes ([`crate::encoding`]).
@@ -283,6 +301,7 @@ impl InvocationRecord {
             trace: None,
             deadline_ms: None,
             cost: None,
+            debounce: None,
         }
     }
 }

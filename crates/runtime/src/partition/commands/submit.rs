@@ -54,31 +54,8 @@ impl Partition {
         }
         // A child submitted again after a restart, or an idempotent repeat: it exists
         // already. Another caller waiting on it gets its result too.
-        if let Some(live) = self.live.get_mut(&id) {
-            if let Some(caller) = record.caller
-                && live.record().caller != Some(caller)
-                && !live.callers.contains(&caller)
-            {
-                match &live.record().outcome {
-                    Some(outcome) => effects.push(Effect::CallResult(caller, outcome.clone())),
-                    None => live.callers.push(caller),
-                }
-            }
-            if let Some(call) = call {
-                match &live.record().outcome {
-                    Some(outcome) => effects.push(Effect::Notify(vec![call], outcome.clone())),
-                    None => {
-                        let max = self.outside.config.worker.max_waiters_per_invocation;
-                        if let Err(refused) = live.wait(call, max) {
-                            if let Some(reply) = reply {
-                                effects.push(Effect::Answer(Answer::Refused(reply, refused)));
-                            }
-                            return Ok(());
-                        }
-                    }
-                }
-            }
-            effects.extend(reply.map(|r| Effect::Ack(r, false)));
+        if self.live.contains_key(&id) {
+            self.join_existing(id, record.caller, call, reply, effects);
             return Ok(());
         }
         // Only new work from outside is refused; a handler's call always goes in.
@@ -116,14 +93,61 @@ impl Partition {
             }
             return Ok(());
         }
+        // A rule's debounce may delay it, or absorb it into a burst's run (`debounce.rs`).
+        let mut record = record;
+        let absorbed = self.debounce_arrival(&mut record, writes, effects)?;
+        let deferred = deferred && absorbed.is_none() && record.run_at_ms.is_none();
         self.create(*record, vec![input], deferred, key, writes, effects)?;
         if let Some(live) = self.live.get_mut(&id) {
             live.waiters.extend(call);
+        }
+        if let Some(into) = absorbed {
+            self.observe();
+            self.absorb(id, into, writes, effects)?;
         }
         // Deferred, nothing is stored yet, and the caller learns nothing from the ack but that
         // its outcome will come; it is answered after the batch all the same, as every answer.
         effects.extend(reply.map(|r| Effect::Ack(r, true)));
         Ok(())
+    }
+
+    /// A submission of `id`, which is live already: its caller and call wait for its outcome
+    /// too (or get it, if it has one).
+    fn join_existing(
+        &mut self,
+        id: InvocationId,
+        caller: Option<sluice_store::invocation::Caller>,
+        call: Option<oneshot::Sender<Outcome>>,
+        reply: Option<oneshot::Sender<Result<bool, CodedError>>>,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(live) = self.live.get_mut(&id) else {
+            return;
+        };
+        if let Some(caller) = caller
+            && live.record().caller != Some(caller)
+            && !live.callers.contains(&caller)
+        {
+            match &live.record().outcome {
+                Some(outcome) => effects.push(Effect::CallResult(caller, outcome.clone())),
+                None => live.callers.push(caller),
+            }
+        }
+        if let Some(call) = call {
+            match &live.record().outcome {
+                Some(outcome) => effects.push(Effect::Notify(vec![call], outcome.clone())),
+                None => {
+                    let max = self.outside.config.worker.max_waiters_per_invocation;
+                    if let Err(refused) = live.wait(call, max) {
+                        if let Some(reply) = reply {
+                            effects.push(Effect::Answer(Answer::Refused(reply, refused)));
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+        effects.extend(reply.map(|r| Effect::Ack(r, false)));
     }
 
     /// Stores a new invocation with its journal (from the Input entry on) and tracks it: it

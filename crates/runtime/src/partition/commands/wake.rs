@@ -47,7 +47,15 @@ impl Partition {
         {
             return self.end_crowded(id, writes, effects);
         }
+        let now = self.outside.driver.now_ms();
         if let Some(live) = self.live.get_mut(&id) {
+            // A debounced run pushed back since this wake-up was armed waits for its new one.
+            if completion.is_none()
+                && live.record().status == Status::Scheduled
+                && live.record().run_at_ms.is_some_and(|at| at > now)
+            {
+                return Ok(());
+            }
             timer_fired(live, completion, writes, effects);
         }
         Ok(())

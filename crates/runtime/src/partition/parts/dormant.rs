@@ -157,6 +157,11 @@ struct Resting {
     trace: Option<String>,
     #[prost(uint64, optional, tag = "21")]
     deadline_ms: Option<u64>,
+    /// The burst of debounced calls it is the run of (its key and start).
+    #[prost(string, optional, tag = "22")]
+    debounce_key: Option<String>,
+    #[prost(uint64, optional, tag = "23")]
+    debounce_since_ms: Option<u64>,
 }
 
 /// A held invocation at rest.
@@ -247,6 +252,8 @@ impl Dormant {
             priority: record.priority.map(|p| u32::from(p.get())),
             trace: record.trace,
             deadline_ms: record.deadline_ms,
+            debounce_since_ms: record.debounce.as_ref().map(|d| d.since_ms),
+            debounce_key: record.debounce.map(|d| d.key),
             input_ty: u32::from(input.ty),
             input: if keep { input.payload } else { Bytes::new() },
             input_on_disk: !keep,
@@ -421,6 +428,12 @@ fn unpack(
         .transpose()?;
     record.trace = resting.trace;
     record.deadline_ms = resting.deadline_ms;
+    record.debounce = resting.debounce_key.map(|key| {
+        Box::new(sluice_store::invocation::Debounced {
+            key,
+            since_ms: resting.debounce_since_ms.unwrap_or_default(),
+        })
+    });
     Ok((record, input, in_memory))
 }
 

@@ -109,6 +109,12 @@ impl Resting {
         self.just_queued.push(id);
     }
 
+    /// `id` changed in a write not stored yet: it stays in memory (a record at rest must read
+    /// back as the store has it).
+    pub(in crate::partition) fn keep_awake(&mut self, id: InvocationId) {
+        self.just_queued.retain(|queued| *queued != id);
+    }
+
     /// Puts the invocations queued since the last call to rest, taken out of `live`, if they
     /// still only wait.
     pub(in crate::partition) fn put_waiting(

@@ -232,6 +232,12 @@ impl World {
         rule.limit = limit_of(limit);
         rule.rate = rate;
         rule.on_full = on_full;
+        // Sometimes a debounce: bursts absorbed or replaced, runs pushed back and recovered.
+        rule.debounce = match self.rng.below(6) {
+            0 => Some("20ms".parse().expect("a valid debounce")),
+            1 => Some("20ms first max 50ms".parse().expect("a valid debounce")),
+            _ => None,
+        };
         book.apply_batch(&[rule], self.now()).expect("a valid rule");
         self.rules.send_replace(Arc::new(book));
         self.s1_limit = limit;
