@@ -2991,3 +2991,106 @@ async fn six_nodes_each_read_their_share_and_a_lost_node_moves_only_its_partitio
         );
     }
 }
+
+/// Waits until invocation `id` completed as `sluice` sees it: its `completion` text.
+async fn completion_of(sluice: &Sluice, id: &str) -> String {
+    let seen = sluice
+        .invocation_until(id, "completed", |seen| seen["status"] == "completed")
+        .await;
+    seen["completion"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A rule's `on_full` and `debounce` decide at the scope's partition whichever node a call
+/// comes through, and a burst of debounced calls outlives its leader: the node that takes the
+/// partition over finds the burst in the store, and the next call joins it.
+#[tokio::test]
+async fn on_full_and_debounce_decide_at_the_scopes_partition_from_either_node_and_after_its_leader_dies()
+ {
+    let kafka = KafkaCluster::start(3);
+    let bootstrap = kafka.bootstrap_servers();
+    let dep = TestDeployment::start("v1").await.unwrap();
+    let mut nodes = cluster_of(
+        vec![
+            ("n1", real_node(&bootstrap, "n1")),
+            ("n2", real_node(&bootstrap, "n2")),
+        ],
+        &dep.uri,
+    )
+    .await;
+    // The burst's wait outlasts a failover (the session timeout and a takeover).
+    nodes[0]
+        .set_rules(serde_json::json!([
+            {"pattern": "co/*", "limits": {"concurrency": 1, "on_full": "keep_newest"}},
+            {"pattern": "cd/*", "limits": {"debounce": "30s"}},
+        ]))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, rules) = nodes[1].get_admin("/limits/rules").await;
+        if rules.to_string().contains("cd/*") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no rules on n2: {rules}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let send = |node: usize, scope: &'static str, path: &'static str, body: &'static str| {
+        let sluice = &nodes[node];
+        async move {
+            let (status, answer) = post(
+                sluice,
+                &format!("/service/scope/{scope}/send/{path}?limit-key=k"),
+                body,
+            )
+            .await;
+            assert_eq!(status, 202, "{answer}");
+            invocation_id(&answer)
+        }
+    };
+
+    // keep_newest: a call waiting behind the key's run, replaced by one through the other node.
+    let holder = send(0, "co", "Greeter/slow", "600000").await;
+    nodes[0]
+        .invocation_until(&holder, "running", |seen| seen["status"] == "running")
+        .await;
+    let o1 = send(0, "co", "Meter/timed", "\"o1 10\"").await;
+    let o2 = send(1, "co", "Meter/timed", "\"o2 10\"").await;
+    let replaced = completion_of(&nodes[1], &o1).await;
+    assert!(
+        replaced.contains("FLO0008") && replaced.contains(&o2),
+        "{replaced}"
+    );
+
+    // debounce: a burst begun through n1 is joined through n2.
+    let d1 = send(0, "cd", "Meter/timed", "\"d1 10\"").await;
+    let d2 = send(1, "cd", "Meter/timed", "\"d2 10\"").await;
+    let joined = completion_of(&nodes[0], &d1).await;
+    assert!(
+        joined.contains("FLO0009") && joined.contains(&d2),
+        "{joined}"
+    );
+
+    // The leader of the burst's partition dies; the survivor finds the burst.
+    let id: sluice_core::ids::InvocationId = d2.parse().unwrap();
+    let partition = (id.partition_key() % PARTITIONS as u64) as usize;
+    let leader = leaders(&nodes[0]).await[partition].clone().unwrap();
+    let index = ["n1", "n2"].iter().position(|n| *n == leader).unwrap();
+    let mut killed = nodes.remove(index);
+    killed.kill_9();
+    let survivor = if leader == "n1" { "n2" } else { "n1" };
+    led_by(&nodes[0], &[survivor]).await;
+    let (status, answer) = post(
+        &nodes[0],
+        "/service/scope/cd/send/Meter/timed?limit-key=k",
+        "\"d3 10\"",
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let d3 = invocation_id(&answer);
+    let joined = completion_of(&nodes[0], &d2).await;
+    assert!(
+        joined.contains("FLO0009") && joined.contains(&d3),
+        "the burst outlived its leader: {joined}"
+    );
+    let waits = nodes[0].describe(&d3).await.1;
+    assert_eq!(waits["status"], "scheduled", "{waits}");
+}
