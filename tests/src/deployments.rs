@@ -161,8 +161,22 @@ impl TestDeployment {
     /// Starts the Java SDK deployment (`tests/java-deployment`, `dev.sluice.tests.Main` served
     /// over HTTP/2 by Vert.x on loopback; `scripts/setup` builds it with Maven).
     pub async fn java() -> Result<Self> {
-        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("java-deployment/target");
-        let jar = target.join("java-deployment-1.jar");
+        Self::jvm("java-deployment", "dev.sluice.tests.Main").await
+    }
+
+    /// Starts the Kotlin SDK deployment (`tests/kotlin-deployment`, `dev.sluice.tests.MainKt`
+    /// served like the Java one; `scripts/setup` builds it with Maven).
+    pub async fn kotlin() -> Result<Self> {
+        Self::jvm("kotlin-deployment", "dev.sluice.tests.MainKt").await
+    }
+
+    /// Runs `main` of `tests/<dir>`'s jar (`<dir>-1.jar`) with the dependencies Maven copied
+    /// into its `target/lib`.
+    async fn jvm(dir: &str, main: &'static str) -> Result<Self> {
+        let target = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(dir)
+            .join("target");
+        let jar = target.join(format!("{dir}-1.jar"));
         if !jar.exists() {
             bail!(
                 "{} is missing: run scripts/setup (it builds it with mvn package)",
@@ -174,7 +188,7 @@ impl TestDeployment {
             let mut cmd = Command::new("java");
             cmd.arg("-cp")
                 .arg(&classpath)
-                .arg("dev.sluice.tests.Main")
+                .arg(main)
                 .arg(port.to_string());
             cmd
         })

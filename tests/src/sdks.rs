@@ -331,3 +331,67 @@ pub async fn side_effect_runs_once_across_a_kill_9(mut sluice: Sluice, meter: &s
     );
     assert_eq!(ingress_ok(&again, &effects, Value::Null).await, json!(1));
 }
+
+/// A V6 deployment's `<meter>` makes scoped calls by headers (`x-service-scope`,
+/// `x-service-limit-key`): `fanOut(6)` sends six `hold(300)` into `scope` (the rule on it,
+/// concurrency 2, holds them), alternating keys `k0` and `k1`; `whoAmI` reads its own scope and
+/// key from its input's headers, `childWhoAmI` inherits them, and a client's header passes as
+/// nothing. `input` is what the deployment's `whoAmI` and `peak` take.
+pub async fn v6_handlers_make_scoped_calls_by_headers(
+    sluice: &Sluice,
+    meter: &str,
+    scope: &str,
+    input: Value,
+) {
+    assert_eq!(
+        ingress_ok(sluice, &format!("/service/call/{meter}/fanOut"), json!(6)).await,
+        json!(6)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let done = format!(
+        "SELECT count(*) AS n FROM sys_invocation WHERE scope = '{scope}' AND target_handler_name = 'hold' AND status = 'completed'"
+    );
+    while sluice.count(&done).await < 6 {
+        assert!(Instant::now() < deadline, "the six scoped sends never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        ingress_ok(
+            sluice,
+            &format!("/service/call/{meter}/peak"),
+            input.clone()
+        )
+        .await,
+        json!(2),
+        "the rule on scope {scope} held the sends"
+    );
+    assert_eq!(
+        sluice
+            .count(&format!(
+                "SELECT count(*) AS n FROM sys_invocation WHERE scope = '{scope}' AND limit_key IN ('k0', 'k1')"
+            ))
+            .await,
+        6
+    );
+    // A handler sees its own scope and key; a child call that names none inherits them.
+    for handler in ["whoAmI", "childWhoAmI"] {
+        let path = format!("/service/scope/acme/call/{meter}/{handler}?limit-key=gold");
+        assert_eq!(
+            ingress_ok(sluice, &path, input.clone()).await,
+            json!("acme/gold"),
+            "{handler}"
+        );
+    }
+    // An unscoped call sees none; a client's own header does not pass as a scope.
+    let mut forged = reqwest::Client::new()
+        .post(format!(
+            "{}/service/call/{meter}/whoAmI",
+            sluice.ingress_url
+        ))
+        .header("x-service-scope", "forged");
+    if !input.is_null() {
+        forged = forged.json(&input);
+    }
+    let answer: Value = forged.send().await.unwrap().json().await.unwrap();
+    assert_eq!(answer, json!("-/-"));
+}

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use sluice_tests::{
     Sluice, TestDeployment, durable_basics_run_through, ingress_ok, registered_three_kinds,
     reported_cost_is_stored, side_effect_runs_once_across_a_kill_9, sluice_for,
+    v6_handlers_make_scoped_calls_by_headers,
 };
 
 async fn started(rules: Value) -> (Sluice, TestDeployment) {
@@ -79,52 +80,7 @@ async fn java_calls_made_in_a_scope_at_the_ingress_are_admitted_under_the_rule_b
 #[tokio::test]
 async fn java_handlers_make_scoped_calls_by_headers_and_read_their_own_scope() {
     let (sluice, _dep) = started(json!([{"pattern": "jv", "limits": {"concurrency": 2}}])).await;
-    assert_eq!(
-        ingress_ok(&sluice, "/service/call/JavaMeter/fanOut", json!(6)).await,
-        json!(6)
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let done = "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'jv' AND target_handler_name = 'hold' AND status = 'completed'";
-    while sluice.count(done).await < 6 {
-        assert!(Instant::now() < deadline, "the six scoped sends never ran");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        ingress_ok(&sluice, "/service/call/JavaMeter/peak", Value::Null).await,
-        json!(2),
-        "the rule on scope jv held the sends"
-    );
-    assert_eq!(
-        sluice
-            .count("SELECT count(*) AS n FROM sys_invocation WHERE scope = 'jv' AND limit_key IN ('k0', 'k1')")
-            .await,
-        6
-    );
-    // A handler sees its own scope and key; a child call that names none inherits them.
-    let path = "/service/scope/acme/call/JavaMeter/whoAmI?limit-key=gold";
-    assert_eq!(
-        ingress_ok(&sluice, path, Value::Null).await,
-        json!("acme/gold")
-    );
-    let path = "/service/scope/acme/call/JavaMeter/childWhoAmI?limit-key=gold";
-    assert_eq!(
-        ingress_ok(&sluice, path, Value::Null).await,
-        json!("acme/gold")
-    );
-    // An unscoped call sees none; a client's own header does not pass as a scope.
-    let answer: Value = reqwest::Client::new()
-        .post(format!(
-            "{}/service/call/JavaMeter/whoAmI",
-            sluice.ingress_url
-        ))
-        .header("x-service-scope", "forged")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(answer, json!("-/-"));
+    v6_handlers_make_scoped_calls_by_headers(&sluice, "JavaMeter", "jv", Value::Null).await;
 }
 
 #[tokio::test]

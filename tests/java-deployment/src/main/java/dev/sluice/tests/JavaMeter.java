@@ -4,6 +4,7 @@ import dev.restate.sdk.Awakeable;
 import dev.restate.sdk.Context;
 import dev.restate.sdk.annotation.Handler;
 import dev.restate.sdk.annotation.Service;
+import dev.sluice.scope.Scoped;
 import java.time.Duration;
 import java.util.Map;
 
@@ -96,16 +97,14 @@ public class JavaMeter {
   }
 
   /**
-   * Sends `count` `hold(300)` calls into scope `jv`, alternating limit keys `k0` and `k1`, by
-   * the headers Sluice reads on V6 commands (this SDK has no scope fields); answers how many.
+   * Sends `count` `hold(300)` calls into scope `jv`, alternating limit keys `k0` and `k1`,
+   * through the project's `Scoped` (the headers Sluice reads on V6 commands: this SDK has no
+   * scope fields); answers how many.
    */
   @Handler
   public int fanOut(Context ctx, int count) {
     for (int i = 0; i < count; i++) {
-      ctx.send(
-          JavaMeterHandlers.hold(300)
-              .header("x-service-scope", "jv")
-              .header("x-service-limit-key", "k" + (i % 2)));
+      ctx.send(Scoped.scope(JavaMeterHandlers.hold(300), "jv", "k" + (i % 2)));
     }
     return count;
   }
@@ -113,10 +112,9 @@ public class JavaMeter {
   /** The scope and limit key this call runs under, as its input's headers say (`scope/key`). */
   @Handler
   public String whoAmI(Context ctx) {
-    Map<String, String> headers = ctx.request().headers();
-    return headers.getOrDefault("x-service-scope", "-")
+    return Scoped.scopeOf(ctx.request()).orElse("-")
         + "/"
-        + headers.getOrDefault("x-service-limit-key", "-");
+        + Scoped.limitKeyOf(ctx.request()).orElse("-");
   }
 
   /** Calls `whoAmI` without naming a scope: the child inherits this call's scope and key. */
