@@ -2338,6 +2338,25 @@ async fn budget_and_quota_resets_asked_of_one_node_reach_every_node() {
             scopes.iter().map(|s| (s.clone(), 1, 1000)).collect();
         wanted.sort();
         assert_eq!(seen, wanted, "{}", sluice.admin_url);
+        // A query naming one scope, and a bare LIMIT, are asked of the other node as such:
+        // each node gets the scope the other leads, and one row of a LIMIT 1.
+        for scope in &scopes {
+            let sql =
+                format!("SELECT scope, budget_spent FROM sys_user_limits WHERE scope = '{scope}'");
+            let (status, rows) = sluice.query(&sql).await;
+            assert_eq!(status, 200, "{rows}");
+            let rows = rows["rows"].as_array().unwrap();
+            assert_eq!(rows.len(), 1, "{sql}: {rows:?}");
+            assert_eq!(
+                (rows[0]["scope"].as_str(), rows[0]["budget_spent"].as_u64()),
+                (Some(scope.as_str()), Some(1000))
+            );
+        }
+        let (status, rows) = sluice
+            .query("SELECT scope FROM sys_user_limits LIMIT 1")
+            .await;
+        assert_eq!(status, 200, "{rows}");
+        assert_eq!(rows["rows"].as_array().unwrap().len(), 1, "{rows}");
     }
     for what in ["budget", "quota"] {
         let (status, body) = post_admin(

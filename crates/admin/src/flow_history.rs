@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sluice_api::limits::{FlowHistoryResponse, QueueSeries, RuleSeries};
 
-use sluice_flow::limiter::{CounterSnapshot, RuleAdmissions, WaitHistogram};
+use sluice_flow::limiter::{FlowSums, RuleAdmissions, WaitHistogram};
 use sluice_runtime::partition::Runtime;
 
 /// Most rule series kept: the busiest at each sample.
@@ -99,15 +99,23 @@ impl FlowHistory {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let (counters, partitions, queues) =
-                match tokio::try_join!(runtime.counters(), runtime.metrics(), runtime.queues()) {
-                    Ok(read) => read,
-                    // The partitions are stopping or failed: health says so; skip the sample.
-                    Err(e) => {
-                        tracing::debug!(error = %e, "flow history sample skipped");
-                        continue;
-                    }
-                };
+            // Only the queues a sample may keep: the busiest, however many live.
+            let busiest = sluice_flow::ReadView {
+                scope: None,
+                limit: Some(MAX_QUEUE_SERIES),
+            };
+            let (counters, partitions, queues) = match tokio::try_join!(
+                runtime.flow_sums(),
+                runtime.metrics(),
+                runtime.queue_page(busiest)
+            ) {
+                Ok((sums, metrics, (_, queues))) => (sums, metrics, queues),
+                // The partitions are stopping or failed: health says so; skip the sample.
+                Err(e) => {
+                    tracing::debug!(error = %e, "flow history sample skipped");
+                    continue;
+                }
+            };
             let admissions: Vec<RuleAdmissions> =
                 partitions.into_iter().flat_map(|p| p.admissions).collect();
             let queues = queues
@@ -134,7 +142,7 @@ impl FlowHistory {
     pub fn sample(
         &self,
         now_ms: u64,
-        counters: &[CounterSnapshot],
+        counters: &FlowSums,
         admissions: &[RuleAdmissions],
         queues: Vec<(String, QueueInfo, u64)>,
     ) {
@@ -144,43 +152,34 @@ impl FlowHistory {
             .back()
             .map(|last| now_ms.saturating_sub(*last).max(1) as f64 / 1000.0);
         let mut points: HashMap<RuleKey, RulePoint> = HashMap::new();
-        let mut adaptive: HashMap<RuleKey, (u64, u64)> = HashMap::new();
-        for c in counters {
-            let key = (rule_label(c.rule.as_deref()), c.level.lower_name());
-            let point = points.entry(key.clone()).or_default();
-            point.running += u64::from(c.usage);
-            point.waiting += u64::from(c.queued);
-            if let Some((_, used, _)) = c.budget {
-                point.budget_spent =
-                    Some(point.budget_spent.unwrap_or(0).saturating_add(used.used));
+        for sums in &counters.rules {
+            let key = (rule_label(sums.rule.as_deref()), sums.level.lower_name());
+            let point = points.entry(key).or_default();
+            point.running += sums.running;
+            point.waiting += sums.waiting;
+            if let Some((spent, _)) = sums.budget {
+                point.budget_spent = Some(point.budget_spent.unwrap_or(0).saturating_add(spent));
             }
-            if c.adaptive.is_some() {
-                let (n, sum) = adaptive.entry(key).or_default();
-                *n += 1;
-                *sum += u64::from(c.limit.concurrency().unwrap_or(0));
-            }
-            if let Some((rule, counts)) = &c.shadow {
-                let shadow = points
-                    .entry((rule.pattern.to_string(), c.level.lower_name()))
-                    .or_default();
-                shadow.would_wait = Some(
-                    shadow
-                        .would_wait
-                        .unwrap_or(0)
-                        .saturating_add(counts.would_wait),
-                );
-                shadow.would_reject = Some(
-                    shadow
-                        .would_reject
-                        .unwrap_or(0)
-                        .saturating_add(counts.would_reject),
-                );
+            if sums.adaptive > 0 {
+                point.adaptive_limit = Some(sums.adaptive_limits as f64 / sums.adaptive as f64);
             }
         }
-        for (key, (n, sum)) in adaptive {
-            if let Some(point) = points.get_mut(&key) {
-                point.adaptive_limit = Some(sum as f64 / n as f64);
-            }
+        for shadow in &counters.shadows {
+            let point = points
+                .entry((shadow.rule.to_string(), shadow.level.lower_name()))
+                .or_default();
+            point.would_wait = Some(
+                point
+                    .would_wait
+                    .unwrap_or(0)
+                    .saturating_add(shadow.would_wait),
+            );
+            point.would_reject = Some(
+                point
+                    .would_reject
+                    .unwrap_or(0)
+                    .saturating_add(shadow.would_reject),
+            );
         }
         let mut totals: HashMap<RuleKey, Totals> = HashMap::new();
         for a in admissions {
@@ -363,10 +362,15 @@ mod tests {
     #[test]
     fn rates_and_the_interval_p99_come_from_the_difference_of_two_totals() {
         let history = FlowHistory::new(Duration::from_secs(1), 3);
-        history.sample(1_000, &[], &[admissions("a", 10, 0, &[5; 10])], Vec::new());
+        history.sample(
+            1_000,
+            &FlowSums::default(),
+            &[admissions("a", 10, 0, &[5; 10])],
+            Vec::new(),
+        );
         history.sample(
             3_000,
-            &[],
+            &FlowSums::default(),
             &[admissions(
                 "a",
                 30,
@@ -401,7 +405,12 @@ mod tests {
         assert_eq!(r.queues[0].held, vec![None, Some(7)]);
         // The window keeps 3 points; a quiet rule's series leaves once it is all gaps.
         for at in [4_000, 5_000, 6_000] {
-            history.sample(at, &[], &[admissions("a", 30, 4, &[])], Vec::new());
+            history.sample(
+                at,
+                &FlowSums::default(),
+                &[admissions("a", 30, 4, &[])],
+                Vec::new(),
+            );
         }
         let r = history.response();
         assert_eq!(r.at, vec![4_000, 5_000, 6_000]);
@@ -415,8 +424,13 @@ mod tests {
             let many: Vec<RuleAdmissions> = (0..1_000)
                 .map(|i| admissions(&format!("r{round}-{i}"), i + 1, 0, &[]))
                 .collect();
-            history.sample(1_000 * (round + 1), &[], &many, Vec::new());
-            history.sample(1_000 * (round + 1) + 500, &[], &many, Vec::new());
+            history.sample(1_000 * (round + 1), &FlowSums::default(), &many, Vec::new());
+            history.sample(
+                1_000 * (round + 1) + 500,
+                &FlowSums::default(),
+                &many,
+                Vec::new(),
+            );
         }
         assert!(history.response().rules.len() <= MAX_RULE_SERIES * 2);
     }

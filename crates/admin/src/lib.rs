@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod bulk_cancel;
+pub mod counters;
 mod dashboard;
 pub mod deployments;
 pub mod error;
@@ -29,6 +30,7 @@ pub mod shapes;
 pub mod tls;
 mod to_leader;
 mod version;
+mod view_params;
 pub mod vqueues;
 mod watched;
 pub mod weights;
@@ -224,7 +226,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .routes(routes!(limits::upsert, limits::list))
         .routes(routes!(limits::bulk_delete))
         .routes(routes!(limits::apply))
-        .routes(routes!(limits::counters))
+        .routes(routes!(counters::counters))
         .routes(routes!(limits::deployment_gates))
         .routes(routes!(limits::history))
         .routes(routes!(resets::reset_quota))

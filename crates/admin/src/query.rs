@@ -138,7 +138,14 @@ fn gather(
                 .iter()
                 .map(|c| format!("\"{}\"", c.replace('"', "\"\"")))
                 .collect();
-            let sql = format!("SELECT {} FROM {}", columns.join(", "), ask.table);
+            let mut sql = format!("SELECT {} FROM {}", columns.join(", "), ask.table);
+            // What the query here lets the reader leave out, the other nodes may leave out too.
+            if let Some(scope) = &ask.scope {
+                sql.push_str(&format!(" WHERE scope = '{}'", scope.replace('\'', "''")));
+            }
+            if let Some(limit) = ask.limit {
+                sql.push_str(&format!(" LIMIT {limit}"));
+            }
             let body = serde_json::to_vec(&QueryRequest {
                 query: sql,
                 local: false,

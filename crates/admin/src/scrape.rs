@@ -12,7 +12,6 @@ use metrics_util::MetricKindMask;
 use sluice_core::metrics as names;
 
 use sluice_core::errors::{Code, CodedError};
-use sluice_flow::Level;
 use sluice_flow::scheduler::DeadlineCause;
 use sluice_runtime::partition::Runtime;
 
@@ -71,9 +70,9 @@ impl Metrics {
         kafka: &sluice_kafka::Kafka,
         registry: &sluice_runtime::registry::Registry,
     ) -> Result<String, CodedError> {
-        let counters = runtime.counters().await?;
+        let sums = runtime.flow_sums().await?;
         let partitions = runtime.metrics().await?;
-        flow_gauges(&counters, self.top_scopes);
+        flow_gauges(&sums, self.top_scopes);
         let mut admitted: HashMap<(String, &'static str), u64> = HashMap::new();
         let mut charged: HashMap<(String, &'static str), u64> = HashMap::new();
         let mut overrun: HashMap<(String, &'static str), u64> = HashMap::new();
@@ -187,59 +186,16 @@ fn rule_label(rule: Option<&sluice_flow::RulePattern>) -> String {
     rule.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 
-/// Sums the live counters per rule and level (never per scope), and the top scopes by waiters
-/// when asked for.
-fn flow_gauges(counters: &[sluice_flow::limiter::CounterSnapshot], top_scopes: usize) {
-    #[derive(Default)]
-    struct Sums {
-        counters: u64,
-        running: u64,
-        held: u64,
-        rate_limited: u64,
-        adaptive: u64,
-        adaptive_limits: u64,
-        /// Spent and reserved of budgets, when the rule has one.
-        budget: Option<(u64, u64)>,
-    }
-    let mut sums: HashMap<(String, &'static str), Sums> = HashMap::new();
-    let mut scopes: HashMap<&str, u64> = HashMap::new();
-    // Shadow rules' tallies, by the shadow rule's pattern and level (never by scope).
-    let mut shadows: HashMap<(String, &'static str), (u64, u64)> = HashMap::new();
-    for c in counters {
-        if let Some((rule, counts)) = &c.shadow {
-            let tally = shadows
-                .entry((rule.pattern.to_string(), c.level.lower_name()))
-                .or_default();
-            tally.0 = tally.0.saturating_add(counts.would_wait);
-            tally.1 = tally.1.saturating_add(counts.would_reject);
-        }
-        let sum = sums
-            .entry((rule_label(c.rule.as_deref()), c.level.lower_name()))
-            .or_default();
-        sum.counters += 1;
-        if c.adaptive.is_some() {
-            sum.adaptive += 1;
-            sum.adaptive_limits += u64::from(c.limit.concurrency().unwrap_or(0));
-        }
-        if let Some((_, used, reserved)) = c.budget {
-            let (spent, held) = sum.budget.get_or_insert_default();
-            *spent = spent.saturating_add(used.used);
-            *held = held.saturating_add(reserved);
-        }
-        sum.running += u64::from(c.usage);
-        sum.held += u64::from(c.queued);
-        if c.rate.is_some() && c.tokens == Some(0) {
-            sum.rate_limited += u64::from(c.queued);
-        }
-        if top_scopes > 0 && c.level == Level::Scope {
-            *scopes.entry(&c.scope).or_default() += u64::from(c.queued);
-        }
-    }
-    for ((rule, level), sum) in sums {
+/// Sets the counters' gauges per rule and level (never per scope), and the top scopes by
+/// waiters when asked for.
+fn flow_gauges(sums: &sluice_flow::limiter::FlowSums, top_scopes: usize) {
+    // One entry per pattern and level: `FlowSums::merge` joined the partitions' by pattern.
+    for sum in &sums.rules {
+        let (rule, level) = (rule_label(sum.rule.as_deref()), sum.level.lower_name());
         let labels = [("rule", rule), ("level", level.to_owned())];
         metrics::gauge!(names::FLOW_COUNTERS, &labels).set(sum.counters as f64);
         metrics::gauge!(names::FLOW_RUNNING, &labels).set(sum.running as f64);
-        metrics::gauge!(names::FLOW_HELD, &labels).set(sum.held as f64);
+        metrics::gauge!(names::FLOW_HELD, &labels).set(sum.waiting as f64);
         metrics::gauge!(names::FLOW_RATE_LIMITED, &labels).set(sum.rate_limited as f64);
         if let Some((spent, reserved)) = sum.budget {
             metrics::gauge!(names::FLOW_BUDGET_SPENT, &labels).set(spent as f64);
@@ -250,17 +206,19 @@ fn flow_gauges(counters: &[sluice_flow::limiter::CounterSnapshot], top_scopes: u
                 .set(sum.adaptive_limits as f64 / sum.adaptive as f64);
         }
     }
-    for ((rule, level), (would_wait, would_reject)) in shadows {
-        let labels = [("rule", rule), ("level", level.to_owned())];
-        metrics::gauge!(names::FLOW_SHADOW_WOULD_WAIT, &labels).set(would_wait as f64);
-        metrics::gauge!(names::FLOW_SHADOW_WOULD_REJECT, &labels).set(would_reject as f64);
+    for shadow in &sums.shadows {
+        let labels = [
+            ("rule", shadow.rule.to_string()),
+            ("level", shadow.level.lower_name().to_owned()),
+        ];
+        metrics::gauge!(names::FLOW_SHADOW_WOULD_WAIT, &labels).set(shadow.would_wait as f64);
+        metrics::gauge!(names::FLOW_SHADOW_WOULD_REJECT, &labels).set(shadow.would_reject as f64);
     }
     if top_scopes > 0 {
-        let mut busiest: Vec<(&str, u64)> = scopes.into_iter().filter(|(_, n)| *n > 0).collect();
-        busiest.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut busiest: Vec<&(String, u64)> = sums.scopes.iter().filter(|(_, n)| *n > 0).collect();
+        busiest.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         for (scope, held) in busiest.into_iter().take(top_scopes) {
-            metrics::gauge!(names::FLOW_TOP_SCOPE_HELD, "scope" => scope.to_owned())
-                .set(held as f64);
+            metrics::gauge!(names::FLOW_TOP_SCOPE_HELD, "scope" => scope.clone()).set(*held as f64);
         }
     }
 }

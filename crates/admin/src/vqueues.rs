@@ -10,7 +10,9 @@ use http::StatusCode;
 
 use super::AdminState;
 use super::error::AdminError;
+use super::extract::Query;
 use super::json::Json;
+use super::view_params::ViewParams;
 pub use sluice_api::vqueues::{ListVQueuesResponse, VQueueResponse};
 use sluice_core::errors::Code;
 
@@ -68,16 +70,17 @@ pub async fn resume(
     pause_or_resume(&state, &vqueue_id, false).await
 }
 
-/// Every live queue of every partition.
+/// The live queues of every partition holding the most (waiting, then scheduled): the busiest
+/// `limit` (1,000 by default), of one `scope` if given, by id; `total` says how many matched.
 #[utoipa::path(get, path = "/vqueues", tag = "vqueue", operation_id = "list_vqueues",
+    params(ViewParams),
     responses((status = 200, body = ListVQueuesResponse)))]
 pub async fn list(
     State(state): State<Arc<AdminState>>,
+    Query(params): Query<ViewParams>,
 ) -> Result<Json<ListVQueuesResponse>, AdminError> {
-    let vqueues = state
-        .runtime
-        .queues()
-        .await?
+    let (total, queues) = state.runtime.queue_page(params.view()?).await?;
+    let vqueues = queues
         .into_iter()
         .map(|(partition, q)| VQueueResponse {
             id: sluice_core::ids::VQueueId {
@@ -96,7 +99,7 @@ pub async fn list(
             scheduled: u64::from(q.delayed),
         })
         .collect();
-    Ok(Json(ListVQueuesResponse { vqueues }))
+    Ok(Json(ListVQueuesResponse { vqueues, total }))
 }
 
 #[cfg(test)]

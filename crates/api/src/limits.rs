@@ -395,8 +395,11 @@ pub struct ShadowResponse {
 /// `GET /limits/counters`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ListCountersResponse {
-    /// Every live counter, by scope, L1, L2.
+    /// The live counters asked for (the busiest, of the scope asked for), by scope, L1, L2.
     pub counters: Vec<CounterResponse>,
+    /// How many counters matched the scope asked for, before the limit.
+    #[serde(default)]
+    pub total: usize,
 }
 
 /// One deployment gate on this node (`GET /limits/deployments`).

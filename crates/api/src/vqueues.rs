@@ -38,6 +38,9 @@ pub struct VQueueResponse {
 /// `GET /vqueues`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ListVQueuesResponse {
-    /// Every live queue, by id.
+    /// The live queues asked for (the busiest, of the scope asked for), by id.
     pub vqueues: Vec<VQueueResponse>,
+    /// How many queues matched the scope asked for, before the limit.
+    #[serde(default)]
+    pub total: usize,
 }

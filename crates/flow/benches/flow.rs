@@ -7,6 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use sluice_flow::ReadView;
 use sluice_flow::limiter::{CounterPath, Limiter};
 use sluice_flow::scheduler::{EntryKind, Scheduler};
 use sluice_flow::{Level, LimitKey, RateLimit, Scope};
@@ -138,5 +139,38 @@ fn scheduler(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, admit_release, resolve, scheduler);
+/// Reading the counters with 700,000 keys live in one scope, each with a call waiting (the
+/// case `proxy/benches/load/keys.sh` builds): all of them, against the busiest thousand.
+fn counter_reads(c: &mut Criterion) {
+    let book = common::book();
+    let mut limiter = Limiter::new();
+    let scope = Scope::parse("held").unwrap();
+    let paths: Vec<CounterPath> = (0..700_000)
+        .map(|i| {
+            let key = LimitKey::parse(&format!("k{i}")).unwrap();
+            let path = limiter.path(&scope, Some(&key));
+            limiter.count_queued(&path, true);
+            path
+        })
+        .collect();
+    let mut group = c.benchmark_group("limiter/read counters (700k keys)");
+    group.sample_size(10);
+    group.bench_function("every counter", |b| {
+        b.iter(|| black_box(limiter.view(&book, 0, &ReadView::ALL).counters.len()))
+    });
+    let busiest = ReadView {
+        scope: Some("held".into()),
+        limit: Some(1_000),
+    };
+    group.bench_function("the busiest 1,000 of the scope", |b| {
+        b.iter(|| black_box(limiter.view(&book, 0, &busiest).counters.len()))
+    });
+    group.bench_function("sums by rule and level (gauges, history)", |b| {
+        b.iter(|| black_box(limiter.sums(&book, 0).rules.len()))
+    });
+    group.finish();
+    black_box(paths.len());
+}
+
+criterion_group!(benches, admit_release, resolve, scheduler, counter_reads);
 criterion_main!(benches);

@@ -11,6 +11,7 @@ pub mod pattern;
 pub mod priority;
 pub mod quota;
 pub mod rate;
+mod read_view;
 pub mod rules;
 pub mod scheduler;
 pub mod scope;
@@ -22,6 +23,7 @@ pub use quota::{
     Budget, BurstBudget, MAX_BURST_FACTOR_PCT, Measure, Quota, QuotaError, QuotaUse, QuotaWindow,
 };
 pub use rate::{Bucket, Rate, RateError, RateLimit};
+pub use read_view::ReadView;
 pub use rules::{
     AdaptiveLimit, CounterRef, Debounce, DebounceError, Decision, Delete, Keep, Limit, OnFull,
     OnFullError, Precondition, Resolved, Rule, RuleBook, RuleError, RulePolicy, ShadowRule, Upsert,

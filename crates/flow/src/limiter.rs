@@ -23,8 +23,10 @@ mod bounds;
 mod burst;
 mod crowd;
 mod quotas;
+mod sums;
 mod tally;
 mod tokens;
+mod view;
 mod waits;
 mod wake;
 
@@ -34,11 +36,13 @@ use super::quota::{Budget, Measure, Quota, QuotaUse};
 use super::rate::{Bucket, RateLimit};
 use super::rules::{Limit, RuleBook, ShadowRule};
 use super::scope::{LimitKey, Scope};
+use bounds::Bounds;
 pub use bounds::ShadowCounts;
-use bounds::{Bounds, Shadow};
 pub use crowd::{Arrival, Crowding, Named, Verdict};
 pub use quotas::{IdleBound, Reserved};
+pub use sums::{FlowSums, RuleSums, ShadowSums};
 pub use tally::{Tally, WAIT_BUCKETS, WaitHistogram};
+pub use view::CounterPage;
 use waits::WaitList;
 pub use waits::{MAX_WEIGHT, PRIORITY_STEP, Ticket};
 
@@ -918,63 +922,6 @@ impl Limiter {
     /// Usage of one counter.
     pub fn usage(&self, counter: CounterId) -> u32 {
         self.node(counter).usage
-    }
-
-    /// Every live counter, resolved against `book`.
-    pub fn snapshot(&mut self, book: &RuleBook, now_ms: u64) -> Vec<CounterSnapshot> {
-        self.now_ms = self.now_ms.max(now_ms);
-        let ids: Vec<CounterId> = self.index.values().copied().collect();
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            self.resolve(id, book);
-            if self.bursts(id) {
-                self.burst_tick(id, self.now_ms);
-            }
-            let [scope, l1, l2] = self.names(id).map(|n| n.map(str::to_owned));
-            let node = self.node(id);
-            let now = self.now_ms;
-            let bounds = node.bounds.as_deref();
-            let rate = node.rate;
-            out.push(CounterSnapshot {
-                level: node.level,
-                scope: scope.unwrap_or_default(),
-                l1,
-                l2,
-                usage: node.usage,
-                limit: node.limit,
-                rule: node.rule.clone(),
-                available: node.limit.available(node.usage),
-                waiters: node.waiters.len() + bounds.map_or(0, |b| b.rate_waiters.len()),
-                queued: node.queued,
-                max_queued: bounds.and_then(|b| b.max_queued).map(NonZeroU32::get),
-                max_wait_ms: bounds
-                    .and_then(|b| b.max_wait_ms)
-                    .map(std::num::NonZeroU64::get),
-                adaptive: bounds
-                    .and_then(|b| b.adaptive.as_ref())
-                    .map(|a| (a.min, a.max)),
-                guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
-                quota: node
-                    .quota_rule()
-                    .map(|q| (q, node.used(Measure::Calls).at(&q, now))),
-                budget: node.budget(now),
-                budget_overrun: node.rare.as_deref().map_or(0, |r| r.overrun),
-                burst_budget: node.rare.as_deref().and_then(|r| {
-                    let burst = r.burst?;
-                    Some((burst.budget, r.windows[Measure::Burst as usize].used))
-                }),
-                rate,
-                tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
-                next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),
-                weight: node.weight,
-                shadow: bounds
-                    .and_then(|b| b.shadow.as_ref())
-                    .map(|s: &Shadow| (Arc::clone(&s.rule), s.counts)),
-            });
-        }
-        self.idle_quota_counters(book, &mut out);
-        out.sort_by(|a, b| (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2)));
-        out
     }
 }
 

@@ -32,7 +32,7 @@ pub use deadlines::{Deadline, DeadlineCause, Expired, ExpiredCount};
 pub use drain::Position;
 use locks::Locks;
 pub use locks::{LockId, LockKey};
-pub use snapshot::{BlockedOn, QueueSnapshot, QueueStatus, StageCounts};
+pub use snapshot::{BlockedOn, QueuePage, QueueSnapshot, QueueStatus, StageCounts};
 
 use super::gates::Gates;
 use super::limiter::{self, Blocked, CounterId, CounterPath, Limiter, Ticket, WaiterId};

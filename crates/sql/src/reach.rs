@@ -19,6 +19,10 @@ pub struct Ask {
     pub table: &'static str,
     /// The columns wanted, in order (never empty).
     pub columns: Vec<String>,
+    /// Only this scope's rows (the query's `scope = '…'`), when set.
+    pub scope: Option<String>,
+    /// Any this many rows will do (the query's `LIMIT`, with no filter in between), when set.
+    pub limit: Option<usize>,
 }
 
 /// One node's answer to an [`Ask`].

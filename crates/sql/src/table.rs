@@ -17,12 +17,57 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::reach::{self, Ask, Reach, Rows};
 
-/// Reads a table's rows as one batch of its full schema.
+/// Reads a table's rows as one batch of its full schema; the [`Scan`] says what it may leave
+/// out.
 pub type Reader = Arc<
-    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<RecordBatch>> + Send>>
+    dyn Fn(Scan) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<RecordBatch>> + Send>>
         + Send
         + Sync,
 >;
+
+/// What a query lets a reader leave out: rows of other scopes, rows past a limit. A hint only:
+/// the plan still filters and limits what is read, so a reader may ignore it (most do; the
+/// live counters use it, where a million keys make reading them all cost seconds).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// `WHERE scope = '…'`: only that scope's rows are wanted.
+    pub scope: Option<String>,
+    /// `LIMIT n` with no filter in between: any `n` rows will do.
+    pub limit: Option<usize>,
+}
+
+impl Scan {
+    /// The hint in a scan's `filters` and `limit`.
+    fn of(filters: &[Expr], limit: Option<usize>) -> Self {
+        Scan {
+            scope: filters.iter().find_map(scope_equals),
+            limit,
+        }
+    }
+}
+
+/// The scope `filter` asks for, if it is `scope = '…'` (either way round).
+fn scope_equals(filter: &Expr) -> Option<String> {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    use datafusion::scalar::ScalarValue;
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = filter
+    else {
+        return None;
+    };
+    match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), Expr::Literal(ScalarValue::Utf8(Some(v)), _))
+        | (Expr::Literal(ScalarValue::Utf8(Some(v)), _), Expr::Column(c))
+            if c.name == "scope" =>
+        {
+            Some(v.clone())
+        }
+        _ => None,
+    }
+}
 
 /// A system table.
 pub struct SnapshotTable {
@@ -68,8 +113,12 @@ impl SnapshotTable {
 
     /// This node's rows: in cluster mode only those of the partitions in `led`, the ones it
     /// answers for (a stored table also holds the partitions this node stands by for).
-    async fn read_here(&self, led: Option<&[bool]>) -> Result<RecordBatch> {
-        let batch = (self.reader)().await?;
+    async fn read_here(&self, led: Option<&[bool]>, mut scan: Scan) -> Result<RecordBatch> {
+        if matches!((self.rows, led), (Rows::Stored(_), Some(_))) {
+            // Rows are dropped after the read: a limit before it could keep too few.
+            scan.limit = None;
+        }
+        let batch = (self.reader)(scan).await?;
         match (self.rows, led) {
             (Rows::Stored(placed), Some(led)) => reach::only_led(&batch, placed, led),
             _ => Ok(batch),
@@ -81,6 +130,7 @@ impl SnapshotTable {
         &self,
         gather: &reach::Gather,
         projection: Option<&Vec<usize>>,
+        scan: Scan,
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let all: Vec<usize> = (0..self.schema.fields().len()).collect();
         let wanted = projection.unwrap_or(&all);
@@ -94,10 +144,12 @@ impl SnapshotTable {
         let led = (self.led_here)();
         // This node's rows and the others' at once: the others' are a network round trip.
         let (here, shares) = futures_util::future::join(
-            self.read_here(Some(&led)),
+            self.read_here(Some(&led), scan.clone()),
             gather(Ask {
                 table: self.name,
                 columns,
+                scope: scan.scope,
+                limit: scan.limit,
             }),
         )
         .await;
@@ -144,16 +196,35 @@ impl TableProvider for SnapshotTable {
         TableType::View
     }
 
+    /// `scope = '…'` is handed to the reader as a hint; the plan still applies every filter.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
+        use datafusion::logical_expr::TableProviderFilterPushDown::{Inexact, Unsupported};
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if scope_equals(f).is_some() {
+                    Inexact
+                } else {
+                    Unsupported
+                }
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
+        filters: &[Expr],
+        limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let scan = Scan::of(filters, limit);
         match (&self.reach, self.rows) {
             (Reach::Cluster(gather), Rows::Live | Rows::Stored(_)) => {
-                let (schema, batches) = self.read_cluster(gather, projection).await?;
+                let (schema, batches) = self.read_cluster(gather, projection, scan).await?;
                 Ok(MemorySourceConfig::try_new_exec(&[batches], schema, None)?)
             }
             (reach, _) => {
@@ -161,7 +232,7 @@ impl TableProvider for SnapshotTable {
                     Reach::Led(led) => Some(led.as_slice()),
                     _ => None,
                 };
-                let batch = self.read_here(led).await?;
+                let batch = self.read_here(led, scan).await?;
                 Ok(MemorySourceConfig::try_new_exec(
                     &[vec![batch]],
                     Arc::clone(&self.schema),
@@ -169,5 +240,91 @@ impl TableProvider for SnapshotTable {
                 )?)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+
+    /// A table of `scope` rows a, b, c whose reader records the hint of every scan.
+    fn recording() -> (Arc<SnapshotTable>, Arc<Mutex<Vec<Scan>>>) {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "scope",
+            DataType::Utf8,
+            false,
+        )]));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (into, rows) = (Arc::clone(&seen), Arc::clone(&schema));
+        let reader: Reader = Arc::new(move |scan| {
+            into.lock().unwrap().push(scan);
+            let batch = RecordBatch::try_new(
+                Arc::clone(&rows),
+                vec![Arc::new(StringArray::from(vec!["a", "b", "c"]))],
+            );
+            Box::pin(async move { Ok(batch?) })
+        });
+        let led: LedHere = Arc::new(Vec::new);
+        let table = SnapshotTable::new("t", schema, reader, Rows::Live, Reach::Here, led);
+        (Arc::new(table), seen)
+    }
+
+    async fn scopes(ctx: &SessionContext, sql: &str) -> Vec<String> {
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        batches
+            .iter()
+            .flat_map(|b| {
+                let column = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+                column
+                    .iter()
+                    .map(|v| v.unwrap().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_scope_filter_and_a_bare_limit_reach_the_reader_and_the_plan_still_applies_them() {
+        let (table, seen) = recording();
+        let ctx = SessionContext::new();
+        ctx.register_table("t", table).unwrap();
+        assert_eq!(
+            scopes(&ctx, "SELECT scope FROM t WHERE scope = 'b'").await,
+            vec!["b"],
+            "the reader ignored the hint; the plan filtered"
+        );
+        assert_eq!(
+            scopes(
+                &ctx,
+                "SELECT scope FROM t WHERE 'c' = scope AND scope <> 'a'"
+            )
+            .await,
+            vec!["c"]
+        );
+        assert_eq!(scopes(&ctx, "SELECT scope FROM t LIMIT 2").await.len(), 2);
+        assert_eq!(
+            scopes(&ctx, "SELECT scope FROM t WHERE scope > 'a'")
+                .await
+                .len(),
+            2
+        );
+        let seen = seen.lock().unwrap().clone();
+        let hints: Vec<(Option<&str>, Option<usize>)> =
+            seen.iter().map(|s| (s.scope.as_deref(), s.limit)).collect();
+        assert_eq!(
+            hints,
+            vec![
+                (Some("b"), None),
+                (Some("c"), None),
+                (None, Some(2)),
+                (None, None)
+            ]
+        );
     }
 }

@@ -187,7 +187,7 @@ async function renderFlow() {
       el("td", {}, c.budget ? `${c.budget_spent} / ${c.budget}` + (c.budget_reserved ? ` (+${c.budget_reserved} reserved)` : "") : "–"),
       el("td", { class: "mono" }, fmt(c.rule)),
       el("td", {}, c.shadow ? `${c.shadow.rule}: ${c.shadow.would_wait} / ${c.shadow.would_reject}` : "–"));
-  }), "#counters-more", shown.length);
+  }), "#counters-more", filter ? shown.length : Math.max(shown.length, counters.total || 0));
 }
 
 // --- Queues -------------------------------------------------------------------------------
@@ -211,7 +211,7 @@ async function renderQueues() {
     .filter((q) => !filter || (q.scope || "").includes(filter) || q.service.includes(filter))
     .sort((a, b) => b.queued - a.queued || a.id.localeCompare(b.id));
   summary([
-    ["queues", list.length, "sum-queues"],
+    ["queues", Math.max(list.length, queues.total || 0), "sum-queues"],
     ["held", list.reduce((a, q) => a + q.queued, 0), "sum-queued"],
     ["scheduled", list.reduce((a, q) => a + q.scheduled, 0), "sum-scheduled"],
     ["paused", list.filter((q) => q.status === "paused").length, "sum-paused"],
@@ -229,7 +229,7 @@ async function renderQueues() {
         class: paused ? "resume" : "pause", "data-action": paused ? "resume" : "pause",
         onclick: () => queueAction(q.id, paused ? "resume" : "pause"),
       }, paused ? "Resume" : "Pause")));
-  }), "#queues-more", shown.length);
+  }), "#queues-more", filter ? shown.length : Math.max(shown.length, queues.total || 0));
 }
 
 // --- Invocations ----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 use std::num::NonZeroU32;
 
 use super::*;
+use crate::ReadView;
 use crate::pattern::RulePattern;
 use crate::quota::Measure;
 use crate::rules::Upsert;
@@ -1047,4 +1048,111 @@ fn a_burst_budget_raises_the_limit_until_its_time_above_is_spent_then_per_window
         .map(|_| l.try_acquire(&a, &b, 11 * hour).unwrap())
         .collect();
     assert_eq!(permits.len(), 3, "above 2 again in the next hour");
+}
+
+#[test]
+fn a_bounded_view_keeps_the_busiest_of_its_scope_and_counts_the_rest() {
+    let b = book(&[("a/*", 1)]);
+    let mut l = Limiter::new();
+    let mut paths = Vec::new();
+    // Key kN of scope a has N waiting; scope b has one key with 50.
+    for n in 1..=20u32 {
+        let p = path(&mut l, "a", Some(&format!("k{n}")));
+        for _ in 0..n {
+            l.count_queued(&p, true);
+        }
+        paths.push(p);
+    }
+    let other = path(&mut l, "b", Some("x"));
+    for _ in 0..50 {
+        l.count_queued(&other, true);
+    }
+    let everything = l.view(&b, 0, &ReadView::ALL);
+    assert_eq!(everything.total, 23, "two scopes and 21 keys");
+    assert_eq!(everything.counters.len(), 23);
+    let view = ReadView {
+        scope: Some("a".into()),
+        limit: Some(3),
+    };
+    let page = l.view(&b, 0, &view);
+    assert_eq!(page.total, 21, "scope a and its 20 keys");
+    let shown: Vec<(Option<&str>, u32)> = page
+        .counters
+        .iter()
+        .map(|c| (c.l1.as_deref(), c.queued))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![(None, 210), (Some("k20"), 20), (Some("k19"), 19)],
+        "the busiest first"
+    );
+    // Another partition's page: totals add up, the busiest of both stay.
+    let mut elsewhere = Limiter::new();
+    let c = path(&mut elsewhere, "c", None);
+    for _ in 0..50 {
+        elsewhere.count_queued(&c, true);
+    }
+    let theirs = elsewhere.view(&b, 0, &ReadView::ALL);
+    let merged = CounterPage::merge([page, theirs], Some(2));
+    assert_eq!(merged.total, 22);
+    let busiest: Vec<u32> = merged.counters.iter().map(|c| c.queued).collect();
+    assert_eq!(busiest, vec![210, 50]);
+}
+
+#[test]
+fn sums_by_rule_and_level_add_up_what_every_snapshot_shows() {
+    let b = book(&[("a/*", 2), ("b", 5)]);
+    let mut l = Limiter::new();
+    let mut held = Vec::new();
+    for n in 1..=6u32 {
+        let p = path(&mut l, "a", Some(&format!("k{n}")));
+        for _ in 0..n {
+            l.count_queued(&p, true);
+        }
+        if let Ok(permit) = l.try_acquire(&p, &b, 0) {
+            held.push(permit);
+        }
+    }
+    let p = path(&mut l, "b", None);
+    for _ in 0..4 {
+        l.count_queued(&p, true);
+    }
+    held.push(l.try_acquire(&p, &b, 0).unwrap());
+    let sums = l.sums(&b, 0);
+    let snapshots = l.snapshot(&b, 0);
+    let mut expected: Vec<(String, Level, u64, u64, u64)> = Vec::new();
+    for c in &snapshots {
+        let rule = c.rule.as_ref().map_or("none".to_owned(), |r| r.to_string());
+        match expected.iter_mut().find(|e| e.0 == rule && e.1 == c.level) {
+            Some(e) => {
+                e.2 += 1;
+                e.3 += u64::from(c.usage);
+                e.4 += u64::from(c.queued);
+            }
+            None => expected.push((rule, c.level, 1, c.usage.into(), c.queued.into())),
+        }
+    }
+    let mut got: Vec<(String, Level, u64, u64, u64)> = sums
+        .rules
+        .iter()
+        .map(|s| {
+            let rule = s.rule.as_ref().map_or("none".to_owned(), |r| r.to_string());
+            (rule, s.level, s.counters, s.running, s.waiting)
+        })
+        .collect();
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected);
+    assert!(got.iter().any(|g| g.0 == "a/*" && g.2 == 6 && g.3 == 6));
+    let scopes: Vec<(&str, u64)> = sums.scopes.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    assert_eq!(scopes, vec![("a", 21), ("b", 4)], "waiting per scope");
+    // Two partitions' sums merge by pattern.
+    let twice = FlowSums::merge([sums.clone(), sums]);
+    let a = twice
+        .rules
+        .iter()
+        .find(|s| s.rule.as_ref().is_some_and(|r| r.to_string() == "a/*"))
+        .unwrap();
+    assert_eq!((a.counters, a.waiting), (12, 42));
+    drop(held);
 }

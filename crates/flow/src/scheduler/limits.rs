@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::{Permit, QueueKey, Scheduler};
-use crate::limiter::{CounterSnapshot, Reserved};
+use crate::ReadView;
+use crate::limiter::{CounterPage, CounterSnapshot, Reserved};
 use crate::quota::{Measure, QuotaUse};
 use crate::rules::RuleBook;
 
@@ -19,6 +20,16 @@ impl Scheduler {
     /// Every live counter with usage, limit, availability and waiters.
     pub fn counters(&mut self, now: u64) -> Vec<CounterSnapshot> {
         self.limiter.snapshot(&self.book, now)
+    }
+
+    /// The counters `view` asks for (see [`Limiter::view`]).
+    pub fn counter_view(&mut self, now: u64, view: &ReadView) -> CounterPage {
+        self.limiter.view(&self.book, now, view)
+    }
+
+    /// The counters summed by rule and level (see [`Limiter::sums`]).
+    pub fn flow_sums(&mut self, now: u64) -> crate::limiter::FlowSums {
+        self.limiter.sums(&self.book, now)
     }
 
     /// Counts how long the new entry a permit was given for waited before it started, at the

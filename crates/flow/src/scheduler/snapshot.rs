@@ -1,12 +1,16 @@
 //! Read-only views of the scheduler for introspection (`sys_scheduler`, `sys_vqueues`).
 
+use std::cmp::Reverse;
 use std::sync::Arc;
 
 use super::{QueueId, QueueKey, Resource, Scheduler, State};
+use crate::ReadView;
 use crate::pattern::{Level, RulePattern};
 use crate::quota::Measure;
 use crate::rate::RateLimit;
+use crate::read_view::greatest;
 use crate::rules::Limit;
+use crate::scope::Scope;
 
 /// A queue's state, as introspection shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,95 +164,127 @@ pub struct StageCounts {
     pub finished: u64,
 }
 
+/// What a queue read found.
+#[derive(Debug, Clone, Default)]
+pub struct QueuePage {
+    /// Queues that matched the view's scope, before its limit.
+    pub total: usize,
+    /// Those returned, by id.
+    pub queues: Vec<QueueSnapshot>,
+}
+
 impl Scheduler {
     /// Every live queue with its status.
     pub fn queues(&self) -> Vec<QueueSnapshot> {
+        self.queue_page(&ReadView::ALL).queues
+    }
+
+    /// The live queues `view` asks for: of one scope, the `limit` holding the most (waiting,
+    /// then scheduled), picked before any snapshot is built.
+    pub fn queue_page(&self, view: &ReadView) -> QueuePage {
+        let scope = view.scope.as_deref();
+        let live = self
+            .queues
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| Some((QueueId(i as u32), q.as_ref()?)))
+            .filter(|(_, q)| {
+                scope.is_none_or(|s| q.key.scope.as_ref().map(Scope::as_str) == Some(s))
+            });
+        let mut total = 0;
+        let ids: Vec<QueueId> = match view.limit {
+            None => live.inspect(|_| total += 1).map(|(id, _)| id).collect(),
+            Some(limit) => {
+                let busy = live
+                    .inspect(|_| total += 1)
+                    .map(|(id, q)| (q.len(), q.delayed, Reverse(id)));
+                greatest(busy, limit)
+                    .into_iter()
+                    .map(|(_, _, Reverse(id))| id)
+                    .collect()
+            }
+        };
+        let mut queues: Vec<QueueSnapshot> =
+            ids.into_iter().map(|id| self.queue_snapshot(id)).collect();
+        queues.sort_by_key(|s| s.id);
+        QueuePage { total, queues }
+    }
+
+    /// Queue `id` with its status.
+    fn queue_snapshot(&self, id: QueueId) -> QueueSnapshot {
         let now = self.polled_at;
         let invoker_full = self.slots.full();
-        let mut out: Vec<QueueSnapshot> = self
-            .queue_index
-            .values()
-            .map(|id| {
-                let queue = self.queue(*id);
-                let (status, blocked_on) = match &queue.state {
-                    State::Idle if queue.delayed > 0 => (QueueStatus::Scheduled, None),
-                    State::Idle => (QueueStatus::Empty, None),
-                    State::Ready if invoker_full => {
-                        (QueueStatus::Blocked, Some(BlockedOn::InvokerConcurrency))
-                    }
-                    State::Ready => (QueueStatus::Ready, None),
-                    State::Paused => (QueueStatus::Paused, Some(BlockedOn::QueuePaused)),
-                    State::Parked(Resource::Lock(_), ..) => {
-                        (QueueStatus::Blocked, Some(BlockedOn::Lock))
-                    }
-                    State::Parked(Resource::Counter(_), _, why) => {
-                        let why = why.as_ref().expect("counter parks carry their reason");
-                        let on = BlockedOn::LimitKeyConcurrency {
+        let queue = self.queue(id);
+        let (status, blocked_on) = match &queue.state {
+            State::Idle if queue.delayed > 0 => (QueueStatus::Scheduled, None),
+            State::Idle => (QueueStatus::Empty, None),
+            State::Ready if invoker_full => {
+                (QueueStatus::Blocked, Some(BlockedOn::InvokerConcurrency))
+            }
+            State::Ready => (QueueStatus::Ready, None),
+            State::Paused => (QueueStatus::Paused, Some(BlockedOn::QueuePaused)),
+            State::Parked(Resource::Lock(_), ..) => (QueueStatus::Blocked, Some(BlockedOn::Lock)),
+            State::Parked(Resource::Counter(_), _, why) => {
+                let why = why.as_ref().expect("counter parks carry their reason");
+                let on = BlockedOn::LimitKeyConcurrency {
+                    level: why.level,
+                    limit: why.limit,
+                    rule: why.rule.clone(),
+                };
+                (QueueStatus::Blocked, Some(on))
+            }
+            State::Parked(Resource::Token(_), _, why) => {
+                let why = why.as_ref().expect("token parks carry their reason");
+                let on = match (why.rate, why.quota) {
+                    (Some((rate, next_token_ms)), _) => BlockedOn::RateLimit {
+                        level: why.level,
+                        rate,
+                        next_token_ms,
+                        rule: why.rule.clone(),
+                    },
+                    // `used_up` names gates only: a burst budget never holds a call back.
+                    (None, Some((Measure::Calls | Measure::Burst, quota, resets_at_ms))) => {
+                        BlockedOn::Quota {
                             level: why.level,
-                            limit: why.limit,
+                            quota,
+                            resets_at_ms,
                             rule: why.rule.clone(),
-                        };
-                        (QueueStatus::Blocked, Some(on))
+                        }
                     }
-                    State::Parked(Resource::Token(_), _, why) => {
-                        let why = why.as_ref().expect("token parks carry their reason");
-                        let on = match (why.rate, why.quota) {
-                            (Some((rate, next_token_ms)), _) => BlockedOn::RateLimit {
-                                level: why.level,
-                                rate,
-                                next_token_ms,
-                                rule: why.rule.clone(),
-                            },
-                            // `used_up` names gates only: a burst budget never holds a call back.
-                            (
-                                None,
-                                Some((Measure::Calls | Measure::Burst, quota, resets_at_ms)),
-                            ) => BlockedOn::Quota {
-                                level: why.level,
-                                quota,
-                                resets_at_ms,
-                                rule: why.rule.clone(),
-                            },
-                            (None, Some((Measure::Cost, budget, resets_at_ms))) => {
-                                BlockedOn::Budget {
-                                    level: why.level,
-                                    budget,
-                                    resets_at_ms,
-                                    rule: why.rule.clone(),
-                                }
-                            }
-                            (None, None) => {
-                                unreachable!("token parks carry a rate, a quota or a budget")
-                            }
-                        };
-                        (QueueStatus::Blocked, Some(on))
-                    }
-                    State::Parked(Resource::Gate(gate), ..) => {
-                        let gate = self.gates.gate(*gate);
-                        let on = BlockedOn::DeploymentConcurrency {
-                            gate: gate.name().to_owned(),
-                            limit: gate.limit(),
-                            running: gate.used(),
-                            closed_until_ms: gate.closed_until(now),
-                        };
-                        (QueueStatus::Blocked, Some(on))
+                    (None, Some((Measure::Cost, budget, resets_at_ms))) => BlockedOn::Budget {
+                        level: why.level,
+                        budget,
+                        resets_at_ms,
+                        rule: why.rule.clone(),
+                    },
+                    (None, None) => {
+                        unreachable!("token parks carry a rate, a quota or a budget")
                     }
                 };
-                QueueSnapshot {
-                    id: *id,
-                    key: queue.key.clone(),
-                    queued: queue.len(),
-                    delayed: queue.delayed,
-                    status,
-                    blocked_on,
-                    since: queue.since,
-                    times: queue.times,
-                    stages: StageCounts::default(),
-                    drain_gap_ms: queue.drain.mean_gap_ms(),
-                }
-            })
-            .collect();
-        out.sort_by_key(|s| s.id);
-        out
+                (QueueStatus::Blocked, Some(on))
+            }
+            State::Parked(Resource::Gate(gate), ..) => {
+                let gate = self.gates.gate(*gate);
+                let on = BlockedOn::DeploymentConcurrency {
+                    gate: gate.name().to_owned(),
+                    limit: gate.limit(),
+                    running: gate.used(),
+                    closed_until_ms: gate.closed_until(now),
+                };
+                (QueueStatus::Blocked, Some(on))
+            }
+        };
+        QueueSnapshot {
+            id,
+            key: queue.key.clone(),
+            queued: queue.len(),
+            delayed: queue.delayed,
+            status,
+            blocked_on,
+            since: queue.since,
+            times: queue.times,
+            stages: StageCounts::default(),
+            drain_gap_ms: queue.drain.mean_gap_ms(),
+        }
     }
 }

@@ -374,8 +374,37 @@ impl Runtime {
     pub async fn queues(
         &self,
     ) -> Result<Vec<(u64, sluice_flow::scheduler::QueueSnapshot)>, CodedError> {
-        self.gather(|reply| super::queries::Query::Queues { reply })
-            .await
+        Ok(self.queue_page(sluice_flow::ReadView::ALL).await?.1)
+    }
+
+    /// The queues `view` asks for, of every partition (each picks its share, and the busiest
+    /// of them all stay), with how many matched.
+    pub async fn queue_page(
+        &self,
+        view: sluice_flow::ReadView,
+    ) -> Result<(usize, Vec<(u64, sluice_flow::scheduler::QueueSnapshot)>), CodedError> {
+        let limit = view.limit;
+        let pages = self
+            .gather(|reply| super::queries::Query::Queues {
+                view: view.clone(),
+                reply,
+            })
+            .await?;
+        let total = pages.iter().map(|(_, page)| page.total).sum();
+        let mut queues: Vec<(u64, sluice_flow::scheduler::QueueSnapshot)> = pages
+            .into_iter()
+            .flat_map(|(partition, page)| page.queues.into_iter().map(move |q| (partition, q)))
+            .collect();
+        if let Some(limit) = limit {
+            queues.sort_by(|a, b| {
+                (b.1.queued, b.1.delayed)
+                    .cmp(&(a.1.queued, a.1.delayed))
+                    .then((a.0, a.1.id).cmp(&(b.0, b.1.id)))
+            });
+            queues.truncate(limit);
+            queues.sort_by_key(|(partition, q)| (*partition, q.id));
+        }
+        Ok((total, queues))
     }
 
     /// Pauses (or resumes) queue `queue` of partition `partition`, durably; `false` when no
@@ -503,10 +532,40 @@ impl Runtime {
 
     /// Every partition's flow-control counters (a scope's counters live on its partition).
     pub async fn counters(&self) -> Result<Vec<sluice_flow::limiter::CounterSnapshot>, CodedError> {
-        let all = self
-            .gather(|reply| super::queries::Query::Counters { reply })
+        Ok(self
+            .counter_page(sluice_flow::ReadView::ALL)
+            .await?
+            .counters)
+    }
+
+    /// The counters `view` asks for, of every partition: each partition picks its share, and
+    /// the busiest of them all stay.
+    pub async fn counter_page(
+        &self,
+        view: sluice_flow::ReadView,
+    ) -> Result<sluice_flow::limiter::CounterPage, CodedError> {
+        let limit = view.limit;
+        let pages = self
+            .gather(|reply| super::queries::Query::Counters {
+                view: view.clone(),
+                reply,
+            })
             .await?;
-        Ok(all.into_iter().map(|(_, counter)| counter).collect())
+        Ok(sluice_flow::limiter::CounterPage::merge(
+            pages.into_iter().map(|(_, page)| page),
+            limit,
+        ))
+    }
+
+    /// Every partition's counters summed by rule and level: what gauges and the flow history
+    /// show, without a snapshot per counter.
+    pub async fn flow_sums(&self) -> Result<sluice_flow::limiter::FlowSums, CodedError> {
+        let sums = self
+            .gather(|reply| super::queries::Query::Sums { reply })
+            .await?;
+        Ok(sluice_flow::limiter::FlowSums::merge(
+            sums.into_iter().map(|(_, sums)| sums),
+        ))
     }
 
     /// What `GET /metrics` reads of every partition.

@@ -18,8 +18,15 @@ use sluice_core::ids::InvocationId;
 pub enum Query {
     /// The partition's flow-control counters.
     Counters {
-        /// Every live counter.
-        reply: oneshot::Sender<Vec<sluice_flow::limiter::CounterSnapshot>>,
+        /// Which: of one scope, the busiest few, or all.
+        view: sluice_flow::ReadView,
+        /// Those, and how many matched (one page).
+        reply: oneshot::Sender<Vec<sluice_flow::limiter::CounterPage>>,
+    },
+    /// The partition's counters summed by rule and level.
+    Sums {
+        /// Those sums (one).
+        reply: oneshot::Sender<Vec<sluice_flow::limiter::FlowSums>>,
     },
     /// What `GET /metrics` reads of the partition.
     Metrics {
@@ -52,8 +59,10 @@ pub enum Query {
     },
     /// Every scheduler queue of the partition, for introspection.
     Queues {
-        /// Every queue.
-        reply: oneshot::Sender<Vec<sluice_flow::scheduler::QueueSnapshot>>,
+        /// Which: of one scope, the busiest few, or all.
+        view: sluice_flow::ReadView,
+        /// Those, and how many matched (one page).
+        reply: oneshot::Sender<Vec<sluice_flow::scheduler::QueuePage>>,
     },
 }
 
@@ -133,18 +142,17 @@ impl Partition {
                     .collect();
                 drop(reply.send(held));
             }
-            Query::Queues { reply } => drop(reply.send(self.queues_with_stages())),
+            Query::Queues { view, reply } => drop(reply.send(vec![self.queues_with_stages(&view)])),
             Query::CancelCandidates { filter, reply } => {
                 drop(reply.send(self.cancel_candidates(&filter)));
             }
-            Query::Counters { reply } => {
-                drop(
-                    reply.send(
-                        self.admission
-                            .scheduler
-                            .counters(self.outside.driver.now_ms()),
-                    ),
-                );
+            Query::Counters { view, reply } => {
+                let now = self.outside.driver.now_ms();
+                drop(reply.send(vec![self.admission.scheduler.counter_view(now, &view)]));
+            }
+            Query::Sums { reply } => {
+                let now = self.outside.driver.now_ms();
+                drop(reply.send(vec![self.admission.scheduler.flow_sums(now)]));
             }
             Query::Metrics { reply } => drop(reply.send(vec![PartitionMetrics {
                 admissions: self.admission.scheduler.admissions(),
@@ -163,15 +171,23 @@ impl Partition {
     /// Every queue of the scheduler, with the partition's own count of its invocations past
     /// the queue (running, suspended, paused, completed and still in memory) by the queue
     /// each would wait in.
-    fn queues_with_stages(&self) -> Vec<sluice_flow::scheduler::QueueSnapshot> {
+    fn queues_with_stages(
+        &self,
+        view: &sluice_flow::ReadView,
+    ) -> sluice_flow::scheduler::QueuePage {
         use sluice_store::invocation::Status;
-        let mut queues = self.admission.scheduler.queues();
+        let mut page = self.admission.scheduler.queue_page(view);
+        let queues = &mut page.queues;
         let by_key: std::collections::HashMap<_, usize> = queues
             .iter()
             .enumerate()
             .map(|(i, q)| (q.key.clone(), i))
             .collect();
         for live in self.live.values() {
+            // Waiting ones are the queue's own count: no key to make for them.
+            if matches!(live.record().status, Status::Pending | Status::Scheduled) {
+                continue;
+            }
             let key = admission::queue_key(&self.outside.registry, live.record());
             let Some(&i) = by_key.get(&key) else {
                 continue;
@@ -185,6 +201,6 @@ impl Partition {
                 Status::Pending | Status::Scheduled => {}
             }
         }
-        queues
+        page
     }
 }

@@ -9,7 +9,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
-use super::{QuerySources, Reader, batch, internal, reader, schema, timestamp};
+use super::{QuerySources, Reader, Scan, batch, internal, reader, scanned, schema, timestamp};
 use sluice_flow::scheduler::{BlockedOn, QueueStatus};
 
 pub(super) fn user_limits_schema() -> SchemaRef {
@@ -70,9 +70,20 @@ fn burst_columns(counters: &[sluice_flow::limiter::CounterSnapshot]) -> [ArrayRe
     ]
 }
 
+/// The live counters: of one scope when the query names it, any `limit` of them (the busiest)
+/// when it asks for no more, so a million keys live need not all be read.
 pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
-    reader(sources, |sources| async move {
-        let counters = sources.runtime.counters().await.map_err(internal)?;
+    scanned(sources, |sources, scan| async move {
+        let view = sluice_flow::ReadView {
+            scope: scan.scope,
+            limit: scan.limit,
+        };
+        let counters = sources
+            .runtime
+            .counter_page(view)
+            .await
+            .map_err(internal)?
+            .counters;
         let mut partition = UInt64Builder::new();
         let mut adaptive = BooleanBuilder::new();
         let (mut guaranteed, mut borrowed) = (UInt32Builder::new(), UInt32Builder::new());
@@ -294,9 +305,23 @@ pub(super) fn blocked(
     (on.name().to_owned(), json.to_string())
 }
 
+/// The live queues a scan wants: of one scope when the query names it, the busiest `limit`
+/// when it asks for no more.
+async fn queues(
+    sources: &QuerySources,
+    scan: Scan,
+) -> datafusion::error::Result<Vec<(u64, sluice_flow::scheduler::QueueSnapshot)>> {
+    let view = sluice_flow::ReadView {
+        scope: scan.scope,
+        limit: scan.limit,
+    };
+    let (_, queues) = sources.runtime.queue_page(view).await.map_err(internal)?;
+    Ok(queues)
+}
+
 pub(super) fn scheduler(sources: &Arc<QuerySources>) -> Reader {
-    reader(sources, |sources| async move {
-        let queues = sources.runtime.queues().await.map_err(internal)?;
+    scanned(sources, |sources, scan| async move {
+        let queues = queues(&sources, scan).await?;
         let mut partition = UInt64Builder::new();
         let mut text: [StringBuilder; 8] = std::array::from_fn(|_| StringBuilder::new());
         let (mut inbox, mut scheduled) = (UInt64Builder::new(), UInt64Builder::new());
@@ -488,8 +513,8 @@ fn untracked_vqueue_meta_columns() -> Vec<(&'static str, DataType)> {
 }
 
 pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
-    reader(sources, |sources| async move {
-        let queues = sources.runtime.queues().await.map_err(internal)?;
+    scanned(sources, |sources, scan| async move {
+        let queues = queues(&sources, scan).await?;
         let mut partition = UInt64Builder::new();
         let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());
         let (mut active, mut paused) = (BooleanBuilder::new(), BooleanBuilder::new());

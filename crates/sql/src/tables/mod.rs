@@ -18,7 +18,7 @@ use datafusion::error::{DataFusionError, Result};
 
 use super::QuerySources;
 use super::reach::{Placed, Reach, Rows};
-use super::table::{LedHere, Reader, SnapshotTable};
+use super::table::{LedHere, Reader, Scan, SnapshotTable};
 use flow::{
     scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta, vqueue_meta_schema,
     vqueues, vqueues_schema,
@@ -185,7 +185,17 @@ where
     Fut: std::future::Future<Output = Result<RecordBatch>> + Send + 'static,
 {
     let sources = Arc::clone(sources);
-    Arc::new(move || Box::pin(read(Arc::clone(&sources))))
+    Arc::new(move |_| Box::pin(read(Arc::clone(&sources))))
+}
+
+/// A reader running `read` with the sources and what the scan lets it leave out.
+fn scanned<F, Fut>(sources: &Arc<QuerySources>, read: F) -> Reader
+where
+    F: Fn(Arc<QuerySources>, Scan) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<RecordBatch>> + Send + 'static,
+{
+    let sources = Arc::clone(sources);
+    Arc::new(move |scan| Box::pin(read(Arc::clone(&sources), scan)))
 }
 
 /// The reference's `sys_invocation_status` spelling of a status: a call that waits to start is
@@ -200,9 +210,11 @@ fn raw_status_name(status: &str) -> &str {
 
 /// A table whose rows are `read`'s, made over by `derive`.
 fn derived(read: Reader, derive: fn(RecordBatch) -> Result<RecordBatch>) -> Reader {
-    Arc::new(move || {
+    // The derived rows are not the read ones: what the query leaves out of them is no hint
+    // about what to read.
+    Arc::new(move |_| {
         let read = Arc::clone(&read);
-        Box::pin(async move { derive(read().await?) })
+        Box::pin(async move { derive(read(Scan::default()).await?) })
     })
 }
 

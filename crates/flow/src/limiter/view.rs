@@ -1,0 +1,189 @@
+//! Reads of the counters for people and scrapers: every one, or a bounded [`ReadView`] picked
+//! by the numbers the nodes hold (waiting, then running), a snapshot with owned names built
+//! only for those picked.
+
+use std::cmp::Reverse;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use super::bounds::Shadow;
+use super::{CounterId, CounterSnapshot, Limiter, NodeRef};
+use crate::quota::Measure;
+use crate::read_view::{ReadView, greatest};
+use crate::rules::RuleBook;
+
+/// What a view found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CounterPage {
+    /// Counters that matched the view's scope, before its limit.
+    pub total: usize,
+    /// Those returned: the busiest first when the view has a limit, else by scope, L1, L2.
+    pub counters: Vec<CounterSnapshot>,
+}
+
+impl CounterPage {
+    /// Pages of several partitions as one: totals add up, and the busiest `limit` stay.
+    pub fn merge(pages: impl IntoIterator<Item = CounterPage>, limit: Option<usize>) -> Self {
+        let mut merged = CounterPage::default();
+        for page in pages {
+            merged.total += page.total;
+            merged.counters.extend(page.counters);
+        }
+        match limit {
+            Some(limit) => {
+                merged.counters.sort_by(busiest_first);
+                merged.counters.truncate(limit);
+            }
+            None => merged.counters.sort_by(by_name),
+        }
+        merged
+    }
+}
+
+fn by_name(a: &CounterSnapshot, b: &CounterSnapshot) -> std::cmp::Ordering {
+    (&a.scope, &a.l1, &a.l2).cmp(&(&b.scope, &b.l1, &b.l2))
+}
+
+fn busiest_first(a: &CounterSnapshot, b: &CounterSnapshot) -> std::cmp::Ordering {
+    (Reverse(a.queued), Reverse(a.usage))
+        .cmp(&(Reverse(b.queued), Reverse(b.usage)))
+        .then_with(|| by_name(a, b))
+}
+
+impl Limiter {
+    /// Every live counter (and every idle one whose quota, budget or burst use is kept),
+    /// resolved against `book`, by scope, L1, L2.
+    pub fn snapshot(&mut self, book: &RuleBook, now_ms: u64) -> Vec<CounterSnapshot> {
+        self.view(book, now_ms, &ReadView::ALL).counters
+    }
+
+    /// The counters `view` asks for, resolved against `book`.
+    pub fn view(&mut self, book: &RuleBook, now_ms: u64, view: &ReadView) -> CounterPage {
+        self.now_ms = self.now_ms.max(now_ms);
+        // A scope's counters are those under its own: compared by id, not by name.
+        let root = match view.scope.as_deref() {
+            Some(scope) => match self.index.get(&NodeRef {
+                parent: None,
+                name: scope,
+            }) {
+                Some(id) => Some(*id),
+                None => {
+                    return self.idle_page(book, view, 0, Vec::new());
+                }
+            },
+            None => None,
+        };
+        let mut total = 0;
+        let live = self
+            .live_ids()
+            .filter(|id| root.is_none_or(|r| self.root_of(*id) == r));
+        let ids: Vec<CounterId> = match view.limit {
+            None => live.inspect(|_| total += 1).collect(),
+            Some(limit) => {
+                let busy = live.inspect(|_| total += 1).map(|id| {
+                    let node = self.node(id);
+                    (node.queued, node.usage, Reverse(id))
+                });
+                greatest(busy, limit)
+                    .into_iter()
+                    .map(|(_, _, Reverse(id))| id)
+                    .collect()
+            }
+        };
+        let counters: Vec<CounterSnapshot> = ids
+            .into_iter()
+            .map(|id| self.snapshot_of(id, book))
+            .collect();
+        self.idle_page(book, view, total, counters)
+    }
+
+    /// `counters` (of `total` live ones matched) with the idle counters kept for their windows
+    /// that `view` matches, in its order.
+    fn idle_page(
+        &mut self,
+        book: &RuleBook,
+        view: &ReadView,
+        mut total: usize,
+        mut counters: Vec<CounterSnapshot>,
+    ) -> CounterPage {
+        let mut idle = Vec::new();
+        self.idle_quota_counters(book, &mut idle);
+        idle.retain(|c| view.scope.as_deref().is_none_or(|s| c.scope == s));
+        total += idle.len();
+        counters.extend(idle);
+        match view.limit {
+            Some(limit) => {
+                counters.sort_by(busiest_first);
+                counters.truncate(limit);
+            }
+            None => counters.sort_by(by_name),
+        }
+        CounterPage { total, counters }
+    }
+
+    /// Every live counter, in arena order (a walk of memory in order, not of the index).
+    pub(super) fn live_ids(&self) -> impl Iterator<Item = CounterId> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| node.is_some())
+            .map(|(i, _)| CounterId(i as u32))
+    }
+
+    /// The scope counter `id` is under (itself at the scope level).
+    fn root_of(&self, mut id: CounterId) -> CounterId {
+        while let Some(parent) = self.node(id).parent() {
+            id = parent;
+        }
+        id
+    }
+
+    /// Counter `id` as introspection shows it, resolved against `book`.
+    fn snapshot_of(&mut self, id: CounterId, book: &RuleBook) -> CounterSnapshot {
+        self.resolve(id, book);
+        if self.bursts(id) {
+            self.burst_tick(id, self.now_ms);
+        }
+        let [scope, l1, l2] = self.names(id).map(|n| n.map(str::to_owned));
+        let node = self.node(id);
+        let now = self.now_ms;
+        let bounds = node.bounds.as_deref();
+        let rate = node.rate;
+        CounterSnapshot {
+            level: node.level,
+            scope: scope.unwrap_or_default(),
+            l1,
+            l2,
+            usage: node.usage,
+            limit: node.limit,
+            rule: node.rule.clone(),
+            available: node.limit.available(node.usage),
+            waiters: node.waiters.len() + bounds.map_or(0, |b| b.rate_waiters.len()),
+            queued: node.queued,
+            max_queued: bounds.and_then(|b| b.max_queued).map(NonZeroU32::get),
+            max_wait_ms: bounds
+                .and_then(|b| b.max_wait_ms)
+                .map(std::num::NonZeroU64::get),
+            adaptive: bounds
+                .and_then(|b| b.adaptive.as_ref())
+                .map(|a| (a.min, a.max)),
+            guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
+            quota: node
+                .quota_rule()
+                .map(|q| (q, node.used(Measure::Calls).at(&q, now))),
+            budget: node.budget(now),
+            budget_overrun: node.rare.as_deref().map_or(0, |r| r.overrun),
+            burst_budget: node.rare.as_deref().and_then(|r| {
+                let burst = r.burst?;
+                Some((burst.budget, r.windows[Measure::Burst as usize].used))
+            }),
+            rate,
+            tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
+            next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),
+            weight: node.weight,
+            shadow: bounds
+                .and_then(|b| b.shadow.as_ref())
+                .map(|s: &Shadow| (Arc::clone(&s.rule), s.counts)),
+        }
+    }
+}
