@@ -17,7 +17,7 @@ use crate::rules::RuleBook;
 pub struct CounterPage {
     /// Counters that matched the view's scope, before its limit.
     pub total: usize,
-    /// Those returned: the busiest first when the view has a limit, else by scope, L1, L2.
+    /// Those returned: the busiest first when the view has a limit, else in no order.
     pub counters: Vec<CounterSnapshot>,
 }
 
@@ -29,12 +29,9 @@ impl CounterPage {
             merged.total += page.total;
             merged.counters.extend(page.counters);
         }
-        match limit {
-            Some(limit) => {
-                merged.counters.sort_by(busiest_first);
-                merged.counters.truncate(limit);
-            }
-            None => merged.counters.sort_by(by_name),
+        if let Some(limit) = limit {
+            merged.counters.sort_by(busiest_first);
+            merged.counters.truncate(limit);
         }
         merged
     }
@@ -54,7 +51,9 @@ impl Limiter {
     /// Every live counter (and every idle one whose quota, budget or burst use is kept),
     /// resolved against `book`, by scope, L1, L2.
     pub fn snapshot(&mut self, book: &RuleBook, now_ms: u64) -> Vec<CounterSnapshot> {
-        self.view(book, now_ms, &ReadView::ALL).counters
+        let mut counters = self.view(book, now_ms, &ReadView::ALL).counters;
+        counters.sort_by(by_name);
+        counters
     }
 
     /// The counters `view` asks for, resolved against `book`.
@@ -111,12 +110,11 @@ impl Limiter {
         idle.retain(|c| view.scope.as_deref().is_none_or(|s| c.scope == s));
         total += idle.len();
         counters.extend(idle);
-        match view.limit {
-            Some(limit) => {
-                counters.sort_by(busiest_first);
-                counters.truncate(limit);
-            }
-            None => counters.sort_by(by_name),
+        // Unbounded, the order is the reader's to choose (SQL sorts if asked; a million
+        // names sorted for nothing cost more than the snapshots).
+        if let Some(limit) = view.limit {
+            counters.sort_by(busiest_first);
+            counters.truncate(limit);
         }
         CounterPage { total, counters }
     }

@@ -530,14 +530,6 @@ impl Runtime {
         Ok(total)
     }
 
-    /// Every partition's flow-control counters (a scope's counters live on its partition).
-    pub async fn counters(&self) -> Result<Vec<sluice_flow::limiter::CounterSnapshot>, CodedError> {
-        Ok(self
-            .counter_page(sluice_flow::ReadView::ALL)
-            .await?
-            .counters)
-    }
-
     /// The counters `view` asks for, of every partition: each partition picks its share, and
     /// the busiest of them all stay.
     pub async fn counter_page(
