@@ -119,6 +119,29 @@ async fn bounded_reads_pick_the_busiest_of_a_scope_and_say_how_many_matched() {
         .await;
     assert_eq!(n, 1, "k1's queue: the rest of the filter applied in full");
 
+    // The busiest few, sorted: read as such at the partition (crates/sql/src/busiest.rs).
+    let (status, rows) = sluice
+        .query("SELECT l1, num_queued FROM sys_user_limits WHERE scope = 'held' ORDER BY num_queued DESC LIMIT 2")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    let rows = rows["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        (rows[0].get("l1"), &rows[0]["num_queued"]),
+        (None, &json!(14)),
+        "{rows:?}"
+    );
+    assert_eq!(rows[1]["l1"], "k1", "{rows:?}");
+    let (status, rows) = sluice
+        .query("SELECT id FROM sys_scheduler WHERE scope = 'held' ORDER BY num_inbox DESC LIMIT 1")
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(rows["rows"][0]["id"], listed[0]["id"], "k1's queue: {rows}");
+    let n = sluice
+        .count("SELECT count(*) AS n FROM sys_user_limits WHERE scope = 'held' AND scope = 'other'")
+        .await;
+    assert_eq!(n, 0, "two scopes at once are no row");
+
     // The gauges, summed by rule and level without a snapshot per counter.
     let metrics = sluice.metrics().await;
     let held = |level: &str| {

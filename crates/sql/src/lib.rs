@@ -1,6 +1,7 @@
 //! SQL introspection (`POST /query`): DataFusion over system tables whose rows are read when a
 //! query scans them, from live partition snapshots, the rule book, the registry and the store.
 
+mod busiest;
 mod cancel;
 mod guards;
 mod json;
@@ -336,6 +337,7 @@ async fn run(
         ),
         _ => None,
     };
+    ctx.add_optimizer_rule(Arc::new(busiest::BusiestFirst));
     for (name, table) in tables::all(&sources, &reach) {
         ctx.register_table(name, Arc::new(table))
             .map_err(|e| QueryError::Sql(e.to_string()))?;

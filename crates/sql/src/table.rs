@@ -37,12 +37,15 @@ pub struct Scan {
 }
 
 impl Scan {
-    /// The hint in a scan's `filters` and `limit`.
-    fn of(filters: &[Expr], limit: Option<usize>) -> Self {
-        Scan {
-            scope: filters.iter().find_map(scope_equals),
-            limit,
+    /// The hint in a scan's `filters` and `limit`; `None` when they ask for two scopes at
+    /// once, which no row is.
+    fn of(filters: &[Expr], limit: Option<usize>) -> Option<Self> {
+        let mut scopes = filters.iter().filter_map(scope_equals);
+        let scope = scopes.next();
+        if scopes.any(|other| Some(&other) != scope.as_ref()) {
+            return None;
         }
+        Some(Scan { scope, limit })
     }
 }
 
@@ -78,6 +81,9 @@ pub struct SnapshotTable {
     /// How far this query reaches, and (cluster mode) which partitions are led here now.
     reach: Reach,
     led_here: LedHere,
+    /// Set when its reader keeps exactly the scope a scan names and, for a limit, the rows
+    /// greatest in this column (the calls waiting): `crate::busiest`.
+    busiest: Option<&'static str>,
 }
 
 /// Which partitions this node leads right now (`true` at their index).
@@ -108,7 +114,20 @@ impl SnapshotTable {
             rows,
             reach,
             led_here,
+            busiest: None,
         }
+    }
+
+    /// The same table, its reader keeping the busiest by `column` for a limit and exactly the
+    /// scope a scan names (see [`Self::busiest`]).
+    pub fn with_busiest(mut self, column: Option<&'static str>) -> Self {
+        self.busiest = column;
+        self
+    }
+
+    /// The column by which a limit keeps the greatest rows, when the reader keeps them so.
+    pub fn busiest(&self) -> Option<&str> {
+        self.busiest
     }
 
     /// This node's rows: in cluster mode only those of the partitions in `led`, the ones it
@@ -196,17 +215,23 @@ impl TableProvider for SnapshotTable {
         TableType::View
     }
 
-    /// `scope = '…'` is handed to the reader as a hint; the plan still applies every filter.
+    /// `scope = '…'` is handed to the reader: kept exactly by the flow tables' readers (so a
+    /// limit may follow it into the scan), a hint to the others (the plan applies it again).
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
-        use datafusion::logical_expr::TableProviderFilterPushDown::{Inexact, Unsupported};
+        use datafusion::logical_expr::TableProviderFilterPushDown::{Exact, Inexact, Unsupported};
+        let scoped = if self.busiest.is_some() {
+            Exact
+        } else {
+            Inexact
+        };
         Ok(filters
             .iter()
             .map(|f| {
                 if scope_equals(f).is_some() {
-                    Inexact
+                    scoped.clone()
                 } else {
                     Unsupported
                 }
@@ -221,7 +246,13 @@ impl TableProvider for SnapshotTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let scan = Scan::of(filters, limit);
+        let Some(scan) = Scan::of(filters, limit) else {
+            return Ok(MemorySourceConfig::try_new_exec(
+                &[Vec::new()],
+                Arc::clone(&self.schema),
+                projection.cloned(),
+            )?);
+        };
         match (&self.reach, self.rows) {
             (Reach::Cluster(gather), Rows::Live | Rows::Stored(_)) => {
                 let (schema, batches) = self.read_cluster(gather, projection, scan).await?;
@@ -247,31 +278,43 @@ impl TableProvider for SnapshotTable {
 mod tests {
     use std::sync::Mutex;
 
-    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::array::{StringArray, UInt64Array};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::prelude::SessionContext;
 
     use super::*;
 
-    /// A table of `scope` rows a, b, c whose reader records the hint of every scan.
-    fn recording() -> (Arc<SnapshotTable>, Arc<Mutex<Vec<Scan>>>) {
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "scope",
-            DataType::Utf8,
-            false,
-        )]));
+    /// A table of rows (`scope`, `n`) a 1, b 5, c 3 whose reader records the hint of every
+    /// scan; one that keeps the busiest (by `n`) keeps the scope and the limit a scan names, as
+    /// the flow tables' readers do, the other ignores them.
+    fn recording(busiest: bool) -> (Arc<SnapshotTable>, Arc<Mutex<Vec<Scan>>>) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("scope", DataType::Utf8, false),
+            Field::new("n", DataType::UInt64, false),
+        ]));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (into, rows) = (Arc::clone(&seen), Arc::clone(&schema));
-        let reader: Reader = Arc::new(move |scan| {
-            into.lock().unwrap().push(scan);
+        let reader: Reader = Arc::new(move |scan: Scan| {
+            into.lock().unwrap().push(scan.clone());
+            let mut kept = vec![("a", 1u64), ("b", 5), ("c", 3)];
+            if busiest {
+                kept.retain(|(s, _)| scan.scope.as_deref().is_none_or(|want| want == *s));
+                kept.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+                kept.truncate(scan.limit.unwrap_or(usize::MAX));
+            }
+            let (names, ns): (Vec<&str>, Vec<u64>) = kept.into_iter().unzip();
             let batch = RecordBatch::try_new(
                 Arc::clone(&rows),
-                vec![Arc::new(StringArray::from(vec!["a", "b", "c"]))],
+                vec![
+                    Arc::new(StringArray::from(names)),
+                    Arc::new(UInt64Array::from(ns)),
+                ],
             );
             Box::pin(async move { Ok(batch?) })
         });
         let led: LedHere = Arc::new(Vec::new);
-        let table = SnapshotTable::new("t", schema, reader, Rows::Live, Reach::Here, led);
+        let table = SnapshotTable::new("t", schema, reader, Rows::Live, Reach::Here, led)
+            .with_busiest(busiest.then_some("n"));
         (Arc::new(table), seen)
     }
 
@@ -291,7 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_scope_filter_and_a_bare_limit_reach_the_reader_and_the_plan_still_applies_them() {
-        let (table, seen) = recording();
+        let (table, seen) = recording(false);
         let ctx = SessionContext::new();
         ctx.register_table("t", table).unwrap();
         assert_eq!(
@@ -326,5 +369,76 @@ mod tests {
                 (None, None)
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn the_busiest_few_are_read_as_such_only_when_the_sort_asks_for_exactly_that() {
+        let (table, seen) = recording(true);
+        let ctx = SessionContext::new();
+        ctx.add_optimizer_rule(Arc::new(crate::busiest::BusiestFirst));
+        ctx.register_table("t", table).unwrap();
+        // The query, the scopes it answers, and the hint its one read got (none: not read).
+        type Case = (
+            &'static str,
+            Vec<&'static str>,
+            Option<(Option<&'static str>, Option<usize>)>,
+        );
+        let cases: [Case; 8] = [
+            (
+                "SELECT scope FROM t ORDER BY n DESC LIMIT 2",
+                vec!["b", "c"],
+                Some((None, Some(2))),
+            ),
+            (
+                "SELECT scope FROM t u ORDER BY u.n DESC LIMIT 1",
+                vec!["b"],
+                Some((None, Some(1))),
+            ),
+            (
+                "SELECT scope FROM t WHERE scope = 'c' ORDER BY n DESC LIMIT 1",
+                vec!["c"],
+                Some((Some("c"), Some(1))),
+            ),
+            (
+                "SELECT scope FROM t WHERE scope = 'a' LIMIT 5",
+                vec!["a"],
+                Some((Some("a"), Some(5))),
+            ),
+            (
+                "SELECT scope FROM t ORDER BY n ASC LIMIT 1",
+                vec!["a"],
+                Some((None, None)),
+            ),
+            (
+                "SELECT scope FROM t ORDER BY n DESC, scope LIMIT 1",
+                vec!["b"],
+                Some((None, None)),
+            ),
+            (
+                "SELECT scope FROM t WHERE n < 5 ORDER BY n DESC LIMIT 1",
+                vec!["c"],
+                Some((None, None)),
+            ),
+            (
+                "SELECT scope FROM t WHERE scope = 'a' AND scope = 'b'",
+                vec![],
+                None,
+            ),
+        ];
+        for (sql, want, hint) in cases {
+            seen.lock().unwrap().clear();
+            assert_eq!(scopes(&ctx, sql).await, want, "{sql}");
+            let read: Vec<(Option<String>, Option<usize>)> = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|s| (s.scope.clone(), s.limit))
+                .collect();
+            let hint: Vec<(Option<String>, Option<usize>)> = hint
+                .into_iter()
+                .map(|(s, l)| (s.map(str::to_owned), l))
+                .collect();
+            assert_eq!(read, hint, "{sql}");
+        }
     }
 }

@@ -75,10 +75,21 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
                 rows,
                 reach.clone(),
                 Arc::clone(&led_here),
-            );
+            )
+            .with_busiest(busiest_column(name));
             (name, table)
         })
         .collect()
+}
+
+/// The column by which a table's reader keeps the busiest rows for a limit (and keeps exactly
+/// the scope a scan names): the live flow tables, read through a `ReadView`.
+fn busiest_column(table: &str) -> Option<&'static str> {
+    match table {
+        "sys_user_limits" => Some("num_queued"),
+        "sys_scheduler" | "sys_vqueue_meta" => Some("num_inbox"),
+        _ => None,
+    }
 }
 
 /// Every table there is.
