@@ -52,6 +52,7 @@ python3 -c "print(f'per waiting call: {($after - $before) * 1024 / max($held, 1)
 echo "== answer times"
 echo "SQL count of queues:          $(query 'SELECT count(*) FROM sys_vqueues')"
 echo "SQL 100 busiest keys:         $(query 'SELECT l1, num_waiters FROM sys_user_limits WHERE scope = '"'"'held'"'"' ORDER BY num_waiters DESC LIMIT 100')"
+echo "SQL 100 busiest, bounded:     $(query 'SELECT l1, num_queued FROM sys_user_limits WHERE scope = '"'"'held'"'"' ORDER BY num_queued DESC LIMIT 100')"
 echo "SQL any 100 keys:             $(query 'SELECT scope, l1, num_waiters FROM sys_user_limits LIMIT 100')"
 echo "SQL the scope's queue meta:   $(query 'SELECT count(*) FROM sys_vqueue_meta WHERE scope = '"'"'held'"'"'')"
 echo "SQL any 100 queues:           $(query 'SELECT id, num_inbox FROM sys_scheduler LIMIT 100')"
