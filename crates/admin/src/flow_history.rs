@@ -104,7 +104,7 @@ impl FlowHistory {
                 scope: None,
                 limit: Some(MAX_QUEUE_SERIES),
             };
-            let (counters, partitions, queues) = match tokio::try_join!(
+            let (sums, partitions, queues) = match tokio::try_join!(
                 runtime.flow_sums(),
                 runtime.metrics(),
                 runtime.queue_page(busiest)
@@ -134,7 +134,7 @@ impl FlowHistory {
                     (id, info, q.queued as u64)
                 })
                 .collect();
-            self.sample(sluice_core::clock::now_ms(), &counters, &admissions, queues);
+            self.sample(sluice_core::clock::now_ms(), &sums, &admissions, queues);
         }
     }
 
@@ -142,7 +142,7 @@ impl FlowHistory {
     pub fn sample(
         &self,
         now_ms: u64,
-        counters: &FlowSums,
+        sums: &FlowSums,
         admissions: &[RuleAdmissions],
         queues: Vec<(String, QueueInfo, u64)>,
     ) {
@@ -152,19 +152,19 @@ impl FlowHistory {
             .back()
             .map(|last| now_ms.saturating_sub(*last).max(1) as f64 / 1000.0);
         let mut points: HashMap<RuleKey, RulePoint> = HashMap::new();
-        for sums in &counters.rules {
-            let key = (rule_label(sums.rule.as_deref()), sums.level.lower_name());
+        for rule in &sums.rules {
+            let key = (rule_label(rule.rule.as_deref()), rule.level.lower_name());
             let point = points.entry(key).or_default();
-            point.running += sums.running;
-            point.waiting += sums.waiting;
-            if let Some((spent, _)) = sums.budget {
+            point.running += rule.running;
+            point.waiting += rule.waiting;
+            if let Some((spent, _)) = rule.budget {
                 point.budget_spent = Some(point.budget_spent.unwrap_or(0).saturating_add(spent));
             }
-            if sums.adaptive > 0 {
-                point.adaptive_limit = Some(sums.adaptive_limits as f64 / sums.adaptive as f64);
+            if rule.adaptive > 0 {
+                point.adaptive_limit = Some(rule.adaptive_limits as f64 / rule.adaptive as f64);
             }
         }
-        for shadow in &counters.shadows {
+        for shadow in &sums.shadows {
             let point = points
                 .entry((shadow.rule.to_string(), shadow.level.lower_name()))
                 .or_default();

@@ -67,7 +67,7 @@ pub async fn run(cmd: &QueuesCommand, args: &AdminArgs) -> Result<(), CodedError
     let admin = AdminClient::from_env(&args.admin_url);
     match cmd {
         QueuesCommand::List { scope, status } => {
-            // The node picks the scope's queues (the busiest 1,000 of them); the rest here.
+            // The node picks the scope's queues (the busiest 1,000 of them); the status here.
             let path = match scope {
                 Some(scope) => {
                     let mut query = url::form_urlencoded::Serializer::new(String::new());
@@ -77,10 +77,8 @@ pub async fn run(cmd: &QueuesCommand, args: &AdminArgs) -> Result<(), CodedError
             };
             let answer = admin.call(Method::GET, &path, None::<&()>).await?;
             let mut list: ListVQueuesResponse = answer.parse()?;
-            list.vqueues.retain(|q| {
-                scope.as_ref().is_none_or(|s| q.scope.as_ref() == Some(s))
-                    && status.as_ref().is_none_or(|s| q.status == *s)
-            });
+            list.vqueues
+                .retain(|q| status.as_ref().is_none_or(|s| q.status == *s));
             if args.json {
                 table::print_json(&serde_json::json!({"vqueues": list.vqueues}));
             } else {

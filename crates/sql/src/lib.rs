@@ -292,6 +292,41 @@ async fn read_only_plan(
 /// How many times `admin.query-row-limit` one node's share of a cluster-wide query may hold.
 const SHARE_ROWS: usize = 10;
 
+/// One query's session: its memory budget, the system tables as far as `reach`, the rule
+/// that reads the busiest few bounded, and the guards.
+fn session(
+    sources: &Arc<QuerySources>,
+    reach: &Reach,
+    flag: &cancel::CancelFlag,
+) -> Result<SessionContext, QueryError> {
+    let admin = &sources.config.admin;
+    let memory = admin.query_memory_limit;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(memory.as_usize(), 1.0)
+        .build_arc()
+        .map_err(|e| QueryError::Sql(e.to_string()))?;
+    let ctx = SessionContext::new_with_config_rt(
+        SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(1),
+        runtime,
+    );
+    ctx.add_optimizer_rule(Arc::new(busiest::BusiestFirst));
+    for (name, table) in tables::all(sources, reach) {
+        ctx.register_table(name, Arc::new(table))
+            .map_err(|e| QueryError::Sql(e.to_string()))?;
+    }
+    guards::register(
+        &ctx,
+        guards::Bounds {
+            limit: memory.as_usize(),
+            value_cap: admin.query_max_value_size.as_usize(),
+            cancel: Arc::clone(flag),
+        },
+    );
+    Ok(ctx)
+}
+
 /// Runs one query on its thread.
 async fn run(
     sources: Arc<QuerySources>,
@@ -318,16 +353,7 @@ async fn run(
             QueryError::Sql(e.to_string())
         }
     };
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(memory.as_usize(), 1.0)
-        .build_arc()
-        .map_err(|e| QueryError::Sql(e.to_string()))?;
-    let ctx = SessionContext::new_with_config_rt(
-        SessionConfig::new()
-            .with_information_schema(true)
-            .with_target_partitions(1),
-        runtime,
-    );
+    let ctx = session(&sources, &reach, &flag)?;
     let led = match &reach {
         Reach::Led(led) => Some(
             led.iter()
@@ -337,19 +363,6 @@ async fn run(
         ),
         _ => None,
     };
-    ctx.add_optimizer_rule(Arc::new(busiest::BusiestFirst));
-    for (name, table) in tables::all(&sources, &reach) {
-        ctx.register_table(name, Arc::new(table))
-            .map_err(|e| QueryError::Sql(e.to_string()))?;
-    }
-    guards::register(
-        &ctx,
-        guards::Bounds {
-            limit: memory.as_usize(),
-            value_cap: admin.query_max_value_size.as_usize(),
-            cancel: Arc::clone(&flag),
-        },
-    );
     let plan = read_only_plan(&ctx, &sql).await?;
     // EXPLAIN must stay the plan's root; its answer is a few rows anyway.
     let explain = matches!(

@@ -208,10 +208,12 @@ impl Limiter {
                 sums.add_budget(used.used, reserved);
             }
         }
-        FlowSums::merge([FlowSums {
+        // Each scope has one scope-level counter here: no two entries to join.
+        scopes.sort();
+        FlowSums {
             rules: rules.into_values().collect(),
             shadows: shadows.into_values().collect(),
             scopes,
-        }])
+        }
     }
 }
