@@ -3019,28 +3019,94 @@ async fn completion_of(sluice: &Sluice, id: &str) -> String {
     seen["completion"].as_str().unwrap_or_default().to_owned()
 }
 
-/// A rule's `on_full` and `debounce` decide at the scope's partition whichever node a call
-/// comes through, and a burst of debounced calls outlives its leader: the node that takes the
-/// partition over finds the burst in the store, and the next call joins it.
+/// The scope on the same partition as `scope`: the first `{prefix}{i}` that is.
+fn scope_beside(scope: &str, prefix: &str) -> String {
+    (0..1024)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|s| scope_partition(s) == scope_partition(scope))
+        .unwrap()
+}
+
+/// Sends `n` calls of 600 ms to `scope` through the nodes in turn, half under key `a` and half
+/// under `c`, labelled `<phase><key><i>`; once all ran, the most that ran at once, and the
+/// most under one key.
+async fn burst_across(nodes: &[Sluice], scope: &str, phase: &str, n: usize) -> (usize, usize) {
+    for i in 0..n {
+        let key = if i % 2 == 0 { "a" } else { "c" };
+        let (status, answer) = post(
+            &nodes[i % nodes.len()],
+            &format!("/service/scope/{scope}/send/Meter/timed?limit-key={key}"),
+            &format!("\"{phase}{key}{i} 600\""),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    let mut runs: Vec<(String, u64, u64)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runs.len() < n {
+        assert!(Instant::now() < deadline, "only {runs:?} of {n} ran");
+        let more: Vec<(String, u64, u64)> =
+            sluice_tests::call_json(&nodes[0], "Meter/timings").await;
+        if more.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        runs.extend(more);
+    }
+    let peak = |prefix: &str| {
+        let mine: Vec<_> = runs
+            .iter()
+            .filter(|(l, ..)| l.starts_with(prefix))
+            .collect();
+        mine.iter()
+            .map(|(_, start, _)| {
+                let at_once = mine.iter().filter(|(_, s, e)| s <= start && start < e);
+                at_once.count()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let per_key = peak(&format!("{phase}a")).max(peak(&format!("{phase}c")));
+    (peak(phase), per_key)
+}
+
+/// `scope`'s burst budget as `sluice` reads it: (spent, left) ms.
+async fn burst_of(sluice: &Sluice, scope: &str) -> (u64, u64) {
+    let (status, rows) = sluice
+        .query(&format!("SELECT burst_spent_ms, burst_left_ms FROM sys_user_limits WHERE scope = '{scope}' AND level = 'Scope'"))
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    let row = &rows["rows"][0];
+    let ms = |column: &str| {
+        row[column]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{}: {rows}", sluice.admin_url))
+    };
+    (ms("burst_spent_ms"), ms("burst_left_ms"))
+}
+
+/// A rule's `on_full`, `debounce` and `burst_budget` decide at the scope's partition whichever
+/// node a call comes through, and outlive its leader: the node that takes the partition over
+/// finds a burst of debounced calls in the store, and the next call joins it; it finds the
+/// burst budget spent as it was, and holds the scope to it.
 #[tokio::test]
-async fn on_full_and_debounce_decide_at_the_scopes_partition_from_either_node_and_after_its_leader_dies()
+async fn on_full_debounce_and_burst_budgets_decide_at_the_scopes_partition_from_either_node_and_after_its_leader_dies()
  {
     let kafka = KafkaCluster::start(3);
     let bootstrap = kafka.bootstrap_servers();
     let dep = TestDeployment::start("v1").await.unwrap();
-    let mut nodes = cluster_of(
-        vec![
-            ("n1", real_node(&bootstrap, "n1")),
-            ("n2", real_node(&bootstrap, "n2")),
-        ],
-        &dep.uri,
-    )
-    .await;
+    // The servers' day starts twelve hours before their clock: no budget window ends here.
+    let offset = sluice_tests::clock_offset_to(sluice_tests::MIDDAY_MS);
+    let at_noon = |id| real_node(&bootstrap, id).clock_offset_ms(offset);
+    let mut nodes = cluster_of(vec![("n1", at_noon("n1")), ("n2", at_noon("n2"))], &dep.uri).await;
+    // The burst budget's scope shares the debounced scope's partition: one leader to kill.
+    let bursting = scope_beside("cd", "bb");
     // The burst's wait outlasts a failover (the session timeout and a takeover).
     nodes[0]
         .set_rules(serde_json::json!([
             {"pattern": "co/*", "limits": {"concurrency": 1, "on_full": "keep_newest"}},
             {"pattern": "cd/*", "limits": {"debounce": "30s"}},
+            {"pattern": bursting, "limits": {"concurrency": 2, "burst_budget": "2x 1h/day"}},
+            {"pattern": format!("{bursting}/*"), "limits": {"concurrency": 3}},
         ]))
         .await;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -3052,6 +3118,18 @@ async fn on_full_and_debounce_decide_at_the_scopes_partition_from_either_node_an
         assert!(Instant::now() < deadline, "no rules on n2: {rules}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+
+    // The burst budget: calls through both nodes run 4 at once (twice the limit, not twice
+    // per node), each key at most 3; either node reads the same time spent above 2.
+    let (at_once, per_key) = burst_across(&nodes, &bursting, "p1", 8).await;
+    assert_eq!(at_once, 4, "the scope bursts to twice its limit");
+    assert!(per_key <= 3, "{per_key} at once under one key");
+    let spent = burst_of(&nodes[0], &bursting).await;
+    assert!(
+        spent.0 >= 300 && spent.0 + spent.1 == 3_600_000,
+        "{spent:?}"
+    );
+    assert_eq!(burst_of(&nodes[1], &bursting).await, spent);
     let send = |node: usize, scope: &'static str, path: &'static str, body: &'static str| {
         let sluice = &nodes[node];
         async move {
@@ -3067,7 +3145,7 @@ async fn on_full_and_debounce_decide_at_the_scopes_partition_from_either_node_an
     };
 
     // keep_newest: a call waiting behind the key's run, replaced by one through the other node.
-    let holder = send(0, "co", "Greeter/slow", "600000").await;
+    let holder = send(0, "co", "Meter/hold", "600000").await;
     nodes[0]
         .invocation_until(&holder, "running", |seen| seen["status"] == "running")
         .await;
@@ -3112,4 +3190,26 @@ async fn on_full_and_debounce_decide_at_the_scopes_partition_from_either_node_an
     );
     let waits = nodes[0].describe(&d3).await.1;
     assert_eq!(waits["status"], "scheduled", "{waits}");
+
+    // The new leader of the budget's partition read what was spent, and bursts from there.
+    assert_eq!(
+        partition,
+        scope_partition(&bursting),
+        "the leader that died led the burst budget's scope too"
+    );
+    assert_eq!(
+        burst_of(&nodes[0], &bursting).await,
+        spent,
+        "after the failover"
+    );
+    let (at_once, per_key) = burst_across(&nodes, &bursting, "p2", 8).await;
+    assert_eq!(at_once, 4, "the survivor bursts as the leader did");
+    assert!(per_key <= 3, "{per_key} at once under one key");
+    let now = burst_of(&nodes[0], &bursting).await;
+    assert!(now.0 >= spent.0 + 300, "{now:?} after {spent:?}");
+}
+
+/// The partition of `scope`'s counters.
+fn scope_partition(scope: &str) -> usize {
+    (sluice_store::invocation::identity::partition_key(&[scope]) % PARTITIONS as u64) as usize
 }
