@@ -119,6 +119,61 @@ async fn bounded_reads_pick_the_busiest_of_a_scope_and_say_how_many_matched() {
         .await;
     assert_eq!(n, 1, "k1's queue: the rest of the filter applied in full");
 
+    // Counts that read no column are answered from the partitions' walks, no row built; they
+    // agree with the rows a read of a column lists.
+    for (table, scope, rows) in [
+        ("sys_user_limits", "", 15),
+        ("sys_scheduler", "WHERE scope = 'held'", 12),
+        ("sys_vqueue_meta", "", 12),
+        ("sys_vqueues", "", 14),
+    ] {
+        let n = sluice
+            .count(&format!("SELECT count(*) AS n FROM {table} {scope}"))
+            .await;
+        let (status, listed) = sluice
+            .query(&format!("SELECT partition_key FROM {table} {scope}"))
+            .await;
+        assert_eq!(status, 200, "{listed}");
+        assert_eq!(
+            (n, listed["rows"].as_array().unwrap().len()),
+            (rows, rows as usize),
+            "{table} {scope}"
+        );
+    }
+    let n = sluice
+        .count("SELECT count(*) AS n FROM (SELECT scope FROM sys_user_limits LIMIT 4)")
+        .await;
+    assert_eq!(n, 4, "a count under a limit counts no more");
+
+    // The invocations of one key: the store's reader keeps the scope and the key a query
+    // names, and the rest of the filter still applies.
+    for (filter, n) in [
+        ("limit_key = 'k1'", 4),
+        ("scope = 'held' AND limit_key = 'k1'", 4),
+        ("scope = 'other' AND limit_key = 'k1'", 0),
+        ("limit_key = 'k1' AND limit_key = 'k2'", 0),
+        ("'x' = limit_key", 1),
+        ("limit_key = 'k1' AND status = 'running'", 1),
+        ("scope = 'held'", 15),
+    ] {
+        let counted = sluice
+            .count(&format!(
+                "SELECT count(*) AS n FROM sys_invocation WHERE {filter}"
+            ))
+            .await;
+        let (status, rows) = sluice
+            .query(&format!(
+                "SELECT id, limit_key FROM sys_invocation WHERE {filter}"
+            ))
+            .await;
+        assert_eq!(status, 200, "{rows}");
+        assert_eq!(
+            (counted, rows["rows"].as_array().unwrap().len()),
+            (n, n as usize),
+            "{filter}: {rows}"
+        );
+    }
+
     // The busiest few, sorted: read as such at the partition (crates/sql/src/busiest.rs).
     let (status, rows) = sluice
         .query("SELECT l1, num_queued FROM sys_user_limits WHERE scope = 'held' ORDER BY num_queued DESC LIMIT 2")

@@ -140,8 +140,15 @@ fn gather(
                 .collect();
             let mut sql = format!("SELECT {} FROM {}", columns.join(", "), ask.table);
             // What the query here lets the reader leave out, the other nodes may leave out too.
-            if let Some(scope) = &ask.scope {
-                sql.push_str(&format!(" WHERE scope = '{}'", scope.replace('\'', "''")));
+            let equals = [("scope", &ask.scope), ("limit_key", &ask.limit_key)]
+                .into_iter()
+                .filter_map(|(column, value)| {
+                    let value = value.as_ref()?.replace('\'', "''");
+                    Some(format!("{column} = '{value}'"))
+                })
+                .collect::<Vec<_>>();
+            if !equals.is_empty() {
+                sql.push_str(&format!(" WHERE {}", equals.join(" AND ")));
             }
             if let Some(limit) = ask.limit {
                 sql.push_str(&format!(" LIMIT {limit}"));

@@ -21,6 +21,8 @@ pub struct Ask {
     pub columns: Vec<String>,
     /// Only this scope's rows (the query's `scope = '…'`), when set.
     pub scope: Option<String>,
+    /// Only this limit key's rows (the query's `limit_key = '…'`), when set.
+    pub limit_key: Option<String>,
     /// Any this many rows will do (the query's `LIMIT`, with no filter in between), when set.
     pub limit: Option<usize>,
 }

@@ -32,25 +32,79 @@ pub type Reader = Arc<
 pub struct Scan {
     /// `WHERE scope = '…'`: only that scope's rows are wanted.
     pub scope: Option<String>,
+    /// `WHERE limit_key = '…'` (tables with that column): only that key's rows are wanted.
+    pub limit_key: Option<String>,
     /// `LIMIT n` with no filter in between: any `n` rows will do.
     pub limit: Option<usize>,
+    /// The columns the query reads (indexes into the schema); `None`: every one. When it
+    /// reads none (`COUNT(*)`), a reader may answer [`counted`] rows instead of building them.
+    pub columns: Option<Vec<usize>>,
 }
 
 impl Scan {
-    /// The hint in a scan's `filters` and `limit`; `None` when they ask for two scopes at
-    /// once, which no row is.
-    fn of(filters: &[Expr], limit: Option<usize>) -> Option<Self> {
-        let mut scopes = filters.iter().filter_map(scope_equals);
-        let scope = scopes.next();
-        if scopes.any(|other| Some(&other) != scope.as_ref()) {
-            return None;
-        }
-        Some(Scan { scope, limit })
+    /// The hint in a scan's `filters`, `limit` and `projection`; `None` when they ask for two
+    /// scopes at once, which no row is.
+    fn of(filters: &[Expr], limit: Option<usize>, projection: Option<&Vec<usize>>) -> Option<Self> {
+        // One value the column must equal, or `Err` when the filters ask for two at once.
+        let only = |column: &str| {
+            let mut values = filters.iter().filter_map(|f| column_equals(f, column));
+            let first = values.next();
+            match values.any(|other| Some(&other) != first.as_ref()) {
+                true => Err(()),
+                false => Ok(first),
+            }
+        };
+        Some(Scan {
+            scope: only("scope").ok()?,
+            limit_key: only("limit_key").ok()?,
+            limit,
+            columns: projection.cloned(),
+        })
+    }
+
+    /// The query reads no column, only how many rows there are.
+    pub fn counts_only(&self) -> bool {
+        self.columns.as_ref().is_some_and(Vec::is_empty)
+    }
+
+    /// How many rows a reader that counted `total` answers: no more than the limit asks for.
+    pub fn rows_of(&self, total: usize) -> usize {
+        self.limit.map_or(total, |limit| total.min(limit))
     }
 }
 
-/// The scope `filter` asks for, if it is `scope = '…'` (either way round).
-fn scope_equals(filter: &Expr) -> Option<String> {
+/// A batch of `rows` rows and no column: a reader's answer to a scan that
+/// [`Scan::counts_only`], without building what no one reads.
+pub fn counted(rows: usize) -> Result<RecordBatch> {
+    let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(RecordBatch::try_new_with_options(
+        Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+        Vec::new(),
+        &options,
+    )?)
+}
+
+/// `batch` (of `schema`, or [`counted`]) as the `wanted` columns of it.
+fn shaped(batch: RecordBatch, schema: &SchemaRef, wanted: &[usize]) -> Result<RecordBatch> {
+    if batch.num_columns() == 0 && !schema.fields().is_empty() {
+        if !wanted.is_empty() {
+            return Err(datafusion::error::DataFusionError::Internal(
+                "a reader counted rows a query reads columns of".to_owned(),
+            ));
+        }
+        let options = datafusion::arrow::array::RecordBatchOptions::new()
+            .with_row_count(Some(batch.num_rows()));
+        return Ok(RecordBatch::try_new_with_options(
+            Arc::new(schema.project(wanted)?),
+            Vec::new(),
+            &options,
+        )?);
+    }
+    Ok(batch.project(wanted)?)
+}
+
+/// The value `filter` asks `column` to equal, if it is `column = '…'` (either way round).
+fn column_equals(filter: &Expr, column: &str) -> Option<String> {
     use datafusion::logical_expr::{BinaryExpr, Operator};
     use datafusion::scalar::ScalarValue;
     let Expr::BinaryExpr(BinaryExpr {
@@ -64,7 +118,7 @@ fn scope_equals(filter: &Expr) -> Option<String> {
     match (left.as_ref(), right.as_ref()) {
         (Expr::Column(c), Expr::Literal(ScalarValue::Utf8(Some(v)), _))
         | (Expr::Literal(ScalarValue::Utf8(Some(v)), _), Expr::Column(c))
-            if c.name == "scope" =>
+            if c.name == column =>
         {
             Some(v.clone())
         }
@@ -81,9 +135,11 @@ pub struct SnapshotTable {
     /// How far this query reaches, and (cluster mode) which partitions are led here now.
     reach: Reach,
     led_here: LedHere,
-    /// Set when its reader keeps exactly the scope a scan names and, for a limit, the rows
-    /// greatest in this column (the calls waiting): `crate::busiest`.
+    /// Set when its reader keeps, for a limit, the rows greatest in this column (the calls
+    /// waiting): `crate::busiest`. Such a reader keeps the scope a scan names exactly.
     busiest: Option<&'static str>,
+    /// The columns (`scope`, `limit_key`) whose `= '…'` its reader keeps exactly.
+    exact: &'static [&'static str],
 }
 
 /// Which partitions this node leads right now (`true` at their index).
@@ -115,7 +171,15 @@ impl SnapshotTable {
             reach,
             led_here,
             busiest: None,
+            exact: &[],
         }
+    }
+
+    /// The same table, its reader keeping exactly the rows whose `columns` equal what a scan
+    /// names (of `scope` and `limit_key`): the plan does not filter them again.
+    pub fn with_exact(mut self, columns: &'static [&'static str]) -> Self {
+        self.exact = columns;
+        self
     }
 
     /// The same table, its reader keeping the busiest by `column` for a limit and exactly the
@@ -134,8 +198,10 @@ impl SnapshotTable {
     /// answers for (a stored table also holds the partitions this node stands by for).
     async fn read_here(&self, led: Option<&[bool]>, mut scan: Scan) -> Result<RecordBatch> {
         if matches!((self.rows, led), (Rows::Stored(_), Some(_))) {
-            // Rows are dropped after the read: a limit before it could keep too few.
+            // Rows are dropped after the read by their partition column: a limit before it
+            // could keep too few, and a count has no column to drop them by.
             scan.limit = None;
+            scan.columns = None;
         }
         let batch = (self.reader)(scan).await?;
         match (self.rows, led) {
@@ -168,6 +234,7 @@ impl SnapshotTable {
                 table: self.name,
                 columns,
                 scope: scan.scope,
+                limit_key: scan.limit_key,
                 limit: scan.limit,
             }),
         )
@@ -178,7 +245,7 @@ impl SnapshotTable {
         })?;
         reach::check_cover(&led, &shares)?;
         let schema = Arc::new(self.schema.project(wanted)?);
-        let mut batches = vec![here.project(wanted)?];
+        let mut batches = vec![shaped(here, &self.schema, wanted)?];
         for share in shares {
             for batch in share.batches {
                 // Same columns, but the other node's batch names its own schema: rebuild it
@@ -215,26 +282,30 @@ impl TableProvider for SnapshotTable {
         TableType::View
     }
 
-    /// `scope = '…'` is handed to the reader: kept exactly by the flow tables' readers (so a
-    /// limit may follow it into the scan), a hint to the others (the plan applies it again).
+    /// `scope = '…'` and `limit_key = '…'` are handed to the reader: kept exactly by those that
+    /// say so ([`Self::with_exact`]: a limit may follow them into the scan, a count needs no
+    /// column), a hint to the others (the plan applies it again).
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
         use datafusion::logical_expr::TableProviderFilterPushDown::{Exact, Inexact, Unsupported};
-        let scoped = if self.busiest.is_some() {
-            Exact
-        } else {
-            Inexact
+        let pushed = |column: &str| {
+            if self.exact.contains(&column) {
+                Exact
+            } else if self.schema.column_with_name(column).is_some() {
+                Inexact
+            } else {
+                Unsupported
+            }
         };
         Ok(filters
             .iter()
             .map(|f| {
-                if scope_equals(f).is_some() {
-                    scoped.clone()
-                } else {
-                    Unsupported
-                }
+                ["scope", "limit_key"]
+                    .into_iter()
+                    .find(|column| column_equals(f, column).is_some())
+                    .map_or(Unsupported, pushed)
             })
             .collect())
     }
@@ -246,7 +317,7 @@ impl TableProvider for SnapshotTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some(scan) = Scan::of(filters, limit) else {
+        let Some(scan) = Scan::of(filters, limit, projection) else {
             return Ok(MemorySourceConfig::try_new_exec(
                 &[Vec::new()],
                 Arc::clone(&self.schema),
@@ -264,10 +335,13 @@ impl TableProvider for SnapshotTable {
                     _ => None,
                 };
                 let batch = self.read_here(led, scan).await?;
+                let all: Vec<usize> = (0..self.schema.fields().len()).collect();
+                let batch = shaped(batch, &self.schema, projection.unwrap_or(&all))?;
+                let schema = batch.schema();
                 Ok(MemorySourceConfig::try_new_exec(
                     &[vec![batch]],
-                    Arc::clone(&self.schema),
-                    projection.cloned(),
+                    schema,
+                    None,
                 )?)
             }
         }
@@ -301,6 +375,10 @@ mod tests {
                 kept.retain(|(s, _)| scan.scope.as_deref().is_none_or(|want| want == *s));
                 kept.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
                 kept.truncate(scan.limit.unwrap_or(usize::MAX));
+                if scan.counts_only() {
+                    let rows = counted(kept.len());
+                    return Box::pin(async move { rows });
+                }
             }
             let (names, ns): (Vec<&str>, Vec<u64>) = kept.into_iter().unzip();
             let batch = RecordBatch::try_new(
@@ -314,7 +392,8 @@ mod tests {
         });
         let led: LedHere = Arc::new(Vec::new);
         let table = SnapshotTable::new("t", schema, reader, Rows::Live, Reach::Here, led)
-            .with_busiest(busiest.then_some("n"));
+            .with_busiest(busiest.then_some("n"))
+            .with_exact(if busiest { &["scope"] } else { &[] });
         (Arc::new(table), seen)
     }
 
@@ -439,6 +518,52 @@ mod tests {
                 .map(|(s, l)| (s.map(str::to_owned), l))
                 .collect();
             assert_eq!(read, hint, "{sql}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_count_reads_no_column_and_a_reader_may_answer_how_many_rows_alone() {
+        let count = |ctx: SessionContext, sql: &'static str| async move {
+            let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+            let column = batches[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .unwrap()
+                .value(0);
+            column
+        };
+        for busiest in [false, true] {
+            let (table, seen) = recording(busiest);
+            let ctx = SessionContext::new();
+            ctx.register_table("t", table).unwrap();
+            let cases = [
+                ("SELECT count(*) FROM t", 3, Some(vec![])),
+                // Kept exactly by a reader of the busiest; filtered again by the plan else.
+                (
+                    "SELECT count(*) FROM t WHERE scope = 'b'",
+                    1,
+                    Some(if busiest { vec![] } else { vec![0] }),
+                ),
+                (
+                    "SELECT count(*) FROM (SELECT scope FROM t LIMIT 2)",
+                    2,
+                    Some(vec![]),
+                ),
+                ("SELECT count(*) FROM t WHERE n > 1", 2, Some(vec![1])),
+                ("SELECT count(scope) FROM t", 3, Some(vec![0])),
+            ];
+            for (sql, n, columns) in cases {
+                seen.lock().unwrap().clear();
+                assert_eq!(count(ctx.clone(), sql).await, n, "{sql}, busiest {busiest}");
+                let read: Vec<Option<Vec<usize>>> = seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.columns.clone())
+                    .collect();
+                assert_eq!(read, vec![columns], "{sql}");
+            }
         }
     }
 }

@@ -364,6 +364,15 @@ impl Runtime {
             .await
     }
 
+    /// How many invocations wait in every partition's queues: as many as [`Self::queued`]
+    /// lists, without listing them.
+    pub async fn queued_count(&self) -> Result<usize, CodedError> {
+        let counts = self
+            .gather(|reply| super::queries::Query::QueuedCount { reply })
+            .await?;
+        Ok(counts.into_iter().map(|(_, n)| n).sum())
+    }
+
     /// Every partition's held object locks, with the partition's index.
     pub async fn locks(&self) -> Result<Vec<(u64, super::model::events::HeldLock)>, CodedError> {
         self.gather(|reply| super::queries::Query::Locks { reply })

@@ -45,6 +45,11 @@ pub enum Query {
         /// Every one, live or at rest.
         reply: oneshot::Sender<Vec<QueuedEntry>>,
     },
+    /// How many invocations wait in the partition's scheduler queues (the rows `Queued` has).
+    QueuedCount {
+        /// Live or at rest.
+        reply: oneshot::Sender<Vec<usize>>,
+    },
     /// Every held object lock of the partition: scope, service, key, holder.
     Locks {
         /// Every lock.
@@ -123,6 +128,15 @@ impl Partition {
                     .chain(self.resting.iter().filter_map(|(id, d)| d.listed(*id)))
                     .collect();
                 drop(reply.send(queued));
+            }
+            Query::QueuedCount { reply } => {
+                let live = self
+                    .live
+                    .values()
+                    .filter(|live| live.run().queue().is_some())
+                    .count();
+                let resting = self.resting.iter().filter(|(_, d)| d.waits()).count();
+                drop(reply.send(vec![live + resting]));
             }
             Query::Locks { reply } => {
                 let held = self

@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Float64Array, StringBuilder, TimestampMillisecondBuilder,
     UInt32Builder, UInt64Array, UInt64Builder,
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
-use super::{QuerySources, Reader, Scan, batch, internal, reader, scanned, schema, timestamp};
+use super::{QuerySources, Reader, Scan, batch, counted, internal, scanned, schema, timestamp};
 use sluice_flow::scheduler::{BlockedOn, QueueStatus};
 
 pub(super) fn user_limits_schema() -> SchemaRef {
@@ -74,6 +75,15 @@ fn burst_columns(counters: &[sluice_flow::limiter::CounterSnapshot]) -> [ArrayRe
 /// when it asks for no more, so a million keys live need not all be read.
 pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
     scanned(sources, |sources, scan| async move {
+        if scan.counts_only() {
+            // How many, from the walk that picks a page, with no counter's snapshot.
+            let view = sluice_flow::ReadView {
+                scope: scan.scope.clone(),
+                limit: Some(0),
+            };
+            let page = sources.runtime.counter_page(view).await.map_err(internal)?;
+            return counted(scan.rows_of(page.total));
+        }
         let view = sluice_flow::ReadView {
             scope: scan.scope,
             limit: scan.limit,
@@ -319,8 +329,25 @@ async fn queues(
     Ok(queues)
 }
 
+/// The rows of a scan of queues that only counts them: how many, from the walk that picks a
+/// page, with no queue's snapshot.
+async fn counted_queues(
+    sources: &QuerySources,
+    scan: &Scan,
+) -> datafusion::error::Result<RecordBatch> {
+    let view = sluice_flow::ReadView {
+        scope: scan.scope.clone(),
+        limit: Some(0),
+    };
+    let (total, _) = sources.runtime.queue_page(view).await.map_err(internal)?;
+    counted(scan.rows_of(total))
+}
+
 pub(super) fn scheduler(sources: &Arc<QuerySources>) -> Reader {
     scanned(sources, |sources, scan| async move {
+        if scan.counts_only() {
+            return counted_queues(&sources, &scan).await;
+        }
         let queues = queues(&sources, scan).await?;
         let mut partition = UInt64Builder::new();
         let mut text: [StringBuilder; 8] = std::array::from_fn(|_| StringBuilder::new());
@@ -392,7 +419,11 @@ pub(super) fn vqueues_schema() -> SchemaRef {
 
 /// The waiting invocations, one row each, with their queue's status.
 pub(super) fn vqueues(sources: &Arc<QuerySources>) -> Reader {
-    reader(sources, |sources| async move {
+    scanned(sources, |sources, scan| async move {
+        if scan.counts_only() {
+            let waiting = sources.runtime.queued_count().await.map_err(internal)?;
+            return counted(scan.rows_of(waiting));
+        }
         let queued = sources.runtime.queued().await.map_err(internal)?;
         let status: std::collections::HashMap<(u64, u32), (&'static str, bool)> = sources
             .runtime
@@ -514,6 +545,9 @@ fn untracked_vqueue_meta_columns() -> Vec<(&'static str, DataType)> {
 
 pub(super) fn vqueue_meta(sources: &Arc<QuerySources>) -> Reader {
     scanned(sources, |sources, scan| async move {
+        if scan.counts_only() {
+            return counted_queues(&sources, &scan).await;
+        }
         let queues = queues(&sources, scan).await?;
         let mut partition = UInt64Builder::new();
         let mut text: [StringBuilder; 5] = std::array::from_fn(|_| StringBuilder::new());

@@ -18,7 +18,7 @@ use datafusion::error::{DataFusionError, Result};
 
 use super::QuerySources;
 use super::reach::{Placed, Reach, Rows};
-use super::table::{LedHere, Reader, Scan, SnapshotTable};
+use super::table::{LedHere, Reader, Scan, SnapshotTable, counted};
 use flow::{
     scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta, vqueue_meta_schema,
     vqueues, vqueues_schema,
@@ -76,7 +76,8 @@ pub fn all(sources: &Arc<QuerySources>, reach: &Reach) -> Vec<(&'static str, Sna
                 reach.clone(),
                 Arc::clone(&led_here),
             )
-            .with_busiest(busiest_column(name));
+            .with_busiest(busiest_column(name))
+            .with_exact(exact_columns(name));
             (name, table)
         })
         .collect()
@@ -89,6 +90,17 @@ fn busiest_column(table: &str) -> Option<&'static str> {
         "sys_user_limits" => Some("num_queued"),
         "sys_scheduler" | "sys_vqueue_meta" => Some("num_inbox"),
         _ => None,
+    }
+}
+
+/// The columns whose `= '…'` a table's reader keeps exactly, so the plan need not filter
+/// again (and a count needs no column): the scope of the live flow tables, read through a
+/// `ReadView`; the scope and limit key of the invocations, kept as the store is read.
+fn exact_columns(table: &str) -> &'static [&'static str] {
+    match table {
+        "sys_user_limits" | "sys_scheduler" | "sys_vqueue_meta" => &["scope"],
+        "sys_invocation" => &["scope", "limit_key"],
+        _ => &[],
     }
 }
 

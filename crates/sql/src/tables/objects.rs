@@ -9,7 +9,8 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use super::{
-    QuerySources, Reader, batch, internal, read_store, reader, schema, service_type_name, timestamp,
+    QuerySources, Reader, batch, counted, internal, read_store, reader, scanned, schema,
+    service_type_name, timestamp,
 };
 use sluice_store::invocation::store as invocations;
 
@@ -189,15 +190,36 @@ pub(super) fn untracked_invocation_columns() -> Vec<(&'static str, DataType)> {
 }
 
 pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
-    reader(sources, |sources| async move {
+    scanned(sources, |sources, scan| async move {
         let store = Arc::clone(&sources.store);
-        // Every record, but none of their outputs (the table shows only the outcome's kind).
-        let every = |db: &redb::Database| invocations::load_listed(db, |_| true, usize::MAX);
+        // Every record of the scope and key a query names, none of their outputs (the table
+        // shows only the outcome's kind); only how many when the query reads no column.
+        let (scope, limit_key) = (scan.scope.clone(), scan.limit_key.clone());
+        let keep = move |r: &sluice_store::invocation::ListedRecord| {
+            scope
+                .as_deref()
+                .is_none_or(|s| r.scope.as_ref().map(|o| o.as_str()) == Some(s))
+                && limit_key
+                    .as_deref()
+                    .is_none_or(|k| r.limit_key.as_ref().map(|o| o.as_str()) == Some(k))
+        };
+        if scan.counts_only() {
+            let count = move |db: &redb::Database| invocations::count_listed(db, keep);
+            let n = tokio::task::spawn_blocking(move || store.with_db(count))
+                .await
+                .map_err(internal)?
+                .map_err(internal)?
+                .map_err(internal)?;
+            return counted(scan.rows_of(n));
+        }
+        let every = move |db: &redb::Database| invocations::load_listed(db, keep, usize::MAX);
         let records = tokio::task::spawn_blocking(move || store.with_db(every))
             .await
             .map_err(internal)?
             .map_err(internal)?
             .map_err(internal)?;
+        // A service's type once per service, not once per row.
+        let mut types = std::collections::HashMap::new();
         let mut text: [StringBuilder; 14] = std::array::from_fn(|_| StringBuilder::new());
         let mut protocol = UInt32Builder::new();
         let (mut retries, mut attempts) = (UInt64Builder::new(), UInt64Builder::new());
@@ -234,13 +256,14 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             );
             created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
             scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
-            service_ty.append_option(
+            let ty = types.entry(r.target.service.as_str()).or_insert_with(|| {
                 sources
                     .registry
                     .service(&r.target.service)
                     .ok()
-                    .map(|(s, _)| service_type_name(s.ty)),
-            );
+                    .map(|(s, _)| service_type_name(s.ty))
+            });
+            service_ty.append_option(*ty);
             invoked_by.append_value(if r.caller.is_some() {
                 "service"
             } else {

@@ -290,36 +290,71 @@ pub fn load_listed(
 ) -> Result<Vec<super::ListedRecord>, CodedError> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
+    let rank = |r: &super::ListedRecord| (r.created_at_ms, r.id.to_bytes());
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut listed = Vec::new();
+    if limit == usize::MAX {
+        // Every one is kept: no heap to hold the newest.
+        each_listed(db, |record| {
+            if keep(&record) {
+                listed.push(record);
+            }
+        })?;
+    } else {
+        // The oldest kept record on top, to be replaced by a newer one.
+        let mut newest: BinaryHeap<Reverse<(u64, [u8; 24])>> = BinaryHeap::new();
+        let mut kept = std::collections::HashMap::new();
+        each_listed(db, |record| {
+            if !keep(&record) {
+                return;
+            }
+            let rank = rank(&record);
+            if newest.len() == limit {
+                match newest.peek() {
+                    Some(Reverse(oldest)) if *oldest < rank => {
+                        let Reverse(out) = newest.pop().expect("peeked");
+                        kept.remove(&out.1);
+                    }
+                    _ => return,
+                }
+            }
+            newest.push(Reverse(rank));
+            kept.insert(rank.1, record);
+        })?;
+        listed.extend(kept.into_values());
+    }
+    listed.sort_unstable_by_key(|r| Reverse(rank(r)));
+    Ok(listed)
+}
+
+/// How many records `keep` selects: a read of every record, holding none.
+pub fn count_listed(
+    db: &redb::Database,
+    keep: impl Fn(&super::ListedRecord) -> bool,
+) -> Result<usize, CodedError> {
+    let mut counted = 0;
+    each_listed(db, |record| counted += usize::from(keep(&record)))?;
+    Ok(counted)
+}
+
+/// Hands `each` every record, without its output, in the store's order.
+fn each_listed(
+    db: &redb::Database,
+    mut each: impl FnMut(super::ListedRecord),
+) -> Result<(), CodedError> {
     let txn = db.begin_read().map_err(storage)?;
     let Ok(table) = txn.open_table(INVOCATIONS) else {
-        return Ok(Vec::new());
+        return Ok(());
     };
-    // The oldest kept record on top, to be replaced by a newer one.
-    let mut newest: BinaryHeap<Reverse<(u64, [u8; 24])>> = BinaryHeap::new();
-    let mut kept = std::collections::HashMap::new();
     for row in table.iter().map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
         let record = super::ListedRecord::decode(value.value())
             .map_err(|e| corrupt("invocations", layout::logical(key.value()), e))?;
-        if limit == 0 || !keep(&record) {
-            continue;
-        }
-        let rank = (record.created_at_ms, record.id.to_bytes());
-        if newest.len() == limit {
-            match newest.peek() {
-                Some(Reverse(oldest)) if *oldest < rank => {
-                    let Reverse(out) = newest.pop().expect("peeked");
-                    kept.remove(&out.1);
-                }
-                _ => continue,
-            }
-        }
-        newest.push(Reverse(rank));
-        kept.insert(rank.1, record);
+        each(record);
     }
-    let mut listed: Vec<_> = kept.into_values().collect();
-    listed.sort_by_key(|r| Reverse((r.created_at_ms, r.id.to_bytes())));
-    Ok(listed)
+    Ok(())
 }
 
 /// Unfinished invocations pinned to `deployment` (deleting it would strand them).
@@ -609,6 +644,11 @@ mod tests {
                 assert!(matches!(listed[1].outcome, Some(OutcomeKind::Value(_))));
                 assert_eq!(load_listed(db, |_| true, 0).unwrap().len(), 0);
                 assert_eq!(load_listed(db, |_| true, 500).unwrap().len(), 50);
+                let every = load_listed(db, |r| r.target.service == "Odd", usize::MAX).unwrap();
+                let created: Vec<u64> = every.iter().map(|r| r.created_at_ms).collect();
+                let newest_first: Vec<u64> = (0..25).rev().map(|n| 1_001 + 2 * n).collect();
+                assert_eq!(created, newest_first, "every one, newest first");
+                assert_eq!(count_listed(db, |r| r.target.service == "Odd").unwrap(), 25);
             })
             .unwrap();
     }

@@ -302,6 +302,12 @@ impl Dormant {
         Ok(live)
     }
 
+    /// Whether it waits in a scheduler queue: what [`Self::listed`] lists, without
+    /// unpacking it.
+    pub(in crate::partition) fn waits(&self) -> bool {
+        self.queue.is_some()
+    }
+
     /// Its line in the partition's list of queued invocations; `None` for a delayed send.
     pub(in crate::partition) fn listed(&self, id: InvocationId) -> Option<QueuedEntry> {
         let queue = self.queue?;
