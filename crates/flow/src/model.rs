@@ -611,6 +611,7 @@ impl Model {
         }
         self.check_none_overdue();
         self.check_positions();
+        self.check_waiting_sums();
         self.waited = (0..KEYS.len()).map(|key| self.waits_for_one(key)).collect();
         self.quota_held += (0..KEYS.len())
             .filter(|&key| {
@@ -660,6 +661,19 @@ impl Model {
                 }
             }
         }
+    }
+
+    /// The calls waiting per scope, as a subscription's bound reads them (sums, no snapshot),
+    /// agree with the queues' snapshots.
+    fn check_waiting_sums(&self) {
+        let service = &self.keys[0].service;
+        let mut from_snapshots = std::collections::HashMap::new();
+        for queue in self.sched.queues() {
+            if queue.key.service == *service && queue.queued > 0 {
+                *from_snapshots.entry(queue.key.scope.clone()).or_insert(0) += queue.queued;
+            }
+        }
+        assert_eq!(self.sched.waiting_by_scope(service), from_snapshots);
     }
 
     /// Each waiting entry's position is its place in the model's order: one queue per step,

@@ -261,13 +261,10 @@ impl Backpressure {
 
     /// Invocations of `sub`'s sink waiting in queues, per scope.
     async fn queued(sub: &Subscription, runtime: &Runtime) -> HashMap<Option<Scope>, usize> {
-        let mut per_scope = HashMap::new();
-        for (_, queue) in runtime.queues().await.unwrap_or_default() {
-            if *queue.key.service == *sub.service && queue.queued > 0 {
-                *per_scope.entry(queue.key.scope.clone()).or_insert(0) += queue.queued;
-            }
-        }
-        per_scope
+        runtime
+            .waiting_by_scope(&sub.service)
+            .await
+            .unwrap_or_default()
     }
 
     /// Measures when due (or `force`), and pauses or resumes each of `consumer`'s partitions.

@@ -1,6 +1,7 @@
 //! Read-only views of the scheduler for introspection (`sys_scheduler`, `sys_vqueues`).
 
 use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{QueueId, QueueKey, Resource, Scheduler, State};
@@ -208,6 +209,17 @@ impl Scheduler {
             ids.into_iter().map(|id| self.queue_snapshot(id)).collect();
         queues.sort_by_key(|s| s.id);
         QueuePage { total, queues }
+    }
+
+    /// Calls of `service` waiting in the live queues, per scope: sums of the numbers each
+    /// queue holds, with no queue's snapshot (a subscription's bound reads it often).
+    pub fn waiting_by_scope(&self, service: &str) -> HashMap<Option<Scope>, usize> {
+        let mut per_scope = HashMap::new();
+        let live = self.queues.iter().flatten();
+        for queue in live.filter(|q| *q.key.service == *service && q.len() > 0) {
+            *per_scope.entry(queue.key.scope.clone()).or_insert(0) += queue.len();
+        }
+        per_scope
     }
 
     /// Queue `id` with its status.

@@ -1,6 +1,7 @@
 //! The handle on this process's partitions: how invocations and requests are routed to them,
 //! each a message on the partition's channel answered on a oneshot ([`Runtime::ask`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -384,6 +385,27 @@ impl Runtime {
         &self,
     ) -> Result<Vec<(u64, sluice_flow::scheduler::QueueSnapshot)>, CodedError> {
         Ok(self.queue_page(sluice_flow::ReadView::ALL).await?.1)
+    }
+
+    /// Calls of `service` waiting in every partition's queues, per scope, with no queue's
+    /// snapshot.
+    pub async fn waiting_by_scope(
+        &self,
+        service: &str,
+    ) -> Result<HashMap<Option<sluice_flow::Scope>, usize>, CodedError> {
+        let parts = self
+            .gather(|reply| super::queries::Query::Waiting {
+                service: service.to_owned(),
+                reply,
+            })
+            .await?;
+        let mut all = HashMap::new();
+        for (_, waiting) in parts {
+            for (scope, n) in waiting {
+                *all.entry(scope).or_insert(0) += n;
+            }
+        }
+        Ok(all)
     }
 
     /// The queues `view` asks for, of every partition (each picks its share, and the busiest

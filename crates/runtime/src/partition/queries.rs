@@ -2,6 +2,8 @@
 //! run loop looks at first, so an admin read waits at most for the batch being applied, never
 //! behind a burst of queued work. A query changes nothing and answers at once.
 
+use std::collections::HashMap;
+
 use tokio::sync::oneshot;
 
 use super::admission;
@@ -63,6 +65,13 @@ pub enum Query {
         reply: oneshot::Sender<super::model::bulk::Batch>,
     },
     /// Every scheduler queue of the partition, for introspection.
+    /// Calls of a service waiting in the partition's queues, per scope.
+    Waiting {
+        /// The service.
+        service: String,
+        /// How many, per scope.
+        reply: oneshot::Sender<Vec<HashMap<Option<sluice_flow::Scope>, usize>>>,
+    },
     Queues {
         /// Which: of one scope, the busiest few, or all.
         view: sluice_flow::ReadView,
@@ -155,6 +164,10 @@ impl Partition {
                     })
                     .collect();
                 drop(reply.send(held));
+            }
+            Query::Waiting { service, reply } => {
+                let waiting = self.admission.scheduler.waiting_by_scope(&service);
+                drop(reply.send(vec![waiting]));
             }
             Query::Queues { view, reply } => drop(reply.send(vec![self.queues_with_stages(&view)])),
             Query::CancelCandidates { filter, reply } => {
