@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use sluice_api::limits::{FlowHistoryResponse, QueueSeries, RuleSeries};
 
+use sluice_flow::RulePattern;
 use sluice_flow::limiter::{FlowSums, RuleAdmissions, WaitHistogram};
 use sluice_runtime::partition::Runtime;
 
@@ -153,7 +154,10 @@ impl FlowHistory {
             .map(|last| now_ms.saturating_sub(*last).max(1) as f64 / 1000.0);
         let mut points: HashMap<RuleKey, RulePoint> = HashMap::new();
         for rule in &sums.rules {
-            let key = (rule_label(rule.rule.as_deref()), rule.level.lower_name());
+            let key = (
+                RulePattern::label_of(rule.rule.as_deref()),
+                rule.level.lower_name(),
+            );
             let point = points.entry(key).or_default();
             point.running += rule.running;
             point.waiting += rule.waiting;
@@ -184,7 +188,10 @@ impl FlowHistory {
         let mut totals: HashMap<RuleKey, Totals> = HashMap::new();
         for a in admissions {
             let t = totals
-                .entry((rule_label(a.rule.as_deref()), a.level.lower_name()))
+                .entry((
+                    RulePattern::label_of(a.rule.as_deref()),
+                    a.level.lower_name(),
+                ))
                 .or_default();
             t.admitted = t.admitted.saturating_add(a.admitted);
             t.refused = t.refused.saturating_add(a.refused);
@@ -332,10 +339,6 @@ impl SeriesLen for (QueueInfo, VecDeque<Option<u64>>) {
     fn points(&self) -> usize {
         self.1.iter().filter(|p| p.is_some()).count()
     }
-}
-
-fn rule_label(rule: Option<&sluice_flow::RulePattern>) -> String {
-    rule.map_or_else(|| "none".to_owned(), ToString::to_string)
 }
 
 #[cfg(test)]

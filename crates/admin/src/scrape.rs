@@ -12,6 +12,7 @@ use metrics_util::MetricKindMask;
 use sluice_core::metrics as names;
 
 use sluice_core::errors::{Code, CodedError};
+use sluice_flow::RulePattern;
 use sluice_flow::scheduler::DeadlineCause;
 use sluice_runtime::partition::Runtime;
 
@@ -90,13 +91,16 @@ impl Metrics {
                 let (rule, level) = match &e.cause {
                     DeadlineCause::Request => ("request".to_owned(), "request"),
                     DeadlineCause::Rule { level, rule } => {
-                        (rule_label(rule.as_deref()), level.lower_name())
+                        (RulePattern::label_of(rule.as_deref()), level.lower_name())
                     }
                 };
                 *expired.entry((rule, level)).or_default() += e.expired;
             }
             for a in &partition.admissions {
-                let key = (rule_label(a.rule.as_deref()), a.level.lower_name());
+                let key = (
+                    RulePattern::label_of(a.rule.as_deref()),
+                    a.level.lower_name(),
+                );
                 if a.charged > 0 {
                     *charged.entry(key.clone()).or_default() += a.charged;
                 }
@@ -182,16 +186,15 @@ fn recorder() -> Result<PrometheusHandle, CodedError> {
         .map_err(|e| failed(&e))
 }
 
-fn rule_label(rule: Option<&sluice_flow::RulePattern>) -> String {
-    rule.map_or_else(|| "none".to_owned(), ToString::to_string)
-}
-
 /// Sets the counters' gauges per rule and level (never per scope), and the top scopes by
 /// waiters when asked for.
 fn flow_gauges(sums: &sluice_flow::limiter::FlowSums, top_scopes: usize) {
     // One entry per pattern and level: `FlowSums::merge` joined the partitions' by pattern.
     for sum in &sums.rules {
-        let (rule, level) = (rule_label(sum.rule.as_deref()), sum.level.lower_name());
+        let (rule, level) = (
+            RulePattern::label_of(sum.rule.as_deref()),
+            sum.level.lower_name(),
+        );
         let labels = [("rule", rule), ("level", level.to_owned())];
         metrics::gauge!(names::FLOW_COUNTERS, &labels).set(sum.counters as f64);
         metrics::gauge!(names::FLOW_RUNNING, &labels).set(sum.running as f64);

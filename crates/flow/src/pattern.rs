@@ -99,6 +99,12 @@ pub struct PatternError {
 }
 
 impl RulePattern {
+    /// How metrics and the flow history name the rule of a counter: its pattern, `none` for
+    /// counters no rule limits.
+    pub fn label_of(rule: Option<&RulePattern>) -> String {
+        rule.map_or_else(|| "none".to_owned(), ToString::to_string)
+    }
+
     /// Parses `scope[/l1[/l2]]`, each component `*` or a name; one trailing `/` is ignored.
     pub fn parse(text: &str) -> Result<Self, PatternError> {
         let bad = |reason: String| PatternError {

@@ -525,13 +525,12 @@ mod tests {
     async fn a_count_reads_no_column_and_a_reader_may_answer_how_many_rows_alone() {
         let count = |ctx: SessionContext, sql: &'static str| async move {
             let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-            let column = batches[0]
+            batches[0]
                 .column(0)
                 .as_any()
                 .downcast_ref::<datafusion::arrow::array::Int64Array>()
                 .unwrap()
-                .value(0);
-            column
+                .value(0)
         };
         for busiest in [false, true] {
             let (table, seen) = recording(busiest);

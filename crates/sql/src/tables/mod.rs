@@ -2,6 +2,7 @@
 //! rows are read.
 
 mod cluster;
+mod counters;
 mod flow;
 mod journal;
 mod objects;
@@ -19,10 +20,8 @@ use datafusion::error::{DataFusionError, Result};
 use super::QuerySources;
 use super::reach::{Placed, Reach, Rows};
 use super::table::{LedHere, Reader, Scan, SnapshotTable, counted};
-use flow::{
-    scheduler, scheduler_schema, user_limits, user_limits_schema, vqueue_meta, vqueue_meta_schema,
-    vqueues, vqueues_schema,
-};
+use counters::{user_limits, user_limits_schema};
+use flow::{scheduler, scheduler_schema, vqueue_meta, vqueue_meta_schema, vqueues, vqueues_schema};
 use journal::{journal, journal_schema};
 use objects::{invocation, invocation_schema, locks, locks_schema, state, state_schema};
 use registry::{deployment, deployment_schema, service, service_schema};
@@ -311,7 +310,7 @@ fn inbox(read: Reader) -> Reader {
 /// Runs `read` against the store off the async threads.
 async fn read_store<T: Send + 'static>(
     sources: &QuerySources,
-    read: fn(&redb::Database) -> Result<T, sluice_core::errors::CodedError>,
+    read: impl FnOnce(&redb::Database) -> Result<T, sluice_core::errors::CodedError> + Send + 'static,
 ) -> Result<T> {
     let store = Arc::clone(&sources.store);
     tokio::task::spawn_blocking(move || store.with_db(read))

@@ -9,9 +9,10 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use super::{
-    QuerySources, Reader, batch, counted, internal, read_store, reader, scanned, schema,
+    QuerySources, Reader, Scan, batch, counted, internal, read_store, reader, scanned, schema,
     service_type_name, timestamp,
 };
+use sluice_store::invocation::ListedRecord;
 use sluice_store::invocation::store as invocations;
 
 pub(super) fn locks_schema() -> SchemaRef {
@@ -189,35 +190,29 @@ pub(super) fn untracked_invocation_columns() -> Vec<(&'static str, DataType)> {
     ]
 }
 
+/// Whether a stored record is one of those `scan` names (its scope and limit key).
+fn named_by(scan: &Scan) -> impl Fn(&ListedRecord) -> bool + Send + 'static {
+    let (scope, limit_key) = (scan.scope.clone(), scan.limit_key.clone());
+    move |r: &ListedRecord| {
+        let is = |want: &Option<String>, has: Option<&str>| {
+            want.as_deref().is_none_or(|want| has == Some(want))
+        };
+        is(&scope, r.scope.as_ref().map(|s| s.as_str()))
+            && is(&limit_key, r.limit_key.as_ref().map(|k| k.as_str()))
+    }
+}
+
 pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
     scanned(sources, |sources, scan| async move {
-        let store = Arc::clone(&sources.store);
         // Every record of the scope and key a query names, none of their outputs (the table
         // shows only the outcome's kind); only how many when the query reads no column.
-        let (scope, limit_key) = (scan.scope.clone(), scan.limit_key.clone());
-        let keep = move |r: &sluice_store::invocation::ListedRecord| {
-            scope
-                .as_deref()
-                .is_none_or(|s| r.scope.as_ref().map(|o| o.as_str()) == Some(s))
-                && limit_key
-                    .as_deref()
-                    .is_none_or(|k| r.limit_key.as_ref().map(|o| o.as_str()) == Some(k))
-        };
+        let keep = named_by(&scan);
         if scan.counts_only() {
-            let count = move |db: &redb::Database| invocations::count_listed(db, keep);
-            let n = tokio::task::spawn_blocking(move || store.with_db(count))
-                .await
-                .map_err(internal)?
-                .map_err(internal)?
-                .map_err(internal)?;
+            let n = read_store(&sources, |db| invocations::count_listed(db, keep)).await?;
             return counted(scan.rows_of(n));
         }
-        let every = move |db: &redb::Database| invocations::load_listed(db, keep, usize::MAX);
-        let records = tokio::task::spawn_blocking(move || store.with_db(every))
-            .await
-            .map_err(internal)?
-            .map_err(internal)?
-            .map_err(internal)?;
+        let every = |db: &redb::Database| invocations::load_listed(db, keep, usize::MAX);
+        let records = read_store(&sources, every).await?;
         // A service's type once per service, not once per row.
         let mut types = std::collections::HashMap::new();
         let mut text: [StringBuilder; 14] = std::array::from_fn(|_| StringBuilder::new());
