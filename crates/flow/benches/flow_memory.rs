@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use sluice_flow::limiter::{CounterPath, Limiter};
-use sluice_flow::scheduler::{EntryKind, Scheduler};
+use sluice_flow::scheduler::{EntryKind, QueueKey, Scheduler};
 use sluice_flow::{Limit, RuleBook, RulePattern, Upsert};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -46,6 +46,38 @@ fn held_entries() {
     std::hint::black_box(sched);
 }
 
+/// One waiting call per limit key, every key of one scope held to one call at a time: what a
+/// key of its own costs the scheduler (its queue, its counter, their index entries), as
+/// `proxy/benches/load/keys.sh` fills a million of them.
+fn one_call_per_key() {
+    let mut book = RuleBook::new();
+    let one = Limit::Concurrency(NonZeroU32::MIN);
+    book.apply_batch(&[Upsert::new(RulePattern::parse("*").unwrap(), one)], 0)
+        .unwrap();
+    let scope = sluice_flow::Scope::parse("held").unwrap();
+    let keys: Vec<QueueKey> = (0..COUNTER_KEYS)
+        .map(|i| QueueKey {
+            scope: Some(scope.clone()),
+            limit_key: Some(sluice_flow::LimitKey::parse(&format!("k{i}")).unwrap()),
+            service: "Meter".into(),
+            object_key: None,
+            priority: Default::default(),
+        })
+        .collect();
+    let region = Region::new(GLOBAL);
+    let mut sched = Scheduler::new(Arc::new(book), u32::MAX);
+    for (id, key) in keys.iter().enumerate() {
+        sched.enqueue(key, id as u64, EntryKind::New, None, 0);
+    }
+    let held = (COUNTER_KEYS - sched.poll_runnable(0).len()) as f64;
+    let bytes = live_bytes(&region);
+    println!(
+        "one call per key: {held} waiting under {COUNTER_KEYS} keys, {bytes} bytes live => {:.1} bytes per waiting call",
+        bytes as f64 / held
+    );
+    std::hint::black_box(sched);
+}
+
 fn live_counters() {
     let region = Region::new(GLOBAL);
     let mut limiter = Limiter::new();
@@ -71,5 +103,6 @@ fn main() {
         return;
     }
     held_entries();
+    one_call_per_key();
     live_counters();
 }
