@@ -152,39 +152,7 @@ impl FlowHistory {
             .at
             .back()
             .map(|last| now_ms.saturating_sub(*last).max(1) as f64 / 1000.0);
-        let mut points: HashMap<RuleKey, RulePoint> = HashMap::new();
-        for rule in &sums.rules {
-            let key = (
-                RulePattern::label_of(rule.rule.as_deref()),
-                rule.level.lower_name(),
-            );
-            let point = points.entry(key).or_default();
-            point.running += rule.running;
-            point.waiting += rule.waiting;
-            if let Some((spent, _)) = rule.budget {
-                point.budget_spent = Some(point.budget_spent.unwrap_or(0).saturating_add(spent));
-            }
-            if rule.adaptive > 0 {
-                point.adaptive_limit = Some(rule.adaptive_limits as f64 / rule.adaptive as f64);
-            }
-        }
-        for shadow in &sums.shadows {
-            let point = points
-                .entry((shadow.rule.to_string(), shadow.level.lower_name()))
-                .or_default();
-            point.would_wait = Some(
-                point
-                    .would_wait
-                    .unwrap_or(0)
-                    .saturating_add(shadow.would_wait),
-            );
-            point.would_reject = Some(
-                point
-                    .would_reject
-                    .unwrap_or(0)
-                    .saturating_add(shadow.would_reject),
-            );
-        }
+        let mut points = points_of(sums);
         let mut totals: HashMap<RuleKey, Totals> = HashMap::new();
         for a in admissions {
             let t = totals
@@ -339,6 +307,44 @@ impl SeriesLen for (QueueInfo, VecDeque<Option<u64>>) {
     fn points(&self) -> usize {
         self.1.iter().filter(|p| p.is_some()).count()
     }
+}
+
+/// Each rule series' point of `sums`: what its counters hold, spend and would have done.
+fn points_of(sums: &FlowSums) -> HashMap<RuleKey, RulePoint> {
+    let mut points: HashMap<RuleKey, RulePoint> = HashMap::new();
+    for rule in &sums.rules {
+        let key = (
+            RulePattern::label_of(rule.rule.as_deref()),
+            rule.level.lower_name(),
+        );
+        let point = points.entry(key).or_default();
+        point.running += rule.running;
+        point.waiting += rule.waiting;
+        if let Some((spent, _)) = rule.budget {
+            point.budget_spent = Some(point.budget_spent.unwrap_or(0).saturating_add(spent));
+        }
+        if rule.adaptive > 0 {
+            point.adaptive_limit = Some(rule.adaptive_limits as f64 / rule.adaptive as f64);
+        }
+    }
+    for shadow in &sums.shadows {
+        let point = points
+            .entry((shadow.rule.to_string(), shadow.level.lower_name()))
+            .or_default();
+        point.would_wait = Some(
+            point
+                .would_wait
+                .unwrap_or(0)
+                .saturating_add(shadow.would_wait),
+        );
+        point.would_reject = Some(
+            point
+                .would_reject
+                .unwrap_or(0)
+                .saturating_add(shadow.would_reject),
+        );
+    }
+    points
 }
 
 #[cfg(test)]

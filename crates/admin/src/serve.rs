@@ -182,21 +182,7 @@ pub async fn serve(
     let cap = u32::try_from(limits.max).unwrap_or(u32::MAX);
     let permits = Arc::new(Semaphore::new(usize::try_from(cap).unwrap_or(usize::MAX)));
     let per_ip = sluice_listeners::per_ip::PerIp::new(limits.per_ip());
-    let head_bytes = usize::try_from(limits.max_header_bytes.0).unwrap_or(usize::MAX);
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout.0)
-        // hyper answers a head over its buffer with a bare 431 (it takes no less than 8 KiB).
-        .max_buf_size(head_bytes.max(8 * 1024))
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(head_bytes).unwrap_or(u32::MAX))
-        .max_concurrent_streams(limits.max_streams.max(1));
-    let builder = Arc::new(builder);
+    let builder = Arc::new(http_builder(&limits));
     let write_limits = WriteLimits::of(&limits);
     let stalled = Stalled::new();
     loop {
@@ -272,47 +258,67 @@ pub async fn serve(
                 stalled: stalled_list,
             })
         };
-        let first_bytes = limits.header_read_timeout.0;
-        match &tls {
-            None => {
-                tokio::spawn(async move {
-                    let Some(connection) = placed.await else {
-                        tracing::debug!(
-                            "admin connection: the evicted connection's place did not come back in time; closed"
-                        );
-                        return;
-                    };
-                    // hyper's header timer starts once it knows the version, which takes a
-                    // first byte: a connection that sends nothing is closed here instead.
-                    let mut probe = [0u8; 1];
-                    match tokio::time::timeout(first_bytes, socket.peek(&mut probe)).await {
-                        Ok(Ok(n)) if n > 0 => connection.drive(socket).await,
-                        _ => tracing::debug!(
-                            "admin connection sent nothing within admin.connections.header-read-timeout: closed"
-                        ),
-                    }
-                });
-            }
-            Some(acceptor) => {
-                let acceptor = acceptor.clone();
-                let handshake = limits.header_read_timeout.0;
-                tokio::spawn(async move {
-                    let Some(connection) = placed.await else {
-                        tracing::debug!(
-                            "admin connection: the evicted connection's place did not come back in time; closed"
-                        );
-                        return;
-                    };
-                    // A client that never finishes its handshake is one that never sends headers.
-                    match tokio::time::timeout(handshake, acceptor.accept(socket)).await {
-                        Ok(Ok(stream)) => connection.drive(stream).await,
-                        Ok(Err(e)) => tracing::debug!(error = %e, "admin TLS handshake failed"),
-                        Err(_) => tracing::debug!("admin TLS handshake timed out"),
-                    }
-                });
-            }
-        }
+        start(placed, socket, tls.clone(), limits.header_read_timeout.0);
     }
     drop(listener);
     let _ = permits.acquire_many(cap).await;
+}
+
+/// hyper's connection builder with the admin listener's limits on heads and streams.
+fn http_builder(limits: &ConnectionLimits) -> Builder<TokioExecutor> {
+    let head_bytes = usize::try_from(limits.max_header_bytes.0).unwrap_or(usize::MAX);
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout.0)
+        // hyper answers a head over its buffer with a bare 431 (it takes no less than 8 KiB).
+        .max_buf_size(head_bytes.max(8 * 1024))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(head_bytes).unwrap_or(u32::MAX))
+        .max_concurrent_streams(limits.max_streams.max(1));
+    builder
+}
+
+/// Drives `socket` on a task of its own once it has its place (`placed`), over TLS when the
+/// listener has an acceptor; a client that sends nothing (or finishes no handshake) within
+/// `first_bytes` is closed.
+fn start(
+    placed: impl std::future::Future<Output = Option<Connection>> + Send + 'static,
+    socket: tokio::net::TcpStream,
+    tls: Option<TlsAcceptor>,
+    first_bytes: Duration,
+) {
+    tokio::spawn(async move {
+        let Some(connection) = placed.await else {
+            tracing::debug!(
+                "admin connection: the evicted connection's place did not come back in time; closed"
+            );
+            return;
+        };
+        match tls {
+            None => {
+                // hyper's header timer starts once it knows the version, which takes a
+                // first byte: a connection that sends nothing is closed here instead.
+                let mut probe = [0u8; 1];
+                match tokio::time::timeout(first_bytes, socket.peek(&mut probe)).await {
+                    Ok(Ok(n)) if n > 0 => connection.drive(socket).await,
+                    _ => tracing::debug!(
+                        "admin connection sent nothing within admin.connections.header-read-timeout: closed"
+                    ),
+                }
+            }
+            Some(acceptor) => {
+                // A client that never finishes its handshake is one that never sends headers.
+                match tokio::time::timeout(first_bytes, acceptor.accept(socket)).await {
+                    Ok(Ok(stream)) => connection.drive(stream).await,
+                    Ok(Err(e)) => tracing::debug!(error = %e, "admin TLS handshake failed"),
+                    Err(_) => tracing::debug!("admin TLS handshake timed out"),
+                }
+            }
+        }
+    });
 }

@@ -215,42 +215,8 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
         let records = read_store(&sources, every).await?;
         // A service's type once per service, not once per row.
         let mut types = std::collections::HashMap::new();
-        let mut text: [StringBuilder; 14] = std::array::from_fn(|_| StringBuilder::new());
-        let mut protocol = UInt32Builder::new();
-        let (mut retries, mut attempts) = (UInt64Builder::new(), UInt64Builder::new());
-        let mut cost = UInt64Builder::new();
-        let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
-        let mut scheduled = TimestampMillisecondBuilder::new().with_timezone("UTC");
-        let (mut service_ty, mut invoked_by, mut last_deployment) = (
-            StringBuilder::new(),
-            StringBuilder::new(),
-            StringBuilder::new(),
-        );
+        let mut service_ty = StringBuilder::new();
         for r in &records {
-            let failure = r.last_failure.as_ref();
-            text[0].append_value(r.id.to_string());
-            text[1].append_value(r.target.path());
-            text[2].append_value(&r.target.service);
-            text[3].append_option(r.target.key.as_deref());
-            text[4].append_value(&r.target.handler);
-            text[5].append_option(r.scope.as_ref().map(|s| s.as_str()));
-            text[6].append_option(r.limit_key.as_ref().map(|k| k.as_str()));
-            text[7].append_option(r.idempotency_key.as_deref());
-            text[8].append_option(r.caller.as_ref().map(|c| c.id.to_string()));
-            text[9].append_value(r.status.name());
-            text[10].append_option(r.deployment.map(|d| d.to_string()));
-            protocol.append_option(r.protocol.and_then(|v| u32::try_from(v).ok()));
-            retries.append_value(u64::from(r.retry_count));
-            attempts.append_value(u64::from(r.attempts));
-            text[11].append_option(failure.map(|f| f.message.as_str()));
-            text[12].append_option(failure.and_then(|f| f.code.as_deref()));
-            text[13].append_option(
-                r.outcome
-                    .as_ref()
-                    .map(sluice_store::invocation::Summary::summary),
-            );
-            created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
-            scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
             let ty = types.entry(r.target.service.as_str()).or_insert_with(|| {
                 sources
                     .registry
@@ -259,13 +225,6 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
                     .map(|(s, _)| service_type_name(s.ty))
             });
             service_ty.append_option(*ty);
-            invoked_by.append_value(if r.caller.is_some() {
-                "service"
-            } else {
-                "ingress"
-            });
-            last_deployment.append_option(r.deployment.map(|d| d.to_string()));
-            cost.append_option(r.cost);
         }
         let [
             id,
@@ -279,10 +238,28 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             by,
             status,
             pinned,
-            failure,
-            code,
-            completion,
-        ] = text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+        ] = named_columns(&records);
+        let [failure, code, completion] = outcome_columns(&records);
+        let mut protocol = UInt32Builder::new();
+        let (mut retries, mut attempts) = (UInt64Builder::new(), UInt64Builder::new());
+        let mut cost = UInt64Builder::new();
+        let mut created = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let mut scheduled = TimestampMillisecondBuilder::new().with_timezone("UTC");
+        let (mut invoked_by, mut last_deployment) = (StringBuilder::new(), StringBuilder::new());
+        for r in &records {
+            protocol.append_option(r.protocol.and_then(|v| u32::try_from(v).ok()));
+            retries.append_value(u64::from(r.retry_count));
+            attempts.append_value(u64::from(r.attempts));
+            created.append_value(i64::try_from(r.created_at_ms).unwrap_or(i64::MAX));
+            scheduled.append_option(r.run_at_ms.and_then(|at| i64::try_from(at).ok()));
+            invoked_by.append_value(if r.caller.is_some() {
+                "service"
+            } else {
+                "ingress"
+            });
+            last_deployment.append_option(r.deployment.map(|d| d.to_string()));
+            cost.append_option(r.cost);
+        }
         batch(
             &invocation_schema(),
             vec![
@@ -319,4 +296,37 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             .collect(),
         )
     })
+}
+
+/// The columns that name an invocation, its target, scope and key, who called it, its status
+/// and the deployment it is pinned to.
+fn named_columns(records: &[ListedRecord]) -> [ArrayRef; 11] {
+    let mut text: [StringBuilder; 11] = std::array::from_fn(|_| StringBuilder::new());
+    for r in records {
+        text[0].append_value(r.id.to_string());
+        text[1].append_value(r.target.path());
+        text[2].append_value(&r.target.service);
+        text[3].append_option(r.target.key.as_deref());
+        text[4].append_value(&r.target.handler);
+        text[5].append_option(r.scope.as_ref().map(|s| s.as_str()));
+        text[6].append_option(r.limit_key.as_ref().map(|k| k.as_str()));
+        text[7].append_option(r.idempotency_key.as_deref());
+        text[8].append_option(r.caller.as_ref().map(|c| c.id.to_string()));
+        text[9].append_value(r.status.name());
+        text[10].append_option(r.deployment.map(|d| d.to_string()));
+    }
+    text.map(|mut b| Arc::new(b.finish()) as ArrayRef)
+}
+
+/// The last failure's message and code, and the kind of outcome.
+fn outcome_columns(records: &[ListedRecord]) -> [ArrayRef; 3] {
+    let mut text: [StringBuilder; 3] = std::array::from_fn(|_| StringBuilder::new());
+    for r in records {
+        let failure = r.last_failure.as_ref();
+        text[0].append_option(failure.map(|f| f.message.as_str()));
+        text[1].append_option(failure.and_then(|f| f.code.as_deref()));
+        let outcome = r.outcome.as_ref();
+        text[2].append_option(outcome.map(sluice_store::invocation::Summary::summary));
+    }
+    text.map(|mut b| Arc::new(b.finish()) as ArrayRef)
 }
