@@ -229,29 +229,54 @@ async fn a_store_written_without_flow_control_migrates_and_keeps_its_work() {
 
 /// A store the release before partition-first keys wrote (`tests/fixtures/store-2.0`, format
 /// 1, flow control on, work in flight over several partitions) is converted when it opens: its
-/// rows move under their partitions, and everything it held runs on.
+/// rows move under their partitions, its invocations are indexed by scope and key, and
+/// everything it held runs on.
 #[tokio::test]
 async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_its_work() {
+    let moved = converts_and_keeps_its_work("store-2.0", 1).await;
+    assert!(moved > 20, "{moved} rows moved");
+}
+
+/// A store the release before the index by scope and key wrote (`tests/fixtures/store-3.0`,
+/// format 2, rows keyed by partition) builds the index when it opens, moves no row, and runs
+/// everything it held on.
+#[tokio::test]
+async fn a_store_written_before_invocations_were_indexed_by_key_converts_and_keeps_its_work() {
+    let moved = converts_and_keeps_its_work("store-3.0", 2).await;
+    assert_eq!(moved, 0, "its rows were keyed by partition already");
+}
+
+/// Starts from `fixture` (a store of format `from`, with the work `make.sh` leaves in flight),
+/// checks that it was converted once and that all it held runs on and reads back, through the
+/// index by scope and key too; answers how many rows the conversion moved.
+async fn converts_and_keeps_its_work(fixture: &str, from: u32) -> u64 {
     let FromFixture {
         ids,
         offset,
         sluice,
         dep,
         _scratch,
-    } = start_from("store-2.0").await;
+    } = start_from(fixture).await;
     let stderr = sluice.stderr();
     let converted: Vec<_> = stderr
         .lines()
-        .filter(|l| l.contains("the store's rows were keyed by partition (store format 1 to 2)"))
+        .filter(|l| {
+            l.contains(&format!(
+                "the store was converted (store format {from} to 3)"
+            ))
+        })
         .collect();
     assert_eq!(converted.len(), 1, "{stderr}");
-    let rows: u64 = converted[0]
-        .split("rows=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("the conversion says how many rows moved: {stderr}"));
-    assert!(rows > 20, "{rows} rows moved");
+    let field = |name: &str| -> u64 {
+        converted[0]
+            .split(&format!("{name}="))
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the conversion says {name}: {stderr}"))
+    };
+    let (moved, indexed) = (field("rows"), field("indexed"));
+    assert_eq!(indexed, 1, "the one scoped call is indexed: {stderr}");
     // Straight to the node's count: nothing moves a second time.
     assert!(converted[0].contains("partitions=8"), "{stderr}");
     assert!(
@@ -283,17 +308,21 @@ async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_
         )
         .await;
     }
-    // Introspection reads the converted rows: the scoped call and the journals are there.
-    let (status, rows) = sluice
-        .query("SELECT count(*) AS n FROM sys_invocation WHERE scope = 'tenant-a'")
-        .await;
-    assert_eq!(status, 200, "{rows}");
-    assert_eq!(rows["rows"][0]["n"], 1, "{rows}");
+    // Introspection reads the converted rows: the scoped call (through the index) and the
+    // journals are there.
+    for sql in [
+        "SELECT count(*) AS n FROM sys_invocation WHERE scope = 'tenant-a'",
+        "SELECT count(target) AS n FROM sys_invocation WHERE scope = 'tenant-a'",
+    ] {
+        let (status, rows) = sluice.query(sql).await;
+        assert_eq!(status, 200, "{rows}");
+        assert_eq!(rows["rows"][0]["n"], 1, "{sql}: {rows}");
+    }
 
-    // A second start finds the store keyed and moves nothing.
+    // A second start finds the store converted and moves nothing.
     let again = restarted(sluice, offset).await;
     assert!(
-        !again.stderr().contains("the store's rows were keyed"),
+        !again.stderr().contains("the store was converted"),
         "{}",
         again.stderr()
     );
@@ -301,4 +330,5 @@ async fn a_store_written_before_rows_were_keyed_by_partition_converts_and_keeps_
         post(&again, "/Counter/beta/get", "").await,
         (200, "15".into())
     );
+    moved
 }

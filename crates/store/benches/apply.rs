@@ -12,11 +12,30 @@ use sluice_store::storage::writer::WriteSet;
 /// Invocations per applied batch: 2 ms of calls at 10 k/s.
 const BATCH: u64 = 20;
 
+/// A scoped call's stored record, with a limit key of its own (as `keys.sh` sends them): what
+/// the view's applier reads to index it by scope and key.
+fn record(id: u64) -> Vec<u8> {
+    use sluice_store::invocation::{InvocationRecord, Target};
+    let mut record = InvocationRecord::new(
+        sluice_core::ids::InvocationId::generate(id),
+        Target {
+            service: "Meter".into(),
+            handler: "hold".into(),
+            key: None,
+        },
+        1_800_000_000_000 + id,
+    );
+    record.scope = Some(sluice_flow::Scope::parse("held").unwrap());
+    record.limit_key = Some(sluice_flow::LimitKey::parse(&format!("k{id}")).unwrap());
+    record.idempotency_key = Some(format!("request-{id}"));
+    record.encode()
+}
+
 /// The writes one call leaves across its groups: its record put as it is created, runs and
 /// completes; three journal entries; its output.
 fn lifecycle(id: u64) -> Vec<WriteSet> {
     let key = id.to_be_bytes();
-    let record = vec![7u8; 300];
+    let record = record(id);
     let mut sets = Vec::new();
     let mut created = WriteSet::default();
     created.put(schema::INVOCATIONS, &key, record.clone());

@@ -121,6 +121,10 @@ schema! {
     CLUSTER_LOG: BytesTable = "cluster_log" => Role::Local;
     /// Embedded mode: the last record of the local log the store holds (`storage/local/`).
     LOCAL_LOG: BytesTable = "local_log" => Role::Local;
+    /// Stored invocations by scope and limit key, kept by the view's applier
+    /// (`storage/key_index.rs`). Key: scope and limit key, each after its length (u32 BE) ‖
+    /// invocation id. Value: empty.
+    INVOCATION_KEYS: BytesTable = "invocation_keys" => Role::Local;
 }
 
 /// The table whose role is `role`.

@@ -57,6 +57,7 @@ echo "SQL any 100 keys:             $(query 'SELECT scope, l1, num_waiters FROM 
 echo "SQL the scope's queue meta:   $(query 'SELECT count(*) FROM sys_vqueue_meta WHERE scope = '"'"'held'"'"'')"
 echo "SQL any 100 queues:           $(query 'SELECT id, num_inbox FROM sys_scheduler LIMIT 100')"
 echo "SQL waiting under one key:    $(query 'SELECT id FROM sys_invocation WHERE limit_key = '"'"'k7'"'"'')"
+echo "SQL the scope's key k7:       $(query 'SELECT id FROM sys_invocation WHERE scope = '"'"'held'"'"' AND limit_key = '"'"'k7'"'"'')"
 echo "SQL count of invocations:     $(query 'SELECT count(*) FROM sys_invocation')"
 echo "SQL count of the scope's:     $(query 'SELECT count(*) FROM sys_invocation WHERE scope = '"'"'held'"'"'')"
 echo "SQL count of the scope's counters: $(query 'SELECT count(*) FROM sys_user_limits WHERE scope = '"'"'held'"'"'')"

@@ -205,14 +205,23 @@ fn named_by(scan: &Scan) -> impl Fn(&ListedRecord) -> bool + Send + 'static {
 pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
     scanned(sources, |sources, scan| async move {
         // Every record of the scope and key a query names, none of their outputs (the table
-        // shows only the outcome's kind); only how many when the query reads no column.
+        // shows only the outcome's kind); only how many when the query reads no column. A
+        // scope named is read through the index by scope and key: its records alone.
         let keep = named_by(&scan);
+        let (scope, limit_key) = (scan.scope.clone(), scan.limit_key.clone());
         if scan.counts_only() {
-            let n = read_store(&sources, |db| invocations::count_listed(db, keep)).await?;
+            let n = read_store(&sources, move |db| match &scope {
+                Some(scope) => invocations::count_named(db, scope, limit_key.as_deref()),
+                None => invocations::count_listed(db, keep),
+            })
+            .await?;
             return counted(scan.rows_of(n));
         }
-        let every = |db: &redb::Database| invocations::load_listed(db, keep, usize::MAX);
-        let records = read_store(&sources, every).await?;
+        let records = read_store(&sources, move |db| match &scope {
+            Some(scope) => invocations::load_named(db, scope, limit_key.as_deref()),
+            None => invocations::load_listed(db, keep, usize::MAX),
+        })
+        .await?;
         // A service's type once per service, not once per row.
         let mut types = std::collections::HashMap::new();
         let mut service_ty = StringBuilder::new();

@@ -329,6 +329,73 @@ pub fn load_listed(
     Ok(listed)
 }
 
+/// The records of `scope` (and of its `limit_key`, when one is named), newest first, without
+/// their outputs: read through the index by scope and key, so only those records are read.
+pub fn load_named(
+    db: &redb::Database,
+    scope: &str,
+    limit_key: Option<&str>,
+) -> Result<Vec<super::ListedRecord>, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(INVOCATIONS) else {
+        return Ok(Vec::new());
+    };
+    let mut listed = Vec::new();
+    each_named(&txn, scope, limit_key, |id| {
+        let key = layout::stored_key(&txn, "invocations", &id).map_err(storage)?;
+        // An index row whose record went in the same read cannot be: both change in one
+        // transaction. Skipped all the same rather than failing the read.
+        if let Some(value) = table.get(key.as_slice()).map_err(storage)? {
+            let record = super::ListedRecord::decode(value.value())
+                .map_err(|e| corrupt("invocations", &id, e))?;
+            listed.push(record);
+        }
+        Ok(())
+    })?;
+    listed.sort_unstable_by_key(|r| std::cmp::Reverse((r.created_at_ms, r.id.to_bytes())));
+    Ok(listed)
+}
+
+/// How many records `scope` (and its `limit_key`, when named) has: a count of index rows,
+/// reading no record.
+pub fn count_named(
+    db: &redb::Database,
+    scope: &str,
+    limit_key: Option<&str>,
+) -> Result<usize, CodedError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let mut counted = 0;
+    each_named(&txn, scope, limit_key, |_| {
+        counted += 1;
+        Ok(())
+    })?;
+    Ok(counted)
+}
+
+/// Hands `each` the id of every invocation the index lists under `scope` (and `limit_key`).
+fn each_named(
+    txn: &redb::ReadTransaction,
+    scope: &str,
+    limit_key: Option<&str>,
+    mut each: impl FnMut([u8; 24]) -> Result<(), CodedError>,
+) -> Result<(), CodedError> {
+    let Ok(index) = txn.open_table(crate::schema::INVOCATION_KEYS) else {
+        return Ok(());
+    };
+    let prefix = crate::storage::key_index::prefix(scope, limit_key);
+    for row in index.range(prefix.as_slice()..).map_err(storage)? {
+        let (key, _) = row.map_err(storage)?;
+        let key = key.value();
+        if !key.starts_with(&prefix) {
+            break;
+        }
+        let id = crate::storage::key_index::id_of(key)
+            .ok_or_else(|| corrupt("invocation_keys", key, "a row shorter than an id"))?;
+        each(id)?;
+    }
+    Ok(())
+}
+
 /// How many records `keep` selects: a read of every record, holding none.
 pub fn count_listed(
     db: &redb::Database,
@@ -651,6 +718,113 @@ mod tests {
                 assert_eq!(count_listed(db, |r| r.target.service == "Odd").unwrap(), 25);
             })
             .unwrap();
+    }
+
+    /// A record of `n` created at `n`, under `scope` and `key` when given.
+    fn scoped(n: u64, scope: Option<&str>, key: Option<&str>) -> InvocationRecord {
+        let mut record = InvocationRecord::new(
+            InvocationId::generate(n),
+            Target {
+                service: "S".into(),
+                handler: "h".into(),
+                key: None,
+            },
+            n,
+        );
+        record.scope = scope.map(|s| sluice_flow::Scope::parse(s).unwrap());
+        record.limit_key = key.map(|k| sluice_flow::LimitKey::parse(k).unwrap());
+        record
+    }
+
+    fn apply(store: &Store, writes: WriteSet) {
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                writes.apply(&txn).unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+    }
+
+    /// (count, the created times listed newest first) of `scope` and `key` through the index.
+    fn named(store: &Store, scope: &str, key: Option<&str>) -> (usize, Vec<u64>) {
+        store
+            .with_db(|db| {
+                let listed = load_named(db, scope, key).unwrap();
+                let count = count_named(db, scope, key).unwrap();
+                (count, listed.iter().map(|r| r.created_at_ms).collect())
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn the_index_by_scope_and_key_follows_puts_updates_deletes_and_a_store_that_had_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut writes = WriteSet::default();
+        let records = [
+            scoped(1, Some("a"), Some("k")),
+            scoped(2, Some("a"), Some("k")),
+            scoped(3, Some("a"), Some("k7")),
+            scoped(4, Some("a"), None),
+            scoped(5, Some("ab"), Some("k")),
+            scoped(6, None, None),
+        ];
+        for record in &records {
+            put_record(&mut writes, record).unwrap();
+        }
+        apply(&store, writes);
+        assert_eq!(named(&store, "a", Some("k")), (2, vec![2, 1]));
+        assert_eq!(named(&store, "a", None), (4, vec![4, 3, 2, 1]), "not ab's");
+        assert_eq!(named(&store, "a", Some("k7")), (1, vec![3]));
+        assert_eq!(named(&store, "b", None), (0, vec![]));
+        // An update adds no row; a delete removes its row.
+        let mut writes = WriteSet::default();
+        let mut updated = records[0].clone();
+        updated.status = Status::Completed;
+        put_record(&mut writes, &updated).unwrap();
+        delete_invocation(&mut writes, records[1].id);
+        apply(&store, writes);
+        assert_eq!(named(&store, "a", Some("k")), (1, vec![1]));
+        let listed = store
+            .with_db(|db| load_named(db, "a", Some("k")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(listed[0].status, Status::Completed);
+        // A range delete of invocations removes the rows of those it deletes.
+        let mut writes = WriteSet::default();
+        writes.delete_range(INVOCATIONS, vec![0; 24], vec![0xff; 24]);
+        apply(&store, writes);
+        assert_eq!(named(&store, "a", None), (0, vec![]));
+        assert_eq!(named(&store, "ab", None), (0, vec![]));
+
+        // A store written before the index (format 2) builds it when it opens.
+        let mut writes = WriteSet::default();
+        for record in &records {
+            put_record(&mut writes, record).unwrap();
+        }
+        apply(&store, writes);
+        store
+            .with_db(|db| {
+                let txn = db.begin_write().unwrap();
+                txn.delete_table(crate::schema::INVOCATION_KEYS).unwrap();
+                txn.open_table(crate::schema::META)
+                    .unwrap()
+                    .insert("format_version", 2u32.to_be_bytes().as_slice())
+                    .unwrap();
+                txn.commit().unwrap();
+            })
+            .unwrap();
+        assert_eq!(named(&store, "a", None), (0, vec![]), "no index");
+        store.close();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            store.format_version().unwrap(),
+            crate::storage::FORMAT_VERSION
+        );
+        assert_eq!(named(&store, "a", None), (4, vec![4, 3, 2, 1]));
+        assert_eq!(named(&store, "ab", Some("k")), (1, vec![5]));
     }
 
     #[test]

@@ -396,7 +396,10 @@ mod tests {
             4,
         )
         .unwrap();
-        assert_eq!(store.format_version().unwrap(), 2);
+        assert_eq!(
+            store.format_version().unwrap(),
+            super::super::FORMAT_VERSION
+        );
         assert_eq!(timer_prefixes(&store), [0, 0, 1, 1, 2, 2, 3, 3]);
         assert_eq!(store.use_partitions(4).unwrap(), None, "keyed by 4 already");
         let converted = read(&store);

@@ -12,6 +12,7 @@ pub mod changes;
 pub mod fencing;
 mod gather;
 mod jobs;
+pub mod key_index;
 pub mod layout;
 pub mod local;
 pub mod log;
@@ -48,7 +49,9 @@ const CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The store format this build writes. Bump it with a migration when a table changes shape.
 /// 2: the partition tables' rows keyed by partition first (`layout.rs`); a format-1 store is
 /// converted when it opens.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: stored invocations indexed by scope and limit key (`key_index.rs`); a format-2 store
+/// builds the index when it opens.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Store-wide records: the format version and the version of Sluice that created the store.
 use crate::schema::META;
@@ -305,7 +308,9 @@ fn check_format(db: &Database, path: &Path, partitions: u32) -> Result<(), Coded
                 path.display()
             ),
         )),
-        Some(1) => convert_unkeyed(db, partitions).map_err(|e| storage_error(path, e)),
+        Some(version @ (1 | 2)) => {
+            convert(db, version, partitions).map_err(|e| storage_error(path, e))
+        }
         Some(version) => Err(CodedError::new(
             Code::META0010,
             format!(
@@ -326,22 +331,27 @@ fn check_format(db: &Database, path: &Path, partitions: u32) -> Result<(), Coded
     }
 }
 
-/// Converts a format-1 store, whose partition tables' rows were keyed by their logical keys
-/// alone: every row moves under its partition by `partitions`, in one transaction with the new
-/// format record.
-fn convert_unkeyed(db: &Database, partitions: u32) -> Result<(), redb::Error> {
+/// Converts a store of format `from` in one transaction with the new format record: a format-1
+/// store's partition tables' rows, keyed by their logical keys alone, each move under its
+/// partition by `partitions`; then the index of invocations by scope and key is built.
+fn convert(db: &Database, from: u32, partitions: u32) -> Result<(), redb::Error> {
     let started = std::time::Instant::now();
     let txn = db.begin_write()?;
-    let moved = layout::rekey(&txn, layout::Before::Unkeyed, partitions)?;
+    let moved = match from {
+        1 => layout::rekey(&txn, layout::Before::Unkeyed, partitions)?,
+        _ => layout::Moved::default(),
+    };
+    let indexed = key_index::rebuild(&txn)?;
     txn.open_table(META)?
         .insert(FORMAT_VERSION_KEY, FORMAT_VERSION.to_be_bytes().as_slice())?;
     txn.commit()?;
     tracing::info!(
         rows = moved.rows,
         bytes = moved.bytes,
+        indexed,
         took_ms = started.elapsed().as_millis() as u64,
         partitions,
-        "the store's rows were keyed by partition (store format 1 to {FORMAT_VERSION})"
+        "the store was converted (store format {from} to {FORMAT_VERSION}): rows keyed by partition, invocations indexed by scope and key"
     );
     Ok(())
 }

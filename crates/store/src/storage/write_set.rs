@@ -4,7 +4,7 @@
 
 #[cfg(any(test, feature = "testing"))]
 use super::Store;
-use super::layout;
+use super::{key_index, layout};
 pub use crate::schema::BytesTable;
 
 #[derive(Clone)]
@@ -99,6 +99,8 @@ pub(crate) fn apply_all<'a>(
     // The logical keys go into the view under their partition (`layout.rs`).
     let mut keys = layout::Keys::new(layout::partitions_written(txn)?);
     let mut open: Vec<(&str, OpenTable<'_>)> = Vec::new();
+    // Invocations added and removed, for their index by scope and key.
+    let mut indexed = key_index::Changes::default();
     for (op, live) in ops.into_iter().zip(live) {
         if !live {
             continue;
@@ -114,21 +116,37 @@ pub(crate) fn apply_all<'a>(
             }
         };
         let table = &mut open[index].1;
+        let invocations = name == INVOCATIONS_NAME;
         match op {
             Op::Put(_, key, value) => {
-                table.insert(keys.of(name, key), value.as_slice())?;
+                let replaced = table.insert(keys.of(name, key), value.as_slice())?;
+                if invocations && replaced.is_none() {
+                    indexed.added(key, value);
+                }
             }
             Op::Delete(_, key) => {
-                table.remove(keys.of(name, key))?;
+                let removed = table.remove(keys.of(name, key))?;
+                if let Some(old) = removed.filter(|_| invocations) {
+                    indexed.removed(key, old.value());
+                }
             }
             Op::DeleteRange(_, start, end) => {
                 let (start, end) = keys.range(name, start, end);
-                table.retain_in(start.as_slice()..end.as_slice(), |_, _| false)?;
+                table.retain_in(start.as_slice()..end.as_slice(), |key, value| {
+                    if invocations {
+                        indexed.removed(layout::logical(key), value);
+                    }
+                    false
+                })?;
             }
         }
     }
-    Ok(())
+    drop(open);
+    indexed.apply(txn)
 }
+
+/// The name of the table whose rows the index by scope and key follows.
+const INVOCATIONS_NAME: &str = "invocations";
 
 /// Which of `ops` still matter: every range delete, and each put or delete that no later put
 /// or delete of the same key overwrites.
