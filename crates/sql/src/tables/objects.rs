@@ -9,7 +9,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use super::{
-    QuerySources, Reader, Scan, batch, counted, internal, read_store, reader, scanned, schema,
+    QuerySources, Reader, batch, counted, internal, read_store, reader, scanned, schema,
     service_type_name, timestamp,
 };
 use sluice_store::invocation::ListedRecord;
@@ -190,51 +190,26 @@ pub(super) fn untracked_invocation_columns() -> Vec<(&'static str, DataType)> {
     ]
 }
 
-/// Whether a stored record is one of those `scan` names (its scope and limit key).
-fn named_by(scan: &Scan) -> impl Fn(&ListedRecord) -> bool + Send + 'static {
-    let (scope, limit_key) = (scan.scope.clone(), scan.limit_key.clone());
-    move |r: &ListedRecord| {
-        let is = |want: &Option<String>, has: Option<&str>| {
-            want.as_deref().is_none_or(|want| has == Some(want))
-        };
-        is(&scope, r.scope.as_ref().map(|s| s.as_str()))
-            && is(&limit_key, r.limit_key.as_ref().map(|k| k.as_str()))
-    }
-}
-
 pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
     scanned(sources, |sources, scan| async move {
         // Every record of the scope and key a query names, none of their outputs (the table
         // shows only the outcome's kind); only how many when the query reads no column. A
-        // scope named is read through the index by scope and key: its records alone.
-        let keep = named_by(&scan);
+        // scope or key named is read through the index by scope and key: its records alone.
         let (scope, limit_key) = (scan.scope.clone(), scan.limit_key.clone());
         if scan.counts_only() {
-            let n = read_store(&sources, move |db| match &scope {
-                Some(scope) => invocations::count_named(db, scope, limit_key.as_deref()),
-                None => invocations::count_listed(db, keep),
+            let n = read_store(&sources, move |db| match (&scope, &limit_key) {
+                (None, None) => invocations::count_all(db),
+                (scope, key) => invocations::count_named(db, scope.as_deref(), key.as_deref()),
             })
             .await?;
             return counted(scan.rows_of(n));
         }
-        let records = read_store(&sources, move |db| match &scope {
-            Some(scope) => invocations::load_named(db, scope, limit_key.as_deref()),
-            None => invocations::load_listed(db, keep, usize::MAX),
+        let records = read_store(&sources, move |db| match (&scope, &limit_key) {
+            (None, None) => invocations::load_listed(db, |_| true, usize::MAX),
+            (scope, key) => invocations::load_named(db, scope.as_deref(), key.as_deref()),
         })
         .await?;
-        // A service's type once per service, not once per row.
-        let mut types = std::collections::HashMap::new();
-        let mut service_ty = StringBuilder::new();
-        for r in &records {
-            let ty = types.entry(r.target.service.as_str()).or_insert_with(|| {
-                sources
-                    .registry
-                    .service(&r.target.service)
-                    .ok()
-                    .map(|(s, _)| service_type_name(s.ty))
-            });
-            service_ty.append_option(*ty);
-        }
+        let service_ty = service_types(&sources, &records);
         let [
             id,
             target,
@@ -291,7 +266,7 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
                 completion,
                 Arc::new(created.finish()),
                 Arc::new(scheduled.finish()),
-                Arc::new(service_ty.finish()),
+                service_ty,
                 Arc::new(invoked_by.finish()),
                 Arc::new(last_deployment.finish()),
                 Arc::new(cost.finish()),
@@ -305,6 +280,23 @@ pub(super) fn invocation(sources: &Arc<QuerySources>) -> Reader {
             .collect(),
         )
     })
+}
+
+/// Each record's service type, looked up once per service, not once per row.
+fn service_types(sources: &QuerySources, records: &[ListedRecord]) -> ArrayRef {
+    let mut types = std::collections::HashMap::new();
+    let mut column = StringBuilder::new();
+    for r in records {
+        let ty = types.entry(r.target.service.as_str()).or_insert_with(|| {
+            sources
+                .registry
+                .service(&r.target.service)
+                .ok()
+                .map(|(s, _)| service_type_name(s.ty))
+        });
+        column.append_option(*ty);
+    }
+    Arc::new(column.finish())
 }
 
 /// The columns that name an invocation, its target, scope and key, who called it, its status

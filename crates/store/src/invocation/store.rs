@@ -329,11 +329,12 @@ pub fn load_listed(
     Ok(listed)
 }
 
-/// The records of `scope` (and of its `limit_key`, when one is named), newest first, without
-/// their outputs: read through the index by scope and key, so only those records are read.
+/// The records of `scope` and of `limit_key` (at least one named; a key without a scope is that
+/// key under every scope), newest first, without their outputs: read through the index by scope
+/// and key, so only those records are read.
 pub fn load_named(
     db: &redb::Database,
-    scope: &str,
+    scope: Option<&str>,
     limit_key: Option<&str>,
 ) -> Result<Vec<super::ListedRecord>, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
@@ -356,11 +357,10 @@ pub fn load_named(
     Ok(listed)
 }
 
-/// How many records `scope` (and its `limit_key`, when named) has: a count of index rows,
-/// reading no record.
+/// How many records [`load_named`] would list: a count of index rows, reading no record.
 pub fn count_named(
     db: &redb::Database,
-    scope: &str,
+    scope: Option<&str>,
     limit_key: Option<&str>,
 ) -> Result<usize, CodedError> {
     let txn = db.begin_read().map_err(storage)?;
@@ -372,28 +372,65 @@ pub fn count_named(
     Ok(counted)
 }
 
-/// Hands `each` the id of every invocation the index lists under `scope` (and `limit_key`).
+/// Hands `each` the id of every invocation the index lists under `scope` and `limit_key`. A key
+/// without a scope is looked up under each scope in turn: one seek per scope the index holds.
 fn each_named(
     txn: &redb::ReadTransaction,
-    scope: &str,
+    scope: Option<&str>,
     limit_key: Option<&str>,
     mut each: impl FnMut([u8; 24]) -> Result<(), CodedError>,
 ) -> Result<(), CodedError> {
+    use crate::storage::key_index;
     let Ok(index) = txn.open_table(crate::schema::INVOCATION_KEYS) else {
         return Ok(());
     };
-    let prefix = crate::storage::key_index::prefix(scope, limit_key);
-    for row in index.range(prefix.as_slice()..).map_err(storage)? {
-        let (key, _) = row.map_err(storage)?;
-        let key = key.value();
-        if !key.starts_with(&prefix) {
-            break;
+    let mut rows_under = |prefix: &[u8]| -> Result<(), CodedError> {
+        for row in index.range(prefix..).map_err(storage)? {
+            let (key, _) = row.map_err(storage)?;
+            let key = key.value();
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let id = key_index::id_of(key)
+                .ok_or_else(|| corrupt("invocation_keys", key, "a row shorter than an id"))?;
+            each(id)?;
         }
-        let id = crate::storage::key_index::id_of(key)
-            .ok_or_else(|| corrupt("invocation_keys", key, "a row shorter than an id"))?;
-        each(id)?;
-    }
-    Ok(())
+        Ok(())
+    };
+    let (scope, key) = match (scope, limit_key) {
+        (Some(scope), key) => (scope, key),
+        (None, None) => return Ok(()),
+        (None, Some(key)) => {
+            // A key under every scope: from each scope's first row to the next scope.
+            let mut from = Vec::new();
+            loop {
+                let next = index.range(from.as_slice()..).map_err(storage)?.next();
+                let Some(row) = next else { return Ok(()) };
+                let (row, _) = row.map_err(storage)?;
+                let row = row.value();
+                let part = key_index::scope_part(row)
+                    .ok_or_else(|| corrupt("invocation_keys", row, "a row without its scope"))?;
+                let scope = std::str::from_utf8(&part[4..])
+                    .map_err(|e| corrupt("invocation_keys", row, e))?;
+                rows_under(&key_index::prefix(scope, Some(key)))?;
+                match key_index::past(part) {
+                    Some(past) => from = past,
+                    None => return Ok(()),
+                }
+            }
+        }
+    };
+    rows_under(&key_index::prefix(scope, key))
+}
+
+/// How many records the store holds, from the table's own count: no record read.
+pub fn count_all(db: &redb::Database) -> Result<usize, CodedError> {
+    use redb::ReadableTableMetadata;
+    let txn = db.begin_read().map_err(storage)?;
+    let Ok(table) = txn.open_table(INVOCATIONS) else {
+        return Ok(0);
+    };
+    Ok(usize::try_from(table.len().map_err(storage)?).unwrap_or(usize::MAX))
 }
 
 /// How many records `keep` selects: a read of every record, holding none.
@@ -716,6 +753,7 @@ mod tests {
                 let newest_first: Vec<u64> = (0..25).rev().map(|n| 1_001 + 2 * n).collect();
                 assert_eq!(created, newest_first, "every one, newest first");
                 assert_eq!(count_listed(db, |r| r.target.service == "Odd").unwrap(), 25);
+                assert_eq!(count_all(db).unwrap(), 50);
             })
             .unwrap();
     }
@@ -747,7 +785,7 @@ mod tests {
     }
 
     /// (count, the created times listed newest first) of `scope` and `key` through the index.
-    fn named(store: &Store, scope: &str, key: Option<&str>) -> (usize, Vec<u64>) {
+    fn named(store: &Store, scope: Option<&str>, key: Option<&str>) -> (usize, Vec<u64>) {
         store
             .with_db(|db| {
                 let listed = load_named(db, scope, key).unwrap();
@@ -774,10 +812,18 @@ mod tests {
             put_record(&mut writes, record).unwrap();
         }
         apply(&store, writes);
-        assert_eq!(named(&store, "a", Some("k")), (2, vec![2, 1]));
-        assert_eq!(named(&store, "a", None), (4, vec![4, 3, 2, 1]), "not ab's");
-        assert_eq!(named(&store, "a", Some("k7")), (1, vec![3]));
-        assert_eq!(named(&store, "b", None), (0, vec![]));
+        assert_eq!(named(&store, Some("a"), Some("k")), (2, vec![2, 1]));
+        assert_eq!(
+            named(&store, Some("a"), None),
+            (4, vec![4, 3, 2, 1]),
+            "not ab's"
+        );
+        assert_eq!(named(&store, Some("a"), Some("k7")), (1, vec![3]));
+        assert_eq!(named(&store, Some("b"), None), (0, vec![]));
+        // A key under every scope: a's and ab's.
+        assert_eq!(named(&store, None, Some("k")), (3, vec![5, 2, 1]));
+        assert_eq!(named(&store, None, Some("k7")), (1, vec![3]));
+        assert_eq!(named(&store, None, Some("none")), (0, vec![]));
         // An update adds no row; a delete removes its row.
         let mut writes = WriteSet::default();
         let mut updated = records[0].clone();
@@ -785,9 +831,9 @@ mod tests {
         put_record(&mut writes, &updated).unwrap();
         delete_invocation(&mut writes, records[1].id);
         apply(&store, writes);
-        assert_eq!(named(&store, "a", Some("k")), (1, vec![1]));
+        assert_eq!(named(&store, Some("a"), Some("k")), (1, vec![1]));
         let listed = store
-            .with_db(|db| load_named(db, "a", Some("k")))
+            .with_db(|db| load_named(db, Some("a"), Some("k")))
             .unwrap()
             .unwrap();
         assert_eq!(listed[0].status, Status::Completed);
@@ -795,8 +841,8 @@ mod tests {
         let mut writes = WriteSet::default();
         writes.delete_range(INVOCATIONS, vec![0; 24], vec![0xff; 24]);
         apply(&store, writes);
-        assert_eq!(named(&store, "a", None), (0, vec![]));
-        assert_eq!(named(&store, "ab", None), (0, vec![]));
+        assert_eq!(named(&store, Some("a"), None), (0, vec![]));
+        assert_eq!(named(&store, Some("ab"), None), (0, vec![]));
 
         // A store written before the index (format 2) builds it when it opens.
         let mut writes = WriteSet::default();
@@ -815,7 +861,7 @@ mod tests {
                 txn.commit().unwrap();
             })
             .unwrap();
-        assert_eq!(named(&store, "a", None), (0, vec![]), "no index");
+        assert_eq!(named(&store, Some("a"), None), (0, vec![]), "no index");
         store.close();
         drop(store);
         let store = Store::open(dir.path()).unwrap();
@@ -823,8 +869,8 @@ mod tests {
             store.format_version().unwrap(),
             crate::storage::FORMAT_VERSION
         );
-        assert_eq!(named(&store, "a", None), (4, vec![4, 3, 2, 1]));
-        assert_eq!(named(&store, "ab", Some("k")), (1, vec![5]));
+        assert_eq!(named(&store, Some("a"), None), (4, vec![4, 3, 2, 1]));
+        assert_eq!(named(&store, Some("ab"), Some("k")), (1, vec![5]));
     }
 
     #[test]

@@ -51,6 +51,26 @@ pub(crate) fn entry(id: &[u8], record: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The start of an index row that names its scope: the scope's length and the scope.
+pub fn scope_part(row: &[u8]) -> Option<&[u8]> {
+    let (len, rest) = row.split_first_chunk::<4>()?;
+    let len = u32::from_be_bytes(*len) as usize;
+    rest.get(..len)?;
+    row.get(..4 + len)
+}
+
+/// The least key past every key that starts with `prefix` (`None`: nothing is past them).
+pub fn past(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut next = prefix.to_vec();
+    while let Some(last) = next.pop() {
+        if last < u8::MAX {
+            next.push(last + 1);
+            return Some(next);
+        }
+    }
+    None
+}
+
 /// The invocation id an index row names (its last 24 bytes).
 pub fn id_of(row: &[u8]) -> Option<[u8; 24]> {
     row.len()
