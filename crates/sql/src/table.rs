@@ -43,7 +43,7 @@ pub struct Scan {
 
 impl Scan {
     /// The hint in a scan's `filters`, `limit` and `projection`; `None` when they ask for two
-    /// scopes at once, which no row is.
+    /// scopes (or two limit keys) at once, which no row is.
     fn of(filters: &[Expr], limit: Option<usize>, projection: Option<&Vec<usize>>) -> Option<Self> {
         // One value the column must equal, or `Err` when the filters ask for two at once.
         let only = |column: &str| {
@@ -84,21 +84,13 @@ pub fn counted(rows: usize) -> Result<RecordBatch> {
     )?)
 }
 
-/// `batch` (of `schema`, or [`counted`]) as the `wanted` columns of it.
+/// `batch` (of `schema`, or [`counted`]) as the `wanted` columns of it (a projection keeps the
+/// row count, so a counted batch is its own projection on no column).
 fn shaped(batch: RecordBatch, schema: &SchemaRef, wanted: &[usize]) -> Result<RecordBatch> {
-    if batch.num_columns() == 0 && !schema.fields().is_empty() {
-        if !wanted.is_empty() {
-            return Err(datafusion::error::DataFusionError::Internal(
-                "a reader counted rows a query reads columns of".to_owned(),
-            ));
-        }
-        let options = datafusion::arrow::array::RecordBatchOptions::new()
-            .with_row_count(Some(batch.num_rows()));
-        return Ok(RecordBatch::try_new_with_options(
-            Arc::new(schema.project(wanted)?),
-            Vec::new(),
-            &options,
-        )?);
+    if batch.num_columns() == 0 && !schema.fields().is_empty() && !wanted.is_empty() {
+        return Err(datafusion::error::DataFusionError::Internal(
+            "a reader counted rows a query reads columns of".to_owned(),
+        ));
     }
     Ok(batch.project(wanted)?)
 }

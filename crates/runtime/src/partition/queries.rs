@@ -64,7 +64,6 @@ pub enum Query {
         /// Their ids.
         reply: oneshot::Sender<super::model::bulk::Batch>,
     },
-    /// Every scheduler queue of the partition, for introspection.
     /// Calls of a service waiting in the partition's queues, per scope.
     Waiting {
         /// The service.
@@ -72,6 +71,7 @@ pub enum Query {
         /// How many, per scope.
         reply: oneshot::Sender<Vec<HashMap<Option<sluice_flow::Scope>, usize>>>,
     },
+    /// Every scheduler queue of the partition, for introspection.
     Queues {
         /// Which: of one scope, the busiest few, or all.
         view: sluice_flow::ReadView,

@@ -290,7 +290,6 @@ pub fn load_listed(
 ) -> Result<Vec<super::ListedRecord>, CodedError> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    let rank = |r: &super::ListedRecord| (r.created_at_ms, r.id.to_bytes());
     if limit == 0 {
         return Ok(Vec::new());
     }
@@ -310,7 +309,7 @@ pub fn load_listed(
             if !keep(&record) {
                 return;
             }
-            let rank = rank(&record);
+            let rank = newness(&record);
             if newest.len() == limit {
                 match newest.peek() {
                     Some(Reverse(oldest)) if *oldest < rank => {
@@ -325,8 +324,13 @@ pub fn load_listed(
         })?;
         listed.extend(kept.into_values());
     }
-    listed.sort_unstable_by_key(|r| Reverse(rank(r)));
+    listed.sort_unstable_by_key(|r| Reverse(newness(r)));
     Ok(listed)
+}
+
+/// How lists order records: by creation, then id (newest first, reversed).
+fn newness(record: &super::ListedRecord) -> (u64, [u8; 24]) {
+    (record.created_at_ms, record.id.to_bytes())
 }
 
 /// The records of `scope` and of `limit_key` (at least one named; a key without a scope is that
@@ -341,19 +345,20 @@ pub fn load_named(
     let Ok(table) = txn.open_table(INVOCATIONS) else {
         return Ok(Vec::new());
     };
+    // The partition count read once for every record the index names.
+    let mut keys = layout::Keys::new(layout::partitions_read(&txn).map_err(storage)?);
     let mut listed = Vec::new();
     each_named(&txn, scope, limit_key, |id| {
-        let key = layout::stored_key(&txn, "invocations", &id).map_err(storage)?;
         // An index row whose record went in the same read cannot be: both change in one
         // transaction. Skipped all the same rather than failing the read.
-        if let Some(value) = table.get(key.as_slice()).map_err(storage)? {
+        if let Some(value) = table.get(keys.of("invocations", &id)).map_err(storage)? {
             let record = super::ListedRecord::decode(value.value())
                 .map_err(|e| corrupt("invocations", &id, e))?;
             listed.push(record);
         }
         Ok(())
     })?;
-    listed.sort_unstable_by_key(|r| std::cmp::Reverse((r.created_at_ms, r.id.to_bytes())));
+    listed.sort_unstable_by_key(|r| std::cmp::Reverse(newness(r)));
     Ok(listed)
 }
 
@@ -774,16 +779,6 @@ mod tests {
         record
     }
 
-    fn apply(store: &Store, writes: WriteSet) {
-        store
-            .with_db(|db| {
-                let txn = db.begin_write().unwrap();
-                writes.apply(&txn).unwrap();
-                txn.commit().unwrap();
-            })
-            .unwrap();
-    }
-
     /// (count, the created times listed newest first) of `scope` and `key` through the index.
     fn named(store: &Store, scope: Option<&str>, key: Option<&str>) -> (usize, Vec<u64>) {
         store
@@ -811,7 +806,7 @@ mod tests {
         for record in &records {
             put_record(&mut writes, record).unwrap();
         }
-        apply(&store, writes);
+        writes.commit_now(&store);
         assert_eq!(named(&store, Some("a"), Some("k")), (2, vec![2, 1]));
         assert_eq!(
             named(&store, Some("a"), None),
@@ -830,7 +825,7 @@ mod tests {
         updated.status = Status::Completed;
         put_record(&mut writes, &updated).unwrap();
         delete_invocation(&mut writes, records[1].id);
-        apply(&store, writes);
+        writes.commit_now(&store);
         assert_eq!(named(&store, Some("a"), Some("k")), (1, vec![1]));
         let listed = store
             .with_db(|db| load_named(db, Some("a"), Some("k")))
@@ -840,7 +835,7 @@ mod tests {
         // A range delete of invocations removes the rows of those it deletes.
         let mut writes = WriteSet::default();
         writes.delete_range(INVOCATIONS, vec![0; 24], vec![0xff; 24]);
-        apply(&store, writes);
+        writes.commit_now(&store);
         assert_eq!(named(&store, Some("a"), None), (0, vec![]));
         assert_eq!(named(&store, Some("ab"), None), (0, vec![]));
 
@@ -849,7 +844,7 @@ mod tests {
         for record in &records {
             put_record(&mut writes, record).unwrap();
         }
-        apply(&store, writes);
+        writes.commit_now(&store);
         store
             .with_db(|db| {
                 let txn = db.begin_write().unwrap();

@@ -16,7 +16,7 @@
 
 use redb::{ReadableTable, WriteTransaction};
 
-use crate::schema::{BytesTable, INVOCATION_KEYS, INVOCATIONS};
+use crate::schema::{INVOCATION_KEYS, INVOCATIONS};
 
 /// The two fields of a stored record the index needs (MessagePack with named fields: the others
 /// are skipped without being built).
@@ -115,9 +115,8 @@ impl Changes {
 
 /// Builds the index from every stored invocation (a store that had none opening): how many rows.
 pub(crate) fn rebuild(txn: &WriteTransaction) -> Result<u64, redb::Error> {
-    let invocations: BytesTable = INVOCATIONS;
     txn.delete_table(INVOCATION_KEYS)?;
-    let read = match txn.open_table(invocations) {
+    let read = match txn.open_table(INVOCATIONS) {
         Ok(read) => read,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
         Err(e) => return Err(e.into()),
