@@ -240,3 +240,54 @@ pub async fn refused_with_retry_after(resp: reqwest::Response) -> (u64, String) 
         .expect("a whole number of seconds");
     (retry, resp.text().await.unwrap())
 }
+
+/// Waits until `Meter/timed` has recorded `n` calls (at most `within`); answers them (label,
+/// start, end).
+pub async fn timings(sluice: &Sluice, n: usize, within: Duration) -> Vec<(String, u64, u64)> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + within;
+    while seen.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} calls ran: {seen:?}",
+            seen.len()
+        );
+        let more: Vec<(String, u64, u64)> = call_json(sluice, "Meter/timings").await;
+        if more.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        seen.extend(more);
+    }
+    seen
+}
+
+/// Most of `runs` (from [`timings`]) whose labels start with `prefix` that ran at once.
+pub fn peak_among(runs: &[(String, u64, u64)], prefix: &str) -> usize {
+    let mine: Vec<_> = runs
+        .iter()
+        .filter(|(l, ..)| l.starts_with(prefix))
+        .collect();
+    mine.iter()
+        .map(|(_, start, _)| {
+            mine.iter()
+                .filter(|(_, s, e)| s <= start && start < e)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `scope`'s burst budget as `sluice` reads it in `sys_user_limits`: (spent, left) ms.
+pub async fn burst_of(sluice: &Sluice, scope: &str) -> (u64, u64) {
+    let (status, rows) = sluice
+        .query(&format!("SELECT burst_spent_ms, burst_left_ms FROM sys_user_limits WHERE scope = '{scope}' AND level = 'Scope'"))
+        .await;
+    assert_eq!(status, 200, "{rows}");
+    let row = &rows["rows"][0];
+    let ms = |column: &str| {
+        row[column]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{}: {rows}", sluice.admin_url))
+    };
+    (ms("burst_spent_ms"), ms("burst_left_ms"))
+}

@@ -40,6 +40,15 @@ async fn hold_fourteen(sluice: &Sluice) {
     }
 }
 
+/// `count(*)` of `read` (`FROM … [WHERE …]`), and how many rows a read of `columns` of it
+/// lists: a count that reads no column must agree with the rows.
+async fn counted_and_listed(sluice: &Sluice, read: &str, columns: &str) -> (u64, usize) {
+    let counted = sluice.count(&format!("SELECT count(*) AS n {read}")).await;
+    let (status, rows) = sluice.query(&format!("SELECT {columns} {read}")).await;
+    assert_eq!(status, 200, "{read}: {rows}");
+    (counted, rows["rows"].as_array().unwrap().len())
+}
+
 fn names(counters: &Value) -> Vec<(Option<&str>, u64)> {
     counters["counters"]
         .as_array()
@@ -127,17 +136,11 @@ async fn bounded_reads_pick_the_busiest_of_a_scope_and_say_how_many_matched() {
         ("sys_vqueue_meta", "", 12),
         ("sys_vqueues", "", 14),
     ] {
-        let n = sluice
-            .count(&format!("SELECT count(*) AS n FROM {table} {scope}"))
-            .await;
-        let (status, listed) = sluice
-            .query(&format!("SELECT partition_key FROM {table} {scope}"))
-            .await;
-        assert_eq!(status, 200, "{listed}");
+        let read = format!("FROM {table} {scope}");
         assert_eq!(
-            (n, listed["rows"].as_array().unwrap().len()),
+            counted_and_listed(&sluice, &read, "partition_key").await,
             (rows, rows as usize),
-            "{table} {scope}"
+            "{read}"
         );
     }
     let n = sluice
@@ -156,21 +159,11 @@ async fn bounded_reads_pick_the_busiest_of_a_scope_and_say_how_many_matched() {
         ("limit_key = 'k1' AND status = 'running'", 1),
         ("scope = 'held'", 15),
     ] {
-        let counted = sluice
-            .count(&format!(
-                "SELECT count(*) AS n FROM sys_invocation WHERE {filter}"
-            ))
-            .await;
-        let (status, rows) = sluice
-            .query(&format!(
-                "SELECT id, limit_key FROM sys_invocation WHERE {filter}"
-            ))
-            .await;
-        assert_eq!(status, 200, "{rows}");
+        let read = format!("FROM sys_invocation WHERE {filter}");
         assert_eq!(
-            (counted, rows["rows"].as_array().unwrap().len()),
+            counted_and_listed(&sluice, &read, "id, limit_key").await,
             (n, n as usize),
-            "{filter}: {rows}"
+            "{read}"
         );
     }
 

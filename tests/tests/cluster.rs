@@ -3058,47 +3058,10 @@ async fn burst_across(nodes: &[Sluice], scope: &str, phase: &str, n: usize) -> (
         .await;
         assert_eq!(status, 202, "{answer}");
     }
-    let mut runs: Vec<(String, u64, u64)> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while runs.len() < n {
-        assert!(Instant::now() < deadline, "only {runs:?} of {n} ran");
-        let more: Vec<(String, u64, u64)> =
-            sluice_tests::call_json(&nodes[0], "Meter/timings").await;
-        if more.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        runs.extend(more);
-    }
-    let peak = |prefix: &str| {
-        let mine: Vec<_> = runs
-            .iter()
-            .filter(|(l, ..)| l.starts_with(prefix))
-            .collect();
-        mine.iter()
-            .map(|(_, start, _)| {
-                let at_once = mine.iter().filter(|(_, s, e)| s <= start && start < e);
-                at_once.count()
-            })
-            .max()
-            .unwrap_or(0)
-    };
+    let runs = sluice_tests::timings(&nodes[0], n, Duration::from_secs(60)).await;
+    let peak = |prefix: &str| sluice_tests::peak_among(&runs, prefix);
     let per_key = peak(&format!("{phase}a")).max(peak(&format!("{phase}c")));
     (peak(phase), per_key)
-}
-
-/// `scope`'s burst budget as `sluice` reads it: (spent, left) ms.
-async fn burst_of(sluice: &Sluice, scope: &str) -> (u64, u64) {
-    let (status, rows) = sluice
-        .query(&format!("SELECT burst_spent_ms, burst_left_ms FROM sys_user_limits WHERE scope = '{scope}' AND level = 'Scope'"))
-        .await;
-    assert_eq!(status, 200, "{rows}");
-    let row = &rows["rows"][0];
-    let ms = |column: &str| {
-        row[column]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{}: {rows}", sluice.admin_url))
-    };
-    (ms("burst_spent_ms"), ms("burst_left_ms"))
 }
 
 /// A rule's `on_full`, `debounce` and `burst_budget` decide at the scope's partition whichever
@@ -3141,12 +3104,12 @@ async fn on_full_debounce_and_burst_budgets_decide_at_the_scopes_partition_from_
     let (at_once, per_key) = burst_across(&nodes, &bursting, "p1", 8).await;
     assert_eq!(at_once, 4, "the scope bursts to twice its limit");
     assert!(per_key <= 3, "{per_key} at once under one key");
-    let spent = burst_of(&nodes[0], &bursting).await;
+    let spent = sluice_tests::burst_of(&nodes[0], &bursting).await;
     assert!(
         spent.0 >= 300 && spent.0 + spent.1 == 3_600_000,
         "{spent:?}"
     );
-    assert_eq!(burst_of(&nodes[1], &bursting).await, spent);
+    assert_eq!(sluice_tests::burst_of(&nodes[1], &bursting).await, spent);
     let send = |node: usize, scope: &'static str, path: &'static str, body: &'static str| {
         let sluice = &nodes[node];
         async move {
@@ -3215,14 +3178,14 @@ async fn on_full_debounce_and_burst_budgets_decide_at_the_scopes_partition_from_
         "the leader that died led the burst budget's scope too"
     );
     assert_eq!(
-        burst_of(&nodes[0], &bursting).await,
+        sluice_tests::burst_of(&nodes[0], &bursting).await,
         spent,
         "after the failover"
     );
     let (at_once, per_key) = burst_across(&nodes, &bursting, "p2", 8).await;
     assert_eq!(at_once, 4, "the survivor bursts as the leader did");
     assert!(per_key <= 3, "{per_key} at once under one key");
-    let now = burst_of(&nodes[0], &bursting).await;
+    let now = sluice_tests::burst_of(&nodes[0], &bursting).await;
     assert!(now.0 >= spent.0 + 300, "{now:?} after {spent:?}");
 }
 

@@ -5,7 +5,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use sluice_tests::{Sluice, TestDeployment, call_json, cli};
+use sluice_tests::{Sluice, TestDeployment, burst_of, call_json, cli, peak_among, timings};
 
 async fn started() -> (Sluice, TestDeployment) {
     let dep = TestDeployment::start("v1").await.unwrap();
@@ -32,24 +32,8 @@ async fn send_timed(sluice: &Sluice, prefix: &str, label: &str, millis: u64) -> 
         .await
 }
 
-/// Waits until `Meter/timed` has recorded `n` calls; answers them (label, start, end).
-async fn timings(sluice: &Sluice, n: usize) -> Vec<(String, u64, u64)> {
-    let mut seen = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while seen.len() < n {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {} of {n} calls ran: {seen:?}",
-            seen.len()
-        );
-        let more: Vec<(String, u64, u64)> = call_json(sluice, "Meter/timings").await;
-        if more.is_empty() {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        seen.extend(more);
-    }
-    seen
-}
+/// How long the calls a test sends may take to run, all of them.
+const RUN_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[tokio::test]
 async fn why_waiting_says_the_place_in_line_and_an_eta_the_handler_bears_out() {
@@ -93,7 +77,7 @@ async fn why_waiting_says_the_place_in_line_and_an_eta_the_handler_bears_out() {
     let sql_rate = rows["rows"][0]["drain_per_second"].as_f64();
     assert!(sql_rate.is_some_and(|r| r > 1.0), "{rows}");
 
-    let ran = timings(&sluice, 6).await;
+    let ran = timings(&sluice, 6, RUN_WITHIN).await;
     let mut by_start = ran.clone();
     by_start.sort_by_key(|(_, start, _)| *start);
     let started_before: Vec<&(String, u64, u64)> =
@@ -127,7 +111,7 @@ async fn why_waiting_says_the_place_in_line_and_an_eta_the_handler_bears_out() {
         "{out}"
     );
     drop(id);
-    timings(&sluice, 2).await;
+    timings(&sluice, 2, RUN_WITHIN).await;
 }
 
 /// Calls `Meter/timed("<label> <millis>")` under `prefix` with extra headers; answers status
@@ -259,7 +243,7 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
     );
 
     // In the handler: only the holder ran; nothing past its deadline ever started.
-    let ran = timings(&sluice, 1).await;
+    let ran = timings(&sluice, 1, RUN_WITHIN).await;
     assert_eq!(
         ran.iter().map(|(l, _, _)| l.as_str()).collect::<Vec<_>>(),
         vec!["holder"]
@@ -301,7 +285,7 @@ async fn work_past_its_deadline_is_dropped_never_started_and_the_earliest_deadli
         }
         assert_eq!(request.send().await.unwrap().status(), 202);
     }
-    let mut ran = timings(&sluice, 4).await;
+    let mut ran = timings(&sluice, 4, RUN_WITHIN).await;
     ran.sort_by_key(|(_, start, _)| *start);
     let order: Vec<&str> = ran.iter().map(|(l, _, _)| l.as_str()).collect();
     assert_eq!(order, vec!["edf-holder", "in-10s", "in-20s", "none"]);
@@ -412,22 +396,6 @@ async fn send_keyed_at(sluice: &Sluice, key: &str, label: &str, millis: u64, pri
     assert!(resp.status().is_success(), "{}", resp.status());
 }
 
-/// Most calls whose label starts with `prefix` that ran at once.
-fn peak(runs: &[(String, u64, u64)], prefix: &str) -> usize {
-    let mine: Vec<_> = runs
-        .iter()
-        .filter(|(l, ..)| l.starts_with(prefix))
-        .collect();
-    mine.iter()
-        .map(|(_, start, _)| {
-            mine.iter()
-                .filter(|(_, s, e)| s <= start && start < e)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
     let (sluice, _dep) = started().await;
@@ -442,8 +410,12 @@ async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
     for i in 0..6 {
         send_keyed(&sluice, "a", &format!("solo{i}"), 400).await;
     }
-    let solo = timings(&sluice, 6).await;
-    assert_eq!(peak(&solo, "solo"), 4, "borrowed up to its max: {solo:?}");
+    let solo = timings(&sluice, 6, RUN_WITHIN).await;
+    assert_eq!(
+        peak_among(&solo, "solo"),
+        4,
+        "borrowed up to its max: {solo:?}"
+    );
 
     // `a` holds all 4 slots with more waiting; then `b` (within its guarantee) arrives with two
     // calls, each in a queue of its own (two priorities). The first four of `a` hold their
@@ -470,7 +442,7 @@ async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
         send_keyed_at(&sluice, "b", "b1", 500, "high")
     );
     let b_arrived = epoch_ms();
-    let all = timings(&sluice, 12).await;
+    let all = timings(&sluice, 12, RUN_WITHIN).await;
     let start_of = |label: &str| all.iter().find(|(l, ..)| l == label).unwrap().1;
     let b_started = start_of("b0").max(start_of("b1"));
     let first_back = all
@@ -503,7 +475,10 @@ async fn a_burstable_key_borrows_idle_slots_and_gives_them_back_first() {
         overtaking.is_empty(),
         "a borrower overtook b: {overtaking:?} (b at {b_started}; all {all:?})"
     );
-    assert!(peak(&all, "") <= 4, "the scope's bound holds: {all:?}");
+    assert!(
+        peak_among(&all, "") <= 4,
+        "the scope's bound holds: {all:?}"
+    );
 }
 
 /// Sends `count` calls of `Meter/timed` under scope `bc` and limit key `key` (`extra`: more of
@@ -785,24 +760,7 @@ async fn burst_phase(sluice: &Sluice, phase: &str, n: usize) -> Vec<(String, u64
         let key = if i % 2 == 0 { "a" } else { "c" };
         send_bb(sluice, key, &format!("{phase}{key}{i}"), 600).await;
     }
-    timings(sluice, n).await
-}
-
-/// The scope counter's burst budget columns: (spent, left) ms.
-async fn burst_of(sluice: &Sluice) -> (u64, u64) {
-    let (status, rows) = sluice
-        .query("SELECT burst_spent_ms, burst_left_ms FROM sys_user_limits WHERE scope = 'bb' AND level = 'Scope'")
-        .await;
-    assert_eq!(status, 200, "{rows}");
-    let row = &rows["rows"][0];
-    (
-        row["burst_spent_ms"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{rows}")),
-        row["burst_left_ms"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{rows}")),
-    )
+    timings(sluice, n, RUN_WITHIN).await
 }
 
 #[tokio::test]
@@ -840,19 +798,23 @@ async fn a_burst_budget_runs_above_the_limit_until_its_time_is_spent_through_a_k
 
     // Bursting: 4 at once, each key at most 3; the time above 2 is counted.
     let first = burst_phase(&sluice, "p1", 8).await;
-    assert_eq!(peak(&first, "p1"), 4, "twice the limit: {first:?}");
+    assert_eq!(peak_among(&first, "p1"), 4, "twice the limit: {first:?}");
     assert!(
-        peak(&first, "p1a") <= 3 && peak(&first, "p1c") <= 3,
+        peak_among(&first, "p1a") <= 3 && peak_among(&first, "p1c") <= 3,
         "{first:?}"
     );
-    let (spent, left) = burst_of(&sluice).await;
+    let (spent, left) = burst_of(&sluice, "bb").await;
     assert_eq!(spent + left, 2_000);
     assert!(spent >= 300, "{spent} ms above 2");
 
     // Kept through a kill -9: the scope's row shows the same spend while it is idle.
     sluice.kill_9();
     let sluice = sluice.restart(builder()).await;
-    assert_eq!(burst_of(&sluice).await, (spent, left), "after the restart");
+    assert_eq!(
+        burst_of(&sluice, "bb").await,
+        (spent, left),
+        "after the restart"
+    );
     let (status, rules) = sluice
         .query("SELECT burst_budget FROM sys_rules WHERE pattern = 'bb'")
         .await;
@@ -864,18 +826,22 @@ async fn a_burst_budget_runs_above_the_limit_until_its_time_is_spent_through_a_k
 
     // Spend the rest, then the limit is 2 again for the day.
     let mut phase = 2;
-    while burst_of(&sluice).await.1 > 0 {
+    while burst_of(&sluice, "bb").await.1 > 0 {
         assert!(
             phase < 10,
             "the budget never ran out: {:?}",
-            burst_of(&sluice).await
+            burst_of(&sluice, "bb").await
         );
         burst_phase(&sluice, &format!("p{phase}"), 8).await;
         phase += 1;
     }
-    assert_eq!(burst_of(&sluice).await, (2_000, 0));
+    assert_eq!(burst_of(&sluice, "bb").await, (2_000, 0));
     let spent_out = burst_phase(&sluice, "q", 6).await;
-    assert_eq!(peak(&spent_out, "q"), 2, "back to the limit: {spent_out:?}");
+    assert_eq!(
+        peak_among(&spent_out, "q"),
+        2,
+        "back to the limit: {spent_out:?}"
+    );
 
     // An operator starts the day's budget again.
     let (ok, out) = cli(&sluice, "rules", &["reset-burst", "bb"]);
@@ -884,8 +850,8 @@ async fn a_burst_budget_runs_above_the_limit_until_its_time_is_spent_through_a_k
         "{out}"
     );
     let again = burst_phase(&sluice, "r", 8).await;
-    assert_eq!(peak(&again, "r"), 4, "bursting again: {again:?}");
-    let (spent, left) = burst_of(&sluice).await;
+    assert_eq!(peak_among(&again, "r"), 4, "bursting again: {again:?}");
+    let (spent, left) = burst_of(&sluice, "bb").await;
     assert!(
         spent + left == 2_000 && left > 0,
         "{spent} spent, {left} left"
