@@ -17,8 +17,9 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::reach::{self, Ask, Reach, Rows};
 
-/// Reads a table's rows as one batch of its full schema; the [`Scan`] says what it may leave
-/// out.
+/// Reads a table's rows as one batch of its full schema, or of the scan's columns alone
+/// ([`Scan::wanted`], in that order) when it builds only those; the [`Scan`] says what it may
+/// leave out.
 pub type Reader = Arc<
     dyn Fn(Scan) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<RecordBatch>> + Send>>
         + Send
@@ -67,6 +68,15 @@ impl Scan {
         self.columns.as_ref().is_some_and(Vec::is_empty)
     }
 
+    /// The columns of `schema` the query reads, in the order it reads them: every one when it
+    /// names none.
+    pub fn wanted(&self, schema: &SchemaRef) -> Vec<usize> {
+        match &self.columns {
+            Some(columns) => columns.clone(),
+            None => (0..schema.fields().len()).collect(),
+        }
+    }
+
     /// How many rows a reader that counted `total` answers: no more than the limit asks for.
     pub fn rows_of(&self, total: usize) -> usize {
         self.limit.map_or(total, |limit| total.min(limit))
@@ -84,15 +94,22 @@ pub fn counted(rows: usize) -> Result<RecordBatch> {
     )?)
 }
 
-/// `batch` (of `schema`, or [`counted`]) as the `wanted` columns of it (a projection keeps the
-/// row count, so a counted batch is its own projection on no column).
+/// `batch` (of `schema`, of its `wanted` columns already, or [`counted`]) as the `wanted`
+/// columns of it (a projection keeps the row count, so a counted batch is its own projection
+/// on no column).
 fn shaped(batch: RecordBatch, schema: &SchemaRef, wanted: &[usize]) -> Result<RecordBatch> {
-    if batch.num_columns() == 0 && !schema.fields().is_empty() && !wanted.is_empty() {
-        return Err(datafusion::error::DataFusionError::Internal(
-            "a reader counted rows a query reads columns of".to_owned(),
-        ));
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch.project(wanted)?);
     }
-    Ok(batch.project(wanted)?)
+    if batch.schema().fields() == schema.project(wanted)?.fields() {
+        return Ok(batch);
+    }
+    Err(datafusion::error::DataFusionError::Internal(
+        match batch.num_columns() {
+            0 => "a reader counted rows a query reads columns of".to_owned(),
+            n => format!("a reader answered {n} columns, neither the table's nor those asked for"),
+        },
+    ))
 }
 
 /// The value `filter` asks `column` to equal, if it is `column = '…'` (either way round).
@@ -556,5 +573,62 @@ mod tests {
                 assert_eq!(read, vec![columns], "{sql}");
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_reader_may_answer_only_the_columns_asked_for_and_no_other_shape() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("scope", DataType::Utf8, false),
+            Field::new("n", DataType::UInt64, false),
+        ]));
+        let full = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+                Arc::new(UInt64Array::from(vec![1, 5, 3])),
+            ],
+        )
+        .unwrap();
+        // Answers the scan's columns alone, in its order; or, `wrong`, always column `n`.
+        let table = |wrong: bool| {
+            let (full, all) = (full.clone(), Arc::clone(&schema));
+            let reader: Reader = Arc::new(move |scan: Scan| {
+                let wanted = if wrong { vec![1] } else { scan.wanted(&all) };
+                let batch = full.project(&wanted).map_err(Into::into);
+                Box::pin(async move { batch })
+            });
+            let led: LedHere = Arc::new(Vec::new);
+            let t = SnapshotTable::new(
+                "t",
+                Arc::clone(&schema),
+                reader,
+                Rows::Live,
+                Reach::Here,
+                led,
+            );
+            Arc::new(t)
+        };
+        let ctx = SessionContext::new();
+        ctx.register_table("t", table(false)).unwrap();
+        assert_eq!(
+            scopes(&ctx, "SELECT scope FROM t ORDER BY n DESC").await,
+            ["b", "c", "a"]
+        );
+        assert_eq!(
+            scopes(&ctx, "SELECT scope, n FROM t WHERE n < 4 ORDER BY n").await,
+            ["a", "c"]
+        );
+        ctx.deregister_table("t").unwrap();
+        ctx.register_table("t", table(true)).unwrap();
+        let refused = match ctx.sql("SELECT scope FROM t").await {
+            Ok(frame) => frame.collect().await.unwrap_err(),
+            Err(e) => e,
+        };
+        assert!(
+            refused
+                .to_string()
+                .contains("neither the table's nor those asked for"),
+            "{refused}"
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! The live counters' table (`sys_user_limits`): one row per counter, with its limit, what it
-//! holds and what its rules spend.
+//! holds and what its rules spend. Each column is built on its own, so a query that reads two
+//! of them over a million counters builds two, not all of them.
 
+use std::fmt::{Display, Write as _};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -12,110 +14,185 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use super::{QuerySources, Reader, Scan, batch, counted, internal, scanned, schema, timestamp};
 use sluice_flow::limiter::CounterSnapshot;
 
+/// How one column is built from the counters read.
+type Build = fn(&[CounterSnapshot]) -> ArrayRef;
+
+/// The table's columns, in order: name, type, whether it may be null, how it is built.
+const COLUMNS: [(&str, Kind, bool, Build); 35] = [
+    ("partition_key", Kind::U64, false, |c| {
+        u64s(c, |c| {
+            Some(sluice_store::invocation::identity::partition_key(&[
+                &c.scope
+            ]))
+        })
+    }),
+    ("scope", Kind::Text, false, |c| texts(c, |c| Some(&c.scope))),
+    ("l1", Kind::Text, true, |c| texts(c, |c| c.l1.as_ref())),
+    ("l2", Kind::Text, true, |c| texts(c, |c| c.l2.as_ref())),
+    ("level", Kind::Text, false, |c| {
+        texts(c, |c| Some(c.level.as_str()))
+    }),
+    ("usage", Kind::U32, false, |c| u32s(c, |c| Some(c.usage))),
+    ("concurrency_limit", Kind::U32, true, |c| {
+        u32s(c, |c| c.limit.concurrency())
+    }),
+    ("rule_pattern", Kind::Text, true, |c| {
+        texts(c, |c| c.rule.as_deref())
+    }),
+    ("available", Kind::U32, true, |c| {
+        u32s(c, |c| c.limit.concurrency().map(|_| c.available))
+    }),
+    ("num_waiters", Kind::U64, false, |c| {
+        u64s(c, |c| Some(c.waiters as u64))
+    }),
+    ("rate", Kind::Text, true, |c| {
+        texts(c, |c| c.rate.map(|r| r.rate))
+    }),
+    ("burst", Kind::U32, true, |c| {
+        u32s(c, |c| c.rate.map(|r| r.burst.get()))
+    }),
+    ("tokens", Kind::U32, true, |c| u32s(c, |c| c.tokens)),
+    ("next_token_at", Kind::Time, true, |c| {
+        times(c, |c| c.next_token_ms)
+    }),
+    ("num_queued", Kind::U32, false, |c| {
+        u32s(c, |c| Some(c.queued))
+    }),
+    ("max_queued", Kind::U32, true, |c| u32s(c, |c| c.max_queued)),
+    ("weight", Kind::U32, false, |c| u32s(c, |c| Some(c.weight))),
+    ("shadow_rule", Kind::Text, true, |c| {
+        texts(c, |c| c.shadow.as_ref().map(|(rule, _)| &rule.pattern))
+    }),
+    ("shadow_would_wait", Kind::U64, true, |c| {
+        u64s(c, |c| c.shadow.as_ref().map(|(_, n)| n.would_wait))
+    }),
+    ("shadow_would_reject", Kind::U64, true, |c| {
+        u64s(c, |c| c.shadow.as_ref().map(|(_, n)| n.would_reject))
+    }),
+    ("shadow_would_wait_ms", Kind::U64, true, |c| {
+        u64s(c, |c| c.shadow.as_ref().map(|(_, n)| n.would_wait_ms))
+    }),
+    ("adaptive", Kind::Bool, false, |c| {
+        bools(c, |c| c.adaptive.is_some())
+    }),
+    ("guaranteed", Kind::U32, true, |c| u32s(c, |c| c.guaranteed)),
+    ("borrowed", Kind::U32, true, |c| {
+        u32s(c, |c| c.guaranteed.map(|g| c.usage.saturating_sub(g)))
+    }),
+    ("quota", Kind::Text, true, |c| {
+        texts(c, |c| c.quota.map(|(q, _)| q))
+    }),
+    ("quota_used", Kind::U64, true, |c| {
+        u64s(c, |c| c.quota.map(|(_, u)| u.used))
+    }),
+    ("quota_resets_at", Kind::Time, true, |c| {
+        times(c, |c| c.quota.map(|(_, u)| u.window_end))
+    }),
+    ("budget", Kind::Text, true, |c| {
+        texts(c, |c| c.budget.map(|(b, _, _)| b))
+    }),
+    ("budget_spent", Kind::U64, true, |c| {
+        u64s(c, |c| c.budget.map(|(_, u, _)| u.used))
+    }),
+    ("budget_reserved", Kind::U64, true, |c| {
+        u64s(c, |c| c.budget.map(|(_, _, r)| r))
+    }),
+    ("budget_resets_at", Kind::Time, true, |c| {
+        times(c, |c| c.budget.map(|(_, u, _)| u.window_end))
+    }),
+    ("budget_overrun", Kind::U64, true, |c| {
+        u64s(c, |c| c.budget.map(|_| c.budget_overrun))
+    }),
+    ("burst_budget", Kind::Text, true, |c| {
+        texts(c, |c| c.burst_budget.map(|(b, _)| b))
+    }),
+    ("burst_spent_ms", Kind::U64, true, |c| {
+        u64s(c, |c| c.burst_budget.map(|(_, u)| u.used))
+    }),
+    ("burst_left_ms", Kind::U64, true, |c| {
+        u64s(c, |c| {
+            c.burst_budget
+                .map(|(b, u)| b.budget.amount.get().saturating_sub(u.used))
+        })
+    }),
+];
+
+/// A column's arrow type.
+#[derive(Clone, Copy)]
+enum Kind {
+    U32,
+    U64,
+    Text,
+    Bool,
+    Time,
+}
+
+impl Kind {
+    fn data_type(self) -> DataType {
+        match self {
+            Kind::U32 => DataType::UInt32,
+            Kind::U64 => DataType::UInt64,
+            Kind::Text => DataType::Utf8,
+            Kind::Bool => DataType::Boolean,
+            Kind::Time => timestamp(),
+        }
+    }
+}
+
 pub(super) fn user_limits_schema() -> SchemaRef {
-    schema(vec![
-        ("partition_key", DataType::UInt64, false),
-        ("scope", DataType::Utf8, false),
-        ("l1", DataType::Utf8, true),
-        ("l2", DataType::Utf8, true),
-        ("level", DataType::Utf8, false),
-        ("usage", DataType::UInt32, false),
-        ("concurrency_limit", DataType::UInt32, true),
-        ("rule_pattern", DataType::Utf8, true),
-        ("available", DataType::UInt32, true),
-        ("num_waiters", DataType::UInt64, false),
-        ("rate", DataType::Utf8, true),
-        ("burst", DataType::UInt32, true),
-        ("tokens", DataType::UInt32, true),
-        ("next_token_at", timestamp(), true),
-        ("num_queued", DataType::UInt32, false),
-        ("max_queued", DataType::UInt32, true),
-        ("weight", DataType::UInt32, false),
-        ("shadow_rule", DataType::Utf8, true),
-        ("shadow_would_wait", DataType::UInt64, true),
-        ("shadow_would_reject", DataType::UInt64, true),
-        ("shadow_would_wait_ms", DataType::UInt64, true),
-        ("adaptive", DataType::Boolean, false),
-        ("guaranteed", DataType::UInt32, true),
-        ("borrowed", DataType::UInt32, true),
-        ("quota", DataType::Utf8, true),
-        ("quota_used", DataType::UInt64, true),
-        ("quota_resets_at", timestamp(), true),
-        ("budget", DataType::Utf8, true),
-        ("budget_spent", DataType::UInt64, true),
-        ("budget_reserved", DataType::UInt64, true),
-        ("budget_resets_at", timestamp(), true),
-        ("budget_overrun", DataType::UInt64, true),
-        ("burst_budget", DataType::Utf8, true),
-        ("burst_spent_ms", DataType::UInt64, true),
-        ("burst_left_ms", DataType::UInt64, true),
-    ])
+    schema(
+        COLUMNS
+            .iter()
+            .map(|(name, kind, nullable, _)| (*name, kind.data_type(), *nullable))
+            .collect(),
+    )
 }
 
-/// A counter's burst budget columns: the budget, the ms spent above its concurrency in the
-/// window, and the ms left.
-fn burst_columns(counters: &[CounterSnapshot]) -> [ArrayRef; 3] {
-    let mut budget = StringBuilder::new();
-    let (mut spent, mut left) = (UInt64Builder::new(), UInt64Builder::new());
-    for c in counters {
-        let burst = c.burst_budget;
-        budget.append_option(burst.map(|(b, _)| b.to_string()));
-        spent.append_option(burst.map(|(_, u)| u.used));
-        left.append_option(burst.map(|(b, u)| b.budget.amount.get().saturating_sub(u.used)));
-    }
-    [
-        Arc::new(budget.finish()),
-        Arc::new(spent.finish()),
-        Arc::new(left.finish()),
-    ]
+fn u32s(counters: &[CounterSnapshot], value: impl Fn(&CounterSnapshot) -> Option<u32>) -> ArrayRef {
+    let mut column = UInt32Builder::with_capacity(counters.len());
+    counters.iter().for_each(|c| column.append_option(value(c)));
+    Arc::new(column.finish())
 }
 
-/// A counter's shadow rule columns: the rule, and what it would have made wait, refuse and
-/// how long it would have held them.
-fn shadow_columns(counters: &[CounterSnapshot]) -> [ArrayRef; 4] {
-    let mut rule = StringBuilder::new();
-    let mut would: [UInt64Builder; 3] = std::array::from_fn(|_| UInt64Builder::new());
-    for c in counters {
-        let shadow = c.shadow.as_ref();
-        rule.append_option(shadow.map(|(rule, _)| rule.pattern.to_string()));
-        would[0].append_option(shadow.map(|(_, n)| n.would_wait));
-        would[1].append_option(shadow.map(|(_, n)| n.would_reject));
-        would[2].append_option(shadow.map(|(_, n)| n.would_wait_ms));
-    }
-    let [wait, reject, wait_ms] = would.map(|mut b| Arc::new(b.finish()) as ArrayRef);
-    [Arc::new(rule.finish()), wait, reject, wait_ms]
+fn u64s(counters: &[CounterSnapshot], value: impl Fn(&CounterSnapshot) -> Option<u64>) -> ArrayRef {
+    let mut column = UInt64Builder::with_capacity(counters.len());
+    counters.iter().for_each(|c| column.append_option(value(c)));
+    Arc::new(column.finish())
 }
 
-/// A counter's quota and budget columns: each with what it used and when its window ends;
-/// the budget also with what is reserved and how far it ran over.
-fn spend_columns(counters: &[CounterSnapshot]) -> [ArrayRef; 8] {
-    let (mut quota, mut budget) = (StringBuilder::new(), StringBuilder::new());
-    let mut used: [UInt64Builder; 4] = std::array::from_fn(|_| UInt64Builder::new());
-    let mut resets: [TimestampMillisecondBuilder; 2] =
-        std::array::from_fn(|_| TimestampMillisecondBuilder::new().with_timezone("UTC"));
-    let end = |at: u64| i64::try_from(at).unwrap_or(i64::MAX);
+fn bools(counters: &[CounterSnapshot], value: impl Fn(&CounterSnapshot) -> bool) -> ArrayRef {
+    let mut column = BooleanBuilder::with_capacity(counters.len());
+    counters.iter().for_each(|c| column.append_value(value(c)));
+    Arc::new(column.finish())
+}
+
+/// A time column from ms since the epoch (past `i64::MAX`: the end of time).
+fn times(counters: &[CounterSnapshot], ms: impl Fn(&CounterSnapshot) -> Option<u64>) -> ArrayRef {
+    let mut column =
+        TimestampMillisecondBuilder::with_capacity(counters.len()).with_timezone("UTC");
     for c in counters {
-        quota.append_option(c.quota.map(|(q, _)| q.to_string()));
-        used[0].append_option(c.quota.map(|(_, u)| u.used));
-        resets[0].append_option(c.quota.map(|(_, u)| end(u.window_end)));
-        budget.append_option(c.budget.map(|(b, _, _)| b.to_string()));
-        used[1].append_option(c.budget.map(|(_, u, _)| u.used));
-        used[2].append_option(c.budget.map(|(_, _, r)| r));
-        resets[1].append_option(c.budget.map(|(_, u, _)| end(u.window_end)));
-        used[3].append_option(c.budget.map(|_| c.budget_overrun));
+        column.append_option(ms(c).map(|at| i64::try_from(at).unwrap_or(i64::MAX)));
     }
-    let [quota_used, spent, reserved, overrun] = used.map(|mut b| Arc::new(b.finish()) as ArrayRef);
-    let [quota_resets, budget_resets] = resets.map(|mut b| Arc::new(b.finish()) as ArrayRef);
-    [
-        Arc::new(quota.finish()),
-        quota_used,
-        quota_resets,
-        Arc::new(budget.finish()),
-        spent,
-        reserved,
-        budget_resets,
-        overrun,
-    ]
+    Arc::new(column.finish())
+}
+
+/// A text column, each value written straight into the column (no string of its own per row).
+fn texts<'a, D: Display + 'a>(
+    counters: &'a [CounterSnapshot],
+    value: impl Fn(&'a CounterSnapshot) -> Option<D>,
+) -> ArrayRef {
+    let mut column = StringBuilder::with_capacity(counters.len(), counters.len() * 8);
+    for c in counters {
+        match value(c) {
+            Some(text) => {
+                // Writing into the builder cannot fail; the row ends with an empty append.
+                let _ = write!(column, "{text}");
+                column.append_value("");
+            }
+            None => column.append_null(),
+        }
+    }
+    Arc::new(column.finish())
 }
 
 /// The rows of a scan of counters that only counts them: how many, from the walk that picks a
@@ -133,14 +210,15 @@ async fn counted_counters(
 }
 
 /// The live counters: of one scope when the query names it, any `limit` of them (the busiest)
-/// when it asks for no more, so a million keys live need not all be read.
+/// when it asks for no more, so a million keys live need not all be read; of those, only the
+/// columns the query reads.
 pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
     scanned(sources, |sources, scan| async move {
         if scan.counts_only() {
             return counted_counters(&sources, &scan).await;
         }
         let view = sluice_flow::ReadView {
-            scope: scan.scope,
+            scope: scan.scope.clone(),
             limit: scan.limit,
         };
         let counters = sources
@@ -149,87 +227,89 @@ pub(super) fn user_limits(sources: &Arc<QuerySources>) -> Reader {
             .await
             .map_err(internal)?
             .counters;
-        let mut partition = UInt64Builder::new();
-        let mut adaptive = BooleanBuilder::new();
-        let (mut guaranteed, mut borrowed) = (UInt32Builder::new(), UInt32Builder::new());
-        let (mut scope, mut l1, mut l2, mut level) = (
-            StringBuilder::new(),
-            StringBuilder::new(),
-            StringBuilder::new(),
-            StringBuilder::new(),
-        );
-        let (mut usage, mut limit, mut available) = (
-            UInt32Builder::new(),
-            UInt32Builder::new(),
-            UInt32Builder::new(),
-        );
-        let (mut rule, mut waiters) = (StringBuilder::new(), UInt64Builder::new());
-        let (mut rate, mut burst, mut tokens) = (
-            StringBuilder::new(),
-            UInt32Builder::new(),
-            UInt32Builder::new(),
-        );
-        let mut next_token = TimestampMillisecondBuilder::new().with_timezone("UTC");
-        let (mut queued, mut max_queued) = (UInt32Builder::new(), UInt32Builder::new());
-        let mut weight = UInt32Builder::new();
-        for c in &counters {
-            weight.append_value(c.weight);
-            partition.append_value(sluice_store::invocation::identity::partition_key(&[
-                &c.scope
-            ]));
-            scope.append_value(&c.scope);
-            l1.append_option(c.l1.as_deref());
-            l2.append_option(c.l2.as_deref());
-            level.append_value(c.level.as_str());
-            usage.append_value(c.usage);
-            limit.append_option(c.limit.concurrency());
-            rule.append_option(c.rule.as_ref().map(|p| p.to_string()));
-            available.append_option(c.limit.concurrency().map(|_| c.available));
-            waiters.append_value(c.waiters as u64);
-            rate.append_option(c.rate.map(|r| r.rate.to_string()));
-            burst.append_option(c.rate.map(|r| r.burst.get()));
-            tokens.append_option(c.tokens);
-            queued.append_value(c.queued);
-            max_queued.append_option(c.max_queued);
-            adaptive.append_value(c.adaptive.is_some());
-            guaranteed.append_option(c.guaranteed);
-            borrowed.append_option(c.guaranteed.map(|g| c.usage.saturating_sub(g)));
-            next_token.append_option(
-                c.next_token_ms
-                    .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-            );
-        }
-        batch(
-            &user_limits_schema(),
-            vec![
-                Arc::new(partition.finish()) as ArrayRef,
-                Arc::new(scope.finish()),
-                Arc::new(l1.finish()),
-                Arc::new(l2.finish()),
-                Arc::new(level.finish()),
-                Arc::new(usage.finish()),
-                Arc::new(limit.finish()),
-                Arc::new(rule.finish()),
-                Arc::new(available.finish()),
-                Arc::new(waiters.finish()),
-                Arc::new(rate.finish()),
-                Arc::new(burst.finish()),
-                Arc::new(tokens.finish()),
-                Arc::new(next_token.finish()),
-                Arc::new(queued.finish()),
-                Arc::new(max_queued.finish()),
-                Arc::new(weight.finish()),
-            ]
-            .into_iter()
-            .chain(shadow_columns(&counters))
-            .chain([
-                Arc::new(adaptive.finish()) as ArrayRef,
-                Arc::new(guaranteed.finish()),
-                Arc::new(borrowed.finish()),
-            ])
-            .chain(spend_columns(&counters))
-            .chain(burst_columns(&counters))
-            .collect(),
-        )
+        let all = user_limits_schema();
+        let wanted = scan.wanted(&all);
+        let columns = wanted
+            .iter()
+            .map(|&i| match COLUMNS.get(i) {
+                Some((_, _, _, build)) => Ok(build(&counters)),
+                None => Err(internal(format!("sys_user_limits has no column {i}"))),
+            })
+            .collect::<datafusion::error::Result<_>>()?;
+        batch(&Arc::new(all.project(&wanted)?), columns)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use sluice_flow::limiter::Limiter;
+    use sluice_flow::{Limit, LimitKey, RateLimit, RuleBook, RulePattern, Scope, Upsert};
+
+    use super::*;
+
+    /// Counters of a scope and two of its keys under a rule with a rate, a queue bound, a
+    /// quota, a budget and a burst budget, so most columns hold values, some nulls.
+    fn counters() -> Vec<CounterSnapshot> {
+        let mut book = RuleBook::new();
+        let ten = NonZeroU32::new(10).unwrap();
+        let rule = Upsert {
+            rate: Some(RateLimit {
+                rate: "100/s".parse().unwrap(),
+                burst: ten,
+                reject: false,
+            }),
+            max_queued: Some(ten),
+            quota: Some("10000/day".parse().unwrap()),
+            budget: Some("600000/day".parse().unwrap()),
+            burst_budget: Some("2x 1h/day".parse().unwrap()),
+            ..Upsert::new(
+                RulePattern::parse("held/*").unwrap(),
+                Limit::Concurrency(ten),
+            )
+        };
+        book.apply_batch(&[rule], 0).unwrap();
+        let mut limiter = Limiter::new();
+        let scope = Scope::parse("held").unwrap();
+        for key in ["k1", "k2"] {
+            let path = limiter.path(&scope, Some(&LimitKey::parse(key).unwrap()));
+            limiter.count_queued(&path, true);
+        }
+        limiter.snapshot(&book, 0)
+    }
+
+    #[test]
+    fn every_column_builds_to_its_type_and_a_projection_builds_only_the_columns_it_names() {
+        let counters = counters();
+        assert_eq!(counters.len(), 3, "the scope and its two keys");
+        let all = user_limits_schema();
+        let full = batch(
+            &all,
+            COLUMNS
+                .iter()
+                .map(|(_, _, _, build)| build(&counters))
+                .collect(),
+        )
+        .expect("every column of its schema's type and nullability");
+        let index = |name: &str| all.index_of(name).unwrap();
+        assert!(
+            full.column(index("rate")).null_count() < 3,
+            "the keys' rate"
+        );
+        assert_eq!(
+            full.column(index("burst_budget")).null_count(),
+            1,
+            "not the scope's"
+        );
+        for wanted in [
+            vec![index("l1"), index("num_waiters")],
+            vec![index("burst_left_ms"), index("scope"), index("quota")],
+            vec![index("partition_key")],
+        ] {
+            let built: Vec<ArrayRef> = wanted.iter().map(|&i| (COLUMNS[i].3)(&counters)).collect();
+            let projected = batch(&Arc::new(all.project(&wanted).unwrap()), built).unwrap();
+            assert_eq!(projected, full.project(&wanted).unwrap(), "{wanted:?}");
+        }
+    }
 }
