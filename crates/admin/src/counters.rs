@@ -12,6 +12,7 @@ use super::json::Json;
 use super::view_params::ViewParams;
 use sluice_api::limits::{AdaptiveBounds, CounterResponse, ListCountersResponse, ShadowResponse};
 use sluice_flow::Limit;
+use sluice_flow::limiter::CounterControls;
 
 /// Live flow-control counters: usage, limit, free slots, waiters and the rule, per level.
 /// The busiest `limit` (1,000 by default) of them, of one `scope` if given: a read bounded at
@@ -29,6 +30,7 @@ pub async fn counters(
         .counters
         .into_iter()
         .map(|c| {
+            let controls = c.controls.map_or(CounterControls::NONE, |c| *c);
             let limit = match c.limit {
                 Limit::Concurrency(n) => Some(n.get()),
                 Limit::Unlimited => None,
@@ -43,32 +45,34 @@ pub async fn counters(
                 limit,
                 waiters: c.waiters,
                 rule: c.rule.map(|r| r.to_string()),
-                rate: c.rate.map(|r| r.rate.to_string()),
-                burst: c.rate.map(|r| r.burst.get()),
-                tokens: c.tokens,
+                rate: controls.rate.map(|r| r.rate.to_string()),
+                burst: controls.rate.map(|r| r.burst.get()),
+                tokens: controls.tokens,
                 queued: c.queued,
-                max_queued: c.max_queued,
-                adaptive: c.adaptive.map(|(min, max)| AdaptiveBounds { min, max }),
-                guaranteed: c.guaranteed,
-                quota: c.quota.map(|(q, _)| q.to_string()),
-                quota_used: c.quota.map(|(_, u)| u.used),
-                quota_resets_at: c
+                max_queued: controls.max_queued,
+                adaptive: controls
+                    .adaptive
+                    .map(|(min, max)| AdaptiveBounds { min, max }),
+                guaranteed: controls.guaranteed,
+                quota: controls.quota.map(|(q, _)| q.to_string()),
+                quota_used: controls.quota.map(|(_, u)| u.used),
+                quota_resets_at: controls
                     .quota
                     .and_then(|(_, u)| sluice_core::clock::rfc3339(u.window_end)),
-                budget: c.budget.map(|(b, _, _)| b.to_string()),
-                budget_spent: c.budget.map(|(_, u, _)| u.used),
-                budget_reserved: c.budget.map(|(_, _, r)| r),
-                budget_resets_at: c
+                budget: controls.budget.map(|(b, _, _)| b.to_string()),
+                budget_spent: controls.budget.map(|(_, u, _)| u.used),
+                budget_reserved: controls.budget.map(|(_, _, r)| r),
+                budget_resets_at: controls
                     .budget
                     .and_then(|(_, u, _)| sluice_core::clock::rfc3339(u.window_end)),
-                burst_budget: c.burst_budget.map(|(b, _)| b.to_string()),
-                burst_spent_ms: c.burst_budget.map(|(_, u)| u.used),
-                burst_left_ms: c
+                burst_budget: controls.burst_budget.map(|(b, _)| b.to_string()),
+                burst_spent_ms: controls.burst_budget.map(|(_, u)| u.used),
+                burst_left_ms: controls
                     .burst_budget
                     .map(|(b, u)| b.budget.amount.get().saturating_sub(u.used)),
-                next_token_at: c.next_token_ms.and_then(sluice_core::clock::rfc3339),
+                next_token_at: controls.next_token_ms.and_then(sluice_core::clock::rfc3339),
                 weight: c.weight,
-                shadow: c.shadow.map(|(rule, counts)| ShadowResponse {
+                shadow: controls.shadow.map(|(rule, counts)| ShadowResponse {
                     rule: rule.pattern.to_string(),
                     would_wait: counts.would_wait,
                     would_reject: counts.would_reject,

@@ -493,6 +493,18 @@ pub struct CounterSnapshot {
     pub waiters: usize,
     /// Entries waiting in queues under it.
     pub queued: u32,
+    /// Its share among its siblings.
+    pub weight: u32,
+    /// What its rule sets beyond a concurrency limit and a weight, and what it used of it;
+    /// `None` when that is nothing. Boxed: most of a million keys' counters have none, and a
+    /// read of every counter then moves a third of the bytes ([`CounterSnapshot::controls`]
+    /// reads it either way).
+    pub controls: Option<Box<CounterControls>>,
+}
+
+/// A counter's controls beyond a concurrency limit and a weight, as introspection shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterControls {
     /// Its rule's `max-queued`.
     pub max_queued: Option<u32>,
     /// Its rule's `max_wait`, ms.
@@ -519,10 +531,38 @@ pub struct CounterSnapshot {
     pub tokens: Option<u32>,
     /// When the next token is there, ms (rate limited counters out of tokens).
     pub next_token_ms: Option<u64>,
-    /// Its share among its siblings.
-    pub weight: u32,
     /// The shadow rule evaluated here and what it would have done.
     pub shadow: Option<(Arc<ShadowRule>, ShadowCounts)>,
+}
+
+impl CounterControls {
+    /// No control at all.
+    pub const NONE: CounterControls = CounterControls {
+        max_queued: None,
+        max_wait_ms: None,
+        adaptive: None,
+        guaranteed: None,
+        quota: None,
+        budget: None,
+        budget_overrun: 0,
+        burst_budget: None,
+        rate: None,
+        tokens: None,
+        next_token_ms: None,
+        shadow: None,
+    };
+
+    /// These controls as a snapshot keeps them: boxed, or `None` when there are none.
+    pub fn boxed(self) -> Option<Box<CounterControls>> {
+        (self != Self::NONE).then(|| Box::new(self))
+    }
+}
+
+impl CounterSnapshot {
+    /// Its controls ([`CounterControls::NONE`] when it has none).
+    pub fn controls(&self) -> &CounterControls {
+        self.controls.as_deref().unwrap_or(&CounterControls::NONE)
+    }
 }
 
 /// The bound a rule's `max_wait` puts on a new invocation's wait.

@@ -9,7 +9,9 @@ use std::num::{NonZeroU32, NonZeroU64};
 
 use hashbrown::HashMap;
 
-use super::{CounterId, CounterPath, CounterSnapshot, Level, Limit, Limiter, MAX_WEIGHT};
+use super::{
+    CounterControls, CounterId, CounterPath, CounterSnapshot, Level, Limit, Limiter, MAX_WEIGHT,
+};
 use super::{RuleBook, RulePattern};
 use crate::quota::{Measure, Quota, QuotaUse};
 
@@ -548,20 +550,23 @@ impl Limiter {
                 available: limit.available(0),
                 waiters: 0,
                 queued: 0,
-                max_queued: resolved.max_queued.map(NonZeroU32::get),
-                max_wait_ms: resolved.max_wait_ms.map(NonZeroU64::get),
-                adaptive: adaptive.map(|a| (a.min.get(), a.max.get())),
-                guaranteed: resolved.guaranteed.map(NonZeroU32::get),
-                quota,
-                budget,
-                budget_overrun: cost.overruns.get(key).copied().unwrap_or(0),
-                burst_budget,
-                // A counter goes only once its bucket is full again.
-                tokens: resolved.rate.map(|rate| rate.burst.get()),
-                rate: resolved.rate,
-                next_token_ms: None,
                 weight: resolved.weight.get().min(MAX_WEIGHT),
-                shadow: None,
+                controls: CounterControls {
+                    max_queued: resolved.max_queued.map(NonZeroU32::get),
+                    max_wait_ms: resolved.max_wait_ms.map(NonZeroU64::get),
+                    adaptive: adaptive.map(|a| (a.min.get(), a.max.get())),
+                    guaranteed: resolved.guaranteed.map(NonZeroU32::get),
+                    quota,
+                    budget,
+                    budget_overrun: cost.overruns.get(key).copied().unwrap_or(0),
+                    burst_budget,
+                    // A counter goes only once its bucket is full again.
+                    tokens: resolved.rate.map(|rate| rate.burst.get()),
+                    rate: resolved.rate,
+                    next_token_ms: None,
+                    shadow: None,
+                }
+                .boxed(),
             });
         }
     }

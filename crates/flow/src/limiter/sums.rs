@@ -204,7 +204,7 @@ impl Limiter {
                 .entry((rule_slot(c.rule.as_ref()), c.level))
                 .or_insert_with(|| RuleSums::new(c.rule.as_ref(), c.level));
             sums.counters += 1;
-            if let Some((_, used, reserved)) = c.budget {
+            if let Some((_, used, reserved)) = c.controls().budget {
                 sums.add_budget(used.used, reserved);
             }
         }

@@ -315,6 +315,7 @@ fn a_shadow_rule_counts_and_holds_nothing() {
     assert!(l.refusal(&p, &b, 0).is_none());
     let snap = l.snapshot(&b, 0);
     let (rule, counts) = snap[0]
+        .controls()
         .shadow
         .clone()
         .expect("the shadow rule is evaluated");
@@ -390,7 +391,7 @@ fn a_burstable_key_borrows_idle_capacity_up_to_its_max() {
     assert_eq!(l.try_acquire(&c, &b, 0).unwrap_err().level, Level::Scope);
     let snap = l.snapshot(&b, 0);
     let at_a = snap.iter().find(|s| s.l1.as_deref() == Some("a")).unwrap();
-    assert_eq!((at_a.usage, at_a.guaranteed), (3, Some(1)));
+    assert_eq!((at_a.usage, at_a.controls().guaranteed), (3, Some(1)));
     assert_eq!(at_a.limit, Limit::Concurrency(NonZeroU32::new(3).unwrap()));
     drop(held);
 }
@@ -643,7 +644,7 @@ fn a_quota_counts_new_admissions_per_window_and_outlives_its_counter() {
         (idle[0].level, idle[0].l1.as_deref(), idle[0].usage),
         (Level::L1, Some("k"), 0)
     );
-    assert_eq!(idle[0].quota.map(|(_, used)| used.used), Some(2));
+    assert_eq!(idle[0].controls().quota.map(|(_, used)| used.used), Some(2));
     let p = path(&mut l, "q", Some("k"));
     assert!(l.check(&p, &b, false, true, now).is_err());
     // Another key has its own; the next window starts again.
@@ -719,7 +720,10 @@ fn a_budget_holds_new_calls_once_what_ended_calls_spent_reaches_it() {
     l.drop_path(other);
     let idle = l.snapshot(&b, now);
     assert_eq!(idle.len(), 1, "{idle:?}");
-    assert_eq!(idle[0].budget.map(|(_, used, _)| used.used), Some(115));
+    assert_eq!(
+        idle[0].controls().budget.map(|(_, used, _)| used.used),
+        Some(115)
+    );
     let p = path(&mut l, "t", Some("acme"));
     assert!(
         l.check(&p, &b, false, true, now).is_err(),
@@ -751,7 +755,10 @@ fn a_reservation_bounds_what_runs_against_a_budget_and_settles_at_the_end() {
     }
     let blocked = l.check(&p, &b, false, true, now).unwrap_err();
     assert!(matches!(blocked.quota, Some((Measure::Cost, _, _))));
-    assert_eq!(l.snapshot(&b, now)[0].budget.map(|(_, _, r)| r), Some(900));
+    assert_eq!(
+        l.snapshot(&b, now)[0].controls().budget.map(|(_, _, r)| r),
+        Some(900)
+    );
     // One ends having spent 250: 250 spent and 600 held leave 150, less than a reservation.
     l.charge(&p, &b, 250, Some(&running.pop().unwrap()), now);
     assert!(l.check(&p, &b, false, true, now).is_err());
@@ -760,9 +767,15 @@ fn a_reservation_bounds_what_runs_against_a_budget_and_settles_at_the_end() {
     l.check(&p, &b, false, true, now).unwrap();
     // A permit given back before its call took the reservation returns it.
     let permit = l.try_acquire(&p, &b, now).unwrap();
-    assert_eq!(l.snapshot(&b, now)[0].budget.map(|(_, _, r)| r), Some(600));
+    assert_eq!(
+        l.snapshot(&b, now)[0].controls().budget.map(|(_, _, r)| r),
+        Some(600)
+    );
     l.release(permit, &b, now, &mut woken);
-    assert_eq!(l.snapshot(&b, now)[0].budget.map(|(_, _, r)| r), Some(300));
+    assert_eq!(
+        l.snapshot(&b, now)[0].controls().budget.map(|(_, _, r)| r),
+        Some(300)
+    );
     // Calls that held reservations keep the counter while they run; at recovery a call that
     // ran before reserves again.
     l.drop_path(p);
@@ -773,7 +786,10 @@ fn a_reservation_bounds_what_runs_against_a_budget_and_settles_at_the_end() {
     l.charge(&p, &b, 0, Some(&[300, 0, 0]), now);
     l.drop_path(p);
     assert_eq!(
-        l.snapshot(&b, now)[0].budget.map(|(_, u, r)| (u.used, r)),
+        l.snapshot(&b, now)[0]
+            .controls()
+            .budget
+            .map(|(_, u, r)| (u.used, r)),
         Some((260, 0))
     );
 }
@@ -912,7 +928,7 @@ fn fresh_quota_keys_are_refused_while_the_idle_counts_are_at_their_bound() {
         .snapshot(&b, now)
         .into_iter()
         .find(|c| c.l1.as_deref() == Some("k1"))
-        .and_then(|c| c.quota)
+        .and_then(|c| c.controls().quota)
         .map(|(_, used)| used.used);
     assert_eq!(k1, Some(2), "its count was not reset");
     // Once the window ended, the kept counts are forgotten, in the store too, and a fresh
@@ -955,7 +971,10 @@ fn one_call_charges_at_most_its_reserve_and_the_cut_is_kept_as_an_overrun() {
     l.charge(&p, &b, u64::MAX, Some(&reserved), now);
     let shown = |l: &mut Limiter| {
         let c = &l.snapshot(&b, now)[0];
-        (c.budget.map(|(_, u, r)| (u.used, r)), c.budget_overrun)
+        (
+            c.controls().budget.map(|(_, u, r)| (u.used, r)),
+            c.controls().budget_overrun,
+        )
     };
     assert_eq!(shown(&mut l), (Some((100, 0)), u64::MAX - 100));
     // Still room for the tenant's next call.
@@ -1012,7 +1031,10 @@ fn a_burst_budget_raises_the_limit_until_its_time_above_is_spent_then_per_window
         scope_row.limit,
         Limit::Concurrency(NonZeroU32::new(4).unwrap())
     );
-    assert_eq!(scope_row.burst_budget.map(|(_, used)| used.used), Some(600));
+    assert_eq!(
+        scope_row.controls().burst_budget.map(|(_, used)| used.used),
+        Some(600)
+    );
     // Back to 2 at once: the time below the limit is not counted.
     let mut woken = Vec::new();
     for permit in held.drain(..2) {
@@ -1020,7 +1042,10 @@ fn a_burst_budget_raises_the_limit_until_its_time_above_is_spent_then_per_window
     }
     let snap = l.snapshot(&b, t0 + 5_000);
     let scope_row = snap.iter().find(|s| s.level == Level::Scope).unwrap();
-    assert_eq!(scope_row.burst_budget.map(|(_, used)| used.used), Some(600));
+    assert_eq!(
+        scope_row.controls().burst_budget.map(|(_, used)| used.used),
+        Some(600)
+    );
     // Above again for 400 ms: spent, and the limit is 2 again (nothing running is stopped).
     held.push(l.try_acquire(&a, &b, t0 + 5_000).unwrap());
     held.push(l.try_acquire(&c, &b, t0 + 5_000).unwrap());
@@ -1034,7 +1059,7 @@ fn a_burst_budget_raises_the_limit_until_its_time_above_is_spent_then_per_window
     );
     assert_eq!(scope_row.usage, 4);
     assert_eq!(
-        scope_row.burst_budget.map(|(_, used)| used.used),
+        scope_row.controls().burst_budget.map(|(_, used)| used.used),
         Some(1_000)
     );
     // Stored as it changed; the next hour has a fresh budget.
@@ -1097,6 +1122,57 @@ fn a_bounded_view_keeps_the_busiest_of_its_scope_and_counts_the_rest() {
     assert_eq!(merged.total, 22);
     let busiest: Vec<u32> = merged.counters.iter().map(|c| c.queued).collect();
     assert_eq!(busiest, vec![210, 50]);
+}
+
+#[test]
+fn an_unbounded_merge_keeps_the_largest_page_where_it_is_and_a_counter_without_controls_boxes_none()
+{
+    let b = book(&[("a/*", 1)]);
+    let mut l = Limiter::new();
+    for n in 0..100 {
+        let p = path(&mut l, "a", Some(&format!("k{n}")));
+        l.count_queued(&p, true);
+    }
+    let mut small = Limiter::new();
+    let p = path(&mut small, "b", None);
+    small.count_queued(&p, true);
+    let large = l.view(&b, 0, &ReadView::ALL);
+    let (kept, counted) = (large.counters.as_ptr(), large.counters.len());
+    let merged = CounterPage::merge([small.view(&b, 0, &ReadView::ALL), large], None);
+    assert_eq!((merged.total, merged.counters.len()), (102, 102));
+    assert!(
+        merged.counters.iter().take(counted).all(|c| c.scope == "a"),
+        "the largest page's counters first, as they were"
+    );
+    assert_eq!(
+        merged.counters.as_ptr(),
+        kept,
+        "not moved into a new vector"
+    );
+    // A concurrency limit and a weight are no controls to box; a queue bound is.
+    assert!(merged.counters.iter().all(|c| c.controls.is_none()));
+    assert!(
+        std::mem::size_of::<CounterSnapshot>() <= 128,
+        "{}",
+        std::mem::size_of::<CounterSnapshot>()
+    );
+    let mut bounded = RuleBook::new();
+    let rule = Upsert {
+        max_queued: NonZeroU32::new(5),
+        ..Upsert::new(RulePattern::parse("a/*").unwrap(), Limit::Unlimited)
+    };
+    bounded.apply_batch(&[rule], 1).unwrap();
+    let mut l = Limiter::new();
+    let p = path(&mut l, "a", Some("k0"));
+    l.count_queued(&p, true);
+    let mut bound: Vec<Option<u32>> = l
+        .view(&bounded, 0, &ReadView::ALL)
+        .counters
+        .iter()
+        .map(|c| c.controls().max_queued)
+        .collect();
+    bound.sort();
+    assert_eq!(bound, [None, Some(5)], "the scope's and its key's");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::bounds::Shadow;
-use super::{CounterId, CounterSnapshot, Limiter, NodeRef};
+use super::{CounterControls, CounterId, CounterSnapshot, Limiter, NodeRef};
 use crate::quota::Measure;
 use crate::read_view::{ReadView, greatest};
 use crate::rules::RuleBook;
@@ -24,13 +24,18 @@ pub struct CounterPage {
 impl CounterPage {
     /// Pages of several partitions as one: totals add up, and the busiest `limit` stay.
     pub fn merge(pages: impl IntoIterator<Item = CounterPage>, limit: Option<usize>) -> Self {
-        // Every page's counters moved once into room made for them all: with a million
-        // counters, growing by doubling would move most of them several times.
-        let pages: Vec<CounterPage> = pages.into_iter().collect();
+        // The others' counters moved into the largest page's, made room for once: a scope's
+        // counters all live at its partition, so a million of them are often one page, and
+        // are then not moved at all.
+        let mut pages: Vec<CounterPage> = pages.into_iter().collect();
+        let largest = (0..pages.len()).max_by_key(|&i| pages[i].counters.len());
         let mut merged = CounterPage {
             total: pages.iter().map(|p| p.total).sum(),
-            counters: Vec::with_capacity(pages.iter().map(|p| p.counters.len()).sum()),
+            counters: largest.map_or_else(Vec::new, |i| std::mem::take(&mut pages[i].counters)),
         };
+        merged
+            .counters
+            .reserve(pages.iter().map(|p| p.counters.len()).sum());
         for page in pages {
             merged.counters.extend(page.counters);
         }
@@ -163,30 +168,33 @@ impl Limiter {
             available: node.limit.available(node.usage),
             waiters: node.waiters.len() + bounds.map_or(0, |b| b.rate_waiters.len()),
             queued: node.queued,
-            max_queued: bounds.and_then(|b| b.max_queued).map(NonZeroU32::get),
-            max_wait_ms: bounds
-                .and_then(|b| b.max_wait_ms)
-                .map(std::num::NonZeroU64::get),
-            adaptive: bounds
-                .and_then(|b| b.adaptive.as_ref())
-                .map(|a| (a.min, a.max)),
-            guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
-            quota: node
-                .quota_rule()
-                .map(|q| (q, node.used(Measure::Calls).at(&q, now))),
-            budget: node.budget(now),
-            budget_overrun: node.rare.as_deref().map_or(0, |r| r.overrun),
-            burst_budget: node.rare.as_deref().and_then(|r| {
-                let burst = r.burst?;
-                Some((burst.budget, r.windows[Measure::Burst as usize].used))
-            }),
-            rate,
-            tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
-            next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),
             weight: node.weight,
-            shadow: bounds
-                .and_then(|b| b.shadow.as_ref())
-                .map(|s: &Shadow| (Arc::clone(&s.rule), s.counts)),
+            controls: CounterControls {
+                max_queued: bounds.and_then(|b| b.max_queued).map(NonZeroU32::get),
+                max_wait_ms: bounds
+                    .and_then(|b| b.max_wait_ms)
+                    .map(std::num::NonZeroU64::get),
+                adaptive: bounds
+                    .and_then(|b| b.adaptive.as_ref())
+                    .map(|a| (a.min, a.max)),
+                guaranteed: (node.guaranteed > 0).then_some(node.guaranteed),
+                quota: node
+                    .quota_rule()
+                    .map(|q| (q, node.used(Measure::Calls).at(&q, now))),
+                budget: node.budget(now),
+                budget_overrun: node.rare.as_deref().map_or(0, |r| r.overrun),
+                burst_budget: node.rare.as_deref().and_then(|r| {
+                    let burst = r.burst?;
+                    Some((burst.budget, r.windows[Measure::Burst as usize].used))
+                }),
+                rate,
+                tokens: rate.map(|rate| node.bucket.tokens(rate, now)),
+                next_token_ms: rate.map(|_| node.next_token_ms(now)).filter(|at| *at > now),
+                shadow: bounds
+                    .and_then(|b| b.shadow.as_ref())
+                    .map(|s: &Shadow| (Arc::clone(&s.rule), s.counts)),
+            }
+            .boxed(),
         }
     }
 }

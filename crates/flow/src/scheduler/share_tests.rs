@@ -109,7 +109,7 @@ fn a_shadow_rule_holds_nothing_and_counts_what_it_would_have() {
     let running = s.poll_runnable(0);
     assert_eq!(running.len(), 5, "nothing is held");
     let counters = s.counters(0);
-    let (rule, counts) = counters[0].shadow.clone().unwrap();
+    let (rule, counts) = counters[0].controls().shadow.clone().unwrap();
     assert_eq!(rule.pattern.to_string(), "acme");
     assert_eq!(counts.would_wait, 4);
     // Tokens 1 s, 2 s, 3 s and 4 s late.

@@ -46,72 +46,91 @@ const COLUMNS: [(&str, Kind, bool, Build); 35] = [
         u64s(c, |c| Some(c.waiters as u64))
     }),
     ("rate", Kind::Text, true, |c| {
-        texts(c, |c| c.rate.map(|r| r.rate))
+        texts(c, |c| c.controls().rate.map(|r| r.rate))
     }),
     ("burst", Kind::U32, true, |c| {
-        u32s(c, |c| c.rate.map(|r| r.burst.get()))
+        u32s(c, |c| c.controls().rate.map(|r| r.burst.get()))
     }),
-    ("tokens", Kind::U32, true, |c| u32s(c, |c| c.tokens)),
+    ("tokens", Kind::U32, true, |c| {
+        u32s(c, |c| c.controls().tokens)
+    }),
     ("next_token_at", Kind::Time, true, |c| {
-        times(c, |c| c.next_token_ms)
+        times(c, |c| c.controls().next_token_ms)
     }),
     ("num_queued", Kind::U32, false, |c| {
         u32s(c, |c| Some(c.queued))
     }),
-    ("max_queued", Kind::U32, true, |c| u32s(c, |c| c.max_queued)),
+    ("max_queued", Kind::U32, true, |c| {
+        u32s(c, |c| c.controls().max_queued)
+    }),
     ("weight", Kind::U32, false, |c| u32s(c, |c| Some(c.weight))),
     ("shadow_rule", Kind::Text, true, |c| {
-        texts(c, |c| c.shadow.as_ref().map(|(rule, _)| &rule.pattern))
+        texts(c, |c| {
+            c.controls().shadow.as_ref().map(|(rule, _)| &rule.pattern)
+        })
     }),
     ("shadow_would_wait", Kind::U64, true, |c| {
-        u64s(c, |c| c.shadow.as_ref().map(|(_, n)| n.would_wait))
+        u64s(c, |c| {
+            c.controls().shadow.as_ref().map(|(_, n)| n.would_wait)
+        })
     }),
     ("shadow_would_reject", Kind::U64, true, |c| {
-        u64s(c, |c| c.shadow.as_ref().map(|(_, n)| n.would_reject))
+        u64s(c, |c| {
+            c.controls().shadow.as_ref().map(|(_, n)| n.would_reject)
+        })
     }),
     ("shadow_would_wait_ms", Kind::U64, true, |c| {
-        u64s(c, |c| c.shadow.as_ref().map(|(_, n)| n.would_wait_ms))
+        u64s(c, |c| {
+            c.controls().shadow.as_ref().map(|(_, n)| n.would_wait_ms)
+        })
     }),
     ("adaptive", Kind::Bool, false, |c| {
-        bools(c, |c| c.adaptive.is_some())
+        bools(c, |c| c.controls().adaptive.is_some())
     }),
-    ("guaranteed", Kind::U32, true, |c| u32s(c, |c| c.guaranteed)),
+    ("guaranteed", Kind::U32, true, |c| {
+        u32s(c, |c| c.controls().guaranteed)
+    }),
     ("borrowed", Kind::U32, true, |c| {
-        u32s(c, |c| c.guaranteed.map(|g| c.usage.saturating_sub(g)))
+        u32s(c, |c| {
+            c.controls().guaranteed.map(|g| c.usage.saturating_sub(g))
+        })
     }),
     ("quota", Kind::Text, true, |c| {
-        texts(c, |c| c.quota.map(|(q, _)| q))
+        texts(c, |c| c.controls().quota.map(|(q, _)| q))
     }),
     ("quota_used", Kind::U64, true, |c| {
-        u64s(c, |c| c.quota.map(|(_, u)| u.used))
+        u64s(c, |c| c.controls().quota.map(|(_, u)| u.used))
     }),
     ("quota_resets_at", Kind::Time, true, |c| {
-        times(c, |c| c.quota.map(|(_, u)| u.window_end))
+        times(c, |c| c.controls().quota.map(|(_, u)| u.window_end))
     }),
     ("budget", Kind::Text, true, |c| {
-        texts(c, |c| c.budget.map(|(b, _, _)| b))
+        texts(c, |c| c.controls().budget.map(|(b, _, _)| b))
     }),
     ("budget_spent", Kind::U64, true, |c| {
-        u64s(c, |c| c.budget.map(|(_, u, _)| u.used))
+        u64s(c, |c| c.controls().budget.map(|(_, u, _)| u.used))
     }),
     ("budget_reserved", Kind::U64, true, |c| {
-        u64s(c, |c| c.budget.map(|(_, _, r)| r))
+        u64s(c, |c| c.controls().budget.map(|(_, _, r)| r))
     }),
     ("budget_resets_at", Kind::Time, true, |c| {
-        times(c, |c| c.budget.map(|(_, u, _)| u.window_end))
+        times(c, |c| c.controls().budget.map(|(_, u, _)| u.window_end))
     }),
     ("budget_overrun", Kind::U64, true, |c| {
-        u64s(c, |c| c.budget.map(|_| c.budget_overrun))
+        u64s(c, |c| {
+            c.controls().budget.map(|_| c.controls().budget_overrun)
+        })
     }),
     ("burst_budget", Kind::Text, true, |c| {
-        texts(c, |c| c.burst_budget.map(|(b, _)| b))
+        texts(c, |c| c.controls().burst_budget.map(|(b, _)| b))
     }),
     ("burst_spent_ms", Kind::U64, true, |c| {
-        u64s(c, |c| c.burst_budget.map(|(_, u)| u.used))
+        u64s(c, |c| c.controls().burst_budget.map(|(_, u)| u.used))
     }),
     ("burst_left_ms", Kind::U64, true, |c| {
         u64s(c, |c| {
-            c.burst_budget
+            c.controls()
+                .burst_budget
                 .map(|(b, u)| b.budget.amount.get().saturating_sub(u.used))
         })
     }),
