@@ -34,7 +34,7 @@ use super::pattern::{Level, RulePattern};
 use super::priority::Priority;
 use super::quota::{Budget, Measure, Quota, QuotaUse};
 use super::rate::{Bucket, RateLimit};
-use super::rules::{Limit, RuleBook, ShadowRule};
+use super::rules::{Limit, RuleBook};
 use super::scope::{LimitKey, Scope};
 use bounds::Bounds;
 pub use bounds::ShadowCounts;
@@ -42,7 +42,7 @@ pub use crowd::{Arrival, Crowding, Named, Verdict};
 pub use quotas::{IdleBound, Reserved};
 pub use sums::{FlowSums, RuleSums, ShadowSums};
 pub use tally::{Tally, WAIT_BUCKETS, WaitHistogram};
-pub use view::CounterPage;
+pub use view::{CounterControls, CounterPage, CounterSnapshot};
 use waits::WaitList;
 pub use waits::{MAX_WEIGHT, PRIORITY_STEP, Ticket};
 
@@ -467,101 +467,6 @@ struct NodeRef<'a> {
 impl Equivalent<NodeKey> for NodeRef<'_> {
     fn equivalent(&self, key: &NodeKey) -> bool {
         self.parent == key.parent && *self.name == *key.name
-    }
-}
-
-/// A counter as introspection shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CounterSnapshot {
-    /// Its level.
-    pub level: Level,
-    /// The scope.
-    pub scope: String,
-    /// L1 name at L1 and L2.
-    pub l1: Option<String>,
-    /// L2 name at L2.
-    pub l2: Option<String>,
-    /// Running invocations counted here.
-    pub usage: u32,
-    /// The limit in force.
-    pub limit: Limit,
-    /// The rule that set it.
-    pub rule: Option<Arc<RulePattern>>,
-    /// Free slots (`u32::MAX` when unlimited).
-    pub available: u32,
-    /// Waiters parked here (for a slot or a token).
-    pub waiters: usize,
-    /// Entries waiting in queues under it.
-    pub queued: u32,
-    /// Its share among its siblings.
-    pub weight: u32,
-    /// What its rule sets beyond a concurrency limit and a weight, and what it used of it;
-    /// `None` when that is nothing. Boxed: most of a million keys' counters have none, and a
-    /// read of every counter then moves a third of the bytes ([`CounterSnapshot::controls`]
-    /// reads it either way).
-    pub controls: Option<Box<CounterControls>>,
-}
-
-/// A counter's controls beyond a concurrency limit and a weight, as introspection shows them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CounterControls {
-    /// Its rule's `max-queued`.
-    pub max_queued: Option<u32>,
-    /// Its rule's `max_wait`, ms.
-    pub max_wait_ms: Option<u64>,
-    /// Set when its limit adapts: the bounds it moves within (`limit` is where it is now).
-    pub adaptive: Option<(u32, u32)>,
-    /// Set when its limit is burstable: the slots guaranteed (`limit` is the most it may
-    /// borrow up to; usage beyond this is borrowed).
-    pub guaranteed: Option<u32>,
-    /// Its rule's quota and what it used in the current window.
-    pub quota: Option<(Quota, QuotaUse)>,
-    /// Its rule's budget, what its calls spent in the current window, and what the calls
-    /// running hold reserved.
-    pub budget: Option<(Budget, QuotaUse, u64)>,
-    /// Cost its calls reported past what one call may charge to its budget (its `reserve`,
-    /// else the budget), cut from their charges, since the counter was made.
-    pub budget_overrun: u64,
-    /// Its rule's burst budget and the ms it has spent above its concurrency in the window
-    /// (its `limit` is raised while some is left).
-    pub burst_budget: Option<(crate::quota::BurstBudget, QuotaUse)>,
-    /// Its rate, if rate limited.
-    pub rate: Option<RateLimit>,
-    /// Tokens there now (rate limited counters).
-    pub tokens: Option<u32>,
-    /// When the next token is there, ms (rate limited counters out of tokens).
-    pub next_token_ms: Option<u64>,
-    /// The shadow rule evaluated here and what it would have done.
-    pub shadow: Option<(Arc<ShadowRule>, ShadowCounts)>,
-}
-
-impl CounterControls {
-    /// No control at all.
-    pub const NONE: CounterControls = CounterControls {
-        max_queued: None,
-        max_wait_ms: None,
-        adaptive: None,
-        guaranteed: None,
-        quota: None,
-        budget: None,
-        budget_overrun: 0,
-        burst_budget: None,
-        rate: None,
-        tokens: None,
-        next_token_ms: None,
-        shadow: None,
-    };
-
-    /// These controls as a snapshot keeps them: boxed, or `None` when there are none.
-    pub fn boxed(self) -> Option<Box<CounterControls>> {
-        (self != Self::NONE).then(|| Box::new(self))
-    }
-}
-
-impl CounterSnapshot {
-    /// Its controls ([`CounterControls::NONE`] when it has none).
-    pub fn controls(&self) -> &CounterControls {
-        self.controls.as_deref().unwrap_or(&CounterControls::NONE)
     }
 }
 

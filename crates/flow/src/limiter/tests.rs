@@ -1137,17 +1137,22 @@ fn an_unbounded_merge_keeps_the_largest_page_where_it_is_and_a_counter_without_c
     let p = path(&mut small, "b", None);
     small.count_queued(&p, true);
     let large = l.view(&b, 0, &ReadView::ALL);
-    let (kept, counted) = (large.counters.as_ptr(), large.counters.len());
-    let merged = CounterPage::merge([small.view(&b, 0, &ReadView::ALL), large], None);
-    assert_eq!((merged.total, merged.counters.len()), (102, 102));
-    assert!(
-        merged.counters.iter().take(counted).all(|c| c.scope == "a"),
-        "the largest page's counters first, as they were"
-    );
+    let kept = large.counters.as_ptr();
+    // Other partitions with none: the largest page is the merged one, not moved.
+    let none = Limiter::new().view(&b, 0, &ReadView::ALL);
+    let merged = CounterPage::merge([none, large], None);
+    assert_eq!((merged.total, merged.counters.len()), (101, 101));
     assert_eq!(
         merged.counters.as_ptr(),
         kept,
         "not moved into a new vector"
+    );
+    // With some: theirs follow it.
+    let merged = CounterPage::merge([small.view(&b, 0, &ReadView::ALL), merged], None);
+    assert_eq!((merged.total, merged.counters.len()), (102, 102));
+    assert!(
+        merged.counters.iter().take(101).all(|c| c.scope == "a"),
+        "the largest page's counters first, as they were"
     );
     // A concurrency limit and a weight are no controls to box; a queue bound is.
     assert!(merged.counters.iter().all(|c| c.controls.is_none()));

@@ -1,16 +1,113 @@
 //! Reads of the counters for people and scrapers: every one, or a bounded [`ReadView`] picked
 //! by the numbers the nodes hold (waiting, then running), a snapshot with owned names built
-//! only for those picked.
+//! only for those picked; and the snapshot itself.
 
 use std::cmp::Reverse;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use super::bounds::Shadow;
-use super::{CounterControls, CounterId, CounterSnapshot, Limiter, NodeRef};
-use crate::quota::Measure;
+use super::bounds::{Shadow, ShadowCounts};
+use super::{CounterId, Limit, Limiter, NodeRef};
+use crate::pattern::{Level, RulePattern};
+use crate::quota::{Budget, Measure, Quota, QuotaUse};
+use crate::rate::RateLimit;
 use crate::read_view::{ReadView, greatest};
-use crate::rules::RuleBook;
+use crate::rules::{RuleBook, ShadowRule};
+
+/// A counter as introspection shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    /// Its level.
+    pub level: Level,
+    /// The scope.
+    pub scope: String,
+    /// L1 name at L1 and L2.
+    pub l1: Option<String>,
+    /// L2 name at L2.
+    pub l2: Option<String>,
+    /// Running invocations counted here.
+    pub usage: u32,
+    /// The limit in force.
+    pub limit: Limit,
+    /// The rule that set it.
+    pub rule: Option<Arc<RulePattern>>,
+    /// Free slots (`u32::MAX` when unlimited).
+    pub available: u32,
+    /// Waiters parked here (for a slot or a token).
+    pub waiters: usize,
+    /// Entries waiting in queues under it.
+    pub queued: u32,
+    /// Its share among its siblings.
+    pub weight: u32,
+    /// What its rule sets beyond a concurrency limit and a weight, and what it used of it;
+    /// `None` when that is nothing. Boxed: most of a million keys' counters have none, and a
+    /// read of every counter then moves a third of the bytes ([`CounterSnapshot::controls`]
+    /// reads it either way).
+    pub controls: Option<Box<CounterControls>>,
+}
+
+/// A counter's controls beyond a concurrency limit and a weight, as introspection shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterControls {
+    /// Its rule's `max-queued`.
+    pub max_queued: Option<u32>,
+    /// Its rule's `max_wait`, ms.
+    pub max_wait_ms: Option<u64>,
+    /// Set when its limit adapts: the bounds it moves within (`limit` is where it is now).
+    pub adaptive: Option<(u32, u32)>,
+    /// Set when its limit is burstable: the slots guaranteed (`limit` is the most it may
+    /// borrow up to; usage beyond this is borrowed).
+    pub guaranteed: Option<u32>,
+    /// Its rule's quota and what it used in the current window.
+    pub quota: Option<(Quota, QuotaUse)>,
+    /// Its rule's budget, what its calls spent in the current window, and what the calls
+    /// running hold reserved.
+    pub budget: Option<(Budget, QuotaUse, u64)>,
+    /// Cost its calls reported past what one call may charge to its budget (its `reserve`,
+    /// else the budget), cut from their charges, since the counter was made.
+    pub budget_overrun: u64,
+    /// Its rule's burst budget and the ms it has spent above its concurrency in the window
+    /// (its `limit` is raised while some is left).
+    pub burst_budget: Option<(crate::quota::BurstBudget, QuotaUse)>,
+    /// Its rate, if rate limited.
+    pub rate: Option<RateLimit>,
+    /// Tokens there now (rate limited counters).
+    pub tokens: Option<u32>,
+    /// When the next token is there, ms (rate limited counters out of tokens).
+    pub next_token_ms: Option<u64>,
+    /// The shadow rule evaluated here and what it would have done.
+    pub shadow: Option<(Arc<ShadowRule>, ShadowCounts)>,
+}
+
+impl CounterControls {
+    /// No control at all.
+    pub const NONE: CounterControls = CounterControls {
+        max_queued: None,
+        max_wait_ms: None,
+        adaptive: None,
+        guaranteed: None,
+        quota: None,
+        budget: None,
+        budget_overrun: 0,
+        burst_budget: None,
+        rate: None,
+        tokens: None,
+        next_token_ms: None,
+        shadow: None,
+    };
+
+    /// These controls as a snapshot keeps them: boxed, or `None` when there are none.
+    pub fn boxed(self) -> Option<Box<CounterControls>> {
+        (self != Self::NONE).then(|| Box::new(self))
+    }
+}
+
+impl CounterSnapshot {
+    /// Its controls ([`CounterControls::NONE`] when it has none).
+    pub fn controls(&self) -> &CounterControls {
+        self.controls.as_deref().unwrap_or(&CounterControls::NONE)
+    }
+}
 
 /// What a view found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
