@@ -116,24 +116,7 @@ pub fn service_metadata(
     } else {
         invoker.inactivity_timeout
     };
-    let asked = service
-        .overrides
-        .journal_retention
-        .or(o.journal_retention.map(FriendlyDuration::from_millis))
-        .unwrap_or(day);
-    let max = config.worker.max_journal_retention;
-    let journal_retention = if asked.0 > max.0 { max } else { asked };
-    let info = (asked.0 > max.0)
-            .then(|| ServiceInfo {
-                code: Code::RT0022.to_string(),
-                message: format!(
-                    "journal_retention {asked} is longer than worker.max-journal-retention and was lowered to {max}"
-                ),
-            })
-            .into_iter()
-            .collect();
-    let defaults = &invoker.retry_policy;
-    let overrides = retry_overrides(o);
+    let (journal_retention, info) = journal_retention(service, o, config);
     ServiceMetadata {
         name: service.name.clone(),
         ty: service_type_name(service.ty).to_owned(),
@@ -171,28 +154,59 @@ pub fn service_metadata(
             invoker.abort_timeout,
         ),
         enable_lazy_state: o.enable_lazy_state.unwrap_or(false),
-        retry_policy: RetryPolicy {
-            initial_interval: overrides
-                .initial_interval
-                .or(Some(defaults.initial_interval.to_string())),
-            exponentiation_factor: overrides
-                .exponentiation_factor
-                .or(Some(defaults.exponentiation_factor)),
-            max_attempts: overrides
-                .max_attempts
-                .or(Some(u64::from(defaults.max_attempts.get()))),
-            max_interval: overrides
-                .max_interval
-                .or(Some(defaults.max_interval.to_string())),
-            on_max_attempts: overrides.on_max_attempts.or(Some(
-                match defaults.on_max_attempts {
-                    OnMaxAttempts::Pause => "Pause",
-                    OnMaxAttempts::Kill => "Kill",
-                }
-                .to_owned(),
-            )),
-        },
+        retry_policy: retry_policy(o, &invoker.retry_policy),
         info,
+    }
+}
+
+/// How long a service's journals are kept: what it asks (its override, its manifest, else a
+/// day), no longer than `worker.max-journal-retention`; when lowered, the info that says so.
+fn journal_retention(
+    service: &Service,
+    o: &Options,
+    config: &Config,
+) -> (FriendlyDuration, Vec<ServiceInfo>) {
+    let asked = service
+        .overrides
+        .journal_retention
+        .or(o.journal_retention.map(FriendlyDuration::from_millis))
+        .unwrap_or(FriendlyDuration::from_secs(86_400));
+    let max = config.worker.max_journal_retention;
+    if asked.0 <= max.0 {
+        return (asked, Vec::new());
+    }
+    let info = ServiceInfo {
+        code: Code::RT0022.to_string(),
+        message: format!(
+            "journal_retention {asked} is longer than worker.max-journal-retention and was lowered to {max}"
+        ),
+    };
+    (max, vec![info])
+}
+
+/// A service's retry policy: what its manifest sets, the invoker's `defaults` for the rest.
+fn retry_policy(o: &Options, defaults: &sluice_config::RetryPolicy) -> RetryPolicy {
+    let overrides = retry_overrides(o);
+    RetryPolicy {
+        initial_interval: overrides
+            .initial_interval
+            .or(Some(defaults.initial_interval.to_string())),
+        exponentiation_factor: overrides
+            .exponentiation_factor
+            .or(Some(defaults.exponentiation_factor)),
+        max_attempts: overrides
+            .max_attempts
+            .or(Some(u64::from(defaults.max_attempts.get()))),
+        max_interval: overrides
+            .max_interval
+            .or(Some(defaults.max_interval.to_string())),
+        on_max_attempts: overrides.on_max_attempts.or(Some(
+            match defaults.on_max_attempts {
+                OnMaxAttempts::Pause => "Pause",
+                OnMaxAttempts::Kill => "Kill",
+            }
+            .to_owned(),
+        )),
     }
 }
 

@@ -317,16 +317,13 @@ impl Backpressure {
     }
 }
 
-/// Consumes `sub` until `stop` changes.
-pub async fn run(
-    sub: Subscription,
-    properties: BTreeMap<String, String>,
-    runtime: Runtime,
-    paused: PausedPartitions,
+/// A consumer for `sub` on the cluster's `properties`: its own group unless it names one,
+/// offsets committed by hand, its lag kept in `lag`.
+fn consumer_of(
+    sub: &Subscription,
+    properties: &BTreeMap<String, String>,
     lag: Lag,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut backpressure = Backpressure::new(&sub, paused);
+) -> rdkafka::error::KafkaResult<StreamConsumer<LagContext>> {
     let mut config = ClientConfig::new();
     // A consumer killed with its process keeps its partitions until its session times out
     // (45 s by default): a shorter session lets a restarted Sluice resume sooner. The
@@ -334,7 +331,7 @@ pub async fn run(
     config
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "2000");
-    for (key, value) in &properties {
+    for (key, value) in properties {
         config.set(key, value);
     }
     let reset = sub
@@ -352,7 +349,20 @@ pub async fn run(
         .set("auto.offset.reset", reset);
     config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
     lag.store(-1, std::sync::atomic::Ordering::Relaxed);
-    let consumer: StreamConsumer<LagContext> = match config.create_with_context(LagContext(lag)) {
+    config.create_with_context(LagContext(lag))
+}
+
+/// Consumes `sub` until `stop` changes.
+pub async fn run(
+    sub: Subscription,
+    properties: BTreeMap<String, String>,
+    runtime: Runtime,
+    paused: PausedPartitions,
+    lag: Lag,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backpressure = Backpressure::new(&sub, paused);
+    let consumer = match consumer_of(&sub, &properties, lag) {
         Ok(consumer) => consumer,
         Err(e) => {
             tracing::error!(subscription = %sub.id, error = %e, "cannot create the Kafka consumer");

@@ -78,6 +78,59 @@ fn derive_uuid(caller: InvocationId, index: u32) -> u128 {
     hash
 }
 
+/// What a call or a one-way call command names, alike for both.
+struct CallParts<'a> {
+    scope: Option<&'a str>,
+    limit_key: Option<&'a str>,
+    idempotency_key: Option<&'a str>,
+    headers: &'a Vec<proto::Header>,
+    service: &'a String,
+    handler: &'a String,
+    key: &'a String,
+    parameter: &'a Bytes,
+    /// The notification that tells the caller the child's id.
+    notify: u32,
+    /// When a one-way call is to run, ms (0: now).
+    invoke_time: u64,
+    /// The completion a call's result goes to (none for a one-way call).
+    result: Option<u32>,
+}
+
+impl<'a> CallParts<'a> {
+    /// `None` for a message that is no call.
+    fn of(message: &'a Message) -> Option<Self> {
+        Some(match message {
+            Message::Call(c) => CallParts {
+                scope: c.scope.as_deref(),
+                limit_key: c.limit_key.as_deref(),
+                idempotency_key: c.idempotency_key.as_deref(),
+                headers: &c.headers,
+                service: &c.service_name,
+                handler: &c.handler_name,
+                key: &c.key,
+                parameter: &c.parameter,
+                notify: c.invocation_id_notification_idx,
+                invoke_time: 0,
+                result: Some(c.result_completion_id),
+            },
+            Message::OneWayCall(c) => CallParts {
+                scope: c.scope.as_deref(),
+                limit_key: c.limit_key.as_deref(),
+                idempotency_key: c.idempotency_key.as_deref(),
+                headers: &c.headers,
+                service: &c.service_name,
+                handler: &c.handler_name,
+                key: &c.key,
+                parameter: &c.parameter,
+                notify: c.invocation_id_notification_idx,
+                invoke_time: c.invoke_time,
+                result: None,
+            },
+            _ => return None,
+        })
+    }
+}
+
 /// The child a call command (at command index `index` of `caller`) creates, and the
 /// notification telling the caller its id. `None` for messages that are not calls.
 pub fn child_of(
@@ -89,21 +142,8 @@ pub fn child_of(
     now: u64,
 ) -> Option<Result<(Child, u32), CodedError>> {
     let caller = caller_record.id;
-    let (scope, limit_key, idempotency_key, headers) = match message {
-        Message::Call(c) => (
-            c.scope.as_deref(),
-            c.limit_key.as_deref(),
-            c.idempotency_key.as_deref(),
-            &c.headers,
-        ),
-        Message::OneWayCall(c) => (
-            c.scope.as_deref(),
-            c.limit_key.as_deref(),
-            c.idempotency_key.as_deref(),
-            &c.headers,
-        ),
-        _ => return None,
-    };
+    let call = CallParts::of(message)?;
+    let (headers, idempotency_key) = (call.headers, call.idempotency_key);
     // V6 commands have no fields for them: their headers carry them (the fields win).
     let header = |name: &str| {
         headers
@@ -111,7 +151,7 @@ pub fn child_of(
             .find(|h| h.key.eq_ignore_ascii_case(name))
             .map(|h| h.value.as_str())
     };
-    let (scope, limit_key) = match (scope, limit_key) {
+    let (scope, limit_key) = match (call.scope, call.limit_key) {
         (None, None) => (
             header(sluice_flow::SCOPE_HEADER),
             header(sluice_flow::LIMIT_KEY_HEADER),
@@ -131,29 +171,8 @@ pub fn child_of(
         Ok(classified) => classified,
         Err(e) => return Some(Err(e)),
     };
-    let (service, handler, key, parameter, headers, notify, invoke_time, result) = match message {
-        Message::Call(c) => (
-            &c.service_name,
-            &c.handler_name,
-            &c.key,
-            &c.parameter,
-            &c.headers,
-            c.invocation_id_notification_idx,
-            0,
-            Some(c.result_completion_id),
-        ),
-        Message::OneWayCall(c) => (
-            &c.service_name,
-            &c.handler_name,
-            &c.key,
-            &c.parameter,
-            &c.headers,
-            c.invocation_id_notification_idx,
-            c.invoke_time,
-            None,
-        ),
-        _ => return None,
-    };
+    let (service, handler, key, parameter) = (call.service, call.handler, call.key, call.parameter);
+    let (notify, invoke_time, result) = (call.notify, call.invoke_time, call.result);
     let headers_named = headers.iter().map(|h| (h.key.as_str(), h.value.as_str()));
     let priority = match Priority::from_headers(headers_named) {
         Ok(priority) => priority,
