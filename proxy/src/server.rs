@@ -41,18 +41,7 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
     server.bootstrap();
 
     let rules = Arc::new(Rules::load(Arc::clone(&core.store))?);
-    // A bulk cancel this node was running when it stopped runs no more: its record says so.
-    let interrupted = sluice_store::operations::interrupt_bulk_cancels(
-        &core.store,
-        &config.cluster.node_id,
-        sluice_core::clock::now_ms(),
-    )?;
-    if interrupted > 0 {
-        tracing::warn!(
-            interrupted,
-            "bulk cancels this node ran when it stopped are recorded as interrupted; what they canceled stays canceled"
-        );
-    }
+    interrupt_bulk_cancels(&core.store, &config)?;
     let node = Node {
         config: Arc::clone(&config),
         store: Arc::clone(&core.store),
@@ -115,22 +104,44 @@ pub fn serve(config: Config) -> Result<(), CodedError> {
         "sluice is ready"
     );
     server.run(RunArgs {
-        shutdown_signal: Box::new(SignalWatch {
-            health: Arc::clone(core.store.health()),
-            failure_exit_delay: config.failure_exit_delay.0,
-            signals,
-            hand_on: core.cluster.as_ref().map(|cluster| {
-                let within = config
-                    .cluster
-                    .session_timeout
-                    .0
-                    .min(config.shutdown_grace_period.0);
-                (Arc::clone(cluster), within)
-            }),
-        }),
+        shutdown_signal: Box::new(signal_watch(&core, &config, signals)),
     });
     // Only reached when pingora's backstop fired before the drain finished.
     core.store.close();
+    Ok(())
+}
+
+/// What ends the server: a signal (in cluster mode after the node's partitions are handed on,
+/// within its session timeout and grace period), or a failure after `failure-exit-delay`.
+fn signal_watch(core: &Core, config: &Config, signals: Signals) -> SignalWatch {
+    SignalWatch {
+        health: Arc::clone(core.store.health()),
+        failure_exit_delay: config.failure_exit_delay.0,
+        signals,
+        hand_on: core.cluster.as_ref().map(|cluster| {
+            let within = config
+                .cluster
+                .session_timeout
+                .0
+                .min(config.shutdown_grace_period.0);
+            (Arc::clone(cluster), within)
+        }),
+    }
+}
+
+/// A bulk cancel this node was running when it stopped runs no more: its record says so.
+fn interrupt_bulk_cancels(store: &Store, config: &Config) -> Result<(), CodedError> {
+    let interrupted = sluice_store::operations::interrupt_bulk_cancels(
+        store,
+        &config.cluster.node_id,
+        sluice_core::clock::now_ms(),
+    )?;
+    if interrupted > 0 {
+        tracing::warn!(
+            interrupted,
+            "bulk cancels this node ran when it stopped are recorded as interrupted; what they canceled stays canceled"
+        );
+    }
     Ok(())
 }
 
