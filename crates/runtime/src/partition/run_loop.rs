@@ -353,108 +353,115 @@ impl Partition {
     }
 
     pub(super) fn run_effect(&mut self, effect: Effect) {
-        {
-            match effect {
-                Effect::Ack(reply, created) => {
-                    let _ = reply.send(Ok(created));
-                }
-                Effect::Child(child) => {
-                    let id = child.record.id;
-                    let event = Event::Submit {
-                        record: Box::new(child.record),
-                        input: child.input,
+        match effect {
+            Effect::Ack(reply, created) => {
+                let _ = reply.send(Ok(created));
+            }
+            Effect::Child(child) => {
+                let id = child.record.id;
+                let event = Event::Submit {
+                    record: Box::new(child.record),
+                    input: child.input,
+                    reply: None,
+                    call: None,
+                };
+                self.outside.driver.post(id, event);
+            }
+            Effect::Signal(signal) => {
+                let target = signal.target;
+                self.outside.driver.post(
+                    target,
+                    Event::Signal {
+                        signal,
                         reply: None,
-                        call: None,
-                    };
-                    self.outside.driver.post(id, event);
-                }
-                Effect::Signal(signal) => {
-                    let target = signal.target;
-                    self.outside.driver.post(
-                        target,
-                        Event::Signal {
-                            signal,
-                            reply: None,
-                        },
-                    );
-                }
-                Effect::Answer(answer) => answer.send(),
-                Effect::PauseQueue(key, pause) => {
-                    let now = self.outside.driver.now_ms();
-                    if pause {
-                        self.admission.scheduler.pause(&key, now);
-                    } else {
-                        self.admission.scheduler.resume(&key, now);
-                    }
-                    self.dispatch();
-                }
-                Effect::ResetQuota(measure, pattern, reply) => {
-                    let reset = self.admission.scheduler.reset_uses(
-                        measure,
-                        &pattern,
-                        self.outside.driver.now_ms(),
-                    );
-                    let _ = reply.send(reset as u64);
-                    self.dispatch();
-                }
-                Effect::Settle(id) => self.settle(id),
-                Effect::UncachePromise(key) => self.uncache_promise(&key),
-                Effect::Evict(id) => {
-                    // Its slots and lock go back first (settling twice is harmless).
-                    self.settle(id);
-                    if let Some(live) = self.live.get(&id)
-                        && live.record().status == Status::Completed
-                        && live.waiters.is_empty()
-                    {
-                        let entry = live.entry;
-                        self.live.remove(&id);
-                        self.entries.remove(entry);
-                    }
-                }
-                Effect::Forward(id, op) => {
-                    // Nobody waits for this answer.
-                    let (reply, _) = oneshot::channel();
-                    self.outside
-                        .driver
-                        .post(id, Event::Control { id, op, reply });
-                }
-                Effect::CallResult(caller, outcome) => self.outside.driver.post(
-                    caller.id,
-                    Event::CallResult {
-                        id: caller.id,
-                        completion: caller.completion,
-                        outcome,
                     },
-                ),
-                Effect::Notify(waiters, outcome) => {
-                    for waiter in waiters {
-                        let _ = waiter.send(outcome.clone());
-                    }
-                }
-                Effect::Attempt(id) => {
-                    // A delayed send whose time came went back to rest until this commit.
-                    self.rouse(id);
-                    self.enqueue(id);
-                }
-                Effect::Deliver(id, attempt, bytes) => {
-                    if let Some(live) = self.live.get_mut(&id)
-                        && live.attempt == attempt
-                        && let Some(running) = live.attempt_mut()
-                        && let Some(outbound) = &running.outbound
-                    {
-                        // A closed body is fine: the entry is journaled and replayed.
-                        let _ = outbound.send(bytes);
-                    }
-                }
-                Effect::WakeAt(id, at_ms, completion) => {
-                    if completion.is_none() {
-                        // A delayed send waits for its time at rest, its input only in the
-                        // store: it is committed by now, so it can be read back.
-                        self.resting.note_queued(id);
-                    }
-                    self.wakes.push(Reverse((at_ms, id, completion)));
+                );
+            }
+            Effect::Answer(answer) => answer.send(),
+            Effect::PauseQueue(key, pause) => self.pause_queue(&key, pause),
+            Effect::ResetQuota(measure, pattern, reply) => {
+                let reset = self.admission.scheduler.reset_uses(
+                    measure,
+                    &pattern,
+                    self.outside.driver.now_ms(),
+                );
+                let _ = reply.send(reset as u64);
+                self.dispatch();
+            }
+            Effect::Settle(id) => self.settle(id),
+            Effect::UncachePromise(key) => self.uncache_promise(&key),
+            Effect::Evict(id) => self.evict(id),
+            Effect::Forward(id, op) => {
+                // Nobody waits for this answer.
+                let (reply, _) = oneshot::channel();
+                self.outside
+                    .driver
+                    .post(id, Event::Control { id, op, reply });
+            }
+            Effect::CallResult(caller, outcome) => self.outside.driver.post(
+                caller.id,
+                Event::CallResult {
+                    id: caller.id,
+                    completion: caller.completion,
+                    outcome,
+                },
+            ),
+            Effect::Notify(waiters, outcome) => {
+                for waiter in waiters {
+                    let _ = waiter.send(outcome.clone());
                 }
             }
+            Effect::Attempt(id) => {
+                // A delayed send whose time came went back to rest until this commit.
+                self.rouse(id);
+                self.enqueue(id);
+            }
+            Effect::Deliver(id, attempt, bytes) => self.deliver(id, attempt, bytes),
+            Effect::WakeAt(id, at_ms, completion) => {
+                if completion.is_none() {
+                    // A delayed send waits for its time at rest, its input only in the
+                    // store: it is committed by now, so it can be read back.
+                    self.resting.note_queued(id);
+                }
+                self.wakes.push(Reverse((at_ms, id, completion)));
+            }
+        }
+    }
+
+    /// A queue's pause (or resume) is stored: the scheduler follows.
+    fn pause_queue(&mut self, key: &sluice_flow::scheduler::QueueKey, pause: bool) {
+        let now = self.outside.driver.now_ms();
+        if pause {
+            self.admission.scheduler.pause(key, now);
+        } else {
+            self.admission.scheduler.resume(key, now);
+        }
+        self.dispatch();
+    }
+
+    /// A completed invocation leaves memory (the store keeps it) once nobody waits on it.
+    fn evict(&mut self, id: sluice_core::ids::InvocationId) {
+        // Its slots and lock go back first (settling twice is harmless).
+        self.settle(id);
+        if let Some(live) = self.live.get(&id)
+            && live.record().status == Status::Completed
+            && live.waiters.is_empty()
+        {
+            let entry = live.entry;
+            self.live.remove(&id);
+            self.entries.remove(entry);
+        }
+    }
+
+    /// Bytes for the open request body of attempt `attempt` of `id`, if it still runs.
+    fn deliver(&mut self, id: sluice_core::ids::InvocationId, attempt: u32, bytes: bytes::Bytes) {
+        if let Some(live) = self.live.get_mut(&id)
+            && live.attempt == attempt
+            && let Some(running) = live.attempt_mut()
+            && let Some(outbound) = &running.outbound
+        {
+            // A closed body is fine: the entry is journaled and replayed.
+            let _ = outbound.send(bytes);
         }
     }
 }
