@@ -143,10 +143,9 @@ pub fn child_of(
 ) -> Option<Result<(Child, u32), CodedError>> {
     let caller = caller_record.id;
     let call = CallParts::of(message)?;
-    let (headers, idempotency_key) = (call.headers, call.idempotency_key);
     // V6 commands have no fields for them: their headers carry them (the fields win).
     let header = |name: &str| {
-        headers
+        call.headers
             .iter()
             .find(|h| h.key.eq_ignore_ascii_case(name))
             .map(|h| h.value.as_str())
@@ -158,7 +157,7 @@ pub fn child_of(
         ),
         named => named,
     };
-    if idempotency_key == Some("") {
+    if call.idempotency_key == Some("") {
         return Some(Err(CodedError::new(
             Code::RT0017,
             "a call carries an empty idempotency key: give it a non-empty key, or none",
@@ -171,50 +170,53 @@ pub fn child_of(
         Ok(classified) => classified,
         Err(e) => return Some(Err(e)),
     };
-    let (service, handler, key, parameter) = (call.service, call.handler, call.key, call.parameter);
-    let (notify, invoke_time, result) = (call.notify, call.invoke_time, call.result);
-    let headers_named = headers.iter().map(|h| (h.key.as_str(), h.value.as_str()));
+    let headers_named = call
+        .headers
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()));
     let priority = match Priority::from_headers(headers_named) {
         Ok(priority) => priority,
         Err(e) => return Some(Err(CodedError::new(Code::RT0024, e.to_string()))),
     };
-    Some(resolve(registry, service, handler, key).map(|target| {
-        // With an idempotency key the child is whichever invocation that key names (another
-        // caller may have started it); without, one derived from this command.
-        let (identity, retention) = match idempotency_key {
-            Some(ik) => (
-                Identity::Idempotent(ik.to_owned()),
-                Some(registry.idempotency_retention(&target.service, &target.handler)),
-            ),
-            None => (
-                Identity::Derived {
-                    uuid: derive_uuid(caller, index),
-                    partition: None,
-                },
-                None,
-            ),
-        };
-        let mut new = NewInvocation::new(target, identity)
-            .in_scope(scope, limit_key)
-            .with_priority(priority)
-            .with_trace(crate::spans::trace_for_child(caller_record));
-        new.retention = retention;
-        new.caller = result.map(|completion| Caller {
-            id: caller,
-            completion,
-        });
-        new.run_at_ms = (invoke_time > now).then_some(invoke_time);
-        let record = new.into_record(now);
-        let input = Message::Input(proto::InputCommandMessage {
-            headers: headers.clone(),
-            value: Some(proto::Value {
-                content: Bytes::clone(parameter),
-            }),
-            name: String::new(),
-        })
-        .to_frame(false);
-        (Child { record, input }, notify)
-    }))
+    Some(
+        resolve(registry, call.service, call.handler, call.key).map(|target| {
+            // With an idempotency key the child is whichever invocation that key names (another
+            // caller may have started it); without, one derived from this command.
+            let (identity, retention) = match call.idempotency_key {
+                Some(ik) => (
+                    Identity::Idempotent(ik.to_owned()),
+                    Some(registry.idempotency_retention(&target.service, &target.handler)),
+                ),
+                None => (
+                    Identity::Derived {
+                        uuid: derive_uuid(caller, index),
+                        partition: None,
+                    },
+                    None,
+                ),
+            };
+            let mut new = NewInvocation::new(target, identity)
+                .in_scope(scope, limit_key)
+                .with_priority(priority)
+                .with_trace(crate::spans::trace_for_child(caller_record));
+            new.retention = retention;
+            new.caller = call.result.map(|completion| Caller {
+                id: caller,
+                completion,
+            });
+            new.run_at_ms = (call.invoke_time > now).then_some(call.invoke_time);
+            let record = new.into_record(now);
+            let input = Message::Input(proto::InputCommandMessage {
+                headers: call.headers.clone(),
+                value: Some(proto::Value {
+                    content: Bytes::clone(call.parameter),
+                }),
+                name: String::new(),
+            })
+            .to_frame(false);
+            (Child { record, input }, call.notify)
+        }),
+    )
 }
 
 /// The scope and limit key a call runs under: what the handler named, or, when it named no
