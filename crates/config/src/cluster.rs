@@ -18,6 +18,20 @@ pub enum ClusterMode {
     Kafka,
 }
 
+/// What sends a partition leader's records to the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogProducer {
+    /// The shard that leads the partition, over its own connection to the broker: one request
+    /// per loop turn for all of its partitions, no client thread in between. Used only while
+    /// the cluster's connections are plaintext (no `security.protocol`, `sasl.*` or `ssl.*`
+    /// in `cluster.properties`); otherwise the node uses `librdkafka`.
+    #[default]
+    Shard,
+    /// librdkafka's idempotent producer (its broker threads send, its polling thread reports).
+    Librdkafka,
+}
+
 /// The cluster this node joins.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -43,6 +57,8 @@ pub struct ClusterConfig {
     /// Records a partition's leader may have sent to the log and not yet seen confirmed
     /// (1 to 5: Kafka's idempotent producer keeps a partition's order for up to five).
     pub records_in_flight: u32,
+    /// What sends a leader's records to the log: `shard` (default) or `librdkafka`.
+    pub log_producer: LogProducer,
     /// How long a record may take to be stored by the brokers (`acks=all`) before the write
     /// fails: the calls it carries are answered `CLU0001` and the leader steps down. Long
     /// enough to ride out a broker's leader election.
@@ -90,6 +106,7 @@ impl Default for ClusterConfig {
             replication_factor: 3,
             max_record_bytes: ByteSize::mib(8),
             records_in_flight: 4,
+            log_producer: LogProducer::Shard,
             write_timeout: FriendlyDuration::from_secs(30),
             snapshot_interval: FriendlyDuration::from_secs(600),
             snapshot_full_every: 10,

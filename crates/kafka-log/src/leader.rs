@@ -10,9 +10,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureRecord, Producer};
 use tokio::sync::watch;
 
+use super::link::{Landing, Link, Target};
 use super::{Shared, lock};
 use sluice_core::errors::{Code, CodedError};
 use sluice_core::ids::InvocationId;
@@ -152,7 +153,7 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
         lead.clone(),
         changes,
     ));
-    let log = KafkaLog::new(Arc::clone(&shared), p);
+    let log = KafkaLog::leading(Arc::clone(&shared), p);
     let mut leading = Leading::new(p, pipeline, staged, log, shared.settings.max_record / 2);
     let mut stores = tokio::task::JoinSet::new();
     let stepped_down = async { drop(lead.wait_for(Option::is_none).await) };
@@ -173,44 +174,96 @@ async fn lead(shared: Arc<Shared>, p: u32, leader: Leader, next: i64, staged: St
     lock(&shared.rewinds).push(p);
 }
 
-/// Partition `p` of the log topic as a [`PartitionLog`]: a record is confirmed once Kafka's
-/// idempotent producer (`acks=all`) stored it, at the offset Kafka answers. The producer keeps
-/// the records of one partition in the order they were handed to it.
+/// Partition `p` of the log topic as a [`PartitionLog`]: a record is confirmed once the brokers
+/// stored it (`acks=all`), at the offset they answer. It goes out either through this shard's
+/// own link to the partition's broker (`link.rs`, `cluster.log-producer = "shard"`) or through
+/// librdkafka's idempotent producer; both keep the records of one partition in the order they
+/// were handed over.
 struct KafkaLog {
     shared: Arc<Shared>,
     partition: u32,
-    /// The producer's answers for the records in flight, oldest first, each with when it is
-    /// due (`cluster.write-timeout` after it was handed over).
-    deliveries: VecDeque<(DeliveryFuture, tokio::time::Instant)>,
+    /// Records go out through this thread's link to the partition's broker.
+    shard_links: bool,
+    /// The link this log's records go out on: kept while any record on it waits for its
+    /// answer (a new link could not keep their order), renewed once none does and it ended.
+    link: Option<Arc<Link>>,
+    /// The answers for the records in flight, oldest first, each with when it is due
+    /// (`cluster.write-timeout` after it was handed over).
+    deliveries: VecDeque<(Delivery, tokio::time::Instant)>,
     /// Wakes the confirmation at the oldest record's due time: the producer's own timeout
     /// (`message.timeout.ms`) is checked about once a second and may answer late behind a
     /// queue of retries, while a caller was promised an answer by the write timeout.
     due: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
+/// The answer a record in flight waits for.
+enum Delivery {
+    Librdkafka(DeliveryFuture),
+    Link(tokio::sync::oneshot::Receiver<Landing>),
+}
+
 impl KafkaLog {
+    /// Through librdkafka's producer (a takeover's epoch record).
     fn new(shared: Arc<Shared>, partition: u32) -> Self {
         Self {
             shared,
             partition,
+            shard_links: false,
+            link: None,
             deliveries: VecDeque::new(),
             due: None,
         }
+    }
+
+    /// A leader's log: through the shard's own link when the settings allow it.
+    fn leading(shared: Arc<Shared>, partition: u32) -> Self {
+        let shard_links = shared.settings.shard_links;
+        Self {
+            shard_links,
+            ..Self::new(shared, partition)
+        }
+    }
+
+    /// The link to send the next record on (see [`KafkaLog::link`]).
+    async fn link(&mut self) -> Result<Arc<Link>, CodedError> {
+        if let Some(link) = &self.link
+            && (!link.is_dead() || !self.deliveries.is_empty())
+        {
+            return Ok(Arc::clone(link));
+        }
+        let settings = &self.shared.settings;
+        let target = Target {
+            addr: broker_of(&self.shared, self.partition).await?,
+            topic: settings.log_topic.clone(),
+            timeout: settings.write_timeout,
+            idle: super::link::IDLE,
+        };
+        let link = Link::to(&target);
+        self.link = Some(Arc::clone(&link));
+        Ok(link)
     }
 }
 
 impl PartitionLog for KafkaLog {
     /// A full local queue is waited out (a bounded while), never skipped.
     async fn append(&mut self, record: &[u8]) -> Result<(), CodedError> {
+        let deadline = tokio::time::Instant::now() + self.shared.settings.write_timeout;
+        if self.shard_links {
+            let link = self.link().await?;
+            let answer = link.send(self.partition as i32, record);
+            self.deliveries
+                .push_back((Delivery::Link(answer), deadline));
+            return Ok(());
+        }
         let (shared, p) = (&self.shared, self.partition);
-        let deadline = tokio::time::Instant::now() + shared.settings.write_timeout;
         loop {
             let to = FutureRecord::<(), [u8]>::to(&shared.settings.log_topic)
                 .partition(p as i32)
                 .payload(record);
             match shared.producer.send_result(to) {
                 Ok(delivery) => {
-                    self.deliveries.push_back((delivery, deadline));
+                    self.deliveries
+                        .push_back((Delivery::Librdkafka(delivery), deadline));
                     return Ok(());
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
@@ -232,9 +285,21 @@ impl PartitionLog for KafkaLog {
             )));
         };
         let due = *due;
-        if let Poll::Ready(delivered) = Pin::new(front).poll(cx) {
+        let answered = match front {
+            Delivery::Librdkafka(delivery) => {
+                Pin::new(delivery).poll(cx).map(|done| offset_of(p, done))
+            }
+            Delivery::Link(answer) => Pin::new(answer).poll(cx).map(|done| {
+                done.unwrap_or_else(|_| Err(lost(p, "the broker link stopped before answering")))
+            }),
+        };
+        if let Poll::Ready(landed) = answered {
             self.deliveries.pop_front();
-            return Poll::Ready(offset_of(p, delivered).and_then(|at| {
+            if landed.is_err() {
+                // Where the partition's broker is may have changed: asked again next time.
+                *lock(&self.shared.routes) = None;
+            }
+            return Poll::Ready(landed.and_then(|at| {
                 u64::try_from(at).map_err(|_| lost(p, "the log answered a negative offset"))
             }));
         }
@@ -265,6 +330,74 @@ impl PartitionLog for KafkaLog {
     fn release(&mut self, _: u64) -> Result<(), CodedError> {
         Ok(())
     }
+}
+
+/// The broker (`host:port`) that leads partition `p` of the log, as the brokers last said.
+async fn broker_of(shared: &Arc<Shared>, p: u32) -> Result<String, CodedError> {
+    let cached = lock(&shared.routes).clone();
+    let routes = match cached {
+        Some(routes) => routes,
+        None => {
+            let asking = Arc::clone(shared);
+            let routes = tokio::task::spawn_blocking(move || routes_of(&asking))
+                .await
+                .map_err(|_| lost(p, "asking the brokers where the log is stopped"))??;
+            let routes = Arc::new(routes);
+            *lock(&shared.routes) = Some(Arc::clone(&routes));
+            routes
+        }
+    };
+    routes
+        .get(p as usize)
+        .cloned()
+        .flatten()
+        .ok_or_else(|| lost(p, "no broker leads its log partition now"))
+}
+
+/// Which broker leads each partition of the log (`None`: none now), from the brokers' metadata.
+fn routes_of(shared: &Shared) -> Result<Vec<Option<String>>, CodedError> {
+    let settings = &shared.settings;
+    let timeout = settings.write_timeout.min(super::METADATA_TIMEOUT);
+    let metadata = shared
+        .producer
+        .client()
+        .fetch_metadata(Some(&settings.log_topic), timeout)
+        .map_err(|e| {
+            CodedError::new(
+                Code::CLU0001,
+                format!("cannot ask the brokers which of them leads the log's partitions: {e}"),
+            )
+        })?;
+    let brokers: std::collections::HashMap<i32, String> = metadata
+        .brokers()
+        .iter()
+        .map(|b| {
+            let host = b.host();
+            let addr = if host.contains(':') {
+                format!("[{host}]:{}", b.port())
+            } else {
+                format!("{host}:{}", b.port())
+            };
+            (b.id(), addr)
+        })
+        .collect();
+    let mut routes = vec![None; settings.partitions as usize];
+    if let Some(topic) = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == settings.log_topic)
+    {
+        for part in topic.partitions() {
+            if let Some(route) = usize::try_from(part.id())
+                .ok()
+                .and_then(|i| routes.get_mut(i))
+                && part.error().is_none()
+            {
+                *route = brokers.get(&part.leader()).cloned();
+            }
+        }
+    }
+    Ok(routes)
 }
 
 /// Where a delivered record landed, or why it did not.

@@ -9,12 +9,14 @@ mod epochs;
 mod group;
 mod inbox;
 mod leader;
+mod link;
 mod membership;
 mod meta;
 mod meta_chunks;
 mod reader;
 mod snapshots;
 mod topics;
+mod wire;
 
 use topics::batch_size;
 
@@ -75,6 +77,9 @@ struct Shared {
     /// The partitions this node keeps in its store (`None`: every one, until the membership
     /// knows; `assignment.rs`).
     held: watch::Sender<Option<BTreeSet<u32>>>,
+    /// Which broker leads each partition of the log, for the leaders' own links (`link.rs`):
+    /// asked of the brokers when first needed and again after a link's error.
+    routes: Mutex<Option<Arc<Vec<Option<String>>>>>,
     /// The node is stopping: it leaves the group so the others take its partitions over while
     /// it still answers (and forwards) requests ([`Cluster::hand_on`]).
     leaving: std::sync::atomic::AtomicBool,
@@ -100,6 +105,9 @@ struct Settings {
     partitions: u32,
     max_record: usize,
     records_in_flight: usize,
+    /// Whether the shards send their leaders' records themselves (`link.rs`): asked for by
+    /// `cluster.log-producer = "shard"`, and only over plaintext connections.
+    shard_links: bool,
     client: ClientConfig,
     session_timeout: Duration,
     /// `cluster.write-timeout`: how long the producer tries to store a record.
@@ -172,6 +180,7 @@ impl Cluster {
             runtime: runtime.clone(),
             posts_retrying: Arc::default(),
             held: watch::channel(None).0,
+            routes: Mutex::new(None),
             epochs_read: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
         });
@@ -402,6 +411,8 @@ impl Settings {
             partitions,
             max_record: cluster.max_record_bytes.as_usize(),
             records_in_flight: cluster.records_in_flight as usize,
+            shard_links: cluster.log_producer == sluice_config::cluster::LogProducer::Shard
+                && plaintext(&cluster.properties),
             client,
             session_timeout: cluster.session_timeout.0,
             write_timeout: cluster.write_timeout.0,
@@ -498,6 +509,18 @@ fn advertised(scheme: &str, bind: std::net::SocketAddr, host: &str) -> String {
     }
 }
 
+/// Whether the cluster's connections, as `properties` set them, are plaintext: what a leader's
+/// own link to a broker speaks (`link.rs`). TLS and SASL stay with librdkafka.
+fn plaintext(properties: &std::collections::BTreeMap<String, String>) -> bool {
+    properties.iter().all(|(key, value)| {
+        let key = key.to_ascii_lowercase();
+        if key == "security.protocol" {
+            return value.eq_ignore_ascii_case("plaintext");
+        }
+        !(key.starts_with("ssl.") || key.starts_with("sasl."))
+    })
+}
+
 /// Deletes partition `p` of `topic` before `offset` (DeleteRecords): what the node no longer
 /// needs of it. Why not, when the brokers refused.
 async fn delete_before(shared: &Shared, topic: &str, p: u32, offset: i64) -> Result<(), String> {
@@ -548,6 +571,26 @@ impl std::fmt::Debug for Cluster {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_plaintext_properties_leave_the_log_to_the_shards_links() {
+        use super::plaintext;
+        let of = |pairs: &[(&str, &str)]| {
+            plaintext(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        assert!(of(&[]));
+        assert!(of(&[("socket.timeout.ms", "5000")]));
+        assert!(of(&[("security.protocol", "PLAINTEXT")]));
+        assert!(!of(&[("security.protocol", "SSL")]));
+        assert!(!of(&[("security.protocol", "sasl_plaintext")]));
+        assert!(!of(&[("sasl.mechanism", "PLAIN")]));
+        assert!(!of(&[("SSL.CA.LOCATION", "/ca.pem")]));
+    }
+
     #[test]
     fn wildcard_binds_advertise_the_node_and_tls_its_scheme() {
         use super::advertised;
