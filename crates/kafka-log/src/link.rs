@@ -308,6 +308,11 @@ async fn read_loop(
     let mut pending = std::collections::VecDeque::<Sent>::new();
     let mut buf = Vec::with_capacity(4096);
     loop {
+        // Every request is handed over before it is written, so the request an answer read
+        // so far belongs to is in the channel by now.
+        while let Ok(sent) = sent_rx.try_recv() {
+            pending.push_back(sent);
+        }
         while let Some(frame) = take_frame(&mut buf, addr)? {
             let Some(sent) = pending.pop_front() else {
                 return Err(failed(addr, "an answer came for no request"));
@@ -318,6 +323,7 @@ async fn read_loop(
         let due = pending.front().map(|sent| sent.due);
         buf.reserve(4096);
         tokio::select! {
+            biased;
             sent = sent_rx.recv() => match sent {
                 Some(sent) => pending.push_back(sent),
                 None => return Err(failed(addr, "the link's sender stopped")),
@@ -581,6 +587,29 @@ mod tests {
             values(b),
             [(0, "b0"), (1, "b1"), (2, "b2")].map(|(o, v)| (o, v.to_string()))
         );
+    }
+
+    #[tokio::test]
+    async fn many_requests_in_flight_at_once_are_each_answered_in_order() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("log", 3, 1).unwrap();
+        let link = Link::to(&target(cluster.bootstrap_servers()));
+        // Each turn's records go out as a request of their own, without waiting for the
+        // answers of the turns before.
+        let mut answers = Vec::new();
+        for turn in 0..300i64 {
+            answers.push((turn, link.send((turn % 3) as i32, b"r")));
+            if turn % 2 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let mut next = [0i64; 3];
+        for (turn, answer) in answers {
+            let p = (turn % 3) as usize;
+            assert_eq!(answer.await.unwrap(), Ok(next[p]), "turn {turn}");
+            next[p] += 1;
+        }
+        assert!(!link.is_dead());
     }
 
     #[tokio::test]
