@@ -15,7 +15,8 @@
 //! Links are per thread (each shard has its own), per broker address.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -179,30 +180,27 @@ impl Link {
 /// waiting then gets that error.
 async fn run(link: Arc<Link>, target: Target) {
     let (sent_tx, mut sent_rx) = mpsc::unbounded_channel::<Sent>();
-    let why = match serve(&link, &target, sent_tx, &mut sent_rx).await {
-        Ok(never) => match never {},
-        Err(why) => why,
-    };
+    // The requests on the wire, oldest first (`read_loop` keeps it).
+    let mut pending = VecDeque::new();
+    let Err(why) = serve(&link, &target, sent_tx, &mut sent_rx, &mut pending).await;
     tracing::debug!(broker = %target.addr, error = %why, "a leader's link to a broker ended");
     link.kill(&why);
     sent_rx.close();
     while let Ok(sent) = sent_rx.try_recv() {
-        for (_, answers) in sent.parts {
-            for answer in answers {
-                let _ = answer.send(Err(why.clone()));
-            }
-        }
+        pending.push_back(sent);
+    }
+    for sent in pending {
+        answer_all(sent, &why);
     }
 }
-
-enum Never {}
 
 async fn serve(
     link: &Link,
     target: &Target,
     sent_tx: mpsc::UnboundedSender<Sent>,
     sent_rx: &mut mpsc::UnboundedReceiver<Sent>,
-) -> Result<Never, CodedError> {
+    pending: &mut VecDeque<Sent>,
+) -> Result<Infallible, CodedError> {
     let addr = &target.addr;
     let stream = tokio::time::timeout(target.timeout, TcpStream::connect(addr))
         .await
@@ -220,7 +218,7 @@ async fn serve(
     let (_, body) = wire::correlation(&frame)?;
     let version = wire::produce_version(body)?;
     let sending = send_loop(link, target, version, sent_tx, &mut write);
-    let reading = read_loop(link, &mut read, addr, version, sent_rx);
+    let reading = read_loop(link, &mut read, addr, version, sent_rx, pending);
     tokio::select! {
         why = sending => why,
         why = reading => why,
@@ -235,7 +233,7 @@ async fn send_loop(
     version: i16,
     sent_tx: mpsc::UnboundedSender<Sent>,
     write: &mut tokio::net::tcp::OwnedWriteHalf,
-) -> Result<Never, CodedError> {
+) -> Result<Infallible, CodedError> {
     let timeout_ms = i32::try_from(target.timeout.as_millis()).unwrap_or(i32::MAX);
     let mut correlation = 0i32;
     loop {
@@ -295,17 +293,18 @@ async fn send_loop(
     }
 }
 
-/// Reads the answers in the order their requests went out and answers each record. It watches
-/// the connection while nothing is in flight too, so a link the broker closed is known as ended
-/// before a record is handed to it.
+/// Reads the answers in the order their requests went out (`pending`) and answers each record.
+/// It watches the connection while nothing is in flight too, so a link the broker closed is
+/// known as ended before a record is handed to it. What is still pending when it ends, [`run`]
+/// answers with why.
 async fn read_loop(
     link: &Link,
     read: &mut OwnedReadHalf,
     addr: &str,
     version: i16,
     sent_rx: &mut mpsc::UnboundedReceiver<Sent>,
-) -> Result<Never, CodedError> {
-    let mut pending = std::collections::VecDeque::<Sent>::new();
+    pending: &mut VecDeque<Sent>,
+) -> Result<Infallible, CodedError> {
     let mut buf = Vec::with_capacity(4096);
     loop {
         // Every request is handed over before it is written, so the request an answer read
@@ -334,11 +333,7 @@ async fn read_loop(
                 Err(e) => return Err(failed(addr, &format!("the broker closed the connection ({e})"))),
             },
             () = sleep_until(due), if due.is_some() => {
-                let why = failed(addr, "no answer within cluster.write-timeout");
-                for sent in pending {
-                    answer_all(sent, &why);
-                }
-                return Err(why);
+                return Err(failed(addr, "no answer within cluster.write-timeout"));
             }
         }
     }
